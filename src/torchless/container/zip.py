@@ -1,0 +1,604 @@
+"""The zip container of torch archives: a reader with torch's rules, and torch's writer.
+
+Reader (:class:`ZipReader`) - reads the central directory once and each record by
+offset from a memory map, the way torch's ``PyTorchStreamReader`` (miniz) does:
+
+* the archive prefix is the first central-directory entry's name up to its first ``/``;
+* a member is looked up as ``prefix/name`` **case-insensitively**; when several entries
+  match, the one torch reads is the one miniz's binary search over its heap-sorted index
+  hits (:meth:`ZipReader.lookup` reproduces that; :meth:`ZipReader.duplicates` lists all);
+* a record's data starts after the *local* header's name and extra field (FB padding);
+* data descriptors and zip64 records (end records and extra fields) are honoured;
+* CRCs are not checked on read (torch builds miniz without it, and writes CRC 0 with
+  ``compute_crc32=False``); :meth:`ZipReader.verify` checks them on request.
+
+Writer (:class:`TorchZipWriter`) - torch 2.13's exact record layout (spec ``pt.md``
+§1.3): stored records with flags 0x0808, zero time/date, an ``FB`` extra field padding
+every record's data to the alignment, a data descriptor after each record, a central
+directory, then ZIP64 end record + locator + classic end record, always. CRC-32 is
+computed while writing, not in a second pass. The file is written to a temporary name and
+renamed into place on success.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO, Iterable, Iterator
+
+from ..core.atomic import AtomicFile
+from ..core.errors import ChecksumError, FormatError, LimitError, NotFoundError, TruncatedError, UnsupportedError
+from ..core.source import ByteSource, PathLike, open_source
+
+__all__ = ["ZipEntry", "ZipReader", "TorchZipWriter", "is_zip", "Problem"]
+
+LOCAL_SIG = b"PK\x03\x04"
+CENTRAL_SIG = b"PK\x01\x02"
+EOCD_SIG = b"PK\x05\x06"
+EOCD64_SIG = b"PK\x06\x06"
+LOC64_SIG = b"PK\x06\x07"
+DESC_SIG = b"PK\x07\x08"
+
+_LOCAL = struct.Struct("<4sHHHHHIIIHH")  # 30 bytes
+_CENTRAL = struct.Struct("<4sHHHHHHIIIHHHHHII")  # 46 bytes
+_EOCD = struct.Struct("<4sHHHHIIH")  # 22 bytes
+_EOCD64 = struct.Struct("<4sQHHIIQQQQ")  # 56 bytes
+_LOC64 = struct.Struct("<4sIQI")  # 20 bytes
+
+MAX32 = 0xFFFFFFFF
+
+
+def is_zip(head: bytes) -> bool:
+    """True when ``head`` starts like a zip (torch's ``_is_zipfile`` test)."""
+    return head[:4] == LOCAL_SIG
+
+
+@dataclass(slots=True)
+class ZipEntry:
+    """One central-directory entry (offsets are absolute in the file)."""
+
+    index: int
+    name: str
+    raw_name: bytes
+    header_offset: int
+    compressed_size: int
+    size: int
+    crc: int
+    method: int
+    flags: int
+    central_offset: int
+    extra: bytes = b""
+    _data_offset: int | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """A structural finding about a container (for ``verify`` and ``scan``)."""
+
+    code: str
+    message: str
+    member: str | None = None
+    offset: int | None = None
+    severity: str = "error"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "member": self.member, "offset": self.offset, "severity": self.severity}
+
+
+class ZipReader:
+    """Read a zip archive the way torch's reader does.
+
+    Args:
+        source: a path, bytes, or a :class:`~torchless.core.source.ByteSource`.
+        max_entries: refuse central directories with more entries than this.
+        require_prefix: raise when the first entry has no ``/`` (torch's rule); set
+            False to read generic zips (``.npz``, AOTInductor packages).
+
+    Raises:
+        FormatError: no end record, a corrupt central directory, or (with
+            ``require_prefix``) a first entry outside a folder.
+    """
+
+    def __init__(self, source: Any, *, max_entries: int = 10_000_000, require_prefix: bool = True) -> None:
+        self.source: ByteSource = open_source(source)
+        self.path = self.source.name
+        self.max_entries = max_entries
+        self.entries: list[ZipEntry] = []
+        self.eocd_offset = 0
+        self.cd_offset = 0
+        self.cd_size = 0
+        self.zip64 = False
+        self._read_directory()
+        first = self.entries[0].name if self.entries else ""
+        if "/" in first:
+            self.prefix = first.split("/", 1)[0]
+        elif require_prefix:
+            raise FormatError(
+                "first archive entry is not inside a folder" if self.entries else "archive has no entries",
+                path=self.path,
+                expected="entries named '<prefix>/...'",
+                found=repr(first),
+            )
+        else:
+            self.prefix = ""
+        self._by_lower: dict[bytes, list[ZipEntry]] = {}
+        for e in self.entries:
+            self._by_lower.setdefault(e.raw_name.lower(), []).append(e)
+        self._sorted: list[int] | None = None
+
+    # -- directory ---------------------------------------------------------------------
+    def _read_directory(self) -> None:
+        src = self.source
+        size = src.size
+        if size < _EOCD.size:
+            raise TruncatedError("file too small to be a zip archive", path=self.path, expected=">= 22 bytes", found=f"{size} bytes")
+        tail_len = min(size, 0xFFFF + _EOCD.size)
+        tail = src.view(size - tail_len, tail_len)
+        pos = bytes(tail).rfind(EOCD_SIG)
+        while pos >= 0:
+            # the comment length must reach exactly... or less than the end (miniz accepts less)
+            if pos + _EOCD.size <= tail_len:
+                break
+            pos = bytes(tail[:pos]).rfind(EOCD_SIG)
+        if pos < 0:
+            raise FormatError("no zip end-of-central-directory record", path=self.path, expected="PK\\x05\\x06 near the end")
+        eocd = size - tail_len + pos
+        self.eocd_offset = eocd
+        _sig, disk, cd_disk, n_disk, n_total, cd_size, cd_off, _clen = _EOCD.unpack_from(src.view(eocd, _EOCD.size))
+        if disk != 0 or cd_disk != 0 or n_disk != n_total:
+            raise UnsupportedError("multi-disk zip archives", path=self.path, offset=eocd)
+        if eocd >= _LOC64.size and bytes(src.view(eocd - _LOC64.size, 4)) == LOC64_SIG:
+            _s, _d, e64_off, _nd = _LOC64.unpack_from(src.view(eocd - _LOC64.size, _LOC64.size))
+            src.check(e64_off, _EOCD64.size, what="zip64 end record")
+            rec = _EOCD64.unpack_from(src.view(e64_off, _EOCD64.size))
+            if rec[0] != EOCD64_SIG:
+                raise FormatError("zip64 locator points at no zip64 end record", path=self.path, offset=e64_off)
+            self.zip64 = True
+            n_total, cd_size, cd_off = rec[7], rec[8], rec[9]
+        if n_total > self.max_entries:
+            raise LimitError("too many archive entries", path=self.path, expected=f"<= {self.max_entries}", found=n_total)
+        if n_total * _CENTRAL.size > cd_size:
+            raise FormatError("central directory smaller than its entry count needs", path=self.path, offset=cd_off, expected=f">= {n_total * 46} bytes", found=cd_size)
+        src.check(cd_off, cd_size, what="central directory")
+        self.cd_offset, self.cd_size = cd_off, cd_size
+        cd = bytes(src.view(cd_off, cd_size))
+        p = 0
+        unpack = _CENTRAL.unpack_from
+        entries = self.entries
+        for i in range(n_total):
+            if p + _CENTRAL.size > cd_size:
+                raise TruncatedError("central directory ends inside an entry", path=self.path, offset=cd_off + p)
+            (sig, _made, _need, flags, method, _t, _d, crc, csize, usize, nlen, xlen, clen, _dstart, _iattr, _eattr, hoff) = unpack(cd, p)
+            if sig != CENTRAL_SIG:
+                raise FormatError("bad central directory entry signature", path=self.path, offset=cd_off + p, expected="PK\\x01\\x02", found=sig)
+            q = p + _CENTRAL.size
+            if q + nlen + xlen + clen > cd_size:
+                raise TruncatedError("central directory entry runs past the directory", path=self.path, offset=cd_off + p)
+            raw = cd[q : q + nlen]
+            extra = cd[q + nlen : q + nlen + xlen]
+            if usize == MAX32 or csize == MAX32 or hoff == MAX32:
+                usize, csize, hoff = _zip64_extra(extra, usize, csize, hoff, self.path, cd_off + p)
+            name = raw.decode("utf-8", "surrogateescape")
+            entries.append(ZipEntry(i, name, raw, hoff, csize, usize, crc, method, flags, cd_off + p, extra))
+            p = q + nlen + xlen + clen
+
+    # -- lookup ------------------------------------------------------------------------
+    def names(self) -> list[str]:
+        """Full entry names in central-directory order."""
+        return [e.name for e in self.entries]
+
+    def records(self) -> list[str]:
+        """Entry names relative to the prefix (``data.pkl``, ``data/0`` ...)."""
+        cut = len(self.prefix) + 1 if self.prefix else 0
+        return [e.name[cut:] if e.name.startswith(self.prefix + "/") else e.name for e in self.entries]
+
+    def _full(self, name: str) -> bytes:
+        full = name if not self.prefix else f"{self.prefix}/{name}"
+        return full.encode("utf-8", "surrogateescape")
+
+    def lookup(self, name: str, *, full: bool = False) -> ZipEntry | None:
+        """The entry torch reads for ``name`` (relative to the prefix unless ``full``)."""
+        key = (name.encode("utf-8", "surrogateescape") if full else self._full(name)).lower()
+        hits = self._by_lower.get(key)
+        if not hits:
+            return None
+        if len(hits) == 1:
+            return hits[0]
+        return self._miniz_search(key)
+
+    def has(self, name: str) -> bool:
+        return self.lookup(name) is not None
+
+    def get(self, name: str, *, full: bool = False) -> ZipEntry:
+        """Like :meth:`lookup` but raises NotFoundError naming the archive."""
+        e = self.lookup(name, full=full)
+        if e is None:
+            raise NotFoundError(f"archive has no record {name!r}", path=self.path, member=name)
+        return e
+
+    def duplicates(self) -> dict[str, list[ZipEntry]]:
+        """Names (lowercased) that several entries share, as torch's lookup sees them."""
+        return {k.decode("utf-8", "surrogateescape"): v for k, v in self._by_lower.items() if len(v) > 1}
+
+    def _miniz_search(self, key: bytes) -> ZipEntry | None:
+        # miniz sorts entry indices with an (unstable) heap sort on the lowercased name and
+        # binary-searches that array: which duplicate is found depends on that order.
+        if self._sorted is None:
+            self._sorted = _miniz_heapsort([e.raw_name.lower() for e in self.entries])
+        names = [self.entries[i].raw_name.lower() for i in self._sorted]
+        lo, hi = 0, len(names) - 1
+        while lo <= hi:
+            m = lo + ((hi - lo) >> 1)
+            cand = names[m]
+            if cand == key:
+                return self.entries[self._sorted[m]]
+            if _miniz_less(cand, key):
+                lo = m + 1
+            else:
+                hi = m - 1
+        return None
+
+    # -- data --------------------------------------------------------------------------
+    def data_offset(self, entry: ZipEntry) -> int:
+        """Absolute offset of the entry's data, from its *local* header."""
+        if entry._data_offset is None:
+            src = self.source
+            src.check(entry.header_offset, _LOCAL.size, what=f"local header of {entry.name!r}")
+            sig, _need, _flags, _m, _t, _d, _crc, _cs, _us, nlen, xlen = _LOCAL.unpack_from(src.view(entry.header_offset, _LOCAL.size))
+            if sig != LOCAL_SIG:
+                raise FormatError("bad local header signature", path=self.path, member=entry.name, offset=entry.header_offset, expected="PK\\x03\\x04", found=sig)
+            entry._data_offset = entry.header_offset + _LOCAL.size + nlen + xlen
+        return entry._data_offset
+
+    def local_name(self, entry: ZipEntry) -> bytes:
+        """The name stored in the entry's local header (may differ from the central one)."""
+        src = self.source
+        src.check(entry.header_offset, _LOCAL.size, what="local header")
+        nlen = struct.unpack_from("<H", src.view(entry.header_offset + 26, 2))[0]
+        return src.read_at(entry.header_offset + _LOCAL.size, nlen, what="local header name")
+
+    def read(self, name: str | ZipEntry, *, max_size: int | None = None) -> memoryview:
+        """The record's bytes: a zero-copy view for stored records, inflated for deflate.
+
+        Raises:
+            NotFoundError: no such record.
+            TruncatedError: the record runs past the end of the file.
+            UnsupportedError: compression methods other than stored/deflate, encryption.
+            LimitError: the declared size exceeds ``max_size``.
+        """
+        e = self.get(name) if isinstance(name, str) else name
+        if max_size is not None and e.size > max_size:
+            raise LimitError("record larger than allowed", path=self.path, member=e.name, expected=f"<= {max_size} bytes", found=e.size)
+        if e.flags & 0x1:
+            raise UnsupportedError("encrypted zip records", path=self.path, member=e.name)
+        off = self.data_offset(e)
+        if e.method == 0:
+            if e.compressed_size != e.size:
+                raise FormatError("stored record with different compressed and uncompressed sizes", path=self.path, member=e.name, expected=e.size, found=e.compressed_size)
+            return self.source.view(off, e.size, what=f"record {e.name!r}")
+        if e.method == 8:
+            raw = self.source.view(off, e.compressed_size, what=f"record {e.name!r}")
+            d = zlib.decompressobj(-15)
+            try:
+                out = d.decompress(raw, e.size + 1)
+            except zlib.error as err:
+                raise FormatError(f"corrupt deflate data: {err}", path=self.path, member=e.name) from None
+            if len(out) != e.size:
+                raise FormatError("inflated size differs from the declared size", path=self.path, member=e.name, expected=e.size, found=f"{len(out)}{'+' if len(out) > e.size else ''}")
+            return memoryview(out)
+        raise UnsupportedError(f"zip compression method {e.method}", path=self.path, member=e.name, expected="0 (stored) or 8 (deflate)")
+
+    def read_bytes(self, name: str | ZipEntry, **kw: Any) -> bytes:
+        return bytes(self.read(name, **kw))
+
+    # -- checks ------------------------------------------------------------------------
+    def verify(self, *, crc: bool = True) -> list[Problem]:
+        """Structural checks and (optionally) CRC-32 of every record.
+
+        Returns the problems found; an empty list means the archive is sound.
+        """
+        problems: list[Problem] = []
+        for name, dups in self.duplicates().items():
+            chosen = self._miniz_search(name.encode("utf-8", "surrogateescape"))
+            problems.append(Problem("duplicate-name", f"{len(dups)} entries named {name!r} (case-insensitively); torch reads entry #{chosen.index if chosen else '?'}", name))
+        spans: list[tuple[int, int, str]] = []
+        for e in self.entries:
+            if self.prefix and not e.name.startswith(self.prefix + "/"):
+                problems.append(Problem("prefix", f"entry {e.name!r} is outside the archive folder {self.prefix!r} (torch refuses to list such archives)", e.name))
+            parts = e.name.replace("\\", "/").split("/")
+            if e.name.startswith("/") or ".." in parts or (len(e.name) > 1 and e.name[1] == ":"):
+                problems.append(Problem("path-traversal", f"entry name {e.name!r} escapes the extraction folder", e.name))
+            if e.flags & 0x1:
+                problems.append(Problem("encrypted", "encrypted record", e.name))
+            if e.method not in (0, 8):
+                problems.append(Problem("method", f"unsupported compression method {e.method}", e.name))
+            try:
+                off = self.data_offset(e)
+                local = self.local_name(e)
+            except FormatError as err:
+                problems.append(Problem("local-header", err.message, e.name, e.header_offset))
+                continue
+            if local != e.raw_name:
+                problems.append(Problem("name-mismatch", f"local header names {local!r}, central directory {e.raw_name!r}", e.name, e.header_offset))
+            end = off + e.compressed_size
+            if end > self.cd_offset and e.compressed_size:
+                problems.append(Problem("overlap", "record data runs into the central directory", e.name, off))
+            spans.append((e.header_offset, end, e.name))
+            if crc and e.method in (0, 8):
+                try:
+                    data = self.read(e)
+                except FormatError as err:
+                    problems.append(Problem("data", err.message, e.name, off))
+                    continue
+                actual = zlib.crc32(data) & MAX32
+                if actual != e.crc:
+                    kind = "crc-zero" if e.crc == 0 else "crc"
+                    sev = "warning" if e.crc == 0 else "error"
+                    problems.append(Problem(kind, f"CRC-32 {e.crc:08x} stored, {actual:08x} computed" + (" (written with compute_crc32=False)" if e.crc == 0 else ""), e.name, off, sev))
+        spans.sort()
+        for (s1, e1, n1), (s2, _e2, n2) in zip(spans, spans[1:]):
+            if s2 < e1:
+                problems.append(Problem("overlap", f"records {n1!r} and {n2!r} overlap", n2, s2))
+        first_header = min((e.header_offset for e in self.entries), default=0)
+        if first_header > 0:
+            problems.append(Problem("leading-data", f"{first_header} bytes before the first record (polyglot or prepended data)", None, 0, "warning"))
+        return problems
+
+    def close(self) -> None:
+        self.source.close()
+
+    def __enter__(self) -> "ZipReader":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _zip64_extra(extra: bytes, usize: int, csize: int, hoff: int, path: str, off: int) -> tuple[int, int, int]:
+    p = 0
+    while p + 4 <= len(extra):
+        hid, hlen = struct.unpack_from("<HH", extra, p)
+        body = extra[p + 4 : p + 4 + hlen]
+        if hid == 0x0001:
+            q = 0
+            vals = []
+            for cur in (usize, csize, hoff):
+                if cur == MAX32:
+                    if q + 8 > len(body):
+                        raise FormatError("zip64 extra field too short", path=path, offset=off)
+                    vals.append(struct.unpack_from("<Q", body, q)[0])
+                    q += 8
+                else:
+                    vals.append(cur)
+            return vals[0], vals[1], vals[2]
+        p += 4 + hlen
+    return usize, csize, hoff
+
+
+def _miniz_less(a: bytes, b: bytes) -> bool:
+    # ASCII-lowercased compare, then shorter first (mz_zip_reader_filename_less)
+    return a < b
+
+
+def _miniz_heapsort(keys: list[bytes]) -> list[int]:
+    """miniz's ``mz_zip_reader_sort_central_dir_offsets_by_filename`` (heap sort)."""
+    size = len(keys)
+    idx = list(range(size))
+    if size <= 1:
+        return idx
+
+    def sift(root: int, end: int) -> None:
+        while True:
+            child = (root << 1) + 1
+            if child >= end:
+                return
+            if child + 1 < end and keys[idx[child]] < keys[idx[child + 1]]:
+                child += 1
+            if not keys[idx[root]] < keys[idx[child]]:
+                return
+            idx[root], idx[child] = idx[child], idx[root]
+            root = child
+
+    start = (size - 2) >> 1
+    while True:
+        sift(start, size)
+        if start == 0:
+            break
+        start -= 1
+    end = size - 1
+    while end > 0:
+        idx[end], idx[0] = idx[0], idx[end]
+        sift(0, end)
+        end -= 1
+    return idx
+
+
+# ----------------------------------------------------------------------------------------
+class TorchZipWriter:
+    """Write a zip archive with torch 2.13's record layout.
+
+    Args:
+        target: a path (written atomically) or a binary file object.
+        prefix: the archive folder; defaults to the file stem as torch does
+            (``"model.pt"`` -> ``model``), or ``archive`` for file objects.
+        alignment: data alignment of every record (64 in torch).
+        compute_crc: write real CRC-32 values (torch's default) or zeros.
+
+    Example:
+        >>> with TorchZipWriter("out.pt") as zw:           # doctest: +SKIP
+        ...     zw.write("data.pkl", pickle_bytes)
+    """
+
+    def __init__(self, target: PathLike | BinaryIO, prefix: str | None = None, *, alignment: int = 64, compute_crc: bool = True) -> None:
+        if not 1 <= alignment <= 65535:
+            raise ValueError("alignment must be in 1..65535 (the FB field is a uint16)")
+        self._atomic: AtomicFile | None = None
+        if isinstance(target, (str, os.PathLike)):
+            stem = os.path.basename(os.fspath(target))
+            if prefix is None:
+                prefix = stem.rsplit(".", 1)[0] if "." in stem[1:] else stem
+                if not prefix.isascii():
+                    prefix = "archive"
+            self._atomic = AtomicFile(target)
+            self._f: BinaryIO = self._atomic.file
+        else:
+            prefix = prefix or "archive"
+            self._f = target
+        if not prefix:
+            raise ValueError("invalid file name: empty archive prefix")
+        self.prefix = prefix
+        self.alignment = alignment
+        self.compute_crc = compute_crc
+        self._pos = 0
+        self._central: list[bytes] = []
+        self._names: list[str] = []
+        self._crcs: list[int] = []
+        self._closed = False
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._names)
+
+    def _padding(self, name_len: int, size: int) -> tuple[bytes, bytes]:
+        start = self._pos + 30 + name_len + 4
+        zip64 = b""
+        if size >= MAX32 or self._pos >= MAX32:
+            body = b""
+            if size >= MAX32:
+                body += struct.pack("<QQ", size, size)
+            if self._pos >= MAX32:
+                body += struct.pack("<Q", self._pos)
+            zip64 = struct.pack("<HH", 1, len(body)) + body
+            start += 4 + len(body)
+        pad = (-start) % self.alignment
+        return zip64, b"FB" + struct.pack("<H", pad) + b"Z" * pad
+
+    def write(self, name: str, data: Any, *, compress: bool = False) -> int:
+        """Write one record (``name`` relative to the prefix); returns its data offset.
+
+        Args:
+            data: bytes-like, or an iterable of bytes-like chunks when ``size`` is known
+                through :meth:`write_chunks`.
+            compress: deflate at level 9 (TorchScript ``code/`` files); alignment
+                padding is still written.
+        """
+        if compress:
+            mv = memoryview(data).cast("B")
+            crc = zlib.crc32(mv) & MAX32 if self.compute_crc else 0
+            c = zlib.compressobj(9, zlib.DEFLATED, -15)
+            body = c.compress(mv) + c.flush()
+            return self._write_record(name, [body], len(mv), len(body), crc, method=8, precomputed_crc=True)
+        mv = memoryview(data).cast("B")
+        return self.write_chunks(name, [mv], len(mv))
+
+    def write_chunks(self, name: str, chunks: Iterable[Any], size: int) -> int:
+        """Stream one stored record of exactly ``size`` bytes from ``chunks``."""
+        return self._write_record(name, chunks, size, size, 0, method=0, precomputed_crc=False)
+
+    def _write_record(self, name: str, chunks: Iterable[Any], usize: int, csize: int, crc: int, *, method: int, precomputed_crc: bool) -> int:
+        if self._closed:
+            raise ValueError("writer is closed")
+        full = f"{self.prefix}/{name}".encode("utf-8")
+        header_off = self._pos
+        zip64_extra, fb = self._padding(len(full), usize)
+        extra = zip64_extra + fb
+        need = 0x14 if method == 8 else 0
+        local = _LOCAL.pack(LOCAL_SIG, need, 0x0808, method, 0, 0, 0, 0, 0, len(full), len(extra))
+        f = self._f
+        f.write(local)
+        f.write(full)
+        f.write(extra)
+        data_off = header_off + len(local) + len(full) + len(extra)
+        written = 0
+        running = 0
+        for chunk in chunks:
+            mv = memoryview(chunk).cast("B")
+            if not precomputed_crc and self.compute_crc:
+                running = zlib.crc32(mv, running)
+            f.write(mv)
+            written += len(mv)
+        if written != csize:
+            raise ValueError(f"record {name!r}: {written} bytes written, {csize} declared")
+        if not precomputed_crc:
+            crc = running & MAX32 if self.compute_crc else 0
+        big = usize >= MAX32 or header_off >= MAX32
+        if big:
+            desc = DESC_SIG + struct.pack("<IQQ", crc, csize, usize)
+        else:
+            desc = DESC_SIG + struct.pack("<III", crc, csize, usize)
+        f.write(desc)
+        self._pos = data_off + csize + len(desc)
+        # central directory entry
+        cextra = b""
+        c_us, c_cs, c_off = usize, csize, header_off
+        body = b""
+        if usize >= MAX32:
+            body += struct.pack("<Q", usize)
+            c_us = MAX32
+        if csize >= MAX32:
+            body += struct.pack("<Q", csize)
+            c_cs = MAX32
+        if header_off >= MAX32:
+            body += struct.pack("<Q", header_off)
+            c_off = MAX32
+        if body:
+            cextra = struct.pack("<HH", 1, len(body)) + body
+        self._central.append(
+            _CENTRAL.pack(CENTRAL_SIG, 0, need, 0x0808, method, 0, 0, crc, c_cs, c_us, len(full), len(cextra), 0, 0, 0, 0, c_off) + full + cextra
+        )
+        self._names.append(name)
+        self._crcs.append(crc)
+        return data_off
+
+    def serialization_id(self) -> bytes:
+        """40 ASCII digits derived from record names and CRCs (nothing validates it)."""
+        h1 = 0
+        for n in self._names:
+            h1 = (h1 * 1000003 ^ zlib.crc32(n.encode())) & 0xFFFFFFFFFFFFFFFF
+        h2 = 0
+        for c in self._crcs:
+            h2 = (h2 * 1000003 ^ c) & 0xFFFFFFFFFFFFFFFF
+        return f"{h1:020d}{h2:020d}".encode()
+
+    def close(self) -> None:
+        """Write the central directory and end records, then publish the file."""
+        if self._closed:
+            return
+        f = self._f
+        cd_off = self._pos
+        for c in self._central:
+            f.write(c)
+        cd_size = sum(len(c) for c in self._central)
+        n = len(self._central)
+        eocd64_off = cd_off + cd_size
+        f.write(_EOCD64.pack(EOCD64_SIG, 44, 0x031E, 0x002D, 0, 0, n, n, cd_size, cd_off))
+        f.write(_LOC64.pack(LOC64_SIG, 0, eocd64_off, 1))
+        f.write(_EOCD.pack(EOCD_SIG, 0, 0, min(n, 0xFFFF), min(n, 0xFFFF), min(cd_size, MAX32), min(cd_off, MAX32), 0))
+        self._closed = True
+        if self._atomic is not None:
+            self._atomic.commit()
+
+    def abort(self) -> None:
+        """Discard a partly written archive (the target path is left untouched)."""
+        self._closed = True
+        if self._atomic is not None:
+            self._atomic.abort()
+
+    def __enter__(self) -> "TorchZipWriter":
+        return self
+
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+def iter_chunks(mv: memoryview, chunk: int = 1 << 24) -> Iterator[memoryview]:
+    for i in range(0, len(mv), chunk):
+        yield mv[i : i + chunk]
+
+
+__all__ += ["iter_chunks", "ChecksumError"]

@@ -1,0 +1,135 @@
+"""Byte sources: one read interface over memory-mapped files and in-memory bytes.
+
+Parsers take a :class:`ByteSource` and never open files themselves. Every read is
+bounds-checked before it happens, so a hostile length field turns into a
+:class:`~torchless.core.errors.TruncatedError` naming the source and the offset, never into
+a short read that a parser misinterprets. ``view`` returns a zero-copy ``memoryview``
+of the mapping: tensors built on it share the page cache with the file.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from pathlib import Path
+from typing import Any, Union
+
+from .errors import NotFoundError, TruncatedError, UsageError
+
+__all__ = ["ByteSource", "BytesSource", "MmapSource", "PathLike", "open_source"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class ByteSource:
+    """A read-only, random-access sequence of bytes.
+
+    Attributes:
+        name: a label for errors (usually the file path).
+        size: total length in bytes.
+    """
+
+    name: str
+    size: int
+
+    def view(self, offset: int, length: int, *, what: str = "data") -> memoryview:
+        """Zero-copy view of ``[offset, offset+length)``.
+
+        Raises:
+            TruncatedError: the range runs past the end of the source.
+        """
+        self.check(offset, length, what=what)
+        return self._buffer()[offset : offset + length]
+
+    def read_at(self, offset: int, length: int, *, what: str = "data") -> bytes:
+        """A copy of ``[offset, offset+length)`` as bytes (bounds checked)."""
+        return bytes(self.view(offset, length, what=what))
+
+    def check(self, offset: int, length: int, *, what: str = "data") -> None:
+        """Raise TruncatedError unless ``[offset, offset+length)`` lies inside the source."""
+        if offset < 0 or length < 0 or offset + length > self.size:
+            raise TruncatedError(
+                f"{what} runs past the end of the input",
+                path=self.name,
+                offset=offset,
+                expected=f"{length} bytes",
+                found=f"{max(0, self.size - max(offset, 0))} bytes before end of input",
+            )
+
+    def _buffer(self) -> memoryview:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the mapping; views handed out keep it alive until they are dropped."""
+
+    def __enter__(self) -> "ByteSource":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class BytesSource(ByteSource):
+    """A source over bytes already in memory (``bytes``, ``bytearray``, ``memoryview``)."""
+
+    def __init__(self, data: bytes | bytearray | memoryview, name: str = "<bytes>") -> None:
+        self._mv = memoryview(data).cast("B") if not isinstance(data, memoryview) else data.cast("B")
+        self.name = name
+        self.size = len(self._mv)
+
+    def _buffer(self) -> memoryview:
+        return self._mv
+
+
+class MmapSource(ByteSource):
+    """A read-only memory map of a whole file (empty files get an empty buffer)."""
+
+    def __init__(self, path: PathLike) -> None:
+        self.name = os.fspath(path)
+        try:
+            fd = os.open(self.name, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        except FileNotFoundError:
+            raise NotFoundError("no such file", path=self.name) from None
+        except IsADirectoryError:
+            raise UsageError("expected a file, got a directory", path=self.name) from None
+        try:
+            self.size = os.fstat(fd).st_size
+            if self.size:
+                self._map: mmap.mmap | None = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+                self._mv = memoryview(self._map)
+            else:
+                self._map = None
+                self._mv = memoryview(b"")
+        finally:
+            os.close(fd)
+
+    def _buffer(self) -> memoryview:
+        return self._mv
+
+    def close(self) -> None:
+        # Views handed to tensors keep the mapping alive (mmap refuses to close with
+        # exports), so dropping our reference is all we do.
+        self._mv = memoryview(b"") if self._map is None else self._mv
+
+
+def open_source(src: Any, name: str | None = None) -> ByteSource:
+    """Normalize a path, bytes-like object or ByteSource into a ByteSource.
+
+    Args:
+        src: a filesystem path, ``bytes``/``bytearray``/``memoryview``, or a ByteSource.
+        name: label used in errors when ``src`` is not a path.
+    """
+    if isinstance(src, ByteSource):
+        return src
+    if isinstance(src, (bytes, bytearray, memoryview)):
+        return BytesSource(src, name or "<bytes>")
+    if isinstance(src, (str, os.PathLike)):
+        return MmapSource(src)
+    if hasattr(src, "read"):
+        data = src.read()
+        return BytesSource(data, name or getattr(src, "name", "<stream>"))
+    raise UsageError(f"cannot read from {type(src).__name__}", expected="path, bytes or file")
+
+
+def as_path(p: PathLike) -> Path:
+    return Path(os.fspath(p))

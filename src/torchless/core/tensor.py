@@ -1,0 +1,446 @@
+"""The tensor model: storages and strided views over them, read lazily.
+
+A :class:`Storage` is one ``data/<key>`` record: a run of bytes in the file, opened only
+when someone asks for values. A :class:`Tensor` is torch's strided view on a storage:
+``dtype``, ``shape``, ``stride()`` and ``storage_offset()`` in elements, exactly as the
+checkpoint states them. ``Tensor.numpy()`` is a zero-copy view of the memory map whenever
+the dtype exists in NumPy and no conj/neg bit must be applied; strides are validated
+against the storage size first, so a hostile stride can never reach outside the record.
+
+Tensors that share a storage in the file share one :class:`Storage` object here, as
+they do in torch (``a.storage is b.storage``).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from .dtypes import DType, by_name, from_numpy
+from .errors import FormatError, UnsupportedError, UsageError
+
+__all__ = ["Storage", "Tensor", "SparseTensor", "NestedTensor", "tensor"]
+
+_HOST_ORDER = sys.byteorder
+
+
+class Storage:
+    """One storage: ``nbytes`` bytes, read on first use.
+
+    Args:
+        key: the storage key in its file (``"0"``), for identity and error messages.
+        nbytes: size in bytes.
+        dtype: the storage's element dtype (``uint8`` for torch's UntypedStorage).
+        location: the device string recorded by the writer (``"cpu"``, ``"cuda:0"``).
+        data: the bytes, if already known (a memoryview into an mmap, bytes...).
+        loader: called once to produce the bytes when ``data`` is None.
+        byteorder: ``"little"`` or ``"big"``, the order the bytes are stored in.
+        origin: where the bytes live, for messages (``"ckpt/data/0"``).
+    """
+
+    __slots__ = ("key", "nbytes", "dtype", "location", "_data", "_loader", "byteorder", "origin", "file_offset")
+
+    def __init__(
+        self,
+        key: str,
+        nbytes: int,
+        dtype: DType,
+        location: str = "cpu",
+        *,
+        data: Any = None,
+        loader: Callable[[], Any] | None = None,
+        byteorder: str = "little",
+        origin: str = "",
+        file_offset: int | None = None,
+    ) -> None:
+        self.key = key
+        self.nbytes = int(nbytes)
+        self.dtype = dtype
+        self.location = location
+        self._data = None if data is None else memoryview(data).cast("B")
+        self._loader = loader
+        self.byteorder = byteorder
+        self.origin = origin
+        self.file_offset = file_offset
+
+    @property
+    def loaded(self) -> bool:
+        return self._data is not None
+
+    def bytes(self) -> memoryview:
+        """The storage's bytes (a zero-copy view when the source is memory-mapped)."""
+        if self._data is None:
+            if self._loader is None:
+                raise UnsupportedError(f"storage {self.key!r} has no data (meta or skipped)")
+            data = memoryview(self._loader()).cast("B")
+            if len(data) != self.nbytes:
+                raise FormatError(
+                    f"storage {self.key!r} has the wrong size",
+                    member=self.origin or None,
+                    expected=f"{self.nbytes} bytes",
+                    found=f"{len(data)} bytes",
+                )
+            self._data = data
+        return self._data
+
+    def __len__(self) -> int:
+        return self.nbytes
+
+    def __repr__(self) -> str:
+        return f"Storage(key={self.key!r}, nbytes={self.nbytes}, dtype={self.dtype.name}, location={self.location!r})"
+
+
+def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides = []
+    acc = 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(strides))
+
+
+class Tensor:
+    """A strided tensor over a :class:`Storage`, mirroring ``torch.Tensor``'s names.
+
+    Attributes:
+        dtype: the element type (``torchless.core.dtypes.DType``).
+        shape: sizes in elements (``torch.Size`` as a tuple).
+        storage: the shared storage, or None for meta tensors.
+        requires_grad: the flag as saved.
+        is_parameter: True for ``torch.nn.Parameter``.
+        device: the device recorded in the file (``"cpu"``, ``"cuda:0"``, ``"meta"``).
+        metadata: torch's tensor metadata dict (``{"conj": True}``, ``{"neg": True}``).
+        quantizer: for quantized tensors, ``{"qscheme": ..., "scale": ..., ...}``.
+        attrs: Python attributes carried by the pickle (Parameter state, subclasses).
+    """
+
+    __slots__ = (
+        "storage",
+        "dtype",
+        "shape",
+        "_stride",
+        "_offset",
+        "requires_grad",
+        "is_parameter",
+        "device",
+        "metadata",
+        "quantizer",
+        "attrs",
+        "subclass",
+    )
+
+    def __init__(
+        self,
+        storage: Storage | None,
+        dtype: DType,
+        shape: Iterable[int],
+        stride: Iterable[int] | None = None,
+        storage_offset: int = 0,
+        *,
+        requires_grad: bool = False,
+        is_parameter: bool = False,
+        device: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        quantizer: dict[str, Any] | None = None,
+    ) -> None:
+        self.storage = storage
+        self.dtype = dtype
+        self.shape = tuple(int(s) for s in shape)
+        self._stride = _contiguous_strides(self.shape) if stride is None else tuple(int(s) for s in stride)
+        self._offset = int(storage_offset)
+        self.requires_grad = bool(requires_grad)
+        self.is_parameter = bool(is_parameter)
+        self.device = device if device is not None else (storage.location if storage is not None else "meta")
+        self.metadata = dict(metadata or {})
+        self.quantizer = quantizer
+        self.attrs: dict[str, Any] = {}
+        self.subclass: str | None = None
+        if len(self._stride) != len(self.shape):
+            raise FormatError(
+                "tensor stride and size have different lengths",
+                expected=f"{len(self.shape)} strides",
+                found=f"{len(self._stride)}",
+            )
+        if any(s < 0 for s in self.shape) or any(s < 0 for s in self._stride) or self._offset < 0:
+            raise FormatError("negative size, stride or storage offset", found=f"size={self.shape} stride={self._stride} offset={self._offset}")
+
+    # torch.Tensor-like accessors -------------------------------------------------------
+    def stride(self, dim: int | None = None) -> Any:
+        return self._stride if dim is None else self._stride[dim]
+
+    def storage_offset(self) -> int:
+        return self._offset
+
+    def size(self, dim: int | None = None) -> Any:
+        return self.shape if dim is None else self.shape[dim]
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def dim(self) -> int:
+        return len(self.shape)
+
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    def element_size(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        """Logical size: ``numel() * element_size()``."""
+        return self.numel() * self.dtype.itemsize
+
+    @property
+    def is_meta(self) -> bool:
+        return self.storage is None
+
+    @property
+    def is_quantized(self) -> bool:
+        return self.quantizer is not None
+
+    def is_conj(self) -> bool:
+        return bool(self.metadata.get("conj"))
+
+    def is_neg(self) -> bool:
+        return bool(self.metadata.get("neg"))
+
+    def is_contiguous(self) -> bool:
+        expected = _contiguous_strides(self.shape)
+        return all(st == ex for s, st, ex in zip(self.shape, self._stride, expected) if s != 1)
+
+    # values ----------------------------------------------------------------------------
+    def _check_bounds(self) -> None:
+        assert self.storage is not None
+        if self.numel() == 0:
+            return
+        last = self._offset + sum((s - 1) * st for s, st in zip(self.shape, self._stride))
+        capacity = self.storage.nbytes // self.dtype.itemsize
+        if last >= capacity:
+            raise FormatError(
+                "tensor view reaches past the end of its storage",
+                member=self.storage.origin or None,
+                expected=f"last element index < {capacity}",
+                found=f"{last} (size={self.shape}, stride={self._stride}, offset={self._offset})",
+            )
+
+    def numpy(self, *, raw: bool = False) -> np.ndarray:
+        """The values as a NumPy array.
+
+        A read-only zero-copy view of the storage when the dtype has a NumPy equivalent
+        (bfloat16 and float8 via ml_dtypes) and no conj/neg bit is set. Otherwise a copy:
+        complex32 is widened to complex64 (exact), conj/neg bits are applied. Quantized
+        tensors give their integer representation (use :meth:`dequantize` for floats).
+
+        Args:
+            raw: return the stored element bytes' dtype (``DType.storage``) without
+                applying conj/neg or widening complex32.
+
+        Raises:
+            UnsupportedError: meta tensors (no data).
+            FormatError: the view does not fit in its storage.
+        """
+        if self.storage is None:
+            raise UnsupportedError(f"a {self.device} tensor has no data", hint="only shape and dtype are stored")
+        self._check_bounds()
+        npd = self.dtype.storage if (raw or self.dtype.numpy is None) else self.dtype.numpy
+        byteorder = self.storage.byteorder
+        if npd.itemsize > 1 and byteorder != _HOST_ORDER and npd.kind not in ("V",):
+            npd = npd.newbyteorder(">" if byteorder == "big" else "<")
+        elif npd.kind == "V" and byteorder != _HOST_ORDER:
+            npd = np.dtype([(n, npd.fields[n][0].newbyteorder(">" if byteorder == "big" else "<")) for n in npd.names])
+        buf = self.storage.bytes()
+        count = len(buf) // npd.itemsize
+        base = np.frombuffer(buf, dtype=npd, count=count)
+        if self.numel() == 0:
+            arr = np.empty(self.shape, dtype=npd)
+        else:
+            itemsize = npd.itemsize
+            arr = np.lib.stride_tricks.as_strided(
+                base[self._offset :],
+                shape=self.shape,
+                strides=tuple(s * itemsize for s in self._stride),
+                writeable=False,
+            )
+        if raw:
+            return arr
+        if self.dtype.name == "complex32":
+            arr = arr["real"].astype(np.float32) + 1j * arr["imag"].astype(np.float32)
+            arr = arr.astype(np.complex64)
+        if self.metadata.get("conj"):
+            arr = np.conj(arr)
+        if self.metadata.get("neg"):
+            arr = np.negative(arr)
+        return arr
+
+    def dequantize(self) -> np.ndarray:
+        """Float32 values of a quantized tensor (``(q - zero_point) * scale``)."""
+        if self.quantizer is None:
+            raise UsageError("dequantize() needs a quantized tensor")
+        q = self.numpy().astype(np.float32)
+        qp = self.quantizer
+        if qp["qscheme"] in ("per_tensor_affine", "per_tensor_symmetric"):
+            return ((q - qp["zero_point"]) * qp["scale"]).astype(np.float32)
+        axis = qp["axis"]
+        shape = [1] * q.ndim
+        shape[axis] = -1
+        scales = np.asarray(qp["scales"].numpy(), dtype=np.float64).reshape(shape)
+        zps = np.asarray(qp["zero_points"].numpy(), dtype=np.float64).reshape(shape)
+        return ((q - zps) * scales).astype(np.float32)
+
+    def tobytes(self) -> bytes:
+        """The logical values, C-contiguous, in little-endian element order."""
+        arr = np.ascontiguousarray(self.numpy(raw=True))
+        if arr.dtype.byteorder == ">":
+            arr = arr.astype(arr.dtype.newbyteorder("<"))
+        return arr.tobytes()
+
+    # construction ----------------------------------------------------------------------
+    @classmethod
+    def from_numpy(cls, array: Any, dtype: DType | str | None = None, *, requires_grad: bool = False) -> "Tensor":
+        """Wrap a NumPy array (zero-copy when it is C-contiguous and native-endian).
+
+        Args:
+            array: any array-like.
+            dtype: the torch dtype to label the bytes with (defaults from the array's
+                dtype); its itemsize must equal the array's.
+        """
+        arr = np.asarray(array)
+        if arr.dtype.byteorder == ">" or (arr.dtype.byteorder == "<" and _HOST_ORDER == "big"):
+            arr = arr.astype(arr.dtype.newbyteorder("="))
+        arr = np.ascontiguousarray(arr)
+        dt = from_numpy(arr.dtype) if dtype is None else (by_name(dtype) if isinstance(dtype, str) else dtype)
+        if dt.itemsize != arr.dtype.itemsize:
+            raise UsageError(f"cannot label {arr.dtype} data as {dt}", expected=f"itemsize {dt.itemsize}", found=arr.dtype.itemsize)
+        flat = arr.reshape(-1).view(np.uint8) if arr.size else np.zeros(0, np.uint8)
+        storage = Storage("", flat.nbytes, dt, "cpu", data=flat.data if flat.nbytes else b"", byteorder=_HOST_ORDER)
+        return cls(storage, dt, arr.shape, None, 0, requires_grad=requires_grad)
+
+    def __repr__(self) -> str:
+        extra = ", parameter" if self.is_parameter else ""
+        if self.quantizer:
+            extra += f", {self.quantizer['qscheme']}"
+        if self.device not in ("cpu",):
+            extra += f", device={self.device!r}"
+        return f"Tensor(shape={list(self.shape)}, dtype={self.dtype.name}{extra})"
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        arr = self.numpy()
+        return arr if dtype is None else arr.astype(dtype)
+
+
+class SparseTensor:
+    """A sparse tensor (COO, CSR, CSC, BSR, BSC) as its component tensors.
+
+    Attributes:
+        layout: ``"sparse_coo"``, ``"sparse_csr"``, ...
+        shape: the dense shape.
+        tensors: the components by name (``indices``/``values`` for COO,
+            ``crow_indices``/``col_indices``/``values`` for CSR, ...).
+        is_coalesced: for COO.
+    """
+
+    def __init__(self, layout: str, shape: tuple[int, ...], tensors: dict[str, Tensor], is_coalesced: bool | None = None) -> None:
+        self.layout = layout
+        self.shape = tuple(int(s) for s in shape)
+        self.tensors = tensors
+        self.is_coalesced = is_coalesced
+        self.requires_grad = False
+        self.is_parameter = False
+
+    @property
+    def dtype(self) -> DType:
+        return self.tensors["values"].dtype
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors.values())
+
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    def to_dense(self) -> np.ndarray:
+        """Dense NumPy values (COO sums duplicates, as torch does)."""
+        vals = self.tensors["values"].numpy()
+        out = np.zeros(self.shape, dtype=vals.dtype)
+        if self.layout == "sparse_coo":
+            idx = self.tensors["indices"].numpy()
+            sparse_dims = idx.shape[0]
+            np.add.at(out, tuple(idx[i] for i in range(sparse_dims)), vals)
+            return out
+        if self.layout in ("sparse_csr", "sparse_csc"):
+            comp = self.tensors["compressed_indices"].numpy()
+            plain = self.tensors["plain_indices"].numpy()
+            for i in range(len(comp) - 1):
+                for j in range(comp[i], comp[i + 1]):
+                    if self.layout == "sparse_csr":
+                        out[i, plain[j]] = vals[j]
+                    else:
+                        out[plain[j], i] = vals[j]
+            return out
+        if self.layout in ("sparse_bsr", "sparse_bsc"):
+            comp = self.tensors["compressed_indices"].numpy()
+            plain = self.tensors["plain_indices"].numpy()
+            bh, bw = vals.shape[1], vals.shape[2]
+            for i in range(len(comp) - 1):
+                for j in range(comp[i], comp[i + 1]):
+                    r, c = (i, plain[j]) if self.layout == "sparse_bsr" else (plain[j], i)
+                    out[r * bh : (r + 1) * bh, c * bw : (c + 1) * bw] = vals[j]
+            return out
+        raise UnsupportedError(f"to_dense of layout {self.layout}")
+
+    def numpy(self) -> np.ndarray:
+        return self.to_dense()
+
+    def __repr__(self) -> str:
+        return f"SparseTensor(layout={self.layout}, shape={list(self.shape)}, dtype={self.dtype.name})"
+
+
+class NestedTensor:
+    """A strided nested tensor: components that are views of one buffer."""
+
+    def __init__(self, buffer: Tensor, sizes: Tensor, strides: Tensor, offsets: Tensor) -> None:
+        self.buffer = buffer
+        self.nested_sizes = sizes
+        self.nested_strides = strides
+        self.offsets = offsets
+        self.requires_grad = False
+        self.is_parameter = False
+
+    @property
+    def dtype(self) -> DType:
+        return self.buffer.dtype
+
+    @property
+    def nbytes(self) -> int:
+        return self.buffer.nbytes
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (int(self.nested_sizes.shape[0]) if self.nested_sizes.ndim else 0,)
+
+    def unbind(self) -> list[Tensor]:
+        """The components as tensors over the shared buffer storage."""
+        sizes = self.nested_sizes.numpy() if self.nested_sizes.numel() else np.zeros((0, 0), np.int64)
+        strides = self.nested_strides.numpy() if self.nested_strides.numel() else np.zeros((0, 0), np.int64)
+        offs = self.offsets.numpy()
+        base = self.buffer.storage_offset()
+        return [
+            Tensor(self.buffer.storage, self.buffer.dtype, tuple(sizes[i]), tuple(strides[i]), base + int(offs[i]))
+            for i in range(len(offs))
+        ]
+
+    def numpy(self) -> list[np.ndarray]:  # type: ignore[override]
+        return [t.numpy() for t in self.unbind()]
+
+    def __repr__(self) -> str:
+        return f"NestedTensor(n={len(self.offsets.numpy())}, dtype={self.dtype.name})"
+
+
+def tensor(array: Any, dtype: DType | str | None = None) -> Tensor:
+    """Shorthand for :meth:`Tensor.from_numpy`."""
+    return Tensor.from_numpy(array, dtype)

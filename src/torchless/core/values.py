@@ -1,0 +1,150 @@
+"""Small value types that stand for torch objects found in checkpoints.
+
+They are plain data: a ``torch.Size`` is a tuple, a ``torch.device`` a string-like value,
+a state dict an ``OrderedDict`` that can also carry attributes (``_metadata``), exactly
+as torch's objects carry them.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+from .dtypes import DType
+
+__all__ = [
+    "Device",
+    "Layout",
+    "MemoryFormat",
+    "Namespace",
+    "QScheme",
+    "Size",
+    "StateDict",
+    "StorageType",
+    "TensorType",
+    "TorchVersion",
+]
+
+
+class Size(tuple):
+    """``torch.Size``: a tuple of ints."""
+
+    def __repr__(self) -> str:
+        return f"torch.Size({list(self)})"
+
+
+class Device(str):
+    """``torch.device``: the string form (``"cuda:0"``) with ``type`` and ``index``."""
+
+    @classmethod
+    def make(cls, type_: str, index: int | None = None) -> "Device":
+        return cls(type_ if index is None else f"{type_}:{index}")
+
+    @property
+    def type(self) -> str:
+        return self.split(":", 1)[0]
+
+    @property
+    def index(self) -> int | None:
+        parts = self.split(":", 1)
+        return int(parts[1]) if len(parts) == 2 and parts[1].isdigit() else None
+
+    def __repr__(self) -> str:
+        return f"device({str(self)!r})"
+
+
+class _Named(str):
+    prefix = "torch."
+
+    def __repr__(self) -> str:
+        return f"{self.prefix}{str(self)}"
+
+
+class Layout(_Named):
+    """A tensor layout name: ``strided``, ``sparse_coo``, ``sparse_csr`` ..."""
+
+
+class QScheme(_Named):
+    """A quantization scheme name: ``per_tensor_affine`` ..."""
+
+
+class MemoryFormat(_Named):
+    """A memory format name: ``contiguous_format``, ``channels_last`` ..."""
+
+
+class TorchVersion(str):
+    """``torch.torch_version.TorchVersion``: a version string."""
+
+
+class StorageType:
+    """A storage class named by a checkpoint (``torch.FloatStorage``), with its dtype.
+
+    ``dtype`` is None for ``UntypedStorage`` (bytes) and ``TypedStorage``.
+    """
+
+    __slots__ = ("name", "dtype")
+
+    def __init__(self, name: str, dtype: DType | None) -> None:
+        self.name = name
+        self.dtype = dtype
+
+    def __repr__(self) -> str:
+        return f"<storage type {self.name}>"
+
+
+class TensorType:
+    """A legacy tensor class (``torch.FloatTensor``), with its dtype."""
+
+    __slots__ = ("name", "dtype", "sparse")
+
+    def __init__(self, name: str, dtype: DType | None, sparse: bool = False) -> None:
+        self.name = name
+        self.dtype = dtype
+        self.sparse = sparse
+
+    def __repr__(self) -> str:
+        return f"<tensor type {self.name}>"
+
+
+class StateDict(OrderedDict):
+    """``collections.OrderedDict`` that keeps attributes set by BUILD (``_metadata``)."""
+
+    def __torchless_build__(self, state: Any) -> None:
+        if isinstance(state, tuple) and len(state) == 2:
+            for part in state:
+                if isinstance(part, dict):
+                    self.__torchless_build__(part)
+            return
+        if not isinstance(state, dict) or not all(isinstance(k, str) for k in state):
+            raise TypeError("OrderedDict state must be a dict of attributes")
+        for k, v in state.items():
+            if k.startswith("__"):
+                raise TypeError(f"refusing dunder attribute {k!r}")
+            object.__setattr__(self, k, v)
+
+    @property
+    def attributes(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+class Namespace:
+    """``argparse.Namespace`` / ``types.SimpleNamespace``: attributes from the pickle."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.__dict__.update(kwargs)
+
+    def __torchless_build__(self, state: Any) -> None:
+        if isinstance(state, tuple) and len(state) == 2:
+            state = {**(state[0] or {}), **(state[1] or {})}
+        if not isinstance(state, dict) or not all(isinstance(k, str) for k in state):
+            raise TypeError("Namespace state must be a dict of attributes")
+        self.__dict__.update({k: v for k, v in state.items() if not k.startswith("__")})
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Namespace) and vars(self) == vars(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
+        return f"Namespace({inner})"

@@ -1,0 +1,430 @@
+"""Reading eager checkpoints: the zip format, the legacy stream format, the legacy tar.
+
+Pure parsing over a :class:`~torchless.core.source.ByteSource`; tensors come back as
+lazy :class:`~torchless.core.tensor.Tensor` views whose bytes are read (zero-copy, from
+the memory map) only when ``numpy()`` is called. Spec: ``pt.md`` §1.10 (zip), §2 (legacy
+stream), §3 (legacy tar).
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+import sys
+import tarfile
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ...container.zip import ZipReader, is_zip
+from ...core.dtypes import DTYPES, DType
+from ...core.errors import FormatError, TorchlessError, TruncatedError, UnsupportedError
+from ...core.source import ByteSource
+from ...core.tensor import Storage
+from ...core.values import StorageType
+from ...pickle.globals import Allowlist, AllowlistResolver, Rebuilder
+from ...pickle.machine import Limits, Unpickler
+from ...pickle.torch_globals import DEFAULT_ALLOWLIST
+
+__all__ = [
+    "LEGACY_MAGIC",
+    "Checkpoint",
+    "detect_layout",
+    "read_checkpoint",
+    "read_zip_checkpoint",
+    "read_legacy_stream",
+    "read_legacy_tar",
+    "make_resolver",
+]
+
+LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
+LEGACY_PROTOCOL = 1001
+_UINT8 = DTYPES["uint8"]
+
+
+@dataclass
+class Checkpoint:
+    """A parsed eager checkpoint.
+
+    Attributes:
+        obj: the object tree (tensors are lazy).
+        layout: ``"zip"``, ``"legacy"`` or ``"tar"``.
+        storages: storage key -> Storage, in first-use order.
+        records: for zip files, the metadata records (``version``, ``byteorder``,
+            ``.format_version``, ``.storage_alignment``, ``.data/serialization_id``).
+        byteorder: the byte order of the storages.
+        protocol: pickle protocol of the object pickle.
+        prefix: the zip archive folder.
+        globals_seen: every global the pickle named, with whether it was allowed.
+    """
+
+    obj: Any
+    layout: str
+    storages: dict[str, Storage] = field(default_factory=dict)
+    records: dict[str, str] = field(default_factory=dict)
+    byteorder: str = "little"
+    protocol: int = 0
+    prefix: str = ""
+    globals_seen: list[tuple[str, bool]] = field(default_factory=list)
+    zip: ZipReader | None = None
+
+
+def make_resolver(weights_only: bool, allowlist: Allowlist | None = None, extra: dict[str, Any] | None = None) -> AllowlistResolver:
+    """The resolver ``torchless.load`` uses: the default allowlist, refusing or placeholding."""
+    return AllowlistResolver(allowlist or DEFAULT_ALLOWLIST, weights_only=weights_only, extra=dict(extra or {}))
+
+
+def detect_layout(source: ByteSource) -> str:
+    """``"zip"``, ``"tar"``, ``"legacy"`` or ``"unknown"`` from the first bytes."""
+    head = source.read_at(0, min(source.size, 512))
+    if is_zip(head):
+        return "zip"
+    if len(head) >= 262 and head[257:262] == b"ustar":
+        return "tar"
+    if head[:2] in (b"\x80\x02", b"\x80\x01", b"\x80\x03", b"\x80\x04", b"\x80\x05") or head[:1] == b"\x8a":
+        return "legacy"
+    if head[:8] == b"PYTORCH1":
+        return "preview"
+    return "unknown"
+
+
+def _pid_parts(pid: Any) -> tuple[StorageType, str, str, int, Any]:
+    if not isinstance(pid, tuple) or not pid:
+        raise FormatError("persistent id must be a non-empty tuple", found=repr(pid)[:80])
+    typename = pid[0]
+    if isinstance(typename, bytes):
+        typename = typename.decode("ascii", "replace")
+    if typename != "storage":
+        raise FormatError("only storage persistent ids are allowed", expected="'storage'", found=repr(typename)[:40])
+    if len(pid) < 5:
+        raise FormatError("storage persistent id too short", expected="5 items", found=len(pid))
+    stype, key, location, numel = pid[1], pid[2], pid[3], pid[4]
+    if not isinstance(stype, StorageType):
+        raise FormatError("persistent id does not name a storage class", found=repr(stype)[:60])
+    if type(numel) is not int or numel < 0:
+        raise FormatError("storage size must be a non-negative int", found=repr(numel)[:40])
+    view = pid[5] if len(pid) > 5 else None
+    return stype, str(key), str(location), numel, view
+
+
+def _storage_dtype(stype: StorageType) -> DType:
+    return stype.dtype if stype.dtype is not None else _UINT8
+
+
+def read_zip_checkpoint(
+    zr: ZipReader,
+    *,
+    weights_only: bool = True,
+    resolver: AllowlistResolver | None = None,
+    limits: Limits = Limits(),
+    pickle_name: str = "data.pkl",
+    data_dir: str = "data",
+    encoding: str = "utf-8",
+) -> Checkpoint:
+    """Parse a torch zip checkpoint (``torch.save`` since 1.6).
+
+    Raises:
+        FormatError / UnsafeGlobalError / LimitError: see :class:`Unpickler`.
+        NotFoundError: the archive has no ``data.pkl``.
+    """
+    records: dict[str, str] = {}
+    for name in ("version", ".data/version", "byteorder", ".format_version", ".storage_alignment", ".data/serialization_id"):
+        e = zr.lookup(name)
+        if e is not None and e.size <= 64:
+            records[name] = zr.read_bytes(e).decode("ascii", "replace")
+    byteorder = records.get("byteorder", "little")
+    if byteorder not in ("little", "big"):
+        raise FormatError("unknown byte order record", path=zr.path, member="byteorder", expected="'little' or 'big'", found=repr(byteorder))
+    storages: dict[str, Storage] = {}
+    resolver = resolver or make_resolver(weights_only)
+
+    def persistent_load(pid: Any) -> Storage:
+        stype, key, location, numel, _view = _pid_parts(pid)
+        dtype = _storage_dtype(stype)
+        st = storages.get(key)
+        if st is not None:
+            if st.dtype is not dtype and st.dtype.itemsize != dtype.itemsize and dtype is not _UINT8:
+                return _retyped(st, dtype)
+            return st
+        nbytes = numel * dtype.itemsize
+        entry = zr.lookup(f"{data_dir}/{key}")
+        if entry is None:
+            raise FormatError("checkpoint references a storage record that does not exist", path=zr.path, member=f"{zr.prefix}/{data_dir}/{key}")
+        if entry.size < nbytes:
+            raise TruncatedError("storage record smaller than its declared size", path=zr.path, member=entry.name, expected=f"{nbytes} bytes", found=f"{entry.size} bytes")
+        # byte order only applies to typed storages: torch swaps with the *storage*
+        # dtype's element size, which is 1 for UntypedStorage (v3 dtypes, spec §1.11)
+        order = byteorder if stype.dtype is not None else sys.byteorder
+
+        def loader(entry: Any = entry, nbytes: int = nbytes) -> memoryview:
+            return zr.read(entry)[:nbytes]
+
+        st = Storage(key, nbytes, dtype, location, loader=loader, byteorder=order, origin=entry.name)
+        storages[key] = st
+        return st
+
+    pkl = zr.get(pickle_name)
+    data = zr.read(pkl, max_size=limits.max_input)
+    up = Unpickler(data, resolver=resolver, persistent_load=persistent_load, limits=limits, path=zr.path, member=pkl.name, encoding=encoding)
+    obj = up.load()
+    return Checkpoint(obj, "zip", storages, records, byteorder, up.info.protocol, zr.prefix, list(resolver.seen), zr)
+
+
+def _retyped(st: Storage, dtype: DType) -> Storage:
+    """The same bytes seen with another storage dtype (torch wraps the untyped storage)."""
+    return Storage(st.key, st.nbytes, dtype, st.location, loader=st.bytes, byteorder=st.byteorder, origin=st.origin)
+
+
+def read_legacy_stream(
+    source: ByteSource,
+    *,
+    weights_only: bool = True,
+    resolver: AllowlistResolver | None = None,
+    limits: Limits = Limits(),
+    start: int = 0,
+    encoding: str = "utf-8",
+) -> Checkpoint:
+    """Parse the legacy stream format (``_use_new_zipfile_serialization=False``).
+
+    Five pickles (magic, protocol version, sys info, the object, the sorted storage keys)
+    followed by each storage as int64 element count + little-endian data.
+    """
+    buf = source.view(0, source.size)
+    data = bytes(buf)  # the pickles are small; payload stays in the mapping
+    path = source.name
+    pos = start
+    simple = make_resolver(True)
+
+    def next_pickle(what: str, res: Any, pl: Callable[[Any], Any] | None = None) -> Any:
+        nonlocal pos
+        up = Unpickler(data, resolver=res, persistent_load=pl, limits=limits, path=path, member=what, start=pos, encoding=encoding)
+        value = up.load()
+        pos = up.end
+        return value, up.info.protocol
+
+    magic, _ = next_pickle("magic number", simple)
+    if magic != LEGACY_MAGIC:
+        raise FormatError("invalid magic number; not a torch checkpoint", path=path, offset=start, expected=hex(LEGACY_MAGIC), found=repr(magic)[:40])
+    proto_v, _ = next_pickle("protocol version", simple)
+    if proto_v != LEGACY_PROTOCOL:
+        raise FormatError("invalid legacy protocol version", path=path, expected=LEGACY_PROTOCOL, found=repr(proto_v)[:20])
+    sys_info, _ = next_pickle("sys_info", simple)
+    little = True
+    if isinstance(sys_info, dict):
+        little = bool(sys_info.get("little_endian", True))
+    storages: dict[str, Storage] = {}
+    declared: dict[str, tuple[int, DType]] = {}
+    views: dict[str, tuple[str, int, int]] = {}
+    resolver = resolver or make_resolver(weights_only)
+    payload: dict[str, tuple[int, int]] = {}
+
+    def persistent_load(pid: Any) -> Any:
+        if isinstance(pid, tuple) and pid and pid[0] == "module":
+            return None  # module source records: torch only compares source text
+        stype, key, location, numel, view = _pid_parts(pid)
+        dtype = _storage_dtype(stype)
+        if key not in storages:
+            declared[key] = (numel, dtype)
+
+            def loader(key: str = key) -> memoryview:
+                off, n = payload[key]
+                return source.view(off, n, what=f"storage {key}")
+
+            storages[key] = Storage(key, numel * dtype.itemsize, dtype, location, loader=loader, byteorder="little", origin=f"storage {key}")
+        st = storages[key]
+        if view is not None:
+            vkey, voff, vsize = view
+            vkey = str(vkey)
+            if vkey not in storages:
+                root = st
+
+                def vloader(root: Storage = root, voff: int = int(voff), vsize: int = int(vsize)) -> memoryview:
+                    isz = root.dtype.itemsize
+                    return root.bytes()[voff * isz : (voff + vsize) * isz]
+
+                storages[vkey] = Storage(vkey, int(vsize) * dtype.itemsize, dtype, location, loader=vloader, origin=f"view {vkey} of storage {key}")
+                views[vkey] = (key, int(voff), int(vsize))
+            return storages[vkey]
+        return st
+
+    obj, protocol = next_pickle("object", resolver, persistent_load)
+    keys, _ = next_pickle("storage keys", simple)
+    if not isinstance(keys, list):
+        raise FormatError("legacy storage key list is not a list", path=path, offset=pos)
+    off = pos
+    for key in keys:
+        key = str(key)
+        source.check(off, 8, what=f"size of storage {key}")
+        (count,) = struct.unpack("<q", source.read_at(off, 8))
+        off += 8
+        if key not in declared:
+            raise FormatError("storage key list names a storage the object does not use", path=path, offset=off - 8, found=key)
+        numel, dtype = declared[key]
+        if count != numel:
+            raise FormatError("stored element count differs from the declared one", path=path, offset=off - 8, member=f"storage {key}", expected=numel, found=count)
+        nbytes = numel * dtype.itemsize
+        source.check(off, nbytes, what=f"storage {key}")
+        payload[key] = (off, nbytes)
+        storages[key].file_offset = off
+        off += nbytes
+    missing = [k for k in declared if k not in payload]
+    if missing:
+        raise TruncatedError("storages declared but not stored", path=path, found=", ".join(missing[:5]))
+    cp = Checkpoint(obj, "legacy", storages, {"little_endian": str(little)}, "little", protocol, "", list(resolver.seen))
+    return cp
+
+
+class _SourceFile(io.RawIOBase):
+    """A read-only file object over a ByteSource (for tarfile)."""
+
+    def __init__(self, src: ByteSource) -> None:
+        self.src = src
+        self.pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, off: int, whence: int = 0) -> int:
+        self.pos = off if whence == 0 else (self.pos + off if whence == 1 else self.src.size + off)
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    def readinto(self, b: Any) -> int:
+        n = max(0, min(len(b), self.src.size - self.pos))
+        b[:n] = self.src.view(self.pos, n)
+        self.pos += n
+        return n
+
+
+def read_legacy_tar(source: ByteSource, *, weights_only: bool = False, resolver: AllowlistResolver | None = None, limits: Limits = Limits()) -> Checkpoint:
+    """Parse the pre-0.1.10 tar layout (members ``storages``, ``tensors``, ``pickle``).
+
+    torch refuses this format with ``weights_only=True``; torchless reads it with either
+    setting because nothing in it is executed. With ``weights_only=True`` only allowlisted
+    globals are accepted, as everywhere else.
+    """
+    from ...core.tensor import Tensor
+    from ...core.values import TensorType
+
+    path = source.name
+    try:
+        tf = tarfile.open(fileobj=_SourceFile(source), mode="r:", format=tarfile.PAX_FORMAT)  # type: ignore[call-overload]
+        members = {m.name: m for m in tf.getmembers()[:1000]}
+    except tarfile.TarError as e:
+        raise FormatError(f"not a readable tar archive: {e}", path=path) from None
+    for need in ("storages", "tensors", "pickle"):
+        if need not in members or not members[need].isfile():
+            raise FormatError("legacy tar checkpoint lacks a member", path=path, member=need)
+    resolver = resolver or make_resolver(weights_only)
+    simple = make_resolver(True)
+    objects: dict[str, Any] = {}
+
+    def span(name: str) -> tuple[bytes, int]:
+        m = members[name]
+        return bytes(source.view(m.offset_data, m.size, what=f"tar member {name}")), m.offset_data
+
+    def run(data: bytes, pos: int, res: Any, member: str, pl: Any = None) -> tuple[Any, int]:
+        up = Unpickler(data, resolver=res, persistent_load=pl, limits=limits, path=path, member=member, start=pos)
+        v = up.load()
+        return v, up.end
+
+    data, base = span("storages")
+    n, pos = run(data, 0, simple, "storages")
+    if type(n) is not int or n < 0:
+        raise FormatError("storage count is not an int", path=path, member="storages")
+    for _ in range(n):
+        (key, location, stype), pos = run(data, pos, resolver, "storages")
+        if not isinstance(stype, StorageType):
+            raise FormatError("storage entry does not name a storage class", path=path, member="storages")
+        if pos + 8 > len(data):
+            raise TruncatedError("storage size missing", path=path, member="storages", offset=pos)
+        (count,) = struct.unpack_from("<q", data, pos)
+        pos += 8
+        dtype = _storage_dtype(stype)
+        nbytes = count * dtype.itemsize
+        if count < 0 or pos + nbytes > len(data):
+            raise TruncatedError("storage data runs past the member", path=path, member="storages", offset=pos)
+        objects[str(key)] = Storage(str(key), nbytes, dtype, str(location), data=source.view(base + pos, nbytes), origin=f"storages#{key}")
+        pos += nbytes
+    views, pos = run(data, pos, simple, "storages")
+    for target, root, offset, numel in views or []:
+        rs = objects[str(root)]
+        isz = rs.dtype.itemsize
+        objects[str(target)] = Storage(str(target), numel * isz, rs.dtype, rs.location, data=rs.bytes()[offset * isz : (offset + numel) * isz])
+    data, _ = span("tensors")
+    n, pos = run(data, 0, simple, "tensors")
+    for _ in range(int(n)):
+        (key, skey, ttype), pos = run(data, pos, resolver, "tensors")
+        if pos + 8 > len(data):
+            raise TruncatedError("tensor header missing", path=path, member="tensors", offset=pos)
+        (ndim,) = struct.unpack_from("<i", data, pos)
+        pos += 8
+        if ndim < 0 or ndim > 64 or pos + 8 * (2 * ndim + 1) > len(data):
+            raise FormatError("bad tensor header", path=path, member="tensors", offset=pos)
+        sizes = struct.unpack_from(f"<{ndim}q", data, pos)
+        pos += 8 * ndim
+        strides = struct.unpack_from(f"<{ndim}q", data, pos)
+        pos += 8 * ndim
+        (soff,) = struct.unpack_from("<q", data, pos)
+        pos += 8
+        st = objects.get(str(skey))
+        if st is None:
+            raise FormatError("tensor refers to an unknown storage", path=path, member="tensors", found=skey)
+        dtype = ttype.dtype if isinstance(ttype, TensorType) and ttype.dtype else st.dtype
+        objects[str(key)] = Tensor(st, dtype, sizes, strides, soff)
+
+    def persistent_load(saved_id: Any) -> Any:
+        if isinstance(saved_id, tuple):
+            return saved_id[0] if saved_id else None
+        try:
+            return objects[str(int(saved_id))]
+        except (KeyError, ValueError):
+            raise FormatError("pickle refers to an unknown tensor or storage", path=path, member="pickle", found=repr(saved_id)[:40]) from None
+
+    data, _ = span("pickle")
+    obj, _ = run(data, 0, resolver, "pickle", persistent_load)
+    storages = {k: v for k, v in objects.items() if isinstance(v, Storage)}
+    return Checkpoint(obj, "tar", storages, {}, "little", 2, "", list(resolver.seen))
+
+
+def read_checkpoint(source: ByteSource, *, weights_only: bool = True, resolver: AllowlistResolver | None = None, limits: Limits = Limits(), encoding: str = "utf-8") -> Checkpoint:
+    """Parse any eager checkpoint layout (detected from the bytes).
+
+    Raises:
+        FormatError: unknown layout, or TorchScript archives (use the TorchScript reader).
+    """
+    layout = detect_layout(source)
+    try:
+        if layout == "zip":
+            zr = ZipReader(source)
+            if zr.lookup("constants.pkl") is not None:
+                raise FormatError("this is a TorchScript archive, not an eager checkpoint", path=source.name, hint="open it with torchless.open (format 'torchscript')")
+            return read_zip_checkpoint(zr, weights_only=weights_only, resolver=resolver, limits=limits, encoding=encoding)
+        if layout == "tar":
+            return read_legacy_tar(source, weights_only=weights_only, resolver=resolver, limits=limits)
+        if layout == "legacy":
+            return read_legacy_stream(source, weights_only=weights_only, resolver=resolver, limits=limits, encoding=encoding)
+        if layout == "preview":
+            raise UnsupportedError("file is an unsupported archive format from the preview release", path=source.name)
+    except TorchlessError as e:
+        raise e.with_context(path=source.name)
+    raise FormatError("not a torch checkpoint", path=source.name, expected="a zip, legacy pickle stream or tar", found=repr(source.read_at(0, min(8, source.size))))
+
+
+# torch.storage._load_from_bytes: a legacy-format stream inside bytes (how TypedStorage
+# reduces itself in plain pickles). Parsed by torchless like any legacy file.
+def _load_from_bytes(args: tuple) -> Any:
+    from ...core.source import BytesSource
+
+    (blob,) = args
+    if not isinstance(blob, (bytes, bytearray)):
+        raise FormatError("_load_from_bytes needs bytes")
+    cp = read_legacy_stream(BytesSource(bytes(blob), "<embedded storage>"), weights_only=True)
+    return cp.obj
+
+
+DEFAULT_ALLOWLIST.add("torch.storage._load_from_bytes", Rebuilder("torch.storage._load_from_bytes", _load_from_bytes), "a legacy-format storage inside bytes, parsed by torchless")

@@ -1,0 +1,1 @@
+"""Bridges to other libraries (imported lazily, never at ``import torchless``)."""

@@ -1,0 +1,300 @@
+"""How the pickle machine turns a GLOBAL into something: rebuilders and placeholders.
+
+A pickle names callables by ``module`` and ``name``. torchless never imports them. A
+:class:`Resolver` maps the pair to one of:
+
+* a **value** (a dtype, a layout name, a qscheme): the GLOBAL itself is the data;
+* a :class:`Rebuilder`: torchless's own function that builds the object the named
+  callable would have built, from the pickle's arguments only (``torch._utils
+  ._rebuild_tensor_v2`` becomes a :class:`~torchless.core.tensor.Tensor` over a lazy
+  storage);
+* a :class:`GlobalRef`: an inert name. REDUCE/NEWOBJ on it make a
+  :class:`PickledObject` that records the call (and BUILD records the state) so that a
+  pickled ``nn.Module`` can be explored without its classes.
+
+Which globals are allowed is an :class:`Allowlist` (name -> (rebuilder, reason)); the
+reason is shown by ``torchless scan`` and documents why each entry is harmless.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Protocol
+
+from ..core.errors import UnsafeGlobalError
+
+__all__ = [
+    "Allowlist",
+    "AllowlistResolver",
+    "Entry",
+    "GlobalRef",
+    "PickledObject",
+    "Rebuilder",
+    "Resolver",
+    "python2_name",
+    "register_builder",
+    "BUILDERS",
+]
+
+#: type -> ``builder(obj, state) -> obj`` for BUILD on objects torchless made whose
+#: class cannot carry a ``__torchless_build__`` method (NumPy dtypes, tensors).
+BUILDERS: dict[type, Callable[[Any, Any], Any]] = {}
+
+
+def register_builder(kind: type, fn: Callable[[Any, Any], Any]) -> None:
+    """Route BUILD on instances of ``kind`` to ``fn(obj, state)``."""
+    BUILDERS[kind] = fn
+
+
+class Rebuilder:
+    """A torchless function standing in for a global that a pickle may call.
+
+    Args:
+        name: the dotted global name it stands for (``torch._utils._rebuild_tensor_v2``).
+        call: what REDUCE (and OBJ/INST) does with the argument tuple.
+        new: what NEWOBJ does with ``(args, kwargs)``; defaults to ``call(args)``.
+    """
+
+    __slots__ = ("name", "_call", "_new")
+
+    def __init__(
+        self,
+        name: str,
+        call: Callable[[tuple], Any],
+        new: Callable[[tuple, dict], Any] | None = None,
+    ) -> None:
+        self.name = name
+        self._call = call
+        self._new = new
+
+    def call(self, args: tuple) -> Any:
+        return self._call(args)
+
+    def new(self, args: tuple, kwargs: dict) -> Any:
+        if self._new is not None:
+            return self._new(args, kwargs)
+        if kwargs:
+            raise TypeError(f"{self.name} takes no keyword arguments")
+        return self._call(args)
+
+    def __repr__(self) -> str:
+        return f"<rebuilder {self.name}>"
+
+
+class GlobalRef:
+    """An inert reference to a global the file names but torchless will not resolve."""
+
+    __slots__ = ("module", "name")
+
+    def __init__(self, module: str, name: str) -> None:
+        self.module = module
+        self.name = name
+
+    @property
+    def qualname(self) -> str:
+        return f"{self.module}.{self.name}"
+
+    def __repr__(self) -> str:
+        return f"<global {self.module}.{self.name}>"
+
+    def __reduce__(self) -> Any:  # never re-pickle a placeholder as the real thing
+        raise TypeError("GlobalRef placeholders cannot be pickled")
+
+
+class PickledObject:
+    """What a pickle would have built by calling an unresolved global; nothing was called.
+
+    Attributes:
+        cls: the :class:`GlobalRef` called (or instantiated).
+        args: the positional arguments from the pickle.
+        kwargs: keyword arguments (NEWOBJ_EX only).
+        state: what BUILD set (``__dict__`` contents or a ``(dict, slots)`` pair).
+        items: items added by APPEND(S)/SETITEM(S)/ADDITEMS, in order (``list`` of
+            values or of ``(key, value)`` pairs), for subclasses of list/dict/set.
+        via: the opcode that made it (``REDUCE``, ``NEWOBJ``, ``INST``, ``OBJ``...).
+    """
+
+    __slots__ = ("cls", "args", "kwargs", "state", "items", "via", "__weakref__")
+
+    def __init__(self, cls: GlobalRef, args: tuple = (), kwargs: dict | None = None, via: str = "REDUCE") -> None:
+        self.cls = cls
+        self.args = args
+        self.kwargs = kwargs or {}
+        self.state: Any = None
+        self.items: list[Any] = []
+        self.via = via
+
+    @property
+    def class_name(self) -> str:
+        return self.cls.qualname
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        """The instance dictionary as BUILD would have set it (empty when none)."""
+        st = self.state
+        if isinstance(st, tuple) and len(st) == 2:
+            out: dict[str, Any] = {}
+            for part in st:
+                if isinstance(part, dict):
+                    out.update(part)
+            return out
+        return st if isinstance(st, dict) else {}
+
+    def __getattr__(self, item: str) -> Any:
+        # explorable like the real object: module.weight -> the tensor in its state
+        attrs = object.__getattribute__(self, "attrs")
+        if item in attrs:
+            return attrs[item]
+        mods = attrs.get("_modules") or {}
+        if isinstance(mods, dict) and item in mods:
+            return mods[item]
+        for key in ("_parameters", "_buffers"):
+            d = attrs.get(key) or {}
+            if isinstance(d, dict) and item in d:
+                return d[item]
+        raise AttributeError(item)
+
+    def __repr__(self) -> str:
+        return f"<{self.cls.qualname} (not imported)>"
+
+    def __reduce__(self) -> Any:
+        raise TypeError("PickledObject placeholders cannot be pickled")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """An allowlisted global: what it resolves to and why that is harmless."""
+
+    target: Any
+    reason: str
+
+
+class Allowlist:
+    """A named table of allowed globals: ``"module.name" -> Entry``.
+
+    Filled by explicit :meth:`add` calls in the module that defines the rebuilders; a
+    duplicate raises, so two tables cannot silently disagree.
+    """
+
+    def __init__(self, name: str, entries: Mapping[str, Entry] | None = None) -> None:
+        self.name = name
+        self._entries: dict[str, Entry] = dict(entries or {})
+
+    def add(self, qualname: str, target: Any, reason: str) -> None:
+        if qualname in self._entries:
+            raise ValueError(f"{qualname} is already in allowlist {self.name}")
+        self._entries[qualname] = Entry(target, reason)
+
+    def add_many(self, names: Iterable[str], make: Callable[[str], Any], reason: str) -> None:
+        for n in names:
+            self.add(n, make(n), reason)
+
+    def get(self, qualname: str) -> Entry | None:
+        return self._entries.get(qualname)
+
+    def __contains__(self, qualname: str) -> bool:
+        return qualname in self._entries
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def items(self):  # type: ignore[no-untyped-def]
+        return self._entries.items()
+
+    def merged(self, *others: "Allowlist", name: str | None = None) -> "Allowlist":
+        """A new allowlist with this one's entries and the others' (later ones win)."""
+        out = dict(self._entries)
+        for o in others:
+            out.update(o._entries)
+        return Allowlist(name or self.name, out)
+
+
+# Python 2 names (CPython's _compat_pickle, as torch._utils applies them to every GLOBAL).
+IMPORT_MAPPING = {
+    "__builtin__": "builtins",
+    "copy_reg": "copyreg",
+    "Queue": "queue",
+    "repr": "reprlib",
+    "_abcoll": "collections.abc",
+    "UserDict": "collections",
+    "UserList": "collections",
+    "UserString": "collections",
+    "whichdb": "dbm",
+    "StringIO": "io",
+    "cStringIO": "io",
+}
+NAME_MAPPING = {
+    ("__builtin__", "xrange"): ("builtins", "range"),
+    ("__builtin__", "reduce"): ("functools", "reduce"),
+    ("__builtin__", "intern"): ("sys", "intern"),
+    ("__builtin__", "unichr"): ("builtins", "chr"),
+    ("__builtin__", "unicode"): ("builtins", "str"),
+    ("__builtin__", "long"): ("builtins", "int"),
+    ("itertools", "izip"): ("builtins", "zip"),
+    ("itertools", "imap"): ("builtins", "map"),
+    ("itertools", "ifilter"): ("builtins", "filter"),
+    ("itertools", "ifilterfalse"): ("itertools", "filterfalse"),
+    ("itertools", "izip_longest"): ("itertools", "zip_longest"),
+    ("UserDict", "IterableUserDict"): ("collections", "UserDict"),
+    ("UserList", "UserList"): ("collections", "UserList"),
+    ("UserString", "UserString"): ("collections", "UserString"),
+    ("whichdb", "whichdb"): ("dbm", "whichdb"),
+    ("_socket", "fromfd"): ("socket", "fromfd"),
+    ("_multiprocessing", "Connection"): ("multiprocessing.connection", "Connection"),
+}
+
+
+def python2_name(module: str, name: str) -> tuple[str, str]:
+    """Apply the Python-2 renames that Python's and torch's unpicklers apply."""
+    pair = NAME_MAPPING.get((module, name))
+    if pair is not None:
+        return pair
+    return IMPORT_MAPPING.get(module, module), name
+
+
+class Resolver(Protocol):
+    """What the pickle machine asks to resolve a GLOBAL (after Python-2 renames)."""
+
+    def resolve(self, module: str, name: str) -> Any:  # pragma: no cover - protocol
+        ...
+
+
+@dataclass
+class AllowlistResolver:
+    """Resolve through an :class:`Allowlist`; anything else is refused or a placeholder.
+
+    Args:
+        allowlist: the allowed globals.
+        weights_only: refuse (``UnsafeGlobalError``) any global not on the list; when
+            False, such globals become inert :class:`GlobalRef` placeholders.
+        extra: additional names the caller trusts (``"module.name"`` ->
+            :class:`Entry` or target), like torch's ``add_safe_globals``.
+        seen: every global resolved, in order, with whether it was allowed (for reports).
+    """
+
+    allowlist: Allowlist
+    weights_only: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+    seen: list[tuple[str, bool]] = field(default_factory=list)
+
+    def resolve(self, module: str, name: str) -> Any:
+        qual = f"{module}.{name}"
+        entry = self.allowlist.get(qual)
+        if entry is None and qual in self.extra:
+            e = self.extra[qual]
+            entry = e if isinstance(e, Entry) else Entry(e, "allowed by the caller")
+        if entry is not None:
+            self.seen.append((qual, True))
+            return entry.target
+        self.seen.append((qual, False))
+        if self.weights_only:
+            shown = qual[len("builtins."):] if qual.startswith("builtins.") else qual
+            raise UnsafeGlobalError(
+                f"refusing global {shown}: not on torchless's allowlist (nothing was imported or run)",
+                global_name=qual,
+                hint="load with weights_only=False to get an inert placeholder for it",
+            )
+        return GlobalRef(module, name)

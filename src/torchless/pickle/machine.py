@@ -1,0 +1,681 @@
+"""The pickle machine: torchless's own interpreter of pickle protocols 0 to 5.
+
+It runs every opcode of the format but never imports a module and never calls what a
+file names. GLOBAL / STACK_GLOBAL / INST / EXT* go through a
+:class:`~torchless.pickle.globals.Resolver`; REDUCE, NEWOBJ(_EX), OBJ, INST and BUILD
+only ever invoke a torchless :class:`~torchless.pickle.globals.Rebuilder` or record a
+:class:`~torchless.pickle.globals.PickledObject`. APPEND(S), SETITEM(S) and ADDITEMS act
+only on builtin containers (or record items on a placeholder); they never dispatch to a
+method of an object the file built.
+
+:class:`Limits` bound the work: input size, memo entries, stack and MARK depth, the
+nesting of hashable keys (a deeply nested tuple used as a dict key would otherwise
+overflow the C stack when hashed), and the size of a single string or bytes object. The
+input itself bounds the running time: every opcode consumes at least one byte and does
+O(its own argument) work.
+"""
+
+from __future__ import annotations
+
+import codecs
+import copyreg
+import struct
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..core.errors import FormatError, LimitError, TorchlessError, TruncatedError, UnsafeGlobalError
+from .globals import BUILDERS, GlobalRef, PickledObject, Rebuilder, Resolver, python2_name
+from .opcodes import OPCODE_NAMES
+
+__all__ = ["Limits", "Unpickler", "unpickle", "ProtocolInfo"]
+
+_unpack_i = struct.Struct("<i").unpack_from
+_unpack_I = struct.Struct("<I").unpack_from
+_unpack_H = struct.Struct("<H").unpack_from
+_unpack_Q = struct.Struct("<Q").unpack_from
+_unpack_d = struct.Struct(">d").unpack_from
+
+_MARK = object()  # not used on the stack; marks live in the metastack
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Explicit bounds for one unpickling run. ``LimitError`` when one is exceeded.
+
+    Attributes:
+        max_input: bytes of pickle accepted at all.
+        max_memo: memo entries.
+        max_stack: items on one stack level.
+        max_marks: MARK nesting depth.
+        max_key_depth: nesting of a tuple/frozenset used as a dict key or set item.
+        max_object_bytes: a single str/bytes/bytearray/int literal.
+        max_ops: opcodes executed (0 means input-size bound only).
+    """
+
+    max_input: int = 1 << 32
+    max_memo: int = 1 << 24
+    max_stack: int = 1 << 24
+    max_marks: int = 10_000
+    max_key_depth: int = 100
+    max_object_bytes: int = 1 << 31
+    max_ops: int = 0
+
+    def __post_init__(self) -> None:
+        for k in ("max_input", "max_memo", "max_stack", "max_marks", "max_key_depth", "max_object_bytes"):
+            if getattr(self, k) <= 0:
+                raise ValueError(f"Limits.{k} must be positive")
+
+
+@dataclass
+class ProtocolInfo:
+    """Facts about the stream seen while running it."""
+
+    protocol: int = 0
+    end: int = 0  # offset just past STOP
+    ops: int = 0
+
+
+class _Stop(Exception):
+    pass
+
+
+def _decode_long(data: bytes) -> int:
+    return int.from_bytes(data, "little", signed=True)
+
+
+class Unpickler:
+    """Run one pickle stream.
+
+    Args:
+        data: the pickle bytes (bytes/bytearray/memoryview); the run starts at ``start``.
+        resolver: maps GLOBALs to rebuilders, values or placeholders.
+        persistent_load: called with each persistent id (BINPERSID/PERSID); None refuses
+            persistent ids.
+        limits: safety bounds.
+        encoding: how Python-2 ``str`` (STRING/BINSTRING) bytes are decoded; ``"bytes"``
+            keeps them as bytes.
+        buffers: out-of-band buffers for NEXT_BUFFER (protocol 5).
+        path, member: for error messages.
+        trace: called as ``trace(pos, opname, arg)`` before each opcode (scanners).
+    """
+
+    def __init__(
+        self,
+        data: Any,
+        *,
+        resolver: Resolver,
+        persistent_load: Callable[[Any], Any] | None = None,
+        limits: Limits = Limits(),
+        encoding: str = "utf-8",
+        buffers: Any = None,
+        path: Any = None,
+        member: str | None = None,
+        start: int = 0,
+        trace: Callable[[int, str, Any], None] | None = None,
+    ) -> None:
+        self.data = bytes(data) if not isinstance(data, bytes) else data
+        self.resolver = resolver
+        self.persistent_load = persistent_load
+        self.limits = limits
+        self.encoding = encoding
+        self.buffers = iter(buffers) if buffers is not None else None
+        self.path = path
+        self.member = member
+        self.start = start
+        self.trace = trace
+        self.info = ProtocolInfo()
+        if len(self.data) > limits.max_input:
+            raise LimitError(
+                "pickle is larger than the configured limit",
+                path=path,
+                member=member,
+                expected=f"<= {limits.max_input} bytes",
+                found=len(self.data),
+            )
+
+    # -- errors ---------------------------------------------------------------------
+    def _fmt(self, msg: str, pos: int, **kw: Any) -> FormatError:
+        return FormatError(msg, path=self.path, member=self.member, offset=pos, **kw)
+
+    # -- main loop ------------------------------------------------------------------
+    def load(self) -> Any:
+        """Execute until STOP and return the object it leaves.
+
+        Raises:
+            TruncatedError: the stream ends before STOP or inside an argument.
+            FormatError: malformed opcodes or stack misuse.
+            UnsafeGlobalError: the resolver refused a global.
+            LimitError: a limit was exceeded.
+        """
+        try:
+            return self._run()
+        except TorchlessError as e:
+            raise e.with_context(path=self.path, member=self.member)
+        except RecursionError:
+            raise LimitError("object nesting too deep", path=self.path, member=self.member) from None
+        except struct.error as e:
+            raise TruncatedError(f"pickle truncated: {e}", path=self.path, member=self.member, offset=self._pos) from None
+        except IndexError:
+            raise self._fmt("opcode pops from an empty stack", self._pos) from None
+        except (TypeError, ValueError, KeyError, AttributeError, OverflowError, UnicodeError, MemoryError) as e:
+            raise self._fmt(f"malformed pickle: {type(e).__name__}: {e}", self._pos) from None
+
+    def _run(self) -> Any:  # noqa: C901 - one dispatch loop by design
+        data = self.data
+        n = len(data)
+        limits = self.limits
+        max_memo = limits.max_memo
+        max_stack = limits.max_stack
+        max_obj = limits.max_object_bytes
+        resolver = self.resolver
+        trace = self.trace
+        encoding = self.encoding
+        info = self.info
+        stack: list[Any] = []
+        metastack: list[list[Any]] = []
+        memo: dict[int, Any] = {}
+        pos = self.start
+        ops = 0
+        max_ops = limits.max_ops
+
+        def need(p: int, k: int, what: str) -> None:
+            if k < 0 or p + k > n:
+                raise TruncatedError(
+                    f"pickle ends inside {what}",
+                    path=self.path,
+                    member=self.member,
+                    offset=p,
+                    expected=f"{k} bytes",
+                    found=f"{max(0, n - p)} bytes",
+                )
+            if k > max_obj:
+                raise LimitError(f"{what} larger than the limit", offset=p, expected=f"<= {max_obj} bytes", found=k)
+
+        def readline(p: int, what: str) -> tuple[bytes, int]:
+            e = data.find(b"\n", p)
+            if e < 0:
+                raise TruncatedError(f"pickle ends inside {what} (no newline)", offset=p)
+            if e - p > max_obj:
+                raise LimitError(f"{what} larger than the limit", offset=p)
+            return data[p:e], e + 1
+
+        def pop_mark(p: int) -> list[Any]:
+            nonlocal stack
+            if not metastack:
+                raise self._fmt("opcode needs a MARK but none is set", p)
+            items = stack
+            stack = metastack.pop()
+            return items
+
+        def check_key(k: Any, p: int) -> None:
+            t = type(k)
+            if t is tuple or t is frozenset:
+                # iterative depth check: hashing/comparing a deep tuple recurses in C
+                todo = [(k, 1)]
+                count = 0
+                while todo:
+                    obj, d = todo.pop()
+                    if d > limits.max_key_depth:
+                        raise LimitError("dictionary key nested too deeply", offset=p, expected=f"<= {limits.max_key_depth} levels")
+                    count += 1
+                    if count > 1_000_000:
+                        raise LimitError("dictionary key too large", offset=p)
+                    for c in obj:
+                        tc = type(c)
+                        if tc is tuple or tc is frozenset:
+                            todo.append((c, d + 1))
+                        elif tc is list or tc is dict or tc is set or tc is bytearray:
+                            raise self._fmt(f"unhashable {tc.__name__} used as a key", p)
+            elif t is list or t is dict or t is set or t is bytearray:
+                raise self._fmt(f"unhashable {t.__name__} used as a key", p)
+
+        def memo_put(idx: int, p: int) -> None:
+            if idx < 0:
+                raise self._fmt("negative memo index", p)
+            if not stack:
+                raise self._fmt("memo store with an empty stack", p)
+            if idx not in memo and len(memo) >= max_memo:
+                raise LimitError("too many memo entries", offset=p, expected=f"<= {max_memo}")
+            memo[idx] = stack[-1]
+
+        def memo_get(idx: int, p: int) -> None:
+            try:
+                stack.append(memo[idx])
+            except KeyError:
+                raise self._fmt(f"memo key {idx} was never stored", p) from None
+
+        def get_global(module: str, name: str, p: int) -> Any:
+            module, name = python2_name(module, name)
+            try:
+                return resolver.resolve(module, name)
+            except UnsafeGlobalError as e:
+                e.offset = p
+                raise
+
+        def call(func: Any, args: Any, p: int, via: str) -> Any:
+            if type(args) is not tuple:
+                if isinstance(args, list):
+                    args = tuple(args)
+                else:
+                    raise self._fmt(f"{via} arguments must be a tuple, got {type(args).__name__}", p)
+            if isinstance(func, Rebuilder):
+                try:
+                    return func.call(args)
+                except TorchlessError as e:
+                    if e.offset is None:
+                        e.offset = p
+                    raise
+                except (TypeError, ValueError, IndexError, KeyError) as e:
+                    raise self._fmt(f"bad arguments for {func.name}: {e}", p) from None
+            if isinstance(func, GlobalRef):
+                return PickledObject(func, args, via=via)
+            raise self._fmt(f"{via} on something that is not a callable global: {type(func).__name__}", p)
+
+        def new_obj(cls: Any, args: Any, kwargs: Any, p: int, via: str) -> Any:
+            if type(args) is not tuple:
+                raise self._fmt(f"{via} arguments must be a tuple", p)
+            if not isinstance(kwargs, dict):
+                raise self._fmt(f"{via} keyword arguments must be a dict", p)
+            if isinstance(cls, Rebuilder):
+                try:
+                    return cls.new(args, kwargs)
+                except TorchlessError as e:
+                    if e.offset is None:
+                        e.offset = p
+                    raise
+                except (TypeError, ValueError, IndexError, KeyError) as e:
+                    raise self._fmt(f"bad arguments for {cls.name}: {e}", p) from None
+            if isinstance(cls, GlobalRef):
+                return PickledObject(cls, args, kwargs, via=via)
+            raise self._fmt(f"{via} on something that is not a class global: {type(cls).__name__}", p)
+
+        def build(inst: Any, state: Any, p: int) -> Any:
+            if isinstance(inst, PickledObject):
+                if inst.state is None:
+                    inst.state = state
+                elif isinstance(inst.state, dict) and isinstance(state, dict):
+                    inst.state.update(state)
+                else:
+                    inst.state = (inst.state, state)
+                return inst
+            builder = getattr(type(inst), "__torchless_build__", None) or BUILDERS.get(type(inst))
+            if builder is not None:
+                try:
+                    res = builder(inst, state)
+                except TorchlessError as e:
+                    if e.offset is None:
+                        e.offset = p
+                    raise
+                except (TypeError, ValueError, IndexError, KeyError) as e:
+                    raise self._fmt(f"BUILD on {type(inst).__name__} failed: {e}", p) from None
+                return inst if res is None else res
+            raise self._fmt(f"BUILD on {type(inst).__name__} is not allowed", p)
+
+        def add_items(target: Any, items: list[Any], p: int, op: str) -> None:
+            t = type(target)
+            if op == "append":
+                if t is list:
+                    target.extend(items)
+                elif isinstance(target, PickledObject):
+                    target.items.extend(items)
+                elif isinstance(target, list):  # torchless list subclasses only
+                    list.extend(target, items)
+                else:
+                    raise self._fmt(f"APPEND to {t.__name__}", p)
+            elif op == "setitem":
+                if len(items) % 2:
+                    raise self._fmt("SETITEMS with an odd number of items", p)
+                if isinstance(target, dict):  # dict, OrderedDict, Counter, torchless subclasses
+                    for i in range(0, len(items), 2):
+                        k = items[i]
+                        check_key(k, p)
+                        target[k] = items[i + 1]  # only torchless-made dicts reach here
+                elif isinstance(target, PickledObject):
+                    target.items.extend((items[i], items[i + 1]) for i in range(0, len(items), 2))
+                else:
+                    raise self._fmt(f"SETITEM on {t.__name__}", p)
+            else:  # additems
+                if t is set:
+                    for k in items:
+                        check_key(k, p)
+                    target.update(items)
+                elif isinstance(target, PickledObject):
+                    target.items.extend(items)
+                else:
+                    raise self._fmt(f"ADDITEMS on {t.__name__}", p)
+
+        while True:
+            if pos >= n:
+                raise TruncatedError("pickle ends before STOP", path=self.path, member=self.member, offset=pos)
+            self._pos = p0 = pos
+            op = data[pos]
+            pos += 1
+            ops += 1
+            if max_ops and ops > max_ops:
+                raise LimitError("pickle runs too many opcodes", offset=p0, expected=f"<= {max_ops}")
+            if trace is not None:
+                trace(p0, OPCODE_NAMES.get(op, f"<0x{op:02x}>"), None)
+            # Ordered roughly by frequency in torch checkpoints.
+            if op == 0x71:  # q BINPUT
+                need(pos, 1, "BINPUT")
+                memo_put(data[pos], p0)
+                pos += 1
+            elif op == 0x68:  # h BINGET
+                need(pos, 1, "BINGET")
+                memo_get(data[pos], p0)
+                pos += 1
+            elif op == 0x58:  # X BINUNICODE
+                need(pos, 4, "BINUNICODE length")
+                (k,) = _unpack_I(data, pos)
+                pos += 4
+                need(pos, k, "BINUNICODE")
+                stack.append(data[pos : pos + k].decode("utf-8", "surrogatepass"))
+                pos += k
+            elif op == 0x4B:  # K BININT1
+                need(pos, 1, "BININT1")
+                stack.append(data[pos])
+                pos += 1
+            elif op == 0x4A:  # J BININT
+                need(pos, 4, "BININT")
+                stack.append(_unpack_i(data, pos)[0])
+                pos += 4
+            elif op == 0x4D:  # M BININT2
+                need(pos, 2, "BININT2")
+                stack.append(_unpack_H(data, pos)[0])
+                pos += 2
+            elif op == 0x28:  # ( MARK
+                if len(metastack) >= limits.max_marks:
+                    raise LimitError("MARK nesting too deep", offset=p0, expected=f"<= {limits.max_marks}")
+                metastack.append(stack)
+                stack = []
+            elif op == 0x74:  # t TUPLE
+                items = pop_mark(p0)
+                stack.append(tuple(items))
+            elif op == 0x85:  # TUPLE1
+                stack[-1] = (stack[-1],)
+            elif op == 0x86:  # TUPLE2
+                b = stack.pop()
+                stack[-1] = (stack[-1], b)
+            elif op == 0x87:  # TUPLE3
+                c = stack.pop()
+                b = stack.pop()
+                stack[-1] = (stack[-1], b, c)
+            elif op == 0x29:  # ) EMPTY_TUPLE
+                stack.append(())
+            elif op == 0x52:  # R REDUCE
+                args = stack.pop()
+                stack[-1] = call(stack[-1], args, p0, "REDUCE")
+            elif op == 0x51:  # Q BINPERSID
+                pid = stack.pop()
+                stack.append(self._persistent(pid, p0))
+            elif op == 0x63:  # c GLOBAL
+                mod, pos = readline(pos, "GLOBAL module")
+                nm, pos = readline(pos, "GLOBAL name")
+                stack.append(get_global(mod.decode("utf-8"), nm.decode("utf-8"), p0))
+            elif op == 0x89:  # NEWFALSE
+                stack.append(False)
+            elif op == 0x88:  # NEWTRUE
+                stack.append(True)
+            elif op == 0x4E:  # N NONE
+                stack.append(None)
+            elif op == 0x7D:  # } EMPTY_DICT
+                stack.append({})
+            elif op == 0x5D:  # ] EMPTY_LIST
+                stack.append([])
+            elif op == 0x75:  # u SETITEMS
+                items = pop_mark(p0)
+                add_items(stack[-1], items, p0, "setitem")
+            elif op == 0x73:  # s SETITEM
+                v = stack.pop()
+                k = stack.pop()
+                add_items(stack[-1], [k, v], p0, "setitem")
+            elif op == 0x65:  # e APPENDS
+                items = pop_mark(p0)
+                add_items(stack[-1], items, p0, "append")
+            elif op == 0x61:  # a APPEND
+                v = stack.pop()
+                add_items(stack[-1], [v], p0, "append")
+            elif op == 0x72:  # r LONG_BINPUT
+                need(pos, 4, "LONG_BINPUT")
+                memo_put(_unpack_I(data, pos)[0], p0)
+                pos += 4
+            elif op == 0x6A:  # j LONG_BINGET
+                need(pos, 4, "LONG_BINGET")
+                memo_get(_unpack_I(data, pos)[0], p0)
+                pos += 4
+            elif op == 0x94:  # MEMOIZE
+                memo_put(len(memo), p0)
+            elif op == 0x8C:  # SHORT_BINUNICODE
+                need(pos, 1, "SHORT_BINUNICODE length")
+                k = data[pos]
+                pos += 1
+                need(pos, k, "SHORT_BINUNICODE")
+                stack.append(data[pos : pos + k].decode("utf-8", "surrogatepass"))
+                pos += k
+            elif op == 0x47:  # G BINFLOAT
+                need(pos, 8, "BINFLOAT")
+                stack.append(_unpack_d(data, pos)[0])
+                pos += 8
+            elif op == 0x8A:  # LONG1
+                need(pos, 1, "LONG1 length")
+                k = data[pos]
+                pos += 1
+                need(pos, k, "LONG1")
+                stack.append(_decode_long(data[pos : pos + k]))
+                pos += k
+            elif op == 0x81:  # NEWOBJ
+                args = stack.pop()
+                stack[-1] = new_obj(stack[-1], args, {}, p0, "NEWOBJ")
+            elif op == 0x62:  # b BUILD
+                state = stack.pop()
+                stack[-1] = build(stack[-1], state, p0)
+            elif op == 0x93:  # STACK_GLOBAL
+                nm = stack.pop()
+                mod = stack.pop()
+                if type(nm) is not str or type(mod) is not str:
+                    raise self._fmt("STACK_GLOBAL needs two str", p0)
+                stack.append(get_global(mod, nm, p0))
+            elif op == 0x95:  # FRAME
+                need(pos, 8, "FRAME length")
+                (k,) = _unpack_Q(data, pos)
+                pos += 8
+                if pos + k > n:
+                    raise TruncatedError("FRAME declares more bytes than the pickle has", offset=p0, expected=f"{k} bytes", found=f"{n - pos} bytes")
+            elif op == 0x80:  # PROTO
+                need(pos, 1, "PROTO")
+                proto = data[pos]
+                pos += 1
+                if proto > 5:
+                    raise self._fmt(f"unsupported pickle protocol {proto}", p0, expected="<= 5", found=proto)
+                info.protocol = proto
+            elif op == 0x2E:  # . STOP
+                if not stack:
+                    raise self._fmt("STOP with an empty stack", p0)
+                info.end = pos
+                info.ops = ops
+                self.end = pos
+                return stack[-1]
+            elif op == 0x8F:  # EMPTY_SET
+                stack.append(set())
+            elif op == 0x90:  # ADDITEMS
+                items = pop_mark(p0)
+                add_items(stack[-1], items, p0, "additems")
+            elif op == 0x91:  # FROZENSET
+                items = pop_mark(p0)
+                for k in items:
+                    check_key(k, p0)
+                stack.append(frozenset(items))
+            elif op == 0x92:  # NEWOBJ_EX
+                kwargs = stack.pop()
+                args = stack.pop()
+                stack[-1] = new_obj(stack[-1], args, kwargs, p0, "NEWOBJ_EX")
+            elif op == 0x43:  # C SHORT_BINBYTES
+                need(pos, 1, "SHORT_BINBYTES length")
+                k = data[pos]
+                pos += 1
+                need(pos, k, "SHORT_BINBYTES")
+                stack.append(data[pos : pos + k])
+                pos += k
+            elif op == 0x42:  # B BINBYTES
+                need(pos, 4, "BINBYTES length")
+                (k,) = _unpack_I(data, pos)
+                pos += 4
+                need(pos, k, "BINBYTES")
+                stack.append(data[pos : pos + k])
+                pos += k
+            elif op == 0x8E:  # BINBYTES8
+                need(pos, 8, "BINBYTES8 length")
+                (k,) = _unpack_Q(data, pos)
+                pos += 8
+                need(pos, k, "BINBYTES8")
+                stack.append(data[pos : pos + k])
+                pos += k
+            elif op == 0x8D:  # BINUNICODE8
+                need(pos, 8, "BINUNICODE8 length")
+                (k,) = _unpack_Q(data, pos)
+                pos += 8
+                need(pos, k, "BINUNICODE8")
+                stack.append(data[pos : pos + k].decode("utf-8", "surrogatepass"))
+                pos += k
+            elif op == 0x96:  # BYTEARRAY8
+                need(pos, 8, "BYTEARRAY8 length")
+                (k,) = _unpack_Q(data, pos)
+                pos += 8
+                need(pos, k, "BYTEARRAY8")
+                stack.append(bytearray(data[pos : pos + k]))
+                pos += k
+            elif op == 0x97:  # NEXT_BUFFER
+                if self.buffers is None:
+                    raise self._fmt("pickle refers to an out-of-band buffer but none were given", p0)
+                try:
+                    stack.append(next(self.buffers))
+                except StopIteration:
+                    raise self._fmt("not enough out-of-band buffers", p0) from None
+            elif op == 0x98:  # READONLY_BUFFER
+                b = stack[-1]
+                if isinstance(b, (bytes, bytearray, memoryview)):
+                    stack[-1] = memoryview(b).toreadonly()
+            elif op == 0x8B:  # LONG4
+                need(pos, 4, "LONG4 length")
+                (k,) = _unpack_i(data, pos)
+                pos += 4
+                if k < 0:
+                    raise self._fmt("LONG4 with a negative length", p0)
+                need(pos, k, "LONG4")
+                stack.append(_decode_long(data[pos : pos + k]))
+                pos += k
+            elif op == 0x55:  # U SHORT_BINSTRING
+                need(pos, 1, "SHORT_BINSTRING length")
+                k = data[pos]
+                pos += 1
+                need(pos, k, "SHORT_BINSTRING")
+                stack.append(self._decode_str(data[pos : pos + k]))
+                pos += k
+            elif op == 0x54:  # T BINSTRING
+                need(pos, 4, "BINSTRING length")
+                (k,) = _unpack_i(data, pos)
+                pos += 4
+                if k < 0:
+                    raise self._fmt("BINSTRING with a negative length", p0)
+                need(pos, k, "BINSTRING")
+                stack.append(self._decode_str(data[pos : pos + k]))
+                pos += k
+            elif op == 0x53:  # S STRING
+                line, pos = readline(pos, "STRING")
+                if len(line) >= 2 and line[0] == line[-1] and line[:1] in (b'"', b"'"):
+                    line = line[1:-1]
+                else:
+                    raise self._fmt("STRING argument is not quoted", p0)
+                stack.append(self._decode_str(codecs.escape_decode(line)[0]))
+            elif op == 0x56:  # V UNICODE
+                line, pos = readline(pos, "UNICODE")
+                stack.append(str(line, "raw-unicode-escape"))
+            elif op == 0x49:  # I INT
+                line, pos = readline(pos, "INT")
+                if line == b"00":
+                    stack.append(False)
+                elif line == b"01":
+                    stack.append(True)
+                else:
+                    stack.append(int(line, 0))
+            elif op == 0x4C:  # L LONG
+                line, pos = readline(pos, "LONG")
+                if line.endswith(b"L"):
+                    line = line[:-1]
+                stack.append(int(line, 0))
+            elif op == 0x46:  # F FLOAT
+                line, pos = readline(pos, "FLOAT")
+                stack.append(float(line))
+            elif op == 0x67:  # g GET
+                line, pos = readline(pos, "GET")
+                memo_get(int(line), p0)
+            elif op == 0x70:  # p PUT
+                line, pos = readline(pos, "PUT")
+                memo_put(int(line), p0)
+            elif op == 0x6C:  # l LIST
+                items = pop_mark(p0)
+                stack.append(items)
+            elif op == 0x64:  # d DICT
+                items = pop_mark(p0)
+                d: dict[Any, Any] = {}
+                add_items(d, items, p0, "setitem")
+                stack.append(d)
+            elif op == 0x30:  # 0 POP
+                if stack:
+                    stack.pop()
+                else:
+                    pop_mark(p0)
+            elif op == 0x31:  # 1 POP_MARK
+                pop_mark(p0)
+            elif op == 0x32:  # 2 DUP
+                stack.append(stack[-1])
+            elif op == 0x50:  # P PERSID
+                line, pos = readline(pos, "PERSID")
+                stack.append(self._persistent(line.decode("ascii"), p0))
+            elif op == 0x69:  # i INST
+                mod, pos = readline(pos, "INST module")
+                nm, pos = readline(pos, "INST name")
+                cls = get_global(mod.decode("ascii"), nm.decode("ascii"), p0)
+                args = tuple(pop_mark(p0))
+                stack.append(call(cls, args, p0, "INST"))
+            elif op == 0x6F:  # o OBJ
+                items = pop_mark(p0)
+                if not items:
+                    raise self._fmt("OBJ without a class", p0)
+                stack.append(call(items[0], tuple(items[1:]), p0, "OBJ"))
+            elif op in (0x82, 0x83, 0x84):  # EXT1/2/4
+                width = {0x82: 1, 0x83: 2, 0x84: 4}[op]
+                need(pos, width, "EXT code")
+                code = int.from_bytes(data[pos : pos + width], "little", signed=(width == 4))
+                pos += width
+                # copyreg's registry is plain data (empty unless a program registers codes)
+                key = copyreg._inverted_registry.get(code)  # type: ignore[attr-defined]
+                if key is None:
+                    raise self._fmt(f"unregistered extension code {code}", p0)
+                stack.append(get_global(key[0], key[1], p0))
+            else:
+                raise self._fmt(f"invalid pickle opcode 0x{op:02x}", p0)
+            if len(stack) > max_stack:
+                raise LimitError("pickle stack too deep", offset=p0, expected=f"<= {max_stack}")
+
+    _pos = 0
+
+    def _decode_str(self, b: bytes) -> Any:
+        if self.encoding == "bytes":
+            return b
+        return b.decode(self.encoding, "strict")
+
+    def _persistent(self, pid: Any, pos: int) -> Any:
+        if self.persistent_load is None:
+            raise self._fmt("pickle uses a persistent id but this format has none", pos, found=repr(pid)[:80])
+        try:
+            return self.persistent_load(pid)
+        except TorchlessError as e:
+            if e.offset is None:
+                e.offset = pos
+            raise
+
+
+def unpickle(data: Any, resolver: Resolver, **kw: Any) -> Any:
+    """Run one pickle stream and return its object (see :class:`Unpickler`)."""
+    return Unpickler(data, resolver=resolver, **kw).load()

@@ -1,0 +1,240 @@
+"""A protocol-2 pickler that writes torch's GLOBALs without importing torch.
+
+CPython's pickler refuses to write a GLOBAL it cannot import and verify, so torchless
+emits the opcodes itself. The output follows CPython's choices for protocol 2 (memo
+``BINPUT`` after every memoizable object, batched ``SETITEMS``/``APPENDS`` of 1000, the
+``__builtin__`` names of ``fix_imports``), which is what ``torch.save`` produces.
+
+Objects are described to the pickler by :class:`Reduce` (a GLOBAL called with
+arguments, optionally followed by BUILD state) and :class:`Global` (a bare GLOBAL), so the
+format writers decide what torch objects look like; the pickler only knows Python's
+builtin types.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, Callable
+
+from ..core.errors import UsageError
+
+__all__ = ["Global", "Reduce", "Persistent", "Pickler2", "dumps"]
+
+
+class Global:
+    """A bare GLOBAL ``module name`` (for example a dtype: ``torch float32``)."""
+
+    __slots__ = ("module", "name")
+
+    def __init__(self, module: str, name: str) -> None:
+        self.module = module
+        self.name = name
+
+    def key(self) -> tuple[str, str]:
+        return (self.module, self.name)
+
+
+class Reduce:
+    """``GLOBAL func`` + ``args`` + ``REDUCE`` (and ``state`` + ``BUILD`` if given).
+
+    ``dictitems`` are added with SETITEMS after the REDUCE (``OrderedDict``), and
+    ``memo_key`` lets identical reductions (the same tensor referenced twice) be
+    written once and fetched with BINGET afterwards.
+    """
+
+    __slots__ = ("func", "args", "state", "memo_key", "dictitems")
+
+    def __init__(self, func: Global, args: tuple, state: Any = None, memo_key: Any = None, dictitems: list | None = None) -> None:
+        self.func = func
+        self.args = args
+        self.state = state
+        self.memo_key = memo_key
+        self.dictitems = dictitems
+
+
+class Persistent:
+    """A persistent id: the pid object is pickled, then ``BINPERSID``."""
+
+    __slots__ = ("pid",)
+
+    def __init__(self, pid: Any) -> None:
+        self.pid = pid
+
+
+_REVERSE = {"builtins": "__builtin__"}
+
+
+class Pickler2:
+    """Emit a protocol-2 pickle.
+
+    Args:
+        translate: called on every object before pickling; returns the object itself or a
+            :class:`Reduce`/:class:`Global`/:class:`Persistent` describing it.
+        max_depth: nesting limit (refuse self-referential or absurdly deep input).
+    """
+
+    def __init__(self, translate: Callable[[Any], Any] | None = None, *, max_depth: int = 1000) -> None:
+        self.out = bytearray()
+        self.memo: dict[Any, int] = {}
+        self._keep: list[Any] = []  # keep memoized objects alive so ids stay unique
+        self.translate = translate
+        self.max_depth = max_depth
+
+    def dumps(self, obj: Any) -> bytes:
+        self.out += b"\x80\x02"
+        self._save(obj, 0)
+        self.out += b"."
+        return bytes(self.out)
+
+    # -- memo --------------------------------------------------------------------------
+    def _put(self, key: Any, obj: Any) -> None:
+        idx = len(self.memo)
+        self.memo[key] = idx
+        self._keep.append(obj)
+        self.out += b"q" + bytes([idx]) if idx < 256 else b"r" + struct.pack("<I", idx)
+
+    def _get(self, key: Any) -> bool:
+        idx = self.memo.get(key)
+        if idx is None:
+            return False
+        self.out += b"h" + bytes([idx]) if idx < 256 else b"j" + struct.pack("<I", idx)
+        return True
+
+    # -- objects -----------------------------------------------------------------------
+    def _save(self, obj: Any, depth: int) -> None:
+        if depth > self.max_depth:
+            raise UsageError("object nesting too deep to save", expected=f"<= {self.max_depth} levels")
+        if self.translate is not None and not isinstance(obj, (str, int, float, bool, type(None))):
+            obj = self.translate(obj)
+        out = self.out
+        t = type(obj)
+        if obj is None:
+            out += b"N"
+        elif t is bool:
+            out += b"\x88" if obj else b"\x89"
+        elif t is int:
+            if 0 <= obj < 256:
+                out += b"K" + bytes([obj])
+            elif 0 <= obj < 65536:
+                out += b"M" + struct.pack("<H", obj)
+            elif -(2**31) <= obj < 2**31:
+                out += b"J" + struct.pack("<i", obj)
+            else:
+                nbytes = (obj.bit_length() + 8) // 8
+                raw = obj.to_bytes(nbytes, "little", signed=True)
+                while len(raw) > 1 and ((raw[-1] == 0 and raw[-2] < 0x80) or (raw[-1] == 0xFF and raw[-2] >= 0x80)):
+                    raw = raw[:-1]
+                if len(raw) < 256:
+                    out += b"\x8a" + bytes([len(raw)]) + raw
+                else:
+                    out += b"\x8b" + struct.pack("<i", len(raw)) + raw
+        elif t is float:
+            out += b"G" + struct.pack(">d", obj)
+        elif t is str:
+            if self._get(("id", id(obj))):
+                return
+            raw = obj.encode("utf-8", "surrogatepass")
+            out += b"X" + struct.pack("<I", len(raw)) + raw
+            self._put(("id", id(obj)), obj)
+        elif isinstance(obj, Global):
+            self._save_global(obj)
+        elif isinstance(obj, Reduce):
+            if obj.memo_key is not None and self._get(("reduce", obj.memo_key)):
+                return
+            self._save_global(obj.func)
+            self._save(tuple(obj.args), depth + 1)
+            self.out += b"R"
+            if obj.memo_key is not None:
+                self._put(("reduce", obj.memo_key), obj)
+            else:
+                self._put(("obj", id(obj)), obj)
+            if obj.dictitems:
+                self._batch_items(obj.dictitems, depth)
+            if obj.state is not None:
+                self._save(obj.state, depth + 1)
+                self.out += b"b"
+        elif isinstance(obj, Persistent):
+            self._save(obj.pid, depth + 1)
+            self.out += b"Q"
+        elif t is tuple:
+            self._save_tuple(obj, depth)
+        elif t is list:
+            if self._get(("id", id(obj))):
+                return
+            out += b"]"
+            self._put(("id", id(obj)), obj)
+            self._batch(obj, depth, b"a", b"e")
+        elif t is dict:
+            if self._get(("id", id(obj))):
+                return
+            out += b"}"
+            self._put(("id", id(obj)), obj)
+            self._batch_items(list(obj.items()), depth)
+        elif t is bytes:
+            if self._get(("id", id(obj))):
+                return
+            if not obj:
+                self._save(Reduce(Global("builtins", "bytes"), ()), depth + 1)
+            else:
+                self._save_global(Global("_codecs", "encode"))
+                self._save((obj.decode("latin1"), "latin1"), depth + 1)
+                self.out += b"R"
+                self._put(("id", id(obj)), obj)
+        else:
+            raise UsageError(f"cannot save objects of type {t.__module__}.{t.__qualname__}", hint="save tensors, arrays, containers and Python scalars")
+
+    def _save_global(self, g: Global) -> None:
+        if self._get(("global", g.key())):
+            return
+        mod = _REVERSE.get(g.module, g.module)
+        self.out += b"c" + mod.encode() + b"\n" + g.name.encode() + b"\n"
+        self._put(("global", g.key()), g)
+
+    def _save_tuple(self, obj: tuple, depth: int) -> None:
+        if not obj:
+            self.out += b")"
+            return
+        if self._get(("id", id(obj))):
+            return
+        n = len(obj)
+        if n <= 3:
+            for x in obj:
+                self._save(x, depth + 1)
+            self.out += (b"\x85", b"\x86", b"\x87")[n - 1]
+        else:
+            self.out += b"("
+            for x in obj:
+                self._save(x, depth + 1)
+            self.out += b"t"
+        self._put(("id", id(obj)), obj)
+
+    def _batch(self, items: list, depth: int, one: bytes, many: bytes) -> None:
+        for i in range(0, len(items), 1000):
+            chunk = items[i : i + 1000]
+            if len(chunk) == 1:
+                self._save(chunk[0], depth + 1)
+                self.out += one
+            else:
+                self.out += b"("
+                for x in chunk:
+                    self._save(x, depth + 1)
+                self.out += many
+
+    def _batch_items(self, items: list, depth: int) -> None:
+        for i in range(0, len(items), 1000):
+            chunk = items[i : i + 1000]
+            if len(chunk) == 1:
+                self._save(chunk[0][0], depth + 1)
+                self._save(chunk[0][1], depth + 1)
+                self.out += b"s"
+            else:
+                self.out += b"("
+                for k, v in chunk:
+                    self._save(k, depth + 1)
+                    self._save(v, depth + 1)
+                self.out += b"u"
+
+
+def dumps(obj: Any, translate: Callable[[Any], Any] | None = None) -> bytes:
+    """Pickle ``obj`` with protocol 2 (see :class:`Pickler2`)."""
+    return Pickler2(translate).dumps(obj)
