@@ -1,0 +1,80 @@
+"""torchless: PyTorch's artifacts without torch.
+
+Read, write, inspect, verify, security-scan and convert eager checkpoints, TorchScript
+archives, ExportedProgram ``.pt2`` files, ONNX models, AOTInductor packages, distributed
+checkpoints and the inductor cache, in pure Python on NumPy. Nothing a file names is ever
+imported or called.
+
+Example:
+    >>> import torchless
+    >>> sd = torchless.load("model.pt")               # doctest: +SKIP
+    >>> sd["layer.weight"].numpy()                      # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from ._api import convert, detect, load, open, save, write_tensors
+from .core.dtypes import DType
+from .core.errors import (
+    ChecksumError,
+    FormatError,
+    LimitError,
+    NotFoundError,
+    TorchlessError,
+    TruncatedError,
+    UnsafeGlobalError,
+    UnsupportedError,
+    UsageError,
+)
+from .core.tensor import NestedTensor, SparseTensor, Storage, Tensor, tensor
+from .formats.base import Artifact
+from .pickle.globals import GlobalRef, PickledObject
+from .pickle.machine import Limits
+
+__version__ = "0.1.0"
+
+__all__ = sorted(
+    [
+        "Artifact",
+        "ChecksumError",
+        "DType",
+        "FormatError",
+        "GlobalRef",
+        "LimitError",
+        "Limits",
+        "NestedTensor",
+        "NotFoundError",
+        "PickledObject",
+        "SparseTensor",
+        "Storage",
+        "Tensor",
+        "TorchlessError",
+        "TruncatedError",
+        "UnsafeGlobalError",
+        "UnsupportedError",
+        "UsageError",
+        "convert",
+        "detect",
+        "from_torch",
+        "load",
+        "open",
+        "save",
+        "tensor",
+        "to_torch",
+        "write_tensors",
+    ]
+)
+
+
+def to_torch(t: Tensor) -> object:
+    """A torch tensor sharing ``t``'s bytes (needs torch; see :mod:`torchless.interop.torch`)."""
+    from .interop.torch import to_torch as _to
+
+    return _to(t)
+
+
+def from_torch(t: object) -> Tensor:
+    """A torchless tensor viewing a torch tensor's storage (needs torch)."""
+    from .interop.torch import from_torch as _from
+
+    return _from(t)

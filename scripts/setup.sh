@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Create .venv (if missing) and install torchless with the given extras (default: test).
+# torch is pinned to 2.13.0 (the CPU build) by the test extra.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras="${1:-test}"
+py="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  "$py" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null 2>&1 || true
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[${extras}]"

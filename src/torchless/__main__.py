@@ -1,0 +1,3 @@
+from torchless.cli.main import entry
+
+entry()

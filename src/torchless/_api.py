@@ -1,0 +1,114 @@
+"""The public functions: one entry point over every format."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Iterable
+
+from .core.errors import UsageError
+from .formats.base import Artifact
+from .formats.registry import detect as _detect
+from .formats.registry import handler, handler_for_path
+
+__all__ = ["convert", "detect", "load", "open", "save", "write_tensors"]
+
+_open = open
+
+
+def detect(path: Any) -> str:
+    """The format name of the artifact at ``path`` (``"pt"``, ``"safetensors"``...).
+
+    Detection goes magic bytes and structure first, then the extension.
+
+    Raises:
+        NotFoundError: no such path.
+        FormatError: nothing recognizes it.
+    """
+    return _detect(path).name
+
+
+def open(path: Any, *, format: str | None = None, **kw: Any) -> Artifact:  # noqa: A001
+    """Open any artifact lazily: tensors are listed without reading their bytes.
+
+    Args:
+        path: a file or directory (DCP checkpoints, caches).
+        format: skip detection and use this handler.
+        **kw: handler options, e.g. ``weights_only`` for checkpoints.
+
+    Returns:
+        An :class:`~torchless.formats.base.Artifact`; iterate ``tensors()`` or index it
+        by tensor name; use it as a context manager.
+
+    Example:
+        >>> with torchless.open("model.pt") as ckpt:          # doctest: +SKIP
+        ...     for name, t in ckpt.tensors():
+        ...         print(name, t.dtype, t.shape)
+    """
+    if isinstance(path, (bytes, bytearray, memoryview)):
+        return handler(format or "pt").open(path, **kw)
+    return _detect(path, format).open(path, **kw)
+
+
+def load(path: Any, *, weights_only: bool = True, format: str | None = None, **kw: Any) -> Any:
+    """Load an artifact's object tree (for checkpoints: what ``torch.load`` returns).
+
+    Tensors in the result are :class:`~torchless.core.tensor.Tensor` views over the
+    memory-mapped file; ``numpy()`` reads them.
+
+    Args:
+        weights_only: refuse any global not on torchless's allowlist (the default, as in
+            torch). With False, unknown globals become inert
+            :class:`~torchless.pickle.globals.PickledObject` placeholders. Nothing a file
+            names is imported or called either way.
+
+    Raises:
+        UnsafeGlobalError: ``weights_only=True`` and the pickle names a global that is
+            not allowed (the message names it).
+    """
+    art = open(path, format=format, weights_only=weights_only, **kw) if _accepts_weights_only(path, format) else open(path, format=format, **kw)
+    return art.load(weights_only=weights_only)
+
+
+def _accepts_weights_only(path: Any, format: str | None) -> bool:
+    name = format or (detect(path) if not isinstance(path, (bytes, bytearray, memoryview)) else "pt")
+    return name in ("pt", "torchscript", "dcp", "pt2")
+
+
+def save(obj: Any, path: Any, *, format: str | None = None, **kw: Any) -> None:
+    """Save ``obj``: a torch checkpoint by default, or by ``format``/extension.
+
+    ``.pt``/``.pth`` (and file objects) get torch 2.13's zip layout, loadable by
+    ``torch.load(weights_only=True)``; ``.safetensors`` and ``.npz`` take a flat dict of
+    tensors. Writes are atomic.
+    """
+    h = handler(format) if format else (handler_for_path(path) if isinstance(path, (str, os.PathLike)) else None)
+    if h is None or h.name == "pt":
+        handler("pt").save(obj, path, **kw)  # type: ignore[attr-defined]
+        return
+    if not isinstance(obj, dict):
+        raise UsageError(f"{h.name} files hold a flat dict of tensors", found=type(obj).__name__)
+    write_tensors(obj.items(), path, format=h.name, **kw)
+
+
+def write_tensors(items: Iterable[tuple[str, Any]], path: Any, *, format: str | None = None, progress: Callable[[int], None] | None = None, **kw: Any) -> None:
+    """Write ``(name, tensor)`` pairs in the format of ``path``'s extension (or ``format``)."""
+    h = handler(format) if format else handler_for_path(path)
+    if h is None or not hasattr(h, "write_tensors"):
+        raise UsageError("cannot write tensors to this file type", path=path, expected="a .pt, .safetensors, .npz ... destination")
+    h.write_tensors(items, path, progress=progress, **kw)  # type: ignore[attr-defined]
+
+
+def convert(src: Any, dst: Any, *, src_format: str | None = None, dst_format: str | None = None, progress: Callable[[int], None] | None = None, **kw: Any) -> dict[str, Any]:
+    """Copy every tensor of ``src`` into a new file ``dst`` (format from its extension).
+
+    Dtypes are preserved (bfloat16 and float8 included); tensors are streamed one at a
+    time from the source's memory map.
+
+    Returns:
+        ``{"tensors": n, "bytes": total}``.
+    """
+    with open(src, format=src_format, weights_only=False) if _accepts_weights_only(src, src_format) else open(src, format=src_format) as art:
+        items = list(art.tensors())
+        total = {"tensors": len(items), "bytes": sum(t.nbytes for _, t in items)}
+        write_tensors(items, dst, format=dst_format, progress=progress, **kw)
+    return total

@@ -1,0 +1,1 @@
+"""The ``torchless`` command line. Each command: parse -> one library call -> render."""

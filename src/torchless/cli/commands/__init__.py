@@ -1,0 +1,1 @@
+"""CLI commands, one module per group (listed in ``torchless.cli.main.COMMAND_MODULES``)."""

@@ -1,0 +1,158 @@
+"""Walking object trees from pickles: find the tensors, summarize the rest.
+
+Pickles are graphs, not trees: a container may be referenced many times (a memo bomb
+makes 2**100 paths out of 100 lists) or contain itself. The walkers here visit every
+container once, iteratively (no recursion limit), with an explicit node budget.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from .errors import LimitError
+from .tensor import NestedTensor, SparseTensor, Tensor
+
+__all__ = ["describe", "iter_tensors", "is_tensor", "TENSOR_TYPES"]
+
+TENSOR_TYPES = (Tensor, SparseTensor, NestedTensor)
+
+
+def is_tensor(x: Any) -> bool:
+    return isinstance(x, TENSOR_TYPES)
+
+
+def _children(obj: Any) -> Iterator[tuple[str, Any]]:
+    from ..pickle.globals import PickledObject
+    from .values import Namespace
+
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield str(k), v
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            yield str(i), v
+    elif isinstance(obj, PickledObject):
+        attrs = obj.attrs
+        # nn.Module: parameters, buffers and submodules under their real names
+        if any(k in attrs for k in ("_parameters", "_buffers", "_modules")):
+            for key in ("_parameters", "_buffers"):
+                d = attrs.get(key)
+                if isinstance(d, dict):
+                    for k, v in d.items():
+                        yield str(k), v
+            mods = attrs.get("_modules")
+            if isinstance(mods, dict):
+                for k, v in mods.items():
+                    yield str(k), v
+            for k, v in attrs.items():
+                if not k.startswith("_") and is_tensor(v):
+                    yield k, v
+            return
+        for k, v in attrs.items():
+            yield str(k), v
+        for i, v in enumerate(obj.args):
+            yield f"args.{i}", v
+        for i, item in enumerate(obj.items):
+            if isinstance(item, tuple) and len(item) == 2:
+                yield str(item[0]), item[1]
+            else:
+                yield str(i), item
+    elif isinstance(obj, Namespace):
+        for k, v in vars(obj).items():
+            yield k, v
+
+
+def iter_tensors(obj: Any, prefix: str = "", *, max_nodes: int = 50_000_000) -> Iterator[tuple[str, Any]]:
+    """Yield ``(dotted name, tensor)`` for every tensor reachable from ``obj``.
+
+    A tensor reachable by several paths is yielded once, under the first path found
+    (depth-first, in container order). A top-level tensor gets the name ``prefix`` or
+    ``"tensor"``.
+
+    Raises:
+        LimitError: more than ``max_nodes`` containers and leaves.
+    """
+    if is_tensor(obj):
+        yield prefix or "tensor", obj
+        return
+    seen: set[int] = set()
+    stack: list[tuple[str, Any]] = [(prefix, obj)]
+    count = 0
+    while stack:
+        name, cur = stack.pop()
+        count += 1
+        if count > max_nodes:
+            raise LimitError("object tree too large to walk", expected=f"<= {max_nodes} nodes")
+        if is_tensor(cur):
+            if id(cur) not in seen:
+                seen.add(id(cur))
+                yield name, cur
+            continue
+        if isinstance(cur, (str, bytes, int, float, bool, type(None))):
+            continue
+        if id(cur) in seen:
+            continue
+        seen.add(id(cur))
+        kids = list(_children(cur))
+        for k, v in reversed(kids):
+            stack.append((f"{name}.{k}" if name else k, v))
+
+
+def describe(obj: Any, *, max_items: int = 20, max_depth: int = 8, max_nodes: int = 5000) -> Any:
+    """A JSON-ready outline of an object tree: tensors as one-line summaries, long
+    containers cut to ``max_items`` entries, shared containers shown once.
+    """
+    from ..pickle.globals import GlobalRef, PickledObject
+    from .values import Namespace
+
+    budget = [max_nodes]
+    seen: set[int] = set()
+
+    def go(x: Any, depth: int) -> Any:
+        budget[0] -= 1
+        if budget[0] < 0:
+            return "…"
+        if is_tensor(x):
+            shape = "x".join(map(str, x.shape)) if x.shape else "scalar"
+            flags = ""
+            if getattr(x, "is_parameter", False):
+                flags += " param"
+            if isinstance(x, SparseTensor):
+                flags += f" {x.layout}"
+            return f"<{x.dtype.name}[{shape}]{flags}>"
+        if x is None or isinstance(x, (bool, int, float, str)):
+            if isinstance(x, str) and len(x) > 80:
+                return x[:77] + "..."
+            return x
+        if isinstance(x, (bytes, bytearray)):
+            return f"<{len(x)} bytes>"
+        if isinstance(x, GlobalRef):
+            return f"<global {x.qualname}>"
+        if id(x) in seen:
+            return "<shared, shown above>"
+        if depth >= max_depth:
+            return "…"
+        seen.add(id(x))
+        if isinstance(x, dict):
+            out: dict[str, Any] = {}
+            for i, (k, v) in enumerate(x.items()):
+                if i >= max_items:
+                    out["…"] = f"{len(x) - max_items} more"
+                    break
+                out[str(k)] = go(v, depth + 1)
+            return out
+        if isinstance(x, (list, tuple)):
+            items = [go(v, depth + 1) for v in list(x)[:max_items]]
+            if len(x) > max_items:
+                items.append(f"… {len(x) - max_items} more")
+            return items
+        if isinstance(x, PickledObject):
+            return {"<object>": x.class_name, **{k: go(v, depth + 1) for k, v in list(_children(x))[:max_items]}}
+        if isinstance(x, Namespace):
+            return {"<namespace>": "", **{k: go(v, depth + 1) for k, v in list(vars(x).items())[:max_items]}}
+        if isinstance(x, (set, frozenset)):
+            return [go(v, depth + 1) for v in list(x)[:max_items]]
+        r = repr(x)
+        return r if len(r) <= 80 else r[:77] + "..."
+
+    return go(obj, 0)

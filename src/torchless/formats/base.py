@@ -1,0 +1,196 @@
+"""What every format handler provides, and the lazy handle it returns.
+
+A :class:`FormatHandler` knows one artifact kind: how to recognize it (:meth:`sniff` on a
+:class:`Probe`), how to open it as an :class:`Artifact`, and optionally how to write
+tensors in it. The CLI's generic commands (``info``, ``ls``, ``convert``, ``diff``,
+``verify``) only use these two contracts, so every format gets them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Protocol, runtime_checkable
+
+from ..container.zip import Problem, ZipReader, is_zip
+from ..core.errors import FormatError, NotFoundError, TorchlessError
+from ..core.tensor import Tensor
+
+__all__ = ["Artifact", "FormatHandler", "Probe", "Problem", "summarize_tensors"]
+
+
+@dataclass
+class Probe:
+    """What detection looks at: the path, the first bytes, and (lazily) zip record names.
+
+    Attributes:
+        path: the file or directory.
+        is_dir: True for directories (DCP checkpoints, caches, unpacked packages).
+        head: the first 4096 bytes of a file (empty for directories).
+    """
+
+    path: Path
+    is_dir: bool
+    head: bytes
+    _zip: Any = field(default=None, repr=False)
+    _zip_done: bool = field(default=False, repr=False)
+
+    @classmethod
+    def of(cls, path: Any) -> "Probe":
+        p = Path(os.fspath(path))
+        if p.is_dir():
+            return cls(p, True, b"")
+        if not p.exists():
+            raise NotFoundError("no such file or directory", path=p)
+        with open(p, "rb") as f:
+            head = f.read(4096)
+        return cls(p, False, head)
+
+    @property
+    def suffix(self) -> str:
+        return self.path.suffix.lower()
+
+    def zip_records(self) -> list[str] | None:
+        """Record names relative to the archive folder, or None when not a zip."""
+        if not self._zip_done:
+            self._zip_done = True
+            if not self.is_dir and is_zip(self.head):
+                try:
+                    zr = ZipReader(self.path, require_prefix=False)
+                    self._zip = zr.records()
+                    zr.close()
+                except TorchlessError:
+                    self._zip = None
+        return self._zip
+
+
+@runtime_checkable
+class FormatHandler(Protocol):
+    """One artifact kind.
+
+    Attributes:
+        name: short id used by ``--format`` and in ``info`` (``"pt"``, ``"onnx"``).
+        extensions: file suffixes, lowercase with dot, for the extension fallback.
+        priority: lower sniffs first (specific zip flavours before plain checkpoints).
+    """
+
+    name: str
+    extensions: tuple[str, ...]
+    priority: int
+
+    def sniff(self, probe: Probe) -> bool:  # pragma: no cover - protocol
+        ...
+
+    def open(self, path: Any, **kw: Any) -> "Artifact":  # pragma: no cover - protocol
+        ...
+
+
+class Artifact:
+    """A lazy handle on an opened artifact. Use as a context manager.
+
+    Subclasses implement :meth:`tensors` and :meth:`info`; the rest has defaults.
+    Indexing by tensor name returns the lazy tensor.
+    """
+
+    format: str = "?"
+
+    def __init__(self, path: Any) -> None:
+        self.path = os.fspath(path)
+        self._index: dict[str, Any] | None = None
+
+    # -- to implement --------------------------------------------------------------
+    def tensors(self) -> Iterator[tuple[str, Any]]:
+        """``(name, tensor)`` for every tensor, without reading tensor payloads."""
+        raise NotImplementedError
+
+    def info(self) -> dict[str, Any]:
+        """A JSON-ready summary; the generic part comes from :func:`summarize_tensors`."""
+        return {"format": self.format, "path": self.path, **summarize_tensors(self.tensors())}
+
+    # -- defaults ------------------------------------------------------------------
+    def load(self, *, weights_only: bool = True) -> Any:
+        """The artifact's object tree (default: a dict of its tensors)."""
+        return dict(self.tensors())
+
+    def verify(self) -> list[Problem]:
+        """Problems found by reading every structure and payload (empty: sound)."""
+        problems: list[Problem] = []
+        for name, t in self.tensors():
+            try:
+                if isinstance(t, Tensor) and t.storage is not None:
+                    t._check_bounds()
+                    t.storage.bytes()
+            except TorchlessError as e:
+                problems.append(Problem("tensor", str(e), name))
+        return problems
+
+    def close(self) -> None:
+        pass
+
+    def keys(self) -> list[str]:
+        return list(self._names())
+
+    def _names(self) -> dict[str, Any]:
+        if self._index is None:
+            self._index = dict(self.tensors())
+        return self._index
+
+    def __getitem__(self, name: str) -> Any:
+        try:
+            return self._names()[name]
+        except KeyError:
+            raise NotFoundError(f"no tensor named {name!r}", path=self.path) from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    def __enter__(self) -> "Artifact":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.format} {self.path!r}>"
+
+
+def summarize_tensors(items: Iterable[tuple[str, Any]]) -> dict[str, Any]:
+    """Counts, parameter count and bytes by dtype of ``(name, tensor)`` pairs."""
+    count = 0
+    numel = 0
+    params = 0
+    by_dtype: dict[str, int] = {}
+    storages: set[int] = set()
+    stored = 0
+    for _name, t in items:
+        count += 1
+        n = t.numel()
+        numel += n
+        if getattr(t, "is_parameter", False):
+            params += n
+        dn = t.dtype.name
+        by_dtype[dn] = by_dtype.get(dn, 0) + t.nbytes
+        st = getattr(t, "storage", None)
+        if st is not None and id(st) not in storages:
+            storages.add(id(st))
+            stored += st.nbytes
+    return {
+        "tensors": count,
+        "elements": numel,
+        "parameters": params,
+        "bytes_by_dtype": dict(sorted(by_dtype.items())),
+        "tensor_bytes": sum(by_dtype.values()),
+        "storage_bytes": stored,
+    }
+
+
+def require(cond: bool, message: str, **kw: Any) -> None:
+    if not cond:
+        raise FormatError(message, **kw)

@@ -1,0 +1,147 @@
+"""The ``pt`` format handler: eager checkpoints (``.pt``, ``.pth``, ``.bin``, ``.ckpt``)."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator
+
+from ...container.zip import Problem, is_zip
+from ...core.errors import TorchlessError
+from ...core.source import MmapSource, open_source
+from ...core.tensor import Tensor
+from ...core.tree import describe, iter_tensors
+from ...pickle.machine import Limits
+from ..base import Artifact, Probe, summarize_tensors
+from ..registry import register
+from .read import Checkpoint, detect_layout, read_checkpoint
+from .write import save_checkpoint
+
+__all__ = ["PtArtifact", "PtHandler"]
+
+_LEGACY_HEADS = (b"\x80\x02\x8a\x0a", b"\x80\x01\x8a\x0a")
+
+
+def writer_generation(cp: Checkpoint) -> str:
+    """Which torch versions write a file like this (from the records present)."""
+    if cp.layout == "tar":
+        return "torch <= 0.1.9 (legacy tar)"
+    if cp.layout == "legacy":
+        return "torch 0.1.10-1.5, or _use_new_zipfile_serialization=False"
+    r = cp.records
+    if ".data/serialization_id" in r and ".storage_alignment" in r:
+        return "torch >= 2.6 zip"
+    if ".data/serialization_id" in r:
+        return "torch 2.2-2.5 zip"
+    if "byteorder" in r:
+        return "torch 2.1 zip"
+    return "torch 1.6-2.0 zip"
+
+
+class PtArtifact(Artifact):
+    """An opened eager checkpoint.
+
+    Attributes:
+        checkpoint: the parsed :class:`~torchless.formats.pt.read.Checkpoint` (its
+            ``obj`` is the object tree, tensors lazy).
+    """
+
+    format = "pt"
+
+    def __init__(self, path: Any, *, weights_only: bool = True, limits: Limits = Limits(), encoding: str = "utf-8") -> None:
+        super().__init__(path if not isinstance(path, (bytes, bytearray, memoryview)) else "<bytes>")
+        self.source = open_source(path)
+        self.checkpoint = read_checkpoint(self.source, weights_only=weights_only, limits=limits, encoding=encoding)
+
+    @property
+    def obj(self) -> Any:
+        return self.checkpoint.obj
+
+    def load(self, *, weights_only: bool = True) -> Any:
+        return self.checkpoint.obj
+
+    def tensors(self) -> Iterator[tuple[str, Any]]:
+        return iter_tensors(self.checkpoint.obj)
+
+    def info(self) -> dict[str, Any]:
+        cp = self.checkpoint
+        refused = sorted({g for g, ok in cp.globals_seen if not ok})
+        from ...pickle.torch_globals import TORCH_ALLOWLIST
+
+        torch_refuses = sorted({g for g, _ok in cp.globals_seen if g not in TORCH_ALLOWLIST})
+        out: dict[str, Any] = {
+            "format": "pt",
+            "path": self.path,
+            "layout": cp.layout,
+            "writer": writer_generation(cp),
+            "pickle_protocol": cp.protocol,
+            "byteorder": cp.byteorder,
+            "records": cp.records,
+            "storages": len(cp.storages),
+            **summarize_tensors(self.tensors()),
+            "globals_not_allowlisted": refused,
+            "torch_weights_only_would_refuse": torch_refuses if cp.protocol <= 3 else ["<pickle protocol >= 4 (FRAME)>"] + torch_refuses,
+            "tree": describe(cp.obj),
+        }
+        if cp.prefix:
+            out["archive_prefix"] = cp.prefix
+        return out
+
+    def verify(self) -> list[Problem]:
+        problems: list[Problem] = []
+        cp = self.checkpoint
+        if cp.zip is not None:
+            problems += cp.zip.verify(crc=True)
+            used = {f"data/{k}" for k in cp.storages}
+            for rec in cp.zip.records():
+                if rec.startswith("data/") and rec not in used:
+                    problems.append(Problem("unused-record", f"storage record {rec!r} is not referenced by data.pkl", rec, None, "warning"))
+        problems += super().verify()
+        return problems
+
+    def close(self) -> None:
+        self.source.close()
+
+
+@register
+class PtHandler:
+    """Eager torch checkpoints: zip, legacy stream and legacy tar."""
+
+    name = "pt"
+    extensions = (".pt", ".pth", ".bin", ".ckpt", ".tar", ".pkl")
+    priority = 100  # after the specific zip flavours (TorchScript, .pt2, AOTI)
+    description = "torch.save checkpoint (zip, legacy stream, legacy tar)"
+
+    def sniff(self, probe: Probe) -> bool:
+        if probe.is_dir:
+            return False
+        head = probe.head
+        if is_zip(head):
+            recs = probe.zip_records()
+            return recs is not None and "data.pkl" in recs and "constants.pkl" not in recs
+        if head[:4] in _LEGACY_HEADS:
+            return True
+        return len(head) >= 262 and head[257:262] == b"ustar" and probe.suffix in (".tar", ".pt", ".pth")
+
+    def open(self, path: Any, **kw: Any) -> PtArtifact:
+        return PtArtifact(path, **kw)
+
+    def save(self, obj: Any, path: Any, **kw: Any) -> None:
+        save_checkpoint(obj, path, **kw)
+
+    def write_tensors(self, items: Iterable[tuple[str, Any]], path: Any, *, metadata: dict[str, str] | None = None, progress: Any = None, **kw: Any) -> None:
+        """Write named tensors as a state dict (an OrderedDict, like ``state_dict()``)."""
+        from ...core.values import StateDict
+
+        sd = StateDict()
+        for name, t in items:
+            sd[name] = t
+        save_checkpoint(sd, path, progress=progress)
+
+
+def is_checkpoint(path: Any) -> bool:
+    try:
+        return detect_layout(MmapSource(path)) in ("zip", "legacy", "tar")
+    except TorchlessError:
+        return False
+
+
+__all__ += ["writer_generation", "Tensor"]

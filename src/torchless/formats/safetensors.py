@@ -1,0 +1,239 @@
+"""``.safetensors``: read (zero-copy from a memory map) and write (streaming).
+
+The format is a little-endian u64 header length, a JSON header and the tensor bytes.
+torchless reads and writes it itself rather than through the ``safetensors`` package:
+that package's NumPy path copies every tensor (2x the payload at peak) and cannot express
+bfloat16 or float8 without ml_dtypes, while the whole format is one JSON object. The
+reader enforces the format's own rules (no holes, no overlaps, no duplicate names,
+sizes consistent with shapes), so a hostile header cannot point outside the data.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import sys
+from typing import Any, Callable, Iterable, Iterator
+
+from ..core.atomic import AtomicFile
+from ..core.dtypes import DTYPES, DType
+from ..core.errors import FormatError, LimitError, TruncatedError, UnsupportedError
+from ..core.source import open_source
+from ..core.tensor import Storage, Tensor
+from .base import Artifact, Probe, Problem
+from .registry import register
+
+__all__ = ["SafetensorsArtifact", "read_safetensors", "write_safetensors", "ST_DTYPES"]
+
+#: safetensors dtype code -> torch dtype name
+ST_DTYPES = {
+    "BOOL": "bool",
+    "U8": "uint8",
+    "I8": "int8",
+    "I16": "int16",
+    "U16": "uint16",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "I32": "int32",
+    "U32": "uint32",
+    "F32": "float32",
+    "F64": "float64",
+    "I64": "int64",
+    "U64": "uint64",
+    "C64": "complex64",
+    "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2": "float8_e5m2",
+    "F8_E8M0": "float8_e8m0fnu",
+}
+_TO_ST = {v: k for k, v in ST_DTYPES.items()}
+MAX_HEADER = 100 * 1024 * 1024
+
+
+def _no_dups(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise FormatError(f"duplicate tensor name {k!r} in the safetensors header")
+        out[k] = v
+    return out
+
+
+class SafetensorsArtifact(Artifact):
+    """An opened ``.safetensors`` file; ``metadata`` holds ``__metadata__``."""
+
+    format = "safetensors"
+
+    def __init__(self, path: Any, **_: Any) -> None:
+        super().__init__(path if not isinstance(path, (bytes, bytearray, memoryview)) else "<bytes>")
+        self.source = open_source(path)
+        self.metadata, self._tensors, self.header_size = read_safetensors(self.source)
+
+    def tensors(self) -> Iterator[tuple[str, Any]]:
+        return iter(self._tensors.items())
+
+    def info(self) -> dict[str, Any]:
+        out = super().info()
+        out["metadata"] = self.metadata
+        out["header_bytes"] = self.header_size
+        return out
+
+    def verify(self) -> list[Problem]:
+        return super().verify()
+
+    def close(self) -> None:
+        self.source.close()
+
+
+def read_safetensors(source: Any) -> tuple[dict[str, str], dict[str, Tensor], int]:
+    """Parse a safetensors file into ``(metadata, {name: Tensor}, header_size)``.
+
+    Raises:
+        TruncatedError, FormatError, LimitError: malformed or hostile headers.
+    """
+    src = open_source(source)
+    path = src.name
+    src.check(0, 8, what="header length")
+    (n,) = struct.unpack("<Q", src.read_at(0, 8))
+    if n > MAX_HEADER:
+        raise LimitError("safetensors header too large", path=path, offset=0, expected=f"<= {MAX_HEADER}", found=n)
+    src.check(8, n, what="safetensors header")
+    try:
+        header = json.loads(bytes(src.view(8, n)).decode("utf-8"), object_pairs_hook=_no_dups)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise FormatError(f"header is not valid JSON: {e}", path=path, offset=8) from None
+    except FormatError as e:
+        raise e.with_context(path=path)
+    if not isinstance(header, dict):
+        raise FormatError("header is not a JSON object", path=path, offset=8)
+    meta = header.pop("__metadata__", None) or {}
+    if not isinstance(meta, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
+        raise FormatError("__metadata__ must map strings to strings", path=path, offset=8)
+    base = 8 + n
+    data_len = src.size - base
+    spans = []
+    out: dict[str, Tensor] = {}
+    for name, info in header.items():
+        if not isinstance(info, dict) or set(info) - {"dtype", "shape", "data_offsets"}:
+            raise FormatError(f"bad header entry for {name!r}", path=path, member=name)
+        code = info.get("dtype")
+        if code not in ST_DTYPES:
+            raise UnsupportedError(f"safetensors dtype {code!r}", path=path, member=name)
+        dt = DTYPES[ST_DTYPES[code]]
+        shape = info.get("shape")
+        offs = info.get("data_offsets")
+        if not isinstance(shape, list) or not all(type(s) is int and s >= 0 for s in shape):
+            raise FormatError("bad shape", path=path, member=name, found=repr(shape)[:60])
+        if not isinstance(offs, list) or len(offs) != 2 or not all(type(o) is int for o in offs) or not 0 <= offs[0] <= offs[1]:
+            raise FormatError("bad data_offsets", path=path, member=name, found=repr(offs)[:60])
+        numel = 1
+        for s in shape:
+            numel *= s
+        if offs[1] - offs[0] != numel * dt.itemsize:
+            raise FormatError("tensor size does not match its shape", path=path, member=name, expected=numel * dt.itemsize, found=offs[1] - offs[0])
+        if offs[1] > data_len:
+            raise TruncatedError("tensor data runs past the end of the file", path=path, member=name, offset=base + offs[0])
+        spans.append((offs[0], offs[1], name))
+        st = Storage(name, offs[1] - offs[0], dt, "cpu", loader=(lambda o=offs: src.view(base + o[0], o[1] - o[0])), byteorder="little", origin=name, file_offset=base + offs[0])
+        out[name] = Tensor(st, dt, shape)
+    spans.sort()
+    pos = 0
+    for b, e, name in spans:
+        if b != pos:
+            raise FormatError("tensor data has a hole or overlap", path=path, member=name, offset=base + b, expected=pos, found=b)
+        pos = e
+    if pos != data_len:
+        raise FormatError("trailing bytes after the last tensor", path=path, offset=base + pos, expected=data_len, found=pos)
+    # keep the file's order of tensors by offset (the header order is arbitrary JSON order)
+    ordered = {name: out[name] for _b, _e, name in spans}
+    return meta, ordered, n
+
+
+def _tensor_chunks(t: Tensor) -> tuple[int, Iterable[Any]]:
+    """Contiguous little-endian bytes of ``t``: a zero-copy slice when possible."""
+    st = t.storage
+    if st is None:
+        raise UnsupportedError("cannot write a tensor without data (meta)")
+    if t.metadata or t.dtype.name == "complex32":
+        raw = t.numpy() if t.metadata else t.numpy(raw=True)
+        b = raw.astype(raw.dtype.newbyteorder("<")).tobytes()
+        return len(b), [b]
+    if t.is_contiguous() and (st.byteorder == "little" or t.dtype.itemsize == 1):
+        start = t.storage_offset() * t.dtype.itemsize
+        mv = st.bytes()[start : start + t.nbytes]
+        return len(mv), [mv]
+    arr = t.numpy(raw=True)
+    if arr.dtype.byteorder == ">" or (arr.dtype.byteorder == "=" and sys.byteorder == "big"):
+        arr = arr.astype(arr.dtype.newbyteorder("<"))
+    import numpy as np
+
+    b = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+    return b.nbytes, [memoryview(b)]
+
+
+def write_safetensors(
+    items: Iterable[tuple[str, Any]],
+    path: Any,
+    *,
+    metadata: dict[str, str] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> None:
+    """Write named tensors as ``.safetensors`` (atomically, one tensor in memory at most).
+
+    Tensors are laid out in the order given; NumPy arrays are accepted too.
+
+    Raises:
+        UnsupportedError: a dtype safetensors cannot express (quantized, complex32...).
+        UsageError: duplicate names.
+    """
+    from ..core.errors import UsageError
+
+    entries: list[tuple[str, Tensor, DType]] = []
+    names: set[str] = set()
+    for name, t in items:
+        if not isinstance(t, Tensor):
+            t = Tensor.from_numpy(t)
+        if name in names:
+            raise UsageError(f"duplicate tensor name {name!r}")
+        names.add(name)
+        code = _TO_ST.get(t.dtype.name)
+        if code is None or t.quantizer is not None:
+            raise UnsupportedError(f"safetensors cannot store dtype {t.dtype.name}", member=name, hint="convert to .pt instead")
+        entries.append((name, t, t.dtype))
+    header: dict[str, Any] = {}
+    if metadata:
+        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    off = 0
+    for name, t, dt in entries:
+        header[name] = {"dtype": _TO_ST[dt.name], "shape": list(t.shape), "data_offsets": [off, off + t.nbytes]}
+        off += t.nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    raw += b" " * ((-len(raw)) % 8)
+    with AtomicFile(path) as f:
+        f.file.write(struct.pack("<Q", len(raw)))
+        f.file.write(raw)
+        for name, t, _dt in entries:
+            n, chunks = _tensor_chunks(t)
+            for c in chunks:
+                f.file.write(c)
+            if progress is not None:
+                progress(n)
+
+
+@register
+class SafetensorsHandler:
+    name = "safetensors"
+    extensions = (".safetensors",)
+    priority = 50
+    description = "safetensors (header + raw little-endian tensors)"
+
+    def sniff(self, probe: Probe) -> bool:
+        if probe.is_dir or len(probe.head) < 10:
+            return False
+        (n,) = struct.unpack("<Q", probe.head[:8])
+        return 2 <= n <= MAX_HEADER and probe.head[8:9] == b"{"
+
+    def open(self, path: Any, **kw: Any) -> SafetensorsArtifact:
+        return SafetensorsArtifact(path)
+
+    def write_tensors(self, items: Iterable[tuple[str, Any]], path: Any, **kw: Any) -> None:
+        write_safetensors(items, path, metadata=kw.get("metadata"), progress=kw.get("progress"))
