@@ -30,6 +30,7 @@ from .core.tensor import NestedTensor, SparseTensor, Storage, Tensor, tensor
 from .formats.base import Artifact
 from .pickle.globals import GlobalRef, PickledObject
 from .pickle.machine import Limits
+from .scan import scan
 
 __version__ = "0.1.0"
 
@@ -59,6 +60,7 @@ __all__ = sorted(
         "load",
         "open",
         "save",
+        "scan",
         "tensor",
         "to_torch",
         "write_tensors",

@@ -108,6 +108,9 @@ def convert(src: Any, dst: Any, *, src_format: str | None = None, dst_format: st
         ``{"tensors": n, "bytes": total}``.
     """
     with open(src, format=src_format, weights_only=False) if _accepts_weights_only(src, src_format) else open(src, format=src_format) as art:
+        export = getattr(art, "convert_to", None)  # formats with their own streaming export (dcp)
+        if export is not None:
+            return export(dst, format=dst_format, progress=progress, **kw)
         items = list(art.tensors())
         total = {"tensors": len(items), "bytes": sum(t.nbytes for _, t in items)}
         write_tensors(items, dst, format=dst_format, progress=progress, **kw)

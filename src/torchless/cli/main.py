@@ -19,6 +19,9 @@ __all__ = ["main", "entry", "COMMAND_MODULES"]
 #: ``func(args) -> int`` runs the command.
 COMMAND_MODULES = [
     "torchless.cli.commands.generic",
+    "torchless.cli.commands.onnx",
+    "torchless.cli.commands.dcp",
+    "torchless.cli.commands.scan",
 ]
 
 

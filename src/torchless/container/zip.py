@@ -128,6 +128,44 @@ class ZipReader:
             self._by_lower.setdefault(e.raw_name.lower(), []).append(e)
         self._sorted: list[int] | None = None
 
+    @classmethod
+    def cached(cls, path: PathLike) -> "ZipReader":
+        """A reader for ``path``, reusing the last one opened for the same unchanged file.
+
+        Detection reads the central directory to tell zip flavours apart; the handler
+        that then opens the file gets the same parsed directory instead of a second parse.
+        """
+        global _CACHE
+        st = os.stat(path)  # (the reader is built with require_prefix=False; check .prefix)
+        key = (os.path.realpath(path), st.st_size, st.st_mtime_ns)
+        if _CACHE is not None and _CACHE[0] == key:
+            return _CACHE[1]
+        zr = cls(path, require_prefix=False)
+        _CACHE = (key, zr)
+        return zr
+
+    def data_index(self, folder: str) -> dict[str, ZipEntry]:
+        """``{name relative to prefix/folder/: entry}`` for the records under a folder.
+
+        Equivalent to :meth:`lookup` per name when no two entries collide
+        case-insensitively (checked), and much faster for many records.
+        """
+        cache = self.__dict__.setdefault("_folder_index", {})
+        idx = cache.get(folder)
+        if idx is None:
+            base = f"{self.prefix}/{folder}/" if self.prefix else f"{folder}/"
+            cut = len(base)
+            idx = {}
+            if any(len(v) > 1 for v in self._by_lower.values()):
+                idx = None
+            else:
+                for e in self.entries:
+                    nm = e.name
+                    if nm.startswith(base):
+                        idx[nm[cut:]] = e
+            cache[folder] = idx
+        return idx if idx is not None else _LookupView(self, folder)
+
     # -- directory ---------------------------------------------------------------------
     def _read_directory(self) -> None:
         src = self.source
@@ -356,6 +394,21 @@ class ZipReader:
         self.close()
 
 
+_CACHE: tuple[Any, "ZipReader"] | None = None
+
+
+class _LookupView:
+    """``data_index`` fallback when names collide: every get goes through torch's lookup."""
+
+    def __init__(self, zr: ZipReader, folder: str) -> None:
+        self.zr = zr
+        self.folder = folder
+
+    def get(self, key: str, default: Any = None) -> Any:
+        e = self.zr.lookup(f"{self.folder}/{key}")
+        return default if e is None else e
+
+
 def _zip64_extra(extra: bytes, usize: int, csize: int, hoff: int, path: str, off: int) -> tuple[int, int, int]:
     p = 0
     while p + 4 <= len(extra):
@@ -513,11 +566,18 @@ class TorchZipWriter:
         data_off = header_off + len(local) + len(full) + len(extra)
         written = 0
         running = 0
+        want_crc = not precomputed_crc and self.compute_crc
         for chunk in chunks:
             mv = memoryview(chunk).cast("B")
-            if not precomputed_crc and self.compute_crc:
-                running = zlib.crc32(mv, running)
-            f.write(mv)
+            if want_crc and len(mv) >= _PARALLEL_CRC:
+                # CRC-32 and the write both release the GIL: overlap them on two cores
+                fut = _crc_pool().submit(zlib.crc32, mv, running)
+                f.write(mv)
+                running = fut.result()
+            else:
+                if want_crc:
+                    running = zlib.crc32(mv, running)
+                f.write(mv)
             written += len(mv)
         if written != csize:
             raise ValueError(f"record {name!r}: {written} bytes written, {csize} declared")
@@ -594,6 +654,19 @@ class TorchZipWriter:
             self.close()
         else:
             self.abort()
+
+
+_PARALLEL_CRC = 1 << 20
+_POOL: Any = None
+
+
+def _crc_pool() -> Any:
+    global _POOL
+    if _POOL is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOL = ThreadPoolExecutor(1, thread_name_prefix="torchless-crc")
+    return _POOL
 
 
 def iter_chunks(mv: memoryview, chunk: int = 1 << 24) -> Iterator[memoryview]:

@@ -56,6 +56,19 @@ class ByteSource:
                 found=f"{max(0, self.size - max(offset, 0))} bytes before end of input",
             )
 
+    def copy(self, offset: int, length: int, *, what: str = "data") -> memoryview:
+        """``[offset, offset+length)`` read into a new buffer the caller owns.
+
+        For files this is a positioned read straight from the file (no mapping), which is
+        what an eager load wants: the bytes land once, in memory of their own.
+        """
+        self.check(offset, length, what=what)
+        import numpy as np
+
+        out = np.empty(length, dtype=np.uint8)
+        out[:] = np.frombuffer(self._buffer()[offset : offset + length], dtype=np.uint8)
+        return memoryview(out)
+
     def _buffer(self) -> memoryview:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -105,6 +118,24 @@ class MmapSource(ByteSource):
 
     def _buffer(self) -> memoryview:
         return self._mv
+
+    def copy(self, offset: int, length: int, *, what: str = "data") -> memoryview:
+        self.check(offset, length, what=what)
+        import numpy as np
+
+        out = np.empty(length, dtype=np.uint8)
+        mv = memoryview(out)
+        fd = os.open(self.name, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        try:
+            done = 0
+            while done < length:
+                got = os.preadv(fd, [mv[done:]], offset + done)
+                if got <= 0:
+                    raise TruncatedError("file shrank while reading", path=self.name, offset=offset + done)
+                done += got
+        finally:
+            os.close(fd)
+        return mv
 
     def close(self) -> None:
         # Views handed to tensors keep the mapping alive (mmap refuses to close with

@@ -167,6 +167,35 @@ class Tensor:
         if any(s < 0 for s in self.shape) or any(s < 0 for s in self._stride) or self._offset < 0:
             raise FormatError("negative size, stride or storage offset", found=f"size={self.shape} stride={self._stride} offset={self._offset}")
 
+    @classmethod
+    def _make(
+        cls,
+        storage: Storage | None,
+        dtype: DType,
+        shape: tuple[int, ...],
+        stride: tuple[int, ...],
+        offset: int,
+        requires_grad: bool = False,
+        metadata: dict[str, Any] | None = None,
+    ) -> "Tensor":
+        """Fast constructor for already-validated tuples of ints (the pickle hot path)."""
+        if len(stride) != len(shape) or offset < 0 or (shape and (min(shape) < 0 or min(stride) < 0)):
+            return cls(storage, dtype, shape, stride, offset, requires_grad=requires_grad, metadata=metadata)
+        self = cls.__new__(cls)
+        self.storage = storage
+        self.dtype = dtype
+        self.shape = shape
+        self._stride = stride
+        self._offset = offset
+        self.requires_grad = requires_grad
+        self.is_parameter = False
+        self.device = storage.location if storage is not None else "meta"
+        self.metadata = metadata if metadata is not None else {}
+        self.quantizer = None
+        self.attrs = {}
+        self.subclass = None
+        return self
+
     # torch.Tensor-like accessors -------------------------------------------------------
     def stride(self, dim: int | None = None) -> Any:
         return self._stride if dim is None else self._stride[dim]
@@ -254,18 +283,20 @@ class Tensor:
         elif npd.kind == "V" and byteorder != _HOST_ORDER:
             npd = np.dtype([(n, npd.fields[n][0].newbyteorder(">" if byteorder == "big" else "<")) for n in npd.names])
         buf = self.storage.bytes()
-        count = len(buf) // npd.itemsize
-        base = np.frombuffer(buf, dtype=npd, count=count)
         if self.numel() == 0:
             arr = np.empty(self.shape, dtype=npd)
         else:
+            # Stride over the raw bytes with a trailing axis of one element's bytes, then
+            # view that axis as the dtype: as_strided cannot take ml_dtypes (float8...)
+            # directly, and this works for every dtype, zero-copy.
             itemsize = npd.itemsize
+            u8 = np.frombuffer(buf, dtype=np.uint8)
             arr = np.lib.stride_tricks.as_strided(
-                base[self._offset :],
-                shape=self.shape,
-                strides=tuple(s * itemsize for s in self._stride),
+                u8[self._offset * itemsize :],
+                shape=self.shape + (itemsize,),
+                strides=tuple(s * itemsize for s in self._stride) + (1,),
                 writeable=False,
-            )
+            ).view(npd)[..., 0]
         if raw:
             return arr
         if self.dtype.name == "complex32":

@@ -65,9 +65,10 @@ def _children(obj: Any) -> Iterator[tuple[str, Any]]:
 def iter_tensors(obj: Any, prefix: str = "", *, max_nodes: int = 50_000_000) -> Iterator[tuple[str, Any]]:
     """Yield ``(dotted name, tensor)`` for every tensor reachable from ``obj``.
 
-    A tensor reachable by several paths is yielded once, under the first path found
-    (depth-first, in container order). A top-level tensor gets the name ``prefix`` or
-    ``"tensor"``.
+    A tensor reachable by several paths (tied weights) is yielded under each of them;
+    a *container* reachable by several paths is walked once, under the first path found
+    (depth-first, in container order), which bounds the walk on memo bombs. A top-level
+    tensor gets the name ``prefix`` or ``"tensor"``.
 
     Raises:
         LimitError: more than ``max_nodes`` containers and leaves.
@@ -84,9 +85,7 @@ def iter_tensors(obj: Any, prefix: str = "", *, max_nodes: int = 50_000_000) -> 
         if count > max_nodes:
             raise LimitError("object tree too large to walk", expected=f"<= {max_nodes} nodes")
         if is_tensor(cur):
-            if id(cur) not in seen:
-                seen.add(id(cur))
-                yield name, cur
+            yield name, cur
             continue
         if isinstance(cur, (str, bytes, int, float, bool, type(None))):
             continue

@@ -57,9 +57,8 @@ class Probe:
             self._zip_done = True
             if not self.is_dir and is_zip(self.head):
                 try:
-                    zr = ZipReader(self.path, require_prefix=False)
+                    zr = ZipReader.cached(self.path)
                     self._zip = zr.records()
-                    zr.close()
                 except TorchlessError:
                     self._zip = None
         return self._zip

@@ -25,6 +25,10 @@ HANDLER_MODULES = [
     "torchless.formats.pt.handler",
     "torchless.formats.safetensors",
     "torchless.formats.npz",
+    "torchless.formats.onnx.handler",
+    "torchless.formats.torchscript.handler",
+    "torchless.formats.dcp.handler",
+    "torchless.formats.aoti.handler",
 ]
 
 _loaded = False

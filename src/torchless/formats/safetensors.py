@@ -23,7 +23,7 @@ from ..core.tensor import Storage, Tensor
 from .base import Artifact, Probe, Problem
 from .registry import register
 
-__all__ = ["SafetensorsArtifact", "read_safetensors", "write_safetensors", "ST_DTYPES"]
+__all__ = ["SafetensorsArtifact", "read_safetensors", "write_safetensors", "write_safetensors_sharded", "parse_size", "ST_DTYPES"]
 
 #: safetensors dtype code -> torch dtype name
 ST_DTYPES = {
@@ -217,6 +217,81 @@ def write_safetensors(
                 f.file.write(c)
             if progress is not None:
                 progress(n)
+            del chunks, c  # release an assembled (non-mmap) buffer before the next one
+
+
+def parse_size(text: Any) -> int:
+    """``5GB``, ``500MiB``, ``1e9`` or an int -> bytes (decimal and binary units)."""
+    from ..core.errors import UsageError
+
+    if isinstance(text, int):
+        return text
+    t = str(text).strip().upper().replace(" ", "")
+    units = {"KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "K": 10**3, "M": 10**6, "G": 10**9, "B": 1}
+    for u in sorted(units, key=len, reverse=True):
+        if t.endswith(u):
+            num, mul = t[: -len(u)], units[u]
+            break
+    else:
+        num, mul = t, 1
+    try:
+        val = int(float(num) * mul)
+    except ValueError:
+        raise UsageError(f"bad size {text!r}", expected="a number with an optional unit (5GB, 500MiB)") from None
+    if val <= 0:
+        raise UsageError("size must be positive", found=text)
+    return val
+
+
+def write_safetensors_sharded(
+    items: Iterable[tuple[str, Any]],
+    path: Any,
+    max_shard_size: Any,
+    *,
+    metadata: dict[str, str] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> list[str]:
+    """Hugging Face style shards: ``<stem>-00001-of-0000N.safetensors`` beside ``path`` and
+    ``<name>.index.json`` (``{"metadata": {"total_size": n}, "weight_map": {...}}``).
+
+    Shards are filled in order and a new one starts when the next tensor would exceed
+    ``max_shard_size`` (a tensor larger than that gets a shard of its own). With one
+    shard, ``path`` itself is written and no index. Returns the files written.
+    """
+    import os
+
+    from ..core.atomic import atomic_write_bytes
+
+    limit = parse_size(max_shard_size)
+    groups: list[list[tuple[str, Any]]] = [[]]
+    size = 0
+    total = 0
+    for name, t in items:
+        if not isinstance(t, Tensor):
+            t = Tensor.from_numpy(t)
+        if groups[-1] and size + t.nbytes > limit:
+            groups.append([])
+            size = 0
+        groups[-1].append((name, t))
+        size += t.nbytes
+        total += t.nbytes
+    p = os.fspath(path)
+    if len(groups) == 1:
+        write_safetensors(groups[0], p, metadata=metadata, progress=progress)
+        return [p]
+    folder, base = os.path.split(p)
+    stem = base[: -len(".safetensors")] if base.endswith(".safetensors") else base
+    n = len(groups)
+    names = [f"{stem}-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
+    weight_map: dict[str, str] = {}
+    for fname, group in zip(names, groups):
+        write_safetensors(group, os.path.join(folder, fname), metadata=metadata, progress=progress)
+        for name, _t in group:
+            weight_map[name] = fname
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    idx_path = os.path.join(folder, base + ".index.json")
+    atomic_write_bytes(idx_path, json.dumps(index, indent=2).encode("utf-8"))
+    return [os.path.join(folder, f) for f in names] + [idx_path]
 
 
 @register
@@ -236,4 +311,7 @@ class SafetensorsHandler:
         return SafetensorsArtifact(path)
 
     def write_tensors(self, items: Iterable[tuple[str, Any]], path: Any, **kw: Any) -> None:
+        if kw.get("max_shard_size"):
+            write_safetensors_sharded(items, path, kw["max_shard_size"], metadata=kw.get("metadata"), progress=kw.get("progress"))
+            return
         write_safetensors(items, path, metadata=kw.get("metadata"), progress=kw.get("progress"))

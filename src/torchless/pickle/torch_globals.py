@@ -52,15 +52,21 @@ def _no_call(name: str) -> Any:
 
 
 def _storage_arg(st: Any, fn: str) -> Storage:
-    if not isinstance(st, Storage):
+    if type(st) is not Storage and not isinstance(st, Storage):
         raise FormatError(f"{fn}: first argument must be a storage", found=type(st).__name__)
     return st
 
 
 def _ints(x: Any, what: str) -> tuple[int, ...]:
-    if not isinstance(x, (tuple, list)) or not all(type(i) is int for i in x):
-        raise FormatError(f"{what} must be a tuple of ints", found=repr(x)[:80])
-    return tuple(x)
+    t = type(x)
+    if t is not tuple:
+        if not isinstance(x, (tuple, list)):
+            raise FormatError(f"{what} must be a tuple of ints", found=repr(x)[:80])
+        x = tuple(x)
+    for i in x:
+        if type(i) is not int:
+            raise FormatError(f"{what} must be a tuple of ints", found=repr(x)[:80])
+    return x
 
 
 def _meta(md: Any) -> dict[str, Any]:
@@ -83,8 +89,10 @@ def _rebuild_tensor_v2(args: tuple) -> Tensor:
         raise FormatError("_rebuild_tensor_v2 takes 6 or 7 arguments", found=len(args))
     storage, offset, size, stride, requires_grad = args[:5]
     st = _storage_arg(storage, "_rebuild_tensor_v2")
-    md = _meta(args[6] if len(args) == 7 else None)
-    return Tensor(st, st.dtype, _ints(size, "size"), _ints(stride, "stride"), int(offset), requires_grad=bool(requires_grad), metadata=md)
+    md = _meta(args[6]) if len(args) == 7 else None
+    if type(offset) is not int:
+        raise FormatError("storage offset must be an int", found=repr(offset)[:40])
+    return Tensor._make(st, st.dtype, _ints(size, "size"), _ints(stride, "stride"), offset, bool(requires_grad), md)
 
 
 def _rebuild_tensor_v3(args: tuple) -> Tensor:

@@ -62,6 +62,7 @@ class Persistent:
 
 
 _REVERSE = {"builtins": "__builtin__"}
+_PLAIN = (str, int, float, bool, type(None))
 
 
 class Pickler2:
@@ -104,7 +105,8 @@ class Pickler2:
     def _save(self, obj: Any, depth: int) -> None:
         if depth > self.max_depth:
             raise UsageError("object nesting too deep to save", expected=f"<= {self.max_depth} levels")
-        if self.translate is not None and not isinstance(obj, (str, int, float, bool, type(None))):
+        # exact types: str subclasses (Device, Layout, QScheme) must reach translate
+        if self.translate is not None and type(obj) not in _PLAIN:
             obj = self.translate(obj)
         out = self.out
         t = type(obj)

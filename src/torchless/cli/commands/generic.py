@@ -53,7 +53,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
         total = sum(t.nbytes for _, t in art.tensors())
     prog = Progress(total, f"convert {args.dst}")
     try:
-        res = convert(args.src, args.dst, src_format=args.format, dst_format=args.to, progress=prog)
+        extra = {"max_shard_size": args.max_shard_size} if getattr(args, "max_shard_size", None) else {}
+        res = convert(args.src, args.dst, src_format=args.format, dst_format=args.to, progress=prog, **extra)
     finally:
         prog.close()
     print(f"wrote {args.dst}: {res['tensors']} tensors, {format_bytes(res['bytes'])}")
@@ -158,6 +159,7 @@ def register(sub: Any) -> None:
     p.add_argument("dst")
     p.add_argument("--format", help="source format (skip detection)")
     p.add_argument("--to", help="destination format (default: from its extension)")
+    p.add_argument("--max-shard-size", help="safetensors: split into Hugging Face style shards of at most this size (5GB, 500MiB) plus an index json")
     p = add("diff", cmd_diff, "compare tensors of two artifacts: added, removed, changed (max abs difference)")
     p.add_argument("a")
     p.add_argument("b")

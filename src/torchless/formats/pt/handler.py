@@ -46,10 +46,10 @@ class PtArtifact(Artifact):
 
     format = "pt"
 
-    def __init__(self, path: Any, *, weights_only: bool = True, limits: Limits = Limits(), encoding: str = "utf-8") -> None:
+    def __init__(self, path: Any, *, weights_only: bool = True, limits: Limits = Limits(), encoding: str = "utf-8", mmap: bool = True) -> None:
         super().__init__(path if not isinstance(path, (bytes, bytearray, memoryview)) else "<bytes>")
         self.source = open_source(path)
-        self.checkpoint = read_checkpoint(self.source, weights_only=weights_only, limits=limits, encoding=encoding)
+        self.checkpoint = read_checkpoint(self.source, weights_only=weights_only, limits=limits, encoding=encoding, mmap=mmap)
 
     @property
     def obj(self) -> Any:

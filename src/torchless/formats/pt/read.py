@@ -18,7 +18,7 @@ from typing import Any, Callable
 from ...container.zip import ZipReader, is_zip
 from ...core.dtypes import DTYPES, DType
 from ...core.errors import FormatError, TorchlessError, TruncatedError, UnsupportedError
-from ...core.source import ByteSource
+from ...core.source import ByteSource, MmapSource
 from ...core.tensor import Storage
 from ...core.values import StorageType
 from ...pickle.globals import Allowlist, AllowlistResolver, Rebuilder
@@ -119,13 +119,20 @@ def read_zip_checkpoint(
     pickle_name: str = "data.pkl",
     data_dir: str = "data",
     encoding: str = "utf-8",
+    mmap: bool = True,
 ) -> Checkpoint:
     """Parse a torch zip checkpoint (``torch.save`` since 1.6).
+
+    With ``mmap=True`` (default) tensor bytes are zero-copy views of the memory map,
+    read when first used; with False each storage is read into its own buffer when
+    first used (an eager load: no mapping kept alive).
 
     Raises:
         FormatError / UnsafeGlobalError / LimitError: see :class:`Unpickler`.
         NotFoundError: the archive has no ``data.pkl``.
     """
+    if not zr.prefix:
+        raise FormatError("file in archive is not in a subdirectory", path=zr.path, found=repr(zr.entries[0].name if zr.entries else ""), expected="entries named '<prefix>/...'")
     records: dict[str, str] = {}
     for name in ("version", ".data/version", "byteorder", ".format_version", ".storage_alignment", ".data/serialization_id"):
         e = zr.lookup(name)
@@ -136,17 +143,21 @@ def read_zip_checkpoint(
         raise FormatError("unknown byte order record", path=zr.path, member="byteorder", expected="'little' or 'big'", found=repr(byteorder))
     storages: dict[str, Storage] = {}
     resolver = resolver or make_resolver(weights_only)
+    data_index = zr.data_index(data_dir)
 
     def persistent_load(pid: Any) -> Storage:
-        stype, key, location, numel, _view = _pid_parts(pid)
-        dtype = _storage_dtype(stype)
+        if type(pid) is tuple and len(pid) == 5 and pid[0] == "storage" and type(pid[1]) is StorageType and type(pid[2]) is str and type(pid[4]) is int and pid[4] >= 0:
+            stype, key, location, numel = pid[1], pid[2], pid[3], pid[4]  # the common shape
+        else:
+            stype, key, location, numel, _view = _pid_parts(pid)
+        dtype = stype.dtype if stype.dtype is not None else _UINT8
         st = storages.get(key)
         if st is not None:
             if st.dtype is not dtype and st.dtype.itemsize != dtype.itemsize and dtype is not _UINT8:
                 return _retyped(st, dtype)
             return st
         nbytes = numel * dtype.itemsize
-        entry = zr.lookup(f"{data_dir}/{key}")
+        entry = data_index.get(key)
         if entry is None:
             raise FormatError("checkpoint references a storage record that does not exist", path=zr.path, member=f"{zr.prefix}/{data_dir}/{key}")
         if entry.size < nbytes:
@@ -155,10 +166,17 @@ def read_zip_checkpoint(
         # dtype's element size, which is 1 for UntypedStorage (v3 dtypes, spec §1.11)
         order = byteorder if stype.dtype is not None else sys.byteorder
 
-        def loader(entry: Any = entry, nbytes: int = nbytes) -> memoryview:
-            return zr.read(entry)[:nbytes]
+        if mmap or entry.method != 0:
 
-        st = Storage(key, nbytes, dtype, location, loader=loader, byteorder=order, origin=entry.name)
+            def loader(entry: Any = entry, nbytes: int = nbytes) -> memoryview:
+                return zr.read(entry)[:nbytes]
+
+        else:
+
+            def loader(entry: Any = entry, nbytes: int = nbytes) -> memoryview:
+                return zr.source.copy(zr.data_offset(entry), nbytes, what=f"record {entry.name!r}")
+
+        st = Storage(key, nbytes, dtype, str(location), loader=loader, byteorder=order, origin=entry.name)
         storages[key] = st
         return st
 
@@ -391,7 +409,7 @@ def read_legacy_tar(source: ByteSource, *, weights_only: bool = False, resolver:
     return Checkpoint(obj, "tar", storages, {}, "little", 2, "", list(resolver.seen))
 
 
-def read_checkpoint(source: ByteSource, *, weights_only: bool = True, resolver: AllowlistResolver | None = None, limits: Limits = Limits(), encoding: str = "utf-8") -> Checkpoint:
+def read_checkpoint(source: ByteSource, *, weights_only: bool = True, resolver: AllowlistResolver | None = None, limits: Limits = Limits(), encoding: str = "utf-8", mmap: bool = True) -> Checkpoint:
     """Parse any eager checkpoint layout (detected from the bytes).
 
     Raises:
@@ -400,10 +418,10 @@ def read_checkpoint(source: ByteSource, *, weights_only: bool = True, resolver: 
     layout = detect_layout(source)
     try:
         if layout == "zip":
-            zr = ZipReader(source)
+            zr = ZipReader.cached(source.name) if isinstance(source, MmapSource) else ZipReader(source)
             if zr.lookup("constants.pkl") is not None:
                 raise FormatError("this is a TorchScript archive, not an eager checkpoint", path=source.name, hint="open it with torchless.open (format 'torchscript')")
-            return read_zip_checkpoint(zr, weights_only=weights_only, resolver=resolver, limits=limits, encoding=encoding)
+            return read_zip_checkpoint(zr, weights_only=weights_only, resolver=resolver, limits=limits, encoding=encoding, mmap=mmap)
         if layout == "tar":
             return read_legacy_tar(source, weights_only=weights_only, resolver=resolver, limits=limits)
         if layout == "legacy":

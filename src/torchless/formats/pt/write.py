@@ -177,6 +177,7 @@ def save_checkpoint(
             zw.write_chunks(f"data/{key}", _chunks(mv), len(mv))
             if progress is not None:
                 progress(len(mv))
+            del mv  # release an assembled (non-mmap) buffer before the next one is built
         zw.write("version", b"3\n")
         zw.write(".data/serialization_id", zw.serialization_id())
 

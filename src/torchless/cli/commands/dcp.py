@@ -1,0 +1,62 @@
+"""DCP commands: ``reshard`` (N ranks -> M, or one file -> M ranks) and ``dcp-layout``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..render import format_bytes, format_json, format_table
+
+__all__ = ["register", "format_layout"]
+
+
+def format_layout(layout: dict[str, Any]) -> str:
+    """One line per item, then one line per chunk (offsets, sizes, file, byte range)."""
+    rows = []
+    for fqn, it in layout["items"].items():
+        if it["kind"] == "bytes":
+            rows.append([fqn, "bytes", "", f"{it['file']} @{it['offset']} +{it['length']}"])
+            continue
+        rows.append([fqn, it["dtype"], "[" + ", ".join(map(str, it["shape"])) + "]", f"{len(it['chunks'])} chunks, {format_bytes(it['nbytes'])}"])
+        for c in it["chunks"]:
+            rows.append(["", "", f"  @{c['offsets']} {c['sizes']}", f"{c['file']} @{c['offset']} +{c['length']}"])
+    files = ", ".join(f"{k} ({format_bytes(v)})" if v is not None else f"{k} (missing)" for k, v in layout["files"].items())
+    return f"DCP version {layout['version']}; files: {files}\n" + format_table(rows)
+
+
+def cmd_reshard(args: argparse.Namespace) -> int:
+    from ...formats.dcp.reshard import reshard
+
+    res = reshard(args.src, args.dst, args.ranks, plan=args.plan, jobs=args.jobs, weights_only=not args.unsafe_values)
+    print(f"wrote {args.dst}: {len(res['files'])} rank files, {res['tensors']} tensors in {res['chunks']} chunks, {res['bytes_items']} non-tensor items")
+    return 0
+
+
+def cmd_layout(args: argparse.Namespace) -> int:
+    from ...dcp import layout
+
+    lay = layout(args.path)
+    print(format_json(lay) if args.json else format_layout(lay))
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "reshard",
+        help="rewrite a DCP checkpoint (or one .pt/.safetensors file) as a DCP checkpoint of M ranks",
+        description="Rewrite a DCP checkpoint directory, or a single .pt/.safetensors/.npz file, as a DCP directory "
+        "that torch.distributed.checkpoint.load reads in a job of M ranks. Plan: comma-separated PATTERN=SPEC rules "
+        "(fnmatch on flattened keys) and a bare SPEC default; SPEC is row, col, dim:N, replicate or auto "
+        "(dim 0 when it has at least M rows, else replicate).",
+    )
+    p.add_argument("src")
+    p.add_argument("dst")
+    p.add_argument("--ranks", type=int, required=True, help="world size of the output")
+    p.add_argument("--plan", default="auto", help="sharding plan, e.g. '*.bias=replicate,row' (default auto)")
+    p.add_argument("--jobs", type=int, default=1, help="write rank files in this many processes")
+    p.add_argument("--unsafe-values", action="store_true", help="allow non-tensor values with globals outside the allowlist (as inert placeholders)")
+    p.set_defaults(func=cmd_reshard)
+    p = sub.add_parser("dcp-layout", help="show a DCP checkpoint's layout: keys, shapes, dtypes, chunks, files and byte ranges")
+    p.add_argument("path")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_layout)

@@ -1,0 +1,58 @@
+"""ONNX-specific commands: ``torchless onnx set-weights``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..render import format_bytes, format_json
+
+__all__ = ["register", "format_set_weights"]
+
+
+def format_set_weights(res: dict[str, Any]) -> str:
+    """Human text for the result of :func:`torchless.formats.onnx.write.set_weights`."""
+    lines = [f"wrote {res['output']}" + (f" + {res['data_file']}" if res["data_file"] else "") + f": {format_bytes(res['bytes'])} of tensors"]
+    lines.append(f"replaced {len(res['replaced'])} initializers, kept {len(res['kept'])}")
+    if res["kept"]:
+        shown = ", ".join(res["kept"][:8]) + (" ..." if len(res["kept"]) > 8 else "")
+        lines.append(f"kept (not in the weights): {shown}")
+    if res["ignored"]:
+        shown = ", ".join(res["ignored"][:8]) + (" ..." if len(res["ignored"]) > 8 else "")
+        lines.append(f"ignored (no such initializer): {shown}")
+    return "\n".join(lines)
+
+
+def cmd_set_weights(args: argparse.Namespace) -> int:
+    from ...formats.onnx.write import set_weights
+
+    res = set_weights(
+        args.model,
+        args.weights,
+        args.output,
+        external_data=args.external_data,
+        size_threshold=args.size_threshold,
+        allow_missing=args.allow_missing,
+        strip_prefix=args.strip_prefix or "",
+    )
+    print(format_json(res) if args.json else format_set_weights(res))
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("onnx", help="ONNX model tools (set-weights)", description="ONNX model tools")
+    osub = p.add_subparsers(dest="onnx_command", metavar="SUBCOMMAND")
+    osub.required = True
+    h = "replace initializers by name with weights from a .pt/.safetensors/.npz file (shapes and dtypes must match)"
+    q = osub.add_parser("set-weights", help=h, description=h)
+    q.add_argument("model", help="source .onnx model")
+    q.add_argument("weights", help="weights file (state dict): .pt, .safetensors, .npz ...")
+    q.add_argument("-o", "--output", required=True, help="new .onnx model (may be the source)")
+    g = q.add_mutually_exclusive_group()
+    g.add_argument("--external-data", dest="external_data", action="store_true", default=None, help="write tensors to <output>.data (default: when the source used external data or tensors exceed 1.5 GiB)")
+    g.add_argument("--no-external-data", dest="external_data", action="store_false", help="keep every tensor inside the model file")
+    q.add_argument("--size-threshold", type=int, default=256, help="with external data, tensors of at most this many bytes stay inline (default 256, as torch.onnx.export)")
+    q.add_argument("--allow-missing", action="store_true", help="ignore weights that name no initializer")
+    q.add_argument("--strip-prefix", help="remove this prefix from weight names first (e.g. 'model.')")
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(func=cmd_set_weights)

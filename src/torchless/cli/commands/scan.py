@@ -1,0 +1,43 @@
+"""``torchless scan PATH...``: find what loading these files would execute.
+
+Exit codes: 0 clean, 1 findings, 2 error (a file could not be scanned, or bad usage).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ...scan import SEVERITIES, scan
+from ...scan.report import format_json, format_sarif, format_text
+
+__all__ = ["register", "cmd_scan"]
+
+
+def cmd_scan(args: argparse.Namespace) -> int:
+    report = scan(args.paths, unknown_severity=args.unknown_severity, jobs=args.jobs)
+    if args.sarif:
+        print(format_sarif(report))
+    elif args.json:
+        print(format_json(report))
+    else:
+        print(format_text(report, verbose=args.verbose))
+    return report.exit_code
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "scan",
+        help="security-scan files/directories for pickles that would run code",
+        description="Find every pickle stream in every carrier (raw pickles, torch zips, legacy and tar "
+        "checkpoints, TorchScript, .pt2, DCP, .npy/.npz, compressed joblib-style files), run each "
+        "symbolically (nothing is imported) and report dangerous or unknown globals and container "
+        "differentials. Exit codes: 0 clean, 1 findings, 2 error.",
+    )
+    p.add_argument("paths", nargs="+", metavar="PATH", help="files or directories (recursive)")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="machine-readable report")
+    fmt.add_argument("--sarif", action="store_true", help="SARIF 2.1.0 for code-scanning CI")
+    p.add_argument("--unknown-severity", choices=SEVERITIES, default="medium", help="severity of globals that are neither allowlisted nor known dangerous (default: medium; 'info' does not fail the scan)")
+    p.add_argument("--jobs", "-j", type=int, default=None, help="worker processes (default: all cores)")
+    p.add_argument("--verbose", "-v", action="store_true", help="also show clean files' details and info findings")
+    p.set_defaults(func=cmd_scan)

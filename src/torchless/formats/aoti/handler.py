@@ -1,0 +1,209 @@
+"""The ``aoti`` format handler: AOTInductor packages (``aoti_compile_and_package``).
+
+An AOTInductor package is a PT2 archive, so this handler sniffs before the ``pt2`` one
+(priority 15 < 20) and claims only archives with ``data/aotinductor/<model>/`` records.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, Iterator
+
+from ...container.zip import Problem, is_zip
+from ...core.dtypes import DTYPES
+from ...core.errors import TorchlessError
+from ...pickle.machine import Limits
+from ..base import Artifact, Probe, summarize_tensors
+from ..registry import register
+from .constants import ARCHIVE_FORMAT_PATH, ARCHIVE_FORMAT_VALUE, METADATA_KEYS, WEIGHTS_DIR
+from .elf import ElfInfo
+from .read import AotiModel, AotiPackage, ConstantInfo, blob_size, is_aoti_records, read_package
+
+__all__ = ["AotiArtifact", "AotiHandler"]
+
+
+class AotiArtifact(Artifact):
+    """An opened AOTInductor package.
+
+    Attributes:
+        package: the parsed :class:`~torchless.formats.aoti.read.AotiPackage`.
+    """
+
+    format = "aoti"
+
+    def __init__(self, path: Any, *, limits: Limits = Limits(), weights_only: bool = True) -> None:
+        super().__init__(path if not isinstance(path, (bytes, bytearray, memoryview)) else "<bytes>")
+        # weights_only is accepted for API symmetry: weight pickles are always read with
+        # the allowlist (torch.load in the AOTI loader uses weights_only=True too)
+        self.package: AotiPackage = read_package(path, limits=limits)
+
+    def tensors(self) -> Iterator[tuple[str, Any]]:
+        return iter(self.package.tensors())
+
+    def info(self) -> dict[str, Any]:
+        pkg = self.package
+        out: dict[str, Any] = {
+            "format": "aoti",
+            "path": self.path,
+            "records": pkg.records,
+            "models": [m.name for m in pkg.models.values()],
+            **summarize_tensors(self.tensors()),
+        }
+        if pkg.zip.prefix:
+            out["archive_prefix"] = pkg.zip.prefix
+        for m in pkg.models.values():
+            out[f"model {m.name}"] = m.to_dict()
+        if pkg.other_files:
+            out["other_files"] = [f.to_dict() for f in pkg.other_files]
+        out["note"] = "the compute graph is compiled C++ (wrapper.so); torchless lists it but never loads or runs it"
+        return out
+
+    def verify(self) -> list[Problem]:
+        pkg = self.package
+        problems: list[Problem] = list(pkg.zip.verify(crc=True))
+        fmt = pkg.records.get(ARCHIVE_FORMAT_PATH)
+        if fmt != ARCHIVE_FORMAT_VALUE:
+            problems.append(Problem("archive-format", f"archive_format is {fmt!r}, expected 'pt2' (torch's is_pt2_package would not accept it)", ARCHIVE_FORMAT_PATH, None, "warning"))
+        if not pkg.zip.prefix:
+            problems.append(Problem("prefix", "records are not inside an archive folder (torch's reader requires one)", None))
+        used_weights: set[str] = set()
+        for m in pkg.models.values():
+            problems += _verify_model(pkg, m, used_weights)
+        for f in pkg.other_files:
+            if f.kind == "weight" and used_weights and f.name[len(WEIGHTS_DIR) :] not in used_weights:
+                problems.append(Problem("unused-weight", f"{f.name} is not named by any weights_config.json", f.name, None, "warning"))
+        problems += super().verify()
+        return problems
+
+    def close(self) -> None:
+        self.package.zip.close()
+
+
+def _needed_elements(c: ConstantInfo) -> int:
+    if any(s == 0 for s in c.shape):
+        return 0
+    return c.offset + sum((s - 1) * st for s, st in zip(c.shape, c.stride)) + 1
+
+
+def _verify_model(pkg: AotiPackage, m: AotiModel, used_weights: set[str]) -> list[Problem]:
+    out: list[Problem] = []
+    where = f"data/aotinductor/{m.name}/"
+
+    def err(code: str, msg: str, member: str | None = None, severity: str = "error") -> None:
+        out.append(Problem(code, msg, member or where, None, severity))
+
+    if not m.metadata_files:
+        err("metadata", "model folder has no *_metadata.json", severity="warning")
+    for name, meta in m.metadata_files.items():
+        if not isinstance(meta, dict) or "<error>" in meta:
+            err("metadata", f"metadata is not a JSON object: {meta.get('<error>') if isinstance(meta, dict) else type(meta).__name__}", name)
+            continue
+        if not all(isinstance(v, str) for v in meta.values()):
+            err("metadata", "metadata values must all be strings (aoti_compile_and_package refuses others)", name)
+        missing = [k for k in METADATA_KEYS[:1] if k not in meta]
+        if missing:
+            err("metadata", f"metadata lacks {', '.join(missing)}", name, "warning")
+    if m.wrapper is None and not m.file("shared_object"):
+        err("missing-wrapper", "model folder has neither a wrapper .cpp nor a shared object")
+    for name, info in m.elf.items():
+        if isinstance(info, str):
+            err("elf", info, name)
+            continue
+        for p in info.problems:
+            err("elf", p, name)
+        if info.type == "shared object" and not info.exports:
+            err("elf", "shared object exports no AOTInductor* entry points", name, "warning")
+    if m.num_constants is not None and m.constants and m.num_constants != len(m.constants):
+        err("constants", f"wrapper constructor declares {m.num_constants} constants, the table has {len(m.constants)} rows", m.wrapper)
+    for c in m.constants:
+        dt = DTYPES.get(c.dtype)
+        if dt is None:
+            err("constants", f"constant {c.fqn!r} has an unknown dtype {c.dtype!r}", m.wrapper, "warning")
+            continue
+        if c.layout == "strided" and len(c.shape) != len(c.stride):
+            err("constants", f"constant {c.fqn!r}: shape {list(c.shape)} and stride {list(c.stride)} differ in length", m.wrapper)
+        elif c.layout == "strided" and _needed_elements(c) * dt.itemsize > c.data_size:
+            err("constants", f"constant {c.fqn!r}: shape/stride/offset need {_needed_elements(c) * dt.itemsize} bytes, data_size is {c.data_size}", m.wrapper)
+    need = blob_size(m.constants)
+    if m.weights_layout in ("binary_blob", "embedded", "mmap") and m.blob is not None:
+        rec, _off, size = m.blob
+        if size < need:
+            err("weights-size", f"constants blob has {size} bytes, the constant table needs {need}", rec)
+        elif size > need and m.constants and size - need >= 64:
+            err("weights-size", f"constants blob has {size} bytes, {size - need} more than the constant table uses", rec, "warning")
+    if m.weights_layout == "binary_blob" and m.blob is not None:
+        so = _wrapper_so(m)
+        if so is not None and so[1].blob is not None and so[1].blob[1] == 8:
+            raw = pkg.zip.read(so[0])
+            (declared,) = struct.unpack_from("<q", raw, so[1].blob[0])
+            if declared != m.blob[2]:
+                err("weights-size", f"{so[0]} expects a {declared}-byte weights blob, {m.blob[0]} has {m.blob[2]}", m.blob[0])
+    if m.weights_config is not None:
+        by_fqn = {c.fqn: c for c in m.constants}
+        cfg_name = m.file("weights_config")[0].name
+        for fqn, spec in m.weights_config.items():
+            fname = spec[0]
+            used_weights.add(fname)
+            rec = WEIGHTS_DIR + fname
+            if pkg.zip.lookup(rec) is None:
+                err("missing-weight", f"weights_config entry {fqn!r} names {rec}, which is not in the package", cfg_name)
+                continue
+            t = m.tensors.get(fqn)
+            if t is None:
+                err("weight", f"weight {fqn!r} could not be read from {rec}", rec)
+                continue
+            c = by_fqn.get(fqn)
+            if c is not None:
+                if tuple(spec[1]) != c.shape or tuple(spec[2]) != c.stride or spec[3] != c.offset:
+                    err("weight", f"weights_config for {fqn!r} (shape {spec[1]}, stride {spec[2]}, offset {spec[3]}) differs from the wrapper's constant table (shape {list(c.shape)}, stride {list(c.stride)}, offset {c.offset})", cfg_name)
+                if DTYPES.get(c.dtype) is not None and t.dtype is not DTYPES[c.dtype]:
+                    err("weight", f"{rec} holds {t.dtype.name}, the constant table says {c.dtype} for {fqn!r}", rec)
+                if t.storage is not None and t.storage.nbytes < c.data_size:
+                    err("weight", f"{rec} stores {t.storage.nbytes} bytes, the constant table says {c.data_size} for {fqn!r}", rec)
+        missing = [c.fqn for c in m.constants if not c.from_folded and c.fqn not in m.weights_config]
+        if missing:
+            err("missing-weight", f"constants without a weights_config entry: {', '.join(missing[:5])}", cfg_name)
+    elif m.constants and not m.tensors and m.weights_layout not in ("external", "cpp_only"):
+        err("weights", f"constants could not be located ({'; '.join(m.notes) or m.weights_layout})", severity="warning")
+    for note in m.notes:
+        if "not extracted" in note or "does not match" in note:
+            err("weights", note, severity="warning")
+    return out
+
+
+def _wrapper_so(m: AotiModel) -> tuple[str, ElfInfo] | None:
+    for name, info in m.elf.items():
+        if isinstance(info, ElfInfo) and info.type == "shared object":
+            return name, info
+    return None
+
+
+@register
+class AotiHandler:
+    """AOTInductor packages: PT2 zips with ``data/aotinductor/<model>/`` compiler output."""
+
+    name = "aoti"
+    # ".pt2" belongs to the pt2 handler (writers are chosen by extension); this one is
+    # found by sniffing the records
+    extensions: tuple[str, ...] = ()
+    priority = 15
+    description = "AOTInductor package (aoti_compile_and_package): sources, .so, metadata, weights"
+
+    def sniff(self, probe: Probe) -> bool:
+        if probe.is_dir or not is_zip(probe.head):
+            return False
+        return is_aoti_records(probe.zip_records())
+
+    def open(self, path: Any, **kw: Any) -> AotiArtifact:
+        return AotiArtifact(path, **kw)
+
+
+def is_aoti_package(path: Any) -> bool:
+    """True when ``path`` is a zip holding AOTInductor output (never raises on bad input)."""
+    try:
+        return AotiHandler().sniff(Probe.of(path))
+    except (TorchlessError, OSError):
+        return False
+
+
+__all__ += ["is_aoti_package"]

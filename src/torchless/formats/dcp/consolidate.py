@@ -1,0 +1,70 @@
+"""Consolidating a DCP checkpoint into one file, streaming one tensor at a time.
+
+``.pt`` output holds the nested state dict (tensors and the non-tensor values), as
+``torch.distributed.checkpoint.format_utils.dcp_to_torch_save`` writes it; other formats
+(``.safetensors`` with optional ``max_shard_size``, ``.npz``) take the tensors by their
+flattened names. Each tensor is assembled from its chunks into one buffer, written, and
+dropped before the next, so peak memory is about the largest tensor.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+from ...core.errors import UsageError
+from .read import DCPReader, unflatten
+
+__all__ = ["consolidate"]
+
+
+def consolidate(
+    src: Any,
+    dst: Any,
+    *,
+    format: str | None = None,
+    progress: Callable[[int], None] | None = None,
+    weights_only: bool = True,
+    keys: Any = None,
+    **kw: Any,
+) -> dict[str, Any]:
+    """Write the DCP checkpoint ``src`` (a directory or a :class:`DCPReader`) as ``dst``.
+
+    Args:
+        format: destination format (default: from ``dst``'s extension).
+        weights_only: how non-tensor values are unpickled (``.pt`` output only).
+        keys: only these flattened keys.
+        **kw: passed to the writer (``max_shard_size`` for safetensors).
+
+    Returns:
+        ``{"tensors": n, "bytes": total, "skipped": [non-tensor keys not written]}``.
+    """
+    from ... import _api
+    from ..registry import handler, handler_for_path
+
+    reader = src if isinstance(src, DCPReader) else DCPReader(src)
+    try:
+        h = handler(format) if format else handler_for_path(dst)
+        if h is None:
+            raise UsageError("cannot tell the output format from the file name", path=dst, expected=".pt, .safetensors, .npz ...")
+        want = None if keys is None else set(keys)
+        names = [n for n in reader.tensor_names() if want is None or n in want]
+        values = [n for n in reader.bytes_names() if want is None or n in want]
+        total = sum(reader.entries[n].nbytes for n in names)
+        if h.name == "pt":
+            from ..pt.write import save_checkpoint
+
+            flat: dict[str, Any] = {}
+            for fqn in reader.entries:
+                if fqn in names:
+                    flat[fqn] = reader.tensor(fqn)
+                elif fqn in values:
+                    flat[fqn] = reader.value(fqn, weights_only=weights_only)
+            save_checkpoint(unflatten(flat, reader.metadata.planner_data), os.fspath(dst), progress=progress)
+            return {"tensors": len(names), "bytes": total, "skipped": []}
+        items = ((n, reader.tensor(n)) for n in names)
+        _api.write_tensors(items, dst, format=h.name, progress=progress, **kw)
+        return {"tensors": len(names), "bytes": total, "skipped": values}
+    finally:
+        if not isinstance(src, DCPReader):
+            reader.close()

@@ -1,0 +1,474 @@
+"""Reading a DCP directory: metadata, chunk payloads, full tensors assembled lazily.
+
+Every chunk in a ``.distcp`` file is a complete ``torch.save`` zip at a recorded offset
+(spec ``dcp.md`` §3). Its small structures (zip directory, ``data.pkl``) are read through
+a memory map; its payload is read with ``os.preadv`` straight into the buffer of the
+tensor being assembled, so the pages of a multi-gigabyte checkpoint never pile up in
+the process: peak memory is about one tensor.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import numpy as np
+
+from ...container.zip import ZipReader
+from ...core.errors import FormatError, NotFoundError, TorchlessError, TruncatedError, UnsupportedError, UsageError
+from ...core.source import BytesSource, MmapSource
+from ...core.tensor import Storage, Tensor
+from ..base import Artifact, Problem, summarize_tensors
+from .metadata import read_metadata
+from .spec import BytesStorageMetadata, ChunkStorageMetadata, Metadata, MetadataIndex, StorageInfo, TensorStorageMetadata, numel
+
+__all__ = ["DCPReader", "DCPArtifact", "ChunkRef", "unflatten", "pread_into", "BlockStorage"]
+
+#: bytes read per pread when a chunk must go through a bounce buffer
+BOUNCE = 64 << 20
+
+
+def pread_into(fd: int, mv: memoryview, offset: int, *, path: Any = None) -> None:
+    """Fill ``mv`` from ``fd`` at ``offset``; a short file raises TruncatedError."""
+    mv = mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
+    done = 0
+    n = len(mv)
+    while done < n:
+        step = min(n - done, 1 << 30)
+        got = os.preadv(fd, [mv[done : done + step]], offset + done)
+        if got <= 0:
+            raise TruncatedError("file ends inside a chunk", path=path, offset=offset + done, expected=f"{n - done} more bytes")
+        done += got
+
+
+class BlockStorage(Storage):
+    """A storage whose bytes are assembled on every access and never cached.
+
+    Keeping assembled tensors alive would make memory grow with the checkpoint; callers
+    that want to keep the values keep the array ``numpy()`` returns.
+    """
+
+    __slots__ = ()
+
+    def bytes(self) -> memoryview:  # noqa: D102
+        if self._loader is None:
+            raise UnsupportedError(f"storage {self.key!r} has no data")
+        data = memoryview(self._loader()).cast("B")
+        if len(data) != self.nbytes:
+            raise FormatError(f"assembled {self.key!r} has the wrong size", expected=self.nbytes, found=len(data))
+        return data
+
+
+@dataclass
+class ChunkRef:
+    """One saved chunk and where its payload lies."""
+
+    fqn: str
+    chunk: ChunkStorageMetadata
+    info: StorageInfo
+    index: int
+    # filled by DCPReader.locate
+    data_offset: int = -1  # absolute offset of the first element in the file
+    stride: tuple[int, ...] = ()
+    storage_nbytes: int = 0
+    byteorder: str = "little"
+
+    @property
+    def contiguous(self) -> bool:
+        exp = 1
+        for size, st in zip(reversed(self.chunk.sizes), reversed(self.stride)):
+            if size != 1 and st != exp:
+                return False
+            exp *= size
+        return True
+
+
+def _safe_relpath(rel: str, path: Any) -> str:
+    if not rel or "/" in rel or "\\" in rel or rel in (".", "..") or "\x00" in rel:
+        raise FormatError("storage file name must be a plain file name in the checkpoint directory", path=path, found=rel[:80])
+    return rel
+
+
+class DCPReader:
+    """The parts of a DCP checkpoint: metadata, chunk locations and payload reads.
+
+    Args:
+        path: the checkpoint directory (holding ``.metadata``).
+    """
+
+    def __init__(self, path: Any, *, metadata: Metadata | None = None) -> None:
+        self.path = os.fspath(path)
+        if not os.path.isdir(self.path):
+            raise NotFoundError("not a DCP checkpoint directory", path=self.path)
+        self.metadata = metadata if metadata is not None else read_metadata(self.path)
+        md = self.metadata
+        if md.storage_data is None:
+            raise UnsupportedError("DCP metadata without storage_data (not written by FileSystemWriter)", path=self.path)
+        self._by_key: dict[tuple[str, Any], StorageInfo] = {(k.fqn, k.offset): v for k, v in md.storage_data.items()}
+        self._chunks: dict[str, list[ChunkRef]] = {}
+        self._fds: dict[str, int] = {}
+        self._maps: dict[str, MmapSource] = {}
+        for fqn, item in md.state_dict_metadata.items():
+            if isinstance(item, TensorStorageMetadata):
+                refs = []
+                for i, c in enumerate(item.chunks):
+                    info = self._by_key.get((fqn, c.offsets))
+                    if info is None:
+                        raise FormatError("chunk has no storage entry", path=self.path, member=fqn, found=f"offsets {list(c.offsets)}")
+                    if info.transform_descriptors:
+                        raise UnsupportedError("DCP stream transforms (compression/encryption extensions)", path=self.path, member=fqn, found=",".join(info.transform_descriptors))
+                    _safe_relpath(info.relative_path, self.path)
+                    refs.append(ChunkRef(fqn, c, info, i))
+                self._chunks[fqn] = refs
+
+    # -- what is in it ------------------------------------------------------------------
+    @property
+    def entries(self) -> dict[str, Any]:
+        return self.metadata.state_dict_metadata
+
+    def tensor_names(self) -> list[str]:
+        return [k for k, v in self.entries.items() if isinstance(v, TensorStorageMetadata)]
+
+    def bytes_names(self) -> list[str]:
+        return [k for k, v in self.entries.items() if isinstance(v, BytesStorageMetadata)]
+
+    def chunks(self, fqn: str) -> list[ChunkRef]:
+        if fqn not in self._chunks:
+            raise NotFoundError(f"no tensor named {fqn!r}", path=self.path)
+        return self._chunks[fqn]
+
+    def files(self) -> list[str]:
+        return sorted({v.relative_path for v in self.metadata.storage_data.values()})
+
+    # -- files ----------------------------------------------------------------------------
+    def _file(self, rel: str) -> MmapSource:
+        m = self._maps.get(rel)
+        if m is None:
+            p = os.path.join(self.path, _safe_relpath(rel, self.path))
+            m = MmapSource(p)
+            self._maps[rel] = m
+        return m
+
+    def _fd(self, rel: str) -> int:
+        fd = self._fds.get(rel)
+        if fd is None:
+            p = os.path.join(self.path, _safe_relpath(rel, self.path))
+            try:
+                fd = os.open(p, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+            except FileNotFoundError:
+                raise NotFoundError("storage file listed in .metadata is missing", path=p) from None
+            self._fds[rel] = fd
+        return fd
+
+    def _item_source(self, info: StorageInfo, what: str) -> BytesSource:
+        src = self._file(info.relative_path)
+        src.check(info.offset, info.length, what=f"{what} in {info.relative_path}")
+        return BytesSource(src.view(info.offset, info.length), name=f"{os.path.join(self.path, info.relative_path)}@{info.offset}")
+
+    def raw_item(self, fqn: str) -> bytes:
+        """The stored bytes of a non-tensor item (a ``torch.save`` stream)."""
+        info = self._by_key.get((fqn, None))
+        if info is None:
+            raise NotFoundError(f"no bytes item named {fqn!r}", path=self.path)
+        _safe_relpath(info.relative_path, self.path)
+        src = self._file(info.relative_path)
+        src.check(info.offset, info.length, what=f"item {fqn}")
+        return src.read_at(info.offset, info.length)
+
+    def value(self, fqn: str, *, weights_only: bool = True) -> Any:
+        """A non-tensor item, unpickled by torchless's safe machine."""
+        from ..pt.read import read_checkpoint
+
+        data = self.raw_item(fqn)
+        try:
+            return read_checkpoint(BytesSource(data, name=f"{self.path}:{fqn}"), weights_only=weights_only).obj
+        except TorchlessError as e:
+            if e.member is None:
+                e.member = fqn
+            raise
+
+    # -- chunks -----------------------------------------------------------------------------
+    def locate(self, ref: ChunkRef) -> ChunkRef:
+        """Parse the chunk's embedded ``torch.save`` archive; record where its payload is."""
+        if ref.data_offset >= 0:
+            return ref
+        from ..pt.read import read_zip_checkpoint
+
+        tmd = self.entries[ref.fqn]
+        assert isinstance(tmd, TensorStorageMetadata)
+        src = self._item_source(ref.info, f"chunk of {ref.fqn}")
+        where = dict(path=os.path.join(self.path, ref.info.relative_path), member=ref.fqn, offset=ref.info.offset)
+        try:
+            zr = ZipReader(src)
+            cp = read_zip_checkpoint(zr, weights_only=True)
+        except TorchlessError as e:
+            raise e.with_context(path=where["path"], member=ref.fqn)
+        t = cp.obj
+        if not isinstance(t, Tensor) or t.storage is None:
+            raise FormatError("chunk is not a tensor", expected="a torch.save'd tensor", found=type(t).__name__, **where)
+        if t.dtype.name != tmd.dtype.name:
+            raise FormatError("chunk dtype differs from the metadata", expected=tmd.dtype.name, found=t.dtype.name, **where)
+        if tuple(t.shape) != tuple(ref.chunk.sizes):
+            raise FormatError("chunk shape differs from the metadata", expected=list(ref.chunk.sizes), found=list(t.shape), **where)
+        t._check_bounds()
+        entry = zr.lookup(f"data/{t.storage.key}")
+        if entry is None or entry.method != 0:
+            raise FormatError("chunk payload record missing or compressed", **where)
+        base = zr.data_offset(entry)
+        ref.data_offset = ref.info.offset + base + t.storage_offset() * t.dtype.itemsize
+        ref.stride = tuple(t.stride())
+        ref.storage_nbytes = t.storage.nbytes - t.storage_offset() * t.dtype.itemsize
+        ref.byteorder = cp.byteorder
+        if ref.byteorder != sys.byteorder and t.dtype.itemsize > 1:
+            raise UnsupportedError("chunk saved with a foreign byte order", **where)
+        if ref.info.offset + base + t.storage.nbytes > ref.info.offset + ref.info.length:
+            raise TruncatedError("chunk payload runs past its item", **where)
+        return ref
+
+    def read_block(self, fqn: str, offsets: tuple[int, ...] | None = None, sizes: tuple[int, ...] | None = None) -> np.ndarray:
+        """The C-contiguous bytes of ``tensor[offsets : offsets + sizes]`` (whole tensor by
+        default) as a flat uint8 array, read from every chunk that overlaps it."""
+        tmd = self.entries.get(fqn)
+        if not isinstance(tmd, TensorStorageMetadata):
+            raise NotFoundError(f"no tensor named {fqn!r}", path=self.path)
+        gshape = tmd.size
+        offsets = tuple(offsets) if offsets is not None else (0,) * len(gshape)
+        sizes = tuple(sizes) if sizes is not None else tuple(gshape)
+        if len(offsets) != len(gshape) or len(sizes) != len(gshape) or any(o < 0 or o + s > g for o, s, g in zip(offsets, sizes, gshape)):
+            raise UsageError("block outside the tensor", member=fqn, expected=list(gshape), found=f"offsets {list(offsets)} sizes {list(sizes)}")
+        isz = tmd.dtype.itemsize
+        out = np.empty(numel(sizes) * isz, dtype=np.uint8)
+        if out.size == 0:
+            return out
+        dst = out.reshape(tuple(sizes) + (isz,))
+        covered = 0
+        for ref in self.chunks(fqn):
+            c = ref.chunk
+            lo = [max(a, b) for a, b in zip(c.offsets, offsets)]
+            hi = [min(a + s, b + t) for a, s, b, t in zip(c.offsets, c.sizes, offsets, sizes)]
+            if any(h <= l for l, h in zip(lo, hi)) and len(gshape):
+                continue
+            self.locate(ref)
+            covered += numel(tuple(h - l for l, h in zip(lo, hi)))
+            self._copy_chunk(ref, isz, lo, hi, offsets, sizes, dst, out)
+        if covered != numel(sizes):
+            raise FormatError("the chunks do not cover the tensor exactly", path=self.path, member=fqn, expected=f"{numel(sizes)} elements", found=f"{covered}")
+        return out
+
+    def _copy_chunk(self, ref: ChunkRef, isz: int, lo: list[int], hi: list[int], boff: tuple[int, ...], bsize: tuple[int, ...], dst: np.ndarray, flat: np.ndarray) -> None:
+        c = ref.chunk
+        fd = self._fd(ref.info.relative_path)
+        path = os.path.join(self.path, ref.info.relative_path)
+        nd = len(c.sizes)
+        if nd == 0:
+            pread_into(fd, memoryview(flat), ref.data_offset, path=path)
+            return
+        if not ref.contiguous:
+            # rare: a strided chunk (torch keeps views' strides when the storage is compact)
+            buf = np.empty(ref.storage_nbytes, dtype=np.uint8)
+            pread_into(fd, memoryview(buf), ref.data_offset, path=path)
+            src = np.lib.stride_tricks.as_strided(buf, shape=tuple(c.sizes) + (isz,), strides=tuple(s * isz for s in ref.stride) + (1,), writeable=False)
+            sl = tuple(slice(l - o, h - o) for l, h, o in zip(lo, hi, c.offsets))
+            dl = tuple(slice(l - o, h - o) for l, h, o in zip(lo, hi, boff))
+            dst[dl] = src[sl]
+            return
+        # rows of the chunk along dim 0 are contiguous runs of `row` bytes
+        row = numel(c.sizes[1:]) * isz
+        r0, r1 = lo[0] - c.offsets[0], hi[0] - c.offsets[0]
+        inner_full_chunk = all(l == o and h == o + s for l, h, o, s in zip(lo[1:], hi[1:], c.offsets[1:], c.sizes[1:]))
+        inner_full_block = all(l == o and h == o + s for l, h, o, s in zip(lo[1:], hi[1:], boff[1:], bsize[1:]))
+        if inner_full_chunk and inner_full_block:
+            start = (lo[0] - boff[0]) * row
+            pread_into(fd, memoryview(flat)[start : start + (r1 - r0) * row], ref.data_offset + r0 * row, path=path)
+            return
+        rows_per = max(1, BOUNCE // max(row, 1))
+        inner_src = tuple(slice(l - o, h - o) for l, h, o in zip(lo[1:], hi[1:], c.offsets[1:]))
+        inner_dst = tuple(slice(l - o, h - o) for l, h, o in zip(lo[1:], hi[1:], boff[1:]))
+        bounce = np.empty(min(rows_per, r1 - r0) * row, dtype=np.uint8)
+        for a in range(r0, r1, rows_per):
+            b = min(a + rows_per, r1)
+            part = bounce[: (b - a) * row]
+            pread_into(fd, memoryview(part), ref.data_offset + a * row, path=path)
+            src = part.reshape((b - a,) + tuple(c.sizes[1:]) + (isz,))
+            d0 = a + c.offsets[0] - boff[0]
+            dst[(slice(d0, d0 + b - a),) + inner_dst] = src[(slice(None),) + inner_src]
+
+    def tensor(self, fqn: str) -> Tensor:
+        """A lazy tensor whose bytes are assembled from the chunks on each access."""
+        tmd = self.entries.get(fqn)
+        if not isinstance(tmd, TensorStorageMetadata):
+            raise NotFoundError(f"no tensor named {fqn!r}", path=self.path)
+        dt = tmd.dtype
+        st = BlockStorage(fqn, tmd.nbytes, dt, "cpu", loader=lambda f=fqn: self.read_block(f), origin=f"{self.path}:{fqn}")
+        return Tensor(st, dt, tmd.size, requires_grad=tmd.properties.requires_grad)
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._fds.clear()
+        for m in self._maps.values():
+            m.close()
+        self._maps.clear()
+
+    # -- layout -------------------------------------------------------------------------------
+    def layout(self) -> dict[str, Any]:
+        """Everything ``.metadata`` says, JSON-ready."""
+        md = self.metadata
+        items: dict[str, Any] = {}
+        for fqn, it in md.state_dict_metadata.items():
+            if isinstance(it, TensorStorageMetadata):
+                p = it.properties
+                items[fqn] = {
+                    "kind": "tensor",
+                    "dtype": p.dtype.name,
+                    "shape": list(it.size),
+                    "nbytes": it.nbytes,
+                    "requires_grad": p.requires_grad,
+                    "layout": p.layout,
+                    "memory_format": p.memory_format,
+                    "chunks": [
+                        {"offsets": list(r.chunk.offsets), "sizes": list(r.chunk.sizes), "file": r.info.relative_path, "offset": r.info.offset, "length": r.info.length}
+                        for r in self._chunks[fqn]
+                    ],
+                }
+            else:
+                info = self._by_key.get((fqn, None))
+                items[fqn] = {"kind": "bytes", "file": info.relative_path if info else None, "offset": info.offset if info else None, "length": info.length if info else None}
+        sm = md.storage_meta
+        return {
+            "version": md.version,
+            "items": items,
+            "planner_data": _jsonable(md.planner_data),
+            "storage_meta": None if sm is None else {"checkpoint_id": None if sm.checkpoint_id is None else str(sm.checkpoint_id), "save_id": sm.save_id, "load_id": sm.load_id, "modules": sm.modules},
+            "files": {f: os.path.getsize(os.path.join(self.path, f)) if os.path.exists(os.path.join(self.path, f)) else None for f in self.files()},
+        }
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if x is None or isinstance(x, (str, int, float, bool)):
+        return x
+    return repr(x)
+
+
+def unflatten(flat: dict[str, Any], planner_data: Any) -> dict[str, Any]:
+    """Rebuild the nested state dict from flattened keys and the planner's key paths
+    (what torch's ``_EmptyStateDictLoadPlanner`` does); keys without a path stay flat."""
+    out: dict[str, Any] = {}
+    paths = planner_data if isinstance(planner_data, dict) else {}
+    for key, value in flat.items():
+        path = paths.get(key)
+        if not isinstance(path, tuple) or not path or not all(isinstance(p, (str, int)) for p in path) or not isinstance(path[0], str):
+            out[key] = value
+            continue
+        cur: Any = out
+        for i, p in enumerate(path[:-1]):
+            nxt = path[i + 1]
+            if isinstance(cur, dict):
+                if p not in cur:
+                    cur[p] = [] if isinstance(nxt, int) else {}
+                cur = cur[p]
+            else:
+                assert isinstance(p, int)
+                while len(cur) <= p:
+                    cur.append(None)
+                if cur[p] is None:
+                    cur[p] = [] if isinstance(nxt, int) else {}
+                cur = cur[p]
+            if isinstance(cur, list) != isinstance(nxt, int):
+                raise FormatError("planner_data paths disagree about a container type", member=key)
+        last = path[-1]
+        if isinstance(cur, dict):
+            cur[last] = value
+        else:
+            while len(cur) <= last:
+                cur.append(None)
+            cur[last] = value
+    return out
+
+
+class DCPArtifact(Artifact):
+    """An opened DCP checkpoint directory (lazy: tensors are assembled on ``numpy()``)."""
+
+    format = "dcp"
+
+    def __init__(self, path: Any, *, weights_only: bool = True, **_: Any) -> None:
+        super().__init__(path)
+        self.reader = DCPReader(path)
+        self.weights_only = weights_only
+
+    @property
+    def metadata(self) -> Metadata:
+        return self.reader.metadata
+
+    def tensors(self) -> Iterator[tuple[str, Any]]:
+        for fqn in self.reader.tensor_names():
+            yield fqn, self.reader.tensor(fqn)
+
+    def values(self, *, weights_only: bool | None = None) -> dict[str, Any]:
+        """The non-tensor items, unpickled."""
+        wo = self.weights_only if weights_only is None else weights_only
+        return {k: self.reader.value(k, weights_only=wo) for k in self.reader.bytes_names()}
+
+    def load(self, *, weights_only: bool = True, keys: Any = None) -> Any:
+        """The nested state dict (tensors lazy, non-tensor values unpickled)."""
+        flat: dict[str, Any] = {}
+        want = None if keys is None else set(keys)
+        for fqn, it in self.reader.entries.items():
+            if want is not None and fqn not in want:
+                continue
+            flat[fqn] = self.reader.tensor(fqn) if isinstance(it, TensorStorageMetadata) else self.reader.value(fqn, weights_only=weights_only)
+        return unflatten(flat, self.reader.metadata.planner_data)
+
+    def layout(self) -> dict[str, Any]:
+        return self.reader.layout()
+
+    def info(self) -> dict[str, Any]:
+        r = self.reader
+        out: dict[str, Any] = {"format": self.format, "path": self.path, "version": r.metadata.version}
+        out.update(summarize_tensors(self.tensors()))
+        out["storage_bytes"] = out["tensor_bytes"]
+        out["bytes_items"] = r.bytes_names()
+        out["files"] = len(r.files())
+        out["ranks"] = len({f.split("_")[2] for f in r.files() if f.startswith("__") and f.count("_") >= 3}) or None
+        out["chunks"] = sum(len(r.chunks(f)) for f in r.tensor_names())
+        return out
+
+    def verify(self) -> list[Problem]:
+        problems: list[Problem] = []
+        r = self.reader
+        for fqn in r.tensor_names():
+            tmd = r.entries[fqn]
+            total = 0
+            try:
+                for ref in r.chunks(fqn):
+                    r.locate(ref)
+                    total += numel(ref.chunk.sizes)
+            except TorchlessError as e:
+                problems.append(Problem("chunk", str(e), fqn))
+                continue
+            if total != numel(tmd.size):
+                problems.append(Problem("coverage", f"chunks hold {total} elements, the tensor has {numel(tmd.size)}", fqn))
+        for fqn in r.bytes_names():
+            try:
+                r.value(fqn, weights_only=False)
+            except TorchlessError as e:
+                problems.append(Problem("bytes", str(e), fqn))
+        return problems
+
+    def convert_to(self, dst: Any, *, format: str | None = None, progress: Any = None, **kw: Any) -> dict[str, Any]:
+        """Consolidate into one file (``torchless convert`` on a DCP directory)."""
+        from .consolidate import consolidate
+
+        return consolidate(self.reader, dst, format=format, progress=progress, **kw)
+
+    def close(self) -> None:
+        self.reader.close()

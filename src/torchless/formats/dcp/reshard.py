@@ -1,0 +1,470 @@
+"""Writing DCP directories: reshard N ranks to M, or split one file into M ranks.
+
+The work is planned as independent :class:`FileTask` objects, one per output
+``__<rank>_0.distcp`` file; each names its source by path and lists the items to write,
+so tasks run in any order, in this process or in a pool of processes (``jobs``), and
+could be shipped to a cluster executor. The coordinator writes ``.metadata`` last, from
+the byte ranges the tasks report, so a crashed run never leaves a loadable half-written
+checkpoint.
+
+A sharding plan says, per tensor, how the global tensor is split across the M ranks:
+along a dimension (``row`` = dim 0, ``col`` = dim 1, ``dim:N``; ``torch.chunk``'s split,
+empty pieces dropped) or ``replicate`` (one full chunk, written by the least-loaded
+rank, as DCP's save-plan deduplication does). Rules are ``PATTERN=SPEC`` (fnmatch on the
+flattened key) separated by commas; a bare ``SPEC`` sets the default. The default
+``auto`` shards along dim 0 when it has at least M rows, and replicates otherwise.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import io
+import os
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from ...core.atomic import AtomicFile, atomic_write_bytes
+from ...core.errors import NotFoundError, UnsupportedError, UsageError
+from ...core.tensor import Storage, Tensor
+from .metadata import dump_metadata
+from .read import DCPReader, pread_into
+from .spec import (
+    CURRENT_DCP_VERSION,
+    METADATA_NAME,
+    BytesStorageMetadata,
+    ChunkStorageMetadata,
+    Metadata,
+    MetadataIndex,
+    StorageInfo,
+    StorageMeta,
+    TensorProperties,
+    TensorStorageMetadata,
+    numel,
+)
+
+__all__ = ["ShardSpec", "parse_plan", "plan_reshard", "FileTask", "run_task", "reshard", "FileSource", "open_source_checkpoint", "flatten_state_dict"]
+
+
+# -- sharding plans ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ShardSpec:
+    """``kind`` is ``"dim"`` (split along ``dim``), ``"replicate"`` or ``"auto"``."""
+
+    kind: str
+    dim: int = 0
+
+    @classmethod
+    def parse(cls, text: str) -> "ShardSpec":
+        t = text.strip().lower()
+        if t in ("row", "rows", "rowwise", "row-wise"):
+            return cls("dim", 0)
+        if t in ("col", "cols", "colwise", "column", "column-wise"):
+            return cls("dim", 1)
+        if t in ("replicate", "replicated", "rep"):
+            return cls("replicate")
+        if t == "auto":
+            return cls("auto")
+        if t.startswith("dim:") or t.startswith("dim="):
+            try:
+                return cls("dim", int(t[4:]))
+            except ValueError:
+                pass
+        raise UsageError(f"bad sharding spec {text!r}", expected="row, col, dim:N, replicate or auto")
+
+
+@dataclass
+class Plan:
+    default: ShardSpec = ShardSpec("auto")
+    rules: list[tuple[str, ShardSpec]] = field(default_factory=list)
+
+    def spec_for(self, fqn: str) -> ShardSpec:
+        for pat, spec in self.rules:
+            if fnmatch.fnmatchcase(fqn, pat):
+                return spec
+        return self.default
+
+
+def parse_plan(text: str | None) -> Plan:
+    """``"auto"``, ``"row"``, ``"*.bias=replicate,lm_head.*=col,row"`` ..."""
+    plan = Plan()
+    if not text:
+        return plan
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "=" in part and not part.lower().startswith("dim="):
+            pat, spec = part.rsplit("=", 1)
+            plan.rules.append((pat.strip(), ShardSpec.parse(spec)))
+        else:
+            plan.default = ShardSpec.parse(part)
+    return plan
+
+
+def split_tensor(size: tuple[int, ...], spec: ShardSpec, ranks: int) -> list[ChunkStorageMetadata] | None:
+    """Per-rank chunks (None: replicate). ``torch.chunk`` semantics; empty pieces dropped."""
+    if spec.kind == "auto":
+        spec = ShardSpec("dim", 0) if size and size[0] >= ranks and ranks > 1 else ShardSpec("replicate")
+    if spec.kind == "replicate" or ranks == 1:
+        return None
+    d = spec.dim if spec.dim >= 0 else spec.dim + len(size)
+    if not 0 <= d < len(size):
+        return None
+    n = size[d]
+    step = -(-n // ranks) if n else 0
+    out: list[ChunkStorageMetadata] = []
+    for r in range(ranks):
+        a = min(r * step, n)
+        b = min(a + step, n)
+        if b <= a:
+            continue
+        offs = tuple(a if i == d else 0 for i in range(len(size)))
+        sizes = tuple(b - a if i == d else s for i, s in enumerate(size))
+        out.append(ChunkStorageMetadata(offs, sizes))
+    return out
+
+
+# -- sources: a DCP directory or one checkpoint file ---------------------------------------------
+def flatten_state_dict(obj: Any) -> tuple[dict[str, Any], dict[str, tuple]]:
+    """DCP's flattening: mappings are walked by ``str(key)``; lists and tuples that hold
+    tensors or containers with tensors by index; anything else is a leaf. Returns
+    ``({dotted key: leaf}, {dotted key: key path})``."""
+
+    def has_tensor(v: Any) -> bool:
+        if isinstance(v, Tensor):
+            return True
+        if isinstance(v, dict):
+            return any(has_tensor(x) for x in v.values())
+        if isinstance(v, list):
+            return any(has_tensor(x) for x in v)
+        return False
+
+    flat: dict[str, Any] = {}
+    paths: dict[str, tuple] = {}
+
+    def walk(path: tuple, v: Any) -> None:
+        if isinstance(v, dict):
+            for k, x in v.items():
+                walk(path + (str(k),), x)
+        elif isinstance(v, list) and has_tensor(v):
+            for i, x in enumerate(v):
+                walk(path + (i,), x)
+        else:
+            key = ".".join(str(p) for p in path)
+            flat[key] = v
+            paths[key] = path
+
+    if not isinstance(obj, dict):
+        raise UsageError("a DCP checkpoint holds a state dict", expected="a dict at the top", found=type(obj).__name__)
+    for k, v in obj.items():
+        walk((str(k),), v)
+    return flat, paths
+
+
+class FileSource:
+    """A single checkpoint file (``.pt``, ``.safetensors``, ``.npz`` ...) seen as DCP items."""
+
+    def __init__(self, path: Any, *, weights_only: bool = True) -> None:
+        from ... import _api
+
+        self.path = os.fspath(path)
+        fmt = _api.detect(self.path)
+        if fmt in ("pt",):
+            obj = _api.load(self.path, weights_only=weights_only)
+        else:
+            self._art = _api.open(self.path)
+            obj = dict(self._art.tensors())
+        flat, self.planner_data = flatten_state_dict(obj)
+        self.entries: dict[str, Any] = {}
+        self._tensors: dict[str, Tensor] = {}
+        self._values: dict[str, Any] = {}
+        for k, v in flat.items():
+            if isinstance(v, Tensor):
+                if v.quantizer is not None or v.storage is None:
+                    raise UnsupportedError("quantized or meta tensors cannot be written to DCP", path=self.path, member=k)
+                self._tensors[k] = v
+                self.entries[k] = TensorStorageMetadata(TensorProperties(v.dtype, requires_grad=v.requires_grad), tuple(v.shape), [])
+            else:
+                self._values[k] = v
+                self.entries[k] = BytesStorageMetadata()
+
+    def read_block(self, fqn: str, offsets: tuple[int, ...], sizes: tuple[int, ...]) -> np.ndarray:
+        t = self._tensors[fqn]
+        arr = t.numpy(raw=True)
+        sl = tuple(slice(o, o + s) for o, s in zip(offsets, sizes))
+        block = np.ascontiguousarray(arr[sl])
+        if block.dtype.byteorder == ">":
+            block = block.astype(block.dtype.newbyteorder("<"))
+        return block.reshape(-1).view(np.uint8)
+
+    def raw_item(self, fqn: str) -> bytes:
+        from ..pt.write import save_checkpoint
+
+        bio = io.BytesIO()
+        save_checkpoint(self._values[fqn], bio)
+        return bio.getvalue()
+
+    def exact_chunk(self, fqn: str, offsets: tuple[int, ...], sizes: tuple[int, ...]) -> None:
+        return None
+
+    def close(self) -> None:
+        art = getattr(self, "_art", None)
+        if art is not None:
+            art.close()
+
+
+class _DCPSource:
+    """A DCP directory as a source (wraps :class:`DCPReader`)."""
+
+    def __init__(self, path: Any) -> None:
+        self.reader = DCPReader(path)
+        self.path = self.reader.path
+        self.entries = self.reader.entries
+        self.planner_data = self.reader.metadata.planner_data
+
+    def read_block(self, fqn: str, offsets: tuple[int, ...], sizes: tuple[int, ...]) -> np.ndarray:
+        return self.reader.read_block(fqn, offsets, sizes)
+
+    def raw_item(self, fqn: str) -> bytes:
+        return self.reader.raw_item(fqn)
+
+    def exact_chunk(self, fqn: str, offsets: tuple[int, ...], sizes: tuple[int, ...]) -> StorageInfo | None:
+        for ref in self.reader.chunks(fqn):
+            if ref.chunk.offsets == offsets and ref.chunk.sizes == sizes:
+                return ref.info
+        return None
+
+    def close(self) -> None:
+        self.reader.close()
+
+
+def open_source_checkpoint(path: Any, *, weights_only: bool = True) -> Any:
+    p = os.fspath(path)
+    if os.path.isdir(p):
+        return _DCPSource(p)
+    if not os.path.exists(p):
+        raise NotFoundError("no such file or directory", path=p)
+    return FileSource(p, weights_only=weights_only)
+
+
+# -- tasks ------------------------------------------------------------------------------------------
+@dataclass
+class WriteItem:
+    fqn: str
+    offsets: tuple[int, ...] | None = None  # None: a bytes item
+    sizes: tuple[int, ...] | None = None
+
+
+@dataclass
+class FileTask:
+    """Write one ``.distcp`` file: ``items`` read from ``src``, in order."""
+
+    src: str
+    dst_dir: str
+    name: str
+    items: list[WriteItem]
+    weights_only: bool = True
+
+
+@dataclass
+class WrittenItem:
+    fqn: str
+    offsets: tuple[int, ...] | None
+    relative_path: str
+    offset: int
+    length: int
+
+
+def _copy_range(src_path: str, info: StorageInfo, out: Any) -> None:
+    fd = os.open(src_path, os.O_RDONLY)
+    try:
+        buf = np.empty(min(info.length, 64 << 20), dtype=np.uint8)
+        done = 0
+        while done < info.length:
+            n = min(len(buf), info.length - done)
+            pread_into(fd, memoryview(buf)[:n], info.offset + done, path=src_path)
+            out.write(memoryview(buf)[:n])
+            done += n
+    finally:
+        os.close(fd)
+
+
+def run_task(task: FileTask, source: Any = None) -> list[WrittenItem]:
+    """Write one file; returns where each item landed. Opens ``task.src`` unless given."""
+    from ..pt.write import save_checkpoint
+
+    own = source is None
+    src = open_source_checkpoint(task.src, weights_only=task.weights_only) if own else source
+    written: list[WrittenItem] = []
+    try:
+        target = os.path.join(task.dst_dir, task.name)
+        with AtomicFile(target) as af:
+            f = af.file
+            pos = 0
+            for it in task.items:
+                start = pos
+                if it.offsets is None:
+                    data = src.raw_item(it.fqn)
+                    f.write(data)
+                    pos += len(data)
+                else:
+                    assert it.sizes is not None
+                    exact = src.exact_chunk(it.fqn, it.offsets, it.sizes)
+                    if exact is not None:
+                        _copy_range(os.path.join(src.path, exact.relative_path), exact, f)
+                        pos += exact.length
+                    else:
+                        tmd = src.entries[it.fqn]
+                        block = src.read_block(it.fqn, it.offsets, it.sizes)
+                        st = Storage("0", block.nbytes, tmd.dtype, "cpu", data=block)
+                        counter = _Counting(f)
+                        save_checkpoint(Tensor(st, tmd.dtype, it.sizes), counter)
+                        del block, st
+                        pos += counter.n
+                written.append(WrittenItem(it.fqn, it.offsets, task.name, start, pos - start))
+    finally:
+        if own:
+            src.close()
+    return written
+
+
+class _Counting:
+    """A write-only file wrapper counting bytes (TorchZipWriter writes sequentially)."""
+
+    def __init__(self, f: Any) -> None:
+        self.f = f
+        self.n = 0
+
+    def write(self, b: Any) -> int:
+        n = len(memoryview(b).cast("B")) if not isinstance(b, (bytes, bytearray)) else len(b)
+        self.f.write(b)
+        self.n += n
+        return n
+
+    def flush(self) -> None:
+        pass
+
+
+def plan_reshard(source: Any, dst_dir: str, ranks: int, plan: Plan, *, weights_only: bool = True) -> tuple[list[FileTask], Metadata]:
+    """The tasks (one per rank file) and the metadata skeleton (chunks, no storage data)."""
+    if ranks < 1:
+        raise UsageError("ranks must be at least 1", found=ranks)
+    names = [f"__{r}_0.distcp" for r in range(ranks)]
+    load = [0] * ranks
+    bytes_items: list[list[WriteItem]] = [[] for _ in range(ranks)]
+    tensor_items: list[list[WriteItem]] = [[] for _ in range(ranks)]
+    sdm: dict[str, Any] = {}
+    src_path = os.fspath(source.path)
+    for fqn, it in source.entries.items():
+        if isinstance(it, BytesStorageMetadata):
+            r = min(range(ranks), key=lambda i: load[i])
+            bytes_items[r].append(WriteItem(fqn))
+            load[r] += 1024
+            sdm[fqn] = BytesStorageMetadata()
+            continue
+        size = tuple(it.size)
+        chunks = split_tensor(size, plan.spec_for(fqn), ranks)
+        isz = it.dtype.itemsize
+        if chunks is None:
+            r = min(range(ranks), key=lambda i: load[i])
+            c = ChunkStorageMetadata((0,) * len(size), size)
+            tensor_items[r].append(WriteItem(fqn, c.offsets, c.sizes))
+            load[r] += numel(size) * isz
+            chunks = [c]
+        else:
+            for r, c in enumerate(chunks):
+                tensor_items[r].append(WriteItem(fqn, c.offsets, c.sizes))
+                load[r] += numel(c.sizes) * isz
+        props = TensorProperties(it.dtype, it.properties.layout, it.properties.requires_grad, it.properties.memory_format, it.properties.pin_memory)
+        sdm[fqn] = TensorStorageMetadata(props, size, list(chunks))
+    tasks = [FileTask(src_path, dst_dir, names[r], bytes_items[r] + tensor_items[r], weights_only) for r in range(ranks)]
+    md = Metadata(sdm, _planner_data(source), None, StorageMeta(checkpoint_id=dst_dir, save_id=str(uuid.uuid4())), CURRENT_DCP_VERSION)
+    return tasks, md
+
+
+def _planner_data(source: Any) -> dict[str, tuple]:
+    pd = source.planner_data if isinstance(source.planner_data, dict) else {}
+    return {k: tuple(pd.get(k) or (k,)) for k in source.entries}
+
+
+def _prepare_dir(dst: str) -> None:
+    if os.path.exists(dst):
+        if not os.path.isdir(dst):
+            raise UsageError("destination exists and is not a directory", path=dst)
+        stale = [n for n in os.listdir(dst) if n == METADATA_NAME or n.endswith(".distcp")]
+        if stale:
+            raise UsageError("destination already holds a DCP checkpoint", path=dst, found=", ".join(sorted(stale)[:4]), hint="choose an empty directory")
+    else:
+        os.makedirs(dst)
+
+
+def reshard(
+    src: Any,
+    dst: Any,
+    ranks: int,
+    *,
+    plan: str | Plan | None = None,
+    jobs: int = 1,
+    weights_only: bool = True,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """Write a DCP directory of ``ranks`` rank files from a DCP directory or one file.
+
+    Returns ``{"files": [...], "tensors": n, "chunks": n, "bytes_items": n}``.
+    """
+    p = plan if isinstance(plan, Plan) else parse_plan(plan)
+    dst = os.fspath(dst)
+    source = open_source_checkpoint(src, weights_only=weights_only)
+    try:
+        tasks, md = plan_reshard(source, os.path.abspath(dst), ranks, p, weights_only=weights_only)
+        _prepare_dir(dst)
+        results: list[list[WrittenItem]] = []
+        if jobs <= 1 or len(tasks) <= 1:
+            for t in tasks:
+                results.append(run_task(t, source))
+                if progress is not None:
+                    progress(1)
+        else:
+            results = _run_parallel(tasks, jobs, progress)
+    finally:
+        source.close()
+    storage: dict[MetadataIndex, StorageInfo] = {}
+    where = {(w.fqn, w.offsets): w for res in results for w in res}
+    for fqn, it in md.state_dict_metadata.items():
+        if isinstance(it, TensorStorageMetadata):
+            for i, c in enumerate(it.chunks):
+                w = where[(fqn, c.offsets)]
+                storage[MetadataIndex(fqn, c.offsets, i)] = StorageInfo(w.relative_path, w.offset, w.length)
+        else:
+            w = where[(fqn, None)]
+            storage[MetadataIndex(fqn, None, None)] = StorageInfo(w.relative_path, w.offset, w.length)
+    md.storage_data = storage
+    atomic_write_bytes(os.path.join(dst, METADATA_NAME), dump_metadata(md))
+    n_t = sum(1 for v in md.state_dict_metadata.values() if isinstance(v, TensorStorageMetadata))
+    return {"files": [t.name for t in tasks], "tensors": n_t, "chunks": sum(len(v.chunks) for v in md.state_dict_metadata.values() if isinstance(v, TensorStorageMetadata)), "bytes_items": len(md.state_dict_metadata) - n_t}
+
+
+def _run_parallel(tasks: list[FileTask], jobs: int, progress: Callable[[int], None] | None) -> list[list[WrittenItem]]:
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context("spawn")
+    out: list[list[WrittenItem] | None] = [None] * len(tasks)
+    with ctx.Pool(min(jobs, len(tasks))) as pool:
+        for i, res in pool.imap_unordered(_indexed, list(enumerate(tasks))):
+            out[i] = res
+            if progress is not None:
+                progress(1)
+    return [r or [] for r in out]
+
+
+def _indexed(arg: tuple[int, FileTask]) -> tuple[int, list[WrittenItem]]:
+    i, t = arg
+    return i, run_task(t)
+
+
+def iter_written(results: Iterable[list[WrittenItem]]) -> Iterable[WrittenItem]:
+    for r in results:
+        yield from r

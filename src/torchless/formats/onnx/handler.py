@@ -1,0 +1,152 @@
+"""The ``onnx`` format handler: detection, the lazy artifact, summary and verification."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Iterator
+
+from ...core.errors import TorchlessError
+from ..base import Artifact, Probe, Problem
+from ..registry import register
+from .read import EXTERNAL, OnnxModel, import_onnx
+from .summary import summarize_model
+
+__all__ = ["OnnxArtifact", "OnnxHandler", "looks_like_model"]
+
+# ModelProto field number -> protobuf wire type (onnx.proto); used to sanity-check a head
+_MODEL_FIELDS = {1: 0, 2: 2, 3: 2, 4: 2, 5: 0, 6: 2, 7: 2, 8: 2, 14: 2, 20: 2, 25: 2, 26: 2}
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int] | None:
+    value = 0
+    for shift in range(0, 70, 7):
+        if pos >= len(buf):
+            return None
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+    return None
+
+
+def looks_like_model(head: bytes) -> bool:
+    """True when ``head`` starts like a serialized ModelProto: every field that fits in
+    it has a ModelProto field number and the right wire type, and ``ir_version`` (when
+    present) is plausible."""
+    pos = 0
+    fields = 0
+    while pos < len(head):
+        r = _varint(head, pos)
+        if r is None:
+            break
+        tag, pos = r
+        num, wire = tag >> 3, tag & 7
+        if _MODEL_FIELDS.get(num) != wire:
+            return False
+        r = _varint(head, pos)
+        if r is None:
+            break
+        value, pos = r
+        if num == 1 and not 1 <= value <= 100:
+            return False
+        if wire == 2:
+            pos += value
+        fields += 1
+    return fields > 0
+
+
+class OnnxArtifact(Artifact):
+    """An opened ``.onnx`` model.
+
+    Tensors are the initializers of every graph (the main graph's by their names,
+    subgraphs' as ``If_0/then_branch/<name>``) and the values of Constant nodes (by the
+    node's output name). ``model`` is the ``onnx.ModelProto``.
+
+    Args:
+        path: the model file (or bytes; then external data is refused).
+        base_dir: directory for external data (default: the model's).
+        include_constants: list Constant-node tensors too (default True).
+    """
+
+    format = "onnx"
+
+    def __init__(self, path: Any, *, base_dir: str | None = None, include_constants: bool = True, **_: Any) -> None:
+        self.om = OnnxModel(path, base_dir=base_dir, include_constants=include_constants)
+        super().__init__(self.om.path)
+        self.model = self.om.model
+
+    @property
+    def records(self) -> list[Any]:
+        return self.om.records
+
+    def tensors(self) -> Iterator[tuple[str, Any]]:
+        return self.om.tensors()
+
+    def __getitem__(self, name: str) -> Any:
+        if name in self.om.unsupported:
+            raise self.om.unsupported[name]
+        return super().__getitem__(name)
+
+    def info(self) -> dict[str, Any]:
+        return summarize_model(self.om)
+
+    def verify(self) -> list[Problem]:
+        """Run the onnx checker, then read every tensor: sizes, external bounds, checksums."""
+        problems: list[Problem] = []
+        onnx = import_onnx()
+        try:
+            if self.path != "<bytes>":
+                onnx.checker.check_model(self.path)
+            else:
+                onnx.checker.check_model(self.model)
+        except Exception as e:  # onnx.checker.ValidationError and the C++ loader's errors
+            msg = " ".join(str(e).split())[:500] or type(e).__name__
+            problems.append(Problem("onnx-checker", msg))
+        for name, err in self.om.unsupported.items():
+            problems.append(Problem("unsupported-tensor", err.message, name, severity="warning"))
+        spans: dict[str, list[tuple[int, int, str]]] = {}
+        for r in self.om.records:
+            try:
+                t = r.tensor
+                t._check_bounds()
+                data = t.storage.bytes()
+            except TorchlessError as e:
+                problems.append(Problem("tensor", str(e), r.name))
+                continue
+            ext = r.external
+            if ext is not None:
+                spans.setdefault(ext.file, []).append((ext.offset, ext.offset + ext.length, r.name))
+                if ext.unknown_keys:
+                    problems.append(Problem("external-data-key", f"unknown external_data keys ignored: {', '.join(ext.unknown_keys)}", r.name, severity="warning"))
+                if ext.checksum is not None:
+                    got = hashlib.sha1(data).hexdigest()
+                    if got != ext.checksum.lower():
+                        problems.append(Problem("checksum", f"SHA-1 of the external data is {got}, the model records {ext.checksum}", r.name, ext.offset))
+            elif r.proto is not None and len(r.proto.external_data) and r.proto.data_location != EXTERNAL:
+                problems.append(Problem("external-data", "external_data entries on a tensor whose data_location is not EXTERNAL (ignored)", r.name, severity="warning"))
+        for file, sp in spans.items():
+            sp.sort()
+            for (b0, e0, n0), (b1, _e1, n1) in zip(sp, sp[1:]):
+                if b1 < e0:
+                    problems.append(Problem("external-overlap", f"external data of {n0!r} and {n1!r} overlap", n1, b1, severity="warning"))
+        return problems
+
+    def close(self) -> None:
+        self.om.close()
+
+
+@register
+class OnnxHandler:
+    name = "onnx"
+    extensions = (".onnx",)
+    priority = 40
+    description = "ONNX model (protobuf; initializers, Constant nodes, external data)"
+
+    def sniff(self, probe: Probe) -> bool:
+        return not probe.is_dir and probe.suffix == ".onnx" and looks_like_model(probe.head)
+
+    def open(self, path: Any, **kw: Any) -> OnnxArtifact:
+        kw.pop("weights_only", None)
+        return OnnxArtifact(path, **kw)
+

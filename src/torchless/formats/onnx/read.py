@@ -1,0 +1,497 @@
+"""Reading ``.onnx`` models: the protobuf through the ``onnx`` package, tensors lazily.
+
+The ``onnx`` package (an optional extra, ``pip install torchless[onnx]``) parses the
+protobuf; it is imported on first use only, so ``import torchless`` works without it.
+
+Where tensor bytes come from (spec ``onnx.md`` §2-3):
+
+* ``raw_data`` in the model file: the protobuf parser copies it into the message, and
+  reading the field gives a Python ``bytes`` copy. torchless takes that copy once, on the
+  first ``numpy()`` of the tensor, and hands out zero-copy views of it afterwards. Models
+  are below protobuf's 2 GiB limit, so this costs at most the file size again.
+* typed fields (``float_data``, ``int32_data`` ...): converted on ``numpy()``, following
+  the ``TensorProto`` comments (16-bit and 8-bit types widened into ``int32_data``,
+  UINT32 in ``uint64_data``, complex as interleaved pairs).
+* external data (``data_location = EXTERNAL``): memory-mapped, zero copy. The location is
+  checked before any file is opened, following onnx's external-data defence layers
+  (GHSA-538c-55jv-c5g9): only the spec's keys are read, the location must be relative,
+  without ``..``, and must resolve (symlinks included) inside the model's directory;
+  offset and length must be non-negative decimal integers and lie inside the file (its
+  size from ``fstat``); the length must equal what ``dims`` and the data type require.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import numpy as np
+
+from ...core.dtypes import DTYPES
+from ...core.errors import FormatError, LimitError, NotFoundError, TorchlessError, TruncatedError, UnsupportedError
+from ...core.source import ByteSource, MmapSource, open_source
+from ...core.tensor import Storage, Tensor
+from .dtypes import ONNX_TYPES, OnnxType, PackedTensor, numel_of, onnx_type, pack_bits
+
+__all__ = [
+    "EXTERNAL_KEYS",
+    "ExternalData",
+    "ExternalRef",
+    "OnnxModel",
+    "TensorRecord",
+    "import_onnx",
+    "parse_model",
+    "read_model",
+]
+
+#: keys of ``TensorProto.external_data`` the spec defines; others are ignored (and
+#: reported by ``verify``), as onnx does (layer 1 of its defence, CWE-915).
+EXTERNAL_KEYS = frozenset({"location", "offset", "length", "checksum", "basepath"})
+
+#: protobuf refuses messages of 2 GiB or more; larger models must use external data.
+PROTOBUF_LIMIT = (1 << 31) - 1
+
+_DECIMAL = re.compile(r"[0-9]{1,20}\Z")
+_DRIVE = re.compile(r"[A-Za-z]:")
+
+EXTERNAL = 1  # TensorProto.DataLocation.EXTERNAL
+
+
+def import_onnx() -> Any:
+    """The ``onnx`` module, or an UnsupportedError with the install hint."""
+    try:
+        import onnx
+    except ImportError:
+        raise UnsupportedError(
+            "reading ONNX models needs the onnx package (its protobuf definitions)",
+            hint="pip install torchless[onnx]",
+        ) from None
+    return onnx
+
+
+def parse_model(source: Any, name: str | None = None) -> Any:
+    """Parse ``source`` (a path, bytes or ByteSource) into an ``onnx.ModelProto``.
+
+    Raises:
+        UnsupportedError: the onnx package is missing.
+        LimitError: the file is 2 GiB or more (protobuf's message limit).
+        FormatError: not a valid ModelProto.
+    """
+    onnx = import_onnx()
+    src = open_source(source, name)
+    if src.size > PROTOBUF_LIMIT:
+        raise LimitError(
+            "an ONNX model file cannot exceed protobuf's 2 GiB message limit",
+            path=src.name,
+            expected=f"<= {PROTOBUF_LIMIT} bytes",
+            found=src.size,
+            hint="large models keep their tensors in external data files",
+        )
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(src.view(0, src.size, what="model"))
+    except Exception as e:  # google.protobuf.message.DecodeError, RecursionError in upb
+        raise FormatError(f"not a valid ONNX ModelProto: {e}", path=src.name) from None
+    if not model.HasField("graph"):
+        raise FormatError("the ModelProto has no graph", path=src.name, expected="field 7 (graph)", found="none")
+    return model
+
+
+# -- external data ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExternalRef:
+    """Where an external tensor's bytes are.
+
+    Attributes:
+        location: the ``location`` entry as written (relative to the model's directory).
+        file: the resolved path that was checked.
+        offset: byte offset in ``file``.
+        length: byte count.
+        checksum: the SHA-1 hex digest if the model records one.
+        unknown_keys: keys outside the spec that were ignored.
+    """
+
+    location: str
+    file: str
+    offset: int
+    length: int
+    checksum: str | None = None
+    unknown_keys: tuple[str, ...] = ()
+
+
+class ExternalData:
+    """Resolves ``external_data`` entries under one base directory and maps the files.
+
+    Each data file is memory-mapped once and shared by the tensors in it.
+
+    Args:
+        base_dir: the model's directory; None refuses every external reference (a model
+            read from bytes has no directory).
+        path: the model path, for error messages.
+    """
+
+    def __init__(self, base_dir: str | None, path: str) -> None:
+        self.base_dir = None if base_dir is None else os.path.abspath(base_dir)
+        self._real_base = None if base_dir is None else os.path.realpath(base_dir)
+        self.path = path
+        self._files: dict[str, ByteSource] = {}
+
+    def resolve(self, location: str, tensor: str) -> str:
+        """The checked absolute path of ``location``.
+
+        Raises:
+            UnsupportedError: no base directory (model given as bytes).
+            FormatError: an empty, absolute or escaping location, or not a regular file.
+            NotFoundError: the file does not exist.
+        """
+
+        def bad(msg: str, found: Any = None) -> FormatError:
+            return FormatError(
+                f"refused external data location: {msg}",
+                path=self.path,
+                member=tensor,
+                expected="a relative path inside the model's directory",
+                found=repr(location) if found is None else found,
+            )
+
+        if self.base_dir is None or self._real_base is None:
+            raise UnsupportedError("the model uses external data but has no directory to read it from", path=self.path, member=tensor, hint="open the model by path")
+        if not location:
+            raise bad("empty location")
+        if "\x00" in location:
+            raise bad("NUL byte in location")
+        if location.startswith(("/", "\\")) or os.path.isabs(location) or _DRIVE.match(location):
+            raise bad("absolute path")
+        parts = re.split(r"[/\\]", location)
+        if ".." in parts:
+            raise bad("'..' in location (path traversal)")
+        full = os.path.join(self.base_dir, *[p for p in parts if p not in ("", ".")])
+        real = os.path.realpath(full)
+        if os.path.commonpath([real, self._real_base]) != self._real_base:
+            raise bad("resolves outside the model's directory (symlink escape)", found=f"{location!r} -> outside")
+        try:
+            st = os.stat(real)
+        except FileNotFoundError:
+            raise NotFoundError("external data file not found", path=self.path, member=tensor, found=repr(location)) from None
+        except OSError as e:
+            raise bad(f"cannot stat: {e.strerror}")
+        if not stat.S_ISREG(st.st_mode):
+            raise bad("not a regular file")
+        return real
+
+    def source(self, real: str) -> ByteSource:
+        src = self._files.get(real)
+        if src is None:
+            src = MmapSource(real)
+            self._files[real] = src
+        return src
+
+    def ref(self, tp: Any, tensor: str, expected_nbytes: int) -> ExternalRef:
+        """Check ``tp``'s external data entries and return where its bytes are.
+
+        Raises:
+            FormatError: bad keys or values, or a length that does not match the shape.
+            TruncatedError: the range runs past the end of the data file.
+        """
+        values: dict[str, str] = {}
+        unknown: list[str] = []
+        for entry in tp.external_data:
+            if entry.key in EXTERNAL_KEYS:
+                if entry.key in values:
+                    raise FormatError(f"duplicate external_data key {entry.key!r}", path=self.path, member=tensor)
+                values[entry.key] = entry.value
+            else:
+                unknown.append(entry.key[:100])
+        location = values.get("location")
+        if location is None:
+            raise FormatError("external tensor without a location", path=self.path, member=tensor, expected="external_data key 'location'", found="none")
+        real = self.resolve(location, tensor)
+        src = self.source(real)
+        offset = self._int(values, "offset", tensor, 0)
+        length = self._int(values, "length", tensor, None)
+        if offset > src.size:
+            raise TruncatedError(
+                "external data offset is past the end of its file",
+                path=self.path,
+                member=tensor,
+                offset=offset,
+                expected=f"offset <= {src.size} ({location})",
+                found=offset,
+            )
+        if length is None:
+            length = src.size - offset
+        if offset + length > src.size:
+            raise TruncatedError(
+                "external data runs past the end of its file",
+                path=self.path,
+                member=tensor,
+                offset=offset,
+                expected=f"offset + length <= {src.size} ({location})",
+                found=offset + length,
+            )
+        if length != expected_nbytes:
+            raise FormatError(
+                "external data length does not match the tensor's shape and type",
+                path=self.path,
+                member=tensor,
+                expected=f"{expected_nbytes} bytes",
+                found=f"{length} bytes",
+            )
+        return ExternalRef(location, real, offset, length, values.get("checksum"), tuple(unknown))
+
+    def _int(self, values: dict[str, str], key: str, tensor: str, default: int | None) -> Any:
+        v = values.get(key)
+        if v is None:
+            return default
+        if not _DECIMAL.match(v):
+            # onnx layer 2: offsets and lengths are non-negative integers (CWE-400)
+            raise FormatError(f"external data {key} is not a non-negative decimal integer", path=self.path, member=tensor, found=repr(v[:40]))
+        return int(v)
+
+    def view(self, ref: ExternalRef) -> memoryview:
+        return self.source(ref.file).view(ref.offset, ref.length, what=f"external data of {ref.location}")
+
+    def close(self) -> None:
+        for s in self._files.values():
+            s.close()
+        self._files.clear()
+
+
+# -- tensors --------------------------------------------------------------------------------
+
+
+@dataclass
+class TensorRecord:
+    """One tensor of the model and where it came from.
+
+    Attributes:
+        name: the torchless name (unique; scoped for subgraphs and functions).
+        proto_name: ``TensorProto.name`` (or the Constant node's output).
+        kind: ``"initializer"``, ``"constant"`` (a Constant node's value) or
+            ``"sparse"`` is never listed (sparse initializers are summarized only).
+        scope: ``""`` for the main graph, else ``"If_3/then_branch"``-style path.
+        onnx: its :class:`OnnxType`.
+        dims: the logical shape.
+        storage: ``"raw"``, ``"typed"``, ``"external"`` or ``"attribute"``.
+        external: the :class:`ExternalRef` for external tensors.
+        tensor: the lazy tensor.
+        proto: the TensorProto (None for scalar/list Constant attributes).
+    """
+
+    name: str
+    proto_name: str
+    kind: str
+    scope: str
+    onnx: OnnxType
+    dims: tuple[int, ...]
+    storage: str
+    tensor: Tensor
+    external: ExternalRef | None = None
+    proto: Any = field(default=None, repr=False)
+
+
+def _typed_count(otype: OnnxType, numel: int) -> int:
+    if otype.code in (14, 15):  # complex: (real, imag) pairs
+        return 2 * numel
+    if otype.bits in (2, 4):  # each int32 holds one packed byte
+        return otype.nbytes(numel)
+    return numel
+
+
+def _typed_bytes(tp: Any, otype: OnnxType, numel: int) -> bytes:
+    """Little-endian storage bytes of a tensor held in a typed repeated field."""
+    vals = getattr(tp, otype.field)
+    code = otype.code
+    if code in (1, 14):
+        arr = np.asarray(vals, dtype=np.float32)
+    elif code in (11, 15):
+        arr = np.asarray(vals, dtype=np.float64)
+    elif code == 7:
+        arr = np.asarray(vals, dtype=np.int64)
+    elif code in (12, 13):
+        arr = np.asarray(vals, dtype=np.uint64).astype(np.uint32 if code == 12 else np.uint64)
+    else:
+        # int32_data: the value (INT32) or the element's bit pattern in the low bits
+        words = np.asarray(vals, dtype=np.int64).astype(np.uint32)
+        if code == 6:
+            arr = words.view(np.int32)
+        elif otype.bits == 6:  # one 6-bit code per entry; storage keeps the packed stream
+            return pack_bits((words & 0x3F).astype(np.uint8), 6)
+        elif otype.bits or otype.dtype.itemsize == 1:  # type: ignore[union-attr]
+            arr = words.astype(np.uint8)
+        else:
+            arr = words.astype(np.uint16)
+    return arr.astype(arr.dtype.newbyteorder("<")).tobytes()
+
+
+class OnnxModel:
+    """A parsed model and its tensors (the library object behind the artifact).
+
+    Args:
+        path: the model file, or bytes (then external data is refused).
+        base_dir: where ``location`` entries are resolved (default: the model's folder).
+        include_constants: also list Constant-node tensors (default True).
+
+    Attributes:
+        model: the ``onnx.ModelProto``.
+        records: every :class:`TensorRecord`, main graph first.
+        external: the :class:`ExternalData` resolver.
+        sparse: ``(scope, name, dims)`` of sparse initializers (summarized, not listed).
+        unsupported: name -> the UnsupportedError of tensors that cannot be listed
+            (STRING tensors, data types newer than onnx 1.23).
+    """
+
+    def __init__(self, path: Any, *, base_dir: str | None = None, include_constants: bool = True) -> None:
+        if isinstance(path, (bytes, bytearray, memoryview)):
+            self.path = "<bytes>"
+            source = open_source(path)
+            default_dir = None
+        else:
+            self.path = os.fspath(path)
+            source = MmapSource(self.path)
+            default_dir = os.path.dirname(os.path.abspath(self.path))
+        try:
+            self.model = parse_model(source)
+        except TorchlessError as e:
+            raise e.with_context(path=self.path)
+        finally:
+            source.close()
+        self.external = ExternalData(base_dir if base_dir is not None else default_dir, self.path)
+        self.records: list[TensorRecord] = []
+        self.sparse: list[tuple[str, str, tuple[int, ...]]] = []
+        self.skipped_constants: list[tuple[str, str]] = []
+        self.unsupported: dict[str, UnsupportedError] = {}
+        self.subgraphs: list[dict[str, Any]] = []
+        self._names: set[str] = set()
+        self._include_constants = include_constants
+        self._walk(self.model.graph, "", 0)
+        for fn in self.model.functions:
+            self._walk_nodes(fn.node, f"functions/{fn.domain + '.' if fn.domain else ''}{fn.name}", 1)
+
+    # -- walking ------------------------------------------------------------------------
+    def _unique(self, name: str) -> str:
+        if name not in self._names:
+            self._names.add(name)
+            return name
+        i = 2
+        while f"{name}#{i}" in self._names:
+            i += 1
+        self._names.add(f"{name}#{i}")
+        return f"{name}#{i}"
+
+    def _walk(self, graph: Any, scope: str, depth: int) -> None:
+        if depth > 64:
+            raise LimitError("subgraphs nested too deeply", path=self.path, member=scope, expected="<= 64 levels")
+        prefix = f"{scope}/" if scope else ""
+        for i, tp in enumerate(graph.initializer):
+            pname = tp.name or f"initializer_{i}"
+            self._add(tp, prefix + pname, pname, "initializer", scope)
+        for sp in graph.sparse_initializer:
+            self.sparse.append((scope, sp.values.name, tuple(int(d) for d in sp.dims)))
+        self._walk_nodes(graph.node, scope, depth)
+
+    def _walk_nodes(self, nodes: Any, scope: str, depth: int) -> None:
+        prefix = f"{scope}/" if scope else ""
+        for idx, node in enumerate(nodes):
+            label = node.name or f"{node.op_type}_{idx}"
+            if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and self._include_constants:
+                self._constant(node, prefix, scope, label)
+            for attr in node.attribute:
+                if attr.type == 5:  # GRAPH
+                    sub = f"{prefix}{label}/{attr.name}"
+                    self._note_subgraph(sub, node, attr.g)
+                    self._walk(attr.g, sub, depth + 1)
+                elif attr.type == 10:  # GRAPHS
+                    for j, g in enumerate(attr.graphs):
+                        sub = f"{prefix}{label}/{attr.name}[{j}]"
+                        self._note_subgraph(sub, node, g)
+                        self._walk(g, sub, depth + 1)
+
+    def _note_subgraph(self, sub: str, node: Any, g: Any) -> None:
+        self.subgraphs.append(
+            {"path": sub, "op_type": node.op_type, "graph": g.name, "nodes": len(g.node), "initializers": len(g.initializer), "inputs": len(g.input), "outputs": len(g.output)}
+        )
+
+    def _constant(self, node: Any, prefix: str, scope: str, label: str) -> None:
+        out = node.output[0] if node.output else label
+        for attr in node.attribute:
+            if attr.name == "value" and attr.type == 4:  # TENSOR
+                self._add(attr.t, prefix + out, out, "constant", scope)
+            elif attr.name in ("value_float", "value_floats", "value_int", "value_ints"):
+                name = self._unique(prefix + out)
+                if attr.name == "value_float":
+                    arr = np.asarray(attr.f, dtype=np.float32)
+                elif attr.name == "value_floats":
+                    arr = np.asarray(list(attr.floats), dtype=np.float32)
+                elif attr.name == "value_int":
+                    arr = np.asarray(attr.i, dtype=np.int64)
+                else:
+                    arr = np.asarray(list(attr.ints), dtype=np.int64)
+                t = Tensor.from_numpy(arr)
+                otype = ONNX_TYPES[1 if arr.dtype == np.float32 else 7]
+                self.records.append(TensorRecord(name, out, "constant", scope, otype, tuple(arr.shape), "attribute", t))
+            else:  # value_string(s), sparse_value: no numeric dense tensor
+                self.skipped_constants.append((prefix + out, attr.name))
+
+    def _add(self, tp: Any, name: str, proto_name: str, kind: str, scope: str) -> None:
+        name = self._unique(name)
+        try:
+            otype = onnx_type(tp.data_type, what=name, path=self.path)
+        except UnsupportedError as e:  # STRING and unknown codes: listed apart, not fatal
+            self.unsupported[name] = e
+            return
+        dims = tuple(int(d) for d in tp.dims)
+        if any(d < 0 for d in dims):
+            raise FormatError("negative tensor dimension", path=self.path, member=name, found=list(dims))
+        if tp.HasField("segment"):
+            raise UnsupportedError("segmented tensors (TensorProto.segment)", path=self.path, member=name)
+        numel = numel_of(dims)
+        nbytes = otype.nbytes(numel)
+        ext = None
+        if tp.data_location == EXTERNAL:
+            ext = self.external.ref(tp, name, nbytes)
+            loader: Any = lambda r=ext: self.external.view(r)  # noqa: E731
+            how = "external"
+        elif tp.HasField("raw_data"):
+            loader = lambda t=tp: t.raw_data  # noqa: E731 - one copy, on first use
+            how = "raw"
+        else:
+            count = len(getattr(tp, otype.field))
+            want = _typed_count(otype, numel)
+            if count != want:
+                raise FormatError(
+                    f"{otype.field} has the wrong number of values for the tensor's shape",
+                    path=self.path,
+                    member=name,
+                    expected=want,
+                    found=count,
+                )
+            loader = lambda t=tp, o=otype, n=numel: _typed_bytes(t, o, n)  # noqa: E731
+            how = "typed"
+        st_dtype = DTYPES["uint8"] if otype.packed else otype.dtype
+        storage = Storage(name, nbytes, st_dtype, "cpu", loader=loader, origin=name, file_offset=ext.offset if ext else None)  # type: ignore[arg-type]
+        if otype.packed:
+            tensor: Tensor = PackedTensor(storage, otype, dims)
+        else:
+            tensor = Tensor(storage, otype.dtype, dims)  # type: ignore[arg-type]
+        tensor.is_parameter = kind == "initializer"
+        self.records.append(TensorRecord(name, proto_name, kind, scope, otype, dims, how, tensor, ext, tp))
+
+    # -- access ------------------------------------------------------------------------
+    def tensors(self) -> Iterator[tuple[str, Tensor]]:
+        for r in self.records:
+            yield r.name, r.tensor
+
+    def close(self) -> None:
+        self.external.close()
+
+
+def read_model(path: Any, **kw: Any) -> OnnxModel:
+    """Open an ONNX model; see :class:`OnnxModel`."""
+    return OnnxModel(path, **kw)
+

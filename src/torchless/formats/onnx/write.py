@@ -1,0 +1,262 @@
+"""Replacing an ONNX model's initializers with new weights (``set_weights``).
+
+The workflow is "fine-tuned in PyTorch, deployed as ONNX": export once, then copy new
+weights from a state dict (``.pt``, ``.safetensors``, ``.npz`` or a dict of arrays) into
+the initializers with the same names. Shapes and dtypes must match exactly: the graph
+was traced for them.
+
+The output is written atomically. With external data (on request, when the source model
+used it, or when the tensors exceed :data:`AUTO_EXTERNAL_BYTES`), every tensor larger
+than ``size_threshold`` bytes goes to ``<output file name>.data`` beside the model (the
+name ``torch.onnx.export`` uses), back to back at 64-byte aligned offsets; the data file
+is committed before the model. Tensors the source kept in external data are copied from
+their memory map without an intermediate copy.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from ...core.atomic import AtomicFile
+from ...core.errors import LimitError, NotFoundError, UnsupportedError, UsageError
+from ...core.tensor import Tensor
+from .dtypes import PackedTensor, numel_of, onnx_type, pack_bits
+from .read import EXTERNAL, ExternalData, OnnxModel, PROTOBUF_LIMIT
+
+__all__ = ["AUTO_EXTERNAL_BYTES", "set_weights"]
+
+#: tensors above this total force external data (torch's ``_LARGE_MODEL_THRESHOLD``,
+#: 1536 MiB, leaves room below protobuf's 2 GiB for the graph itself).
+AUTO_EXTERNAL_BYTES = 1536 * 1024 * 1024
+
+_ALIGN = 64
+_DATA_FIELDS = ("raw_data", "float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data", "external_data")
+
+
+def _weights(weights: Any) -> Iterable[tuple[str, Any]]:
+    if isinstance(weights, Mapping):
+        return list(weights.items())
+    if isinstance(weights, (str, os.PathLike)):
+        from ..._api import open as open_artifact
+
+        art = open_artifact(weights)
+        return list(art.tensors())
+    return list(weights)
+
+
+def _new_bytes(name: str, value: Any, rec: Any) -> Any:
+    """Check ``value`` against the initializer ``rec`` and return its little-endian bytes."""
+    if isinstance(value, PackedTensor):
+        got_dtype, shape = value.dtype.name, value.shape
+    elif isinstance(value, Tensor):
+        got_dtype, shape = value.dtype.name, value.shape
+        if value.quantizer is not None:
+            raise UnsupportedError("quantized tensors cannot replace ONNX initializers", member=name, hint="dequantize first")
+    elif hasattr(value, "shape") and hasattr(value, "dtype"):
+        arr = np.asarray(value)
+        if rec.onnx.packed and arr.dtype == rec.onnx.element:
+            got_dtype, shape = rec.tensor.dtype.name, arr.shape
+        else:
+            value = Tensor.from_numpy(arr)
+            got_dtype, shape = value.dtype.name, value.shape
+    else:
+        raise UsageError(f"weight {name!r} is not a tensor", found=type(value).__name__)
+    want_dtype = rec.tensor.dtype.name
+    if got_dtype != want_dtype:
+        raise UsageError(f"dtype mismatch for initializer {name!r}", member=name, expected=want_dtype, found=got_dtype, hint="cast the weights before exporting them")
+    if tuple(shape) != tuple(rec.dims):
+        raise UsageError(f"shape mismatch for initializer {name!r}", member=name, expected=list(rec.dims), found=list(shape))
+    if rec.onnx.packed:
+        if isinstance(value, PackedTensor):
+            return value.numpy(raw=True)
+        return pack_bits(np.asarray(value).view(np.uint8), rec.onnx.bits)
+    from ..safetensors import _tensor_chunks  # contiguous little-endian chunks, zero copy when possible
+
+    _n, chunks = _tensor_chunks(value)
+    return chunks[0] if len(chunks) == 1 else b"".join(bytes(c) for c in chunks)
+
+
+def _all_tensor_protos(model: Any, *, skip_main_initializers: bool = False) -> Iterable[Any]:
+    """Every TensorProto of the model that may hold data (graphs, nodes, functions)."""
+
+    def from_nodes(nodes: Any, depth: int) -> Iterable[Any]:
+        for n in nodes:
+            for a in n.attribute:
+                if a.type == 4:
+                    yield a.t
+                elif a.type == 9:
+                    yield from a.tensors
+                elif a.type == 11:
+                    yield a.sparse_tensor.values
+                    yield a.sparse_tensor.indices
+                elif a.type == 5 and depth < 64:
+                    yield from from_graph(a.g, depth + 1)
+                elif a.type == 10 and depth < 64:
+                    for g in a.graphs:
+                        yield from from_graph(g, depth + 1)
+
+    def from_graph(g: Any, depth: int) -> Iterable[Any]:
+        if not (skip_main_initializers and depth == 0):
+            yield from g.initializer
+        for sp in g.sparse_initializer:
+            yield sp.values
+            yield sp.indices
+        yield from from_nodes(g.node, depth)
+
+    yield from from_graph(model.graph, 0)
+    for f in model.functions:
+        yield from from_nodes(f.node, 1)
+
+
+def set_weights(
+    model: Any,
+    weights: Any,
+    out: Any,
+    *,
+    external_data: bool | None = None,
+    size_threshold: int = 256,
+    allow_missing: bool = False,
+    strip_prefix: str = "",
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """Write a copy of ONNX ``model`` whose initializers hold ``weights``.
+
+    Args:
+        model: the source ``.onnx`` path.
+        weights: a path (any format torchless reads: ``.pt``, ``.safetensors``, ``.npz``
+            ...), a mapping ``name -> Tensor | ndarray`` or ``(name, tensor)`` pairs.
+        out: the new model path (may equal ``model``).
+        external_data: True to write ``<out name>.data``; False to keep everything in the
+            model file; None (default) keeps external data when the source used it or the
+            tensors exceed 1.5 GiB.
+        size_threshold: with external data, tensors of at most this many bytes stay inline.
+        allow_missing: ignore weights that name no initializer (else UsageError).
+        strip_prefix: remove this prefix from weight names first (``"model."``).
+        progress: called with the byte count of each tensor written.
+
+    Returns:
+        ``{"replaced": [...], "kept": [...], "ignored": [...], "output": out,
+        "data_file": path or None, "bytes": n}``.
+
+    Raises:
+        UsageError: a weight's shape or dtype differs from the initializer's, or a
+            weight names no initializer (without ``allow_missing``).
+        LimitError: the model would exceed 2 GiB without external data.
+
+    Example:
+        >>> set_weights("model.onnx", "finetuned.safetensors", "new.onnx")  # doctest: +SKIP
+    """
+    om = OnnxModel(model, include_constants=False)
+    try:
+        return _set_weights(om, weights, os.fspath(out), external_data, size_threshold, allow_missing, strip_prefix, progress)
+    finally:
+        om.close()
+
+
+def _set_weights(om: OnnxModel, weights: Any, out: str, external_data: bool | None, size_threshold: int, allow_missing: bool, strip_prefix: str, progress: Any) -> dict[str, Any]:
+    mp = om.model
+    main = {r.proto_name: r for r in om.records if r.kind == "initializer" and r.scope == ""}
+    new: dict[str, Any] = {}
+    ignored = []
+    for name, value in _weights(weights):
+        key = name[len(strip_prefix) :] if strip_prefix and name.startswith(strip_prefix) else name
+        rec = main.get(key)
+        if rec is None:
+            ignored.append(key)
+            continue
+        if key in new:
+            raise UsageError(f"two weights map to initializer {key!r}", member=key)
+        new[key] = _new_bytes(key, value, rec)
+    if ignored and not allow_missing:
+        raise NotFoundError(
+            f"{len(ignored)} weights name no initializer of the model",
+            path=om.path,
+            found=", ".join(ignored[:5]) + (" ..." if len(ignored) > 5 else ""),
+            hint="check names with `torchless ls` on both files, or pass --allow-missing / --strip-prefix",
+        )
+    if om.unsupported:
+        name = next(iter(om.unsupported))
+        raise om.unsupported[name]
+
+    # every tensor's bytes: replaced, or the source's (from the model or its data file)
+    src_ext = ExternalData(om.external.base_dir, om.path)
+    used_external = any(tp.data_location == EXTERNAL for tp in _all_tensor_protos(mp))
+    if external_data is None:
+        total = sum(r.tensor.nbytes for r in om.records)
+        external_data = used_external or total > AUTO_EXTERNAL_BYTES
+    plan: list[tuple[Any, Any]] = []
+    for tp in mp.graph.initializer:
+        if tp.name in new:
+            plan.append((tp, new[tp.name]))
+        elif tp.data_location == EXTERNAL or (external_data and tp.HasField("raw_data")):
+            plan.append((tp, None))
+    for tp in _all_tensor_protos(mp, skip_main_initializers=True):
+        if tp.data_location == EXTERNAL or (external_data and tp.HasField("raw_data")):
+            plan.append((tp, None))
+
+    def source_bytes(tp: Any) -> Any:
+        if tp.data_location != EXTERNAL:
+            return tp.raw_data
+        ot = onnx_type(tp.data_type, what=tp.name, path=om.path)
+        return src_ext.view(src_ext.ref(tp, tp.name, ot.nbytes(numel_of(tp.dims))))
+
+    data_name = os.path.basename(out) + ".data"
+    data_path = os.path.join(os.path.dirname(os.path.abspath(out)), data_name)
+    data_file = None
+    written = 0
+    try:
+        if external_data:
+            data_file = AtomicFile(data_path)
+        pos = 0
+        for tp, data in plan:
+            mv = memoryview(source_bytes(tp) if data is None else data).cast("B")
+            for f in _DATA_FIELDS:
+                tp.ClearField(f)
+            if data_file is not None and len(mv) > size_threshold:
+                pad = (-pos) % _ALIGN
+                if pad:
+                    data_file.file.write(b"\0" * pad)
+                    pos += pad
+                data_file.file.write(mv)
+                tp.data_location = EXTERNAL
+                for k, v in (("location", data_name), ("offset", str(pos)), ("length", str(len(mv)))):
+                    e = tp.external_data.add()
+                    e.key, e.value = k, v
+                pos += len(mv)
+            else:
+                tp.data_location = 0
+                tp.raw_data = bytes(mv)
+            written += len(mv)
+            if progress is not None:
+                progress(len(mv))
+        size = mp.ByteSize()
+        if size > PROTOBUF_LIMIT:
+            raise LimitError(
+                "the model would exceed protobuf's 2 GiB limit",
+                path=out,
+                expected=f"<= {PROTOBUF_LIMIT} bytes",
+                found=size,
+                hint="write the tensors to external data (--external-data)",
+            )
+        with AtomicFile(out) as f:
+            if data_file is not None:
+                data_file.commit()
+            f.file.write(mp.SerializeToString())
+    except BaseException:
+        if data_file is not None:
+            data_file.abort()
+        raise
+    finally:
+        src_ext.close()
+    return {
+        "output": out,
+        "data_file": data_path if data_file is not None else None,
+        "replaced": sorted(new),
+        "kept": sorted(n for n in main if n not in new),
+        "ignored": ignored,
+        "bytes": written,
+    }

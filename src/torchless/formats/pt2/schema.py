@@ -1,0 +1,758 @@
+"""The ExportedProgram JSON schema (``models/<name>.json``), schema version 8.20.
+
+Frozen, slotted dataclasses mirror ``torch/_export/serde/schema.py`` field by field and in
+declaration order, so :func:`to_json` re-emits exactly the bytes torch wrote
+(``pt2.md`` §3: every field present, unions as single-key objects, enums as ints,
+``inf``/``nan`` as ``"Infinity"``/``"NaN"``). Unions are :class:`Union` subclasses holding
+one ``(kind, value)`` pair. Unknown keys are ignored and missing keys take their defaults,
+as torch's decoder does.
+
+Example:
+    >>> ep = loads_program(text)            # ExportedProgram
+    >>> ep.graph_module.graph.nodes[0].target
+    'torch.ops.aten.linear.default'
+    >>> dumps(ep) == text
+    True
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import enum
+import json
+import math
+import sys
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from ...core.errors import FormatError, UnsupportedError
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "TREESPEC_VERSION",
+    "ScalarType",
+    "Layout",
+    "MemoryFormat",
+    "ArgumentKind",
+    "Union",
+    "SchemaVersion",
+    "ExportedProgram",
+    "GraphModule",
+    "Graph",
+    "Node",
+    "NamedArgument",
+    "Argument",
+    "TensorMeta",
+    "TensorArgument",
+    "SymInt",
+    "SymBool",
+    "SymFloat",
+    "SymExpr",
+    "GraphSignature",
+    "InputSpec",
+    "OutputSpec",
+    "PayloadConfig",
+    "PayloadMeta",
+    "from_json",
+    "to_json",
+    "loads_program",
+    "dumps",
+    "check_version",
+]
+
+#: the schema torch 2.13 writes and reads (major must match on load).
+SCHEMA_VERSION = (8, 20)
+TREESPEC_VERSION = 1
+
+
+class ScalarType(enum.IntEnum):
+    UNKNOWN = 0
+    BYTE = 1
+    CHAR = 2
+    SHORT = 3
+    INT = 4
+    LONG = 5
+    HALF = 6
+    FLOAT = 7
+    DOUBLE = 8
+    COMPLEXHALF = 9
+    COMPLEXFLOAT = 10
+    COMPLEXDOUBLE = 11
+    BOOL = 12
+    BFLOAT16 = 13
+    UINT16 = 28
+    FLOAT8E4M3FN = 29
+    FLOAT8E5M2 = 30
+    FLOAT8E4M3FNUZ = 31
+    FLOAT8E5M2FNUZ = 32
+    FLOAT8E8M0FNU = 33
+    UINT32 = 34
+    UINT64 = 35
+
+
+#: ScalarType -> torchless dtype name
+SCALAR_TYPE_DTYPE = {
+    ScalarType.BYTE: "uint8",
+    ScalarType.CHAR: "int8",
+    ScalarType.SHORT: "int16",
+    ScalarType.INT: "int32",
+    ScalarType.LONG: "int64",
+    ScalarType.HALF: "float16",
+    ScalarType.FLOAT: "float32",
+    ScalarType.DOUBLE: "float64",
+    ScalarType.COMPLEXHALF: "complex32",
+    ScalarType.COMPLEXFLOAT: "complex64",
+    ScalarType.COMPLEXDOUBLE: "complex128",
+    ScalarType.BOOL: "bool",
+    ScalarType.BFLOAT16: "bfloat16",
+    ScalarType.UINT16: "uint16",
+    ScalarType.FLOAT8E4M3FN: "float8_e4m3fn",
+    ScalarType.FLOAT8E5M2: "float8_e5m2",
+    ScalarType.FLOAT8E4M3FNUZ: "float8_e4m3fnuz",
+    ScalarType.FLOAT8E5M2FNUZ: "float8_e5m2fnuz",
+    ScalarType.FLOAT8E8M0FNU: "float8_e8m0fnu",
+    ScalarType.UINT32: "uint32",
+    ScalarType.UINT64: "uint64",
+}
+DTYPE_SCALAR_TYPE = {v: k for k, v in SCALAR_TYPE_DTYPE.items()}
+
+
+class Layout(enum.IntEnum):
+    Unknown = 0
+    SparseCoo = 1
+    SparseCsr = 2
+    SparseCsc = 3
+    SparseBsr = 4
+    SparseBsc = 5
+    _mkldnn = 6
+    Strided = 7
+
+
+LAYOUT_NAMES = {
+    Layout.SparseCoo: "sparse_coo",
+    Layout.SparseCsr: "sparse_csr",
+    Layout.SparseCsc: "sparse_csc",
+    Layout.SparseBsr: "sparse_bsr",
+    Layout.SparseBsc: "sparse_bsc",
+    Layout._mkldnn: "_mkldnn",
+    Layout.Strided: "strided",
+}
+
+
+class MemoryFormat(enum.IntEnum):
+    Unknown = 0
+    ContiguousFormat = 1
+    ChannelsLast = 2
+    ChannelsLast3d = 3
+    PreserveFormat = 4
+
+
+MEMORY_FORMAT_NAMES = {
+    MemoryFormat.ContiguousFormat: "contiguous_format",
+    MemoryFormat.ChannelsLast: "channels_last",
+    MemoryFormat.ChannelsLast3d: "channels_last_3d",
+    MemoryFormat.PreserveFormat: "preserve_format",
+}
+
+
+class ArgumentKind(enum.IntEnum):
+    UNKNOWN = 0
+    POSITIONAL = 1
+    KEYWORD = 2
+
+
+class Union:
+    """A tagged union: exactly one of the annotated fields is set (``kind``, ``value``).
+
+    Subclasses only declare annotations; instances are immutable pairs.
+    """
+
+    __slots__ = ("kind", "value")
+    kind: str
+    value: Any
+
+    def __init__(self, kind: str, value: Any) -> None:
+        fields = _union_fields(type(self))
+        if kind not in fields:
+            raise FormatError(f"{type(self).__name__} has no variant {kind!r}", expected="one of " + ", ".join(fields))
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "value", value)
+
+    @classmethod
+    def create(cls, **kw: Any) -> Any:
+        if len(kw) != 1:
+            raise FormatError(f"{cls.__name__} takes exactly one variant", found=", ".join(kw))
+        ((k, v),) = kw.items()
+        return cls(k, v)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __getattr__(self, name: str) -> Any:
+        # ``arg.as_tensor`` reads the variant, like torch's generated accessors
+        if name.startswith("as_") or name in _union_fields(type(self)):
+            if name == self.kind:
+                return self.value
+            raise AttributeError(f"{type(self).__name__} is {self.kind!r}, not {name!r}")
+        raise AttributeError(name)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.kind == self.kind and other.value == self.value  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self.kind, repr(self.value)))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.kind}={self.value!r})"
+
+
+_FIELD_CACHE: dict[type, dict[str, Any]] = {}
+
+
+def _union_fields(cls: type) -> dict[str, Any]:
+    got = _FIELD_CACHE.get(cls)
+    if got is None:
+        got = {k: v for k, v in typing.get_type_hints(cls, vars(sys.modules[__name__])).items() if k not in ("kind", "value")}
+        _FIELD_CACHE[cls] = got
+    return got
+
+
+_D = dataclass(frozen=True, slots=True)
+
+
+@_D
+class Device:
+    type: str
+    index: Optional[int] = None
+
+
+class SymExprHint(Union):
+    __slots__ = ()
+    as_int: int
+    as_bool: bool
+    as_float: float
+
+
+@_D
+class SymExpr:
+    expr_str: str
+    hint: Optional[SymExprHint] = None
+
+
+class SymInt(Union):
+    __slots__ = ()
+    as_expr: SymExpr
+    as_int: int
+
+
+class SymFloat(Union):
+    __slots__ = ()
+    as_expr: SymExpr
+    as_float: float
+
+
+class SymBool(Union):
+    __slots__ = ()
+    as_expr: SymExpr
+    as_bool: bool
+
+
+@_D
+class TensorMeta:
+    dtype: ScalarType
+    sizes: list[SymInt]
+    requires_grad: bool
+    device: Device
+    strides: list[SymInt]
+    storage_offset: SymInt
+    layout: Layout
+
+
+class SymIntArgument(Union):
+    __slots__ = ()
+    as_name: str
+    as_int: int
+
+
+class SymFloatArgument(Union):
+    __slots__ = ()
+    as_name: str
+    as_float: float
+
+
+class SymBoolArgument(Union):
+    __slots__ = ()
+    as_name: str
+    as_bool: bool
+
+
+@_D
+class TensorArgument:
+    name: str
+
+
+@_D
+class TokenArgument:
+    name: str
+
+
+class OptionalTensorArgument(Union):
+    __slots__ = ()
+    as_tensor: TensorArgument
+    as_none: bool
+
+
+@_D
+class CustomObjArgument:
+    name: str
+    class_fqn: str
+
+
+@_D
+class GraphArgument:
+    name: str
+    graph: "Graph"
+
+
+@_D
+class ComplexValue:
+    real: float
+    imag: float
+
+
+class Argument(Union):
+    __slots__ = ()
+    as_none: bool
+    as_tensor: TensorArgument
+    as_tensors: list[TensorArgument]
+    as_int: int
+    as_ints: list[int]
+    as_float: float
+    as_floats: list[float]
+    as_string: str
+    as_strings: list[str]
+    as_sym_int: SymIntArgument
+    as_sym_ints: list[SymIntArgument]
+    as_scalar_type: ScalarType
+    as_memory_format: MemoryFormat
+    as_layout: Layout
+    as_device: Device
+    as_bool: bool
+    as_bools: list[bool]
+    as_sym_bool: SymBoolArgument
+    as_sym_bools: list[SymBoolArgument]
+    as_graph: GraphArgument
+    as_optional_tensors: list[OptionalTensorArgument]
+    as_custom_obj: CustomObjArgument
+    as_operator: str
+    as_sym_float: SymFloatArgument
+    as_sym_floats: list[SymFloatArgument]
+    as_optional_tensor: OptionalTensorArgument
+    as_complex: ComplexValue
+    as_nested_tensors: list[list[TensorArgument]]
+    as_int_lists: list[list[int]]
+    as_string_to_argument: dict[str, "Argument"]
+    as_float_lists: list[list[float]]
+
+
+class ConstantValue(Union):
+    __slots__ = ()
+    as_none: bool
+    as_int: int
+    as_float: float
+    as_string: str
+    as_bool: bool
+
+
+@_D
+class NamedArgument:
+    name: str
+    arg: Argument
+    kind: Optional[ArgumentKind] = None
+
+
+@_D
+class Node:
+    target: str
+    inputs: list[NamedArgument]
+    outputs: list[Argument]
+    metadata: dict[str, str]
+    is_hop_single_tensor_return: Optional[bool] = None
+    name: Optional[str] = None
+
+
+@_D
+class Graph:
+    inputs: list[Argument]
+    outputs: list[Argument]
+    nodes: list[Node]
+    tensor_values: dict[str, TensorMeta]
+    sym_int_values: dict[str, SymInt]
+    sym_bool_values: dict[str, SymBool]
+    is_single_tensor_return: bool = False
+    custom_obj_values: dict[str, CustomObjArgument] = field(default_factory=dict)
+    sym_float_values: dict[str, SymFloat] = field(default_factory=dict)
+
+
+@_D
+class UserInputSpec:
+    arg: Argument
+
+
+@_D
+class InputToParameterSpec:
+    arg: TensorArgument
+    parameter_name: str
+
+
+@_D
+class InputToBufferSpec:
+    arg: TensorArgument
+    buffer_name: str
+    persistent: bool
+
+
+@_D
+class InputToTensorConstantSpec:
+    arg: TensorArgument
+    tensor_constant_name: str
+
+
+@_D
+class InputToCustomObjSpec:
+    arg: CustomObjArgument
+    custom_obj_name: str
+
+
+@_D
+class InputTokenSpec:
+    arg: TokenArgument
+
+
+@_D
+class InputToConstantInputSpec:
+    name: str
+    value: ConstantValue
+
+
+class InputSpec(Union):
+    __slots__ = ()
+    user_input: UserInputSpec
+    parameter: InputToParameterSpec
+    buffer: InputToBufferSpec
+    tensor_constant: InputToTensorConstantSpec
+    custom_obj: InputToCustomObjSpec
+    token: InputTokenSpec
+    constant_input: InputToConstantInputSpec
+
+
+@_D
+class UserOutputSpec:
+    arg: Argument
+
+
+@_D
+class LossOutputSpec:
+    arg: TensorArgument
+
+
+@_D
+class BufferMutationSpec:
+    arg: TensorArgument
+    buffer_name: str
+
+
+@_D
+class ParameterMutationSpec:
+    arg: TensorArgument
+    parameter_name: str
+
+
+@_D
+class GradientToParameterSpec:
+    arg: TensorArgument
+    parameter_name: str
+
+
+@_D
+class GradientToUserInputSpec:
+    arg: TensorArgument
+    user_input_name: str
+
+
+@_D
+class UserInputMutationSpec:
+    arg: TensorArgument
+    user_input_name: str
+
+
+@_D
+class OutputTokenSpec:
+    arg: TokenArgument
+
+
+class OutputSpec(Union):
+    __slots__ = ()
+    user_output: UserOutputSpec
+    loss_output: LossOutputSpec
+    buffer_mutation: BufferMutationSpec
+    gradient_to_parameter: GradientToParameterSpec
+    gradient_to_user_input: GradientToUserInputSpec
+    user_input_mutation: UserInputMutationSpec
+    token: OutputTokenSpec
+    parameter_mutation: ParameterMutationSpec
+
+
+@_D
+class GraphSignature:
+    input_specs: list[InputSpec]
+    output_specs: list[OutputSpec]
+
+
+@_D
+class RangeConstraint:
+    min_val: Optional[int]
+    max_val: Optional[int]
+
+
+@_D
+class ModuleCallSignature:
+    inputs: list[Argument]
+    outputs: list[Argument]
+    in_spec: str
+    out_spec: str
+    forward_arg_names: Optional[list[str]] = None
+
+
+@_D
+class ModuleCallEntry:
+    fqn: str
+    signature: Optional[ModuleCallSignature] = None
+
+
+@_D
+class NamedTupleDef:
+    field_names: list[str]
+
+
+@_D
+class GraphModule:
+    graph: Graph
+    signature: GraphSignature
+    module_call_graph: list[ModuleCallEntry]
+    metadata: dict[str, str] = field(default_factory=dict)
+    treespec_namedtuple_fields: dict[str, NamedTupleDef] = field(default_factory=dict)
+
+
+@_D
+class SchemaVersion:
+    major: int
+    minor: int
+
+
+@_D
+class ExportedProgram:
+    graph_module: GraphModule
+    opset_version: dict[str, int]
+    range_constraints: dict[str, RangeConstraint]
+    schema_version: SchemaVersion
+    verifiers: list[str] = field(default_factory=list)
+    torch_version: str = "<=2.4"
+    guards_code: list[str] = field(default_factory=list)
+
+
+@_D
+class PayloadMeta:
+    path_name: str
+    is_param: bool
+    use_pickle: bool
+    tensor_meta: Optional[TensorMeta]
+
+
+@_D
+class PayloadConfig:
+    config: dict[str, PayloadMeta]
+
+
+# -- codec ---------------------------------------------------------------------------------
+
+_HINTS: dict[type, dict[str, Any]] = {}
+_NS = vars(sys.modules[__name__])
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    h = _HINTS.get(cls)
+    if h is None:
+        h = typing.get_type_hints(cls, _NS)
+        _HINTS[cls] = h
+    return h
+
+
+def _bad(where: str, expected: str, found: Any) -> FormatError:
+    text = repr(found)
+    return FormatError("bad value in ExportedProgram JSON", member=None, expected=f"{expected} at {where}", found=text[:80])
+
+
+def from_json(tp: Any, obj: Any, where: str = "$") -> Any:
+    """Decode JSON value ``obj`` into schema type ``tp`` (a dataclass, union, enum or builtin).
+
+    Raises:
+        FormatError: ``obj`` does not have the shape ``tp`` requires.
+    """
+    origin = typing.get_origin(tp)
+    if origin is typing.Union:  # Optional[T]
+        if obj is None:
+            return None
+        (inner,) = [a for a in typing.get_args(tp) if a is not type(None)]
+        return from_json(inner, obj, where)
+    if origin is list:
+        if not isinstance(obj, list):
+            raise _bad(where, "a list", obj)
+        (inner,) = typing.get_args(tp)
+        return [from_json(inner, v, f"{where}[{i}]") for i, v in enumerate(obj)]
+    if origin is dict:
+        if not isinstance(obj, dict):
+            raise _bad(where, "an object", obj)
+        _k, inner = typing.get_args(tp)
+        return {str(k): from_json(inner, v, f"{where}.{k}") for k, v in obj.items()}
+    if tp is bool:
+        if not isinstance(obj, bool):
+            raise _bad(where, "a bool", obj)
+        return obj
+    if tp is int:
+        if isinstance(obj, bool) or not isinstance(obj, int):
+            raise _bad(where, "an int", obj)
+        return obj
+    if tp is float:
+        if isinstance(obj, str):
+            special = {"Infinity": math.inf, "-Infinity": -math.inf, "NaN": math.nan}
+            if obj in special:
+                return special[obj]
+            raise _bad(where, "a float", obj)
+        if isinstance(obj, bool) or not isinstance(obj, (int, float)):
+            raise _bad(where, "a float", obj)
+        return float(obj) if isinstance(obj, float) else _IntFloat(obj)
+    if tp is str:
+        if not isinstance(obj, str):
+            raise _bad(where, "a string", obj)
+        return obj
+    if tp is bytes:
+        return base64.b64decode(obj)
+    if isinstance(tp, type) and issubclass(tp, enum.IntEnum):
+        if isinstance(obj, bool) or not isinstance(obj, int):
+            raise _bad(where, f"a {tp.__name__} number", obj)
+        try:
+            return tp(obj)
+        except ValueError:
+            raise _bad(where, f"a {tp.__name__} value", obj) from None
+    if isinstance(tp, type) and issubclass(tp, Union):
+        if not isinstance(obj, dict) or len(obj) != 1:
+            raise _bad(where, f"a {tp.__name__} (one-key object)", obj)
+        ((k, v),) = obj.items()
+        fields = _union_fields(tp)
+        if k not in fields:
+            raise _bad(where, f"a {tp.__name__} variant (" + ", ".join(fields) + ")", k)
+        return tp(k, from_json(fields[k], v, f"{where}.{k}"))
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(obj, dict):
+            raise _bad(where, f"a {tp.__name__} object", obj)
+        kw = {}
+        hints = _hints(tp)
+        for f in dataclasses.fields(tp):
+            if f.name in obj:
+                kw[f.name] = from_json(hints[f.name], obj[f.name], f"{where}.{f.name}")
+            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:  # type: ignore[misc]
+                raise _bad(where, f"field {f.name!r} of {tp.__name__}", "nothing")
+        return tp(**kw)
+    raise UnsupportedError(f"schema type {tp!r} is not supported")
+
+
+class _IntFloat(float):
+    """A float field that the file spelled as a JSON integer (kept so it re-encodes as ``1``)."""
+
+    __slots__ = ("_int",)
+
+    def __new__(cls, v: int) -> "_IntFloat":
+        obj = super().__new__(cls, v)
+        obj._int = v
+        return obj
+
+
+def to_json(obj: Any) -> Any:
+    """The JSON-ready value of a schema object (torch's ``_dataclass_to_dict`` encoding)."""
+    if obj is None or isinstance(obj, (bool, str)):
+        return obj
+    if isinstance(obj, enum.IntEnum):
+        return int(obj)
+    if isinstance(obj, _IntFloat):
+        return obj._int
+    if isinstance(obj, float):
+        if math.isnan(obj):
+            return "NaN"
+        if math.isinf(obj):
+            return "Infinity" if obj > 0 else "-Infinity"
+        return obj
+    if isinstance(obj, int):
+        return obj
+    if isinstance(obj, bytes):
+        return base64.b64encode(obj).decode("ascii")
+    if isinstance(obj, Union):
+        return {obj.kind: to_json(obj.value)}
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_json(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_json(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_json(v) for k, v in obj.items()}
+    raise UnsupportedError(f"cannot encode {type(obj).__name__} in ExportedProgram JSON")
+
+
+def dumps(obj: Any) -> str:
+    """``json.dumps`` as torch writes it (no indent, ``allow_nan=False``)."""
+    return json.dumps(to_json(obj), allow_nan=False)
+
+
+def check_version(major: int, minor: int, *, member: str | None = None) -> None:
+    """Refuse schema majors other than 8 (torch accepts 0.0 too, from very old files).
+
+    Raises:
+        UnsupportedError: the major version differs.
+    """
+    if (major, minor) == (0, 0):
+        return
+    if major != SCHEMA_VERSION[0]:
+        raise UnsupportedError(
+            "unsupported ExportedProgram schema version",
+            member=member,
+            expected=f"major {SCHEMA_VERSION[0]} (torchless implements {SCHEMA_VERSION[0]}.{SCHEMA_VERSION[1]})",
+            found=f"{major}.{minor}",
+            hint="re-export the program with torch 2.8 or newer",
+        )
+
+
+def loads_program(text: str | bytes, *, member: str | None = None) -> ExportedProgram:
+    """Parse ``models/<name>.json`` into an :class:`ExportedProgram`, checking the version.
+
+    Raises:
+        FormatError: not JSON, or not an ExportedProgram.
+        UnsupportedError: another schema major version.
+    """
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise FormatError(f"ExportedProgram is not valid JSON: {e}", member=member) from None
+    if not isinstance(obj, dict):
+        raise FormatError("ExportedProgram JSON is not an object", member=member, found=type(obj).__name__)
+    sv = obj.get("schema_version")
+    if isinstance(sv, dict):
+        ma, mi = sv.get("major"), sv.get("minor")
+        if isinstance(ma, int) and isinstance(mi, int):
+            check_version(ma, mi, member=member)
+    try:
+        return from_json(ExportedProgram, obj)
+    except FormatError as e:
+        raise e.with_context(member=member)
+    except RecursionError:
+        raise FormatError("ExportedProgram JSON nests too deeply", member=member) from None

@@ -1,0 +1,293 @@
+"""The ``torchscript`` format handler: ``torch.jit.save`` archives and lite ``.ptl`` files."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from ...container.zip import Problem, is_zip
+from ...core.errors import TorchlessError
+from ...core.source import open_source
+from ...core.tensor import Tensor
+from ...core.tree import describe
+from ...pickle.machine import Limits
+from ...pickle.torch_globals import TORCH_ALLOWLIST
+from ..base import Artifact, Probe, summarize_tensors
+from ..registry import register
+from . import spec
+from .read import ScriptObject, TorchScriptArchive, is_torchscript_zip, read_archive
+
+__all__ = ["TorchScriptArtifact", "TorchScriptHandler", "module_tree", "iter_all_tensors", "render_code", "find_module"]
+
+
+def _tensor_summary(t: Tensor) -> str:
+    return f"{t.dtype.name}[{', '.join(map(str, t.shape))}]"
+
+
+def _value_summary(v: Any) -> Any:
+    if isinstance(v, Tensor):
+        return _tensor_summary(v)
+    if isinstance(v, ScriptObject):
+        return f"<{v.qualified_name}>"
+    if isinstance(v, (int, float, str, bool)) or v is None:
+        return v
+    return describe(v)
+
+
+def module_tree(m: ScriptObject, limit: int = 10_000) -> dict[str, Any]:
+    """A JSON-ready outline of a module: class, parameters, buffers, attributes, methods,
+    then submodules (each module once)."""
+    seen: set[int] = set()
+
+    def go(x: ScriptObject, budget: list[int]) -> dict[str, Any]:
+        budget[0] -= 1
+        out: dict[str, Any] = {"<object>": x.qualified_name}
+        if id(x) in seen or budget[0] < 0:
+            out["<object>"] += " (shown above)" if id(x) in seen else " (…)"
+            return out
+        seen.add(id(x))
+        params = {k: _tensor_summary(v) if isinstance(v, Tensor) else v for k, v in x.attrs.items() if x._kind(k) == "parameter"}
+        bufs = {k: _tensor_summary(v) if isinstance(v, Tensor) else v for k, v in x.attrs.items() if x._kind(k) == "buffer"}
+        attrs = {k: _value_summary(v) for k, v in x.attrs.items() if x._kind(k) == "attribute" and k not in ("training", "_is_full_backward_hook")}
+        if params:
+            out["parameters"] = params
+        if bufs:
+            out["buffers"] = bufs
+        if attrs:
+            out["attributes"] = attrs
+        if x.state is not None:
+            out["state"] = describe(x.state)
+        if x.methods:
+            out["methods"] = ", ".join(x.methods)
+        for k, v in x.attrs.items():
+            if x._kind(k) == "module":
+                out[k] = go(v, budget)
+        return out
+
+    return go(m, [limit])
+
+
+def iter_all_tensors(root: Any, prefix: str = "", max_nodes: int = 50_000_000) -> Iterator[tuple[str, Tensor]]:
+    """Every tensor reachable from ``root`` (attributes, containers, custom-class state),
+    under dotted paths; each tensor object once."""
+    seen: set[int] = set()
+    stack: list[tuple[str, Any]] = [(prefix, root)]
+    n = 0
+    while stack:
+        name, x = stack.pop()
+        n += 1
+        if n > max_nodes:
+            from ...core.errors import LimitError
+
+            raise LimitError("object tree too large", expected=f"<= {max_nodes} nodes")
+        if isinstance(x, Tensor):
+            if id(x) not in seen:
+                seen.add(id(x))
+                yield name or "tensor", x
+            continue
+        if id(x) in seen:
+            continue
+        kids: list[tuple[str, Any]] = []
+        if isinstance(x, ScriptObject):
+            seen.add(id(x))
+            kids = list(x.attrs.items())
+            if x.state is not None:
+                kids.append(("__getstate__", x.state))
+        elif isinstance(x, dict):
+            seen.add(id(x))
+            kids = [(str(k), v) for k, v in x.items()]
+        elif isinstance(x, (list, tuple)):
+            seen.add(id(x))
+            kids = [(str(i), v) for i, v in enumerate(x)]
+        stack.extend(reversed([(f"{name}.{k}" if name else k, v) for k, v in kids]))
+
+
+def find_module(root: Any, path: str | None) -> ScriptObject:
+    """The submodule at dotted ``path`` ("" or None: the root)."""
+    from ...core.errors import NotFoundError
+
+    m = root
+    for part in [p for p in (path or "").split(".") if p]:
+        if not isinstance(m, ScriptObject) or not isinstance(m.attrs.get(part), ScriptObject):
+            raise NotFoundError(f"no submodule {path!r}", found=f"stopped at {part!r}")
+        m = m.attrs[part]
+    if not isinstance(m, ScriptObject):
+        raise NotFoundError("the archive's root is not a TorchScript object")
+    return m
+
+
+def render_code(archive: TorchScriptArchive, *, method: str | None = None, module: str | None = None) -> str:
+    """TorchScript source as text.
+
+    * ``method`` (``forward``): that method of the root (or of submodule ``module``)
+      as ``torch.jit.load(path).<module>.<method>.code`` prints it;
+    * ``method`` qualified (``__torch__.M.forward``): that method or free function;
+    * neither: every code file, each under a ``# code/…`` header, as stored.
+    * only ``module``: the class source of that submodule, as stored.
+    """
+    if method and method.startswith("__torch__.") and module is None:
+        return archive.function(method).code
+    if method:
+        return find_module(archive.module, module).method_source(method).code
+    if module:
+        m = find_module(archive.module, module)
+        if m.class_source is None:
+            from ...core.errors import NotFoundError
+
+            raise NotFoundError(f"no source for class {m.qualified_name}")
+        return m.class_source.text
+    parts = []
+    for rec, cf in archive.code.items():
+        parts.append(f"# {rec}\n{cf.text}" + ("" if cf.text.endswith("\n") else "\n"))
+    return "\n".join(parts)
+
+
+class TorchScriptArtifact(Artifact):
+    """An opened TorchScript archive.
+
+    ``tensors()`` gives what ``torch.jit.load(path).state_dict()`` gives (same names,
+    same order); :meth:`all_tensors` adds every other tensor (attributes, containers,
+    packed quantized weights, constants). ``load()`` returns the root
+    :class:`~torchless.formats.torchscript.read.ScriptObject`.
+
+    Attributes:
+        archive: the parsed :class:`~torchless.formats.torchscript.read.TorchScriptArchive`.
+    """
+
+    format = "torchscript"
+
+    def __init__(self, path: Any, *, weights_only: bool = True, limits: Limits = Limits()) -> None:
+        super().__init__(path if not isinstance(path, (bytes, bytearray, memoryview)) else "<bytes>")
+        self.source = open_source(path)
+        try:
+            self.archive: TorchScriptArchive = read_archive(self.source, weights_only=weights_only, limits=limits)
+        except BaseException:
+            self.source.close()
+            raise
+
+    @property
+    def module(self) -> ScriptObject:
+        return self.archive.module
+
+    def load(self, *, weights_only: bool = True) -> Any:
+        return self.archive.module
+
+    def state_dict(self) -> Any:
+        m = self.archive.module
+        if not isinstance(m, ScriptObject):
+            from ...core.values import StateDict
+
+            return StateDict()
+        return m.state_dict()
+
+    def tensors(self) -> Iterator[tuple[str, Any]]:
+        return iter(self.state_dict().items())
+
+    def all_tensors(self) -> Iterator[tuple[str, Tensor]]:
+        """Every tensor of the module tree and of ``constants.pkl`` (``CONSTANTS.cN``)."""
+        yield from iter_all_tensors(self.archive.module)
+        consts = self.archive.constants
+        if isinstance(consts, tuple):
+            for i, c in enumerate(consts):
+                yield from iter_all_tensors(c, f"CONSTANTS.c{i}")
+
+    def code(self, method: str | None = None, module: str | None = None) -> str:
+        """TorchScript source: one method as ``.code`` prints it, or all code files."""
+        return render_code(self.archive, method=method, module=module)
+
+    def info(self) -> dict[str, Any]:
+        a = self.archive
+        zr = a.zip
+        assert zr is not None
+        refused = sorted({g for g, ok in a.globals_seen if not ok})
+        out: dict[str, Any] = {
+            "format": "torchscript",
+            "path": self.path,
+            "archive_prefix": a.prefix,
+            "kind": "lite interpreter (.ptl)" if a.is_lite else "TorchScript",
+            "file_format_version": a.file_format_version,
+        }
+        if a.is_lite:
+            try:
+                out["bytecode_version"] = a.bytecode().version
+            except TorchlessError as e:
+                out["bytecode_version"] = f"unreadable: {e}"
+        root = a.module
+        out["root_class"] = root.qualified_name if isinstance(root, ScriptObject) else type(root).__name__
+        out["traced"] = zr.lookup(spec.TRACED_INPUTS_PKL) is not None
+        out["records"] = {k: v.strip() for k, v in a.records.items()}
+        out.update(summarize_tensors(self.tensors()))
+        everything = list(self.all_tensors())
+        out["all_tensors"] = len(everything)
+        out["all_tensor_bytes"] = sum(t.nbytes for _, t in everything)
+        out["constants"] = len(a.constants) if isinstance(a.constants, tuple) else 0
+        out["extra_files"] = {k: e.size for k, e in a.extra.items()}
+        code_sizes = {rec[len(spec.CODE_DIR):]: zr.get(rec).size for rec in a.code}
+        out["code_files"] = code_sizes
+        out["methods"] = {q: list(cs.methods) for q, cs in a.classes.items() if cs.methods}
+        out["globals_not_allowlisted"] = refused
+        out["torch_weights_only_would_refuse"] = sorted({g for g, _ in a.globals_seen if g not in TORCH_ALLOWLIST and not g.startswith("__torch__.")})
+        if isinstance(root, ScriptObject):
+            out["tree"] = module_tree(root)
+        else:
+            out["tree"] = describe(root)
+        return out
+
+    def verify(self) -> list[Problem]:
+        a = self.archive
+        zr = a.zip
+        assert zr is not None
+        problems: list[Problem] = list(zr.verify(crc=True))
+        for name, t in self.all_tensors():
+            try:
+                if t.storage is not None:
+                    t._check_bounds()
+                    t.storage.bytes()
+            except TorchlessError as e:
+                problems.append(Problem("tensor", str(e), name))
+        # every class the pickles use should be defined by the archive's code
+        stack: list[Any] = [a.module]
+        seen: set[int] = set()
+        while stack:
+            x = stack.pop()
+            if not isinstance(x, ScriptObject) or id(x) in seen:
+                continue
+            seen.add(id(x))
+            if x.class_source is None and not x.qualified_name.startswith("__torch__.torch.classes."):
+                problems.append(Problem("missing-class", f"class {x.qualified_name} has no source in code/", x.qualified_name, None, "error"))
+            elif x.class_source is not None:
+                for n in x.class_source.parameters + x.class_source.buffers:
+                    if n not in x.attrs:
+                        problems.append(Problem("missing-attribute", f"{x.qualified_name} declares {n!r} but data.pkl has no value for it", n, None, "error"))
+            stack.extend(v for v in x.attrs.values() if isinstance(v, ScriptObject))
+        used = {st.origin[len(zr.prefix) + 1:] for st in a.storages.values() if st.origin}
+        if a.is_lite:
+            try:
+                a.bytecode()
+            except TorchlessError as e:
+                problems.append(Problem("bytecode", str(e), spec.BYTECODE_PKL))
+            used |= {st.origin[len(zr.prefix) + 1:] for st in a.storages.values() if st.origin}
+        for rec in zr.records():
+            if (rec.startswith(spec.DATA_DIR + "/") or rec.startswith(spec.CONSTANTS_DIR + "/")) and rec not in used:
+                problems.append(Problem("unused-record", f"storage record {rec!r} is not referenced by any pickle", rec, None, "warning"))
+        return problems
+
+    def close(self) -> None:
+        self.source.close()
+
+
+@register
+class TorchScriptHandler:
+    """TorchScript archives (``torch.jit.save``) and lite-interpreter ``.ptl`` files."""
+
+    name = "torchscript"
+    extensions = (".ptl", ".torchscript")
+    priority = 10  # before the plain zip checkpoint handler
+    description = "TorchScript archive (torch.jit.save, _save_for_lite_interpreter)"
+
+    def sniff(self, probe: Probe) -> bool:
+        if probe.is_dir or not is_zip(probe.head):
+            return False
+        return is_torchscript_zip(probe.zip_records())
+
+    def open(self, path: Any, **kw: Any) -> TorchScriptArtifact:
+        return TorchScriptArtifact(path, **kw)

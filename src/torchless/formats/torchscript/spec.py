@@ -1,0 +1,126 @@
+"""TorchScript archive layout: record names, versions and the C++ pickler's names.
+
+Spec: ``torchscript.md`` (torch 2.13). A TorchScript archive is the same zip container
+as ``torch.save`` (``pt.md`` §1.3) with these records under the archive folder.
+"""
+
+from __future__ import annotations
+
+from ...core.dtypes import DTYPES, DType
+
+__all__ = [
+    "DATA_PKL",
+    "DATA_DIR",
+    "CONSTANTS_PKL",
+    "CONSTANTS_DIR",
+    "BYTECODE_PKL",
+    "BYTECODE_DIR",
+    "TRACED_INPUTS_PKL",
+    "TRACED_INPUTS_DIR",
+    "CODE_DIR",
+    "EXTRA_DIR",
+    "DEBUG_SUFFIX",
+    "VERSION_RECORDS",
+    "MIN_FILE_FORMAT_VERSION",
+    "MAX_FILE_FORMAT_VERSION",
+    "MIN_BYTECODE_VERSION",
+    "MAX_BYTECODE_VERSION",
+    "SCALAR_TYPE_DTYPES",
+    "storage_dtype",
+    "code_record_for",
+    "module_of_code_record",
+]
+
+#: the module object tree (§2)
+DATA_PKL = "data.pkl"
+DATA_DIR = "data"
+#: tensor and other constants referenced as ``CONSTANTS.cN`` in code (§3)
+CONSTANTS_PKL = "constants.pkl"
+CONSTANTS_DIR = "constants"
+#: lite-interpreter bytecode (§5); tensors of old (v4) bytecode live in ``bytecode/``
+BYTECODE_PKL = "bytecode.pkl"
+BYTECODE_DIR = "bytecode"
+#: example inputs of ``torch.jit.trace`` (§1); the storage records may be empty
+TRACED_INPUTS_PKL = "traced_inputs.pkl"
+TRACED_INPUTS_DIR = "traced_inputs"
+#: TorchScript source, one file per Python module path of the qualified class names
+CODE_DIR = "code/"
+#: ``_extra_files``, stored verbatim
+EXTRA_DIR = "extra/"
+#: source-range tables next to each code file (§4)
+DEBUG_SUFFIX = ".debug_pkl"
+#: the file format version record (``.data/version`` from version 6 on)
+VERSION_RECORDS = ("version", ".data/version")
+
+#: caffe2/serialize/versions.h (§1, Versioning)
+MIN_FILE_FORMAT_VERSION = 1
+MAX_FILE_FORMAT_VERSION = 10
+#: bytecode versions torch 2.13's mobile loader accepts (§5)
+MIN_BYTECODE_VERSION = 4
+MAX_BYTECODE_VERSION = 9
+
+#: c10 ScalarType name -> dtype name. The C++ pickler names a storage class
+#: ``torch <ScalarTypeName>Storage`` for every dtype (§2), so dtypes added after the
+#: legacy typed storages get class names that do not exist in Python.
+_SCALAR_TYPES = {
+    "Byte": "uint8",
+    "Char": "int8",
+    "Short": "int16",
+    "Int": "int32",
+    "Long": "int64",
+    "Half": "float16",
+    "Float": "float32",
+    "Double": "float64",
+    "ComplexHalf": "complex32",
+    "ComplexFloat": "complex64",
+    "ComplexDouble": "complex128",
+    "Bool": "bool",
+    "QInt8": "qint8",
+    "QUInt8": "quint8",
+    "QInt32": "qint32",
+    "BFloat16": "bfloat16",
+    "QUInt4x2": "quint4x2",
+    "QUInt2x4": "quint2x4",
+    "Bits1x8": "bits1x8",
+    "Bits2x4": "bits2x4",
+    "Bits4x2": "bits4x2",
+    "Bits8": "bits8",
+    "Bits16": "bits16",
+    "Float8_e5m2": "float8_e5m2",
+    "Float8_e4m3fn": "float8_e4m3fn",
+    "Float8_e5m2fnuz": "float8_e5m2fnuz",
+    "Float8_e4m3fnuz": "float8_e4m3fnuz",
+    "UInt16": "uint16",
+    "UInt32": "uint32",
+    "UInt64": "uint64",
+    "Float8_e8m0fnu": "float8_e8m0fnu",
+    "Float4_e2m1fn_x2": "float4_e2m1fn_x2",
+}
+for _n in range(1, 8):
+    _SCALAR_TYPES[f"UInt{_n}"] = f"uint{_n}"
+    _SCALAR_TYPES[f"Int{_n}"] = f"int{_n}"
+
+#: ``<ScalarTypeName>Storage`` -> DType, for every storage class the C++ pickler writes.
+SCALAR_TYPE_DTYPES: dict[str, DType] = {f"{k}Storage": DTYPES[v] for k, v in _SCALAR_TYPES.items() if v in DTYPES}
+
+
+def storage_dtype(class_name: str) -> DType | None:
+    """The dtype of a C++-pickler storage class name (``UInt16Storage`` -> uint16)."""
+    return SCALAR_TYPE_DTYPES.get(class_name)
+
+
+def code_record_for(qualified_name: str) -> tuple[str, str]:
+    """``(code record, class name)`` holding a qualified class name.
+
+    ``__torch__.torch.nn.modules.linear.Linear`` ->
+    ``("code/__torch__/torch/nn/modules/linear.py", "Linear")``.
+    """
+    module, _, name = qualified_name.rpartition(".")
+    return CODE_DIR + module.replace(".", "/") + ".py", name
+
+
+def module_of_code_record(record: str) -> str | None:
+    """The Python-style module a code record defines (inverse of :func:`code_record_for`)."""
+    if not record.startswith(CODE_DIR) or not record.endswith(".py"):
+        return None
+    return record[len(CODE_DIR) : -3].replace("/", ".")

@@ -1,0 +1,82 @@
+"""``torchless scan``: a security scanner that sees exactly what torch would execute.
+
+It finds every pickle stream in every carrier (see :mod:`torchless.scan.carriers`), runs
+each symbolically in torchless's pickle machine (nothing is imported or called; see
+:mod:`torchless.scan.analysis`) and classifies what the stream reaches against an
+allowlist (:mod:`torchless.scan.policy`). Container differentials between torch's reader
+and other readers are findings of their own. Reports: :mod:`torchless.scan.report`.
+
+Example:
+    >>> import torchless
+    >>> report = torchless.scan("model.pt")        # doctest: +SKIP
+    >>> report.exit_code, [f.rule for f in report.findings]   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterable, Sequence
+
+from ..core.errors import NotFoundError, UsageError
+from .carriers import Scanner, scan_file
+from .findings import RULES, SEVERITIES, AllowNote, FileReport, Finding, ScanReport
+from .policy import SAFE, classify
+
+__all__ = ["scan", "scan_file", "iter_files", "Finding", "FileReport", "ScanReport", "AllowNote", "RULES", "SEVERITIES", "SAFE", "classify", "Scanner"]
+
+
+def iter_files(paths: Iterable[os.PathLike | str]) -> list[str]:
+    """Every regular file under ``paths`` (directories recursively, sorted, no symlink loops)."""
+    out: list[str] = []
+    for p in paths:
+        p = os.fspath(p)
+        if os.path.isdir(p):
+            for root, dirs, files in os.walk(p, followlinks=False):
+                dirs.sort()
+                for f in sorted(files):
+                    fp = os.path.join(root, f)
+                    if os.path.isfile(fp):
+                        out.append(fp)
+        elif os.path.exists(p):
+            out.append(p)
+        else:
+            raise NotFoundError("no such file or directory", path=p)
+    return out
+
+
+def _one(args: tuple[str, str]) -> FileReport:
+    return scan_file(args[0], args[1])
+
+
+def scan(path: os.PathLike | str | Sequence[os.PathLike | str], *, unknown_severity: str = "medium", jobs: int | None = None) -> ScanReport:
+    """Scan files and directories for pickles that would run code when loaded.
+
+    Args:
+        path: a file, a directory (scanned recursively: DCP checkpoints, model folders)
+            or a list of them.
+        unknown_severity: severity of globals that are neither allowlisted nor known to
+            be dangerous (``critical``, ``high``, ``medium``, ``low`` or ``info``; ``info``
+            does not make a file unclean).
+        jobs: worker processes for many files (default: all cores; 1 = in process).
+
+    Returns:
+        A :class:`ScanReport`: ``.files`` (one :class:`FileReport` each, with
+        ``.verdict`` and ``.findings``), ``.exit_code`` (0 clean, 1 findings, 2 error),
+        ``.to_dict()``.
+
+    Raises:
+        NotFoundError: a path does not exist.
+        UsageError: an unknown severity.
+    """
+    if unknown_severity not in SEVERITIES:
+        raise UsageError("unknown severity", expected=" | ".join(SEVERITIES), found=unknown_severity)
+    paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+    files = iter_files(paths)
+    jobs = jobs or os.cpu_count() or 1
+    if jobs <= 1 or len(files) < 4:
+        return ScanReport([scan_file(f, unknown_severity) for f in files])
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=min(jobs, len(files))) as ex:
+        reports = list(ex.map(_one, [(f, unknown_severity) for f in files], chunksize=max(1, len(files) // (jobs * 4))))
+    return ScanReport(reports)

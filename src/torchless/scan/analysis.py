@@ -1,0 +1,351 @@
+"""Symbolic execution of one pickle stream in the pickle machine: what would it call?
+
+The stream runs in :class:`~torchless.pickle.machine.Unpickler` with a resolver that never
+refuses: every global becomes a :class:`Sym` (nothing is imported). REDUCE, NEWOBJ(_EX),
+INST, OBJ and BUILD on a :class:`Sym` record an event and return a new :class:`Sym` for
+the result, so a chain such as ``getattr(__import__('os'), 'system')('...')`` is followed to
+its end: the second call is recorded as a call of a value *computed at load time*, which
+is how every indirection ends. A trace hook notes the offset and opcode of each step.
+
+A stream that the machine cannot finish (malformed, truncated) still yields everything it
+did before the error: Python's unpickler executes opcodes in the same order, so what ran
+before the error is exactly what a loader would have run.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..core.errors import TorchlessError
+from ..pickle.globals import Rebuilder
+from ..pickle.machine import Limits, Unpickler
+from ..pickle.opcodes import OPCODE_NAMES
+from .policy import Verdict, classify
+
+__all__ = ["Sym", "GlobalUse", "CallEvent", "StreamResult", "analyse", "disassemble", "describe"]
+
+_CALL_OPS = ("REDUCE", "NEWOBJ", "NEWOBJ_EX", "INST", "OBJ")
+_MEMO_READS = ("BINGET", "LONG_BINGET", "GET")
+
+
+class Sym(Rebuilder):
+    """A symbolic value: a global the pickle names, or what calling one would return."""
+
+    __slots__ = ("kind", "qualname", "callee", "args", "via", "pos", "state", "items", "an", "verdict")
+
+    def __init__(self, an: "_Analyser", kind: str, qualname: str = "", *, callee: "Sym | None" = None, args: Any = (), via: str = "", pos: int = 0, verdict: Verdict | None = None) -> None:
+        super().__init__(qualname or kind, self._do_call)
+        self.an = an
+        self.kind = kind  # "global" | "result" | "persistent"
+        self.qualname = qualname
+        self.callee = callee
+        self.args = args
+        self.via = via
+        self.pos = pos
+        self.state: Any = None
+        self.items: list[Any] = []
+        self.verdict = verdict
+
+    def _do_call(self, args: tuple) -> "Sym":
+        return self.an.on_call(self, args, {})
+
+    def new(self, args: tuple, kwargs: dict) -> "Sym":
+        return self.an.on_call(self, args, kwargs)
+
+    def __torchless_build__(self, state: Any) -> "Sym":
+        self.an.on_build(self, state)
+        if self.state is None:
+            self.state = state
+        elif isinstance(self.state, dict) and isinstance(state, dict):
+            self.state.update(state)
+        return self
+
+    def __torchless_items__(self, op: str, items: list[Any]) -> None:
+        if op == "setitem":
+            self.items.extend((items[i], items[i + 1]) for i in range(0, len(items) - 1, 2))
+        else:
+            self.items.extend(items)
+
+    def __repr__(self) -> str:
+        return describe(self)
+
+
+def describe(v: Any, depth: int = 0) -> str:
+    """A short, safe rendering of a symbolic value for reports."""
+    if depth > 3:
+        return "…"
+    if isinstance(v, Sym):
+        if v.kind == "global":
+            return v.qualname
+        if v.kind == "persistent":
+            return f"persistent_load({describe(v.args, depth + 1)})"
+        inner = ", ".join(describe(a, depth + 1) for a in (v.args if isinstance(v.args, tuple) else (v.args,)))
+        return f"{describe(v.callee, depth + 1)}({inner})"
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        b = bytes(v[:24])
+        return repr(b) + ("…" if len(v) > 24 else "")
+    if isinstance(v, str):
+        return repr(v[:80]) + ("…" if len(v) > 80 else "")
+    if isinstance(v, tuple):
+        return "(" + ", ".join(describe(x, depth + 1) for x in v[:6]) + (", …" if len(v) > 6 else "") + ("," if len(v) == 1 else "") + ")"
+    if isinstance(v, list):
+        return "[" + ", ".join(describe(x, depth + 1) for x in v[:6]) + (", …" if len(v) > 6 else "") + "]"
+    if isinstance(v, dict):
+        items = list(v.items())[:4]
+        return "{" + ", ".join(f"{describe(k, depth + 1)}: {describe(x, depth + 1)}" for k, x in items) + (", …" if len(v) > 4 else "") + "}"
+    r = repr(v)
+    return r[:60] + ("…" if len(r) > 60 else "")
+
+
+@dataclass
+class GlobalUse:
+    """One global the stream resolves."""
+
+    qualname: str
+    module: str
+    name: str
+    offset: int
+    opcode: str  # GLOBAL | STACK_GLOBAL | INST | EXT1/2/4
+    verdict: Verdict
+    from_memo: bool = False  # STACK_GLOBAL fed by memo reads
+    raw: str = ""  # the names as written, when the Python-2 renames changed them
+    called: list[str] = field(default_factory=list)  # opcodes that called it
+
+
+@dataclass
+class CallEvent:
+    """One call (or BUILD) the stream would make."""
+
+    opcode: str
+    offset: int
+    callee: Sym
+    args: Any
+    kwargs: Any = None
+
+
+@dataclass
+class StreamResult:
+    """What one pickle stream does."""
+
+    start: int
+    end: int | None  # offset after STOP; None when the stream did not finish
+    protocol: int
+    globals: list[GlobalUse]
+    calls: list[CallEvent]
+    builds: list[CallEvent]
+    error: TorchlessError | None
+    frames: list[tuple[int, int]]  # (offset of FRAME, declared length)
+    op_offsets: list[int]
+    value: Any = None
+    nested: list[tuple[str, bytes, int]] = field(default_factory=list)  # (what, blob, offset)
+
+    @property
+    def finished(self) -> bool:
+        return self.end is not None
+
+
+class _Resolver:
+    def __init__(self, an: "_Analyser") -> None:
+        self.an = an
+
+    def resolve(self, module: str, name: str) -> Any:
+        return self.an.on_global(module, name)
+
+
+class _Analyser:
+    def __init__(self, data: bytes, torchscript: bool) -> None:
+        self.data = data
+        self.torchscript = torchscript
+        self.globals: list[GlobalUse] = []
+        self.calls: list[CallEvent] = []
+        self.builds: list[CallEvent] = []
+        self.frames: list[tuple[int, int]] = []
+        self.ops: list[int] = []
+        self.recent: deque[tuple[int, str]] = deque(maxlen=4)
+        self.pos = 0
+        self.op = ""
+        self.nested: list[tuple[str, bytes, int]] = []
+        self._nested_seen: set[int] = set()
+
+    def trace(self, pos: int, opname: str, _arg: Any) -> None:
+        self.recent.append((self.pos, self.op))
+        self.pos = pos
+        self.op = opname
+        self.ops.append(pos)
+        if opname == "FRAME" and pos + 9 <= len(self.data):
+            self.frames.append((pos, struct.unpack_from("<Q", self.data, pos + 1)[0]))
+
+    def on_global(self, module: str, name: str) -> Sym:
+        qual = f"{module}.{name}"
+        v = classify(module, name, torchscript=self.torchscript)
+        raw = ""
+        if self.op in ("GLOBAL", "INST"):
+            try:
+                e1 = self.data.index(b"\n", self.pos + 1)
+                e2 = self.data.index(b"\n", e1 + 1)
+                m0 = self.data[self.pos + 1 : e1].decode("utf-8", "replace")
+                n0 = self.data[e1 + 1 : e2].decode("utf-8", "replace")
+                if (m0, n0) != (module, name):
+                    raw = f"{m0}.{n0}"
+            except ValueError:
+                pass
+        from_memo = self.op == "STACK_GLOBAL" and any(op in _MEMO_READS for _p, op in list(self.recent)[-2:])
+        self.globals.append(GlobalUse(qual, module, name, self.pos, self.op, v, from_memo, raw))
+        return Sym(self, "global", qual, pos=self.pos, verdict=v)
+
+    def _note_nested(self, value: Any, depth: int = 0) -> None:
+        # bytes that a call receives and that look like a pickle or an archive: torch's
+        # _load_from_bytes, pickle.loads, numpy's loaders would run them
+        if depth > 3:
+            return
+        if isinstance(value, (bytes, bytearray)):
+            if len(value) >= 2 and (value[:1] == b"\x80" or value[:4] == b"PK\x03\x04" or value[:6] == b"\x93NUMPY") and id(value) not in self._nested_seen:
+                self._nested_seen.add(id(value))
+                self.nested.append((self.op, bytes(value), self.pos))
+        elif isinstance(value, (tuple, list)):
+            for x in value[:64]:
+                self._note_nested(x, depth + 1)
+        elif isinstance(value, dict):
+            for x in list(value.values())[:64]:
+                self._note_nested(x, depth + 1)
+
+    def on_call(self, callee: Sym, args: tuple, kwargs: dict) -> Sym:
+        ev = CallEvent(self.op, self.pos, callee, args, kwargs or None)
+        self.calls.append(ev)
+        if callee.kind == "global":
+            for g in reversed(self.globals):
+                if g.offset == callee.pos and g.qualname == callee.qualname:
+                    g.called.append(self.op)
+                    break
+        self._note_nested(args)
+        if kwargs:
+            self._note_nested(kwargs)
+        return Sym(self, "result", callee=callee, args=args, via=self.op, pos=self.pos)
+
+    def on_build(self, target: Sym, state: Any) -> None:
+        self.builds.append(CallEvent("BUILD", self.pos, target, state))
+        self._note_nested(state)
+
+    def persistent_load(self, pid: Any) -> Sym:
+        return Sym(self, "persistent", args=pid, pos=self.pos)
+
+
+def analyse(
+    data: bytes,
+    *,
+    start: int = 0,
+    torchscript: bool = False,
+    limits: Limits = Limits(),
+    on_error: Callable[[TorchlessError], None] | None = None,
+) -> StreamResult:
+    """Symbolically run the pickle stream that starts at ``start`` in ``data``.
+
+    Never raises for bad input: a stream the machine cannot finish comes back with
+    ``error`` set and everything it did before.
+    """
+    an = _Analyser(data, torchscript)
+    up = Unpickler(data, resolver=_Resolver(an), persistent_load=an.persistent_load, limits=limits, start=start, trace=an.trace, encoding="latin1")
+    err: TorchlessError | None = None
+    value: Any = None
+    end: int | None = None
+    try:
+        value = up.load()
+        end = up.end
+    except TorchlessError as e:
+        err = e
+        if e.offset is None:
+            e.offset = an.pos
+        if on_error is not None:
+            on_error(e)
+    except (RecursionError, MemoryError) as e:  # pragma: no cover - limits normally stop these first
+        from ..core.errors import LimitError
+
+        err = LimitError(f"stream too complex to analyse: {type(e).__name__}", offset=an.pos)
+    return StreamResult(start, end, up.info.protocol, an.globals, an.calls, an.builds, err, an.frames, an.ops, value, an.nested)
+
+
+# -- disassembly -----------------------------------------------------------------------
+_FIXED = {
+    "BININT1": 1, "BINGET": 1, "BINPUT": 1, "PROTO": 1, "EXT1": 1,
+    "BININT2": 2, "EXT2": 2,
+    "BININT": 4, "LONG_BINGET": 4, "LONG_BINPUT": 4, "EXT4": 4,
+    "BINFLOAT": 8, "FRAME": 8,
+}
+_LEN1 = ("SHORT_BINUNICODE", "SHORT_BINSTRING", "SHORT_BINBYTES", "LONG1")
+_LEN4 = ("BINUNICODE", "BINSTRING", "BINBYTES", "LONG4")
+_LEN8 = ("BINUNICODE8", "BINBYTES8", "BYTEARRAY8")
+_LINES = {"GLOBAL": 2, "INST": 2, "INT": 1, "LONG": 1, "FLOAT": 1, "STRING": 1, "UNICODE": 1, "GET": 1, "PUT": 1, "PERSID": 1}
+
+
+def _decode_op(data: bytes, pos: int) -> tuple[str, str, int]:
+    """(name, argument text, next offset) of the opcode at ``pos``; never raises."""
+    if pos >= len(data):
+        return "<end>", "", pos + 1
+    name = OPCODE_NAMES.get(data[pos], f"<0x{data[pos]:02x}>")
+    p = pos + 1
+    try:
+        if name in _FIXED:
+            k = _FIXED[name]
+            raw = data[p : p + k]
+            if name == "BINFLOAT":
+                arg = repr(struct.unpack(">d", raw)[0])
+            elif name == "BININT":
+                arg = str(struct.unpack("<i", raw)[0])
+            else:
+                arg = str(int.from_bytes(raw, "little"))
+            return name, arg, p + k
+        if name in _LEN1 or name in _LEN4 or name in _LEN8:
+            w = 1 if name in _LEN1 else (4 if name in _LEN4 else 8)
+            n = int.from_bytes(data[p : p + w], "little")
+            body = data[p + w : p + w + min(n, 60)]
+            if "UNICODE" in name:
+                arg = repr(body.decode("utf-8", "replace"))
+            elif name.startswith("LONG"):
+                arg = str(int.from_bytes(data[p + w : p + w + n], "little", signed=True)) if n <= 64 else f"<{n}-byte int>"
+            else:
+                arg = repr(body)
+            if n > 60 and "LONG" not in name:
+                arg += f"… ({n} bytes)"
+            return name, arg, p + w + n
+        if name in _LINES:
+            parts = []
+            for _ in range(_LINES[name]):
+                e = data.find(b"\n", p)
+                if e < 0:
+                    return name, "<no newline>", len(data)
+                parts.append(data[p:e].decode("utf-8", "replace")[:60])
+                p = e + 1
+            return name, repr(" ".join(parts)), p
+    except (struct.error, ValueError):
+        return name, "<truncated>", len(data)
+    return name, "", p
+
+
+def disassemble(data: bytes, at: int, op_offsets: list[int] | None = None, before: int = 4, after: int = 2, base: int = 0) -> list[str]:
+    """A few disassembled opcodes around offset ``at`` (the line at ``at`` marked ``>``)."""
+    starts: list[int]
+    if op_offsets:
+        import bisect
+
+        i = bisect.bisect_left(op_offsets, at)
+        lo = max(0, i - before)
+        starts = op_offsets[lo : i + after + 1]
+        if at not in starts and (not starts or at > starts[-1]):
+            starts.append(at)
+    else:
+        starts = []
+        p = max(0, at)
+        for _ in range(after + 1):
+            starts.append(p)
+            _n, _a, p = _decode_op(data, p)
+    out = []
+    for s in starts:
+        if s >= len(data):
+            break
+        name, arg, _nx = _decode_op(data, s)
+        mark = ">" if s == at else " "
+        out.append(f"{mark} {base + s:#08x}: {name} {arg}".rstrip())
+    return out

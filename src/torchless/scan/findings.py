@@ -1,0 +1,166 @@
+"""What a scan reports: findings per file, and the run as a whole."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["SEVERITIES", "RULES", "Finding", "AllowNote", "FileReport", "ScanReport"]
+
+#: most to least severe; ``info`` never makes a file "not clean".
+SEVERITIES = ("critical", "high", "medium", "low", "info")
+
+#: rule id -> one-line description (also the SARIF rule table).
+RULES: dict[str, str] = {
+    "dangerous-global": "the pickle names a global that runs code, touches files or the network, or reaches one",
+    "indirect-call": "the pickle calls a value computed at load time (getattr/attrgetter/partial/... indirection)",
+    "unknown-global": "the pickle names a global that is not on torchless's allowlist",
+    "malformed-pickle": "a pickle stream that cannot be run to its STOP (analysis covers what ran before the error)",
+    "frame-length": "a FRAME's declared length does not match the opcodes (readers that trust frames see other bytes)",
+    "trailing-data": "bytes after a pickle's STOP or after an archive's end record",
+    "zip-duplicate": "several zip members share a name; torch and Python's zipfile may read different copies",
+    "zip-case-variant": "a member matches a record name only case-insensitively (torch reads it, others do not)",
+    "zip-name-mismatch": "local header and central directory name a member differently",
+    "zip-crc": "a member's CRC-32 does not match (Python's zipfile refuses it; torch does not check)",
+    "zip-flags": "encrypted or unusual zip general-purpose flag bits or compression method",
+    "zip-overlap": "zip members overlap each other or the central directory",
+    "zip-reader-differential": "members that one zip reader sees and another does not",
+    "path-traversal": "a member name escapes the extraction folder",
+    "polyglot": "the file is read as two different formats by different loaders",
+    "torchscript-code": "TorchScript code in the archive runs at load time or calls risky operators",
+    "dcp-layout": "distributed-checkpoint items that the metadata does not account for",
+    "limit": "a part of the file is too large or too deep to analyse",
+    "unreadable": "the file could not be read",
+}
+
+
+@dataclass
+class Finding:
+    """One thing a scan found.
+
+    Attributes:
+        rule: id from :data:`RULES`.
+        severity: one of :data:`SEVERITIES`.
+        message: what and why, in one or two sentences.
+        path: the file.
+        member: where inside it (``archive/data.pkl``, ``legacy pickle #4``,
+            ``__0_0.distcp[1577:3154] > archive/data.pkl``); None for the file itself.
+        offset: byte offset inside ``member`` (or the file when no member).
+        file_offset: absolute byte offset in the file when it is known (stored members).
+        global_name: the global concerned, if any.
+        disassembly: a few disassembled opcodes around ``offset``.
+    """
+
+    rule: str
+    severity: str
+    message: str
+    path: str
+    member: str | None = None
+    offset: int | None = None
+    file_offset: int | None = None
+    global_name: str | None = None
+    disassembly: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "severity": self.severity,
+            "message": self.message,
+            "path": self.path,
+            "member": self.member,
+            "offset": self.offset,
+            "file_offset": self.file_offset,
+            "global": self.global_name,
+            "disassembly": list(self.disassembly),
+        }
+
+
+@dataclass
+class AllowNote:
+    """A global ``torch.load(weights_only=True)`` refuses, and whether allowing it is safe."""
+
+    global_name: str
+    verdict: str  # safe | unknown | dangerous
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"global": self.global_name, "verdict": self.verdict, "reason": self.reason}
+
+
+@dataclass
+class FileReport:
+    """The scan of one file (or one DCP/TorchScript directory entry)."""
+
+    path: str
+    kind: str = "unknown"  # carrier: torch-zip, legacy, tar, torchscript, pt2, dcp-metadata, distcp, npy, npz, pickle ...
+    findings: list[Finding] = field(default_factory=list)
+    streams: int = 0  # pickle streams analysed
+    globals: dict[str, str] = field(default_factory=dict)  # qualname -> verdict
+    weights_only: list[AllowNote] = field(default_factory=list)
+    weights_only_blockers: list[str] = field(default_factory=list)  # non-global reasons torch refuses
+    error: str | None = None
+    seconds: float = 0.0
+
+    def counted(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity != "info"]
+
+    @property
+    def verdict(self) -> str:
+        """``dangerous``, ``suspicious`` (findings but nothing dangerous), ``error`` or ``clean``."""
+        counted = self.counted()
+        if any(f.severity == "critical" for f in counted):
+            return "dangerous"
+        if counted:
+            return "suspicious"
+        if self.error:
+            return "error"
+        return "clean"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "kind": self.kind,
+            "verdict": self.verdict,
+            "streams": self.streams,
+            "globals": dict(self.globals),
+            "findings": [f.to_dict() for f in self.findings],
+            "weights_only": {"refused_globals": [n.to_dict() for n in self.weights_only], "other_blockers": list(self.weights_only_blockers)},
+            "error": self.error,
+            "seconds": round(self.seconds, 6),
+        }
+
+
+@dataclass
+class ScanReport:
+    """All files of one scan."""
+
+    files: list[FileReport]
+
+    @property
+    def findings(self) -> list[Finding]:
+        return [f for r in self.files for f in r.findings]
+
+    @property
+    def clean(self) -> bool:
+        return all(r.verdict == "clean" for r in self.files)
+
+    @property
+    def exit_code(self) -> int:
+        """0 clean, 1 findings, 2 a file could not be scanned (and nothing was found)."""
+        if any(r.counted() for r in self.files):
+            return 1
+        if any(r.error for r in self.files):
+            return 2
+        return 0
+
+    def to_dict(self) -> dict[str, Any]:
+        verdicts: dict[str, int] = {}
+        for r in self.files:
+            verdicts[r.verdict] = verdicts.get(r.verdict, 0) + 1
+        return {"files": [r.to_dict() for r in self.files], "summary": {"files": len(self.files), "verdicts": verdicts, "findings": len([f for f in self.findings if f.severity != "info"])}, "exit_code": self.exit_code}
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.files)
+
+    def __len__(self) -> int:
+        return len(self.files)

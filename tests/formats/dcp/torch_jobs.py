@@ -1,0 +1,161 @@
+"""Real multi-process torch.distributed.checkpoint jobs for the differential tests.
+
+Run as a script (it imports torch; the tests start it in a subprocess):
+
+    python torch_jobs.py save  CKPT_DIR WORLD PORT REF_PT
+    python torch_jobs.py load  CKPT_DIR WORLD PORT REF_PT OUT_PREFIX
+
+``save`` builds a state dict on every rank (DTensors sharded on dim 0 and dim 1 with
+uneven pieces, replicated DTensors, plain tensors of every common dtype, optimizer-like
+nested state, non-tensor values), saves it with ``dcp.save`` over gloo on localhost, and
+rank 0 writes the full values with ``torch.save`` to REF_PT (the oracle).
+
+``load`` builds a state dict shaped like REF_PT but sharded differently (dim 1 where
+possible), ``dcp.load``s CKPT_DIR into it in a job of WORLD ranks, and every rank saves
+``{key: (offsets, local tensor)}`` plus the non-tensor values to ``OUT_PREFIX<rank>.pt``.
+No other collective is used, so any dtype works over gloo.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Replicate, Shard
+
+PLAIN_DTYPES = [
+    torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.int16, torch.int32,
+    torch.int64, torch.uint8, torch.bool, torch.complex64, torch.float8_e4m3fn, torch.float8_e5m2,
+    torch.uint16, torch.uint32,
+]
+
+
+def make_global() -> dict:
+    g = torch.Generator().manual_seed(1234)
+
+    def rnd(*shape, dtype=torch.float32):
+        return torch.randn(*shape, generator=g).to(dtype)
+
+    plain = {}
+    for dt in PLAIN_DTYPES:
+        name = str(dt).split(".")[1]
+        if dt == torch.bool:
+            plain[name] = torch.randn(3, 5, generator=g) > 0
+        elif dt.is_floating_point or dt.is_complex:
+            plain[name] = (torch.randn(3, 5, generator=g) * 4).to(dt)
+        else:
+            plain[name] = torch.randint(0, 100, (3, 5), generator=g).to(dt)
+    return {
+        "model": {
+            "row": rnd(8, 6),                       # Shard(0)
+            "col": rnd(5, 9, dtype=torch.bfloat16),  # Shard(1), uneven
+            "odd": rnd(7, 3, dtype=torch.float16),   # Shard(0), uneven
+            "rep": rnd(7, dtype=torch.float64),      # Replicate()
+            "ints": torch.randint(-1000, 1000, (6, 4), generator=g, dtype=torch.int32),  # Shard(1)
+            "cube": rnd(4, 3, 5),                    # Shard(2)
+        },
+        "plain": plain,
+        "optim": {
+            "state": {"0": {"step": torch.tensor(3.0), "exp_avg": rnd(8, 6), "exp_avg_sq": rnd(8, 6)}},
+            "param_groups": [{"lr": 0.01, "betas": (0.9, 0.999), "params": [0]}],
+        },
+        "step": 17,
+        "name": "run-1",
+        "lst": [rnd(2, 2), rnd(3)],
+    }
+
+
+SAVE_PLACEMENT = {
+    "model.row": 0, "model.col": 1, "model.odd": 0, "model.rep": None, "model.ints": 1, "model.cube": 2,
+    "optim.state.0.exp_avg": 0, "optim.state.0.exp_avg_sq": 1,
+}
+
+
+def local_shard(t: torch.Tensor, dim: int, rank: int, world: int) -> tuple[torch.Tensor, int]:
+    pieces = torch.chunk(t, world, dim=dim)
+    step = pieces[0].shape[dim]
+    if rank < len(pieces):
+        return pieces[rank].contiguous(), rank * step
+    shape = list(t.shape)
+    shape[dim] = 0
+    return t.new_empty(shape), t.shape[dim]
+
+
+def to_dtensor(t, dim, mesh, rank, world):
+    if dim is None:
+        return DTensor.from_local(t.clone(), mesh, [Replicate()], run_check=False)
+    loc, _ = local_shard(t, dim, rank, world)
+    return DTensor.from_local(loc, mesh, [Shard(dim)], run_check=False, shape=t.shape, stride=t.stride())
+
+
+def walk(d, prefix=""):
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            yield from walk(v, key + ".")
+        else:
+            yield key, d, k, v
+
+
+def save_worker(rank, world, port, ckpt, ref):
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    mesh = init_device_mesh("cpu", (world,))
+    sd = make_global()
+    if rank == 0:
+        torch.save(make_global(), ref)
+    for key, parent, k, v in list(walk(sd)):
+        if key in SAVE_PLACEMENT:
+            parent[k] = to_dtensor(v, SAVE_PLACEMENT[key], mesh, rank, world)
+    dcp.save(sd, checkpoint_id=ckpt)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def load_worker(rank, world, port, ckpt, ref, out_prefix):
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    mesh = init_device_mesh("cpu", (world,))
+    full = torch.load(ref, weights_only=False)
+    sd = torch.load(ref, weights_only=False)
+    offsets = {}
+    for key, parent, k, v in list(walk(sd)):
+        if isinstance(v, torch.Tensor) and v.dim() >= 1 and key.startswith(("model.", "optim.state")):
+            dim = 1 if v.dim() >= 2 else 0
+            loc, off = local_shard(torch.zeros_like(v), dim, rank, world)
+            parent[k] = DTensor.from_local(loc, mesh, [Shard(dim)], run_check=False, shape=v.shape, stride=v.stride())
+            offsets[key] = (dim, off)
+        elif isinstance(v, torch.Tensor):
+            parent[k] = torch.zeros_like(v)
+        elif key == "lst":
+            parent[k] = [torch.zeros_like(x) for x in v]
+        else:
+            parent[k] = None if not isinstance(v, (int, str)) else type(v)()
+    dcp.load(sd, checkpoint_id=ckpt)
+    out = {}
+    for key, parent, k, v in walk(sd):
+        if isinstance(v, DTensor):
+            out[key] = (offsets[key], v.to_local().clone())
+        else:
+            out[key] = (None, v)
+    torch.save(out, f"{out_prefix}{rank}.pt")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def main(argv):
+    mode, ckpt, world, port = argv[0], argv[1], int(argv[2]), int(argv[3])
+    import torch.multiprocessing as mp
+
+    if mode == "save":
+        mp.start_processes(save_worker, args=(world, port, ckpt, argv[4]), nprocs=world, start_method="fork")
+    elif mode == "load":
+        mp.start_processes(load_worker, args=(world, port, ckpt, argv[4], argv[5]), nprocs=world, start_method="fork")
+    else:
+        raise SystemExit(f"unknown mode {mode}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,209 @@
+"""Helpers shared by the tests: compare torchless objects with torch's, build hostile files."""
+
+from __future__ import annotations
+
+import struct
+import sys
+import zlib
+from typing import Any
+
+import numpy as np
+
+import torchless
+from torchless.core.errors import TorchlessError
+from torchless.core.tensor import NestedTensor, SparseTensor, Tensor
+
+
+def torch_storage_bytes(t: Any) -> bytes:
+    """All bytes of a torch tensor's storage (the whole storage, not just the view)."""
+    return bytes(t.untyped_storage())
+
+
+def torch_value_bytes(t: Any) -> bytes:
+    """The logical values of a torch tensor, C-contiguous (conj/neg resolved)."""
+    import torch
+
+    if t.is_conj():
+        t = t.resolve_conj()
+    if t.is_neg():
+        t = t.resolve_neg()
+    c = torch.empty(t.shape, dtype=t.dtype)
+    c.copy_(t)
+    return bytes(c.untyped_storage())
+
+
+def assert_tensor_matches(tl: Any, tt: Any, *, values: bool = True) -> None:
+    """torchless tensor ``tl`` is exactly torch tensor ``tt``: dtype, shape, strides,
+    offset, whole-storage bytes, flags and (where NumPy can hold them) values."""
+    import torch
+
+    if tt.is_sparse or tt.layout in (torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc):
+        assert isinstance(tl, SparseTensor), type(tl)
+        assert tl.layout == str(tt.layout)[6:]
+        assert tl.shape == tuple(tt.shape)
+        if tt.layout == torch.sparse_coo:
+            assert tl.is_coalesced == tt.is_coalesced()
+            assert_tensor_matches(tl.tensors["indices"], tt._indices())
+            assert_tensor_matches(tl.tensors["values"], tt._values())
+        else:
+            comp, plain = (tt.crow_indices(), tt.col_indices()) if tt.layout in (torch.sparse_csr, torch.sparse_bsr) else (tt.ccol_indices(), tt.row_indices())
+            assert_tensor_matches(tl.tensors["compressed_indices"], comp)
+            assert_tensor_matches(tl.tensors["plain_indices"], plain)
+            assert_tensor_matches(tl.tensors["values"], tt.values())
+        np.testing.assert_array_equal(tl.to_dense(), tt.to_dense().numpy())
+        return
+    assert isinstance(tl, Tensor), type(tl)
+    assert tl.dtype.torch_name == str(tt.dtype), (tl.dtype, tt.dtype)
+    assert tl.shape == tuple(tt.shape)
+    assert tl.requires_grad == tt.requires_grad
+    assert tl.is_parameter == isinstance(tt, torch.nn.Parameter)
+    if tt.device.type == "meta":
+        assert tl.storage is None and tl.is_meta
+        assert tl.stride() == tt.stride()
+        return
+    assert tl.stride() == tt.stride()
+    assert tl.storage_offset() == tt.storage_offset()
+    if tt.is_quantized:
+        q = tl.quantizer
+        assert q is not None
+        scheme = str(tt.qscheme())[6:]
+        if scheme.startswith("per_tensor"):
+            assert q["scale"] == tt.q_scale() and q["zero_point"] == tt.q_zero_point()
+        else:
+            assert q["axis"] == tt.q_per_channel_axis()
+            np.testing.assert_array_equal(q["scales"].numpy(), tt.q_per_channel_scales().numpy())
+            np.testing.assert_array_equal(q["zero_points"].numpy(), tt.q_per_channel_zero_points().numpy())
+        assert bytes(tl.storage.bytes()) == torch_storage_bytes(tt)
+        np.testing.assert_array_equal(tl.numpy(), tt.int_repr().numpy())
+        return
+    assert tl.is_conj() == tt.is_conj() and tl.is_neg() == tt.is_neg()
+    raw = tl.storage.bytes()
+    if tl.storage.byteorder != sys.byteorder and tl.dtype.itemsize > 1:
+        raw = np.frombuffer(raw, tl.storage.dtype.storage.newbyteorder(">")).astype(tl.storage.dtype.storage).tobytes()
+    assert bytes(raw) == torch_storage_bytes(tt)
+    if values and tl.dtype.numpy is not None:
+        arr = np.ascontiguousarray(tl.numpy())
+        if arr.dtype.byteorder == ">":
+            arr = arr.astype(arr.dtype.newbyteorder("="))
+        assert arr.tobytes() == torch_value_bytes(tt), tl
+    if values and tl.dtype.name == "complex32":
+        assert np.ascontiguousarray(tl.numpy(raw=True)).tobytes() == torch_value_bytes(tt)
+
+
+def assert_tree_matches(tl: Any, tt: Any, path: str = "") -> None:
+    """Walk torch's object tree and torchless's side by side."""
+    import torch
+
+    if isinstance(tt, torch.Tensor):
+        assert_tensor_matches(tl, tt)
+        return
+    if isinstance(tt, dict):
+        assert isinstance(tl, dict), (path, type(tl))
+        assert list(tl.keys()) == list(tt.keys()), path
+        for k in tt:
+            assert_tree_matches(tl[k], tt[k], f"{path}.{k}")
+        return
+    if isinstance(tt, (list, tuple)):
+        assert type(tl) is type(tt) or (isinstance(tt, tuple) and isinstance(tl, tuple)), (path, type(tl), type(tt))
+        assert len(tl) == len(tt), path
+        for i, (a, b) in enumerate(zip(tl, tt)):
+            assert_tree_matches(a, b, f"{path}.{i}")
+        return
+    if isinstance(tt, (torch.dtype,)):
+        assert tl.torch_name == str(tt)
+        return
+    if isinstance(tt, torch.device):
+        assert str(tl) == str(tt)
+        return
+    assert tl == tt or (isinstance(tt, float) and tt != tt and tl != tl), (path, tl, tt)
+
+
+def torch_tensors(obj: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """Every torch tensor of a tree with the same dotted names iter_tensors gives
+    (containers walked once, tensors yielded under each path)."""
+    import torch
+
+    out: list[tuple[str, Any]] = []
+    seen: set[int] = set()
+
+    def go(name: str, x: Any) -> None:
+        if isinstance(x, torch.Tensor):
+            out.append((name or "tensor", x))  # tied tensors: under every path, like iter_tensors
+            return
+        if id(x) in seen:
+            return
+        if isinstance(x, dict):
+            seen.add(id(x))
+            for k, v in x.items():
+                go(f"{name}.{k}" if name else str(k), v)
+        elif isinstance(x, (list, tuple)):
+            seen.add(id(x))
+            for i, v in enumerate(x):
+                go(f"{name}.{i}" if name else str(i), v)
+
+    go(prefix, obj)
+    return out
+
+
+def sharing_pattern_torch(tensors: list[Any]) -> list[int]:
+    """For each tensor, the index of the first tensor with the same storage."""
+    ptrs = [t.untyped_storage().data_ptr() if t.device.type != "meta" else -1 - i for i, t in enumerate(tensors)]
+    return [ptrs.index(p) for p in ptrs]
+
+
+def sharing_pattern_tl(tensors: list[Any]) -> list[int]:
+    ids = [id(t.storage) if t.storage is not None else -1 - i for i, t in enumerate(tensors)]
+    return [ids.index(p) for p in ids]
+
+
+def only_torchless_errors(fn: Any, *args: Any, **kw: Any) -> Any:
+    """Run ``fn``; return its result or the TorchlessError it raised; any other
+    exception type fails the test."""
+    try:
+        return fn(*args, **kw)
+    except TorchlessError as e:
+        return e
+
+
+def load_and_touch(data: bytes, weights_only: bool = True) -> Any:
+    """torchless.load a checkpoint from bytes and read every tensor's values."""
+    art = torchless.open(data, format="pt", weights_only=weights_only)
+    for _n, t in art.tensors():
+        if isinstance(t, Tensor) and t.storage is not None:
+            t.numpy()
+        elif isinstance(t, (SparseTensor, NestedTensor)):
+            for c in (t.tensors.values() if isinstance(t, SparseTensor) else []):
+                if c.storage is not None:
+                    c.numpy()
+    art.info()
+    return art
+
+
+# -- hand-built zip pieces -------------------------------------------------------------
+def local_header(name: bytes, extra: bytes = b"", *, crc: int = 0, csize: int = 0, usize: int = 0, flags: int = 0x0808, method: int = 0) -> bytes:
+    return struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", 0, flags, method, 0, 0, crc, csize, usize, len(name), len(extra)) + name + extra
+
+
+def central_header(name: bytes, offset: int, size: int, crc: int, extra: bytes = b"", *, csize: int | None = None, method: int = 0, flags: int = 0x0808) -> bytes:
+    cs = size if csize is None else csize
+    return struct.pack("<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 0, 0, flags, method, 0, 0, crc, cs, size, len(name), len(extra), 0, 0, 0, 0, offset) + name + extra
+
+
+def build_zip(records: list[tuple[bytes, bytes]], *, central_names: list[bytes] | None = None, eocd_entries: int | None = None) -> bytes:
+    """A plain stored zip of ``(name, data)`` records (no descriptors, no padding);
+    ``central_names`` may name entries differently in the central directory."""
+    out = bytearray()
+    cds = []
+    for i, (name, data) in enumerate(records):
+        off = len(out)
+        crc = zlib.crc32(data) & 0xFFFFFFFF
+        out += local_header(name, crc=crc, csize=len(data), usize=len(data), flags=0)
+        out += data
+        cname = central_names[i] if central_names else name
+        cds.append(central_header(cname, off, len(data), crc, flags=0))
+    cd_off = len(out)
+    for c in cds:
+        out += c
+    n = len(cds) if eocd_entries is None else eocd_entries
+    out += struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, n, n, len(out) - cd_off, cd_off, 0)
+    return bytes(out)
