@@ -63,6 +63,9 @@ def assert_tensor_matches(tl: Any, tt: Any, *, values: bool = True) -> None:
         return
     assert tl.stride() == tt.stride()
     assert tl.storage_offset() == tt.storage_offset()
+    raw = tl.storage.bytes()
+    if tl.storage.byteorder != sys.byteorder and tl.storage.dtype.itemsize > 1:
+        raw = np.frombuffer(raw, tl.storage.dtype.storage.newbyteorder(">")).astype(tl.storage.dtype.storage).tobytes()
     if tt.is_quantized:
         q = tl.quantizer
         assert q is not None
@@ -73,13 +76,10 @@ def assert_tensor_matches(tl: Any, tt: Any, *, values: bool = True) -> None:
             assert q["axis"] == tt.q_per_channel_axis()
             np.testing.assert_array_equal(q["scales"].numpy(), tt.q_per_channel_scales().numpy())
             np.testing.assert_array_equal(q["zero_points"].numpy(), tt.q_per_channel_zero_points().numpy())
-        assert bytes(tl.storage.bytes()) == torch_storage_bytes(tt)
+        assert bytes(raw) == torch_storage_bytes(tt)
         np.testing.assert_array_equal(tl.numpy(), tt.int_repr().numpy())
         return
     assert tl.is_conj() == tt.is_conj() and tl.is_neg() == tt.is_neg()
-    raw = tl.storage.bytes()
-    if tl.storage.byteorder != sys.byteorder and tl.dtype.itemsize > 1:
-        raw = np.frombuffer(raw, tl.storage.dtype.storage.newbyteorder(">")).astype(tl.storage.dtype.storage).tobytes()
     assert bytes(raw) == torch_storage_bytes(tt)
     if values and tl.dtype.numpy is not None:
         arr = np.ascontiguousarray(tl.numpy())
@@ -147,12 +147,13 @@ def torch_tensors(obj: Any, prefix: str = "") -> list[tuple[str, Any]]:
 
 def sharing_pattern_torch(tensors: list[Any]) -> list[int]:
     """For each tensor, the index of the first tensor with the same storage."""
-    ptrs = [t.untyped_storage().data_ptr() if t.device.type != "meta" else -1 - i for i, t in enumerate(tensors)]
+    # empty storages all have data_ptr 0: count each as its own
+    ptrs = [t.untyped_storage().data_ptr() if t.device.type != "meta" and t.untyped_storage().nbytes() else -1 - i for i, t in enumerate(tensors)]
     return [ptrs.index(p) for p in ptrs]
 
 
 def sharing_pattern_tl(tensors: list[Any]) -> list[int]:
-    ids = [id(t.storage) if t.storage is not None else -1 - i for i, t in enumerate(tensors)]
+    ids = [id(t.storage) if t.storage is not None and t.storage.nbytes else -1 - i for i, t in enumerate(tensors)]
     return [ids.index(p) for p in ids]
 
 

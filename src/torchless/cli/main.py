@@ -22,6 +22,10 @@ COMMAND_MODULES = [
     "torchless.cli.commands.onnx",
     "torchless.cli.commands.dcp",
     "torchless.cli.commands.scan",
+    "torchless.cli.commands.torchscript",
+    "torchless.cli.commands.graph",
+    "torchless.cli.commands.aoti",
+    "torchless.cli.commands.cache",
 ]
 
 

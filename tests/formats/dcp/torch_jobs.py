@@ -115,6 +115,26 @@ def save_worker(rank, world, port, ckpt, ref):
     dist.destroy_process_group()
 
 
+def blank(v):
+    """Same structure, different leaf values (so a load that did nothing is caught)."""
+    if isinstance(v, dict):
+        return {k: blank(x) for k, x in v.items()}
+    if isinstance(v, list) and any(isinstance(x, (dict, list, torch.Tensor)) for x in v):
+        return [blank(x) for x in v]
+    if isinstance(v, torch.Tensor):
+        return torch.zeros_like(v)
+    return None
+
+
+def walk_all(d, prefix=""):
+    for k, v in (d.items() if isinstance(d, dict) else enumerate(d)):
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) or (isinstance(v, list) and any(isinstance(x, (dict, list, torch.Tensor)) for x in v)):
+            yield from walk_all(v, key + ".")
+        else:
+            yield key, d, k, v
+
+
 def load_worker(rank, world, port, ckpt, ref, out_prefix):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     mesh = init_device_mesh("cpu", (world,))
@@ -132,10 +152,10 @@ def load_worker(rank, world, port, ckpt, ref, out_prefix):
         elif key == "lst":
             parent[k] = [torch.zeros_like(x) for x in v]
         else:
-            parent[k] = None if not isinstance(v, (int, str)) else type(v)()
+            parent[k] = blank(v)
     dcp.load(sd, checkpoint_id=ckpt)
     out = {}
-    for key, parent, k, v in walk(sd):
+    for key, parent, k, v in walk_all(sd):
         if isinstance(v, DTensor):
             out[key] = (offsets[key], v.to_local().clone())
         else:

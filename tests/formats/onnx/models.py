@@ -94,3 +94,12 @@ def example_input(name: str) -> tuple[torch.Tensor, ...]:
     if name == "half":
         return (torch.randn(4, 16, generator=g).half(),)
     raise KeyError(name)
+
+
+def reference(m: nn.Module, args: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """Eager output; torch.cond is evaluated branch by branch (same math, no compile)."""
+    with torch.no_grad():
+        if isinstance(m, Cond):
+            (x,) = args
+            return m.a(x) * 2.0 if bool(x.sum() > 0) else m.b(x) - 1.0
+        return m(*args)

@@ -15,9 +15,9 @@ from ...core.errors import TorchlessError
 from ...pickle.machine import Limits
 from ..base import Artifact, Probe, summarize_tensors
 from ..registry import register
-from .constants import ARCHIVE_FORMAT_PATH, ARCHIVE_FORMAT_VALUE, METADATA_KEYS, WEIGHTS_DIR
+from .constants import ALIGN_BYTES, ARCHIVE_FORMAT_PATH, ARCHIVE_FORMAT_VALUE, METADATA_KEYS, WEIGHTS_DIR
 from .elf import ElfInfo
-from .read import AotiModel, AotiPackage, ConstantInfo, blob_size, is_aoti_records, read_package
+from .read import AotiModel, AotiPackage, blob_size, is_aoti_records, read_package, view_nbytes
 
 __all__ = ["AotiArtifact", "AotiHandler"]
 
@@ -79,12 +79,6 @@ class AotiArtifact(Artifact):
         self.package.zip.close()
 
 
-def _needed_elements(c: ConstantInfo) -> int:
-    if any(s == 0 for s in c.shape):
-        return 0
-    return c.offset + sum((s - 1) * st for s, st in zip(c.shape, c.stride)) + 1
-
-
 def _verify_model(pkg: AotiPackage, m: AotiModel, used_weights: set[str]) -> list[Problem]:
     out: list[Problem] = []
     where = f"data/aotinductor/{m.name}/"
@@ -122,8 +116,8 @@ def _verify_model(pkg: AotiPackage, m: AotiModel, used_weights: set[str]) -> lis
             continue
         if c.layout == "strided" and len(c.shape) != len(c.stride):
             err("constants", f"constant {c.fqn!r}: shape {list(c.shape)} and stride {list(c.stride)} differ in length", m.wrapper)
-        elif c.layout == "strided" and _needed_elements(c) * dt.itemsize > c.data_size:
-            err("constants", f"constant {c.fqn!r}: shape/stride/offset need {_needed_elements(c) * dt.itemsize} bytes, data_size is {c.data_size}", m.wrapper)
+        elif c.layout == "strided" and view_nbytes(c, dt.itemsize) > c.data_size:
+            err("constants", f"constant {c.fqn!r}: shape/stride/offset need {view_nbytes(c, dt.itemsize)} bytes, data_size is {c.data_size}", m.wrapper)
     need = blob_size(m.constants)
     if m.weights_layout in ("binary_blob", "embedded", "mmap") and m.blob is not None:
         rec, _off, size = m.blob
@@ -150,7 +144,8 @@ def _verify_model(pkg: AotiPackage, m: AotiModel, used_weights: set[str]) -> lis
                 continue
             t = m.tensors.get(fqn)
             if t is None:
-                err("weight", f"weight {fqn!r} could not be read from {rec}", rec)
+                why = m.weight_errors.get(fqn, "it holds no plain tensor")
+                err("weight", f"weight {fqn!r} could not be read from {rec}: {why}", rec)
                 continue
             c = by_fqn.get(fqn)
             if c is not None:
@@ -158,8 +153,12 @@ def _verify_model(pkg: AotiPackage, m: AotiModel, used_weights: set[str]) -> lis
                     err("weight", f"weights_config for {fqn!r} (shape {spec[1]}, stride {spec[2]}, offset {spec[3]}) differs from the wrapper's constant table (shape {list(c.shape)}, stride {list(c.stride)}, offset {c.offset})", cfg_name)
                 if DTYPES.get(c.dtype) is not None and t.dtype is not DTYPES[c.dtype]:
                     err("weight", f"{rec} holds {t.dtype.name}, the constant table says {c.dtype} for {fqn!r}", rec)
-                if t.storage is not None and t.storage.nbytes < c.data_size:
-                    err("weight", f"{rec} stores {t.storage.nbytes} bytes, the constant table says {c.data_size} for {fqn!r}", rec)
+                if t.storage is not None:
+                    # data_size is the storage size rounded up to 64 bytes on CPU
+                    n = t.storage.nbytes
+                    padded = n if c.device_type == "cuda" else (n + ALIGN_BYTES - 1) // ALIGN_BYTES * ALIGN_BYTES
+                    if padded != c.data_size:
+                        err("weight", f"{rec} stores {n} bytes, the constant table says {c.data_size} (64-byte aligned) for {fqn!r}", rec)
         missing = [c.fqn for c in m.constants if not c.from_folded and c.fqn not in m.weights_config]
         if missing:
             err("missing-weight", f"constants without a weights_config entry: {', '.join(missing[:5])}", cfg_name)

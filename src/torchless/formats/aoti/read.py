@@ -55,6 +55,7 @@ __all__ = [
     "is_aoti_records",
     "parse_constant_table",
     "read_package",
+    "view_nbytes",
 ]
 
 _U8 = DTYPES["uint8"]
@@ -170,6 +171,7 @@ class AotiModel:
     elf: dict[str, ElfInfo | str] = field(default_factory=dict)
     tensors: dict[str, Tensor] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    weight_errors: dict[str, str] = field(default_factory=dict)
 
     def file(self, kind: str) -> list[PackageFile]:
         return [f for f in self.files if f.kind == kind]
@@ -191,6 +193,7 @@ class AotiModel:
             "in_spec": self.in_spec,
             "out_spec": self.out_spec,
             "notes": self.notes,
+            "weight_errors": self.weight_errors,
         }
 
 
@@ -335,8 +338,18 @@ def _json(zr: ZipReader, e: ZipEntry) -> Any:
         raise FormatError(f"record is not valid JSON: {err}", path=zr.path, member=e.name) from None
 
 
+def view_nbytes(c: ConstantInfo, itemsize: int) -> int:
+    """Bytes the constant's view reaches: ``(offset + extent) * itemsize``."""
+    if any(s == 0 for s in c.shape):
+        return 0
+    return (c.offset + sum((s - 1) * st for s, st in zip(c.shape, c.stride)) + 1) * itemsize
+
+
 def _storage_tensor(c: ConstantInfo, dtype: DType, loader: Any, origin: str, key: str) -> Tensor:
-    st = Storage(key, c.data_size, _U8, c.device_type or "cpu", loader=loader, origin=origin)
+    # data_size is the storage size rounded up to 64 bytes on CPU (cpp_wrapper_cpu.py), so
+    # the storage is taken to end where the view does (exact for complete tensors)
+    n = min(c.data_size, view_nbytes(c, dtype.itemsize))
+    st = Storage(key, n, _U8, c.device_type or "cpu", loader=loader, origin=origin)
     return Tensor(st, dtype, c.shape, c.stride, c.offset, requires_grad=False, is_parameter=c.type == "Parameter", device=c.device_type or "cpu")
 
 
@@ -358,7 +371,7 @@ def _blob_tensors(model: AotiModel, view_of: Any, origin: str, base: int, size: 
             model.notes.append(f"constant {c.fqn!r}: dtype {c.dtype!r} / layout {c.layout!r} is not readable as a strided tensor")
             continue
 
-        def loader(o: int = base + off, n: int = c.data_size) -> memoryview:
+        def loader(o: int = base + off, n: int = min(c.data_size, view_nbytes(c, dt.itemsize))) -> memoryview:
             return view_of(o, n)
 
         model.tensors[c.fqn] = _storage_tensor(c, dt, loader, origin, f"{model.name}/{c.name}")
@@ -415,6 +428,18 @@ def _locate_weights(pkg: AotiPackage, model: AotiModel, limits: Limits) -> None:
     if not sos:
         # package_cpp_only: the blob is in a ``<hash>.weights.o`` object file, if anywhere
         objs = [k for k, v in model.elf.items() if isinstance(v, ElfInfo) and v.blob is not None]
+        bins = model.file("weights_bin")
+        if bins and not objs:
+            # package_cpp_only + force_mmap_weights: <wrapper>_serialized_weights.bin is the
+            # blob followed by the 8-byte magic number (codecache.py)
+            be = zr.get(bins[0].name)
+            model.weights_layout = "mmap"
+            if be.size < 8:
+                model.notes.append(f"{bins[0].name} is shorter than its 8-byte magic number; weights not extracted")
+                return
+            model.blob = (bins[0].name, 0, be.size - 8)
+            _blob_tensors(model, lambda o, n, e=be: zr.read(e)[o : o + n], be.name, 0, be.size - 8)
+            return
         if objs:
             info = model.elf[objs[0]]
             assert isinstance(info, ElfInfo) and info.blob is not None
@@ -496,7 +521,12 @@ def _pickle_weights(pkg: AotiPackage, model: AotiModel, cfg_file: PackageFile, l
     for fqn, spec in cfg.items():
         if not (isinstance(spec, list) and len(spec) == 4 and isinstance(spec[0], str) and isinstance(spec[1], list) and isinstance(spec[2], list) and type(spec[3]) is int):
             raise FormatError("weights_config entry is not [file, shape, stride, storage_offset]", path=zr.path, member=cfg_file.name, found=f"{fqn}: {str(spec)[:80]}")
-        t = _weight_file_tensor(pkg, spec[0], limits)
+        try:
+            t = _weight_file_tensor(pkg, spec[0], limits)
+        except TorchlessError as e:
+            # reported by verify(); the other weights stay readable
+            model.weight_errors[str(fqn)] = str(e)
+            continue
         if t is None:
             model.notes.append(f"weight {fqn!r}: {WEIGHTS_DIR}{spec[0]} holds no plain tensor")
             continue

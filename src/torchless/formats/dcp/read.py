@@ -9,6 +9,7 @@ the process: peak memory is about one tensor.
 
 from __future__ import annotations
 
+import mmap
 import os
 import sys
 from dataclasses import dataclass
@@ -148,6 +149,11 @@ class DCPReader:
         if m is None:
             p = os.path.join(self.path, _safe_relpath(rel, self.path))
             m = MmapSource(p)
+            # only the small zip structures are read through the map: no read-around, so
+            # a checkpoint of thousands of chunks does not pull megabytes into our RSS
+            mp = getattr(m, "_map", None)
+            if mp is not None and hasattr(mp, "madvise") and hasattr(mmap, "MADV_RANDOM"):
+                mp.madvise(mmap.MADV_RANDOM)
             self._maps[rel] = m
         return m
 
@@ -166,6 +172,21 @@ class DCPReader:
         src = self._file(info.relative_path)
         src.check(info.offset, info.length, what=f"{what} in {info.relative_path}")
         return BytesSource(src.view(info.offset, info.length), name=f"{os.path.join(self.path, info.relative_path)}@{info.offset}")
+
+    def _release(self, info: StorageInfo) -> None:
+        """Drop the map's pages of one item from this process (they stay in the page
+        cache; later reads fault them back in). Keeps RSS flat over thousands of chunks."""
+        m = self._maps.get(info.relative_path)
+        mp = getattr(m, "_map", None)
+        if mp is None or not hasattr(mmap, "MADV_DONTNEED"):
+            return
+        start = info.offset - info.offset % mmap.PAGESIZE
+        end = min(info.offset + info.length, len(mp))
+        if end > start:
+            try:
+                mp.madvise(mmap.MADV_DONTNEED, start, end - start)
+            except (OSError, ValueError):
+                pass
 
     def raw_item(self, fqn: str) -> bytes:
         """The stored bytes of a non-tensor item (a ``torch.save`` stream)."""
@@ -205,6 +226,7 @@ class DCPReader:
             cp = read_zip_checkpoint(zr, weights_only=True)
         except TorchlessError as e:
             raise e.with_context(path=where["path"], member=ref.fqn)
+        self._release(ref.info)
         t = cp.obj
         if not isinstance(t, Tensor) or t.storage is None:
             raise FormatError("chunk is not a tensor", expected="a torch.save'd tensor", found=type(t).__name__, **where)

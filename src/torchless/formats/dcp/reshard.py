@@ -129,17 +129,15 @@ def split_tensor(size: tuple[int, ...], spec: ShardSpec, ranks: int) -> list[Chu
 
 # -- sources: a DCP directory or one checkpoint file ---------------------------------------------
 def flatten_state_dict(obj: Any) -> tuple[dict[str, Any], dict[str, tuple]]:
-    """DCP's flattening: mappings are walked by ``str(key)``; lists and tuples that hold
-    tensors or containers with tensors by index; anything else is a leaf. Returns
+    """DCP's flattening (``traverse_state_dict``): mappings are walked by ``str(key)``
+    (an empty one vanishes), lists holding a tensor, a mapping or such a list by index;
+    anything else (tuples included) is a leaf. Returns
     ``({dotted key: leaf}, {dotted key: key path})``."""
 
-    def has_tensor(v: Any) -> bool:
-        if isinstance(v, Tensor):
-            return True
-        if isinstance(v, dict):
-            return any(has_tensor(x) for x in v.values())
-        if isinstance(v, list):
-            return any(has_tensor(x) for x in v)
+    def has_tensor(v: Any) -> bool:  # torch's ``not _is_terminal`` for lists
+        for x in v:
+            if isinstance(x, (Tensor, dict)) or (isinstance(x, list) and has_tensor(x)):
+                return True
         return False
 
     flat: dict[str, Any] = {}

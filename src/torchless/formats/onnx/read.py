@@ -45,6 +45,7 @@ __all__ = [
     "import_onnx",
     "parse_model",
     "read_model",
+    "text",
 ]
 
 #: keys of ``TensorProto.external_data`` the spec defines; others are ignored (and
@@ -58,6 +59,12 @@ _DECIMAL = re.compile(r"[0-9]{1,20}\Z")
 _DRIVE = re.compile(r"[A-Za-z]:")
 
 EXTERNAL = 1  # TensorProto.DataLocation.EXTERNAL
+
+
+def text(v: Any) -> str:
+    """A protobuf string field as ``str``. onnx.proto is proto2, so string fields are not
+    checked for UTF-8 and the parser hands invalid ones back as ``bytes``."""
+    return v if isinstance(v, str) else bytes(v).decode("utf-8", "backslashreplace")
 
 
 def import_onnx() -> Any:
@@ -201,12 +208,13 @@ class ExternalData:
         values: dict[str, str] = {}
         unknown: list[str] = []
         for entry in tp.external_data:
-            if entry.key in EXTERNAL_KEYS:
-                if entry.key in values:
-                    raise FormatError(f"duplicate external_data key {entry.key!r}", path=self.path, member=tensor)
-                values[entry.key] = entry.value
+            key, value = text(entry.key), text(entry.value)
+            if key in EXTERNAL_KEYS:
+                if key in values:
+                    raise FormatError(f"duplicate external_data key {key!r}", path=self.path, member=tensor)
+                values[key] = value
             else:
-                unknown.append(entry.key[:100])
+                unknown.append(key[:100])
         location = values.get("location")
         if location is None:
             raise FormatError("external tensor without a location", path=self.path, member=tensor, expected="external_data key 'location'", found="none")
@@ -371,7 +379,8 @@ class OnnxModel:
         self._include_constants = include_constants
         self._walk(self.model.graph, "", 0)
         for fn in self.model.functions:
-            self._walk_nodes(fn.node, f"functions/{fn.domain + '.' if fn.domain else ''}{fn.name}", 1)
+            dom = text(fn.domain)
+            self._walk_nodes(fn.node, f"functions/{dom + '.' if dom else ''}{text(fn.name)}", 1)
 
     # -- walking ------------------------------------------------------------------------
     def _unique(self, name: str) -> str:
@@ -389,46 +398,48 @@ class OnnxModel:
             raise LimitError("subgraphs nested too deeply", path=self.path, member=scope, expected="<= 64 levels")
         prefix = f"{scope}/" if scope else ""
         for i, tp in enumerate(graph.initializer):
-            pname = tp.name or f"initializer_{i}"
+            pname = text(tp.name) or f"initializer_{i}"
             self._add(tp, prefix + pname, pname, "initializer", scope)
         for sp in graph.sparse_initializer:
-            self.sparse.append((scope, sp.values.name, tuple(int(d) for d in sp.dims)))
+            self.sparse.append((scope, text(sp.values.name), tuple(int(d) for d in sp.dims)))
         self._walk_nodes(graph.node, scope, depth)
 
     def _walk_nodes(self, nodes: Any, scope: str, depth: int) -> None:
         prefix = f"{scope}/" if scope else ""
         for idx, node in enumerate(nodes):
-            label = node.name or f"{node.op_type}_{idx}"
-            if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and self._include_constants:
+            op = text(node.op_type)
+            label = text(node.name) or f"{op}_{idx}"
+            if op == "Constant" and text(node.domain) in ("", "ai.onnx") and self._include_constants:
                 self._constant(node, prefix, scope, label)
             for attr in node.attribute:
                 if attr.type == 5:  # GRAPH
-                    sub = f"{prefix}{label}/{attr.name}"
+                    sub = f"{prefix}{label}/{text(attr.name)}"
                     self._note_subgraph(sub, node, attr.g)
                     self._walk(attr.g, sub, depth + 1)
                 elif attr.type == 10:  # GRAPHS
                     for j, g in enumerate(attr.graphs):
-                        sub = f"{prefix}{label}/{attr.name}[{j}]"
+                        sub = f"{prefix}{label}/{text(attr.name)}[{j}]"
                         self._note_subgraph(sub, node, g)
                         self._walk(g, sub, depth + 1)
 
     def _note_subgraph(self, sub: str, node: Any, g: Any) -> None:
         self.subgraphs.append(
-            {"path": sub, "op_type": node.op_type, "graph": g.name, "nodes": len(g.node), "initializers": len(g.initializer), "inputs": len(g.input), "outputs": len(g.output)}
+            {"path": sub, "op_type": text(node.op_type), "graph": text(g.name), "nodes": len(g.node), "initializers": len(g.initializer), "inputs": len(g.input), "outputs": len(g.output)}
         )
 
     def _constant(self, node: Any, prefix: str, scope: str, label: str) -> None:
-        out = node.output[0] if node.output else label
+        out = (text(node.output[0]) if node.output else "") or label
         for attr in node.attribute:
-            if attr.name == "value" and attr.type == 4:  # TENSOR
+            aname = text(attr.name)
+            if aname == "value" and attr.type == 4:  # TENSOR
                 self._add(attr.t, prefix + out, out, "constant", scope)
-            elif attr.name in ("value_float", "value_floats", "value_int", "value_ints"):
+            elif aname in ("value_float", "value_floats", "value_int", "value_ints"):
                 name = self._unique(prefix + out)
-                if attr.name == "value_float":
+                if aname == "value_float":
                     arr = np.asarray(attr.f, dtype=np.float32)
-                elif attr.name == "value_floats":
+                elif aname == "value_floats":
                     arr = np.asarray(list(attr.floats), dtype=np.float32)
-                elif attr.name == "value_int":
+                elif aname == "value_int":
                     arr = np.asarray(attr.i, dtype=np.int64)
                 else:
                     arr = np.asarray(list(attr.ints), dtype=np.int64)
@@ -436,7 +447,7 @@ class OnnxModel:
                 otype = ONNX_TYPES[1 if arr.dtype == np.float32 else 7]
                 self.records.append(TensorRecord(name, out, "constant", scope, otype, tuple(arr.shape), "attribute", t))
             else:  # value_string(s), sparse_value: no numeric dense tensor
-                self.skipped_constants.append((prefix + out, attr.name))
+                self.skipped_constants.append((prefix + out, aname))
 
     def _add(self, tp: Any, name: str, proto_name: str, kind: str, scope: str) -> None:
         name = self._unique(name)
@@ -479,7 +490,7 @@ class OnnxModel:
             tensor: Tensor = PackedTensor(storage, otype, dims)
         else:
             tensor = Tensor(storage, otype.dtype, dims)  # type: ignore[arg-type]
-        tensor.is_parameter = kind == "initializer"
+        # plain tensors, as in a state dict: ONNX does not tell parameters from buffers
         self.records.append(TensorRecord(name, proto_name, kind, scope, otype, dims, how, tensor, ext, tp))
 
     # -- access ------------------------------------------------------------------------

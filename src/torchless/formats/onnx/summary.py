@@ -7,6 +7,7 @@ from typing import Any
 
 from ..base import summarize_tensors
 from .dtypes import ONNX_TYPES
+from .read import text
 
 __all__ = ["summarize_model", "value_info", "op_histogram"]
 
@@ -31,7 +32,7 @@ def _type(tp: Any) -> dict[str, Any]:
             dims: list[Any] = []
             for d in tt.shape.dim:
                 which = d.WhichOneof("value")
-                dims.append(d.dim_value if which == "dim_value" else d.dim_param if which == "dim_param" else None)
+                dims.append(d.dim_value if which == "dim_value" else text(d.dim_param) if which == "dim_param" else None)
             out["shape"] = dims
         else:
             out["shape"] = None  # unknown rank
@@ -48,11 +49,12 @@ def _type(tp: Any) -> dict[str, Any]:
 def value_info(vi: Any) -> dict[str, Any]:
     """``{"name", "type", "shape"}`` of a ValueInfoProto; symbolic dims stay strings,
     unknown dims are None."""
-    return {"name": vi.name, **_type(vi.type)}
+    return {"name": text(vi.name), **_type(vi.type)}
 
 
 def _op(node: Any) -> str:
-    return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}"
+    op, dom = text(node.op_type), text(node.domain)
+    return op if dom in ("", "ai.onnx") else f"{dom}::{op}"
 
 
 def op_histogram(graph: Any, *, recurse: bool = True) -> dict[str, int]:
@@ -78,8 +80,8 @@ def summarize_model(om: Any) -> dict[str, Any]:
     """The summary of an :class:`~torchless.formats.onnx.read.OnnxModel`."""
     m = om.model
     g = m.graph
-    init_names = {t.name for t in g.initializer}
-    producer = " ".join(x for x in (m.producer_name, m.producer_version) if x)
+    init_names = {text(t.name) for t in g.initializer}
+    producer = " ".join(text(x) for x in (m.producer_name, m.producer_version) if x)
     inits = [r for r in om.records if r.kind == "initializer"]
     consts = [r for r in om.records if r.kind == "constant"]
     ext_files: dict[str, dict[str, int]] = {}
@@ -95,12 +97,12 @@ def summarize_model(om: Any) -> dict[str, Any]:
         "format": "onnx",
         "path": om.path,
         "ir_version": m.ir_version,
-        "opsets": {(o.domain or "ai.onnx"): o.version for o in m.opset_import},
+        "opsets": {(text(o.domain) or "ai.onnx"): o.version for o in m.opset_import},
         "producer": producer or None,
-        "domain": m.domain or None,
+        "domain": text(m.domain) or None,
         "model_version": m.model_version,
-        "graph": g.name,
-        "doc_string": (m.doc_string[:_DOC_MAX] + ("..." if len(m.doc_string) > _DOC_MAX else "")) or None,
+        "graph": text(g.name),
+        "doc_string": (text(m.doc_string)[:_DOC_MAX] + ("..." if len(m.doc_string) > _DOC_MAX else "")) or None,
         "nodes": len(g.node),
         "nodes_total": sum(op_histogram(g).values()),
         "initializers": len(inits),
@@ -109,20 +111,25 @@ def summarize_model(om: Any) -> dict[str, Any]:
         "external_bytes": sum(e["bytes"] for e in ext_files.values()),
         "inline_bytes": inline,
         **summarize_tensors(om.tensors()),
-        "inputs": [value_info(v) for v in g.input if v.name not in init_names],
+        "inputs": [value_info(v) for v in g.input if text(v.name) not in init_names],
         "outputs": [value_info(v) for v in g.output],
         "ops": op_histogram(g),
     }
+    for k in ("producer", "domain", "doc_string"):
+        if out[k] is None:
+            del out[k]
+    if not out["model_version"]:
+        del out["model_version"]
     if len(g.input) != len(out["inputs"]):
         out["initializers_as_inputs"] = len(g.input) - len(out["inputs"])
     if om.subgraphs:
         out["subgraphs"] = om.subgraphs
     if m.functions:
-        out["functions"] = [{"name": f.name, "domain": f.domain, "nodes": len(f.node), "ops": op_histogram(f, recurse=False)} for f in m.functions]
+        out["functions"] = [{"name": text(f.name), "domain": text(f.domain), "nodes": len(f.node), "ops": op_histogram(f, recurse=False)} for f in m.functions]
     if ext_files:
         out["external_data"] = ext_files
     if m.metadata_props:
-        out["metadata"] = {p.key: p.value for p in m.metadata_props}
+        out["metadata"] = {text(p.key): text(p.value) for p in m.metadata_props}
     if om.sparse:
         out["sparse_initializers"] = [{"scope": s, "name": n, "dims": list(d)} for s, n, d in om.sparse]
     if om.unsupported:

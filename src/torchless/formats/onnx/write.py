@@ -25,7 +25,7 @@ from ...core.atomic import AtomicFile
 from ...core.errors import LimitError, NotFoundError, UnsupportedError, UsageError
 from ...core.tensor import Tensor
 from .dtypes import PackedTensor, numel_of, onnx_type, pack_bits
-from .read import EXTERNAL, ExternalData, OnnxModel, PROTOBUF_LIMIT
+from .read import EXTERNAL, PROTOBUF_LIMIT, ExternalData, OnnxModel, text
 
 __all__ = ["AUTO_EXTERNAL_BYTES", "set_weights"]
 
@@ -37,15 +37,16 @@ _ALIGN = 64
 _DATA_FIELDS = ("raw_data", "float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data", "external_data")
 
 
-def _weights(weights: Any) -> Iterable[tuple[str, Any]]:
+def _weights(weights: Any) -> tuple[list[tuple[str, Any]], Any]:
+    """``(name, tensor)`` pairs and the artifact to close once they are written."""
     if isinstance(weights, Mapping):
-        return list(weights.items())
+        return list(weights.items()), None
     if isinstance(weights, (str, os.PathLike)):
         from ..._api import open as open_artifact
 
-        art = open_artifact(weights)
-        return list(art.tensors())
-    return list(weights)
+        art = open_artifact(weights)  # .pt checkpoints open with weights_only=True
+        return list(art.tensors()), art
+    return list(weights), None
 
 
 def _new_bytes(name: str, value: Any, rec: Any) -> Any:
@@ -158,11 +159,20 @@ def set_weights(
 
 
 def _set_weights(om: OnnxModel, weights: Any, out: str, external_data: bool | None, size_threshold: int, allow_missing: bool, strip_prefix: str, progress: Any) -> dict[str, Any]:
+    items, art = _weights(weights)
+    try:
+        return _write(om, items, out, external_data, size_threshold, allow_missing, strip_prefix, progress)
+    finally:
+        if art is not None:
+            art.close()
+
+
+def _write(om: OnnxModel, items: list[tuple[str, Any]], out: str, external_data: bool | None, size_threshold: int, allow_missing: bool, strip_prefix: str, progress: Any) -> dict[str, Any]:
     mp = om.model
     main = {r.proto_name: r for r in om.records if r.kind == "initializer" and r.scope == ""}
     new: dict[str, Any] = {}
     ignored = []
-    for name, value in _weights(weights):
+    for name, value in items:
         key = name[len(strip_prefix) :] if strip_prefix and name.startswith(strip_prefix) else name
         rec = main.get(key)
         if rec is None:
@@ -178,9 +188,6 @@ def _set_weights(om: OnnxModel, weights: Any, out: str, external_data: bool | No
             found=", ".join(ignored[:5]) + (" ..." if len(ignored) > 5 else ""),
             hint="check names with `torchless ls` on both files, or pass --allow-missing / --strip-prefix",
         )
-    if om.unsupported:
-        name = next(iter(om.unsupported))
-        raise om.unsupported[name]
 
     # every tensor's bytes: replaced, or the source's (from the model or its data file)
     src_ext = ExternalData(om.external.base_dir, om.path)
@@ -190,8 +197,8 @@ def _set_weights(om: OnnxModel, weights: Any, out: str, external_data: bool | No
         external_data = used_external or total > AUTO_EXTERNAL_BYTES
     plan: list[tuple[Any, Any]] = []
     for tp in mp.graph.initializer:
-        if tp.name in new:
-            plan.append((tp, new[tp.name]))
+        if text(tp.name) in new:
+            plan.append((tp, new[text(tp.name)]))
         elif tp.data_location == EXTERNAL or (external_data and tp.HasField("raw_data")):
             plan.append((tp, None))
     for tp in _all_tensor_protos(mp, skip_main_initializers=True):
@@ -201,8 +208,8 @@ def _set_weights(om: OnnxModel, weights: Any, out: str, external_data: bool | No
     def source_bytes(tp: Any) -> Any:
         if tp.data_location != EXTERNAL:
             return tp.raw_data
-        ot = onnx_type(tp.data_type, what=tp.name, path=om.path)
-        return src_ext.view(src_ext.ref(tp, tp.name, ot.nbytes(numel_of(tp.dims))))
+        ot = onnx_type(tp.data_type, what=text(tp.name), path=om.path)
+        return src_ext.view(src_ext.ref(tp, text(tp.name), ot.nbytes(numel_of(tp.dims))))
 
     data_name = os.path.basename(out) + ".data"
     data_path = os.path.join(os.path.dirname(os.path.abspath(out)), data_name)

@@ -28,8 +28,12 @@ __all__ = ["save_checkpoint", "CheckpointPickler"]
 _UTILS = "torch._utils"
 
 
-def _to_tensor(obj: Any) -> Any:
-    """torch tensors and NumPy arrays become torchless tensors; others pass through."""
+def _to_tensor(obj: Any, share: dict | None = None) -> Any:
+    """torch tensors and NumPy arrays become torchless tensors; others pass through.
+
+    ``share`` maps torch storages to torchless ones so views keep sharing one storage."""
+    if type(obj) is Tensor:
+        return obj
     if isinstance(obj, np.ndarray):
         return Tensor.from_numpy(obj)
     if isinstance(obj, np.generic):
@@ -38,7 +42,7 @@ def _to_tensor(obj: Any) -> Any:
     if mod.startswith("torch") and hasattr(obj, "untyped_storage"):
         from ...interop.torch import from_torch
 
-        return from_torch(obj)
+        return from_torch(obj, share=share)
     return obj
 
 
@@ -50,6 +54,7 @@ class CheckpointPickler:
         self.storages: list[tuple[str, Storage]] = []
         self._dtype_of: dict[int, Any] = {}
         self._alive: list[Any] = []
+        self._torch_share: dict[int, Storage] = {}
 
     def _storage_pid(self, st: Storage, dtype: Any, v3: bool) -> Persistent:
         sid = id(st)
@@ -95,8 +100,8 @@ class CheckpointPickler:
         return r
 
     def translate(self, obj: Any) -> Any:
-        obj = _to_tensor(obj)
-        if isinstance(obj, Tensor):
+        obj = _to_tensor(obj, self._torch_share)
+        if type(obj) is Tensor or isinstance(obj, Tensor):
             self._alive.append(obj)
             if obj.storage is not None and obj.storage.location == "meta":
                 obj = Tensor(None, obj.dtype, obj.shape, obj.stride(), 0, requires_grad=obj.requires_grad)
@@ -112,7 +117,7 @@ class CheckpointPickler:
             return Reduce(Global(_UTILS, "_rebuild_sparse_tensor"), (layout, data), memo_key=("s", id(obj)))
         if isinstance(obj, (StateDict, collections.OrderedDict)):
             self._alive.append(obj)
-            state = dict(vars(obj)) if isinstance(obj, StateDict) and vars(obj) else None
+            state = obj.attributes if isinstance(obj, StateDict) and obj.attributes else None
             return Reduce(Global("collections", "OrderedDict"), (), state=state, memo_key=("od", id(obj)), dictitems=list(obj.items()))
         if isinstance(obj, Size):
             return Reduce(Global("torch", "Size"), (tuple(obj),))
@@ -135,8 +140,13 @@ class CheckpointPickler:
         return obj
 
 
+_EMPTY_OD = Reduce(Global("collections", "OrderedDict"), ())
+
+
 def _empty_od() -> Reduce:
-    return Reduce(Global("collections", "OrderedDict"), ())
+    # one shared description: without a memo_key it is pickled afresh at every use,
+    # as torch writes a new empty OrderedDict for every tensor's backward hooks
+    return _EMPTY_OD
 
 
 def save_checkpoint(

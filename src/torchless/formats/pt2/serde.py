@@ -298,7 +298,12 @@ class _Reader:
             return
         if sn.is_hop_single_tensor_return is not None:
             n.meta["pt2_hop_single_tensor_return"] = sn.is_hop_single_tensor_return
-        n.meta["val"] = self.getitems(n, [o for o in outs], meta)
+        if len(outs) == 1 and outs[0].kind == "as_tensors":
+            # a list-returning op (split, unbind): getitems index the list directly
+            n.meta["val"] = self.getitems(n, list(outs[0].value), meta)
+            n.meta["pt2_list_output"] = True
+        else:
+            n.meta["val"] = self.getitems(n, list(outs), meta)
 
     def getitems(self, parent: Node, outs: list[Any], meta: dict[str, Any]) -> list[Any]:
         vals: list[Any] = []
@@ -470,7 +475,14 @@ class _Writer:
         if t.is_hop:
             hop_single = n.meta.get("pt2_hop_single_tensor_return", isinstance(v, TensorValue))
         if items is not None or (isinstance(v, list) and not isinstance(v, TensorValue)):
+            list_out = bool(n.meta.get("pt2_list_output")) or (
+                schema is not None and len(schema.returns) == 1 and type(schema.returns[0].type).__name__ == "ListType"
+            )
             outs = self.multi_outputs(n, v if isinstance(v, list) else [])
+            if list_out:
+                if any(o.kind != "as_tensor" for o in outs):
+                    raise UnsupportedError(f"list output of {n.name!r} has unused elements; .pt2 cannot name them")
+                outs = [S.Argument("as_tensors", [o.value for o in outs])]
             name = n.name
         elif v is None and n.meta.get("val", 0) is None:
             outs = [S.Argument("as_none", True)]

@@ -11,6 +11,7 @@ to show the source); it never runs it.
 from __future__ import annotations
 
 import re
+from functools import cached_property
 from typing import Any
 from dataclasses import dataclass, field
 
@@ -75,6 +76,14 @@ class ClassSource:
     @property
     def is_module(self) -> bool:
         return self.base == "Module"
+
+    @cached_property
+    def parameter_set(self) -> frozenset[str]:
+        return frozenset(self.parameters)
+
+    @cached_property
+    def buffer_set(self) -> frozenset[str]:
+        return frozenset(self.buffers)
 
 
 @dataclass
@@ -231,7 +240,7 @@ def _renumber(text: str) -> str:
     keep counting across methods and a variable holding ``self.<attr>`` that was already
     used in an earlier method gets a higher suffix. ``.code`` prints one method with a
     fresh printer: temporaries restart at ``_0`` (same order) and ``<attr>``-named
-    variables are numbered ``<attr>``, ``<attr>0``, ``<attr>1`` … in suffix order.
+    variables are named ``<attr>``, ``<attr>0``, ``<attr>1`` … in suffix order.
     """
     code_only = _outside_strings(text, lambda s: s)
     temps = sorted({int(m.group(1)) for m in _TEMP.finditer(_STRING_LIT.sub('""', code_only))})
@@ -241,11 +250,15 @@ def _renumber(text: str) -> str:
         var, attr = m.group(1), m.group(2)
         if var == attr or (var.startswith(attr) and var[len(attr) :].isdigit()):
             families.setdefault(attr, set()).add(var)
+    bare = _STRING_LIT.sub('""', code_only)
     for attr, names in families.items():
-        suffixed = sorted((n for n in names if n != attr), key=lambda n: int(n[len(attr) :]))
-        for i, n in enumerate(suffixed):
-            if n != f"{attr}{i}":
-                rename[n] = f"{attr}{i}"
+        ordered = sorted(names, key=lambda n: -1 if n == attr else int(n[len(attr) :]))
+        # the bare name is free unless something else (an argument) already uses it
+        taken = attr not in names and re.search(r"(?<![A-Za-z0-9_.])" + re.escape(attr) + r"(?![A-Za-z0-9_])", bare) is not None
+        targets = ([] if taken else [attr]) + [f"{attr}{i}" for i in range(len(ordered))]
+        for n, new in zip(ordered, targets):
+            if n != new:
+                rename[n] = new
     if not rename:
         return text
     ident = re.compile(r"(?<![A-Za-z0-9_.])(" + "|".join(re.escape(k) for k in sorted(rename, key=len, reverse=True)) + r")(?![A-Za-z0-9_])")

@@ -131,10 +131,12 @@ class ScriptObject:
 
     def _kind(self, name: str) -> str:
         v = self.attrs.get(name)
-        if name in self.parameter_names:
-            return "parameter"
-        if name in self.buffer_names:
-            return "buffer"
+        cs = self.class_source
+        if cs is not None:
+            if name in cs.parameter_set:
+                return "parameter"
+            if name in cs.buffer_set:
+                return "buffer"
         if isinstance(v, ScriptObject) and v.is_module:
             return "module"
         return "attribute"
@@ -462,6 +464,11 @@ def _attach_classes(root: Any, classes: dict[str, ClassSource], limit: int = 50_
         if isinstance(x, ScriptObject):
             seen.add(id(x))
             x.class_source = classes.get(x.qualified_name)
+            if x.class_source is not None:
+                for pname in x.class_source.parameters:
+                    t = x.attrs.get(pname)
+                    if isinstance(t, Tensor):
+                        t.is_parameter = True  # torch.nn.Parameter in the loaded module
             stack.extend(x.attrs.values())
             if x.state is not None:
                 stack.append(x.state)

@@ -1,0 +1,54 @@
+"""``torchless graph PATH``: an exported program's graph as Python code or as a table."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ...core.errors import NotFoundError
+
+__all__ = ["register", "format_graph"]
+
+
+def format_graph(graph: Any, *, table: bool = False, name: str = "forward") -> str:
+    """The graph (then each subgraph, named by its attribute path) as code or a table."""
+    parts = []
+    for path, g in graph.walk():
+        title = name if not path else path
+        body = g.tabular() if table else g.python_code("forward").strip("\n").rstrip()
+        if path or table:
+            parts.append(f"# {title}\n{body}")
+        else:
+            parts.append(body)
+    return "\n\n".join(parts) + "\n"
+
+
+def cmd_graph(args: argparse.Namespace) -> int:
+    from ...formats.pt2.read import read_pt2
+
+    with read_pt2(args.path) as arc:
+        if args.model is None:
+            progs = arc.programs
+        elif args.model in arc.programs:
+            progs = {args.model: arc.programs[args.model]}
+        else:
+            raise NotFoundError(f"no model {args.model!r}", path=args.path, expected=", ".join(arc.programs))
+        out = []
+        for name, prog in progs.items():
+            head = f"# model {name!r} ({prog.dialect} IR)\n" if len(arc.programs) > 1 else ""
+            out.append(head + format_graph(prog.graph, table=args.table))
+    print("\n".join(out), end="")
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "graph",
+        help="print an exported program's graph (.pt2) as Python or a table",
+        description="Print the graph of a torch.export archive in the manner of GraphModule.code "
+        "(subgraphs of cond/while_loop/... follow), or as a node table with --table.",
+    )
+    p.add_argument("path")
+    p.add_argument("--table", action="store_true", help="one row per node: opcode, name, target, args, kwargs, value type")
+    p.add_argument("--model", help="which model of a multi-model archive (default: all)")
+    p.set_defaults(func=cmd_graph)

@@ -1,0 +1,175 @@
+"""TorchScript commands: ``torchless code`` and ``torchless ts set-weights|extra|bytecode|tensors``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ...core.errors import UsageError
+from ..render import format_bytes, format_json, format_table
+
+__all__ = ["register", "format_set_weights", "format_bytecode"]
+
+
+def _open(path: str) -> Any:
+    from ...formats.torchscript.handler import TorchScriptArtifact
+
+    return TorchScriptArtifact(path, weights_only=False)
+
+
+def cmd_code(args: argparse.Namespace) -> int:
+    with _open(args.path) as art:
+        print(art.code(method=args.method, module=args.module), end="")
+    return 0
+
+
+def format_set_weights(res: dict[str, Any]) -> str:
+    lines = [f"wrote {res['output']}: replaced {len(res['replaced'])} tensors in {res['storages']} storage records"]
+    if res.get("ignored"):
+        shown = ", ".join(res["ignored"][:8]) + (" ..." if len(res["ignored"]) > 8 else "")
+        lines.append(f"ignored (no such tensor): {shown}")
+    if res["extra_files"]:
+        lines.append("extra files: " + ", ".join(res["extra_files"]))
+    return "\n".join(lines)
+
+
+def _read_extra(specs: list[str]) -> dict[str, bytes]:
+    out: dict[str, bytes] = {}
+    for s in specs or []:
+        name, sep, file = s.partition("=")
+        if not sep or not name or not file:
+            raise UsageError(f"--extra wants NAME=FILE, got {s!r}")
+        with open(file, "rb") as f:
+            out[name] = f.read()
+    return out
+
+
+def cmd_set_weights(args: argparse.Namespace) -> int:
+    from ..._api import open as open_artifact
+    from ...formats.torchscript.write import save_edited
+
+    items: list[tuple[str, Any]] = []
+    ignored: list[str] = []
+    with _open(args.model) as art:
+        names = set(art.keys()) | {n for n, _ in art.all_tensors()}
+        if args.weights:
+            w = open_artifact(args.weights)
+            try:
+                for name, t in w.tensors():
+                    key = name[len(args.strip_prefix):] if args.strip_prefix and name.startswith(args.strip_prefix) else name
+                    if key in names:
+                        items.append((key, t))
+                    elif args.allow_missing:
+                        ignored.append(name)
+                    else:
+                        raise UsageError(f"the model has no tensor {key!r}", hint="--allow-missing to skip such weights")
+                res = save_edited(art, args.output, tensors=items, extra_files=_read_extra(args.extra), remove_extra=args.remove_extra or (), strict=args.strict)
+            finally:
+                w.close()
+        else:
+            res = save_edited(art, args.output, extra_files=_read_extra(args.extra), remove_extra=args.remove_extra or ())
+    res["output"] = args.output
+    res["ignored"] = ignored
+    print(format_json(res) if args.json else format_set_weights(res))
+    return 0
+
+
+def cmd_extra(args: argparse.Namespace) -> int:
+    with _open(args.path) as art:
+        a = art.archive
+        if args.name:
+            import sys
+
+            data = a.extra_file(args.name)
+            sys.stdout.buffer.write(data)
+            sys.stdout.flush()
+            return 0
+        rows = [[k, format_bytes(e.size)] for k, e in a.extra.items()]
+    print(format_json({r[0]: r[1] for r in rows}) if args.json else (format_table(rows) or "(no extra files)"))
+    return 0
+
+
+def format_bytecode(bc: Any, method: str | None = None) -> str:
+    lines = [f"bytecode version {bc.version}" + ("" if bc.supported_by_torch else " (outside what torch 2.13 loads)")]
+    for m in bc.methods:
+        if method and not (m.qualified_name == method or m.qualified_name.endswith("." + method)):
+            continue
+        sig = ", ".join(f"{a.name}: {a.type}" for a in (m.arguments or []))
+        ret = ", ".join(a.type for a in (m.returns or []))
+        lines.append(f"\n{m.qualified_name}({sig}) -> {ret}   registers={m.register_size}")
+        lines.append("  operators: " + (", ".join(o.full_name for o in m.operators) or "-"))
+        lines.append("  constants: " + (", ".join(repr(c) for c in m.constants) or "-"))
+        if m.types:
+            lines.append("  types: " + ", ".join(m.types))
+        for i, ins in enumerate(m.instructions):
+            note = ""
+            if ins.op == "OP" and 0 <= ins.x < len(m.operators):
+                note = f"   # {m.operators[ins.x].full_name}"
+            elif ins.op == "LOADC" and 0 <= ins.x < len(m.constants):
+                note = f"   # {m.constants[ins.x]!r}"
+            lines.append(f"  {i:4d}  {ins.op:<16} {ins.x:>4} {ins.n:>4}{note}")
+    return "\n".join(lines)
+
+
+def cmd_bytecode(args: argparse.Namespace) -> int:
+    with _open(args.path) as art:
+        bc = art.archive.bytecode()
+        if args.json:
+            print(format_json({"version": bc.version, "methods": [m.to_dict() for m in bc.methods if not args.method or m.qualified_name.endswith(args.method)]}))
+        else:
+            print(format_bytecode(bc, args.method))
+    return 0
+
+
+def cmd_tensors(args: argparse.Namespace) -> int:
+    with _open(args.path) as art:
+        it = art.all_tensors() if args.all else art.tensors()
+        rows = [[n, t.dtype.name, "[" + ", ".join(map(str, t.shape)) + "]", format_bytes(t.nbytes)] for n, t in it]
+    if args.json:
+        print(format_json([{"name": r[0], "dtype": r[1], "shape": r[2]} for r in rows]))
+    else:
+        print(format_table(rows))
+    return 0
+
+
+def register(sub: Any) -> None:
+    h = "print the TorchScript source of an archive (all code files, or one method as torch's .code)"
+    p = sub.add_parser("code", help=h, description=h)
+    p.add_argument("path")
+    p.add_argument("--method", help="a method of the root module (or of --module), e.g. forward; or a qualified name __torch__.M.forward")
+    p.add_argument("--module", help="dotted submodule path, e.g. encoder.layers.0")
+    p.set_defaults(func=cmd_code)
+
+    p = sub.add_parser("ts", help="TorchScript archive tools (set-weights, extra, bytecode, tensors)", description="TorchScript archive tools")
+    tsub = p.add_subparsers(dest="ts_command", metavar="SUBCOMMAND")
+    tsub.required = True
+    h = "re-save an archive with new tensor values (same shapes/dtypes) and extra files; code and structure kept"
+    q = tsub.add_parser("set-weights", help=h, description=h)
+    q.add_argument("model", help="source TorchScript archive (.pt/.ptl)")
+    q.add_argument("weights", nargs="?", help="weights file: .safetensors, .pt state dict, .npz ... (names as in `torchless ls`)")
+    q.add_argument("-o", "--output", required=True, help="new archive (may be the source)")
+    q.add_argument("--extra", action="append", metavar="NAME=FILE", help="add or replace extra file NAME with FILE's bytes (repeatable)")
+    q.add_argument("--remove-extra", action="append", metavar="NAME", help="drop extra file NAME (repeatable)")
+    q.add_argument("--strict", action="store_true", help="every state_dict entry must get a value")
+    q.add_argument("--allow-missing", action="store_true", help="ignore weights that name no tensor of the model")
+    q.add_argument("--strip-prefix", help="remove this prefix from weight names first")
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(func=cmd_set_weights)
+    h = "list extra files, or write one to stdout"
+    q = tsub.add_parser("extra", help=h, description=h)
+    q.add_argument("path")
+    q.add_argument("name", nargs="?")
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(func=cmd_extra)
+    h = "show lite-interpreter bytecode (.ptl): instructions, operators, constants, types per method"
+    q = tsub.add_parser("bytecode", help=h, description=h)
+    q.add_argument("path")
+    q.add_argument("--method")
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(func=cmd_bytecode)
+    h = "list tensors: the state_dict, or with --all every tensor (attributes, containers, constants, packed weights)"
+    q = tsub.add_parser("tensors", help=h, description=h)
+    q.add_argument("path")
+    q.add_argument("--all", action="store_true")
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(func=cmd_tensors)

@@ -1,0 +1,487 @@
+"""Inventory of a TorchInductor cache folder (``TORCHINDUCTOR_CACHE_DIR``).
+
+Spec ``inductor_cache.md``. The folder is walked without following symbolic links and
+every file is put in exactly one :class:`CacheEntry`, a unit that is created (and should
+be pruned) together:
+
+==================  ===============================================================
+kind                files
+==================  ===============================================================
+fxgraph             ``fxgraph/<xx>/<f-key>/<content hash>``: a pickled CompiledFxGraph
+aotautograd         ``aotautograd/<xx>/<key>/<file>``: a pickled AOTAutograd cache entry
+output_code         ``<xx>/c<51>.py``: generated Python wrapper ("output code")
+triton_kernel       ``<xx>/c<51>.py`` containing ``@triton.jit`` (+ ``.best_config``)
+cpp_kernel          ``<xx>/c<51>{.cpp,.so,.main.cpp,.main.so,.h,.o}``
+gpu_kernel          ``<xx>/c<51>{.cubin,.ptx,.hsaco,.spv,.fatbin,.json}`` without a .py
+triton_cache        ``triton/<device>/<hash>/``: one Triton compiler cache entry
+autotune            ``cache/...`` (LocalCache JSON) and ``*.best_config`` files
+aoti_build          ``c<51>/``: an AOTInductor build folder (``aoti.md``)
+precompiled_header  ``precompiled_headers/...``
+aoti_eager          ``aoti_eager/...``
+dynamo              ``dynamo/...`` (PGO ``code_state_*``, DiskDynamoCache packages)
+build_temp          ``gcc/...`` (cpp_builder helper output)
+lock                ``locks/*.lock``
+symlink             a symbolic link anywhere (listed, never followed)
+other               anything else
+==================  ===============================================================
+
+Pickled entries (``fxgraph``, ``aotautograd``) are read only through torchless's pickle
+machine with ``weights_only=False`` placeholders: every global becomes an inert
+:class:`~torchless.pickle.globals.GlobalRef`, nothing is imported or called.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import re
+import stat
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from ...core.errors import LimitError, NotFoundError, TorchlessError, UsageError
+from ...pickle.globals import AllowlistResolver, GlobalRef, PickledObject
+from ...pickle.machine import Limits, Unpickler
+from ...pickle.torch_globals import DEFAULT_ALLOWLIST
+
+__all__ = [
+    "KINDS",
+    "CacheEntry",
+    "CacheFile",
+    "CacheInventory",
+    "default_cache_dir",
+    "describe_pickle",
+    "entry_source",
+    "inventory",
+    "resolve_cache_dir",
+]
+
+KINDS = (
+    "fxgraph",
+    "aotautograd",
+    "output_code",
+    "triton_kernel",
+    "cpp_kernel",
+    "gpu_kernel",
+    "triton_cache",
+    "autotune",
+    "aoti_build",
+    "precompiled_header",
+    "aoti_eager",
+    "dynamo",
+    "build_temp",
+    "lock",
+    "symlink",
+    "other",
+)
+
+#: ``"c"`` + 51 lower-case base32 characters (``cache_key.py``)
+_CODE_KEY = re.compile(r"^c[a-z2-7]{51}")
+_FX_KEY = re.compile(r"^f[a-z2-7]{51}$")
+_GPU_EXT = (".cubin", ".ptx", ".hsaco", ".spv", ".fatbin", ".json")
+_CPP_EXT = (".cpp", ".so", ".h", ".o", ".hpp")
+#: pickles larger than this are listed but not parsed
+MAX_PICKLE_BYTES = 256 << 20
+#: files read to classify a ``.py`` (Triton or not)
+_SNIFF_BYTES = 1 << 16
+
+
+def default_cache_dir() -> str:
+    """``<tempfile.gettempdir()>/torchinductor_<sanitized user>`` (torch's default)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, ModuleNotFoundError, OSError):
+        getuid = getattr(os, "getuid", None)
+        user = f"uid_{getuid()}" if callable(getuid) else "unknown_user"
+    return os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
+
+
+def resolve_cache_dir(path: Any = None) -> str:
+    """The folder to inventory: ``path``, else ``$TORCHINDUCTOR_CACHE_DIR``, else the default.
+
+    Like torch's ``cache_dir()`` the result is made absolute (an empty variable means the
+    current folder); unlike it, nothing is created or exported.
+    """
+    if path is not None:
+        return os.path.abspath(os.fspath(path))
+    env = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    return os.path.abspath(env if env is not None else default_cache_dir())
+
+
+@dataclass(frozen=True)
+class CacheFile:
+    """One file (or symlink) in the cache; ``rel`` is relative to the cache root, with ``/``."""
+
+    rel: str
+    size: int
+    mtime: float
+    is_symlink: bool = False
+
+
+@dataclass
+class CacheEntry:
+    """A unit of the cache: the files one cache item consists of.
+
+    Attributes:
+        id: stable name of the entry (the relative path of its key file or folder).
+        kind: one of :data:`KINDS`.
+        files: its files.
+        key: the cache key or hash the entry is stored under, when the layout names one.
+        detail: extra facts (``isa_probe``, parsed pickle summary ...).
+    """
+
+    id: str
+    kind: str
+    files: list[CacheFile] = field(default_factory=list)
+    key: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def size(self) -> int:
+        return sum(f.size for f in self.files)
+
+    @property
+    def mtime(self) -> float:
+        """The newest modification time of its files (an entry is as young as its newest file)."""
+        return max((f.mtime for f in self.files), default=0.0)
+
+    def to_dict(self, now: float | None = None) -> dict[str, Any]:
+        now = time.time() if now is None else now
+        out = {
+            "id": self.id,
+            "kind": self.kind,
+            "key": self.key,
+            "size": self.size,
+            "mtime": self.mtime,
+            "age_s": round(max(0.0, now - self.mtime), 3),
+            "files": [f.rel for f in self.files],
+        }
+        if self.detail:
+            out["detail"] = self.detail
+        return out
+
+
+@dataclass
+class CacheInventory:
+    """Everything found under ``root``.
+
+    Attributes:
+        root: the absolute cache folder.
+        entries: every entry, sorted by id.
+        dirs: every folder below the root (relative), for prune's empty-folder cleanup.
+        exists: False when the folder does not exist (an empty inventory).
+        scanned_at: the time of the walk (ages are relative to it).
+    """
+
+    root: str
+    entries: list[CacheEntry] = field(default_factory=list)
+    dirs: list[str] = field(default_factory=list)
+    exists: bool = True
+    scanned_at: float = 0.0
+
+    @property
+    def size(self) -> int:
+        return sum(e.size for e in self.entries)
+
+    def by_kind(self) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for e in self.entries:
+            d = out.setdefault(e.kind, {"entries": 0, "files": 0, "bytes": 0})
+            d["entries"] += 1
+            d["files"] += len(e.files)
+            d["bytes"] += e.size
+        return {k: out[k] for k in KINDS if k in out}
+
+    def get(self, ident: str) -> CacheEntry:
+        """The entry with id ``ident``, or the one owning the file ``ident`` (relative path)."""
+        if os.path.isabs(ident):
+            rel = os.path.relpath(ident, self.root)
+            if not rel.startswith(".."):
+                ident = rel
+        ident = ident.replace(os.sep, "/").strip("/")
+        for e in self.entries:
+            if e.id == ident or any(f.rel == ident for f in e.files):
+                return e
+        raise NotFoundError(f"no cache entry or file {ident!r}", path=self.root, hint="`torchless cache DIR` lists the entry ids")
+
+    def to_dict(self, *, kind: str | None = None) -> dict[str, Any]:
+        ents = [e for e in self.entries if kind is None or e.kind == kind]
+        return {
+            "root": self.root,
+            "exists": self.exists,
+            "entries": len(ents),
+            "files": sum(len(e.files) for e in ents),
+            "bytes": sum(e.size for e in ents),
+            "by_kind": self.by_kind() if kind is None else {kind: self.by_kind().get(kind, {"entries": 0, "files": 0, "bytes": 0})},
+            "items": [e.to_dict(self.scanned_at) for e in ents],
+        }
+
+
+# -- walking ---------------------------------------------------------------------------------
+def _walk(root: str, max_files: int) -> Iterator[tuple[str, os.stat_result, bool]]:
+    """``(relative path, lstat, is_dir)`` for everything below ``root``, links not followed."""
+    stack = [""]
+    count = 0
+    while stack:
+        rel = stack.pop()
+        full = os.path.join(root, rel) if rel else root
+        try:
+            it = list(os.scandir(full))
+        except (PermissionError, FileNotFoundError, NotADirectoryError):
+            continue
+        for d in sorted(it, key=lambda d: d.name):
+            count += 1
+            if count > max_files:
+                raise LimitError("cache folder has too many files to inventory", path=root, expected=f"<= {max_files}")
+            r = f"{rel}/{d.name}" if rel else d.name
+            try:
+                st = d.stat(follow_symlinks=False)
+            except FileNotFoundError:  # removed while walking (a concurrent compile)
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                yield r, st, True
+                stack.append(r)
+            else:
+                yield r, st, False
+
+
+def _classify(rel: str) -> tuple[str, str, str | None]:
+    """``(kind, entry id, key)`` of a regular file from its path alone."""
+    parts = rel.split("/")
+    top = parts[0]
+    n = len(parts)
+    if top == "fxgraph" and n == 4:
+        return "fxgraph", rel, parts[2]
+    if top == "aotautograd" and n >= 3:
+        return "aotautograd", rel, parts[2]
+    if top == "locks":
+        return "lock", rel, parts[-1].rsplit(".", 1)[0]
+    if top == "triton" and n >= 4:
+        return "triton_cache", "/".join(parts[:3]), parts[2]
+    if top == "cache":
+        return "autotune", rel, parts[1] if n > 1 else None
+    if top == "precompiled_headers":
+        return "precompiled_header", rel, None
+    if top == "aoti_eager":
+        return "aoti_eager", rel, None
+    if top == "dynamo":
+        return "dynamo", rel, None
+    if top == "gcc":
+        return "build_temp", rel, None
+    if n == 2 and len(top) == 2 and _CODE_KEY.match(parts[1]):
+        stem = parts[1][:52]
+        if parts[1].endswith(".best_config"):
+            return "autotune", rel, stem
+        return "code", f"{top}/{stem}", stem  # refined from the group's files
+    if n >= 2 and _CODE_KEY.match(top) and len(top) == 52:
+        return "aoti_build", top, top
+    return "other", rel, None
+
+
+def _code_kind(root: str, files: list[CacheFile], detail: dict[str, Any]) -> str:
+    names = [f.rel.rsplit("/", 1)[-1] for f in files]
+    py = [f for f, n in zip(files, names) if n.endswith(".py")]
+    if py:
+        head = _read_head(root, py[0].rel)
+        if head.startswith(b"# AOT ID:"):
+            # output code; on GPU it embeds Triton kernel sources as strings, so this
+            # test comes before the @triton.jit one
+            detail["aot_id"] = head.split(b"\n", 1)[0][len(b"# AOT ID:") :].strip().decode("utf-8", "replace")
+            return "output_code"
+        if b"@triton.jit" in head or b"@triton_heuristics." in head:
+            return "triton_kernel"
+        return "output_code"
+    if any(n.endswith(_CPP_EXT) for n in names):
+        cpp = [f for f, n in zip(files, names) if n.endswith(".cpp")]
+        if cpp and b"_chk_kernel" in _read_head(root, cpp[0].rel):
+            detail["isa_probe"] = True  # the CPU vector-ISA check compiled once per machine
+        return "cpp_kernel"
+    if any(n.endswith(_GPU_EXT) for n in names):
+        return "gpu_kernel"
+    return "other"
+
+
+def _read_head(root: str, rel: str, n: int = _SNIFF_BYTES) -> bytes:
+    try:
+        fd = os.open(os.path.join(root, rel), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return b""
+    try:
+        return os.read(fd, n)
+    finally:
+        os.close(fd)
+
+
+def inventory(path: Any = None, *, parse_pickles: bool = True, max_files: int = 2_000_000, limits: Limits | None = None) -> CacheInventory:
+    """Walk a cache folder and classify every file.
+
+    Args:
+        path: the cache folder (default: :func:`resolve_cache_dir`).
+        parse_pickles: summarize ``fxgraph``/``aotautograd`` pickles (safe machine, placeholders).
+        max_files: refuse folders with more entries than this.
+
+    Returns:
+        A :class:`CacheInventory` (``exists=False`` and empty when the folder is missing).
+
+    Raises:
+        UsageError: ``path`` is a file.
+        LimitError: more than ``max_files`` entries.
+    """
+    root = resolve_cache_dir(path)
+    inv = CacheInventory(root, scanned_at=time.time())
+    if not os.path.exists(root):
+        inv.exists = False
+        return inv
+    if not os.path.isdir(root):
+        raise UsageError("the cache path is not a folder", path=root)
+    groups: dict[str, CacheEntry] = {}
+    for rel, st, is_dir in _walk(root, max_files):
+        if is_dir:
+            inv.dirs.append(rel)
+            continue
+        link = stat.S_ISLNK(st.st_mode)
+        f = CacheFile(rel, st.st_size, st.st_mtime, link)
+        if link:
+            groups[rel] = CacheEntry(rel, "symlink", [f], None, {"target": _readlink(root, rel)})
+            continue
+        kind, ident, key = _classify(rel)
+        ent = groups.get(ident)
+        if ent is None:
+            ent = groups[ident] = CacheEntry(ident, kind, [], key)
+        ent.files.append(f)
+    for ent in groups.values():
+        ent.files.sort(key=lambda f: f.rel)
+        if ent.kind == "code":
+            ent.kind = _code_kind(root, ent.files, ent.detail)
+        elif ent.kind == "triton_cache":
+            ent.detail["kernels"] = sorted({f.rel.rsplit("/", 1)[-1].split(".", 1)[0] for f in ent.files if f.rel.endswith((".cubin", ".hsaco", ".spv", ".ptx", ".ttir"))})
+        if parse_pickles and ent.kind in ("fxgraph", "aotautograd"):
+            ent.detail.update(describe_pickle(os.path.join(root, ent.files[0].rel), limits=limits))
+    inv.entries = sorted(groups.values(), key=lambda e: e.id)
+    return inv
+
+
+def _readlink(root: str, rel: str) -> str:
+    try:
+        return os.readlink(os.path.join(root, rel))
+    except OSError:
+        return "?"
+
+
+# -- pickles ---------------------------------------------------------------------------------
+def _load_pickle(path: str, limits: Limits | None) -> tuple[Any, AllowlistResolver, int]:
+    size = os.lstat(path).st_size
+    if size > MAX_PICKLE_BYTES:
+        raise LimitError("pickle too large to summarize", path=path, expected=f"<= {MAX_PICKLE_BYTES} bytes", found=size)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    with os.fdopen(fd, "rb") as fh:
+        data = fh.read(MAX_PICKLE_BYTES + 1)
+    resolver = AllowlistResolver(DEFAULT_ALLOWLIST, weights_only=False)
+    up = Unpickler(data, resolver=resolver, limits=limits or Limits(max_input=MAX_PICKLE_BYTES), path=path)
+    obj = up.load()
+    return obj, resolver, up.info.protocol
+
+
+def describe_pickle(path: str, *, limits: Limits | None = None) -> dict[str, Any]:
+    """What a pickled cache entry contains, without importing or calling anything.
+
+    Returns a dict with ``object`` (the class the pickle would build), ``protocol``,
+    ``attributes`` (names set on it), ``source_code_bytes`` when it carries generated
+    code, ``globals`` (every global named) and ``globals_not_allowlisted`` (those torchless
+    would refuse with ``weights_only=True``: they are placeholders here, never executed);
+    or ``{"error": ...}`` when the bytes are not a valid pickle.
+    """
+    try:
+        obj, resolver, protocol = _load_pickle(path, limits)
+    except TorchlessError as e:
+        return {"error": str(e)}
+    except OSError as e:
+        return {"error": f"{type(e).__name__}: {e}"}
+    out: dict[str, Any] = {"protocol": protocol, "object": _type_name(obj)}
+    attrs = _attrs(obj)
+    if attrs:
+        out["attributes"] = sorted(attrs)[:200]
+        src = attrs.get("source_code")
+        if isinstance(src, str):
+            out["source_code_bytes"] = len(src.encode("utf-8", "surrogatepass"))
+        for k in ("cache_key", "guards_expr"):
+            v = attrs.get(k)
+            if isinstance(v, str):
+                out[k] = v[:500]
+    names = sorted({g for g, _ok in resolver.seen})
+    out["globals"] = names[:500]
+    out["globals_not_allowlisted"] = sorted({g for g, ok in resolver.seen if not ok})[:500]
+    return out
+
+
+def _type_name(obj: Any) -> str:
+    if isinstance(obj, PickledObject):
+        return obj.class_name
+    if isinstance(obj, GlobalRef):
+        return f"<global {obj.qualname}>"
+    return type(obj).__name__
+
+
+def _attrs(obj: Any) -> dict[str, Any]:
+    if isinstance(obj, PickledObject):
+        a = obj.attrs
+        if not a and obj.args and isinstance(obj.args[-1], dict):
+            a = obj.args[-1]
+        return {str(k): v for k, v in a.items()} if isinstance(a, dict) else {}
+    if isinstance(obj, dict):
+        return {str(k): v for k, v in obj.items()}
+    return {}
+
+
+def _find_source(obj: Any, depth: int = 0) -> str | None:
+    """The generated module text a pickled entry carries (``source_code``), if any."""
+    attrs = _attrs(obj)
+    src = attrs.get("source_code")
+    if isinstance(src, str):
+        return src
+    if depth < 3:
+        for v in attrs.values():
+            if isinstance(v, (PickledObject, dict)):
+                s = _find_source(v, depth + 1)
+                if s is not None:
+                    return s
+    return None
+
+
+def entry_source(inv: CacheInventory, ident: str, *, max_bytes: int = 64 << 20) -> tuple[str, str]:
+    """``(file, text)`` to show for an entry or file: a kernel's source (``.py``/``.cpp``),
+    a JSON/text file, or the ``source_code`` carried by a pickled FX graph entry.
+
+    Raises:
+        NotFoundError: no such entry or file.
+        UnsupportedError: the entry holds only binaries (``.so``, ``.cubin``).
+    """
+    from ...core.errors import UnsupportedError
+
+    ent = inv.get(ident)
+    ident_n = ident.replace(os.sep, "/").strip("/")
+    chosen = next((f for f in ent.files if f.rel == ident_n or ident_n.endswith("/" + f.rel)), None)
+    if ent.kind in ("fxgraph", "aotautograd") and (chosen is None or chosen == ent.files[0]):
+        obj, _res, _p = _load_pickle(os.path.join(inv.root, ent.files[0].rel), None)
+        src = _find_source(obj)
+        if src is None:
+            raise UnsupportedError("this pickled entry carries no source code", path=inv.root, member=ent.id, hint="`torchless cache --json` shows what it contains")
+        return ent.files[0].rel, src
+    if chosen is None:
+        order = (".py", ".cpp", ".main.cpp", ".h", ".ttir", ".ttgir", ".llir", ".ptx", ".json", ".best_config", ".txt", ".lock")
+        for suf in order:
+            chosen = next((f for f in ent.files if f.rel.endswith(suf)), None)
+            if chosen is not None:
+                break
+        if chosen is None:
+            chosen = ent.files[0]
+    if chosen.is_symlink:
+        raise UnsupportedError("refusing to follow a symbolic link", path=inv.root, member=chosen.rel)
+    if chosen.size > max_bytes:
+        raise LimitError("file too large to show", path=inv.root, member=chosen.rel, expected=f"<= {max_bytes} bytes", found=chosen.size)
+    data = _read_head(inv.root, chosen.rel, max_bytes + 1)
+    if b"\0" in data[:8192] or data[:4] == b"\x7fELF":
+        raise UnsupportedError(f"{chosen.rel} is a binary file ({chosen.size} bytes)", path=inv.root, member=chosen.rel)
+    return chosen.rel, data.decode("utf-8", "replace")

@@ -1,0 +1,117 @@
+"""The ``pt2`` format handler: ExportedProgram archives written by ``torch.export.save``."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from ...container.zip import Problem
+from ...graph.verifier import non_core_ops, verify_program
+from ..base import Artifact, Probe, summarize_tensors
+from ..registry import register
+from .read import OpaqueObject, Program, Pt2Archive, is_pt2
+
+__all__ = ["Pt2Artifact", "Pt2Handler", "program_info"]
+
+
+def program_info(prog: Program) -> dict[str, Any]:
+    """JSON-ready summary of one program: signature, ops, weights, dynamic dims."""
+    tensors = [(k, v) for k, v in {**prog.state_dict, **prog.constants}.items() if not isinstance(v, OpaqueObject)]
+    nodes = sum(len(g.nodes) for _p, g in prog.graph.walk())
+    return {
+        "dialect": prog.dialect,
+        "schema_version": ".".join(map(str, prog.schema_version)),
+        "torch_version": prog.torch_version,
+        "signature": prog.signature.to_dict(),
+        "nodes": nodes,
+        "subgraphs": [p for p, _g in prog.graph.walk() if p],
+        "ops": prog.op_histogram(),
+        "non_core_ops": non_core_ops(prog.graph),
+        "weights": summarize_tensors(tensors),
+        "state_dict": len(prog.state_dict),
+        "constants": len(prog.constants),
+        "opaque_constants": sorted(k for k, v in prog.constants.items() if isinstance(v, OpaqueObject)),
+        "dynamic_dims": prog.dynamic_dims(),
+        "range_constraints": {k: list(v) for k, v in prog.range_constraints.items()},
+        "guards": prog.guards_code,
+    }
+
+
+class Pt2Artifact(Artifact):
+    """An opened ``.pt2`` archive.
+
+    Attributes:
+        archive: the :class:`~.read.Pt2Archive` (``archive.programs``, ``extra_files``).
+    """
+
+    format = "pt2"
+
+    def __init__(self, path: Any, **kw: Any) -> None:
+        super().__init__(path if not isinstance(path, (bytes, bytearray, memoryview)) else "<bytes>")
+        self.archive = Pt2Archive(path)
+
+    @property
+    def programs(self) -> dict[str, Program]:
+        return self.archive.programs
+
+    def tensors(self) -> Iterator[tuple[str, Any]]:
+        """State dict then constants; with several models, names are ``<model>/<fqn>``."""
+        multi = len(self.archive.programs) > 1
+        for name, prog in self.archive.programs.items():
+            for k, v in {**prog.state_dict, **prog.constants}.items():
+                if isinstance(v, OpaqueObject):
+                    continue
+                yield (f"{name}/{k}" if multi else k), v
+
+    def info(self) -> dict[str, Any]:
+        progs = {name: program_info(p) for name, p in self.archive.programs.items()}
+        return {
+            "format": "pt2",
+            "path": self.path,
+            "archive_version": self.archive.archive_version,
+            "models": list(progs),
+            **summarize_tensors(self.tensors()),
+            "programs": progs,
+            "extra_files": sorted(self.archive.extra_files),
+        }
+
+    def load(self, *, weights_only: bool = True) -> Any:
+        """The :class:`~.read.Program` (one model) or a dict name -> Program."""
+        progs = self.archive.programs
+        return next(iter(progs.values())) if len(progs) == 1 else dict(progs)
+
+    def verify(self, *, strict_core: bool = False) -> list[Problem]:
+        """Zip CRCs and payload bounds, then the ATen-IR verifier on every program
+        (``strict_core``: non-core ops in ATEN-dialect programs are errors, not warnings)."""
+        problems: list[Problem] = list(self.archive.zip.verify(crc=True))
+        problems += super().verify()
+        multi = len(self.archive.programs) > 1
+        for name, prog in self.archive.programs.items():
+            problems += verify_program(prog, where=name if multi else "", strict_core=strict_core)
+        return problems
+
+    def close(self) -> None:
+        self.archive.close()
+
+
+@register
+class Pt2Handler:
+    """ExportedProgram archives (``torch.export.save``)."""
+
+    name = "pt2"
+    extensions = (".pt2",)
+    priority = 20  # before plain checkpoints (pt, 100): the archive also holds .pt records
+    description = "torch.export ExportedProgram archive (graph + weights)"
+
+    def sniff(self, probe: Probe) -> bool:
+        if probe.is_dir:
+            return False
+        return is_pt2(probe.zip_records())
+
+    def open(self, path: Any, **kw: Any) -> Pt2Artifact:
+        kw.pop("weights_only", None)
+        return Pt2Artifact(path, **kw)
+
+    def save(self, obj: Any, path: Any, **kw: Any) -> None:
+        from .write import save_pt2
+
+        save_pt2(path, obj, **kw)

@@ -1,0 +1,201 @@
+"""Re-saving a TorchScript archive with new tensor values and extra files.
+
+The module structure, code and pickles are kept byte for byte: a replaced tensor has the
+same shape and dtype, so only the bytes of its storage record (``data/<key>`` or
+``constants/<key>``) change, written through the tensor's own view (offset and strides)
+exactly as ``param.copy_(new)`` would. Every other record is copied unchanged, deflated
+``code/`` records as their original compressed bytes. Extra files (``extra/<name>``) can
+be added, replaced or removed. The new ``.data/serialization_id`` is derived from the new
+contents. The result is written atomically in torch 2.13's zip layout.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Callable, Iterable, Mapping
+
+import numpy as np
+
+from ...container.zip import TorchZipWriter, ZipEntry, ZipReader
+from ...core.errors import NotFoundError, UnsupportedError, UsageError
+from ...core.tensor import Tensor
+from . import spec
+from .handler import TorchScriptArtifact
+
+__all__ = ["save_edited", "replacement_array"]
+
+
+def replacement_array(target: Tensor, value: Any, name: str = "") -> np.ndarray:
+    """``value`` as a NumPy array in ``target``'s stored element type, checked.
+
+    Accepts a torchless :class:`~torchless.core.tensor.Tensor` of the same dtype, a NumPy
+    array of the matching NumPy dtype (bfloat16/float8 through ``ml_dtypes``), or a
+    ``torch.Tensor`` (converted through :mod:`torchless.interop.torch`).
+
+    Raises:
+        UsageError: a different shape or dtype.
+    """
+    if type(value).__module__.startswith("torch") and hasattr(value, "detach"):
+        from ...interop.torch import from_torch
+
+        value = from_torch(value)
+    want = target.dtype
+    if isinstance(value, Tensor):
+        if value.dtype.name != want.name:
+            raise UsageError(f"tensor {name!r}: dtype {value.dtype.name} given, the archive has {want.name}", hint="cast before replacing; shapes and dtypes are part of the compiled code")
+        arr = value.numpy(raw=True)
+        if want.numpy is not None:
+            arr = value.numpy()
+    else:
+        arr = np.asarray(value)
+        ok = {np.dtype(want.storage)} | ({np.dtype(want.numpy)} if want.numpy is not None else set())
+        if arr.dtype.newbyteorder("=") not in ok:
+            raise UsageError(f"tensor {name!r}: NumPy dtype {arr.dtype} given, the archive has {want.name}", expected=" or ".join(sorted(map(str, ok))), hint="cast before replacing")
+    if tuple(arr.shape) != tuple(target.shape):
+        raise UsageError(f"tensor {name!r}: shape {list(arr.shape)} given, the archive has {list(target.shape)}")
+    return arr
+
+
+def _write_into(buf: bytearray, target: Tensor, arr: np.ndarray) -> None:
+    st = target.storage
+    assert st is not None
+    target._check_bounds()
+    npd = np.dtype(target.dtype.storage)
+    if npd.itemsize > 1 and st.byteorder != sys.byteorder:
+        npd = npd.newbyteorder(">" if st.byteorder == "big" else "<")
+    if target.numel() == 0:
+        return
+    base = np.frombuffer(buf, dtype=npd)
+    view = np.lib.stride_tricks.as_strided(base[target.storage_offset():], shape=target.shape, strides=tuple(s * npd.itemsize for s in target.stride()))
+    vals = arr
+    if target.dtype.numpy is not None and target.dtype.name != "complex32":
+        # the stored bits of a tensor with a conj/neg bit are the un-conjugated values
+        if target.metadata.get("neg"):
+            vals = np.negative(vals)
+        if target.metadata.get("conj"):
+            vals = np.conj(vals)
+    view[...] = np.asarray(vals, dtype=npd.newbyteorder("="))
+
+
+def save_edited(
+    src: Any,
+    dst: Any,
+    *,
+    tensors: Mapping[str, Any] | Iterable[tuple[str, Any]] | None = None,
+    extra_files: Mapping[str, bytes | str] | None = None,
+    remove_extra: Iterable[str] = (),
+    strict: bool = False,
+    weights_only: bool = True,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """Write a copy of TorchScript archive ``src`` to ``dst`` with replaced values.
+
+    Args:
+        src: path of the archive (or an open
+            :class:`~torchless.formats.torchscript.handler.TorchScriptArtifact`).
+        dst: the output path (may equal ``src``; written atomically).
+        tensors: name -> new value. Names are ``state_dict`` names (``lin.weight``) or
+            the dotted paths of :meth:`TorchScriptArtifact.all_tensors` (``tl.0``,
+            ``CONSTANTS.c0``). Values keep the tensor's shape and dtype.
+        extra_files: extra file name -> new content (added or replaced).
+        remove_extra: extra file names to drop.
+        strict: every state_dict entry must be given a value.
+
+    Returns:
+        ``{"replaced": [names], "storages": n, "extra_files": [names]}``.
+
+    Raises:
+        NotFoundError: a name that is not a tensor of the archive.
+        UsageError: wrong shape or dtype, or (``strict``) missing names.
+    """
+    own = not isinstance(src, TorchScriptArtifact)
+    art = TorchScriptArtifact(src, weights_only=weights_only) if own else src
+    try:
+        return _save(art, dst, tensors, extra_files, set(remove_extra), strict, progress)
+    finally:
+        if own:
+            art.close()
+
+
+def _save(art: TorchScriptArtifact, dst: Any, tensors: Any, extra_files: Any, remove_extra: set[str], strict: bool, progress: Any) -> dict[str, Any]:
+    archive = art.archive
+    zr: ZipReader = archive.zip  # type: ignore[assignment]
+    items = list(tensors.items()) if isinstance(tensors, Mapping) else list(tensors or [])
+    sd = art.state_dict()
+    known: dict[str, Tensor] = dict(sd.items())
+    for n, t in art.all_tensors():
+        known.setdefault(n, t)
+    if strict:
+        missing = [n for n in sd if n not in {k for k, _ in items}]
+        if missing:
+            raise UsageError(f"{len(missing)} state_dict entries have no new value", found=", ".join(missing[:8]), hint="pass strict=False to keep the others")
+    # new bytes per storage record (relative name), written through each tensor's view
+    new_bytes: dict[str, bytearray] = {}
+    replaced = []
+    prefix_len = len(zr.prefix) + 1
+    for name, value in items:
+        t = known.get(name)
+        if t is None:
+            raise NotFoundError(f"the archive has no tensor {name!r}", path=art.path, hint="see `torchless ls` (state_dict names) or all_tensors()")
+        if t.storage is None or not t.storage.origin:
+            raise UnsupportedError(f"tensor {name!r} has no storage record to rewrite")
+        arr = replacement_array(t, value, name)
+        rec = t.storage.origin[prefix_len:]
+        buf = new_bytes.get(rec)
+        if buf is None:
+            e = zr.get(rec)
+            buf = bytearray(zr.read(e))
+            new_bytes[rec] = buf
+        _write_into(buf, t, arr)
+        replaced.append(name)
+    extra_new = {k: (v.encode("utf-8") if isinstance(v, str) else bytes(v)) for k, v in (extra_files or {}).items()}
+    for k in list(extra_new) + list(remove_extra):
+        if not k or k.startswith("/") or ".." in k.split("/"):
+            raise UsageError(f"invalid extra file name {k!r}")
+    # torch writes extra files first
+    path = os.fspath(dst) if isinstance(dst, (str, os.PathLike)) else dst
+    written_extra = []
+    with TorchZipWriter(path) as zw:
+        for rec in zr.records():
+            if not rec.startswith(spec.EXTRA_DIR):
+                continue
+            e = zr.get(rec)
+            name = rec[len(spec.EXTRA_DIR) :]
+            if name in remove_extra:
+                continue
+            if name in extra_new:
+                zw.write(spec.EXTRA_DIR + name, extra_new.pop(name))
+            else:
+                _copy(zr, zw, spec.EXTRA_DIR + name, e)
+            written_extra.append(name)
+        for name, data in extra_new.items():
+            zw.write(spec.EXTRA_DIR + name, data)
+            written_extra.append(name)
+        for rec in zr.records():
+            if rec.startswith(spec.EXTRA_DIR) or rec == ".data/serialization_id":
+                continue
+            e = zr.get(rec)
+            if rec in new_bytes:
+                zw.write(rec, new_bytes[rec])
+            else:
+                _copy(zr, zw, rec, e)
+            if progress is not None:
+                progress(e.size)
+        zw.write(".data/serialization_id", zw.serialization_id())
+    return {"replaced": replaced, "storages": len(new_bytes), "extra_files": written_extra}
+
+
+def _copy(zr: ZipReader, zw: TorchZipWriter, rec: str, e: ZipEntry) -> None:
+    if e.method == 8:
+        raw = zr.source.view(zr.data_offset(e), e.compressed_size, what=f"record {e.name!r}")
+        try:
+            # the original deflate stream and CRC, so code/ stays byte-identical
+            zw._write_record(rec, [raw], e.size, e.compressed_size, e.crc, method=8, precomputed_crc=True)
+            return
+        except (AttributeError, TypeError):  # pragma: no cover - writer without raw records
+            pass
+        zw.write(rec, zr.read(e), compress=True)
+        return
+    zw.write(rec, zr.read(e))
+

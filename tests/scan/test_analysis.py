@@ -1,0 +1,141 @@
+"""Symbolic execution, the policy and the reports."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from torchless.scan import SAFE, classify, scan
+from torchless.scan.analysis import analyse, disassemble
+from torchless.scan.policy import DANGEROUS_MODULES, DANGEROUS_NAMES
+from torchless.scan.report import format_json, format_sarif, format_text
+
+
+def test_every_allowlist_entry_has_a_reason():  # type: ignore[no-untyped-def]
+    assert len(SAFE) > 150
+    for name, entry in SAFE.items():
+        assert entry.reason and len(entry.reason) > 3, name
+    for table in (DANGEROUS_MODULES, DANGEROUS_NAMES):
+        assert all(len(r) > 5 for r in table.values())
+
+
+def test_classify():  # type: ignore[no-untyped-def]
+    assert classify("torch._utils", "_rebuild_tensor_v2").verdict == "safe"
+    assert classify("collections", "OrderedDict").verdict == "safe"
+    assert classify("os", "system").verdict == "dangerous"
+    assert classify("subprocess", "Popen").verdict == "dangerous"
+    assert classify("builtins", "getattr").verdict == "dangerous"
+    assert classify("torch.hub", "load").verdict == "dangerous"
+    assert classify("mymodel", "Net").verdict == "unknown"
+    # dotted names resolved by attribute walk are never safe
+    v = classify("argparse", "_os.system")
+    assert v.verdict == "dangerous" and "os.system" in v.reason
+    assert classify("torch", "_utils._rebuild_tensor_v2").verdict == "unknown"
+    assert classify("collections", "OrderedDict.__init__").verdict == "dangerous"
+    # TorchScript class names are safe only inside TorchScript archives
+    assert classify("__torch__.m", "M", torchscript=True).verdict == "safe"
+    assert classify("__torch__.m", "M").verdict == "unknown"
+    assert classify("torch.jit._pickle", "restore_type_tag").verdict == "safe"
+    assert classify("torch.jit", "load").verdict == "dangerous"
+
+
+def test_indirect_call_is_followed(gen):  # type: ignore[no-untyped-def]
+    data = gen.pk(gen.call(gen.call(gen.G("builtins", "getattr"), gen.call(gen.G("builtins", "__import__"), gen.S("os")), gen.S("system")), gen.S("id")))
+    res = analyse(data)
+    assert res.finished and res.error is None
+    assert [c.callee.kind for c in res.calls] == ["global", "global", "result"]
+    assert {g.qualname for g in res.globals} == {"builtins.getattr", "builtins.__import__"}
+
+
+def test_stack_global_from_memo(gen):  # type: ignore[no-untyped-def]
+    data = b"\x80\x04" + gen.SB("posix") + b"\x94" + gen.SB("system") + b"\x94" + b"00" + b"h\x00h\x01\x93" + gen.S("id") + b"\x85R."
+    (g,) = analyse(data).globals
+    assert g.qualname == "posix.system" and g.opcode == "STACK_GLOBAL" and g.from_memo
+    assert g.called == ["REDUCE"]
+
+
+def test_python2_rename_is_reported(gen, tmp_path):  # type: ignore[no-untyped-def]
+    p = tmp_path / "x.pkl"
+    p.write_bytes(gen.pk(gen.call(gen.G("__builtin__", "eval"), gen.S("1"))))
+    (f,) = [f for f in scan(p).findings if f.rule == "dangerous-global"]
+    assert f.global_name == "builtins.eval" and "__builtin__.eval" in f.message
+
+
+def test_errors_keep_what_ran_before(gen):  # type: ignore[no-untyped-def]
+    data = gen.pk(gen.call(gen.G("os", "system"), gen.S("id")))[:-1] + b"\xff"
+    res = analyse(data)
+    assert res.error is not None and res.end is None
+    assert [g.qualname for g in res.globals] == ["os.system"] and res.calls
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200))
+def test_never_raises_on_garbage(data):  # type: ignore[no-untyped-def]
+    res = analyse(data)
+    assert res.end is not None or res.error is not None
+    disassemble(data, 0, res.op_offsets)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.binary(min_size=1, max_size=300), st.integers(0, 299))
+def test_scan_never_crashes_on_corrupted_files(tmp_path_factory, blob, cut):  # type: ignore[no-untyped-def]
+    base = pickle.dumps({"a": [1, 2], "b": "x"}, protocol=4)
+    data = base[: cut % len(base)] + blob
+    d = tmp_path_factory.mktemp("fuzz")
+    p = d / "f.bin"
+    p.write_bytes(data)
+    rep = scan(p)
+    assert rep.exit_code in (0, 1)
+
+
+def test_text_file_is_not_a_pickle(tmp_path):  # type: ignore[no-untyped-def]
+    p = tmp_path / "README"
+    p.write_text("config: this model was trained ...\ncpu\nnotes\n")
+    assert scan(p).clean
+
+
+def test_reports(gen, tmp_path, capsys):  # type: ignore[no-untyped-def]
+    p = tmp_path / "evil.pkl"
+    p.write_bytes(gen.pk(gen.call(gen.G("os", "system"), gen.S("id"))))
+    (tmp_path / "ok.pkl").write_bytes(pickle.dumps({"a": 1}))
+    rep = scan(tmp_path)
+    assert rep.exit_code == 1 and len(rep.files) == 2
+    text = format_text(rep)
+    assert "DANGEROUS" in text and "os.system" in text and "> 0x" in text and "REDUCE" in text
+    doc = json.loads(format_json(rep))
+    (ev,) = [f for f in doc["files"] if f["path"].endswith("evil.pkl")]
+    assert ev["verdict"] == "dangerous" and ev["findings"][0]["offset"] == 2
+    sarif = json.loads(format_sarif(rep))
+    assert sarif["version"] == "2.1.0"
+    (res,) = sarif["runs"][0]["results"]
+    assert res["ruleId"] == "dangerous-global" and res["level"] == "error"
+    assert res["locations"][0]["physicalLocation"]["region"]["byteOffset"] == 2
+    ids = [r["id"] for r in sarif["runs"][0]["tool"]["driver"]["rules"]]
+    assert ids[res["ruleIndex"]] == "dangerous-global"
+
+
+def test_cli_exit_codes_and_unknown_severity(gen, tmp_path, capsys):  # type: ignore[no-untyped-def]
+    from torchless.cli.main import main
+
+    p = tmp_path / "unknown.pkl"
+    p.write_bytes(gen.pk(gen.call(gen.G("mypkg.models", "Net"), gen.D())))
+    assert main(["scan", str(p)]) == 1
+    assert main(["scan", str(p), "--unknown-severity", "info"]) == 0
+    capsys.readouterr()
+    assert main(["scan", str(p), "--sarif"]) == 1
+    assert json.loads(capsys.readouterr().out)["runs"][0]["results"][0]["ruleId"] == "unknown-global"
+    assert main(["scan", str(p), "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["files"][0]["verdict"] == "suspicious"
+    assert main(["scan", str(tmp_path / "missing.pkl")]) == 2
+    assert "error" in capsys.readouterr().err
+
+
+def test_many_files_in_parallel(tmp_path):  # type: ignore[no-untyped-def]
+    for i in range(6):
+        (tmp_path / f"f{i}.pkl").write_bytes(pickle.dumps(list(range(i))))
+    rep = scan(tmp_path, jobs=2)
+    assert rep.clean and len(rep.files) == 6 and [os.path.basename(f.path) for f in rep.files] == [f"f{i}.pkl" for i in range(6)]
