@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import struct
 import sys
+import tarfile
 import zlib
 from typing import Any
 
@@ -12,6 +14,7 @@ import numpy as np
 import torchless
 from torchless.core.errors import TorchlessError
 from torchless.core.tensor import NestedTensor, SparseTensor, Tensor
+from torchless.pickle.writer import Global, Persistent, Pickler2
 
 
 def torch_storage_bytes(t: Any) -> bytes:
@@ -208,3 +211,30 @@ def build_zip(records: list[tuple[bytes, bytes]], *, central_names: list[bytes] 
     n = len(cds) if eocd_entries is None else eocd_entries
     out += struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, n, n, len(out) - cd_off, cd_off, 0)
     return bytes(out)
+
+
+# -- legacy tar (spec pt.md §3) --------------------------------------------------------
+def _pk(obj) -> bytes:
+    return Pickler2().dumps(obj)
+
+
+def build_legacy_tar(path) -> None:
+    """A pre-0.1.10 checkpoint (spec pt.md §3) built by hand."""
+    storages = bytearray(_pk(2))
+    storages += _pk((0, "cpu", Global("torch", "FloatStorage")))
+    storages += struct.pack("<q", 6) + np.arange(6, dtype="<f4").tobytes()
+    storages += _pk((1, "cpu", Global("torch", "LongStorage")))
+    storages += struct.pack("<q", 3) + np.array([7, -8, 9], dtype="<i8").tobytes()
+    storages += _pk([(5, 0, 2, 3)])  # storage view: key 5 = storage 0 [2:5]
+    tensors = bytearray(_pk(2))
+    tensors += _pk((10, 0, Global("torch", "FloatTensor")))
+    tensors += struct.pack("<i4x", 2) + struct.pack("<2q", 2, 2) + struct.pack("<2q", 1, 2) + struct.pack("<q", 1)
+    tensors += _pk((11, 1, Global("torch", "LongTensor")))
+    tensors += struct.pack("<i4x", 1) + struct.pack("<q", 3) + struct.pack("<q", 1) + struct.pack("<q", 0)
+    obj = {"w": Persistent("10"), "ids": Persistent("11"), "n": 4}
+    pkl = _pk(obj)
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tf:
+        for name, data in (("storages", storages), ("tensors", tensors), ("pickle", pkl)):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(bytes(data)))

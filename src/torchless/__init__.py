@@ -30,7 +30,7 @@ from .core.tensor import NestedTensor, SparseTensor, Storage, Tensor, tensor
 from .formats.base import Artifact
 from .pickle.globals import GlobalRef, PickledObject
 from .pickle.machine import Limits
-from .scan import scan
+from . import scan  # a callable module: torchless.scan(path) runs the scanner
 
 __version__ = "0.1.0"
 

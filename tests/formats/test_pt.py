@@ -26,6 +26,7 @@ from torchless.formats.pt.read import read_checkpoint
 from torchless.pickle.writer import Global, Persistent, Pickler2
 
 from tl_testutil import (
+    build_legacy_tar,
     assert_tensor_matches,
     assert_tree_matches,
     sharing_pattern_tl,
@@ -321,32 +322,6 @@ def test_legacy_stream_with_v3_dtype_torch_cannot_read_it_back(torch, tmp_path):
     cp = load_tl(src)
     for k, v in obj.items():
         assert_tensor_matches(cp.obj[k], v)
-
-
-def _pk(obj) -> bytes:
-    return Pickler2().dumps(obj)
-
-
-def build_legacy_tar(path) -> None:
-    """A pre-0.1.10 checkpoint (spec pt.md §3) built by hand."""
-    storages = bytearray(_pk(2))
-    storages += _pk((0, "cpu", Global("torch", "FloatStorage")))
-    storages += struct.pack("<q", 6) + np.arange(6, dtype="<f4").tobytes()
-    storages += _pk((1, "cpu", Global("torch", "LongStorage")))
-    storages += struct.pack("<q", 3) + np.array([7, -8, 9], dtype="<i8").tobytes()
-    storages += _pk([(5, 0, 2, 3)])  # storage view: key 5 = storage 0 [2:5]
-    tensors = bytearray(_pk(2))
-    tensors += _pk((10, 0, Global("torch", "FloatTensor")))
-    tensors += struct.pack("<i4x", 2) + struct.pack("<2q", 2, 2) + struct.pack("<2q", 1, 2) + struct.pack("<q", 1)
-    tensors += _pk((11, 1, Global("torch", "LongTensor")))
-    tensors += struct.pack("<i4x", 1) + struct.pack("<q", 3) + struct.pack("<q", 1) + struct.pack("<q", 0)
-    obj = {"w": Persistent("10"), "ids": Persistent("11"), "n": 4}
-    pkl = _pk(obj)
-    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tf:
-        for name, data in (("storages", storages), ("tensors", tensors), ("pickle", pkl)):
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tf.addfile(info, io.BytesIO(bytes(data)))
 
 
 def test_legacy_tar_format(torch, tmp_path):

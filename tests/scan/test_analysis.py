@@ -139,3 +139,26 @@ def test_many_files_in_parallel(tmp_path):  # type: ignore[no-untyped-def]
         (tmp_path / f"f{i}.pkl").write_bytes(pickle.dumps(list(range(i))))
     rep = scan(tmp_path, jobs=2)
     assert rep.clean and len(rep.files) == 6 and [os.path.basename(f.path) for f in rep.files] == [f"f{i}.pkl" for i in range(6)]
+
+
+def test_allowlisted_higher_order_call_with_computed_callable(gen, tmp_path):  # type: ignore[no-untyped-def]
+    computed = gen.call(gen.G("builtins", "getattr"), gen.call(gen.G("builtins", "__import__"), gen.S("os")), gen.S("system"))
+    data = gen.pk(gen.call(gen.G("torch._tensor", "_rebuild_from_type_v2"), computed, gen.G("torch", "Tensor"), gen.T(gen.S("id")), gen.D()))
+    p = tmp_path / "hof.pt"
+    p.write_bytes(data)
+    found = [f for f in scan(p).findings if f.rule == "indirect-call"]
+    assert found and "calls its argument #0" in found[0].message
+
+
+def test_build_on_a_global_is_monkey_patching(gen, tmp_path):  # type: ignore[no-untyped-def]
+    # BUILD (None, {'__eq__': os.system}) on the class argparse.Namespace itself
+    data = gen.pk(gen.G("argparse", "Namespace") + b"N}" + gen.S("__eq__") + gen.G("os", "system") + b"s\x86b")
+    p = tmp_path / "patch.pkl"
+    p.write_bytes(data)
+    rules = {f.rule for f in scan(p).findings}
+    assert "global-mutation" in rules
+    # the same BUILD on an instance is ordinary
+    ok = gen.pk(gen.call(gen.G("argparse", "Namespace")) + b"}" + gen.S("lr") + b"K\x01sb")
+    q = tmp_path / "ok.pkl"
+    q.write_bytes(ok)
+    assert scan(q).clean

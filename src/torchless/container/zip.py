@@ -546,6 +546,13 @@ class TorchZipWriter:
         mv = memoryview(data).cast("B")
         return self.write_chunks(name, [mv], len(mv))
 
+    def copy_compressed(self, name: str, raw: Any, size: int, crc: int) -> int:
+        """Write an already-deflated record (raw deflate bytes, its inflated ``size`` and
+        CRC-32) without recompressing: copying an archive keeps such records byte-identical.
+        """
+        mv = memoryview(raw).cast("B")
+        return self._write_record(name, [mv], size, len(mv), crc, method=8, precomputed_crc=True)
+
     def write_chunks(self, name: str, chunks: Iterable[Any], size: int) -> int:
         """Stream one stored record of exactly ``size`` bytes from ``chunks``."""
         return self._write_record(name, chunks, size, size, 0, method=0, precomputed_crc=False)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 from pathlib import Path
 from typing import Any, Union
 
@@ -106,9 +107,15 @@ class MmapSource(ByteSource):
         except IsADirectoryError:
             raise UsageError("expected a file, got a directory", path=self.name) from None
         try:
-            self.size = os.fstat(fd).st_size
+            st = os.fstat(fd)
+            if stat.S_ISDIR(st.st_mode):  # os.open succeeds on directories on POSIX
+                raise UsageError("expected a file, got a directory", path=self.name)
+            self.size = st.st_size
             if self.size:
-                self._map: mmap.mmap | None = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+                try:
+                    self._map: mmap.mmap | None = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+                except (OSError, ValueError) as e:
+                    raise UsageError(f"cannot memory-map this file: {e}", path=self.name) from None
                 self._mv = memoryview(self._map)
             else:
                 self._map = None

@@ -334,7 +334,9 @@ class Tensor:
     def tobytes(self) -> bytes:
         """The logical values, C-contiguous, in little-endian element order."""
         arr = np.ascontiguousarray(self.numpy(raw=True))
-        if arr.dtype.byteorder == ">":
+        if arr.dtype.fields is not None:  # complex32 halves: the struct's byteorder is "|"
+            arr = arr.astype(np.dtype([(n, arr.dtype.fields[n][0].newbyteorder("<")) for n in arr.dtype.names]))
+        elif arr.dtype.byteorder == ">":
             arr = arr.astype(arr.dtype.newbyteorder("<"))
         return arr.tobytes()
 

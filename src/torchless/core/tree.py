@@ -22,16 +22,19 @@ def is_tensor(x: Any) -> bool:
 
 
 def _children(obj: Any) -> Iterator[tuple[str, Any]]:
-    from ..pickle.globals import PickledObject
-    from .values import Namespace
-
     if isinstance(obj, dict):
         for k, v in obj.items():
             yield str(k), v
-    elif isinstance(obj, (list, tuple)):
+        return
+    if isinstance(obj, (list, tuple)):
         for i, v in enumerate(obj):
             yield str(i), v
-    elif isinstance(obj, PickledObject):
+        return
+    # imported here, not per call of the walk (an import statement costs microseconds)
+    from ..pickle.globals import PickledObject
+    from .values import Namespace
+
+    if isinstance(obj, PickledObject):
         attrs = obj.attrs
         # nn.Module: parameters, buffers and submodules under their real names
         if any(k in attrs for k in ("_parameters", "_buffers", "_modules")):
@@ -77,15 +80,17 @@ def iter_tensors(obj: Any, prefix: str = "", *, max_nodes: int = 50_000_000) -> 
         yield prefix or "tensor", obj
         return
     seen: set[int] = set()
-    stack: list[tuple[str, Any]] = [(prefix, obj)]
+    # paths are linked (parent, key) pairs joined only for the tensors yielded: building
+    # every container's dotted name would be quadratic on a deeply nested pickle
+    stack: list[tuple[Any, Any]] = [(None, obj)]
     count = 0
     while stack:
-        name, cur = stack.pop()
+        path, cur = stack.pop()
         count += 1
         if count > max_nodes:
             raise LimitError("object tree too large to walk", expected=f"<= {max_nodes} nodes")
         if is_tensor(cur):
-            yield name, cur
+            yield _path_name(prefix, path), cur
             continue
         if isinstance(cur, (str, bytes, int, float, bool, type(None))):
             continue
@@ -94,7 +99,18 @@ def iter_tensors(obj: Any, prefix: str = "", *, max_nodes: int = 50_000_000) -> 
         seen.add(id(cur))
         kids = list(_children(cur))
         for k, v in reversed(kids):
-            stack.append((f"{name}.{k}" if name else k, v))
+            stack.append(((path, k), v))
+
+
+def _path_name(prefix: str, path: Any) -> str:
+    keys = []
+    while path is not None:
+        path, k = path
+        keys.append(k)
+    name = prefix
+    for k in reversed(keys):
+        name = f"{name}.{k}" if name else k
+    return name
 
 
 def describe(obj: Any, *, max_items: int = 20, max_depth: int = 8, max_nodes: int = 5000) -> Any:

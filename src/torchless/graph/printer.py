@@ -182,9 +182,15 @@ def graph_str(graph: Graph) -> str:
     """FX's ``str(graph)`` form: one ``%name : ... = op[target=...](...)`` line per node."""
     params = ", ".join(f"{n.name}" for n in graph.placeholders)
     lines = [f"graph({params}):"]
+    users: dict[int, set[int]] = {}
+    for n in graph.nodes:
+        for a in _nodes((n.args, n.kwargs)):
+            users.setdefault(id(a), set()).add(id(n))
     for n in graph.nodes:
         if n.op == "output":
             lines.append(f"    return {format_value(n.args[0] if n.args else None)}")
         else:
-            lines.append("    " + n.format())
+            a = format_value(n.args, ref="%")
+            k = format_value(n.kwargs, ref="%")
+            lines.append(f"    %{n.name} : [num_users={len(users.get(id(n), ()))}] = {n.op}[target={n.target}](args = {a}, kwargs = {k})")
     return "\n".join(lines)

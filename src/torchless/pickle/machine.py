@@ -241,6 +241,9 @@ class Unpickler:
             if type(args) is not tuple:
                 if isinstance(args, list):
                     args = tuple(args)
+                elif isinstance(func, Rebuilder) and func.name.startswith("__torch__."):
+                    # TorchScript enums: GLOBAL '__torch__ <Enum>' <value> REDUCE (torchscript.md)
+                    args = (args,)
                 else:
                     raise self._fmt(f"{via} arguments must be a tuple, got {type(args).__name__}", p)
             if type(func) is Rebuilder or isinstance(func, Rebuilder):

@@ -15,7 +15,9 @@ Example:
 from __future__ import annotations
 
 import os
-from typing import Iterable, Sequence
+import sys
+import types
+from typing import Any, Iterable, Sequence
 
 from ..core.errors import NotFoundError, UsageError
 from .carriers import Scanner, scan_file
@@ -80,3 +82,17 @@ def scan(path: os.PathLike | str | Sequence[os.PathLike | str], *, unknown_sever
     with ProcessPoolExecutor(max_workers=min(jobs, len(files))) as ex:
         reports = list(ex.map(_one, [(f, unknown_severity) for f in files], chunksize=max(1, len(files) // (jobs * 4))))
     return ScanReport(reports)
+
+
+class _CallableModule(types.ModuleType):
+    """``torchless.scan`` is both this package and the :func:`scan` function.
+
+    ``torchless.scan(path)`` is the public call; keeping the attribute a module (rather
+    than re-binding it to the function) keeps ``import torchless.scan.policy`` working.
+    """
+
+    def __call__(self, path: Any, **kw: Any) -> ScanReport:
+        return scan(path, **kw)
+
+
+sys.modules[__name__].__class__ = _CallableModule

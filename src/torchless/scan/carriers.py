@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import ast
 import bz2
-import gzip
 import io
 import lzma
 import os
@@ -38,7 +37,7 @@ from typing import Any, Iterable
 
 from ..container.zip import ZipEntry, ZipReader
 from ..core.dtypes import STORAGE_NAMES
-from ..core.errors import TorchlessError
+from ..core.errors import TorchlessError, TruncatedError
 from ..core.source import ByteSource, BytesSource, MmapSource
 from .analysis import Sym, StreamResult, analyse, describe, disassemble
 from .findings import AllowNote, FileReport, Finding
@@ -50,13 +49,26 @@ LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 MAX_DEPTH = 6  # nesting of carriers (zip in pickle in zip ...)
 MAX_INFLATE = 1 << 30  # decompressed bytes accepted from one compressed carrier
 MAX_MEMBER = 1 << 31  # bytes of one pickle-carrying member read for analysis
+_WINDOW = 1 << 22  # bytes of a raw file analysed before deciding whether it is a pickle
 
 _STORAGE_RECORD = re.compile(r"^(?:.*/)?(?:data|constants|tensors)/\d+$|^(?:.*/)?data/weights/weight_\d+$|^(?:.*/)?data/constants/tensor_\d+$|^(?:.*/)?xl_model_weights/")
 _KNOWN_RECORDS = ("data.pkl", "constants.pkl", "bytecode.pkl", "traced_inputs.pkl", "version", "byteorder", ".data/version", ".format_version", ".storage_alignment", ".data/serialization_id", "archive_format")
-_TS_RISKY = re.compile(r"\b(?:torch\.)?(from_file|_load_for_mobile|load_library|_jit_pass\w*|save|load)\s*\(|\bops\.(?!aten\.|prim\.|quantized\.)\w+\.")
+_TS_RISKY = re.compile(r"\b(?:torch\.)?from_file\s*\(|\btorch\.(?:save|load|_load_for_mobile|jit\.load)\s*\(|\bload_library\s*\(")
 _ZIP_SIG = b"PK\x03\x04"
 _EOCD_SIG = b"PK\x05\x06"
 _OK_FLAGS = 0x0808 | 0x0006  # data descriptor, UTF-8 names, deflate speed bits
+
+
+#: allowlisted callables that call (or instantiate) some of their arguments: those
+#: arguments must be plain globals (classified on their own), never computed values.
+_HIGHER_ORDER: dict[str, tuple[int, ...]] = {
+    "torch._tensor._rebuild_from_type_v2": (0, 1),
+    "torch.tensor._rebuild_from_type_v2": (0, 1),
+    "copyreg._reconstructor": (0, 1),
+    "copyreg.__newobj__": (0,),
+    "copyreg.__newobj_ex__": (0,),
+    "torch._utils._rebuild_wrapper_subclass": (0,),
+}
 
 
 def _sniff(head: bytes) -> str:
@@ -123,6 +135,9 @@ class Scanner:
             self.add("malformed-pickle" if "pickle" in str(e) else "limit", "high", f"scan stopped: {e}", e.member, e.offset)
         except (RecursionError, MemoryError) as e:  # pragma: no cover
             self.add("limit", "high", f"scan stopped: {type(e).__name__}")
+        except Exception as e:  # pragma: no cover - a scanner bug must not hide the file
+            self.report.error = f"internal error: {type(e).__name__}: {e}"
+            self.add("unreadable", "high", f"the scan failed on this file ({type(e).__name__}: {e}); treat it as unscanned")
         finally:
             src.close()
         self.report.seconds = time.perf_counter() - t0
@@ -152,7 +167,8 @@ class Scanner:
             if toplevel or depth == 0:
                 self.check_polyglot(src, member, depth)
 
-    def scan_bytes(self, data: bytes, member: str | None, base: int | None, depth: int) -> None:
+    def scan_bytes(self, data: Any, member: str | None, base: int | None, depth: int) -> None:
+        """Scan bytes or a zero-copy memoryview (item of a .distcp, nested archive ...)."""
         self.scan_source(BytesSource(data, member or self.path), member, base, depth)
 
     # -- pickles -----------------------------------------------------------------------
@@ -194,9 +210,18 @@ class Scanner:
             if torch_load and not torch_allows(g.qualname) and g.qualname not in [n.global_name for n in self.report.weights_only]:
                 self.report.weights_only.append(AllowNote(g.qualname, g.verdict.verdict, g.verdict.reason))
         for c in res.calls:
+            hof = _HIGHER_ORDER.get(c.callee.qualname) if c.callee.kind == "global" else None
+            if hof and isinstance(c.args, tuple):
+                for i in hof:
+                    a = c.args[i] if i < len(c.args) else None
+                    if isinstance(a, Sym) and a.kind != "global":
+                        self.add("indirect-call", "critical", f"{c.callee.qualname} calls its argument #{i}, a value computed at load time: {describe(a)}", member, c.offset, fo(c.offset), c.callee.qualname, dis(c.offset))
             if c.callee.kind != "global":
                 what = "a value computed at load time" if c.callee.kind == "result" else "a persistent-load object"
                 self.add("indirect-call", "critical", f"{c.opcode} calls {what}: {describe(c.callee)}{describe(tuple(c.args) if isinstance(c.args, (tuple, list)) else (c.args,))}; whatever that value is, the loader calls it", member, c.offset, fo(c.offset), None, dis(c.offset))
+        for b in res.builds:
+            if b.callee.kind == "global":
+                self.add("global-mutation", "critical", f"BUILD sets state {describe(b.args)} on {b.callee.qualname} itself, not on an instance: Python's unpickler setattr()s it on the class or function, changing it for the whole process", member, b.offset, fo(b.offset), b.callee.qualname, dis(b.offset))
         if torch_load and res.protocol >= 4 and "pickle protocol >= 4 (FRAME and other opcodes the weights_only unpickler rejects)" not in self.report.weights_only_blockers:
             self.report.weights_only_blockers.append("pickle protocol >= 4 (FRAME and other opcodes the weights_only unpickler rejects)")
         # frames: every FRAME must end where an opcode begins, and the last at STOP's end
@@ -220,8 +245,24 @@ class Scanner:
 
     def scan_pickles(self, src: ByteSource, member: str | None, base: int | None, depth: int, *, strict: bool, torch_load: bool | None = None, torchscript: bool = False) -> None:
         """Consecutive pickles from offset 0; legacy torch files stop before storage bytes."""
-        data = bytes(src.view(0, src.size))
-        first = analyse(data, start=0, torchscript=torchscript)
+        # Read a window, not the whole file: legacy checkpoints are five small pickles
+        # followed by gigabytes of storage, and unknown binaries are rarely pickles. The
+        # window grows only while a stream runs past it.
+        size = src.size
+        window = min(size, _WINDOW)
+
+        def run(start: int) -> tuple[StreamResult, bytes]:
+            nonlocal window
+            while True:
+                buf = bytes(src.view(0, window))
+                r = analyse(buf, start=start, torchscript=torchscript)
+                looks_like_pickle = strict or start > 0 or bool(r.globals) or len(r.op_offsets) > 16
+                if r.end is None and window < size and isinstance(r.error, TruncatedError) and looks_like_pickle:
+                    window = min(size, window * 8)
+                    continue
+                return r, buf
+
+        first, data = run(0)
         if not strict and first.end is None and not any(g.verdict.verdict == "dangerous" for g in first.globals) and not first.calls:
             return  # not a pickle: bytes that merely start with an opcode letter
         self.report.streams += 1
@@ -235,11 +276,11 @@ class Scanner:
             return
         count = 1
         limit = 5 if legacy else 64
-        while pos < len(data) and count < limit:
-            res = analyse(data, start=pos, torchscript=torchscript)
+        while pos < size and count < limit:
+            res, data = run(pos)
             if not legacy:
                 if res.end is None and not res.globals and not res.calls:
-                    self.add("trailing-data", "medium", f"{len(data) - pos} bytes after the pickle's STOP (not a further pickle)", member, pos, None if base is None else base + pos, None, disassemble(data, pos, None))
+                    self.add("trailing-data", "medium", f"{size - pos} bytes after the pickle's STOP (not a further pickle)", member, pos, None if base is None else base + pos, None, disassemble(data, pos, None))
                     return
                 self.add("trailing-data", "high", f"opcodes after STOP: a further pickle starts at {pos:#x} (read by loaders that call pickle.load again; most scanners stop at the first STOP)", member, pos, None if base is None else base + pos, None, disassemble(data, pos, res.op_offsets))
             count += 1
@@ -278,7 +319,7 @@ class Scanner:
             if delta <= 0:
                 return
             try:
-                zr = ZipReader(BytesSource(bytes(src.view(delta, n - delta))), require_prefix=False)
+                zr = ZipReader(BytesSource(src.view(delta, n - delta)), require_prefix=False)
             except TorchlessError:
                 return
         if not zr.entries:
@@ -296,7 +337,7 @@ class Scanner:
             items = list(_split_zips(src))
             if len(items) > 1:
                 for off, ln in items:
-                    self.scan_bytes(bytes(src.view(off, ln)), f"{member + ' > ' if member else ''}[{off}:{off + ln}]", None if base is None else base + off, depth + 1)
+                    self.scan_bytes(src.view(off, ln), f"{member + ' > ' if member else ''}[{off}:{off + ln}]", None if base is None else base + off, depth + 1)
                 return
             self.add("zip-reader-differential", "high", f"zip archive that torch's reader cannot open: {e.message}", member, e.offset)
             self.scan_pickles(src, member, base, depth, strict=False)
@@ -335,11 +376,16 @@ class Scanner:
             except TorchlessError:
                 continue
             fbase = None if base is None or e.method != 0 else base + off
-            if _STORAGE_RECORD.match(rel) or (e.size > (64 << 20) and not rel.endswith(".pkl")):
+            storage = bool(_STORAGE_RECORD.match(rel))
+            if storage or (e.size > (64 << 20) and not rel.endswith(".pkl")):
                 # tensor payload: never unpickled by torch; only a nested archive matters
-                if e.method == 0 and e.compressed_size >= 4 and bytes(src.view(off, 4)) == _ZIP_SIG:
-                    self.scan_bytes(bytes(zr.read(e)), loc, fbase, depth + 1)
-                continue
+                # (and, for big members that are not storage records, a pickle head)
+                peek = bytes(src.view(off, 4)) if e.method == 0 and e.compressed_size >= 4 else b""
+                if peek == _ZIP_SIG:
+                    self.scan_bytes(zr.read(e), loc, fbase, depth + 1)
+                    continue
+                if storage or not (peek[:1] == b"\x80" and len(peek) > 1 and peek[1] <= 5):
+                    continue
             try:
                 data = bytes(zr.read(e, max_size=MAX_MEMBER))
             except TorchlessError as err:
@@ -488,17 +534,17 @@ class Scanner:
                     self.add("dcp-layout", "high", f"items overlap at {off:#x}", None, off)
                 elif off > covered:
                     self.add("dcp-layout", "high", f"bytes {covered:#x}..{off:#x} belong to no item in .metadata (scanned as a carrier)", None, covered)
-                    self.scan_bytes(bytes(src.view(covered, off - covered)), f"[{covered}:{off}] (unaccounted)", covered, 1)
+                    self.scan_bytes(src.view(covered, off - covered), f"[{covered}:{off}] (unaccounted)", covered, 1)
                 if off + ln > size:
                     self.add("dcp-layout", "high", f"item [{off}:{off + ln}] runs past the end of the file", None, off)
                 covered = max(covered, off + ln)
             if covered < size:
                 self.add("dcp-layout", "high", f"{size - covered} bytes after the last item (scanned as a carrier)", None, covered)
-                self.scan_bytes(bytes(src.view(covered, size - covered)), f"[{covered}:{size}] (unaccounted)", covered, 1)
+                self.scan_bytes(src.view(covered, size - covered), f"[{covered}:{size}] (unaccounted)", covered, 1)
         for off, ln in ranges:
             ln = max(0, min(ln, size - off))
             if ln:
-                self.scan_bytes(bytes(src.view(off, ln)), f"[{off}:{off + ln}]", off, 1)
+                self.scan_bytes(src.view(off, ln), f"[{off}:{off + ln}]", off, 1)
 
     # -- tar ---------------------------------------------------------------------------
     def scan_tar(self, src: ByteSource, member: str | None, base: int | None, depth: int) -> None:
@@ -596,10 +642,10 @@ class Scanner:
         n = src.size - start - hlen
         if member is None:
             self.report.kind = "npy"
-        self.scan_pickles(BytesSource(bytes(src.view(start + hlen, n))), f"{member or os.path.basename(self.path)} > object array pickle", None if base is None else base + start + hlen, depth, strict=True)
+        self.scan_pickles(BytesSource(src.view(start + hlen, n)), f"{member or os.path.basename(self.path)} > object array pickle", None if base is None else base + start + hlen, depth, strict=True)
 
     def scan_compressed(self, src: ByteSource, kind: str, member: str | None, depth: int) -> None:
-        raw = bytes(src.view(0, src.size))
+        raw = src.view(0, src.size)
         try:
             if kind == "gzip":
                 d = zlib.decompressobj(31)
@@ -649,16 +695,16 @@ class _SourceFile(io.RawIOBase):
 
 def _split_zips(src: ByteSource) -> Iterable[tuple[int, int]]:
     """(offset, length) of zips laid end to end (DCP ``.distcp`` without metadata)."""
-    data = src.view(0, src.size)
     n = src.size
+    mm = getattr(src, "_map", None)
+    find = mm.find if mm is not None else bytes(src.view(0, n)).find
     pos = 0
-    buf = bytes(data)
-    while pos + 4 <= n and buf[pos : pos + 4] == _ZIP_SIG:
-        e = buf.find(_EOCD_SIG, pos)
+    while pos + 4 <= n and bytes(src.view(pos, 4)) == _ZIP_SIG:
+        e = find(_EOCD_SIG, pos)
         if e < 0 or e + 22 > n:
             return
-        clen = struct.unpack_from("<H", buf, e + 20)[0]
-        end = e + 22 + clen
+        clen = struct.unpack_from("<H", bytes(src.view(e + 20, 2)))[0]
+        end = min(n, e + 22 + clen)
         yield pos, end - pos
         pos = end
 

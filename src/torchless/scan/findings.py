@@ -14,6 +14,7 @@ SEVERITIES = ("critical", "high", "medium", "low", "info")
 RULES: dict[str, str] = {
     "dangerous-global": "the pickle names a global that runs code, touches files or the network, or reaches one",
     "indirect-call": "the pickle calls a value computed at load time (getattr/attrgetter/partial/... indirection)",
+    "global-mutation": "BUILD sets attributes on a class or function the pickle names (monkey-patching at load time)",
     "unknown-global": "the pickle names a global that is not on torchless's allowlist",
     "malformed-pickle": "a pickle stream that cannot be run to its STOP (analysis covers what ran before the error)",
     "frame-length": "a FRAME's declared length does not match the opcodes (readers that trust frames see other bytes)",

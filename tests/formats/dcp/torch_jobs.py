@@ -3,16 +3,19 @@
 Run as a script (it imports torch; the tests start it in a subprocess):
 
     python torch_jobs.py save  CKPT_DIR WORLD PORT REF_PT
-    python torch_jobs.py load  CKPT_DIR WORLD PORT REF_PT OUT_PREFIX
+    python torch_jobs.py load  CKPT_DIR WORLD PORT REF_PT OUT_PREFIX [hf]
 
 ``save`` builds a state dict on every rank (DTensors sharded on dim 0 and dim 1 with
 uneven pieces, replicated DTensors, plain tensors of every common dtype, optimizer-like
 nested state, non-tensor values), saves it with ``dcp.save`` over gloo on localhost, and
-rank 0 writes the full values with ``torch.save`` to REF_PT (the oracle).
+rank 0 writes the full values with ``torch.save`` to REF_PT (the oracle). The tensors of
+safetensors dtypes are also saved with ``HuggingFaceStorageWriter(save_distributed=True)``
+to ``CKPT_DIR + "_hf"``.
 
 ``load`` builds a state dict shaped like REF_PT but sharded differently (dim 1 where
 possible), ``dcp.load``s CKPT_DIR into it in a job of WORLD ranks, and every rank saves
-``{key: (offsets, local tensor)}`` plus the non-tensor values to ``OUT_PREFIX<rank>.pt``.
+``{key: (offsets, local tensor)}`` plus the non-tensor values to ``OUT_PREFIX<rank>.pt``;
+with ``hf`` it reads through ``HuggingFaceStorageReader``.
 No other collective is used, so any dtype works over gloo.
 """
 
@@ -69,6 +72,9 @@ def make_global() -> dict:
     }
 
 
+#: dtypes the safetensors format has
+HF_DTYPES = {"float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "bool", "float8_e4m3fn", "float8_e5m2"}
+
 SAVE_PLACEMENT = {
     "model.row": 0, "model.col": 1, "model.odd": 0, "model.rep": None, "model.ints": 1, "model.cube": 2,
     "optim.state.0.exp_avg": 0, "optim.state.0.exp_avg_sq": 1,
@@ -111,6 +117,11 @@ def save_worker(rank, world, port, ckpt, ref):
         if key in SAVE_PLACEMENT:
             parent[k] = to_dtensor(v, SAVE_PLACEMENT[key], mesh, rank, world)
     dcp.save(sd, checkpoint_id=ckpt)
+    # the Hugging Face safetensors flavour (per-rank shards with DCP_SHARDING_INFO)
+    from torch.distributed.checkpoint import HuggingFaceStorageWriter
+
+    hf = {"model": sd["model"], "plain": {k: v for k, v in sd["plain"].items() if k in HF_DTYPES}}
+    dcp.save(hf, storage_writer=HuggingFaceStorageWriter(path=ckpt + "_hf", save_distributed=True))
     dist.barrier()
     dist.destroy_process_group()
 
@@ -135,11 +146,12 @@ def walk_all(d, prefix=""):
             yield key, d, k, v
 
 
-def load_worker(rank, world, port, ckpt, ref, out_prefix):
+def load_worker(rank, world, port, ckpt, ref, out_prefix, storage="torch_save"):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     mesh = init_device_mesh("cpu", (world,))
-    full = torch.load(ref, weights_only=False)
     sd = torch.load(ref, weights_only=False)
+    if storage == "hf":  # safetensors holds the tensors of safetensors dtypes only
+        sd = {"model": sd["model"], "plain": {k: v for k, v in sd["plain"].items() if k in HF_DTYPES}}
     offsets = {}
     for key, parent, k, v in list(walk(sd)):
         if isinstance(v, torch.Tensor) and v.dim() >= 1 and key.startswith(("model.", "optim.state")):
@@ -153,7 +165,12 @@ def load_worker(rank, world, port, ckpt, ref, out_prefix):
             parent[k] = [torch.zeros_like(x) for x in v]
         else:
             parent[k] = blank(v)
-    dcp.load(sd, checkpoint_id=ckpt)
+    if storage == "hf":
+        from torch.distributed.checkpoint import HuggingFaceStorageReader
+
+        dcp.load(sd, storage_reader=HuggingFaceStorageReader(ckpt))
+    else:
+        dcp.load(sd, checkpoint_id=ckpt)
     out = {}
     for key, parent, k, v in walk_all(sd):
         if isinstance(v, DTensor):
@@ -172,7 +189,8 @@ def main(argv):
     if mode == "save":
         mp.start_processes(save_worker, args=(world, port, ckpt, argv[4]), nprocs=world, start_method="fork")
     elif mode == "load":
-        mp.start_processes(load_worker, args=(world, port, ckpt, argv[4], argv[5]), nprocs=world, start_method="fork")
+        storage = argv[6] if len(argv) > 6 else "torch_save"
+        mp.start_processes(load_worker, args=(world, port, ckpt, argv[4], argv[5], storage), nprocs=world, start_method="fork")
     else:
         raise SystemExit(f"unknown mode {mode}")
 

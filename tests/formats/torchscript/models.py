@@ -6,9 +6,10 @@ Importing this module imports torch; only conftest's fixtures call it, after
 
 from __future__ import annotations
 
+import enum
 import os
 import warnings
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -105,6 +106,58 @@ class Quant(nn.Module):
         return self.q(x)
 
 
+class Color(enum.Enum):
+    RED = 1
+    GREEN = 2
+
+
+class Pair(NamedTuple):
+    a: torch.Tensor
+    b: int
+
+
+@torch.jit.script
+class Holder:
+    def __init__(self, t: torch.Tensor) -> None:
+        self.t = t
+        self.n = 3
+
+
+class WithState(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.w
+
+    @torch.jit.export
+    def __getstate__(self) -> Tuple[torch.Tensor, bool]:
+        return (self.w, self.training)
+
+    @torch.jit.export
+    def __setstate__(self, state: Tuple[torch.Tensor, bool]) -> None:
+        self.w = state[0]
+        self.training = state[1]
+
+
+class Exotic(nn.Module):
+    """Enum, NamedTuple, TorchScript class and a module restored by __setstate__."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(2, 2)
+        self.color = Color.GREEN
+        self.pair = Pair(torch.ones(2), 5)
+        self.h = Holder(torch.full((2,), 3.0))
+        self.s = WithState()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.color == Color.GREEN:
+            x = x + 1
+        return self.s(self.lin(x)) + self.pair[0] + self.h.t
+
+
 def build_all(d: str) -> dict[str, str]:
     """Write every fixture archive into ``d``; returns name -> path."""
     out: dict[str, str] = {}
@@ -123,6 +176,10 @@ def build_all(d: str) -> dict[str, str]:
     p = os.path.join(d, "quantized.pt")
     torch.jit.save(torch.jit.script(Quant()), p)
     out["quantized"] = p
+
+    p = os.path.join(d, "exotic.pt")
+    torch.jit.save(torch.jit.script(Exotic()), p)
+    out["exotic"] = p
 
     p = os.path.join(d, "lite.ptl")
     m._save_for_lite_interpreter(p)

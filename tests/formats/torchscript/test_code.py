@@ -98,3 +98,9 @@ def test_resolver_refuses_other_globals():
         _run(b"\x80\x02cbuiltins\neval\nX\x01\x00\x00\x001\x85R.")
     with pytest.raises(UnsafeGlobalError):  # not an identity helper torch archives use
         _run(b"\x80\x02ctorch.jit._pickle\nbuild_tensor_from_id\nK\x01\x85R.")
+
+
+def test_enum_member_reduce():
+    # the C++ pickler writes enum members as GLOBAL '__torch__ <Enum>' <value> REDUCE
+    obj = _run(b"\x80\x02c__torch__\nColor\nK\x02R.")
+    assert isinstance(obj, ScriptObject) and obj.value == 2 and obj.qualified_name == "__torch__.Color"

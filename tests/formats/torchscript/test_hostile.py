@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import io
-import os
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -122,3 +120,14 @@ def test_fuzz_only_torchless_errors(ts_files, data):
         art.verify()
 
     only_torchless_errors(run)
+
+
+def test_cyclic_module_refused(ts_files, tmp_path):
+    # a module that contains itself (memo reference to the object being built)
+    data = b"\x80\x02c__torch__\nM\nq\x00)\x81q\x01}(X\x08\x00\x00\x00trainingq\x02\x88X\x04\x00\x00\x00selfh\x01ub."
+    path = _replace(ts_files["traced"], str(tmp_path / "cyc.pt"), {"data.pkl": data})
+    with torchless.open(path) as art:
+        res = only_torchless_errors(lambda: list(art.tensors()))
+        assert isinstance(res, TorchlessError)
+        only_torchless_errors(art.info)
+        only_torchless_errors(art.verify)

@@ -469,8 +469,6 @@ def dcp_samples(out_dir: str) -> list[dict]:
     with open(mp, "rb") as f:
         meta = f.read()
     # re-pickle the metadata at protocol 2 (no frames) and run the payload first
-    from torchless.scan.analysis import analyse  # noqa: F401  (only to document the scanner)
-
     obj = _plain_pickle_load(meta)
     with open(mp, "wb") as f:
         f.write(inject(pickle.dumps(obj, protocol=2), os_system(n)))

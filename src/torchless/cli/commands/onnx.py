@@ -1,4 +1,4 @@
-"""ONNX-specific commands: ``torchless onnx set-weights``."""
+"""ONNX-specific commands: ``torchless onnx set-weights`` and ``torchless onnx graph``."""
 
 from __future__ import annotations
 
@@ -39,8 +39,18 @@ def cmd_set_weights(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_graph(args: argparse.Namespace) -> int:
+    from ..._api import open as open_artifact
+    from .graph import format_graph
+
+    with open_artifact(args.model, format="onnx") as art:
+        graph = art.graph()  # type: ignore[attr-defined]
+    print(format_graph(graph, table=args.table), end="")
+    return 0
+
+
 def register(sub: Any) -> None:
-    p = sub.add_parser("onnx", help="ONNX model tools (set-weights)", description="ONNX model tools")
+    p = sub.add_parser("onnx", help="ONNX model tools (set-weights, graph)", description="ONNX model tools")
     osub = p.add_subparsers(dest="onnx_command", metavar="SUBCOMMAND")
     osub.required = True
     h = "replace initializers by name with weights from a .pt/.safetensors/.npz file (shapes and dtypes must match)"
@@ -56,3 +66,8 @@ def register(sub: Any) -> None:
     q.add_argument("--strip-prefix", help="remove this prefix from weight names first (e.g. 'model.')")
     q.add_argument("--json", action="store_true")
     q.set_defaults(func=cmd_set_weights)
+    h = "print the model's graph in torchless's graph IR: Python-like code, or a table with --table (If/Loop/Scan bodies follow)"
+    q = osub.add_parser("graph", help=h, description=h)
+    q.add_argument("model", help=".onnx model")
+    q.add_argument("--table", action="store_true", help="one row per node: opcode, name, target, args, kwargs, value type")
+    q.set_defaults(func=cmd_graph)

@@ -243,10 +243,19 @@ def _read_symbols(info: ElfInfo, mv: memoryview, e: str) -> None:
                         info.symbols.setdefault(w.decode(), value)
                 pos += 1
         if sec.type == SHT_DYNSYM:
-            for n in defined["name"][:100_000]:
-                s = _cstr(strtab, int(n))
-                if s.startswith(b"AOTInductor"):
-                    info.exports.append(s.decode("utf-8", "replace"))
+            # names starting with AOTInductor: find them in the string table, then keep
+            # those a defined symbol points at
+            starts = []
+            pos = blob.find(b"AOTInductor")
+            while pos >= 0 and len(starts) < 100_000:
+                if pos == 0 or blob[pos - 1] == 0:
+                    starts.append(pos)
+                pos = blob.find(b"AOTInductor", pos + 1)
+            if starts:
+                hits = np.intersect1d(np.asarray(starts, dtype=np.int64), defined["name"].astype(np.int64))
+                for off in hits.tolist():
+                    end = blob.find(b"\0", off)
+                    info.exports.append(blob[off : end if end >= 0 else len(blob)].decode("utf-8", "replace"))
     info.exports = sorted(set(info.exports))
 
 

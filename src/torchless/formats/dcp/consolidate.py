@@ -13,7 +13,7 @@ import os
 from typing import Any, Callable
 
 from ...core.errors import UsageError
-from .read import DCPReader, unflatten
+from .read import DCPReader, open_reader, unflatten
 
 __all__ = ["consolidate"]
 
@@ -42,7 +42,7 @@ def consolidate(
     from ... import _api
     from ..registry import handler, handler_for_path
 
-    reader = src if isinstance(src, DCPReader) else DCPReader(src)
+    reader = src if isinstance(src, DCPReader) else open_reader(src)
     try:
         h = handler(format) if format else handler_for_path(dst)
         if h is None:

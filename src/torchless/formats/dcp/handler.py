@@ -7,6 +7,7 @@ from typing import Any
 
 from ..base import Probe
 from ..registry import register
+from .hf import is_hf_dir
 from .read import DCPArtifact
 from .spec import METADATA_NAME
 
@@ -16,10 +17,12 @@ class DCPHandler:
     name = "dcp"
     extensions: tuple[str, ...] = ()
     priority = 20
-    description = "torch.distributed.checkpoint directory (.metadata + __R_N.distcp)"
+    description = "torch.distributed.checkpoint directory (.metadata + __R_N.distcp, or DCP-sharded safetensors)"
 
     def sniff(self, probe: Probe) -> bool:
-        return probe.is_dir and os.path.isfile(os.path.join(probe.path, METADATA_NAME))
+        if not probe.is_dir:
+            return False
+        return os.path.isfile(os.path.join(probe.path, METADATA_NAME)) or is_hf_dir(probe.path)
 
     def open(self, path: Any, **kw: Any) -> DCPArtifact:
         return DCPArtifact(path, **kw)

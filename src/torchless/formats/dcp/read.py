@@ -25,7 +25,7 @@ from ..base import Artifact, Problem, summarize_tensors
 from .metadata import read_metadata
 from .spec import BytesStorageMetadata, ChunkStorageMetadata, Metadata, MetadataIndex, StorageInfo, TensorStorageMetadata, numel
 
-__all__ = ["DCPReader", "DCPArtifact", "ChunkRef", "unflatten", "pread_into", "BlockStorage"]
+__all__ = ["DCPReader", "DCPArtifact", "open_reader", "ChunkRef", "unflatten", "pread_into", "BlockStorage"]
 
 #: bytes read per pread when a chunk must go through a bounce buffer
 BOUNCE = 64 << 20
@@ -261,22 +261,27 @@ class DCPReader:
         if len(offsets) != len(gshape) or len(sizes) != len(gshape) or any(o < 0 or o + s > g for o, s, g in zip(offsets, sizes, gshape)):
             raise UsageError("block outside the tensor", member=fqn, expected=list(gshape), found=f"offsets {list(offsets)} sizes {list(sizes)}")
         isz = tmd.dtype.itemsize
-        out = np.empty(numel(sizes) * isz, dtype=np.uint8)
-        if out.size == 0:
-            return out
-        dst = out.reshape(tuple(sizes) + (isz,))
+        if numel(sizes) == 0:
+            return np.zeros(0, dtype=np.uint8)
+        # locate every overlapping chunk first: each is checked against the bytes really
+        # in its file, so a hostile .metadata cannot make us allocate more than that
+        parts = []
         covered = 0
         for ref in self.chunks(fqn):
             c = ref.chunk
             lo = [max(a, b) for a, b in zip(c.offsets, offsets)]
             hi = [min(a + s, b + t) for a, s, b, t in zip(c.offsets, c.sizes, offsets, sizes)]
-            if any(h <= l for l, h in zip(lo, hi)) and len(gshape):
+            if any(h <= l for l, h in zip(lo, hi)):
                 continue
             self.locate(ref)
             covered += numel(tuple(h - l for l, h in zip(lo, hi)))
-            self._copy_chunk(ref, isz, lo, hi, offsets, sizes, dst, out)
+            parts.append((ref, lo, hi))
         if covered != numel(sizes):
             raise FormatError("the chunks do not cover the tensor exactly", path=self.path, member=fqn, expected=f"{numel(sizes)} elements", found=f"{covered}")
+        out = np.zeros(numel(sizes) * isz, dtype=np.uint8)  # calloc: free until written; never stale memory
+        dst = out.reshape(tuple(sizes) + (isz,))
+        for ref, lo, hi in parts:
+            self._copy_chunk(ref, isz, lo, hi, offsets, sizes, dst, out)
         return out
 
     def _copy_chunk(self, ref: ChunkRef, isz: int, lo: list[int], hi: list[int], boff: tuple[int, ...], bsize: tuple[int, ...], dst: np.ndarray, flat: np.ndarray) -> None:
@@ -417,6 +422,18 @@ def unflatten(flat: dict[str, Any], planner_data: Any) -> dict[str, Any]:
     return out
 
 
+def open_reader(path: Any) -> DCPReader:
+    """A :class:`DCPReader` for a DCP directory (``.metadata``), or an
+    :class:`~.hf.HFReader` for a directory of (DCP-sharded) safetensors files."""
+    p = os.fspath(path)
+    if not os.path.isfile(os.path.join(p, ".metadata")):
+        from .hf import HFReader, is_hf_dir
+
+        if is_hf_dir(p):
+            return HFReader(p)
+    return DCPReader(p)
+
+
 class DCPArtifact(Artifact):
     """An opened DCP checkpoint directory (lazy: tensors are assembled on ``numpy()``)."""
 
@@ -424,7 +441,7 @@ class DCPArtifact(Artifact):
 
     def __init__(self, path: Any, *, weights_only: bool = True, **_: Any) -> None:
         super().__init__(path)
-        self.reader = DCPReader(path)
+        self.reader = open_reader(path)
         self.weights_only = weights_only
 
     @property
@@ -444,6 +461,9 @@ class DCPArtifact(Artifact):
         """The nested state dict (tensors lazy, non-tensor values unpickled)."""
         flat: dict[str, Any] = {}
         want = None if keys is None else set(keys)
+        missing = sorted(want - set(self.reader.entries)) if want is not None else []
+        if missing:
+            raise NotFoundError(f"no such keys: {', '.join(missing[:5])}", path=self.path, hint="keys are the flattened names `torchless ls` shows")
         for fqn, it in self.reader.entries.items():
             if want is not None and fqn not in want:
                 continue

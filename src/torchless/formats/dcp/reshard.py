@@ -30,7 +30,8 @@ from ...core.atomic import AtomicFile, atomic_write_bytes
 from ...core.errors import NotFoundError, UnsupportedError, UsageError
 from ...core.tensor import Storage, Tensor
 from .metadata import dump_metadata
-from .read import DCPReader, pread_into
+from .read import BlockStorage as _BlockStorage
+from .read import DCPReader, open_reader, pread_into
 from .spec import (
     CURRENT_DCP_VERSION,
     METADATA_NAME,
@@ -218,7 +219,7 @@ class _DCPSource:
     """A DCP directory as a source (wraps :class:`DCPReader`)."""
 
     def __init__(self, path: Any) -> None:
-        self.reader = DCPReader(path)
+        self.reader = open_reader(path)
         self.path = self.reader.path
         self.entries = self.reader.entries
         self.planner_data = self.reader.metadata.planner_data
@@ -265,6 +266,7 @@ class FileTask:
     name: str
     items: list[WriteItem]
     weights_only: bool = True
+    format: str = "torch_save"  # or "hf": one safetensors file with DCP_SHARDING_INFO
 
 
 @dataclass
@@ -298,6 +300,8 @@ def run_task(task: FileTask, source: Any = None) -> list[WrittenItem]:
     src = open_source_checkpoint(task.src, weights_only=task.weights_only) if own else source
     written: list[WrittenItem] = []
     try:
+        if task.format == "hf":
+            return _run_hf_task(task, src)
         target = os.path.join(task.dst_dir, task.name)
         with AtomicFile(target) as af:
             f = af.file
@@ -346,11 +350,37 @@ class _Counting:
         pass
 
 
-def plan_reshard(source: Any, dst_dir: str, ranks: int, plan: Plan, *, weights_only: bool = True) -> tuple[list[FileTask], Metadata]:
+def _run_hf_task(task: FileTask, src: Any) -> list[WrittenItem]:
+    import json
+
+    from ..safetensors import write_safetensors
+    from .hf import SHARDING_KEY, VERSION_KEY
+
+    items = []
+    info = {}
+    for it in task.items:
+        if it.offsets is None:
+            continue
+        tmd = src.entries[it.fqn]
+        dt = tmd.dtype
+        nbytes = numel(it.sizes) * dt.itemsize
+        st = _BlockStorage(it.fqn, nbytes, dt, "cpu", loader=lambda f=it.fqn, o=it.offsets, z=it.sizes: src.read_block(f, o, z))
+        items.append((it.fqn, Tensor(st, dt, it.sizes)))
+        info[it.fqn] = {"saved_offsets": list(it.offsets)}
+    meta = {"format": "pt", SHARDING_KEY: json.dumps(info), VERSION_KEY: "1.0"}
+    write_safetensors(items, os.path.join(task.dst_dir, task.name), metadata=meta)
+    return [WrittenItem(it.fqn, it.offsets, task.name, 0, 0) for it in task.items if it.offsets is not None]
+
+
+def plan_reshard(source: Any, dst_dir: str, ranks: int, plan: Plan, *, weights_only: bool = True, format: str = "torch_save") -> tuple[list[FileTask], Metadata]:
     """The tasks (one per rank file) and the metadata skeleton (chunks, no storage data)."""
+    from .hf import hf_file_name
+
     if ranks < 1:
         raise UsageError("ranks must be at least 1", found=ranks)
-    names = [f"__{r}_0.distcp" for r in range(ranks)]
+    if format not in ("torch_save", "hf"):
+        raise UsageError(f"unknown DCP storage format {format!r}", expected="torch_save or hf")
+    names = [f"__{r}_0.distcp" if format == "torch_save" else hf_file_name(r) for r in range(ranks)]
     load = [0] * ranks
     bytes_items: list[list[WriteItem]] = [[] for _ in range(ranks)]
     tensor_items: list[list[WriteItem]] = [[] for _ in range(ranks)]
@@ -378,7 +408,7 @@ def plan_reshard(source: Any, dst_dir: str, ranks: int, plan: Plan, *, weights_o
                 load[r] += numel(c.sizes) * isz
         props = TensorProperties(it.dtype, it.properties.layout, it.properties.requires_grad, it.properties.memory_format, it.properties.pin_memory)
         sdm[fqn] = TensorStorageMetadata(props, size, list(chunks))
-    tasks = [FileTask(src_path, dst_dir, names[r], bytes_items[r] + tensor_items[r], weights_only) for r in range(ranks)]
+    tasks = [FileTask(src_path, dst_dir, names[r], bytes_items[r] + tensor_items[r], weights_only, format) for r in range(ranks)]
     md = Metadata(sdm, _planner_data(source), None, StorageMeta(checkpoint_id=dst_dir, save_id=str(uuid.uuid4())), CURRENT_DCP_VERSION)
     return tasks, md
 
@@ -392,7 +422,7 @@ def _prepare_dir(dst: str) -> None:
     if os.path.exists(dst):
         if not os.path.isdir(dst):
             raise UsageError("destination exists and is not a directory", path=dst)
-        stale = [n for n in os.listdir(dst) if n == METADATA_NAME or n.endswith(".distcp")]
+        stale = [n for n in os.listdir(dst) if n == METADATA_NAME or n.endswith((".distcp", ".safetensors"))]
         if stale:
             raise UsageError("destination already holds a DCP checkpoint", path=dst, found=", ".join(sorted(stale)[:4]), hint="choose an empty directory")
     else:
@@ -407,17 +437,27 @@ def reshard(
     plan: str | Plan | None = None,
     jobs: int = 1,
     weights_only: bool = True,
+    format: str = "torch_save",
     progress: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """Write a DCP directory of ``ranks`` rank files from a DCP directory or one file.
 
-    Returns ``{"files": [...], "tensors": n, "chunks": n, "bytes_items": n}``.
+    Args:
+        src: a DCP directory (``.metadata`` or DCP-sharded safetensors) or one
+            ``.pt``/``.safetensors``/``.npz`` file.
+        plan: sharding rules (see the module doc); default ``auto``.
+        jobs: processes writing rank files in parallel.
+        format: ``"torch_save"`` (``__R_0.distcp`` + ``.metadata``, torch's default) or
+            ``"hf"`` (per-rank safetensors with ``DCP_SHARDING_INFO``, read by
+            ``HuggingFaceStorageReader``; non-tensor values are skipped).
+
+    Returns ``{"files": [...], "tensors": n, "chunks": n, "bytes_items": n, "skipped": [...]}``.
     """
     p = plan if isinstance(plan, Plan) else parse_plan(plan)
     dst = os.fspath(dst)
     source = open_source_checkpoint(src, weights_only=weights_only)
     try:
-        tasks, md = plan_reshard(source, os.path.abspath(dst), ranks, p, weights_only=weights_only)
+        tasks, md = plan_reshard(source, os.path.abspath(dst), ranks, p, weights_only=weights_only, format=format)
         _prepare_dir(dst)
         results: list[list[WrittenItem]] = []
         if jobs <= 1 or len(tasks) <= 1:
@@ -429,6 +469,11 @@ def reshard(
             results = _run_parallel(tasks, jobs, progress)
     finally:
         source.close()
+    n_t = sum(1 for v in md.state_dict_metadata.values() if isinstance(v, TensorStorageMetadata))
+    n_c = sum(len(v.chunks) for v in md.state_dict_metadata.values() if isinstance(v, TensorStorageMetadata))
+    if format == "hf":
+        skipped = [k for k, v in md.state_dict_metadata.items() if not isinstance(v, TensorStorageMetadata)]
+        return {"files": [t.name for t in tasks], "tensors": n_t, "chunks": n_c, "bytes_items": 0, "skipped": skipped}
     storage: dict[MetadataIndex, StorageInfo] = {}
     where = {(w.fqn, w.offsets): w for res in results for w in res}
     for fqn, it in md.state_dict_metadata.items():
@@ -441,8 +486,7 @@ def reshard(
             storage[MetadataIndex(fqn, None, None)] = StorageInfo(w.relative_path, w.offset, w.length)
     md.storage_data = storage
     atomic_write_bytes(os.path.join(dst, METADATA_NAME), dump_metadata(md))
-    n_t = sum(1 for v in md.state_dict_metadata.values() if isinstance(v, TensorStorageMetadata))
-    return {"files": [t.name for t in tasks], "tensors": n_t, "chunks": sum(len(v.chunks) for v in md.state_dict_metadata.values() if isinstance(v, TensorStorageMetadata)), "bytes_items": len(md.state_dict_metadata) - n_t}
+    return {"files": [t.name for t in tasks], "tensors": n_t, "chunks": n_c, "bytes_items": len(md.state_dict_metadata) - n_t, "skipped": []}
 
 
 def _run_parallel(tasks: list[FileTask], jobs: int, progress: Callable[[int], None] | None) -> list[list[WrittenItem]]:

@@ -91,6 +91,13 @@ class OnnxArtifact(Artifact):
     def info(self) -> dict[str, Any]:
         return summarize_model(self.om)
 
+    def graph(self) -> Any:
+        """The main graph as a :class:`torchless.graph.ir.Graph` (see
+        :mod:`torchless.formats.onnx.graph`)."""
+        from .graph import to_graph
+
+        return to_graph(self.om)
+
     def verify(self) -> list[Problem]:
         """Run the onnx checker, then read every tensor: sizes, external bounds, checksums."""
         problems: list[Problem] = []

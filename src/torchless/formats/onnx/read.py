@@ -5,10 +5,13 @@ protobuf; it is imported on first use only, so ``import torchless`` works withou
 
 Where tensor bytes come from (spec ``onnx.md`` §2-3):
 
-* ``raw_data`` in the model file: the protobuf parser copies it into the message, and
-  reading the field gives a Python ``bytes`` copy. torchless takes that copy once, on the
-  first ``numpy()`` of the tensor, and hands out zero-copy views of it afterwards. Models
-  are below protobuf's 2 GiB limit, so this costs at most the file size again.
+* ``raw_data`` of the main graph's initializers: a zero-copy view of the model file's
+  memory map. The protobuf parser (which copies every ``raw_data`` into the message) is
+  used for the structure; a small wire-format walk (:func:`raw_data_spans`) finds where
+  each initializer's ``raw_data`` lies in the file. Where the walk and the parser
+  disagree in any way (count, length), the parser's copy is used instead.
+  ``raw_data`` of subgraph initializers and Constant nodes is the parser's copy, taken
+  once on first use.
 * typed fields (``float_data``, ``int32_data`` ...): converted on ``numpy()``, following
   the ``TensorProto`` comments (16-bit and 8-bit types widened into ``int32_data``,
   UINT32 in ``uint64_data``, complex as interleaved pairs).
@@ -44,6 +47,7 @@ __all__ = [
     "TensorRecord",
     "import_onnx",
     "parse_model",
+    "raw_data_spans",
     "read_model",
     "text",
 ]
@@ -105,6 +109,69 @@ def parse_model(source: Any, name: str | None = None) -> Any:
     if not model.HasField("graph"):
         raise FormatError("the ModelProto has no graph", path=src.name, expected="field 7 (graph)", found="none")
     return model
+
+
+# -- locating raw_data in the file -------------------------------------------------------------
+
+
+def _varint(buf: Any, pos: int, end: int) -> tuple[int, int]:
+    value = 0
+    shift = 0
+    while True:
+        if pos >= end or shift > 63:
+            raise ValueError("bad varint")
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+
+
+def _fields(buf: Any, start: int, end: int) -> Iterator[tuple[int, int, int, int]]:
+    """``(field number, wire type, payload start, payload end)`` of one message's fields."""
+    pos = start
+    while pos < end:
+        tag, pos = _varint(buf, pos, end)
+        num, wire = tag >> 3, tag & 7
+        if wire == 0:
+            _v, nxt = _varint(buf, pos, end)
+        elif wire == 1:
+            nxt = pos + 8
+        elif wire == 2:
+            n, pos = _varint(buf, pos, end)
+            nxt = pos + n
+        elif wire == 5:
+            nxt = pos + 4
+        else:  # groups (3, 4) do not occur in onnx.proto
+            raise ValueError("unexpected wire type")
+        if nxt > end:
+            raise ValueError("field runs past its message")
+        yield num, wire, pos, nxt
+        pos = nxt
+
+
+def raw_data_spans(buf: Any) -> list[tuple[int, int] | None] | None:
+    """Where each main-graph initializer's ``raw_data`` lies in the serialized model:
+    ``(offset, length)`` per initializer in order (None for one without raw_data), or
+    None when the bytes cannot be walked. This lets in-file tensors be views of the
+    memory map instead of copies out of the parsed message."""
+    spans: list[tuple[int, int] | None] = []
+    try:
+        for num, wire, gs, ge in _fields(buf, 0, len(buf)):
+            if num != 7 or wire != 2:  # ModelProto.graph (repeated occurrences merge)
+                continue
+            for gnum, gwire, ts, te in _fields(buf, gs, ge):
+                if gnum != 5 or gwire != 2:  # GraphProto.initializer
+                    continue
+                found = None
+                for tnum, twire, rs, re_ in _fields(buf, ts, te):
+                    if tnum == 9 and twire == 2:  # TensorProto.raw_data (last one wins)
+                        found = (rs, re_ - rs)
+                spans.append(found)
+    except ValueError:
+        return None
+    return spans
 
 
 # -- external data ------------------------------------------------------------------------
@@ -366,9 +433,13 @@ class OnnxModel:
         try:
             self.model = parse_model(source)
         except TorchlessError as e:
-            raise e.with_context(path=self.path)
-        finally:
             source.close()
+            raise e.with_context(path=self.path)
+        self.source = source
+        spans = raw_data_spans(source.view(0, source.size))
+        if spans is not None and len(spans) != len(self.model.graph.initializer):
+            spans = None  # the walk disagrees with the parser: take the parser's copies
+        self._spans = spans
         self.external = ExternalData(base_dir if base_dir is not None else default_dir, self.path)
         self.records: list[TensorRecord] = []
         self.sparse: list[tuple[str, str, tuple[int, ...]]] = []
@@ -399,7 +470,8 @@ class OnnxModel:
         prefix = f"{scope}/" if scope else ""
         for i, tp in enumerate(graph.initializer):
             pname = text(tp.name) or f"initializer_{i}"
-            self._add(tp, prefix + pname, pname, "initializer", scope)
+            span = self._spans[i] if depth == 0 and self._spans is not None else None
+            self._add(tp, prefix + pname, pname, "initializer", scope, span)
         for sp in graph.sparse_initializer:
             self.sparse.append((scope, text(sp.values.name), tuple(int(d) for d in sp.dims)))
         self._walk_nodes(graph.node, scope, depth)
@@ -449,7 +521,7 @@ class OnnxModel:
             else:  # value_string(s), sparse_value: no numeric dense tensor
                 self.skipped_constants.append((prefix + out, aname))
 
-    def _add(self, tp: Any, name: str, proto_name: str, kind: str, scope: str) -> None:
+    def _add(self, tp: Any, name: str, proto_name: str, kind: str, scope: str, span: tuple[int, int] | None = None) -> None:
         name = self._unique(name)
         try:
             otype = onnx_type(tp.data_type, what=name, path=self.path)
@@ -469,7 +541,12 @@ class OnnxModel:
             loader: Any = lambda r=ext: self.external.view(r)  # noqa: E731
             how = "external"
         elif tp.HasField("raw_data"):
-            loader = lambda t=tp: t.raw_data  # noqa: E731 - one copy, on first use
+            if span is not None and span[1] == nbytes:  # a view of the model file's map
+                loader = lambda sp=span: self.source.view(sp[0], sp[1], what="raw_data")  # noqa: E731
+                file_offset: int | None = span[0]
+            else:  # the parser's copy (sizes are then checked on first use)
+                loader = lambda t=tp: t.raw_data  # noqa: E731
+                file_offset = None
             how = "raw"
         else:
             count = len(getattr(tp, otype.field))
@@ -485,7 +562,8 @@ class OnnxModel:
             loader = lambda t=tp, o=otype, n=numel: _typed_bytes(t, o, n)  # noqa: E731
             how = "typed"
         st_dtype = DTYPES["uint8"] if otype.packed else otype.dtype
-        storage = Storage(name, nbytes, st_dtype, "cpu", loader=loader, origin=name, file_offset=ext.offset if ext else None)  # type: ignore[arg-type]
+        off = ext.offset if ext else (file_offset if how == "raw" else None)
+        storage = Storage(name, nbytes, st_dtype, "cpu", loader=loader, origin=name, file_offset=off)  # type: ignore[arg-type]
         if otype.packed:
             tensor: Tensor = PackedTensor(storage, otype, dims)
         else:
@@ -500,6 +578,7 @@ class OnnxModel:
 
     def close(self) -> None:
         self.external.close()
+        self.source.close()
 
 
 def read_model(path: Any, **kw: Any) -> OnnxModel:

@@ -325,6 +325,16 @@ def read_legacy_tar(source: ByteSource, *, weights_only: bool = False, resolver:
     setting because nothing in it is executed. With ``weights_only=True`` only allowlisted
     globals are accepted, as everywhere else.
     """
+    try:
+        return _read_legacy_tar(source, weights_only=weights_only, resolver=resolver, limits=limits)
+    except TorchlessError:
+        raise
+    except (TypeError, ValueError, KeyError, IndexError, struct.error, OverflowError, EOFError, OSError, tarfile.TarError) as e:
+        # the tar's own records (tuples, counts, views) have the wrong shape
+        raise FormatError(f"malformed legacy tar checkpoint: {type(e).__name__}: {e}", path=source.name) from None
+
+
+def _read_legacy_tar(source: ByteSource, *, weights_only: bool, resolver: AllowlistResolver | None, limits: Limits) -> Checkpoint:
     from ...core.tensor import Tensor
     from ...core.values import TensorType
 

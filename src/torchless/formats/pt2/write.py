@@ -71,7 +71,8 @@ def _meta(t: Tensor) -> S.TensorMeta:
 def _write_payload(zw: TorchZipWriter, items: dict[str, Any], folder: str, prefix: str, source: Any, params: set[str]) -> S.PayloadConfig:
     config: dict[str, S.PayloadMeta] = {}
     groups: dict[tuple[int, str], str] = {}
-    count = 0
+    # numbering continues over the records already in the folder (several models)
+    count = sum(1 for n in zw.names if n.startswith(f"{folder}{prefix}"))
     for fqn, v in items.items():
         if isinstance(v, OpaqueObject):
             if source is None:
@@ -80,6 +81,8 @@ def _write_payload(zw: TorchZipWriter, items: dict[str, Any], folder: str, prefi
             if v.kind == "pickled":
                 name = f"{prefix}{count}"
                 count += 1
+            elif f"{folder}{name}" in zw.names:
+                raise UnsupportedError(f"two models hold the object record {name!r}; write them to separate archives")
             zw.write(folder + name, source.zip.read(v.record))
             config[fqn] = S.PayloadMeta(name, fqn in params, v.kind == "pickled", None)
             continue

@@ -11,9 +11,9 @@ to show the source); it never runs it.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
-from dataclasses import dataclass, field
 
 __all__ = ["ClassSource", "FunctionSource", "CodeFile", "parse_code_file", "method_code"]
 

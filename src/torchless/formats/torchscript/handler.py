@@ -27,7 +27,7 @@ def _value_summary(v: Any) -> Any:
     if isinstance(v, Tensor):
         return _tensor_summary(v)
     if isinstance(v, ScriptObject):
-        return f"<{v.qualified_name}>"
+        return f"<{v.qualified_name}{'(' + repr(v.value) + ')' if v.args else ''}>"
     if isinstance(v, (int, float, str, bool)) or v is None:
         return v
     return describe(v)
@@ -254,6 +254,8 @@ class TorchScriptArtifact(Artifact):
             seen.add(id(x))
             if x.class_source is None and not x.qualified_name.startswith("__torch__.torch.classes."):
                 problems.append(Problem("missing-class", f"class {x.qualified_name} has no source in code/", x.qualified_name, None, "error"))
+            elif x.state is not None and x.is_module:
+                problems.append(Problem("setstate", f"{x.qualified_name} is restored by its TorchScript __setstate__, which torchless does not run: its tensors are in all_tensors() but not in the state_dict", x.qualified_name, None, "warning"))
             elif x.class_source is not None:
                 for n in x.class_source.parameters + x.class_source.buffers:
                     if n not in x.attrs:

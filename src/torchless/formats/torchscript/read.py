@@ -35,15 +35,6 @@ __all__ = [
 
 
 # -- the C++ pickler's globals ---------------------------------------------------------
-def _first(name: str) -> Rebuilder:
-    def call(args: tuple) -> Any:
-        if len(args) != 1:
-            raise FormatError(f"{name} takes one argument", found=len(args))
-        return args[0]
-
-    return Rebuilder(name, call)
-
-
 def _typed_list(name: str, kinds: tuple[type, ...]) -> Rebuilder:
     def call(args: tuple) -> Any:
         if len(args) != 1 or not isinstance(args[0], list):
@@ -91,15 +82,18 @@ class ScriptObject:
             whose state is a dict.
         state: the BUILD state when it is not a dict (classes with ``__getstate__``,
             custom C++ classes such as ``LinearPackedParamsBase``).
+        args: what the pickle passed to the class: the value of an enum member
+            (``GLOBAL '__torch__ Color' K2 REDUCE``), empty for objects.
         class_source: the parsed class from ``code/``, or None when the archive has none.
     """
 
-    __slots__ = ("qualified_name", "attrs", "state", "class_source", "__weakref__")
+    __slots__ = ("qualified_name", "attrs", "state", "args", "class_source", "__weakref__")
 
-    def __init__(self, qualified_name: str) -> None:
+    def __init__(self, qualified_name: str, args: tuple = ()) -> None:
         self.qualified_name = qualified_name
         self.attrs: dict[str, Any] = {}
         self.state: Any = None
+        self.args = args
         self.class_source: ClassSource | None = None
 
     def __torchless_build__(self, state: Any) -> "ScriptObject":
@@ -114,6 +108,11 @@ class ScriptObject:
     def original_name(self) -> str:
         """The class name without its module (``Linear``), as torch's ``original_name``."""
         return self.qualified_name.rsplit(".", 1)[-1]
+
+    @property
+    def value(self) -> Any:
+        """An enum member's value (``Color.GREEN`` -> 2); None for other objects."""
+        return self.args[0] if len(self.args) == 1 else None
 
     @property
     def is_module(self) -> bool:
@@ -178,18 +177,20 @@ class ScriptObject:
         of each module (slot order), then its submodules; None values skipped, shared
         tensors under every name."""
         out = StateDict()
-        stack: list[tuple[str, ScriptObject]] = [(prefix, self)]
-        depth_guard = 0
+        # a module shared under two names appears under both (as in torch); a module
+        # containing itself (only a hostile file can say so) is refused
+        stack: list[tuple[str, ScriptObject, int]] = [(prefix, self, 0)]
+        visits = 0
         while stack:
-            p, m = stack.pop()
-            depth_guard += 1
-            if depth_guard > 10_000_000:
-                raise FormatError("module tree too large or cyclic")
+            p, m, depth = stack.pop()
+            visits += 1
+            if depth > 1000 or visits > 1_000_000:
+                raise FormatError("module tree nested too deeply, too large or cyclic", expected="<= 1000 levels", found=f"{(p or '<root>')[:80]} at depth {depth}")
             for kind in ("parameter", "buffer"):
                 for k, v in m.attrs.items():
                     if isinstance(v, Tensor) and m._kind(k) == kind:
                         out[p + k] = v
-            kids = [(f"{p}{k}.", v) for k, v in m.named_children()]
+            kids = [(f"{p}{k}.", v, depth + 1) for k, v in m.named_children()]
             stack.extend(reversed(kids))
         return out
 
@@ -221,6 +222,8 @@ class ScriptObject:
         return self.attrs[item]
 
     def __repr__(self) -> str:
+        if self.args:
+            return f"<TorchScript {self.qualified_name}{self.args!r}>"
         kind = "module" if self.is_module else "object"
         return f"<TorchScript {kind} {self.qualified_name}>"
 
@@ -246,7 +249,7 @@ class TorchScriptResolver:
             self.inner.seen.append((qual, True))
             rb = self._classes.get(qual)
             if rb is None:
-                rb = Rebuilder(qual, lambda args, q=qual: ScriptObject(q), lambda args, kw, q=qual: ScriptObject(q))
+                rb = Rebuilder(qual, lambda args, q=qual: ScriptObject(q, args), lambda args, kw, q=qual: ScriptObject(q, args))
                 self._classes[qual] = rb
             return rb
         return self.inner.resolve(module, name)

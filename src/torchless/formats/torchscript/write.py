@@ -189,13 +189,8 @@ def _save(art: TorchScriptArtifact, dst: Any, tensors: Any, extra_files: Any, re
 def _copy(zr: ZipReader, zw: TorchZipWriter, rec: str, e: ZipEntry) -> None:
     if e.method == 8:
         raw = zr.source.view(zr.data_offset(e), e.compressed_size, what=f"record {e.name!r}")
-        try:
-            # the original deflate stream and CRC, so code/ stays byte-identical
-            zw._write_record(rec, [raw], e.size, e.compressed_size, e.crc, method=8, precomputed_crc=True)
-            return
-        except (AttributeError, TypeError):  # pragma: no cover - writer without raw records
-            pass
-        zw.write(rec, zr.read(e), compress=True)
+        # the original deflate stream and CRC, so code/ stays byte-identical
+        zw.copy_compressed(rec, raw, e.size, e.crc)
         return
     zw.write(rec, zr.read(e))
 

@@ -1,0 +1,109 @@
+"""DCP's Hugging Face safetensors flavour (spec ``dcp.md`` §6).
+
+``HuggingFaceStorageWriter(save_distributed=True)`` leaves one real safetensors file per
+rank, ``shard-<rank+1>-model-00001-of-00001.safetensors``, whose ``__metadata__`` carries
+``DCP_SHARDING_INFO`` (JSON: ``{fqn: {"saved_offsets": [...]}}``, the chunk's place in
+the global tensor) and ``DCP_VERSION``. ``HuggingFaceStorageReader`` reads every
+``*.safetensors`` file in a directory (plain Hugging Face checkpoints too: no sharding
+info means offsets 0) and takes each tensor's global size as the largest
+``offset + shape`` per dimension. :class:`HFReader` does the same without torch and then
+behaves like :class:`~.read.DCPReader` (assembled tensors, blocks, layout).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from ...core.errors import FormatError, NotFoundError
+from ...core.source import MmapSource
+from ..safetensors import read_safetensors
+from .read import ChunkRef, DCPReader
+from .spec import ChunkStorageMetadata, Metadata, MetadataIndex, StorageInfo, TensorProperties, TensorStorageMetadata
+
+__all__ = ["HFReader", "SHARDING_KEY", "hf_file_name", "is_hf_dir"]
+
+SHARDING_KEY = "DCP_SHARDING_INFO"
+VERSION_KEY = "DCP_VERSION"
+SAVED_OFFSETS = "saved_offsets"
+SUFFIX = ".safetensors"
+
+
+def hf_file_name(rank: int, index: int = 1, count: int = 1) -> str:
+    """torch's per-rank shard name (``shard-00001-model-00001-of-00001.safetensors``)."""
+    return f"shard-{rank + 1:05d}-model-{index:05d}-of-{count:05d}{SUFFIX}"
+
+
+def is_hf_dir(path: Any) -> bool:
+    p = os.fspath(path)
+    try:
+        return os.path.isdir(p) and any(n.endswith(SUFFIX) and os.path.isfile(os.path.join(p, n)) for n in os.listdir(p))
+    except OSError:
+        return False
+
+
+def _contiguous(sizes: tuple[int, ...]) -> tuple[int, ...]:
+    out = []
+    acc = 1
+    for s in reversed(sizes):
+        out.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(out))
+
+
+class HFReader(DCPReader):
+    """A directory of (sharded) safetensors files read as one DCP checkpoint."""
+
+    def __init__(self, path: Any) -> None:  # noqa: D107 - parent's contract
+        self.path = os.fspath(path)
+        if not is_hf_dir(self.path):
+            raise NotFoundError("no .safetensors files in the directory", path=self.path)
+        self._fds = {}
+        self._maps = {}
+        sdm: dict[str, Any] = {}
+        storage: dict[MetadataIndex, StorageInfo] = {}
+        self._chunks = {}
+        for name in sorted(n for n in os.listdir(self.path) if n.endswith(SUFFIX)):
+            fp = os.path.join(self.path, name)
+            src = MmapSource(fp)
+            try:
+                meta, tensors, _n = read_safetensors(src)
+            finally:
+                src.close()
+            info: dict[str, Any] = {}
+            if SHARDING_KEY in meta:
+                try:
+                    info = json.loads(meta[SHARDING_KEY])
+                except json.JSONDecodeError as e:
+                    raise FormatError(f"{SHARDING_KEY} is not JSON: {e}", path=fp) from None
+                if not isinstance(info, dict):
+                    raise FormatError(f"{SHARDING_KEY} must be a JSON object", path=fp)
+            for fqn, t in tensors.items():
+                shape = tuple(t.shape)
+                ent = info.get(fqn)
+                offs = ent.get(SAVED_OFFSETS) if isinstance(ent, dict) else None
+                if offs is None:
+                    offs = [0] * len(shape)
+                if not isinstance(offs, list) or len(offs) != len(shape) or not all(type(o) is int and o >= 0 for o in offs):
+                    raise FormatError("bad saved_offsets", path=fp, member=fqn, found=repr(offs)[:60])
+                c = ChunkStorageMetadata(tuple(offs), shape)
+                prev = sdm.get(fqn)
+                if prev is None:
+                    sdm[fqn] = TensorStorageMetadata(TensorProperties(t.dtype), tuple(o + s for o, s in zip(offs, shape)), [c])
+                else:
+                    if prev.dtype.name != t.dtype.name or len(prev.size) != len(shape):
+                        raise FormatError("shards of one tensor disagree on dtype or rank", path=fp, member=fqn)
+                    prev.chunks.append(c)
+                    prev.size = tuple(max(g, o + s) for g, o, s in zip(prev.size, offs, shape))
+                assert t.storage is not None and t.storage.file_offset is not None
+                si = StorageInfo(name, t.storage.file_offset, t.nbytes)
+                key = MetadataIndex(fqn, c.offsets, len(sdm[fqn].chunks) - 1)
+                if key in storage:
+                    raise FormatError("two shards claim the same chunk", path=fp, member=fqn, found=list(c.offsets))
+                storage[key] = si
+                ref = ChunkRef(fqn, c, si, key.index or 0, data_offset=si.offset, stride=_contiguous(shape), storage_nbytes=si.length)
+                self._chunks.setdefault(fqn, []).append(ref)
+        self.metadata = Metadata(sdm, None, storage, None, None)
+        self._by_key = {(k.fqn, k.offset): v for k, v in storage.items()}
+        self.flavour = "hf"

@@ -1,0 +1,145 @@
+"""safetensors and npz: read what the reference writers write, write what they read."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import torchless
+from torchless.core.errors import FormatError, LimitError, TorchlessError, TruncatedError, UnsupportedError
+from torchless.core.tensor import Tensor
+from torchless.formats.npz import write_npz
+from torchless.formats.safetensors import read_safetensors, write_safetensors
+
+ST = ["bool", "uint8", "int8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float16", "bfloat16",
+      "float32", "float64", "float8_e4m3fn", "float8_e5m2"]
+
+
+def _torch():
+    return pytest.importorskip("torch", reason="torch is the oracle")
+
+
+@pytest.mark.differential
+def test_safetensors_reference_files_read_exactly(tmp_path):
+    torch = _torch()
+    from safetensors.torch import load_file, save_file
+
+    tensors = {}
+    for name in ST:
+        dt = getattr(torch, name)
+        base = torch.linspace(-3, 5, 12).reshape(3, 4)
+        tensors[name] = (base > 0) if name == "bool" else (base * 9).to(torch.int64).to(dt) if "int" in name else base.to(dt)
+    tensors["empty"] = torch.empty(0, 2)
+    tensors["scalar"] = torch.tensor(2.5)
+    path = tmp_path / "ref.safetensors"
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    art = torchless.open(path)
+    assert art.format == "safetensors" and art.metadata == {"format": "pt"}
+    got = dict(art.tensors())
+    for k, v in tensors.items():
+        assert got[k].dtype.torch_name == str(v.dtype) and got[k].shape == tuple(v.shape)
+        assert np.ascontiguousarray(got[k].numpy()).tobytes() == bytes(v.contiguous().untyped_storage()) if v.numel() else True
+    # torchless writes, safetensors reads
+    out = tmp_path / "tl.safetensors"
+    torchless.save(dict(art.tensors()), out)
+    back = load_file(str(out))
+    for k, v in tensors.items():
+        assert back[k].dtype == v.dtype and torch.equal(back[k], v), k
+    # torch checkpoint -> safetensors via convert keeps views' logical values
+    ck = tmp_path / "views.pt"
+    big = torch.arange(20, dtype=torch.bfloat16).reshape(4, 5)
+    torch.save({"T": big.t(), "slice": big[1:3, ::2], "c": torch.tensor([1 + 2j]).conj()}, ck)
+    res = torchless.convert(ck, tmp_path / "views.safetensors")
+    assert res["tensors"] == 3
+    v = load_file(str(tmp_path / "views.safetensors"))
+    assert torch.equal(v["T"], big.t()) and torch.equal(v["slice"], big[1:3, ::2]) and torch.equal(v["c"], torch.tensor([1 - 2j]))
+
+
+def _st_file(header: dict | bytes, data: bytes = b"", n: int | None = None) -> bytes:
+    raw = header if isinstance(header, bytes) else json.dumps(header).encode()
+    return struct.pack("<Q", len(raw) if n is None else n) + raw + data
+
+
+@pytest.mark.parametrize(
+    "blob,err",
+    [
+        (_st_file({}, b"", n=2**40), LimitError),
+        (_st_file({}, b"", n=1000), TruncatedError),
+        (_st_file(b"{not json"), FormatError),
+        (_st_file(b"[1]"), FormatError),
+        (_st_file({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, b"\x00" * 4), TruncatedError),
+        (_st_file({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}}, b"\x00" * 8), FormatError),
+        (_st_file({"a": {"dtype": "Q9", "shape": [2], "data_offsets": [0, 8]}}, b"\x00" * 8), UnsupportedError),
+        (_st_file({"a": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}}, b"\x00" * 8), FormatError),
+        (_st_file({"a": {"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}}, b"\x00" * 8), FormatError),
+        (_st_file({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, "b": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, b"\x00" * 8), FormatError),
+        (_st_file({"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}, b"\x00" * 8), FormatError),
+        (_st_file({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}, b"\x00" * 8), FormatError),
+        (_st_file(b'{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}', b"\x00" * 4), FormatError),
+        (_st_file({"__metadata__": {"a": 1}}), FormatError),
+        (_st_file({"a": {"dtype": "F32", "shape": [2**62, 2**62], "data_offsets": [0, 8]}}, b"\x00" * 8), FormatError),
+        (b"\x01\x00", TruncatedError),
+    ],
+)
+def test_safetensors_hostile_headers(blob, err):
+    with pytest.raises(err):
+        read_safetensors(blob)
+
+
+def test_safetensors_refuses_what_it_cannot_store(tmp_path):
+    with pytest.raises(UnsupportedError):
+        write_safetensors([("c", Tensor.from_numpy(np.zeros(2, np.complex128)))], tmp_path / "x.safetensors")
+    with pytest.raises(TorchlessError):
+        write_safetensors([("a", np.zeros(1)), ("a", np.zeros(1))], tmp_path / "y.safetensors")
+    assert not (tmp_path / "x.safetensors").exists()
+
+
+def test_npz_reference_files_and_round_trip(tmp_path):
+    arrays = {"f": np.arange(6, dtype=np.float32).reshape(2, 3), "F": np.asfortranarray(np.arange(6, dtype=np.int16).reshape(2, 3)),
+              "be": np.arange(3, dtype=">f8"), "b": np.array([True, False]), "c": np.array([1 + 2j], np.complex64), "e": np.zeros((0, 3))}
+    p = tmp_path / "ref.npz"
+    np.savez(p, **arrays)
+    pc = tmp_path / "refc.npz"
+    np.savez_compressed(pc, **arrays)
+    for path in (p, pc):
+        got = dict(torchless.open(path).tensors())
+        for k, a in arrays.items():
+            np.testing.assert_array_equal(got[k].numpy(), a)
+            assert got[k].shape == a.shape
+    single = tmp_path / "one.npy"
+    np.save(single, arrays["F"])
+    np.testing.assert_array_equal(torchless.open(single)["array"].numpy(), arrays["F"])
+    out = tmp_path / "tl.npz"
+    extra = {"bf16": np.arange(4).astype(ml_dtypes.bfloat16), "f8": np.linspace(-1, 1, 5).astype(ml_dtypes.float8_e5m2)}
+    write_npz(list(arrays.items()) + list(extra.items()), out)
+    with np.load(out) as z:
+        for k, a in arrays.items():
+            np.testing.assert_array_equal(z[k], a)
+    back = dict(torchless.open(out).tensors())
+    assert back["bf16"].dtype.name == "bfloat16" and back["f8"].dtype.name == "float8_e5m2"
+    assert back["bf16"].numpy().tobytes() == extra["bf16"].tobytes()
+    # object arrays are pickles: refused
+    obj = tmp_path / "obj.npz"
+    np.savez(obj, o=np.array([{"a": 1}], dtype=object))
+    with pytest.raises(UnsupportedError):
+        torchless.open(obj)
+
+
+def test_npz_hostile(tmp_path):
+    p = tmp_path / "ok.npz"
+    np.savez(p, a=np.arange(100, dtype=np.int64))
+    data = p.read_bytes()
+    i = data.find(b"'shape': (")
+    bad = data[:i] + data[i:].replace(b"(100,)", b"(900,)", 1)
+    q = tmp_path / "bad.npz"
+    q.write_bytes(bad)
+    with pytest.raises(FormatError):
+        torchless.open(q)
+    bad2 = data[:i] + data[i:].replace(b"'shape'", b"'shapX'", 1)
+    q.write_bytes(bad2)
+    with pytest.raises(FormatError):
+        torchless.open(q)

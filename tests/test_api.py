@@ -1,0 +1,70 @@
+"""Public API: load / open / save / convert / detect over eager checkpoints."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+
+import torchless
+from torchless.core.errors import FormatError, NotFoundError, TorchlessError, UnsafeGlobalError, UsageError
+from torchless.pickle.globals import PickledObject
+
+
+def test_detect_open_load_save(tmp_path):
+    p = tmp_path / "a.pt"
+    torchless.save({"w": np.arange(4, dtype=np.float32), "cfg": {"lr": 0.5}}, p)
+    assert torchless.detect(p) == "pt"
+    with torchless.open(p) as art:
+        assert art["w"].shape == (4,)
+        assert [n for n, _ in art.tensors()] == ["w"]
+        assert art.info()["format"] == "pt"
+        assert art.verify() == []
+    obj = torchless.load(p)
+    assert obj["cfg"] == {"lr": 0.5}
+    np.testing.assert_array_equal(obj["w"].numpy(), np.arange(4))
+    assert torchless.load(p.read_bytes())["cfg"] == {"lr": 0.5}
+    st = tmp_path / "a.safetensors"
+    res = torchless.convert(p, st)
+    assert res == {"tensors": 1, "bytes": 16}
+    assert torchless.detect(st) == "safetensors"
+    np.testing.assert_array_equal(torchless.open(st)["w"].numpy(), np.arange(4))
+    with pytest.raises(UsageError):
+        torchless.save([1, 2], tmp_path / "b.safetensors")
+    with pytest.raises(NotFoundError):
+        torchless.load(tmp_path / "missing.pt")
+    (tmp_path / "junk.bin").write_bytes(b"\x00" * 10)
+    with pytest.raises(TorchlessError):
+        torchless.load(tmp_path / "junk.bin")
+
+
+def test_load_weights_only_switch(tmp_path):
+    from torchless.container.zip import TorchZipWriter
+
+    p = tmp_path / "obj.pt"
+    with TorchZipWriter(p) as zw:
+        zw.write("data.pkl", b"\x80\x02cmypkg.models\nNet\n)\x81}X\x01\x00\x00\x00aK\x01sb.")
+        zw.write("version", b"3\n")
+    with pytest.raises(UnsafeGlobalError):
+        torchless.load(p)
+    obj = torchless.load(p, weights_only=False)
+    assert isinstance(obj, PickledObject) and obj.class_name == "mypkg.models.Net" and obj.a == 1
+
+
+def test_failed_save_leaves_no_file(tmp_path):
+    p = tmp_path / "x.pt"
+    with pytest.raises(UsageError):
+        torchless.save({"bad": object()}, p)
+    assert not p.exists() and list(tmp_path.iterdir()) == []
+    p.write_bytes(b"old")
+    with pytest.raises(UsageError):
+        torchless.save({"bad": object()}, p)
+    assert p.read_bytes() == b"old"
+
+
+def test_save_to_file_object_and_torch_reads_it():
+    torch = pytest.importorskip("torch", reason="torch is the oracle")
+    buf = io.BytesIO()
+    torchless.save({"x": np.ones((2, 2), np.float16)}, buf)
+    assert torch.load(io.BytesIO(buf.getvalue()), weights_only=True)["x"].dtype == torch.float16
