@@ -2,7 +2,7 @@
 # Set up torchless (no torch needed) and run it on the sample artifacts in samples/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh cli
+bash scripts/setup.sh cli,onnx
 tl=.venv/bin/torchless
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT

@@ -530,3 +530,47 @@ def test_weights_only_refuses_unknown_globals_like_torch(torch, tmp_path):
 
     with pytest.raises(UnsafeGlobalError, match="argparse.Namespace"):
         read_checkpoint(open_source(src), resolver=make_resolver(True, TORCH_ALLOWLIST))
+
+
+@pytest.mark.parametrize("name", ["float4_e2m1fn_x2", "bits8", "bits16", "bits1x8", "bits2x4", "bits4x2", "quint4x2", "quint2x4"])
+def test_packed_and_bits_dtypes(torch, tmp_path, name):
+    dt = getattr(torch, name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if name.startswith("quint"):
+            t = torch.quantize_per_tensor(torch.linspace(0, 1, 6), 0.1, 1, dt)
+        elif name == "bits16":
+            t = torch.arange(6, dtype=torch.int16).view(dt)
+        else:
+            t = torch.arange(6, dtype=torch.uint8).view(dt)
+    src = tmp_path / "p.pt"
+    torch.save({"t": t}, src)
+    expect = torch_load(torch, src, weights_only=True)
+    cp = load_tl(src)
+    got = cp.obj["t"]
+    assert got.dtype.torch_name == str(dt) and got.shape == tuple(expect["t"].shape) and got.stride() == expect["t"].stride()
+    assert bytes(got.storage.bytes()) == bytes(expect["t"].untyped_storage())
+    out = tmp_path / "p_back.pt"
+    torchless.save(cp.obj, out)
+    back = torch_load(torch, out, weights_only=True)["t"]
+    assert back.dtype == dt and bytes(back.untyped_storage()) == bytes(expect["t"].untyped_storage())
+
+
+def test_torch_predicts_torchless_offsets(torch, tmp_path, monkeypatch):
+    """torch.load(mmap=True) with calculate_storage_offsets computes every record's
+    offset from the writer's exact layout (spec §1.12) instead of reading headers; with
+    TORCH_SERIALIZATION_DEBUG it asserts the prediction. Empty storages included."""
+    monkeypatch.setenv("TORCH_SERIALIZATION_DEBUG", "1")
+    obj = {"a": np.arange(10, dtype=np.float32), "empty": np.zeros(0, np.int64), "b": np.ones((3, 3), np.float16),
+           "e2": np.zeros((0, 4), np.float32), "c": np.arange(100, dtype=np.uint8)}
+    out = tmp_path / "pred.pt"
+    torchless.save(obj, out)
+    cfg = torch.utils.serialization.config.load
+    old = cfg.calculate_storage_offsets
+    try:
+        cfg.calculate_storage_offsets = True
+        got = torch_load(torch, out, weights_only=True, mmap=True)
+    finally:
+        cfg.calculate_storage_offsets = old
+    for k, a in obj.items():
+        assert got[k].numpy().tobytes() == a.tobytes() and tuple(got[k].shape) == a.shape

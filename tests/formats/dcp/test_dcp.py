@@ -197,3 +197,37 @@ def test_hostile_protocol4_metadata(ckpt, tmp_path):
         tdcp.read_metadata(ckpt)
     assert "system" in str(ei.value)
     assert not marker.exists()
+
+
+def test_huge_claimed_tensor_refused_without_allocating(ckpt):
+    md = tdcp.read_metadata(ckpt)
+    t = md.state_dict_metadata["a.w"]
+    t.size = (10**9, 10**6)  # 4 PB: its chunks do not cover it
+    with open(os.path.join(ckpt, ".metadata"), "wb") as f:
+        f.write(tdcp.dump_metadata(md))
+    with pytest.raises(FormatError):
+        tdcp.load(ckpt, keys=["a.w"], materialize=True)
+
+
+def test_unknown_keys(ckpt):
+    with pytest.raises(torchless.NotFoundError if hasattr(torchless, "NotFoundError") else TorchlessError):
+        tdcp.load(ckpt, keys=["nope"])
+
+
+def test_hf_flavour_roundtrip_without_torch(ckpt, arrays, tmp_path):
+    dst = str(tmp_path / "hf")
+    res = tdcp.reshard(ckpt, dst, 2, plan="col", format="hf")
+    assert res["files"] == ["shard-00001-model-00001-of-00001.safetensors", "shard-00002-model-00001-of-00001.safetensors"]
+    head = open(os.path.join(dst, res["files"][1]), "rb").read()
+    (n,) = struct.unpack("<Q", head[:8])
+    meta = json.loads(head[8 : 8 + n])["__metadata__"]
+    assert json.loads(meta["DCP_SHARDING_INFO"])["a.w"] == {"saved_offsets": [0, 3]}
+    assert torchless.detect(dst) == "dcp"
+    got = tdcp.load(dst, materialize=True)
+    for k, v in arrays.items():
+        assert got[k].tobytes() == v.tobytes() and got[k].shape == v.shape, k
+    # and back to torch_save DCP from the HF flavour
+    back = str(tmp_path / "back")
+    tdcp.reshard(dst, back, 3)
+    for k, v in tdcp.load(back, materialize=True).items():
+        assert v.tobytes() == arrays[k].tobytes()

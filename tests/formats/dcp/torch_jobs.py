@@ -60,6 +60,7 @@ def make_global() -> dict:
             "rep": rnd(7, dtype=torch.float64),      # Replicate()
             "ints": torch.randint(-1000, 1000, (6, 4), generator=g, dtype=torch.int32),  # Shard(1)
             "cube": rnd(4, 3, 5),                    # Shard(2)
+            "sharded": rnd(6, 4),                    # ShardedTensor, row-wise
         },
         "plain": plain,
         "optim": {
@@ -98,6 +99,16 @@ def to_dtensor(t, dim, mesh, rank, world):
     return DTensor.from_local(loc, mesh, [Shard(dim)], run_check=False, shape=t.shape, stride=t.stride())
 
 
+def to_sharded_tensor(t, rank, world):
+    """The older ShardedTensor API: row-wise shards with explicit ShardMetadata."""
+    from torch.distributed._shard.metadata import ShardMetadata
+    from torch.distributed._shard.sharded_tensor import Shard as STShard, init_from_local_shards
+
+    loc, off = local_shard(t, 0, rank, world)
+    md = ShardMetadata(shard_offsets=[off, 0], shard_sizes=list(loc.shape), placement=f"rank:{rank}/cpu")
+    return init_from_local_shards([STShard(loc, md)], list(t.shape))
+
+
 def walk(d, prefix=""):
     for k, v in d.items():
         key = f"{prefix}{k}"
@@ -116,6 +127,7 @@ def save_worker(rank, world, port, ckpt, ref):
     for key, parent, k, v in list(walk(sd)):
         if key in SAVE_PLACEMENT:
             parent[k] = to_dtensor(v, SAVE_PLACEMENT[key], mesh, rank, world)
+    sd["model"]["sharded"] = to_sharded_tensor(sd["model"]["sharded"], rank, world)
     dcp.save(sd, checkpoint_id=ckpt)
     # the Hugging Face safetensors flavour (per-rank shards with DCP_SHARDING_INFO)
     from torch.distributed.checkpoint import HuggingFaceStorageWriter

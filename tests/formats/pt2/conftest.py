@@ -103,6 +103,18 @@ def _models(torch):
             self.count.add_(1)
             return x * self.w + self.count
 
+    class Map(nn.Module):
+        def forward(self, xs, y):
+            from torch._higher_order_ops.map import map as hop_map
+
+            return hop_map(lambda x, y: x * y + 1, xs, y)
+
+    class Scan(nn.Module):
+        def forward(self, init, xs):
+            from torch._higher_order_ops.scan import scan
+
+            return scan(lambda c, x: (c + x, c * x), init, xs)
+
     Dim = torch.export.Dim
     d = Dim("d", min=2, max=64)
     return {
@@ -114,10 +126,12 @@ def _models(torch):
         "while": (While(), (torch.tensor(0), torch.randn(3)), None),
         "tied": (Tied(), (torch.tensor([[1, 2, 3]]),), None),
         "mutate": (Mutate(), (torch.randn(2),), None),
+        "map": (Map(), (torch.randn(3, 4), torch.randn(4)), None),
+        "scan": (Scan(), (torch.zeros(4), torch.randn(5, 4)), None),
     }
 
 
-CASES = ["mlp", "cnn", "block", "dynamic", "cond", "while", "tied", "mutate"]
+CASES = ["mlp", "cnn", "block", "dynamic", "cond", "while", "tied", "mutate", "map", "scan"]
 VARIANTS = [f"{c}{s}" for c in CASES for s in ("", "_dec")]
 
 

@@ -231,6 +231,9 @@ class _DCPSource:
         return self.reader.raw_item(fqn)
 
     def exact_chunk(self, fqn: str, offsets: tuple[int, ...], sizes: tuple[int, ...]) -> StorageInfo | None:
+        """A saved chunk identical to the one to write (its torch.save bytes are copied)."""
+        if getattr(self.reader, "flavour", "torch_save") != "torch_save":
+            return None  # safetensors payloads are raw bytes, not torch.save streams
         for ref in self.reader.chunks(fqn):
             if ref.chunk.offsets == offsets and ref.chunk.sizes == sizes:
                 return ref.info

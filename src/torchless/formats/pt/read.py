@@ -153,8 +153,8 @@ def read_zip_checkpoint(
         dtype = stype.dtype if stype.dtype is not None else _UINT8
         st = storages.get(key)
         if st is not None:
-            if st.dtype is not dtype and st.dtype.itemsize != dtype.itemsize and dtype is not _UINT8:
-                return _retyped(st, dtype)
+            # torch caches the first typed storage per key and returns it for every later
+            # pid of that key, whatever storage class the later pid names
             return st
         nbytes = numel * dtype.itemsize
         entry = data_index.get(key)
