@@ -162,6 +162,8 @@ def read_zip_checkpoint(
             raise FormatError("checkpoint references a storage record that does not exist", path=zr.path, member=f"{zr.prefix}/{data_dir}/{key}")
         if entry.size < nbytes:
             raise TruncatedError("storage record smaller than its declared size", path=zr.path, member=entry.name, expected=f"{nbytes} bytes", found=f"{entry.size} bytes")
+        if entry.size > nbytes:  # torch.load refuses this too ("record size ... does not match")
+            raise FormatError("storage record larger than its declared size", path=zr.path, member=entry.name, expected=f"{nbytes} bytes", found=f"{entry.size} bytes")
         # byte order only applies to typed storages: torch swaps with the *storage*
         # dtype's element size, which is 1 for UntypedStorage (v3 dtypes, spec §1.11)
         order = byteorder if stype.dtype is not None else sys.byteorder
