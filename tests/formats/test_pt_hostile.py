@@ -372,3 +372,39 @@ def test_corrupt_legacy_stream_and_tar(tmp_path):
             variants.append(bytes(b))
         for v in variants:
             _outcome(v, False)
+
+
+def _storage_ckpt(tensors: dict, record: bytes) -> bytes:
+    from torchless.pickle.writer import Global, Persistent, Pickler2, Reduce
+
+    od = Reduce(Global("collections", "OrderedDict"), ())
+    obj = {}
+    for name, (stype, numel, size) in tensors.items():
+        pid = Persistent(("storage", Global("torch", stype), "0", "cpu", numel))
+        obj[name] = Reduce(Global("torch._utils", "_rebuild_tensor_v2"), (pid, 0, (size,), (1,), False, od))
+    return _rebuild([("data.pkl", Pickler2().dumps(obj)), ("data/0", record), ("version", b"3\n")])
+
+
+@pytest.mark.parametrize(
+    "tensors,nbytes",
+    [
+        ({"a": ("FloatStorage", 4, 4), "b": ("DoubleStorage", 2, 2)}, 16),  # same key, other class: first wins
+        ({"a": ("DoubleStorage", 2, 2), "b": ("FloatStorage", 4, 4)}, 16),  # ... and then overflows
+        ({"a": ("ByteStorage", 16, 16), "b": ("LongStorage", 2, 2)}, 16),
+        ({"a": ("FloatStorage", 4, 4)}, 12),  # record shorter than the pid says
+        ({"a": ("FloatStorage", 4, 4)}, 20),  # record longer: torch.load refuses it too
+        ({"a": ("FloatStorage", 4, 4)}, 16),
+    ],
+)
+def test_storage_pids_resolve_like_torch(tensors, nbytes):
+    data = _storage_ckpt(tensors, bytes(range(nbytes)))
+    expect = _torch_outcome(data)
+    got = _outcome(data)
+    if isinstance(expect, Exception):
+        assert isinstance(got, TorchlessError)
+        return
+    assert not isinstance(got, TorchlessError), got
+    obj = got.load()
+    for k, v in expect.items():
+        assert obj[k].dtype.torch_name == str(v.dtype) and obj[k].shape == tuple(v.shape)
+        assert obj[k].numpy().tobytes() == v.numpy().tobytes()

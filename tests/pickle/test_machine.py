@@ -149,7 +149,6 @@ def test_every_opcode_is_implemented():
     seen |= _ops(pickle.dumps(pickle.PickleBuffer(b"abc"), protocol=5, buffer_callback=bufs.append)) | {"READONLY_BUFFER"}
     seen |= set(HAND_MADE)
     seen |= {"EXT2", "EXT4"}
-    assert seen >= set(OPCODE_NAMES.values()) - {"FRAME"} or True
     assert set(OPCODE_NAMES.values()) - seen <= {"FRAME"}  # FRAME is seen at protocol 4 on large input
     assert "FRAME" in _ops(pickle.dumps(list(range(20000)), protocol=4))
 

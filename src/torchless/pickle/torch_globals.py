@@ -392,6 +392,15 @@ def _plain(kind: type) -> Any:
     return make
 
 
+def _decimal(args: tuple) -> decimal.Decimal:
+    if not args or not isinstance(args[0], (str, int, float)):
+        raise FormatError("decimal.Decimal needs its text", found=repr(args)[:40])
+    try:
+        return decimal.Decimal(str(args[0]))
+    except (decimal.InvalidOperation, ArithmeticError):
+        raise FormatError("decimal.Decimal of text that is no number", found=repr(args[0])[:40]) from None
+
+
 def _slice(args: tuple) -> slice:
     return slice(*args)
 
@@ -623,7 +632,7 @@ def _default_table(torch_table: Allowlist) -> Allowlist:
         ("datetime.date", _datetime_kind(datetime.date), "a date from its bytes"),
         ("datetime.time", _datetime_kind(datetime.time), "a time from its bytes"),
         ("datetime.timedelta", _datetime_kind(datetime.timedelta), "a duration"),
-        ("decimal.Decimal", lambda a: decimal.Decimal(str(a[0])), "a decimal from its text"),
+        ("decimal.Decimal", _decimal, "a decimal from its text"),
         ("numpy.core.multiarray._reconstruct", _np_reconstruct, "NumPy array shell; BUILD fills it from bytes"),
         ("numpy._core.multiarray._reconstruct", _np_reconstruct, "NumPy array shell; BUILD fills it from bytes"),
         ("numpy.core.multiarray.scalar", _np_scalar, "a NumPy scalar from its bytes"),

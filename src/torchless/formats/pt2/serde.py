@@ -21,7 +21,7 @@ from typing import Any
 from ...core.dtypes import DType, by_name
 from ...core.errors import FormatError, UnsupportedError
 from ...core.values import Device, Layout as LayoutName, MemoryFormat as MemoryFormatName
-from ...graph.ir import Graph, Node, OpRef, SymValue, TensorValue, iter_nodes
+from ...graph.ir import Graph, Node, OpRef, SymValue, TensorValue
 from ...graph.schema import base_of, registry
 from . import schema as S
 
@@ -234,8 +234,6 @@ class _Reader:
                 name = a.value.name
             elif a.kind in _SCALAR_ARGS and a.value.kind == "as_name":
                 name = a.value.value
-            elif a.kind == "as_token" if False else False:  # pragma: no cover
-                name = ""
             else:
                 # constant inputs: torch names the placeholder after the signature entry
                 name = (input_names[i] if input_names and i < len(input_names) and input_names[i] else f"arg{i}")
@@ -565,5 +563,3 @@ def serialize_graph(g: Graph) -> S.Graph:
     """
     return _Writer(g).run()
 
-
-__all__ += ["iter_nodes"]
