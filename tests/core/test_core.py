@@ -129,3 +129,19 @@ def test_errors_carry_context():
     assert isinstance(e, ValueError) and e.to_dict()["offset"] == 7
     assert str(NotFoundError("nope", path="p")) == "p: nope"
     assert isinstance(NotFoundError("x"), KeyError) and isinstance(NotFoundError("x"), FileNotFoundError)
+
+
+def test_sparse_to_dense_validates_indices():
+    from torchless.core.tensor import SparseTensor
+
+    def coo(idx, shape):
+        return SparseTensor("sparse_coo", shape, {"indices": Tensor.from_numpy(np.array(idx, np.int64)), "values": Tensor.from_numpy(np.ones(len(idx[0]), np.float32))})
+
+    np.testing.assert_array_equal(coo([[0, 2, 2]], (3,)).to_dense(), [1, 0, 2])
+    for idx in ([[0, 5]], [[0, -1]], [[0, 1], [0, 0]]):
+        with pytest.raises(FormatError):
+            coo(idx, (3,)).to_dense()
+    csr = SparseTensor("sparse_csr", (2, 2), {"compressed_indices": Tensor.from_numpy(np.array([0, 1, 2], np.int64)),
+                                               "plain_indices": Tensor.from_numpy(np.array([0, 7], np.int64)), "values": Tensor.from_numpy(np.ones(2, np.float32))})
+    with pytest.raises(FormatError):
+        csr.to_dense()

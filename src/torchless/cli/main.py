@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from typing import Sequence
 
@@ -59,6 +60,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TorchlessError as e:
         print(f"torchless: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `torchless ls | head`: the reader went away, not an error
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
+        except OSError:
+            pass
+        return 0
     except (OSError, ValueError, KeyError, RecursionError, MemoryError) as e:
         # anything escaping the library's error tree is still one line, not a traceback
         print(f"torchless: error: {type(e).__name__}: {e}", file=sys.stderr)
@@ -66,8 +73,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("torchless: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # pragma: no cover - `torchless ls | head`
-        return 0
 
 
 def entry() -> None:

@@ -406,7 +406,21 @@ class SparseTensor:
         return math.prod(self.shape)
 
     def to_dense(self) -> np.ndarray:
-        """Dense NumPy values (COO sums duplicates, as torch does)."""
+        """Dense NumPy values (COO sums duplicates, as torch does).
+
+        Raises:
+            FormatError: indices outside the shape (torch's invariant check refuses them).
+        """
+        for name in ("indices", "compressed_indices", "plain_indices"):
+            t = self.tensors.get(name)
+            if t is not None and t.numel() and int(np.min(t.numpy())) < 0:
+                raise FormatError(f"sparse tensor has negative {name}", found=int(np.min(t.numpy())))
+        try:
+            return self._to_dense()
+        except (IndexError, ValueError, TypeError) as e:
+            raise FormatError(f"sparse tensor components do not fit its shape: {e}", found=f"shape={list(self.shape)}") from None
+
+    def _to_dense(self) -> np.ndarray:
         vals = self.tensors["values"].numpy()
         out = np.zeros(self.shape, dtype=vals.dtype)
         if self.layout == "sparse_coo":

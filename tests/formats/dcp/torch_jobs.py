@@ -21,7 +21,6 @@ No other collective is used, so any dtype works over gloo.
 
 from __future__ import annotations
 
-import os
 import sys
 
 import torch

@@ -23,7 +23,7 @@ from typing import Any
 from ...core.dtypes import DType
 from ...core.errors import FormatError, TorchlessError
 from ...core.source import open_source
-from ...core.values import Layout, MemoryFormat, Size
+from ...core.values import Layout, Size
 from ...pickle.globals import Allowlist, Rebuilder
 from ...pickle.machine import Limits, Unpickler
 from ...pickle.torch_globals import DEFAULT_ALLOWLIST, TORCH_ALLOWLIST
@@ -355,8 +355,6 @@ def _translate(obj: Any) -> Any:
         return _new(MD_MOD, "StorageMeta", {"checkpoint_id": None if cid is None else str(cid), "save_id": obj.save_id, "load_id": obj.load_id, "modules": list(obj.modules)})
     if isinstance(obj, Size):
         return _size(obj)
-    if isinstance(obj, (Layout, MemoryFormat)):
-        raise TypeError("layouts are written inside TensorProperties only")
     return obj
 
 

@@ -23,7 +23,7 @@ from ...core.source import BytesSource, MmapSource
 from ...core.tensor import Storage, Tensor
 from ..base import Artifact, Problem, summarize_tensors
 from .metadata import read_metadata
-from .spec import BytesStorageMetadata, ChunkStorageMetadata, Metadata, MetadataIndex, StorageInfo, TensorStorageMetadata, numel
+from .spec import BytesStorageMetadata, ChunkStorageMetadata, Metadata, StorageInfo, TensorStorageMetadata, numel
 
 __all__ = ["DCPReader", "DCPArtifact", "open_reader", "ChunkRef", "unflatten", "pread_into", "BlockStorage"]
 

@@ -22,7 +22,7 @@ import io
 import os
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -31,7 +31,7 @@ from ...core.errors import NotFoundError, UnsupportedError, UsageError
 from ...core.tensor import Storage, Tensor
 from .metadata import dump_metadata
 from .read import BlockStorage as _BlockStorage
-from .read import DCPReader, open_reader, pread_into
+from .read import open_reader, pread_into
 from .spec import (
     CURRENT_DCP_VERSION,
     METADATA_NAME,
@@ -509,7 +509,3 @@ def _indexed(arg: tuple[int, FileTask]) -> tuple[int, list[WrittenItem]]:
     i, t = arg
     return i, run_task(t)
 
-
-def iter_written(results: Iterable[list[WrittenItem]]) -> Iterable[WrittenItem]:
-    for r in results:
-        yield from r
