@@ -1,24 +1,43 @@
 #!/usr/bin/env bash
-# Set up torchless (no torch needed) and run it on the sample artifacts in samples/.
+# The main job: set up torchless (no torch needed) and run it on the sample artifacts in
+# samples/ - every format, every generic command, the scanner.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh cli,onnx
 tl=.venv/bin/torchless
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-for f in samples/*; do
-  [ -e "$f" ] || continue
-  case "$f" in *.py|*.md) continue ;; esac
-  echo "== torchless info $f"
-  $tl info "$f" || echo "(exit $?)"
-done
-echo "== torchless ls samples/checkpoint.pt"
-$tl ls samples/checkpoint.pt
-echo "== torchless verify samples/checkpoint.pt"
-$tl verify samples/checkpoint.pt
-echo "== torchless convert samples/checkpoint.pt -> safetensors -> npz, then diff"
-$tl convert samples/state_dict.pt "$out/state_dict.safetensors"
-$tl convert "$out/state_dict.safetensors" "$out/state_dict.npz"
-$tl diff samples/state_dict.pt "$out/state_dict.npz"
-if [ -f scripts/demo_more.sh ]; then bash scripts/demo_more.sh "$tl" "$out"; fi
+run() { echo; echo "\$ torchless $*"; "$tl" "$@"; }
+try() { echo; echo "\$ torchless $*"; "$tl" "$@" || echo "(exit $?)"; }
+
+# eager checkpoints
+run info samples/checkpoint.pt
+run ls samples/state_dict.pt
+run info samples/legacy_format.pt
+run verify samples/checkpoint.pt
+run convert samples/state_dict.pt "$out/state_dict.safetensors"
+run convert "$out/state_dict.safetensors" "$out/state_dict.npz"
+run diff samples/state_dict.pt "$out/state_dict.npz"
+# TorchScript
+run info samples/scripted_module.pt
+run code samples/scripted_module.pt --method forward
+run ls samples/scripted_module.ptl
+run ts bytecode samples/scripted_module.ptl --method forward
+# ExportedProgram
+run info samples/mlp.pt2
+run graph samples/mlp.pt2
+run verify samples/mlp.pt2
+# ONNX
+run info samples/mlp.onnx
+run convert samples/mlp.onnx "$out/mlp.safetensors"
+run onnx set-weights samples/mlp.onnx "$out/mlp.safetensors" -o "$out/mlp2.onnx"
+run diff samples/mlp.onnx "$out/mlp2.onnx"
+# distributed checkpoint
+run info samples/dcp_ckpt
+run convert samples/dcp_ckpt "$out/consolidated.pt"
+run reshard samples/dcp_ckpt "$out/ckpt3" --ranks 3
+run ls "$out/ckpt3"
+# security scan (exit 1: the samples include two hostile files)
+try scan samples/scan
+echo
 echo "demo finished"

@@ -56,7 +56,7 @@ def test_alignment(alignment):
     zr = ZipReader(data)
     for e in zr.entries:
         assert zr.data_offset(e) % alignment == 0
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError):  # a UsageError, which is a ValueError
         TorchZipWriter(io.BytesIO(), alignment=65536)
 
 

@@ -487,6 +487,16 @@ def test_prefix_rules(torch, tmp_path):
         torchless.save({"x": np.ones(1, np.float32)}, tmp_path / ("tl_" + fname))
         assert ZipReader(tmp_path / fname).prefix == prefix
         assert ZipReader(tmp_path / ("tl_" + fname)).prefix == "tl_" + prefix
+    for fname, prefix in (("..pt", "."), ("é.pt", "archive"), (".hidden.pt", ".hidden"), ("x.y.", "x.y")):
+        torch.save({"x": torch.ones(1)}, tmp_path / fname)
+        assert ZipReader(tmp_path / fname).prefix == prefix
+        torchless.save({"x": np.ones(1, np.float32)}, tmp_path / fname)
+        assert ZipReader(tmp_path / fname).prefix == prefix
+    with pytest.raises(RuntimeError, match="invalid file name"):
+        torch.save({"x": torch.ones(1)}, tmp_path / ".pt")
+    with pytest.raises(torchless.core.errors.UsageError, match="invalid file name"):
+        torchless.save({"x": np.ones(1, np.float32)}, tmp_path / ".pt")
+    assert not (tmp_path / ".pt").exists()
     buf = io.BytesIO()
     torchless.save({"x": np.ones(1, np.float32)}, buf)
     assert ZipReader(buf.getvalue()).prefix == "archive"
@@ -574,3 +584,20 @@ def test_torch_predicts_torchless_offsets(torch, tmp_path, monkeypatch):
         cfg.calculate_storage_offsets = old
     for k, a in obj.items():
         assert got[k].numpy().tobytes() == a.tobytes() and tuple(got[k].shape) == a.shape
+
+
+def test_byteorder_record_variants(torch, tmp_path):
+    src = tmp_path / "nobo.pt"
+    torch.save({"a": torch.arange(3, dtype=torch.int16)}, src, _disable_byteorder_record=True)
+    zr = ZipReader(src)
+    recs = zr.records()
+    assert recs.index("byteorder") > recs.index("version")  # appended by writeEndOfFile
+    check_file(torch, src)
+    bad = tmp_path / "bad_bo.pt"
+    with TorchZipWriter(bad, zr.prefix) as zw:
+        for rec, e in zip(recs, zr.entries):
+            zw.write(rec, b"middle" if rec == "byteorder" else zr.read_bytes(e))
+    with pytest.raises(ValueError, match="Unknown endianness"):
+        torch_load(torch, bad, weights_only=True)
+    with pytest.raises(FormatError, match="byte order"):
+        load_tl(bad)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Iterable, Iterator
 
 from ..core.atomic import AtomicFile
-from ..core.errors import ChecksumError, FormatError, LimitError, NotFoundError, TruncatedError, UnsupportedError
+from ..core.errors import ChecksumError, FormatError, LimitError, NotFoundError, TruncatedError, UnsupportedError, UsageError
 from ..core.source import ByteSource, PathLike, open_source
 
 __all__ = ["ZipEntry", "ZipReader", "TorchZipWriter", "is_zip", "Problem"]
@@ -486,21 +486,24 @@ class TorchZipWriter:
 
     def __init__(self, target: PathLike | BinaryIO, prefix: str | None = None, *, alignment: int = 64, compute_crc: bool = True) -> None:
         if not 1 <= alignment <= 65535:
-            raise ValueError("alignment must be in 1..65535 (the FB field is a uint16)")
+            raise UsageError("alignment must be in 1..65535 (the FB field is a uint16)", found=alignment)
         self._atomic: AtomicFile | None = None
         if isinstance(target, (str, os.PathLike)):
             stem = os.path.basename(os.fspath(target))
             if prefix is None:
-                prefix = stem.rsplit(".", 1)[0] if "." in stem[1:] else stem
+                # torch: everything before the last '.'; ".pt" leaves nothing and is refused
+                prefix = stem.rsplit(".", 1)[0] if "." in stem else stem
                 if not prefix.isascii():
                     prefix = "archive"
+            if not prefix:  # before the temporary file exists
+                raise UsageError("invalid file name: empty archive prefix", path=os.fspath(target), hint="torch takes the archive folder from the file name before its last '.'")
             self._atomic = AtomicFile(target)
             self._f: BinaryIO = self._atomic.file
         else:
             prefix = prefix or "archive"
             self._f = target
         if not prefix:
-            raise ValueError("invalid file name: empty archive prefix")
+            raise UsageError("invalid file name: empty archive prefix")
         self.prefix = prefix
         self.alignment = alignment
         self.compute_crc = compute_crc

@@ -48,6 +48,12 @@ def test_real_cache_is_inventoried(cache_copy: Path) -> None:
     # independent expectations from the paths on disk (spec §2)
     assert kinds["fxgraph"]["files"] == len([f for f in files if f.startswith("fxgraph/")]) >= 1
     assert kinds["lock"]["files"] == len([f for f in files if f.startswith("locks/")]) >= 1
+    aot = [f for f in files if f.startswith("aotautograd/")]
+    assert kinds.get("aotautograd", {"files": 0})["files"] == len(aot)
+    for e in inv.entries:
+        if e.kind == "aotautograd":  # aotautograd/<key>/<content hash> in torch 2.13
+            assert e.key == e.id.split("/")[1]
+            assert e.detail["object"].endswith("AOTAutogradResult")
     code = [f for f in files if len(f.split("/")) == 2 and len(f.split("/")[0]) == 2]
     stems = lambda exts: {f.split("/")[1][:52] for f in code if f.endswith(exts)}  # noqa: E731
     assert kinds["output_code"]["entries"] == len(stems(".py")) >= 1
@@ -146,7 +152,7 @@ def synthetic_cache(root: Path) -> dict[str, str]:
         f"{gk[1:3]}/{gk}.json": "gpu_kernel",
         f"{ok[1:3]}/{ok}.py": "output_code",
         f"cache/{key('', 'system')}": "autotune",
-        f"aotautograd/{key('a', 'aot')[1:3]}/{key('a', 'aot')}/{key('', 'entry')}": "aotautograd",
+        f"aotautograd/{key('a', 'aot')}/{key('', 'entry')}": "aotautograd",
         f"{key('c', 'aoti-dir')}/{key('c', 'w')}.wrapper.cpp": "aoti_build",
         f"{key('c', 'aoti-dir')}/{key('c', 'w')}.wrapper.so": "aoti_build",
         "dynamo/code_state_abc": "dynamo",

@@ -8,7 +8,7 @@ be pruned) together:
 kind                files
 ==================  ===============================================================
 fxgraph             ``fxgraph/<xx>/<f-key>/<content hash>``: a pickled CompiledFxGraph
-aotautograd         ``aotautograd/<xx>/<key>/<file>``: a pickled AOTAutograd cache entry
+aotautograd         ``aotautograd/<key>/<content hash>``: a pickled AOTAutogradResult
 output_code         ``<xx>/c<51>.py``: generated Python wrapper ("output code")
 triton_kernel       ``<xx>/c<51>.py`` containing ``@triton.jit`` (+ ``.best_config``)
 cpp_kernel          ``<xx>/c<51>{.cpp,.so,.main.cpp,.main.so,.h,.o}``
@@ -255,7 +255,9 @@ def _classify(rel: str) -> tuple[str, str, str | None]:
     if top == "fxgraph" and n == 4:
         return "fxgraph", rel, parts[2]
     if top == "aotautograd" and n >= 3:
-        return "aotautograd", rel, parts[2]
+        # torch 2.13 writes aotautograd/<key>/<content hash> (no <key[1:3]> shard folder,
+        # unlike fxgraph/); the sharded form is accepted too
+        return "aotautograd", rel, parts[1] if n == 3 else parts[2]
     if top == "locks":
         return "lock", rel, parts[-1].rsplit(".", 1)[0]
     if top == "triton" and n >= 4:
