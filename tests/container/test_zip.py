@@ -154,8 +154,11 @@ def test_zip64_extra_too_short_and_bad_locator():
         ZipReader(bytes(data)).read("data.pkl")
     data = bytearray(_zip64_archive())
     loc = data.rfind(b"PK\x06\x07")
-    struct.pack_into("<Q", data, loc + 8, 3)
-    with pytest.raises(FormatError):
+    struct.pack_into("<Q", data, loc + 8, 3)  # locator points at no zip64 record: miniz ignores it ...
+    with pytest.raises(FormatError):  # ... and the classic record's 0xFFFFFFFF offsets fail
+        ZipReader(bytes(data))
+    struct.pack_into("<Q", data, loc + 8, 2**40)
+    with pytest.raises(TruncatedError):
         ZipReader(bytes(data))
 
 

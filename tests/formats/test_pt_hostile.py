@@ -302,7 +302,22 @@ def test_overlapping_records_and_path_traversal(small):
     data3 = build_zip([(b"archive/data.pkl", pk), (b"archive/../../evil", b"x"), (b"/abs/path", b"y")])
     zr3 = ZipReader(data3)
     assert {p.code for p in zr3.verify()} >= {"path-traversal", "prefix"}
-    assert torchless.load(data3, format="pt") == {"a": 1}
+    # a member outside the archive folder: torch.load refuses the archive (getAllRecords)
+    assert isinstance(_torch_outcome(data3), Exception)
+    assert isinstance(_outcome(data3), TorchlessError)
+    data4 = build_zip([(b"archive/data.pkl", pk), (b"archive/version", b"3\n"), (b"archive/../../evil", b"x")])
+    assert _torch_outcome(data4) == {"a": 1} == torchless.load(data4, format="pt")
+
+
+def test_member_names_torch_refuses(small):
+    zr = ZipReader(small)
+    e = zr.get(".data/serialization_id")
+    for pos, byte in ((e.central_offset + 46 + 3, 0x97), (zr.entries[-1].central_offset + 46, ord("X"))):
+        b = bytearray(small)
+        b[pos] = byte
+        data = bytes(b)
+        assert isinstance(_torch_outcome(data), Exception)
+        assert isinstance(_outcome(data), TorchlessError)
 
 
 def test_first_entry_outside_a_folder_and_garbage():
@@ -408,3 +423,27 @@ def test_storage_pids_resolve_like_torch(tensors, nbytes):
     for k, v in expect.items():
         assert obj[k].dtype.torch_name == str(v.dtype) and obj[k].shape == tuple(v.shape)
         assert obj[k].numpy().tobytes() == v.numpy().tobytes()
+
+
+def test_archive_level_checks_match_torch(small):
+    """Corrupting container metadata: where torch (miniz) still reads the file torchless
+    does too, and where it refuses, torchless refuses."""
+    zr = ZipReader(small)
+    cases = []
+    b = bytearray(small)
+    e64 = small.rfind(b"PK\x06\x06")
+    b[e64] = 0  # zip64 record signature gone: miniz falls back to the classic end record
+    cases.append(bytes(b))
+    for rec, data in (("version", b"x\n"), ("version", b"99\n"), (".storage_alignment", b"ZZ")):
+        cases.append(_rebuild([(r, data if r == rec else d) for r, d in _records(small)]))
+    cases.append(_rebuild([(r, d) for r, d in _records(small) if r != "version"]))
+    b = bytearray(small)
+    struct.pack_into("<H", b, zr.get("data/0").central_offset + 8, 0x2808)  # masked local header flag
+    cases.append(bytes(b))
+    b = bytearray(small)
+    struct.pack_into("<I", b, zr.get("data/1").central_offset + 20, 7)  # stored with csize != size
+    cases.append(bytes(b))
+    for data in cases:
+        expect = _torch_outcome(data)
+        got = _outcome(data)
+        assert isinstance(expect, Exception) == isinstance(got, TorchlessError), (expect, got)

@@ -250,7 +250,6 @@ def test_limits_are_enforced():
         b"N\x85\x85\x85R.",  # REDUCE on a tuple
         b"}]]s.",  # unhashable key
         b"\xff.",  # unknown opcode
-        b"\x80\x09N.",  # protocol 9
         b"cos\nsystem",  # no newline
         b"X\x02\x00\x00\x00\xff\xfe.",  # bad utf-8
         b"I12x\n.",
@@ -274,6 +273,12 @@ def test_truncation_at_every_byte_raises_truncated_or_format_error():
     for i in range(len(data)):
         with pytest.raises(TorchlessError):
             run(data[:i])
+
+
+def test_unknown_protocol_number_is_accepted_like_torch():
+    # torch.load(weights_only=True) warns "Detected pickle protocol 9" and loads
+    up = Unpickler(b"\x80\x09K\x05.", resolver=res())
+    assert up.load() == 5 and up.info.protocol == 9
 
 
 def test_end_and_protocol_info():

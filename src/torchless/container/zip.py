@@ -185,16 +185,20 @@ class ZipReader:
         eocd = size - tail_len + pos
         self.eocd_offset = eocd
         _sig, disk, cd_disk, n_disk, n_total, cd_size, cd_off, _clen = _EOCD.unpack_from(src.view(eocd, _EOCD.size))
-        if disk != 0 or cd_disk != 0 or n_disk != n_total:
-            raise UnsupportedError("multi-disk zip archives", path=self.path, offset=eocd)
         if eocd >= _LOC64.size and bytes(src.view(eocd - _LOC64.size, 4)) == LOC64_SIG:
-            _s, _d, e64_off, _nd = _LOC64.unpack_from(src.view(eocd - _LOC64.size, _LOC64.size))
+            _s, _d, e64_off, n_disks = _LOC64.unpack_from(src.view(eocd - _LOC64.size, _LOC64.size))
             src.check(e64_off, _EOCD64.size, what="zip64 end record")
             rec = _EOCD64.unpack_from(src.view(e64_off, _EOCD64.size))
-            if rec[0] != EOCD64_SIG:
-                raise FormatError("zip64 locator points at no zip64 end record", path=self.path, offset=e64_off)
-            self.zip64 = True
-            n_total, cd_size, cd_off = rec[7], rec[8], rec[9]
+            # miniz: a locator whose record has no zip64 signature is ignored (the classic
+            # end record rules); with one, the zip64 record's disk numbers and counts win
+            if rec[0] == EOCD64_SIG:
+                if n_disks != 1:
+                    raise UnsupportedError("multi-disk zip archives", path=self.path, offset=eocd - _LOC64.size)
+                self.zip64 = True
+                disk, cd_disk, n_disk, n_total, cd_size, cd_off = rec[4], rec[5], rec[6], rec[7], rec[8], rec[9]
+        # miniz accepts disk numbers (0, 0) and (1, 1)
+        if (disk, cd_disk) not in ((0, 0), (1, 1)) or n_disk != n_total:
+            raise UnsupportedError("multi-disk zip archives", path=self.path, offset=eocd)
         if n_total > self.max_entries:
             raise LimitError("too many archive entries", path=self.path, expected=f"<= {self.max_entries}", found=n_total)
         if n_total * _CENTRAL.size > cd_size:

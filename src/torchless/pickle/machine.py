@@ -498,8 +498,8 @@ class Unpickler:
                     need(pos, 1, "PROTO")
                     proto = data[pos]
                     pos += 1
-                    if proto > 5:
-                        raise self._fmt(f"unsupported pickle protocol {proto}", p0, expected="<= 5", found=proto)
+                    # torch's weights_only unpickler only warns on an unknown protocol number
+                    # and goes on (weights_only.md §3); the opcodes decide what loads
                     info.protocol = proto
                 elif op == 0x2E:  # . STOP
                     if not stack:

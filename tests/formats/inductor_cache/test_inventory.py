@@ -49,7 +49,7 @@ def test_real_cache_is_inventoried(cache_copy: Path) -> None:
     assert kinds["fxgraph"]["files"] == len([f for f in files if f.startswith("fxgraph/")]) >= 1
     assert kinds["lock"]["files"] == len([f for f in files if f.startswith("locks/")]) >= 1
     aot = [f for f in files if f.startswith("aotautograd/")]
-    assert kinds.get("aotautograd", {"files": 0})["files"] == len(aot)
+    assert kinds["aotautograd"]["files"] == len(aot) >= 1  # inference graphs are cached (gen_cache.py)
     for e in inv.entries:
         if e.kind == "aotautograd":  # aotautograd/<key>/<content hash> in torch 2.13
             assert e.key == e.id.split("/")[1]

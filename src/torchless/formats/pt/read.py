@@ -421,6 +421,37 @@ def _read_legacy_tar(source: ByteSource, *, weights_only: bool, resolver: Allowl
     return Checkpoint(obj, "tar", storages, {}, "little", 2, "", list(resolver.seen))
 
 
+def _check_all_records(zr: ZipReader) -> None:
+    """torch.load lists every record (``getAllRecords``) and refuses an archive with a
+    member outside the prefix folder or a name that is not UTF-8; so does torchless."""
+    folder = zr.prefix + "/"
+    size = zr.source.size
+    for e in zr.entries:
+        try:
+            e.raw_name.decode("utf-8")
+        except UnicodeDecodeError:
+            raise FormatError("archive member name is not UTF-8", path=zr.path, offset=e.central_offset, found=repr(e.raw_name)[:60]) from None
+        if not e.name.startswith(folder):
+            raise FormatError("file in archive is not in the archive folder", path=zr.path, member=e.name, expected=f"names starting with {folder!r}", found=repr(e.name)[:60])
+        # miniz's checks of every central entry when it opens the archive
+        if (e.method == 0 and e.size != e.compressed_size) or (e.size and not e.compressed_size):
+            raise FormatError("central directory sizes are inconsistent", path=zr.path, member=e.name, offset=e.central_offset, expected=e.size, found=e.compressed_size)
+        if e.header_offset + 30 + e.compressed_size > size:
+            raise TruncatedError("record runs past the end of the file", path=zr.path, member=e.name, offset=e.header_offset)
+        if e.flags & 0x2000:
+            raise UnsupportedError("zip records with masked (encrypted) local headers", path=zr.path, member=e.name)
+    # the container version record is required and must be a number torch reads (1..10)
+    ver = zr.lookup(".data/version") or zr.lookup("version")
+    if ver is None:
+        raise FormatError("archive has no version record", path=zr.path, expected="'version' or '.data/version'")
+    text = zr.read_bytes(ver, max_size=64).strip() if ver.size <= 64 else b""
+    if not text.isdigit() or not 1 <= int(text) <= 10:
+        raise FormatError("cannot parse the archive version record", path=zr.path, member=ver.name, expected="an integer 1..10", found=repr(text)[:20])
+    al = zr.lookup(".storage_alignment")
+    if al is not None and not (al.size <= 20 and zr.read_bytes(al).strip().isdigit()):
+        raise FormatError("cannot parse the storage alignment record", path=zr.path, member=al.name)
+
+
 def read_checkpoint(source: ByteSource, *, weights_only: bool = True, resolver: AllowlistResolver | None = None, limits: Limits = Limits(), encoding: str = "utf-8", mmap: bool = True) -> Checkpoint:
     """Parse any eager checkpoint layout (detected from the bytes).
 
@@ -433,6 +464,7 @@ def read_checkpoint(source: ByteSource, *, weights_only: bool = True, resolver: 
             zr = ZipReader.cached(source.name) if isinstance(source, MmapSource) else ZipReader(source)
             if zr.lookup("constants.pkl") is not None:
                 raise FormatError("this is a TorchScript archive, not an eager checkpoint", path=source.name, hint="open it with torchless.open (format 'torchscript')")
+            _check_all_records(zr)
             return read_zip_checkpoint(zr, weights_only=weights_only, resolver=resolver, limits=limits, encoding=encoding, mmap=mmap)
         if layout == "tar":
             return read_legacy_tar(source, weights_only=weights_only, resolver=resolver, limits=limits)
