@@ -37,6 +37,11 @@ run info samples/dcp_ckpt
 run convert samples/dcp_ckpt "$out/consolidated.pt"
 run reshard samples/dcp_ckpt "$out/ckpt3" --ranks 3
 run ls "$out/ckpt3"
+# AOTInductor package (the shared objects are never loaded)
+run info samples/mlp_aoti.pt2
+run verify samples/mlp_aoti.pt2
+run extract samples/mlp_aoti.pt2 "$out/aoti"
+run convert samples/mlp_aoti.pt2 "$out/aoti.safetensors"
 # security scan (exit 1: the samples include two hostile files)
 try scan samples/scan
 echo

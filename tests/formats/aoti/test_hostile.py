@@ -19,7 +19,7 @@ from torchless.core.errors import TorchlessError
 from torchless.formats.aoti.elf import parse_elf
 from torchless.formats.aoti.read import read_package
 
-from .synth import STEM, make_package, sample_consts
+from .synth import STEM, make_elf, make_package, sample_consts
 
 D = "data/aotinductor/model/"
 
@@ -151,7 +151,7 @@ def test_corrupt_shared_object_is_reported(blob_pkg: Path, tmp_path: Path) -> No
 def test_mutations_raise_only_torchless_errors(data: st.DataObject, tmp_path_factory: pytest.TempPathFactory) -> None:
     base = tmp_path_factory.getbasetemp() / "mut"
     base.mkdir(exist_ok=True)
-    layout = data.draw(st.sampled_from(["binary_blob", "pickle_weights"]))
+    layout = data.draw(st.sampled_from(["binary_blob", "pickle_weights", "embedded", "object"]))
     src = base / f"{layout}.pt2"
     if not src.exists():
         make_package(src, sample_consts(), layout=layout)
@@ -190,3 +190,47 @@ def test_values_roundtrip(blob_pkg: Path) -> None:
     with torchless.open(blob_pkg) as art:
         for k, t in art.tensors():
             np.testing.assert_array_equal(t.numpy(), consts[k])
+
+
+@pytest.mark.parametrize("layout", ["embedded", "object"])
+def test_synthetic_linked_blob(tmp_path: Path, layout: str) -> None:
+    """Weights between _binary_constants_bin_start/_end of a .so / .o (no compiler needed)."""
+    consts = sample_consts()
+    p = make_package(tmp_path / "e.pt2", consts, layout=layout)
+    with torchless.open(p) as art:
+        assert art.package.models["model"].weights_layout == "embedded"
+        assert art.verify() == []
+        for k, t in art.tensors():
+            np.testing.assert_array_equal(t.numpy(), consts[k])
+
+
+def test_object_symbol_with_bad_section_index() -> None:
+    """Regression (found by fuzzing): a blob symbol naming no section must not hang."""
+    info = parse_elf(make_elf(b"x" * 64, relocatable=True, start_shndx=999))
+    assert info.blob is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_elf_mutations(data: st.DataObject) -> None:
+    raw = bytearray(make_elf(bytes(range(192)), relocatable=data.draw(st.booleans())))
+    for _ in range(data.draw(st.integers(1, 6))):
+        i = data.draw(st.integers(0, len(raw) - 1))
+        raw[i] = data.draw(st.integers(0, 255))
+    raw = raw[: data.draw(st.integers(0, len(raw)))]
+    try:
+        info = parse_elf(bytes(raw))
+        if info.blob is not None:
+            off, n = info.blob
+            assert 0 <= off and off + n <= len(raw)
+    except TorchlessError:
+        pass
+
+
+def test_cmake_names_missing_file(blob_pkg: Path, tmp_path: Path) -> None:
+    cmake = b"target_sources(aoti_model PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/" + STEM.encode() + b".wrapper.cpp)\n"
+    cmake += b"target_sources(aoti_model PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/gone.weights.o)\n"
+    bad = rewrite(blob_pkg, tmp_path / "k.pt2", {D + "CMakeLists.txt": cmake})
+    with torchless.open(bad) as art:
+        probs = [p for p in art.verify() if p.code == "missing-file"]
+    assert len(probs) == 1 and "gone.weights.o" in probs[0].message

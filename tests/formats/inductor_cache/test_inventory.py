@@ -239,3 +239,15 @@ def test_missing_and_bad_paths(tmp_path: Path) -> None:
     assert main(["cache", str(tmp_path / "f")]) == 2
     with pytest.raises(NotFoundError):
         inventory(tmp_path).get("nothing/here")
+
+
+def test_cli_uses_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "envcache"
+    layout = synthetic_cache(root)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(root))
+    assert main(["cache", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["root"] == str(root) and d["files"] == len(layout)
+    assert main(["cache", "prune", "--max-size", "0"]) == 0  # dry run
+    assert "dry run" in capsys.readouterr().out
+    assert disk_files(root) == set(layout)

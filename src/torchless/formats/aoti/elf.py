@@ -225,23 +225,20 @@ def _read_symbols(info: ElfInfo, mv: memoryview, e: str) -> None:
         # look the wanted names up in the string table first, then match name offsets
         blob = bytes(strtab)
         for w in wanted:
-            pos = 0
-            while True:
-                pos = blob.find(w + b"\0", pos)
-                if pos < 0:
-                    break
+            pos = blob.find(w + b"\0")
+            while pos >= 0:
                 if pos == 0 or blob[pos - 1] == 0:
                     hit = defined[defined["name"] == pos]
                     if len(hit):
                         value = int(hit["value"][0])
-                        if info.type == "relocatable":
+                        shndx = int(hit["shndx"][0])
+                        if info.type != "relocatable":
+                            info.symbols.setdefault(w.decode(), value)
+                        elif 0 < shndx < len(info.sections):
                             # in object files a symbol's value is relative to its section
-                            shndx = int(hit["shndx"][0])
-                            if not (0 < shndx < len(info.sections)):
-                                continue
                             info.rel_symbols.setdefault(w.decode(), (shndx, value))
-                        info.symbols.setdefault(w.decode(), value)
-                pos += 1
+                            info.symbols.setdefault(w.decode(), value)
+                pos = blob.find(w + b"\0", pos + 1)
         if sec.type == SHT_DYNSYM:
             # names starting with AOTInductor: find them in the string table, then keep
             # those a defined symbol points at

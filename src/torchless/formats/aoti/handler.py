@@ -6,6 +6,7 @@ An AOTInductor package is a PT2 archive, so this handler sniffs before the ``pt2
 
 from __future__ import annotations
 
+import re
 import struct
 from typing import Any, Iterator
 
@@ -20,6 +21,9 @@ from .elf import ElfInfo
 from .read import AotiModel, AotiPackage, blob_size, is_aoti_records, read_package, view_nbytes
 
 __all__ = ["AotiArtifact", "AotiHandler"]
+
+#: files a package_cpp_only CMakeLists.txt compiles or links (``${CMAKE_CURRENT_SOURCE_DIR}/x``)
+_CMAKE_REF = re.compile(r"\$\{CMAKE_CURRENT_SOURCE_DIR\}/([^\s)\"]+)")
 
 
 class AotiArtifact(Artifact):
@@ -52,9 +56,10 @@ class AotiArtifact(Artifact):
         if pkg.zip.prefix:
             out["archive_prefix"] = pkg.zip.prefix
         for m in pkg.models.values():
-            out[f"model {m.name}"] = m.to_dict()
-        if pkg.other_files:
-            out["other_files"] = [f.to_dict() for f in pkg.other_files]
+            out[f"model {m.name}"] = m.to_dict(compact=True)
+        other = {f.name: f"{f.kind}, {f.size} B" for f in pkg.other_files if f.name not in pkg.records}
+        if other:
+            out["other_files"] = other
         out["note"] = "the compute graph is compiled C++ (wrapper.so); torchless lists it but never loads or runs it"
         return out
 
@@ -97,8 +102,19 @@ def _verify_model(pkg: AotiPackage, m: AotiModel, used_weights: set[str]) -> lis
         missing = [k for k in METADATA_KEYS[:1] if k not in meta]
         if missing:
             err("metadata", f"metadata lacks {', '.join(missing)}", name, "warning")
+    metas = [v for v in m.metadata_files.values() if isinstance(v, dict) and "<error>" not in v]
+    if len(metas) > 1 and any(v != metas[0] for v in metas[1:]):
+        err("metadata", "the kernel metadata differs from the wrapper metadata (torch writes copies)", severity="warning")
     if m.wrapper is None and not m.file("shared_object"):
         err("missing-wrapper", "model folder has neither a wrapper .cpp nor a shared object")
+    elif not m.file("shared_object") and not m.file("cmake"):
+        err("missing-so", "model folder has no shared object and no CMakeLists.txt to build one", severity="warning")
+    have = {f.name.rsplit("/", 1)[-1] for f in m.files}
+    for cm in m.file("cmake"):
+        text = pkg.zip.read_bytes(cm.name, max_size=16 << 20).decode("utf-8", "replace")
+        for ref in sorted(set(_CMAKE_REF.findall(text))):
+            if ref not in have:
+                err("missing-file", f"CMakeLists.txt builds from {ref}, which is not in the package", cm.name)
     for name, info in m.elf.items():
         if isinstance(info, str):
             err("elf", info, name)

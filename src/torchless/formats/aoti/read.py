@@ -116,6 +116,13 @@ class ConstantInfo:
     def fqn(self) -> str:
         return self.original_fqn or self.name
 
+    def summary(self) -> str:
+        """``float32 [16, 4] stride [4, 1], 256 B, Parameter`` (one line)."""
+        extra = f" offset {self.offset}" if self.offset else ""
+        folded = ", folded" if self.from_folded else ""
+        layout = f", {self.layout}" if self.layout != "strided" else ""
+        return f"{self.dtype} {list(self.shape)} stride {list(self.stride)}{extra}, {self.data_size} B, {self.type or '?'}{folded}{layout}"
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -147,7 +154,7 @@ class AotiModel:
         weights_layout: ``embedded``, ``binary_blob``, ``pickle_weights``, ``mmap``,
             ``cpp_only`` (sources and an object file, no ``.so``) or ``none``.
         weights_config: ``pickle_weights`` config (FQN -> [file, shape, stride, offset]).
-        elf: per shared object, the parsed ELF facts (or the error text).
+        elf: per shared object or object file, the parsed ELF facts (or the error text).
         tensors: FQN -> lazy tensor for every constant whose bytes were located.
         notes: things a reader should know (weights not extractable and why ...).
     """
@@ -176,20 +183,25 @@ class AotiModel:
     def file(self, kind: str) -> list[PackageFile]:
         return [f for f in self.files if f.kind == kind]
 
-    def to_dict(self) -> dict[str, Any]:
-        by_kind: dict[str, list[dict[str, Any]]] = {}
+    def to_dict(self, *, compact: bool = False) -> dict[str, Any]:
+        """JSON-ready summary; ``compact`` gives one line per constant (for ``info``)."""
+        by_kind: dict[str, dict[str, int]] = {}
         for f in self.files:
-            by_kind.setdefault(f.kind, []).append({"name": f.name, "size": f.size})
+            by_kind.setdefault(f.kind, {})[f.name] = f.size
+        consts: Any = [c.to_dict() for c in self.constants]
+        if compact:
+            consts = {c.fqn: c.summary() for c in self.constants}
         return {
             "name": self.name,
             "metadata": self.metadata,
             "inputs": self.input_names if self.input_names else self.num_inputs,
             "outputs": self.output_names if self.output_names else self.num_outputs,
             "weights_layout": self.weights_layout,
-            "constants": [c.to_dict() for c in self.constants],
+            "blob": None if self.blob is None else {"record": self.blob[0], "offset": self.blob[1], "size": self.blob[2]},
+            "constants": consts,
             "tensors_extracted": len(self.tensors),
             "files": by_kind,
-            "shared_objects": {k: (v.to_dict() if isinstance(v, ElfInfo) else {"error": v}) for k, v in self.elf.items()},
+            "binaries": {k: (v.to_dict() if isinstance(v, ElfInfo) else {"error": v}) for k, v in self.elf.items()},
             "in_spec": self.in_spec,
             "out_spec": self.out_spec,
             "notes": self.notes,

@@ -57,6 +57,8 @@ def parse_size(text: Any) -> int:
     """``"1G"``, ``"500MiB"``, ``"10MB"``, ``"1000"`` -> bytes (the units of ``convert --max-shard-size``)."""
     from ..safetensors import parse_size as _parse
 
+    if str(text).strip().upper() in ("0", "0B"):
+        return 0  # "remove everything" is a valid prune target; the shared parser wants > 0
     n = _parse(text)
     if n < 0:
         raise UsageError("a size cannot be negative", found=text)
