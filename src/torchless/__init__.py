@@ -30,7 +30,6 @@ from .core.tensor import NestedTensor, SparseTensor, Storage, Tensor, tensor
 from .formats.base import Artifact
 from .pickle.globals import GlobalRef, PickledObject
 from .pickle.machine import Limits
-from . import scan  # a callable module: torchless.scan(path) runs the scanner
 
 __version__ = "0.1.0"
 
@@ -80,3 +79,13 @@ def from_torch(t: object) -> Tensor:
     from .interop.torch import from_torch as _from
 
     return _from(t)
+
+
+def __getattr__(name: str) -> object:
+    # ``torchless.scan`` is a callable module (``torchless.scan(path)``), imported on first
+    # use so that ``import torchless`` does not pay for the scanner.
+    if name == "scan":
+        import importlib
+
+        return importlib.import_module(".scan", __name__)
+    raise AttributeError(f"module 'torchless' has no attribute {name!r}")

@@ -7,7 +7,6 @@ path as it was: either absent or the previous complete file.
 from __future__ import annotations
 
 import os
-import tempfile
 from typing import Any, BinaryIO
 
 from .source import PathLike
@@ -30,6 +29,8 @@ class AtomicFile:
     def __init__(self, path: PathLike, *, durable: bool = False) -> None:
         self.path = os.fspath(path)
         self.durable = durable
+        import tempfile  # only writers pay for it (it pulls in random and hashlib)
+
         directory = os.path.dirname(os.path.abspath(self.path))
         fd, self.tmp = tempfile.mkstemp(prefix=".torchless-", suffix=".tmp", dir=directory)
         self.file: BinaryIO = os.fdopen(fd, "wb", buffering=1 << 20)

@@ -9,6 +9,7 @@ of the mapping: tensors built on it share the page cache with the file.
 
 from __future__ import annotations
 
+import io
 import mmap
 import os
 import stat
@@ -17,7 +18,7 @@ from typing import Any, Union
 
 from .errors import NotFoundError, TruncatedError, UsageError
 
-__all__ = ["ByteSource", "BytesSource", "MmapSource", "PathLike", "open_source"]
+__all__ = ["ByteSource", "BytesSource", "MmapSource", "PathLike", "SourceFile", "open_source"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -148,6 +149,33 @@ class MmapSource(ByteSource):
         # Views handed to tensors keep the mapping alive (mmap refuses to close with
         # exports), so dropping our reference is all we do.
         self._mv = memoryview(b"") if self._map is None else self._mv
+
+
+class SourceFile(io.RawIOBase):
+    """A read-only, seekable file object over a ByteSource (for stdlib readers: tarfile)."""
+
+    def __init__(self, src: ByteSource) -> None:
+        self.src = src
+        self.pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, off: int, whence: int = 0) -> int:
+        self.pos = off if whence == 0 else (self.pos + off if whence == 1 else self.src.size + off)
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    def readinto(self, b: Any) -> int:
+        n = max(0, min(len(b), self.src.size - self.pos))
+        b[:n] = self.src.view(self.pos, n)
+        self.pos += n
+        return n
 
 
 def open_source(src: Any, name: str | None = None) -> ByteSource:

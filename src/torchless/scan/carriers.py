@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import ast
 import bz2
-import io
 import lzma
 import os
 import re
@@ -38,7 +37,7 @@ from typing import Any, Iterable
 from ..container.zip import ZipEntry, ZipReader
 from ..core.dtypes import STORAGE_NAMES
 from ..core.errors import TorchlessError, TruncatedError
-from ..core.source import ByteSource, BytesSource, MmapSource
+from ..core.source import ByteSource, BytesSource, MmapSource, SourceFile
 from .analysis import Sym, StreamResult, analyse, describe, disassemble
 from .findings import AllowNote, FileReport, Finding
 from .policy import torch_allows
@@ -550,7 +549,7 @@ class Scanner:
     def scan_tar(self, src: ByteSource, member: str | None, base: int | None, depth: int) -> None:
         pre = f"{member} > " if member else ""
         try:
-            tf = tarfile.open(fileobj=_SourceFile(src), mode="r:")
+            tf = tarfile.open(fileobj=SourceFile(src), mode="r:")
             members = tf.getmembers()[:10_000]
         except (tarfile.TarError, EOFError, OSError, ValueError) as e:
             self.add("malformed-pickle", "medium", f"unreadable tar archive: {e}", member)
@@ -666,31 +665,6 @@ class Scanner:
         if len(data) >= MAX_INFLATE:
             self.add("limit", "high", f"{kind} data inflates beyond {MAX_INFLATE} bytes; analysed the first part only", member)
         self.scan_source(BytesSource(data), f"{member or os.path.basename(self.path)} ({kind})", None, depth + 1)
-
-
-class _SourceFile(io.RawIOBase):
-    def __init__(self, src: ByteSource) -> None:
-        self.src = src
-        self.pos = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, off: int, whence: int = 0) -> int:
-        self.pos = off if whence == 0 else (self.pos + off if whence == 1 else self.src.size + off)
-        return self.pos
-
-    def tell(self) -> int:
-        return self.pos
-
-    def readinto(self, b: Any) -> int:
-        n = max(0, min(len(b), self.src.size - self.pos))
-        b[:n] = self.src.view(self.pos, n)
-        self.pos += n
-        return n
 
 
 def _split_zips(src: ByteSource) -> Iterable[tuple[int, int]]:

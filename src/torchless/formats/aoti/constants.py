@@ -113,3 +113,9 @@ def file_kind(name: str) -> str:
         if base.endswith(suffix):
             return kind
     return "other"
+
+
+# Detection lives here, with the record names, so sniffing stays cheap.
+def is_aoti_records(records: list[str] | None) -> bool:
+    """True when zip record names (relative to the archive folder) hold AOTInductor output."""
+    return bool(records) and any(r.startswith(AOTINDUCTOR_DIR) and r.count("/") >= 3 for r in records)  # type: ignore[union-attr]

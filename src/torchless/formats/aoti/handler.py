@@ -16,9 +16,11 @@ from ...core.errors import TorchlessError
 from ...pickle.machine import Limits
 from ..base import Artifact, Probe, summarize_tensors
 from ..registry import register
-from .constants import ALIGN_BYTES, ARCHIVE_FORMAT_PATH, ARCHIVE_FORMAT_VALUE, METADATA_KEYS, WEIGHTS_DIR
-from .elf import ElfInfo
-from .read import AotiModel, AotiPackage, blob_size, is_aoti_records, read_package, view_nbytes
+from .constants import ALIGN_BYTES, ARCHIVE_FORMAT_PATH, ARCHIVE_FORMAT_VALUE, METADATA_KEYS, WEIGHTS_DIR, is_aoti_records
+from ...core.lazy import LazyModule
+
+_read = LazyModule("torchless.formats.aoti.read")
+_elf = LazyModule("torchless.formats.aoti.elf")
 
 __all__ = ["AotiArtifact", "AotiHandler"]
 
@@ -39,7 +41,7 @@ class AotiArtifact(Artifact):
         super().__init__(path if not isinstance(path, (bytes, bytearray, memoryview)) else "<bytes>")
         # weights_only is accepted for API symmetry: weight pickles are always read with
         # the allowlist (torch.load in the AOTI loader uses weights_only=True too)
-        self.package: AotiPackage = read_package(path, limits=limits)
+        self.package: _read.AotiPackage = _read.read_package(path, limits=limits)
 
     def tensors(self) -> Iterator[tuple[str, Any]]:
         return iter(self.package.tensors())
@@ -84,7 +86,7 @@ class AotiArtifact(Artifact):
         self.package.zip.close()
 
 
-def _verify_model(pkg: AotiPackage, m: AotiModel, used_weights: set[str]) -> list[Problem]:
+def _verify_model(pkg: _read.AotiPackage, m: _read.AotiModel, used_weights: set[str]) -> list[Problem]:
     out: list[Problem] = []
     where = f"data/aotinductor/{m.name}/"
 
@@ -132,9 +134,9 @@ def _verify_model(pkg: AotiPackage, m: AotiModel, used_weights: set[str]) -> lis
             continue
         if c.layout == "strided" and len(c.shape) != len(c.stride):
             err("constants", f"constant {c.fqn!r}: shape {list(c.shape)} and stride {list(c.stride)} differ in length", m.wrapper)
-        elif c.layout == "strided" and view_nbytes(c, dt.itemsize) > c.data_size:
-            err("constants", f"constant {c.fqn!r}: shape/stride/offset need {view_nbytes(c, dt.itemsize)} bytes, data_size is {c.data_size}", m.wrapper)
-    need = blob_size(m.constants)
+        elif c.layout == "strided" and _read.view_nbytes(c, dt.itemsize) > c.data_size:
+            err("constants", f"constant {c.fqn!r}: shape/stride/offset need {_read.view_nbytes(c, dt.itemsize)} bytes, data_size is {c.data_size}", m.wrapper)
+    need = _read.blob_size(m.constants)
     if m.weights_layout in ("binary_blob", "embedded", "mmap") and m.blob is not None:
         rec, _off, size = m.blob
         if size < need:
@@ -186,9 +188,9 @@ def _verify_model(pkg: AotiPackage, m: AotiModel, used_weights: set[str]) -> lis
     return out
 
 
-def _wrapper_so(m: AotiModel) -> tuple[str, ElfInfo] | None:
+def _wrapper_so(m: _read.AotiModel) -> tuple[str, _elf.ElfInfo] | None:
     for name, info in m.elf.items():
-        if isinstance(info, ElfInfo) and info.type == "shared object":
+        if isinstance(info, _elf.ElfInfo) and info.type == "shared object":
             return name, info
     return None
 

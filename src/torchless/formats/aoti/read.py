@@ -44,6 +44,7 @@ from .constants import (
     file_kind,
 )
 from .elf import ElfInfo, parse_elf
+from .constants import is_aoti_records  # noqa: F401 - re-exported
 
 __all__ = [
     "AotiModel",
@@ -65,9 +66,6 @@ MAX_WRAPPER_BYTES = 256 << 20
 MAX_JSON_BYTES = 64 << 20
 
 
-def is_aoti_records(records: list[str] | None) -> bool:
-    """True when zip record names (relative to the archive folder) hold AOTInductor output."""
-    return bool(records) and any(r.startswith(AOTINDUCTOR_DIR) and r.count("/") >= 3 for r in records)  # type: ignore[union-attr]
 
 
 @dataclass

@@ -7,9 +7,10 @@ from typing import Any
 
 from ..base import Probe
 from ..registry import register
-from .hf import is_hf_dir
-from .read import DCPArtifact
-from .spec import METADATA_NAME
+from .spec import METADATA_NAME, is_hf_dir
+from ...core.lazy import LazyModule
+
+_read = LazyModule("torchless.formats.dcp.read")
 
 
 @register
@@ -24,5 +25,5 @@ class DCPHandler:
             return False
         return os.path.isfile(os.path.join(probe.path, METADATA_NAME)) or is_hf_dir(probe.path)
 
-    def open(self, path: Any, **kw: Any) -> DCPArtifact:
-        return DCPArtifact(path, **kw)
+    def open(self, path: Any, **kw: Any) -> _read.DCPArtifact:
+        return _read.DCPArtifact(path, **kw)

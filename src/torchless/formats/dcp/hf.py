@@ -20,6 +20,7 @@ from ...core.errors import FormatError, NotFoundError
 from ...core.source import MmapSource
 from ..safetensors import read_safetensors
 from .read import ChunkRef, DCPReader
+from .spec import is_hf_dir  # noqa: F401 - re-exported
 from .spec import ChunkStorageMetadata, Metadata, MetadataIndex, StorageInfo, TensorProperties, TensorStorageMetadata
 
 __all__ = ["HFReader", "SHARDING_KEY", "hf_file_name", "is_hf_dir"]
@@ -33,14 +34,6 @@ SUFFIX = ".safetensors"
 def hf_file_name(rank: int, index: int = 1, count: int = 1) -> str:
     """torch's per-rank shard name (``shard-00001-model-00001-of-00001.safetensors``)."""
     return f"shard-{rank + 1:05d}-model-{index:05d}-of-{count:05d}{SUFFIX}"
-
-
-def is_hf_dir(path: Any) -> bool:
-    p = os.fspath(path)
-    try:
-        return os.path.isdir(p) and any(n.endswith(SUFFIX) and os.path.isfile(os.path.join(p, n)) for n in os.listdir(p))
-    except OSError:
-        return False
 
 
 def _contiguous(sizes: tuple[int, ...]) -> tuple[int, ...]:

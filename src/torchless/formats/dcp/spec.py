@@ -10,6 +10,7 @@ it writes back.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -126,3 +127,15 @@ class Metadata:
 
 def chunk_nbytes(tmd: TensorStorageMetadata, chunk: ChunkStorageMetadata) -> int:
     return numel(chunk.sizes) * tmd.properties.dtype.itemsize
+
+
+# Detection lives here so that sniffing a directory stays cheap.
+HF_SUFFIX = ".safetensors"
+
+
+def is_hf_dir(path: Any) -> bool:
+    p = os.fspath(path)
+    try:
+        return os.path.isdir(p) and any(n.endswith(HF_SUFFIX) and os.path.isfile(os.path.join(p, n)) for n in os.listdir(p))
+    except OSError:
+        return False

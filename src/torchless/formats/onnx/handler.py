@@ -8,8 +8,10 @@ from typing import Any, Iterator
 from ...core.errors import TorchlessError
 from ..base import Artifact, Probe, Problem
 from ..registry import register
-from .read import EXTERNAL, OnnxModel, import_onnx
-from .summary import summarize_model
+from ...core.lazy import LazyModule
+
+_read = LazyModule("torchless.formats.onnx.read")
+_summary = LazyModule("torchless.formats.onnx.summary")
 
 __all__ = ["OnnxArtifact", "OnnxHandler", "looks_like_model"]
 
@@ -72,7 +74,7 @@ class OnnxArtifact(Artifact):
     format = "onnx"
 
     def __init__(self, path: Any, *, base_dir: str | None = None, include_constants: bool = True, **_: Any) -> None:
-        self.om = OnnxModel(path, base_dir=base_dir, include_constants=include_constants)
+        self.om = _read.OnnxModel(path, base_dir=base_dir, include_constants=include_constants)
         super().__init__(self.om.path)
         self.model = self.om.model
 
@@ -89,7 +91,7 @@ class OnnxArtifact(Artifact):
         return super().__getitem__(name)
 
     def info(self) -> dict[str, Any]:
-        return summarize_model(self.om)
+        return _summary.summarize_model(self.om)
 
     def graph(self) -> Any:
         """The main graph as a :class:`torchless.graph.ir.Graph` (see
@@ -101,7 +103,7 @@ class OnnxArtifact(Artifact):
     def verify(self) -> list[Problem]:
         """Run the onnx checker, then read every tensor: sizes, external bounds, checksums."""
         problems: list[Problem] = []
-        onnx = import_onnx()
+        onnx = _read.import_onnx()
         try:
             if self.path != "<bytes>":
                 onnx.checker.check_model(self.path)
@@ -130,7 +132,7 @@ class OnnxArtifact(Artifact):
                     got = hashlib.sha1(data).hexdigest()
                     if got != ext.checksum.lower():
                         problems.append(Problem("checksum", f"SHA-1 of the external data is {got}, the model records {ext.checksum}", r.name, ext.offset))
-            elif r.proto is not None and len(r.proto.external_data) and r.proto.data_location != EXTERNAL:
+            elif r.proto is not None and len(r.proto.external_data) and r.proto.data_location != _read.EXTERNAL:
                 problems.append(Problem("external-data", "external_data entries on a tensor whose data_location is not EXTERNAL (ignored)", r.name, severity="warning"))
         for file, sp in spans.items():
             sp.sort()

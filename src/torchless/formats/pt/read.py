@@ -8,7 +8,6 @@ stream), §3 (legacy tar).
 
 from __future__ import annotations
 
-import io
 import struct
 import sys
 import tarfile
@@ -18,7 +17,7 @@ from typing import Any, Callable
 from ...container.zip import ZipReader, is_zip
 from ...core.dtypes import DTYPES, DType
 from ...core.errors import FormatError, TorchlessError, TruncatedError, UnsupportedError
-from ...core.source import ByteSource, MmapSource
+from ...core.source import ByteSource, MmapSource, SourceFile
 from ...core.tensor import Storage
 from ...core.values import StorageType
 from ...pickle.globals import Allowlist, AllowlistResolver, Rebuilder
@@ -293,33 +292,6 @@ def read_legacy_stream(
     return cp
 
 
-class _SourceFile(io.RawIOBase):
-    """A read-only file object over a ByteSource (for tarfile)."""
-
-    def __init__(self, src: ByteSource) -> None:
-        self.src = src
-        self.pos = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, off: int, whence: int = 0) -> int:
-        self.pos = off if whence == 0 else (self.pos + off if whence == 1 else self.src.size + off)
-        return self.pos
-
-    def tell(self) -> int:
-        return self.pos
-
-    def readinto(self, b: Any) -> int:
-        n = max(0, min(len(b), self.src.size - self.pos))
-        b[:n] = self.src.view(self.pos, n)
-        self.pos += n
-        return n
-
-
 def read_legacy_tar(source: ByteSource, *, weights_only: bool = False, resolver: AllowlistResolver | None = None, limits: Limits = Limits()) -> Checkpoint:
     """Parse the pre-0.1.10 tar layout (members ``storages``, ``tensors``, ``pickle``).
 
@@ -342,7 +314,7 @@ def _read_legacy_tar(source: ByteSource, *, weights_only: bool, resolver: Allowl
 
     path = source.name
     try:
-        tf = tarfile.open(fileobj=_SourceFile(source), mode="r:", format=tarfile.PAX_FORMAT)  # type: ignore[call-overload]
+        tf = tarfile.open(fileobj=SourceFile(source), mode="r:", format=tarfile.PAX_FORMAT)  # type: ignore[call-overload]
         members = {m.name: m for m in tf.getmembers()[:1000]}
     except tarfile.TarError as e:
         raise FormatError(f"not a readable tar archive: {e}", path=path) from None

@@ -52,3 +52,11 @@ CONTAINER_MIN_VERSION = 6
 #: pre-2.8 archives (no ``archive_format``)
 LEGACY_EP_JSON = "serialized_exported_program.json"
 LEGACY_VERSION_PATH = "version"
+
+
+# Detection lives here, with the record names, so sniffing stays cheap.
+def is_pt2(records: list[str] | None) -> bool:
+    """Whether zip record names (relative to the prefix) look like a PT2 archive."""
+    if not records:
+        return False
+    return ARCHIVE_FORMAT_PATH in records and any(r.startswith(MODELS_DIR) and r.endswith(".json") for r in records)

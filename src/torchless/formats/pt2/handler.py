@@ -5,17 +5,20 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from ...container.zip import Problem
-from ...graph.verifier import non_core_ops, verify_program
 from ..base import Artifact, Probe, summarize_tensors
 from ..registry import register
-from .read import OpaqueObject, Program, Pt2Archive, is_pt2
+from .constants import is_pt2
+from ...core.lazy import LazyModule
+
+_verifier = LazyModule("torchless.graph.verifier")
+_read = LazyModule("torchless.formats.pt2.read")
 
 __all__ = ["Pt2Artifact", "Pt2Handler", "program_info"]
 
 
-def program_info(prog: Program) -> dict[str, Any]:
+def program_info(prog: _read.Program) -> dict[str, Any]:
     """JSON-ready summary of one program: signature, ops, weights, dynamic dims."""
-    tensors = [(k, v) for k, v in {**prog.state_dict, **prog.constants}.items() if not isinstance(v, OpaqueObject)]
+    tensors = [(k, v) for k, v in {**prog.state_dict, **prog.constants}.items() if not isinstance(v, _read.OpaqueObject)]
     nodes = sum(len(g.nodes) for _p, g in prog.graph.walk())
     return {
         "dialect": prog.dialect,
@@ -25,11 +28,11 @@ def program_info(prog: Program) -> dict[str, Any]:
         "nodes": nodes,
         "subgraphs": [p for p, _g in prog.graph.walk() if p],
         "ops": prog.op_histogram(),
-        "non_core_ops": non_core_ops(prog.graph),
+        "non_core_ops": _verifier.non_core_ops(prog.graph),
         "weights": summarize_tensors(tensors),
         "state_dict": len(prog.state_dict),
         "constants": len(prog.constants),
-        "opaque_constants": sorted(k for k, v in prog.constants.items() if isinstance(v, OpaqueObject)),
+        "opaque_constants": sorted(k for k, v in prog.constants.items() if isinstance(v, _read.OpaqueObject)),
         "dynamic_dims": prog.dynamic_dims(),
         "range_constraints": {k: list(v) for k, v in prog.range_constraints.items()},
         "guards": prog.guards_code,
@@ -47,10 +50,10 @@ class Pt2Artifact(Artifact):
 
     def __init__(self, path: Any, **kw: Any) -> None:
         super().__init__(path if not isinstance(path, (bytes, bytearray, memoryview)) else "<bytes>")
-        self.archive = Pt2Archive(path)
+        self.archive = _read.Pt2Archive(path)
 
     @property
-    def programs(self) -> dict[str, Program]:
+    def programs(self) -> dict[str, _read.Program]:
         return self.archive.programs
 
     def tensors(self) -> Iterator[tuple[str, Any]]:
@@ -58,7 +61,7 @@ class Pt2Artifact(Artifact):
         multi = len(self.archive.programs) > 1
         for name, prog in self.archive.programs.items():
             for k, v in {**prog.state_dict, **prog.constants}.items():
-                if isinstance(v, OpaqueObject):
+                if isinstance(v, _read.OpaqueObject):
                     continue
                 yield (f"{name}/{k}" if multi else k), v
 
@@ -86,7 +89,7 @@ class Pt2Artifact(Artifact):
         problems += super().verify()
         multi = len(self.archive.programs) > 1
         for name, prog in self.archive.programs.items():
-            problems += verify_program(prog, where=name if multi else "", strict_core=strict_core)
+            problems += _verifier.verify_program(prog, where=name if multi else "", strict_core=strict_core)
         return problems
 
     def close(self) -> None:

@@ -29,6 +29,7 @@ from ...core.tensor import Storage, Tensor
 from ...graph.ir import Graph, SymValue
 from ...graph.symbolic import free_symbols
 from . import constants as C
+from .constants import is_pt2  # noqa: F401 - re-exported
 from . import schema as S
 from .serde import deserialize_graph
 
@@ -445,10 +446,3 @@ def read_pt2(source: Any) -> Pt2Archive:
         UnsupportedError: another schema major version, pre-2.8 layout.
     """
     return Pt2Archive(source)
-
-
-def is_pt2(records: list[str] | None) -> bool:
-    """Whether zip record names (relative to the prefix) look like a PT2 archive."""
-    if not records:
-        return False
-    return C.ARCHIVE_FORMAT_PATH in records and any(r.startswith(C.MODELS_DIR) and r.endswith(".json") for r in records)

@@ -14,7 +14,9 @@ from ...pickle.torch_globals import TORCH_ALLOWLIST
 from ..base import Artifact, Probe, summarize_tensors
 from ..registry import register
 from . import spec
-from .read import ScriptObject, TorchScriptArchive, is_torchscript_zip, read_archive
+from ...core.lazy import LazyModule
+
+_read = LazyModule("torchless.formats.torchscript.read")
 
 __all__ = ["TorchScriptArtifact", "TorchScriptHandler", "module_tree", "iter_all_tensors", "render_code", "find_module"]
 
@@ -26,19 +28,19 @@ def _tensor_summary(t: Tensor) -> str:
 def _value_summary(v: Any) -> Any:
     if isinstance(v, Tensor):
         return _tensor_summary(v)
-    if isinstance(v, ScriptObject):
+    if isinstance(v, _read.ScriptObject):
         return f"<{v.qualified_name}{'(' + repr(v.value) + ')' if v.args else ''}>"
     if isinstance(v, (int, float, str, bool)) or v is None:
         return v
     return describe(v)
 
 
-def module_tree(m: ScriptObject, limit: int = 10_000) -> dict[str, Any]:
+def module_tree(m: _read.ScriptObject, limit: int = 10_000) -> dict[str, Any]:
     """A JSON-ready outline of a module: class, parameters, buffers, attributes, methods,
     then submodules (each module once)."""
     seen: set[int] = set()
 
-    def go(x: ScriptObject, budget: list[int]) -> dict[str, Any]:
+    def go(x: _read.ScriptObject, budget: list[int]) -> dict[str, Any]:
         budget[0] -= 1
         out: dict[str, Any] = {"<object>": x.qualified_name}
         if id(x) in seen or budget[0] < 0:
@@ -87,7 +89,7 @@ def iter_all_tensors(root: Any, prefix: str = "", max_nodes: int = 50_000_000) -
         if id(x) in seen:
             continue
         kids: list[tuple[str, Any]] = []
-        if isinstance(x, ScriptObject):
+        if isinstance(x, _read.ScriptObject):
             seen.add(id(x))
             kids = list(x.attrs.items())
             if x.state is not None:
@@ -101,21 +103,21 @@ def iter_all_tensors(root: Any, prefix: str = "", max_nodes: int = 50_000_000) -
         stack.extend(reversed([(f"{name}.{k}" if name else k, v) for k, v in kids]))
 
 
-def find_module(root: Any, path: str | None) -> ScriptObject:
+def find_module(root: Any, path: str | None) -> _read.ScriptObject:
     """The submodule at dotted ``path`` ("" or None: the root)."""
     from ...core.errors import NotFoundError
 
     m = root
     for part in [p for p in (path or "").split(".") if p]:
-        if not isinstance(m, ScriptObject) or not isinstance(m.attrs.get(part), ScriptObject):
+        if not isinstance(m, _read.ScriptObject) or not isinstance(m.attrs.get(part), _read.ScriptObject):
             raise NotFoundError(f"no submodule {path!r}", found=f"stopped at {part!r}")
         m = m.attrs[part]
-    if not isinstance(m, ScriptObject):
+    if not isinstance(m, _read.ScriptObject):
         raise NotFoundError("the archive's root is not a TorchScript object")
     return m
 
 
-def render_code(archive: TorchScriptArchive, *, method: str | None = None, module: str | None = None) -> str:
+def render_code(archive: _read.TorchScriptArchive, *, method: str | None = None, module: str | None = None) -> str:
     """TorchScript source as text.
 
     * ``method`` (``forward``): that method of the root (or of submodule ``module``)
@@ -159,13 +161,13 @@ class TorchScriptArtifact(Artifact):
         super().__init__(path if not isinstance(path, (bytes, bytearray, memoryview)) else "<bytes>")
         self.source = open_source(path)
         try:
-            self.archive: TorchScriptArchive = read_archive(self.source, weights_only=weights_only, limits=limits)
+            self.archive: _read.TorchScriptArchive = _read.read_archive(self.source, weights_only=weights_only, limits=limits)
         except BaseException:
             self.source.close()
             raise
 
     @property
-    def module(self) -> ScriptObject:
+    def module(self) -> _read.ScriptObject:
         return self.archive.module
 
     def load(self, *, weights_only: bool = True) -> Any:
@@ -173,7 +175,7 @@ class TorchScriptArtifact(Artifact):
 
     def state_dict(self) -> Any:
         m = self.archive.module
-        if not isinstance(m, ScriptObject):
+        if not isinstance(m, _read.ScriptObject):
             from ...core.values import StateDict
 
             return StateDict()
@@ -212,7 +214,7 @@ class TorchScriptArtifact(Artifact):
             except TorchlessError as e:
                 out["bytecode_version"] = f"unreadable: {e}"
         root = a.module
-        out["root_class"] = root.qualified_name if isinstance(root, ScriptObject) else type(root).__name__
+        out["root_class"] = root.qualified_name if isinstance(root, _read.ScriptObject) else type(root).__name__
         out["traced"] = zr.lookup(spec.TRACED_INPUTS_PKL) is not None
         out["records"] = {k: v.strip() for k, v in a.records.items()}
         out.update(summarize_tensors(self.tensors()))
@@ -226,7 +228,7 @@ class TorchScriptArtifact(Artifact):
         out["methods"] = {q: list(cs.methods) for q, cs in a.classes.items() if cs.methods}
         out["globals_not_allowlisted"] = refused
         out["torch_weights_only_would_refuse"] = sorted({g for g, _ in a.globals_seen if g not in TORCH_ALLOWLIST and not g.startswith("__torch__.")})
-        if isinstance(root, ScriptObject):
+        if isinstance(root, _read.ScriptObject):
             out["tree"] = module_tree(root)
         else:
             out["tree"] = describe(root)
@@ -249,7 +251,7 @@ class TorchScriptArtifact(Artifact):
         seen: set[int] = set()
         while stack:
             x = stack.pop()
-            if not isinstance(x, ScriptObject) or id(x) in seen:
+            if not isinstance(x, _read.ScriptObject) or id(x) in seen:
                 continue
             seen.add(id(x))
             if x.class_source is None and not x.qualified_name.startswith("__torch__.torch.classes."):
@@ -260,7 +262,7 @@ class TorchScriptArtifact(Artifact):
                 for n in x.class_source.parameters + x.class_source.buffers:
                     if n not in x.attrs:
                         problems.append(Problem("missing-attribute", f"{x.qualified_name} declares {n!r} but data.pkl has no value for it", n, None, "error"))
-            stack.extend(v for v in x.attrs.values() if isinstance(v, ScriptObject))
+            stack.extend(v for v in x.attrs.values() if isinstance(v, _read.ScriptObject))
         used = {st.origin[len(zr.prefix) + 1:] for st in a.storages.values() if st.origin}
         if a.is_lite:
             try:
@@ -289,7 +291,7 @@ class TorchScriptHandler:
     def sniff(self, probe: Probe) -> bool:
         if probe.is_dir or not is_zip(probe.head):
             return False
-        return is_torchscript_zip(probe.zip_records())
+        return spec.is_torchscript_zip(probe.zip_records())
 
     def open(self, path: Any, **kw: Any) -> TorchScriptArtifact:
         return TorchScriptArtifact(path, **kw)

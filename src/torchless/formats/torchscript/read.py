@@ -23,6 +23,7 @@ from ...pickle.torch_globals import DEFAULT_ALLOWLIST
 from ..pt.read import _pid_parts
 from . import spec
 from .code import ClassSource, CodeFile, FunctionSource, parse_code_file
+from .spec import is_torchscript_zip  # noqa: F401 - re-exported
 
 __all__ = [
     "TORCHSCRIPT_ALLOWLIST",
@@ -417,9 +418,6 @@ class _NoData(Storage):
         super().__init__("", 0, dtype, location)
 
 
-def is_torchscript_zip(records: list[str] | None) -> bool:
-    """True for the record list of a TorchScript archive (torch's own test, §1)."""
-    return records is not None and (spec.CONSTANTS_PKL in records or (spec.BYTECODE_PKL in records and spec.DATA_PKL in records))
 
 
 def _small_records(zr: ZipReader) -> dict[str, str]:

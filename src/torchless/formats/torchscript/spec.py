@@ -124,3 +124,9 @@ def module_of_code_record(record: str) -> str | None:
     if not record.startswith(CODE_DIR) or not record.endswith(".py"):
         return None
     return record[len(CODE_DIR) : -3].replace("/", ".")
+
+
+# Detection lives here, with the record names, so sniffing stays cheap.
+def is_torchscript_zip(records: list[str] | None) -> bool:
+    """True for the record list of a TorchScript archive (torch's own test, §1)."""
+    return records is not None and (CONSTANTS_PKL in records or (BYTECODE_PKL in records and DATA_PKL in records))
