@@ -203,6 +203,13 @@ def main() -> None:
     ap.add_argument("--data", default=os.path.join(HERE, "_data"))
     args = ap.parse_args()
     os.makedirs(args.data, exist_ok=True)
+    # an installed package runs from bytecode; an editable checkout under
+    # PYTHONDONTWRITEBYTECODE=1 would recompile torchless on every CLI start
+    import compileall
+
+    import torchless
+
+    compileall.compile_dir(os.path.dirname(torchless.__file__), quiet=1)
     fixtures = {"llm": gen_llm, "many_small": gen_many_small}
     tl = os.path.join(os.path.dirname(PY), "torchless")
     for name, gen in fixtures.items():

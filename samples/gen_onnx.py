@@ -37,6 +37,9 @@ def main() -> None:
         )
     if os.path.exists(path + ".data"):  # created empty even when unused
         os.remove(path + ".data")
+    from torchless.formats.onnx.write import strip_stack_traces
+
+    strip_stack_traces(path)  # the exporter records this machine's source paths
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ renamed into place on success.
 
 from __future__ import annotations
 
+import gc
 import os
 import struct
 import zlib
@@ -110,7 +111,13 @@ class ZipReader:
         self.cd_offset = 0
         self.cd_size = 0
         self.zip64 = False
-        self._read_directory()
+        gc_was_enabled = gc.isenabled()
+        gc.disable()  # tens of thousands of entries: GC passes would find nothing to free
+        try:
+            self._read_directory()
+        finally:
+            if gc_was_enabled:
+                gc.enable()
         first = self.entries[0].name if self.entries else ""
         if "/" in first:
             self.prefix = first.split("/", 1)[0]

@@ -79,27 +79,30 @@ def iter_tensors(obj: Any, prefix: str = "", *, max_nodes: int = 50_000_000) -> 
     if is_tensor(obj):
         yield prefix or "tensor", obj
         return
-    seen: set[int] = set()
-    # paths are linked (parent, key) pairs joined only for the tensors yielded: building
-    # every container's dotted name would be quadratic on a deeply nested pickle
-    stack: list[tuple[Any, Any]] = [(None, obj)]
-    count = 0
+    seen: set[int] = {id(obj)}
+    # A stack of child iterators: depth-first in container order, no per-leaf push.
+    # Paths are linked (parent, key) pairs joined only for the tensors yielded: building
+    # every container's dotted name would be quadratic on a deeply nested pickle.
+    stack: list[tuple[Any, Iterator[tuple[str, Any]]]] = [(None, _children(obj))]
+    count = 1
+    tensor_types = TENSOR_TYPES
+    leaf_types = (str, bytes, int, float, bool, type(None))
     while stack:
-        path, cur = stack.pop()
-        count += 1
-        if count > max_nodes:
-            raise LimitError("object tree too large to walk", expected=f"<= {max_nodes} nodes")
-        if is_tensor(cur):
-            yield _path_name(prefix, path), cur
-            continue
-        if isinstance(cur, (str, bytes, int, float, bool, type(None))):
-            continue
-        if id(cur) in seen:
-            continue
-        seen.add(id(cur))
-        kids = list(_children(cur))
-        for k, v in reversed(kids):
-            stack.append(((path, k), v))
+        path, it = stack[-1]
+        for k, v in it:
+            count += 1
+            if count > max_nodes:
+                raise LimitError("object tree too large to walk", expected=f"<= {max_nodes} nodes")
+            if isinstance(v, tensor_types):
+                yield _path_name(prefix, (path, k)), v
+                continue
+            if isinstance(v, leaf_types) or id(v) in seen:
+                continue
+            seen.add(id(v))
+            stack.append(((path, k), _children(v)))
+            break
+        else:
+            stack.pop()
 
 
 def _path_name(prefix: str, path: Any) -> str:

@@ -267,3 +267,49 @@ def _write(om: OnnxModel, items: list[tuple[str, Any]], out: str, external_data:
         "ignored": ignored,
         "bytes": written,
     }
+
+
+STACK_TRACE_KEY = "pkg.torch.onnx.stack_trace"
+
+
+def strip_stack_traces(path: str) -> int:
+    """Remove the per-node stack traces torch's exporter records, in place (atomically).
+
+    They hold absolute source paths of the machine that exported the model; a model
+    meant to be shared or committed usually should not. External data references are
+    kept as they are (the data file is not touched).
+
+    Returns:
+        The number of metadata entries removed.
+    """
+    from .read import import_onnx
+
+    onnx = import_onnx()
+    model = onnx.load(path, load_external_data=False)
+    removed = 0
+
+    def walk(graph: Any) -> None:
+        nonlocal removed
+        for node in graph.node:
+            keep = [p for p in node.metadata_props if p.key != STACK_TRACE_KEY]
+            if len(keep) != len(node.metadata_props):
+                removed += len(node.metadata_props) - len(keep)
+                del node.metadata_props[:]
+                node.metadata_props.extend(keep)
+            for attr in node.attribute:
+                if attr.HasField("g"):
+                    walk(attr.g)
+                for g in attr.graphs:
+                    walk(g)
+
+    walk(model.graph)
+    for fn in model.functions:
+        for node in fn.node:
+            keep = [p for p in node.metadata_props if p.key != STACK_TRACE_KEY]
+            removed += len(node.metadata_props) - len(keep)
+            del node.metadata_props[:]
+            node.metadata_props.extend(keep)
+    if removed:
+        with AtomicFile(path) as f:
+            f.file.write(model.SerializeToString())
+    return removed
