@@ -503,6 +503,18 @@ def test_prefix_rules(torch, tmp_path):
     assert torch.load(io.BytesIO(buf.getvalue()), weights_only=True)["x"].tolist() == [1.0]
 
 
+def test_member_names_with_leading_spaces(torch, tmp_path):
+    # a prefix starting with spaces: torch looks records up as " sp/data.pkl", so must we
+    from torchless.formats.pt.write import save_checkpoint
+
+    p = tmp_path / "sp.pt"
+    save_checkpoint({"w": np.arange(4, dtype=np.float32)}, p, prefix="  sp")
+    assert ZipReader(p).prefix == "  sp"
+    ours = torchless.load(p)["w"].numpy()
+    theirs = torch.load(p, weights_only=True)["w"].numpy()
+    assert np.array_equal(ours, theirs) and theirs.tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
 def test_torchscript_zip_is_not_an_eager_checkpoint(torch, tmp_path):
     m = torch.jit.script(torch.nn.Linear(2, 2))
     p = tmp_path / "ts.pt"
