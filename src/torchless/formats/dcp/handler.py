@@ -7,7 +7,7 @@ from typing import Any
 
 from ..base import Probe
 from ..registry import register
-from .spec import METADATA_NAME, is_hf_dir
+from .constants import METADATA_NAME, is_hf_dir
 from ...core.lazy import LazyModule
 
 _read = LazyModule("torchless.formats.dcp.read")

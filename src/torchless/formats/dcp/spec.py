@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from ...core.dtypes import DType
+from .constants import HF_SUFFIX, METADATA_NAME, is_hf_dir  # noqa: F401 - re-exported
 
 __all__ = [
     "METADATA_NAME",
@@ -32,7 +33,6 @@ __all__ = [
     "numel",
 ]
 
-METADATA_NAME = ".metadata"
 CURRENT_DCP_VERSION = "1.0.0"
 DISTCP_SUFFIX = ".distcp"
 #: ``_MEM_FORMAT_ENCODING`` values -> memory format names
@@ -127,15 +127,3 @@ class Metadata:
 
 def chunk_nbytes(tmd: TensorStorageMetadata, chunk: ChunkStorageMetadata) -> int:
     return numel(chunk.sizes) * tmd.properties.dtype.itemsize
-
-
-# Detection lives here so that sniffing a directory stays cheap.
-HF_SUFFIX = ".safetensors"
-
-
-def is_hf_dir(path: Any) -> bool:
-    p = os.fspath(path)
-    try:
-        return os.path.isdir(p) and any(n.endswith(HF_SUFFIX) and os.path.isfile(os.path.join(p, n)) for n in os.listdir(p))
-    except OSError:
-        return False

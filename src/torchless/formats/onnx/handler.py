@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any, Iterator
 
 from ...core.errors import TorchlessError
@@ -129,6 +128,8 @@ class OnnxArtifact(Artifact):
                 if ext.unknown_keys:
                     problems.append(Problem("external-data-key", f"unknown external_data keys ignored: {', '.join(ext.unknown_keys)}", r.name, severity="warning"))
                 if ext.checksum is not None:
+                    import hashlib  # verify only
+
                     got = hashlib.sha1(data).hexdigest()
                     if got != ext.checksum.lower():
                         problems.append(Problem("checksum", f"SHA-1 of the external data is {got}, the model records {ext.checksum}", r.name, ext.offset))

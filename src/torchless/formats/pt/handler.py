@@ -13,7 +13,6 @@ from ...pickle.machine import Limits
 from ..base import Artifact, Probe, summarize_tensors
 from ..registry import register
 from .read import Checkpoint, detect_layout, read_checkpoint
-from .write import save_checkpoint
 
 __all__ = ["PtArtifact", "PtHandler"]
 
@@ -125,6 +124,8 @@ class PtHandler:
         return PtArtifact(path, **kw)
 
     def save(self, obj: Any, path: Any, **kw: Any) -> None:
+        from .write import save_checkpoint  # writers import the pickler on use
+
         save_checkpoint(obj, path, **kw)
 
     def write_tensors(self, items: Iterable[tuple[str, Any]], path: Any, *, metadata: dict[str, str] | None = None, progress: Any = None, **kw: Any) -> None:
@@ -134,6 +135,8 @@ class PtHandler:
         sd = StateDict()
         for name, t in items:
             sd[name] = t
+        from .write import save_checkpoint
+
         save_checkpoint(sd, path, progress=progress)
 
 
