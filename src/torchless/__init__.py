@@ -33,38 +33,36 @@ from .pickle.machine import Limits
 
 __version__ = "0.1.0"
 
-__all__ = sorted(
-    [
-        "Artifact",
-        "ChecksumError",
-        "DType",
-        "FormatError",
-        "GlobalRef",
-        "LimitError",
-        "Limits",
-        "NestedTensor",
-        "NotFoundError",
-        "PickledObject",
-        "SparseTensor",
-        "Storage",
-        "Tensor",
-        "TorchlessError",
-        "TruncatedError",
-        "UnsafeGlobalError",
-        "UnsupportedError",
-        "UsageError",
-        "convert",
-        "detect",
-        "from_torch",
-        "load",
-        "open",
-        "save",
-        "scan",
-        "tensor",
-        "to_torch",
-        "write_tensors",
-    ]
-)
+__all__ = [
+    "Artifact",
+    "ChecksumError",
+    "DType",
+    "FormatError",
+    "GlobalRef",
+    "LimitError",
+    "Limits",
+    "NestedTensor",
+    "NotFoundError",
+    "PickledObject",
+    "SparseTensor",
+    "Storage",
+    "Tensor",
+    "TorchlessError",
+    "TruncatedError",
+    "UnsafeGlobalError",
+    "UnsupportedError",
+    "UsageError",
+    "convert",
+    "detect",
+    "from_torch",
+    "load",
+    "open",
+    "save",
+    "scan",
+    "tensor",
+    "to_torch",
+    "write_tensors",
+]
 
 
 def to_torch(t: Tensor) -> object:

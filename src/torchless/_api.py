@@ -33,7 +33,8 @@ def open(path: Any, *, format: str | None = None, **kw: Any) -> Artifact:  # noq
     Args:
         path: a file or directory (DCP checkpoints, caches).
         format: skip detection and use this handler.
-        **kw: handler options, e.g. ``weights_only`` for checkpoints.
+        **kw: handler options. Every handler takes ``weights_only`` (default True);
+            formats that hold no pickles ignore it.
 
     Returns:
         An :class:`~torchless.formats.base.Artifact`; iterate ``tensors()`` or index it
@@ -65,13 +66,7 @@ def load(path: Any, *, weights_only: bool = True, format: str | None = None, **k
         UnsafeGlobalError: ``weights_only=True`` and the pickle names a global that is
             not allowed (the message names it).
     """
-    art = open(path, format=format, weights_only=weights_only, **kw) if _accepts_weights_only(path, format) else open(path, format=format, **kw)
-    return art.load(weights_only=weights_only)
-
-
-def _accepts_weights_only(path: Any, format: str | None) -> bool:
-    name = format or (detect(path) if not isinstance(path, (bytes, bytearray, memoryview)) else "pt")
-    return name in ("pt", "torchscript", "dcp", "pt2")
+    return open(path, format=format, weights_only=weights_only, **kw).load(weights_only=weights_only)
 
 
 def save(obj: Any, path: Any, *, format: str | None = None, **kw: Any) -> None:
@@ -107,7 +102,9 @@ def convert(src: Any, dst: Any, *, src_format: str | None = None, dst_format: st
     Returns:
         ``{"tensors": n, "bytes": total}``.
     """
-    with open(src, format=src_format, weights_only=False) if _accepts_weights_only(src, src_format) else open(src, format=src_format) as art:
+    # weights_only=False: unknown classes become placeholders whose tensors still convert;
+    # nothing is imported or run either way
+    with open(src, format=src_format, weights_only=False) as art:
         export = getattr(art, "convert_to", None)  # formats with their own streaming export (dcp)
         if export is not None:
             return export(dst, format=dst_format, progress=progress, **kw)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Iterable, Iterator
 
 from ..core.atomic import AtomicFile
-from ..core.errors import ChecksumError, FormatError, LimitError, NotFoundError, TruncatedError, UnsupportedError, UsageError
+from ..core.errors import FormatError, LimitError, NotFoundError, TruncatedError, UnsupportedError, UsageError
 from ..core.source import ByteSource, PathLike, open_source
 
 __all__ = ["ZipEntry", "ZipReader", "TorchZipWriter", "is_zip", "Problem"]
@@ -283,7 +283,7 @@ class ZipReader:
             cand = names[m]
             if cand == key:
                 return self.entries[self._sorted[m]]
-            if _miniz_less(cand, key):
+            if cand < key:  # miniz: ASCII-lowercased bytes, shorter first on a tie (= bytes order)
                 lo = m + 1
             else:
                 hi = m - 1
@@ -439,11 +439,6 @@ def _zip64_extra(extra: bytes, usize: int, csize: int, hoff: int, path: str, off
             return vals[0], vals[1], vals[2]
         p += 4 + hlen
     return usize, csize, hoff
-
-
-def _miniz_less(a: bytes, b: bytes) -> bool:
-    # ASCII-lowercased compare, then shorter first (mz_zip_reader_filename_less)
-    return a < b
 
 
 def _miniz_heapsort(keys: list[bytes]) -> list[int]:
@@ -699,4 +694,4 @@ def iter_chunks(mv: memoryview, chunk: int = 1 << 24) -> Iterator[memoryview]:
         yield mv[i : i + chunk]
 
 
-__all__ += ["iter_chunks", "ChecksumError"]
+__all__ += ["iter_chunks"]

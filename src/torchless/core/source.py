@@ -13,7 +13,6 @@ import io
 import mmap
 import os
 import stat
-from pathlib import Path
 from typing import Any, Union
 
 from .errors import NotFoundError, TruncatedError, UsageError
@@ -71,6 +70,11 @@ class ByteSource:
         out[:] = np.frombuffer(self._buffer()[offset : offset + length], dtype=np.uint8)
         return memoryview(out)
 
+    def searchable(self) -> "bytes | mmap.mmap":
+        """The whole source as an object that indexes, slices and ``find``s (what the
+        pickle machine reads): the memory map itself for files, no copy."""
+        return bytes(self._buffer())
+
     def _buffer(self) -> memoryview:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -126,6 +130,9 @@ class MmapSource(ByteSource):
 
     def _buffer(self) -> memoryview:
         return self._mv
+
+    def searchable(self) -> "bytes | mmap.mmap":
+        return self._map if self._map is not None else b""
 
     def copy(self, offset: int, length: int, *, what: str = "data") -> memoryview:
         self.check(offset, length, what=what)
@@ -195,7 +202,3 @@ def open_source(src: Any, name: str | None = None) -> ByteSource:
         data = src.read()
         return BytesSource(data, name or getattr(src, "name", "<stream>"))
     raise UsageError(f"cannot read from {type(src).__name__}", expected="path, bytes or file")
-
-
-def as_path(p: PathLike) -> Path:
-    return Path(os.fspath(p))

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Protocol, runtime_checkable
 
 from ..container.zip import Problem, ZipReader, is_zip
-from ..core.errors import FormatError, NotFoundError, TorchlessError
+from ..core.errors import NotFoundError, TorchlessError
 from ..core.tensor import Tensor
 
 __all__ = ["Artifact", "FormatHandler", "Probe", "Problem", "summarize_tensors"]
@@ -82,6 +82,8 @@ class FormatHandler(Protocol):
         ...
 
     def open(self, path: Any, **kw: Any) -> "Artifact":  # pragma: no cover - protocol
+        """Open ``path`` lazily. ``kw`` always may hold ``weights_only`` (ignored by
+        formats without pickles) besides the handler's own options."""
         ...
 
 
@@ -188,8 +190,3 @@ def summarize_tensors(items: Iterable[tuple[str, Any]]) -> dict[str, Any]:
         "tensor_bytes": sum(by_dtype.values()),
         "storage_bytes": stored,
     }
-
-
-def require(cond: bool, message: str, **kw: Any) -> None:
-    if not cond:
-        raise FormatError(message, **kw)

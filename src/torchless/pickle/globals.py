@@ -53,19 +53,24 @@ class Rebuilder:
         name: the dotted global name it stands for (``torch._utils._rebuild_tensor_v2``).
         call: what REDUCE (and OBJ/INST) does with the argument tuple.
         new: what NEWOBJ does with ``(args, kwargs)``; defaults to ``call(args)``.
+        wraps_single_arg: REDUCE with a non-tuple argument calls ``call((arg,))``
+            instead of failing (TorchScript's C++ pickler writes enums that way).
     """
 
-    __slots__ = ("name", "_call", "_new")
+    __slots__ = ("name", "_call", "_new", "wraps_single_arg")
 
     def __init__(
         self,
         name: str,
         call: Callable[[tuple], Any],
         new: Callable[[tuple, dict], Any] | None = None,
+        *,
+        wraps_single_arg: bool = False,
     ) -> None:
         self.name = name
         self._call = call
         self._new = new
+        self.wraps_single_arg = wraps_single_arg
 
     def call(self, args: tuple) -> Any:
         return self._call(args)

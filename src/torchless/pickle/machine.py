@@ -20,6 +20,7 @@ from __future__ import annotations
 import codecs
 import copyreg
 import gc
+import mmap
 import struct
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -36,7 +37,6 @@ _unpack_H = struct.Struct("<H").unpack_from
 _unpack_Q = struct.Struct("<Q").unpack_from
 _unpack_d = struct.Struct(">d").unpack_from
 
-_MARK = object()  # not used on the stack; marks live in the metastack
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,9 @@ class Unpickler:
         start: int = 0,
         trace: Callable[[int, str, Any], None] | None = None,
     ) -> None:
-        self.data = bytes(data) if not isinstance(data, bytes) else data
+        # bytes and memory maps are used as they are (both index, slice and find);
+        # other buffers are copied once
+        self.data = data if isinstance(data, (bytes, mmap.mmap)) else bytes(data)
         self.resolver = resolver
         self.persistent_load = persistent_load
         self.limits = limits
@@ -164,7 +166,6 @@ class Unpickler:
         max_obj = limits.max_object_bytes
         resolver = self.resolver
         trace = self.trace
-        encoding = self.encoding
         info = self.info
         stack: list[Any] = []
         metastack: list[list[Any]] = []
@@ -250,8 +251,7 @@ class Unpickler:
             if type(args) is not tuple:
                 if isinstance(args, list):
                     args = tuple(args)
-                elif isinstance(func, Rebuilder) and func.name.startswith("__torch__."):
-                    # TorchScript enums: GLOBAL '__torch__ <Enum>' <value> REDUCE (torchscript.md)
+                elif isinstance(func, Rebuilder) and func.wraps_single_arg:
                     args = (args,)
                 else:
                     raise self._fmt(f"{via} arguments must be a tuple, got {type(args).__name__}", p)

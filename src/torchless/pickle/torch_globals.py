@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.dtypes import DTYPES, STORAGE_NAMES, by_name
+from ..core.dtypes import DTYPES, STORAGE_NAMES
 from ..core.errors import FormatError, LimitError, UnsupportedError
 from ..core.tensor import NestedTensor, SparseTensor, Storage, Tensor
 from ..core.values import (
@@ -671,7 +671,3 @@ def _tensor_build(t: Any, state: Any) -> Any:
 for _t in {type(np.dtype(c)) for c in "?bBhHiIlLqQefdgFDGSUVOMm"} | {np.dtype}:
     register_builder(_t, _np_dtype_build)
 register_builder(Tensor, _tensor_build)
-
-
-def dtype_by_torch_name(name: str) -> Any:
-    return by_name(name)

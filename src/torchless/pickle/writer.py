@@ -63,7 +63,6 @@ class Persistent:
 
 _REVERSE = {"builtins": "__builtin__"}
 _pack_I = struct.Struct("<I").pack
-_PLAIN = (str, int, float, bool, type(None))
 # types the pickler handles itself; anything else goes through ``translate`` first
 _NATIVE = frozenset({str, int, float, bool, type(None), tuple, list, dict, bytes})
 

@@ -10,7 +10,6 @@ it writes back.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Any, Union
 

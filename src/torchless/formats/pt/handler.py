@@ -5,14 +5,12 @@ from __future__ import annotations
 from typing import Any, Iterable, Iterator
 
 from ...container.zip import Problem, is_zip
-from ...core.errors import TorchlessError
-from ...core.source import MmapSource, open_source
-from ...core.tensor import Tensor
+from ...core.source import open_source
 from ...core.tree import describe, iter_tensors
 from ...pickle.machine import Limits
 from ..base import Artifact, Probe, summarize_tensors
 from ..registry import register
-from .read import Checkpoint, detect_layout, read_checkpoint
+from .read import Checkpoint, read_checkpoint
 
 __all__ = ["PtArtifact", "PtHandler"]
 
@@ -140,11 +138,4 @@ class PtHandler:
         save_checkpoint(sd, path, progress=progress)
 
 
-def is_checkpoint(path: Any) -> bool:
-    try:
-        return detect_layout(MmapSource(path)) in ("zip", "legacy", "tar")
-    except TorchlessError:
-        return False
-
-
-__all__ += ["writer_generation", "Tensor"]
+__all__ += ["writer_generation"]

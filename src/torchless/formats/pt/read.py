@@ -188,11 +188,6 @@ def read_zip_checkpoint(
     return Checkpoint(obj, "zip", storages, records, byteorder, up.info.protocol, zr.prefix, list(resolver.seen), zr)
 
 
-def _retyped(st: Storage, dtype: DType) -> Storage:
-    """The same bytes seen with another storage dtype (torch wraps the untyped storage)."""
-    return Storage(st.key, st.nbytes, dtype, st.location, loader=st.bytes, byteorder=st.byteorder, origin=st.origin)
-
-
 def read_legacy_stream(
     source: ByteSource,
     *,
@@ -207,8 +202,7 @@ def read_legacy_stream(
     Five pickles (magic, protocol version, sys info, the object, the sorted storage keys)
     followed by each storage as int64 element count + little-endian data.
     """
-    buf = source.view(0, source.size)
-    data = bytes(buf)  # the pickles are small; payload stays in the mapping
+    data = source.searchable()  # the five pickles are parsed in place, the file is not copied
     path = source.name
     pos = start
     simple = make_resolver(True)

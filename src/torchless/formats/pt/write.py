@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ...container.zip import TorchZipWriter
+from ...container.zip import TorchZipWriter, iter_chunks
 from ...core.errors import UsageError
 from ...core.source import PathLike
 from ...core.tensor import SparseTensor, Storage, Tensor
@@ -184,15 +184,9 @@ def save_checkpoint(
             if st.byteorder != sys.byteorder and st.dtype.itemsize > 1:
                 arr = np.frombuffer(mv, dtype=st.dtype.storage.newbyteorder(">" if st.byteorder == "big" else "<"))
                 mv = memoryview(arr.astype(st.dtype.storage.newbyteorder("=")).view(np.uint8))
-            zw.write_chunks(f"data/{key}", _chunks(mv), len(mv))
+            zw.write_chunks(f"data/{key}", iter_chunks(mv), len(mv))
             if progress is not None:
                 progress(len(mv))
             del mv  # release an assembled (non-mmap) buffer before the next one is built
         zw.write("version", b"3\n")
         zw.write(".data/serialization_id", zw.serialization_id())
-
-
-def _chunks(mv: memoryview, size: int = 1 << 26) -> Any:
-    mv = mv.cast("B")
-    for i in range(0, len(mv), size):
-        yield mv[i : i + size]

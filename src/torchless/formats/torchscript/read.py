@@ -250,7 +250,8 @@ class TorchScriptResolver:
             self.inner.seen.append((qual, True))
             rb = self._classes.get(qual)
             if rb is None:
-                rb = Rebuilder(qual, lambda args, q=qual: ScriptObject(q, args), lambda args, kw, q=qual: ScriptObject(q, args))
+                # enums are written as GLOBAL '__torch__ <Enum>' <value> REDUCE: a bare argument
+                rb = Rebuilder(qual, lambda args, q=qual: ScriptObject(q, args), lambda args, kw, q=qual: ScriptObject(q, args), wraps_single_arg=True)
                 self._classes[qual] = rb
             return rb
         return self.inner.resolve(module, name)
