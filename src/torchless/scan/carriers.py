@@ -107,12 +107,12 @@ class Scanner:
         self._seen: set[tuple[str, int, str]] = set()
 
     # -- findings ----------------------------------------------------------------------
-    def add(self, rule: str, severity: str, message: str, member: str | None = None, offset: int | None = None, file_offset: int | None = None, global_name: str | None = None, disassembly: list[str] | None = None) -> None:
+    def add(self, rule: str, severity: str, message: str, member: str | None = None, offset: int | None = None, file_offset: int | None = None, global_name: str | None = None, disassembly: list[str] | None = None, loader: str | None = None) -> None:
         key = (rule + message, offset or 0, member or "")
         if key in self._seen:
             return
         self._seen.add(key)
-        self.report.findings.append(Finding(rule, severity, message, self.path, member, offset, file_offset, global_name, disassembly or []))
+        self.report.findings.append(Finding(rule, severity, message, self.path, member, offset, file_offset, global_name, disassembly or [], loader))
 
     # -- entry -------------------------------------------------------------------------
     def run(self) -> FileReport:

@@ -5,10 +5,36 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["SEVERITIES", "RULES", "Finding", "AllowNote", "FileReport", "ScanReport"]
+__all__ = ["SEVERITIES", "VERDICTS", "UNANALYSED_RULES", "EXIT_CODES", "LOADERS", "RULES", "Finding", "AllowNote", "FileReport", "ScanReport"]
 
 #: most to least severe; ``info`` never makes a file "not clean".
 SEVERITIES = ("critical", "high", "medium", "low", "info")
+
+#: file verdicts, from the best to the worst news; ``error`` is a file that could not be read.
+VERDICTS = ("clean", "suspicious", "unanalysable", "dangerous", "error")
+
+#: the exit code each verdict contributes; a scan exits with the highest of its files'
+#: codes, except that ``error`` (2) wins only while nothing was found elsewhere.
+EXIT_CODES = {"clean": 0, "suspicious": 1, "unanalysable": 1, "dangerous": 1, "error": 2}
+
+#: rules that say "these bytes could be executed by a loader and were not fully analysed":
+#: any of them makes a file UNANALYSABLE (unless something dangerous was found), never CLEAN.
+UNANALYSED_RULES = frozenset({"unanalysable", "malformed-pickle", "limit", "engine-disagreement", "unrecognized"})
+
+#: the loaders a finding can name (``Finding.loader``): who would execute the bytes.
+LOADERS = (
+    "pickle.load",
+    "torch.load(weights_only=False)",
+    "torch.load(weights_only=True)",
+    "torch.jit.load",
+    "torch.jit._load_for_lite_interpreter",
+    "torch.export.load",
+    "torch._inductor.aoti_load_package",
+    "torch.distributed.checkpoint.load",
+    "numpy.load(allow_pickle=True)",
+    "joblib.load",
+    "torch.compile (inductor cache)",
+)
 
 #: rule id -> one-line description (also the SARIF rule table).
 RULES: dict[str, str] = {
@@ -32,6 +58,12 @@ RULES: dict[str, str] = {
     "dcp-layout": "distributed-checkpoint items that the metadata does not account for",
     "limit": "a part of the file is too large or too deep to analyse",
     "unreadable": "the file could not be read",
+    "unanalysable": "bytes that a loader could execute and that the scanner could not analyse completely",
+    "unrecognized": "the file is not a format the scanner models; what a loader would do with it is unknown",
+    "engine-disagreement": "CPython's unpickler and torchless's pickle machine disagree on what a stream does",
+    "nested-loader": "a global that deserialises its argument (a pickle, archive or code inside the pickle)",
+    "native-code": "content a loader compiles, runs through a shell, or loads as a native library",
+    "link-escape": "a path or symlink that leaves the artifact",
 }
 
 
@@ -50,6 +82,8 @@ class Finding:
         file_offset: absolute byte offset in the file when it is known (stored members).
         global_name: the global concerned, if any.
         disassembly: a few disassembled opcodes around ``offset``.
+        loader: the loader that would execute what the finding is about (one of
+            :data:`LOADERS`), when it is known.
     """
 
     rule: str
@@ -61,6 +95,12 @@ class Finding:
     file_offset: int | None = None
     global_name: str | None = None
     disassembly: list[str] = field(default_factory=list)
+    loader: str | None = None
+
+    @property
+    def unanalysed(self) -> bool:
+        """True for findings that say part of the file was not analysed."""
+        return self.rule in UNANALYSED_RULES and self.severity != "info"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -73,6 +113,7 @@ class Finding:
             "file_offset": self.file_offset,
             "global": self.global_name,
             "disassembly": list(self.disassembly),
+            "loader": self.loader,
         }
 
 
@@ -107,10 +148,20 @@ class FileReport:
 
     @property
     def verdict(self) -> str:
-        """``dangerous``, ``suspicious`` (findings but nothing dangerous), ``error`` or ``clean``."""
-        counted = self.counted()
+        """One of :data:`VERDICTS`.
+
+        ``dangerous``: a critical finding. ``unanalysable``: part of the file that a loader
+        could execute was not analysed (:data:`UNANALYSED_RULES`). ``suspicious``: other
+        findings. ``error``: the file could not be read and nothing was found. ``clean``:
+        every byte any supported loader could execute was analysed and nothing was found.
+        """
+        counted = [f for f in self.counted() if f.rule != "unreadable"]
         if any(f.severity == "critical" for f in counted):
             return "dangerous"
+        if self.error and not counted:
+            return "error"
+        if any(f.unanalysed for f in counted):
+            return "unanalysable"
         if counted:
             return "suspicious"
         if self.error:
@@ -147,12 +198,14 @@ class ScanReport:
 
     @property
     def exit_code(self) -> int:
-        """0 clean, 1 findings, 2 a file could not be scanned (and nothing was found)."""
-        if any(r.counted() for r in self.files):
-            return 1
-        if any(r.error for r in self.files):
+        """0 every file clean; 1 findings (suspicious, unanalysable, dangerous); 2 a file
+        could not be read and nothing was found elsewhere; 2 also for an empty scan (no file)."""
+        if not self.files:
             return 2
-        return 0
+        codes = [EXIT_CODES[r.verdict] for r in self.files]
+        if 1 in codes:
+            return 1
+        return max(codes)
 
     def to_dict(self) -> dict[str, Any]:
         verdicts: dict[str, int] = {}
