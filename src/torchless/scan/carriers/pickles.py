@@ -1,0 +1,137 @@
+"""Pickle streams: raw pickles, several in a row, and the legacy torch stream format."""
+
+from __future__ import annotations
+
+import os
+from ...core.errors import TruncatedError
+from ...core.source import ByteSource
+from ..analysis import Sym, StreamResult, analyse, describe, disassemble
+from ..findings import AllowNote
+from ..policy import torch_allows
+from .common import _HIGHER_ORDER, _WINDOW, LEGACY_MAGIC
+
+__all__ = ["PickleCarrier"]
+
+
+class PickleCarrier:
+    """Mixin of :class:`~torchless.scan.carriers.Scanner`: pickle streams."""
+
+    def analyse_stream(self, data: bytes, start: int, member: str | None, base: int | None, depth: int, *, torchscript: bool = False, report_errors: bool = True, torch_load: bool = False) -> StreamResult:
+        res = analyse(data, start=start, torchscript=torchscript)
+        self.report.streams += 1
+        self.report_stream(res, data, member, base, depth, report_errors=report_errors, torch_load=torch_load)
+        return res
+
+    def report_stream(self, res: StreamResult, data: bytes, member: str | None, base: int | None, depth: int, *, report_errors: bool = True, torch_load: bool = False) -> None:
+        def fo(off: int | None) -> int | None:
+            return None if base is None or off is None else base + off
+
+        def dis(off: int) -> list[str]:
+            return disassemble(data, off, res.op_offsets)
+
+        for g in res.globals:
+            self.report.globals[g.qualname] = g.verdict.verdict
+            how = []
+            if g.opcode == "STACK_GLOBAL":
+                how.append("assembled by STACK_GLOBAL" + (" from memoized strings" if g.from_memo else ""))
+            elif g.opcode:
+                how.append(f"named by {g.opcode}")
+            if g.raw:
+                how.append(f"written as {g.raw} (renamed by the Python-2 compatibility table)")
+            if g.called:
+                how.append("called through " + "/".join(sorted(set(g.called))))
+            else:
+                how.append("referenced, not called")
+            if g.verdict.verdict == "dangerous":
+                calls = [c for c in res.calls if c.callee.kind == "global" and c.callee.pos == g.offset]
+                detail = ""
+                if calls:
+                    c = calls[0]
+                    detail = f"; {c.opcode} at {c.offset:#x}: {describe(c.callee)}{describe(tuple(c.args) if isinstance(c.args, (tuple, list)) else (c.args,))}"
+                self.add("dangerous-global", "critical", f"{g.qualname} ({', '.join(how)}): {g.verdict.reason}{detail}", member, g.offset, fo(g.offset), g.qualname, dis(calls[0].offset if calls else g.offset))
+            elif g.verdict.verdict == "unknown":
+                self.add("unknown-global", self.unknown_severity, f"{g.qualname} ({', '.join(how)}): {g.verdict.reason}", member, g.offset, fo(g.offset), g.qualname, dis(g.offset))
+            if torch_load and not torch_allows(g.qualname) and g.qualname not in [n.global_name for n in self.report.weights_only]:
+                self.report.weights_only.append(AllowNote(g.qualname, g.verdict.verdict, g.verdict.reason))
+        for c in res.calls:
+            hof = _HIGHER_ORDER.get(c.callee.qualname) if c.callee.kind == "global" else None
+            if hof and isinstance(c.args, tuple):
+                for i in hof:
+                    a = c.args[i] if i < len(c.args) else None
+                    if isinstance(a, Sym) and a.kind != "global":
+                        self.add("indirect-call", "critical", f"{c.callee.qualname} calls its argument #{i}, a value computed at load time: {describe(a)}", member, c.offset, fo(c.offset), c.callee.qualname, dis(c.offset))
+            if c.callee.kind != "global":
+                what = "a value computed at load time" if c.callee.kind == "result" else "a persistent-load object"
+                self.add("indirect-call", "critical", f"{c.opcode} calls {what}: {describe(c.callee)}{describe(tuple(c.args) if isinstance(c.args, (tuple, list)) else (c.args,))}; whatever that value is, the loader calls it", member, c.offset, fo(c.offset), None, dis(c.offset))
+        for b in res.builds:
+            if b.callee.kind == "global":
+                self.add("global-mutation", "critical", f"BUILD sets state {describe(b.args)} on {b.callee.qualname} itself, not on an instance: Python's unpickler setattr()s it on the class or function, changing it for the whole process", member, b.offset, fo(b.offset), b.callee.qualname, dis(b.offset))
+        if torch_load and res.protocol >= 4 and "pickle protocol >= 4 (FRAME and other opcodes the weights_only unpickler rejects)" not in self.report.weights_only_blockers:
+            self.report.weights_only_blockers.append("pickle protocol >= 4 (FRAME and other opcodes the weights_only unpickler rejects)")
+        # frames: every FRAME must end where an opcode begins, and the last at STOP's end
+        if res.frames:
+            starts = set(res.op_offsets)
+            end = res.end if res.end is not None else len(data)
+            for fpos, flen in res.frames:
+                fend = fpos + 9 + flen
+                if fend > len(data):
+                    self.add("frame-length", "high", f"FRAME declares {flen} bytes but only {len(data) - fpos - 9} follow", member, fpos, fo(fpos), None, dis(fpos))
+                elif fend != end and fend not in starts:
+                    self.add("frame-length", "high", f"FRAME declares {flen} bytes, which ends inside an opcode at {fend:#x}: readers that trust frame lengths see different opcodes", member, fpos, fo(fpos), None, dis(fpos))
+                elif fend < end and fend in starts and not any(p == fend for p, _ in res.frames):
+                    self.add("frame-length", "high", f"FRAME declares {flen} bytes but opcodes continue outside any frame after {fend:#x}: readers that stop at the frame end miss them", member, fpos, fo(fpos), None, dis(fend))
+        if res.error is not None and report_errors:
+            off = res.error.offset
+            self.add("malformed-pickle", "high", f"pickle stream stops with an error: {res.error.message if hasattr(res.error, 'message') else res.error} (what ran before it is analysed above)", member, off, fo(off), None, dis(off) if off is not None else [])
+        for i, (op, blob, off) in enumerate(res.nested):
+            sub = f"{member or os.path.basename(self.path)} > bytes passed to {op} at {off:#x}"
+            self.scan_bytes(blob, sub, None, depth + 1)
+
+    def scan_pickles(self, src: ByteSource, member: str | None, base: int | None, depth: int, *, strict: bool, torch_load: bool | None = None, torchscript: bool = False) -> None:
+        """Consecutive pickles from offset 0; legacy torch files stop before storage bytes."""
+        # Read a window, not the whole file: legacy checkpoints are five small pickles
+        # followed by gigabytes of storage, and unknown binaries are rarely pickles. The
+        # window grows only while a stream runs past it.
+        size = src.size
+        window = min(size, _WINDOW)
+
+        def run(start: int) -> tuple[StreamResult, bytes]:
+            nonlocal window
+            while True:
+                buf = bytes(src.view(0, window))
+                r = analyse(buf, start=start, torchscript=torchscript)
+                looks_like_pickle = strict or start > 0 or bool(r.globals) or len(r.op_offsets) > 16
+                if r.end is None and window < size and isinstance(r.error, TruncatedError) and looks_like_pickle:
+                    window = min(size, window * 8)
+                    continue
+                return r, buf
+
+        first, data = run(0)
+        if not strict and first.end is None and not any(g.verdict.verdict == "dangerous" for g in first.globals) and not first.calls:
+            return  # not a pickle: bytes that merely start with an opcode letter
+        self.report.streams += 1
+        legacy = first.end is not None and type(first.value) is int and first.value == LEGACY_MAGIC
+        if legacy and member is None:
+            self.report.kind = "legacy"
+        label = (lambda i: f"{member + ' > ' if member else ''}legacy pickle #{i}") if legacy else (lambda i: member if i == 1 else f"{member + ' > ' if member else ''}pickle #{i}")
+        self.report_stream(first, data, label(1), base, depth, torch_load=bool(torch_load) if torch_load is not None else False)
+        pos = first.end
+        if pos is None:
+            return
+        count = 1
+        limit = 5 if legacy else 64
+        while pos < size and count < limit:
+            res, data = run(pos)
+            if not legacy:
+                if res.end is None and not res.globals and not res.calls:
+                    self.add("trailing-data", "medium", f"{size - pos} bytes after the pickle's STOP (not a further pickle)", member, pos, None if base is None else base + pos, None, disassemble(data, pos, None))
+                    return
+                self.add("trailing-data", "high", f"opcodes after STOP: a further pickle starts at {pos:#x} (read by loaders that call pickle.load again; most scanners stop at the first STOP)", member, pos, None if base is None else base + pos, None, disassemble(data, pos, res.op_offsets))
+            count += 1
+            self.report.streams += 1
+            self.report_stream(res, data, label(count), base, depth, torch_load=legacy and count == 4)
+            if res.end is None:
+                return
+            pos = res.end
+        if legacy and count < 5:
+            self.add("malformed-pickle", "medium", f"legacy stream has {count} of its 5 pickles", member, pos)

@@ -1,0 +1,246 @@
+"""Zip archives read with torch's rules; polyglots; TorchScript code."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+from ...container.zip import ZipEntry, ZipReader
+from ...core.errors import TorchlessError
+from ...core.source import ByteSource, BytesSource
+from .common import _EOCD_SIG, _KNOWN_RECORDS, _OK_FLAGS, _STORAGE_RECORD, _TS_RISKY, _ZIP_SIG, MAX_INFLATE, MAX_MEMBER, sniff as _sniff
+from .dcp import split_zips as _split_zips
+
+__all__ = ["ZipCarrier"]
+
+
+class ZipCarrier:
+    """Mixin of :class:`~torchless.scan.carriers.Scanner`: zip archives (torch zips,
+    TorchScript, ``.pt2``, ``.npz``), archives appended to other bytes, TorchScript code."""
+
+    # -- polyglots ---------------------------------------------------------------------
+    def check_polyglot(self, src: ByteSource, member: str | None, depth: int) -> None:
+        """A non-zip head with a zip end record at the tail: zipfile sees an archive."""
+        n = src.size
+        if n < 22:
+            return
+        tail = src.read_at(max(0, n - 65557), min(n, 65557))
+        if _EOCD_SIG not in tail:
+            return
+        try:
+            zr = ZipReader(src, require_prefix=False)
+            delta = 0
+        except TorchlessError:
+            # an archive appended to other bytes: its offsets are relative to its own start;
+            # Python's zipfile finds that start from the end record, so do the same
+            pos = tail.rfind(_EOCD_SIG)
+            if pos < 0 or pos + 22 > len(tail):
+                return
+            cd_size, cd_off = struct.unpack_from("<II", tail, pos + 12)
+            eocd = n - len(tail) + pos
+            delta = eocd - cd_size - cd_off
+            if pos >= 20 and tail[pos - 20 : pos - 16] == b"PK\x06\x07":
+                e64_off = struct.unpack_from("<Q", tail, pos - 12)[0]
+                delta = (eocd - 20 - 56) - e64_off  # the zip64 end record sits right before
+            if delta <= 0:
+                return
+            try:
+                zr = ZipReader(BytesSource(src.view(delta, n - delta)), require_prefix=False)
+            except TorchlessError:
+                return
+        if not zr.entries:
+            return
+        first = delta + min(e.header_offset for e in zr.entries)
+        self.add("polyglot", "high", f"the file does not start as a zip, so torch.load reads it as a legacy pickle stream, but it ends with a zip archive ({len(zr.entries)} members from offset {first:#x}) that zip-based tools read instead", member, first)
+        self._scan_zip_reader(zr, f"{member + ' > ' if member else ''}appended zip @ {first:#x}", delta, depth + 1)
+
+
+    # -- zip ---------------------------------------------------------------------------
+    def scan_zip(self, src: ByteSource, member: str | None, base: int | None, depth: int) -> None:
+        try:
+            zr = ZipReader(src, require_prefix=False)
+        except TorchlessError as e:
+            # torch.save streams concatenated (DCP items) or a broken archive
+            items = list(_split_zips(src))
+            if len(items) > 1:
+                for off, ln in items:
+                    self.scan_bytes(src.view(off, ln), f"{member + ' > ' if member else ''}[{off}:{off + ln}]", None if base is None else base + off, depth + 1)
+                return
+            self.add("zip-reader-differential", "high", f"zip archive that torch's reader cannot open: {e.message}", member, e.offset)
+            self.scan_pickles(src, member, base, depth, strict=False)
+            return
+        self._scan_zip_reader(zr, member, base, depth)
+
+    def _scan_zip_reader(self, zr: ZipReader, member: str | None, base: int | None, depth: int) -> None:
+        pre = f"{member} > " if member else ""
+        src = zr.source
+        recs = zr.records()
+        rel_of = {e.index: r for e, r in zip(zr.entries, recs)}
+        lowered = {r.lower() for r in recs}
+        torchscript = ("constants.pkl" in lowered) or any(r.lower().startswith("code/") for r in recs)
+        is_pt2 = "archive_format" in lowered
+        if member is None:
+            self.report.kind = "torchscript" if torchscript else ("pt2" if is_pt2 else ("torch-zip" if "data.pkl" in lowered else ("npz" if any(r.endswith(".npy") for r in recs) else "zip")))
+        self.zip_structure(zr, member, base)
+        # which entry each reader picks for a name
+        torch_pick: dict[str, int] = {}
+        for e in zr.entries:
+            t = zr.lookup(e.name, full=True)
+            if t is not None:
+                torch_pick[e.name.lower()] = t.index
+        code_texts: list[tuple[str, str]] = []
+        for e in zr.entries:
+            rel = rel_of[e.index]
+            loc = f"{pre}{e.name}"
+            dup_note = ""
+            if len(zr._by_lower.get(e.raw_name.lower(), [])) > 1:
+                dup_note = f" (copy #{e.index})"
+            loc += dup_note
+            if e.flags & 0x1 or e.method not in (0, 8):
+                continue  # reported by zip_structure; neither torch nor zipfile reads it as is
+            try:
+                off = zr.data_offset(e)
+            except TorchlessError:
+                continue
+            fbase = None if base is None or e.method != 0 else base + off
+            storage = bool(_STORAGE_RECORD.match(rel))
+            if storage or (e.size > (64 << 20) and not rel.endswith(".pkl")):
+                # tensor payload: never unpickled by torch; only a nested archive matters
+                # (and, for big members that are not storage records, a pickle head)
+                peek = bytes(src.view(off, 4)) if e.method == 0 and e.compressed_size >= 4 else b""
+                if peek == _ZIP_SIG:
+                    self.scan_bytes(zr.read(e), loc, fbase, depth + 1)
+                    continue
+                if storage or not (peek[:1] == b"\x80" and len(peek) > 1 and peek[1] <= 5):
+                    continue
+            try:
+                data = bytes(zr.read(e, max_size=MAX_MEMBER))
+            except TorchlessError as err:
+                self.add("limit", "medium", f"member not analysed: {err.message}", loc)
+                continue
+            if e.crc != (zlib.crc32(data) & 0xFFFFFFFF):
+                if e.crc == 0:
+                    self.add("zip-crc", "info", "CRC-32 is 0 (written with compute_crc32=False); Python's zipfile refuses to read this member", loc, None, fbase)
+                else:
+                    self.add("zip-crc", "high", f"CRC-32 mismatch (stored {e.crc:08x}, computed {zlib.crc32(data) & 0xFFFFFFFF:08x}): torch reads this member, Python's zipfile (and scanners built on it) refuses it", loc, None, fbase)
+            low = rel.lower()
+            if low.startswith("code/") and low.endswith(".py"):
+                code_texts.append((loc, data.decode("utf-8", "replace")))
+                continue
+            if low.endswith(".debug_pkl"):
+                # read by torch's C++ unpickler into tuples only; still scanned for globals
+                pass
+            kind = _sniff(data[:512])
+            torch_load = member is None and low == "data.pkl" and not torchscript
+            if kind == "pickle" or low.endswith(".pkl") or low.endswith("debug_pkl"):
+                self.scan_pickles(BytesSource(data), loc, fbase, depth, strict=True, torch_load=torch_load, torchscript=torchscript)
+            elif kind != "other":
+                self.scan_bytes(data, loc, fbase, depth + 1)
+            elif len(data) <= (1 << 20):
+                self.scan_pickles(BytesSource(data), loc, fbase, depth, strict=False, torchscript=torchscript)
+        if code_texts:
+            self.scan_torchscript_code(code_texts)
+
+    def zip_structure(self, zr: ZipReader, member: str | None, base: int | None) -> None:
+        pre = f"{member} > " if member else ""
+        src = zr.source
+        # duplicates: torch (miniz binary search) vs Python's zipfile (last exact name)
+        for lname, dups in zr.duplicates().items():
+            t = zr.lookup(dups[0].name, full=True)
+            by_exact: dict[bytes, ZipEntry] = {}
+            for d in dups:
+                by_exact[d.raw_name] = d
+            zf = [d.index for d in by_exact.values()]
+            names = sorted({d.name for d in dups})
+            self.add("zip-duplicate", "high", f"{len(dups)} members named {' / '.join(repr(n) for n in names)} (entries {[d.index for d in dups]}): torch reads entry #{t.index if t else '?'}, Python's zipfile reads entr{'y' if len(zf) == 1 else 'ies'} #{', #'.join(map(str, zf))}; every copy is scanned", pre + dups[0].name, dups[0].header_offset)
+        recs = zr.records()
+        for e, rel in zip(zr.entries, recs):
+            loc = pre + e.name
+            if rel != rel.lower() and rel.lower() in _KNOWN_RECORDS and not any(r == rel.lower() for r in recs):
+                self.add("zip-case-variant", "high", f"member {e.name!r} is read by torch as {rel.lower()!r} (case-insensitive lookup); tools that look up {rel.lower()!r} exactly do not find it", loc, e.header_offset)
+            parts = e.name.replace("\\", "/").split("/")
+            if e.name.startswith(("/", "\\")) or ".." in parts or (len(e.name) > 1 and e.name[1] == ":"):
+                self.add("path-traversal", "medium", f"member name {e.name!r} escapes the extraction folder", loc, e.header_offset)
+            if zr.prefix and not e.name.startswith(zr.prefix + "/") and member is None and e.index > 0:
+                self.add("zip-reader-differential", "medium", f"member {e.name!r} is outside the archive folder {zr.prefix!r}: torch's record lookup never finds it, Python's zipfile does", loc, e.header_offset)
+            if e.flags & 0x1:
+                self.add("zip-flags", "high", "encrypted member: torch refuses it, zipfile needs a password, scanners usually skip it", loc, e.header_offset)
+            elif e.flags & ~_OK_FLAGS & 0xFFFF:
+                self.add("zip-flags", "low", f"unusual general-purpose flag bits {e.flags:#06x}", loc, e.header_offset)
+            if e.method not in (0, 8):
+                self.add("zip-flags", "medium", f"compression method {e.method}: torch and zipfile read this member differently (or not at all)", loc, e.header_offset)
+            try:
+                local = zr.local_name(e)
+            except TorchlessError as err:
+                self.add("zip-reader-differential", "high", f"local header unreadable: {err.message}", loc, e.header_offset)
+                continue
+            if local != e.raw_name:
+                self.add("zip-name-mismatch", "high", f"local header names {local!r}, central directory {e.raw_name!r}: torch and zipfile use the central name, streaming extractors the local one", loc, e.header_offset)
+        # overlaps, among records and with the central directory
+        spans = []
+        for e in zr.entries:
+            try:
+                spans.append((e.header_offset, zr.data_offset(e) + e.compressed_size, e.name))
+            except TorchlessError:
+                continue
+        spans.sort()
+        for (s1, e1, n1), (s2, _e2, n2) in zip(spans, spans[1:]):
+            if s2 < e1:
+                self.add("zip-overlap", "high", f"members {n1!r} and {n2!r} overlap (bytes {s2:#x}..{e1:#x}): one payload is read through two names", pre + n2, s2)
+        for s, e_, n in spans:
+            if e_ > zr.cd_offset:
+                self.add("zip-overlap", "high", f"member {n!r} runs into the central directory", pre + n, s)
+        # entries beyond the declared count: zipfile walks the directory by size, miniz by count
+        try:
+            last = zr.entries[-1] if zr.entries else None
+            if last is not None:
+                nlen, xlen, clen = struct.unpack_from("<HHH", bytes(src.view(last.central_offset + 28, 6)))
+                after = last.central_offset + 46 + nlen + xlen + clen
+                cd_end = zr.cd_offset + zr.cd_size
+                if after + 4 <= cd_end and bytes(src.view(after, 4)) == b"PK\x01\x02":
+                    self.add("zip-reader-differential", "high", "the central directory holds more entries than its end record counts: Python's zipfile lists them, torch does not", member, after)
+                    self._scan_uncounted(src, after, cd_end, member)
+        except (TorchlessError, struct.error):
+            pass
+        # data before the first record / after the end record
+        first = min((e.header_offset for e in zr.entries), default=0)
+        if first > 0:
+            self.add("polyglot" if member is None else "trailing-data", "high", f"{first} bytes before the first zip record: torch.load reads the head as a pickle stream, zip tools see the archive", member, 0)
+        try:
+            clen = struct.unpack_from("<H", bytes(src.view(zr.eocd_offset + 20, 2)))[0]
+            end = zr.eocd_offset + 22 + clen
+            if end < src.size:
+                self.add("trailing-data", "medium", f"{src.size - end} bytes after the zip end record", member, end)
+        except (TorchlessError, struct.error):
+            pass
+
+    def _scan_uncounted(self, src: ByteSource, pos: int, end: int, member: str | None) -> None:
+        # entries zipfile would add: scan their data with the local header's sizes
+        while pos + 46 <= end and bytes(src.view(pos, 4)) == b"PK\x01\x02":
+            f = struct.unpack_from("<4sHHHHHHIIIHHHHHII", bytes(src.view(pos, 46)))
+            nlen, xlen, clen, hoff, csize, method = f[10], f[11], f[12], f[16], f[8], f[4]
+            name = bytes(src.view(pos + 46, nlen)).decode("utf-8", "replace")
+            try:
+                lh = struct.unpack_from("<HH", bytes(src.view(hoff + 26, 4)))
+                doff = hoff + 30 + lh[0] + lh[1]
+                raw = bytes(src.view(doff, csize))
+                data = raw if method == 0 else zlib.decompressobj(-15).decompress(raw, MAX_INFLATE)
+                self.scan_bytes(data, f"{member + ' > ' if member else ''}{name} (uncounted entry)", None, 1)
+            except (TorchlessError, zlib.error, struct.error):
+                pass
+            pos += 46 + nlen + xlen + clen
+
+
+    # -- TorchScript code --------------------------------------------------------------
+    def scan_torchscript_code(self, texts: list[tuple[str, str]]) -> None:
+        for loc, text in texts:
+            has_setstate = "def __setstate__" in text
+            for m in _TS_RISKY.finditer(text):
+                line = text.count("\n", 0, m.start()) + 1
+                snippet = text.splitlines()[line - 1].strip()[:120]
+                if has_setstate:
+                    self.add("torchscript-code", "critical", f"TorchScript code calls {m.group(0).strip()!r} (line {line}: {snippet}) in an archive whose __setstate__ runs at torch.jit.load: file-system or native-code access with no Python global in any pickle", loc, m.start())
+                else:
+                    self.add("torchscript-code", "high", f"TorchScript code calls {m.group(0).strip()!r} (line {line}: {snippet}): file-system or native-code access when the module runs", loc, m.start())
+            if has_setstate and not _TS_RISKY.search(text):
+                self.add("torchscript-code", "medium", "TorchScript __setstate__: archive code runs at torch.jit.load time", loc, text.find("def __setstate__"))
