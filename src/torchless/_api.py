@@ -6,7 +6,7 @@ import os
 from typing import Any, Callable, Iterable
 
 from .core.errors import UsageError
-from .formats.base import Artifact
+from .formats.base import Artifact, check_options
 from .formats.registry import detect as _detect
 from .formats.registry import handler, handler_for_path
 
@@ -33,21 +33,31 @@ def open(path: Any, *, format: str | None = None, **kw: Any) -> Artifact:  # noq
     Args:
         path: a file or directory (DCP checkpoints, caches).
         format: skip detection and use this handler.
-        **kw: handler options. Every handler takes ``weights_only`` (default True);
-            formats that hold no pickles ignore it.
+        **kw: handler options. Every handler takes ``weights_only`` (default True; formats
+            that hold no pickles ignore it); the others are listed by
+            :func:`torchless.formats.base.accepted_options`.
 
     Returns:
         An :class:`~torchless.formats.base.Artifact`; iterate ``tensors()`` or index it
-        by tensor name; use it as a context manager.
+        by tensor name; use it as a context manager. Its ``load()`` honours the
+        ``weights_only`` given here and refuses the other policy.
+
+    Raises:
+        UsageError: an option the handler does not take (the message lists the ones it does).
 
     Example:
         >>> with torchless.open("model.pt") as ckpt:          # doctest: +SKIP
         ...     for name, t in ckpt.tensors():
         ...         print(name, t.dtype, t.shape)
     """
-    if isinstance(path, (bytes, bytearray, memoryview)):
-        return handler(format or "pt").open(path, **kw)
-    return _detect(path, format).open(path, **kw)
+    h = handler(format or "pt") if isinstance(path, (bytes, bytearray, memoryview)) else _detect(path, format)
+    check_options(h, "open", kw, path=None if isinstance(path, (bytes, bytearray, memoryview)) else path)
+    weights_only = kw.get("weights_only", True)
+    if type(weights_only) is not bool:
+        raise UsageError("weights_only must be True or False", found=repr(weights_only)[:40])
+    art = h.open(path, **kw)
+    art.weights_only = weights_only  # the policy, decided once: load() holds to it
+    return art
 
 
 def load(path: Any, *, weights_only: bool = True, format: str | None = None, **kw: Any) -> Any:
@@ -65,8 +75,14 @@ def load(path: Any, *, weights_only: bool = True, format: str | None = None, **k
     Raises:
         UnsafeGlobalError: ``weights_only=True`` and the pickle names a global that is
             not allowed (the message names it).
+        UsageError: an option the format does not take.
     """
     return open(path, format=format, weights_only=weights_only, **kw).load(weights_only=weights_only)
+
+
+def _writer(path: Any, format: str | None) -> Any:
+    h = handler(format) if format else (handler_for_path(path) if isinstance(path, (str, os.PathLike)) else None)
+    return h if h is not None else handler("pt")  # like torch.save: any other name is a checkpoint
 
 
 def save(obj: Any, path: Any, *, format: str | None = None, **kw: Any) -> None:
@@ -74,11 +90,16 @@ def save(obj: Any, path: Any, *, format: str | None = None, **kw: Any) -> None:
 
     ``.pt``/``.pth`` (and file objects) get torch 2.13's zip layout, loadable by
     ``torch.load(weights_only=True)``; ``.safetensors`` and ``.npz`` take a flat dict of
-    tensors. Writes are atomic.
+    tensors. Every writer takes the same tensors: torchless tensors, NumPy arrays
+    (ml_dtypes included), torch tensors and Parameters. Writes are atomic.
+
+    Raises:
+        UsageError: an option the format's writer does not take, or an object it cannot hold.
     """
-    h = handler(format) if format else (handler_for_path(path) if isinstance(path, (str, os.PathLike)) else None)
-    if h is None or h.name == "pt":
-        handler("pt").save(obj, path, **kw)  # type: ignore[attr-defined]
+    h = _writer(path, format)
+    if getattr(h, "save", None) is not None:
+        check_options(h, "write", kw, path=path)
+        h.save(obj, path, **kw)  # type: ignore[attr-defined]
         return
     if not isinstance(obj, dict):
         raise UsageError(f"{h.name} files hold a flat dict of tensors", found=type(obj).__name__)
@@ -86,10 +107,16 @@ def save(obj: Any, path: Any, *, format: str | None = None, **kw: Any) -> None:
 
 
 def write_tensors(items: Iterable[tuple[str, Any]], path: Any, *, format: str | None = None, progress: Callable[[int], None] | None = None, **kw: Any) -> None:
-    """Write ``(name, tensor)`` pairs in the format of ``path``'s extension (or ``format``)."""
+    """Write ``(name, tensor)`` pairs in the format of ``path``'s extension (or ``format``).
+
+    Raises:
+        UsageError: a format torchless cannot write tensors to, or an option its writer
+            does not take.
+    """
     h = handler(format) if format else handler_for_path(path)
     if h is None or not hasattr(h, "write_tensors"):
         raise UsageError("cannot write tensors to this file type", path=path, expected="a .pt, .safetensors, .npz ... destination")
+    check_options(h, "write", kw, path=path)
     h.write_tensors(items, path, progress=progress, **kw)  # type: ignore[attr-defined]
 
 
@@ -101,7 +128,13 @@ def convert(src: Any, dst: Any, *, src_format: str | None = None, dst_format: st
 
     Returns:
         ``{"tensors": n, "bytes": total}``.
+
+    Raises:
+        UsageError: an option the destination's writer does not take.
     """
+    h = handler(dst_format) if dst_format else handler_for_path(dst)
+    if h is not None:
+        check_options(h, "write", kw, path=dst)  # before any work
     # weights_only=False: unknown classes become placeholders whose tensors still convert;
     # nothing is imported or run either way
     with open(src, format=src_format, weights_only=False) as art:

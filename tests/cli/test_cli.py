@@ -73,9 +73,10 @@ def test_convert_round_trip_preserves_bfloat16(capsys, ckpt, tmp_path):
         assert got[k].dtype == v.dtype and torch.equal(got[k], v), k
     code, out, _ = run(capsys, "diff", ckpt, back)
     assert code == 0 and "0 changed" in out
-    # npz keeps the real dtype in its side record; NumPy still reads the data
+    # npz stores bfloat16 as np.save does (|V2) and names it in the member comment
     with np.load(npz) as z:
-        assert z["emb"].dtype == np.uint16
+        assert z["emb"].dtype == np.dtype("V2")
+        assert torch.equal(torch.from_numpy(z["emb"].view(np.uint16).astype(np.int32)), expect["emb"].view(torch.int16).to(torch.int32) & 0xFFFF)
     assert torchless.open(npz)["emb"].dtype.name == "bfloat16"
 
 

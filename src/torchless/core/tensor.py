@@ -22,7 +22,7 @@ import numpy as np
 from .dtypes import DType, by_name, from_numpy
 from .errors import FormatError, UnsupportedError, UsageError
 
-__all__ = ["Storage", "Tensor", "SparseTensor", "NestedTensor", "tensor"]
+__all__ = ["Storage", "Tensor", "SparseTensor", "NestedTensor", "as_tensor", "is_torch_tensor", "tensor"]
 
 _HOST_ORDER = sys.byteorder
 
@@ -500,3 +500,42 @@ class NestedTensor:
 def tensor(array: Any, dtype: DType | str | None = None) -> Tensor:
     """Shorthand for :meth:`Tensor.from_numpy`."""
     return Tensor.from_numpy(array, dtype)
+
+
+def is_torch_tensor(obj: Any) -> bool:
+    """True for ``torch.Tensor`` instances (Parameters and subclasses included), checked
+    by class name along the MRO so torch is never imported here."""
+    for c in type(obj).__mro__:
+        if c.__name__ == "Tensor" and c.__module__ in ("torch", "torch._tensor"):
+            return True
+    return False
+
+
+def as_tensor(obj: Any, *, share: dict | None = None, name: str | None = None) -> Tensor:
+    """The one coercion every writer uses: a torchless :class:`Tensor` for ``obj``.
+
+    Accepts torchless tensors (returned as they are), NumPy arrays and scalars (any
+    byte order and layout; bfloat16/float8 from ml_dtypes), and torch tensors of every
+    dtype, Parameters included (zero-copy through :func:`torchless.interop.torch.from_torch`;
+    torch is only touched when the object already is a torch tensor).
+
+    Args:
+        share: passed to ``from_torch`` so torch tensors sharing a storage share one
+            torchless storage.
+        name: the entry's name, for the error message.
+
+    Raises:
+        UsageError: ``obj`` is not a tensor or array, or its dtype has no torch dtype.
+    """
+    if isinstance(obj, Tensor):
+        return obj
+    if isinstance(obj, (np.ndarray, np.generic)):
+        try:
+            return Tensor.from_numpy(obj)
+        except UnsupportedError as e:
+            raise UsageError(f"a NumPy array of dtype {obj.dtype} has no torch dtype", member=name, found=str(obj.dtype)) from e
+    if is_torch_tensor(obj):
+        from ..interop.torch import from_torch
+
+        return from_torch(obj, share=share)
+    raise UsageError("not a tensor", member=name, expected="a torchless Tensor, NumPy array or torch tensor", found=type(obj).__qualname__)

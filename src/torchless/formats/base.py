@@ -11,13 +11,43 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Protocol, runtime_checkable
+from typing import Any, Iterable, Iterator, Mapping, Protocol, runtime_checkable
 
 from ..container.zip import Problem, ZipReader, is_zip
-from ..core.errors import NotFoundError, TorchlessError
+from ..core.errors import NotFoundError, TorchlessError, UsageError
 from ..core.tensor import Tensor
 
-__all__ = ["Artifact", "FormatHandler", "Probe", "Problem", "summarize_tensors"]
+__all__ = ["Artifact", "FormatHandler", "Probe", "Problem", "accepted_options", "check_options", "summarize_tensors"]
+
+#: what every handler's ``open`` accepts (formats without pickles ignore it)
+OPEN_OPTIONS: tuple[str, ...] = ("weights_only",)
+#: what every writer (``save`` / ``write_tensors``) accepts
+WRITE_OPTIONS: tuple[str, ...] = ("progress",)
+
+
+def accepted_options(h: Any, kind: str) -> tuple[str, ...]:
+    """The option names handler ``h`` accepts for ``kind`` (``"open"`` or ``"write"``):
+    the common ones plus the handler's ``open_options`` / ``write_options``."""
+    common = OPEN_OPTIONS if kind == "open" else WRITE_OPTIONS
+    return tuple(sorted(set(common) | set(getattr(h, f"{kind}_options", ()))))
+
+
+def check_options(h: Any, kind: str, given: Mapping[str, Any], *, path: Any = None) -> None:
+    """Refuse options handler ``h`` does not take, naming them and the accepted ones.
+
+    Raises:
+        UsageError: an option that is not in :func:`accepted_options`.
+    """
+    ok = accepted_options(h, kind)
+    unknown = sorted(k for k in given if k not in ok)
+    if unknown:
+        what = "opening" if kind == "open" else "writing"
+        raise UsageError(
+            f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(repr(k) for k in unknown)} for {what} {h.name} files",
+            path=path,
+            expected="one of: " + ", ".join(ok),
+            found=", ".join(unknown),
+        )
 
 
 @dataclass
@@ -95,10 +125,27 @@ class Artifact:
     """
 
     format: str = "?"
+    #: the load policy, decided once when the artifact is opened
+    weights_only: bool = True
 
     def __init__(self, path: Any) -> None:
         self.path = os.fspath(path)
         self._index: dict[str, Any] | None = None
+
+    def load_policy(self, weights_only: bool | None) -> bool:
+        """The ``weights_only`` policy for a :meth:`load` call: the one the artifact was
+        opened with. Asking for the other one is refused, never silently overridden.
+
+        Raises:
+            UsageError: ``weights_only`` differs from the policy given at open.
+        """
+        if weights_only is None or bool(weights_only) == self.weights_only:
+            return self.weights_only
+        raise UsageError(
+            f"this artifact was opened with weights_only={self.weights_only}; load(weights_only={bool(weights_only)}) would return data read under the other policy",
+            path=self.path,
+            hint=f"open it with weights_only={bool(weights_only)}",
+        )
 
     # -- to implement --------------------------------------------------------------
     def tensors(self) -> Iterator[tuple[str, Any]]:
@@ -110,8 +157,11 @@ class Artifact:
         return {"format": self.format, "path": self.path, **summarize_tensors(self.tensors())}
 
     # -- defaults ------------------------------------------------------------------
-    def load(self, *, weights_only: bool = True) -> Any:
-        """The artifact's object tree (default: a dict of its tensors)."""
+    def load(self, *, weights_only: bool | None = None) -> Any:
+        """The artifact's object tree (default: a dict of its tensors).
+
+        ``weights_only`` may only repeat the policy the artifact was opened with."""
+        self.load_policy(weights_only)
         return dict(self.tensors())
 
     def verify(self) -> list[Problem]:

@@ -4,16 +4,20 @@ Reading parses the zip and each ``.npy`` header itself (NumPy's own header parse
 safe literal reader, used here), so stored arrays are views of the memory map; object
 arrays are refused (they are pickles: ``torchless scan`` looks at those).
 
-NumPy files cannot name bfloat16 or float8 (NumPy writes them as opaque ``V2``/``V1``);
-torchless stores such arrays as unsigned integers of the same width and records the real
-dtype in a ``__torchless_dtypes__.json`` member, which NumPy's ``np.load`` ignores
-unless asked for it.
+Dtypes NumPy cannot name (bfloat16, float8, complex32, the ``bits`` types) are written
+the way ``np.save`` writes the same ml_dtypes array: opaque ``V<itemsize>`` elements
+holding the raw little-endian bytes, so ``dict(np.load(f))`` works and
+``a.view(ml_dtypes.bfloat16)`` restores the values. torchless records the real dtype in
+the member's zip comment (``torchless.dtype=bfloat16``), which NumPy ignores; files
+from older torchless versions (``__torchless_dtypes__.json``) are still read. 0-d arrays
+keep shape ``()``.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import struct
 import zipfile
 from typing import Any, Callable, Iterable, Iterator
 
@@ -24,13 +28,26 @@ from ..core.atomic import AtomicFile
 from ..core.dtypes import by_name, from_numpy
 from ..core.errors import FormatError, UnsupportedError
 from ..core.source import ByteSource, open_source
-from ..core.tensor import Storage, Tensor
+from ..core.tensor import Storage, Tensor, as_tensor
 from .base import Artifact, Probe
 from .registry import register
 
 __all__ = ["NpzArtifact", "write_npz", "parse_npy"]
 
-DTYPES_MEMBER = "__torchless_dtypes__.json"
+DTYPES_MEMBER = "__torchless_dtypes__.json"  # older torchless versions' side member
+DTYPE_COMMENT = b"torchless.dtype="
+
+
+def _member_comment(zr: ZipReader, e: Any) -> bytes:
+    """The central-directory comment of entry ``e`` (empty when none or unreadable)."""
+    src = zr.source
+    if e.central_offset + 46 > src.size:
+        return b""
+    n, m, k = struct.unpack_from("<HHH", src.read_at(e.central_offset + 28, 6))
+    start = e.central_offset + 46 + n + m
+    if k == 0 or start + k > src.size:
+        return b""
+    return bytes(src.read_at(start, k))
 
 
 def parse_npy(src: ByteSource, offset: int, size: int, name: str) -> tuple[np.dtype, tuple[int, ...], bool, int]:
@@ -61,6 +78,8 @@ def _tensor_from_npy(src: ByteSource, off: int, size: int, name: str, override: 
     if data_off + nbytes > off + size:
         raise FormatError(".npy data shorter than its header says", path=src.name, member=name, expected=nbytes)
     dt = by_name(override) if override else from_numpy(dtype)
+    if dt.itemsize != dtype.itemsize:
+        raise FormatError("recorded dtype does not match the stored element size", path=src.name, member=name, expected=f"{dt.itemsize}-byte elements for {dt.name}", found=str(dtype))
     order = "big" if dtype.byteorder == ">" else "little"
     st = Storage(name, nbytes, dt, "cpu", loader=lambda: src.view(data_off, nbytes), byteorder=order, origin=name, file_offset=data_off)
     if fortran and shape:
@@ -78,7 +97,7 @@ class NpzArtifact(Artifact):
 
     format = "npz"
 
-    def __init__(self, path: Any, **_: Any) -> None:
+    def __init__(self, path: Any) -> None:
         super().__init__(path)
         self.source = open_source(path)
         self._tensors: dict[str, Tensor] = {}
@@ -94,6 +113,9 @@ class NpzArtifact(Artifact):
                 if not e.name.endswith(".npy"):
                     continue
                 name = e.name[:-4]
+                comment = _member_comment(zr, e)
+                if comment.startswith(DTYPE_COMMENT):
+                    overrides[name] = comment[len(DTYPE_COMMENT) :].decode("ascii", "replace")
                 if e.method != 0:
                     data = zr.read(e)
                     from ..core.source import BytesSource
@@ -112,29 +134,37 @@ class NpzArtifact(Artifact):
         self.source.close()
 
 
-def write_npz(items: Iterable[tuple[str, Any]], path: Any, *, progress: Callable[[int], None] | None = None, compress: bool = False, **_: Any) -> None:
+def npz_array(t: Tensor) -> tuple[np.ndarray, str | None]:
+    """The array torchless writes for ``t`` and the dtype name to record (None when
+    NumPy's own dtype says it): native NumPy dtypes as they are, any other dtype as raw
+    little-endian ``V<itemsize>`` elements (what ``np.save`` writes for ml_dtypes)."""
+    arr = t.numpy(raw=True) if t.dtype.kind in ("quantized", "bits") or t.dtype.name == "complex32" else t.numpy()
+    if arr.dtype.kind in "biufc?" and arr.dtype.type.__module__ == "numpy":
+        return np.array(arr, order="C", copy=None), None  # keeps shape () for 0-d tensors
+    raw = np.frombuffer(t.tobytes(), dtype=np.uint8) if t.numel() else np.zeros(0, np.uint8)
+    return raw.view(f"V{t.dtype.itemsize}").reshape(t.shape), t.dtype.name
+
+
+def write_npz(items: Iterable[tuple[str, Any]], path: Any, *, progress: Callable[[int], None] | None = None, compress: bool = False) -> None:
     """Write named tensors as ``.npz`` (stored, zip64), atomically.
 
-    Dtypes NumPy cannot name are stored as same-width unsigned ints with the real
-    dtype recorded in ``__torchless_dtypes__.json``.
+    Every input :func:`~torchless.core.tensor.as_tensor` accepts is taken; dtypes NumPy
+    cannot name are stored as ``V<itemsize>`` with the real dtype in the member comment.
     """
-    overrides: dict[str, str] = {}
+    method = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
     with AtomicFile(path) as af:
-        with zipfile.ZipFile(af.file, "w", zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED, allowZip64=True) as zf:
+        with zipfile.ZipFile(af.file, "w", method, allowZip64=True) as zf:
             for name, t in items:
-                if not isinstance(t, Tensor):
-                    t = Tensor.from_numpy(t)
-                arr = t.numpy(raw=True) if t.dtype.kind in ("quantized", "bits") or t.dtype.name == "complex32" else t.numpy()
-                native = arr.dtype.kind in "biufc?" and arr.dtype.type.__module__ == "numpy"
-                if not native:
-                    overrides[name] = t.dtype.name
-                    arr = np.ascontiguousarray(arr).view(f"u{arr.dtype.itemsize}" if arr.dtype.itemsize in (1, 2, 4, 8) else "u1")
-                with zf.open(name + ".npy", "w", force_zip64=True) as f:
-                    np.lib.format.write_array(f, np.ascontiguousarray(arr), allow_pickle=False)
+                t = as_tensor(t, name=name)
+                arr, real = npz_array(t)
+                info = zipfile.ZipInfo(name + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
+                info.compress_type = method
+                if real is not None:
+                    info.comment = DTYPE_COMMENT + real.encode("ascii")
+                with zf.open(info, "w", force_zip64=True) as f:
+                    np.lib.format.write_array(f, arr, allow_pickle=False)
                 if progress is not None:
                     progress(arr.nbytes)
-            if overrides:
-                zf.writestr(DTYPES_MEMBER, json.dumps(overrides))
 
 
 @register
@@ -154,10 +184,14 @@ class NpzHandler:
             return bool(recs) and all(r.endswith(".npy") or r == DTYPES_MEMBER for r in recs) and probe.suffix == ".npz"
         return False
 
-    def open(self, path: Any, **kw: Any) -> NpzArtifact:
-        return NpzArtifact(path)
+    write_options = ("compress",)
 
-    def write_tensors(self, items: Iterable[tuple[str, Any]], path: Any, **kw: Any) -> None:
-        write_npz(items, path, progress=kw.get("progress"))
+    def open(self, path: Any, *, weights_only: bool = True) -> NpzArtifact:
+        art = NpzArtifact(path)
+        art.weights_only = weights_only
+        return art
+
+    def write_tensors(self, items: Iterable[tuple[str, Any]], path: Any, *, progress: Callable[[int], None] | None = None, compress: bool = False) -> None:
+        write_npz(items, path, progress=progress, compress=compress)
 
 

@@ -19,7 +19,7 @@ from ..core.atomic import AtomicFile
 from ..core.dtypes import DTYPES, DType
 from ..core.errors import FormatError, LimitError, TruncatedError, UnsupportedError
 from ..core.source import open_source
-from ..core.tensor import Storage, Tensor
+from ..core.tensor import Storage, Tensor, as_tensor
 from .base import Artifact, Probe, Problem
 from .registry import register
 
@@ -63,7 +63,7 @@ class SafetensorsArtifact(Artifact):
 
     format = "safetensors"
 
-    def __init__(self, path: Any, **_: Any) -> None:
+    def __init__(self, path: Any) -> None:
         super().__init__(path if not isinstance(path, (bytes, bytearray, memoryview)) else "<bytes>")
         self.source = open_source(path)
         self.metadata, self._tensors, self.header_size = read_safetensors(self.source)
@@ -190,8 +190,7 @@ def write_safetensors(
     entries: list[tuple[str, Tensor, DType]] = []
     names: set[str] = set()
     for name, t in items:
-        if not isinstance(t, Tensor):
-            t = Tensor.from_numpy(t)
+        t = as_tensor(t, name=name)
         if name in names:
             raise UsageError(f"duplicate tensor name {name!r}")
         names.add(name)
@@ -267,8 +266,7 @@ def write_safetensors_sharded(
     size = 0
     total = 0
     for name, t in items:
-        if not isinstance(t, Tensor):
-            t = Tensor.from_numpy(t)
+        t = as_tensor(t, name=name)
         if groups[-1] and size + t.nbytes > limit:
             groups.append([])
             size = 0
@@ -307,11 +305,15 @@ class SafetensorsHandler:
         (n,) = struct.unpack("<Q", probe.head[:8])
         return 2 <= n <= MAX_HEADER and probe.head[8:9] == b"{"
 
-    def open(self, path: Any, **kw: Any) -> SafetensorsArtifact:
-        return SafetensorsArtifact(path)
+    write_options = ("metadata", "max_shard_size")
 
-    def write_tensors(self, items: Iterable[tuple[str, Any]], path: Any, **kw: Any) -> None:
-        if kw.get("max_shard_size"):
-            write_safetensors_sharded(items, path, kw["max_shard_size"], metadata=kw.get("metadata"), progress=kw.get("progress"))
+    def open(self, path: Any, *, weights_only: bool = True) -> SafetensorsArtifact:
+        art = SafetensorsArtifact(path)
+        art.weights_only = weights_only
+        return art
+
+    def write_tensors(self, items: Iterable[tuple[str, Any]], path: Any, *, progress: Callable[[int], None] | None = None, metadata: dict[str, str] | None = None, max_shard_size: Any = None) -> None:
+        if max_shard_size:
+            write_safetensors_sharded(items, path, max_shard_size, metadata=metadata, progress=progress)
             return
-        write_safetensors(items, path, metadata=kw.get("metadata"), progress=kw.get("progress"))
+        write_safetensors(items, path, metadata=metadata, progress=progress)

@@ -38,37 +38,58 @@ def from_torch(t: Any, *, share: "dict[int, Storage] | None" = None) -> Tensor:
     Tensors that share a torch storage share one torchless Storage when the same
     ``share`` dict is passed to every call.
 
+    Quantized tensors keep their integer storage and quantizer (per-tensor and
+    per-channel schemes); Python attributes set on the tensor (``t.__dict__``) are kept
+    in ``attrs``.
+
     Raises:
-        UnsupportedError: non-CPU, sparse or quantized tensors (convert them in torch first).
+        UnsupportedError: sparse or nested tensors (torchless reads them from files but
+            does not convert them from torch objects).
     """
     torch = _torch()
-    if t.is_sparse or t.layout != torch.strided:
+    if t.is_sparse or t.layout != torch.strided or getattr(t, "is_nested", False):
         raise UnsupportedError(f"from_torch of layout {t.layout}")
-    if t.is_quantized:
-        raise UnsupportedError("from_torch of quantized tensors")
     dtype = by_name(str(t.dtype))
+    attrs = dict(getattr(t, "__dict__", None) or {})
+    quantizer = _quantizer(torch, t, share) if t.is_quantized else None
     if t.device.type == "meta":
-        out = Tensor(None, dtype, tuple(t.shape), tuple(t.stride()), 0, requires_grad=t.requires_grad, device="meta")
+        out = Tensor(None, dtype, tuple(t.shape), tuple(t.stride()), 0, requires_grad=t.requires_grad, device="meta", quantizer=quantizer)
         out.is_parameter = isinstance(t, torch.nn.Parameter)
+        out.attrs.update(attrs)
         return out
     if t.device.type != "cpu":
         t = t.cpu()
     us = t.untyped_storage()
-    key = us.data_ptr()
+    # empty storages all have data pointer 0: each is its own storage
+    key = us.data_ptr() if us.nbytes() else None
     cache = share if share is not None else {}
-    st = cache.get(key)
+    st = cache.get(key) if key is not None else None
     if st is None:
         raw = torch.empty(0, dtype=torch.uint8).set_(us).numpy() if us.nbytes() else np.zeros(0, np.uint8)
         st = Storage("", us.nbytes(), dtype, "cpu", data=raw.data if raw.nbytes else b"")
-        cache[key] = st
+        if key is not None:
+            cache[key] = st
     md = {}
     if t.is_conj():
         md["conj"] = True
     if t.is_neg():
         md["neg"] = True
-    out = Tensor(st, dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset(), requires_grad=t.requires_grad, metadata=md)
+    out = Tensor(st, dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset(), requires_grad=t.requires_grad, metadata=md, quantizer=quantizer)
     out.is_parameter = isinstance(t, torch.nn.Parameter)
+    out.attrs.update(attrs)
     return out
+
+
+def _quantizer(torch: Any, t: Any, share: Any) -> dict[str, Any]:
+    scheme = str(t.qscheme())[len("torch."):]
+    if scheme in ("per_tensor_affine", "per_tensor_symmetric"):
+        return {"qscheme": scheme, "scale": float(t.q_scale()), "zero_point": int(t.q_zero_point())}
+    return {
+        "qscheme": scheme,
+        "scales": from_torch(t.q_per_channel_scales().contiguous(), share=share),
+        "zero_points": from_torch(t.q_per_channel_zero_points().contiguous(), share=share),
+        "axis": int(t.q_per_channel_axis()),
+    }
 
 
 def to_torch(t: Tensor) -> Any:

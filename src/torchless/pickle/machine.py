@@ -18,6 +18,7 @@ O(its own argument) work.
 from __future__ import annotations
 
 import codecs
+import collections
 import copyreg
 import gc
 import mmap
@@ -305,8 +306,32 @@ class Unpickler:
                     raise
                 except (TypeError, ValueError, IndexError, KeyError) as e:
                     raise self._fmt(f"BUILD on {type(inst).__name__} failed: {e}", p) from None
-                return inst if res is None else res
+                if res is None or res is inst:
+                    return inst
+                replaced(inst, res, p)
+                return res
             raise self._fmt(f"BUILD on {type(inst).__name__} is not allowed", p)
+
+        replace_budget = [1 << 24]
+
+        def replaced(old: Any, new: Any, p: int) -> None:
+            # A builder that returns a new object (an immutable value such as a NumPy
+            # dtype whose byte order BUILD sets) stands for the object BUILD acted on:
+            # every memo entry and stack slot holding the old one now holds the new
+            # one, as if BUILD had changed it in place (CPython's __setstate__ does).
+            replace_budget[0] -= len(memo) + len(stack) + sum(len(f) for f in metastack) + 1
+            if replace_budget[0] < 0:
+                raise LimitError("too many BUILDs that replace their object", offset=p)
+            for k, v in memo.items():
+                if v is old:
+                    memo[k] = new
+            for frame in metastack:
+                for i, v in enumerate(frame):
+                    if v is old:
+                        frame[i] = new
+            for i, v in enumerate(stack):
+                if v is old:
+                    stack[i] = new
 
         def add_items(target: Any, items: list[Any], p: int, op: str) -> None:
             t = type(target)
@@ -323,6 +348,8 @@ class Unpickler:
                     target.items.extend(items)
                 elif isinstance(target, list):  # torchless list subclasses only
                     list.extend(target, items)
+                elif t is collections.deque:  # made by the deque rebuilder; pickle extends it
+                    target.extend(items)
                 else:
                     raise self._fmt(f"APPEND to {t.__name__}", p)
             elif op == "setitem":

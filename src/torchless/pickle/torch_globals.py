@@ -463,46 +463,43 @@ def _datetime_kind(kind: type) -> Any:
 
 
 # -- NumPy (rebuilt from bytes, numpy's own unpickling is never used) ------------------
-class _NDArrayState:
-    """What ``numpy.core.multiarray._reconstruct`` returns before BUILD fills it."""
+def _np_reconstruct(args: tuple) -> np.ndarray:
+    # ``numpy.core.multiarray._reconstruct(ndarray, (0,), b'b')``: an empty array that
+    # BUILD fills in place (so the memo and every earlier reference see the result)
+    return np.ndarray((0,), np.uint8)
 
-    __slots__ = ("shape", "dtype")
 
-    def __init__(self) -> None:
-        self.shape: Any = (0,)
-        self.dtype: Any = np.dtype(np.uint8)
-
-    def __torchless_build__(self, state: Any) -> np.ndarray:
-        if not isinstance(state, tuple) or len(state) not in (4, 5):
-            raise FormatError("ndarray state must be a 4- or 5-tuple", found=repr(state)[:80])
-        if len(state) == 5:
-            _version, shape, dtype, fortran, raw = state
-        else:
-            shape, dtype, fortran, raw = state
-        shape = _ints(tuple(shape), "ndarray shape")
-        if not isinstance(dtype, np.dtype):
-            raise FormatError("ndarray dtype is not a dtype", found=repr(dtype)[:60])
-        count = 1
-        for s in shape:
-            count *= s
-        order = "F" if fortran else "C"
-        if dtype.hasobject:
-            if not isinstance(raw, list) or len(raw) != count:
-                raise FormatError("object array data must be a list of its elements")
-            arr = np.empty(count, dtype=object)
-            arr[:] = raw
-            return arr.reshape(shape, order=order)
+def _ndarray_build(arr: np.ndarray, state: Any) -> None:
+    """BUILD on a reconstructed array: the state is checked here, then NumPy's own
+    ``ndarray.__setstate__`` applies it, so layout rules match NumPy's unpickling exactly
+    (Fortran-ordered object lists are in C order, non-native byte order becomes native)."""
+    if not isinstance(state, tuple) or len(state) not in (4, 5):
+        raise FormatError("ndarray state must be a 4- or 5-tuple", found=repr(state)[:80])
+    shape, dtype, fortran, raw = state[-4:]
+    shape = _ints(tuple(shape) if isinstance(shape, (tuple, list)) else shape, "ndarray shape")
+    if not isinstance(dtype, np.dtype):
+        raise FormatError("ndarray dtype is not a dtype", found=repr(dtype)[:60])
+    if any(s < 0 for s in shape):
+        raise FormatError("ndarray shape has a negative size", found=repr(shape)[:60])
+    count = 1
+    for s in shape:
+        count *= s
+    if dtype.hasobject:
+        if not isinstance(raw, list) or len(raw) != count:
+            raise FormatError("object array data must be a list of its elements", expected=count, found=len(raw) if isinstance(raw, list) else type(raw).__name__)
+    else:
         if isinstance(raw, str):
             raw = raw.encode("latin1")
         if not isinstance(raw, (bytes, bytearray, memoryview)):
             raise FormatError("ndarray data must be bytes", found=type(raw).__name__)
         if len(raw) != count * dtype.itemsize:
             raise FormatError("ndarray data size does not match its shape", expected=count * dtype.itemsize, found=len(raw))
-        return np.frombuffer(raw, dtype=dtype, count=count).reshape(shape, order=order)
+        raw = bytes(raw)
+    arr.__setstate__((1, shape, dtype, bool(fortran), raw))
 
 
-def _np_reconstruct(args: tuple) -> _NDArrayState:
-    return _NDArrayState()
+_DATETIME_UNITS = {"Y", "M", "W", "D", "h", "m", "s", "ms", "us", "μs", "ns", "ps", "fs", "as", "generic"}
+_NPY_ALIGNED_STRUCT = 0x80
 
 
 def _np_dtype(args: tuple) -> np.dtype:
@@ -513,14 +510,45 @@ def _np_dtype(args: tuple) -> np.dtype:
 
 
 def _np_dtype_build(dt: np.dtype, state: Any) -> np.dtype:
-    if isinstance(state, tuple) and len(state) >= 2 and isinstance(state[1], str):
-        bo = state[1]
-        if bo in ("<", ">") and dt.byteorder not in ("|",):
-            return dt.newbyteorder(bo)
-        if len(state) >= 5 and state[3] is not None and isinstance(state[3], tuple) and isinstance(state[4], dict):
-            names, fields = state[3], state[4]
-            return np.dtype({"names": list(names), "formats": [fields[n][0] for n in names], "offsets": [fields[n][1] for n in names]})
-    return dt
+    """BUILD on a dtype: ``(version, byteorder, subarray, names, fields, elsize,
+    alignment, flags[, metadata])`` as ``numpy.dtype.__reduce__`` writes it."""
+    if not isinstance(state, tuple) or len(state) < 8:
+        raise FormatError("numpy dtype state must be a tuple of 8 or 9 items", found=repr(state)[:80])
+    _version, bo, sub, names, fields, elsize, _align, flags = state[:8]
+    meta = state[8] if len(state) > 8 else None
+    if names is not None:
+        if not isinstance(names, tuple) or not isinstance(fields, dict):
+            raise FormatError("structured dtype state needs names and fields", found=repr(state)[:80])
+        formats, offsets, titles = [], [], []
+        for n in names:
+            f = fields.get(n)
+            if not isinstance(f, tuple) or len(f) not in (2, 3) or not isinstance(f[0], np.dtype) or type(f[1]) is not int:
+                raise FormatError("structured dtype field", found=repr(f)[:80])
+            formats.append(f[0])
+            offsets.append(f[1])
+            titles.append(f[2] if len(f) == 3 else None)
+        spec: dict[str, Any] = {"names": list(names), "formats": formats, "offsets": offsets}
+        if type(elsize) is int and elsize >= 0:
+            spec["itemsize"] = elsize
+        if any(t is not None for t in titles):
+            spec["titles"] = titles
+        return np.dtype(spec, align=bool(type(flags) is int and flags & _NPY_ALIGNED_STRUCT))
+    if sub is not None:
+        if not isinstance(sub, tuple) or len(sub) != 2 or not isinstance(sub[0], np.dtype):
+            raise FormatError("subarray dtype state", found=repr(sub)[:80])
+        return np.dtype((sub[0], _ints(sub[1] if isinstance(sub[1], tuple) else (sub[1],), "subarray shape")))
+    out = dt
+    if dt.kind in "Mm" and isinstance(meta, tuple) and len(meta) == 2 and isinstance(meta[1], tuple) and len(meta[1]) == 4:
+        unit, num = meta[1][0], meta[1][1]
+        unit = unit.decode("ascii", "replace") if isinstance(unit, bytes) else unit
+        if unit not in _DATETIME_UNITS or type(num) is not int or num < 1:
+            raise FormatError("datetime dtype unit", found=repr(meta)[:60])
+        out = np.dtype(f"{dt.char}8" if unit == "generic" else f"{dt.char}8[{num if num != 1 else ''}{unit}]")
+    elif dt.kind in "SUV" and dt.itemsize == 0 and type(elsize) is int and elsize > 0:
+        out = np.dtype(f"{dt.char}{elsize // 4 if dt.kind == 'U' else elsize}")
+    if bo in ("<", ">", "=") and out.byteorder != "|":
+        out = out.newbyteorder(bo)
+    return out
 
 
 def _np_scalar(args: tuple) -> Any:
@@ -671,3 +699,4 @@ def _tensor_build(t: Any, state: Any) -> Any:
 for _t in {type(np.dtype(c)) for c in "?bBhHiIlLqQefdgFDGSUVOMm"} | {np.dtype}:
     register_builder(_t, _np_dtype_build)
 register_builder(Tensor, _tensor_build)
+register_builder(np.ndarray, _ndarray_build)

@@ -41,6 +41,7 @@ class AotiArtifact(Artifact):
         super().__init__(path if not isinstance(path, (bytes, bytearray, memoryview)) else "<bytes>")
         # weights_only is accepted for API symmetry: weight pickles are always read with
         # the allowlist (torch.load in the AOTI loader uses weights_only=True too)
+        self.weights_only = bool(weights_only)
         self.package: _read.AotiPackage = _read.read_package(path, limits=limits)
 
     def tensors(self) -> Iterator[tuple[str, Any]]:
@@ -210,6 +211,8 @@ class AotiHandler:
         if probe.is_dir or not is_zip(probe.head):
             return False
         return is_aoti_records(probe.zip_records())
+
+    open_options = ("limits",)
 
     def open(self, path: Any, **kw: Any) -> AotiArtifact:
         return AotiArtifact(path, **kw)

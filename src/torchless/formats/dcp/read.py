@@ -439,7 +439,7 @@ class DCPArtifact(Artifact):
 
     format = "dcp"
 
-    def __init__(self, path: Any, *, weights_only: bool = True, **_: Any) -> None:
+    def __init__(self, path: Any, *, weights_only: bool = True) -> None:
         super().__init__(path)
         self.reader = open_reader(path)
         self.weights_only = weights_only
@@ -454,11 +454,13 @@ class DCPArtifact(Artifact):
 
     def values(self, *, weights_only: bool | None = None) -> dict[str, Any]:
         """The non-tensor items, unpickled."""
-        wo = self.weights_only if weights_only is None else weights_only
+        wo = self.load_policy(weights_only)
         return {k: self.reader.value(k, weights_only=wo) for k in self.reader.bytes_names()}
 
-    def load(self, *, weights_only: bool = True, keys: Any = None) -> Any:
-        """The nested state dict (tensors lazy, non-tensor values unpickled)."""
+    def load(self, *, weights_only: bool | None = None, keys: Any = None) -> Any:
+        """The nested state dict (tensors lazy, non-tensor values unpickled under the
+        policy given at open)."""
+        weights_only = self.load_policy(weights_only)
         flat: dict[str, Any] = {}
         want = None if keys is None else set(keys)
         missing = sorted(want - set(self.reader.entries)) if want is not None else []

@@ -72,7 +72,7 @@ class OnnxArtifact(Artifact):
 
     format = "onnx"
 
-    def __init__(self, path: Any, *, base_dir: str | None = None, include_constants: bool = True, **_: Any) -> None:
+    def __init__(self, path: Any, *, base_dir: str | None = None, include_constants: bool = True) -> None:
         self.om = _read.OnnxModel(path, base_dir=base_dir, include_constants=include_constants)
         super().__init__(self.om.path)
         self.model = self.om.model
@@ -156,7 +156,10 @@ class OnnxHandler:
     def sniff(self, probe: Probe) -> bool:
         return not probe.is_dir and probe.suffix == ".onnx" and looks_like_model(probe.head)
 
-    def open(self, path: Any, **kw: Any) -> OnnxArtifact:
-        kw.pop("weights_only", None)
-        return OnnxArtifact(path, **kw)
+    open_options = ("base_dir", "include_constants")
+
+    def open(self, path: Any, *, weights_only: bool = True, **kw: Any) -> OnnxArtifact:
+        art = OnnxArtifact(path, **kw)
+        art.weights_only = weights_only
+        return art
 

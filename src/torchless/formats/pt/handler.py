@@ -45,6 +45,7 @@ class PtArtifact(Artifact):
 
     def __init__(self, path: Any, *, weights_only: bool = True, limits: Limits = Limits(), encoding: str = "utf-8", mmap: bool = True) -> None:
         super().__init__(path if not isinstance(path, (bytes, bytearray, memoryview)) else "<bytes>")
+        self.weights_only = bool(weights_only)
         self.source = open_source(path)
         self.checkpoint = read_checkpoint(self.source, weights_only=weights_only, limits=limits, encoding=encoding, mmap=mmap)
 
@@ -52,7 +53,10 @@ class PtArtifact(Artifact):
     def obj(self) -> Any:
         return self.checkpoint.obj
 
-    def load(self, *, weights_only: bool = True) -> Any:
+    def load(self, *, weights_only: bool | None = None) -> Any:
+        """The object tree, read under the ``weights_only`` policy given at open (asking
+        for the other one raises :class:`~torchless.core.errors.UsageError`)."""
+        self.load_policy(weights_only)
         return self.checkpoint.obj
 
     def tensors(self) -> Iterator[tuple[str, Any]]:
@@ -106,6 +110,8 @@ class PtHandler:
     extensions = (".pt", ".pth", ".bin", ".ckpt", ".tar", ".pkl")
     priority = 100  # after the specific zip flavours (TorchScript, .pt2, AOTI)
     description = "torch.save checkpoint (zip, legacy stream, legacy tar)"
+    open_options = ("limits", "encoding", "mmap")
+    write_options = ("alignment", "compute_crc", "prefix")
 
     def sniff(self, probe: Probe) -> bool:
         if probe.is_dir:
@@ -126,7 +132,7 @@ class PtHandler:
 
         save_checkpoint(obj, path, **kw)
 
-    def write_tensors(self, items: Iterable[tuple[str, Any]], path: Any, *, metadata: dict[str, str] | None = None, progress: Any = None, **kw: Any) -> None:
+    def write_tensors(self, items: Iterable[tuple[str, Any]], path: Any, *, progress: Any = None, **kw: Any) -> None:
         """Write named tensors as a state dict (an OrderedDict, like ``state_dict()``)."""
         from ...core.values import StateDict
 
@@ -135,7 +141,7 @@ class PtHandler:
             sd[name] = t
         from .write import save_checkpoint
 
-        save_checkpoint(sd, path, progress=progress)
+        save_checkpoint(sd, path, progress=progress, **kw)
 
 
 __all__ += ["writer_generation"]

@@ -1,49 +1,63 @@
 """Writing eager checkpoints in torch 2.13's zip layout (spec ``pt.md`` §1.13).
 
-``save`` accepts nested dicts/lists/tuples of torchless tensors, NumPy arrays, torch
-tensors (when torch is installed; converted zero-copy) and Python scalars. Tensors that
-share a storage are written once and stay views of it; classic dtypes use
-``_rebuild_tensor_v2`` with their legacy storage class, the newer ones (uint16/32/64,
-float8, complex32...) ``_rebuild_tensor_v3`` with ``UntypedStorage``. The result loads
-with ``torch.load(weights_only=True)`` and ``mmap=True``.
+``save`` accepts what ``torchless.load`` returns and what ``torch.save`` takes: nested
+containers of tensors (torchless, NumPy arrays and torch tensors, all through
+:func:`~torchless.core.tensor.as_tensor`) and Python values. Tensors that share a storage
+are written once and stay views of it; the same tensor object saved twice is one object
+again after loading. Classic dtypes use ``_rebuild_tensor_v2`` with their legacy storage
+class, the newer ones (uint16/32/64, float8, complex32...) ``_rebuild_tensor_v3`` with
+``UntypedStorage``, as torch writes them.
+
+The result loads with ``torch.load(weights_only=True)`` and ``mmap=True`` as long as the
+object holds only what torch's weights-only loader accepts (tensors, Parameters, dicts,
+OrderedDicts with ``_metadata``, ``Counter``, lists, tuples, sets, complex, bytearray,
+torch dtypes/devices/sizes...). The other safe values torchless reads (``slice``,
+``range``, ``frozenset``, ``deque``, ``defaultdict``, ``argparse.Namespace``, pure paths,
+``datetime`` values, ``Decimal``, NumPy arrays of non-tensor dtypes, NumPy dtypes and
+scalars of non-numeric kinds) are written the way Python pickles them, which
+``torch.load(weights_only=False)`` reads. NumPy arrays whose dtype is a torch dtype are
+written as tensors and NumPy numbers as Python numbers (the values torch's weights-only
+loader can read).
 """
 
 from __future__ import annotations
 
 import collections
+import datetime
+import decimal
+import pathlib
 import sys
 from typing import Any, Callable
 
 import numpy as np
 
 from ...container.zip import TorchZipWriter, iter_chunks
-from ...core.errors import UsageError
+from ...core.dtypes import DType, from_numpy
+from ...core.errors import UnsupportedError, UsageError
 from ...core.source import PathLike
-from ...core.tensor import SparseTensor, Storage, Tensor
-from ...core.values import Device, Layout, QScheme, Size, StateDict
+from ...core.tensor import NestedTensor, SparseTensor, Storage, Tensor, as_tensor, is_torch_tensor
+from ...core.values import Device, Layout, MemoryFormat, Namespace, QScheme, Size, StateDict, TorchVersion
 from ...pickle.writer import Global, Persistent, Pickler2, Reduce
 
 __all__ = ["save_checkpoint", "CheckpointPickler"]
 
 _UTILS = "torch._utils"
+_UINT8_NAME = "uint8"
+_BUILTIN_FACTORIES = {list: "list", dict: "dict", set: "set", int: "int", float: "float", str: "str", tuple: "tuple", bool: "bool"}
 
 
-def _to_tensor(obj: Any, share: dict | None = None) -> Any:
-    """torch tensors and NumPy arrays become torchless tensors; others pass through.
+def _numpy_reduce(obj: Any) -> Reduce:
+    """A NumPy array, dtype or scalar as NumPy's own ``__reduce__`` describes it."""
+    func, args, *rest = obj.__reduce__()
+    return Reduce(Global(func.__module__, func.__name__), tuple(args), state=rest[0] if rest else None)
 
-    ``share`` maps torch storages to torchless ones so views keep sharing one storage."""
-    if type(obj) is Tensor:
-        return obj
-    if isinstance(obj, np.ndarray):
-        return Tensor.from_numpy(obj)
-    if isinstance(obj, np.generic):
-        return obj.item()
-    mod = type(obj).__module__
-    if mod.startswith("torch") and hasattr(obj, "untyped_storage"):
-        from ...interop.torch import from_torch
 
-        return from_torch(obj, share=share)
-    return obj
+def _is_tensor_array(obj: Any) -> bool:
+    try:
+        from_numpy(obj.dtype)
+    except UnsupportedError:
+        return False
+    return True
 
 
 class CheckpointPickler:
@@ -52,59 +66,95 @@ class CheckpointPickler:
     def __init__(self) -> None:
         self.storage_keys: dict[int, str] = {}
         self.storages: list[tuple[str, Storage]] = []
-        self._dtype_of: dict[int, Any] = {}
+        self._dtype_of: dict[int, str] = {}
         self._alive: list[Any] = []
         self._torch_share: dict[int, Storage] = {}
+        self._converted: dict[int, Tensor] = {}  # id(torch tensor or array) -> its Tensor
 
-    def _storage_pid(self, st: Storage, dtype: Any, v3: bool) -> Persistent:
+    def _storage_pid(self, st: Storage, dtype: DType, v3: bool) -> Persistent:
         sid = id(st)
         key = self.storage_keys.get(sid)
+        # torch.save's rule: a storage is saved with one dtype (the tensor's for typed
+        # storages, uint8 for UntypedStorage); another tensor viewing it with a different
+        # one is refused. Empty storages are exempt (data pointer 0 in torch).
+        as_dtype = _UINT8_NAME if v3 else dtype.name
         if key is None:
             key = str(len(self.storage_keys))
             self.storage_keys[sid] = key
             self.storages.append((key, st))
-            self._dtype_of[sid] = dtype
+            self._dtype_of[sid] = as_dtype
             self._alive.append(st)
-        elif self._dtype_of[sid].itemsize != dtype.itemsize:
-            raise UsageError("cannot save multiple tensors that view the same data as different types")
+        elif st.nbytes and self._dtype_of[sid] != as_dtype:
+            raise UsageError(
+                "cannot save multiple tensors that view the same data as different types",
+                expected=self._dtype_of[sid],
+                found=as_dtype,
+                hint="save a copy of one of them (torch.save refuses this object too)",
+            )
         location = st.location if st.location and st.location != "meta" else "cpu"
         if v3:
             return Persistent(("storage", Global("torch.storage", "UntypedStorage"), key, location, st.nbytes))
         return Persistent(("storage", Global("torch", dtype.legacy_storage), key, location, st.nbytes // dtype.itemsize))
 
-    def _tensor(self, t: Tensor) -> Reduce:
+    def _plain_tensor(self, t: Tensor) -> tuple[Global, tuple]:
+        """The rebuild function and arguments of ``t`` without Parameter or attributes."""
         if t.storage is None:
-            r = Reduce(Global(_UTILS, "_rebuild_meta_tensor_no_storage"), (Global("torch", t.dtype.name), tuple(t.shape), tuple(t.stride()), t.requires_grad), memo_key=("t", id(t)))
-        elif t.quantizer is not None:
+            return Global(_UTILS, "_rebuild_meta_tensor_no_storage"), (Global("torch", t.dtype.name), tuple(t.shape), tuple(t.stride()), t.requires_grad)
+        if t.quantizer is not None:
             q = t.quantizer
+            scheme = Global("torch", q["qscheme"])
             if "scale" in q:
-                qp: tuple = (Global("torch", q["qscheme"]), float(q["scale"]), int(q["zero_point"]))
+                qp: tuple = (scheme, float(q["scale"]), int(q["zero_point"]))
             else:
-                qp = (Global("torch", "per_channel_affine"), q["scales"], q["zero_points"], int(q["axis"]))
+                qp = (scheme, q["scales"], q["zero_points"], int(q["axis"]))
             pid = self._storage_pid(t.storage, t.dtype, False)
-            r = Reduce(Global(_UTILS, "_rebuild_qtensor"), (pid, t.storage_offset(), tuple(t.shape), tuple(t.stride()), qp, t.requires_grad, _empty_od()), memo_key=("t", id(t)))
-        else:
-            v3 = t.dtype.legacy_storage is None
-            pid = self._storage_pid(t.storage, t.dtype, v3)
-            md = {k: v for k, v in t.metadata.items() if v}
-            args: tuple = (pid, t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.requires_grad, _empty_od())
-            if v3:
-                args = args + (Global("torch", t.dtype.name),)
-            if md:
-                args = args + (md,)
-            r = Reduce(Global(_UTILS, "_rebuild_tensor_v3" if v3 else "_rebuild_tensor_v2"), args, memo_key=("t", id(t)))
-        if t.is_parameter:
-            inner = r
-            inner.memo_key = None
-            return Reduce(Global(_UTILS, "_rebuild_parameter"), (inner, t.requires_grad, _empty_od()), memo_key=("p", id(t)))
-        return r
+            return Global(_UTILS, "_rebuild_qtensor"), (pid, t.storage_offset(), tuple(t.shape), tuple(t.stride()), qp, t.requires_grad, _empty_od())
+        v3 = t.dtype.legacy_storage is None
+        pid = self._storage_pid(t.storage, t.dtype, v3)
+        md = {k: v for k, v in t.metadata.items() if v}
+        args: tuple = (pid, t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.requires_grad, _empty_od())
+        if v3:
+            args = args + (Global("torch", t.dtype.name),)
+        if md:
+            args = args + (md,)
+        return Global(_UTILS, "_rebuild_tensor_v3" if v3 else "_rebuild_tensor_v2"), args
 
-    def translate(self, obj: Any) -> Any:
-        obj = _to_tensor(obj, self._torch_share)
-        if type(obj) is Tensor or isinstance(obj, Tensor):
+    def _tensor(self, t: Tensor) -> Reduce:
+        key = ("t", id(t))
+        if t.storage is not None and t.storage.location == "meta":
+            t = Tensor(None, t.dtype, t.shape, t.stride(), 0, requires_grad=t.requires_grad, is_parameter=t.is_parameter)
+        func, args = self._plain_tensor(t)
+        attrs = dict(t.attrs)
+        if t.is_parameter:
+            # torch: Parameter.__reduce_ex__ pickles its data as a plain tensor (a new
+            # object each time) inside _rebuild_parameter[_with_state]
+            data = Reduce(func, args)
+            if attrs:
+                return Reduce(Global(_UTILS, "_rebuild_parameter_with_state"), (data, t.requires_grad, _empty_od(), attrs), memo_key=key)
+            return Reduce(Global(_UTILS, "_rebuild_parameter"), (data, t.requires_grad, _empty_od()), memo_key=key)
+        if attrs:
+            return Reduce(Global("torch._tensor", "_rebuild_from_type_v2"), (func, Global("torch", "Tensor"), args, attrs), memo_key=key)
+        return Reduce(func, args, memo_key=key)
+
+    def _coerce(self, obj: Any) -> Any:
+        """torch tensors and tensor-dtype NumPy arrays -> one torchless Tensor per object."""
+        done = self._converted.get(id(obj))
+        if done is not None:
+            return done
+        t = as_tensor(obj, share=self._torch_share)
+        self._converted[id(obj)] = t
+        self._alive.append(obj)
+        return t
+
+    def translate(self, obj: Any) -> Any:  # noqa: C901 - one case per value type
+        if isinstance(obj, np.ndarray):
+            if not _is_tensor_array(obj):
+                return _numpy_reduce(obj)
+            obj = self._coerce(obj)
+        elif is_torch_tensor(obj):
+            obj = self._coerce(obj)
+        if isinstance(obj, Tensor):
             self._alive.append(obj)
-            if obj.storage is not None and obj.storage.location == "meta":
-                obj = Tensor(None, obj.dtype, obj.shape, obj.stride(), 0, requires_grad=obj.requires_grad)
             return self._tensor(obj)
         if isinstance(obj, SparseTensor):
             self._alive.append(obj)
@@ -115,28 +165,72 @@ class CheckpointPickler:
             else:
                 data = (obj.tensors["compressed_indices"], obj.tensors["plain_indices"], obj.tensors["values"], size)
             return Reduce(Global(_UTILS, "_rebuild_sparse_tensor"), (layout, data), memo_key=("s", id(obj)))
+        if isinstance(obj, NestedTensor):
+            self._alive.append(obj)
+            return Reduce(Global(_UTILS, "_rebuild_nested_tensor"), (obj.buffer, obj.nested_sizes, obj.nested_strides, obj.offsets), memo_key=("n", id(obj)))
+        if isinstance(obj, collections.Counter):
+            self._alive.append(obj)
+            return Reduce(Global("collections", "Counter"), (dict(obj),), memo_key=("c", id(obj)))
+        if isinstance(obj, collections.defaultdict):
+            self._alive.append(obj)
+            f = obj.default_factory
+            if f is not None and f not in _BUILTIN_FACTORIES:
+                raise UsageError("a defaultdict whose factory is not a builtin container cannot be saved", found=repr(f)[:60])
+            args = (Global("builtins", _BUILTIN_FACTORIES[f]),) if f is not None else ()
+            return Reduce(Global("collections", "defaultdict"), args, memo_key=("dd", id(obj)), dictitems=list(obj.items()))
         if isinstance(obj, (StateDict, collections.OrderedDict)):
             self._alive.append(obj)
             state = obj.attributes if isinstance(obj, StateDict) and obj.attributes else None
             return Reduce(Global("collections", "OrderedDict"), (), state=state, memo_key=("od", id(obj)), dictitems=list(obj.items()))
+        if isinstance(obj, collections.deque):
+            return Reduce(Global("collections", "deque"), (list(obj), obj.maxlen))
         if isinstance(obj, Size):
             return Reduce(Global("torch", "Size"), (tuple(obj),))
         if isinstance(obj, Device):
             return Reduce(Global("torch", "device"), (str(obj),))
         if isinstance(obj, Layout):
             return Reduce(Global("torch.serialization", "_get_layout"), (f"torch.{obj}",))
-        if isinstance(obj, QScheme):
+        if isinstance(obj, (QScheme, MemoryFormat)):
             return Global("torch", str(obj))
-        if isinstance(obj, (set, frozenset)):
-            if isinstance(obj, frozenset):
-                raise UsageError("frozenset is not loadable by torch.load(weights_only=True)")
+        if isinstance(obj, TorchVersion):
+            return Reduce(Global("torch.torch_version", "TorchVersion"), (str(obj),))
+        if isinstance(obj, set):
             return Reduce(Global("builtins", "set"), (list(obj),))
+        if isinstance(obj, frozenset):
+            return Reduce(Global("builtins", "frozenset"), (list(obj),))
+        if isinstance(obj, slice):
+            return Reduce(Global("builtins", "slice"), (obj.start, obj.stop, obj.step))
+        if isinstance(obj, range):
+            return Reduce(Global("builtins", "range"), (obj.start, obj.stop, obj.step))
         if isinstance(obj, complex):
             return Reduce(Global("builtins", "complex"), (obj.real, obj.imag))
         if isinstance(obj, bytearray):
             return Reduce(Global("builtins", "bytearray"), (bytes(obj),))
-        if hasattr(obj, "itemsize") and hasattr(obj, "legacy_storage"):  # a DType
+        if isinstance(obj, Namespace):
+            return Reduce(Global("copyreg", "__newobj__"), (Global("argparse", "Namespace"),), state=dict(vars(obj)))
+        if isinstance(obj, pathlib.PurePath):
+            kind = type(obj)
+            name = kind.__name__ if kind.__module__ == "pathlib" else ("PureWindowsPath" if isinstance(obj, pathlib.PureWindowsPath) else "PurePosixPath")
+            return Reduce(Global("pathlib", name), tuple(obj.parts))
+        if isinstance(obj, (datetime.datetime, datetime.date, datetime.time, datetime.timedelta)):
+            if getattr(obj, "tzinfo", None) is not None:
+                raise UsageError("datetime values with a time zone cannot be saved", found=repr(obj)[:60])
+            cls, args = obj.__reduce__()[:2]
+            return Reduce(Global("datetime", cls.__name__), tuple(args))
+        if isinstance(obj, decimal.Decimal):
+            return Reduce(Global("decimal", "Decimal"), (str(obj),))
+        if isinstance(obj, np.dtype):
+            return _numpy_reduce(obj)
+        if isinstance(obj, np.generic):
+            if obj.dtype.kind in "biufc":
+                return obj.item()
+            return _numpy_reduce(obj)
+        if isinstance(obj, type) and obj.__module__.split(".")[0] == "numpy":
+            return Global(obj.__module__, obj.__name__)
+        if isinstance(obj, DType):
             return Global("torch", obj.name)
+        if isinstance(obj, str):  # other str subclasses: their text
+            return str(obj)
         return obj
 
 

@@ -48,7 +48,7 @@ class Pt2Artifact(Artifact):
 
     format = "pt2"
 
-    def __init__(self, path: Any, **kw: Any) -> None:
+    def __init__(self, path: Any) -> None:
         super().__init__(path if not isinstance(path, (bytes, bytearray, memoryview)) else "<bytes>")
         self.archive = _read.Pt2Archive(path)
 
@@ -77,8 +77,9 @@ class Pt2Artifact(Artifact):
             "extra_files": sorted(self.archive.extra_files),
         }
 
-    def load(self, *, weights_only: bool = True) -> Any:
+    def load(self, *, weights_only: bool | None = None) -> Any:
         """The :class:`~.read.Program` (one model) or a dict name -> Program."""
+        self.load_policy(weights_only)
         progs = self.archive.programs
         return next(iter(progs.values())) if len(progs) == 1 else dict(progs)
 
@@ -110,11 +111,14 @@ class Pt2Handler:
             return False
         return is_pt2(probe.zip_records())
 
-    def open(self, path: Any, **kw: Any) -> Pt2Artifact:
-        kw.pop("weights_only", None)
-        return Pt2Artifact(path, **kw)
+    write_options = ("extra_files", "sample_inputs")
 
-    def save(self, obj: Any, path: Any, **kw: Any) -> None:
+    def open(self, path: Any, *, weights_only: bool = True) -> Pt2Artifact:
+        art = Pt2Artifact(path)
+        art.weights_only = weights_only
+        return art
+
+    def save(self, obj: Any, path: Any, *, progress: Any = None, **kw: Any) -> None:
         from .write import save_pt2
 
         save_pt2(path, obj, **kw)

@@ -159,6 +159,7 @@ class TorchScriptArtifact(Artifact):
 
     def __init__(self, path: Any, *, weights_only: bool = True, limits: Limits = Limits()) -> None:
         super().__init__(path if not isinstance(path, (bytes, bytearray, memoryview)) else "<bytes>")
+        self.weights_only = bool(weights_only)
         self.source = open_source(path)
         try:
             self.archive: _read.TorchScriptArchive = _read.read_archive(self.source, weights_only=weights_only, limits=limits)
@@ -170,7 +171,9 @@ class TorchScriptArtifact(Artifact):
     def module(self) -> _read.ScriptObject:
         return self.archive.module
 
-    def load(self, *, weights_only: bool = True) -> Any:
+    def load(self, *, weights_only: bool | None = None) -> Any:
+        """The root module, read under the policy given at open."""
+        self.load_policy(weights_only)
         return self.archive.module
 
     def state_dict(self) -> Any:
@@ -292,6 +295,8 @@ class TorchScriptHandler:
         if probe.is_dir or not is_zip(probe.head):
             return False
         return spec.is_torchscript_zip(probe.zip_records())
+
+    open_options = ("limits",)
 
     def open(self, path: Any, **kw: Any) -> TorchScriptArtifact:
         return TorchScriptArtifact(path, **kw)
