@@ -7,7 +7,8 @@ keeps working for code that does not know torchless::
     TorchlessError(Exception)
     ├── FormatError(ValueError)            the bytes are not what the format says
     │   ├── TruncatedError                 the input ends before a declared length
-    │   └── ChecksumError                  a CRC or digest does not match
+    │   ├── ChecksumError                  a CRC or digest does not match
+    │   └── LinkEscapeError                a path or symlink named by the file leaves the artifact
     ├── UnsafeGlobalError(PermissionError) weights_only refused a global (never executed)
     ├── LimitError(ValueError)             an explicit safety limit was exceeded
     ├── UnsupportedError(NotImplementedError)  valid input torchless cannot handle yet
@@ -27,6 +28,7 @@ __all__ = [
     "ChecksumError",
     "FormatError",
     "LimitError",
+    "LinkEscapeError",
     "NotFoundError",
     "TorchlessError",
     "TruncatedError",
@@ -118,6 +120,12 @@ class TruncatedError(FormatError):
 
 class ChecksumError(FormatError):
     """A stored CRC-32 or digest does not match the bytes."""
+
+
+class LinkEscapeError(FormatError):
+    """A path taken from the file (a sibling file's name, an external-data location) or a
+    symbolic link on the way to it resolves outside the artifact's folder; nothing there
+    was opened."""
 
 
 class UnsafeGlobalError(TorchlessError, PermissionError):

@@ -59,7 +59,7 @@ class HFReader(DCPReader):
         self._chunks = {}
         for name in sorted(n for n in os.listdir(self.path) if n.endswith(SUFFIX)):
             fp = os.path.join(self.path, name)
-            src = MmapSource(fp)
+            src = MmapSource(self.real_path(name))
             try:
                 meta, tensors, _n = read_safetensors(src)
             finally:

@@ -299,12 +299,13 @@ def parse_metadata(data: Any, *, path: Any = None, limits: Limits = Limits()) ->
 
 def read_metadata(directory: Any, name: str = ".metadata") -> Metadata:
     """Read ``<directory>/.metadata``."""
+    from ...core.errors import NotFoundError
+    from ...core.paths import confine
+
     p = os.path.join(os.fspath(directory), name)
     if not os.path.isfile(p):
-        from ...core.errors import NotFoundError
-
         raise NotFoundError("not a DCP checkpoint: no .metadata file", path=directory)
-    src = open_source(p)
+    src = open_source(confine(directory, name, what="DCP metadata file"))
     try:
         return parse_metadata(src.view(0, src.size), path=p)
     finally:

@@ -19,6 +19,7 @@ import numpy as np
 
 from ...container.zip import ZipReader
 from ...core.errors import FormatError, NotFoundError, TorchlessError, TruncatedError, UnsupportedError, UsageError
+from ...core.paths import confine
 from ...core.source import BytesSource, MmapSource
 from ...core.tensor import Storage, Tensor
 from ..base import Artifact, Problem, summarize_tensors
@@ -86,10 +87,14 @@ class ChunkRef:
         return True
 
 
-def _safe_relpath(rel: str, path: Any) -> str:
-    if not rel or "/" in rel or "\\" in rel or rel in (".", "..") or "\x00" in rel:
-        raise FormatError("storage file name must be a plain file name in the checkpoint directory", path=path, found=rel[:80])
-    return rel
+def _safe_relpath(rel: str, path: Any, member: str | None = None) -> str:
+    """The real path of storage file ``rel`` inside checkpoint folder ``path``.
+
+    torch's ``FileSystemReader`` joins ``relative_path`` to the folder as it is (``..``,
+    absolute names and symbolic links included); torchless refuses everything that
+    leaves the folder (:func:`~torchless.core.paths.confine`) before opening anything.
+    """
+    return confine(path, rel, what="DCP storage file", member=member)
 
 
 class DCPReader:
@@ -111,6 +116,8 @@ class DCPReader:
         self._chunks: dict[str, list[ChunkRef]] = {}
         self._fds: dict[str, int] = {}
         self._maps: dict[str, MmapSource] = {}
+        for key, info in md.storage_data.items():  # every file named, before any is opened
+            self.real_path(info.relative_path, key.fqn)
         for fqn, item in md.state_dict_metadata.items():
             if isinstance(item, TensorStorageMetadata):
                 refs = []
@@ -120,7 +127,7 @@ class DCPReader:
                         raise FormatError("chunk has no storage entry", path=self.path, member=fqn, found=f"offsets {list(c.offsets)}")
                     if info.transform_descriptors:
                         raise UnsupportedError("DCP stream transforms (compression/encryption extensions)", path=self.path, member=fqn, found=",".join(info.transform_descriptors))
-                    _safe_relpath(info.relative_path, self.path)
+                    self.real_path(info.relative_path, fqn)
                     refs.append(ChunkRef(fqn, c, info, i))
                 self._chunks[fqn] = refs
 
@@ -144,11 +151,18 @@ class DCPReader:
         return sorted({v.relative_path for v in self.metadata.storage_data.values()})
 
     # -- files ----------------------------------------------------------------------------
+    def real_path(self, rel: str, member: str | None = None) -> str:
+        """The confined real path of storage file ``rel`` (LinkEscapeError when it, or a
+        symbolic link on the way, leaves the checkpoint folder)."""
+        real = self.__dict__.setdefault("_real", {}).get(rel)
+        if real is None:
+            real = self._real[rel] = _safe_relpath(rel, self.path, member)
+        return real
+
     def _file(self, rel: str) -> MmapSource:
         m = self._maps.get(rel)
         if m is None:
-            p = os.path.join(self.path, _safe_relpath(rel, self.path))
-            m = MmapSource(p)
+            m = MmapSource(self.real_path(rel))
             # only the small zip structures are read through the map: no read-around, so
             # a checkpoint of thousands of chunks does not pull megabytes into our RSS
             mp = getattr(m, "_map", None)
@@ -160,7 +174,7 @@ class DCPReader:
     def _fd(self, rel: str) -> int:
         fd = self._fds.get(rel)
         if fd is None:
-            p = os.path.join(self.path, _safe_relpath(rel, self.path))
+            p = self.real_path(rel)
             try:
                 fd = os.open(p, os.O_RDONLY | getattr(os, "O_BINARY", 0))
             except FileNotFoundError:
@@ -193,7 +207,6 @@ class DCPReader:
         info = self._by_key.get((fqn, None))
         if info is None:
             raise NotFoundError(f"no bytes item named {fqn!r}", path=self.path)
-        _safe_relpath(info.relative_path, self.path)
         src = self._file(info.relative_path)
         src.check(info.offset, info.length, what=f"item {fqn}")
         return src.read_at(info.offset, info.length)

@@ -319,7 +319,7 @@ def run_task(task: FileTask, source: Any = None) -> list[WrittenItem]:
                     assert it.sizes is not None
                     exact = src.exact_chunk(it.fqn, it.offsets, it.sizes)
                     if exact is not None:
-                        _copy_range(os.path.join(src.path, exact.relative_path), exact, f)
+                        _copy_range(src.reader.real_path(exact.relative_path), exact, f)
                         pos += exact.length
                     else:
                         tmd = src.entries[it.fqn]

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -35,6 +34,7 @@ import numpy as np
 
 from ...core.dtypes import DTYPES
 from ...core.errors import FormatError, LimitError, NotFoundError, TorchlessError, TruncatedError, UnsupportedError
+from ...core.paths import confined_file
 from ...core.source import ByteSource, MmapSource, open_source
 from ...core.tensor import Storage, Tensor
 from .dtypes import ONNX_TYPES, OnnxType, PackedTensor, numel_of, onnx_type, pack_bits
@@ -60,7 +60,6 @@ EXTERNAL_KEYS = frozenset({"location", "offset", "length", "checksum", "basepath
 PROTOBUF_LIMIT = (1 << 31) - 1
 
 _DECIMAL = re.compile(r"[0-9]{1,20}\Z")
-_DRIVE = re.compile(r"[A-Za-z]:")
 
 EXTERNAL = 1  # TensorProto.DataLocation.EXTERNAL
 
@@ -220,43 +219,13 @@ class ExternalData:
 
         Raises:
             UnsupportedError: no base directory (model given as bytes).
-            FormatError: an empty, absolute or escaping location, or not a regular file.
+            LinkEscapeError: an empty, absolute, ``..`` or escaping location (symlinks).
+            FormatError: not a regular file.
             NotFoundError: the file does not exist.
         """
-
-        def bad(msg: str, found: Any = None) -> FormatError:
-            return FormatError(
-                f"refused external data location: {msg}",
-                path=self.path,
-                member=tensor,
-                expected="a relative path inside the model's directory",
-                found=repr(location) if found is None else found,
-            )
-
         if self.base_dir is None or self._real_base is None:
             raise UnsupportedError("the model uses external data but has no directory to read it from", path=self.path, member=tensor, hint="open the model by path")
-        if not location:
-            raise bad("empty location")
-        if "\x00" in location:
-            raise bad("NUL byte in location")
-        if location.startswith(("/", "\\")) or os.path.isabs(location) or _DRIVE.match(location):
-            raise bad("absolute path")
-        parts = re.split(r"[/\\]", location)
-        if ".." in parts:
-            raise bad("'..' in location (path traversal)")
-        full = os.path.join(self.base_dir, *[p for p in parts if p not in ("", ".")])
-        real = os.path.realpath(full)
-        if os.path.commonpath([real, self._real_base]) != self._real_base:
-            raise bad("resolves outside the model's directory (symlink escape)", found=f"{location!r} -> outside")
-        try:
-            st = os.stat(real)
-        except FileNotFoundError:
-            raise NotFoundError("external data file not found", path=self.path, member=tensor, found=repr(location)) from None
-        except OSError as e:
-            raise bad(f"cannot stat: {e.strerror}")
-        if not stat.S_ISREG(st.st_mode):
-            raise bad("not a regular file")
-        return real
+        return confined_file(self.base_dir, location, what="external data location", path=self.path, member=tensor, subdirs=True)
 
     def source(self, real: str) -> ByteSource:
         src = self._files.get(real)
