@@ -71,7 +71,14 @@ class ZipEntry:
     flags: int
     central_offset: int
     extra: bytes = b""
+    external_attr: int = 0
     _data_offset: int | None = field(default=None, repr=False)
+
+    @property
+    def is_directory(self) -> bool:
+        """miniz's test: a name ending in ``/`` or the DOS directory attribute (0x10).
+        miniz extracts nothing for such a record: torch hands back uninitialized memory."""
+        return self.raw_name.endswith(b"/") or bool(self.external_attr & 0x10)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +118,9 @@ class ZipReader:
         self.cd_offset = 0
         self.cd_size = 0
         self.zip64 = False
+        self.eocd64_offset: int | None = None
+        self.cd_used = 0
+        self.num_disk = 0
         gc_was_enabled = gc.isenabled()
         gc.disable()  # tens of thousands of entries: GC passes would find nothing to free
         try:
@@ -175,63 +185,73 @@ class ZipReader:
 
     # -- directory ---------------------------------------------------------------------
     def _read_directory(self) -> None:
+        # miniz 3.0.2 ``mz_zip_reader_read_central_dir``, step by step (spec pt.md §1.2)
         src = self.source
         size = src.size
         if size < _EOCD.size:
             raise TruncatedError("file too small to be a zip archive", path=self.path, expected=">= 22 bytes", found=f"{size} bytes")
-        tail_len = min(size, 0xFFFF + _EOCD.size)
-        tail = src.view(size - tail_len, tail_len)
-        pos = bytes(tail).rfind(EOCD_SIG)
-        while pos >= 0:
-            # the comment length must reach exactly... or less than the end (miniz accepts less)
-            if pos + _EOCD.size <= tail_len:
-                break
-            pos = bytes(tail[:pos]).rfind(EOCD_SIG)
-        if pos < 0:
-            raise FormatError("no zip end-of-central-directory record", path=self.path, expected="PK\\x05\\x06 near the end")
-        eocd = size - tail_len + pos
+        eocd = locate_eocd(src)
+        if eocd is None:
+            raise FormatError("no zip end-of-central-directory record", path=self.path, expected="PK\\x05\\x06 in the last 64 KiB")
         self.eocd_offset = eocd
         _sig, disk, cd_disk, n_disk, n_total, cd_size, cd_off, _clen = _EOCD.unpack_from(src.view(eocd, _EOCD.size))
-        if eocd >= _LOC64.size and bytes(src.view(eocd - _LOC64.size, 4)) == LOC64_SIG:
-            _s, _d, e64_off, n_disks = _LOC64.unpack_from(src.view(eocd - _LOC64.size, _LOC64.size))
-            src.check(e64_off, _EOCD64.size, what="zip64 end record")
-            rec = _EOCD64.unpack_from(src.view(e64_off, _EOCD64.size))
-            # miniz: a locator whose record has no zip64 signature is ignored (the classic
-            # end record rules); with one, the zip64 record's disk numbers and counts win
-            if rec[0] == EOCD64_SIG:
-                if n_disks != 1:
-                    raise UnsupportedError("multi-disk zip archives", path=self.path, offset=eocd - _LOC64.size)
-                self.zip64 = True
-                disk, cd_disk, n_disk, n_total, cd_size, cd_off = rec[4], rec[5], rec[6], rec[7], rec[8], rec[9]
-        # miniz accepts disk numbers (0, 0) and (1, 1)
-        if (disk, cd_disk) not in ((0, 0), (1, 1)) or n_disk != n_total:
-            raise UnsupportedError("multi-disk zip archives", path=self.path, offset=eocd)
-        if n_total > self.max_entries:
-            raise LimitError("too many archive entries", path=self.path, expected=f"<= {self.max_entries}", found=n_total)
+        z64 = zip64_record(src, eocd)
+        if z64 is not None:
+            e64_off, loc, rec = z64
+            self.zip64 = True
+            self.eocd64_offset = e64_off
+            if rec[1] < _EOCD64.size - 12:
+                raise FormatError("zip64 end record too small", path=self.path, offset=e64_off, expected=">= 44", found=rec[1])
+            if loc[3] != 1:
+                raise UnsupportedError("multi-disk zip archives", path=self.path, offset=eocd - _LOC64.size, expected="1 disk", found=loc[3])
+            if rec[7] > MAX32 or rec[6] > MAX32:
+                raise LimitError("too many archive entries (miniz's limit)", path=self.path, offset=e64_off, expected=f"<= {MAX32}", found=rec[7])
+            if rec[8] > MAX32:
+                raise UnsupportedError("central directory larger than 4 GiB (miniz's limit)", path=self.path, offset=e64_off, found=rec[8])
+            n_total, n_disk, cd_size, disk, cd_disk, cd_off = rec[7], rec[6], rec[8], rec[4], rec[5], rec[9]
+        if n_total != n_disk:
+            raise UnsupportedError("multi-disk zip archives", path=self.path, offset=eocd, expected="entries on this disk == total entries", found=f"{n_disk} != {n_total}")
+        if (disk | cd_disk) != 0 and (disk != 1 or cd_disk != 1):
+            raise UnsupportedError("multi-disk zip archives", path=self.path, offset=eocd, expected="disk numbers (0, 0) or (1, 1)", found=(disk, cd_disk))
         if n_total * _CENTRAL.size > cd_size:
             raise FormatError("central directory smaller than its entry count needs", path=self.path, offset=cd_off, expected=f">= {n_total * 46} bytes", found=cd_size)
-        src.check(cd_off, cd_size, what="central directory")
+        if cd_off + cd_size > size:
+            raise TruncatedError("central directory runs past the end of the file", path=self.path, offset=cd_off, expected=f"{cd_size} bytes", found=f"{max(0, size - cd_off)} bytes")
+        if n_total > self.max_entries:
+            raise LimitError("too many archive entries", path=self.path, expected=f"<= {self.max_entries}", found=n_total)
         self.cd_offset, self.cd_size = cd_off, cd_size
-        cd = bytes(src.view(cd_off, cd_size))
+        self.num_disk = disk
+        cd = bytes(src.view(cd_off, cd_size)) if n_total else b""
         p = 0
         unpack = _CENTRAL.unpack_from
         entries = self.entries
         for i in range(n_total):
-            if p + _CENTRAL.size > cd_size:
-                raise TruncatedError("central directory ends inside an entry", path=self.path, offset=cd_off + p)
-            (sig, _made, _need, flags, method, _t, _d, crc, csize, usize, nlen, xlen, clen, _dstart, _iattr, _eattr, hoff) = unpack(cd, p)
-            if sig != CENTRAL_SIG:
-                raise FormatError("bad central directory entry signature", path=self.path, offset=cd_off + p, expected="PK\\x01\\x02", found=sig)
+            if p + _CENTRAL.size > cd_size or cd[p : p + 4] != CENTRAL_SIG:
+                raise FormatError("bad central directory entry", path=self.path, offset=cd_off + p, expected="PK\\x01\\x02 and 46 bytes", found=cd[p : p + 4])
+            (_sig, _made, _need, flags, method, mtime, _d, crc, csize, usize, nlen, xlen, clen, dstart, _iattr, eattr, hoff) = unpack(cd, p)
             q = p + _CENTRAL.size
+            extra = cd[q + nlen : q + nlen + xlen]
+            raw = cd[q : q + nlen]
+            if xlen and (usize == MAX32 or csize == MAX32 or hoff == MAX32):
+                # torch's miniz resolves zip64 extra fields before its per-entry checks
+                usize, csize, hoff = _zip64_extra(extra, usize, csize, hoff, self.path, cd_off + p)
+            # miniz reads the method as a 32-bit word (method + time): only a stored
+            # record with time 0 must have equal sizes
+            if csize != MAX32 and usize != MAX32:
+                if (method == 0 and mtime == 0 and usize != csize) or (usize and not csize):
+                    raise FormatError("central directory sizes are inconsistent", path=self.path, offset=cd_off + p, expected=usize, found=csize)
+            if dstart == 0xFFFF or (dstart != disk and dstart != 1):
+                raise UnsupportedError("multi-disk zip archives", path=self.path, offset=cd_off + p, expected=f"disk {disk} or 1", found=dstart)
+            if csize != MAX32 and hoff + _LOCAL.size + csize > size:
+                raise TruncatedError("record runs past the end of the file", path=self.path, offset=cd_off + p, expected=f"{csize} bytes at {hoff}")
+            if flags & 0x2000:
+                raise UnsupportedError("zip records with masked (encrypted) local headers", path=self.path, offset=cd_off + p)
             if q + nlen + xlen + clen > cd_size:
                 raise TruncatedError("central directory entry runs past the directory", path=self.path, offset=cd_off + p)
-            raw = cd[q : q + nlen]
-            extra = cd[q + nlen : q + nlen + xlen]
-            if usize == MAX32 or csize == MAX32 or hoff == MAX32:
-                usize, csize, hoff = _zip64_extra(extra, usize, csize, hoff, self.path, cd_off + p)
             name = raw.decode("utf-8", "surrogateescape")
-            entries.append(ZipEntry(i, name, raw, hoff, csize, usize, crc, method, flags, cd_off + p, extra))
+            entries.append(ZipEntry(i, name, raw, hoff, csize, usize, crc, method, flags, cd_off + p, extra, eattr))
             p = q + nlen + xlen + clen
+        self.cd_used = p  # bytes of the directory the counted entries take (the rest is ignored)
 
     # -- lookup ------------------------------------------------------------------------
     def names(self) -> list[str]:
@@ -421,11 +441,18 @@ class _LookupView:
 
 
 def _zip64_extra(extra: bytes, usize: int, csize: int, hoff: int, path: str, off: int) -> tuple[int, int, int]:
+    """miniz ``mz_zip_file_stat_internal``: the first 0x0001 field supplies, in order, the
+    uncompressed size, compressed size and header offset that are 0xFFFFFFFF."""
     p = 0
-    while p + 4 <= len(extra):
+    n = len(extra)
+    while p < n:
+        if n - p < 4:
+            raise FormatError("corrupt extra field (framing)", path=path, offset=off)
         hid, hlen = struct.unpack_from("<HH", extra, p)
-        body = extra[p + 4 : p + 4 + hlen]
+        if hlen + 4 > n - p:
+            raise FormatError("corrupt extra field (length)", path=path, offset=off)
         if hid == 0x0001:
+            body = extra[p + 4 : p + 4 + hlen]
             q = 0
             vals = []
             for cur in (usize, csize, hoff):
@@ -439,6 +466,54 @@ def _zip64_extra(extra: bytes, usize: int, csize: int, hoff: int, path: str, off
             return vals[0], vals[1], vals[2]
         p += 4 + hlen
     return usize, csize, hoff
+
+
+def locate_eocd(src: ByteSource) -> int | None:
+    """Offset of the end record miniz 3.0.2 finds (``mz_zip_reader_locate_header_sig``).
+
+    miniz scans backwards in 4096-byte windows that overlap by 3 bytes and takes the last
+    ``PK\\x05\\x06`` with at least 22 bytes after it (the comment length is not
+    checked); it gives up after the first window that starts 65557 or more bytes from
+    the end, so it may look up to ~4 KiB further back than Python's zipfile.
+    """
+    size = src.size
+    if size < _EOCD.size:
+        return None
+    cur = max(size - 4096, 0)
+    while True:
+        n = min(4096, size - cur)
+        # candidates: i in [0, n-4] with size - (cur+i) >= 22
+        hi = min(n - 4, size - _EOCD.size - cur)
+        if hi >= 0:
+            window = bytes(src.view(cur, hi + 4))
+            i = window.rfind(EOCD_SIG)
+            if i >= 0:
+                return cur + i
+        if cur == 0 or size - cur >= 0xFFFF + _EOCD.size:
+            return None
+        cur = max(cur - 4093, 0)
+
+
+def zip64_record(src: ByteSource, eocd: int) -> tuple[int, tuple, tuple] | None:
+    """``(offset, locator, record)`` of the zip64 end record miniz follows, or None.
+
+    miniz looks for the locator only when the end record sits at offset >= 76 (locator +
+    zip64 record could fit before it), reads the record where the locator points (not at
+    ``eocd - 76``), refuses a locator pointing past ``size - 56``, and ignores a
+    locator whose target lacks the zip64 signature.
+    """
+    if eocd < _LOC64.size + _EOCD64.size:
+        return None
+    loc = _LOC64.unpack_from(src.view(eocd - _LOC64.size, _LOC64.size))
+    if loc[0] != LOC64_SIG:
+        return None
+    e64_off = loc[2]
+    if e64_off > src.size - _EOCD64.size:
+        raise TruncatedError("zip64 locator points past the end of the file", path=src.name, offset=eocd - _LOC64.size, expected=f"<= {src.size - _EOCD64.size}", found=e64_off)
+    rec = _EOCD64.unpack_from(src.view(e64_off, _EOCD64.size))
+    if rec[0] != EOCD64_SIG:
+        return None
+    return e64_off, loc, rec
 
 
 def _miniz_heapsort(keys: list[bytes]) -> list[int]:
