@@ -340,8 +340,12 @@ class ZipReader:
         e = self.get(name) if isinstance(name, str) else name
         if max_size is not None and e.size > max_size:
             raise LimitError("record larger than allowed", path=self.path, member=e.name, expected=f"<= {max_size} bytes", found=e.size)
-        if e.flags & 0x1:
+        if e.flags & 0x61:  # encrypted, strong encryption, compressed patch (miniz refuses all three)
             raise UnsupportedError("encrypted zip records", path=self.path, member=e.name)
+        if e.is_directory and e.compressed_size:
+            # miniz extracts nothing for a "directory" (name ending in '/' or DOS attribute
+            # 0x10): torch would hand back uninitialized memory of the declared size
+            raise UnsupportedError("a record marked as a directory that holds data (torch reads uninitialized memory for it)", path=self.path, member=e.name, found=f"external attributes {e.external_attr:#x}")
         off = self.data_offset(e)
         if e.method == 0:
             if e.compressed_size != e.size:

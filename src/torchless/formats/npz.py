@@ -1,8 +1,13 @@
 """NumPy ``.npz`` (and single ``.npy``): read zero-copy, write with dtypes preserved.
 
-Reading parses the zip and each ``.npy`` header itself (NumPy's own header parser is a
-safe literal reader, used here), so stored arrays are views of the memory map; object
-arrays are refused (they are pickles: ``torchless scan`` looks at those).
+Reading follows ``numpy.load`` exactly: the archive is read with Python's ``zipfile``
+rules (:class:`~torchless.container.pyzip.PyZipReader`: end record, ``concat`` offset
+shift, last entry of a name, CRC-32), a key is a member name without ``.npy`` (the member
+named exactly wins), a member is an array when it starts with the ``.npy`` magic, and
+headers are parsed by NumPy's own (safe, literal) header reader with ``np.load``'s header
+size limit. Stored arrays are views of the memory map; object arrays are refused (they
+are pickles: ``torchless scan`` looks at those). Members that are not arrays are returned
+as ``bytes`` by :meth:`NpzArtifact.load`, as NumPy does.
 
 Dtypes NumPy cannot name (bfloat16, float8, complex32, the ``bits`` types) are written
 the way ``np.save`` writes the same ml_dtypes array: opaque ``V<itemsize>`` elements
@@ -23,11 +28,12 @@ from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
-from ..container.zip import ZipReader, is_zip
+from ..container.pyzip import PyZipReader
+from ..container.zip import is_zip
 from ..core.atomic import AtomicFile
 from ..core.dtypes import by_name, from_numpy
 from ..core.errors import FormatError, UnsupportedError
-from ..core.source import ByteSource, open_source
+from ..core.source import ByteSource, BytesSource, open_source
 from ..core.tensor import Storage, Tensor, as_tensor
 from .base import Artifact, Probe
 from .registry import register
@@ -38,50 +44,55 @@ DTYPES_MEMBER = "__torchless_dtypes__.json"  # older torchless versions' side me
 DTYPE_COMMENT = b"torchless.dtype="
 
 
-def _member_comment(zr: ZipReader, e: Any) -> bytes:
-    """The central-directory comment of entry ``e`` (empty when none or unreadable)."""
-    src = zr.source
-    if e.central_offset + 46 > src.size:
-        return b""
-    n, m, k = struct.unpack_from("<HHH", src.read_at(e.central_offset + 28, 6))
-    start = e.central_offset + 46 + n + m
-    if k == 0 or start + k > src.size:
-        return b""
-    return bytes(src.read_at(start, k))
+NPY_MAGIC = b"\x93NUMPY"
+MAX_HEADER = 10000  # np.load's default max_header_size (allow_pickle=False)
 
 
-def parse_npy(src: ByteSource, offset: int, size: int, name: str) -> tuple[np.dtype, tuple[int, ...], bool, int]:
-    """``(dtype, shape, fortran_order, data_offset)`` of an ``.npy`` at ``offset``."""
-    head = bytes(src.view(offset, min(size, 65536 + 12), what=f"npy header of {name}"))
+def parse_npy(src: ByteSource, offset: int, size: int, name: str, *, max_header: int = MAX_HEADER) -> tuple[np.dtype, tuple[int, ...], bool, int]:
+    """``(dtype, shape, fortran_order, data_offset)`` of an ``.npy`` at ``offset``, parsed
+    by NumPy's own header reader (version 1, 2 and 3 headers, ``np.load``'s size limit)."""
+    from numpy.lib import format as npformat
+
+    head = bytes(src.view(offset, min(size, max_header + 12), what=f"npy header of {name}"))
     f = io.BytesIO(head)
     try:
-        major, _minor = np.lib.format.read_magic(f)
-        if major == 1:
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f, max_header_size=65536)
-        elif major in (2, 3):
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f, max_header_size=65536)
+        version = npformat.read_magic(f)
+        if version not in ((1, 0), (2, 0), (3, 0)):
+            raise ValueError(f"we only support format version (1,0), (2,0), and (3,0), not {version}")
+        if version == (1, 0):
+            shape, fortran, dtype = npformat.read_array_header_1_0(f, max_header_size=max_header)
+        elif version == (2, 0):
+            shape, fortran, dtype = npformat.read_array_header_2_0(f, max_header_size=max_header)
         else:
-            raise ValueError(f"npy version {major}")
-    except (ValueError, SyntaxError) as e:
-        raise FormatError(f"bad .npy header: {e}", path=src.name, member=name, offset=offset) from None
+            from numpy.lib import _format_impl
+
+            shape, fortran, dtype = _format_impl._read_array_header(f, version, max_header_size=max_header)
+    except Exception as e:  # a third-party parser: any failure is a bad header, never a crash
+        raise FormatError(f"bad .npy header: {type(e).__name__}: {e}"[:300], path=src.name, member=name, offset=offset) from None
     if dtype.hasobject:
         raise UnsupportedError("object arrays are pickles; torchless does not load them", path=src.name, member=name, hint="use 'torchless scan' to inspect them")
     return dtype, tuple(shape), bool(fortran), offset + f.tell()
 
 
-def _tensor_from_npy(src: ByteSource, off: int, size: int, name: str, override: str | None) -> Tensor:
+def _tensor_from_npy(src: ByteSource, off: int, size: int, name: str, override: str | None, check: Callable[[], None] | None = None) -> Tensor:
     dtype, shape, fortran, data_off = parse_npy(src, off, size, name)
     count = 1
     for s in shape:
         count *= s
     nbytes = count * dtype.itemsize
     if data_off + nbytes > off + size:
-        raise FormatError(".npy data shorter than its header says", path=src.name, member=name, expected=nbytes)
+        raise FormatError(".npy data shorter than its header says", path=src.name, member=name, expected=nbytes, found=off + size - data_off)
     dt = by_name(override) if override else from_numpy(dtype)
     if dt.itemsize != dtype.itemsize:
         raise FormatError("recorded dtype does not match the stored element size", path=src.name, member=name, expected=f"{dt.itemsize}-byte elements for {dt.name}", found=str(dtype))
     order = "big" if dtype.byteorder == ">" else "little"
-    st = Storage(name, nbytes, dt, "cpu", loader=lambda: src.view(data_off, nbytes), byteorder=order, origin=name, file_offset=data_off)
+
+    def loader() -> memoryview:
+        if check is not None:
+            check()  # the member's CRC-32, as zipfile checks it, on first access
+        return src.view(data_off, nbytes)
+
+    st = Storage(name, nbytes, dt, "cpu", loader=loader, byteorder=order, origin=name, file_offset=data_off)
     if fortran and shape:
         strides = []
         acc = 1
@@ -101,31 +112,72 @@ class NpzArtifact(Artifact):
         super().__init__(path)
         self.source = open_source(path)
         self._tensors: dict[str, Tensor] = {}
-        if is_zip(self.source.read_at(0, min(4, self.source.size))):
-            zr = ZipReader(self.source, require_prefix=False)
-            overrides: dict[str, str] = {}
-            if zr.lookup(DTYPES_MEMBER, full=True) is not None:
-                try:
-                    overrides = json.loads(zr.read_bytes(zr.get(DTYPES_MEMBER, full=True), max_size=1 << 24))
-                except json.JSONDecodeError as e:
-                    raise FormatError(f"bad {DTYPES_MEMBER}: {e}", path=self.path) from None
-            for e in zr.entries:
-                if not e.name.endswith(".npy"):
-                    continue
-                name = e.name[:-4]
-                comment = _member_comment(zr, e)
-                if comment.startswith(DTYPE_COMMENT):
-                    overrides[name] = comment[len(DTYPE_COMMENT) :].decode("ascii", "replace")
-                if e.method != 0:
-                    data = zr.read(e)
-                    from ..core.source import BytesSource
-
-                    sub = BytesSource(bytes(data), f"{self.path}:{e.name}")
-                    self._tensors[name] = _tensor_from_npy(sub, 0, len(data), e.name, overrides.get(name))
-                else:
-                    self._tensors[name] = _tensor_from_npy(self.source, zr.data_offset(e), e.size, e.name, overrides.get(name))
-        else:
+        self._other: dict[str, bytes] = {}
+        head = self.source.read_at(0, min(6, self.source.size))
+        if head[:4] in (b"PK\x03\x04", b"PK\x05\x06"):  # np.load's test for a zip
+            self._read_zip()
+        elif head == NPY_MAGIC:
             self._tensors["array"] = _tensor_from_npy(self.source, 0, self.source.size, "array", None)
+        else:
+            raise FormatError("not a NumPy file (np.load would try to unpickle it)", path=self.path, expected="PK\\x03\\x04 or \\x93NUMPY", found=repr(head))
+
+    def _read_zip(self) -> None:
+        zr = PyZipReader(self.source)
+        self.zip = zr
+        names = zr.names()
+        # NpzFile: key = name without ".npy"; a member named exactly like the key wins
+        keys: dict[str, str] = {}
+        for n in names:
+            keys[n.removesuffix(".npy")] = n
+        keys.update({n: n for n in names})
+        overrides: dict[str, str] = {}
+        meta = zr.getinfo(DTYPES_MEMBER)
+        if meta is not None:
+            try:
+                overrides = json.loads(bytes(zr.read(meta, max_size=1 << 24)))
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                raise FormatError(f"bad {DTYPES_MEMBER}: {e}", path=self.path) from None
+            if not isinstance(overrides, dict) or not all(isinstance(v, str) for v in overrides.values()):
+                raise FormatError(f"bad {DTYPES_MEMBER}: expected an object of dtype names", path=self.path)
+        done: set[str] = set()
+        for n in names:
+            key = n.removesuffix(".npy")
+            if key in done:
+                continue
+            done.add(key)
+            member = keys[key]
+            e = zr.getinfo(member)
+            assert e is not None
+            if e.comment.startswith(DTYPE_COMMENT):
+                overrides[key] = e.comment[len(DTYPE_COMMENT) :].decode("ascii", "replace")
+            span = zr.stored_span(e)
+            if span is not None:
+                off, size = span
+                src: ByteSource = self.source
+                if bytes(src.view(off, min(6, size))) != NPY_MAGIC:
+                    if member != DTYPES_MEMBER:
+                        self._other[key] = bytes(zr.read(e))
+                    continue
+
+                def check(e: Any = e) -> None:
+                    zr.read(e)  # stored: a view; raises ChecksumError on a bad CRC-32
+
+                self._tensors[key] = _tensor_from_npy(src, off, size, member, overrides.get(key), check)
+            else:
+                data = zr.read(e)
+                if bytes(data[:6]) != NPY_MAGIC:
+                    if member != DTYPES_MEMBER:
+                        self._other[key] = bytes(data)
+                    continue
+                sub = BytesSource(bytes(data), f"{self.path}:{member}")
+                self._tensors[key] = _tensor_from_npy(sub, 0, len(data), member, overrides.get(key))
+
+    def load(self, *, weights_only: bool = True) -> Any:
+        """What ``dict(np.load(path))`` holds: arrays as tensors, other members as bytes
+        (torchless's own dtype record excepted)."""
+        out: dict[str, Any] = dict(self._tensors)
+        out.update(self._other)
+        return out
 
     def tensors(self) -> Iterator[tuple[str, Any]]:
         return iter(self._tensors.items())
@@ -179,6 +231,8 @@ class NpzHandler:
             return False
         if probe.head[:6] == b"\x93NUMPY":
             return True
+        if probe.head[:4] in (b"PK\x03\x04", b"PK\x05\x06") and probe.suffix == ".npz":
+            return True  # np.load reads any zip named .npz, with zipfile's rules
         if is_zip(probe.head):
             recs = probe.zip_records()
             return bool(recs) and all(r.endswith(".npy") or r == DTYPES_MEMBER for r in recs) and probe.suffix == ".npz"

@@ -406,6 +406,8 @@ def _check_all_records(zr: ZipReader) -> None:
             raise TruncatedError("record runs past the end of the file", path=zr.path, member=e.name, offset=e.header_offset)
         if e.flags & 0x2000:
             raise UnsupportedError("zip records with masked (encrypted) local headers", path=zr.path, member=e.name)
+        if e.is_directory and e.compressed_size:
+            raise UnsupportedError("a record marked as a directory that holds data (torch reads uninitialized memory for it)", path=zr.path, member=e.name)
     # the container version record is required and must be a number torch reads (1..10)
     ver = zr.lookup(".data/version") or zr.lookup("version")
     if ver is None:
