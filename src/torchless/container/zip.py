@@ -478,7 +478,9 @@ def locate_eocd(src: ByteSource) -> int | None:
     miniz scans backwards in 4096-byte windows that overlap by 3 bytes and takes the last
     ``PK\\x05\\x06`` with at least 22 bytes after it (the comment length is not
     checked); it gives up after the first window that starts 65557 or more bytes from
-    the end, so it may look up to ~4 KiB further back than Python's zipfile.
+    the end, so it may look up to ~4 KiB further back than Python's zipfile. When the next
+    window would start before offset 0, miniz's unsigned arithmetic makes its read fail:
+    the head of the file (before ``size - 4096 - 4093k``) is never searched.
     """
     size = src.size
     if size < _EOCD.size:
@@ -495,7 +497,11 @@ def locate_eocd(src: ByteSource) -> int | None:
                 return cur + i
         if cur == 0 or size - cur >= 0xFFFF + _EOCD.size:
             return None
-        cur = max(cur - 4093, 0)
+        if cur < 4093:
+            # miniz computes MZ_MAX(cur - 4093, 0) in unsigned arithmetic: the offset wraps
+            # negative and the read fails, so the first bytes of the file are never searched
+            return None
+        cur -= 4093
 
 
 def zip64_record(src: ByteSource, eocd: int) -> tuple[int, tuple, tuple] | None:
