@@ -236,3 +236,18 @@ def test_crc_is_checked_like_zipfile(tmp_path):
     with pytest.raises(torchless.ChecksumError):
         torchless.load(str(p))["x"].numpy()
     assert zlib.crc32(b"") == 0
+
+
+def test_scanner_flags_every_two_way_layout(torch, tmp_path):
+    layouts = {f"{k}.pt": v for k, v in _torch_layouts(torch).items()}
+    layouts.update({f"{k}.npz": v for k, v in _npz_layouts().items()})
+    for name, (data, two_ways) in layouts.items():
+        p = tmp_path / name
+        p.write_bytes(data)
+        rep = torchless.scan(str(p)).files[0]
+        rules = {f.rule for f in rep.findings}
+        if two_ways:
+            assert rep.verdict != "clean", f"{name}: read two ways, scanned {rep.verdict}"
+            assert "zip-reader-differential" in rules or "polyglot" in rules or "zip-duplicate" in rules, (name, rules)
+        elif name in ("plain.pt", "zip64.pt", "plain.npz", "zip64.npz"):
+            assert "zip-reader-differential" not in rules, (name, [f.message for f in rep.findings])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 import zlib
 
+from ...container.differentials import zip_differentials
 from ...container.zip import ZipEntry, ZipReader
 from ...core.errors import TorchlessError
 from ...core.source import ByteSource, BytesSource
@@ -144,6 +145,8 @@ class ZipCarrier:
     def zip_structure(self, zr: ZipReader, member: str | None, base: int | None) -> None:
         pre = f"{member} > " if member else ""
         src = zr.source
+        for p in zip_differentials(src):  # layouts miniz (torch) and zipfile (NumPy) read two ways
+            self.add("zip-reader-differential", "high", p.message, pre + p.member if p.member else member, p.offset)
         # duplicates: torch (miniz binary search) vs Python's zipfile (last exact name)
         for lname, dups in zr.duplicates().items():
             t = zr.lookup(dups[0].name, full=True)
