@@ -204,3 +204,194 @@ def test_npz_zero_d_and_bfloat16_open_in_numpy(tmp_path):
     np.testing.assert_array_equal(d["bf"].view(ml_dtypes.bfloat16).astype(np.float32), np.arange(4, dtype=np.float32))
     back = torchless.load(p)
     assert back["s"].shape == () and back["bf"].dtype.name == "bfloat16"
+
+
+# -- exactness classes found by the differential fuzzer ----------------------------------
+from torchless.container.zip import TorchZipWriter  # noqa: E402
+from torchless.pickle.writer import Global, Persistent, Pickler2, Reduce  # noqa: E402
+
+_EMPTY_HOOKS = Reduce(Global("collections", "OrderedDict"), ())
+
+
+def _pid(storage_class: str, key, numel: int, location: str = "cpu") -> Persistent:
+    mod = "torch.storage" if storage_class == "UntypedStorage" else "torch"
+    return Persistent(("storage", Global(mod, storage_class), key, location, numel))
+
+
+def _v2(pid, size, stride=None, offset=0, memo=None) -> Reduce:
+    stride = stride if stride is not None else tuple(int(np.prod(size[i + 1:])) for i in range(len(size)))
+    return Reduce(Global("torch._utils", "_rebuild_tensor_v2"), (pid, offset, tuple(size), tuple(stride), False, _EMPTY_HOOKS), memo_key=memo)
+
+
+def _v3(pid, size, dtype: str, memo=None) -> Reduce:
+    stride = tuple(int(np.prod(size[i + 1:])) for i in range(len(size)))
+    return Reduce(Global("torch._utils", "_rebuild_tensor_v3"), (pid, 0, tuple(size), stride, False, _EMPTY_HOOKS, Global("torch", dtype)), memo_key=memo)
+
+
+def crafted(obj, records: dict[str, bytes], *, byteorder: str = "little") -> bytes:
+    """A zip checkpoint with a hand-written data.pkl (torch's layout otherwise)."""
+    buf = io.BytesIO()
+    with TorchZipWriter(buf, "archive") as zw:
+        zw.write("data.pkl", Pickler2().dumps(obj))
+        zw.write("byteorder", byteorder.encode())
+        for name, data in records.items():
+            zw.write(name, data)
+        zw.write("version", b"3\n")
+    return buf.getvalue()
+
+
+def both(data: bytes, weights_only: bool = True):
+    return tl_load(data, weights_only), torch.load(io.BytesIO(data), weights_only=weights_only)
+
+
+def test_empty_storage_is_not_cached_per_key():
+    obj = {"f": _v2(_pid("FloatStorage", "0", 0), (0,)), "l": _v2(_pid("LongStorage", "0", 0), (0,))}
+    got, ref = both(crafted(obj, {"data/0": b""}))
+    assert ref["f"].dtype == torch.float32 and ref["l"].dtype == torch.int64
+    assert got["f"].dtype.name == "float32" and got["l"].dtype.name == "int64"
+
+
+def test_meta_storage_is_not_cached_per_key():
+    obj = {"m": _v2(_pid("FloatStorage", "0", 2, "meta"), (2,)), "c": _v2(_pid("FloatStorage", "0", 2), (2,))}
+    got, ref = both(crafted(obj, {"data/0": np.array([1.5, 2.5], "<f4").tobytes()}))
+    assert ref["m"].is_meta and not ref["c"].is_meta
+    assert got["m"].device == "meta" and got["c"].device == "cpu"
+    np.testing.assert_array_equal(got["c"].numpy(), ref["c"].numpy())
+
+
+def test_str_and_int_keys_are_two_storages_of_one_record():
+    obj = {"a": _v2(_pid("FloatStorage", "0", 2), (2,)), "b": _v2(_pid("FloatStorage", 0, 2), (2,))}
+    got, ref = both(crafted(obj, {"data/0": np.array([1.0, 2.0], "<f4").tobytes()}))
+    assert ref["a"].untyped_storage().data_ptr() != ref["b"].untyped_storage().data_ptr()
+    assert got["a"].storage is not got["b"].storage
+    np.testing.assert_array_equal(got["b"].numpy(), ref["b"].numpy())
+
+
+def test_storage_record_named_in_another_case():
+    obj = {"a": _v2(_pid("FloatStorage", "0", 2), (2,))}
+    got, ref = both(crafted(obj, {"DATA/0": np.array([3.0, 4.0], "<f4").tobytes()}))
+    np.testing.assert_array_equal(got["a"].numpy(), ref["a"].numpy())
+
+
+def test_parameter_does_not_mark_the_shared_tensor():
+    t = _v2(_pid("FloatStorage", "0", 3), (3,), memo="t")
+    obj = {"t": t, "p": Reduce(Global("torch._utils", "_rebuild_parameter"), (t, True, _EMPTY_HOOKS))}
+    got, ref = both(crafted(obj, {"data/0": np.ones(3, "<f4").tobytes()}))
+    assert not isinstance(ref["t"], torch.nn.Parameter) and isinstance(ref["p"], torch.nn.Parameter)
+    assert not got["t"].is_parameter and got["p"].is_parameter and got["p"].requires_grad
+    assert got["t"].storage is got["p"].storage
+
+
+@pytest.mark.parametrize("storage_class,dtype,view", [("FloatStorage", "int16", "<i2"), ("DoubleStorage", "float32", "<f4"), ("ComplexFloatStorage", "int16", "<i2"), ("ShortStorage", "bfloat16", None)])
+def test_big_endian_typed_storage_swapped_in_storage_units(storage_class, dtype, view):
+    raw = np.arange(16, dtype=np.uint8).tobytes()
+    isz = {"FloatStorage": 4, "DoubleStorage": 8, "ComplexFloatStorage": 8, "ShortStorage": 2}[storage_class]
+    obj = {"x": _v3(_pid(storage_class, "0", 16 // isz), (16 // np.dtype(ml_dtypes.bfloat16 if dtype == "bfloat16" else view).itemsize,), dtype)}
+    got, ref = both(crafted(obj, {"data/0": raw}, byteorder="big"))
+    assert got["x"].tobytes() == bytes(ref["x"].contiguous().view(torch.uint8).numpy())
+
+
+def test_complex32_with_infinite_or_nan_imaginary_part():
+    c = torch.tensor([complex(1, float("inf")), complex(2, float("nan")), complex(float("-inf"), 0)]).to(torch.complex32)
+    got, ref = both(torch_bytes({"c": c}))
+    want = ref["c"].to(torch.complex64).numpy()
+    np.testing.assert_array_equal(got["c"].numpy().real, want.real)
+    np.testing.assert_array_equal(got["c"].numpy().imag, want.imag)
+
+
+@pytest.mark.parametrize("proto", [3, 4, 5])
+def test_legacy_stream_any_protocol_any_name(tmp_path, proto):
+    p = tmp_path / "weights.bin2"
+    torch.save({"w": torch.arange(3.0)}, p, _use_new_zipfile_serialization=False, pickle_protocol=proto)
+    assert torchless.detect(p) == "pt"
+    np.testing.assert_array_equal(torchless.load(p)["w"].numpy(), [0.0, 1.0, 2.0])
+
+
+def test_deque_loads():
+    dq = collections.deque([1, torch.ones(2)], maxlen=5)
+    got, ref = both(torch_bytes({"d": dq}), weights_only=False)
+    assert type(got["d"]) is collections.deque and got["d"].maxlen == 5 and got["d"][0] == 1
+
+
+def test_whole_module_in_the_legacy_format(tmp_path):
+    p = tmp_path / "m.pt"
+    m = torch.nn.Linear(2, 3)
+    torch.save(m, p, _use_new_zipfile_serialization=False)
+    o = torchless.load(p, weights_only=False)
+    assert o.class_name == "torch.nn.modules.linear.Linear"
+    np.testing.assert_array_equal(o.weight.numpy(), m.weight.detach().numpy())
+
+
+@pytest.mark.parametrize("qdtype", ["quint4x2", "quint2x4"])
+def test_packed_quantized_numpy_is_int_repr(qdtype):
+    q = torch.quantize_per_tensor(torch.linspace(0, 1, 7), 0.1, 0, getattr(torch, qdtype))
+    got, ref = both(torch_bytes({"q": q}))
+    np.testing.assert_array_equal(got["q"].numpy(), ref["q"].int_repr().numpy())
+
+
+def test_quantized_from_torch():
+    from torchless.interop.torch import from_torch
+
+    q = torch.quantize_per_channel(torch.randn(2, 3), torch.tensor([0.1, 0.2], dtype=torch.float64), torch.tensor([1, 2]), 0, torch.qint8)
+    t = from_torch(q)
+    assert t.quantizer["axis"] == 0 and t.quantizer["qscheme"] == "per_channel_affine"
+    np.testing.assert_array_equal(t.numpy(), q.int_repr().numpy())
+    np.testing.assert_allclose(t.dequantize(), q.dequantize().numpy())
+
+
+# -- writes ------------------------------------------------------------------------------
+def test_parameter_with_conj_neg_and_v3_dtypes_loads_in_torch():
+    obj = {
+        "conj": torch.nn.Parameter(torch.tensor([1 + 2j, 3 - 1j]).conj(), requires_grad=False),
+        "neg": torch.nn.Parameter(torch.tensor([1 + 2j])._neg_view(), requires_grad=False),
+        "f8": torch.nn.Parameter(torch.zeros(3, dtype=torch.float8_e4m3fn), requires_grad=False),
+        "c32": torch.nn.Parameter(torch.zeros(2, dtype=torch.complex32), requires_grad=False),
+        "u64": torch.nn.Parameter(torch.zeros(2, dtype=torch.uint64), requires_grad=False),
+    }
+    for wo in (True, False):
+        back = torch.load(io.BytesIO(tl_bytes(obj)), weights_only=wo)
+        for k, v in obj.items():
+            assert isinstance(back[k], torch.nn.Parameter) and back[k].dtype == v.dtype, k
+            assert back[k].is_conj() == v.is_conj() and back[k].is_neg() == v.is_neg(), k
+            assert torch.equal(back[k].resolve_conj().resolve_neg().view(torch.uint8), v.resolve_conj().resolve_neg().view(torch.uint8)), k
+
+
+def test_same_tensor_twice_is_one_object():
+    t = torch.arange(4.0)
+    p = torch.nn.Parameter(torch.ones(2))
+    back = torch.load(io.BytesIO(tl_bytes({"a": t, "b": t, "l": [t], "p": p, "q": p})), weights_only=True)
+    assert back["a"] is back["b"] is back["l"][0] and back["p"] is back["q"]
+    tl = Tensor.from_numpy(np.ones(2))
+    back = torch.load(io.BytesIO(tl_bytes({"a": tl, "b": tl})), weights_only=True)
+    assert back["a"] is back["b"]
+
+
+def test_two_dtypes_viewing_one_storage_are_refused_like_torch():
+    s = torch.zeros(4)
+    with pytest.raises(RuntimeError):
+        torch.save({"a": s, "b": s.view(torch.int32)}, io.BytesIO())
+    with pytest.raises(UsageError, match="different types"):
+        tl_bytes({"a": s, "b": s.view(torch.int32)})
+    # uint8 and an UntypedStorage dtype (float8) over one storage: torch saves it
+    u = torch.zeros(4, dtype=torch.uint8)
+    back = torch.load(io.BytesIO(tl_bytes({"a": u, "b": u.view(torch.float8_e5m2)})), weights_only=True)
+    assert back["b"].dtype == torch.float8_e5m2
+
+
+def test_python_attributes_on_tensors_and_parameters_are_kept():
+    x = torch.zeros(2)
+    x.tag = "x"
+    p = torch.nn.Parameter(torch.ones(2))
+    p.lr_scale = 0.5
+    for wo in (True, False):
+        back = torch.load(io.BytesIO(tl_bytes({"x": x, "p": p})), weights_only=wo)
+        assert back["x"].tag == "x" and back["p"].lr_scale == 0.5 and isinstance(back["p"], torch.nn.Parameter)
+    got = tl_load(torch_bytes({"x": x, "p": p}))
+    assert got["x"].attrs == {"tag": "x"} and got["p"].attrs == {"lr_scale": 0.5}
+
+
+def test_empty_tensors_of_different_item_sizes():
+    obj = {"a": torch.zeros(0), "b": torch.zeros(0, dtype=torch.float64), "c": torch.zeros(0, 3, dtype=torch.int8)}
+    back = torch.load(io.BytesIO(tl_bytes(obj)), weights_only=True)
+    for k, v in obj.items():
+        assert back[k].dtype == v.dtype and back[k].shape == v.shape

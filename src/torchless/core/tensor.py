@@ -25,6 +25,8 @@ from .errors import FormatError, UnsupportedError, UsageError
 __all__ = ["Storage", "Tensor", "SparseTensor", "NestedTensor", "as_tensor", "is_torch_tensor", "tensor"]
 
 _HOST_ORDER = sys.byteorder
+#: sub-byte quantized dtypes: elements packed per byte (torch's int_repr gives the bytes)
+_PACKED = {"quint4x2": 2, "quint2x4": 4}
 
 
 class Storage:
@@ -85,6 +87,31 @@ class Storage:
                 )
             self._data = data
         return self._data
+
+    @property
+    def swap_unit(self) -> int:
+        """Bytes per swapped unit when the storage is not in host order: torch's
+        ``TypedStorage.byteswap`` swaps whole elements of the *storage* dtype, complex
+        ones per half (1 for UntypedStorage: nothing to swap)."""
+        isz = self.dtype.itemsize
+        return max(isz // 2, 1) if self.dtype.kind == "complex" else isz
+
+    @property
+    def needs_swap(self) -> bool:
+        return self.byteorder != _HOST_ORDER and self.swap_unit > 1
+
+    def native_bytes(self) -> Any:
+        """The bytes in host byte order: :meth:`bytes` itself, or a swapped copy for a
+        storage stored in the other order (swapped in units of :attr:`swap_unit`,
+        whatever dtype a tensor reads it with, as torch does)."""
+        buf = self.bytes()
+        if not self.needs_swap:
+            return buf
+        u = self.swap_unit
+        if self.nbytes % u:
+            raise FormatError(f"storage {self.key!r} is not a whole number of {u}-byte elements", member=self.origin or None, found=f"{self.nbytes} bytes")
+        other = ">" if self.byteorder == "big" else "<"
+        return np.frombuffer(buf, dtype=np.dtype(f"u{u}").newbyteorder(other)).byteswap().view(np.uint8).data
 
     def __len__(self) -> int:
         return self.nbytes
@@ -243,9 +270,19 @@ class Tensor:
         return all(st == ex for s, st, ex in zip(self.shape, self._stride, expected) if s != 1)
 
     # values ----------------------------------------------------------------------------
+    def _packed_span(self) -> tuple[int, int]:
+        """``(byte offset, byte count)`` of a sub-byte quantized tensor's packed bytes."""
+        per = _PACKED[self.dtype.name]
+        return self._offset, -(-self.numel() // per)
+
     def _check_bounds(self) -> None:
         assert self.storage is not None
         if self.numel() == 0:
+            return
+        if self.dtype.name in _PACKED:
+            off, n = self._packed_span()
+            if off + n > self.storage.nbytes:
+                raise FormatError("packed quantized tensor reaches past the end of its storage", member=self.storage.origin or None, expected=f"<= {self.storage.nbytes} bytes", found=f"{off + n}")
             return
         last = self._offset + sum((s - 1) * st for s, st in zip(self.shape, self._stride))
         capacity = self.storage.nbytes // self.dtype.itemsize
@@ -276,19 +313,13 @@ class Tensor:
         if self.storage is None:
             raise UnsupportedError(f"a {self.device} tensor has no data", hint="only shape and dtype are stored")
         self._check_bounds()
+        if self.dtype.name in _PACKED:
+            # quint4x2 / quint2x4: the packed bytes, as torch's int_repr() returns them
+            off, n = self._packed_span()
+            return np.frombuffer(self.storage.bytes(), np.uint8, count=n, offset=off) if n else np.zeros(0, np.uint8)
         npd = self.dtype.storage if (raw or self.dtype.numpy is None) else self.dtype.numpy
-        byteorder = self.storage.byteorder
-        swapped_to: np.dtype | None = None
-        if npd.itemsize > 1 and byteorder != _HOST_ORDER:
-            bo = ">" if byteorder == "big" else "<"
-            if npd.fields is not None:  # complex32: swap each half
-                npd = np.dtype([(n, npd.fields[n][0].newbyteorder(bo)) for n in npd.names])
-            elif npd.kind == "V":  # ml_dtypes (bfloat16...): newbyteorder would drop the type
-                swapped_to = npd
-                npd = np.dtype(f"u{npd.itemsize}").newbyteorder(bo)
-            else:
-                npd = npd.newbyteorder(bo)
-        buf = self.storage.bytes()
+        # a storage in the other byte order is swapped in units of its own dtype (a copy)
+        buf = self.storage.native_bytes()
         if self.numel() == 0:
             arr = np.empty(self.shape, dtype=npd)
         else:
@@ -303,13 +334,15 @@ class Tensor:
                 strides=tuple(s * itemsize for s in self._stride) + (1,),
                 writeable=False,
             ).view(npd)[..., 0]
-        if swapped_to is not None:
-            arr = arr.astype(arr.dtype.newbyteorder("=")).view(swapped_to)
         if raw:
             return arr
         if self.dtype.name == "complex32":
-            arr = arr["real"].astype(np.float32) + 1j * arr["imag"].astype(np.float32)
-            arr = arr.astype(np.complex64)
+            # widen each half on its own: real + 1j * imag would turn an infinite or NaN
+            # imaginary part into a NaN real part
+            wide = np.empty(arr.shape, np.complex64)
+            wide.real = arr["real"]
+            wide.imag = arr["imag"]
+            arr = wide
         if self.metadata.get("conj"):
             arr = np.conj(arr)
         if self.metadata.get("neg"):
@@ -320,6 +353,8 @@ class Tensor:
         """Float32 values of a quantized tensor (``(q - zero_point) * scale``)."""
         if self.quantizer is None:
             raise UsageError("dequantize() needs a quantized tensor")
+        if self.dtype.name in _PACKED:
+            raise UnsupportedError(f"dequantize() of packed {self.dtype.name} tensors", hint="numpy() gives the packed bytes, as torch's int_repr()")
         q = self.numpy().astype(np.float32)
         qp = self.quantizer
         if qp["qscheme"] in ("per_tensor_affine", "per_tensor_symmetric"):
@@ -333,11 +368,10 @@ class Tensor:
 
     def tobytes(self) -> bytes:
         """The logical values, C-contiguous, in little-endian element order."""
-        arr = np.ascontiguousarray(self.numpy(raw=True))
-        if arr.dtype.fields is not None:  # complex32 halves: the struct's byteorder is "|"
-            arr = arr.astype(np.dtype([(n, arr.dtype.fields[n][0].newbyteorder("<")) for n in arr.dtype.names]))
-        elif arr.dtype.byteorder == ">":
-            arr = arr.astype(arr.dtype.newbyteorder("<"))
+        arr = np.ascontiguousarray(self.numpy(raw=True))  # host order (native_bytes)
+        if _HOST_ORDER == "big" and self.dtype.itemsize > 1:
+            unit = self.dtype.itemsize // 2 if self.dtype.kind == "complex" else self.dtype.itemsize
+            arr = arr.view(np.uint8).view(f">u{unit}").astype(f"<u{unit}")
         return arr.tobytes()
 
     # construction ----------------------------------------------------------------------

@@ -157,7 +157,7 @@ def _tensor_chunks(t: Tensor) -> tuple[int, Iterable[Any]]:
         raw = t.numpy() if t.metadata else t.numpy(raw=True)
         b = raw.astype(raw.dtype.newbyteorder("<")).tobytes()
         return len(b), [b]
-    if t.is_contiguous() and (st.byteorder == "little" or t.dtype.itemsize == 1):
+    if t.is_contiguous() and (st.byteorder == "little" or not st.needs_swap):
         start = t.storage_offset() * t.dtype.itemsize
         mv = st.bytes()[start : start + t.nbytes]
         return len(mv), [mv]

@@ -103,14 +103,12 @@ def to_torch(t: Tensor) -> Any:
     tdtype = getattr(torch, t.dtype.name)
     if t.storage is None:
         return torch.empty_strided(t.shape, t.stride(), dtype=tdtype, device="meta")
-    raw = np.frombuffer(t.storage.bytes(), dtype=np.uint8)
+    raw = np.frombuffer(t.storage.native_bytes(), dtype=np.uint8)  # a swapped copy for the other byte order
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # read-only buffer warning
         base = torch.frombuffer(raw, dtype=torch.uint8) if raw.size else torch.empty(0, dtype=torch.uint8)
-    if t.storage.byteorder != __import__("sys").byteorder and t.dtype.itemsize > 1:
-        base = torch.from_numpy(np.frombuffer(t.storage.bytes(), dtype=t.dtype.storage.newbyteorder(">")).astype(t.dtype.storage.newbyteorder("=")).view(np.uint8).copy())
     typed = base.view(tdtype) if t.storage.nbytes else torch.empty(0, dtype=tdtype)
     out = typed.as_strided(t.shape, t.stride(), t.storage_offset())
     if t.metadata.get("conj"):

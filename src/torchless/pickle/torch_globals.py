@@ -16,6 +16,7 @@ Two tables are exported:
 from __future__ import annotations
 
 import collections
+import copy
 import datetime
 import decimal
 import pathlib
@@ -172,12 +173,23 @@ def _rebuild_nested_tensor(args: tuple) -> NestedTensor:
     return NestedTensor(*args[:4])
 
 
+def _as_parameter(data: Any, requires_grad: Any) -> Any:
+    """A new Parameter object over ``data``'s storage, as ``Parameter(data)`` makes one:
+    ``data`` itself (which may be another entry of the checkpoint) is left as it is."""
+    if isinstance(data, Tensor):
+        p = Tensor(data.storage, data.dtype, data.shape, data.stride(), data.storage_offset(), device=data.device, metadata=data.metadata, quantizer=data.quantizer)
+        p.subclass = data.subclass
+    elif isinstance(data, (SparseTensor, NestedTensor)):
+        p = copy.copy(data)
+    else:
+        return data
+    p.is_parameter = True
+    p.requires_grad = bool(requires_grad)
+    return p
+
+
 def _rebuild_parameter(args: tuple) -> Any:
-    data, requires_grad = args[0], args[1]
-    if isinstance(data, (Tensor, SparseTensor, NestedTensor)):
-        data.is_parameter = True
-        data.requires_grad = bool(requires_grad)
-    return data
+    return _as_parameter(args[0], args[1])
 
 
 def _apply_state(obj: Any, state: Any) -> None:
@@ -192,7 +204,7 @@ def _apply_state(obj: Any, state: Any) -> None:
 
 
 def _rebuild_parameter_with_state(args: tuple) -> Any:
-    data = _rebuild_parameter(args[:3])
+    data = _rebuild_parameter(args[:2])
     _apply_state(data, args[3] if len(args) > 3 else None)
     return data
 
@@ -215,7 +227,7 @@ def _rebuild_from_type_v2(args: tuple) -> Any:
         raise FormatError("_rebuild_from_type_v2: rebuild function is not an allowed global", found=repr(func))
     obj = func.call(tuple(fargs))
     if new_type is PARAMETER:
-        _rebuild_parameter((obj, getattr(obj, "requires_grad", True)))
+        obj = _as_parameter(obj, getattr(obj, "requires_grad", True))
     elif new_type is not TENSOR_CLASS and hasattr(obj, "subclass"):
         obj.subclass = new_type.qualname if isinstance(new_type, GlobalRef) else getattr(new_type, "name", repr(new_type))
     _apply_state(obj, state)

@@ -14,7 +14,15 @@ from .read import Checkpoint, read_checkpoint
 
 __all__ = ["PtArtifact", "PtHandler"]
 
-_LEGACY_HEADS = (b"\x80\x02\x8a\x0a", b"\x80\x01\x8a\x0a")
+_LEGACY_HEADS = (b"\x80\x02\x8a\x0a", b"\x80\x01\x8a\x0a", b"\x80\x03\x8a\x0a")
+
+
+def _is_legacy_stream(head: bytes) -> bool:
+    """The legacy format's first pickle (the magic number as a LONG1 of 10 bytes), with
+    any protocol ``torch.save(pickle_protocol=...)`` writes: 4 and 5 frame it."""
+    if head[:4] in _LEGACY_HEADS:
+        return True
+    return head[:1] == b"\x80" and head[1:2] in (b"\x04", b"\x05") and head[2:3] == b"\x95" and head[11:13] == b"\x8a\x0a"
 
 
 def writer_generation(cp: Checkpoint) -> str:
@@ -120,7 +128,7 @@ class PtHandler:
         if is_zip(head):
             recs = probe.zip_records()
             return recs is not None and "data.pkl" in recs and "constants.pkl" not in recs
-        if head[:4] in _LEGACY_HEADS:
+        if _is_legacy_stream(head):
             return True
         return len(head) >= 262 and head[257:262] == b"ustar" and probe.suffix in (".tar", ".pt", ".pth")
 

@@ -143,20 +143,31 @@ def read_zip_checkpoint(
     storages: dict[str, Storage] = {}
     resolver = resolver or make_resolver(weights_only)
     data_index = zr.data_index(data_dir)
+    # torch caches a loaded storage per persistent-id key *object* (so '0' and 0 are two
+    # storages of one record) and never caches an empty or meta storage (data pointer 0)
+    loaded: dict[Any, Storage] = {}
 
     def persistent_load(pid: Any) -> Storage:
         if type(pid) is tuple and len(pid) == 5 and pid[0] == "storage" and type(pid[1]) is StorageType and type(pid[2]) is str and type(pid[4]) is int and pid[4] >= 0:
             stype, key, location, numel = pid[1], pid[2], pid[3], pid[4]  # the common shape
+            pkey: Any = key
         else:
             stype, key, location, numel, _view = _pid_parts(pid)
-        dtype = stype.dtype if stype.dtype is not None else _UINT8
-        st = storages.get(key)
+            pkey = pid[2]
+            try:
+                hash(pkey)
+            except TypeError:
+                raise FormatError("storage key is not hashable", path=zr.path, found=type(pkey).__name__) from None
+        st = loaded.get(pkey)
         if st is not None:
-            # torch caches the first typed storage per key and returns it for every later
-            # pid of that key, whatever storage class the later pid names
+            # torch returns the first typed storage of a key for every later pid of that
+            # key, whatever storage class the later pid names
             return st
+        dtype = stype.dtype if stype.dtype is not None else _UINT8
         nbytes = numel * dtype.itemsize
         entry = data_index.get(key)
+        if entry is None:  # torch's record lookup ignores case (miniz)
+            entry = zr.lookup(f"{data_dir}/{key}")
         if entry is None:
             raise FormatError("checkpoint references a storage record that does not exist", path=zr.path, member=f"{zr.prefix}/{data_dir}/{key}")
         if entry.size < nbytes:
@@ -177,8 +188,12 @@ def read_zip_checkpoint(
             def loader(entry: Any = entry, nbytes: int = nbytes) -> memoryview:
                 return zr.source.copy(zr.data_offset(entry), nbytes, what=f"record {entry.name!r}")
 
-        st = Storage(key, nbytes, dtype, str(location), loader=loader, byteorder=order, origin=entry.name)
-        storages[key] = st
+        location = str(location)
+        st = Storage(key, nbytes, dtype, location, loader=loader, byteorder=order, origin=entry.name)
+        if nbytes and not location.startswith("meta"):
+            loaded[pkey] = st
+        if key not in storages:
+            storages[key] = st
         return st
 
     pkl = zr.get(pickle_name)
@@ -232,7 +247,9 @@ def read_legacy_stream(
 
     def persistent_load(pid: Any) -> Any:
         if isinstance(pid, tuple) and pid and pid[0] == "module":
-            return None  # module source records: torch only compares source text
+            # a whole nn.Module: ('module', class, source file, source); torch compares the
+            # source text and returns the class (here the resolver's placeholder for it)
+            return pid[1] if len(pid) > 1 else None
         stype, key, location, numel, view = _pid_parts(pid)
         dtype = _storage_dtype(stype)
         if key not in storages:

@@ -274,10 +274,7 @@ def save_checkpoint(
         zw.write(".storage_alignment", str(alignment).encode())
         zw.write("byteorder", sys.byteorder.encode())
         for key, st in cp.storages:
-            mv = st.bytes()
-            if st.byteorder != sys.byteorder and st.dtype.itemsize > 1:
-                arr = np.frombuffer(mv, dtype=st.dtype.storage.newbyteorder(">" if st.byteorder == "big" else "<"))
-                mv = memoryview(arr.astype(st.dtype.storage.newbyteorder("=")).view(np.uint8))
+            mv = memoryview(st.native_bytes())  # written in host order, as the byteorder record says
             zw.write_chunks(f"data/{key}", iter_chunks(mv), len(mv))
             if progress is not None:
                 progress(len(mv))
