@@ -66,6 +66,28 @@ class AotiArtifact(Artifact):
         out["note"] = "the compute graph is compiled C++ (wrapper.so); torchless lists it but never loads or runs it"
         return out
 
+    def load(self, *, weights_only: bool = True) -> Any:
+        """What the archive models, never a bare tensor dict.
+
+        A ``.pt2`` that holds ExportedPrograms (``models/<name>.json``) next to its
+        AOTInductor folders is what ``torch.export.load`` returns the program of (after
+        also loading, i.e. compiling or ``dlopen``-ing, the AOTInductor content, which
+        torchless never does): the :class:`~torchless.formats.pt2.read.Program`, or a
+        dict name -> Program for several models, as the ``pt2`` handler returns. A
+        package without one (``torch.export.load`` loads its native code, then raises)
+        is returned as the :class:`~torchless.formats.aoti.read.AotiPackage` (what
+        ``aoti_load_package`` compiles into a callable: models, metadata, constant
+        tables and lazy weights).
+        """
+        from ..pt2.constants import is_pt2
+
+        if is_pt2(self.package.zip.records()):
+            from ..pt2.read import Pt2Archive
+
+            progs = Pt2Archive(self.package.zip.source, path=self.path).programs
+            return next(iter(progs.values())) if len(progs) == 1 else dict(progs)
+        return self.package
+
     def verify(self) -> list[Problem]:
         pkg = self.package
         problems: list[Problem] = list(pkg.zip.verify(crc=True))

@@ -1,0 +1,394 @@
+"""TorchInductor cache entries (``TORCHINDUCTOR_CACHE_DIR``), judged by what torch loads.
+
+On a cache hit ``torch.compile`` does not recompile; it loads (torch 2.13,
+``torch/_inductor/codecache.py``, ``output_code.py``,
+``torch/_functorch/_aot_autograd/autograd_cache.py``):
+
+==========================================  ===========================================
+file                                        what torch does with it
+==========================================  ===========================================
+``fxgraph/<xx>/f<key>/<hash>``              ``pickle.loads``: a ``CompiledFxGraph``; its
+                                            ``source_code`` is written to
+                                            ``<xx>/c<key>.py`` **unless that file exists**,
+                                            and the file is then executed as a module
+``aotautograd/<key>/<hash>``                ``pickle.loads``: an ``AOTAutogradResult``
+                                            naming the FX graph entries it uses
+``<xx>/c<key>.py``                          executed (``PyCodeCache.load_by_key_path``):
+                                            the generated "output code", or a Triton
+                                            kernel module on GPUs
+``<xx>/c<key>.so``, ``.main.so``            ``dlopen()`` ed by the output code
+                                            (``async_compile.cpp_pybinding``) when its
+                                            name matches the hash of the C++ source the
+                                            output code embeds
+``<xx>/c<key>.cpp``                         compiled (then loaded) when its ``.so`` is
+                                            missing: torch keeps an existing ``.cpp``
+==========================================  ===========================================
+
+So the scan of a cache file:
+
+* runs the pickles symbolically with an allowlist of the record classes torch writes
+  there (:data:`CACHE_SAFE`, each with a reason); anything else keeps its usual verdict;
+* parses every generated Python source (the ``.py`` files and each ``source_code`` in a
+  ``CompiledFxGraph``) with :mod:`ast`, never executing it, and flags imports and names
+  inductor's code generator does not emit (:data:`ALLOWED_IMPORTS`,
+  :data:`SAFE_BUILTINS`): ``os``/``subprocess`` calls, ``exec``, ``__import__``,
+  ``open``, dunder attribute walks (``torch.__builtins__``), modules reached through
+  attributes (``torch.os.system``), risky torch functions (``torch.load``,
+  ``torch.ops.load_library`` ...);
+* reads C++ sources (files, and those embedded in output code) for ``#include`` lines
+  other than inductor's and for calls that run processes, open files or load libraries;
+* reports each ``.so`` as ``native-code``: ``info`` (not counted) when it sits beside the
+  ``.cpp`` inductor compiled it from, ``high`` otherwise. Machine code is not analysed:
+  a cache whose ``.so`` was replaced is not detected (see docs/scan.md, Limitations).
+
+Limits: :data:`MAX_SOURCE_BYTES` per source; deeper nesting than CPython's parser
+accepts is ``unanalysable``.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+from typing import Any
+
+from ..core.errors import TorchlessError
+from ..core.source import ByteSource
+from .policy import Verdict
+
+__all__ = ["cache_kind", "scan_cache_file", "check_python", "check_cpp", "CACHE_SAFE", "ALLOWED_IMPORTS", "SAFE_BUILTINS", "MAX_SOURCE_BYTES"]
+
+MAX_SOURCE_BYTES = 32 << 20
+MAX_PROBLEMS = 200  # problems listed per source
+_LOADER = "torch.compile (inductor cache)"
+_B32 = "[a-z2-7]{51}"
+_FX = re.compile(rf"(?:^|/)fxgraph/[a-z2-7]{{2}}/f{_B32}/[a-z2-7]{{51,52}}$")
+_AOT = re.compile(rf"(?:^|/)aotautograd/[a-z2-7]{{2}}/a{_B32}/[a-z2-7]{{51,52}}$|(?:^|/)aotautograd/a{_B32}/[a-z2-7]{{51,52}}$")
+_CODE = re.compile(rf"(?:^|/)([a-z2-7]{{2}})/(c{_B32})(\.main)?\.(py|cpp|so)$")
+
+#: globals torch's cache pickles name, safe to rebuild (NEWOBJ/REDUCE + BUILD of plain
+#: records: dataclasses, enums, holders); qualname -> reason
+CACHE_SAFE: dict[str, str] = {
+    "torch._inductor.output_code.CompiledFxGraph": "the FX graph cache record (a dataclass: fields only); its source_code is analysed as generated Python",
+    "torch._inductor.metrics.CachedMetricsDeltas": "counters recorded with the entry (dataclass of numbers)",
+    "torch._inductor.utils.BoxedBool": "a mutable bool box (dataclass)",
+    "torch._inductor.cudagraph_utils.BoxedDeviceIndex": "a mutable device-index box",
+    "torch._inductor.triton_bundler.TritonBundle": "lists of Triton kernel artefacts (dataclass; their bytes are written to the Triton cache)",
+    "torch._inductor.triton_bundler.TritonKernelArtifacts": "one kernel's artefact list (dataclass)",
+    "torch._inductor.triton_bundler.TritonKernelArtifact": "one artefact: file name and bytes (dataclass)",
+    "torch._inductor.decomposition.select_decomp_table": "returns inductor's decomposition table; takes no argument",
+    "torch.utils._ordered_set.OrderedSet": "an insertion-ordered set built from its argument",
+    "torch._inductor.output_code.CompiledFxGraphConstantsWithGm": "constants record (dataclass)",
+    "torch._functorch._aot_autograd.aot_autograd_result.AOTAutogradResult": "the AOTAutograd cache record (dataclass: fields only)",
+    "torch._functorch._aot_autograd.aot_autograd_result.CompiledForward": "names the FX graph cache key of the forward graph (dataclass)",
+    "torch._functorch._aot_autograd.aot_autograd_result.CompiledBackward": "names the FX graph cache key of the backward graph (dataclass)",
+    "torch._functorch._aot_autograd.aot_autograd_result.GenericAOTAutogradResult": "the AOTAutograd cache record (dataclass)",
+    "torch._functorch._aot_autograd.aot_autograd_result.BundledAOTAutogradResult": "the AOTAutograd cache record with its graphs (dataclass)",
+    "torch._functorch._aot_autograd.schemas.ViewAndMutationMeta": "input/output aliasing metadata (dataclass)",
+    "torch._functorch._aot_autograd.schemas.InputAliasInfo": "input aliasing metadata (dataclass)",
+    "torch._functorch._aot_autograd.schemas.OutputAliasInfo": "output aliasing metadata (dataclass)",
+    "torch._functorch._aot_autograd.schemas.MutationType": "an enum",
+    "torch._functorch._aot_autograd.schemas.OutputType": "an enum",
+    "torch._functorch._aot_autograd.schemas.PlainTensorMeta": "tensor metadata (dataclass)",
+    "torch._functorch._aot_autograd.schemas.SubclassCreationMeta": "tensor-subclass metadata (dataclass)",
+    "torch._functorch._aot_autograd.schemas.MemoryFormatMeta": "memory-format metadata (dataclass)",
+    "torch._functorch._aot_autograd.schemas.CacheableAOTConfig": "AOT config fields (dataclass)",
+    "torch._functorch._aot_autograd.runtime_wrappers.AOTDedupeWrapper": "runtime wrapper record: argument de-duplication indices (dataclass)",
+    "torch._functorch._aot_autograd.runtime_wrappers.AOTSyntheticBaseWrapper": "runtime wrapper record: synthetic-base indices (dataclass)",
+    "torch._functorch._aot_autograd.runtime_wrappers.AOTDispatchSubclassWrapper": "runtime wrapper record (dataclass)",
+    "torch._functorch._aot_autograd.runtime_wrappers.FakifiedOutWrapper": "runtime wrapper record (dataclass)",
+    "torch._functorch._aot_autograd.runtime_wrappers.FunctionalizedRngRuntimeWrapper": "runtime wrapper record (dataclass)",
+    "torch._functorch._aot_autograd.runtime_wrappers.RuntimeWrapper": "runtime wrapper record (dataclass)",
+    "torch._dynamo.source.LocalSource": "a guard source description (frozen dataclass)",
+    "torch._dynamo.source.AttrSource": "a guard source description (frozen dataclass)",
+    "torch._dynamo.source.GetItemSource": "a guard source description (frozen dataclass)",
+    "torch._dynamo.source.DictGetItemSource": "a guard source description (frozen dataclass)",
+    "torch._dynamo.source.GlobalSource": "a guard source description (frozen dataclass)",
+    "torch._dynamo.source.ConstantSource": "a guard source description (frozen dataclass)",
+    "torch._dynamo.source.UnspecializedNNModuleSource": "a guard source description (frozen dataclass)",
+    "torch._dynamo.source.UnspecializedBuiltinNNModuleSource": "a guard source description (frozen dataclass)",
+    "torch._dynamo.source.UnspecializedParamBufferSource": "a guard source description (frozen dataclass)",
+    "torch._dynamo.source.NNModuleSource": "a guard source description (frozen dataclass)",
+    "torch._dynamo.source.ParamBufferSource": "a guard source description (frozen dataclass)",
+}
+
+#: globals safe only as values (referenced, never called by the pickle)
+CACHE_REFERENCED: dict[str, str] = {
+    "torch._subclasses.functional_tensor.FunctionalTensor": "a tensor-subclass type recorded as metadata",
+}
+
+#: modules (and the names taken from them) inductor's generated Python imports
+#: (``codegen/wrapper.py`` header, ``codegen/triton.py`` ``gen_common_triton_imports``);
+#: None: any name from that module
+ALLOWED_IMPORTS: dict[str, frozenset[str] | None] = {
+    "torch": None,
+    "math": None,
+    "cmath": None,
+    "random": None,
+    "os": frozenset(),  # imported by the header, never used by generated code
+    "tempfile": frozenset(),  # idem
+    "ctypes": frozenset({"c_void_p", "c_long", "c_int"}),
+    "triton": None,
+    "triton.language": None,
+    "triton.language.extra.tlx": None,
+    "triton.compiler.compiler": frozenset({"AttrsDescriptor"}),
+    "torch.cuda": frozenset({"nvtx"}),
+    "torch.profiler": frozenset({"record_function"}),
+    "torch._dynamo.testing": frozenset({"rand_strided"}),
+    "torch._C._dynamo.guards": None,
+    "torch._dynamo.graph_bytecode_inputs": None,
+}
+#: module prefixes any name may be imported from (inductor's runtime helpers)
+ALLOWED_IMPORT_PREFIXES = ("torch._inductor.", "torch._inductor")
+#: modules whose attributes generated code never uses
+_NO_ATTRS = {"os", "tempfile", "ctypes"}
+
+#: builtins inductor's generated code uses (anything else that is not defined in the file
+#: is a finding)
+SAFE_BUILTINS = frozenset(
+    "len range int float bool str tuple list dict set frozenset min max abs sum any all enumerate zip isinstance "
+    "issubclass print globals super object type slice round divmod pow reversed sorted iter next map filter hasattr "
+    "repr hash id bytes bytearray complex callable property staticmethod classmethod NotImplemented Ellipsis None True False "
+    "Exception RuntimeError ValueError TypeError AssertionError KeyError IndexError NotImplementedError AttributeError "
+    "StopIteration ZeroDivisionError OverflowError ImportError __name__ __file__ locals".split()
+)
+#: builtins that run code, import, or open files
+_DANGEROUS_BUILTINS = frozenset("exec eval compile __import__ open breakpoint input getattr setattr delattr vars memoryview exit quit help __builtins__ __loader__ __spec__".split())
+#: attribute names that reach modules or interpreter internals from any object
+_DANGEROUS_ATTRS = frozenset("os sys subprocess builtins importlib ctypes pickle marshal shutil socket runpy pty code codeop system popen spawnv execv execve fork load_library cpp_extension hub".split())
+_RISKY_TORCH = ("torch.load", "torch.save", "torch.from_file", "torch.jit", "torch.hub", "torch.package", "torch.utils.cpp_extension", "torch.ops.load_library", "torch.classes.load_library", "torch._C._load_for_mobile", "torch._C.import_ir_module", "torch.compiler.load_cache_artifacts", "torch._inductor.codecache", "torch._inductor.cpp_builder", "torch._inductor.package", "torch._inductor.aoti_load_package", "torch.export.load")
+_DANGEROUS_STRINGS = _DANGEROUS_ATTRS | frozenset("exec eval compile __import__ open getattr setattr delattr __builtins__ __loader__ __globals__ __subclasses__ __code__ __dict__ __class__ __bases__ __mro__ __reduce__ __reduce_ex__ __getattribute__".split())
+
+#: C++: includes inductor emits, and calls that reach processes, files or libraries
+_CPP_INCLUDE_OK = re.compile(r'^\s*#\s*include\s*(?:"[^"]*torch/_inductor/codegen/[\w./]+\.h"|<(?:ATen/|c10/|torch/csrc/inductor/)[\w./]+>|<(?:Python|immintrin|arm_neon|arm_sve|omp|sleef|cuda|mutex|sstream|stdexcept|cerrno|cmath|cstdint|cstdlib|cstddef|climits|cstring|algorithm|atomic|limits|array|vector|string|optional|tuple|utility|type_traits|functional|memory|iostream|unordered_map|map|set)(?:\.h)?>)')
+_CPP_INCLUDE = re.compile(r"^\s*#\s*include\b.*$", re.M)
+_CPP_RISKY = re.compile(r"\b(system|popen|execl|execlp|execle|execv|execvp|execve|fork|vfork|posix_spawn|dlopen|dlsym|fopen|freopen|open|openat|creat|socket|connect|unlink|rename|chmod|setenv|putenv|ptrace|syscall|asm|__asm__|constructor|destructor)\s*[(\[]")
+
+
+def cache_kind(path: str) -> str | None:
+    """The cache file kind torch loads ``path`` as (from its place in the cache layout):
+    ``fxgraph``, ``aotautograd``, ``py``, ``cpp``, ``so``; None for other files."""
+    p = path.replace(os.sep, "/")
+    if _FX.search(p):
+        return "fxgraph"
+    if _AOT.search(p):
+        return "aotautograd"
+    m = _CODE.search(p)
+    if m:
+        return m.group(4)
+    return None
+
+
+# -- Python ---------------------------------------------------------------------------
+
+
+def _dotted(node: ast.AST) -> list[str] | None:
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return parts[::-1]
+    return None
+
+
+def check_python(source: bytes | str, *, name: str = "<source>") -> list[tuple[str, str, int | None]]:
+    """What in a generated Python source inductor would not have emitted.
+
+    Returns:
+        ``(severity, message, line)`` per problem; ``("unanalysable", ...)`` when the
+        source cannot be parsed or exceeds :data:`MAX_SOURCE_BYTES`.
+    """
+    if len(source) > MAX_SOURCE_BYTES:
+        return [("unanalysable", f"generated source of {len(source)} bytes exceeds the {MAX_SOURCE_BYTES}-byte limit; not analysed", None)]
+    try:
+        tree = ast.parse(source, filename=name)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+        return [("unanalysable", f"generated source does not parse ({type(e).__name__}: {str(e)[:120]}); Python would not run it either, but it was not analysed", getattr(e, "lineno", None))]
+    out: list[tuple[str, str, int | None]] = []
+    defined: set[str] = set()
+    imported_mod: dict[str, str] = {}  # local name -> module it is
+    try:
+        nodes = list(ast.walk(tree))
+    except RecursionError:
+        return [("unanalysable", "generated source nests too deeply to analyse", None)]
+    # bindings and imports
+    for n in nodes:
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(n.name)
+        elif isinstance(n, ast.arg):
+            defined.add(n.arg)
+        elif isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
+            defined.add(n.id)
+        elif isinstance(n, ast.ExceptHandler) and n.name:
+            defined.add(n.name)
+        elif isinstance(n, (ast.Global, ast.Nonlocal)):
+            defined.update(n.names)
+        elif isinstance(n, ast.Import):
+            for a in n.names:
+                ok = a.name in ALLOWED_IMPORTS or a.name.startswith(ALLOWED_IMPORT_PREFIXES)
+                if not ok:
+                    out.append(("critical", f"imports {a.name!r}, a module inductor's generated code never imports", n.lineno))
+                local = a.asname or a.name.split(".", 1)[0]
+                defined.add(local)
+                imported_mod[local] = a.name if a.asname else a.name.split(".", 1)[0]
+        elif isinstance(n, ast.ImportFrom):
+            mod = "." * n.level + (n.module or "")
+            allowed = ALLOWED_IMPORTS.get(mod, frozenset()) if not mod.startswith(ALLOWED_IMPORT_PREFIXES) else None
+            known = mod in ALLOWED_IMPORTS or mod.startswith(ALLOWED_IMPORT_PREFIXES)
+            for a in n.names:
+                if not known or (allowed is not None and a.name not in allowed) or a.name == "*":
+                    out.append(("critical", f"imports {a.name!r} from {mod!r}, which inductor's generated code never does", n.lineno))
+                defined.add(a.asname or a.name)
+                imported_mod[a.asname or a.name] = f"{mod}.{a.name}"
+    # uses; dotted chains are checked once, at their outermost attribute (linear work)
+    inner = {id(n.value) for n in nodes if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Attribute)}
+    for n in nodes:
+        if len(out) > MAX_PROBLEMS:
+            out.append(("high", f"more than {MAX_PROBLEMS} problems; the rest are not listed", None))
+            break
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+            if n.id in _DANGEROUS_BUILTINS and n.id not in defined:
+                out.append(("critical", f"uses the builtin {n.id!r} (runs code, imports or opens files): inductor never emits it", n.lineno))
+            elif n.id not in defined and n.id not in SAFE_BUILTINS:
+                out.append(("high", f"uses {n.id!r}, which is neither defined in the file nor a builtin inductor's generated code uses", n.lineno))
+        elif isinstance(n, ast.Attribute):
+            if n.attr.startswith("__") and n.attr.endswith("__") and n.attr not in ("__name__", "__init__"):
+                out.append(("critical", f"reads the attribute {n.attr!r} (interpreter internals): inductor never emits it", n.lineno))
+            elif n.attr in _DANGEROUS_ATTRS:
+                out.append(("critical", f"reads the attribute {n.attr!r} (a module or function that runs processes, imports or loads code)", n.lineno))
+            parts = _dotted(n) if id(n) not in inner else None
+            if parts is not None and isinstance(getattr(n, "ctx", None), ast.Load):
+                root = imported_mod.get(parts[0], parts[0] if parts[0] not in defined else "")
+                if root in _NO_ATTRS:
+                    out.append(("critical", f"uses {'.'.join(parts)!r}: inductor imports {root!r} but never uses it", n.lineno))
+                full = ".".join([root] + parts[1:]) if root else ""
+                for r in _RISKY_TORCH:
+                    if full == r or full.startswith(r + "."):
+                        out.append(("critical", f"uses {full!r}, which loads code or files", n.lineno))
+                        break
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in _DANGEROUS_STRINGS:
+            out.append(("high", f"string {n.value!r}: the name of a code-running builtin or module, as used by getattr/globals tricks", getattr(n, "lineno", None)))
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("cpp_pybinding", "cpp", "load_pybinding"):
+            for a in n.args:
+                if isinstance(a, ast.Constant) and isinstance(a.value, str) and len(a.value) > 40:
+                    for sev, msg in check_cpp(a.value):
+                        out.append((sev, f"embedded C++ passed to {n.func.attr}: {msg}", n.lineno))
+    # one finding per (message, line)
+    seen: set[tuple[str, int | None]] = set()
+    uniq = []
+    for sev, msg, line in out:
+        if (msg, line) not in seen:
+            seen.add((msg, line))
+            uniq.append((sev, msg, line))
+    return uniq
+
+
+def check_cpp(text: str) -> list[tuple[str, str]]:
+    """``#include`` lines inductor does not emit and calls that reach processes, files or
+    libraries, in a C++ kernel source (inductor compiles it when its ``.so`` is missing)."""
+    out: list[tuple[str, str]] = []
+    if len(text) > MAX_SOURCE_BYTES:
+        return [("unanalysable", f"C++ source of {len(text)} bytes exceeds the {MAX_SOURCE_BYTES}-byte limit; not analysed")]
+    for m in _CPP_INCLUDE.finditer(text):
+        if not _CPP_INCLUDE_OK.match(m.group(0)):
+            out.append(("high", f"includes {m.group(0).strip()[:120]!r}, a header inductor's kernels do not include"))
+    for m in _CPP_RISKY.finditer(text):
+        out.append(("critical", f"calls {m.group(1)!r} (line {text.count(chr(10), 0, m.start()) + 1}): processes, files or libraries, which inductor's kernels never touch"))
+        if len(out) > 50:
+            break
+    return out
+
+
+# -- the scanner hook -----------------------------------------------------------------
+
+
+def _report_python(scanner: Any, data: bytes | str, member: str | None, what: str) -> None:
+    for sev, msg, line in check_python(data, name=member or scanner.path):
+        where = f" (line {line})" if line else ""
+        if sev == "unanalysable":
+            scanner.add("unanalysable", "high", f"{what}: {msg}{where}", member, loader=_LOADER)
+        else:
+            scanner.add("cache-code", sev, f"{what} {msg}{where}; torch.compile runs this file on a cache hit", member, loader=_LOADER)
+
+
+def _source_codes(value: Any, budget: int = 200_000) -> list[str]:
+    """``source_code`` strings in a (symbolic) CompiledFxGraph value."""
+    out: list[str] = []
+    stack = [value]
+    seen: set[int] = set()
+    while stack and budget > 0:
+        budget -= 1
+        v = stack.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        if isinstance(v, dict):
+            for k, x in v.items():
+                if k == "source_code" and isinstance(x, str):
+                    out.append(x)
+                else:
+                    stack.append(x)
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+        elif type(v).__name__ == "Sym":
+            for attr in ("state", "args", "items"):
+                sub = getattr(v, attr, None)
+                if sub:
+                    stack.append(sub)
+    return out
+
+
+def scan_cache_file(scanner: Any, src: ByteSource, kind: str) -> None:
+    """Scan one cache file the way ``torch.compile`` loads it (see module doc)."""
+    from .analysis import analyse
+
+    path = scanner.path
+    scanner.report.kind = f"inductor-cache-{kind}"
+    if kind in ("fxgraph", "aotautograd"):
+        data = bytes(src.view(0, src.size))
+        res = analyse(data)
+        scanner.report.streams += 1
+        for g in res.globals:
+            if g.qualname in CACHE_SAFE:
+                g.verdict = Verdict("safe", "inductor cache record: " + CACHE_SAFE[g.qualname])
+            elif g.qualname in CACHE_REFERENCED and not g.called:
+                g.verdict = Verdict("safe", "inductor cache record: " + CACHE_REFERENCED[g.qualname])
+        scanner.report_stream(res, data, None, 0, 0)
+        if res.end is not None and res.end < len(data):
+            scanner.add("trailing-data", "medium", f"{len(data) - res.end} bytes after the pickle's STOP (pickle.loads ignores them)", None, res.end)
+        for i, code in enumerate(_source_codes(res.value)):
+            _report_python(scanner, code, f"source_code #{i + 1} of the cached graph", "cached graph source (written to <cache>/<xx>/c<key>.py when that file is missing, then executed):")
+        return
+    if kind == "py":
+        _report_python(scanner, bytes(src.view(0, src.size)), None, "generated Python")
+        return
+    if kind == "cpp":
+        text = bytes(src.view(0, min(src.size, MAX_SOURCE_BYTES + 1))).decode("utf-8", "replace")
+        for sev, msg in check_cpp(text):
+            rule, s = ("unanalysable", "high") if sev == "unanalysable" else ("cache-code", sev)
+            scanner.add(rule, s, f"C++ kernel source (compiled by torch.compile when its .so is missing): {msg}", None, loader=_LOADER)
+        return
+    # .so
+    head = bytes(src.view(0, min(src.size, 4)))
+    cpp = path[: -len(".so")] + ".cpp"
+    if head != b"\x7fELF":
+        scanner.add("native-code", "high", "cache shared object is not an ELF file; torch.compile would dlopen() it on a cache hit", None, 0, loader=_LOADER)
+    elif os.path.isfile(cpp) and not os.path.islink(cpp):
+        scanner.add("native-code", "info", f"shared object compiled by inductor from {os.path.basename(cpp)} (analysed as C++); torch.compile dlopen()s it on a cache hit. Its machine code is not analysed", None, loader=_LOADER)
+    else:
+        scanner.add("native-code", "high", f"cache shared object without the C++ source it would be built from ({os.path.basename(cpp)} is missing): torch.compile dlopen()s it on a cache hit; its machine code is not analysed", None, loader=_LOADER)
+
+
+def scan_if_cache(scanner: Any, src: ByteSource) -> bool:
+    """The :class:`~torchless.scan.carriers.Scanner` hook: scan ``src`` as a cache file
+    when its path is in the cache layout; False when it is not one."""
+    kind = cache_kind(scanner.path)
+    if kind is None:
+        return False
+    try:
+        scan_cache_file(scanner, src, kind)
+    except TorchlessError as e:
+        scanner.add("unanalysable", "high", f"cache file not analysed: {e.message}", e.member, e.offset, loader=_LOADER)
+    return True
