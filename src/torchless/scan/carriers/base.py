@@ -47,7 +47,11 @@ class ScannerBase:
             return self.report
         try:
             name = os.path.basename(self.path)
-            if name.endswith(".distcp"):
+            from ..cache import scan_if_cache
+
+            if scan_if_cache(self, src):  # a TORCHINDUCTOR_CACHE_DIR entry: judged as torch.compile loads it
+                pass
+            elif name.endswith(".distcp"):
                 self.report.kind = "distcp"
                 self.scan_distcp(src)
             else:

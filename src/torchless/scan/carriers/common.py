@@ -14,7 +14,6 @@ _WINDOW = 1 << 22  # bytes of a raw file analysed before deciding whether it is 
 
 _STORAGE_RECORD = re.compile(r"^(?:.*/)?(?:data|constants|tensors)/\d+$|^(?:.*/)?data/weights/weight_\d+$|^(?:.*/)?data/constants/tensor_\d+$|^(?:.*/)?xl_model_weights/")
 _KNOWN_RECORDS = ("data.pkl", "constants.pkl", "bytecode.pkl", "traced_inputs.pkl", "version", "byteorder", ".data/version", ".format_version", ".storage_alignment", ".data/serialization_id", "archive_format")
-_TS_RISKY = re.compile(r"\b(?:torch\.)?from_file\s*\(|\btorch\.(?:save|load|_load_for_mobile|jit\.load)\s*\(|\bload_library\s*\(")
 _ZIP_SIG = b"PK\x03\x04"
 _EOCD_SIG = b"PK\x05\x06"
 _OK_FLAGS = 0x0808 | 0x0006  # data descriptor, UTF-8 names, deflate speed bits

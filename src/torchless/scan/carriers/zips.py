@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import struct
 import zlib
 
@@ -9,10 +10,25 @@ from ...container.differentials import zip_differentials
 from ...container.zip import ZipEntry, ZipReader
 from ...core.errors import TorchlessError
 from ...core.source import ByteSource, BytesSource
-from .common import _EOCD_SIG, _KNOWN_RECORDS, _OK_FLAGS, _STORAGE_RECORD, _TS_RISKY, _ZIP_SIG, MAX_INFLATE, MAX_MEMBER, sniff as _sniff
+from .common import _EOCD_SIG, _KNOWN_RECORDS, _OK_FLAGS, _STORAGE_RECORD, _ZIP_SIG, MAX_INFLATE, MAX_MEMBER, sniff as _sniff
 from .dcp import split_zips as _split_zips
 
 __all__ = ["ZipCarrier"]
+
+#: storage-named records of a ``.pt2`` that torch.load()s (pickle_weights, constants)
+_PT2_LOADED = re.compile(r"^data/(?:weights|constants)/")
+
+
+def _head(zr: ZipReader, e: ZipEntry, n: int = 16) -> bytes:
+    """The first ``n`` bytes of a member, inflating only what is needed."""
+    try:
+        off = zr.data_offset(e)
+        if e.method == 0:
+            return bytes(zr.source.view(off, min(n, e.compressed_size)))
+        raw = zr.source.view(off, min(e.compressed_size, 1 << 16))
+        return zlib.decompressobj(-15).decompress(raw, n)
+    except (TorchlessError, zlib.error):
+        return b""
 
 
 class ZipCarrier:
@@ -78,7 +94,7 @@ class ZipCarrier:
         recs = zr.records()
         rel_of = {e.index: r for e, r in zip(zr.entries, recs)}
         lowered = {r.lower() for r in recs}
-        torchscript = ("constants.pkl" in lowered) or any(r.lower().startswith("code/") for r in recs)
+        torchscript = ("constants.pkl" in lowered) or ("bytecode.pkl" in lowered) or any(r.lower().startswith("code/") for r in recs)
         is_pt2 = "archive_format" in lowered
         if member is None:
             self.report.kind = "torchscript" if torchscript else ("pt2" if is_pt2 else ("torch-zip" if "data.pkl" in lowered else ("npz" if any(r.endswith(".npy") for r in recs) else "zip")))
@@ -90,6 +106,7 @@ class ZipCarrier:
             if t is not None:
                 torch_pick[e.name.lower()] = t.index
         code_texts: list[tuple[str, str]] = []
+        bytecode: list[tuple[str, bytes]] = []
         for e in zr.entries:
             rel = rel_of[e.index]
             loc = f"{pre}{e.name}"
@@ -109,6 +126,13 @@ class ZipCarrier:
                 # tensor payload: never unpickled by torch; only a nested archive matters
                 # (and, for big members that are not storage records, a pickle head)
                 peek = bytes(src.view(off, 4)) if e.method == 0 and e.compressed_size >= 4 else b""
+                if storage and _PT2_LOADED.match(rel):
+                    # torch.load()ed by torch.export.load / the AOTI loader: any pickle
+                    # or archive head is analysed, stored or deflated
+                    peek = _head(zr, e)
+                    if peek[:4] == _ZIP_SIG or (peek[:1] == b"\x80" and len(peek) > 1 and peek[1] <= 5):
+                        self.scan_bytes(zr.read(e, max_size=MAX_MEMBER), loc, fbase, depth + 1)
+                        continue
                 if peek == _ZIP_SIG:
                     self.scan_bytes(zr.read(e), loc, fbase, depth + 1)
                     continue
@@ -131,6 +155,8 @@ class ZipCarrier:
             if low.endswith(".debug_pkl"):
                 # read by torch's C++ unpickler into tuples only; still scanned for globals
                 pass
+            if torchscript and low in ("bytecode.pkl", "constants.pkl"):
+                bytecode.append((loc, data))
             kind = _sniff(data[:512])
             torch_load = member is None and low == "data.pkl" and not torchscript
             if kind == "pickle" or low.endswith(".pkl") or low.endswith("debug_pkl"):
@@ -139,8 +165,12 @@ class ZipCarrier:
                 self.scan_bytes(data, loc, fbase, depth + 1)
             elif len(data) <= (1 << 20):
                 self.scan_pickles(BytesSource(data), loc, fbase, depth, strict=False, torchscript=torchscript)
-        if code_texts:
-            self.scan_torchscript_code(code_texts)
+        if code_texts or bytecode:
+            self.scan_torchscript_code(code_texts, bytecode)
+        if is_pt2 or any(r.startswith("data/aotinductor/") for r in recs):
+            from ..aoti import report_aoti
+
+            report_aoti(self, zr, member)
 
     def zip_structure(self, zr: ZipReader, member: str | None, base: int | None) -> None:
         pre = f"{member} > " if member else ""
@@ -235,15 +265,8 @@ class ZipCarrier:
 
 
     # -- TorchScript code --------------------------------------------------------------
-    def scan_torchscript_code(self, texts: list[tuple[str, str]]) -> None:
-        for loc, text in texts:
-            has_setstate = "def __setstate__" in text
-            for m in _TS_RISKY.finditer(text):
-                line = text.count("\n", 0, m.start()) + 1
-                snippet = text.splitlines()[line - 1].strip()[:120]
-                if has_setstate:
-                    self.add("torchscript-code", "critical", f"TorchScript code calls {m.group(0).strip()!r} (line {line}: {snippet}) in an archive whose __setstate__ runs at torch.jit.load: file-system or native-code access with no Python global in any pickle", loc, m.start())
-                else:
-                    self.add("torchscript-code", "high", f"TorchScript code calls {m.group(0).strip()!r} (line {line}: {snippet}): file-system or native-code access when the module runs", loc, m.start())
-            if has_setstate and not _TS_RISKY.search(text):
-                self.add("torchscript-code", "medium", "TorchScript __setstate__: archive code runs at torch.jit.load time", loc, text.find("def __setstate__"))
+    def scan_torchscript_code(self, texts: list[tuple[str, str]], bytecode: list[tuple[str, bytes]] | None = None) -> None:
+        """TorchScript code and bytecode operator tables (:mod:`torchless.scan.torchscript`)."""
+        from ..torchscript import report_archive
+
+        report_archive(self, texts, bytecode or [])
