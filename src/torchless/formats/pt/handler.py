@@ -130,7 +130,11 @@ class PtHandler:
             return recs is not None and "data.pkl" in recs and "constants.pkl" not in recs
         if _is_legacy_stream(head):
             return True
-        return len(head) >= 262 and head[257:262] == b"ustar" and probe.suffix in (".tar", ".pt", ".pth")
+        if probe.suffix not in (".tar", ".pt", ".pth"):
+            return False
+        from .read import is_tar_header  # tarfile's own test: ustar, GNU and v7 headers
+
+        return is_tar_header(head)
 
     def open(self, path: Any, **kw: Any) -> PtArtifact:
         return PtArtifact(path, **kw)

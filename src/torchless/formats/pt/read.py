@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from ...container.zip import ZipReader, is_zip
 from ...core.dtypes import DTYPES, DType
-from ...core.errors import FormatError, TorchlessError, TruncatedError, UnsupportedError
+from ...core.errors import FormatError, LimitError, TorchlessError, TruncatedError, UnsupportedError
 from ...core.source import ByteSource, MmapSource, SourceFile
 from ...core.tensor import Storage
 from ...core.values import StorageType
@@ -72,12 +72,28 @@ def make_resolver(weights_only: bool, allowlist: Allowlist | None = None, extra:
     return AllowlistResolver(allowlist or DEFAULT_ALLOWLIST, weights_only=weights_only, extra=dict(extra or {}))
 
 
+def is_tar_header(head: bytes) -> bool:
+    """True when ``head`` starts with a tar header ``tarfile`` accepts (ustar, GNU and
+    pre-POSIX v7 headers alike: tarfile checks the checksum, not the magic)."""
+    if len(head) < 512:
+        return False
+    try:
+        tarfile.TarInfo.frombuf(head[:512], "utf-8", "surrogateescape")
+    except (tarfile.TarError, ValueError, UnicodeError):
+        return False
+    return True
+
+
 def detect_layout(source: ByteSource) -> str:
-    """``"zip"``, ``"tar"``, ``"legacy"`` or ``"unknown"`` from the first bytes."""
+    """``"zip"``, ``"tar"``, ``"legacy"`` or ``"unknown"`` from the first bytes.
+
+    torch tries ``tarfile`` before the legacy stream (for files), so any first block
+    ``tarfile`` reads as a header makes the file a tar, with or without ``ustar`` magic.
+    """
     head = source.read_at(0, min(source.size, 512))
     if is_zip(head):
         return "zip"
-    if len(head) >= 262 and head[257:262] == b"ustar":
+    if is_tar_header(head):
         return "tar"
     if head[:2] in (b"\x80\x02", b"\x80\x01", b"\x80\x03", b"\x80\x04", b"\x80\x05") or head[:1] == b"\x8a":
         return "legacy"
@@ -303,20 +319,54 @@ def read_legacy_stream(
     return cp
 
 
+class TarFallback(Exception):
+    """``tarfile`` failed inside torch's legacy tar loader: torch catches the
+    ``TarError`` and reads the file as a legacy pickle stream instead."""
+
+
+MAX_TAR_MEMBERS = 100_000
+MAX_SPARSE_MEMBER = 1 << 30
+
+
 def read_legacy_tar(source: ByteSource, *, weights_only: bool = False, resolver: AllowlistResolver | None = None, limits: Limits = Limits()) -> Checkpoint:
     """Parse the pre-0.1.10 tar layout (members ``storages``, ``tensors``, ``pickle``).
+
+    The archive is read by ``tarfile`` itself, as torch reads it: the *last* member of
+    each name (``getmember``), headers without ``ustar`` magic, PAX and GNU long names,
+    sparse members reassembled. Members that are links or not regular files are refused
+    (torch would extract them, following a symbolic link anywhere on the machine).
 
     torch refuses this format with ``weights_only=True``; torchless reads it with either
     setting because nothing in it is executed. With ``weights_only=True`` only allowlisted
     globals are accepted, as everywhere else.
+
+    Raises:
+        TarFallback: ``tarfile`` itself failed (torch then reads a legacy stream).
     """
     try:
         return _read_legacy_tar(source, weights_only=weights_only, resolver=resolver, limits=limits)
-    except TorchlessError:
+    except (TorchlessError, TarFallback):
         raise
-    except (TypeError, ValueError, KeyError, IndexError, struct.error, OverflowError, EOFError, OSError, tarfile.TarError) as e:
+    except tarfile.TarError as e:
+        raise TarFallback(str(e)) from None
+    except (TypeError, ValueError, KeyError, IndexError, struct.error, OverflowError, EOFError, OSError) as e:
         # the tar's own records (tuples, counts, views) have the wrong shape
         raise FormatError(f"malformed legacy tar checkpoint: {type(e).__name__}: {e}", path=source.name) from None
+
+
+def _tar_members(source: ByteSource) -> tuple[tarfile.TarFile, dict[str, tarfile.TarInfo]]:
+    """Every member by name, the last of each name winning (``TarFile.getmember``)."""
+    tf = tarfile.open(fileobj=SourceFile(source), mode="r:", format=tarfile.PAX_FORMAT)  # type: ignore[call-overload]
+    members: dict[str, tarfile.TarInfo] = {}
+    n = 0
+    while True:
+        m = tf.next()
+        if m is None:
+            return tf, members
+        n += 1
+        if n > MAX_TAR_MEMBERS:
+            raise LimitError("too many tar members", path=source.name, expected=f"<= {MAX_TAR_MEMBERS}")
+        members[m.name] = m
 
 
 def _read_legacy_tar(source: ByteSource, *, weights_only: bool, resolver: AllowlistResolver | None, limits: Limits) -> Checkpoint:
@@ -324,20 +374,29 @@ def _read_legacy_tar(source: ByteSource, *, weights_only: bool, resolver: Allowl
     from ...core.values import TensorType
 
     path = source.name
-    try:
-        tf = tarfile.open(fileobj=SourceFile(source), mode="r:", format=tarfile.PAX_FORMAT)  # type: ignore[call-overload]
-        members = {m.name: m for m in tf.getmembers()[:1000]}
-    except tarfile.TarError as e:
-        raise FormatError(f"not a readable tar archive: {e}", path=path) from None
+    tf, members = _tar_members(source)
     for need in ("storages", "tensors", "pickle"):
-        if need not in members or not members[need].isfile():
+        if need not in members:
             raise FormatError("legacy tar checkpoint lacks a member", path=path, member=need)
+        if not members[need].isfile():
+            raise UnsupportedError("legacy tar member is a link or not a regular file (torch would follow it out of the archive)", path=path, member=need, found=members[need].type)
     resolver = resolver or make_resolver(weights_only)
     simple = make_resolver(True)
     objects: dict[str, Any] = {}
 
     def span(name: str) -> tuple[bytes, int]:
         m = members[name]
+        if m.issparse():
+            if m.size > MAX_SPARSE_MEMBER:
+                raise LimitError("sparse tar member too large", path=path, member=name, expected=f"<= {MAX_SPARSE_MEMBER}", found=m.size)
+            f = tf.extractfile(m)
+            assert f is not None
+            data = f.read()
+            if len(data) != m.size:
+                raise TarFallback("unexpected end of data")
+            return data, -1
+        if m.offset_data + m.size > source.size:
+            raise TarFallback("unexpected end of data")  # tarfile's ReadError: torch goes on as a stream
         return bytes(source.view(m.offset_data, m.size, what=f"tar member {name}")), m.offset_data
 
     def run(data: bytes, pos: int, res: Any, member: str, pl: Any = None) -> tuple[Any, int]:
@@ -361,7 +420,7 @@ def _read_legacy_tar(source: ByteSource, *, weights_only: bool, resolver: Allowl
         nbytes = count * dtype.itemsize
         if count < 0 or pos + nbytes > len(data):
             raise TruncatedError("storage data runs past the member", path=path, member="storages", offset=pos)
-        objects[str(key)] = Storage(str(key), nbytes, dtype, str(location), data=source.view(base + pos, nbytes), origin=f"storages#{key}")
+        objects[str(key)] = Storage(str(key), nbytes, dtype, str(location), data=source.view(base + pos, nbytes) if base >= 0 else memoryview(data)[pos : pos + nbytes], origin=f"storages#{key}")
         pos += nbytes
     views, pos = run(data, pos, simple, "storages")
     for target, root, offset, numel in views or []:
@@ -451,9 +510,14 @@ def read_checkpoint(source: ByteSource, *, weights_only: bool = True, resolver: 
                 raise FormatError("this is a TorchScript archive, not an eager checkpoint", path=source.name, hint="open it with torchless.open (format 'torchscript')")
             _check_all_records(zr)
             return read_zip_checkpoint(zr, weights_only=weights_only, resolver=resolver, limits=limits, encoding=encoding, mmap=mmap)
-        if layout == "tar":
-            return read_legacy_tar(source, weights_only=weights_only, resolver=resolver, limits=limits)
-        if layout == "legacy":
+        if layout == "tar" and isinstance(source, MmapSource):
+            # torch.load tries tarfile first on files (not on in-memory buffers) and reads
+            # a legacy stream when tarfile raises
+            try:
+                return read_legacy_tar(source, weights_only=weights_only, resolver=resolver, limits=limits)
+            except TarFallback:
+                layout = "legacy"
+        if layout == "legacy" or (layout == "tar" and not isinstance(source, MmapSource)):
             return read_legacy_stream(source, weights_only=weights_only, resolver=resolver, limits=limits, encoding=encoding)
         if layout == "preview":
             raise UnsupportedError("file is an unsupported archive format from the preview release", path=source.name)
