@@ -251,3 +251,20 @@ def test_scanner_flags_every_two_way_layout(torch, tmp_path):
             assert "zip-reader-differential" in rules or "polyglot" in rules or "zip-duplicate" in rules, (name, rules)
         elif name in ("plain.pt", "zip64.pt", "plain.npz", "zip64.npz"):
             assert "zip-reader-differential" not in rules, (name, [f.message for f in rep.findings])
+
+
+@pytest.mark.parametrize("size", [0xFFFFFFFE, 2**63, 2**64 - 1])
+def test_hostile_member_sizes_fail_fast(size):
+    """A deflated member claiming 4 GiB or 2^63 bytes: refused before any inflation."""
+    from torchless.container.zip import ZipReader
+
+    body = zlib.compress(b"x" * 100)[2:-4]
+    name = b"archive/data.pkl"
+    usize, extra = (size, b"") if size < 0xFFFFFFFF else (0xFFFFFFFF, struct.pack("<HHQ", 1, 8, size))
+    loc = struct.pack("<4sHHHHHIIIHH", zk.LOC, 20, 0, 8, 0, 0, 0, len(body), 0, len(name), 0) + name + body
+    cen = struct.pack("<4sHHHHHHIIIHHHHHII", zk.CEN, 20, 20, 0, 8, 0, 0, 0, len(body), usize, len(name), len(extra), 0, 0, 0, 0, 0) + name + extra
+    data = loc + cen + zk.eocd(1, len(cen), len(loc))
+    with pytest.raises(TorchlessError):
+        ZipReader(data).read("data.pkl")
+    with pytest.raises(TorchlessError):
+        PyZipReader(data).read("archive/data.pkl")

@@ -29,6 +29,7 @@ from typing import Any
 
 from ..core.errors import ChecksumError, FormatError, LimitError, TruncatedError, UnsupportedError
 from ..core.source import ByteSource, open_source
+from .zip import check_inflate
 
 __all__ = ["PyZipEntry", "PyZipReader"]
 
@@ -210,7 +211,7 @@ class PyZipReader:
             raise TruncatedError("member runs past the end of the file", path=self.path, member=e.filename, offset=off)
         return off, n
 
-    def read(self, e: PyZipEntry | str, *, max_size: int = 1 << 34, check_crc: bool = True) -> memoryview:
+    def read(self, e: PyZipEntry | str, *, max_size: int = 1 << 40, check_crc: bool = True) -> memoryview:
         """The member's bytes as ``ZipFile.read`` returns them (CRC-32 checked).
 
         Stored members are zero-copy views of the source.
@@ -230,6 +231,7 @@ class PyZipReader:
         if span is not None:
             data = self.source.view(*span)
         elif e.compress_type == 8:
+            check_inflate(e.compress_size, e.file_size, self.path, e.filename)
             off = self.data_offset(e)
             n = min(e.compress_size, max(0, self.source.size - off))
             raw = self.source.view(off, n)

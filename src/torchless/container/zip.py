@@ -3,12 +3,20 @@
 Reader (:class:`ZipReader`) - reads the central directory once and each record by
 offset from a memory map, the way torch's ``PyTorchStreamReader`` (miniz) does:
 
+* the end record is the one miniz 3.0.2 finds (:func:`locate_eocd`: backwards in 4 KiB
+  windows, the last signature with 22 bytes after it, comment length ignored); a zip64
+  locator is looked for only when the end record sits at offset >= 76, and the zip64
+  record is read where the locator points (:func:`zip64_record`); the entry count, not
+  the directory size, says how many entries there are;
 * the archive prefix is the first central-directory entry's name up to its first ``/``;
 * a member is looked up as ``prefix/name`` **case-insensitively**; when several entries
   match, the one torch reads is the one miniz's binary search over its heap-sorted index
   hits (:meth:`ZipReader.lookup` reproduces that; :meth:`ZipReader.duplicates` lists all);
 * a record's data starts after the *local* header's name and extra field (FB padding);
 * data descriptors and zip64 records (end records and extra fields) are honoured;
+* a record miniz treats as a directory (name ending in ``/`` or DOS attribute 0x10) that
+  declares data is refused: miniz extracts nothing and torch would return uninitialized
+  memory;
 * CRCs are not checked on read (torch builds miniz without it, and writes CRC 0 with
   ``compute_crc32=False``); :meth:`ZipReader.verify` checks them on request.
 
@@ -33,7 +41,7 @@ from ..core.atomic import AtomicFile
 from ..core.errors import FormatError, LimitError, NotFoundError, TruncatedError, UnsupportedError, UsageError
 from ..core.source import ByteSource, PathLike, open_source
 
-__all__ = ["ZipEntry", "ZipReader", "TorchZipWriter", "is_zip", "Problem"]
+__all__ = ["ZipEntry", "ZipReader", "TorchZipWriter", "is_zip", "Problem", "check_inflate", "locate_eocd", "zip64_record"]
 
 LOCAL_SIG = b"PK\x03\x04"
 CENTRAL_SIG = b"PK\x01\x02"
@@ -185,7 +193,8 @@ class ZipReader:
 
     # -- directory ---------------------------------------------------------------------
     def _read_directory(self) -> None:
-        # miniz 3.0.2 ``mz_zip_reader_read_central_dir``, step by step (spec pt.md §1.2)
+        # miniz 3.0.2 ``mz_zip_reader_read_central_dir`` as torch bundles it (torch patches
+        # the per-entry zip64 handling), step by step
         src = self.source
         size = src.size
         if size < _EOCD.size:
@@ -352,6 +361,7 @@ class ZipReader:
                 raise FormatError("stored record with different compressed and uncompressed sizes", path=self.path, member=e.name, expected=e.size, found=e.compressed_size)
             return self.source.view(off, e.size, what=f"record {e.name!r}")
         if e.method == 8:
+            check_inflate(e.compressed_size, e.size, self.path, e.name)
             raw = self.source.view(off, e.compressed_size, what=f"record {e.name!r}")
             d = zlib.decompressobj(-15)
             try:
@@ -470,6 +480,19 @@ def _zip64_extra(extra: bytes, usize: int, csize: int, hoff: int, path: str, off
             return vals[0], vals[1], vals[2]
         p += 4 + hlen
     return usize, csize, hoff
+
+
+MAX_DEFLATE_RATIO = 1032  # deflate's best case: 258 bytes from one length/distance pair
+MAX_INFLATE = 1 << 32
+
+
+def check_inflate(csize: int, size: int, path: str, member: str) -> None:
+    """Refuse a deflated record whose declared size no deflate stream of ``csize`` bytes
+    can produce, or that exceeds :data:`MAX_INFLATE` (bounded memory on hostile sizes)."""
+    if size > MAX_DEFLATE_RATIO * csize + 1024:
+        raise FormatError("declared size larger than deflate can produce from the record", path=path, member=member, expected=f"<= {MAX_DEFLATE_RATIO} x {csize} bytes", found=size)
+    if size > MAX_INFLATE:
+        raise LimitError("deflated record too large to inflate", path=path, member=member, expected=f"<= {MAX_INFLATE} bytes", found=size)
 
 
 def locate_eocd(src: ByteSource) -> int | None:
