@@ -244,3 +244,14 @@ def test_links_inside_the_artifact_are_read(tmp_path):
     os.symlink("data.bin", os.path.join(d, "__0_0.distcp"))
     sd = torchless.load(d)
     assert sd["w"].numpy().tolist() == np.arange(12, dtype=np.float32).reshape(3, 4).tolist()
+
+
+@pytest.mark.parametrize("case", ["dcp-symlink", "dcp-hf-symlink", "onnx-symlink", "dcp-metadata-symlink"])
+def test_scan_reports_links_out_of_the_folder(tmp_path, case):
+    fifo = _outside_fifo(tmp_path)
+    path = CASES[case](tmp_path, fifo)
+    folder = path if os.path.isdir(path) else os.path.dirname(path)
+    rep, err = _call(lambda: torchless.scan(folder, jobs=1), fifo)
+    assert err is None, err
+    escapes = [f for fr in rep.files for f in fr.findings if f.rule == "link-escape"]
+    assert escapes and rep.exit_code != 0

@@ -24,26 +24,57 @@ from .carriers import Scanner, scan_file
 from .findings import RULES, SEVERITIES, AllowNote, FileReport, Finding, ScanReport
 from .policy import SAFE, classify
 
-__all__ = ["scan", "scan_file", "iter_files", "Finding", "FileReport", "ScanReport", "AllowNote", "RULES", "SEVERITIES", "SAFE", "classify", "Scanner"]
+__all__ = ["scan", "scan_file", "iter_files", "link_escapes", "Finding", "FileReport", "ScanReport", "AllowNote", "RULES", "SEVERITIES", "SAFE", "classify", "Scanner"]
 
 
 def iter_files(paths: Iterable[os.PathLike | str]) -> list[str]:
-    """Every regular file under ``paths`` (directories recursively, sorted, no symlink loops)."""
+    """Every regular file under ``paths`` (directories recursively, sorted, no symlink loops,
+    no link that leaves the folder being scanned: see :func:`link_escapes`)."""
+    return _walk(paths)[0]
+
+
+def link_escapes(paths: Iterable[os.PathLike | str]) -> list[str]:
+    """Symbolic links under the directories in ``paths`` whose real path leaves the
+    directory (never opened: a loader of the folder would read what they point at)."""
+    return _walk(paths)[1]
+
+
+def _walk(paths: Iterable[os.PathLike | str]) -> tuple[list[str], list[str]]:
+    from ..core.paths import within
+
     out: list[str] = []
+    escapes: list[str] = []
     for p in paths:
         p = os.fspath(p)
         if os.path.isdir(p):
+            real_root = os.path.realpath(p)
             for root, dirs, files in os.walk(p, followlinks=False):
                 dirs.sort()
-                for f in sorted(files):
+                for f in sorted(files + [d for d in dirs if os.path.islink(os.path.join(root, d))]):
                     fp = os.path.join(root, f)
-                    if os.path.isfile(fp):
+                    if os.path.islink(fp) and not within(os.path.realpath(fp), real_root):
+                        escapes.append(fp)
+                    elif os.path.isfile(fp):
                         out.append(fp)
         elif os.path.exists(p):
             out.append(p)
         else:
             raise NotFoundError("no such file or directory", path=p)
-    return out
+    return out, escapes
+
+
+def _escape_report(path: str) -> FileReport:
+    rep = FileReport(path, kind="link")
+    rep.findings.append(
+        Finding(
+            "link-escape",
+            "high",
+            "symbolic link to a file outside the scanned folder: not opened or analysed, but a loader of the folder (dcp.load, onnx, sharded checkpoints) would read it",
+            path,
+            loader="torch.distributed.checkpoint.load / folder loaders",
+        )
+    )
+    return rep
 
 
 def _one(args: tuple[str, str]) -> FileReport:
@@ -73,15 +104,16 @@ def scan(path: os.PathLike | str | Sequence[os.PathLike | str], *, unknown_sever
     if unknown_severity not in SEVERITIES:
         raise UsageError("unknown severity", expected=" | ".join(SEVERITIES), found=unknown_severity)
     paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
-    files = iter_files(paths)
+    files, escapes = _walk(paths)
     jobs = jobs or os.cpu_count() or 1
     if jobs <= 1 or len(files) < 4:
-        return ScanReport([scan_file(f, unknown_severity) for f in files])
-    from concurrent.futures import ProcessPoolExecutor
+        reports = [scan_file(f, unknown_severity) for f in files]
+    else:
+        from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(max_workers=min(jobs, len(files))) as ex:
-        reports = list(ex.map(_one, [(f, unknown_severity) for f in files], chunksize=max(1, len(files) // (jobs * 4))))
-    return ScanReport(reports)
+        with ProcessPoolExecutor(max_workers=min(jobs, len(files))) as ex:
+            reports = list(ex.map(_one, [(f, unknown_severity) for f in files], chunksize=max(1, len(files) // (jobs * 4))))
+    return ScanReport(reports + [_escape_report(e) for e in escapes])
 
 
 class _CallableModule(types.ModuleType):
