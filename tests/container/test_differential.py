@@ -112,6 +112,7 @@ def _torch_layouts(torch: Any) -> dict[str, tuple[bytes, bool]]:
         "duplicate-names": (zk.plain(dup), True),
         "case-duplicates": (zk.plain(upper), True),
         "uncounted-entry": (bytes(cut), True),
+        "overlapping-members": (zk.overlapping(a, b"archive/data/9", next(r.name for r in a if r.name.endswith(b"data/0"))), True),
     }
 
 
@@ -182,6 +183,7 @@ def _npz_layouts() -> dict[str, tuple[bytes, bool]]:
         "bad-crc": (bytes(bad_crc), False),
         "name-rules": (zk.plain(named), True),
         "comment": (zk.plain(a, comment=b"PK\x01\x02 not a directory"), False),
+        "overlapping-members": (zk.overlapping(a, b"z.npy", b"x.npy"), True),
     }
 
 

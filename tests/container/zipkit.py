@@ -132,3 +132,22 @@ def low_eocd_locator(a: list[Rec], b: list[Rec]) -> bytes:
     rec_at = at + len(la) + len(ca) + len(lb) + len(cb)
     comment = la + ca + lb + cb + eocd64(len(b), len(cb), at + len(la) + len(ca) + len(lb))
     return head + locator(rec_at) + eocd(len(a), len(ca), at + len(la), comment)
+
+
+def overlapping(recs: list[Rec], alias: bytes, target: bytes) -> bytes:
+    """``recs`` plus a central entry named ``alias`` that points at ``target``'s local
+    header (two names, one record: miniz reads it under both names, zipfile refuses the
+    alias because the local header names ``target``)."""
+    loc, cen = lay(recs, 0)
+    i = [r.name for r in recs].index(target)
+    pos = 0
+    for _ in range(i):
+        pos = cen.index(CEN, pos) + 1
+    pos = cen.index(CEN, pos)
+    nlen, xlen, clen = struct.unpack_from("<HHH", cen, pos + 28)
+    entry = bytearray(cen[pos : pos + 46 + nlen + xlen + clen])
+    struct.pack_into("<H", entry, 28, len(alias))
+    extra_comment = bytes(entry[46 + nlen :])
+    alias_entry = bytes(entry[:46]) + alias + extra_comment
+    cen2 = cen + alias_entry
+    return loc + cen2 + eocd(len(recs) + 1, len(cen2), len(loc))
