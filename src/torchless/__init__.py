@@ -18,6 +18,7 @@ from .core.dtypes import DType
 from .core.errors import (
     ChecksumError,
     FormatError,
+    InternalError,
     LimitError,
     LinkEscapeError,
     NotFoundError,
@@ -40,6 +41,7 @@ __all__ = [
     "DType",
     "FormatError",
     "GlobalRef",
+    "InternalError",
     "LimitError",
     "Limits",
     "LinkEscapeError",

@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Sequence
 
-from ..core.errors import TorchlessError
+from ..core.errors import InternalError, TorchlessError
 
 __all__ = ["main", "entry", "COMMAND_MODULES"]
 
@@ -49,16 +49,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit code instead of exiting."""
-    parser = build_parser()
+    """Run the CLI; returns the exit code instead of exiting.
+
+    Every failure is one line on stderr and exit code 2: a :class:`TorchlessError`
+    (bad input or usage) as its message, anything else as an internal error that says
+    it is a torchless bug. Ctrl-C is one line and exit code 130. Never a traceback.
+    """
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as e:  # argparse: usage errors exit 2, --help/--version exit 0
-        return int(e.code or 0)
+        parser = build_parser()
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as e:  # argparse: usage errors exit 2, --help/--version exit 0
+            return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+        return _run(args)
+    except KeyboardInterrupt:
+        _say("interrupted")
+        return 130
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args) or 0)
     except TorchlessError as e:
-        print(f"torchless: error: {e}", file=sys.stderr)
+        _say(f"error: {e}")
         return 2
     except BrokenPipeError:  # `torchless ls | head`: the reader went away, not an error
         try:
@@ -66,18 +79,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         except OSError:
             pass
         return 0
-    except (OSError, ValueError, KeyError, RecursionError, MemoryError) as e:
-        # anything escaping the library's error tree is still one line, not a traceback
-        print(f"torchless: error: {type(e).__name__}: {e}", file=sys.stderr)
+    except OSError as e:  # the system refused (permissions, disk full...): the input's fault or the machine's
+        _say(f"error: {e.strerror or type(e).__name__}" + (f": {e.filename}" if e.filename else ""))
         return 2
-    except KeyboardInterrupt:
-        print("torchless: interrupted", file=sys.stderr)
-        return 130
+    except (RecursionError, MemoryError) as e:
+        _say(f"error: input too large or too deeply nested ({type(e).__name__}); torchless's limits should have caught it, please report")
+        return 2
+    except Exception as e:  # noqa: BLE001 - the last line of defence: a bug, said once
+        _say(f"error: {InternalError.wrap(e, f'running {args.command!r}')}")
+        return 2
+
+
+def _say(text: str) -> None:
+    """One line on stderr, whatever the text holds."""
+    line = " ".join(text.splitlines())
+    try:
+        print(f"torchless: {line}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):  # stderr closed: nothing left to tell
+        pass
 
 
 def entry() -> None:
     """Console-script wrapper."""
-    sys.exit(main())
+    try:
+        code = main()
+    except KeyboardInterrupt:  # between main's handlers and the exit
+        _say("interrupted")
+        code = 130
+    sys.exit(code)
 
 
 if __name__ == "__main__":  # pragma: no cover

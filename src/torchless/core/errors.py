@@ -13,11 +13,22 @@ keeps working for code that does not know torchless::
     ├── LimitError(ValueError)             an explicit safety limit was exceeded
     ├── UnsupportedError(NotImplementedError)  valid input torchless cannot handle yet
     ├── NotFoundError(FileNotFoundError, KeyError)  a path, member or key is missing
-    └── UsageError(ValueError)             the caller asked for something inconsistent
+    ├── UsageError(ValueError)             the caller asked for something inconsistent
+    └── InternalError(RuntimeError)        a bug in torchless, not in the input
+
+Only what the input (or the caller) can cause is reported as one of the first six; an
+unexpected exception inside torchless is wrapped as :class:`InternalError`, whose message
+says it is a torchless bug, so that a bug never passes for a bad file.
 
 Each error carries the ``path``, ``member`` (a record inside an archive) and ``offset``
 where it happened, plus what was ``expected`` and what was ``found``; ``str(err)`` is one
-line that names them all, which is what the CLI prints.
+line that names them all, which is what the CLI prints::
+
+    model.pt: member 'archive/data.pkl', offset 12: invalid pickle opcode 0xff (expected a pickle opcode, found 0xff)
+
+Only the parts that are set are printed (``(found 0)`` when only ``found`` is known).
+Values for ``found`` should be built with :func:`short_repr`, which stays bounded on
+deep or huge input.
 """
 
 from __future__ import annotations
@@ -27,6 +38,7 @@ from typing import Any
 __all__ = [
     "ChecksumError",
     "FormatError",
+    "InternalError",
     "LimitError",
     "LinkEscapeError",
     "NotFoundError",
@@ -35,6 +47,7 @@ __all__ = [
     "UnsafeGlobalError",
     "UnsupportedError",
     "UsageError",
+    "short_repr",
 ]
 
 
@@ -87,13 +100,18 @@ class TorchlessError(Exception):
             where.append(f"member {self.member!r}")
         if self.offset is not None:
             where.append(f"offset {self.offset}")
-        text = self.message
-        if self.expected is not None or self.found is not None:
-            text += f" (expected {self.expected}, found {self.found})"
+        text = self.message.strip().rstrip(".;:,") or type(self).__name__
+        parts = []
+        if _is_set(self.expected):
+            parts.append(f"expected {self.expected}")
+        if _is_set(self.found):
+            parts.append(f"found {self.found}")
+        if parts:
+            text += f" ({', '.join(parts)})"
         if where:
             text = ": ".join([", ".join(where), text])
         if self.hint:
-            text += f"; {self.hint}"
+            text += f"; {self.hint.strip().rstrip('.')}"
         return text
 
     def to_dict(self) -> dict[str, Any]:
@@ -104,10 +122,14 @@ class TorchlessError(Exception):
             "path": self.path,
             "member": self.member,
             "offset": self.offset,
-            "expected": None if self.expected is None else str(self.expected),
-            "found": None if self.found is None else str(self.found),
+            "expected": str(self.expected) if _is_set(self.expected) else None,
+            "found": str(self.found) if _is_set(self.found) else None,
             "hint": self.hint,
         }
+
+
+def _is_set(v: Any) -> bool:
+    return v is not None and not (isinstance(v, str) and not v.strip())
 
 
 class FormatError(TorchlessError, ValueError):
@@ -157,3 +179,69 @@ class NotFoundError(TorchlessError, FileNotFoundError, KeyError):
 
 class UsageError(TorchlessError, ValueError):
     """The caller's request is inconsistent (bad option, wrong shape for a replacement)."""
+
+
+class InternalError(TorchlessError, RuntimeError):
+    """An unexpected exception inside torchless: a bug, never a property of the input.
+
+    ``str()`` says so and names the original exception; ``__cause__`` keeps it (with its
+    traceback) for the bug report.
+    """
+
+    def __init__(self, message: str, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        if not self.hint:
+            self.hint = "this is a torchless bug, please report it with the input that caused it"
+
+    @classmethod
+    def wrap(cls, exc: BaseException, doing: str, **kw: Any) -> "InternalError":
+        """An InternalError for ``exc`` raised while ``doing`` something (chain it with ``from``)."""
+        return cls(f"internal error while {doing}: {type(exc).__name__}: {_bounded(str(exc), 200)}", **kw)
+
+
+def _bounded(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: max(0, limit - 1)] + "\u2026"
+
+
+_SCALARS = (bool, int, float, complex, type(None))
+
+
+def short_repr(obj: Any, limit: int = 80, *, depth: int = 3, items: int = 6) -> str:
+    """A ``repr`` of ``obj`` that is bounded in time, depth and length.
+
+    Builtin containers are shown ``depth`` levels deep and ``items`` entries wide; any
+    other object shows only its type, so a hostile value (a deep or self-sharing tree, an
+    object whose ``repr`` recurses) can never make an error message hang or recurse.
+    """
+
+    def rep(x: Any, d: int) -> str:
+        t = type(x)
+        if t in _SCALARS:
+            if t is int and x.bit_length() > 256:
+                return f"<int of {x.bit_length()} bits>"
+            return repr(x)
+        if t is str:
+            return repr(x[:limit]) + ("\u2026" if len(x) > limit else "")
+        if t in (bytes, bytearray):
+            return repr(bytes(x[:limit])) + ("\u2026" if len(x) > limit else "")
+        if t in (list, tuple, set, frozenset, dict):
+            if d >= depth:
+                return "[\u2026]" if t is list else "(\u2026)" if t is tuple else "{\u2026}"
+            if t is dict:
+                body = [f"{rep(k, d + 1)}: {rep(v, d + 1)}" for _, (k, v) in zip(range(items), x.items())]
+            else:
+                body = [rep(v, d + 1) for _, v in zip(range(items), x)]
+            if len(x) > items:
+                body.append("\u2026")
+            inner = ", ".join(body)
+            if t is list:
+                return f"[{inner}]"
+            if t is tuple:
+                return f"({inner}{',' if len(x) == 1 else ''})"
+            if t is dict:
+                return "{" + inner + "}"
+            return f"{t.__name__}({{{inner}}})"
+        return f"<{t.__name__}>"
+
+    return _bounded(rep(obj, 0), limit)

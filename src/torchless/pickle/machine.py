@@ -26,7 +26,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..core.errors import FormatError, LimitError, TorchlessError, TruncatedError, UnsafeGlobalError
+from ..core.errors import FormatError, InternalError, LimitError, TorchlessError, TruncatedError, UnsafeGlobalError
 from .globals import BUILDERS, GlobalRef, PickledObject, Rebuilder, Resolver, python2_name
 from .opcodes import OPCODE_NAMES
 
@@ -74,6 +74,17 @@ class ProtocolInfo:
 
 class _Stop(Exception):
     pass
+
+
+def _raised_here(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised by this module's own code (the loop, its helpers, or a
+    builtin they called directly) rather than by code the loop called into."""
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame.f_code.co_filename == __file__
 
 
 def _decode_long(data: bytes) -> int:
@@ -703,16 +714,27 @@ class Unpickler:
                     stack.append(get_global(key[0], key[1], p0))
                 else:
                     raise self._fmt(f"invalid pickle opcode 0x{op:02x}", p0)
+        except TorchlessError:
+            raise
         except struct.error as e:
             raise TruncatedError(f"pickle truncated: {e}", path=self.path, member=self.member, offset=p0) from None
-        except IndexError:
-            raise self._fmt("opcode pops from an empty stack", p0) from None
         except RecursionError:
             raise LimitError("object nesting too deep", path=self.path, member=self.member, offset=p0) from None
-        except (TypeError, ValueError, KeyError, AttributeError, OverflowError, UnicodeError, MemoryError) as e:
-            if isinstance(e, TorchlessError):
-                raise
+        except (IndexError, KeyError, TypeError, ValueError, UnicodeError, OverflowError) as e:
+            # Only what the machine's own code raised on the input's bytes (an empty stack, an
+            # unknown memo key, an undecodable string, a bad number text, an unhashable
+            # key...) is the file's fault; the same exception from deeper code (a
+            # persistent_load, a builder, a scanner hook) is a bug and must not pass for a
+            # bad file.
+            if not _raised_here(e):
+                raise InternalError.wrap(e, "running a pickle", path=self.path, member=self.member, offset=p0) from e
+            if isinstance(e, IndexError):
+                raise self._fmt("opcode pops from an empty stack", p0) from None
             raise self._fmt(f"malformed pickle: {type(e).__name__}: {e}", p0) from None
+        except MemoryError:
+            raise  # the limits should have stopped this first: not a property of the file
+        except Exception as e:  # noqa: BLE001 - anything else is a bug in torchless
+            raise InternalError.wrap(e, "running a pickle", path=self.path, member=self.member, offset=p0) from e
 
     def _decode_str(self, b: bytes) -> Any:
         if self.encoding == "bytes":
