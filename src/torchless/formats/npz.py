@@ -20,8 +20,6 @@ keep shape ``()``.
 
 from __future__ import annotations
 
-import io
-import json
 import struct
 import zipfile
 from typing import Any, Callable, Iterable, Iterator
@@ -30,9 +28,11 @@ import numpy as np
 
 from ..container.pyzip import PyZipReader
 from ..container.zip import is_zip
+from ..core import jsonsafe
 from ..core.atomic import AtomicFile
 from ..core.dtypes import by_name, from_numpy
-from ..core.errors import FormatError, UnsupportedError
+from ..core.errors import FormatError, TorchlessError, UnsupportedError
+from ..core.npyheader import parse_npy_header
 from ..core.source import ByteSource, BytesSource, open_source
 from ..core.tensor import Storage, Tensor, as_tensor
 from .base import Artifact, Probe
@@ -49,29 +49,20 @@ MAX_HEADER = 10000  # np.load's default max_header_size (allow_pickle=False)
 
 
 def parse_npy(src: ByteSource, offset: int, size: int, name: str, *, max_header: int = MAX_HEADER) -> tuple[np.dtype, tuple[int, ...], bool, int]:
-    """``(dtype, shape, fortran_order, data_offset)`` of an ``.npy`` at ``offset``, parsed
-    by NumPy's own header reader (version 1, 2 and 3 headers, ``np.load``'s size limit)."""
-    from numpy.lib import format as npformat
-
-    head = bytes(src.view(offset, min(size, max_header + 12), what=f"npy header of {name}"))
-    f = io.BytesIO(head)
+    """``(dtype, shape, fortran_order, data_offset)`` of an ``.npy`` at ``offset``: version
+    1, 2 and 3 headers under ``np.load``'s size limit, read with NumPy's rules by a strict
+    bounded parser (core/npyheader: no ``tokenize``/``ast`` on hostile text)."""
+    head = src.view(offset, min(size, max_header + 12), what=f"npy header of {name}")
     try:
-        version = npformat.read_magic(f)
-        if version not in ((1, 0), (2, 0), (3, 0)):
-            raise ValueError(f"we only support format version (1,0), (2,0), and (3,0), not {version}")
-        if version == (1, 0):
-            shape, fortran, dtype = npformat.read_array_header_1_0(f, max_header_size=max_header)
-        elif version == (2, 0):
-            shape, fortran, dtype = npformat.read_array_header_2_0(f, max_header_size=max_header)
-        else:
-            from numpy.lib import _format_impl
-
-            shape, fortran, dtype = _format_impl._read_array_header(f, version, max_header_size=max_header)
-    except Exception as e:  # a third-party parser: any failure is a bad header, never a crash
-        raise FormatError(f"bad .npy header: {type(e).__name__}: {e}"[:300], path=src.name, member=name, offset=offset) from None
+        h = parse_npy_header(head, max_header_size=max_header)
+    except TorchlessError as e:
+        if e.offset is not None:
+            e.offset += offset
+        raise e.with_context(path=src.name, member=name)
+    dtype = h.dtype
     if dtype.hasobject:
         raise UnsupportedError("object arrays are pickles; torchless does not load them", path=src.name, member=name, hint="use 'torchless scan' to inspect them")
-    return dtype, tuple(shape), bool(fortran), offset + f.tell()
+    return dtype, h.shape, h.fortran_order, offset + h.data_offset
 
 
 def _tensor_from_npy(src: ByteSource, off: int, size: int, name: str, override: str | None, check: Callable[[], None] | None = None) -> Tensor:
@@ -133,10 +124,7 @@ class NpzArtifact(Artifact):
         overrides: dict[str, str] = {}
         meta = zr.getinfo(DTYPES_MEMBER)
         if meta is not None:
-            try:
-                overrides = json.loads(bytes(zr.read(meta, max_size=1 << 24)))
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise FormatError(f"bad {DTYPES_MEMBER}: {e}", path=self.path) from None
+            overrides = jsonsafe.loads(zr.read(meta, max_size=1 << 24), what=DTYPES_MEMBER, path=self.path, member=DTYPES_MEMBER)
             if not isinstance(overrides, dict) or not all(isinstance(v, str) for v in overrides.values()):
                 raise FormatError(f"bad {DTYPES_MEMBER}: expected an object of dtype names", path=self.path)
         done: set[str] = set()

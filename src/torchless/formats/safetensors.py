@@ -17,7 +17,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 from ..core.atomic import AtomicFile
 from ..core.dtypes import DTYPES, DType
-from ..core.errors import FormatError, LimitError, TruncatedError, UnsupportedError
+from ..core import jsonsafe
+from ..core.errors import FormatError, LimitError, TruncatedError, UnsupportedError, short_repr
 from ..core.source import open_source
 from ..core.tensor import Storage, Tensor, as_tensor
 from .base import Artifact, Probe, Problem
@@ -97,12 +98,7 @@ def read_safetensors(source: Any) -> tuple[dict[str, str], dict[str, Tensor], in
     if n > MAX_HEADER:
         raise LimitError("safetensors header too large", path=path, offset=0, expected=f"<= {MAX_HEADER}", found=n)
     src.check(8, n, what="safetensors header")
-    try:
-        header = json.loads(bytes(src.view(8, n)).decode("utf-8"), object_pairs_hook=_no_dups)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise FormatError(f"header is not valid JSON: {e}", path=path, offset=8) from None
-    except FormatError as e:
-        raise e.with_context(path=path)
+    header = jsonsafe.loads(src.view(8, n), what="safetensors header", path=path, offset=8, max_bytes=MAX_HEADER, max_depth=8, object_pairs_hook=_no_dups)
     if not isinstance(header, dict):
         raise FormatError("header is not a JSON object", path=path, offset=8)
     meta = header.pop("__metadata__", None) or {}
@@ -116,15 +112,15 @@ def read_safetensors(source: Any) -> tuple[dict[str, str], dict[str, Tensor], in
         if not isinstance(info, dict) or set(info) - {"dtype", "shape", "data_offsets"}:
             raise FormatError(f"bad header entry for {name!r}", path=path, member=name)
         code = info.get("dtype")
-        if code not in ST_DTYPES:
-            raise UnsupportedError(f"safetensors dtype {code!r}", path=path, member=name)
+        if not isinstance(code, str) or code not in ST_DTYPES:
+            raise UnsupportedError(f"safetensors dtype {short_repr(code, 40)}", path=path, member=name)
         dt = DTYPES[ST_DTYPES[code]]
         shape = info.get("shape")
         offs = info.get("data_offsets")
         if not isinstance(shape, list) or not all(type(s) is int and s >= 0 for s in shape):
-            raise FormatError("bad shape", path=path, member=name, found=repr(shape)[:60])
+            raise FormatError("bad shape", path=path, member=name, found=short_repr(shape, 60))
         if not isinstance(offs, list) or len(offs) != 2 or not all(type(o) is int for o in offs) or not 0 <= offs[0] <= offs[1]:
-            raise FormatError("bad data_offsets", path=path, member=name, found=repr(offs)[:60])
+            raise FormatError("bad data_offsets", path=path, member=name, found=short_repr(offs, 60))
         numel = 1
         for s in shape:
             numel *= s

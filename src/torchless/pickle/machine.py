@@ -26,7 +26,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..core.errors import FormatError, InternalError, LimitError, TorchlessError, TruncatedError, UnsafeGlobalError
+from ..core.errors import FormatError, InternalError, LimitError, TorchlessError, TruncatedError, UnsafeGlobalError, short_repr
 from .globals import BUILDERS, GlobalRef, PickledObject, Rebuilder, Resolver, python2_name
 from .opcodes import OPCODE_NAMES
 
@@ -743,7 +743,7 @@ class Unpickler:
 
     def _persistent(self, pid: Any, pos: int) -> Any:
         if self.persistent_load is None:
-            raise self._fmt("pickle uses a persistent id but this format has none", pos, found=repr(pid)[:80])
+            raise self._fmt("pickle uses a persistent id but this format has none", pos, found=short_repr(pid, 80))
         try:
             return self.persistent_load(pid)
         except TorchlessError as e:

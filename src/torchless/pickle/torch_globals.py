@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..core.dtypes import DTYPES, STORAGE_NAMES
-from ..core.errors import FormatError, LimitError, UnsupportedError
+from ..core.errors import FormatError, LimitError, UnsupportedError, short_repr
 from ..core.tensor import NestedTensor, SparseTensor, Storage, Tensor
 from ..core.values import (
     Device,
@@ -62,11 +62,11 @@ def _ints(x: Any, what: str) -> tuple[int, ...]:
     t = type(x)
     if t is not tuple:
         if not isinstance(x, (tuple, list)):
-            raise FormatError(f"{what} must be a tuple of ints", found=repr(x)[:80])
+            raise FormatError(f"{what} must be a tuple of ints", found=short_repr(x, 80))
         x = tuple(x)
     for i in x:
         if type(i) is not int:
-            raise FormatError(f"{what} must be a tuple of ints", found=repr(x)[:80])
+            raise FormatError(f"{what} must be a tuple of ints", found=short_repr(x, 80))
     return x
 
 
@@ -92,7 +92,7 @@ def _rebuild_tensor_v2(args: tuple) -> Tensor:
     st = _storage_arg(storage, "_rebuild_tensor_v2")
     md = _meta(args[6]) if len(args) == 7 else None
     if type(offset) is not int:
-        raise FormatError("storage offset must be an int", found=repr(offset)[:40])
+        raise FormatError("storage offset must be an int", found=short_repr(offset, 40))
     return Tensor._make(st, st.dtype, _ints(size, "size"), _ints(stride, "stride"), offset, bool(requires_grad), md)
 
 
@@ -102,7 +102,7 @@ def _rebuild_tensor_v3(args: tuple) -> Tensor:
     storage, offset, size, stride, requires_grad, _hooks, dtype = args[:7]
     st = _storage_arg(storage, "_rebuild_tensor_v3")
     if not hasattr(dtype, "itemsize") or not hasattr(dtype, "kind"):
-        raise FormatError("_rebuild_tensor_v3: dtype argument is not a dtype", found=repr(dtype)[:60])
+        raise FormatError("_rebuild_tensor_v3: dtype argument is not a dtype", found=short_repr(dtype, 60))
     md = _meta(args[7] if len(args) == 8 else None)
     return Tensor(st, dtype, _ints(size, "size"), _ints(stride, "stride"), int(offset), requires_grad=bool(requires_grad), metadata=md)
 
@@ -111,7 +111,7 @@ def _rebuild_qtensor(args: tuple) -> Tensor:
     storage, offset, size, stride, qparams, requires_grad = args[:6]
     st = _storage_arg(storage, "_rebuild_qtensor")
     if not isinstance(qparams, tuple) or not qparams or not isinstance(qparams[0], QScheme):
-        raise FormatError("_rebuild_qtensor: bad quantizer params", found=repr(qparams)[:80])
+        raise FormatError("_rebuild_qtensor: bad quantizer params", found=short_repr(qparams, 80))
     scheme = str(qparams[0])
     if scheme in ("per_tensor_affine", "per_tensor_symmetric"):
         q = {"qscheme": scheme, "scale": float(qparams[1]), "zero_point": int(qparams[2])}
@@ -224,7 +224,7 @@ TENSOR_CLASS = Rebuilder("torch.Tensor", lambda a: _no_call("torch.Tensor"))
 def _rebuild_from_type_v2(args: tuple) -> Any:
     func, new_type, fargs, state = args
     if not isinstance(func, Rebuilder):
-        raise FormatError("_rebuild_from_type_v2: rebuild function is not an allowed global", found=repr(func))
+        raise FormatError("_rebuild_from_type_v2: rebuild function is not an allowed global", found=short_repr(func))
     obj = func.call(tuple(fargs))
     if new_type is PARAMETER:
         obj = _as_parameter(obj, getattr(obj, "requires_grad", True))
@@ -244,7 +244,7 @@ def _device(args: tuple) -> Device:
         return Device(args[0])
     if len(args) == 2 and isinstance(args[0], str) and (args[1] is None or type(args[1]) is int):
         return Device.make(args[0], args[1])
-    raise FormatError("torch.device arguments", found=repr(args)[:80])
+    raise FormatError("torch.device arguments", found=short_repr(args, 80))
 
 
 def _get_layout(args: tuple) -> Layout:
@@ -262,7 +262,7 @@ def _codecs_encode(args: tuple) -> bytes:
     enc = args[1] if len(args) > 1 else "utf-8"
     if not isinstance(text, str) or not isinstance(enc, str) or enc.lower() not in _TEXT_CODECS:
         # bytes->bytes codecs (zlib, base64, bz2...) could decompress without bound
-        raise FormatError("_codecs.encode with an encoding other than a text codec", found=repr(enc)[:40])
+        raise FormatError("_codecs.encode with an encoding other than a text codec", found=short_repr(enc, 40))
     return text.encode(enc)
 
 
@@ -406,11 +406,11 @@ def _plain(kind: type) -> Any:
 
 def _decimal(args: tuple) -> decimal.Decimal:
     if not args or not isinstance(args[0], (str, int, float)):
-        raise FormatError("decimal.Decimal needs its text", found=repr(args)[:40])
+        raise FormatError("decimal.Decimal needs its text", found=short_repr(args, 40))
     try:
         return decimal.Decimal(str(args[0]))
     except (decimal.InvalidOperation, ArithmeticError):
-        raise FormatError("decimal.Decimal of text that is no number", found=repr(args[0])[:40]) from None
+        raise FormatError("decimal.Decimal of text that is no number", found=short_repr(args[0], 40)) from None
 
 
 def _slice(args: tuple) -> slice:
@@ -434,7 +434,7 @@ def _reconstructor(args: tuple) -> Any:
     if isinstance(cls, GlobalRef):
         obj = PickledObject(cls, (), via="copyreg._reconstructor")
         return obj
-    raise FormatError("copyreg._reconstructor: class is not a global", found=repr(cls)[:60])
+    raise FormatError("copyreg._reconstructor: class is not a global", found=short_repr(cls, 60))
 
 
 def _newobj(args: tuple) -> Any:
@@ -486,13 +486,13 @@ def _ndarray_build(arr: np.ndarray, state: Any) -> None:
     ``ndarray.__setstate__`` applies it, so layout rules match NumPy's unpickling exactly
     (Fortran-ordered object lists are in C order, non-native byte order becomes native)."""
     if not isinstance(state, tuple) or len(state) not in (4, 5):
-        raise FormatError("ndarray state must be a 4- or 5-tuple", found=repr(state)[:80])
+        raise FormatError("ndarray state must be a 4- or 5-tuple", found=short_repr(state, 80))
     shape, dtype, fortran, raw = state[-4:]
     shape = _ints(tuple(shape) if isinstance(shape, (tuple, list)) else shape, "ndarray shape")
     if not isinstance(dtype, np.dtype):
-        raise FormatError("ndarray dtype is not a dtype", found=repr(dtype)[:60])
+        raise FormatError("ndarray dtype is not a dtype", found=short_repr(dtype, 60))
     if any(s < 0 for s in shape):
-        raise FormatError("ndarray shape has a negative size", found=repr(shape)[:60])
+        raise FormatError("ndarray shape has a negative size", found=short_repr(shape, 60))
     count = 1
     for s in shape:
         count *= s
@@ -517,7 +517,7 @@ _NPY_ALIGNED_STRUCT = 0x80
 def _np_dtype(args: tuple) -> np.dtype:
     spec = args[0] if args else None
     if not isinstance(spec, str):
-        raise FormatError("numpy.dtype needs a type string", found=repr(spec)[:40])
+        raise FormatError("numpy.dtype needs a type string", found=short_repr(spec, 40))
     return np.dtype(spec)
 
 
@@ -525,17 +525,17 @@ def _np_dtype_build(dt: np.dtype, state: Any) -> np.dtype:
     """BUILD on a dtype: ``(version, byteorder, subarray, names, fields, elsize,
     alignment, flags[, metadata])`` as ``numpy.dtype.__reduce__`` writes it."""
     if not isinstance(state, tuple) or len(state) < 8:
-        raise FormatError("numpy dtype state must be a tuple of 8 or 9 items", found=repr(state)[:80])
+        raise FormatError("numpy dtype state must be a tuple of 8 or 9 items", found=short_repr(state, 80))
     _version, bo, sub, names, fields, elsize, _align, flags = state[:8]
     meta = state[8] if len(state) > 8 else None
     if names is not None:
         if not isinstance(names, tuple) or not isinstance(fields, dict):
-            raise FormatError("structured dtype state needs names and fields", found=repr(state)[:80])
+            raise FormatError("structured dtype state needs names and fields", found=short_repr(state, 80))
         formats, offsets, titles = [], [], []
         for n in names:
             f = fields.get(n)
             if not isinstance(f, tuple) or len(f) not in (2, 3) or not isinstance(f[0], np.dtype) or type(f[1]) is not int:
-                raise FormatError("structured dtype field", found=repr(f)[:80])
+                raise FormatError("structured dtype field", found=short_repr(f, 80))
             formats.append(f[0])
             offsets.append(f[1])
             titles.append(f[2] if len(f) == 3 else None)
@@ -547,14 +547,14 @@ def _np_dtype_build(dt: np.dtype, state: Any) -> np.dtype:
         return np.dtype(spec, align=bool(type(flags) is int and flags & _NPY_ALIGNED_STRUCT))
     if sub is not None:
         if not isinstance(sub, tuple) or len(sub) != 2 or not isinstance(sub[0], np.dtype):
-            raise FormatError("subarray dtype state", found=repr(sub)[:80])
+            raise FormatError("subarray dtype state", found=short_repr(sub, 80))
         return np.dtype((sub[0], _ints(sub[1] if isinstance(sub[1], tuple) else (sub[1],), "subarray shape")))
     out = dt
     if dt.kind in "Mm" and isinstance(meta, tuple) and len(meta) == 2 and isinstance(meta[1], tuple) and len(meta[1]) == 4:
         unit, num = meta[1][0], meta[1][1]
         unit = unit.decode("ascii", "replace") if isinstance(unit, bytes) else unit
         if unit not in _DATETIME_UNITS or type(num) is not int or num < 1:
-            raise FormatError("datetime dtype unit", found=repr(meta)[:60])
+            raise FormatError("datetime dtype unit", found=short_repr(meta, 60))
         out = np.dtype(f"{dt.char}8" if unit == "generic" else f"{dt.char}8[{num if num != 1 else ''}{unit}]")
     elif dt.kind in "SUV" and dt.itemsize == 0 and type(elsize) is int and elsize > 0:
         out = np.dtype(f"{dt.char}{elsize // 4 if dt.kind == 'U' else elsize}")

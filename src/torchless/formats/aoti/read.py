@@ -21,7 +21,6 @@ The compute graph exists only as C++ and machine code; nothing here executes it.
 
 from __future__ import annotations
 
-import json
 import re
 import struct
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from typing import Any
 
 from ...container.zip import ZipEntry, ZipReader, is_zip
 from ...core.dtypes import DTYPES, DType
+from ...core import jsonsafe
 from ...core.errors import FormatError, LimitError, NotFoundError, TorchlessError
 from ...core.source import BytesSource, open_source
 from ...core.tensor import Storage, Tensor
@@ -341,11 +341,7 @@ def _dtype(c: ConstantInfo) -> DType | None:
 def _json(zr: ZipReader, e: ZipEntry) -> Any:
     if e.size > MAX_JSON_BYTES:
         raise LimitError("JSON record too large", path=zr.path, member=e.name, expected=f"<= {MAX_JSON_BYTES} bytes", found=e.size)
-    raw = zr.read_bytes(e)
-    try:
-        return json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as err:
-        raise FormatError(f"record is not valid JSON: {err}", path=zr.path, member=e.name) from None
+    return jsonsafe.loads(zr.read_bytes(e), what="record", path=zr.path, member=e.name, max_bytes=MAX_JSON_BYTES)
 
 
 def view_nbytes(c: ConstantInfo, itemsize: int) -> int:

@@ -12,11 +12,11 @@ behaves like :class:`~.read.DCPReader` (assembled tensors, blocks, layout).
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
-from ...core.errors import FormatError, NotFoundError
+from ...core.errors import FormatError, NotFoundError, short_repr
+from ...core import jsonsafe
 from ...core.source import MmapSource
 from ..safetensors import read_safetensors
 from .read import ChunkRef, DCPReader
@@ -66,10 +66,7 @@ class HFReader(DCPReader):
                 src.close()
             info: dict[str, Any] = {}
             if SHARDING_KEY in meta:
-                try:
-                    info = json.loads(meta[SHARDING_KEY])
-                except json.JSONDecodeError as e:
-                    raise FormatError(f"{SHARDING_KEY} is not JSON: {e}", path=fp) from None
+                info = jsonsafe.loads(meta[SHARDING_KEY], what=SHARDING_KEY, path=fp)
                 if not isinstance(info, dict):
                     raise FormatError(f"{SHARDING_KEY} must be a JSON object", path=fp)
             for fqn, t in tensors.items():
@@ -79,7 +76,7 @@ class HFReader(DCPReader):
                 if offs is None:
                     offs = [0] * len(shape)
                 if not isinstance(offs, list) or len(offs) != len(shape) or not all(type(o) is int and o >= 0 for o in offs):
-                    raise FormatError("bad saved_offsets", path=fp, member=fqn, found=repr(offs)[:60])
+                    raise FormatError("bad saved_offsets", path=fp, member=fqn, found=short_repr(offs, 60))
                 c = ChunkStorageMetadata(tuple(offs), shape)
                 prev = sdm.get(fqn)
                 if prev is None:

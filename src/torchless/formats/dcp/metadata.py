@@ -21,7 +21,7 @@ import pathlib
 from typing import Any
 
 from ...core.dtypes import DType
-from ...core.errors import FormatError, TorchlessError
+from ...core.errors import FormatError, TorchlessError, short_repr
 from ...core.source import open_source
 from ...core.values import Layout, Size
 from ...pickle.globals import Allowlist, Rebuilder
@@ -89,7 +89,7 @@ def _class(kind: str) -> Rebuilder:
 
 def _mem_format(args: tuple) -> _MemFormat:
     if len(args) != 1 or type(args[0]) is not int or args[0] not in MEM_FORMATS:
-        raise FormatError("bad _MEM_FORMAT_ENCODING value", expected="0, 1 or 2", found=repr(args)[:40])
+        raise FormatError("bad _MEM_FORMAT_ENCODING value", expected="0, 1 or 2", found=short_repr(args, 40))
     return _MemFormat(args[0])
 
 
@@ -142,7 +142,7 @@ def _err(msg: str, **kw: Any) -> FormatError:
 
 def _ints(x: Any, what: str) -> tuple[int, ...]:
     if not isinstance(x, tuple) or not all(type(v) is int and v >= 0 for v in x):
-        raise _err(f"{what} must be a torch.Size of non-negative ints", found=repr(x)[:60])
+        raise _err(f"{what} must be a torch.Size of non-negative ints", found=short_repr(x, 60))
     return tuple(x)
 
 
@@ -158,7 +158,7 @@ def _state_dict(sh: _Shell, allowed: set[str]) -> dict[str, Any]:
     if extra:
         raise _err(f"{sh.kind} has unknown fields", found=", ".join(sorted(extra))[:80])
     if sh.args:
-        raise _err(f"{sh.kind} created with arguments", found=repr(sh.args)[:60])
+        raise _err(f"{sh.kind} created with arguments", found=short_repr(sh.args, 60))
     return st
 
 
@@ -172,12 +172,12 @@ def _properties(x: Any) -> TensorProperties:
     sh = _expect(x, "TensorProperties")
     st = sh.state
     if not isinstance(st, tuple) or len(st) != 5:
-        raise _err("TensorProperties state must be a 5-tuple", found=repr(st)[:60])
+        raise _err("TensorProperties state must be a 5-tuple", found=short_repr(st, 60))
     dtype, layout, rg, mf, pin = st
     if not isinstance(dtype, DType):
-        raise _err("TensorProperties dtype", found=repr(dtype)[:40])
+        raise _err("TensorProperties dtype", found=short_repr(dtype, 40))
     if not isinstance(layout, Layout) or not isinstance(mf, _MemFormat) or type(rg) is not bool or type(pin) is not bool:
-        raise _err("TensorProperties fields", found=repr(st)[:80])
+        raise _err("TensorProperties fields", found=short_repr(st, 80))
     return TensorProperties(dtype, str(layout), rg, MEM_FORMATS[int(mf)], pin)
 
 
@@ -207,11 +207,11 @@ def _index(x: Any) -> MetadataIndex:
     st = _state_dict(_expect(x, "MetadataIndex"), {"fqn", "offset", "index"})
     fqn = st.get("fqn")
     if not isinstance(fqn, str):
-        raise _err("MetadataIndex.fqn must be a string", found=repr(fqn)[:40])
+        raise _err("MetadataIndex.fqn must be a string", found=short_repr(fqn, 40))
     off = st.get("offset")
     idx = st.get("index")
     if idx is not None and type(idx) is not int:
-        raise _err("MetadataIndex.index must be an int", found=repr(idx)[:40])
+        raise _err("MetadataIndex.index must be an int", found=short_repr(idx, 40))
     return MetadataIndex(fqn, None if off is None else _ints(off, "MetadataIndex.offset"), idx)
 
 
@@ -219,11 +219,11 @@ def _storage_info(x: Any) -> StorageInfo:
     st = _state_dict(_expect(x, "StorageInfo"), {"relative_path", "offset", "length", "transform_descriptors"})
     rp, off, ln = st.get("relative_path"), st.get("offset"), st.get("length")
     if not isinstance(rp, str) or type(off) is not int or type(ln) is not int or off < 0 or ln < 0:
-        raise _err("_StorageInfo needs relative_path, offset and length", found=repr(st)[:80])
+        raise _err("_StorageInfo needs relative_path, offset and length", found=short_repr(st, 80))
     td = st.get("transform_descriptors")
     if td is not None:
         if not isinstance(td, (list, tuple)) or not all(isinstance(s, str) for s in td):
-            raise _err("_StorageInfo.transform_descriptors", found=repr(td)[:60])
+            raise _err("_StorageInfo.transform_descriptors", found=short_repr(td, 60))
         td = tuple(td)
     return StorageInfo(rp, off, ln, td)
 
@@ -259,7 +259,7 @@ def to_metadata(obj: Any) -> Metadata:
     items: dict[str, Any] = {}
     for fqn, md in sdm.items():
         if not isinstance(fqn, str):
-            raise _err("state_dict_metadata keys must be strings", found=repr(fqn)[:40])
+            raise _err("state_dict_metadata keys must be strings", found=short_repr(fqn, 40))
         sh = md if isinstance(md, _Shell) else None
         if sh is not None and sh.kind == "TensorStorageMetadata":
             items[fqn] = _tensor_md(sh, fqn)
@@ -276,7 +276,7 @@ def to_metadata(obj: Any) -> Metadata:
         storage = {_index(k): _storage_info(v) for k, v in sd.items()}
     version = st.get("version")
     if version is not None and not isinstance(version, str):
-        raise _err("version must be a string", found=repr(version)[:40])
+        raise _err("version must be a string", found=short_repr(version, 40))
     return Metadata(items, _plain(st.get("planner_data"), "planner_data"), storage, _storage_meta(st.get("storage_meta")), version)
 
 

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from ...container.zip import ZipReader, is_zip
 from ...core.dtypes import DTYPES, DType
-from ...core.errors import FormatError, LimitError, TorchlessError, TruncatedError, UnsupportedError
+from ...core.errors import FormatError, LimitError, TorchlessError, TruncatedError, UnsupportedError, short_repr
 from ...core.source import ByteSource, MmapSource, SourceFile
 from ...core.tensor import Storage
 from ...core.values import StorageType
@@ -104,19 +104,19 @@ def detect_layout(source: ByteSource) -> str:
 
 def _pid_parts(pid: Any) -> tuple[StorageType, str, str, int, Any]:
     if not isinstance(pid, tuple) or not pid:
-        raise FormatError("persistent id must be a non-empty tuple", found=repr(pid)[:80])
+        raise FormatError("persistent id must be a non-empty tuple", found=short_repr(pid, 80))
     typename = pid[0]
     if isinstance(typename, bytes):
         typename = typename.decode("ascii", "replace")
     if typename != "storage":
-        raise FormatError("only storage persistent ids are allowed", expected="'storage'", found=repr(typename)[:40])
+        raise FormatError("only storage persistent ids are allowed", expected="'storage'", found=short_repr(typename, 40))
     if len(pid) < 5:
         raise FormatError("storage persistent id too short", expected="5 items", found=len(pid))
     stype, key, location, numel = pid[1], pid[2], pid[3], pid[4]
     if not isinstance(stype, StorageType):
-        raise FormatError("persistent id does not name a storage class", found=repr(stype)[:60])
+        raise FormatError("persistent id does not name a storage class", found=short_repr(stype, 60))
     if type(numel) is not int or numel < 0:
-        raise FormatError("storage size must be a non-negative int", found=repr(numel)[:40])
+        raise FormatError("storage size must be a non-negative int", found=short_repr(numel, 40))
     view = pid[5] if len(pid) > 5 else None
     return stype, str(key), str(location), numel, view
 
@@ -155,7 +155,7 @@ def read_zip_checkpoint(
             records[name] = zr.read_bytes(e).decode("ascii", "replace")
     byteorder = records.get("byteorder", "little")
     if byteorder not in ("little", "big"):
-        raise FormatError("unknown byte order record", path=zr.path, member="byteorder", expected="'little' or 'big'", found=repr(byteorder))
+        raise FormatError("unknown byte order record", path=zr.path, member="byteorder", expected="'little' or 'big'", found=short_repr(byteorder))
     storages: dict[str, Storage] = {}
     resolver = resolver or make_resolver(weights_only)
     data_index = zr.data_index(data_dir)
@@ -247,10 +247,10 @@ def read_legacy_stream(
 
     magic, _ = next_pickle("magic number", simple)
     if magic != LEGACY_MAGIC:
-        raise FormatError("invalid magic number; not a torch checkpoint", path=path, offset=start, expected=hex(LEGACY_MAGIC), found=repr(magic)[:40])
+        raise FormatError("invalid magic number; not a torch checkpoint", path=path, offset=start, expected=hex(LEGACY_MAGIC), found=short_repr(magic, 40))
     proto_v, _ = next_pickle("protocol version", simple)
     if proto_v != LEGACY_PROTOCOL:
-        raise FormatError("invalid legacy protocol version", path=path, expected=LEGACY_PROTOCOL, found=repr(proto_v)[:20])
+        raise FormatError("invalid legacy protocol version", path=path, expected=LEGACY_PROTOCOL, found=short_repr(proto_v, 20))
     sys_info, _ = next_pickle("sys_info", simple)
     little = True
     if isinstance(sys_info, dict):
@@ -455,7 +455,7 @@ def _read_legacy_tar(source: ByteSource, *, weights_only: bool, resolver: Allowl
         try:
             return objects[str(int(saved_id))]
         except (KeyError, ValueError):
-            raise FormatError("pickle refers to an unknown tensor or storage", path=path, member="pickle", found=repr(saved_id)[:40]) from None
+            raise FormatError("pickle refers to an unknown tensor or storage", path=path, member="pickle", found=short_repr(saved_id, 40)) from None
 
     data, _ = span("pickle")
     obj, _ = run(data, 0, resolver, "pickle", persistent_load)
@@ -472,9 +472,9 @@ def _check_all_records(zr: ZipReader) -> None:
         try:
             e.raw_name.decode("utf-8")
         except UnicodeDecodeError:
-            raise FormatError("archive member name is not UTF-8", path=zr.path, offset=e.central_offset, found=repr(e.raw_name)[:60]) from None
+            raise FormatError("archive member name is not UTF-8", path=zr.path, offset=e.central_offset, found=short_repr(e.raw_name, 60)) from None
         if not e.name.startswith(folder):
-            raise FormatError("file in archive is not in the archive folder", path=zr.path, member=e.name, expected=f"names starting with {folder!r}", found=repr(e.name)[:60])
+            raise FormatError("file in archive is not in the archive folder", path=zr.path, member=e.name, expected=f"names starting with {folder!r}", found=short_repr(e.name, 60))
         # miniz's checks of every central entry when it opens the archive
         if (e.method == 0 and e.size != e.compressed_size) or (e.size and not e.compressed_size):
             raise FormatError("central directory sizes are inconsistent", path=zr.path, member=e.name, offset=e.central_offset, expected=e.size, found=e.compressed_size)
@@ -490,7 +490,7 @@ def _check_all_records(zr: ZipReader) -> None:
         raise FormatError("archive has no version record", path=zr.path, expected="'version' or '.data/version'")
     text = zr.read_bytes(ver, max_size=64).strip() if ver.size <= 64 else b""
     if not text.isdigit() or not 1 <= int(text) <= 10:
-        raise FormatError("cannot parse the archive version record", path=zr.path, member=ver.name, expected="an integer 1..10", found=repr(text)[:20])
+        raise FormatError("cannot parse the archive version record", path=zr.path, member=ver.name, expected="an integer 1..10", found=short_repr(text, 20))
     al = zr.lookup(".storage_alignment")
     if al is not None and not (al.size <= 20 and zr.read_bytes(al).strip().isdigit()):
         raise FormatError("cannot parse the storage alignment record", path=zr.path, member=al.name)

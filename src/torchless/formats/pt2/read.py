@@ -15,7 +15,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +22,7 @@ import numpy as np
 
 from ...container.zip import ZipReader
 from ...core.dtypes import by_name
+from ...core import jsonsafe
 from ...core.errors import FormatError, TorchlessError, UnsupportedError
 from ...core.source import BytesSource, open_source
 from ...core.tensor import Storage, Tensor
@@ -378,10 +378,8 @@ class Pt2Archive:
         if e is None:
             return None
         try:
-            obj = json.loads(bytes(self.zip.read(e)))
+            obj = jsonsafe.loads(self.zip.read(e), what="payload config", path=self.path, member=rec)
             return S.from_json(S.PayloadConfig, obj)
-        except (ValueError, RecursionError) as err:
-            raise FormatError(f"payload config is not valid JSON: {err}", path=self.path, member=rec) from None
         except FormatError as err:
             raise err.with_context(path=self.path, member=rec)
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ...core.errors import FormatError, UnsupportedError
+from ...core import jsonsafe
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -739,10 +740,7 @@ def loads_program(text: str | bytes, *, member: str | None = None) -> ExportedPr
         FormatError: not JSON, or not an ExportedProgram.
         UnsupportedError: another schema major version.
     """
-    try:
-        obj = json.loads(text)
-    except (ValueError, RecursionError) as e:
-        raise FormatError(f"ExportedProgram is not valid JSON: {e}", member=member) from None
+    obj = jsonsafe.loads(text, what="ExportedProgram JSON", member=member)
     if not isinstance(obj, dict):
         raise FormatError("ExportedProgram JSON is not an object", member=member, found=type(obj).__name__)
     sv = obj.get("schema_version")

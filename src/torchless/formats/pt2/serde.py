@@ -19,7 +19,8 @@ import json
 from typing import Any
 
 from ...core.dtypes import DType, by_name
-from ...core.errors import FormatError, UnsupportedError
+from ...core import jsonsafe
+from ...core.errors import FormatError, TorchlessError, UnsupportedError
 from ...core.values import Device, Layout as LayoutName, MemoryFormat as MemoryFormatName
 from ...graph.ir import Graph, Node, OpRef, SymValue, TensorValue
 from ...graph.schema import base_of, registry
@@ -113,8 +114,8 @@ def parse_metadata(md: dict[str, str]) -> dict[str, Any]:
             out[k] = tuple(v.split(";", 1))
         elif k == "custom":
             try:
-                out[k] = json.loads(v)
-            except ValueError:
+                out[k] = jsonsafe.loads(v, what="node metadata 'custom'")
+            except TorchlessError:
                 out[k] = v
         else:
             out[k] = v

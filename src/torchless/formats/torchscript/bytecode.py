@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...core.errors import FormatError, TorchlessError, UnsupportedError
+from ...core.errors import FormatError, TorchlessError, UnsupportedError, short_repr
 from . import spec
 from .read import TorchScriptArchive, TorchScriptResolver, load_pickle
 
@@ -111,14 +111,14 @@ def _pairs(x: Any, what: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for p in x:
         if not (isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str)):
-            raise FormatError(f"bytecode {what} entry is not a (key, value) pair", found=repr(p)[:60])
+            raise FormatError(f"bytecode {what} entry is not a (key, value) pair", found=short_repr(p, 60))
         out[p[0]] = p[1]
     return out
 
 
 def _int(x: Any, what: str) -> int:
     if type(x) is not int:
-        raise FormatError(f"bytecode {what} must be an int", found=repr(x)[:40])
+        raise FormatError(f"bytecode {what} must be an int", found=short_repr(x, 40))
     return x
 
 
@@ -147,17 +147,17 @@ def parse_bytecode(value: Any) -> Bytecode:
     methods = []
     for entry in value[1:]:
         if not isinstance(entry, tuple) or len(entry) not in (2, 3) or not isinstance(entry[0], str):
-            raise FormatError("bytecode method entry must be (name, code[, schema])", found=repr(entry)[:80])
+            raise FormatError("bytecode method entry must be (name, code[, schema])", found=short_repr(entry, 80))
         name = entry[0]
         code = _pairs(entry[1], f"code of {name}")
         m = MobileMethod(name)
         for ins in code.get("instructions", ()):
             if not (isinstance(ins, tuple) and len(ins) == 3 and isinstance(ins[0], str)):
-                raise FormatError(f"bad instruction in {name}", found=repr(ins)[:60])
+                raise FormatError(f"bad instruction in {name}", found=short_repr(ins, 60))
             m.instructions.append(Instruction(ins[0], _int(ins[1], "operand"), _int(ins[2], "operand")))
         for op in code.get("operators", ()):
             if not (isinstance(op, tuple) and len(op) in (2, 3) and isinstance(op[0], str) and isinstance(op[1], str)):
-                raise FormatError(f"bad operator in {name}", found=repr(op)[:60])
+                raise FormatError(f"bad operator in {name}", found=short_repr(op, 60))
             m.operators.append(Operator(op[0], op[1], _int(op[2], "num_args") if len(op) == 3 else None))
         consts = code.get("constants", ())
         m.constants = list(consts) if isinstance(consts, (tuple, list)) else [consts]

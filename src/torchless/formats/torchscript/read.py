@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from ...container.zip import ZipEntry, ZipReader
-from ...core.errors import FormatError, NotFoundError, TorchlessError, TruncatedError, UnsupportedError
+from ...core.errors import FormatError, NotFoundError, TorchlessError, TruncatedError, UnsupportedError, short_repr
 from ...core.source import ByteSource
 from ...core.tensor import Storage, Tensor
 from ...core.values import StateDict, StorageType
@@ -39,7 +39,7 @@ __all__ = [
 def _typed_list(name: str, kinds: tuple[type, ...]) -> Rebuilder:
     def call(args: tuple) -> Any:
         if len(args) != 1 or not isinstance(args[0], list):
-            raise FormatError(f"{name} takes one list", found=repr(args)[:60])
+            raise FormatError(f"{name} takes one list", found=short_repr(args, 60))
         for v in args[0]:
             if not isinstance(v, kinds):
                 raise FormatError(f"{name}: element of the wrong type", found=type(v).__name__)
@@ -50,7 +50,7 @@ def _typed_list(name: str, kinds: tuple[type, ...]) -> Rebuilder:
 
 def _restore_type_tag(args: tuple) -> Any:
     if len(args) != 2 or not isinstance(args[1], str):
-        raise FormatError("restore_type_tag takes (value, type string)", found=repr(args)[:60])
+        raise FormatError("restore_type_tag takes (value, type string)", found=short_repr(args, 60))
     return args[0]
 
 
@@ -370,7 +370,7 @@ def load_pickle(
     if bo is not None and bo.size <= 16:
         byteorder = zr.read_bytes(bo).decode("ascii", "replace").strip() or "little"
         if byteorder not in ("little", "big"):
-            raise FormatError("unknown byte order record", path=zr.path, member="byteorder", expected="'little' or 'big'", found=repr(byteorder))
+            raise FormatError("unknown byte order record", path=zr.path, member="byteorder", expected="'little' or 'big'", found=short_repr(byteorder))
 
     def persistent_load(pid: Any) -> Any:
         stype, key, location, numel, _view = _pid_parts(pid)
@@ -507,7 +507,7 @@ def read_archive(source: ByteSource | ZipReader, *, weights_only: bool = True, l
                 try:
                     v = int(records[r].strip())
                 except ValueError:
-                    raise FormatError("version record is not a number", path=zr.path, member=r, found=repr(records[r])[:20]) from None
+                    raise FormatError("version record is not a number", path=zr.path, member=r, found=short_repr(records[r], 20)) from None
                 if not spec.MIN_FILE_FORMAT_VERSION <= v <= spec.MAX_FILE_FORMAT_VERSION:
                     raise UnsupportedError("TorchScript file format version out of range", path=zr.path, member=r, expected=f"{spec.MIN_FILE_FORMAT_VERSION}..{spec.MAX_FILE_FORMAT_VERSION}", found=v)
         resolver = TorchScriptResolver(weights_only, extra_globals)
