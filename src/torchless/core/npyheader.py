@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import re
 import struct
+import warnings
 from typing import Any
 
 import numpy as np
@@ -92,7 +93,9 @@ def parse_header_literal(text: str, *, allow_long: bool = False, max_depth: int 
                 parts.append(peek()[1])
                 i += 1
             try:
-                out = ast.literal_eval(" ".join(parts))  # flat string tokens only: bounded
+                with warnings.catch_warnings():  # invalid escapes warn, as in NumPy's reader
+                    warnings.simplefilter("ignore")
+                    out = ast.literal_eval(" ".join(parts))  # flat string tokens only: bounded
             except (SyntaxError, ValueError) as e:
                 raise FormatError(f"bad string in .npy header: {e}") from None
             if not isinstance(out, str):
