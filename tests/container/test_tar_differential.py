@@ -6,6 +6,7 @@ inert content) is the oracle."""
 from __future__ import annotations
 
 import io
+import struct
 import tarfile
 from typing import Any
 
@@ -130,3 +131,57 @@ def test_tar_member_limit(tmp_path):
             torchless.load(p, weights_only=False)
     finally:
         ptread.MAX_TAR_MEMBERS = old
+
+
+def _sparse_member(name: str, data: bytes, hole: tuple[int, int]) -> bytes:
+    """An old-GNU sparse member (type 'S'): ``data`` with ``data[hole[0]:hole[1]]`` (all
+    zeros) left out of the archive; tarfile (and so torch) reassembles it."""
+    a, b = hole
+    assert not any(data[a:b])
+    rest = len(data) - b
+    q = rest // 3
+    segs = [(0, a), (b, q), (b + q, q), (b + 2 * q, rest - 2 * q)]
+    stored = data[:a] + data[b:]
+    info = tarfile.TarInfo(name)
+    info.size = len(stored)
+    hdr = bytearray(info.tobuf(tarfile.GNU_FORMAT))
+    assert len(hdr) == 512
+    hdr[156:157] = b"S"
+    pos = 386
+    for off, n in segs:
+        hdr[pos : pos + 12] = b"%011o\0" % off
+        hdr[pos + 12 : pos + 24] = b"%011o\0" % n
+        pos += 24
+    hdr[482] = 0
+    hdr[483:495] = b"%011o\0" % len(data)
+    hdr[148:156] = b" " * 8
+    hdr[148:156] = b"%06o\0 " % sum(hdr)
+    return bytes(hdr) + stored + b"\0" * (-len(stored) % 512)
+
+
+def test_sparse_members_are_reassembled(torch, tmp_path):
+    from tl_testutil import Global, Persistent, _pk
+
+    storages = bytearray(_pk(1))
+    storages += _pk((0, "cpu", Global("torch", "FloatStorage")))
+    storages += struct.pack("<q", 4096)
+    zeros_at = len(storages)
+    storages += bytes(4 * 4096)
+    storages += _pk([])
+    p = str(tmp_path / "sparse.pt")
+    tensors = bytearray(_pk(1))
+    tensors += _pk((10, 0, Global("torch", "FloatTensor")))
+    tensors += struct.pack("<i4x", 1) + struct.pack("<q", 4096) + struct.pack("<q", 1) + struct.pack("<q", 0)
+    pkl = _pk({"w": Persistent("10")})
+    with open(p, "wb") as f:
+        f.write(_sparse_member("storages", bytes(storages), (zeros_at + 512, zeros_at + 4 * 4096 - 512)))
+        for name, data in (("tensors", bytes(tensors)), ("pickle", pkl)):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            f.write(info.tobuf(tarfile.GNU_FORMAT) + data + b"\0" * (-len(data) % 512))
+        f.write(b"\0" * 1024)
+    with tarfile.open(p) as tf:
+        assert tf.getmember("storages").issparse()
+    ref, tl = _both(torch, p)
+    assert not isinstance(ref, BaseException), ref
+    assert tl == ref and len(tl["w"]) == 4096
