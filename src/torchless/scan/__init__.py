@@ -30,55 +30,53 @@ __all__ = ["scan", "scan_file", "iter_files", "link_escapes", "Finding", "FileRe
 def iter_files(paths: Iterable[os.PathLike | str]) -> list[str]:
     """Every regular file under ``paths`` (directories recursively, sorted, no symlink loops,
     no link that leaves the folder being scanned: see :func:`link_escapes`)."""
-    return _walk(paths)[0]
+    return [f for f, _root, err, esc in _walk(paths) if err is None and not esc]
 
 
 def link_escapes(paths: Iterable[os.PathLike | str]) -> list[str]:
     """Symbolic links under the directories in ``paths`` whose real path leaves the
     directory (never opened: a loader of the folder would read what they point at)."""
-    return _walk(paths)[1]
+    return [f for f, _root, _err, esc in _walk(paths) if esc]
 
 
-def _walk(paths: Iterable[os.PathLike | str]) -> tuple[list[str], list[str]]:
+def _walk(paths: Iterable[os.PathLike | str]) -> list[tuple[str, str | None, str | None, bool]]:
+    """(path, scanned folder or None, error or None, leaves the folder) for every file
+    under ``paths``; folders that cannot be listed come back with their error."""
     from ..core.paths import within
 
-    out: list[str] = []
-    escapes: list[str] = []
+    out: list[tuple[str, str | None, str | None, bool]] = []
     for p in paths:
         p = os.fspath(p)
         if os.path.isdir(p):
             real_root = os.path.realpath(p)
-            for root, dirs, files in os.walk(p, followlinks=False):
+            errors: list[OSError] = []
+            for root, dirs, files in os.walk(p, followlinks=False, onerror=errors.append):
                 dirs.sort()
                 for f in sorted(files + [d for d in dirs if os.path.islink(os.path.join(root, d))]):
                     fp = os.path.join(root, f)
                     if os.path.islink(fp) and not within(os.path.realpath(fp), real_root):
-                        escapes.append(fp)
+                        out.append((fp, p, None, True))  # never opened (a FIFO, a file elsewhere)
                     elif os.path.isfile(fp):
-                        out.append(fp)
+                        out.append((fp, p, None, False))
+                    elif not os.path.exists(fp):
+                        out.append((fp, p, "a broken link or a file that vanished", False))
+            for e in errors:
+                out.append((e.filename or p, p, f"cannot list the folder: {e.strerror or e}", False))
         elif os.path.exists(p):
-            out.append(p)
+            out.append((p, None, None, False))
         else:
             raise NotFoundError("no such file or directory", path=p)
-    return out, escapes
+    return out
 
 
-def _escape_report(path: str) -> FileReport:
-    rep = FileReport(path, kind="link")
-    rep.findings.append(
-        Finding(
-            "link-escape",
-            "high",
-            "symbolic link to a file outside the scanned folder: not opened or analysed, but a loader of the folder (dcp.load, onnx, sharded checkpoints) would read it",
-            path,
-            loader="torch.distributed.checkpoint.load / folder loaders",
-        )
-    )
-    return rep
+def _one(args: tuple[str, str, str | None]) -> FileReport:
+    return scan_file(args[0], args[1], args[2])
 
 
-def _one(args: tuple[str, str]) -> FileReport:
-    return scan_file(args[0], args[1])
+def _unreadable(path: str, error: str) -> FileReport:
+    fr = FileReport(path, kind="unreadable", error=error)
+    fr.findings.append(Finding("unreadable", "high", f"cannot read: {error}", path))
+    return fr
 
 
 def scan(path: os.PathLike | str | Sequence[os.PathLike | str], *, unknown_severity: str = "medium", jobs: int | None = None) -> ScanReport:
@@ -86,7 +84,8 @@ def scan(path: os.PathLike | str | Sequence[os.PathLike | str], *, unknown_sever
 
     Args:
         path: a file, a directory (scanned recursively: DCP checkpoints, model folders)
-            or a list of them.
+            or a list of them. Links that leave a scanned directory are reported
+            (``link-escape``) and never opened.
         unknown_severity: severity of globals that are neither allowlisted nor known to
             be dangerous (``critical``, ``high``, ``medium``, ``low`` or ``info``; ``info``
             does not make a file unclean).
@@ -94,8 +93,8 @@ def scan(path: os.PathLike | str | Sequence[os.PathLike | str], *, unknown_sever
 
     Returns:
         A :class:`ScanReport`: ``.files`` (one :class:`FileReport` each, with
-        ``.verdict`` and ``.findings``), ``.exit_code`` (0 clean, 1 findings, 2 error),
-        ``.to_dict()``.
+        ``.verdict`` and ``.findings``), ``.exit_code`` (0 clean, 1 findings, 2 error:
+        also when a folder cannot be read or nothing was scanned), ``.to_dict()``.
 
     Raises:
         NotFoundError: a path does not exist.
@@ -104,16 +103,19 @@ def scan(path: os.PathLike | str | Sequence[os.PathLike | str], *, unknown_sever
     if unknown_severity not in SEVERITIES:
         raise UsageError("unknown severity", expected=" | ".join(SEVERITIES), found=unknown_severity)
     paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
-    files, escapes = _walk(paths)
+    entries = _walk(paths)
+    bad = [_unreadable(f, err) for f, _root, err, _esc in entries if err is not None]
+    # links out of the folder go through scan_file too: it reports them without opening
+    # them (naming dcp.load when a sibling .metadata reads them)
+    todo = [(f, unknown_severity, root) for f, root, err, _esc in entries if err is None]
     jobs = jobs or os.cpu_count() or 1
-    if jobs <= 1 or len(files) < 4:
-        reports = [scan_file(f, unknown_severity) for f in files]
-    else:
-        from concurrent.futures import ProcessPoolExecutor
+    if jobs <= 1 or len(todo) < 4:
+        return ScanReport(bad + [_one(t) for t in todo])
+    from concurrent.futures import ProcessPoolExecutor
 
-        with ProcessPoolExecutor(max_workers=min(jobs, len(files))) as ex:
-            reports = list(ex.map(_one, [(f, unknown_severity) for f in files], chunksize=max(1, len(files) // (jobs * 4))))
-    return ScanReport(reports + [_escape_report(e) for e in escapes])
+    with ProcessPoolExecutor(max_workers=min(jobs, len(todo))) as ex:
+        reports = list(ex.map(_one, todo, chunksize=max(1, len(todo) // (jobs * 4))))
+    return ScanReport(bad + reports)
 
 
 class _CallableModule(types.ModuleType):

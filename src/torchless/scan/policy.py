@@ -8,6 +8,8 @@ Every global a pickle names gets one of three verdicts:
 * ``dangerous`` - a known way to run code, touch files, the network or the interpreter,
   or an indirection that reaches one (:data:`DANGEROUS_MODULES`, :data:`DANGEROUS_NAMES`).
   The reason says what it does.
+* ``nested`` - a global that deserialises its argument (:data:`NESTED_LOADERS`): never
+  safe; the scan follows the payload and judges it.
 * ``unknown`` - everything else. Unknown is not "probably fine": ``pickle.load`` imports
   the module and calls whatever it names. Its severity is configurable.
 
@@ -28,6 +30,7 @@ __all__ = [
     "TORCHSCRIPT_SAFE",
     "DANGEROUS_MODULES",
     "DANGEROUS_NAMES",
+    "NESTED_LOADERS",
     "Verdict",
     "classify",
     "torch_allows",
@@ -47,7 +50,6 @@ def _scan_extras() -> Allowlist:
     a.add("torch.distributed.checkpoint.planner.WriteItemType", None, "an enum of DCP write item kinds")
     a.add("torch.distributed.checkpoint.planner.LoadItemType", None, "an enum of DCP load item kinds")
     a.add("torch.distributed.checkpoint.metadata.TensorProperties.create_from_tensor", None, _DCP)
-    a.add("torch.storage._load_from_bytes", None, "a legacy torch stream in bytes; the scan analyses that stream as a nested carrier (torch loads it with weights_only=False)")
     a.add("enum.Enum", None, "Enum lookup by value (DCP pickles _MEM_FORMAT_ENCODING through it)")
     for n in ("ComplexHalf", "UInt16", "UInt32", "UInt64", "Float8_e4m3fn", "Float8_e5m2", "Float8_e4m3fnuz", "Float8_e5m2fnuz", "Float8_e8m0fnu", "Float4_e2m1fn_x2", "QUInt4x2", "QUInt2x4", "Bits8", "Bits16", "Bits1x8", "Bits2x4", "Bits4x2"):
         name = f"torch.{n}Storage"
@@ -212,6 +214,46 @@ DANGEROUS_NAMES: dict[str, str] = {
     "torch.save": "writes files",
 }
 
+#: globals that deserialise one of their arguments at load time: "nested-loader" edges.
+#: qualname -> (loader that runs the payload, index of the argument it reads or None
+#: when the payload is not an argument, what it does). The scan follows the argument
+#: whatever its encoding and first bytes (:mod:`torchless.scan.carriers.nested`); an
+#: argument that is not a concrete value is ``unanalysable``. None of these is ever
+#: "safe": those that are not also dangerous get the verdict ``nested``.
+NESTED_LOADERS: dict[str, tuple[str, int | None, str]] = {
+    "torch.storage._load_from_bytes": ("torch.load(weights_only=False)", 0, "torch.load(io.BytesIO(b), weights_only=False) of its argument (how torch pickles storages)"),
+    "torch.load": ("torch.load(weights_only=False)", 0, "torch.load of its argument"),
+    "torch.serialization.load": ("torch.load(weights_only=False)", 0, "torch.load of its argument"),
+    "torch.serialization._load": ("torch.load(weights_only=False)", 0, "torch.load of its argument"),
+    "torch.serialization._legacy_load": ("torch.load(weights_only=False)", 0, "torch.load of its argument"),
+    "pickle.loads": ("pickle.load", 0, "unpickles its argument"),
+    "pickle.load": ("pickle.load", 0, "unpickles its argument"),
+    "pickle._loads": ("pickle.load", 0, "unpickles its argument"),
+    "pickle._load": ("pickle.load", 0, "unpickles its argument"),
+    "_pickle.loads": ("pickle.load", 0, "unpickles its argument"),
+    "_pickle.load": ("pickle.load", 0, "unpickles its argument"),
+    "pickle.Unpickler": ("pickle.load", 0, "an unpickler over its argument"),
+    "_pickle.Unpickler": ("pickle.load", 0, "an unpickler over its argument"),
+    "pickle._Unpickler": ("pickle.load", 0, "an unpickler over its argument"),
+    "dill.loads": ("pickle.load", 0, "unpickles its argument"),
+    "dill.load": ("pickle.load", 0, "unpickles its argument"),
+    "dill._dill.loads": ("pickle.load", 0, "unpickles its argument"),
+    "cloudpickle.loads": ("pickle.load", 0, "unpickles its argument"),
+    "cloudpickle.load": ("pickle.load", 0, "unpickles its argument"),
+    "pandas.read_pickle": ("pickle.load", 0, "unpickles its argument"),
+    "pandas.io.pickle.read_pickle": ("pickle.load", 0, "unpickles its argument"),
+    "numpy.load": ("numpy.load(allow_pickle=True)", 0, "numpy.load of its argument"),
+    "numpy.lib.npyio.load": ("numpy.load(allow_pickle=True)", 0, "numpy.load of its argument"),
+    "numpy.lib._npyio_impl.load": ("numpy.load(allow_pickle=True)", 0, "numpy.load of its argument"),
+    "numpy.loads": ("pickle.load", 0, "pickle.loads (old NumPy alias)"),
+    "numpy.core.multiarray.loads": ("pickle.load", 0, "pickle.loads (old NumPy alias)"),
+    "joblib.load": ("joblib.load", 0, "joblib.load of its argument"),
+    "joblib.numpy_pickle.load": ("joblib.load", 0, "joblib.load of its argument"),
+    "joblib.numpy_pickle.NumpyArrayWrapper": ("joblib.load", None, "joblib reads the array's bytes (for object arrays: a further pickle) from the stream right after this object's BUILD"),
+    "joblib.numpy_pickle_compat.NDArrayWrapper": ("joblib.load", None, "old joblib format: numpy.load of a sibling file named in the pickle"),
+    "joblib.numpy_pickle_compat.ZNDArrayWrapper": ("joblib.load", None, "old joblib format: a zlib-compressed sibling file named in the pickle"),
+}
+
 #: substrings of a dotted attribute path that reach interpreter internals.
 _DUNDER_REACH = ("__builtins__", "__globals__", "__class__", "__subclasses__", "__mro__", "__bases__", "__code__", "__dict__", "__getattribute__", "__import__", "__loader__", "__spec__", "__init__", "__reduce__", "__reduce_ex__", "__self__", "__func__", "__closure__")
 
@@ -229,7 +271,7 @@ _DANGEROUS_ATTRS = frozenset(
 class Verdict:
     """The classification of one global."""
 
-    verdict: str  # "safe" | "unknown" | "dangerous"
+    verdict: str  # "safe" | "nested" | "unknown" | "dangerous"
     reason: str
 
 
@@ -280,10 +322,13 @@ def classify(module: str, name: str, *, torchscript: bool = False) -> Verdict:
         if entry is not None and "." not in name:
             return Verdict("safe", entry.reason)
         return Verdict("unknown", "dotted name resolved by attribute walk (never allowlisted)")
-    entry: Entry | None = SAFE.get(qual)
-    if entry is not None:  # exact, curated names win over module-wide dangers
-        return Verdict("safe", entry.reason)
     r = _dangerous(qual)
+    nested = NESTED_LOADERS.get(qual)
+    if nested is not None and r is None:  # a nested loader is never safe
+        return Verdict("nested", f"nested loader: {nested[2]} (the payload is followed and analysed)")
+    entry: Entry | None = SAFE.get(qual)
+    if entry is not None and nested is None:  # exact, curated names win over module-wide dangers
+        return Verdict("safe", entry.reason)
     if r is not None:
         return Verdict("dangerous", r)
     if torchscript and qual.startswith(TORCHSCRIPT_SAFE):

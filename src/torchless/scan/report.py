@@ -44,13 +44,16 @@ def format_text(report: ScanReport, *, verbose: bool = False) -> str:
             if fr.weights_only:
                 lines.append("    globals to allow with torch.serialization.add_safe_globals:")
                 for n in fr.weights_only:
-                    advice = {"safe": "safe to allow", "unknown": "unknown: allow only if you trust this class", "dangerous": "NEVER allow"}[n.verdict]
+                    advice = {"safe": "safe to allow", "nested": "NEVER allow: it deserialises its argument with a loader that runs code", "unknown": "unknown: allow only if you trust this class", "dangerous": "NEVER allow"}.get(n.verdict, "unknown")
                     lines.append(f"    - {n.global_name}: {advice} ({n.reason})")
         if fr.error:
             lines.append(f"  error: {fr.error}")
     d = report.to_dict()["summary"]
     parts = ", ".join(f"{v} {k}" for k, v in sorted(d["verdicts"].items()))
-    lines.append(f"scanned {d['files']} file{'s' if d['files'] != 1 else ''}: {parts or 'nothing'}")
+    if not report.files:
+        lines.append("error: no files to scan (an empty folder, or nothing that could be listed); exit code 2")
+    else:
+        lines.append(f"scanned {d['files']} file{'s' if d['files'] != 1 else ''}: {parts}")
     return "\n".join(lines)
 
 

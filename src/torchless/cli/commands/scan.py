@@ -1,6 +1,8 @@
 """``torchless scan PATH...``: find what loading these files would execute.
 
-Exit codes: 0 clean, 1 findings, 2 error (a file could not be scanned, or bad usage).
+Verdicts per file: CLEAN (0), SUSPICIOUS / UNANALYSABLE / DANGEROUS (1), ERROR (2). The
+scan exits with 1 when any file has findings; else 2 when a file or folder could not be
+read, or when there was nothing to scan; else 0.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Find every pickle stream in every carrier (raw pickles, torch zips, legacy and tar "
         "checkpoints, TorchScript, .pt2, DCP, .npy/.npz, compressed joblib-style files), run each "
         "symbolically (nothing is imported) and report dangerous or unknown globals and container "
-        "differentials. Exit codes: 0 clean, 1 findings, 2 error.",
+        "differentials. Unrecognised bytes are never CLEAN. Exit codes: 0 every file CLEAN; 1 a file "
+        "SUSPICIOUS, UNANALYSABLE or DANGEROUS; 2 a file or folder could not be read, or nothing to scan.",
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="files or directories (recursive)")
     fmt = p.add_mutually_exclusive_group()

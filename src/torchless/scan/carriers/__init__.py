@@ -32,6 +32,7 @@ from .base import ScannerBase
 from .common import MAX_DEPTH
 from .compressed import CompressedCarrier
 from .dcp import DcpCarrier
+from .nested import NestedCarrier
 from .numpy import NumpyCarrier
 from .pickles import PickleCarrier
 from .tar import TarCarrier
@@ -40,15 +41,16 @@ from .zips import ZipCarrier
 __all__ = ["Scanner", "scan_file", "MAX_DEPTH"]
 
 
-class Scanner(ScannerBase, PickleCarrier, ZipCarrier, TarCarrier, DcpCarrier, NumpyCarrier, CompressedCarrier):
+class Scanner(ScannerBase, PickleCarrier, NestedCarrier, ZipCarrier, TarCarrier, DcpCarrier, NumpyCarrier, CompressedCarrier):
     """Scan one file; findings accumulate in :attr:`report`.
 
     Args:
         path: the file.
         unknown_severity: severity of ``unknown-global`` findings.
+        root: the folder being scanned (links that leave it are not followed).
     """
 
 
-def scan_file(path: str, unknown_severity: str = "medium") -> FileReport:
-    """Scan one file (never raises for bad content)."""
-    return Scanner(path, unknown_severity=unknown_severity).run()
+def scan_file(path: str, unknown_severity: str = "medium", root: str | None = None) -> FileReport:
+    """Scan one file (never raises for bad content); ``root``: the folder being scanned."""
+    return Scanner(path, unknown_severity=unknown_severity, root=root).run()

@@ -1,4 +1,4 @@
-"""The scanner core: findings, the entry point and the dispatch by carrier."""
+"""The scanner core: findings, the work budget, the entry point and the dispatch by carrier."""
 
 from __future__ import annotations
 
@@ -9,9 +9,50 @@ from typing import Any
 from ...core.errors import TorchlessError
 from ...core.source import ByteSource, BytesSource, MmapSource
 from ..findings import FileReport, Finding
-from .common import MAX_DEPTH, sniff
+from .common import MAX_DEPTH
+from .recognize import MODEL_SUFFIXES, NPY_MAGIC, ZIP_MAGICS, compressor_of, opens_as_tar, probe_pickle
 
-__all__ = ["ScannerBase"]
+__all__ = ["ScannerBase", "Budget", "MAX_FINDINGS"]
+
+MAX_FINDINGS = 2000  # findings kept per file; more are counted in one note
+
+
+class Budget:
+    """One work budget per scan: every nesting level draws from the same totals.
+
+    Attributes:
+        inflate: bytes decompressed (gzip/bz2/lzma/zlib carriers, deflated members)
+            across all levels.
+        pickle: bytes of pickle stream handed to the pickle machine (one opcode is at
+            least one byte, so this bounds the opcodes run).
+        nodes: carriers, members and streams visited.
+        seconds: wall-clock backstop (a deterministic budget should stop first).
+    A budget that runs out is a ``limit`` finding (UNANALYSABLE), never a hang.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.inflate = min(1 << 30, max(64 << 20, 256 * size))
+        self.pickle = (8 << 20) + 2 * size
+        self.nodes = 50_000
+        self.deadline = time.monotonic() + 60.0 + size / (100 << 20)
+        self._once: set[Any] = set()
+        self.exhausted: str | None = None
+
+    def once(self, key: Any) -> bool:
+        """True the first time ``key`` (source identity, offset, length / content hash) is seen."""
+        if key in self._once:
+            return False
+        self._once.add(key)
+        return True
+
+    def take(self, what: str, n: int) -> bool:
+        """Draw ``n`` units of ``what``; False (and :attr:`exhausted` set) when it runs out."""
+        left = getattr(self, what) - n
+        setattr(self, what, left)
+        if left < 0 or time.monotonic() > self.deadline:
+            self.exhausted = what if left < 0 else "seconds"
+            return False
+        return True
 
 
 class ScannerBase:
@@ -22,11 +63,14 @@ class ScannerBase:
         unknown_severity: severity of ``unknown-global`` findings.
     """
 
-    def __init__(self, path: str, *, unknown_severity: str = "medium") -> None:
+    def __init__(self, path: str, *, unknown_severity: str = "medium", root: str | None = None) -> None:
         self.path = os.fspath(path)
+        self.root = root  # the folder being scanned: sibling files are never read outside it
         self.unknown_severity = unknown_severity
         self.report = FileReport(self.path)
         self._seen: set[tuple[str, int, str]] = set()
+        self._dropped = 0
+        self.budget = Budget(0)
 
     # -- findings ----------------------------------------------------------------------
     def add(self, rule: str, severity: str, message: str, member: str | None = None, offset: int | None = None, file_offset: int | None = None, global_name: str | None = None, disassembly: list[str] | None = None, loader: str | None = None) -> None:
@@ -34,64 +78,123 @@ class ScannerBase:
         if key in self._seen:
             return
         self._seen.add(key)
+        if len(self.report.findings) >= MAX_FINDINGS:
+            if severity == "critical" and not any(f.severity == "critical" for f in self.report.findings):
+                self.report.findings.append(Finding(rule, severity, message, self.path, member, offset, file_offset, global_name, disassembly or [], loader))
+            self._dropped += 1
+            return
         self.report.findings.append(Finding(rule, severity, message, self.path, member, offset, file_offset, global_name, disassembly or [], loader))
+
+    def spend(self, what: str, n: int, member: str | None, doing: str, loader: str | None = None) -> bool:
+        """Draw from the scan's budget; on exhaustion report a ``limit`` finding, return False."""
+        if self.budget.take(what, n):
+            return True
+        names = {"inflate": "decompressed bytes", "pickle": "pickle bytes analysed", "nodes": "carriers and members visited", "seconds": "time"}
+        self.add("limit", "high", f"the scan's work budget ({names.get(self.budget.exhausted or what, what)}) ran out while {doing}; the rest was not analysed", member, loader=loader)
+        return False
 
     # -- entry -------------------------------------------------------------------------
     def run(self) -> FileReport:
         t0 = time.perf_counter()
+        if self.root is not None:
+            real, home = os.path.realpath(self.path), os.path.realpath(self.root)
+            if os.path.commonpath([real, home]) != home:
+                self.add("link-escape", "high", f"a symbolic link to {real}, outside the scanned folder: loaders read that file; the scanner does not follow links out of the folder (scan the target itself if you trust it)")
+                self.report.kind = "link"
+                return self.report
         try:
             src = MmapSource(self.path)
         except (TorchlessError, OSError) as e:
             self.report.error = str(e)
             self.add("unreadable", "high", f"cannot read the file: {e}")
             return self.report
+        self.budget = Budget(src.size)
         try:
-            name = os.path.basename(self.path)
             from ..cache import scan_if_cache
 
+            items = self.dcp_items(src)
+            if os.path.basename(self.path).endswith(".metadata"):
+                self.check_dcp_metadata()
             if scan_if_cache(self, src):  # a TORCHINDUCTOR_CACHE_DIR entry: judged as torch.compile loads it
                 pass
-            elif name.endswith(".distcp"):
+            elif items is not None or self.path.endswith(".distcp"):
                 self.report.kind = "distcp"
-                self.scan_distcp(src)
+                self.scan_distcp(src, items)
             else:
-                self.scan_source(src, None, 0, 0, toplevel=True)
+                self.scan_source(src, None, 0, 0, toplevel=True, context="file")
         except TorchlessError as e:  # a carrier we could not walk: say so, never crash
             self.add("malformed-pickle" if "pickle" in str(e) else "limit", "high", f"scan stopped: {e}", e.member, e.offset)
-        except (RecursionError, MemoryError) as e:  # pragma: no cover
+        except (RecursionError, MemoryError) as e:
             self.add("limit", "high", f"scan stopped: {type(e).__name__}")
         except Exception as e:  # pragma: no cover - a scanner bug must not hide the file
             self.report.error = f"internal error: {type(e).__name__}: {e}"
             self.add("unreadable", "high", f"the scan failed on this file ({type(e).__name__}: {e}); treat it as unscanned")
         finally:
             src.close()
+        if self._dropped:
+            self.add("limit", "info", f"{self._dropped} more findings not listed (at most {MAX_FINDINGS} per file)")
         self.report.seconds = time.perf_counter() - t0
         return self.report
 
     # -- dispatch ----------------------------------------------------------------------
-    def scan_source(self, src: ByteSource, member: str | None, base: int | None, depth: int, *, toplevel: bool = False) -> None:
+    def scan_source(self, src: ByteSource, member: str | None, base: int | None, depth: int, *, toplevel: bool = False, context: str = "member", loader: str | None = None) -> None:
+        """Every view a loader could take of ``src``.
+
+        ``context``: ``file`` (a file on disk: torch.load also tries ``tarfile``),
+        ``memory`` (bytes a loader reads from memory: nested payloads, DCP items,
+        inflated data) or ``member`` (an archive member; loaded only by name).
+        ``loader``: the loader known to deserialise these bytes (nested payloads).
+        """
         if depth > MAX_DEPTH:
-            self.add("limit", "high", f"carriers nested more than {MAX_DEPTH} deep; not analysed further", member)
+            self.add("limit", "high", f"carriers nested more than {MAX_DEPTH} deep; not analysed further", member, loader=loader)
+            return
+        if not self.spend("nodes", 1, member, "visiting carriers"):
             return
         if src.size == 0:
+            if toplevel or loader:
+                self.add("unrecognized", "info", "empty: every loader raises before executing anything", member, loader=loader)
             return
         head = src.read_at(0, min(src.size, 512))
-        kind = sniff(head)
-        if toplevel:
-            self.report.kind = {"zip": "zip", "npy": "npy", "tar": "tar", "pickle": "pickle"}.get(kind, kind)
-        if kind == "zip":
+        kinds: list[str] = []
+        if head[:4] == ZIP_MAGICS[0]:
+            kinds.append("zip")
             self.scan_zip(src, member, base, depth)
-        elif kind == "npy":
+        if head[:4] in ZIP_MAGICS:
+            kinds.append("npz")
+            self.scan_npz(src, member, base, depth)
+        if head[:6] == NPY_MAGIC:
+            kinds.append("npy")
             self.scan_npy(src, member, base, depth)
-        elif kind in ("gzip", "bz2", "xz", "lzma", "zlib"):
-            self.scan_compressed(src, kind, member, depth)
-        elif kind == "tar":
+        comp = compressor_of(head)
+        if comp is not None and self.scan_compressed(src, comp[0], member, depth, who=comp[1]):
+            kinds.append(f"{comp[0]}-compressed")
+        if context == "file" and opens_as_tar(src):
+            kinds.append("tar")
             self.scan_tar(src, member, base, depth)
-        else:
-            self.scan_pickles(src, member, base, depth, strict=(kind == "pickle"))
-            if toplevel or depth == 0:
+        # the pickle view: pickle.load, torch.load's legacy stream, numpy's and joblib's fallbacks
+        probe = probe_pickle(src)
+        if not probe.inert:
+            if not kinds or probe.outcome == "resolves":
+                kinds.insert(0, "pickle")
+            self.scan_pickles(src, member, base, depth, strict=True)
+        elif not kinds:
+            self.unrecognized(src, member, probe.detail, toplevel=toplevel, loader=loader)
+        if toplevel and self.report.kind == "unknown":  # walkers name what they found more exactly
+            self.report.kind = kinds[0] if kinds else "unrecognized"
+        if toplevel or depth == 0:
+            if "zip" not in kinds:
                 self.check_polyglot(src, member, depth)
 
-    def scan_bytes(self, data: Any, member: str | None, base: int | None, depth: int) -> None:
+    def unrecognized(self, src: ByteSource, member: str | None, why: str, *, toplevel: bool, loader: str | None) -> None:
+        """Bytes no carrier recognises and from which no loader imports anything."""
+        name = (member or os.path.basename(self.path)).lower()
+        claims = name.endswith(MODEL_SUFFIXES) or name.rsplit(" > ", 1)[-1].endswith(MODEL_SUFFIXES)
+        what = "not a format any supported loader reads as a model, archive or compressed stream"
+        if claims and (toplevel or member is not None) and not loader:
+            self.add("unrecognized", "high", f"{what}, yet its name says it is one; the real unpicklers stop before importing anything ({why}), but a loader or version the scanner does not model could read it differently", member, loader="pickle.load")
+        else:
+            self.add("unrecognized", "info", f"{what}; no supported loader executes anything from it: the real unpicklers stop before importing anything ({why})", member, loader=loader or "pickle.load")
+
+    def scan_bytes(self, data: Any, member: str | None, base: int | None, depth: int, *, context: str = "member", loader: str | None = None) -> None:
         """Scan bytes or a zero-copy memoryview (item of a .distcp, nested archive ...)."""
-        self.scan_source(BytesSource(data, member or self.path), member, base, depth)
+        self.scan_source(BytesSource(data, member or self.path), member, base, depth, context=context, loader=loader)

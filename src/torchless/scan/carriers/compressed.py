@@ -1,4 +1,10 @@
-"""Compressed carriers (joblib's compressed files): inflated, then scanned."""
+"""Compressed carriers: joblib's compressed files (every format of its prefix table, the
+pre-0.9.3 ``ZF`` zfile included) and any other lzma/xz/zlib header the standard modules
+accept. The stream is inflated incrementally, drawing from the scan's inflate budget, and
+what it yields is scanned as bytes a loader reads from memory. A stream that breaks
+part-way is still scanned up to the break (joblib unpickles while it inflates) and the
+break is a finding.
+"""
 
 from __future__ import annotations
 
@@ -6,35 +12,98 @@ import bz2
 import lzma
 import os
 import zlib
+from typing import Any
 
-from ...core.source import BytesSource, ByteSource
-from .common import MAX_INFLATE
+from ...core.source import ByteSource
 
 __all__ = ["CompressedCarrier"]
 
+_CHUNK = 1 << 20
+_ZF_HEADER = 2 + 18  # b"ZF" + the hex length padded to len(hex(2**64)) (joblib.numpy_pickle_compat)
+
+
+def _decompressor(kind: str) -> Any:
+    if kind in ("zlib", "zfile"):
+        return zlib.decompressobj(15)
+    if kind == "gzip":
+        return zlib.decompressobj(31)
+    if kind == "bz2":
+        return bz2.BZ2Decompressor()
+    if kind == "xz":
+        return lzma.LZMADecompressor(lzma.FORMAT_XZ, memlimit=256 << 20)
+    if kind == "lzma":
+        return lzma.LZMADecompressor(lzma.FORMAT_ALONE, memlimit=256 << 20)
+    return None
+
 
 class CompressedCarrier:
-    """Mixin of :class:`~torchless.scan.carriers.Scanner`: gzip/bz2/xz/lzma/zlib streams."""
+    """Mixin of :class:`~torchless.scan.carriers.Scanner`: compressed streams."""
 
-    def scan_compressed(self, src: ByteSource, kind: str, member: str | None, depth: int) -> None:
-        raw = src.view(0, src.size)
+    def scan_compressed(self, src: ByteSource, kind: str, member: str | None, depth: int, *, who: str = "joblib.load") -> bool:
+        """Inflate and scan; False when the bytes are not that kind of stream at all."""
+        start = 0
+        if kind == "zfile":
+            head = src.read_at(0, min(src.size, _ZF_HEADER + 1))
+            try:
+                int(head[2:_ZF_HEADER], 16)
+            except ValueError:
+                return False  # joblib's int(length, 16) raises: nothing is read
+            start = _ZF_HEADER + (1 if head[_ZF_HEADER:_ZF_HEADER + 1] == b" " else 0)
+        if kind == "lz4":
+            self.add("unanalysable", "high", "lz4-compressed (joblib's lz4 prefix): the scanner does not inflate lz4; joblib.load does when the lz4 package is installed", member, 0, loader="joblib.load")
+            return True
+        d = _decompressor(kind)
+        loader = "joblib.load" if who == "joblib.load" else "pickle.load"
+        out: list[bytes] = []
+        total = 0
+        pos = start
+        broken: str | None = None
+        limited = False
+        cap = max(0, self.budget.inflate)
+        is_zlib = kind in ("zlib", "zfile", "gzip")
         try:
-            if kind == "gzip":
-                d = zlib.decompressobj(31)
-                data = d.decompress(raw, MAX_INFLATE)
-            elif kind == "zlib":
-                d = zlib.decompressobj()
-                data = d.decompress(raw, MAX_INFLATE)
-            elif kind == "bz2":
-                data = bz2.BZ2Decompressor().decompress(raw, MAX_INFLATE)
-            elif kind == "xz":
-                data = lzma.LZMADecompressor(lzma.FORMAT_XZ).decompress(raw, MAX_INFLATE)
-            else:
-                data = lzma.LZMADecompressor(lzma.FORMAT_ALONE).decompress(raw, MAX_INFLATE)
-        except (zlib.error, OSError, lzma.LZMAError, EOFError, ValueError):
-            return  # not actually compressed data
+            while not d.eof:
+                if total > cap:
+                    limited = True
+                    break
+                if is_zlib and d.unconsumed_tail:
+                    inp = d.unconsumed_tail
+                elif not is_zlib and not d.needs_input:
+                    inp = b""
+                elif pos < src.size:
+                    inp = bytes(src.view(pos, min(_CHUNK, src.size - pos)))
+                    pos += len(inp)
+                else:
+                    break  # input ends before the stream's end marker
+                piece = d.decompress(inp, cap - total + 1)
+                if not piece and not inp:
+                    break
+                total += len(piece)
+                out.append(piece)
+        except (zlib.error, OSError, lzma.LZMAError, EOFError, ValueError, MemoryError) as e:
+            broken = f"{type(e).__name__}: {str(e)[:80]}"
+        if total == 0:
+            if broken is not None and who != "joblib.load":
+                return False  # only a header look-alike; no loader reads it as this kind
+            self.add("unrecognized", "info", f"{kind} stream yields no data ({broken or 'empty'}): {who} raises before unpickling anything", member, 0, loader=loader)
+            return True
+        self.budget.inflate -= min(total, self.budget.inflate + 1)
+        data = b"".join(out)
+        del out
+        loc = f"{member or os.path.basename(self.path)} ({kind})"
         if member is None:
             self.report.kind = f"{kind}-compressed"
-        if len(data) >= MAX_INFLATE:
-            self.add("limit", "high", f"{kind} data inflates beyond {MAX_INFLATE} bytes; analysed the first part only", member)
-        self.scan_source(BytesSource(data), f"{member or os.path.basename(self.path)} ({kind})", None, depth + 1)
+        if limited:
+            self.add("limit", "high", f"{kind} data inflates beyond the scan's budget; analysed the first {total} bytes only", member, loader=loader)
+        elif broken is not None:
+            self.add("trailing-data", "high", f"the {kind} stream breaks after {total} inflated bytes ({broken}): {who} has already unpickled what came before the break (scanned)", member, loader=loader)
+        elif not d.eof:
+            self.add("trailing-data", "medium", f"the {kind} stream ends without its end marker after {total} inflated bytes (scanned)", member, loader=loader)
+        self.scan_source(_bytes_source(data, loc), loc, None, depth + 1, context="memory", loader=loader)
+        return True
+
+
+def _bytes_source(data: bytes, name: str) -> ByteSource:
+    from ...core.source import BytesSource
+
+    return BytesSource(data, name)

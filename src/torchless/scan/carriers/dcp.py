@@ -1,4 +1,14 @@
-"""Distributed checkpoints: ``.distcp`` items located by the ``.metadata`` byte ranges."""
+"""Distributed checkpoints, read as ``dcp.load`` reads them.
+
+``FileSystemReader.read_data`` opens ``checkpoint_dir / relative_path`` for every
+``_StorageInfo`` of the ``.metadata`` pickle's ``storage_data`` and ``torch.load``s exactly
+``[offset, offset + length)`` of it (an in-memory slice: zip or pickle, never tar;
+``weights_only=False`` for byte items). So an item file is recognised by the metadata
+that names it, whatever its name, and each range is scanned on its own; bytes no range
+covers are scanned and flagged; ranges stored through transforms are ``unanalysable``.
+Item paths and symlinks that leave the checkpoint folder are ``link-escape`` and are not
+followed.
+"""
 
 from __future__ import annotations
 
@@ -6,44 +16,132 @@ import os
 import struct
 from typing import Any, Iterable
 
+from ...core.paths import within
 from ...core.source import ByteSource
-from ..analysis import Sym, analyse
+from ..analysis import Sym, analyse, describe
 from .common import _EOCD_SIG, _ZIP_SIG
 
-__all__ = ["DcpCarrier", "split_zips", "dcp_items_for"]
+__all__ = ["DcpCarrier", "split_zips"]
+
+_DCP = "torch.distributed.checkpoint.load"
 
 
 class DcpCarrier:
-    """Mixin of :class:`~torchless.scan.carriers.Scanner`: ``.distcp`` files."""
+    """Mixin of :class:`~torchless.scan.carriers.Scanner`: DCP item files and ``.metadata``."""
 
-    # -- DCP -------------------------------------------------------------------------
-    def scan_distcp(self, src: ByteSource) -> None:
-        items = dcp_items_for(self.path)
+    def dcp_items(self, src: ByteSource) -> list[tuple[int, int]] | None:
+        """Byte ranges ``dcp.load`` reads from this file, from every ``.metadata`` in its
+        folder or the folders above it (within the scanned folder) whose ``storage_data``
+        names it, *whatever the file's name*; None when no metadata names it."""
+        d = os.path.dirname(os.path.abspath(self.path))
+        found: list[tuple[int, int]] | None = None
+        for _level in range(4):
+            for meta in _metadata_files(d):
+                recs = self._storage_records(meta)
+                for rp, off, ln, transforms in recs:
+                    target = os.path.normpath(os.path.join(d, rp))
+                    if target != os.path.normpath(os.path.abspath(self.path)):
+                        continue
+                    found = found if found is not None else []
+                    if transforms:
+                        self.add("unanalysable", "high", f"item [{off}:{off + ln}] is stored through transforms {transforms!r} (named in {os.path.basename(meta)}): dcp.load undoes them before torch.load; the scanner does not", f"[{off}:{off + ln}]", off, loader=_DCP)
+                        continue
+                    found.append((off, ln))
+            if found is not None or (self.root and os.path.normpath(d) == os.path.normpath(os.path.abspath(self.root))):
+                break
+            parent = os.path.dirname(d)
+            if parent == d:
+                break
+            d = parent
+        if found is None and self.path.endswith(".distcp"):
+            return None
+        if found is not None:
+            real = os.path.realpath(self.path)
+            home = os.path.realpath(d)
+            if os.path.commonpath([real, home]) != home:
+                self.add("link-escape", "high", f"this DCP item file resolves to {real}, outside the checkpoint folder: dcp.load reads that file; the scanner does not follow links out of the folder", None, loader=_DCP)
+                self.add("unanalysable", "high", "the item bytes behind the link were not analysed", None, loader=_DCP)
+                return []
+        return found
+
+    def _storage_records(self, meta: str) -> list[tuple[str, int, int, Any]]:
+        """(relative_path, offset, length, transform_descriptors) of every ``_StorageInfo``."""
+        key = ("dcp-metadata", meta)
+        cache = getattr(self, "_dcp_cache", None)
+        if cache is None:
+            cache = self._dcp_cache = {}
+        if key in cache:
+            return cache[key]
+        out: list[tuple[str, int, int, Any]] = []
+        cache[key] = out
+        try:
+            with open(meta, "rb") as f:
+                data = f.read(1 << 28)
+        except OSError:
+            return out
+        if not self.spend("pickle", len(data), None, "reading DCP metadata", _DCP):
+            return out
+        res = analyse(data)
+        syms: list[Sym] = []
+        _walk_syms(res.value, syms, set())
+        for s in syms:
+            if s.kind == "result" and s.callee is not None and s.callee.qualname.endswith("_StorageInfo"):
+                st = s.state
+                if isinstance(st, dict):
+                    rp, off, ln = st.get("relative_path"), st.get("offset"), st.get("length")
+                    if isinstance(rp, str) and type(off) is int and type(ln) is int and off >= 0 and ln >= 0:
+                        out.append((rp, off, ln, st.get("transform_descriptors")))
+                        continue
+                self.add("unanalysable", "high", f"a _StorageInfo record in {os.path.basename(meta)} that the scanner cannot read ({describe(st)}): the item it locates is not analysed", None, loader=_DCP)
+        return out
+
+    def check_dcp_metadata(self) -> None:
+        """For a ``.metadata`` file: item paths that leave the checkpoint folder."""
+        d = os.path.dirname(os.path.abspath(self.path))
+        home = os.path.realpath(d)
+        for rp, off, ln, _t in self._storage_records(self.path):
+            target = os.path.join(d, rp)
+            real = os.path.realpath(target)
+            if os.path.isabs(rp) or os.path.commonpath([real, home]) != home:
+                self.add("link-escape", "high", f"storage_data names {rp!r} (bytes [{off}:{off + ln}]), which resolves outside the checkpoint folder ({real}): dcp.load reads it there", None, loader=_DCP)
+
+    def scan_distcp(self, src: ByteSource, items: list[tuple[int, int]] | None = None) -> None:
         size = src.size
         if items is None:
             ranges = list(split_zips(src))
             if not ranges:
-                self.scan_source(src, None, 0, 0)
+                self.scan_source(src, None, 0, 0, toplevel=True, context="file")
                 return
         else:
-            ranges = sorted(items)
+            ranges = sorted(set(items))
             covered = 0
             for off, ln in ranges:
                 if off < covered:
-                    self.add("dcp-layout", "high", f"items overlap at {off:#x}", None, off)
+                    self.add("dcp-layout", "high", f"items overlap at {off:#x}", None, off, loader=_DCP)
                 elif off > covered:
                     self.add("dcp-layout", "high", f"bytes {covered:#x}..{off:#x} belong to no item in .metadata (scanned as a carrier)", None, covered)
-                    self.scan_bytes(src.view(covered, off - covered), f"[{covered}:{off}] (unaccounted)", covered, 1)
+                    self.scan_bytes(src.view(covered, min(off, size) - covered), f"[{covered}:{off}] (unaccounted)", covered, 1, context="memory")
                 if off + ln > size:
-                    self.add("dcp-layout", "high", f"item [{off}:{off + ln}] runs past the end of the file", None, off)
+                    self.add("dcp-layout", "high", f"item [{off}:{off + ln}] runs past the end of the file", None, off, loader=_DCP)
                 covered = max(covered, off + ln)
             if covered < size:
                 self.add("dcp-layout", "high", f"{size - covered} bytes after the last item (scanned as a carrier)", None, covered)
-                self.scan_bytes(src.view(covered, size - covered), f"[{covered}:{size}] (unaccounted)", covered, 1)
+                self.scan_bytes(src.view(covered, size - covered), f"[{covered}:{size}] (unaccounted)", covered, 1, context="memory")
         for off, ln in ranges:
             ln = max(0, min(ln, size - off))
-            if ln:
-                self.scan_bytes(src.view(off, ln), f"[{off}:{off + ln}]", off, 1)
+            if ln and self.budget.once(("dcp-item", off, ln)):
+                # dcp.load: torch.load of exactly this slice (an in-memory reader: no tar)
+                self.scan_bytes(src.view(off, ln), f"[{off}:{off + ln}]", off, 1, context="memory", loader=_DCP)
+
+
+def _metadata_files(d: str) -> list[str]:
+    try:
+        names = sorted(os.listdir(d))
+    except OSError:
+        return []
+    home = os.path.realpath(d)
+    # regular files inside the folder only: a link out (to a FIFO, a file elsewhere) is never opened
+    return [os.path.join(d, n) for n in names if (n == ".metadata" or n.endswith(".metadata")) and os.path.isfile(os.path.join(d, n)) and within(os.path.realpath(os.path.join(d, n)), home)]
 
 
 def split_zips(src: ByteSource) -> Iterable[tuple[int, int]]:
@@ -79,29 +177,3 @@ def _walk_syms(v: Any, out: list[Sym], seen: set[int], depth: int = 0) -> None:
     elif isinstance(v, (list, tuple)):
         for x in v:
             _walk_syms(x, out, seen, depth + 1)
-
-
-def dcp_items_for(path: str) -> list[tuple[int, int]] | None:
-    """Byte ranges of this ``.distcp`` file's items from the sibling ``.metadata``."""
-    d = os.path.dirname(path) or "."
-    name = os.path.basename(path)
-    metas = [os.path.join(d, ".metadata")] + [os.path.join(d, f) for f in sorted(os.listdir(d)) if f.endswith(".metadata") and f != ".metadata"]
-    out: list[tuple[int, int]] = []
-    found = False
-    for mp in metas:
-        if not os.path.isfile(mp):
-            continue
-        with open(mp, "rb") as f:
-            data = f.read(1 << 28)
-        res = analyse(data)
-        syms: list[Sym] = []
-        _walk_syms(res.value, syms, set())
-        for s in syms:
-            if s.kind == "result" and s.callee is not None and s.callee.qualname.endswith("_StorageInfo") and isinstance(s.state, dict):
-                st = s.state
-                rp, off, ln = st.get("relative_path"), st.get("offset"), st.get("length")
-                if isinstance(rp, str) and type(off) is int and type(ln) is int and off >= 0 and ln >= 0:
-                    found = True
-                    if rp == name:
-                        out.append((off, ln))
-    return out if found else None

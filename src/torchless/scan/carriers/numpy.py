@@ -1,45 +1,303 @@
-"""NumPy ``.npy`` files: the pickle after the header of object arrays."""
+"""NumPy carriers, read as ``numpy.load`` reads them.
+
+``.npy`` (``numpy/lib/format.py``): magic, version (1.0, 2.0 or 3.0 only), a header length
+(``<H`` for 1.0, ``<I`` for 2.0/3.0), the header text (latin-1 for 1.0/2.0, UTF-8 for 3.0),
+which must be a dict literal with exactly the keys ``descr``, ``fortran_order``, ``shape``.
+``descr`` becomes a dtype through NumPy's own ``descr_to_dtype``; when that dtype holds an
+object anywhere (structured fields and sub-arrays included: ``dtype.hasobject``), the bytes
+after the header are a pickle that ``numpy.load(allow_pickle=True)`` unpickles.
+
+The header is parsed by :func:`parse_header_literal`, a strict parser of the literal
+grammar NumPy writes (dicts, tuples, lists, strings, ints with Python 2's ``L``, booleans,
+None) with size and depth limits: it never calls ``ast``/``tokenize`` (whose
+``RecursionError``/``TokenError``/``MemoryError`` on hostile headers are exactly what must
+not escape). A header it does not accept but NumPy might is ``unanalysable``.
+
+``.npz``: NumPy opens the archive with Python's ``zipfile`` (which shifts every offset when
+data precede the archive, reads the last of duplicate names, supports bzip2/lzma members
+and checks CRCs only at a member's end), so the scan reads it with ``zipfile`` too: each
+member ``NpzFile.__getitem__`` would parse as ``.npy`` (the ``\\x93NUMPY`` magic), exactly
+as ``zipfile`` delivers its bytes. ``zipfile`` never executes anything.
+"""
 
 from __future__ import annotations
 
-import ast
 import os
 import struct
+import zipfile
+import zlib
+from typing import Any
 
-from ...core.source import BytesSource, ByteSource
+from ...core.source import BytesSource, ByteSource, SourceFile
+from .recognize import NPY_MAGIC
 
-__all__ = ["NumpyCarrier"]
+__all__ = ["NumpyCarrier", "parse_header_literal", "HeaderError", "read_npy_header"]
+
+MAX_HEADER = 1 << 20  # header bytes parsed (NumPy has no limit under allow_pickle=True)
+MAX_DEPTH = 64  # nesting of the header literal
+_VERSIONS = {(1, 0): ("<H", "latin1"), (2, 0): ("<I", "latin1"), (3, 0): ("<I", "utf8")}
+_LOADER = "numpy.load(allow_pickle=True)"
+
+
+class HeaderError(ValueError):
+    """The header is not a literal the strict parser accepts."""
+
+
+def parse_header_literal(text: str, *, py2_longs: bool = False) -> Any:
+    """Parse a ``.npy`` header literal strictly (no ``ast``, no ``tokenize``).
+
+    Accepts dicts, tuples, lists, single/double-quoted strings (``u``/``U`` prefix;
+    backslash escapes ``\\\\ \\' \\" \\n \\t \\r \\0 \\xHH \\uHHHH``), decimal ints (a
+    trailing ``L`` when ``py2_longs``: NumPy's ``_filter_header`` for versions <= 2.0),
+    ``True``, ``False``, ``None``. Raises :class:`HeaderError` on anything else.
+    """
+    n = len(text)
+    pos = 0
+
+    def ws() -> None:
+        nonlocal pos
+        while pos < n and text[pos] in " \t\n\r\f\v":
+            pos += 1
+
+    def err(msg: str) -> HeaderError:
+        return HeaderError(f"{msg} at character {pos}")
+
+    def value(depth: int) -> Any:
+        nonlocal pos
+        if depth > MAX_DEPTH:
+            raise err(f"nested deeper than {MAX_DEPTH}")
+        ws()
+        if pos >= n:
+            raise err("unexpected end")
+        c = text[pos]
+        if c in "{([":
+            close = {"{": "}", "(": ")", "[": "]"}[c]
+            pos += 1
+            items: list[Any] = []
+            keys: list[Any] = []
+            trailing_comma = False
+            while True:
+                ws()
+                if pos < n and text[pos] == close:
+                    pos += 1
+                    break
+                if c == "{":
+                    k = value(depth + 1)
+                    ws()
+                    if pos >= n or text[pos] != ":":
+                        raise err("expected ':'")
+                    pos += 1
+                    keys.append(k)
+                items.append(value(depth + 1))
+                ws()
+                trailing_comma = False
+                if pos < n and text[pos] == ",":
+                    pos += 1
+                    trailing_comma = True
+                    continue
+                ws()
+                if pos < n and text[pos] == close:
+                    pos += 1
+                    break
+                raise err(f"expected ',' or {close!r}")
+            if c == "{":
+                out: dict[Any, Any] = {}
+                for k, v in zip(keys, items):
+                    try:
+                        out[k] = v
+                    except TypeError as e:  # unhashable key: literal_eval raises TypeError too
+                        raise err(f"unhashable key ({e})") from None
+                return out
+            if c == "(":
+                if len(items) == 1 and not trailing_comma:
+                    return items[0]  # parentheses, not a tuple
+                return tuple(items)
+            return items
+        if c in "uU" and pos + 1 < n and text[pos + 1] in "'\"":
+            pos += 1
+            c = text[pos]
+        if c in "'\"":
+            return string(c)
+        if c == "-" or c == "+" or c.isdigit():
+            start = pos
+            pos += 1
+            ws()
+            while pos < n and (text[pos].isdigit() or text[pos] == "_"):
+                pos += 1
+            lit = text[start:pos].replace(" ", "").replace("\t", "")
+            digits = lit.lstrip("+-")
+            if not digits or not digits.isdigit() or len(digits) > 4300 or (len(digits) > 1 and digits[0] == "0" and digits.strip("0")):
+                raise err(f"not a decimal int literal: {lit[:40]!r}")
+            if py2_longs and pos < n and text[pos] == "L":
+                pos += 1
+            if pos < n and (text[pos].isalnum() or text[pos] in "._"):
+                raise err("number literal followed by other characters")
+            return int(lit)
+        for word, v in (("True", True), ("False", False), ("None", None)):
+            if text.startswith(word, pos) and not (pos + len(word) < n and (text[pos + len(word)].isalnum() or text[pos + len(word)] == "_")):
+                pos += len(word)
+                return v
+        raise err(f"unexpected {c!r}")
+
+    def string(q: str) -> str:
+        nonlocal pos
+        pos += 1
+        out: list[str] = []
+        while True:
+            if pos >= n or text[pos] == "\n":
+                raise err("unterminated string")
+            ch = text[pos]
+            if ch == q:
+                pos += 1
+                return "".join(out)
+            if ch == "\\":
+                if pos + 1 >= n:
+                    raise err("unterminated escape")
+                e = text[pos + 1]
+                simple = {"\\": "\\", "'": "'", '"': '"', "n": "\n", "t": "\t", "r": "\r", "0": "\0"}
+                if e in simple:
+                    out.append(simple[e])
+                    pos += 2
+                    continue
+                width = {"x": 2, "u": 4}.get(e)
+                hexd = text[pos + 2 : pos + 2 + width] if width else ""
+                if width and len(hexd) == width and all(h in "0123456789abcdefABCDEF" for h in hexd):
+                    out.append(chr(int(hexd, 16)))
+                    pos += 2 + width
+                    continue
+                raise err(f"unsupported escape \\{e}")
+            out.append(ch)
+            pos += 1
+
+    if n > MAX_HEADER:
+        raise HeaderError(f"header of {n} characters is over the {MAX_HEADER} limit")
+    v = value(0)
+    ws()
+    if pos != n:
+        raise err("trailing characters")
+    return v
+
+
+def read_npy_header(src: ByteSource) -> tuple[str, Any]:
+    """NumPy's reading of an ``.npy`` header: ``("object", offset of the pickle)``,
+    ``("plain", None)`` (no pickle), ``("refused", reason)`` (numpy.load raises: nothing
+    runs), or ``("unanalysable", reason)`` (NumPy may accept what the strict parser does not)."""
+    head = src.read_at(0, min(src.size, 12))
+    if len(head) < 8 or head[:6] != NPY_MAGIC:
+        return "refused", "no .npy magic"
+    version = (head[6], head[7])
+    if version not in _VERSIONS:
+        return "refused", f"version {version[0]}.{version[1]} (NumPy reads 1.0, 2.0 and 3.0 only)"
+    fmt, encoding = _VERSIONS[version]
+    width = struct.calcsize(fmt)
+    if len(head) < 8 + width:
+        return "refused", "truncated header length"
+    (hlen,) = struct.unpack_from(fmt, head, 8)
+    start = 8 + width
+    if start + hlen > src.size:
+        return "refused", f"header of {hlen} bytes runs past the end"
+    if hlen > MAX_HEADER:
+        return "unanalysable", f"header of {hlen} bytes is over the scanner's {MAX_HEADER}-byte limit (NumPy reads it under allow_pickle=True)"
+    try:
+        text = src.read_at(start, hlen).decode(encoding)
+    except UnicodeDecodeError:
+        return "refused", f"header is not {encoding}"
+    try:
+        d = parse_header_literal(text, py2_longs=version <= (2, 0))
+    except HeaderError as e:
+        return "unanalysable", f"header literal not parsed ({e}); NumPy's ast.literal_eval may accept it"
+    if not isinstance(d, dict):
+        return "refused", "header is not a dict"
+    if set(d) != {"descr", "fortran_order", "shape"}:
+        return "refused", f"header keys {sorted(map(str, d))} (NumPy needs exactly descr, fortran_order, shape)"
+    if not isinstance(d["shape"], tuple) or not all(isinstance(x, int) for x in d["shape"]):
+        return "refused", "shape is not a tuple of ints"
+    if not isinstance(d["fortran_order"], bool):
+        return "refused", "fortran_order is not a bool"
+    try:
+        from numpy.lib.format import descr_to_dtype  # NumPy's own rules: structured, sub-arrays, titles
+
+        dtype = descr_to_dtype(d["descr"])
+    except (TypeError, ValueError, KeyError, IndexError, OverflowError) as e:
+        return "refused", f"descr {str(d['descr'])[:80]!r} is not a dtype NumPy accepts ({type(e).__name__})"
+    except (RecursionError, MemoryError) as e:
+        return "unanalysable", f"descr too complex to evaluate ({type(e).__name__})"
+    if dtype.hasobject:
+        return "object", start + hlen
+    return "plain", None
 
 
 class NumpyCarrier:
-    """Mixin of :class:`~torchless.scan.carriers.Scanner`: ``.npy`` files."""
+    """Mixin of :class:`~torchless.scan.carriers.Scanner`: ``.npy`` and ``.npz``."""
 
     def scan_npy(self, src: ByteSource, member: str | None, base: int | None, depth: int) -> None:
-        head = src.read_at(0, min(src.size, 16))
-        if len(head) < 10:
-            return
-        major = head[6]
-        if major == 1:
-            hlen = struct.unpack_from("<H", head, 8)[0]
-            start = 10
-        else:
-            hlen = struct.unpack_from("<I", head, 8)[0] if len(head) >= 12 else 0
-            start = 12
-        if start + hlen > src.size:
-            self.add("malformed-pickle", "medium", ".npy header runs past the end", member, 8)
-            return
-        text = src.read_at(start, hlen).decode("latin1", "replace")
-        try:
-            hdr = ast.literal_eval(text.strip())
-            descr = hdr.get("descr") if isinstance(hdr, dict) else None
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            descr = None
-        is_object = descr is None or "O" in str(descr)
-        if descr is None:
-            self.add("malformed-pickle", "medium", ".npy header is not a Python literal dict", member, start)
-        if not is_object:
-            return
-        n = src.size - start - hlen
+        """An ``.npy`` file or member: the pickle of an object array, as NumPy finds it."""
         if member is None:
             self.report.kind = "npy"
-        self.scan_pickles(BytesSource(src.view(start + hlen, n)), f"{member or os.path.basename(self.path)} > object array pickle", None if base is None else base + start + hlen, depth, strict=True)
+        what, detail = read_npy_header(src)
+        if what == "refused":
+            self.add("unrecognized", "info", f".npy that numpy.load refuses before reading data ({detail}): nothing runs", member, 0, loader=_LOADER)
+        elif what == "unanalysable":
+            self.add("unanalysable", "high", f".npy header: {detail}; if NumPy reads an object dtype, the bytes after the header are unpickled", member, 0, loader=_LOADER)
+        elif what == "object":
+            n = src.size - detail
+            loc = f"{member or os.path.basename(self.path)} > object array pickle"
+            self.scan_pickles(BytesSource(src.view(detail, n)), loc, None if base is None else base + detail, depth, strict=True)
+
+    def scan_npz(self, src: ByteSource, member: str | None, base: int | None, depth: int) -> None:
+        """The archive as ``numpy.load`` opens it: Python's ``zipfile`` (the oracle)."""
+        pre = f"{member} > " if member else ""
+        try:
+            zf = zipfile.ZipFile(SourceFile(src))
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError, NotImplementedError, struct.error) as e:
+            self.add("unrecognized", "info", f"numpy.load's zipfile refuses this archive ({type(e).__name__}: {str(e)[:80]}): nothing in it is loaded as .npz", member, loader=_LOADER)
+            return
+        with zf:
+            infos = {}
+            for info in zf.infolist()[:100_000]:
+                infos[info.filename] = info  # zipfile.getinfo: the last entry of a name
+            npz_members = 0
+            for name, info in infos.items():
+                loc = f"{pre}{name} (numpy.load via zipfile)"
+                if not self.spend("nodes", 1, loc, "visiting .npz members"):
+                    return
+                try:
+                    with zf.open(info) as fh:
+                        magic = fh.read(len(NPY_MAGIC))
+                except (zipfile.BadZipFile, RuntimeError, NotImplementedError, OSError, ValueError, EOFError, zlib.error) as e:
+                    # encrypted, unsupported method, broken stream (the torch view reports
+                    # these): NpzFile raises on access, nothing runs
+                    del e
+                    continue
+                if magic != NPY_MAGIC:
+                    continue  # NpzFile returns such members as raw bytes: nothing runs
+                npz_members += 1
+                if not self.budget.once(("npz-member", id(src), info.header_offset, info.compress_size, info.compress_type)):
+                    continue
+                data = self._read_zipfile_member(zf, info, loc)
+                if data is None:
+                    continue
+                self.scan_npy(BytesSource(data, loc), loc, None, depth + 1)
+            if npz_members and member is None and self.report.kind in ("unknown", "zip"):
+                self.report.kind = "npz"
+
+    def _read_zipfile_member(self, zf: zipfile.ZipFile, info: zipfile.ZipInfo, loc: str) -> bytes | None:
+        """The bytes zipfile delivers before anything fails (a loader unpickles a stream as
+        it reads, so a CRC error at the end does not stop what ran before it)."""
+        if info.compress_type != zipfile.ZIP_STORED and not self.spend("inflate", info.file_size, loc, "inflating .npz members", _LOADER):
+            return None
+        chunks: list[bytes] = []
+        total = 0
+        cap = max(0, min(self.budget.inflate + info.compress_size, 1 << 31)) if info.compress_type != zipfile.ZIP_STORED else 1 << 31
+        try:
+            with zf.open(info) as fh:
+                while total < cap:
+                    b = fh.read(1 << 20)
+                    if not b:
+                        break
+                    chunks.append(b)
+                    total += len(b)
+        except (zipfile.BadZipFile, OSError, EOFError, ValueError, zlib.error) as e:
+            self.add("zip-crc" if "CRC" in str(e) else "trailing-data", "high", f"zipfile stops reading this member after {total} bytes ({type(e).__name__}: {str(e)[:80]}): numpy.load has unpickled what came before", loc, loader=_LOADER)
+        return b"".join(chunks)
+

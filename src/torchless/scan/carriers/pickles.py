@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from ...core.errors import TruncatedError
 from ...core.source import ByteSource
 from ..analysis import Sym, StreamResult, analyse, describe, disassemble
@@ -17,9 +16,21 @@ class PickleCarrier:
     """Mixin of :class:`~torchless.scan.carriers.Scanner`: pickle streams."""
 
     def analyse_stream(self, data: bytes, start: int, member: str | None, base: int | None, depth: int, *, torchscript: bool = False, report_errors: bool = True, torch_load: bool = False) -> StreamResult:
-        res = analyse(data, start=start, torchscript=torchscript)
+        res = self.analyse_budgeted(data, start, len(data), member, torchscript=torchscript)
         self.report.streams += 1
         self.report_stream(res, data, member, base, depth, report_errors=report_errors, torch_load=torch_load)
+        return res
+
+    def analyse_budgeted(self, buf: bytes, start: int, size: int, member: str | None, *, torchscript: bool = False) -> StreamResult:
+        """:func:`analyse` drawing from the scan's pickle budget: a stream is cut where the
+        budget ends (a ``limit`` finding), so no input makes the scan run unbounded."""
+        left = max(0, self.budget.pickle)
+        cut = start + left < len(buf)
+        res = analyse(buf[: start + left] if cut else buf, start=start, torchscript=torchscript)
+        used = (res.end if res.end is not None else (res.op_offsets[-1] + 1 if res.op_offsets else start + 1)) - start
+        self.budget.pickle -= max(1, used)
+        if cut and res.end is None:
+            self.spend("pickle", 1, member, "running pickle streams")
         return res
 
     def report_stream(self, res: StreamResult, data: bytes, member: str | None, base: int | None, depth: int, *, report_errors: bool = True, torch_load: bool = False) -> None:
@@ -83,9 +94,7 @@ class PickleCarrier:
         if res.error is not None and report_errors:
             off = res.error.offset
             self.add("malformed-pickle", "high", f"pickle stream stops with an error: {res.error.message if hasattr(res.error, 'message') else res.error} (what ran before it is analysed above)", member, off, fo(off), None, dis(off) if off is not None else [])
-        for i, (op, blob, off) in enumerate(res.nested):
-            sub = f"{member or os.path.basename(self.path)} > bytes passed to {op} at {off:#x}"
-            self.scan_bytes(blob, sub, None, depth + 1)
+        self.follow_nested(res, member, base, depth)
 
     def scan_pickles(self, src: ByteSource, member: str | None, base: int | None, depth: int, *, strict: bool, torch_load: bool | None = None, torchscript: bool = False) -> None:
         """Consecutive pickles from offset 0; legacy torch files stop before storage bytes."""
@@ -99,7 +108,7 @@ class PickleCarrier:
             nonlocal window
             while True:
                 buf = bytes(src.view(0, window))
-                r = analyse(buf, start=start, torchscript=torchscript)
+                r = self.analyse_budgeted(buf, start, size, member, torchscript=torchscript)
                 looks_like_pickle = strict or start > 0 or bool(r.globals) or len(r.op_offsets) > 16
                 if r.end is None and window < size and isinstance(r.error, TruncatedError) and looks_like_pickle:
                     window = min(size, window * 8)

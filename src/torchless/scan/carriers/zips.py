@@ -11,6 +11,8 @@ from ...container.zip import ZipEntry, ZipReader
 from ...core.errors import TorchlessError
 from ...core.source import ByteSource, BytesSource
 from .common import _EOCD_SIG, _KNOWN_RECORDS, _OK_FLAGS, _STORAGE_RECORD, _ZIP_SIG, MAX_INFLATE, MAX_MEMBER, sniff as _sniff
+from .common import walks
+from .recognize import NPY_MAGIC
 from .dcp import split_zips as _split_zips
 
 __all__ = ["ZipCarrier"]
@@ -83,8 +85,9 @@ class ZipCarrier:
                 for off, ln in items:
                     self.scan_bytes(src.view(off, ln), f"{member + ' > ' if member else ''}[{off}:{off + ln}]", None if base is None else base + off, depth + 1)
                 return
+            # torch.load raises on it (the pickle view of the same bytes is decided by the
+            # real unpicklers in scan_source)
             self.add("zip-reader-differential", "high", f"zip archive that torch's reader cannot open: {e.message}", member, e.offset)
-            self.scan_pickles(src, member, base, depth, strict=False)
             return
         self._scan_zip_reader(zr, member, base, depth)
 
@@ -138,10 +141,14 @@ class ZipCarrier:
                     continue
                 if storage or not (peek[:1] == b"\x80" and len(peek) > 1 and peek[1] <= 5):
                     continue
+            if not self.budget.once(("zip-member", id(src), off, e.compressed_size, e.method)):
+                continue  # the same bytes under another entry: analysed once (overlaps are reported)
+            if e.method != 0 and not self.spend("inflate", e.size, loc, "inflating zip members"):
+                return
             try:
                 data = bytes(zr.read(e, max_size=MAX_MEMBER))
             except TorchlessError as err:
-                self.add("limit", "medium", f"member not analysed: {err.message}", loc)
+                self.add("limit", "high", f"member not analysed: {err.message}", loc, loader="torch.load(weights_only=False)")
                 continue
             if e.crc != (zlib.crc32(data) & 0xFFFFFFFF):
                 if e.crc == 0:
@@ -157,14 +164,16 @@ class ZipCarrier:
                 pass
             if torchscript and low in ("bytecode.pkl", "constants.pkl"):
                 bytecode.append((loc, data))
-            kind = _sniff(data[:512])
             torch_load = member is None and low == "data.pkl" and not torchscript
-            if kind == "pickle" or low.endswith(".pkl") or low.endswith("debug_pkl"):
+            if data[:6] == NPY_MAGIC:
+                continue  # only numpy.load reads .npy members, through zipfile: scan_npz
+            if low.endswith(".pkl") or low.endswith("debug_pkl"):
+                # records torch unpickles by name, whatever their first bytes
                 self.scan_pickles(BytesSource(data), loc, fbase, depth, strict=True, torch_load=torch_load, torchscript=torchscript)
-            elif kind != "other":
+            else:
+                # any other member: every carrier it could be, and the pickle view decided
+                # by the real unpicklers (never skipped because it "does not look like" one)
                 self.scan_bytes(data, loc, fbase, depth + 1)
-            elif len(data) <= (1 << 20):
-                self.scan_pickles(BytesSource(data), loc, fbase, depth, strict=False, torchscript=torchscript)
         if code_texts or bytecode:
             self.scan_torchscript_code(code_texts, bytecode)
         if is_pt2 or any(r.startswith("data/aotinductor/") for r in recs):

@@ -1,0 +1,184 @@
+"""Which loader reads these bytes as what: carriers recognised the way their loaders do.
+
+Each supported loader decides by the first bytes (never by the name):
+
+* ``torch.load`` (torch 2.13 ``serialization.py``): ``PK\\x03\\x04`` -> zip (miniz);
+  otherwise, for a real file at offset 0, ``tarfile.open(fileobj=f, mode="r:")`` -> the
+  legacy tar layout (any header ``tarfile`` accepts, with or without ``ustar`` magic);
+  otherwise pickles (the legacy stream). In-memory buffers (``io.BytesIO``, DCP slices,
+  ``_load_from_bytes``) have no ``fileno()``, so torch never tries ``tarfile`` on them.
+* ``numpy.load``: ``PK\\x03\\x04`` or ``PK\\x05\\x06`` -> ``.npz`` through Python's
+  ``zipfile``; ``\\x93NUMPY`` -> ``.npy``; otherwise ``pickle.load`` (allow_pickle=True).
+* ``joblib.load`` (joblib 1.x ``compressor.py``): its prefix table, in order: ``ZF``
+  (pre-0.9.3 zfile), ``\\x78`` zlib, ``\\x1f\\x8b`` gzip, ``BZ`` bz2, ``\\x5d\\x00`` lzma
+  (alone), ``\\xfd7zXZ`` xz, ``\\x04\\x22\\x4d\\x18`` lz4; otherwise a pickle.
+* ``pickle.load``: any bytes; whether anything executes is decided by the real unpickler
+  (:func:`probe_pickle`).
+
+Beyond the loaders' own tables, every header the ``lzma`` module accepts (``.lzma`` alone
+with any properties byte, ``.xz``) and zlib with any valid header are inflated too, so a
+payload that a user's ``pickle.loads(lzma.decompress(...))`` would run is still analysed.
+"""
+
+from __future__ import annotations
+
+import io
+import lzma
+import pickle
+import re
+import tarfile
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+from ...core.source import ByteSource, SourceFile
+
+__all__ = ["Probe", "probe_pickle", "compressor_of", "opens_as_tar", "MODEL_SUFFIXES", "NPY_MAGIC", "ZIP_MAGICS", "JOBLIB_PREFIXES"]
+
+NPY_MAGIC = b"\x93NUMPY"
+ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")  # numpy.load's test; torch tests the first only
+
+#: joblib 1.x ``_detect_compressor``: (prefix, compressor), tried in this order after ``ZF``.
+JOBLIB_PREFIXES: tuple[tuple[bytes, str], ...] = (
+    (b"ZF", "zfile"),
+    (b"\x78", "zlib"),
+    (b"\x1f\x8b", "gzip"),
+    (b"BZ", "bz2"),
+    (b"\x5d\x00", "lzma"),
+    (b"\xfd\x37\x7a\x58\x5a", "xz"),
+    (b"\x04\x22\x4d\x18", "lz4"),
+)
+
+#: names that say "a model or a pickle": such a file that no carrier recognises is
+#: reported UNANALYSABLE even when no supported loader would run anything from it.
+MODEL_SUFFIXES = (
+    ".pt", ".pth", ".pt2", ".ptl", ".bin", ".ckpt", ".pkl", ".pickle", ".pck", ".pcl", ".joblib", ".jbl",
+    ".npy", ".npz", ".distcp", ".tar", ".model", ".sav", ".dill", ".mar", ".nemo", ".torchscript",
+)
+
+_PROBE_WINDOW = 1 << 20  # bytes the real unpicklers probe
+
+
+class _Resolved(Exception):
+    """The unpickler asked for a global: a real loader would import it."""
+
+
+class _Persistent(Exception):
+    """The unpickler met a persistent id: plain loaders refuse it at stream #1."""
+
+
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
+
+
+def _find_class(module: Any, name: Any) -> Any:
+    # a module name that is not a dotted identifier cannot name an installed module:
+    # __import__ raises ModuleNotFoundError before any code runs
+    if not isinstance(module, str) or not _MODULE.match(module):
+        raise ModuleNotFoundError(f"no module named {str(module)[:60]!r}")
+    raise _Resolved(f"{module}.{name}")
+
+
+class _CInert(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:  # noqa: D401 - never imports
+        return _find_class(module, name)
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise _Persistent()
+
+
+class _PyInert(pickle._Unpickler):  # type: ignore[name-defined,misc]  # joblib's unpickler base
+    def find_class(self, module: str, name: str) -> Any:
+        return _find_class(module, name)
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise _Persistent()
+
+
+@dataclass
+class Probe:
+    """What the real unpicklers do with a stream that starts at byte 0.
+
+    ``outcome``: ``resolves`` (a global would be imported: the stream matters),
+    ``data`` (a complete pickle of plain data; ``legacy`` when it is torch's magic
+    number, so torch reads further pickles), ``stops`` (both unpicklers raise before
+    importing anything: no loader executes a thing from these bytes), ``undecided``
+    (the probe window ended, or the probe hit a resource limit).
+    """
+
+    outcome: str
+    detail: str = ""
+    legacy: bool = False
+
+    @property
+    def inert(self) -> bool:
+        return self.outcome == "stops"
+
+
+def _one(cls: type, data: bytes, complete: bool) -> Probe:
+    from .common import LEGACY_MAGIC
+
+    bio = io.BytesIO(data)
+    try:
+        value = cls(bio, encoding="latin1").load()
+    except _Resolved as e:
+        return Probe("resolves", f"imports {e}")
+    except _Persistent:
+        return Probe("stops", "a persistent id, which plain pickle.load refuses")
+    except (MemoryError, RecursionError) as e:
+        return Probe("undecided", type(e).__name__)
+    except Exception as e:  # noqa: BLE001 - the unpickler's own refusal, whatever its type
+        msg = str(e)[:120]
+        if not complete and (isinstance(e, EOFError) or "truncated" in msg or "ran out of input" in msg.lower()):
+            return Probe("undecided", "the stream runs past the probe window")
+        return Probe("stops", f"{type(e).__name__}: {msg} (at about byte {bio.tell()})")
+    return Probe("data", f"a complete pickle of {type(value).__name__}", legacy=type(value) is int and value == LEGACY_MAGIC)
+
+
+def probe_pickle(src: ByteSource, *, window: int = _PROBE_WINDOW) -> Probe:
+    """Run CPython's C unpickler and its pure-Python one (joblib's base) on the stream at
+    byte 0 with a ``find_class`` that never imports: does any loader import anything?"""
+    n = min(src.size, window)
+    data = src.read_at(0, n)
+    complete = n == src.size
+    c = _one(_CInert, data, complete)
+    if c.outcome in ("resolves", "undecided"):
+        return c
+    py = _one(_PyInert, data, complete)
+    if py.outcome in ("resolves", "undecided"):
+        return Probe(py.outcome, py.detail + " (pure-Python unpickler, which joblib uses)")
+    if c.outcome == "data" or py.outcome == "data":
+        return Probe("data", c.detail if c.outcome == "data" else py.detail, legacy=c.legacy or py.legacy)
+    return c
+
+
+def compressor_of(head: bytes) -> tuple[str, str] | None:
+    """(kind, who reads it) of a compressed stream: joblib's prefix table first, then any
+    other header the ``lzma``/``zlib`` modules accept."""
+    for prefix, kind in JOBLIB_PREFIXES:
+        if head.startswith(prefix):
+            return kind, "joblib.load"
+    if len(head) >= 13 and head[0] < 225 and head[13:14] == b"\x00":
+        try:  # .lzma "alone" header with any properties byte: the decoder says
+            lzma.LZMADecompressor(lzma.FORMAT_ALONE).decompress(head[:64], 1)
+            return "lzma", "lzma.decompress"
+        except lzma.LZMAError:
+            pass
+    if len(head) >= 2 and head[0] & 0x0F == 8 and head[0] >> 4 <= 7 and (head[0] * 256 + head[1]) % 31 == 0:
+        try:
+            zlib.decompressobj().decompress(head[:64], 1)
+            return "zlib", "zlib.decompress"
+        except zlib.error:
+            pass
+    return None
+
+
+def opens_as_tar(src: ByteSource) -> bool:
+    """Whether ``tarfile.open(fileobj=f, mode="r:")`` accepts the file, as torch.load tries."""
+    if src.size < 512:
+        return False
+    try:
+        tf = tarfile.open(fileobj=SourceFile(src), mode="r:", format=tarfile.PAX_FORMAT)
+    except (tarfile.TarError, EOFError, OSError, ValueError, UnicodeError, OverflowError):
+        return False
+    tf.close()
+    return True
