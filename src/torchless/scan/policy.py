@@ -324,7 +324,7 @@ def classify(module: str, name: str, *, torchscript: bool = False) -> Verdict:
         return Verdict("unknown", "dotted name resolved by attribute walk (never allowlisted)")
     r = _dangerous(qual)
     nested = NESTED_LOADERS.get(qual)
-    if nested is not None and r is None:  # a nested loader is never safe
+    if nested is not None and (r is None or nested[1] is None):  # a nested loader is never safe
         return Verdict("nested", f"nested loader: {nested[2]} (the payload is followed and analysed)")
     entry: Entry | None = SAFE.get(qual)
     if entry is not None and nested is None:  # exact, curated names win over module-wide dangers

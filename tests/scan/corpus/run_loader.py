@@ -40,6 +40,10 @@ def load(loader: str, path: str) -> None:
 
         with open(path, "rb") as f:
             pickle.loads(zlib.decompress(f.read()))
+    elif loader == "joblib":
+        import joblib
+
+        joblib.load(path)
     elif loader == "numpy":
         import numpy as np
 

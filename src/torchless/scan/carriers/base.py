@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 from ...core.errors import TorchlessError
 from ...core.source import ByteSource, BytesSource, MmapSource
@@ -32,7 +33,7 @@ class Budget:
 
     def __init__(self, size: int) -> None:
         self.inflate = min(1 << 30, max(64 << 20, 256 * size))
-        self.pickle = (8 << 20) + 2 * size
+        self.pickle = (2 << 20) + 2 * size
         self.nodes = 50_000
         self.deadline = time.monotonic() + 60.0 + size / (100 << 20)
         self._once: set[Any] = set()
@@ -71,9 +72,22 @@ class ScannerBase:
         self._seen: set[tuple[str, int, str]] = set()
         self._dropped = 0
         self.budget = Budget(0)
+        self.loader_ctx: str | None = None  # the loader of the carrier being walked (Finding.loader)
+
+    @contextmanager
+    def loading(self, loader: str | None) -> Iterator[None]:
+        """Findings added inside name ``loader`` unless they name one themselves."""
+        saved = self.loader_ctx
+        if loader is not None:
+            self.loader_ctx = loader
+        try:
+            yield
+        finally:
+            self.loader_ctx = saved
 
     # -- findings ----------------------------------------------------------------------
     def add(self, rule: str, severity: str, message: str, member: str | None = None, offset: int | None = None, file_offset: int | None = None, global_name: str | None = None, disassembly: list[str] | None = None, loader: str | None = None) -> None:
+        loader = loader or self.loader_ctx
         key = (rule + message, offset or 0, member or "")
         if key in self._seen:
             return
@@ -99,6 +113,9 @@ class ScannerBase:
         if self.root is not None:
             real, home = os.path.realpath(self.path), os.path.realpath(self.root)
             if os.path.commonpath([real, home]) != home:
+                if self.dcp_items(None) is not None:  # a DCP item: reported with dcp.load named
+                    self.report.kind = "distcp"
+                    return self.report
                 self.add("link-escape", "high", f"a symbolic link to {real}, outside the scanned folder: loaders read that file; the scanner does not follow links out of the folder (scan the target itself if you trust it)")
                 self.report.kind = "link"
                 return self.report
@@ -145,6 +162,10 @@ class ScannerBase:
         inflated data) or ``member`` (an archive member; loaded only by name).
         ``loader``: the loader known to deserialise these bytes (nested payloads).
         """
+        with self.loading(loader):
+            self._scan_source(src, member, base, depth, toplevel=toplevel, context=context, loader=loader)
+
+    def _scan_source(self, src: ByteSource, member: str | None, base: int | None, depth: int, *, toplevel: bool, context: str, loader: str | None) -> None:
         if depth > MAX_DEPTH:
             self.add("limit", "high", f"carriers nested more than {MAX_DEPTH} deep; not analysed further", member, loader=loader)
             return
@@ -176,7 +197,8 @@ class ScannerBase:
         if not probe.inert:
             if not kinds or probe.outcome == "resolves":
                 kinds.insert(0, "pickle")
-            self.scan_pickles(src, member, base, depth, strict=True)
+            with self.loading(self.loader_ctx or ("torch.load(weights_only=False)" if probe.legacy else "pickle.load")):
+                self.scan_pickles(src, member, base, depth, strict=True)
         elif not kinds:
             self.unrecognized(src, member, probe.detail, toplevel=toplevel, loader=loader)
         if toplevel and self.report.kind == "unknown":  # walkers name what they found more exactly
@@ -192,7 +214,7 @@ class ScannerBase:
         what = "not a format any supported loader reads as a model, archive or compressed stream"
         if claims and (toplevel or member is not None) and not loader:
             self.add("unrecognized", "high", f"{what}, yet its name says it is one; the real unpicklers stop before importing anything ({why}), but a loader or version the scanner does not model could read it differently", member, loader="pickle.load")
-        else:
+        elif toplevel or loader:  # archive members no loader unpickles by name need no note
             self.add("unrecognized", "info", f"{what}; no supported loader executes anything from it: the real unpicklers stop before importing anything ({why})", member, loader=loader or "pickle.load")
 
     def scan_bytes(self, data: Any, member: str | None, base: int | None, depth: int, *, context: str = "member", loader: str | None = None) -> None:

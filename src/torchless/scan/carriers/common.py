@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import re
+from typing import Any, Callable, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = ["LEGACY_MAGIC", "MAX_DEPTH", "MAX_INFLATE", "MAX_MEMBER", "sniff", "join"]
 
@@ -30,6 +34,20 @@ _HIGHER_ORDER: dict[str, tuple[int, ...]] = {
     "torch._utils._rebuild_wrapper_subclass": (0,),
 }
 
+
+
+def walks(loader: str) -> Callable[[F], F]:
+    """Decorate a carrier walker: findings it adds name ``loader`` unless they name one."""
+
+    def deco(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(self: Any, *a: Any, **kw: Any) -> Any:
+            with self.loading(loader):
+                return fn(self, *a, **kw)
+
+        return wrapper  # type: ignore[return-value]
+
+    return deco
 
 
 def join(member: str | None, name: str) -> str:

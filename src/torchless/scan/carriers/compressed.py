@@ -19,7 +19,7 @@ from ...core.source import ByteSource
 __all__ = ["CompressedCarrier"]
 
 _CHUNK = 1 << 20
-_ZF_HEADER = 2 + 18  # b"ZF" + the hex length padded to len(hex(2**64)) (joblib.numpy_pickle_compat)
+_ZF_HEADER = 2 + 19  # b"ZF" + the hex length padded to len("%#x" % 2**64) (joblib.numpy_pickle_compat)
 
 
 def _decompressor(kind: str) -> Any:
@@ -41,6 +41,10 @@ class CompressedCarrier:
 
     def scan_compressed(self, src: ByteSource, kind: str, member: str | None, depth: int, *, who: str = "joblib.load") -> bool:
         """Inflate and scan; False when the bytes are not that kind of stream at all."""
+        with self.loading("joblib.load" if who == "joblib.load" else None):
+            return self._inflate_and_scan(src, kind, member, depth, who)
+
+    def _inflate_and_scan(self, src: ByteSource, kind: str, member: str | None, depth: int, who: str) -> bool:
         start = 0
         if kind == "zfile":
             head = src.read_at(0, min(src.size, _ZF_HEADER + 1))
@@ -82,9 +86,12 @@ class CompressedCarrier:
                 out.append(piece)
         except (zlib.error, OSError, lzma.LZMAError, EOFError, ValueError, MemoryError) as e:
             broken = f"{type(e).__name__}: {str(e)[:80]}"
+        if who != "joblib.load" and (broken is not None or total == 0 or not d.eof):
+            # beyond joblib's own prefixes, only a stream that decodes cleanly to its end
+            # counts (lzma.decompress/zlib.decompress raise on anything less): a header
+            # look-alike (the non-picky .lzma decoder accepts many) is not this carrier
+            return False
         if total == 0:
-            if broken is not None and who != "joblib.load":
-                return False  # only a header look-alike; no loader reads it as this kind
             self.add("unrecognized", "info", f"{kind} stream yields no data ({broken or 'empty'}): {who} raises before unpickling anything", member, 0, loader=loader)
             return True
         self.budget.inflate -= min(total, self.budget.inflate + 1)

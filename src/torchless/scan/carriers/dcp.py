@@ -20,6 +20,7 @@ from ...core.paths import within
 from ...core.source import ByteSource
 from ..analysis import Sym, analyse, describe
 from .common import _EOCD_SIG, _ZIP_SIG
+from .common import walks
 
 __all__ = ["DcpCarrier", "split_zips"]
 
@@ -29,7 +30,7 @@ _DCP = "torch.distributed.checkpoint.load"
 class DcpCarrier:
     """Mixin of :class:`~torchless.scan.carriers.Scanner`: DCP item files and ``.metadata``."""
 
-    def dcp_items(self, src: ByteSource) -> list[tuple[int, int]] | None:
+    def dcp_items(self, src: ByteSource | None) -> list[tuple[int, int]] | None:
         """Byte ranges ``dcp.load`` reads from this file, from every ``.metadata`` in its
         folder or the folders above it (within the scanned folder) whose ``storage_data``
         names it, *whatever the file's name*; None when no metadata names it."""
@@ -105,6 +106,7 @@ class DcpCarrier:
             if os.path.isabs(rp) or os.path.commonpath([real, home]) != home:
                 self.add("link-escape", "high", f"storage_data names {rp!r} (bytes [{off}:{off + ln}]), which resolves outside the checkpoint folder ({real}): dcp.load reads it there", None, loader=_DCP)
 
+    @walks(_DCP)
     def scan_distcp(self, src: ByteSource, items: list[tuple[int, int]] | None = None) -> None:
         size = src.size
         if items is None:

@@ -29,6 +29,7 @@ import zlib
 from typing import Any
 
 from ...core.source import BytesSource, ByteSource, SourceFile
+from .common import walks
 from .recognize import NPY_MAGIC
 
 __all__ = ["NumpyCarrier", "parse_header_literal", "HeaderError", "read_npy_header"]
@@ -230,6 +231,7 @@ def read_npy_header(src: ByteSource) -> tuple[str, Any]:
 class NumpyCarrier:
     """Mixin of :class:`~torchless.scan.carriers.Scanner`: ``.npy`` and ``.npz``."""
 
+    @walks(_LOADER)
     def scan_npy(self, src: ByteSource, member: str | None, base: int | None, depth: int) -> None:
         """An ``.npy`` file or member: the pickle of an object array, as NumPy finds it."""
         if member is None:
@@ -244,6 +246,7 @@ class NumpyCarrier:
             loc = f"{member or os.path.basename(self.path)} > object array pickle"
             self.scan_pickles(BytesSource(src.view(detail, n)), loc, None if base is None else base + detail, depth, strict=True)
 
+    @walks(_LOADER)
     def scan_npz(self, src: ByteSource, member: str | None, base: int | None, depth: int) -> None:
         """The archive as ``numpy.load`` opens it: Python's ``zipfile`` (the oracle)."""
         pre = f"{member} > " if member else ""

@@ -31,6 +31,7 @@ class PickleCarrier:
         self.budget.pickle -= max(1, used)
         if cut and res.end is None:
             self.spend("pickle", 1, member, "running pickle streams")
+            res.budget_cut = True  # type: ignore[attr-defined]  # a larger window would not help
         return res
 
     def report_stream(self, res: StreamResult, data: bytes, member: str | None, base: int | None, depth: int, *, report_errors: bool = True, torch_load: bool = False) -> None:
@@ -110,7 +111,7 @@ class PickleCarrier:
                 buf = bytes(src.view(0, window))
                 r = self.analyse_budgeted(buf, start, size, member, torchscript=torchscript)
                 looks_like_pickle = strict or start > 0 or bool(r.globals) or len(r.op_offsets) > 16
-                if r.end is None and window < size and isinstance(r.error, TruncatedError) and looks_like_pickle:
+                if r.end is None and window < size and isinstance(r.error, TruncatedError) and looks_like_pickle and not getattr(r, "budget_cut", False):
                     window = min(size, window * 8)
                     continue
                 return r, buf

@@ -27,6 +27,7 @@ import tarfile
 from ...core.dtypes import STORAGE_NAMES
 from ...core.source import ByteSource, SourceFile
 from ..analysis import Sym, describe
+from .common import walks
 
 __all__ = ["TarCarrier"]
 
@@ -37,6 +38,7 @@ _LEGACY_NAMES = ("storages", "tensors", "pickle")
 class TarCarrier:
     """Mixin of :class:`~torchless.scan.carriers.Scanner`: legacy torch tar files."""
 
+    @walks(_LOADER)
     def scan_tar(self, src: ByteSource, member: str | None, base: int | None, depth: int) -> None:
         pre = f"{member} > " if member else ""
         try:

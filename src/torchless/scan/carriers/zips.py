@@ -10,8 +10,7 @@ from ...container.differentials import zip_differentials
 from ...container.zip import ZipEntry, ZipReader
 from ...core.errors import TorchlessError
 from ...core.source import ByteSource, BytesSource
-from .common import _EOCD_SIG, _KNOWN_RECORDS, _OK_FLAGS, _STORAGE_RECORD, _ZIP_SIG, MAX_INFLATE, MAX_MEMBER, sniff as _sniff
-from .common import walks
+from .common import _EOCD_SIG, _KNOWN_RECORDS, _OK_FLAGS, _STORAGE_RECORD, _ZIP_SIG, MAX_INFLATE, MAX_MEMBER, walks
 from .recognize import NPY_MAGIC
 from .dcp import split_zips as _split_zips
 
@@ -38,6 +37,7 @@ class ZipCarrier:
     TorchScript, ``.pt2``, ``.npz``), archives appended to other bytes, TorchScript code."""
 
     # -- polyglots ---------------------------------------------------------------------
+    @walks("torch.load(weights_only=False)")
     def check_polyglot(self, src: ByteSource, member: str | None, depth: int) -> None:
         """A non-zip head with a zip end record at the tail: zipfile sees an archive."""
         n = src.size
@@ -75,6 +75,7 @@ class ZipCarrier:
 
 
     # -- zip ---------------------------------------------------------------------------
+    @walks("torch.load(weights_only=False)")
     def scan_zip(self, src: ByteSource, member: str | None, base: int | None, depth: int) -> None:
         try:
             zr = ZipReader(src, require_prefix=False)
@@ -101,6 +102,14 @@ class ZipCarrier:
         is_pt2 = "archive_format" in lowered
         if member is None:
             self.report.kind = "torchscript" if torchscript else ("pt2" if is_pt2 else ("torch-zip" if "data.pkl" in lowered else ("npz" if any(r.endswith(".npy") for r in recs) else "zip")))
+        with self.loading("torch.jit.load" if torchscript else ("torch.export.load" if is_pt2 else "torch.load(weights_only=False)")):
+            self._scan_zip_members(zr, member, base, depth, torchscript, is_pt2)
+
+    def _scan_zip_members(self, zr: ZipReader, member: str | None, base: int | None, depth: int, torchscript: bool, is_pt2: bool) -> None:
+        pre = f"{member} > " if member else ""
+        src = zr.source
+        recs = zr.records()
+        rel_of = {e.index: r for e, r in zip(zr.entries, recs)}
         self.zip_structure(zr, member, base)
         # which entry each reader picks for a name
         torch_pick: dict[str, int] = {}
