@@ -204,13 +204,15 @@ def archives(tmp_path_factory, torch):  # type: ignore[no-untyped-def]
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     torch.jit.save(torch.jit.script(Evil()), str(d / "evil.pt"))
     torch.jit.script(Evil())._save_for_lite_interpreter(str(d / "evil.ptl"))
+    torch.jit.save_jit_module_to_flatbuffer(torch.jit.script(Evil()), str(d / "evil.ff"))
+    torch.jit.save_jit_module_to_flatbuffer(torch.jit.script(Pure()), str(d / "pure_setstate.ff"))
     benign = {}
     torch.jit.save(torch.jit.script(Pure()), str(d / "pure_setstate.pt"))
     torch.jit.script(Pure())._save_for_lite_interpreter(str(d / "pure_setstate.ptl"))
     lin = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU())
     torch.jit.save(torch.jit.trace(lin, torch.randn(1, 3)), str(d / "traced.pt"))
     torch.jit.script(lin)._save_for_lite_interpreter(str(d / "scripted.ptl"))
-    for n in ("pure_setstate.pt", "pure_setstate.ptl", "traced.pt", "scripted.ptl"):
+    for n in ("pure_setstate.pt", "pure_setstate.ptl", "pure_setstate.ff", "traced.pt", "scripted.ptl"):
         benign[n] = d / n
     return d, benign
 
@@ -240,6 +242,10 @@ def test_evasions_run_under_their_loader_and_are_flagged(archives) -> None:  # t
         return data.replace(PLACEHOLDER.encode(), b"./BCMRK")
 
     jobs.append(("lite", str(_rewrite(d / "evil.ptl", d / "bytecode_only.ptl", bytecode_only)), str(marker)))
+    # a flatbuffer module (PTMF): torch.jit.load and the lite interpreter read it by content
+    fb = d / "evil_flatbuffer.bin"
+    fb.write_bytes((d / "evil.ff").read_bytes().replace(PLACEHOLDER.encode(), b"./FBMRK"))
+    jobs.append(("jit", str(fb), str(d / "FBMRK")))
     proc = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(jobs)], capture_output=True, text=True, timeout=300, cwd=d)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ran = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -250,6 +256,7 @@ def test_evasions_run_under_their_loader_and_are_flagged(archives) -> None:  # t
         assert fr.verdict == "dangerous", (path, [(f.rule, f.message) for f in fr.findings])
         rules = {f.rule for f in fr.findings if f.severity == "critical"}
         assert rules == {"torchscript-code"}, (path, rules)
+    assert torchless.scan(fb, jobs=1).files[0].kind == "torchscript-flatbuffer"
     bc = torchless.scan(d / "bytecode_only.ptl", jobs=1).files[0]
     assert any("bytecode operator table calls aten::from_file" in f.message for f in bc.findings)
 
@@ -261,6 +268,20 @@ def test_benign_archives_scan_clean(archives) -> None:  # type: ignore[no-untype
         assert fr.verdict == "clean", (name, [(f.rule, f.severity, f.message) for f in fr.findings])
         if name.startswith("pure_setstate"):
             assert any(f.rule == "torchscript-code" and f.severity == "info" for f in fr.findings)
+
+
+def test_broken_flatbuffer_is_unanalysable(archives, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    d, _benign = archives
+    data = bytearray((d / "pure_setstate.ff").read_bytes())
+    for cut in (12, 64, len(data) // 2):
+        p = tmp_path / f"cut{cut}.ff"
+        p.write_bytes(bytes(data[:cut]))
+        fr = torchless.scan(p, jobs=1).files[0]
+        assert fr.verdict in ("unanalysable", "dangerous"), (cut, [(f.rule, f.message) for f in fr.findings])
+    data[0:4] = (len(data) + 100).to_bytes(4, "little")  # root offset past the end
+    p = tmp_path / "badroot.ff"
+    p.write_bytes(bytes(data))
+    assert torchless.scan(p, jobs=1).files[0].verdict == "unanalysable"
 
 
 def test_unlexable_code_is_unanalysable(archives) -> None:  # type: ignore[no-untyped-def]

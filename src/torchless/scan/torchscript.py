@@ -28,6 +28,7 @@ Nothing is compiled, imported or executed; the work is linear in the input and b
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -447,7 +448,7 @@ _JIT = "torch.jit.load"
 _LITE = "torch.jit._load_for_lite_interpreter"
 
 
-def report_archive(scanner: Any, code: list[tuple[str, str]], bytecode: list[tuple[str, bytes]]) -> None:
+def report_archive(scanner: Any, code: list[tuple[str, str]], bytecode: list[tuple[str, bytes]], parsed: list[tuple[str, "BytecodeReport"]] | None = None) -> None:
     """Add ``torchscript-code`` findings for one archive's code files and bytecode tables.
 
     Args:
@@ -455,6 +456,7 @@ def report_archive(scanner: Any, code: list[tuple[str, str]], bytecode: list[tup
         code: ``(location, text)`` of every ``code/*.py`` member.
         bytecode: ``(location, bytes)`` of ``bytecode.pkl`` / ``constants.pkl`` members
             (their pickles are analysed for globals elsewhere; here only their values).
+        parsed: operator tables already read (flatbuffer modules).
 
     A reference to a risky target is ``critical`` (``high`` for network collectives): it
     runs at load time when the archive defines ``__setstate__`` and otherwise when the
@@ -470,7 +472,7 @@ def report_archive(scanner: Any, code: list[tuple[str, str]], bytecode: list[tup
             reports.append((loc, analyse_code(text, name=loc)))
         except (FormatError, LimitError) as e:
             scanner.add("unanalysable", "high", f"TorchScript code not analysed: {e.message}{' (offset ' + str(e.offset) + ')' if e.offset is not None else ''}; torch.jit.load compiles this file", loc, e.offset, loader=_JIT)
-    bc_reports: list[tuple[str, BytecodeReport]] = []
+    bc_reports: list[tuple[str, BytecodeReport]] = list(parsed or [])
     for loc, data in bytecode:
         try:
             bc_reports.append((loc, analyse_bytecode(analyse(data, torchscript=True).value)))
@@ -497,3 +499,122 @@ def report_archive(scanner: Any, code: list[tuple[str, str]], bytecode: list[tup
         scanner.add("torchscript-code", "info", "TorchScript __setstate__: archive code runs at torch.jit.load (it reaches no listed file, process, network or native operator)", loc, off, loader=_JIT)
     for loc, m in setstate_bc if not any_risky else []:
         scanner.add("torchscript-code", "info", f"bytecode method {m}: runs at lite-interpreter load (its operator table reaches no listed file, process, network or native operator)", loc, loader=_LITE)
+
+
+# -- flatbuffer modules (``save_jit_module_to_flatbuffer``; ``PTMF`` at byte 4) -----------
+
+FLATBUFFER_ID = b"PTMF"
+MAX_FB_ITEMS = 4_000_000  # tables visited in one flatbuffer module
+# IValueUnion index of Function; TypeType values (mobile_bytecode.fbs)
+_FB_FUNCTION = 16
+_FB_CUSTOM_CLASS, _FB_CLASS_WITH_SETSTATE = 2, 3
+
+
+class _FlatBuffer:
+    """Bounds-checked reads of a flatbuffer (little-endian, offsets relative to the field)."""
+
+    def __init__(self, buf: bytes, name: str) -> None:
+        self.b = buf
+        self.name = name
+
+    def _int(self, pos: int, size: int, signed: bool = False) -> int:
+        if pos < 0 or pos + size > len(self.b):
+            raise FormatError("flatbuffer offset out of bounds", path=self.name, offset=pos, expected=f"< {len(self.b)}")
+        return int.from_bytes(self.b[pos : pos + size], "little", signed=signed)
+
+    def field(self, table: int, index: int) -> int | None:
+        vt = table - self._int(table, 4, True)
+        vsize = self._int(vt, 2)
+        slot = 4 + 2 * index
+        if slot + 2 > vsize:
+            return None
+        off = self._int(vt + slot, 2)
+        return table + off if off else None
+
+    def ref(self, pos: int) -> int:
+        return pos + self._int(pos, 4)
+
+    def u8(self, table: int, index: int) -> int | None:
+        f = self.field(table, index)
+        return None if f is None else self._int(f, 1)
+
+    def string(self, table: int, index: int) -> str | None:
+        f = self.field(table, index)
+        if f is None:
+            return None
+        p = self.ref(f)
+        n = self._int(p, 4)
+        if p + 4 + n > len(self.b):
+            raise FormatError("flatbuffer string runs past the end", path=self.name, offset=p)
+        return self.b[p + 4 : p + 4 + n].decode("utf-8", "replace")
+
+    def tables(self, table: int, index: int) -> list[int]:
+        f = self.field(table, index)
+        if f is None:
+            return []
+        p = self.ref(f)
+        n = self._int(p, 4)
+        if n > (len(self.b) - p) // 4:
+            raise FormatError("flatbuffer vector longer than the buffer", path=self.name, offset=p, found=n)
+        return [self.ref(p + 4 + 4 * i) for i in range(n)]
+
+
+def analyse_flatbuffer(data: bytes, *, name: str = "<flatbuffer>") -> tuple[list[tuple[str, str]], BytecodeReport]:
+    """The TorchScript sources (``jit_sources``, compiled by ``torch.jit.load``) and the
+    operator tables, methods and class types of a flatbuffer mobile module
+    (``mobile_bytecode.fbs``). Risky operator names found anywhere in the buffer but in no
+    table are reported too: the parse and the loader cannot disagree unseen.
+
+    Raises:
+        FormatError: offsets outside the buffer.
+        LimitError: more than :data:`MAX_FB_ITEMS` tables.
+    """
+    fb = _FlatBuffer(data, name)
+    root = fb.ref(0)
+    budget = MAX_FB_ITEMS
+    sources: list[tuple[str, str]] = []
+    for ef in fb.tables(root, 8):  # jit_sources: [ExtraFile]
+        sources.append((fb.string(ef, 0) or "?", fb.string(ef, 1) or ""))
+    functions: list[tuple[str, tuple[Any, ...], None]] = []
+    ivalues = fb.tables(root, 4)
+    if len(ivalues) > budget:
+        raise LimitError("flatbuffer module has too many values", path=name, expected=f"at most {budget}", found=len(ivalues))
+    for iv in ivalues:
+        if fb.u8(iv, 0) != _FB_FUNCTION:
+            continue
+        f = fb.field(iv, 1)
+        if f is None:
+            continue
+        fn = fb.ref(f)
+        ops = tuple((fb.string(op, 0) or "", fb.string(op, 1) or "", 0) for op in fb.tables(fn, 2))
+        budget -= len(ops) + 1
+        if budget < 0:
+            raise LimitError("flatbuffer module has too many operators", path=name, expected=f"at most {MAX_FB_ITEMS}")
+        functions.append((fb.string(fn, 0) or "", (("operators", ops),), None))
+    classes: list[tuple[str, int]] = [(fb.string(ot, 0) or "", fb.u8(ot, 1) or 0) for ot in fb.tables(root, 7)]
+    rep = analyse_bytecode(tuple(functions))
+    for tname, kind in classes:
+        if kind == _FB_CLASS_WITH_SETSTATE:
+            rep.setstate.append(f"{tname}.__setstate__")
+        elif kind == _FB_CUSTOM_CLASS:
+            hit = risk_of(tuple(tname.split(".")))
+            if hit is not None:
+                rep.risky.append((hit[0], hit[1], hit[2]))
+    found = {r[0] for r in rep.risky}
+    for op, (cat, reason) in RISKY_OPS.items():
+        if op not in found and op.encode() in data:
+            rep.risky.append((op, cat, reason + " (its name is in the buffer, outside the operator tables read)"))
+    if not rep.setstate and b"__setstate__" in data and not any(k == _FB_CLASS_WITH_SETSTATE for _n, k in classes):
+        rep.setstate.append("(a __setstate__ name in the buffer)")
+    return sources, rep
+
+
+def report_flatbuffer(scanner: Any, data: bytes, member: str | None) -> None:
+    """The :class:`~torchless.scan.carriers.Scanner` hook for ``PTMF`` buffers."""
+    loc = member or os.path.basename(scanner.path)
+    try:
+        sources, rep = analyse_flatbuffer(data, name=loc)
+    except (FormatError, LimitError) as e:
+        scanner.add("unanalysable", "high", f"flatbuffer TorchScript module not analysed: {e.message}; torch.jit.load and the lite interpreter read this format", member, e.offset, loader=_JIT)
+        return
+    report_archive(scanner, [(f"{loc} > jit_sources/{n}", t) for n, t in sources], [], [(f"{loc} > operator tables", rep)])

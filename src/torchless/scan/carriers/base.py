@@ -189,6 +189,11 @@ class ScannerBase:
         comp = compressor_of(head)
         if comp is not None and self.scan_compressed(src, comp[0], member, depth, who=comp[1]):
             kinds.append(f"{comp[0]}-compressed")
+        if head[4:8] == b"PTMF":  # flatbuffer TorchScript module: torch.jit.load reads it by content
+            from ..torchscript import report_flatbuffer
+
+            kinds.append("torchscript-flatbuffer")
+            report_flatbuffer(self, bytes(src.view(0, src.size)), member)
         if context == "file" and opens_as_tar(src):
             kinds.append("tar")
             self.scan_tar(src, member, base, depth)
