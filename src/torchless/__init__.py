@@ -27,6 +27,7 @@ from .core.errors import (
     UnsafeGlobalError,
     UnsupportedError,
     UsageError,
+    WriteError,
 )
 from .core.tensor import NestedTensor, SparseTensor, Storage, Tensor, tensor
 from .formats.base import Artifact
@@ -56,6 +57,7 @@ __all__ = [
     "UnsafeGlobalError",
     "UnsupportedError",
     "UsageError",
+    "WriteError",
     "convert",
     "detect",
     "from_torch",

@@ -10,7 +10,7 @@ from .formats.base import Artifact, check_options
 from .formats.registry import detect as _detect
 from .formats.registry import handler, handler_for_path
 
-__all__ = ["convert", "detect", "load", "open", "save", "write_tensors"]
+__all__ = ["convert", "detect", "load", "open", "save", "writable_formats", "write_tensors"]
 
 _open = open
 
@@ -106,42 +106,130 @@ def save(obj: Any, path: Any, *, format: str | None = None, **kw: Any) -> None:
     write_tensors(obj.items(), path, format=h.name, **kw)
 
 
-def write_tensors(items: Iterable[tuple[str, Any]], path: Any, *, format: str | None = None, progress: Callable[[int], None] | None = None, **kw: Any) -> None:
+def write_tensors(items: Iterable[tuple[str, Any]], path: Any, *, format: str | None = None, progress: Callable[[int], None] | None = None, **kw: Any) -> list[str]:
     """Write ``(name, tensor)`` pairs in the format of ``path``'s extension (or ``format``).
 
+    Returns the files written (several for sharded safetensors: the shards, then the
+    index).
+
     Raises:
-        UsageError: a format torchless cannot write tensors to, or an option its writer
-            does not take.
+        UsageError: no writable format for ``path``, or an option the format does not
+            take (``max_shard_size`` for ``.pt``).
     """
+    h = _writer(path, format)
+    check_options(h, "write", kw, path=path)
+    res = h.write_tensors(items, path, progress=progress, **kw)  # type: ignore[attr-defined]
+    return list(res) if isinstance(res, (list, tuple)) else [os.fspath(path) if isinstance(path, (str, os.PathLike)) else "<file>"]
+
+
+def writable_formats() -> list[str]:
+    """Names of the formats :func:`write_tensors` and :func:`convert` can write."""
+    from .formats.registry import handlers
+
+    return [h.name for h in handlers() if hasattr(h, "write_tensors")]
+
+
+def _writer(path: Any, format: str | None) -> Any:
     h = handler(format) if format else handler_for_path(path)
     if h is None or not hasattr(h, "write_tensors"):
-        raise UsageError("cannot write tensors to this file type", path=path, expected="a .pt, .safetensors, .npz ... destination")
-    check_options(h, "write", kw, path=path)
-    h.write_tensors(items, path, progress=progress, **kw)  # type: ignore[attr-defined]
+        exts = ", ".join(e for name in writable_formats() for e in handler(name).extensions)
+        raise UsageError(
+            "cannot write tensors to this file type" if h is None else f"torchless cannot write {h.name} files",
+            path=path,
+            expected=f"a destination of a writable format ({', '.join(writable_formats())}: {exts})",
+        )
+    return h
 
 
-def convert(src: Any, dst: Any, *, src_format: str | None = None, dst_format: str | None = None, progress: Callable[[int], None] | None = None, **kw: Any) -> dict[str, Any]:
-    """Copy every tensor of ``src`` into a new file ``dst`` (format from its extension).
+def _non_tensor_leaves(obj: Any, max_items: int = 10_000) -> list[dict[str, str]]:
+    """Dotted keys and types of the values a flat tensor file cannot hold."""
+    from .core.tree import iter_leaves
 
-    Dtypes are preserved (bfloat16 and float8 included); tensors are streamed one at a
-    time from the source's memory map.
+    out = []
+    for key, v in iter_leaves(obj):
+        out.append({"key": key, "type": type(v).__name__ if not hasattr(v, "class_name") else v.class_name})
+        if len(out) >= max_items:
+            break
+    return out
+
+
+def convert(
+    src: Any,
+    dst: Any,
+    *,
+    src_format: str | None = None,
+    dst_format: str | None = None,
+    progress: Callable[[int], None] | None = None,
+    strict: bool = False,
+    **kw: Any,
+) -> dict[str, Any]:
+    """Copy ``src`` into a new file ``dst`` (format from its extension, or ``dst_format``).
+
+    A checkpoint converted to its own format keeps its whole object (``.pt`` to ``.pt``
+    keeps ``epoch``, ``config``, optimizer ``param_groups``...; ``.safetensors`` keeps its
+    ``__metadata__``). Converting to a flat tensor format (``.safetensors``, ``.npz``)
+    keeps the tensors by their dotted names and drops everything else; what was dropped
+    is returned. Dtypes are preserved (bfloat16 and float8 included); tensors are
+    streamed one at a time from the source's memory map.
+
+    Args:
+        strict: refuse (before writing anything) when the conversion would drop a value.
+        **kw: options of the destination format (``max_shard_size`` for safetensors);
+            an option the destination does not take is an error.
 
     Returns:
-        ``{"tensors": n, "bytes": total}``.
+        ``{"tensors": n, "bytes": total, "files": [written paths], "object_kept": bool,
+        "dropped": [{"key", "type"}]}``.
 
     Raises:
-        UsageError: an option the destination's writer does not take.
+        UsageError: an option that does not apply, or ``strict`` and something would be
+            dropped.
     """
-    h = handler(dst_format) if dst_format else handler_for_path(dst)
-    if h is not None:
-        check_options(h, "write", kw, path=dst)  # before any work
+    h = _writer(dst, dst_format)
+    check_options(h, "write", {k: v for k, v in kw.items() if v is not None}, path=dst)  # before any work
     # weights_only=False: unknown classes become placeholders whose tensors still convert;
     # nothing is imported or run either way
     with open(src, format=src_format, weights_only=False) as art:
         export = getattr(art, "convert_to", None)  # formats with their own streaming export (dcp)
         if export is not None:
-            return export(dst, format=dst_format, progress=progress, **kw)
+            res = export(dst, format=h.name, progress=progress, strict=strict, **kw)
+            res.setdefault("dropped", [{"key": k, "type": "non-tensor value"} for k in res.pop("skipped", [])])
+            res.setdefault("object_kept", h.name == "pt")
+            res.setdefault("files", [os.fspath(dst)])
+            return res
         items = list(art.tensors())
         total = {"tensors": len(items), "bytes": sum(t.nbytes for _, t in items)}
-        write_tensors(items, dst, format=dst_format, progress=progress, **kw)
-    return total
+        obj_kept = False
+        dropped: list[dict[str, str]] = []
+        if art.format == "pt" and h.name == "pt":
+            cp = art.checkpoint  # type: ignore[attr-defined]
+            refused = sorted({g for g, ok in cp.globals_seen if not ok})
+            if not refused:
+                from .formats.pt.write import save_checkpoint
+
+                save_checkpoint(cp.obj, dst, progress=progress)
+                return {**total, "files": [os.fspath(dst)], "object_kept": True, "dropped": []}
+            dropped = [{"key": "", "type": f"object with classes outside the allowlist ({', '.join(refused[:4])})"}] + _non_tensor_leaves(cp.obj)
+        elif art.format == "pt":
+            dropped = _non_tensor_leaves(art.checkpoint.obj)  # type: ignore[attr-defined]
+        elif art.format == "safetensors":
+            meta = getattr(art, "metadata", None) or {}
+            if h.name == "safetensors":
+                obj_kept = True
+                if meta and "metadata" not in kw:
+                    kw["metadata"] = meta
+            elif meta:
+                dropped = [{"key": "__metadata__", "type": "dict"}]
+        elif art.format == "npz":
+            obj_kept = h.name == "npz"
+        else:  # code, graphs, module structure: only the tensors travel
+            dropped = [{"key": "", "type": f"{art.format} structure (code, graph, module tree); only its tensors are converted"}]
+        if strict and dropped:
+            shown = ", ".join(d["key"] or d["type"] for d in dropped[:8]) + (" ..." if len(dropped) > 8 else "")
+            raise UsageError(
+                f"converting to {h.name} would drop {len(dropped)} value(s) that are not tensors: {shown}",
+                path=src,
+                hint="write .pt to keep the whole object, or leave out --strict to convert the tensors only",
+            )
+        files = write_tensors(items, dst, format=h.name, progress=progress, **kw)
+    return {**total, "files": files, "object_kept": obj_kept, "dropped": dropped}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["format_bytes", "format_json", "format_tree", "format_table", "format_info"]
+__all__ = ["format_bytes", "format_json", "format_tree", "format_table", "format_info", "emit_json", "json_safe"]
 
 
 def format_bytes(n: int) -> str:
@@ -16,8 +16,26 @@ def format_bytes(n: int) -> str:
     return f"{n} B"
 
 
+def json_safe(obj: Any) -> Any:
+    """``obj`` with what JSON cannot hold made explicit: non-finite floats as the strings
+    ``"nan"``, ``"inf"``, ``"-inf"``; tuples as arrays; keys as strings."""
+    if isinstance(obj, float):
+        return obj if obj == obj and obj not in (float("inf"), float("-inf")) else repr(obj)
+    if isinstance(obj, dict):
+        return {str(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
 def format_json(obj: Any) -> str:
-    return json.dumps(obj, indent=2, default=str, ensure_ascii=False)
+    """Strict JSON (no NaN/Infinity tokens), indented, UTF-8 kept."""
+    return json.dumps(json_safe(obj), indent=2, default=str, ensure_ascii=False, allow_nan=False)
+
+
+def emit_json(command: str, obj: Any) -> None:
+    """Print the ``--json`` result of ``command`` (its schema: ``cli/schemas/<command>.json``)."""
+    print(format_json(obj))
 
 
 def format_tree(tree: Any, indent: str = "") -> str:

@@ -1,17 +1,281 @@
-"""Atomic writes: a temporary file beside the target, renamed over it on success.
+"""Atomic writes: every output is built beside its destination and published only whole.
 
-A failure at any point (an exception, a full disk, a killed process) leaves the target
-path as it was: either absent or the previous complete file.
+* :class:`AtomicFile` - one file: a temporary file in the destination's folder, renamed
+  over the destination on :meth:`~AtomicFile.commit`.
+* :class:`AtomicDir` - one folder (a DCP checkpoint, an extracted package): a temporary
+  folder beside the destination, renamed into place on :meth:`~AtomicDir.commit`.
+* :func:`publish` - several finished files (shards, then their index) renamed in order
+  with signals held back, so an index never names a shard that is not there.
+
+A failure at any point leaves the destination as it was (absent, or the previous
+complete output):
+
+* an exception (including ``KeyboardInterrupt``) removes the temporary output;
+* SIGINT, SIGTERM and SIGHUP remove every temporary output of this process before the
+  signal takes its usual course (handlers are installed only while something is being
+  written and the previous ones are restored afterwards);
+* a run killed outright (SIGKILL, power loss) leaves a temporary named
+  ``.torchless-<pid>@<host>-....tmp``; the next write into that folder removes it when that
+  process no longer exists, and logs what it removed;
+* ``OSError`` while writing (a full disk, a file-size limit, a read-only or missing
+  folder) becomes one :class:`~torchless.core.errors.WriteError` naming the destination,
+  never the temporary name.
+
+Fault injection for tests: the environment variable ``TORCHLESS_FAULT_AFTER_BYTES=N`` or
+``N:ACTION`` (ACTION one of ``SIGINT``, ``SIGTERM``, ``SIGHUP``, ``SIGKILL``, ``ENOSPC``,
+``EIO``; default ``SIGKILL``) makes the process act after it has written ``N`` bytes
+through this module, counted over all outputs of the process.
 """
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
-from typing import Any, BinaryIO
+import shutil
+import signal
+import socket
+import threading
+from contextlib import contextmanager
+from typing import Any, BinaryIO, Iterator, Sequence
 
+from .errors import WriteError
 from .source import PathLike
 
-__all__ = ["AtomicFile", "atomic_write_bytes"]
+__all__ = ["AtomicFile", "AtomicDir", "atomic_write_bytes", "publish", "clean_stale", "holding_signals", "TEMP_PREFIX", "FAULT_ENV"]
+
+TEMP_PREFIX = ".torchless-"
+TEMP_SUFFIX = ".tmp"
+FAULT_ENV = "TORCHLESS_FAULT_AFTER_BYTES"
+_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
+
+log = logging.getLogger("torchless")
+
+
+# -- temporary names and stale ones -------------------------------------------------------------
+def _host() -> str:
+    h = "".join(c for c in socket.gethostname() if c.isalnum() or c in "-_")[:24]
+    return h or "host"
+
+
+def _temp_path(directory: str, kind: str) -> str:
+    """A fresh name ``.torchless-<pid>@<host>-<kind>-<random>.tmp`` in ``directory``."""
+    return os.path.join(directory, f"{TEMP_PREFIX}{os.getpid()}@{_host()}-{kind}-{os.urandom(6).hex()}{TEMP_SUFFIX}")
+
+
+def _owner(name: str) -> tuple[int, str] | None:
+    """``(pid, host)`` encoded in a temporary name, or None for another naming."""
+    if not (name.startswith(TEMP_PREFIX) and name.endswith(TEMP_SUFFIX)):
+        return None
+    pid, at, rest = name[len(TEMP_PREFIX) :].partition("@")
+    if not at or not pid.isdigit():
+        return None
+    return int(pid), rest.partition("-")[0]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def clean_stale(directory: PathLike) -> list[str]:
+    """Remove temporaries in ``directory`` left by killed torchless runs on this host.
+
+    Only names of this module's pattern whose process no longer exists are removed (a
+    live writer's temporaries are left alone). Returns the removed paths; each is logged
+    as a warning on the ``torchless`` logger.
+    """
+    d = os.fspath(directory) or "."
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return []
+    host = _host()
+    removed = []
+    for n in names:
+        who = _owner(n)
+        if who is None or who[1] != host or who[0] == os.getpid() or _alive(who[0]):
+            continue
+        p = os.path.join(d, n)
+        try:
+            if os.path.isdir(p) and not os.path.islink(p):
+                shutil.rmtree(p)
+            else:
+                os.unlink(p)
+        except OSError:
+            continue
+        removed.append(p)
+        log.warning("torchless: removed %s, left by an interrupted run (process %d)", p, who[0])
+    return removed
+
+
+# -- signals: clean up, then let the signal do what it would have done --------------------------
+_lock = threading.RLock()
+_active: dict[int, tuple[int, str, bool]] = {}  # id -> (owner pid, temp path, is_dir)
+_previous: dict[int, Any] = {}
+_held = 0
+_pending: list[int] = []
+
+
+def _remove(path: str, is_dir: bool) -> None:
+    try:
+        if is_dir:
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.unlink(path)
+    except OSError:
+        pass
+
+
+def _cleanup_own() -> None:
+    me = os.getpid()
+    for key, (pid, path, is_dir) in list(_active.items()):
+        if pid == me:  # a forked worker never removes what its parent is writing
+            _remove(path, is_dir)
+            _active.pop(key, None)
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    if _held:
+        _pending.append(signum)
+        return
+    _cleanup_own()
+    prev = _previous.get(signum, signal.SIG_DFL)
+    _restore_handlers()
+    if callable(prev):
+        prev(signum, frame)
+    elif prev == signal.SIG_IGN:
+        return
+    elif signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    else:  # default action (terminate): re-deliver with the default disposition
+        os.kill(os.getpid(), signum)
+
+
+def _install_handlers() -> None:
+    if _previous or threading.current_thread() is not threading.main_thread():
+        return
+    for s in _SIGNALS:
+        try:
+            _previous[s] = signal.signal(s, _on_signal)
+        except (ValueError, OSError):  # not the main interpreter
+            pass
+
+
+def _restore_handlers() -> None:
+    for s, prev in list(_previous.items()):
+        try:
+            if signal.getsignal(s) is _on_signal:
+                signal.signal(s, prev if prev is not None else signal.SIG_DFL)
+        except (ValueError, OSError):
+            pass
+    _previous.clear()
+
+
+def _track(obj: Any, path: str, is_dir: bool) -> None:
+    with _lock:
+        _active[id(obj)] = (os.getpid(), path, is_dir)
+        _install_handlers()
+
+
+def _untrack(obj: Any) -> None:
+    with _lock:
+        _active.pop(id(obj), None)
+        if not any(pid == os.getpid() for pid, _p, _d in _active.values()):
+            _restore_handlers()
+
+
+@contextmanager
+def holding_signals() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM/SIGHUP back while a group of renames publishes an output."""
+    global _held
+    with _lock:
+        _held += 1
+        _install_handlers()
+    try:
+        yield
+    finally:
+        with _lock:
+            _held -= 1
+            pending = list(_pending) if not _held else []
+            if not _held:
+                _pending.clear()
+                if not _active:
+                    _restore_handlers()
+        for s in pending[:1]:
+            os.kill(os.getpid(), s)
+
+
+# -- fault injection (tests) ----------------------------------------------------------------------
+_fault_written = 0
+
+
+def _fault_plan() -> tuple[int, str] | None:
+    spec = os.environ.get(FAULT_ENV)
+    if not spec:
+        return None
+    n, _, action = spec.partition(":")
+    return int(n), (action or "SIGKILL").upper()
+
+
+def _fault_tick(n: int, dest: str) -> None:
+    global _fault_written
+    plan = _fault_plan()
+    if plan is None:
+        return
+    before = _fault_written
+    _fault_written += n
+    if before <= plan[0] < _fault_written or (plan[0] == 0 and before == 0):
+        action = plan[1]
+        if action in ("ENOSPC", "EIO"):
+            code = getattr(errno, action)
+            raise OSError(code, os.strerror(code))
+        os.kill(os.getpid(), getattr(signal, action))
+
+
+# -- errors ---------------------------------------------------------------------------------------
+def _write_error(e: OSError, dest: str) -> WriteError:
+    reason = e.strerror or str(e)
+    if e.errno == errno.EFBIG:
+        reason = "file too large (a file-size limit or the file system's maximum)"
+    hint = None
+    if e.errno in (errno.ENOSPC, errno.EDQUOT if hasattr(errno, "EDQUOT") else errno.ENOSPC, errno.EFBIG):
+        hint = "free some space or write elsewhere; nothing was written"
+    elif e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        hint = "the destination folder is not writable; nothing was written"
+    return WriteError(f"cannot write: {reason}", path=dest, hint=hint)
+
+
+class _Guarded:
+    """The temporary file as writers see it: OSError becomes :class:`WriteError` naming
+    the destination, and bytes are counted for the fault-injection hook."""
+
+    def __init__(self, f: BinaryIO, dest: str) -> None:
+        self._f = f
+        self._dest = dest
+
+    def write(self, b: Any) -> int:
+        n = b.nbytes if isinstance(b, memoryview) else len(b)
+        try:
+            _fault_tick(n, self._dest)
+            r = self._f.write(b)
+        except OSError as e:
+            raise _write_error(e, self._dest) from None
+        return n if r is None else r
+
+    def flush(self) -> None:
+        try:
+            self._f.flush()
+        except OSError as e:
+            raise _write_error(e, self._dest) from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._f, name)
 
 
 class AtomicFile:
@@ -26,38 +290,65 @@ class AtomicFile:
         ...     f.file.write(b"...")
     """
 
-    def __init__(self, path: PathLike, *, durable: bool = False) -> None:
+    def __init__(self, path: PathLike, *, durable: bool = False, directory: str | None = None) -> None:
         self.path = os.fspath(path)
         self.durable = durable
-        import tempfile  # only writers pay for it (it pulls in random and hashlib)
-
-        directory = os.path.dirname(os.path.abspath(self.path))
-        fd, self.tmp = tempfile.mkstemp(prefix=".torchless-", suffix=".tmp", dir=directory)
-        self.file: BinaryIO = os.fdopen(fd, "wb", buffering=1 << 20)
+        folder = directory or os.path.dirname(os.path.abspath(self.path))
+        if os.path.isdir(self.path):
+            raise WriteError("cannot write: the destination is a folder", path=self.path)
+        clean_stale(folder)
+        self.tmp = _temp_path(folder, "file")
+        try:
+            fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
+        except OSError as e:
+            raise _write_error(e, self.path) from None
+        _track(self, self.tmp, False)
+        self._raw: BinaryIO = os.fdopen(fd, "wb", buffering=1 << 20)
+        self.file: BinaryIO = _Guarded(self._raw, self.path)  # type: ignore[assignment]
         self._done = False
+        self._finished = False
+
+    def finish(self) -> None:
+        """Flush and close the temporary file without publishing it (see :func:`publish`)."""
+        if self._finished:
+            return
+        try:
+            self._raw.flush()
+            if self.durable:  # survive power loss too, at the cost of waiting for the disk
+                os.fsync(self._raw.fileno())
+            self._raw.close()
+            os.chmod(self.tmp, 0o666 & ~_umask())
+        except OSError as e:
+            self.abort()
+            raise _write_error(e, self.path) from None
+        self._finished = True
 
     def commit(self) -> None:
+        """Finish the file and rename it over the destination."""
         if self._done:
             return
-        self.file.flush()
-        if self.durable:  # survive power loss too, at the cost of waiting for the disk
-            os.fsync(self.file.fileno())
-        self.file.close()
-        os.chmod(self.tmp, 0o666 & ~_umask())
-        os.replace(self.tmp, self.path)
-        self._done = True
+        self.finish()
+        with holding_signals():
+            try:
+                os.replace(self.tmp, self.path)
+            except OSError as e:
+                self.abort()
+                raise _write_error(e, self.path) from None
+            self._done = True
+            _untrack(self)
 
     def abort(self) -> None:
+        """Remove the temporary file; the destination is untouched."""
         if self._done:
             return
         self._done = True
         try:
-            self.file.close()
+            self._raw.close()
+        except OSError:  # the buffered tail cannot be flushed (full disk): nothing to keep
+            pass
         finally:
-            try:
-                os.unlink(self.tmp)
-            except FileNotFoundError:
-                pass
+            _remove(self.tmp, False)
+            _untrack(self)
 
     def __enter__(self) -> "AtomicFile":
         return self
@@ -67,6 +358,102 @@ class AtomicFile:
             self.commit()
         else:
             self.abort()
+
+
+class AtomicDir:
+    """A folder that appears at ``path`` only when :meth:`commit` is called.
+
+    Files are written into :attr:`tmp` (a hidden folder beside ``path``). On commit the
+    folder is renamed to ``path``; when ``path`` already exists as an empty folder it is
+    replaced; when it exists with other files and ``merge`` is set, the new files are
+    moved into it (``last`` names moved last, e.g. a checkpoint's metadata), with
+    signals held back.
+
+    Raises:
+        WriteError: the destination exists and is not an empty folder (without
+            ``merge``), or a file of the output is already there.
+    """
+
+    def __init__(self, path: PathLike, *, merge: bool = False) -> None:
+        self.path = os.fspath(path)
+        self.merge = merge
+        parent = os.path.dirname(os.path.abspath(self.path))
+        if os.path.exists(self.path) and not os.path.isdir(self.path):
+            raise WriteError("cannot write: the destination exists and is not a folder", path=self.path)
+        if not os.path.isdir(parent):
+            raise WriteError("cannot write: its parent folder does not exist", path=self.path)
+        clean_stale(parent)
+        if os.path.isdir(self.path):
+            clean_stale(self.path)
+        self.tmp = _temp_path(parent, "dir")
+        try:
+            os.mkdir(self.tmp, 0o777)
+        except OSError as e:
+            raise _write_error(e, self.path) from None
+        _track(self, self.tmp, True)
+        self._done = False
+
+    def commit(self, last: Sequence[str] = ()) -> None:
+        """Publish the folder (see the class doc)."""
+        if self._done:
+            return
+        with holding_signals():
+            try:
+                if os.path.isdir(self.path) and os.listdir(self.path):
+                    if not self.merge:
+                        raise WriteError("cannot write: the destination folder is not empty", path=self.path)
+                    names = sorted(os.listdir(self.tmp), key=lambda n: (n in last, n))
+                    clash = [n for n in names if os.path.lexists(os.path.join(self.path, n))]
+                    if clash:
+                        raise WriteError("cannot write: the destination already holds files of this name", path=self.path, found=", ".join(clash[:4]))
+                    for n in names:
+                        os.replace(os.path.join(self.tmp, n), os.path.join(self.path, n))
+                    os.rmdir(self.tmp)
+                else:
+                    if os.path.isdir(self.path):
+                        os.rmdir(self.path)
+                    os.rename(self.tmp, self.path)
+            except OSError as e:
+                self.abort()
+                raise _write_error(e, self.path) from None
+            except WriteError:
+                self.abort()
+                raise
+            self._done = True
+            _untrack(self)
+
+    def abort(self) -> None:
+        """Remove the temporary folder; the destination is untouched."""
+        if self._done:
+            return
+        self._done = True
+        _remove(self.tmp, True)
+        _untrack(self)
+
+    def __enter__(self) -> "AtomicDir":
+        return self
+
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
+
+
+def publish(files: Sequence[AtomicFile]) -> None:
+    """Commit finished files in order (shards first, their index last) with signals held
+    back, so an interruption never leaves an index naming a missing shard. On failure
+    the files not yet published are removed."""
+    with holding_signals():
+        try:
+            for f in files:
+                f.finish()
+            for f in files:
+                f.commit()
+        except BaseException:
+            for f in files:
+                f.abort()
+            raise
 
 
 def _umask() -> int:

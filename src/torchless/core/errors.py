@@ -14,6 +14,8 @@ keeps working for code that does not know torchless::
     ├── UnsupportedError(NotImplementedError)  valid input torchless cannot handle yet
     ├── NotFoundError(FileNotFoundError, KeyError)  a path, member or key is missing
     ├── UsageError(ValueError)             the caller asked for something inconsistent
+    ├── WriteError(OSError)                an output could not be written (full disk,
+    │                                      read-only folder); nothing was published
     └── InternalError(RuntimeError)        a bug in torchless, not in the input
 
 Only what the input (or the caller) can cause is reported as one of the first six; an
@@ -47,6 +49,7 @@ __all__ = [
     "UnsafeGlobalError",
     "UnsupportedError",
     "UsageError",
+    "WriteError",
     "short_repr",
 ]
 
@@ -179,6 +182,17 @@ class NotFoundError(TorchlessError, FileNotFoundError, KeyError):
 
 class UsageError(TorchlessError, ValueError):
     """The caller's request is inconsistent (bad option, wrong shape for a replacement)."""
+
+
+class WriteError(TorchlessError, OSError):
+    """An output could not be written (full disk, size limit, read-only or missing folder).
+
+    ``path`` is the destination the caller named, never a temporary name; nothing was
+    published there.
+    """
+
+    def __str__(self) -> str:  # OSError would otherwise format its args
+        return TorchlessError.__str__(self)
 
 
 class InternalError(TorchlessError, RuntimeError):

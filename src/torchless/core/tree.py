@@ -12,7 +12,7 @@ from typing import Any, Iterator
 from .errors import LimitError
 from .tensor import NestedTensor, SparseTensor, Tensor
 
-__all__ = ["describe", "iter_tensors", "is_tensor", "TENSOR_TYPES"]
+__all__ = ["describe", "iter_leaves", "iter_tensors", "is_tensor", "json_tree", "TENSOR_TYPES"]
 
 TENSOR_TYPES = (Tensor, SparseTensor, NestedTensor)
 
@@ -174,3 +174,87 @@ def describe(obj: Any, *, max_items: int = 20, max_depth: int = 8, max_nodes: in
         return r if len(r) <= 80 else r[:77] + "..."
 
     return go(obj, 0)
+
+
+def iter_leaves(obj: Any, *, max_nodes: int = 50_000_000) -> Iterator[tuple[str, Any]]:
+    """Yield ``(dotted name, value)`` for every value reachable from ``obj`` that is not a
+    tensor and not a container walked into (numbers, strings, None, empty containers,
+    objects without children): what a flat tensor file cannot hold. Names are built as
+    in :func:`iter_tensors`; shared containers are walked once.
+    """
+    if is_tensor(obj):
+        return
+    seen: set[int] = {id(obj)}
+    stack: list[tuple[Any, Iterator[tuple[str, Any]]]] = [(None, _children(obj))]
+    count = 1
+    while stack:
+        path, it = stack[-1]
+        for k, v in it:
+            count += 1
+            if count > max_nodes:
+                raise LimitError("object tree too large to walk", expected=f"<= {max_nodes} nodes")
+            if is_tensor(v):
+                continue
+            if id(v) in seen and not isinstance(v, (str, bytes, int, float, bool, type(None))):
+                continue
+            kids = None if isinstance(v, (str, bytes, int, float, bool, type(None))) else list(_children(v))
+            if not kids:
+                yield _path_name("", (path, k)), v
+                continue
+            seen.add(id(v))
+            stack.append(((path, k), iter(kids)))
+            break
+        else:
+            stack.pop()
+
+
+def json_tree(obj: Any, *, max_nodes: int = 1_000_000) -> Any:
+    """The whole object tree as JSON values, nothing cut (``info --json``).
+
+    Mappings become objects (keys as ``str(key)``), sequences and sets arrays, numbers,
+    strings, booleans and None themselves. Everything else is an object with one
+    ``__kind__`` key: ``{"__kind__": "tensor", "dtype", "shape", "parameter"}``,
+    ``{"__kind__": "object", "class", "fields"}`` (placeholders and namespaces),
+    ``{"__kind__": "global", "name"}``, ``{"__kind__": "bytes", "size"}``,
+    ``{"__kind__": "float", "value": "nan"|"inf"|"-inf"}``, ``{"__kind__": "shared", "path"}``
+    (a container already shown at ``path``), ``{"__kind__": "repr", "text"}``.
+
+    Raises:
+        LimitError: more than ``max_nodes`` nodes (never a silently cut tree).
+    """
+    import math
+
+    from ..pickle.globals import GlobalRef, PickledObject
+    from .values import Namespace
+
+    count = [0]
+    seen: dict[int, str] = {}
+
+    def go(x: Any, path: str) -> Any:
+        count[0] += 1
+        if count[0] > max_nodes:
+            raise LimitError("object tree too large for JSON", expected=f"<= {max_nodes} nodes")
+        if x is None or isinstance(x, (bool, int, str)):
+            return x
+        if isinstance(x, float):
+            return x if math.isfinite(x) else {"__kind__": "float", "value": repr(x)}
+        if is_tensor(x):
+            return {"__kind__": "tensor", "dtype": x.dtype.name, "shape": list(x.shape), "parameter": bool(getattr(x, "is_parameter", False))}
+        if isinstance(x, (bytes, bytearray)):
+            return {"__kind__": "bytes", "size": len(x)}
+        if isinstance(x, GlobalRef):
+            return {"__kind__": "global", "name": x.qualname}
+        if isinstance(x, (dict, list, tuple, set, frozenset, PickledObject, Namespace)):
+            if id(x) in seen:
+                return {"__kind__": "shared", "path": seen[id(x)]}
+            seen[id(x)] = path
+        if isinstance(x, dict):
+            return {str(k): go(v, f"{path}.{k}" if path else str(k)) for k, v in x.items()}
+        if isinstance(x, (list, tuple, set, frozenset)):
+            return [go(v, f"{path}.{i}" if path else str(i)) for i, v in enumerate(x)]
+        if isinstance(x, (PickledObject, Namespace)):
+            cls = x.class_name if isinstance(x, PickledObject) else "namespace"
+            return {"__kind__": "object", "class": cls, "fields": {k: go(v, f"{path}.{k}" if path else k) for k, v in _children(x)}}
+        return {"__kind__": "repr", "text": repr(x)}
+
+    return go(obj, "")

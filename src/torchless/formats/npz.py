@@ -31,11 +31,11 @@ from ..container.zip import is_zip
 from ..core import jsonsafe
 from ..core.atomic import AtomicFile
 from ..core.dtypes import by_name, from_numpy
-from ..core.errors import FormatError, TorchlessError, UnsupportedError
+from ..core.errors import ChecksumError, FormatError, TorchlessError, UnsupportedError
 from ..core.npyheader import parse_npy_header
 from ..core.source import ByteSource, BytesSource, open_source
 from ..core.tensor import Storage, Tensor, as_tensor
-from .base import Artifact, Probe
+from .base import Artifact, Probe, Problem
 from .registry import register
 
 __all__ = ["NpzArtifact", "write_npz", "parse_npy"]
@@ -169,6 +169,22 @@ class NpzArtifact(Artifact):
 
     def tensors(self) -> Iterator[tuple[str, Any]]:
         return iter(self._tensors.items())
+
+    def verify(self) -> list[Problem]:
+        """Every member's CRC-32, as ``np.load`` checks them (arrays and other members
+        alike), then tensor bounds."""
+        problems: list[Problem] = []
+        zr = getattr(self, "zip", None)
+        if zr is not None:
+            for n in zr.names():
+                e = zr.getinfo(n)
+                try:
+                    zr.read(e)
+                except ChecksumError as err:
+                    problems.append(Problem("crc", err.message + (f" (expected {err.expected}, found {err.found})" if err.expected else ""), n))
+                except FormatError as err:
+                    problems.append(Problem("data", err.message, n))
+        return problems + [p for p in super().verify() if not any(q.member and p.member and q.member.removesuffix(".npy") == p.member for q in problems)]
 
     def close(self) -> None:
         self.source.close()

@@ -85,6 +85,8 @@ def detect(path: Any, format: str | None = None) -> FormatHandler:
     if format:
         return handler(format)
     probe = Probe.of(path)
+    if not probe.is_dir and not probe.head:
+        raise FormatError("the file is empty (0 bytes)", path=path, hint="an interrupted download or copy?")
     for h in handlers():
         if h.sniff(probe):
             return h

@@ -172,6 +172,7 @@ def write_safetensors(
     *,
     metadata: dict[str, str] | None = None,
     progress: Callable[[int], None] | None = None,
+    _defer: list[Any] | None = None,
 ) -> None:
     """Write named tensors as ``.safetensors`` (atomically, one tensor in memory at most).
 
@@ -203,16 +204,30 @@ def write_safetensors(
         off += t.nbytes
     raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
     raw += b" " * ((-len(raw)) % 8)
+    if _defer is not None:  # a shard: written now, published with its siblings
+        af = AtomicFile(path)
+        try:
+            _write_body(af.file, raw, entries, progress)
+            af.finish()
+        except BaseException:
+            af.abort()
+            raise
+        _defer.append(af)
+        return
     with AtomicFile(path) as f:
-        f.file.write(struct.pack("<Q", len(raw)))
-        f.file.write(raw)
-        for name, t, _dt in entries:
-            n, chunks = _tensor_chunks(t)
-            for c in chunks:
-                f.file.write(c)
-            if progress is not None:
-                progress(n)
-            del chunks, c  # release an assembled (non-mmap) buffer before the next one
+        _write_body(f.file, raw, entries, progress)
+
+
+def _write_body(f: Any, raw: bytes, entries: list[tuple[str, Tensor, DType]], progress: Callable[[int], None] | None) -> None:
+    f.write(struct.pack("<Q", len(raw)))
+    f.write(raw)
+    for _name, t, _dt in entries:
+        n, chunks = _tensor_chunks(t)
+        for c in chunks:
+            f.write(c)
+        if progress is not None:
+            progress(n)
+        del chunks  # release an assembled (non-mmap) buffer before the next one
 
 
 def parse_size(text: Any) -> int:
@@ -255,7 +270,7 @@ def write_safetensors_sharded(
     """
     import os
 
-    from ..core.atomic import atomic_write_bytes
+    from ..core.atomic import publish
 
     limit = parse_size(max_shard_size)
     groups: list[list[tuple[str, Any]]] = [[]]
@@ -278,13 +293,24 @@ def write_safetensors_sharded(
     n = len(groups)
     names = [f"{stem}-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
     weight_map: dict[str, str] = {}
-    for fname, group in zip(names, groups):
-        write_safetensors(group, os.path.join(folder, fname), metadata=metadata, progress=progress)
-        for name, _t in group:
-            weight_map[name] = fname
-    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-    idx_path = os.path.join(folder, base + ".index.json")
-    atomic_write_bytes(idx_path, json.dumps(index, indent=2).encode("utf-8"))
+    pending: list[AtomicFile] = []
+    try:
+        # every shard is built under a temporary name; they are renamed into place
+        # together, and the index last, so an interrupted run leaves no partial set
+        for fname, group in zip(names, groups):
+            write_safetensors(group, os.path.join(folder, fname), metadata=metadata, progress=progress, _defer=pending)
+            for name, _t in group:
+                weight_map[name] = fname
+        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+        idx_path = os.path.join(folder, base + ".index.json")
+        idx = AtomicFile(idx_path)
+        pending.append(idx)
+        idx.file.write(json.dumps(index, indent=2).encode("utf-8"))
+    except BaseException:
+        for af in pending:
+            af.abort()
+        raise
+    publish(pending)
     return [os.path.join(folder, f) for f in names] + [idx_path]
 
 
@@ -308,8 +334,9 @@ class SafetensorsHandler:
         art.weights_only = weights_only
         return art
 
-    def write_tensors(self, items: Iterable[tuple[str, Any]], path: Any, *, progress: Callable[[int], None] | None = None, metadata: dict[str, str] | None = None, max_shard_size: Any = None) -> None:
+    def write_tensors(self, items: Iterable[tuple[str, Any]], path: Any, *, progress: Callable[[int], None] | None = None, metadata: dict[str, str] | None = None, max_shard_size: Any = None) -> list[str]:
+        """Write tensors (sharded with ``max_shard_size``); returns the files written."""
         if max_shard_size:
-            write_safetensors_sharded(items, path, max_shard_size, metadata=metadata, progress=progress)
-            return
+            return write_safetensors_sharded(items, path, max_shard_size, metadata=metadata, progress=progress)
         write_safetensors(items, path, metadata=metadata, progress=progress)
+        return [str(path)]

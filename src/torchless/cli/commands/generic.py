@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import argparse
-
+import json
+import sys
 from typing import Any
 
-import numpy as np
-
 from ..._api import convert, open as open_artifact
-from ...core.errors import UnsupportedError
-from ...core.tensor import Tensor
 from ..progress import Progress
-from ..render import format_bytes, format_info, format_json, format_table
+from ..render import emit_json, format_bytes, format_info, format_table
 
-__all__ = ["register", "diff_artifacts"]
+__all__ = ["register", "info_json"]
 
 
 def _open(path: str, fmt: str | None) -> Any:
@@ -22,10 +19,50 @@ def _open(path: str, fmt: str | None) -> Any:
     return open_artifact(path, format=fmt, weights_only=False)
 
 
+def info_json(art: Any, info: dict[str, Any]) -> dict[str, Any]:
+    """``info`` as documented JSON: top-level keys without spaces (``model NAME`` entries
+    go under ``models_detail``), record texts trimmed, JSON-in-strings parsed (``in_spec``),
+    and the object tree whole (no ``…`` cuts; see :func:`~torchless.core.tree.json_tree`)."""
+    from ...core.tree import json_tree
+
+    out: dict[str, Any] = {}
+    for k, v in info.items():
+        if k.startswith("model ") and isinstance(v, dict):
+            out.setdefault("models_detail", {})[k[len("model ") :]] = v
+        else:
+            out[k.replace(" ", "_")] = v
+    if isinstance(out.get("records"), dict):
+        out["records"] = {k: v.strip() if isinstance(v, str) else v for k, v in out["records"].items()}
+    obj = getattr(art, "obj", None) if art.format == "pt" else None
+    if "tree" in out and obj is not None:
+        out["tree"] = json_tree(obj)
+    return _parse_specs(out)
+
+
+def _parse_specs(x: Any) -> Any:
+    """Values that are JSON documents inside strings (pytree specs) become JSON."""
+    if isinstance(x, dict):
+        out = {}
+        for k, v in x.items():
+            if isinstance(v, str) and k.endswith("_spec") and v[:1] in "[{":
+                try:
+                    v = json.loads(v)
+                except ValueError:
+                    pass
+            out[k] = _parse_specs(v)
+        return out
+    if isinstance(x, list):
+        return [_parse_specs(v) for v in x]
+    return x
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     with _open(args.path, args.format) as art:
         info = art.info()
-    print(format_json(info) if args.json else format_info(info))
+        if args.json:
+            emit_json("info", info_json(art, info))
+            return 0
+    print(format_info(info))
     return 0
 
 
@@ -40,77 +77,54 @@ def cmd_ls(args: argparse.Namespace) -> int:
             else:
                 rows.append([name, t.dtype.name, "[" + ", ".join(map(str, shape)) + "]", format_bytes(t.nbytes)])
     if args.json:
-        print(format_json(out))
+        emit_json("ls", out)
     else:
         print(format_table(rows))
     return 0
 
 
+def _progress_wanted(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "progress", False))
+
+
 def cmd_convert(args: argparse.Namespace) -> int:
     with _open(args.src, args.format) as art:
         total = sum(t.nbytes for _, t in art.tensors())
-    prog = Progress(total, f"convert {args.dst}")
+    prog = Progress(total, f"convert {args.dst}", force=_progress_wanted(args))
     try:
-        extra = {"max_shard_size": args.max_shard_size} if getattr(args, "max_shard_size", None) else {}
-        res = convert(args.src, args.dst, src_format=args.format, dst_format=args.to, progress=prog, **extra)
+        extra = {"max_shard_size": args.max_shard_size} if args.max_shard_size else {}
+        res = convert(args.src, args.dst, src_format=args.format, dst_format=args.to, progress=prog, strict=args.strict, **extra)
     finally:
         prog.close()
-    print(f"wrote {args.dst}: {res['tensors']} tensors, {format_bytes(res['bytes'])}")
+    res = {"source": args.src, "destination": args.dst, **res}
+    if args.json:
+        emit_json("convert", res)
+        return 0
+    files = res["files"]
+    where = files[-1] if len(files) > 1 else files[0]
+    shards = f" ({len(files) - 1} shards + index)" if len(files) > 1 else ""
+    kept = "; the whole object kept" if res.get("object_kept") and args.to in (None, "pt") and str(args.dst).endswith((".pt", ".pth")) else ""
+    print(f"wrote {where}{shards}: {res['tensors']} tensors, {format_bytes(res['bytes'])}{kept}")
+    dropped = res.get("dropped") or []
+    if dropped:
+        shown = ", ".join(f"{d['key']} ({d['type']})" if d["key"] else d["type"] for d in dropped[:10])
+        more = f" and {len(dropped) - 10} more (--json lists all)" if len(dropped) > 10 else ""
+        print(f"dropped {len(dropped)} values that are not tensors: {shown}{more}", file=sys.stderr)
+        print("  (--strict refuses such conversions; write .pt to keep the whole object)", file=sys.stderr)
     return 0
 
 
-def _values(t: Any) -> np.ndarray:
-    if isinstance(t, Tensor) and t.quantizer is not None:
-        return t.dequantize()
-    arr = t.numpy()
-    return np.asarray(arr)
-
-
-def diff_artifacts(a: Any, b: Any, *, rtol: float = 0.0, atol: float = 0.0) -> dict[str, Any]:
-    """Compare the tensors of two artifacts by name.
-
-    Returns ``{"added": [...], "removed": [...], "changed": [{name, reason, max_abs_diff}],
-    "same": n}``.
-    """
-    ta = dict(a.tensors())
-    tb = dict(b.tensors())
-    added = sorted(set(tb) - set(ta))
-    removed = sorted(set(ta) - set(tb))
-    changed = []
-    same = 0
-    for name in [n for n in ta if n in tb]:
-        x, y = ta[name], tb[name]
-        if x.dtype.name != y.dtype.name or tuple(x.shape) != tuple(y.shape):
-            changed.append({"name": name, "reason": f"{x.dtype.name}{list(x.shape)} -> {y.dtype.name}{list(y.shape)}", "max_abs_diff": None})
-            continue
-        try:
-            xv, yv = _values(x), _values(y)
-        except UnsupportedError:
-            same += 1
-            continue
-        if xv.dtype.kind in "fcV" or xv.dtype.type.__module__ != "numpy":
-            xf = xv.astype(np.complex128 if xv.dtype.kind == "c" else np.float64)
-            yf = yv.astype(np.complex128 if yv.dtype.kind == "c" else np.float64)
-            eq_nan = np.isnan(xf) & np.isnan(yf)
-            d = np.where(eq_nan, 0, np.abs(xf - yf))
-            mad = float(np.nanmax(d)) if d.size else 0.0
-            bad = bool(np.any(d > atol + rtol * np.abs(yf))) if d.size else False
-        else:
-            d = np.abs(xv.astype(np.float64) - yv.astype(np.float64)) if xv.size else np.zeros(0)
-            mad = float(d.max()) if d.size else 0.0
-            bad = mad > atol
-        if bad:
-            changed.append({"name": name, "reason": "values", "max_abs_diff": mad})
-        else:
-            same += 1
-    return {"added": added, "removed": removed, "changed": changed, "same": same}
-
-
 def cmd_diff(args: argparse.Namespace) -> int:
+    from ...diff import diff_artifacts, diff_bytes
+
     with _open(args.a, args.format) as a, _open(args.b, args.format) as b:
-        res = diff_artifacts(a, b, rtol=args.rtol, atol=args.atol)
+        prog = Progress(diff_bytes(a, b), "diff", force=args.progress)
+        try:
+            res = diff_artifacts(a, b, rtol=args.rtol, atol=args.atol, progress=prog)
+        finally:
+            prog.close()
     if args.json:
-        print(format_json(res))
+        emit_json("diff", {"a": args.a, "b": args.b, **res})
     else:
         for n in res["added"]:
             print(f"+ {n}")
@@ -119,22 +133,27 @@ def cmd_diff(args: argparse.Namespace) -> int:
         for c in res["changed"]:
             extra = f" (max abs diff {c['max_abs_diff']:.6g})" if c["max_abs_diff"] is not None else ""
             print(f"~ {c['name']}: {c['reason']}{extra}")
-        print(f"{len(res['added'])} added, {len(res['removed'])} removed, {len(res['changed'])} changed, {res['same']} same")
-    return 1 if (res["added"] or res["removed"] or res["changed"]) else 0
+        for c in res["not_compared"]:
+            print(f"? {c['name']}: not compared: {c['reason']}")
+        print(f"{len(res['added'])} added, {len(res['removed'])} removed, {len(res['changed'])} changed, {len(res['not_compared'])} not compared, {res['same']} same")
+    return 0 if res["identical"] else 1
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     with _open(args.path, args.format) as art:
         problems = art.verify()
     errors = [p for p in problems if p.severity == "error"]
+    warnings = [p for p in problems if p.severity == "warning"]
+    notes = [p for p in problems if p.severity not in ("error", "warning")]
     if args.json:
-        print(format_json({"path": args.path, "ok": not errors, "problems": [p.to_dict() for p in problems]}))
+        emit_json("verify", {"path": args.path, "format": art.format, "ok": not errors, "errors": len(errors), "warnings": len(warnings), "notes": len(notes), "problems": [p.to_dict() for p in problems]})
     else:
         for p in problems:
             where = f" [{p.member}]" if p.member else ""
             at = f" @{p.offset}" if p.offset is not None else ""
             print(f"{p.severity}: {p.code}{where}{at}: {p.message}")
-        print(f"{args.path}: {'OK' if not errors else 'FAILED'} ({len(errors)} errors, {len(problems) - len(errors)} warnings)")
+        tail = f", {len(notes)} notes" if notes else ""
+        print(f"{args.path}: {'OK' if not errors else 'FAILED'} ({len(errors)} errors, {len(warnings)} warnings{tail})")
     return 1 if errors else 0
 
 
@@ -146,28 +165,35 @@ def register(sub: Any) -> None:
 
     p = add("info", cmd_info, "summarize an artifact: format, writer, tensors, parameters, bytes by dtype, object tree")
     p.add_argument("path")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--json", action="store_true", help="machine-readable output (schema: docs/cli.md)")
     p.add_argument("--format", help="skip detection")
     p = add("ls", cmd_ls, "list tensors, one a line: name, dtype, shape, size")
     p.add_argument("path")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="machine-readable output (schema: docs/cli.md)")
     p.add_argument("--format")
-    p = add("convert", cmd_convert, "copy all tensors into a new file (.pt, .safetensors, .npz ...), dtypes preserved")
+    p = add(
+        "convert",
+        cmd_convert,
+        "copy an artifact into a new file (.pt, .safetensors, .npz), dtypes preserved; .pt to .pt keeps the whole object, "
+        "flat formats keep the tensors and name what they drop",
+    )
     p.add_argument("src")
     p.add_argument("dst")
     p.add_argument("--format", help="source format (skip detection)")
-    p.add_argument("--to", help="destination format (default: from its extension)")
-    p.add_argument("--max-shard-size", help="safetensors: split into Hugging Face style shards of at most this size (5GB, 500MiB) plus an index json")
-    p = add("diff", cmd_diff, "compare tensors of two artifacts: added, removed, changed (max abs difference)")
+    p.add_argument("--to", metavar="{pt,safetensors,npz}", help="destination format: one torchless writes (default: from the destination's extension)")
+    p.add_argument("--max-shard-size", help="safetensors only: split into Hugging Face style shards of at most this size (5GB, 500MiB) plus an index json")
+    p.add_argument("--strict", action="store_true", help="refuse when the destination cannot hold a value of the source (nothing is written)")
+    p.add_argument("--progress", action="store_true", help="show progress on stderr even when it is not a terminal")
+    p.add_argument("--json", action="store_true", help="machine-readable result, with every dropped value (schema: docs/cli.md)")
+    p = add("diff", cmd_diff, "compare tensors of two artifacts: added, removed, changed (max abs difference), not compared; exit 1 unless identical")
     p.add_argument("a")
     p.add_argument("b")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="machine-readable output (schema: docs/cli.md)")
     p.add_argument("--format")
     p.add_argument("--rtol", type=float, default=0.0)
     p.add_argument("--atol", type=float, default=0.0)
-    p = add("verify", cmd_verify, "check structure, CRCs and tensor bounds; exit 1 on problems")
+    p.add_argument("--progress", action="store_true", help="show progress on stderr even when it is not a terminal")
+    p = add("verify", cmd_verify, "check structure, every checksum the format has (zip CRC-32s, sizes) and tensor bounds; exit 1 on errors")
     p.add_argument("path")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="machine-readable output (schema: docs/cli.md)")
     p.add_argument("--format")
-
-

@@ -26,6 +26,7 @@ def consolidate(
     progress: Callable[[int], None] | None = None,
     weights_only: bool = True,
     keys: Any = None,
+    strict: bool = False,
     **kw: Any,
 ) -> dict[str, Any]:
     """Write the DCP checkpoint ``src`` (a directory or a :class:`DCPReader`) as ``dst``.
@@ -34,10 +35,12 @@ def consolidate(
         format: destination format (default: from ``dst``'s extension).
         weights_only: how non-tensor values are unpickled (``.pt`` output only).
         keys: only these flattened keys.
+        strict: refuse (before writing) when a non-tensor value would be dropped.
         **kw: passed to the writer (``max_shard_size`` for safetensors).
 
     Returns:
-        ``{"tensors": n, "bytes": total, "skipped": [non-tensor keys not written]}``.
+        ``{"tensors": n, "bytes": total, "skipped": [non-tensor keys not written],
+        "files": [written paths]}``.
     """
     from ... import _api
     from ..registry import handler, handler_for_path
@@ -60,11 +63,16 @@ def consolidate(
                     flat[fqn] = reader.tensor(fqn)
                 elif fqn in values:
                     flat[fqn] = reader.value(fqn, weights_only=weights_only)
+            if kw.get("max_shard_size"):
+                raise UsageError("option 'max_shard_size' does not apply to pt output", expected="no options for pt output")
             save_checkpoint(unflatten(flat, reader.metadata.planner_data), os.fspath(dst), progress=progress)
-            return {"tensors": len(names), "bytes": total, "skipped": []}
+            return {"tensors": len(names), "bytes": total, "skipped": [], "files": [os.fspath(dst)]}
+        if strict and values:
+            shown = ", ".join(values[:8]) + (" ..." if len(values) > 8 else "")
+            raise UsageError(f"converting to {h.name} would drop {len(values)} value(s) that are not tensors: {shown}", path=reader.path, hint="write .pt to keep them, or leave out --strict")
         items = ((n, reader.tensor(n)) for n in names)
-        _api.write_tensors(items, dst, format=h.name, progress=progress, **kw)
-        return {"tensors": len(names), "bytes": total, "skipped": values}
+        files = _api.write_tensors(items, dst, format=h.name, progress=progress, **kw)
+        return {"tensors": len(names), "bytes": total, "skipped": values, "files": files}
     finally:
         if not isinstance(src, DCPReader):
             reader.close()
