@@ -284,27 +284,29 @@ class AtomicFile:
     Args:
         path: the target.
         durable: fsync before the rename (power-loss safety; slower).
+        dest: the path errors name when ``path`` is itself inside a staging folder.
 
     Example:
         >>> with AtomicFile("out.bin") as f:     # doctest: +SKIP
         ...     f.file.write(b"...")
     """
 
-    def __init__(self, path: PathLike, *, durable: bool = False, directory: str | None = None) -> None:
+    def __init__(self, path: PathLike, *, durable: bool = False, dest: PathLike | None = None) -> None:
         self.path = os.fspath(path)
         self.durable = durable
-        folder = directory or os.path.dirname(os.path.abspath(self.path))
+        self.dest = os.fspath(dest) if dest is not None else self.path  # the name errors give
+        folder = os.path.dirname(os.path.abspath(self.path))
         if os.path.isdir(self.path):
-            raise WriteError("cannot write: the destination is a folder", path=self.path)
+            raise WriteError("cannot write: the destination is a folder", path=self.dest)
         clean_stale(folder)
         self.tmp = _temp_path(folder, "file")
         try:
             fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
         except OSError as e:
-            raise _write_error(e, self.path) from None
+            raise _write_error(e, self.dest) from None
         _track(self, self.tmp, False)
         self._raw: BinaryIO = os.fdopen(fd, "wb", buffering=1 << 20)
-        self.file: BinaryIO = _Guarded(self._raw, self.path)  # type: ignore[assignment]
+        self.file: BinaryIO = _Guarded(self._raw, self.dest)  # type: ignore[assignment]
         self._done = False
         self._finished = False
 
@@ -320,7 +322,7 @@ class AtomicFile:
             os.chmod(self.tmp, 0o666 & ~_umask())
         except OSError as e:
             self.abort()
-            raise _write_error(e, self.path) from None
+            raise _write_error(e, self.dest) from None
         self._finished = True
 
     def commit(self) -> None:
@@ -333,7 +335,7 @@ class AtomicFile:
                 os.replace(self.tmp, self.path)
             except OSError as e:
                 self.abort()
-                raise _write_error(e, self.path) from None
+                raise _write_error(e, self.dest) from None
             self._done = True
             _untrack(self)
 
@@ -367,16 +369,18 @@ class AtomicDir:
     folder is renamed to ``path``; when ``path`` already exists as an empty folder it is
     replaced; when it exists with other files and ``merge`` is set, the new files are
     moved into it (``last`` names moved last, e.g. a checkpoint's metadata), with
-    signals held back.
+    signals held back; ``replace`` lets them replace files of the same name (never a
+    symlink, never a folder).
 
     Raises:
         WriteError: the destination exists and is not an empty folder (without
             ``merge``), or a file of the output is already there.
     """
 
-    def __init__(self, path: PathLike, *, merge: bool = False) -> None:
+    def __init__(self, path: PathLike, *, merge: bool = False, replace: bool = False) -> None:
         self.path = os.fspath(path)
         self.merge = merge
+        self.replace = replace
         parent = os.path.dirname(os.path.abspath(self.path))
         if os.path.exists(self.path) and not os.path.isdir(self.path):
             raise WriteError("cannot write: the destination exists and is not a folder", path=self.path)
@@ -402,13 +406,9 @@ class AtomicDir:
                 if os.path.isdir(self.path) and os.listdir(self.path):
                     if not self.merge:
                         raise WriteError("cannot write: the destination folder is not empty", path=self.path)
-                    names = sorted(os.listdir(self.tmp), key=lambda n: (n in last, n))
-                    clash = [n for n in names if os.path.lexists(os.path.join(self.path, n))]
-                    if clash:
-                        raise WriteError("cannot write: the destination already holds files of this name", path=self.path, found=", ".join(clash[:4]))
-                    for n in names:
-                        os.replace(os.path.join(self.tmp, n), os.path.join(self.path, n))
-                    os.rmdir(self.tmp)
+                    self._check_merge(self.tmp, self.path)
+                    self._merge(self.tmp, self.path, last)
+                    shutil.rmtree(self.tmp, ignore_errors=True)
                 else:
                     if os.path.isdir(self.path):
                         os.rmdir(self.path)
@@ -421,6 +421,28 @@ class AtomicDir:
                 raise
             self._done = True
             _untrack(self)
+
+    def _check_merge(self, src: str, dst: str) -> None:
+        """Refuse before moving anything: links in the way, files of the same name
+        (unless ``replace``), a file where a folder goes or the reverse."""
+        for n in os.listdir(src):
+            s, d = os.path.join(src, n), os.path.join(dst, n)
+            if not os.path.lexists(d):
+                continue
+            if os.path.islink(d):
+                raise WriteError("cannot write: a symlink in the destination is in the way; refusing to follow it", path=d)
+            if os.path.isdir(s) and os.path.isdir(d):
+                self._check_merge(s, d)
+            elif os.path.isdir(s) or os.path.isdir(d) or not self.replace:
+                raise WriteError("cannot write: the destination already holds a file of this name", path=d)
+
+    def _merge(self, src: str, dst: str, last: Sequence[str]) -> None:
+        for n in sorted(os.listdir(src), key=lambda n: (n in last, n)):
+            s, d = os.path.join(src, n), os.path.join(dst, n)
+            if os.path.isdir(s) and os.path.isdir(d) and not os.path.islink(d):
+                self._merge(s, d, last)
+            else:
+                os.replace(s, d)
 
     def abort(self) -> None:
         """Remove the temporary folder; the destination is untouched."""

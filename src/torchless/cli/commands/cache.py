@@ -12,12 +12,13 @@ dry run unless ``--yes`` is given.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from typing import Any
 
-from ...core.errors import UsageError
-from ..render import format_bytes, format_json, format_table
+from ...core.errors import NotFoundError, UsageError
+from ..render import emit_json, format_bytes, format_table
 
 __all__ = ["register", "format_inventory", "format_plan", "format_age"]
 
@@ -97,15 +98,21 @@ def cmd_cache(args: argparse.Namespace) -> int:
         if bad:
             raise UsageError(f"unknown cache entry kind {bad[0]!r}", expected=", ".join(KINDS))
     folder = target[0] if target else None
+    if folder is not None and not os.path.isdir(folder):
+        if os.path.exists(folder):
+            raise UsageError("not a folder: `torchless cache` takes a TorchInductor cache folder", path=folder, hint="for a single file use `torchless info` or `torchless scan`")
+        raise NotFoundError("no such cache folder", path=folder, hint="omit DIR to use $TORCHINDUCTOR_CACHE_DIR or torch's default location")
     if prune:
         return _prune(args, folder, kinds)
     if args.older_than or args.max_size or args.yes:
         raise UsageError("--older-than/--max-size/--yes belong to `torchless cache prune`")
     inv = inventory(folder, parse_pickles=not args.no_pickles)
     if args.show:
-        rel, text = entry_source(inv, args.show)
+        # a path relative to the current folder names a file of the cache too
+        show = os.path.abspath(args.show) if os.path.exists(args.show) else args.show
+        rel, text = entry_source(inv, show)
         if args.json:
-            print(format_json({"file": rel, "text": text}))
+            emit_json("cache", {"root": inv.root, "file": rel, "text": text})
         else:
             sys.stdout.write(text if text.endswith("\n") else text + "\n")
         return 0
@@ -114,7 +121,10 @@ def cmd_cache(args: argparse.Namespace) -> int:
         items = [it for it in d["items"] if it["kind"] in kinds]
         d.update(items=items, entries=len(items), files=sum(len(i["files"]) for i in items), bytes=sum(i["size"] for i in items))
         d["by_kind"] = {k: v for k, v in d["by_kind"].items() if k in kinds}
-    print(format_json(d) if args.json else format_inventory(d))
+    if args.json:
+        emit_json("cache", d)
+    else:
+        print(format_inventory(d))
     return 0
 
 
@@ -134,10 +144,16 @@ def _prune(args: argparse.Namespace, folder: str | None, kinds: list[str] | None
     plan = plan_prune(inv, older_than=older, max_size=size, kinds=kinds, now=time.time())
     pd = plan.to_dict()
     if not args.yes:
-        print(format_json({"dry_run": True, **pd}) if args.json else format_plan(pd))
+        if args.json:
+            emit_json("cache-prune", {"dry_run": True, **pd})
+        else:
+            print(format_plan(pd))
         return 0
     res = apply_prune(plan).to_dict()
-    print(format_json({"dry_run": False, **pd, "result": res}) if args.json else format_plan(pd, applied=res))
+    if args.json:
+        emit_json("cache-prune", {"dry_run": False, **pd, "result": res})
+    else:
+        print(format_plan(pd, applied=res))
     return 0
 
 

@@ -25,7 +25,9 @@ def format_graph(graph: Any, *, table: bool = False, name: str = "forward") -> s
 
 def cmd_graph(args: argparse.Namespace) -> int:
     from ...formats.pt2.read import read_pt2
+    from ._fit import require_format
 
+    require_format(args.path, ("pt2",), "graph")
     with read_pt2(args.path) as arc:
         if args.model is None:
             progs = arc.programs

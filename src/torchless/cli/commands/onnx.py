@@ -41,8 +41,10 @@ def cmd_set_weights(args: argparse.Namespace) -> int:
 
 def cmd_graph(args: argparse.Namespace) -> int:
     from ..._api import open as open_artifact
+    from ._fit import require_format
     from .graph import format_graph
 
+    require_format(args.model, ("onnx",), "onnx graph")
     with open_artifact(args.model, format="onnx") as art:
         graph = art.graph()  # type: ignore[attr-defined]
     print(format_graph(graph, table=args.table), end="")

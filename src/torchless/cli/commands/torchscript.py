@@ -6,20 +6,28 @@ import argparse
 from typing import Any
 
 from ...core.errors import UsageError
-from ..render import format_bytes, format_json, format_table
+from ..render import emit_json, format_bytes, format_json, format_table
 
 __all__ = ["register", "format_set_weights", "format_bytecode"]
 
 
-def _open(path: str) -> Any:
+def _open(path: str, command: str = "ts") -> Any:
     from ...formats.torchscript.handler import TorchScriptArtifact
+    from ._fit import require_format
 
+    require_format(path, ("torchscript",), command)
     return TorchScriptArtifact(path, weights_only=False)
 
 
 def cmd_code(args: argparse.Namespace) -> int:
-    with _open(args.path) as art:
-        print(art.code(method=args.method, module=args.module), end="")
+    with _open(args.path, "code") as art:
+        text = art.code(method=args.method, module=args.module)
+    if not text.strip():
+        raise UsageError("the archive holds no TorchScript code", path=args.path, hint="`torchless ts tensors` lists what it holds")
+    if args.json:
+        emit_json("code", {"path": args.path, "method": args.method, "module": args.module, "code": text})
+    else:
+        print(text, end="")
     return 0
 
 
@@ -138,6 +146,7 @@ def register(sub: Any) -> None:
     p.add_argument("path")
     p.add_argument("--method", help="a method of the root module (or of --module), e.g. forward; or a qualified name __torch__.M.forward")
     p.add_argument("--module", help="dotted submodule path, e.g. encoder.layers.0")
+    p.add_argument("--json", action="store_true", help="machine-readable output (schema: docs/cli.md)")
     p.set_defaults(func=cmd_code)
 
     p = sub.add_parser("ts", help="TorchScript archive tools (set-weights, extra, bytecode, tensors)", description="TorchScript archive tools")

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...container.zip import ZipEntry, ZipReader
-from ...core.atomic import AtomicFile
+from ...core.atomic import AtomicDir, AtomicFile
 from ...core.errors import ChecksumError, FormatError, LimitError, UsageError
 from ...core.source import open_source
 
@@ -155,7 +155,7 @@ def extract_archive(
     Raises:
         FormatError: unsafe names, symlink entries, colliding names (nothing written).
         LimitError: over ``max_total_bytes`` (nothing written).
-        ChecksumError: a record's data does not match its CRC (that file is not written).
+        ChecksumError: a record's data does not match its CRC (nothing is published).
         UsageError: a file or symlink is in the way in the output folder.
     """
     zr = src if isinstance(src, ZipReader) else ZipReader(open_source(src), require_prefix=False)
@@ -164,26 +164,34 @@ def extract_archive(
     if max_total_bytes is not None and total > max_total_bytes:
         raise LimitError("archive is larger than allowed to extract", path=zr.path, expected=f"<= {max_total_bytes} bytes", found=f"{total} bytes")
     root = os.fspath(outdir)
-    os.makedirs(root, exist_ok=True)
     if os.path.islink(root):
         root = os.path.realpath(root)  # the caller named it; only links *inside* are refused
     if not overwrite:
         for _e, parts in plan:
             target = os.path.join(root, *parts)
             if os.path.lexists(target):
-                raise UsageError("output file exists (use overwrite)", path=target)
+                raise UsageError("output file exists", path=target, hint="pass --overwrite (overwrite=True) to replace it")
+    for _e, parts in plan:  # what is in the way, before anything is written
+        cur = root
+        for p in parts:
+            cur = os.path.join(cur, p)
+            if os.path.islink(cur):
+                raise UsageError("a symlink inside the output folder is in the way; refusing to follow it", path=cur)
+        if os.path.isdir(cur):
+            raise UsageError("a folder is in the way of a file", path=cur)
+    if not os.path.isdir(os.path.dirname(os.path.abspath(root))):
+        os.makedirs(os.path.dirname(os.path.abspath(root)), exist_ok=True)
     out: list[ExtractedFile] = []
-    for e, parts in plan:
-        folder = _ensure_dir(root, parts[:-1])
-        target = os.path.join(folder, parts[-1])
-        if os.path.islink(target):
-            raise UsageError("a symlink is in the way; refusing to replace it", path=target)
-        if os.path.isdir(target):
-            raise UsageError("a folder is in the way of a file", path=target)
-        data = zr.read(e)
-        if check_crc and e.crc and zlib.crc32(data) != e.crc:
-            raise ChecksumError("record CRC-32 does not match its data", path=zr.path, member=e.name, expected=f"{e.crc:08x}", found=f"{zlib.crc32(data):08x}")
-        with AtomicFile(target) as f:
-            f.file.write(data)
-        out.append(ExtractedFile(e.name, target, e.size))
+    # everything is extracted into a hidden folder beside ``root`` and published at the
+    # end (renamed, or moved into an existing folder), so an interrupted run leaves
+    # nothing half-written
+    with AtomicDir(root, merge=True, replace=overwrite) as stage:
+        for e, parts in plan:
+            folder = _ensure_dir(stage.tmp, parts[:-1])
+            data = zr.read(e)
+            if check_crc and e.crc and zlib.crc32(data) != e.crc:
+                raise ChecksumError("record CRC-32 does not match its data", path=zr.path, member=e.name, expected=f"{e.crc:08x}", found=f"{zlib.crc32(data):08x}")
+            with AtomicFile(os.path.join(folder, parts[-1]), dest=os.path.join(root, *parts)) as f:
+                f.file.write(data)
+            out.append(ExtractedFile(e.name, os.path.join(root, *parts), e.size))
     return out

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ...core.atomic import AtomicFile, atomic_write_bytes
+from ...core.atomic import AtomicDir, AtomicFile, atomic_write_bytes
 from ...core.errors import NotFoundError, UnsupportedError, UsageError
 from ...core.tensor import Storage, Tensor
 from .metadata import dump_metadata
@@ -421,15 +421,15 @@ def _planner_data(source: Any) -> dict[str, tuple]:
     return {k: tuple(pd.get(k) or (k,)) for k in source.entries}
 
 
-def _prepare_dir(dst: str) -> None:
+def _check_dest(dst: str) -> None:
+    """Refuse a destination that already holds a DCP checkpoint (the temporaries of a
+    killed run are not one: they are removed by :class:`~torchless.core.atomic.AtomicDir`)."""
     if os.path.exists(dst):
         if not os.path.isdir(dst):
             raise UsageError("destination exists and is not a directory", path=dst)
         stale = [n for n in os.listdir(dst) if n == METADATA_NAME or n.endswith((".distcp", ".safetensors"))]
         if stale:
             raise UsageError("destination already holds a DCP checkpoint", path=dst, found=", ".join(sorted(stale)[:4]), hint="choose an empty directory")
-    else:
-        os.makedirs(dst)
 
 
 def reshard(
@@ -458,20 +458,34 @@ def reshard(
     """
     p = plan if isinstance(plan, Plan) else parse_plan(plan)
     dst = os.fspath(dst)
+    _check_dest(dst)
     source = open_source_checkpoint(src, weights_only=weights_only)
     try:
-        tasks, md = plan_reshard(source, os.path.abspath(dst), ranks, p, weights_only=weights_only, format=format)
-        _prepare_dir(dst)
-        results: list[list[WrittenItem]] = []
-        if jobs <= 1 or len(tasks) <= 1:
-            for t in tasks:
-                results.append(run_task(t, source))
-                if progress is not None:
-                    progress(1)
-        else:
-            results = _run_parallel(tasks, jobs, progress)
+        # the rank files and .metadata are built in a hidden folder beside ``dst`` and
+        # published by one rename (or moved in, .metadata last, into an existing folder)
+        out = AtomicDir(dst, merge=True)
+        try:
+            tasks, md = plan_reshard(source, out.tmp, ranks, p, weights_only=weights_only, format=format)
+            md.storage_meta = StorageMeta(checkpoint_id=os.path.abspath(dst), save_id=md.storage_meta.save_id) if md.storage_meta else None
+            results: list[list[WrittenItem]] = []
+            if jobs <= 1 or len(tasks) <= 1:
+                for t in tasks:
+                    results.append(run_task(t, source))
+                    if progress is not None:
+                        progress(1)
+            else:
+                results = _run_parallel(tasks, jobs, progress)
+            summary = _finish_metadata(out.tmp, tasks, md, results, format)
+            out.commit(last=(METADATA_NAME,))
+        except BaseException:
+            out.abort()
+            raise
     finally:
         source.close()
+    return summary
+
+
+def _finish_metadata(folder: str, tasks: list[FileTask], md: Metadata, results: list[list[WrittenItem]], format: str) -> dict[str, Any]:
     n_t = sum(1 for v in md.state_dict_metadata.values() if isinstance(v, TensorStorageMetadata))
     n_c = sum(len(v.chunks) for v in md.state_dict_metadata.values() if isinstance(v, TensorStorageMetadata))
     if format == "hf":
@@ -488,7 +502,7 @@ def reshard(
             w = where[(fqn, None)]
             storage[MetadataIndex(fqn, None, None)] = StorageInfo(w.relative_path, w.offset, w.length)
     md.storage_data = storage
-    atomic_write_bytes(os.path.join(dst, METADATA_NAME), dump_metadata(md))
+    atomic_write_bytes(os.path.join(folder, METADATA_NAME), dump_metadata(md))
     return {"files": [t.name for t in tasks], "tensors": n_t, "chunks": n_c, "bytes_items": len(md.state_dict_metadata) - n_t, "skipped": []}
 
 

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from ...core.atomic import AtomicFile
+from ...core.atomic import AtomicFile, publish
 from ...core.errors import LimitError, NotFoundError, UnsupportedError, UsageError
 from ...core.tensor import Tensor
 from .dtypes import PackedTensor, numel_of, onnx_type, pack_bits
@@ -249,10 +249,13 @@ def _write(om: OnnxModel, items: list[tuple[str, Any]], out: str, external_data:
                 found=size,
                 hint="write the tensors to external data (--external-data)",
             )
-        with AtomicFile(out) as f:
-            if data_file is not None:
-                data_file.commit()
-            f.file.write(mp.SerializeToString())
+        model_file = AtomicFile(out)
+        try:
+            model_file.file.write(mp.SerializeToString())
+        except BaseException:
+            model_file.abort()
+            raise
+        publish([data_file, model_file] if data_file is not None else [model_file])  # data first, then the model naming it
     except BaseException:
         if data_file is not None:
             data_file.abort()

@@ -1,0 +1,54 @@
+"""Which command fits which artifact: commands refuse the wrong kind of input by name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...core.errors import UsageError
+
+__all__ = ["require_format", "COMMAND_FOR"]
+
+#: the format-specific command for each format (generic ones: info, ls, verify, diff)
+COMMAND_FOR = {
+    "pt": "torchless info",
+    "safetensors": "torchless info",
+    "npz": "torchless info",
+    "torchscript": "torchless code",
+    "pt2": "torchless graph",
+    "onnx": "torchless onnx graph",
+    "aoti": "torchless extract",
+    "dcp": "torchless dcp-layout",
+}
+
+_WHAT = {
+    "pt": "an eager torch checkpoint",
+    "safetensors": "a safetensors file",
+    "npz": "a NumPy .npz/.npy file",
+    "torchscript": "a TorchScript archive",
+    "pt2": "a torch.export .pt2 archive",
+    "onnx": "an ONNX model",
+    "aoti": "an AOTInductor package",
+    "dcp": "a distributed (DCP) checkpoint",
+}
+
+
+def require_format(path: Any, wanted: tuple[str, ...], command: str) -> str:
+    """The detected format of ``path`` if it is one of ``wanted``.
+
+    Raises:
+        UsageError: another kind of artifact; the message names what it is and which
+            command fits it.
+        NotFoundError, FormatError: missing or unrecognized.
+    """
+    from ..._api import detect
+
+    fmt = detect(path)
+    if fmt in wanted:
+        return fmt
+    need = " or ".join(_WHAT.get(w, w) for w in wanted)
+    fits = COMMAND_FOR.get(fmt)
+    raise UsageError(
+        f"`torchless {command}` needs {need}, and this is {_WHAT.get(fmt, fmt)}",
+        path=path,
+        hint=f"use `{fits} {path}`" if fits else None,
+    )
