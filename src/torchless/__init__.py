@@ -13,6 +13,11 @@ Example:
 
 from __future__ import annotations
 
+from .cli._start import quiet_interrupts as _quiet, running_as_cli as _is_cli
+
+if _is_cli():  # `torchless ...`: a Ctrl-C during the imports below prints no traceback
+    _quiet()
+
 from ._api import convert, detect, load, open, save, write_tensors
 from .core.dtypes import DType
 from .core.errors import (

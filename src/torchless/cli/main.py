@@ -61,6 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             args = parser.parse_args(argv)
         except SystemExit as e:  # argparse: usage errors exit 2, --help/--version exit 0
             return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+        from ._start import command_starts
+
+        command_starts()  # from here a Ctrl-C unwinds (KeyboardInterrupt) so writes clean up
         return _run(args)
     except KeyboardInterrupt:
         _say("interrupted")

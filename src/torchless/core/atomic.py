@@ -24,7 +24,8 @@ complete output):
 Fault injection for tests: the environment variable ``TORCHLESS_FAULT_AFTER_BYTES=N`` or
 ``N:ACTION`` (ACTION one of ``SIGINT``, ``SIGTERM``, ``SIGHUP``, ``SIGKILL``, ``ENOSPC``,
 ``EIO``; default ``SIGKILL``) makes the process act after it has written ``N`` bytes
-through this module, counted over all outputs of the process.
+through this module, counted over all outputs of the process; ``EROFS`` and ``EACCES``
+fail the creation of every output instead (a read-only destination).
 """
 
 from __future__ import annotations
@@ -223,6 +224,15 @@ def _fault_plan() -> tuple[int, str] | None:
     return int(n), (action or "SIGKILL").upper()
 
 
+def _fault_create() -> None:
+    """``EROFS``/``EACCES`` actions fail the creation of every output (a read-only or
+    unwritable destination)."""
+    plan = _fault_plan()
+    if plan is not None and plan[1] in ("EROFS", "EACCES"):
+        code = getattr(errno, plan[1])
+        raise OSError(code, os.strerror(code))
+
+
 def _fault_tick(n: int, dest: str) -> None:
     global _fault_written
     plan = _fault_plan()
@@ -301,6 +311,7 @@ class AtomicFile:
         clean_stale(folder)
         self.tmp = _temp_path(folder, "file")
         try:
+            _fault_create()
             fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
         except OSError as e:
             raise _write_error(e, self.dest) from None
@@ -391,6 +402,7 @@ class AtomicDir:
             clean_stale(self.path)
         self.tmp = _temp_path(parent, "dir")
         try:
+            _fault_create()
             os.mkdir(self.tmp, 0o777)
         except OSError as e:
             raise _write_error(e, self.path) from None
@@ -444,6 +456,14 @@ class AtomicDir:
             else:
                 os.replace(s, d)
 
+    def public(self, e: BaseException) -> BaseException:
+        """``e`` with a path inside the temporary folder renamed to the destination's (so
+        errors never name the temporary)."""
+        p = getattr(e, "path", None)
+        if isinstance(e, WriteError) and isinstance(p, str) and p.startswith(self.tmp):
+            e.path = self.path + p[len(self.tmp) :]
+        return e
+
     def abort(self) -> None:
         """Remove the temporary folder; the destination is untouched."""
         if self._done:
@@ -455,11 +475,12 @@ class AtomicDir:
     def __enter__(self) -> "AtomicDir":
         return self
 
-    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is None:
             self.commit()
         else:
             self.abort()
+            self.public(exc)
 
 
 def publish(files: Sequence[AtomicFile]) -> None:

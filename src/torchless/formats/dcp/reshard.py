@@ -477,9 +477,9 @@ def reshard(
                 results = _run_parallel(tasks, jobs, progress)
             summary = _finish_metadata(out.tmp, tasks, md, results, format)
             out.commit(last=(METADATA_NAME,))
-        except BaseException:
+        except BaseException as e:
             out.abort()
-            raise
+            raise out.public(e)
     finally:
         source.close()
     return summary

@@ -1,0 +1,49 @@
+"""Quiet interrupts while the command line starts.
+
+Importing torchless and NumPy takes a few hundred milliseconds; a Ctrl-C in that time
+would print a Python traceback. When torchless runs as the ``torchless`` command (not as
+a library), :func:`quiet_interrupts` is called before those imports: SIGINT then ends the
+process with status 130 and one line. :func:`torchless.cli.main.main` restores Python's
+own handler once the command starts, so interrupted writes unwind and clean up.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+__all__ = ["quiet_interrupts", "running_as_cli"]
+
+
+def running_as_cli() -> bool:
+    """True when this process is the ``torchless`` command (console script or ``-m``)."""
+    orig = getattr(sys, "orig_argv", None) or []
+    if "torchless.cli.main" in orig or "torchless.cli" in orig:
+        return True
+    argv0 = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return argv0 in ("torchless", "torchless.exe", "torchless-script.py")
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    try:
+        os.write(2, b"torchless: interrupted\n")
+    finally:
+        os._exit(128 + signum)
+
+
+def quiet_interrupts() -> None:
+    """Make SIGINT end the process quietly (status 130) until the command starts."""
+    try:
+        signal.signal(signal.SIGINT, _interrupted)
+    except (ValueError, OSError):  # not the main thread
+        pass
+
+
+def command_starts() -> None:
+    """Give SIGINT back to Python (KeyboardInterrupt) for the command itself."""
+    try:
+        if signal.getsignal(signal.SIGINT) is _interrupted:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+    except (ValueError, OSError):
+        pass

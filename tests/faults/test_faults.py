@@ -1,0 +1,288 @@
+"""Fault injection: every writer killed or failed part-way leaves its destination absent
+or complete, leaves no temporaries behind (or the next run removes them), and the next
+run succeeds.
+
+Each case runs the CLI in a child process with ``TORCHLESS_FAULT_AFTER_BYTES=N:ACTION``
+(the hook in ``torchless.core.atomic``): after N bytes written the child sends itself
+SIGINT, SIGTERM, SIGHUP or SIGKILL, or its next write fails with ENOSPC. A real full
+disk is simulated with RLIMIT_FSIZE (the write fails with EFBIG), and a read-only
+destination with a folder the child cannot write (as an unprivileged user when the
+tests run as root).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import pytest
+
+import torchless
+from torchless.core.atomic import TEMP_PREFIX
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.abspath(os.path.join(HERE, "..", "..", "src"))
+SAMPLES = os.path.abspath(os.path.join(HERE, "..", "..", "samples"))
+
+
+def _env(fault: str | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("TORCHLESS_FAULT_AFTER_BYTES", None)
+    if fault:
+        env["TORCHLESS_FAULT_AFTER_BYTES"] = fault
+    return env
+
+
+def cli(*argv: str, fault: str | None = None, preexec=None, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "torchless.cli.main", *map(str, argv)],
+        env=_env(fault),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=preexec,
+        cwd=cwd,
+    )
+
+
+def temporaries(folder: str) -> list[str]:
+    out = []
+    for root, dirs, files in os.walk(folder):
+        out += [os.path.join(root, n) for n in dirs + files if n.startswith(TEMP_PREFIX)]
+    return out
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    """A checkpoint big enough for several fault points (about 1.2 MB, 8 tensors)."""
+    d = tmp_path_factory.mktemp("src")
+    rng = np.random.default_rng(0)
+    sd = {f"layer{i}.weight": torchless.Tensor.from_numpy(rng.standard_normal((128, 300)).astype(np.float32)) for i in range(8)}
+    p = d / "model.safetensors"
+    torchless.save(sd, p)
+    return str(p)
+
+
+def _valid_file(path: str) -> None:
+    with torchless.open(path) as art:
+        assert not [p for p in art.verify() if p.severity == "error"]
+
+
+def _valid_sharded(dst: str) -> None:
+    idx = dst + ".index.json"
+    with open(idx) as f:
+        index = json.load(f)
+    for shard in set(index["weight_map"].values()):
+        _valid_file(os.path.join(os.path.dirname(dst), shard))
+
+
+def _valid_dcp(dst: str) -> None:
+    with torchless.open(dst) as art:
+        assert len(list(art.tensors())) == 8
+        assert not [p for p in art.verify() if p.severity == "error"]
+
+
+def _valid_folder(dst: str) -> None:
+    assert os.path.isdir(dst) and os.listdir(dst)
+
+
+# writer id -> (argv builder (src, dst), destination name, validator, what exists on success)
+WRITERS = {
+    "pt": (lambda s, d: ["convert", s, d], "out.pt", _valid_file),
+    "safetensors": (lambda s, d: ["convert", s, d], "out.safetensors", _valid_file),
+    "npz": (lambda s, d: ["convert", s, d], "out.npz", _valid_file),
+    "shards": (lambda s, d: ["convert", s, d, "--max-shard-size", "400KB"], "out.safetensors", _valid_sharded),
+    "reshard": (lambda s, d: ["reshard", s, d, "--ranks", "3"], "dcp_out", _valid_dcp),
+}
+
+
+def _published(kind: str, dst: str) -> bool:
+    if kind == "shards":
+        return os.path.exists(dst + ".index.json")
+    return os.path.exists(dst)
+
+
+def _nothing_partial(kind: str, out: str, dst: str) -> None:
+    """Absent means absent: no shard without its index, no half folder."""
+    names = [n for n in os.listdir(out) if not n.startswith(TEMP_PREFIX)]
+    if not _published(kind, dst):
+        assert names == [], names
+
+
+@pytest.mark.parametrize("kind", list(WRITERS))
+@pytest.mark.parametrize("action", ["SIGINT", "SIGTERM", "SIGKILL"])
+def test_killed_writer_leaves_nothing_partial_and_rerun_succeeds(tmp_path, source, kind, action):
+    argv, name, valid = WRITERS[kind]
+    out = str(tmp_path / "out")
+    os.mkdir(out)
+    dst = os.path.join(out, name)
+    for after in (0, 300_000, 900_000):  # before the first byte, inside, near the end (of ~1.2 MB)
+        r = cli(*argv(source, dst), fault=f"{after}:{action}")
+        assert "Traceback" not in r.stderr, r.stderr
+        assert r.returncode == (130 if action == "SIGINT" else -getattr(signal, action)), (after, r.returncode, r.stderr)
+        assert not _published(kind, dst), after
+        _nothing_partial(kind, out, dst)
+        if action != "SIGKILL":  # the handlers removed the temporaries before dying
+            assert temporaries(out) == [], temporaries(out)
+        else:
+            assert temporaries(out), "SIGKILL leaves temporaries for the next run to find"
+    r = cli(*argv(source, dst))
+    assert r.returncode == 0, r.stderr
+    valid(dst)
+    assert temporaries(out) == [], "the rerun removed the stale temporaries"
+    if action == "SIGKILL" and "removed" in r.stderr:
+        assert "interrupted run" in r.stderr
+
+
+def test_sighup_cleans_up(tmp_path, source):
+    dst = str(tmp_path / "o.safetensors")
+    r = cli("convert", source, dst, fault="300000:SIGHUP")
+    assert r.returncode == -signal.SIGHUP
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("kind", list(WRITERS))
+def test_enospc_names_the_destination(tmp_path, source, kind):
+    argv, name, _valid = WRITERS[kind]
+    dst = str(tmp_path / name)
+    r = cli(*argv(source, dst), fault="300000:ENOSPC")
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "No space left on device" in lines[0], r.stderr
+    assert TEMP_PREFIX not in r.stderr and "Traceback" not in r.stderr
+    assert os.listdir(tmp_path) == []
+
+
+def _fsize_limit(n: int):
+    def pre() -> None:
+        import resource
+
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of death
+        resource.setrlimit(resource.RLIMIT_FSIZE, (n, n))
+
+    return pre
+
+
+@pytest.mark.parametrize("kind", ["pt", "shards", "reshard"])
+def test_file_size_limit_is_one_clear_line(tmp_path, source, kind):
+    argv, name, valid = WRITERS[kind]
+    dst = str(tmp_path / name)
+    r = cli(*argv(source, dst), preexec=_fsize_limit(200_000))
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "file too large" in lines[0], r.stderr
+    assert str(tmp_path) in lines[0] and TEMP_PREFIX not in lines[0]
+    assert os.listdir(tmp_path) == []
+    assert cli(*argv(source, dst)).returncode == 0
+    valid(dst)
+
+
+def _unprivileged():
+    """A preexec function dropping to an unprivileged user (root ignores permissions),
+    None when not root, False when the interpreter cannot run unprivileged here."""
+    if os.geteuid() != 0:
+        return None
+
+    def pre() -> None:
+        os.setgid(65534)
+        os.setuid(65534)
+
+    try:
+        subprocess.run([sys.executable, "-c", "import numpy"], preexec_fn=pre, check=True, capture_output=True, timeout=60, cwd="/")
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return pre
+
+
+@pytest.mark.parametrize("kind", ["pt", "shards", "reshard"])
+def test_read_only_destination(source, kind):
+    argv, name, _valid = WRITERS[kind]
+    base = tempfile.mkdtemp(prefix="tl-ro-")
+    try:
+        os.chmod(base, 0o755)
+        src = os.path.join(base, "model.safetensors")
+        shutil.copy(source, src)
+        os.chmod(src, 0o644)
+        ro = os.path.join(base, "ro")
+        os.mkdir(ro, 0o555)
+        os.chmod(ro, 0o555)
+        dst = os.path.join(ro, name)
+        pre = _unprivileged()
+        if pre is False:  # root, and the interpreter is not usable by another user: the hook fails creation
+            r = cli(*argv(src, dst), fault="0:EROFS", cwd=base)
+        else:
+            r = cli(*argv(src, dst), preexec=pre, cwd=base)
+        assert r.returncode == 2, r.stderr
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and "not writable" in lines[0], r.stderr
+        assert ro in lines[0] and TEMP_PREFIX not in lines[0]
+        assert os.listdir(ro) == []
+    finally:
+        os.chmod(os.path.join(base, "ro"), 0o755)
+        shutil.rmtree(base)
+
+
+def test_stale_temporary_of_a_live_process_is_kept(tmp_path, source):
+    """Only temporaries whose process is gone are removed."""
+    live = tmp_path / f"{TEMP_PREFIX}{os.getpid()}@x-file-00.tmp"
+    live.write_bytes(b"x")
+    from torchless.core.atomic import _host
+
+    mine = tmp_path / f"{TEMP_PREFIX}{os.getpid()}@{_host()}-file-01.tmp"
+    mine.write_bytes(b"x")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    gone = tmp_path / f"{TEMP_PREFIX}{dead.pid}@{_host()}-file-02.tmp"
+    gone.write_bytes(b"x")
+    r = cli("convert", source, tmp_path / "o.npz")
+    assert r.returncode == 0, r.stderr
+    assert live.exists() and mine.exists() and not gone.exists()
+    assert "interrupted run" in r.stderr
+
+
+def test_extract_and_consolidate_killed(tmp_path, source):
+    """The folder writers beyond reshard: DCP consolidation and package extraction."""
+    dcp = tmp_path / "dcp"
+    assert cli("reshard", source, dcp, "--ranks", "2").returncode == 0
+    for action in ("SIGINT", "SIGKILL"):
+        dst = tmp_path / f"c_{action}.pt"
+        r = cli("convert", dcp, dst, fault=f"300000:{action}")
+        assert r.returncode != 0 and not dst.exists() and "Traceback" not in r.stderr
+        assert cli("convert", dcp, dst).returncode == 0
+        _valid_file(str(dst))
+    pkg = os.path.join(SAMPLES, "mlp_aoti.pt2")
+    out = tmp_path / "extracted"
+    r = cli("extract", pkg, out, fault="20000:SIGINT")
+    assert r.returncode == 130 and not out.exists(), r.stderr
+    assert temporaries(str(tmp_path)) == []
+    r = cli("extract", pkg, out, fault="20000:SIGKILL")
+    assert r.returncode == -signal.SIGKILL and not out.exists()
+    r = cli("extract", pkg, out)
+    assert r.returncode == 0 and out.is_dir(), r.stderr
+    assert temporaries(str(tmp_path)) == []
+
+
+def test_sigint_at_start_prints_no_traceback(tmp_path, source):
+    """SIGINT during the first 0.3 s (imports, argument parsing, the first bytes)."""
+    for delay in (0.05, 0.1, 0.15, 0.2, 0.3):
+        p = subprocess.Popen(
+            [sys.executable, "-m", "torchless.cli.main", "convert", source, str(tmp_path / "o.pt")],
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(delay)
+        p.send_signal(signal.SIGINT)
+        _out, err = p.communicate(timeout=60)
+        assert "Traceback" not in err, (delay, err)
+        assert p.returncode in (0, 130, -signal.SIGINT), (delay, p.returncode, err)
+        assert temporaries(str(tmp_path)) == []
