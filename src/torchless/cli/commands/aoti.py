@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..render import format_bytes, format_json, format_table
+from ..render import emit_json, format_bytes, format_table
 
 __all__ = ["register", "format_extracted"]
 
@@ -23,7 +23,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
     limit = parse_size(args.max_size) if args.max_size else None
     files = extract_archive(args.package, args.outdir, strip_prefix=args.strip_prefix, overwrite=args.overwrite, max_total_bytes=limit)
     if args.json:
-        print(format_json({"outdir": args.outdir, "files": [f.to_dict() for f in files]}))
+        emit_json("extract", {"outdir": args.outdir, "files": [f.to_dict() for f in files]})
     else:
         print(format_extracted(files, args.outdir))
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..render import format_bytes, format_json, format_table
+from ..render import emit_json, format_bytes, format_table
 
 __all__ = ["register", "format_layout"]
 
@@ -28,6 +28,9 @@ def cmd_reshard(args: argparse.Namespace) -> int:
     from ...formats.dcp.reshard import reshard
 
     res = reshard(args.src, args.dst, args.ranks, plan=args.plan, jobs=args.jobs, weights_only=not args.unsafe_values, format=args.storage)
+    if args.json:
+        emit_json("reshard", {"source": args.src, "destination": args.dst, "ranks": args.ranks, **res})
+        return 0
     print(f"wrote {args.dst}: {len(res['files'])} rank files, {res['tensors']} tensors in {res['chunks']} chunks, {res['bytes_items']} non-tensor items")
     if res["skipped"]:
         print(f"skipped {len(res['skipped'])} non-tensor items (safetensors holds tensors only): {', '.join(res['skipped'][:8])}")
@@ -38,7 +41,10 @@ def cmd_layout(args: argparse.Namespace) -> int:
     from ...dcp import layout
 
     lay = layout(args.path)
-    print(format_json(lay) if args.json else format_layout(lay))
+    if args.json:
+        emit_json("dcp-layout", lay)
+    else:
+        print(format_layout(lay))
     return 0
 
 
@@ -58,6 +64,7 @@ def register(sub: Any) -> None:
     p.add_argument("--jobs", type=int, default=1, help="write rank files in this many processes")
     p.add_argument("--storage", choices=["torch_save", "hf"], default="torch_save", help="torch_save: __R_0.distcp + .metadata (default); hf: per-rank safetensors with DCP_SHARDING_INFO")
     p.add_argument("--unsafe-values", action="store_true", help="allow non-tensor values with globals outside the allowlist (as inert placeholders)")
+    p.add_argument("--json", action="store_true", help="machine-readable result (schema: docs/cli.md)")
     p.set_defaults(func=cmd_reshard)
     p = sub.add_parser("dcp-layout", help="show a DCP checkpoint's layout: keys, shapes, dtypes, chunks, files and byte ranges")
     p.add_argument("path")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..render import format_bytes, format_json
+from ..render import emit_json, format_bytes
 
 __all__ = ["register", "format_set_weights"]
 
@@ -35,7 +35,10 @@ def cmd_set_weights(args: argparse.Namespace) -> int:
         allow_missing=args.allow_missing,
         strip_prefix=args.strip_prefix or "",
     )
-    print(format_json(res) if args.json else format_set_weights(res))
+    if args.json:
+        emit_json("onnx-set-weights", res)
+    else:
+        print(format_set_weights(res))
     return 0
 
 
@@ -47,6 +50,12 @@ def cmd_graph(args: argparse.Namespace) -> int:
     require_format(args.model, ("onnx",), "onnx graph")
     with open_artifact(args.model, format="onnx") as art:
         graph = art.graph()  # type: ignore[attr-defined]
+    if args.json:
+        from ..render import emit_json
+        from .graph import graph_json
+
+        emit_json("onnx-graph", {"path": args.model, "graphs": graph_json(graph)})
+        return 0
     print(format_graph(graph, table=args.table), end="")
     return 0
 
@@ -72,4 +81,5 @@ def register(sub: Any) -> None:
     q = osub.add_parser("graph", help=h, description=h)
     q.add_argument("model", help=".onnx model")
     q.add_argument("--table", action="store_true", help="one row per node: opcode, name, target, args, kwargs, value type")
+    q.add_argument("--json", action="store_true", help="machine-readable output: code and nodes per graph (schema: docs/cli.md)")
     q.set_defaults(func=cmd_graph)

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from ...core.errors import UsageError
-from ..render import emit_json, format_bytes, format_json, format_table
+from ..render import emit_json, format_bytes, format_table
 
 __all__ = ["register", "format_set_weights", "format_bytecode"]
 
@@ -78,7 +78,10 @@ def cmd_set_weights(args: argparse.Namespace) -> int:
             res = save_edited(art, args.output, extra_files=_read_extra(args.extra), remove_extra=args.remove_extra or ())
     res["output"] = args.output
     res["ignored"] = ignored
-    print(format_json(res) if args.json else format_set_weights(res))
+    if args.json:
+        emit_json("ts-set-weights", res)
+    else:
+        print(format_set_weights(res))
     return 0
 
 
@@ -93,7 +96,10 @@ def cmd_extra(args: argparse.Namespace) -> int:
             sys.stdout.flush()
             return 0
         rows = [[k, format_bytes(e.size)] for k, e in a.extra.items()]
-    print(format_json({r[0]: r[1] for r in rows}) if args.json else (format_table(rows) or "(no extra files)"))
+    if args.json:
+        emit_json("ts-extra", {"path": args.path, "extra_files": [{"name": k, "size": e.size} for k, e in a.extra.items()]})
+    else:
+        print(format_table(rows) or "(no extra files)")
     return 0
 
 
@@ -123,7 +129,7 @@ def cmd_bytecode(args: argparse.Namespace) -> int:
     with _open(args.path) as art:
         bc = art.archive.bytecode()
         if args.json:
-            print(format_json({"version": bc.version, "methods": [m.to_dict() for m in bc.methods if not args.method or m.qualified_name.endswith(args.method)]}))
+            emit_json("ts-bytecode", {"path": args.path, "version": bc.version, "methods": [m.to_dict() for m in bc.methods if not args.method or m.qualified_name.endswith(args.method)]})
         else:
             print(format_bytecode(bc, args.method))
     return 0
@@ -132,9 +138,10 @@ def cmd_bytecode(args: argparse.Namespace) -> int:
 def cmd_tensors(args: argparse.Namespace) -> int:
     with _open(args.path) as art:
         it = art.all_tensors() if args.all else art.tensors()
-        rows = [[n, t.dtype.name, "[" + ", ".join(map(str, t.shape)) + "]", format_bytes(t.nbytes)] for n, t in it]
+        listed = [(n, t) for n, t in it]
+        rows = [[n, t.dtype.name, "[" + ", ".join(map(str, t.shape)) + "]", format_bytes(t.nbytes)] for n, t in listed]
     if args.json:
-        print(format_json([{"name": r[0], "dtype": r[1], "shape": r[2]} for r in rows]))
+        emit_json("ls", [{"name": n, "dtype": t.dtype.name, "shape": list(t.shape), "nbytes": t.nbytes} for n, t in listed])
     else:
         print(format_table(rows))
     return 0

@@ -1,0 +1,221 @@
+"""One JSON Schema (draft 2020-12 subset) per command's ``--json`` output.
+
+``SCHEMAS[name]`` is the schema of ``torchless <command> --json`` (``name`` as passed
+to :func:`torchless.cli.render.emit_json`); :func:`validate` checks a value against one
+with the keywords used here (``type``, ``properties``, ``required``,
+``additionalProperties``, ``propertyNames``, ``items``, ``enum``, ``anyOf``, ``$ref``,
+``minimum``), so the tests need no third-party validator. docs/cli.md documents them;
+``python -m torchless.cli.schemas NAME`` prints one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from typing import Any
+
+__all__ = ["SCHEMAS", "validate", "SchemaError"]
+
+_STR = {"type": "string"}
+_INT = {"type": "integer", "minimum": 0}
+_BOOL = {"type": "boolean"}
+_NUM_OR_TEXT = {"anyOf": [{"type": "number"}, {"enum": ["nan", "inf", "-inf"]}]}
+_KEY = {"pattern": r"^\S+$"}  # field names never hold spaces
+
+
+def _obj(props: dict[str, Any], *, optional: tuple[str, ...] = (), extra: Any = False) -> dict[str, Any]:
+    return {"type": "object", "properties": props, "required": [k for k in props if k not in optional], "additionalProperties": extra}
+
+
+def _arr(items: Any) -> dict[str, Any]:
+    return {"type": "array", "items": items}
+
+
+_TENSOR_ROW = _obj({"name": _STR, "dtype": _STR, "shape": _arr(_INT), "nbytes": _INT})
+_PROBLEM = _obj({"code": _STR, "message": _STR, "member": {"type": ["string", "null"]}, "offset": {"type": ["integer", "null"]}, "severity": {"enum": ["error", "warning", "info"]}})
+_ARG: dict[str, Any] = {}  # graph node arguments: any JSON (nodes as {"node": name}, others as {"value": text})
+_GRAPH = _obj(
+    {
+        "path": _STR,
+        "code": _STR,
+        "nodes": _arr(_obj({"name": _STR, "op": _STR, "target": _STR, "args": _arr(_ARG), "kwargs": {"type": "object"}})),
+    }
+)
+#: a node of :func:`torchless.core.tree.json_tree`
+_TREE = {
+    "anyOf": [
+        {"type": ["null", "boolean", "number", "string", "array"]},
+        {
+            "type": "object",
+            "properties": {"__kind__": {"enum": ["tensor", "object", "global", "bytes", "float", "shared", "repr"]}},
+        },
+    ]
+}
+
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "info": {
+        "type": "object",
+        "description": "Artifact.info() of the format: format and path always, then that format's fields; no field name holds a space, "
+        "records are trimmed, pytree specs are JSON, and a checkpoint's tree is whole (json_tree nodes).",
+        "properties": {
+            "format": _STR,
+            "path": _STR,
+            "tensors": _INT,
+            "elements": _INT,
+            "parameters": _INT,
+            "bytes_by_dtype": {"type": "object", "additionalProperties": _INT},
+            "tensor_bytes": _INT,
+            "storage_bytes": _INT,
+            "records": {"type": "object", "additionalProperties": {"type": ["string", "integer", "null"]}},
+            "tree": _TREE,
+            "models_detail": {"type": "object", "additionalProperties": {"type": "object"}},
+        },
+        "required": ["format", "path"],
+        "propertyNames": _KEY,
+        "additionalProperties": True,
+    },
+    "ls": _arr(_TENSOR_ROW),
+    "convert": _obj(
+        {
+            "source": _STR,
+            "destination": _STR,
+            "tensors": _INT,
+            "bytes": _INT,
+            "files": _arr(_STR),
+            "object_kept": _BOOL,
+            "dropped": _arr(_obj({"key": _STR, "type": _STR})),
+        }
+    ),
+    "diff": _obj(
+        {
+            "a": _STR,
+            "b": _STR,
+            "added": _arr(_STR),
+            "removed": _arr(_STR),
+            "changed": _arr(_obj({"name": _STR, "reason": _STR, "max_abs_diff": {"anyOf": [_NUM_OR_TEXT, {"type": "null"}]}})),
+            "not_compared": _arr(_obj({"name": _STR, "reason": _STR})),
+            "same": _INT,
+            "identical": _BOOL,
+        }
+    ),
+    "verify": _obj({"path": _STR, "format": _STR, "ok": _BOOL, "errors": _INT, "warnings": _INT, "notes": _INT, "problems": _arr(_PROBLEM)}),
+    "reshard": _obj(
+        {"source": _STR, "destination": _STR, "ranks": _INT, "files": _arr(_STR), "tensors": _INT, "chunks": _INT, "bytes_items": _INT, "skipped": _arr(_STR)}
+    ),
+    "dcp-layout": _obj(
+        {
+            "version": {"type": ["string", "null"]},
+            "files": {"type": "object", "additionalProperties": {"type": ["integer", "null"]}},
+            "items": {"type": "object", "additionalProperties": {"type": "object", "properties": {"kind": {"enum": ["tensor", "bytes"]}}, "required": ["kind"]}},
+        },
+        extra=True,
+    ),
+    "code": _obj({"path": _STR, "method": {"type": ["string", "null"]}, "module": {"type": ["string", "null"]}, "code": _STR}),
+    "graph": _obj({"path": _STR, "models": _arr(_obj({"name": _STR, "dialect": _STR, "graphs": _arr(_GRAPH)}))}),
+    "onnx-graph": _obj({"path": _STR, "graphs": _arr(_GRAPH)}),
+    "onnx-set-weights": {
+        "type": "object",
+        "properties": {"output": _STR, "data_file": {"type": ["string", "null"]}, "bytes": _INT, "replaced": _arr(_STR), "kept": _arr(_STR), "ignored": _arr(_STR)},
+        "required": ["output", "data_file", "bytes", "replaced", "kept", "ignored"],
+        "propertyNames": _KEY,
+        "additionalProperties": True,
+    },
+    "ts-set-weights": {
+        "type": "object",
+        "properties": {"output": _STR, "replaced": _arr(_STR), "storages": _INT, "ignored": _arr(_STR), "extra_files": _arr(_STR)},
+        "required": ["output", "replaced", "storages", "ignored", "extra_files"],
+        "propertyNames": _KEY,
+        "additionalProperties": True,
+    },
+    "ts-extra": _obj({"path": _STR, "extra_files": _arr(_obj({"name": _STR, "size": _INT}))}),
+    "ts-bytecode": _obj({"path": _STR, "version": _INT, "methods": _arr({"type": "object", "properties": {"qualified_name": _STR}, "required": ["qualified_name"], "propertyNames": _KEY})}),
+    "extract": _obj({"outdir": _STR, "files": _arr(_obj({"member": _STR, "path": _STR, "size": _INT}))}),
+    "cache": {
+        "anyOf": [
+            _obj({"root": _STR, "exists": _BOOL, "entries": _INT, "files": _INT, "bytes": _INT, "by_kind": {"type": "object"}, "items": _arr({"type": "object", "propertyNames": _KEY})}),
+            _obj({"root": _STR, "file": _STR, "text": _STR}),
+        ]
+    },
+    "cache-prune": {
+        "type": "object",
+        "properties": {"dry_run": _BOOL, "root": _STR, "entries": _arr({"type": "object"}), "files": _arr(_STR), "dirs": _arr(_STR), "bytes": _INT, "remaining_bytes": _INT, "result": {"type": "object"}},
+        "required": ["dry_run", "root", "entries", "files", "dirs", "bytes", "remaining_bytes"],
+        "propertyNames": _KEY,
+        "additionalProperties": False,
+    },
+    "scan": {
+        "type": "object",
+        "properties": {
+            "files": _arr({"type": "object", "properties": {"path": _STR, "verdict": _STR, "findings": _arr({"type": "object"})}, "required": ["path", "verdict", "findings"], "propertyNames": _KEY}),
+            "summary": {"type": "object"},
+            "exit_code": _INT,
+        },
+        "required": ["files", "summary", "exit_code"],
+        "propertyNames": _KEY,
+        "additionalProperties": True,
+    },
+}
+
+
+class SchemaError(ValueError):
+    """A value does not match its schema; the message names the JSON path."""
+
+
+_TYPES = {
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "boolean": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+}
+
+
+def validate(value: Any, schema: dict[str, Any], path: str = "$") -> None:
+    """Raise :class:`SchemaError` naming the first place ``value`` breaks ``schema``."""
+    if "anyOf" in schema:
+        errors = []
+        for sub in schema["anyOf"]:
+            try:
+                validate(value, sub, path)
+                break
+            except SchemaError as e:
+                errors.append(str(e))
+        else:
+            raise SchemaError(f"{path}: matches none of the alternatives ({'; '.join(errors)})")
+    t = schema.get("type")
+    if t is not None:
+        types = [t] if isinstance(t, str) else t
+        if not any(_TYPES[x](value) for x in types):
+            raise SchemaError(f"{path}: expected {' or '.join(types)}, found {type(value).__name__} {json.dumps(value)[:60]}")
+    if "enum" in schema and value not in schema["enum"]:
+        raise SchemaError(f"{path}: {value!r} is not one of {schema['enum']}")
+    if "minimum" in schema and isinstance(value, (int, float)) and not isinstance(value, bool) and value < schema["minimum"]:
+        raise SchemaError(f"{path}: {value} < {schema['minimum']}")
+    if isinstance(value, dict):
+        props = schema.get("properties", {})
+        for k in schema.get("required", ()):
+            if k not in value:
+                raise SchemaError(f"{path}: missing {k!r}")
+        names = schema.get("propertyNames")
+        for k, v in value.items():
+            if names and not re.search(names["pattern"], k):
+                raise SchemaError(f"{path}: field name {k!r} does not match {names['pattern']}")
+            if k in props:
+                validate(v, props[k], f"{path}.{k}")
+            else:
+                extra = schema.get("additionalProperties", True)
+                if extra is False:
+                    raise SchemaError(f"{path}: unexpected field {k!r}")
+                if isinstance(extra, dict):
+                    validate(v, extra, f"{path}.{k}")
+    if isinstance(value, list) and "items" in schema:
+        for i, v in enumerate(value):
+            validate(v, schema["items"], f"{path}[{i}]")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    names = sys.argv[1:] or sorted(SCHEMAS)
+    print(json.dumps({n: SCHEMAS[n] for n in names}, indent=2))
