@@ -16,6 +16,7 @@ their memory map without an intermediate copy.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from typing import Any, Callable, Iterable
 
@@ -27,7 +28,7 @@ from ...core.tensor import Tensor
 from .dtypes import PackedTensor, numel_of, onnx_type, pack_bits
 from .read import EXTERNAL, PROTOBUF_LIMIT, ExternalData, OnnxModel, text
 
-__all__ = ["AUTO_EXTERNAL_BYTES", "set_weights"]
+__all__ = ["AUTO_EXTERNAL_BYTES", "set_weights", "transformed_initializers"]
 
 #: tensors above this total force external data (torch's ``_LARGE_MODEL_THRESHOLD``,
 #: 1536 MiB, leaves room below protobuf's 2 GiB for the graph itself).
@@ -113,6 +114,49 @@ def _all_tensor_protos(model: Any, *, skip_main_initializers: bool = False) -> I
         yield from from_nodes(f.node, 1)
 
 
+#: node metadata the ONNX exporter's optimizer (onnxscript rewriter) leaves on rewritten nodes
+REWRITE_RULE_KEY = "pkg.onnxscript.rewriter.rule_name"
+_ANONYMOUS = re.compile(r"^(val_\d+|_val_\d+|onnx::.+|_?v_\d+)$")
+
+
+def transformed_initializers(model: Any, replaced: set[str], unmatched: dict[str, tuple[int, ...]], weight_names: set[str]) -> list[str]:
+    """Why replacing initializers by name would give a wrong model (empty: it would not).
+
+    * an initializer read by a node that the exporter's optimizer rewrote (node metadata
+      ``pkg.onnxscript.rewriter.rule_name``, e.g. ``FuseBatchNormIntoConv``) holds values
+      the rewrite computed (a convolution with a BatchNorm folded in keeps the name
+      ``conv1.weight``);
+    * BatchNorm statistics (``X.running_mean``/``X.running_var``) among the weights, while
+      the model has neither such initializers nor a BatchNormalization node: the exporter
+      folded that BatchNorm into the layer before it;
+    * a weight that names no initializer while an anonymous initializer (``val_N``,
+      ``onnx::...``) has its shape: the exporter renamed (and maybe transformed) it.
+    """
+    g = model.graph
+    problems: list[str] = []
+    for node in g.node:
+        rule = next((p.value for p in node.metadata_props if p.key == REWRITE_RULE_KEY), None)
+        if rule is None:
+            continue
+        for name in node.input:
+            if name in replaced:
+                problems.append(f"initializer {name!r} is read by node {node.name or node.op_type!r}, which the exporter's {rule} rewrite produced, so it holds computed values, not the module's {name}")
+    inits = {text(t.name): tuple(t.dims) for t in g.initializer}
+    has_bn = any(n.op_type == "BatchNormalization" for n in g.node)
+    for w in sorted(weight_names):
+        if w.endswith(".running_mean"):
+            prefix = w[: -len(".running_mean")]
+            if prefix + ".running_var" in weight_names and w not in inits and not has_bn:
+                problems.append(f"the weights hold BatchNorm {prefix!r} but the model has no BatchNormalization and no {w!r}: the exporter folded it into the layer before it")
+    floats = {1, 10, 11, 16}  # FLOAT, FLOAT16, DOUBLE, BFLOAT16: weights, not shape/axes constants
+    anonymous = {text(t.name): tuple(t.dims) for t in g.initializer if _ANONYMOUS.match(text(t.name)) and t.data_type in floats}
+    for w, shape in sorted(unmatched.items()):
+        same = [n for n, d in anonymous.items() if d == tuple(shape) and len(shape) > 0]
+        if same:
+            problems.append(f"weight {w!r} {list(shape)} names no initializer, and anonymous initializer(s) {', '.join(same[:3])} have its shape: the exporter renamed it")
+    return problems
+
+
 def set_weights(
     model: Any,
     weights: Any,
@@ -144,8 +188,11 @@ def set_weights(
         "data_file": path or None, "bytes": n}``.
 
     Raises:
-        UsageError: a weight's shape or dtype differs from the initializer's, or a
-            weight names no initializer (without ``allow_missing``).
+        UsageError: a weight's shape or dtype differs from the initializer's; no
+            initializer would be replaced; or the exporter folded or renamed initializers
+            (see :func:`transformed_initializers`), so replacing by name would give a model
+            that computes something else (refused even with ``allow_missing``).
+        NotFoundError: a weight names no initializer (without ``allow_missing``).
         LimitError: the model would exceed 2 GiB without external data.
 
     Example:
@@ -181,6 +228,15 @@ def _write(om: OnnxModel, items: list[tuple[str, Any]], out: str, external_data:
         if key in new:
             raise UsageError(f"two weights map to initializer {key!r}", member=key)
         new[key] = _new_bytes(key, value, rec)
+    shapes = {(name[len(strip_prefix) :] if strip_prefix and name.startswith(strip_prefix) else name): tuple(getattr(v, "shape", ())) for name, v in items}
+    problems = transformed_initializers(mp, set(new), {k: shapes[k] for k in ignored if k in shapes}, set(shapes))
+    if problems:
+        shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
+        raise UsageError(
+            f"refusing to write a model that would compute something else: the exporter transformed initializers, so weights cannot be matched by name ({shown})",
+            path=om.path,
+            hint="export the model again from the module holding these weights (torch.onnx.export), or export with optimize=False so each parameter stays its own initializer",
+        )
     if ignored and not allow_missing:
         raise NotFoundError(
             f"{len(ignored)} weights name no initializer of the model",
@@ -189,6 +245,12 @@ def _write(om: OnnxModel, items: list[tuple[str, Any]], out: str, external_data:
             hint="check names with `torchless ls` on both files, or pass --allow-missing / --strip-prefix",
         )
 
+    if not new and items:  # (no weights at all: a re-layout, e.g. to or from external data)
+        raise UsageError(
+            "no initializer was replaced: none of the weights names an initializer of the model",
+            path=om.path,
+            hint="compare names with `torchless ls` on both files (--strip-prefix removes a prefix)",
+        )
     # every tensor's bytes: replaced, or the source's (from the model or its data file)
     src_ext = ExternalData(om.external.base_dir, om.path)
     used_external = any(tp.data_location == EXTERNAL for tp in _all_tensor_protos(mp))

@@ -17,7 +17,7 @@ from typing import Any, Callable
 from ...container.zip import ZipReader, is_zip
 from ...core.dtypes import DTYPES, DType
 from ...core.errors import FormatError, LimitError, TorchlessError, TruncatedError, UnsupportedError, short_repr
-from ...core.source import ByteSource, MmapSource, SourceFile
+from ...core.source import ByteSource, MmapSource, SourceFile, open_source
 from ...core.tensor import Storage
 from ...core.values import StorageType
 from ...pickle.globals import Allowlist, AllowlistResolver, Rebuilder
@@ -496,12 +496,16 @@ def _check_all_records(zr: ZipReader) -> None:
         raise FormatError("cannot parse the storage alignment record", path=zr.path, member=al.name)
 
 
-def read_checkpoint(source: ByteSource, *, weights_only: bool = True, resolver: AllowlistResolver | None = None, limits: Limits = Limits(), encoding: str = "utf-8", mmap: bool = True) -> Checkpoint:
+def read_checkpoint(source: Any, *, weights_only: bool = True, resolver: AllowlistResolver | None = None, limits: Limits = Limits(), encoding: str = "utf-8", mmap: bool = True) -> Checkpoint:
     """Parse any eager checkpoint layout (detected from the bytes).
+
+    Args:
+        source: a path, bytes, or a :class:`~torchless.core.source.ByteSource`.
 
     Raises:
         FormatError: unknown layout, or TorchScript archives (use the TorchScript reader).
     """
+    source = open_source(source)
     layout = detect_layout(source)
     try:
         if layout == "zip":
