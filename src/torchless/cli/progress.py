@@ -1,4 +1,5 @@
-"""A progress bar for long work, on stderr, only when stderr is a terminal."""
+"""A progress bar for long work, on stderr: when stderr is a terminal, or when forced
+(``--progress``)."""
 
 from __future__ import annotations
 
@@ -19,11 +20,14 @@ class Progress:
         self.enabled = force or sys.stderr.isatty()
         self._rich = None
         self._last = 0.0
-        if self.enabled:
+        if self.enabled and sys.stderr.isatty():  # forced onto a file or pipe: plain lines
             try:
+                from rich.console import Console
                 from rich.progress import BarColumn, DownloadColumn, Progress as RP, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
-                self._rich = RP(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(), transient=True)
+                # stderr, never stdout: progress must not mix with results (--json)
+                console = Console(file=sys.stderr)
+                self._rich = RP(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(), transient=True, console=console)
                 self._rich.start()
                 self._task = self._rich.add_task(label, total=self.total)
             except ImportError:
