@@ -116,7 +116,7 @@ def write_tensors(items: Iterable[tuple[str, Any]], path: Any, *, format: str | 
         UsageError: no writable format for ``path``, or an option the format does not
             take (``max_shard_size`` for ``.pt``).
     """
-    h = _writer(path, format)
+    h = _tensor_writer(path, format)
     check_options(h, "write", kw, path=path)
     res = h.write_tensors(items, path, progress=progress, **kw)  # type: ignore[attr-defined]
     return list(res) if isinstance(res, (list, tuple)) else [os.fspath(path) if isinstance(path, (str, os.PathLike)) else "<file>"]
@@ -129,7 +129,8 @@ def writable_formats() -> list[str]:
     return [h.name for h in handlers() if hasattr(h, "write_tensors")]
 
 
-def _writer(path: Any, format: str | None) -> Any:
+def _tensor_writer(path: Any, format: str | None) -> Any:
+    """The handler that writes tensors to ``path`` (by ``format`` or extension)."""
     h = handler(format) if format else handler_for_path(path)
     if h is None or not hasattr(h, "write_tensors"):
         exts = ", ".join(e for name in writable_formats() for e in handler(name).extensions)
@@ -185,7 +186,7 @@ def convert(
         UsageError: an option that does not apply, or ``strict`` and something would be
             dropped.
     """
-    h = _writer(dst, dst_format)
+    h = _tensor_writer(dst, dst_format)
     check_options(h, "write", {k: v for k, v in kw.items() if v is not None}, path=dst)  # before any work
     # weights_only=False: unknown classes become placeholders whose tensors still convert;
     # nothing is imported or run either way

@@ -201,6 +201,8 @@ class ZipReader:
             raise TruncatedError("file too small to be a zip archive", path=self.path, expected=">= 22 bytes", found=f"{size} bytes")
         eocd = locate_eocd(src)
         if eocd is None:
+            if bytes(src.view(0, 4)) == b"PK\x03\x04":  # it starts as a zip: the end is missing
+                raise TruncatedError("truncated zip archive: it has no end-of-central-directory record", path=self.path, hint="the file was cut short (an interrupted write, download or copy?)")
             raise FormatError("no zip end-of-central-directory record", path=self.path, expected="PK\\x05\\x06 in the last 64 KiB")
         self.eocd_offset = eocd
         _sig, disk, cd_disk, n_disk, n_total, cd_size, cd_off, _clen = _EOCD.unpack_from(src.view(eocd, _EOCD.size))
