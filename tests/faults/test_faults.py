@@ -271,8 +271,14 @@ def test_extract_and_consolidate_killed(tmp_path, source):
 
 
 def test_sigint_at_start_prints_no_traceback(tmp_path, source):
-    """SIGINT during the first 0.3 s (imports, argument parsing, the first bytes)."""
-    for delay in (0.05, 0.1, 0.15, 0.2, 0.3):
+    """SIGINT during the first 0.3 s (imports, argument parsing, the first bytes).
+
+    A signal that lands while the interpreter itself starts (its ``site`` import, or
+    runpy finding the package before the first line of torchless runs) gets Python's own
+    report, whose frames are all ``<frozen ...>``; that is outside torchless and not
+    counted. Once a torchless file runs, there is never a traceback."""
+    ours = 0
+    for delay in (0.05, 0.1, 0.15, 0.2, 0.3, 0.4):
         p = subprocess.Popen(
             [sys.executable, "-m", "torchless.cli.main", "convert", source, str(tmp_path / "o.pt")],
             env=_env(),
@@ -283,6 +289,10 @@ def test_sigint_at_start_prints_no_traceback(tmp_path, source):
         time.sleep(delay)
         p.send_signal(signal.SIGINT)
         _out, err = p.communicate(timeout=60)
+        if "Traceback" in err and "torchless" not in err:  # the interpreter's own start-up
+            continue
+        ours += 1
         assert "Traceback" not in err, (delay, err)
         assert p.returncode in (0, 130, -signal.SIGINT), (delay, p.returncode, err)
         assert temporaries(str(tmp_path)) == []
+    assert ours, "every signal landed before torchless started; the machine is too slow for this test"
