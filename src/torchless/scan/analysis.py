@@ -160,6 +160,7 @@ class _Analyser:
         self.data = data
         self.torchscript = torchscript
         self.globals: list[GlobalUse] = []
+        self.global_at: dict[tuple[int, str], GlobalUse] = {}
         self.calls: list[CallEvent] = []
         self.builds: list[CallEvent] = []
         self.frames: list[tuple[int, int]] = []
@@ -194,6 +195,7 @@ class _Analyser:
                 pass
         from_memo = self.op == "STACK_GLOBAL" and any(op in _MEMO_READS for _p, op in list(self.recent)[-2:])
         self.globals.append(GlobalUse(qual, module, name, self.pos, self.op, v, from_memo, raw))
+        self.global_at[(self.pos, qual)] = self.globals[-1]  # O(1) lookup for calls through the memo
         return Sym(self, "global", qual, pos=self.pos, verdict=v)
 
     def _note_nested(self, value: Any, depth: int = 0) -> None:
@@ -216,10 +218,9 @@ class _Analyser:
         ev = CallEvent(self.op, self.pos, callee, args, kwargs or None)
         self.calls.append(ev)
         if callee.kind == "global":
-            for g in reversed(self.globals):
-                if g.offset == callee.pos and g.qualname == callee.qualname:
-                    g.called.append(self.op)
-                    break
+            g = self.global_at.get((callee.pos, callee.qualname))
+            if g is not None:
+                g.called.append(self.op)
         self._note_nested(args)
         if kwargs:
             self._note_nested(kwargs)

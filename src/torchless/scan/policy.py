@@ -1,6 +1,6 @@
 """Which globals a scan trusts: an allowlist with reasons, a curated danger list, and the rest.
 
-Every global a pickle names gets one of three verdicts:
+Every global a pickle names gets one of four verdicts:
 
 * ``safe`` - on torchless's allowlist (:data:`SAFE`): the default table torchless loads
   with (``DEFAULT_ALLOWLIST``) plus the container-specific names below. Each entry carries

@@ -71,6 +71,7 @@ class ScannerBase:
         self.report = FileReport(self.path)
         self._seen: set[tuple[str, int, str]] = set()
         self._dropped = 0
+        self._kinds: set[tuple[str, str]] = set()
         self.budget = Budget(0)
         self.loader_ctx: str | None = None  # the loader of the carrier being walked (Finding.loader)
 
@@ -92,11 +93,10 @@ class ScannerBase:
         if key in self._seen:
             return
         self._seen.add(key)
-        if len(self.report.findings) >= MAX_FINDINGS:
-            if severity == "critical" and not any(f.severity == "critical" for f in self.report.findings):
-                self.report.findings.append(Finding(rule, severity, message, self.path, member, offset, file_offset, global_name, disassembly or [], loader))
-            self._dropped += 1
+        if len(self.report.findings) >= MAX_FINDINGS and (severity == "info" or (rule, severity) in self._kinds):
+            self._dropped += 1  # the first finding of each rule and severity is always kept
             return
+        self._kinds.add((rule, severity))
         self.report.findings.append(Finding(rule, severity, message, self.path, member, offset, file_offset, global_name, disassembly or [], loader))
 
     def spend(self, what: str, n: int, member: str | None, doing: str, loader: str | None = None) -> bool:

@@ -41,6 +41,10 @@ class PickleCarrier:
         def dis(off: int) -> list[str]:
             return disassemble(data, off, res.op_offsets)
 
+        calls_at: dict[int, list] = {}  # global offset -> its calls (no quadratic scan per global)
+        for c in res.calls:
+            if c.callee.kind == "global":
+                calls_at.setdefault(c.callee.pos, []).append(c)
         for g in res.globals:
             self.report.globals[g.qualname] = g.verdict.verdict
             how = []
@@ -55,7 +59,7 @@ class PickleCarrier:
             else:
                 how.append("referenced, not called")
             if g.verdict.verdict == "dangerous":
-                calls = [c for c in res.calls if c.callee.kind == "global" and c.callee.pos == g.offset]
+                calls = calls_at.get(g.offset, [])
                 detail = ""
                 if calls:
                     c = calls[0]
@@ -63,7 +67,7 @@ class PickleCarrier:
                 self.add("dangerous-global", "critical", f"{g.qualname} ({', '.join(how)}): {g.verdict.reason}{detail}", member, g.offset, fo(g.offset), g.qualname, dis(calls[0].offset if calls else g.offset))
             elif g.verdict.verdict == "unknown":
                 self.add("unknown-global", self.unknown_severity, f"{g.qualname} ({', '.join(how)}): {g.verdict.reason}", member, g.offset, fo(g.offset), g.qualname, dis(g.offset))
-            if torch_load and not torch_allows(g.qualname) and g.qualname not in [n.global_name for n in self.report.weights_only]:
+            if torch_load and not torch_allows(g.qualname) and g.qualname not in {n.global_name for n in self.report.weights_only}:
                 self.report.weights_only.append(AllowNote(g.qualname, g.verdict.verdict, g.verdict.reason))
         for c in res.calls:
             hof = _HIGHER_ORDER.get(c.callee.qualname) if c.callee.kind == "global" else None
