@@ -19,7 +19,7 @@ from typing import Any
 from ..core.errors import TorchlessError
 from ..core.source import open_source
 from .pyzip import PyZipReader
-from .zip import _EOCD, _EOCD64, _LOC64, EOCD64_SIG, LOC64_SIG, MAX32, Problem, ZipReader, locate_eocd
+from .zip import _EOCD, _EOCD64, _LOC64, LOC64_SIG, MAX32, Problem, ZipReader
 
 __all__ = ["zip_differentials"]
 

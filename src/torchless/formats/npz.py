@@ -20,7 +20,6 @@ keep shape ``()``.
 
 from __future__ import annotations
 
-import struct
 import zipfile
 from typing import Any, Callable, Iterable, Iterator
 
