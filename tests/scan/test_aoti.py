@@ -42,13 +42,20 @@ def test_shared_object_is_native_code(tmp_path: Path) -> None:
 
 
 def test_extraction_escape_and_gpu_binaries(tmp_path: Path) -> None:
-    extra = {"data/aotinductor/model/../../../../../../tmp/escaped.so": b"\x7fELF", "data/aotinductor/model/k.cubin": b"\0" * 8}
+    extra = {
+        "data/aotinductor/model/../../../../../../tmp/escaped.so": b"\x7fELF",
+        "data/aotinductor/model/k.cubin": b"\0" * 8,
+        "data/constants/c.so": b"\x7fELF",
+        "other/data/aotinductor/model2/x.so": b"\x7fELF",
+    }
     p = make_package(tmp_path / "pkg.pt2", sample_consts(), layout="binary_blob", extra=extra)
     fr = torchless.scan(p, jobs=1).files[0]
     crit = {(f.rule, f.member.rsplit("/", 1)[-1]) for f in fr.findings if f.severity == "critical"}
     assert ("path-traversal", "escaped.so") in crit
     assert ("native-code", "k.cubin") in crit
-    assert ("native-code", "escaped.so") in crit  # the last .so is the one dlopen()ed
+    assert ("native-code", "escaped.so") in crit
+    assert ("native-code", "c.so") in crit  # data/constants is extracted into the model folder
+    assert ("native-code", "x.so") in crit  # whatever prefix the C++ loader derives
 
 
 @pytest.fixture(scope="module")

@@ -86,63 +86,91 @@ def _short(s: str, n: int = 300) -> str:
     return s if len(s) <= n else s[:n] + f"… ({len(s)} characters)"
 
 
+def _folder_of(name: str) -> tuple[str, str] | None:
+    """(model folder key, model name) when the loader could extract ``name`` for a model.
+
+    Matching ignores the archive prefix: the C++ loader derives its own prefix from the
+    first two names, which need not be the one the Python side (and torchless) uses;
+    ``data/constants/*`` members are extracted into the model folder of every model.
+    """
+    n = name.replace("\\", "/")
+    i = n.find(AOTI_DIR)
+    if i >= 0:
+        model = n[i + len(AOTI_DIR) :].split("/", 1)[0]
+        return n[: i + len(AOTI_DIR)] + model, model
+    if n.find(CONSTANTS_DIR + "/") >= 0:
+        return "*", "*"
+    return None
+
+
 def report_aoti(scanner: Any, zr: ZipReader, member: str | None) -> None:
     """Add ``native-code`` / ``path-traversal`` findings for the AOTInductor folders of one
-    zip (the :class:`~torchless.scan.carriers.Scanner` hook); no-op without any."""
-    recs = zr.records()
-    models = aoti_models(recs)
+    zip (the :class:`~torchless.scan.carriers.Scanner` hook); no-op without any.
+
+    Every ``.so`` of every folder (and of ``data/constants``) is reported, not only the
+    one the loader keeps, since which one it keeps depends on the model name asked for
+    and on prefix rules that differ between torch's Python and C++ readers.
+    """
+    names = [e.name for e in zr.entries]
+    folders: dict[str, list[str]] = {}
+    for n in names:
+        f = _folder_of(n)
+        if f is not None:
+            folders.setdefault(f[0], []).append(n)
+    models = [k for k in folders if k != "*"]
     if not models:
         return
     pre = f"{member} > " if member else ""
-    names = [e.name for e in zr.entries]
-    prefix = (zr.prefix + "/") if zr.prefix else ""
     nested = "" if member is None else " (inside a nested archive: loaded if it is extracted and opened)"
-    for model in models:
-        base = f"{prefix}{AOTI_DIR}{model}"
-        extracted = [n for n in names if n.replace("\\", "/").startswith(base) or n.replace("\\", "/").startswith(prefix + CONSTANTS_DIR)]
-        cpp = so = None
+    shared = folders.get("*", [])
+    for key in models:
+        model = key.rsplit("/", 1)[-1]
+        # the loader's folder test is a prefix test: "model" also takes "model2/..."
+        members = [n for k, ns in folders.items() if k != "*" and k.startswith(key) for n in ns] + shared
+        cpps: list[str] = []
+        sos: list[str] = []
         objs: list[str] = []
-        for n in extracted:
+        for n in members:
             parts = n.replace("\\", "/").split("/")
             if ".." in parts or n.startswith(("/", "\\")):
                 scanner.add("path-traversal", "critical", f"AOTInductor member {n!r} is extracted by the package loader to <temp folder>/{n}, which leaves the folder: a file written anywhere the user can write{nested}", pre + n, loader=_LOADER)
             dot = n.rfind(".")
             ext = n[dot:] if dot > n.rfind("/") else ""
             if ext == ".cpp":
-                cpp = n
+                cpps.append(n)
             elif ext == ".so":
-                so = n
+                sos.append(n)
             elif ext == ".o":
                 objs.append(n)
             elif ext in _GPU_EXT:
                 scanner.add("native-code", "critical", f"GPU binary {n!r} of AOTInductor model {model!r} is loaded as device code when the model runs on a GPU{nested}", pre + n, loader=_LOADER)
-        if so is not None:
+        for so in sos:
             scanner.add("native-code", "critical", f"shared object {so!r} of AOTInductor model {model!r} is dlopen()ed by torch.export.load / aoti_load_package: native code runs in the loading process (its initialisers at load){nested}", pre + so, loader=_LOADER)
+        if sos:
             continue
-        if cpp is None:
+        for cpp in cpps:  # the loader compiles the last; each could be the last one
+            _report_compile(scanner, zr, cpp, objs, model, pre, nested)
+
+
+def _report_compile(scanner: Any, zr: ZipReader, cpp: str, objs: list[str], model: str, pre: str, nested: str) -> None:
+    stem = cpp[: cpp.rfind(".")]
+    out_o = stem + ".o"
+    for suffix, sources, target in (("_compile_flags.json", [cpp], out_o), ("_linker_flags.json", objs + [out_o], stem + ".so")):
+        fname = stem + suffix
+        try:
+            # the loader reads the extracted file; each name is extracted through
+            # miniz's lookup, so duplicates resolve to the entry torch's reader picks
+            hit = zr.lookup(fname, full=True)
+            raw = zr.read_bytes(hit, max_size=MAX_FLAGS_BYTES) if hit is not None else None
+        except TorchlessError as e:
+            scanner.add("native-code", "critical", f"{fname!r} (compile/link flags of AOTInductor model {model!r}) cannot be read ({e.message}); the loader would run the command line it holds through the shell", pre + fname, loader=_LOADER)
             continue
-        stem = cpp[: cpp.rfind(".")]
-        cmds: list[str] = []
-        out_o = stem + ".o"
-        for suffix, sources, target in (("_compile_flags.json", [cpp], out_o), ("_linker_flags.json", objs + [out_o], stem + ".so")):
-            fname = stem + suffix
-            try:
-                # the loader reads the extracted file; each name is extracted through
-                # miniz's lookup, so duplicates resolve to the entry torch's reader picks
-                hit = zr.lookup(fname, full=True)
-                raw = zr.read_bytes(hit, max_size=MAX_FLAGS_BYTES) if hit is not None else None
-            except TorchlessError as e:
-                raw = None
-                scanner.add("native-code", "critical", f"{fname!r} (compile/link flags of AOTInductor model {model!r}) cannot be read ({e.message}); the loader would run the command line it holds through the shell", pre + fname, loader=_LOADER)
-                continue
-            if raw is None:
-                cmds.append(f"<{fname.rsplit('/', 1)[-1]} missing: the loader throws before running this step>")
-                continue
-            try:
-                flags = json.loads(raw.decode("utf-8", "replace"))
-            except (ValueError, RecursionError):
-                flags = None
-            cmd = compile_command(flags, sources, target) if flags is not None else "<not JSON: the loader throws>"
-            cmds.append(cmd)
-            scanner.add("native-code", "critical", f"{fname!r} becomes a command line that torch.export.load / aoti_load_package runs through the shell (system()): {_short(cmd)}{nested}", pre + fname, loader=_LOADER)
-        scanner.add("native-code", "critical", f"AOTInductor model {model!r} has no shared object: the loader compiles {cpp!r}{' and links ' + ', '.join(repr(o) for o in objs) if objs else ''} with the commands above and dlopen()s the result{nested}", pre + cpp, loader=_LOADER)
+        if raw is None:
+            continue
+        try:
+            flags = json.loads(raw.decode("utf-8", "replace"))
+        except (ValueError, RecursionError):
+            flags = None
+        cmd = compile_command(flags, sources, target) if flags is not None else "<not JSON: the loader throws>"
+        scanner.add("native-code", "critical", f"{fname!r} becomes a command line that torch.export.load / aoti_load_package runs through the shell (system()): {_short(cmd)}{nested}", pre + fname, loader=_LOADER)
+    scanner.add("native-code", "critical", f"AOTInductor model {model!r} has no shared object: the loader compiles {cpp!r}{' and links ' + ', '.join(repr(o) for o in objs) if objs else ''} with its flags JSON and dlopen()s the result{nested}", pre + cpp, loader=_LOADER)

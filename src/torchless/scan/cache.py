@@ -137,11 +137,20 @@ ALLOWED_IMPORTS: dict[str, frozenset[str] | None] = {
     "torch._dynamo.testing": frozenset({"rand_strided"}),
     "torch._C._dynamo.guards": None,
     "torch._dynamo.graph_bytecode_inputs": None,
+    "torch._C": frozenset({"_cuda_getCurrentRawStream", "_xpu_getCurrentRawStream", "_mtia_getCurrentRawStream"}),
+    "triton.profiler": None,
+    "triton.profiler.language": None,
+    "triton.profiler.hooks": frozenset({"HookManager"}),
+    "atexit": frozenset(),
 }
 #: module prefixes any name may be imported from (inductor's runtime helpers)
 ALLOWED_IMPORT_PREFIXES = ("torch._inductor.", "torch._inductor")
 #: modules whose attributes generated code never uses
 _NO_ATTRS = {"os", "tempfile", "ctypes"}
+
+#: ``async_compile`` methods that take kernel source -> (Python (imported) or native
+#: (compiled), position of the source argument), as ``torch/_inductor/async_compile.py``
+_SOURCE_METHODS = {"triton": ("python", 1), "cutedsl": ("python", 1), "pallas": ("python", 1), "cpp": ("c++", 0), "cpp_pybinding": ("c++", 1), "cuda": ("c++", 0), "xpu": ("c++", 0), "rocm": ("c++", 0), "cutlass": ("c++", 1), "halide": ("c++", 1), "metal": ("c++", 1)}
 
 #: builtins inductor's generated code uses (anything else that is not defined in the file
 #: is a finding)
@@ -193,7 +202,7 @@ def _dotted(node: ast.AST) -> list[str] | None:
     return None
 
 
-def check_python(source: bytes | str, *, name: str = "<source>") -> list[tuple[str, str, int | None]]:
+def check_python(source: bytes | str, *, name: str = "<source>", _depth: int = 0) -> list[tuple[str, str, int | None]]:
     """What in a generated Python source inductor would not have emitted.
 
     Returns:
@@ -270,11 +279,25 @@ def check_python(source: bytes | str, *, name: str = "<source>") -> list[tuple[s
                         break
         elif isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in _DANGEROUS_STRINGS:
             out.append(("high", f"string {n.value!r}: the name of a code-running builtin or module, as used by getattr/globals tricks", getattr(n, "lineno", None)))
-        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("cpp_pybinding", "cpp", "load_pybinding"):
-            for a in n.args:
-                if isinstance(a, ast.Constant) and isinstance(a.value, str) and len(a.value) > 40:
-                    for sev, msg in check_cpp(a.value):
-                        out.append((sev, f"embedded C++ passed to {n.func.attr}: {msg}", n.lineno))
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _SOURCE_METHODS:
+            # sources the output code hands to async_compile: Python kernels are written
+            # to the cache and imported, C++/CUDA ones compiled and loaded. Inductor
+            # always passes a literal; a computed source cannot be analysed.
+            lang, idx = _SOURCE_METHODS[n.func.attr]
+            src_arg = n.args[idx] if idx < len(n.args) else next((k.value for k in n.keywords if k.arg in ("source_code", "source")), None)
+            if src_arg is None:
+                continue
+            if not (isinstance(src_arg, ast.Constant) and isinstance(src_arg.value, str)):
+                out.append(("critical", f"passes a computed kernel source to {n.func.attr}(): inductor passes a string literal; what would be compiled or imported is not known", n.lineno))
+            elif lang == "python":
+                if _depth >= 2:
+                    out.append(("unanalysable", f"Python source nested in {n.func.attr}() more than twice; not analysed", n.lineno))
+                    continue
+                for sev, msg, line in check_python(src_arg.value, name=f"{name} > {n.func.attr}()", _depth=_depth + 1):
+                    out.append((sev, f"in the kernel source passed to {n.func.attr}() (its line {line}): {msg}", n.lineno))
+            else:
+                for sev, msg in check_cpp(src_arg.value):
+                    out.append((sev, f"embedded C++ passed to {n.func.attr}(): {msg}", n.lineno))
     # one finding per (message, line)
     seen: set[tuple[str, int | None]] = set()
     uniq = []
