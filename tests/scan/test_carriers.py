@@ -84,7 +84,7 @@ def test_every_carrier_sample_gets_its_verdict(carriers):  # type: ignore[no-unt
 
 def test_unrecognised_bytes_are_never_clean(tmp_path):  # type: ignore[no-untyped-def]
     blob = bytes((i * 131 + 7) % 256 for i in range(2048))
-    for name in ("weights.pt", "model.bin", "x.pkl", "a.joblib"):
+    for name in ("weights.pt", "model.ckpt", "x.pkl", "a.joblib"):
         p = tmp_path / name
         p.write_bytes(b"\x00" + blob)
         (fr,) = scan(p).files
@@ -255,3 +255,34 @@ def test_overlapping_zip_entries_are_analysed_once(gen, tmp_path):  # type: igno
     assert time.perf_counter() - t < 5
     assert fr.streams == 1  # 500 names, one byte range, analysed once
     assert any(f.rule == "zip-overlap" for f in fr.findings)
+
+
+def test_mutated_carriers_never_crash_or_hang(carriers, tmp_path):  # type: ignore[no-untyped-def]
+    """Bit flips and truncations of every carrier sample: no internal error, bounded CPU."""
+    import random
+    import resource
+
+    out, _markers, man = carriers
+    rng = random.Random(1234)
+    files = [out / m["name"] for m in man if (out / m["name"]).is_file()]
+    worst = 0.0
+    for i in range(600):
+        data = bytearray(rng.choice(files).read_bytes())
+        op = rng.randrange(3)
+        if op == 0 and data:
+            for _ in range(rng.randrange(1, 8)):
+                data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+        elif op == 1:
+            data = data[: rng.randrange(len(data) + 1)]
+        else:
+            pos = rng.randrange(len(data) + 1)
+            data[pos:pos] = rng.randbytes(rng.randrange(1, 64))
+        p = tmp_path / f"m{i}{rng.choice(['.pt', '.npy', '.npz', '.tar', '.pkl', '.joblib', ''])}"
+        p.write_bytes(bytes(data))
+        t = resource.getrusage(resource.RUSAGE_SELF)
+        (fr,) = scan(p, jobs=1).files
+        u = resource.getrusage(resource.RUSAGE_SELF)
+        worst = max(worst, u.ru_utime + u.ru_stime - t.ru_utime - t.ru_stime)
+        assert fr.error is None, (p.name, fr.error)
+        assert fr.verdict in ("clean", "suspicious", "unanalysable", "dangerous"), fr.verdict
+    assert worst < 5, worst

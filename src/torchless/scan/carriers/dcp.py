@@ -66,35 +66,25 @@ class DcpCarrier:
         return found
 
     def _storage_records(self, meta: str) -> list[tuple[str, int, int, Any]]:
-        """(relative_path, offset, length, transform_descriptors) of every ``_StorageInfo``."""
-        key = ("dcp-metadata", meta)
-        cache = getattr(self, "_dcp_cache", None)
-        if cache is None:
-            cache = self._dcp_cache = {}
-        if key in cache:
-            return cache[key]
-        out: list[tuple[str, int, int, Any]] = []
-        cache[key] = out
+        """(relative_path, offset, length, transform_descriptors) of every ``_StorageInfo``
+        (parsed once per process and metadata version: a folder of many items shares it)."""
         try:
-            with open(meta, "rb") as f:
-                data = f.read(1 << 28)
+            st = os.stat(meta)
         except OSError:
-            return out
-        if not self.spend("pickle", len(data), None, "reading DCP metadata", _DCP):
-            return out
-        res = analyse(data)
-        syms: list[Sym] = []
-        _walk_syms(res.value, syms, set())
-        for s in syms:
-            if s.kind == "result" and s.callee is not None and s.callee.qualname.endswith("_StorageInfo"):
-                st = s.state
-                if isinstance(st, dict):
-                    rp, off, ln = st.get("relative_path"), st.get("offset"), st.get("length")
-                    if isinstance(rp, str) and type(off) is int and type(ln) is int and off >= 0 and ln >= 0:
-                        out.append((rp, off, ln, st.get("transform_descriptors")))
-                        continue
-                self.add("unanalysable", "high", f"a _StorageInfo record in {os.path.basename(meta)} that the scanner cannot read ({describe(st)}): the item it locates is not analysed", None, loader=_DCP)
-        return out
+            return []
+        key = (os.path.abspath(meta), st.st_mtime_ns, st.st_size)
+        hit = _RECORDS.get(key)
+        if hit is None:
+            if not self.spend("pickle", min(st.st_size, _MAX_METADATA), None, "reading DCP metadata", _DCP):
+                return []
+            hit = _parse_records(meta)
+            if len(_RECORDS) > 32:
+                _RECORDS.clear()
+            _RECORDS[key] = hit
+        records, problems = hit
+        for p in problems:
+            self.add("unanalysable", "high", f"a _StorageInfo record in {os.path.basename(meta)} that the scanner cannot read ({p}): the item it locates is not analysed", None, loader=_DCP)
+        return records
 
     def check_dcp_metadata(self) -> None:
         """For a ``.metadata`` file: item paths that leave the checkpoint folder."""
@@ -134,6 +124,33 @@ class DcpCarrier:
             if ln and self.budget.once(("dcp-item", off, ln)):
                 # dcp.load: torch.load of exactly this slice (an in-memory reader: no tar)
                 self.scan_bytes(src.view(off, ln), f"[{off}:{off + ln}]", off, 1, context="memory", loader=_DCP)
+
+
+_MAX_METADATA = 1 << 28
+_RECORDS: dict[tuple[str, int, int], tuple[list[tuple[str, int, int, Any]], list[str]]] = {}
+
+
+def _parse_records(meta: str) -> tuple[list[tuple[str, int, int, Any]], list[str]]:
+    out: list[tuple[str, int, int, Any]] = []
+    problems: list[str] = []
+    try:
+        with open(meta, "rb") as f:
+            data = f.read(_MAX_METADATA)
+    except OSError:
+        return out, problems
+    res = analyse(data)
+    syms: list[Sym] = []
+    _walk_syms(res.value, syms, set())
+    for s in syms:
+        if s.kind == "result" and s.callee is not None and s.callee.qualname.endswith("_StorageInfo"):
+            st = s.state
+            if isinstance(st, dict):
+                rp, off, ln = st.get("relative_path"), st.get("offset"), st.get("length")
+                if isinstance(rp, str) and type(off) is int and type(ln) is int and off >= 0 and ln >= 0:
+                    out.append((rp, off, ln, st.get("transform_descriptors")))
+                    continue
+            problems.append(describe(st))
+    return out, problems
 
 
 def _metadata_files(d: str) -> list[str]:

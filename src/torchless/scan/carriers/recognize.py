@@ -49,11 +49,12 @@ JOBLIB_PREFIXES: tuple[tuple[bytes, str], ...] = (
     (b"\x04\x22\x4d\x18", "lz4"),
 )
 
-#: names that say "a model or a pickle": such a file that no carrier recognises is
+#: names that say "a pickle-based model": such a file that no carrier recognises is
 #: reported UNANALYSABLE even when no supported loader would run anything from it.
+#: (Not ``.bin``/``.model``: ONNX external data, sentencepiece and GGML files use them.)
 MODEL_SUFFIXES = (
-    ".pt", ".pth", ".pt2", ".ptl", ".bin", ".ckpt", ".pkl", ".pickle", ".pck", ".pcl", ".joblib", ".jbl",
-    ".npy", ".npz", ".distcp", ".tar", ".model", ".sav", ".dill", ".mar", ".nemo", ".torchscript",
+    ".pt", ".pth", ".pt2", ".ptl", ".ckpt", ".pkl", ".pickle", ".pck", ".pcl", ".joblib", ".jbl",
+    ".npy", ".npz", ".distcp", ".tar", ".sav", ".dill", ".mar", ".nemo", ".torchscript",
 )
 
 _PROBE_WINDOW = 1 << 20  # bytes the real unpicklers probe
