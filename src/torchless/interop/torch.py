@@ -12,9 +12,10 @@ import numpy as np
 
 from ..core.dtypes import by_name
 from ..core.errors import UnsupportedError
-from ..core.tensor import Storage, Tensor
+from ..core.tensor import NestedTensor, SparseTensor, Storage, Tensor
+from ..core.values import Device, Size
 
-__all__ = ["from_torch", "to_torch", "torch_available"]
+__all__ = ["from_torch", "from_torch_value", "to_torch", "torch_available"]
 
 
 def torch_available() -> bool:
@@ -120,3 +121,36 @@ def to_torch(t: Tensor) -> Any:
     if t.is_parameter:
         out = torch.nn.Parameter(out, requires_grad=t.requires_grad)
     return out
+
+
+def from_torch_value(x: Any, *, share: "dict[int, Storage] | None" = None) -> Any:
+    """Any torch object a checkpoint holds as its torchless counterpart: strided tensors
+    through :func:`from_torch`, sparse (COO, CSR, CSC, BSR, BSC) and nested tensors as
+    their components, dtypes, ``torch.Size`` and devices as torchless values; anything
+    else is returned unchanged."""
+    torch = _torch()
+    if isinstance(x, torch.Tensor):
+        if getattr(x, "is_nested", False):
+            return NestedTensor(
+                from_torch(x.values(), share=share),
+                from_torch(x._nested_tensor_size(), share=share),
+                from_torch(x._nested_tensor_strides(), share=share),
+                from_torch(x._nested_tensor_storage_offsets(), share=share),
+            )
+        layout = str(x.layout)[len("torch."):]
+        if layout == "sparse_coo":
+            return SparseTensor(layout, tuple(x.shape), {"indices": from_torch(x._indices(), share=share), "values": from_torch(x._values(), share=share)}, x.is_coalesced())
+        if layout in ("sparse_csr", "sparse_bsr"):
+            comp, plain = x.crow_indices(), x.col_indices()
+        elif layout in ("sparse_csc", "sparse_bsc"):
+            comp, plain = x.ccol_indices(), x.row_indices()
+        else:
+            return from_torch(x, share=share)
+        return SparseTensor(layout, tuple(x.shape), {"compressed_indices": from_torch(comp, share=share), "plain_indices": from_torch(plain, share=share), "values": from_torch(x.values(), share=share)})
+    if isinstance(x, torch.dtype):
+        return by_name(str(x))
+    if isinstance(x, torch.Size):
+        return Size(tuple(x))
+    if isinstance(x, torch.device):
+        return Device(str(x))
+    return x

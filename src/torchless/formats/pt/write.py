@@ -137,11 +137,17 @@ class CheckpointPickler:
         return Reduce(func, args, memo_key=key)
 
     def _coerce(self, obj: Any) -> Any:
-        """torch tensors and tensor-dtype NumPy arrays -> one torchless Tensor per object."""
+        """torch tensors and tensor-dtype NumPy arrays -> one torchless Tensor per object
+        (sparse and nested torch tensors -> their torchless counterparts)."""
         done = self._converted.get(id(obj))
         if done is not None:
             return done
-        t = as_tensor(obj, share=self._torch_share)
+        if is_torch_tensor(obj) and (obj.layout is not None and str(obj.layout) != "torch.strided" or getattr(obj, "is_nested", False)):
+            from ...interop.torch import from_torch_value
+
+            t = from_torch_value(obj, share=self._torch_share)
+        else:
+            t = as_tensor(obj, share=self._torch_share)
         self._converted[id(obj)] = t
         self._alive.append(obj)
         return t
@@ -153,6 +159,10 @@ class CheckpointPickler:
             obj = self._coerce(obj)
         elif is_torch_tensor(obj):
             obj = self._coerce(obj)
+        elif type(obj).__module__ == "torch" and type(obj).__name__ in ("dtype", "Size", "device"):
+            from ...interop.torch import from_torch_value
+
+            obj = from_torch_value(obj)
         if isinstance(obj, Tensor):
             self._alive.append(obj)
             return self._tensor(obj)
@@ -180,7 +190,8 @@ class CheckpointPickler:
             return Reduce(Global("collections", "defaultdict"), args, memo_key=("dd", id(obj)), dictitems=list(obj.items()))
         if isinstance(obj, (StateDict, collections.OrderedDict)):
             self._alive.append(obj)
-            state = obj.attributes if isinstance(obj, StateDict) and obj.attributes else None
+            # attributes (a state dict's _metadata) go in BUILD, as OrderedDict.__reduce__ has them
+            state = (obj.attributes if isinstance(obj, StateDict) else dict(vars(obj))) or None
             return Reduce(Global("collections", "OrderedDict"), (), state=state, memo_key=("od", id(obj)), dictitems=list(obj.items()))
         if isinstance(obj, collections.deque):
             return Reduce(Global("collections", "deque"), (list(obj), obj.maxlen))

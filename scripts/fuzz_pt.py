@@ -1,0 +1,49 @@
+"""Long differential fuzz runs of eager checkpoints against torch (issue 11).
+
+    PYTHONPATH=src python scripts/fuzz_pt.py --cases 5000 [--start 0]
+
+Each case is one random checkpoint written by torch (pickle protocols 2-5; zip, legacy
+stream, deflated zip, big-endian zip), loaded by torchless and torch.load and compared,
+then saved by torchless (from torchless's result and from torch's objects) and loaded by
+torch with weights_only True/False and mmap=True. Prints the counts docs/pt.md records
+and every failing seed (replay one with ``python tests/pt_fuzz.py SEED``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import warnings
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+
+import pt_fuzz  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", type=int, default=2000)
+    ap.add_argument("--start", type=int, default=0)
+    args = ap.parse_args()
+    warnings.simplefilter("ignore")
+    stats = pt_fuzz.Stats()
+    failed: list[tuple[int, str]] = []
+    t0 = time.monotonic()
+    for seed in range(args.start, args.start + args.cases):
+        try:
+            pt_fuzz.run_case(seed, stats)
+        except Exception as e:  # noqa: BLE001 - every failure is reported with its seed
+            failed.append((seed, f"{type(e).__name__}: {str(e)[:200]}"))
+    dt = time.monotonic() - t0
+    print(f"cases {stats.cases} (failed {len(failed)}), tensors {stats.tensors}, writes {stats.writes} x 3 torch loads, {dt:.0f} s")
+    print("layouts", dict(sorted(stats.by_layout.items())), "protocols", dict(sorted(stats.by_protocol.items())))
+    print("dtypes", len(stats.dtypes), ", ".join(sorted(stats.dtypes)))
+    for seed, msg in failed[:50]:
+        print(f"seed {seed}: {msg}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
