@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 import io
 import math
+import pickle
 import sys
 import warnings
 import zipfile
@@ -134,7 +135,36 @@ class Gen:
             lambda: float("-inf"), lambda: "s" * int(self.rng.integers(0, 4)), lambda: b"\x00\xff", lambda: None,
             lambda: True, lambda: complex(1.5, -2), lambda: torch.Size([2, 3]), lambda: torch.float8_e5m2,
             lambda: torch.device("cpu"), lambda: bytearray(b"ab"), lambda: {1, 2}, lambda: collections.Counter(a=2),
+            self.numpy_value,
         ])()
+
+    def numpy_value(self) -> Any:
+        """NumPy values torchless keeps as NumPy (written back as NumPy pickles them)."""
+        shape = tuple(int(s) for s in self.rng.integers(0, 4, size=int(self.rng.integers(0, 3))))
+        n = math.prod(shape)
+        order = "F" if self.coin() else "C"
+        k = self.pick(["str", "dt", "td", "struct", "obj", "dtype", "scalar", "be"])
+        if k == "str":
+            return np.array(["ab", "c", "", "xyz"] * n, dtype=self.pick(["<U3", ">U3", "S3"]))[:n].reshape(shape, order=order)
+        if k == "dt":
+            return (np.arange(n) * 1000).astype(self.pick(["<M8[ms]", ">M8[10s]", "<M8[D]"])).reshape(shape, order=order)
+        if k == "td":
+            return np.arange(n).astype(self.pick(["<m8[us]", ">m8[h]"])).reshape(shape)
+        if k == "struct":
+            dt = np.dtype({"names": ["a", "b"], "formats": ["<i4", ">f8"], "offsets": [0, 8], "itemsize": 24})
+            a = np.zeros(n, dt)
+            a["a"] = np.arange(n)
+            return a.reshape(shape)
+        if k == "obj":
+            a = np.empty(shape, object, order=order)
+            for i, idx in enumerate(np.ndindex(shape)):
+                a[idx] = self.pick([i, "s", None, (i, 1.5)])
+            return a
+        if k == "dtype":
+            return self.pick([np.dtype(">i4"), np.dtype("<M8[ns]"), np.dtype([("x", "u1"), ("y", "<f4")], align=True), np.dtype(("<i2", (2,)))])
+        if k == "scalar":
+            return self.pick([np.datetime64("2020-01-02", "ms"), np.timedelta64(3, "D"), np.str_("abc")])
+        return np.zeros(shape, dtype=self.pick([">U2", ">M8[s]"]))
 
     def checkpoint(self) -> Any:
         torch = self.torch
@@ -276,7 +306,19 @@ def compare(tl: Any, tt: Any, path: str = "", seen: dict | None = None) -> None:
     if isinstance(tt, float) and math.isnan(tt):
         assert isinstance(tl, float) and math.isnan(tl), path
         return
+    if isinstance(tt, np.ndarray):
+        _same_array(tl, tt, path)
+        return
     assert type(tl) is type(tt) and tl == tt, (path, tl, tt)
+
+
+def _same_array(a: Any, b: np.ndarray, path: str) -> None:
+    assert type(a) is np.ndarray and a.dtype == b.dtype and a.dtype.str == b.dtype.str and a.shape == b.shape, (path, getattr(a, "dtype", type(a)), b.dtype)
+    assert a.flags.f_contiguous == b.flags.f_contiguous and a.flags.c_contiguous == b.flags.c_contiguous, path
+    if b.dtype.hasobject:
+        assert a.tolist() == b.tolist(), path
+    else:
+        assert a.tobytes(order="A") == b.tobytes(order="A"), path
 
 
 def sharing(tree: Any, is_tensor: Any, storage_of: Any) -> list[int]:
@@ -353,14 +395,21 @@ def run_case(seed: int, stats: Stats | None = None, *, writes: bool = True) -> N
                 stats.dtypes.add(t.dtype.name)
         if not writes:
             return
+        # torch's weights-only loader refuses NumPy values in the original too; then the
+        # written file is checked with weights_only=False only
+        try:
+            torch.load(io.BytesIO(data), weights_only=True)
+            wo = True
+        except pickle.UnpicklingError:
+            wo = False
         # write direction: torchless.save of what torchless loaded, and of torch's objects
         for source in (tl, obj):
             buf = io.BytesIO()
             torchless.save(source, buf)
             out = buf.getvalue()
-            for kw in ({"weights_only": True}, {"weights_only": False}, {"weights_only": True, "mmap": True}):
+            for kw in ({"weights_only": wo}, {"weights_only": False}, {"weights_only": wo, "mmap": True}):
                 if kw.get("mmap"):
-                    back = _load_mmap(out)
+                    back = _load_mmap(out, wo)
                 else:
                     back = torch.load(io.BytesIO(out), **kw)
                 compare_torch(back, ref)
@@ -369,7 +418,7 @@ def run_case(seed: int, stats: Stats | None = None, *, writes: bool = True) -> N
                 stats.writes += 1
 
 
-def _load_mmap(data: bytes) -> Any:
+def _load_mmap(data: bytes, weights_only: bool) -> Any:
     import os
     import tempfile
 
@@ -379,7 +428,7 @@ def _load_mmap(data: bytes) -> Any:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        return torch.load(p, weights_only=True, mmap=True)
+        return torch.load(p, weights_only=weights_only, mmap=True)
     finally:
         os.unlink(p)
 
@@ -422,6 +471,8 @@ def compare_torch(a: Any, b: Any, path: str = "<root>") -> None:
             compare_torch(x, y, f"{path}.{i}")
     elif isinstance(b, float) and math.isnan(b):
         assert math.isnan(a), path
+    elif isinstance(b, np.ndarray):
+        _same_array(a, b, path)
     else:
         assert a == b, (path, a, b)
 

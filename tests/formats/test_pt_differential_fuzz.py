@@ -17,9 +17,9 @@ torch = pytest.importorskip("torch", reason="torch is the differential oracle")
 
 import pt_fuzz  # noqa: E402
 
-SEEDS = range(11_000, 11_300)
-MIN_CASES = 150
-BUDGET_S = 60.0
+SEEDS = range(11_000, 11_250)
+MIN_CASES = 120
+BUDGET_S = 45.0
 
 
 def test_differential_fuzz_against_torch():
