@@ -24,7 +24,7 @@ import numpy as np
 
 from ...core.atomic import AtomicFile, publish
 from ...core.errors import LimitError, NotFoundError, UnsupportedError, UsageError
-from ...core.tensor import Tensor
+from ...core.tensor import Tensor, as_tensor, is_torch_tensor
 from .dtypes import PackedTensor, numel_of, onnx_type, pack_bits
 from .read import EXTERNAL, PROTOBUF_LIMIT, ExternalData, OnnxModel, text
 
@@ -52,6 +52,8 @@ def _weights(weights: Any) -> tuple[list[tuple[str, Any]], Any]:
 
 def _new_bytes(name: str, value: Any, rec: Any) -> Any:
     """Check ``value`` against the initializer ``rec`` and return its little-endian bytes."""
+    if is_torch_tensor(value):
+        value = as_tensor(value, name=name)  # the writers' one coercion
     if isinstance(value, PackedTensor):
         got_dtype, shape = value.dtype.name, value.shape
     elif isinstance(value, Tensor):

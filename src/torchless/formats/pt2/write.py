@@ -27,7 +27,7 @@ import numpy as np
 
 from ...container.zip import TorchZipWriter
 from ...core.errors import UnsupportedError, UsageError
-from ...core.tensor import Tensor
+from ...core.tensor import Tensor, as_tensor
 from ...graph.ir import Graph, SymValue, TensorValue
 from . import constants as C
 from . import schema as S
@@ -38,16 +38,9 @@ __all__ = ["save_pt2", "signature_to_schema", "program_json"]
 
 
 def _as_tensor(name: str, v: Any) -> Tensor:
-    if isinstance(v, Tensor):
-        return v
-    if isinstance(v, np.ndarray) or np.isscalar(v):
-        return Tensor.from_numpy(np.ascontiguousarray(v))
-    mod = type(v).__module__
-    if mod.startswith("torch"):
-        from ...interop.torch import from_torch  # type: ignore[attr-defined]
-
-        return from_torch(v)
-    raise UsageError(f"state dict entry {name!r} is not a tensor", found=type(v).__name__)
+    if isinstance(v, (bool, int, float, complex)):  # a Python number: a 0-d tensor
+        v = np.asarray(v)
+    return as_tensor(v, name=name)  # the writers' one coercion
 
 
 def _meta(t: Tensor) -> S.TensorMeta:

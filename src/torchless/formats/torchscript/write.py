@@ -19,7 +19,7 @@ import numpy as np
 
 from ...container.zip import TorchZipWriter, ZipEntry, ZipReader
 from ...core.errors import NotFoundError, UnsupportedError, UsageError
-from ...core.tensor import Tensor
+from ...core.tensor import Tensor, as_tensor, is_torch_tensor
 from . import spec
 from .handler import TorchScriptArtifact
 
@@ -36,10 +36,8 @@ def replacement_array(target: Tensor, value: Any, name: str = "") -> np.ndarray:
     Raises:
         UsageError: a different shape or dtype.
     """
-    if type(value).__module__.startswith("torch") and hasattr(value, "detach"):
-        from ...interop.torch import from_torch
-
-        value = from_torch(value)
+    if is_torch_tensor(value):
+        value = as_tensor(value, name=name)  # the writers' one coercion
     want = target.dtype
     if isinstance(value, Tensor):
         if value.dtype.name != want.name:
