@@ -64,6 +64,7 @@ class Gen:
 
         self.torch = torch
         self.rng = np.random.default_rng(seed)
+        self.nested = True  # torch's legacy format mangles nested tensors (torch's bug)
 
     def pick(self, seq: Any) -> Any:
         return seq[int(self.rng.integers(len(seq)))]
@@ -106,6 +107,8 @@ class Gen:
     def special(self) -> Any:
         torch = self.torch
         k = self.pick(["qt", "qc", "q4", "coo", "csr", "nested", "meta", "param", "attr"])
+        if k == "nested" and not self.nested:
+            k = "coo"
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             if k == "qt":
@@ -364,9 +367,10 @@ def run_case(seed: int, stats: Stats | None = None, *, writes: bool = True) -> N
     import torch
 
     g = Gen(seed)
-    obj = g.checkpoint()
     layout = g.pick(LAYOUTS)
     protocol = int(g.pick([2, 3, 4, 5]))
+    g.nested = layout != "legacy"
+    obj = g.checkpoint()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         data = torch_save(obj, layout, protocol)
@@ -402,8 +406,10 @@ def run_case(seed: int, stats: Stats | None = None, *, writes: bool = True) -> N
             wo = True
         except pickle.UnpicklingError:
             wo = False
-        # write direction: torchless.save of what torchless loaded, and of torch's objects
-        for source in (tl, obj):
+        # write direction: torchless.save of what torchless loaded (torch's equivalent is
+        # ref) and of torch's objects; the oracle is torch.save of the same, torch.load
+        for source, twin in ((tl, ref), (obj, obj)):
+            expect = torch.load(io.BytesIO(torch_save(twin, "zip", 2)), weights_only=False)
             buf = io.BytesIO()
             torchless.save(source, buf)
             out = buf.getvalue()
@@ -412,8 +418,8 @@ def run_case(seed: int, stats: Stats | None = None, *, writes: bool = True) -> N
                     back = _load_mmap(out, wo)
                 else:
                     back = torch.load(io.BytesIO(out), **kw)
-                compare_torch(back, ref)
-                assert sharing(back, _is_tensor, _torch_storage_key) == sharing(ref, _is_tensor, _torch_storage_key)
+                compare_torch(back, expect)
+                assert sharing(back, _is_tensor, _torch_storage_key) == sharing(expect, _is_tensor, _torch_storage_key)
             if stats is not None:
                 stats.writes += 1
 

@@ -47,7 +47,9 @@ _BUILTIN_FACTORIES = {list: "list", dict: "dict", set: "set", int: "int", float:
 
 
 def _numpy_reduce(obj: Any) -> Reduce:
-    """A NumPy array, dtype or scalar as NumPy's own ``__reduce__`` describes it."""
+    """A NumPy array, dtype or scalar as NumPy's own ``__reduce__`` describes it (the
+    protocol-2 form ``torch.save`` writes by default: arrays come back in native byte
+    order, as NumPy unpickles them)."""
     func, args, *rest = obj.__reduce__()
     return Reduce(Global(func.__module__, func.__name__), tuple(args), state=rest[0] if rest else None)
 
