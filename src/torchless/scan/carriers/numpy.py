@@ -179,10 +179,12 @@ def parse_header_literal(text: str, *, py2_longs: bool = False) -> Any:
     return v
 
 
-def read_npy_header(src: ByteSource) -> tuple[str, Any]:
+def read_npy_header(src: ByteSource, total: int | None = None) -> tuple[str, Any]:
     """NumPy's reading of an ``.npy`` header: ``("object", offset of the pickle)``,
     ``("plain", None)`` (no pickle), ``("refused", reason)`` (numpy.load raises: nothing
-    runs), or ``("unanalysable", reason)`` (NumPy may accept what the strict parser does not)."""
+    runs), or ``("unanalysable", reason)`` (NumPy may accept what the strict parser does not).
+    ``src`` may hold only the beginning of a member of ``total`` bytes (header included)."""
+    total = src.size if total is None else total
     head = src.read_at(0, min(src.size, 12))
     if len(head) < 8 or head[:6] != NPY_MAGIC:
         return "refused", "no .npy magic"
@@ -195,7 +197,7 @@ def read_npy_header(src: ByteSource) -> tuple[str, Any]:
         return "refused", "truncated header length"
     (hlen,) = struct.unpack_from(fmt, head, 8)
     start = 8 + width
-    if start + hlen > src.size:
+    if start + hlen > total:
         return "refused", f"header of {hlen} bytes runs past the end"
     if hlen > MAX_HEADER:
         return "unanalysable", f"header of {hlen} bytes is over the scanner's {MAX_HEADER}-byte limit (NumPy reads it under allow_pickle=True)"
@@ -232,11 +234,11 @@ class NumpyCarrier:
     """Mixin of :class:`~torchless.scan.carriers.Scanner`: ``.npy`` and ``.npz``."""
 
     @walks(_LOADER)
-    def scan_npy(self, src: ByteSource, member: str | None, base: int | None, depth: int) -> None:
+    def scan_npy(self, src: ByteSource, member: str | None, base: int | None, depth: int, total: int | None = None) -> None:
         """An ``.npy`` file or member: the pickle of an object array, as NumPy finds it."""
         if member is None:
             self.report.kind = "npy"
-        what, detail = read_npy_header(src)
+        what, detail = read_npy_header(src, total)
         if what == "refused":
             self.add("unrecognized", "info", f".npy that numpy.load refuses before reading data ({detail}): nothing runs", member, 0, loader=_LOADER)
         elif what == "unanalysable":
@@ -266,16 +268,25 @@ class NumpyCarrier:
                     return
                 try:
                     with zf.open(info) as fh:
-                        magic = fh.read(len(NPY_MAGIC))
+                        head = fh.read(12)
+                        if head[:6] != NPY_MAGIC:
+                            continue  # NpzFile returns such members as raw bytes: nothing runs
+                        width = 2 if head[6:8] == b"\x01\x00" else 4
+                        hlen = int.from_bytes(head[8 : 8 + width], "little") if len(head) >= 8 + width else 0
+                        head += fh.read(max(0, min(8 + width + hlen, 8 + width + MAX_HEADER + 1) - len(head)))
                 except (zipfile.BadZipFile, RuntimeError, NotImplementedError, OSError, ValueError, EOFError, zlib.error) as e:
                     # encrypted, unsupported method, broken stream (the torch view reports
                     # these): NpzFile raises on access, nothing runs
                     del e
                     continue
-                if magic != NPY_MAGIC:
-                    continue  # NpzFile returns such members as raw bytes: nothing runs
                 npz_members += 1
                 if not self.budget.once(("npz-member", id(src), info.header_offset, info.compress_size, info.compress_type)):
+                    continue
+                # the header decides; only an object array's bytes are read (plain arrays of
+                # any size cost a header read)
+                what, detail = read_npy_header(BytesSource(head, loc), total=info.file_size)
+                if what != "object":
+                    self.scan_npy(BytesSource(head, loc), loc, None, depth + 1, total=info.file_size)
                     continue
                 data = self._read_zipfile_member(zf, info, loc)
                 if data is None:
