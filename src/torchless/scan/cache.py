@@ -328,6 +328,9 @@ def check_cpp(text: str) -> list[tuple[str, str]]:
 
 
 def _report_python(scanner: Any, data: bytes | str, member: str | None, what: str) -> None:
+    spend = getattr(scanner, "spend", None)  # the scan's work budget (bytes analysed)
+    if spend is not None and not spend("pickle", len(data), member, "parsing generated Python", loader=_LOADER):
+        return
     for sev, msg, line in check_python(data, name=member or scanner.path):
         where = f" (line {line})" if line else ""
         if sev == "unanalysable":

@@ -466,14 +466,22 @@ def report_archive(scanner: Any, code: list[tuple[str, str]], bytecode: list[tup
     """
     from .analysis import analyse
 
+    def budget(n: int, loc: str, doing: str, loader: str) -> bool:
+        spend = getattr(scanner, "spend", None)  # the scan's work budget (bytes analysed)
+        return spend is None or spend("pickle", n, loc, doing, loader=loader)
+
     reports: list[tuple[str, CodeReport]] = []
     for loc, text in code:
+        if not budget(len(text), loc, "lexing TorchScript code", _JIT):
+            break
         try:
             reports.append((loc, analyse_code(text, name=loc)))
         except (FormatError, LimitError) as e:
             scanner.add("unanalysable", "high", f"TorchScript code not analysed: {e.message}{' (offset ' + str(e.offset) + ')' if e.offset is not None else ''}; torch.jit.load compiles this file", loc, e.offset, loader=_JIT)
     bc_reports: list[tuple[str, BytecodeReport]] = list(parsed or [])
     for loc, data in bytecode:
+        if not budget(len(data), loc, "reading operator tables", _LITE):
+            break
         try:
             bc_reports.append((loc, analyse_bytecode(analyse(data, torchscript=True).value)))
         except LimitError as e:
