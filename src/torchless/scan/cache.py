@@ -64,6 +64,7 @@ _LOADER = "torch.compile (inductor cache)"
 _B32 = "[a-z2-7]{51}"
 _FX = re.compile(rf"(?:^|/)fxgraph/[a-z2-7]{{2}}/f{_B32}/[a-z2-7]{{51,52}}$")
 _AOT = re.compile(rf"(?:^|/)aotautograd/[a-z2-7]{{2}}/a{_B32}/[a-z2-7]{{51,52}}$|(?:^|/)aotautograd/a{_B32}/[a-z2-7]{{51,52}}$")
+_PGO = re.compile(r"(?:^|/)dynamo/code_state_[^/]*\.pkl$")
 _CODE = re.compile(rf"(?:^|/)([a-z2-7]{{2}})/(c{_B32})(\.main)?\.(py|cpp|so)$")
 
 #: globals torch's cache pickles name, safe to rebuild (NEWOBJ/REDUCE + BUILD of plain
@@ -110,6 +111,14 @@ CACHE_SAFE: dict[str, str] = {
     "torch._dynamo.source.UnspecializedParamBufferSource": "a guard source description (frozen dataclass)",
     "torch._dynamo.source.NNModuleSource": "a guard source description (frozen dataclass)",
     "torch._dynamo.source.ParamBufferSource": "a guard source description (frozen dataclass)",
+    # dynamo/code_state_<key>.pkl (profile-guided dynamic shapes, torch/_dynamo/pgo.py)
+    "torch._dynamo.pgo.CodeId": "PGO: a code object's file, line and name (frozen dataclass)",
+    "torch._dynamo.pgo.CodeState": "PGO: per-frame size records (dataclass)",
+    "torch._dynamo.pgo.FrameStateSizeEntry": "PGO: observed sizes and strides (dataclass)",
+    "torch._dynamo.pgo.InferStride": "PGO: a stride marker (frozen dataclass)",
+    "torch._dynamo.pgo.AutoUnset": "PGO: an enum",
+    "torch._dynamo.pgo.AutoDynamic": "PGO: an enum",
+    "collections.defaultdict": "PGO: the code-state table; built empty (its factory is a BUILD-free argument checked on its own)",
 }
 
 #: globals safe only as values (referenced, never called by the pickle)
@@ -176,12 +185,14 @@ _CPP_RISKY = re.compile(r"\b(system|popen|execl|execlp|execle|execv|execvp|execv
 
 def cache_kind(path: str) -> str | None:
     """The cache file kind torch loads ``path`` as (from its place in the cache layout):
-    ``fxgraph``, ``aotautograd``, ``py``, ``cpp``, ``so``; None for other files."""
+    ``fxgraph``, ``aotautograd``, ``pgo``, ``py``, ``cpp``, ``so``; None for other files."""
     p = path.replace(os.sep, "/")
     if _FX.search(p):
         return "fxgraph"
     if _AOT.search(p):
         return "aotautograd"
+    if _PGO.search(p):
+        return "pgo"
     m = _CODE.search(p)
     if m:
         return m.group(4)
@@ -372,7 +383,7 @@ def scan_cache_file(scanner: Any, src: ByteSource, kind: str) -> None:
 
     path = scanner.path
     scanner.report.kind = f"inductor-cache-{kind}"
-    if kind in ("fxgraph", "aotautograd"):
+    if kind in ("fxgraph", "aotautograd", "pgo"):
         data = bytes(src.view(0, src.size))
         res = analyse(data)
         scanner.report.streams += 1

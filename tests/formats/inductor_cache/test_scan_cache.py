@@ -113,3 +113,28 @@ def test_cpp_sources_and_shared_objects(cache_copy: Path) -> None:
     assert cpp_rep.verdict == "dangerous" and any("system" in f.message for f in cpp_rep.findings)
     so_rep = by[str(so)]
     assert so_rep.verdict == "suspicious" and any(f.rule == "native-code" and f.severity == "high" for f in so_rep.findings)
+
+
+_PGO_CHILD = """
+import os, sys, torch
+import torch._dynamo.config as dc
+torch.compiler.config.job_id = "torchless-test"
+dc.automatic_dynamic_local_pgo = True
+f = torch.compile(lambda x: x * 2, backend="eager")
+for n in (2, 3, 4):
+    f(torch.randn(n))
+from torch._dynamo import pgo
+pgo.put_code_state()
+"""
+
+
+def test_dynamo_pgo_state_is_clean(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path))
+    proc = subprocess.run([sys.executable, "-c", _PGO_CHILD], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    states = [p for p in (tmp_path / "dynamo").glob("code_state_*.pkl")]
+    assert states
+    fr = torchless.scan(states[0], jobs=1).files[0]
+    assert fr.kind == "inductor-cache-pgo" and fr.verdict == "clean", [(f.rule, f.message) for f in fr.findings]
+    assert fr.globals.get("torch._dynamo.pgo.CodeState") == "safe"
