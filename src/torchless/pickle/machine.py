@@ -23,12 +23,12 @@ import copyreg
 import gc
 import mmap
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..core.errors import FormatError, InternalError, LimitError, TorchlessError, TruncatedError, UnsafeGlobalError, short_repr
 from .globals import BUILDERS, GlobalRef, PickledObject, Rebuilder, Resolver, python2_name
-from .opcodes import OPCODE_NAMES
+from .opcodes import OPCODE_NAMES, parse_float_line, parse_int_line, parse_long_line, parse_memo_line
 
 __all__ = ["Limits", "Unpickler", "unpickle", "ProtocolInfo"]
 
@@ -70,6 +70,11 @@ class ProtocolInfo:
 
     protocol: int = 0
     end: int = 0  # offset just past STOP
+    #: (offset, what) for every place where readers of a file object (``io.BytesIO``,
+    #: buffered files, zip members, the pure-Python unpickler) could read other bytes
+    #: than this linear walk: an opcode that crosses the end of a FRAME, a FRAME inside
+    #: a frame that reaches past it, a frame that goes on past STOP or past the data.
+    frame_hazards: list[tuple[int, str]] = field(default_factory=list)
 
 
 class _Stop(Exception):
@@ -85,6 +90,12 @@ def _raised_here(exc: BaseException) -> bool:
     while tb.tb_next is not None:
         tb = tb.tb_next
     return tb.tb_frame.f_code.co_filename == __file__
+
+#: memo keys the strict flavour accepts (CPython allocates an array of twice the key)
+_MEMO_INDEX_LIMIT = 1 << 28
+
+#: what a pickle can build by itself (BUILD/SETITEM on these follows CPython in strict mode)
+_PLAIN_DATA = frozenset({type(None), bool, int, float, str, bytes, bytearray, tuple, list, dict, set, frozenset, memoryview, complex})
 
 
 def _decode_long(data: bytes) -> int:
@@ -105,6 +116,17 @@ class Unpickler:
         buffers: out-of-band buffers for NEXT_BUFFER (protocol 5).
         path, member: for error messages.
         trace: called as ``trace(pos, opname, arg)`` before each opcode (scanners).
+        strict: follow CPython's C unpickler exactly where it is stricter or different
+            from torch's weights-only unpickler: PROTO above 5 is an error, REDUCE needs
+            a tuple, BUILD, SETITEM(S), APPEND(S) and ADDITEMS on plain data do what the
+            C unpickler does (no-op on empty items or a ``None`` state, item assignment
+            on lists...), READONLY_BUFFER needs a buffer. The scanner runs strict.
+        short_frames: a FRAME longer than the rest of the data is not an error and its
+            frame ends with the data (the pure-Python unpickler reads it that way).
+
+    Both flavours apply the Python-2 renames of ``_compat_pickle`` while the stream's
+    protocol is below 3 (as CPython does), keep EXT codes resolved once per run (as its
+    extension cache does) and parse protocol-0 text arguments as the C unpickler does.
     """
 
     def __init__(
@@ -120,6 +142,8 @@ class Unpickler:
         member: str | None = None,
         start: int = 0,
         trace: Callable[[int, str, Any], None] | None = None,
+        strict: bool = False,
+        short_frames: bool = False,
     ) -> None:
         # bytes and memory maps are used as they are (both index, slice and find);
         # other buffers are copied once
@@ -133,6 +157,8 @@ class Unpickler:
         self.member = member
         self.start = start
         self.trace = trace
+        self.strict = strict
+        self.short_frames = short_frames
         self.info = ProtocolInfo()
         if len(self.data) > limits.max_input:
             raise LimitError(
@@ -206,6 +232,18 @@ class Unpickler:
                 raise LimitError(f"{what} larger than the limit", offset=p)
             return data[p:e], e + 1
 
+        def text_arg(parse: Callable[[bytes], Any], line: bytes, p: int) -> Any:
+            try:
+                return parse(line)
+            except (ValueError, OverflowError) as e:  # the text is the file's fault
+                raise self._fmt(f"bad {OPCODE_NAMES[data[p]]} argument: {e}", p) from None
+
+        def nameline(p: int, what: str, codec: str) -> tuple[str, int]:
+            line, e = readline(p, what)
+            if not line:  # the C unpickler needs at least one byte before the newline
+                raise TruncatedError(f"empty {what} line", offset=p)
+            return line.decode(codec, "strict"), e
+
         def pop_mark(p: int) -> list[Any]:
             nonlocal stack
             if not metastack:
@@ -239,6 +277,10 @@ class Unpickler:
         def memo_put(idx: int, p: int) -> None:
             if idx < 0:
                 raise self._fmt("negative memo index", p)
+            if strict and idx >= _MEMO_INDEX_LIMIT:
+                # CPython's memo is an array indexed by the key: past this it cannot
+                # allocate it (or the key does not fit a Py_ssize_t)
+                raise LimitError("memo index too large", offset=p, expected=f"< {_MEMO_INDEX_LIMIT}", found=idx)
             if not stack:
                 raise self._fmt("memo store with an empty stack", p)
             if idx not in memo and len(memo) >= max_memo:
@@ -252,7 +294,8 @@ class Unpickler:
                 raise self._fmt(f"memo key {idx} was never stored", p) from None
 
         def get_global(module: str, name: str, p: int) -> Any:
-            module, name = python2_name(module, name)
+            if info.protocol < 3:
+                module, name = python2_name(module, name)
             try:
                 return resolver.resolve(module, name)
             except UnsafeGlobalError as e:
@@ -261,6 +304,8 @@ class Unpickler:
 
         def call(func: Any, args: Any, p: int, via: str) -> Any:
             if type(args) is not tuple:
+                if strict:
+                    raise self._fmt(f"{via} arguments must be a tuple, got {type(args).__name__}", p)
                 if isinstance(args, list):
                     args = tuple(args)
                 elif isinstance(func, Rebuilder) and func.wraps_single_arg:
@@ -285,6 +330,10 @@ class Unpickler:
                 raise self._fmt(f"{via} arguments must be a tuple", p)
             if not isinstance(kwargs, dict):
                 raise self._fmt(f"{via} keyword arguments must be a dict", p)
+            if strict and not isinstance(cls, Rebuilder):
+                raise self._fmt(f"{via} class argument must be a type, not {type(cls).__name__}", p)
+            if strict and any(type(k) is not str for k in kwargs):
+                raise self._fmt(f"{via} keywords must be strings", p)
             if isinstance(cls, Rebuilder):
                 try:
                     return cls.new(args, kwargs)
@@ -299,6 +348,13 @@ class Unpickler:
             raise self._fmt(f"{via} on something that is not a class global: {type(cls).__name__}", p)
 
         def build(inst: Any, state: Any, p: int) -> Any:
+            if strict and type(inst) in _PLAIN_DATA:
+                # CPython: no __setstate__, so a None state (or slot state) is a no-op and
+                # anything else needs an instance __dict__ or setattr, which data lacks
+                st, slot = state if type(state) is tuple and len(state) == 2 else (state, None)
+                if st is None and (slot is None or (type(slot) is dict and not slot)):
+                    return inst
+                raise self._fmt(f"BUILD on {type(inst).__name__}", p)
             if isinstance(inst, PickledObject):
                 if inst.state is None:
                     inst.state = state
@@ -346,6 +402,27 @@ class Unpickler:
 
         def add_items(target: Any, items: list[Any], p: int, op: str) -> None:
             t = type(target)
+            if op == "setitem" and len(items) % 2:
+                raise self._fmt("SETITEMS with an odd number of items", p)
+            if strict and t is not list and t is not dict and t is not set and not hasattr(t, "__torchless_items__"):
+                if not items:
+                    return  # CPython does nothing for an empty MARK, whatever the target
+                if op == "append" and t is bytearray:
+                    target.extend(items)
+                    return
+                if op == "setitem" and (t is bytearray) and len(items) % 2 == 0:
+                    for i in range(0, len(items), 2):
+                        target[items[i]] = items[i + 1]
+                    return
+                raise self._fmt(f"{op} on {t.__name__}", p)
+            if strict and not items:
+                return
+            if strict and op == "setitem" and t is list:
+                if len(items) % 2:
+                    raise self._fmt("SETITEMS with an odd number of items", p)
+                for i in range(0, len(items), 2):
+                    target[items[i]] = items[i + 1]
+                return
             if t not in (list, dict, set):
                 # symbolic values of scanners (torchless.scan) record the items themselves
                 hook = getattr(t, "__torchless_items__", None)
@@ -385,9 +462,18 @@ class Unpickler:
                 else:
                     raise self._fmt(f"ADDITEMS on {t.__name__}", p)
 
+        strict = self.strict
+        ext_cache: dict[int, Any] = {}
+        hazards = info.frame_hazards
+        nofr = 1 << 62
+        fend = nofr  # end of the frame being read, if any
         p0 = pos
         try:
             while True:
+                if pos > fend:
+                    if p0 < fend:
+                        hazards.append((p0, f"{OPCODE_NAMES.get(data[p0], '?')} crosses the end of a FRAME at {fend:#x}"))
+                    fend = nofr
                 if pos >= n:
                     raise TruncatedError("pickle ends before STOP", path=self.path, member=self.member, offset=pos)
                 p0 = pos
@@ -402,7 +488,7 @@ class Unpickler:
                         need(pos, 4, "LONG_BINPUT")
                     idx = _unpack_I(data, pos)[0]
                     pos += 4
-                    if len(memo) >= max_memo and idx not in memo:
+                    if (len(memo) >= max_memo and idx not in memo) or (strict and idx >= _MEMO_INDEX_LIMIT):
                         raise LimitError("too many memo entries", offset=p0, expected=f"<= {max_memo}")
                     memo[idx] = stack[-1]
                 elif op == 0x68:  # h BINGET
@@ -475,9 +561,9 @@ class Unpickler:
                     b = stack.pop()
                     stack[-1] = (stack[-1], b, c)
                 elif op == 0x63:  # c GLOBAL
-                    mod, pos = readline(pos, "GLOBAL module")
-                    nm, pos = readline(pos, "GLOBAL name")
-                    stack.append(get_global(mod.decode("utf-8"), nm.decode("utf-8"), p0))
+                    mod, pos = nameline(pos, "GLOBAL module", "utf-8")
+                    nm, pos = nameline(pos, "GLOBAL name", "utf-8")
+                    stack.append(get_global(mod, nm, p0))
                 elif op == 0x88:  # NEWTRUE
                     stack.append(True)
                 elif op == 0x4E:  # N NONE
@@ -540,19 +626,30 @@ class Unpickler:
                     (k,) = _unpack_Q(data, pos)
                     pos += 8
                     if pos + k > n:
-                        raise TruncatedError("FRAME declares more bytes than the pickle has", offset=p0, expected=f"{k} bytes", found=f"{n - pos} bytes")
+                        if not self.short_frames:
+                            raise TruncatedError("FRAME declares more bytes than the pickle has", offset=p0, expected=f"{k} bytes", found=f"{n - pos} bytes")
+                        hazards.append((p0, f"FRAME declares {k} bytes, only {n - pos} follow"))
+                    if fend != nofr and p0 < fend:
+                        if pos + k > fend:
+                            hazards.append((p0, f"FRAME inside a frame reaches past its end at {fend:#x}"))
+                    else:
+                        fend = pos + k
                 elif op == 0x80:  # PROTO
                     need(pos, 1, "PROTO")
                     proto = data[pos]
                     pos += 1
                     # torch's weights_only unpickler only warns on an unknown protocol number
                     # and goes on (weights_only.md §3); the opcodes decide what loads
+                    if strict and proto > 5:
+                        raise self._fmt(f"unsupported pickle protocol: {proto}", p0)
                     info.protocol = proto
                 elif op == 0x2E:  # . STOP
                     if not stack:
                         raise self._fmt("STOP with an empty stack", p0)
                     info.end = pos
                     self.end = pos
+                    if pos < fend < nofr:
+                        hazards.append((p0, f"STOP inside a FRAME that goes on to {fend:#x}: readers without peek have consumed the bytes after STOP"))
                     return stack[-1]
                 elif op == 0x8F:  # EMPTY_SET
                     stack.append(set())
@@ -612,7 +709,12 @@ class Unpickler:
                         raise self._fmt("not enough out-of-band buffers", p0) from None
                 elif op == 0x98:  # READONLY_BUFFER
                     b = stack[-1]
-                    if isinstance(b, (bytes, bytearray, memoryview)):
+                    if strict:
+                        if type(b) is bytearray or (type(b) is memoryview and not b.readonly):
+                            stack[-1] = memoryview(b).toreadonly()
+                        elif type(b) is not bytes and type(b) is not memoryview:
+                            raise self._fmt(f"READONLY_BUFFER on {type(b).__name__}", p0)
+                    elif isinstance(b, (bytes, bytearray, memoryview)):
                         stack[-1] = memoryview(b).toreadonly()
                 elif op == 0x8B:  # LONG4
                     need(pos, 4, "LONG4 length")
@@ -651,26 +753,21 @@ class Unpickler:
                     stack.append(str(line, "raw-unicode-escape"))
                 elif op == 0x49:  # I INT
                     line, pos = readline(pos, "INT")
-                    if line == b"00":
-                        stack.append(False)
-                    elif line == b"01":
-                        stack.append(True)
-                    else:
-                        stack.append(int(line, 0))
+                    stack.append(text_arg(parse_int_line, data[p0 + 1 : pos], p0))
                 elif op == 0x4C:  # L LONG
                     line, pos = readline(pos, "LONG")
-                    if line.endswith(b"L"):
-                        line = line[:-1]
-                    stack.append(int(line, 0))
+                    stack.append(text_arg(parse_long_line, data[p0 + 1 : pos], p0))
                 elif op == 0x46:  # F FLOAT
                     line, pos = readline(pos, "FLOAT")
-                    stack.append(float(line))
+                    stack.append(text_arg(parse_float_line, data[p0 + 1 : pos], p0))
                 elif op == 0x67:  # g GET
                     line, pos = readline(pos, "GET")
-                    memo_get(int(line), p0)
+                    memo_get(text_arg(parse_memo_line, data[p0 + 1 : pos], p0), p0)
                 elif op == 0x70:  # p PUT
                     line, pos = readline(pos, "PUT")
-                    memo_put(int(line), p0)
+                    if not stack:
+                        raise self._fmt("memo store with an empty stack", p0)
+                    memo_put(text_arg(parse_memo_line, data[p0 + 1 : pos], p0), p0)
                 elif op == 0x6C:  # l LIST
                     items = pop_mark(p0)
                     stack.append(items)
@@ -692,9 +789,11 @@ class Unpickler:
                     line, pos = readline(pos, "PERSID")
                     stack.append(self._persistent(line.decode("ascii"), p0))
                 elif op == 0x69:  # i INST
-                    mod, pos = readline(pos, "INST module")
-                    nm, pos = readline(pos, "INST name")
-                    cls = get_global(mod.decode("ascii"), nm.decode("ascii"), p0)
+                    if not metastack:  # the C unpickler looks for the MARK first
+                        raise self._fmt("INST needs a MARK but none is set", p0)
+                    mod, pos = nameline(pos, "INST module", "ascii")
+                    nm, pos = nameline(pos, "INST name", "ascii")
+                    cls = get_global(mod, nm, p0)
                     args = tuple(pop_mark(p0))
                     stack.append(call(cls, args, p0, "INST"))
                 elif op == 0x6F:  # o OBJ
@@ -708,10 +807,14 @@ class Unpickler:
                     code = int.from_bytes(data[pos : pos + width], "little", signed=(width == 4))
                     pos += width
                     # copyreg's registry is plain data (empty unless a program registers codes)
+                    if code in ext_cache:  # CPython caches what a code resolved to
+                        stack.append(ext_cache[code])
+                        continue
                     key = copyreg._inverted_registry.get(code)  # type: ignore[attr-defined]
-                    if key is None:
+                    if key is None or code <= 0:
                         raise self._fmt(f"unregistered extension code {code}", p0)
-                    stack.append(get_global(key[0], key[1], p0))
+                    ext_cache[code] = get_global(key[0], key[1], p0)
+                    stack.append(ext_cache[code])
                 else:
                     raise self._fmt(f"invalid pickle opcode 0x{op:02x}", p0)
         except TorchlessError:

@@ -98,3 +98,109 @@ for _name in ("SHORT_BINUNICODE", "BINUNICODE8", "BINBYTES8", "EMPTY_SET", "ADDI
     PROTOCOL_OF[_name] = 4
 for _name in ("BYTEARRAY8", "NEXT_BUFFER", "READONLY_BUFFER"):
     PROTOCOL_OF[_name] = 5
+
+
+# -- protocol-0 text arguments, parsed as CPython's C unpickler parses them ---------------
+# The C unpickler reads a line (newline included), copies it into a NUL-terminated
+# buffer and hands that to C string functions, so a NUL byte ends the argument wherever
+# it is. These functions take the line *with* its newline.
+import re as _re
+
+_WS = b" \t\n\v\f\r"
+_HEX = b"0123456789abcdefABCDEF"
+_FLOAT_NUM = _re.compile(rb"[+-]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)")
+_FLOAT_SPECIAL = _re.compile(rb"[+-]?(?:inf(?:inity)?|nan)", _re.IGNORECASE)
+
+
+def _cstr(line: bytes) -> bytes:
+    i = line.find(b"\0")
+    return line if i < 0 else line[:i]
+
+
+def _strtol0(s: bytes) -> tuple[int, int, bool]:
+    """glibc ``strtol(s, &end, 0)`` for a 64-bit long: (value, end index, overflowed)."""
+    n = len(s)
+    i = 0
+    while i < n and s[i] in _WS:
+        i += 1
+    neg = False
+    if i < n and s[i] in b"+-":
+        neg = s[i] == 0x2D
+        i += 1
+    base = 10
+    if i < n and s[i] == 0x30:
+        if i + 2 < n and s[i + 1] in b"xX" and s[i + 2] in _HEX:
+            base = 16
+            i += 2
+        else:
+            base = 8
+    j = i
+    digits = b"0123456789abcdef"[:base] if base != 16 else _HEX
+    while j < n and s[j] in digits:
+        j += 1
+    if j == i:
+        return 0, 0, False  # no conversion: end is the start of the string
+    v = int(s[i:j], base)
+    v = -v if neg else v
+    if v > (1 << 63) - 1 or v < -(1 << 63):
+        return (1 << 63) - 1 if v > 0 else -(1 << 63), j, True
+    return v, j, False
+
+
+def parse_int_line(line: bytes) -> int | bool:
+    """The INT opcode's argument (``I...\\n``) as ``_pickle`` parses it.
+
+    ``strtol`` with base 0 first (octal ``010`` is 8, leading blanks and a NUL end are
+    accepted; a three-byte line of value 0 or 1 such as ``00``, ``01``, ``+1``, `` 0``
+    is a bool), then Python's own integer syntax (underscores, big values) when
+    ``strtol`` stops early or overflows. Raises ValueError like the C unpickler.
+    """
+    if len(line) < 2:
+        raise ValueError("pickle data was truncated")
+    s = _cstr(line)
+    x, end, overflow = _strtol0(s)
+    stop = s[end] if end < len(s) else 0
+    if overflow or (stop != 0x0A and stop != 0):
+        return int(s, 0)
+    if len(line) == 3 and x in (0, 1):
+        return bool(x)
+    return x
+
+
+def parse_long_line(line: bytes) -> int:
+    """The LONG opcode's argument: an optional trailing ``L`` dropped, then Python's
+    integer syntax with base 0 up to the first NUL."""
+    if len(line) < 2:
+        raise ValueError("pickle data was truncated")
+    if line[-2:-1] == b"L":
+        line = line[:-2]
+    return int(_cstr(line), 0)
+
+
+def parse_float_line(line: bytes) -> float:
+    """The FLOAT opcode's argument as ``PyOS_string_to_double`` reads it: no leading
+    blanks or underscores, ``inf``/``infinity``/``nan`` in any case, the number must be
+    followed by the newline or a NUL, and an overflow is an error."""
+    if len(line) < 2:
+        raise ValueError("pickle data was truncated")
+    m = _FLOAT_NUM.match(line)
+    special = False
+    if m is None:
+        m = _FLOAT_SPECIAL.match(line)
+        special = True
+    if m is None:
+        raise ValueError("could not convert string to float")
+    rest = line[m.end() : m.end() + 1]
+    if rest not in (b"\n", b"\0"):
+        raise ValueError("could not convert string to float")
+    v = float(m.group())
+    if not special and v in (float("inf"), float("-inf")):
+        raise OverflowError("value too large to convert to float")
+    return v
+
+
+def parse_memo_line(line: bytes) -> int:
+    """A GET/PUT argument: Python's base-10 integer syntax up to the first NUL."""
+    if len(line) < 2:
+        raise ValueError("pickle data was truncated")
+    return int(_cstr(line), 10)

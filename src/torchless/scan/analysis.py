@@ -49,7 +49,7 @@ class Sym(Rebuilder):
         self.items: list[Any] = []
         self.verdict = verdict
 
-    def _do_call(self, args: tuple) -> "Sym":
+    def _do_call(self, args: tuple) -> "Sym":  # noqa: D102
         return self.an.on_call(self, args, {})
 
     def new(self, args: tuple, kwargs: dict) -> "Sym":
@@ -64,6 +64,7 @@ class Sym(Rebuilder):
         return self
 
     def __torchless_items__(self, op: str, items: list[Any]) -> None:
+        self.an.on_items(self, op, items)
         if op == "setitem":
             self.items.extend((items[i], items[i + 1]) for i in range(0, len(items) - 1, 2))
         else:
@@ -141,6 +142,12 @@ class StreamResult:
     op_offsets: list[int]
     value: Any = None
     nested: list[tuple[str, bytes, int]] = field(default_factory=list)  # (what, blob, offset)
+    #: where file-object readers could read other bytes than the linear walk (see
+    #: :attr:`torchless.pickle.machine.ProtocolInfo.frame_hazards`)
+    frame_hazards: list[tuple[int, str]] = field(default_factory=list)
+    #: with ``record=True``: the run as normalised events (:mod:`torchless.scan.engine`)
+    events: list[tuple] | None = None
+    value_norm: Any = None
 
     @property
     def finished(self) -> bool:
@@ -156,8 +163,15 @@ class _Resolver:
 
 
 class _Analyser:
-    def __init__(self, data: bytes, torchscript: bool) -> None:
+    def __init__(self, data: bytes, torchscript: bool, record: bool = False) -> None:
         self.data = data
+        self.ids: Any = None
+        self.events: list[tuple] | None = None
+        if record:
+            from .engine import _Ids
+
+            self.ids = _Ids()
+            self.events = []
         self.torchscript = torchscript
         self.globals: list[GlobalUse] = []
         self.global_at: dict[tuple[int, str], GlobalUse] = {}
@@ -196,7 +210,28 @@ class _Analyser:
         from_memo = self.op == "STACK_GLOBAL" and any(op in _MEMO_READS for _p, op in list(self.recent)[-2:])
         self.globals.append(GlobalUse(qual, module, name, self.pos, self.op, v, from_memo, raw))
         self.global_at[(self.pos, qual)] = self.globals[-1]  # O(1) lookup for calls through the memo
-        return Sym(self, "global", qual, pos=self.pos, verdict=v)
+        s = Sym(self, "global", qual, pos=self.pos, verdict=v)
+        if self.events is not None:
+            self.events.append(("global", module, name))
+            self.ids.new(s)
+        return s
+
+    def norm(self, v: Any) -> Any:
+        from .engine import normalize
+
+        return normalize(v, self.ids)
+
+    def on_items(self, target: Sym, op: str, items: list[Any]) -> None:
+        if self.events is None:
+            return
+        t = self.norm(target)
+        if op == "setitem":
+            for i in range(0, len(items) - 1, 2):
+                self.events.append(("setitem", t, self.norm(items[i]), self.norm(items[i + 1])))
+        else:
+            kind = "append" if op == "append" else "add"
+            for x in items:
+                self.events.append((kind, t, self.norm(x)))
 
     def _note_nested(self, value: Any, depth: int = 0) -> None:
         # bytes that a call receives and that look like a pickle or an archive: torch's
@@ -224,14 +259,24 @@ class _Analyser:
         self._note_nested(args)
         if kwargs:
             self._note_nested(kwargs)
-        return Sym(self, "result", callee=callee, args=args, via=self.op, pos=self.pos)
+        s = Sym(self, "result", callee=callee, args=args, via=self.op, pos=self.pos)
+        if self.events is not None:
+            self.events.append(("call", self.norm(callee), self.norm(args), self.norm(kwargs) if kwargs else None))
+            self.ids.new(s)
+        return s
 
     def on_build(self, target: Sym, state: Any) -> None:
         self.builds.append(CallEvent("BUILD", self.pos, target, state))
         self._note_nested(state)
+        if self.events is not None:
+            self.events.append(("build", self.norm(target), self.norm(state)))
 
     def persistent_load(self, pid: Any) -> Sym:
-        return Sym(self, "persistent", args=pid, pos=self.pos)
+        s = Sym(self, "persistent", args=pid, pos=self.pos)
+        if self.events is not None:
+            self.events.append(("persid", self.norm(pid)))
+            self.ids.new(s)
+        return s
 
 
 def analyse(
@@ -241,14 +286,20 @@ def analyse(
     torchscript: bool = False,
     limits: Limits = Limits(),
     on_error: Callable[[TorchlessError], None] | None = None,
+    record: bool = False,
+    short_frames: bool = False,
 ) -> StreamResult:
     """Symbolically run the pickle stream that starts at ``start`` in ``data``.
 
-    Never raises for bad input: a stream the machine cannot finish comes back with
-    ``error`` set and everything it did before.
+    The machine runs in its strict flavour (CPython's C unpickler's semantics, see
+    :class:`~torchless.pickle.machine.Unpickler`). Never raises for bad input: a stream
+    the machine cannot finish comes back with ``error`` set and everything it did
+    before. ``record`` also returns the run as normalised events (for comparing with
+    the real unpickler, :mod:`torchless.scan.engine`); ``short_frames`` reads a FRAME
+    longer than the data as the pure-Python unpickler does.
     """
-    an = _Analyser(data, torchscript)
-    up = Unpickler(data, resolver=_Resolver(an), persistent_load=an.persistent_load, limits=limits, start=start, trace=an.trace, encoding="latin1")
+    an = _Analyser(data, torchscript, record)
+    up = Unpickler(data, resolver=_Resolver(an), persistent_load=an.persistent_load, limits=limits, start=start, trace=an.trace, encoding="latin1", strict=True, short_frames=short_frames)
     err: TorchlessError | None = None
     value: Any = None
     end: int | None = None
@@ -265,7 +316,18 @@ def analyse(
         from ..core.errors import LimitError
 
         err = LimitError(f"stream too complex to analyse: {type(e).__name__}", offset=an.pos)
-    return StreamResult(start, end, up.info.protocol, an.globals, an.calls, an.builds, err, an.frames, an.ops, value, an.nested)
+    if err is not None:
+        # an opcode that fails inside a frame may have been reading past the frame's
+        # end: readers of file objects would then have read its argument elsewhere
+        e = an.pos
+        for fpos, flen in an.frames:
+            if fpos < e and fpos + 9 <= e < fpos + 9 + flen:
+                up.info.frame_hazards.append((e, f"{an.op} fails inside the FRAME at {fpos:#x}; file readers may read its argument from other bytes"))
+                break
+    out = StreamResult(start, end, up.info.protocol, an.globals, an.calls, an.builds, err, an.frames, an.ops, value, an.nested, up.info.frame_hazards, an.events)
+    if record and err is None:
+        out.value_norm = an.norm(value)
+    return out
 
 
 # -- disassembly -----------------------------------------------------------------------

@@ -1,0 +1,569 @@
+"""The real unpicklers as a second engine: record what they would resolve and call.
+
+:class:`RecordingUnpickler` subclasses CPython's C unpickler (``_pickle.Unpickler``, the
+one behind ``pickle.load``, ``torch.load(weights_only=False)``, ``numpy.load`` and
+``pickle.loads``). Its ``find_class`` and ``persistent_load`` never import or return
+anything real: every global, every persistent id and every value a call returns is a
+fresh *inert class* of ours (a class, so that NEWOBJ accepts it as the real one would
+accept a class). Its metaclass records what the unpickler does with it: calls (REDUCE,
+INST, OBJ go through ``type.__call__``; NEWOBJ and NEWOBJ_EX through ``__new__``),
+``__setstate__`` (BUILD), ``extend``/``append`` (APPEND(S)), ``__setitem__``
+(SETITEM(S)) and ``add`` (ADDITEMS). Nothing in the stream can reach a real callable:
+the only objects the unpickler ever holds are data it built itself and these classes.
+
+The record (:class:`Record`) is a list of normalised events in the order they happen,
+plus the outcome (the normalised value at STOP, or the error). The scanner's symbolic
+run produces the same form (:func:`symbolic_record`), so the two can be compared event
+by event (:func:`compare`): the differential fuzzer in the tests does that on millions of
+generated streams, and the scanner can do it per stream in a resource-limited child
+process (:class:`EngineWorker`), reporting any difference as ``engine-disagreement``.
+
+Reader paths (``reader=``), as the loaders use them:
+
+* ``"bytes"``: ``pickle.loads`` (the whole stream is the unpickler's buffer);
+* ``"bytesio"``: ``io.BytesIO`` (no ``peek``: frames are read with ``read``), what torch
+  uses for ``data.pkl`` of a zip checkpoint;
+* ``"file"``: a buffered file (``peek`` + ``readinto``), ``torch.load(path)`` of a legacy
+  file, ``pickle.load(open(...))``, ``numpy.load`` of ``.npy``;
+* ``"zipmember"``: a member opened with :mod:`zipfile` (``peek`` returns at most 512
+  bytes), ``numpy.load`` of an ``.npz``.
+
+:func:`record_python` runs the pure-Python unpickler (``pickle._Unpickler``), which joblib
+subclasses; it reads frames through its own ``_Unframer``.
+"""
+
+from __future__ import annotations
+
+import copyreg
+import io
+import marshal
+import os
+import pickle
+import select
+import struct
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass, field
+from typing import Any
+
+import _pickle
+
+__all__ = [
+    "Record",
+    "RecordingUnpickler",
+    "record_c",
+    "record_python",
+    "symbolic_record",
+    "compare",
+    "normalize",
+    "EngineWorker",
+    "READERS",
+]
+
+READERS = ("bytes", "bytesio", "file", "zipmember")
+
+_MAX_NORM_DEPTH = 24
+
+
+class _Ids:
+    """Numbers the symbolic values of one run in creation order, and maps them back."""
+
+    def __init__(self) -> None:
+        self.ids: dict[int, int] = {}
+        self.keep: list[Any] = []
+
+    def new(self, obj: Any) -> int:
+        n = len(self.keep)
+        self.ids[id(obj)] = n
+        self.keep.append(obj)
+        return n
+
+    def get(self, obj: Any) -> int | None:
+        return self.ids.get(id(obj))
+
+
+def normalize(v: Any, ids: _Ids, depth: int = 0, active: tuple[int, ...] = ()) -> Any:
+    """A canonical, comparable (and marshal-able) form of a value built by an unpickler.
+
+    Symbolic values become ``("sym", n)`` with ``n`` their creation index, so the C
+    unpickler's inert classes and the pickle machine's ``Sym`` objects compare equal
+    when they were created by the same event. Cycles and very deep values are cut.
+    """
+    n = ids.get(v)
+    if n is not None:
+        return ("sym", n)
+    t = type(v)
+    if v is None or t is bool or t is int or t is str or t is bytes:
+        return (t.__name__, v)
+    if t is float:
+        return ("float", repr(v))
+    if t is bytearray:
+        return ("bytearray", bytes(v))
+    if t is memoryview:
+        try:
+            return ("memoryview", v.tobytes(), v.readonly)
+        except (ValueError, TypeError):  # pragma: no cover - released views
+            return ("memoryview",)
+    if depth > _MAX_NORM_DEPTH:
+        return ("deep",)
+    if id(v) in active:
+        return ("cycle",)
+    act = active + (id(v),)
+    if t is tuple or t is list:
+        return (t.__name__, tuple(normalize(x, ids, depth + 1, act) for x in v))
+    if t is dict:
+        return ("dict", tuple((normalize(k, ids, depth + 1, act), normalize(x, ids, depth + 1, act)) for k, x in v.items()))
+    if t is set or t is frozenset:
+        return (t.__name__, tuple(sorted((normalize(x, ids, depth + 1, act) for x in v), key=repr)))
+    return ("other", t.__name__)
+
+
+@dataclass
+class Record:
+    """What one unpickler did with one stream.
+
+    ``events``: ``("global", module, name)``, ``("persid", pid)``,
+    ``("call", callee, args, kwargs)``, ``("build", target, state)``,
+    ``("append", target, item)``, ``("setitem", target, key, value)``,
+    ``("add", target, item)``; values normalised (:func:`normalize`).
+    ``outcome``: ``"ok"`` or ``"error"``; ``value`` the normalised value at STOP;
+    ``end`` the offset after STOP where the reader can tell it; ``error`` the exception
+    type's name; ``resource``: the error was a memory or recursion exhaustion of the
+    real unpickler (the model may legitimately go further).
+    """
+
+    events: list[tuple] = field(default_factory=list)
+    outcome: str = "ok"
+    value: Any = None
+    end: int | None = None
+    error: str = ""
+    resource: bool = False
+
+    def to_wire(self) -> tuple:
+        return (self.events, self.outcome, self.value, self.end, self.error, self.resource)
+
+    @classmethod
+    def from_wire(cls, t: tuple) -> "Record":
+        return cls(list(t[0]), t[1], t[2], t[3], t[4], t[5])
+
+
+# -- the inert classes ---------------------------------------------------------------------
+class _Rec:
+    """The recorder shared by the inert classes of one run."""
+
+    def __init__(self) -> None:
+        self.ids = _Ids()
+        self.events: list[tuple] = []
+
+    def n(self, v: Any) -> Any:
+        return normalize(v, self.ids)
+
+    def sym(self) -> type:
+        cls = _SymMeta("inert", (), {"__new__": _inert_new, "__slots__": ()})
+        type.__setattr__(cls, "_tl_rec", self)
+        self.ids.new(cls)
+        return cls
+
+
+def _inert_new(cls: Any, *args: Any, **kwargs: Any) -> Any:
+    # NEWOBJ / NEWOBJ_EX: type->tp_new(cls, args, kwargs); INST/OBJ with no arguments
+    rec: _Rec = cls._tl_rec
+    rec.events.append(("call", rec.n(cls), rec.n(args), rec.n(kwargs) if kwargs else None))
+    return rec.sym()
+
+
+class _SymMeta(type):
+    """Metaclass of the inert classes: records what an unpickler does with them."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:  # REDUCE, INST, OBJ
+        rec: _Rec = cls._tl_rec
+        rec.events.append(("call", rec.n(cls), rec.n(args), rec.n(kwargs) if kwargs else None))
+        return rec.sym()
+
+    def __setstate__(cls, state: Any) -> None:  # BUILD
+        rec: _Rec = cls._tl_rec
+        rec.events.append(("build", rec.n(cls), rec.n(state)))
+
+    def extend(cls, items: Any) -> None:  # APPENDS, APPEND
+        rec: _Rec = cls._tl_rec
+        t = rec.n(cls)
+        for x in items:
+            rec.events.append(("append", t, rec.n(x)))
+
+    def append(cls, item: Any) -> None:  # pragma: no cover - extend exists, so unused
+        rec: _Rec = cls._tl_rec
+        rec.events.append(("append", rec.n(cls), rec.n(item)))
+
+    def __setitem__(cls, key: Any, value: Any) -> None:  # SETITEM(S)
+        rec: _Rec = cls._tl_rec
+        rec.events.append(("setitem", rec.n(cls), rec.n(key), rec.n(value)))
+
+    def add(cls, item: Any) -> None:  # ADDITEMS
+        rec: _Rec = cls._tl_rec
+        rec.events.append(("add", rec.n(cls), rec.n(item)))
+
+
+def _python2(module: str, name: str) -> tuple[str, str]:
+    from ..pickle.globals import python2_name
+
+    return python2_name(module, name)
+
+
+def _c_proto_below_3(up: Any) -> bool:
+    """Whether the C unpickler's current protocol is < 3 (it then renames Python-2 names).
+
+    The C unpickler does not expose its protocol; its own ``find_class`` applies the
+    renames exactly when it is < 3, so ask it about a name that only the rename table
+    makes resolvable (``itertools.izip`` -> ``builtins.zip``). Both modules are already
+    imported; what it returns is discarded.
+    """
+    try:
+        _pickle.Unpickler.find_class(up, "itertools", "izip")
+        return True
+    except AttributeError:
+        return False
+
+
+class RecordingUnpickler(_pickle.Unpickler):
+    """CPython's C unpickler with inert, recording ``find_class`` / ``persistent_load``."""
+
+    def __init__(self, file: Any, *, encoding: str = "ASCII", rec: _Rec | None = None) -> None:
+        super().__init__(file, encoding=encoding)
+        self.rec = rec or _Rec()
+
+    def find_class(self, module: str, name: str) -> Any:  # noqa: D102 - see class doc
+        if _c_proto_below_3(self):
+            module, name = _python2(module, name)
+        self.rec.events.append(("global", module, name))
+        return self.rec.sym()
+
+    def persistent_load(self, pid: Any) -> Any:  # noqa: D102
+        self.rec.events.append(("persid", self.rec.n(pid)))
+        return self.rec.sym()
+
+
+class RecordingPyUnpickler(pickle._Unpickler):  # type: ignore[name-defined,misc]
+    """The pure-Python unpickler (what joblib subclasses), inert and recording."""
+
+    def __init__(self, file: Any, *, encoding: str = "ASCII", rec: _Rec | None = None) -> None:
+        super().__init__(file, encoding=encoding)
+        self.rec = rec or _Rec()
+
+    def find_class(self, module: str, name: str) -> Any:  # noqa: D102
+        if self.proto < 3 and self.fix_imports:
+            module, name = _python2(module, name)
+        self.rec.events.append(("global", module, name))
+        return self.rec.sym()
+
+    def persistent_load(self, pid: Any) -> Any:  # noqa: D102
+        self.rec.events.append(("persid", self.rec.n(pid)))
+        return self.rec.sym()
+
+
+def _zip_member(data: bytes) -> Any:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("arr_0.npy", data)
+    return zipfile.ZipFile(io.BytesIO(buf.getvalue())).open("arr_0.npy")
+
+
+def _open(data: bytes, reader: str) -> Any:
+    if reader == "bytesio":
+        return io.BytesIO(data)
+    if reader == "file":
+        return io.BufferedReader(io.BytesIO(data))  # a raw file under a buffer: peek + readinto
+    if reader == "zipmember":
+        return _zip_member(data)
+    raise ValueError(f"unknown reader {reader!r}")
+
+
+def _run(make: Any, data: bytes, reader: str, encoding: str, start: int) -> Record:
+    rec = _Rec()
+    out = Record()
+    # the extension cache is process-wide: a code cached by an earlier run would be
+    # served without a find_class call
+    copyreg._extension_cache.clear()  # type: ignore[attr-defined]
+    f = None
+    try:
+        if reader == "bytes" and make is RecordingUnpickler:
+            # pickle.loads: the bytes are the unpickler's whole input buffer
+            value = make(_WholeReader(data[start:]), encoding=encoding, rec=rec).load()
+        else:
+            f = _open(data, reader) if reader != "bytes" else io.BytesIO(data)
+            if start:
+                if reader == "zipmember":
+                    f.read(start)
+                else:
+                    f.seek(start)
+            value = make(f, encoding=encoding, rec=rec).load()
+            try:
+                out.end = f.tell()
+            except (OSError, ValueError):  # pragma: no cover - unseekable member
+                out.end = None
+        out.value = rec.n(value)
+    except (MemoryError, RecursionError) as e:
+        out.outcome, out.error, out.resource = "error", type(e).__name__, True
+    except Exception as e:  # noqa: BLE001 - any error of the real unpickler is an outcome
+        out.outcome, out.error = "error", type(e).__name__
+    finally:
+        copyreg._extension_cache.clear()  # type: ignore[attr-defined]
+    out.events = rec.events
+    return out
+
+
+class _WholeReader:
+    """A file whose first read returns the whole stream: the C unpickler then holds the
+    entire input in its buffer, exactly as with ``pickle.loads`` (``_pickle.loads``
+    takes no ``find_class``; all later reads are served from memory and a read past
+    the end is a truncation error, as in memory)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.done = False
+
+    def read(self, n: int = -1) -> bytes:
+        if self.done:
+            return b""
+        self.done = True
+        return self.data
+
+    def readline(self) -> bytes:
+        return self.read()
+
+
+def record_c(data: bytes, reader: str = "bytes", *, encoding: str = "latin1", start: int = 0) -> Record:
+    """Run CPython's C unpickler (inert, recording) over ``data`` through ``reader``."""
+    return _run(RecordingUnpickler, data, reader, encoding, start)
+
+
+def record_python(data: bytes, reader: str = "bytesio", *, encoding: str = "latin1", start: int = 0) -> Record:
+    """Run the pure-Python unpickler (joblib's base class), inert and recording."""
+    return _run(RecordingPyUnpickler, data, "bytesio" if reader == "bytes" else reader, encoding, start)
+
+
+def symbolic_record(data: bytes, *, start: int = 0) -> tuple[Record, Any]:
+    """The scanner's symbolic run of the stream at ``start``, as a :class:`Record`.
+
+    Returns the record and the :class:`~torchless.scan.analysis.StreamResult`.
+    """
+    from .analysis import analyse
+
+    res = analyse(data, start=start, record=True)
+    out = Record(events=res.events or [])
+    if res.error is None:
+        out.outcome = "ok"
+        out.value = res.value_norm
+        out.end = res.end
+    else:
+        out.outcome = "error"
+        out.error = type(res.error).__name__
+        out.resource = res.error.__class__.__name__ == "LimitError"
+    return out, res
+
+
+def compare(oracle: Record, model: Record, *, check_end: bool = True) -> str | None:
+    """None when the model agrees with the oracle, else a one-line description.
+
+    Agreement: the same events in the same order and the same outcome (and value and
+    end offset when both finish). One tolerance: when the real unpickler ran out of
+    memory or recursion (a resource of its process, not a property of the stream), the
+    model may go further, so the oracle's events need only be a prefix of the model's.
+    Likewise a model that stops on one of its explicit limits needs only to have done a
+    prefix of what the oracle did.
+    """
+    if oracle.resource and oracle.outcome == "error":
+        if model.events[: len(oracle.events)] != oracle.events:
+            return _first_diff(oracle.events, model.events)
+        return None
+    if model.resource and model.outcome == "error":
+        if oracle.events[: len(model.events)] != model.events:
+            return _first_diff(oracle.events, model.events)
+        return None
+    if oracle.events != model.events:
+        return _first_diff(oracle.events, model.events)
+    if oracle.outcome != model.outcome:
+        return f"outcome: real unpickler {oracle.outcome} {oracle.error}, model {model.outcome} {model.error}"
+    if oracle.outcome == "ok":
+        if oracle.value != model.value:
+            return f"value at STOP: real {oracle.value!r:.200} model {model.value!r:.200}"
+        if check_end and oracle.end is not None and oracle.end != model.end:
+            return f"end offset: real {oracle.end} model {model.end}"
+    return None
+
+
+def _first_diff(a: list, b: list) -> str:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return f"event {i}: real {x!r:.200} model {y!r:.200}"
+    if len(a) != len(b):
+        i = min(len(a), len(b))
+        extra = a[i] if len(a) > len(b) else b[i]
+        who = "real unpickler" if len(a) > len(b) else "model"
+        return f"event {i}: only the {who} does {extra!r:.200} ({len(a)} vs {len(b)} events)"
+    return "events differ"
+
+
+# -- the second engine in a child process ------------------------------------------------
+_WORKER_CODE = r"""
+import marshal, os, resource, struct, sys
+as_limit, cpu = int(sys.argv[1]), int(sys.argv[2])
+try:
+    resource.setrlimit(resource.RLIMIT_AS, (as_limit, as_limit))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
+except (ValueError, OSError):
+    pass
+sys.setrecursionlimit(5000)
+from torchless.scan.engine import record_c
+inp, out = sys.stdin.buffer, sys.stdout.buffer
+while True:
+    head = inp.read(8)
+    if len(head) < 8:
+        break
+    n, start = struct.unpack("<II", head)
+    data = inp.read(n)
+    try:
+        r = record_c(data, "bytes", start=start).to_wire()
+        blob = marshal.dumps(r)
+    except BaseException as e:  # noqa
+        blob = marshal.dumps(([], "error", None, None, "engine:" + type(e).__name__, True))
+    out.write(struct.pack("<I", len(blob)) + blob)
+    out.flush()
+"""
+
+
+class EngineWorker:
+    """One persistent child process running the recording C unpickler.
+
+    The child has an address-space limit (``memory``), a CPU-time limit and a per-stream
+    wall-clock timeout; a stream that exhausts them kills the child (a new one starts on
+    the next request) and comes back as ``None``. One worker serves a whole scan, so a
+    stream costs a pipe round trip, not a process start.
+    """
+
+    def __init__(self, *, memory: int = 1 << 30, cpu_seconds: int = 600, timeout: float = 10.0) -> None:
+        self.memory = memory
+        self.cpu_seconds = cpu_seconds
+        self.timeout = timeout
+        self.proc: subprocess.Popen | None = None
+
+    def _start(self) -> subprocess.Popen:
+        src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        return subprocess.Popen(
+            [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {src!r})\n" + _WORKER_CODE, str(self.memory), str(self.cpu_seconds)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
+
+    def record(self, data: bytes, start: int = 0) -> Record | None:
+        """The C unpickler's record of the stream at ``start``; None when the child died
+        or timed out on it (the caller decides what that means)."""
+        if len(data) >= 1 << 32:
+            return None
+        for _attempt in range(2):
+            if self.proc is None or self.proc.poll() is not None:
+                self.proc = self._start()
+            p = self.proc
+            try:
+                p.stdin.write(struct.pack("<II", len(data), start) + bytes(data))  # type: ignore[union-attr]
+                p.stdin.flush()  # type: ignore[union-attr]
+                head = self._read(p, 4)
+                if head is None:
+                    raise OSError("no answer")
+                (k,) = struct.unpack("<I", head)
+                blob = self._read(p, k)
+                if blob is None:
+                    raise OSError("short answer")
+                return Record.from_wire(marshal.loads(blob))
+            except (OSError, ValueError, EOFError, BrokenPipeError):
+                self.close()
+                return None
+        return None  # pragma: no cover
+
+    def _read(self, p: subprocess.Popen, k: int) -> bytes | None:
+        fd = p.stdout.fileno()  # type: ignore[union-attr]
+        chunks: list[bytes] = []
+        got = 0
+        import time
+
+        deadline = time.monotonic() + self.timeout
+        while got < k:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            r, _, _ = select.select([fd], [], [], left)
+            if not r:
+                return None
+            b = os.read(fd, k - got)
+            if not b:
+                return None
+            chunks.append(b)
+            got += len(b)
+        return b"".join(chunks)
+
+    def close(self) -> None:
+        """Stop the child process."""
+        p, self.proc = self.proc, None
+        if p is not None:
+            try:
+                p.kill()
+                p.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):  # pragma: no cover
+                pass
+            for s in (p.stdin, p.stdout):
+                try:
+                    s.close()  # type: ignore[union-attr]
+                except OSError:  # pragma: no cover
+                    pass
+
+    def __enter__(self) -> "EngineWorker":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def check_stream(data: bytes) -> tuple[list[str], dict[str, int]]:
+    """Compare the scanner's symbolic run of ``data`` with the real unpicklers.
+
+    Returns (problems, counters). Per reader path:
+
+    * ``bytes``: the C unpickler must agree exactly (the walk is linear there);
+    * ``bytesio``, ``file``, ``zipmember``: exact agreement (with the end offset) unless
+      the machine reported a frame hazard, in which case the scanner flags the stream
+      (``unanalysable``) and agreement is not required;
+    * the pure-Python unpickler: when the model finishes without a hazard, the globals
+      and the kinds of events must match (values may differ: its text parsers are
+      Python's, not C's), or be a prefix where it stops with an error. A stream the
+      model cannot finish is flagged by the scanner whatever Python does.
+    """
+    problems: list[str] = []
+    stats = {"streams": 1}
+    model, res = symbolic_record(data)
+    hazard = bool(res.frame_hazards)
+    if hazard:
+        stats["frame_hazard"] = 1
+    stats["model_" + model.outcome] = 1
+    for reader in READERS:
+        if hazard and reader != "bytes":
+            continue
+        oracle = record_c(data, reader)
+        d = compare(oracle, model, check_end=reader != "bytes")
+        if d:
+            problems.append(f"C unpickler via {reader}: {d}")
+    if model.outcome == "ok" and not hazard:
+        py = record_python(data, "bytesio")
+
+        def weak(evs: list[tuple]) -> list[tuple]:
+            return [e[:3] if e[0] == "global" else (e[0],) for e in evs]
+
+        a, b = weak(py.events), weak(model.events)
+        if py.outcome == "ok" and a != b:
+            problems.append(f"Python unpickler: {_first_diff(a, b)}")
+        elif py.outcome == "error" and b[: len(a)] != a:
+            problems.append(f"Python unpickler (stopped with {py.error}): {_first_diff(a, b)}")
+    return problems, stats
