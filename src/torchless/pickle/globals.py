@@ -18,6 +18,8 @@ reason is shown by ``torchless scan`` and documents why each entry is harmless.
 
 from __future__ import annotations
 
+import _compat_pickle
+
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Protocol
 
@@ -32,6 +34,7 @@ __all__ = [
     "Rebuilder",
     "Resolver",
     "python2_name",
+    "is_python2_name",
     "register_builder",
     "BUILDERS",
 ]
@@ -217,47 +220,23 @@ class Allowlist:
         return Allowlist(name or self.name, out)
 
 
-# Python 2 names (CPython's _compat_pickle, as torch._utils applies them to every GLOBAL).
-IMPORT_MAPPING = {
-    "__builtin__": "builtins",
-    "copy_reg": "copyreg",
-    "Queue": "queue",
-    "repr": "reprlib",
-    "_abcoll": "collections.abc",
-    "UserDict": "collections",
-    "UserList": "collections",
-    "UserString": "collections",
-    "whichdb": "dbm",
-    "StringIO": "io",
-    "cStringIO": "io",
-}
-NAME_MAPPING = {
-    ("__builtin__", "xrange"): ("builtins", "range"),
-    ("__builtin__", "reduce"): ("functools", "reduce"),
-    ("__builtin__", "intern"): ("sys", "intern"),
-    ("__builtin__", "unichr"): ("builtins", "chr"),
-    ("__builtin__", "unicode"): ("builtins", "str"),
-    ("__builtin__", "long"): ("builtins", "int"),
-    ("itertools", "izip"): ("builtins", "zip"),
-    ("itertools", "imap"): ("builtins", "map"),
-    ("itertools", "ifilter"): ("builtins", "filter"),
-    ("itertools", "ifilterfalse"): ("itertools", "filterfalse"),
-    ("itertools", "izip_longest"): ("itertools", "zip_longest"),
-    ("UserDict", "IterableUserDict"): ("collections", "UserDict"),
-    ("UserList", "UserList"): ("collections", "UserList"),
-    ("UserString", "UserString"): ("collections", "UserString"),
-    ("whichdb", "whichdb"): ("dbm", "whichdb"),
-    ("_socket", "fromfd"): ("socket", "fromfd"),
-    ("_multiprocessing", "Connection"): ("multiprocessing.connection", "Connection"),
-}
+# Python 2 names: CPython's own tables (``_compat_pickle`` holds only these dicts; nothing
+# else is imported). The unpicklers apply them while the stream's protocol is below 3.
+IMPORT_MAPPING: dict[str, str] = dict(_compat_pickle.IMPORT_MAPPING)
+NAME_MAPPING: dict[tuple[str, str], tuple[str, str]] = dict(_compat_pickle.NAME_MAPPING)
 
 
 def python2_name(module: str, name: str) -> tuple[str, str]:
-    """Apply the Python-2 renames that Python's and torch's unpicklers apply."""
+    """Apply the Python-2 renames that CPython's unpicklers apply (protocol < 3)."""
     pair = NAME_MAPPING.get((module, name))
     if pair is not None:
         return pair
     return IMPORT_MAPPING.get(module, module), name
+
+
+def is_python2_name(module: str, name: str) -> bool:
+    """Whether the Python-2 tables rename ``module.name``."""
+    return (module, name) in NAME_MAPPING or module in IMPORT_MAPPING
 
 
 class Resolver(Protocol):

@@ -20,13 +20,14 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..core.errors import TorchlessError
-from ..pickle.globals import Rebuilder
+from ..pickle.globals import Rebuilder, is_python2_name, python2_name
 from ..pickle.machine import Limits, Unpickler
 from ..pickle.opcodes import OPCODE_NAMES
 from .policy import Verdict, classify
 
 __all__ = ["Sym", "GlobalUse", "CallEvent", "StreamResult", "analyse", "disassemble", "describe"]
 
+_RANK = {"safe": 0, "unknown": 1, "dangerous": 2}
 _CALL_OPS = ("REDUCE", "NEWOBJ", "NEWOBJ_EX", "INST", "OBJ")
 _MEMO_READS = ("BINGET", "LONG_BINGET", "GET")
 
@@ -196,6 +197,13 @@ class _Analyser:
     def on_global(self, module: str, name: str) -> Sym:
         qual = f"{module}.{name}"
         v = classify(module, name, torchscript=self.torchscript)
+        if is_python2_name(module, name):
+            # not renamed here (protocol >= 3), but judged as what its Python-2 name
+            # stands for as well: the worse of the two verdicts
+            m2, n2 = python2_name(module, name)
+            v2 = classify(m2, n2, torchscript=self.torchscript)
+            if _RANK[v2.verdict] > _RANK[v.verdict]:
+                v = Verdict(v2.verdict, f"Python-2 name of {m2}.{n2}: {v2.reason}")
         raw = ""
         if self.op in ("GLOBAL", "INST"):
             try:
