@@ -29,12 +29,12 @@ from pickle_gen import register_extensions, stream  # noqa: E402
 from torchless.scan.engine import READERS, check_stream  # noqa: E402
 
 
-def limit_memory(gib: int = 3) -> None:
+def limit_memory(gib: float = 1.5) -> None:
     """Cap this process's address space: the real unpickler allocates what a stream asks
     for (a memo index of 2**30 makes CPython allocate an 8 GiB array)."""
     import resource
 
-    lim = gib << 30
+    lim = int(gib * (1 << 30))
     resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
 
 

@@ -420,3 +420,52 @@ def disassemble(data: bytes, at: int, op_offsets: list[int] | None = None, befor
         mark = ">" if s == at else " "
         out.append(f"{mark} {base + s:#08x}: {name} {arg}".rstrip())
     return out
+
+
+# -- where other unpicklers go on ----------------------------------------------------------
+def _python_parses(op: str, line: bytes) -> bool:
+    """Whether the pure-Python unpickler (``pickle._Unpickler``, joblib's base class)
+    accepts a protocol-0 text argument (``line`` without its newline)."""
+    try:
+        if op == "INT":
+            if line not in (b"00", b"01"):
+                int(line, 0)
+        elif op == "LONG":
+            int(line[:-1] if line.endswith(b"L") else line, 0)
+        elif op == "FLOAT":
+            float(line)
+        else:
+            return False
+    except (ValueError, OverflowError):
+        return False
+    return True
+
+
+def other_readers_go_on(res: StreamResult, data: bytes) -> str | None:
+    """Why a loader other than CPython's C unpickler (which the machine models exactly)
+    could execute bytes beyond where this stream's analysis stopped, or None.
+
+    * a frame hazard: readers of file objects read other bytes than the linear walk;
+    * the C unpickler stops on a FRAME longer than the data, the pure-Python one
+      (joblib) reads the short frame and goes on;
+    * a protocol-0 number that C's parser refuses and Python's ``int``/``float`` accept;
+    * INST without a MARK: the pure-Python unpickler imports the module first.
+    """
+    if res.frame_hazards:
+        off, what = res.frame_hazards[0]
+        return f"{what} (at {off:#x}): io.BytesIO, buffered files and zip members are read through frames, so those loaders may run other opcodes than the linear walk analysed"
+    if res.error is None or not res.op_offsets:
+        return None
+    p = res.op_offsets[-1]
+    if p >= len(data):
+        return None
+    op = OPCODE_NAMES.get(data[p], "")
+    if op == "FRAME" and "FRAME declares" in str(res.error):
+        return "the FRAME declares more bytes than follow: CPython's C unpickler stops, the pure-Python unpickler (joblib) reads the short frame and goes on"
+    if op in ("INT", "LONG", "FLOAT"):
+        e = data.find(b"\n", p + 1)
+        if e >= 0 and _python_parses(op, data[p + 1 : e]):
+            return f"{op} argument {bytes(data[p + 1 : e][:40])!r} that CPython's C unpickler refuses and the pure-Python unpickler (joblib) accepts"
+    if op == "INST" and "MARK" in str(res.error):
+        return "INST without a MARK: the pure-Python unpickler (joblib) imports the module before it fails"
+    return None

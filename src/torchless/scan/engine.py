@@ -34,6 +34,7 @@ subclasses; it reads frames through its own ``_Unframer``.
 
 from __future__ import annotations
 
+import _compat_pickle
 import copyreg
 import io
 import marshal
@@ -205,9 +206,12 @@ class _SymMeta(type):
 
 
 def _python2(module: str, name: str) -> tuple[str, str]:
-    from ..pickle.globals import python2_name
-
-    return python2_name(module, name)
+    # what CPython's unpicklers do with _compat_pickle's tables (the oracle's side; the
+    # model's side is torchless.pickle.globals.python2_name over the same tables)
+    pair = _compat_pickle.NAME_MAPPING.get((module, name))
+    if pair is not None:
+        return pair
+    return _compat_pickle.IMPORT_MAPPING.get(module, module), name
 
 
 def _c_proto_below_3(up: Any) -> bool:
@@ -414,8 +418,18 @@ try:
 except (ValueError, OSError):
     pass
 sys.setrecursionlimit(5000)
-from torchless.scan.engine import record_c
+import copyreg, importlib.util
+# this file alone, not the torchless package (a fast start; nothing else is needed)
+spec = importlib.util.spec_from_file_location("torchless_engine_worker", sys.argv[3])
+eng = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = eng
+spec.loader.exec_module(eng)
+record_c = eng.record_c
 inp, out = sys.stdin.buffer, sys.stdout.buffer
+# the parent's extension registry first (the model resolves EXT codes through it)
+(k,) = struct.unpack("<I", inp.read(4))
+for code, pair in marshal.loads(inp.read(k)).items():
+    copyreg._inverted_registry[code] = tuple(pair)
 while True:
     head = inp.read(8)
     if len(head) < 8:
@@ -441,22 +455,25 @@ class EngineWorker:
     stream costs a pipe round trip, not a process start.
     """
 
-    def __init__(self, *, memory: int = 1 << 30, cpu_seconds: int = 600, timeout: float = 10.0) -> None:
+    def __init__(self, *, memory: int = 1 << 30, cpu_seconds: int = 600, timeout: float = 4.0) -> None:
         self.memory = memory
         self.cpu_seconds = cpu_seconds
         self.timeout = timeout
         self.proc: subprocess.Popen | None = None
 
     def _start(self) -> subprocess.Popen:
-        src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env = dict(os.environ)
-        env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        p = self._spawn()
+        reg = marshal.dumps({int(c): tuple(map(str, pair)) for c, pair in copyreg._inverted_registry.items()})  # type: ignore[attr-defined]
+        p.stdin.write(struct.pack("<I", len(reg)) + reg)  # type: ignore[union-attr]
+        p.stdin.flush()  # type: ignore[union-attr]
+        return p
+
+    def _spawn(self) -> subprocess.Popen:
         return subprocess.Popen(
-            [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {src!r})\n" + _WORKER_CODE, str(self.memory), str(self.cpu_seconds)],
+            [sys.executable, "-I", "-S", "-c", _WORKER_CODE, str(self.memory), str(self.cpu_seconds), os.path.abspath(__file__)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
-            env=env,
         )
 
     def record(self, data: bytes, start: int = 0) -> Record | None:
@@ -567,3 +584,44 @@ def check_stream(data: bytes) -> tuple[list[str], dict[str, int]]:
         elif py.outcome == "error" and b[: len(a)] != a:
             problems.append(f"Python unpickler (stopped with {py.error}): {_first_diff(a, b)}")
     return problems, stats
+
+
+_SHARED: EngineWorker | None = None
+
+#: streams larger than this are not sent to the second engine (the machine's model of the
+#: C unpickler is what the differential fuzzer proves; the engine is a second opinion)
+ENGINE_MAX_STREAM = 8 << 20
+
+
+def engine_enabled() -> bool:
+    """Whether scans run the second engine (``TORCHLESS_SCAN_ENGINE=0`` turns it off)."""
+    return os.environ.get("TORCHLESS_SCAN_ENGINE", "1") not in ("0", "off", "no", "false")
+
+
+def shared_worker() -> EngineWorker:
+    """The process's engine worker, started on first use and stopped at exit."""
+    global _SHARED
+    if _SHARED is None:
+        import atexit
+
+        _SHARED = EngineWorker()
+        atexit.register(_SHARED.close)
+    return _SHARED
+
+
+def second_opinion(data: bytes, start: int, end: int | None) -> str | None:
+    """Run the stream at ``start`` through the recording C unpickler (child process) and
+    through the scanner's model; a description of the first difference, or None.
+
+    None also when the engine could not answer (the child ran out of its memory, CPU or
+    time limits on this stream: a real loader would have failed too).
+    """
+    stop = end if end is not None else len(data)
+    blob = bytes(data[start:stop])
+    if len(blob) > ENGINE_MAX_STREAM:
+        return None
+    oracle = shared_worker().record(blob, 0)
+    if oracle is None:
+        return None
+    model, _res = symbolic_record(blob)
+    return compare(oracle, model, check_end=False)

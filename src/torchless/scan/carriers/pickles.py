@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ...core.errors import TruncatedError
 from ...core.source import ByteSource
-from ..analysis import Sym, StreamResult, analyse, describe, disassemble
+from ..analysis import Sym, StreamResult, analyse, describe, disassemble, other_readers_go_on
 from ..findings import AllowNote
 from ..policy import torch_allows
 from .common import _HIGHER_ORDER, _WINDOW, LEGACY_MAGIC
@@ -99,7 +99,36 @@ class PickleCarrier:
         if res.error is not None and report_errors:
             off = res.error.offset
             self.add("malformed-pickle", "high", f"pickle stream stops with an error: {res.error.message if hasattr(res.error, 'message') else res.error} (what ran before it is analysed above)", member, off, fo(off), None, dis(off) if off is not None else [])
+        self.check_other_readers(res, data, member, base, depth, torch_load=torch_load)
         self.follow_nested(res, member, base, depth)
+
+    def check_other_readers(self, res: StreamResult, data: bytes, member: str | None, base: int | None, depth: int, *, torch_load: bool = False) -> None:
+        """Fail closed where the machine's model (CPython's C unpickler reading memory)
+        is not what every loader does: frame layouts that file readers read differently,
+        stops that the pure-Python unpickler reads past (``unanalysable``); and, as a
+        second opinion, the real C unpickler run on the stream in a resource-limited
+        child process, whose record must match the model (``engine-disagreement``)."""
+        from .. import engine
+
+        why = other_readers_go_on(res, data)
+        off = res.frame_hazards[0][0] if res.frame_hazards else (res.op_offsets[-1] if res.op_offsets else res.start)
+        fo = None if base is None else base + off
+        if why is not None:
+            self.add("unanalysable", "high", f"pickle stream not fully analysable: {why}", member, off, fo, None, disassemble(data, off, res.op_offsets))
+            if res.error is not None and "FRAME declares" in str(res.error) and not getattr(res, "short_frames", False):
+                more = analyse(data, start=res.start, short_frames=True)
+                more.short_frames = True  # type: ignore[attr-defined]
+                cut = off
+                more.globals = [g for g in more.globals if g.offset >= cut]
+                more.calls = [c for c in more.calls if c.offset >= cut]
+                more.builds = [b for b in more.builds if b.offset >= cut]
+                with self.loading("joblib.load"):
+                    self.report_stream(more, data, member, base, depth, report_errors=False, torch_load=torch_load)
+            return
+        if engine.engine_enabled() and not getattr(res, "budget_cut", False) and not getattr(res, "short_frames", False):
+            diff = engine.second_opinion(data, res.start, res.end)
+            if diff is not None:
+                self.add("engine-disagreement", "high", f"CPython's unpickler (run inert in a child process) and the scanner's model disagree on this stream: {diff}", member, res.start, None if base is None else base + res.start)
 
     def scan_pickles(self, src: ByteSource, member: str | None, base: int | None, depth: int, *, strict: bool, torch_load: bool | None = None, torchscript: bool = False) -> None:
         """Consecutive pickles from offset 0; legacy torch files stop before storage bytes."""
@@ -137,7 +166,7 @@ class PickleCarrier:
         while pos < size and count < limit:
             res, data = run(pos)
             if not legacy:
-                if res.end is None and not res.globals and not res.calls:
+                if res.end is None and not res.globals and not res.calls and other_readers_go_on(res, data) is None:
                     self.add("trailing-data", "medium", f"{size - pos} bytes after the pickle's STOP (not a further pickle)", member, pos, None if base is None else base + pos, None, disassemble(data, pos, None))
                     return
                 self.add("trailing-data", "high", f"opcodes after STOP: a further pickle starts at {pos:#x} (read by loaders that call pickle.load again; most scanners stop at the first STOP)", member, pos, None if base is None else base + pos, None, disassemble(data, pos, res.op_offsets))
@@ -147,5 +176,7 @@ class PickleCarrier:
             if res.end is None:
                 return
             pos = res.end
+        if not legacy and count >= limit and pos < size:
+            self.add("limit", "high", f"more than {limit} pickles in a row; the bytes from {pos:#x} on were not analysed (a loader calling pickle.load again would run them)", member, pos, None if base is None else base + pos)
         if legacy and count < 5:
             self.add("malformed-pickle", "medium", f"legacy stream has {count} of its 5 pickles", member, pos)
