@@ -234,7 +234,7 @@ def test_second_engine_child_is_resource_limited_and_agrees():
 def test_engine_disagreement_is_a_finding(tmp_path, monkeypatch):
     from torchless.scan import engine
 
-    monkeypatch.setattr(engine, "second_opinion", lambda data, start, end: "event 0: real ('global', 'os', 'system') model nothing")
+    monkeypatch.setattr(engine, "second_opinion", lambda *a: "event 0: real ('global', 'os', 'system') model nothing")
     p = tmp_path / "x.pkl"
     p.write_bytes(b"\x80\x02]q\x00.")
     fr = scan_file(str(p))

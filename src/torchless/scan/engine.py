@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import _compat_pickle
 import copyreg
+import gc
 import io
 import marshal
 import os
@@ -354,16 +355,7 @@ def symbolic_record(data: bytes, *, start: int = 0) -> tuple[Record, Any]:
     from .analysis import analyse
 
     res = analyse(data, start=start, record=True)
-    out = Record(events=res.events or [])
-    if res.error is None:
-        out.outcome = "ok"
-        out.value = res.value_norm
-        out.end = res.end
-    else:
-        out.outcome = "error"
-        out.error = type(res.error).__name__
-        out.resource = res.error.__class__.__name__ == "LimitError"
-    return out, res
+    return record_of(res), res
 
 
 def compare(oracle: Record, model: Record, *, check_end: bool = True) -> str | None:
@@ -436,9 +428,13 @@ while True:
         break
     n, start = struct.unpack("<II", head)
     data = inp.read(n)
+    full = start & 0x80000000
+    start &= 0x7FFFFFFF
     try:
         r = record_c(data, "bytes", start=start).to_wire()
         blob = marshal.dumps(r)
+        if not full:  # a digest is enough when the parent's model agrees
+            blob = marshal.dumps(("digest", eng.digest(r)))
     except BaseException as e:  # noqa
         blob = marshal.dumps(([], "error", None, None, "engine:" + type(e).__name__, True))
     out.write(struct.pack("<I", len(blob)) + blob)
@@ -479,27 +475,49 @@ class EngineWorker:
     def record(self, data: bytes, start: int = 0) -> Record | None:
         """The C unpickler's record of the stream at ``start``; None when the child died
         or timed out on it (the caller decides what that means)."""
+        return self.result() if self.submit(data, start) else None
+
+    def submit(self, data: bytes, start: int = 0, *, digest: bool = False) -> bool:
+        """Send a stream to the child; :meth:`result` collects the answer (the caller can
+        work meanwhile: the child runs on another core)."""
         if len(data) >= 1 << 32:
-            return None
-        for _attempt in range(2):
+            return False
+        try:
             if self.proc is None or self.proc.poll() is not None:
                 self.proc = self._start()
             p = self.proc
+            p.stdin.write(struct.pack("<II", len(data), start | (0 if digest else 0x80000000)) + bytes(data))  # type: ignore[union-attr]
+            p.stdin.flush()  # type: ignore[union-attr]
+            return True
+        except (OSError, ValueError):
+            self.close()
+            return False
+
+    def result(self) -> Any:
+        """The answer to the last :meth:`submit` (a :class:`Record`, or with ``digest`` the
+        record's :func:`digest`); None if the child died or timed out."""
+        p = self.proc
+        if p is None:
+            return None
+        try:
+            head = self._read(p, 4)
+            if head is None:
+                raise OSError("no answer")
+            (k,) = struct.unpack("<I", head)
+            blob = self._read(p, k)
+            if blob is None:
+                raise OSError("short answer")
+            gc_was = gc.isenabled()
+            gc.disable()  # a large record is many small tuples: nothing to collect
             try:
-                p.stdin.write(struct.pack("<II", len(data), start) + bytes(data))  # type: ignore[union-attr]
-                p.stdin.flush()  # type: ignore[union-attr]
-                head = self._read(p, 4)
-                if head is None:
-                    raise OSError("no answer")
-                (k,) = struct.unpack("<I", head)
-                blob = self._read(p, k)
-                if blob is None:
-                    raise OSError("short answer")
-                return Record.from_wire(marshal.loads(blob))
-            except (OSError, ValueError, EOFError, BrokenPipeError):
-                self.close()
-                return None
-        return None  # pragma: no cover
+                t = marshal.loads(blob)
+                return t[1] if t[0] == "digest" else Record.from_wire(t)
+            finally:
+                if gc_was:
+                    gc.enable()
+        except (OSError, ValueError, EOFError):
+            self.close()
+            return None
 
     def _read(self, p: subprocess.Popen, k: int) -> bytes | None:
         fd = p.stdout.fileno()  # type: ignore[union-attr]
@@ -588,9 +606,10 @@ def check_stream(data: bytes) -> tuple[list[str], dict[str, int]]:
 
 _SHARED: EngineWorker | None = None
 
-#: streams larger than this are not sent to the second engine (the machine's model of the
-#: C unpickler is what the differential fuzzer proves; the engine is a second opinion)
-ENGINE_MAX_STREAM = 8 << 20
+#: streams larger than this are not sent to the second engine: the machine's model of the
+#: C unpickler is what the differential fuzzer proves, the engine is a second opinion, and
+#: recording a checkpoint's thousands of tensors twice would cost more than the scan
+ENGINE_MAX_STREAM = 64 << 10
 
 
 def engine_enabled() -> bool:
@@ -609,7 +628,7 @@ def shared_worker() -> EngineWorker:
     return _SHARED
 
 
-def second_opinion(data: bytes, start: int, end: int | None) -> str | None:
+def second_opinion(data: bytes, start: int, end: int | None, res: Any = None) -> str | None:
     """Run the stream at ``start`` through the recording C unpickler (child process) and
     through the scanner's model; a description of the first difference, or None.
 
@@ -620,8 +639,35 @@ def second_opinion(data: bytes, start: int, end: int | None) -> str | None:
     blob = bytes(data[start:stop])
     if len(blob) > ENGINE_MAX_STREAM:
         return None
-    oracle = shared_worker().record(blob, 0)
+    w = shared_worker()
+    if not w.submit(blob, 0, digest=True):
+        return None
+    # meanwhile the child runs the real unpickler
+    model = record_of(res) if res is not None and res.events is not None and start == res.start else symbolic_record(blob)[0]
+    got = w.result()
+    if got is None or got == digest(model.to_wire()):
+        return None
+    oracle = w.record(blob, 0)  # they differ: fetch the whole record to say where
     if oracle is None:
         return None
-    model, _res = symbolic_record(blob)
     return compare(oracle, model, check_end=False)
+
+
+def digest(wire: tuple) -> str:
+    """A short fingerprint of a record (what the child sends when all goes well)."""
+    import hashlib
+
+    events, outcome, value, _end, _error, resource = wire
+    # repr, not marshal: marshal's output depends on reference counts, repr only on values
+    return hashlib.sha256(repr((list(events), outcome, value if outcome == "ok" else None, resource)).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def record_of(res: Any) -> Record:
+    """The :class:`Record` of an analysis run with ``record=True``."""
+    out = Record(events=res.events or [])
+    if res.error is None:
+        out.outcome, out.value, out.end = "ok", res.value_norm, res.end
+    else:
+        out.outcome, out.error = "error", type(res.error).__name__
+        out.resource = type(res.error).__name__ == "LimitError"
+    return out

@@ -26,7 +26,10 @@ class PickleCarrier:
         budget ends (a ``limit`` finding), so no input makes the scan run unbounded."""
         left = max(0, self.budget.pickle)
         cut = start + left < len(buf)
-        res = analyse(buf[: start + left] if cut else buf, start=start, torchscript=torchscript)
+        from .. import engine
+
+        record = engine.engine_enabled() and len(buf) - start <= engine.ENGINE_MAX_STREAM  # for the second opinion
+        res = analyse(buf[: start + left] if cut else buf, start=start, torchscript=torchscript, record=record)
         used = (res.end if res.end is not None else (res.op_offsets[-1] + 1 if res.op_offsets else start + 1)) - start
         self.budget.pickle -= max(1, used)
         if cut and res.end is None:
@@ -126,7 +129,7 @@ class PickleCarrier:
                     self.report_stream(more, data, member, base, depth, report_errors=False, torch_load=torch_load)
             return
         if engine.engine_enabled() and not getattr(res, "budget_cut", False) and not getattr(res, "short_frames", False):
-            diff = engine.second_opinion(data, res.start, res.end)
+            diff = engine.second_opinion(data, res.start, res.end, res)
             if diff is not None:
                 self.add("engine-disagreement", "high", f"CPython's unpickler (run inert in a child process) and the scanner's model disagree on this stream: {diff}", member, res.start, None if base is None else base + res.start)
 
