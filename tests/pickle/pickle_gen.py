@@ -206,7 +206,11 @@ class _Gen:
             return self.scalar() if r.random() < 0.7 else self.global_()
         if r.random() < 0.05:
             self.emit(b"\x80" + bytes([r.choice([0, 1, 2, 3, 4, 5, 2, 4, 6, 255])]))
-        k = r.randrange(24)
+        if self.memo and r.random() < 0.15:  # memo reuse
+            return self.get()
+        k = r.randrange(26)
+        if k >= 24:
+            k = 14  # items on containers and call results
         if k < 5:
             self.scalar()
         elif k < 8:
