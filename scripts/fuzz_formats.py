@@ -14,6 +14,7 @@ import json
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,18 +37,23 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="torchless-fuzz-"))
     last = [0]
+    t0 = time.monotonic()
+
+    def write_summary(s: harness.Summary, done: bool) -> None:
+        (args.out / "summary.json").write_text(json.dumps({"done": done, "cases": s.cases, "targets": s.targets, "failures": len(s.failures), "seconds": round(s.seconds or time.monotonic() - t0, 1), "by_seed": s.by_seed, "base_seed": args.seed, "start": args.start, "cli_every": args.cli_every, "killed_workers": s.killed}, indent=1))
 
     def progress(s: harness.Summary) -> None:
         if s.cases - last[0] >= 1000:
             last[0] = s.cases
-            print(f"{s.cases} cases, {s.targets} targets, {len(s.failures)} failures", flush=True)
+            print(f"{s.cases} cases, {s.targets} targets, {len(s.failures)} failures, {time.monotonic() - t0:.0f} s", flush=True)
+            write_summary(s, False)
 
     try:
         s = harness.run_campaign(args.cases, base_seed=args.seed, start=args.start, workers=args.workers, workdir=work, faildir=args.out / "failures", cli_every=args.cli_every, progress=progress)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(s.report(limit=200))
-    (args.out / "summary.json").write_text(json.dumps({"cases": s.cases, "targets": s.targets, "failures": len(s.failures), "seconds": round(s.seconds, 1), "by_seed": s.by_seed, "base_seed": args.seed, "start": args.start, "killed_workers": s.killed}, indent=1))
+    write_summary(s, True)
     return 1 if s.failures else 0
 
 

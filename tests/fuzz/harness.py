@@ -326,6 +326,20 @@ def _mutate_json(text: bytes, rng: random.Random) -> tuple[str, bytes]:
         return "json-deep", _deep_json(rng)
 
 
+TEXT_CHUNKS = [
+    b"(" * 5000, b"[" * 3000 + b"]" * 3000, b"9" * 5000, b"'" * 3, b'"', b"\\\n", b"\t" * 100, b"x" * 100_000,
+    b"\x00", b"#" * 10, b"lambda: " * 500, b"a." * 3000 + b"b", b"\xff\xfe", b"\r", b"def f(:\n",
+]
+
+
+def _mutate_text(data: bytes, rng: random.Random) -> tuple[str, bytes]:
+    """Source-code mutations (TorchScript code/, inductor output code): deep brackets,
+    long lines, huge numbers, stray quotes and continuations."""
+    at = rng.randrange(len(data) + 1)
+    chunk = rng.choice(TEXT_CHUNKS)
+    return f"text-insert@{at} {chunk[:16]!r}x{len(chunk)}", data[:at] + chunk + data[at:]
+
+
 def _mutate_pickle(data: bytes, rng: random.Random) -> tuple[str, bytes]:
     bounds = _pickle_boundaries(data)
     choice = rng.randrange(6)
@@ -367,6 +381,8 @@ def mutate_bytes(data: bytes, rng: random.Random, *, name: str = "") -> tuple[st
             return "header " + desc, struct.pack("<Q", len(hdr)) + hdr + data[8 + n :]
     if data.startswith(b"\x93NUMPY") and r < 0.6:
         return _mutate_npy(data, rng)
+    if name.endswith((".py", ".cpp")) and r < 0.5:
+        return _mutate_text(data, rng)
     if (data[:1] == b"\x80" or name.endswith(".pkl")) and r < 0.6:
         return _mutate_pickle(data, rng)
     return _mutate_raw(data, rng)
@@ -473,6 +489,8 @@ def _mutate_zip(data: bytes, ents: list[zipfile.ZipInfo], rng: random.Random) ->
         nm = info.filename
         if nm.endswith((".json", "__torchless_dtypes__.json")) or payload[:1] == b"{":
             desc, payload = _mutate_json(payload, rng)
+        elif nm.endswith(".py") and payload and rng.random() < 0.5:
+            desc, payload = _mutate_text(payload, rng)
         elif nm.endswith(".npy"):
             desc, payload = _mutate_npy(payload, rng) if payload.startswith(b"\x93NUMPY") else _mutate_raw(payload, rng)
         elif nm.endswith(".pkl") or payload[:2] in (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05"):
