@@ -165,6 +165,10 @@ def build_seeds(out: Path) -> list[Seed]:
     seeds.append(Seed("plain_p4.pkl", out / "plain_p4.pkl", "file"))
 
     seeds.append(_build_cache(out / "inductor_cache"))
+    global BOMB_DIR
+    BOMB_DIR = out
+    for mib in BOMB_SIZES:
+        _bomb(mib)
     return seeds
 
 
@@ -478,6 +482,53 @@ def _rebuild_zip(members: list[tuple[zipfile.ZipInfo, bytes]]) -> bytes:
     return out.getvalue()
 
 
+_BOMBS: dict[int, tuple[bytes, int]] = {}
+BOMB_SIZES = (16, 256, 900)
+BOMB_DIR: Path | None = None  # where build_seeds left the streams (building one takes seconds)
+
+
+def _bomb(mib: int) -> tuple[bytes, int]:
+    """A raw deflate stream of ``mib`` MiB of zeros (about 1 KiB per MiB) and its CRC-32."""
+    cached = BOMB_DIR / f"bomb-{mib}.deflate" if BOMB_DIR is not None else None
+    if mib not in _BOMBS and cached is not None and cached.exists():
+        raw = cached.read_bytes()
+        _BOMBS[mib] = (raw[4:], struct.unpack_from("<I", raw)[0])
+    if mib not in _BOMBS:
+        co = zlib.compressobj(9, zlib.DEFLATED, -15)
+        block = bytes(1 << 20)
+        crc = 0
+        parts = []
+        for _ in range(mib):
+            parts.append(co.compress(block))
+            crc = zlib.crc32(block, crc)
+        parts.append(co.flush())
+        _BOMBS[mib] = (b"".join(parts), crc & 0xFFFFFFFF)
+        if cached is not None:
+            cached.write_bytes(struct.pack("<I", _BOMBS[mib][1]) + _BOMBS[mib][0])
+    return _BOMBS[mib]
+
+
+def _zip_with_bomb(members: list[tuple[zipfile.ZipInfo, bytes]], i: int, mib: int, *, lie: bool) -> bytes:
+    """The members as a stored zip, except member ``i``: deflated zeros of ``mib`` MiB
+    (with ``lie``, the headers claim a small uncompressed size)."""
+    out = bytearray()
+    central = bytearray()
+    for j, (info, payload) in enumerate(members):
+        name = info.filename.encode()
+        if j == i:
+            data, crc = _bomb(mib)
+            method, usize = 8, (len(data) * 2 if lie else mib << 20)
+        else:
+            data, crc, method, usize = payload, zlib.crc32(payload) & 0xFFFFFFFF, 0, len(payload)
+        off = len(out)
+        out += struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", 20, 0, method, 0, 0x21, crc, len(data), usize, len(name), 0) + name + data
+        central += struct.pack("<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 20, 20, 0, method, 0, 0x21, crc, len(data), usize, len(name), 0, 0, 0, 0, 0, off) + name
+    cd = len(out)
+    out += central
+    out += struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, len(members), len(members), len(central), cd, 0)
+    return bytes(out)
+
+
 def _mutate_zip(data: bytes, ents: list[zipfile.ZipInfo], rng: random.Random) -> tuple[str, bytes]:
     with zipfile.ZipFile(io.BytesIO(data)) as zf:
         members = [(e, zf.read(e)) for e in ents]
@@ -512,10 +563,15 @@ def _mutate_zip(data: bytes, ents: list[zipfile.ZipInfo], rng: random.Random) ->
         other = members[rng.randrange(len(members))][1]
         members.append((info, other))
         return f"member-dup {names[i]!r}", _rebuild_zip(members)
-    if choice < 0.9:
+    if choice < 0.87:
         i = rng.randrange(len(members))
         del members[i]
         return f"member-drop {names[i]!r}", _rebuild_zip(members)
+    if choice < 0.92:
+        i = rng.randrange(len(members))
+        mib = rng.choice(BOMB_SIZES)
+        lie = rng.random() < 0.3
+        return f"member-bomb {names[i]!r} {mib} MiB{' (size lies)' if lie else ''}", _zip_with_bomb(members, i, mib, lie=lie)
     i = rng.randrange(len(members))
     info, payload = members[i]
     if info.filename.endswith(".json"):
@@ -552,6 +608,9 @@ def materialize(seeds: list[Seed], base_seed: int, index: int, dest: Path) -> Ca
     if seed.kind == "file":
         data = seed.path.read_bytes()
         desc, new = mutate_bytes(data, rng, name=seed.name)
+        while rng.random() < 0.2 and len(new) < 4 << 20:  # stacked mutations
+            more, new = mutate_bytes(new, rng, name=seed.name)
+            desc = f"{desc} + {more}"
         out = dest / seed.name
         out.write_bytes(new)
         return Case(index, seed, desc, out, out)
@@ -625,9 +684,19 @@ def _target_verify(p: Path) -> None:
 def _target_scan(p: Path) -> None:
     import torchless
 
-    report = torchless.scan(p)
+    report = torchless.scan(p, jobs=1)
     report.exit_code  # noqa: B018 - computing it is the check
-    json.dumps(report.to_dict() if hasattr(report, "to_dict") else {}, default=str)
+    text = json.dumps(report.to_dict(), default=str)
+    # the scanner turns its own exceptions into an "unreadable"/"scan stopped" finding so
+    # that a file is never reported clean; for the fuzzer those are still bugs
+    for marker in ("torchless bug", "internal error", "scan stopped: RecursionError", "scan stopped: MemoryError"):
+        if marker in text:
+            i = text.index(marker)
+            raise ScanInternal(text[max(0, i - 200) : i + 300])
+
+
+class ScanInternal(Exception):
+    """The scanner reported an internal error (or a Python limit) as a finding."""
 
 
 def _target_inventory(p: Path) -> None:
@@ -707,6 +776,8 @@ def run_target(name: str, path: Path, timeout: float) -> dict[str, Any] | None:
         return {"target": name, "kind": "memory", "error": f"MemoryError: {e}", "traceback": _tb(e)}
     except CliFailure as e:
         return {"target": name, "kind": "cli", "error": str(e)}
+    except ScanInternal as e:
+        return {"target": name, "kind": "internal", "error": f"scan report: {e}"}
     except BaseException as e:  # noqa: BLE001 - every other exception is the finding
         return {"target": name, "kind": "exception", "error": f"{type(e).__name__}: {str(e)[:300]}", "traceback": _tb(e)}
     finally:
@@ -724,6 +795,8 @@ def worker_main(argv: list[str]) -> int:
     seeds_json, base_seed, workdir, faildir, cli_every = argv[0], int(argv[1]), Path(argv[2]), Path(argv[3]), int(argv[4])
     ids = [int(x) for x in argv[5:]]
     seeds = [Seed(d["name"], Path(d["path"]), d["kind"], d.get("entry")) for d in json.loads(Path(seeds_json).read_text())]
+    global BOMB_DIR
+    BOMB_DIR = seeds[0].path.parent
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
