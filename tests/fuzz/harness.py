@@ -377,7 +377,10 @@ def mutate_bytes(data: bytes, rng: random.Random, *, name: str = "") -> tuple[st
     ents = _zip_entries(data)
     r = rng.random()
     if ents and r < 0.45:
-        return _mutate_zip(data, ents, rng)
+        try:
+            return _mutate_zip(data, ents, rng)
+        except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError, ValueError, zlib.error):
+            pass  # a zip Python cannot read back (an earlier stacked mutation): bytes only
     if name.endswith(".safetensors") and r < 0.6 and len(data) >= 8:
         n = struct.unpack_from("<Q", data)[0]
         if 8 + n <= len(data):
