@@ -486,7 +486,7 @@ def _rebuild_zip(members: list[tuple[zipfile.ZipInfo, bytes]]) -> bytes:
 
 
 _BOMBS: dict[int, tuple[bytes, int]] = {}
-BOMB_SIZES = (16, 256, 900)
+BOMB_SIZES = (16, 256, 512)  # MiB of zeros; what a member legitimately holds is read into memory
 BOMB_DIR: Path | None = None  # where build_seeds left the streams (building one takes seconds)
 
 
@@ -937,6 +937,7 @@ def run_campaign(
                 ev = json.loads(line)
                 if ev["ev"] == "begin":
                     st["cur"] = ev["i"]
+                    st["target"] = "materialize"
                 elif ev["ev"] == "target":
                     st["target"] = ev["t"]
                     summary.targets += 1

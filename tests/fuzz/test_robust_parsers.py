@@ -306,3 +306,45 @@ def test_cli_internal_error_and_interrupt_are_one_line(tmp_path, capsys, monkeyp
     assert cli.main(["info", str(f)]) == 130
     err = capsys.readouterr().err
     assert err == "torchless: interrupted\n"
+
+
+# --- verify's CRC streams: a 1 MB file declaring a huge deflated record stays small ------
+def test_zip_verify_crc_is_streamed(tmp_path):
+    import tracemalloc
+    import zipfile as zf
+    import zlib
+
+    from torchless.container.zip import ZipReader
+    from torchless.core.source import open_source
+
+    from .harness import _bomb, _zip_with_bomb
+
+    info = zf.ZipInfo("archive/data.pkl")
+    small = zf.ZipInfo("archive/version")
+    raw = _zip_with_bomb([(info, b""), (small, b"3\n")], 0, 64, lie=False)
+    p = tmp_path / "bomb.zip"
+    p.write_bytes(raw)
+    zr = ZipReader(open_source(p))
+    expect = zlib.crc32(bytes(64 << 20))
+    assert _bomb(64)[1] == expect
+    tracemalloc.start()
+    try:
+        assert zr.crc32("data.pkl") == expect
+        problems = zr.verify()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert not [pr for pr in problems if pr.code in ("crc", "data")], problems
+    assert peak < 16 << 20, peak
+    # a lying size is a problem, found without inflating everything
+    lie = tmp_path / "lie.zip"
+    lie.write_bytes(_zip_with_bomb([(info, b""), (small, b"3\n")], 0, 64, lie=True))
+    assert any(pr.code == "data" for pr in ZipReader(open_source(lie)).verify())
+    # the streamed CRC equals the whole-record CRC on ordinary deflated records
+    q = tmp_path / "d.zip"
+    with zf.ZipFile(q, "w", zf.ZIP_DEFLATED) as z:
+        z.writestr("archive/a", bytes(range(256)) * 5000)
+        z.writestr("archive/b", b"")
+    zr = ZipReader(open_source(q))
+    for name in ("a", "b"):
+        assert zr.crc32(name) == zlib.crc32(bytes(zr.read(name)))

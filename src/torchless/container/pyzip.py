@@ -29,7 +29,7 @@ from typing import Any
 
 from ..core.errors import ChecksumError, FormatError, LimitError, TruncatedError, UnsupportedError
 from ..core.source import ByteSource, open_source
-from .zip import check_inflate
+from .zip import check_inflate, inflate_into
 
 __all__ = ["PyZipEntry", "PyZipReader"]
 
@@ -235,14 +235,13 @@ class PyZipReader:
             off = self.data_offset(e)
             n = min(e.compress_size, max(0, self.source.size - off))
             raw = self.source.view(off, n)
-            d = zlib.decompressobj(-15)
             try:
-                out = d.decompress(raw, e.file_size + 1)
+                out, got = inflate_into(raw, e.file_size)
             except zlib.error as err:
                 raise FormatError(f"corrupt deflate data: {err}", path=self.path, member=e.filename) from None
-            if len(out) < e.file_size and n < e.compress_size:
+            if got < e.file_size and n < e.compress_size:
                 raise TruncatedError("member runs past the end of the file", path=self.path, member=e.filename, offset=off)
-            data = memoryview(out[: e.file_size])
+            data = memoryview(out).toreadonly()[: min(got, e.file_size)]
         else:
             raise UnsupportedError(f"zip compression method {e.compress_type}", path=self.path, member=e.filename, expected="0 (stored) or 8 (deflate)")
         if check_crc and zlib.crc32(data) & 0xFFFFFFFF != e.crc:

@@ -365,15 +365,38 @@ class ZipReader:
         if e.method == 8:
             check_inflate(e.compressed_size, e.size, self.path, e.name)
             raw = self.source.view(off, e.compressed_size, what=f"record {e.name!r}")
-            d = zlib.decompressobj(-15)
             try:
-                out = d.decompress(raw, e.size + 1)
+                out, n = inflate_into(raw, e.size)
             except zlib.error as err:
                 raise FormatError(f"corrupt deflate data: {err}", path=self.path, member=e.name) from None
-            if len(out) != e.size:
-                raise FormatError("inflated size differs from the declared size", path=self.path, member=e.name, expected=e.size, found=f"{len(out)}{'+' if len(out) > e.size else ''}")
-            return memoryview(out)
+            if n != e.size:
+                raise FormatError("inflated size differs from the declared size", path=self.path, member=e.name, expected=e.size, found=f"{n}{'+' if n > e.size else ''}")
+            return memoryview(out).toreadonly()
         raise UnsupportedError(f"zip compression method {e.method}", path=self.path, member=e.name, expected="0 (stored) or 8 (deflate)")
+
+    def crc32(self, name: str | ZipEntry) -> int:
+        """CRC-32 of the record's bytes, inflated in bounded chunks (never the whole record
+        in memory: ``verify`` of a small file declaring a huge deflated record stays small).
+
+        Raises what :meth:`read` raises for the same record.
+        """
+        e = self.get(name) if isinstance(name, str) else name
+        if e.method != 8:
+            return zlib.crc32(self.read(e)) & MAX32
+        if e.flags & 0x61:
+            raise UnsupportedError("encrypted zip records", path=self.path, member=e.name)
+        check_inflate(e.compressed_size, e.size, self.path, e.name)
+        raw = self.source.view(self.data_offset(e), e.compressed_size, what=f"record {e.name!r}")
+        crc = total = 0
+        try:
+            for chunk in inflate_chunks(raw, e.size + 1):
+                crc = zlib.crc32(chunk, crc)
+                total += len(chunk)
+        except zlib.error as err:
+            raise FormatError(f"corrupt deflate data: {err}", path=self.path, member=e.name) from None
+        if total != e.size:
+            raise FormatError("inflated size differs from the declared size", path=self.path, member=e.name, expected=e.size, found=f"{total}{'+' if total > e.size else ''}")
+        return crc & MAX32
 
     def read_bytes(self, name: str | ZipEntry, **kw: Any) -> bytes:
         return bytes(self.read(name, **kw))
@@ -413,11 +436,10 @@ class ZipReader:
             spans.append((e.header_offset, end, e.name))
             if crc and e.method in (0, 8):
                 try:
-                    data = self.read(e)
-                except FormatError as err:
+                    actual = self.crc32(e)
+                except (FormatError, LimitError) as err:
                     problems.append(Problem("data", err.message, e.name, off))
                     continue
-                actual = zlib.crc32(data) & MAX32
                 if actual != e.crc:
                     kind = "crc-zero" if e.crc == 0 else "crc"
                     sev = "warning" if e.crc == 0 else "error"
@@ -486,6 +508,49 @@ def _zip64_extra(extra: bytes, usize: int, csize: int, hoff: int, path: str, off
 
 MAX_DEFLATE_RATIO = 1032  # deflate's best case: 258 bytes from one length/distance pair
 MAX_INFLATE = 1 << 32
+
+
+def inflate_chunks(raw: Any, limit: int, *, chunk: int = 1 << 20) -> Iterator[bytes]:
+    """Inflate a raw deflate stream in pieces of at most ``chunk`` bytes, stopping once
+    ``limit`` bytes came out (input is fed 64 KiB at a time: no quadratic tail copies).
+
+    Raises:
+        zlib.error: corrupt data.
+    """
+    d = zlib.decompressobj(-15)
+    total = 0
+    step = 1 << 16
+    for i in range(0, len(raw), step):
+        buf = raw[i : i + step]
+        while buf:
+            out = d.decompress(buf, chunk)
+            if out:
+                total += len(out)
+                yield out
+                if total >= limit:
+                    return
+            buf = d.unconsumed_tail
+        if d.eof:
+            return
+    out = d.flush()
+    if out:
+        yield out[: max(0, limit - total)]
+
+
+def inflate_into(raw: Any, size: int) -> tuple[bytearray, int]:
+    """Inflate a raw deflate stream into one buffer of the declared ``size`` (peak memory
+    is the output, not twice it as with ``decompress``); returns ``(buffer, bytes that
+    came out)``, where a count above ``size`` means the stream holds more than declared.
+    """
+    out = bytearray(size)
+    n = 0
+    for chunk in inflate_chunks(raw, size + 1):
+        k = min(len(chunk), size - n)
+        out[n : n + k] = chunk[:k]
+        n += len(chunk)
+        if n > size:
+            break
+    return out, n
 
 
 def check_inflate(csize: int, size: int, path: str, member: str) -> None:
