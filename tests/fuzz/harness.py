@@ -486,7 +486,7 @@ def _rebuild_zip(members: list[tuple[zipfile.ZipInfo, bytes]]) -> bytes:
 
 
 _BOMBS: dict[int, tuple[bytes, int]] = {}
-BOMB_SIZES = (16, 256, 512)  # MiB of zeros; what a member legitimately holds is read into memory
+BOMB_SIZES = (16, 128, 384)  # MiB of zeros: a member's declared content is read into memory (docs/robustness.md)
 BOMB_DIR: Path | None = None  # where build_seeds left the streams (building one takes seconds)
 
 

@@ -156,7 +156,7 @@ class NpzArtifact(Artifact):
                     if member != DTYPES_MEMBER:
                         self._other[key] = bytes(data)
                     continue
-                sub = BytesSource(bytes(data), f"{self.path}:{member}")
+                sub = BytesSource(data, f"{self.path}:{member}")  # the inflated buffer itself: no copy
                 self._tensors[key] = _tensor_from_npy(sub, 0, len(data), member, overrides.get(key))
 
     def load(self, *, weights_only: bool = True) -> Any:
