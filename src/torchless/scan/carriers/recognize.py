@@ -160,10 +160,11 @@ def compressor_of(head: bytes) -> tuple[str, str] | None:
             return kind, "joblib.load"
     if len(head) >= 13 and head[0] < 225 and head[13:14] == b"\x00":
         try:  # .lzma "alone" header with any properties byte: the decoder says
-            lzma.LZMADecompressor(lzma.FORMAT_ALONE).decompress(head[:64], 1)
+            lzma.LZMADecompressor(lzma.FORMAT_ALONE, memlimit=256 << 20).decompress(head[:64], 1)
             return "lzma", "lzma.decompress"
-        except lzma.LZMAError:
-            pass
+        except lzma.LZMAError as e:
+            if "memory" in str(e).lower():  # a valid header asking for a huge dictionary: lzma.decompress goes on
+                return "lzma", "lzma.decompress"
     if len(head) >= 2 and head[0] & 0x0F == 8 and head[0] >> 4 <= 7 and (head[0] * 256 + head[1]) % 31 == 0:
         try:
             zlib.decompressobj().decompress(head[:64], 1)
