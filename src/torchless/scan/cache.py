@@ -50,6 +50,7 @@ from __future__ import annotations
 import ast
 import os
 import re
+import warnings
 from typing import Any
 
 from ..core.errors import TorchlessError
@@ -64,6 +65,7 @@ _LOADER = "torch.compile (inductor cache)"
 _B32 = "[a-z2-7]{51}"
 _FX = re.compile(rf"(?:^|/)fxgraph/[a-z2-7]{{2}}/f{_B32}/[a-z2-7]{{51,52}}$")
 _AOT = re.compile(rf"(?:^|/)aotautograd/[a-z2-7]{{2}}/a{_B32}/[a-z2-7]{{51,52}}$|(?:^|/)aotautograd/a{_B32}/[a-z2-7]{{51,52}}$")
+_TRITON_BIN = re.compile(r"(?:^|/)triton/[0-9]+/[A-Za-z0-9_=-]+/[^/]+\.(?:so|cubin|hsaco|spv|fatbin)$")
 _PGO = re.compile(r"(?:^|/)dynamo/code_state_[^/]*\.pkl$")
 _CODE = re.compile(rf"(?:^|/)([a-z2-7]{{2}})/(c{_B32})(\.main)?\.(py|cpp|so)$")
 
@@ -185,7 +187,8 @@ _CPP_RISKY = re.compile(r"\b(system|popen|execl|execlp|execle|execv|execvp|execv
 
 def cache_kind(path: str) -> str | None:
     """The cache file kind torch loads ``path`` as (from its place in the cache layout):
-    ``fxgraph``, ``aotautograd``, ``pgo``, ``py``, ``cpp``, ``so``; None for other files."""
+    ``fxgraph``, ``aotautograd``, ``pgo``, ``py``, ``cpp``, ``so``, ``triton-binary``;
+    None for other files."""
     p = path.replace(os.sep, "/")
     if _FX.search(p):
         return "fxgraph"
@@ -193,6 +196,8 @@ def cache_kind(path: str) -> str | None:
         return "aotautograd"
     if _PGO.search(p):
         return "pgo"
+    if _TRITON_BIN.search(p):
+        return "triton-binary"
     m = _CODE.search(p)
     if m:
         return m.group(4)
@@ -223,7 +228,9 @@ def check_python(source: bytes | str, *, name: str = "<source>", _depth: int = 0
     if len(source) > MAX_SOURCE_BYTES:
         return [("unanalysable", f"generated source of {len(source)} bytes exceeds the {MAX_SOURCE_BYTES}-byte limit; not analysed", None)]
     try:
-        tree = ast.parse(source, filename=name)
+        with warnings.catch_warnings():  # SyntaxWarnings of odd sources are not for the user
+            warnings.simplefilter("ignore")
+            tree = ast.parse(source, filename=name)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
         return [("unanalysable", f"generated source does not parse ({type(e).__name__}: {str(e)[:120]}); Python would not run it either, but it was not analysed", getattr(e, "lineno", None))]
     out: list[tuple[str, str, int | None]] = []
@@ -406,6 +413,9 @@ def scan_cache_file(scanner: Any, src: ByteSource, kind: str) -> None:
         for sev, msg in check_cpp(text):
             rule, s = ("unanalysable", "high") if sev == "unanalysable" else ("cache-code", sev)
             scanner.add(rule, s, f"C++ kernel source (compiled by torch.compile when its .so is missing): {msg}", None, loader=_LOADER)
+        return
+    if kind == "triton-binary":
+        scanner.add("native-code", "info", "Triton compiler output (launcher or device code) that Triton loads on a cache hit; machine code is not analysed", None, loader=_LOADER)
         return
     # .so
     head = bytes(src.view(0, min(src.size, 4)))
