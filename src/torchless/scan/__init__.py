@@ -64,9 +64,19 @@ def _walk(paths: Iterable[os.PathLike | str]) -> list[tuple[str, str | None, str
                 out.append((e.filename or p, p, f"cannot list the folder: {e.strerror or e}", False))
         elif os.path.exists(p):
             out.append((p, None, None, False))
+            out += _index_shards(p)
         else:
             raise NotFoundError("no such file or directory", path=p)
     return out
+
+
+def _index_shards(p: str) -> list[tuple[str, str | None, str | None, bool]]:
+    """A Hugging Face index given alone: the shards it names are what a loader reads."""
+    from ..formats.hf.layout import index_shards, is_index_file
+
+    if not is_index_file(os.path.basename(p)):
+        return []
+    return [(f, None, err, False) for f, err in index_shards(p)]
 
 
 def _one(args: tuple[str, str, str | None]) -> FileReport:

@@ -70,12 +70,13 @@ def cmd_ls(args: argparse.Namespace) -> int:
     with _open(args.path, args.format) as art:
         rows = []
         out = []
+        where = getattr(art, "tensor_file", None)  # sharded artifacts (hf): the file holding each tensor
         for name, t in art.tensors():
             shape = list(t.shape)
             if args.json:
-                out.append({"name": name, "dtype": t.dtype.name, "shape": shape, "nbytes": t.nbytes})
+                out.append({"name": name, "dtype": t.dtype.name, "shape": shape, "nbytes": t.nbytes, **({"file": where(name)} if where else {})})
             else:
-                rows.append([name, t.dtype.name, "[" + ", ".join(map(str, shape)) + "]", format_bytes(t.nbytes)])
+                rows.append([name, t.dtype.name, "[" + ", ".join(map(str, shape)) + "]", format_bytes(t.nbytes)] + ([where(name)] if where else []))
     if args.json:
         emit_json("ls", out)
     else:

@@ -32,7 +32,7 @@ def _arr(items: Any) -> dict[str, Any]:
     return {"type": "array", "items": items}
 
 
-_TENSOR_ROW = _obj({"name": _STR, "dtype": _STR, "shape": _arr(_INT), "nbytes": _INT})
+_TENSOR_ROW = _obj({"name": _STR, "dtype": _STR, "shape": _arr(_INT), "nbytes": _INT, "file": _STR}, optional=("file",))
 _PROBLEM = _obj({"code": _STR, "message": _STR, "member": {"type": ["string", "null"]}, "offset": {"type": ["integer", "null"]}, "severity": {"enum": ["error", "warning", "info"]}})
 _ARG: dict[str, Any] = {}  # graph node arguments: any JSON (nodes as {"node": name}, others as {"value": text})
 _GRAPH = _obj(

@@ -1,0 +1,37 @@
+"""The ``hf`` format handler: Hugging Face checkpoint folders and their index files."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Iterable
+
+from ...core.lazy import LazyModule
+from ..base import Probe
+from ..registry import register
+from .layout import INDEX_SUFFIX, is_hf_folder, is_index_file
+
+_read = LazyModule("torchless.formats.hf.read")
+_write = LazyModule("torchless.formats.hf.write")
+
+
+@register
+class HFHandler:
+    name = "hf"
+    extensions = (INDEX_SUFFIX,)
+    priority = 15  # before dcp, which owns folders of DCP-sharded safetensors
+    description = "Hugging Face checkpoint: safetensors or .bin shards + index json (folder or index file)"
+    write_options = ("max_shard_size",)
+
+    def sniff(self, probe: Probe) -> bool:
+        if probe.is_dir:
+            return is_hf_folder(probe.path)
+        return is_index_file(os.path.basename(str(probe.path))) and probe.head.lstrip()[:1] == b"{"
+
+    def open(self, path: Any, *, weights_only: bool = True) -> Any:
+        return _read.HFArtifact(path, weights_only=weights_only)
+
+    def write_tensors(self, items: Iterable[tuple[str, Any]], path: Any, *, progress: Callable[[int], None] | None = None, max_shard_size: Any = None) -> list[str]:
+        """Write a sharded set whose index is ``path`` (``<name>.safetensors.index.json`` or
+        ``<name>.bin.index.json``); one shard means the unsharded file and no index."""
+        files, _aliases = _write.write_sharded(items, path, max_shard_size, progress=progress)
+        return files

@@ -1,0 +1,193 @@
+"""Writing Hugging Face sharded checkpoints (safetensors or torch ``.bin`` shards + index).
+
+Sharding follows ``huggingface_hub.split_torch_state_dict_into_shards`` (what
+``transformers``' ``save_pretrained`` uses): tensors are taken in order, a new shard
+starts when the next storage would pass ``max_shard_size``, a storage larger than that
+gets a shard of its own, tensors sharing a storage stay in one shard and count once in
+``total_size``. With one shard, the unsharded name is written and no index.
+
+Shared tensors: a ``.bin`` shard keeps them shared (torch's own storage sharing). A
+safetensors file cannot express sharing, so - like ``safetensors.torch.save_model`` - a
+tensor that is an exact alias of an earlier one (same storage, offset, shape, strides,
+dtype) is written once under the first name and the alias is reported as dropped;
+tensors that overlap a storage in different ways are refused with a message naming
+both.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Callable, Iterable
+
+from ...core.atomic import AtomicFile, publish
+from ...core.errors import UsageError
+from ...core.tensor import as_tensor
+from ...core.values import StateDict
+from .layout import INDEX_SUFFIX, shard_name
+
+__all__ = ["DEFAULT_MAX_SHARD_SIZE", "convert_tensors", "dedupe_aliases", "write_bin_sharded", "write_sharded"]
+
+#: transformers' default ``max_shard_size``
+DEFAULT_MAX_SHARD_SIZE = "5GB"
+
+
+def _storage_key(t: Any) -> Any:
+    st = getattr(t, "storage", None)
+    return None if st is None else id(st)
+
+
+def dedupe_aliases(items: Iterable[tuple[str, Any]]) -> tuple[list[tuple[str, Any]], dict[str, str]]:
+    """Drop exact aliases (kept under the first name); returns ``(kept, {alias: kept})``.
+
+    Raises:
+        UsageError: two tensors share a storage without being the same view (safetensors
+            cannot store that without duplicating or losing the sharing).
+    """
+    kept: list[tuple[str, Any]] = []
+    aliases: dict[str, str] = {}
+    views: dict[Any, tuple[str, Any]] = {}
+    by_storage: dict[Any, str] = {}
+    for name, t in items:
+        t = as_tensor(t, name=name)
+        sk = _storage_key(t)
+        if sk is None:
+            kept.append((name, t))
+            continue
+        view = (sk, t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype.name)
+        if view in views:
+            aliases[name] = views[view][0]
+            continue
+        if sk in by_storage:
+            raise UsageError(
+                f"tensors {by_storage[sk]!r} and {name!r} share one storage as different views; safetensors cannot store shared memory",
+                member=name,
+                hint="write .bin shards (torch keeps the sharing), or make the tensors independent copies first",
+            )
+        views[view] = (name, t)
+        by_storage[sk] = name
+        kept.append((name, t))
+    return kept, aliases
+
+
+def _split(items: list[tuple[str, Any]], limit: int) -> tuple[list[list[tuple[str, Any]]], int]:
+    """Shards as lists of ``(name, tensor)`` and the total size (storages counted once)."""
+    shards: list[list[tuple[str, Any]]] = []
+    current = -1  # the shard being filled
+    size = 0
+    total = 0
+    home: dict[Any, int] = {}
+    for name, t in items:
+        sk = _storage_key(t)
+        if sk is not None and sk in home:
+            shards[home[sk]].append((name, t))
+            continue
+        n = t.storage.nbytes if t.storage is not None else t.nbytes
+        if n > limit:  # a shard of its own; the one being filled stays open
+            shards.append([(name, t)])
+            idx = len(shards) - 1
+        else:
+            if current < 0 or size + n > limit:
+                shards.append([])
+                current = len(shards) - 1
+                size = 0
+            shards[current].append((name, t))
+            size += n
+            idx = current
+        if sk is not None:
+            home[sk] = idx
+        total += n
+    return shards or [[]], total
+
+
+def write_bin_sharded(items: Iterable[tuple[str, Any]], path: Any, max_shard_size: Any, *, progress: Callable[[int], None] | None = None) -> list[str]:
+    """``pytorch_model-00001-of-0000N.bin`` shards beside ``path`` (``.../pytorch_model.bin``)
+    and ``pytorch_model.bin.index.json``; each shard is a ``torch.save`` state dict.
+
+    Everything is built under temporary names and published together, the index last.
+    Returns the files written.
+    """
+    from ...formats.pt.write import save_checkpoint
+    from ..safetensors import parse_size
+
+    limit = parse_size(max_shard_size)
+    tensors = [(name, as_tensor(t, name=name)) for name, t in items]
+    shards, total = _split(tensors, limit)
+    p = os.fspath(path)
+    folder, base = os.path.split(p)
+    if len(shards) == 1:
+        sd = StateDict(shards[0])
+        save_checkpoint(sd, p, progress=progress)
+        return [p]
+    stem, ext = os.path.splitext(base)
+    names = [shard_name(stem, i + 1, len(shards), ext or ".bin") for i in range(len(shards))]
+    weight_map: dict[str, str] = {}
+    pending: list[AtomicFile] = []
+    try:
+        for fname, group in zip(names, shards):
+            af = AtomicFile(os.path.join(folder, fname))
+            pending.append(af)
+            save_checkpoint(StateDict(group), af.file, prefix=fname.rsplit(".", 1)[0], progress=progress)
+            af.finish()
+            for name, _t in group:
+                weight_map[name] = fname
+        idx_path = os.path.join(folder, base + INDEX_SUFFIX)
+        idx = AtomicFile(idx_path)
+        pending.append(idx)
+        idx.file.write(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2).encode("utf-8"))
+    except BaseException:
+        for af in pending:
+            af.abort()
+        raise
+    publish(pending)
+    return [os.path.join(folder, f) for f in names] + [idx_path]
+
+
+def write_sharded(items: Iterable[tuple[str, Any]], path: Any, max_shard_size: Any = None, *, progress: Callable[[int], None] | None = None) -> tuple[list[str], dict[str, str]]:
+    """Write a sharded set named by ``path``: ``<name>.safetensors[.index.json]`` or
+    ``<name>.bin[.index.json]``. Returns ``(files, {alias: kept})``.
+
+    Raises:
+        UsageError: a destination that is neither, or shared views safetensors refuses.
+    """
+    from ..safetensors import write_safetensors_sharded
+
+    p = os.fspath(path)
+    base = p[: -len(INDEX_SUFFIX)] if p.endswith(INDEX_SUFFIX) else p
+    limit = max_shard_size or DEFAULT_MAX_SHARD_SIZE
+    if base.endswith(".safetensors"):
+        kept, aliases = dedupe_aliases(items)
+        return write_safetensors_sharded(kept, base, limit, metadata={"format": "pt"}, progress=progress), aliases
+    if base.endswith(".bin"):
+        return write_bin_sharded(items, base, limit, progress=progress), {}
+    raise UsageError("a Hugging Face index must be named <name>.safetensors.index.json or <name>.bin.index.json", path=p)
+
+
+def convert_tensors(items: list[tuple[str, Any]], dst: Any, *, format: str | None, progress: Any = None, strict: bool = False, dropped: list[dict[str, str]] | None = None, source: Any = None, **kw: Any) -> dict[str, Any]:
+    """``torchless convert`` from a Hugging Face checkpoint: sharded outputs for
+    ``.safetensors`` and ``.index.json`` destinations, one file otherwise."""
+    dropped = list(dropped or [])
+    total = {"tensors": len(items), "bytes": sum(t.nbytes for _, t in items)}
+    sharded = format in ("safetensors", "hf")
+
+    def refuse_if_strict(extra: list[dict[str, str]]) -> None:
+        every = dropped + extra
+        if strict and every:
+            shown = ", ".join(d["key"] for d in every[:8]) + (" ..." if len(every) > 8 else "")
+            raise UsageError(f"converting to {format} would drop {len(every)} value(s): {shown}", path=source, hint="leave out --strict, or write .bin shards (they keep shared tensors)")
+
+    if sharded:
+        p = os.fspath(dst)
+        if format == "safetensors" or p.endswith(".safetensors" + INDEX_SUFFIX):
+            _kept, aliases = dedupe_aliases(items)  # refuse before writing anything
+            refuse_if_strict([{"key": a, "type": f"alias of {k} (one storage; safetensors stores it once)"} for a, k in aliases.items()])
+        else:
+            refuse_if_strict([])
+        files, aliases = write_sharded(items, dst, kw.get("max_shard_size"), progress=progress)
+        dropped += [{"key": a, "type": f"alias of {k} (one storage; safetensors stores it once)"} for a, k in aliases.items()]
+    else:
+        refuse_if_strict([])
+        from ..._api import write_tensors
+
+        files = write_tensors(items, dst, format=format, progress=progress, **kw)
+    return {**total, "files": files, "object_kept": False, "dropped": dropped}
