@@ -277,7 +277,12 @@ def compare(tl: Any, tt: Any, path: str = "", seen: dict | None = None) -> None:
             np.testing.assert_array_equal(tl.numpy(), tt.int_repr().numpy())
             assert tl.dtype.torch_name == str(tt.dtype)
             return
-        assert_tensor_matches(tl, tt)
+        lazy_bit = tt.is_neg() or tt.is_conj()
+        assert_tensor_matches(tl, tt, values=not lazy_bit)  # stored bytes always exact
+        if lazy_bit:
+            # the sign bit of a NaN after applying a neg/conj bit differs between torch's
+            # vectorized and scalar kernels; values are compared with NaN == NaN
+            np.testing.assert_array_equal(tl.numpy(), tt.resolve_conj().resolve_neg().numpy())
         assert tl.is_parameter == isinstance(tt, torch.nn.Parameter), path
         attrs = {k: v for k, v in vars(tt).items()} if hasattr(tt, "__dict__") else {}
         assert getattr(tl, "attrs", {}) == attrs, (path, getattr(tl, "attrs", None), attrs)

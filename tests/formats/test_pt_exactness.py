@@ -395,3 +395,18 @@ def test_empty_tensors_of_different_item_sizes():
     back = torch.load(io.BytesIO(tl_bytes(obj)), weights_only=True)
     for k, v in obj.items():
         assert back[k].dtype == v.dtype and back[k].shape == v.shape
+
+
+def test_weight_writers_of_other_formats_use_the_same_coercion():
+    """TorchScript set-weights and .pt2 state dicts take torch tensors of every dtype
+    (bf16, Parameters) through as_tensor."""
+    from torchless.formats.pt2.write import _as_tensor
+    from torchless.formats.torchscript.write import replacement_array
+
+    p = torch.nn.Parameter(torch.arange(4, dtype=torch.bfloat16).reshape(2, 2), requires_grad=False)
+    t = _as_tensor("w", p)
+    assert t.dtype.name == "bfloat16" and t.is_parameter and t.tobytes() == bytes(p.detach().view(torch.uint8).numpy())
+    assert _as_tensor("s", 2.5).shape == ()
+    target = Tensor.from_numpy(np.zeros((2, 2), ml_dtypes.bfloat16))
+    arr = replacement_array(target, p, "w")
+    np.testing.assert_array_equal(arr.astype(np.float32), p.detach().float().numpy())
