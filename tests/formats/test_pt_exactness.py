@@ -410,3 +410,22 @@ def test_weight_writers_of_other_formats_use_the_same_coercion():
     target = Tensor.from_numpy(np.zeros((2, 2), ml_dtypes.bfloat16))
     arr = replacement_array(target, p, "w")
     np.testing.assert_array_equal(arr.astype(np.float32), p.detach().float().numpy())
+
+
+def test_build_replacements_are_bounded():
+    """BUILD that replaces its object rewrites the memo; a pickle doing it many times over
+    a large memo hits a LimitError instead of running quadratically."""
+    from torchless.core.errors import LimitError
+    from torchless.pickle.machine import unpickle
+    from torchless.pickle.torch_globals import DEFAULT_ALLOWLIST
+    from torchless.pickle.globals import AllowlistResolver
+
+    body = bytearray(b"\x80\x02")
+    for i in range(60_000):
+        body += b"]r" + i.to_bytes(4, "little") + b"0"
+    state = b"(K\x03X\x01\x00\x00\x00>NNNJ\xff\xff\xff\xffJ\xff\xff\xff\xffK\x00t"
+    for _ in range(400):
+        body += b"cnumpy\ndtype\nX\x02\x00\x00\x00i4\x89\x88\x87R" + state + b"b0"
+    body += b"N."
+    with pytest.raises(LimitError, match="replace"):
+        unpickle(bytes(body), AllowlistResolver(DEFAULT_ALLOWLIST))
