@@ -211,3 +211,32 @@ def test_hf_flavour_written_by_torchless_loads_in_torch(saved4, tmp_path):
     keys = {k for k in flat if k.startswith("model.") or (k.startswith("plain.") and k.split(".")[1] in HF_DTYPES)}
     run_job("load", dst, "2", ref, str(tmp_path / "out_"), "hf")
     _check_load_job(str(tmp_path / "out_"), 2, ref, keys)
+
+
+def test_per_rank_metadata_merged_bit_exact(saved2, saved4):
+    for ckpt, ref in (saved2, saved4):
+        ranked = ckpt + "_ranked"
+        names = sorted(n for n in os.listdir(ranked) if n.endswith(".metadata"))
+        assert ".metadata" not in names and len(names) >= 2, names  # torch wrote __R.metadata only
+        assert torchless.detect(ranked) == "dcp"
+        assert_same(torch.load(ref, weights_only=False), tdcp.load(ranked, materialize=True))
+        assert torchless.open(ranked).verify() == []
+
+
+def test_safetensors_serialization_distcp_bit_exact(saved2, saved4):
+    from torchless.formats.dcp.read import is_safetensors_blob
+
+    for ckpt, ref in (saved2, saved4):
+        st = ckpt + "_st"
+        files = sorted(n for n in os.listdir(st) if n.endswith(".distcp"))
+        md = tdcp.read_metadata(st)
+        tensor_items = [v for k, v in md.storage_data.items() if k.offset is not None]
+        assert tensor_items and all(is_safetensors_blob(open(os.path.join(st, i.relative_path), "rb").read()[i.offset : i.offset + 9]) for i in tensor_items)
+        full = _flatten(torch.load(ref, weights_only=False))
+        got = _flatten(tdcp.load(st, materialize=True))
+        assert got and set(got) <= set(full)
+        for k, v in got.items():
+            assert_same(full[k], v, k)
+        assert torchless.open(st).verify() == [], files
+        rep = torchless.scan(st, jobs=1)
+        assert rep.exit_code == 0, [(f.path, [x.message for x in f.findings]) for f in rep.files]

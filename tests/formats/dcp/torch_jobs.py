@@ -10,7 +10,9 @@ uneven pieces, replicated DTensors, plain tensors of every common dtype, optimiz
 nested state, non-tensor values), saves it with ``dcp.save`` over gloo on localhost, and
 rank 0 writes the full values with ``torch.save`` to REF_PT (the oracle). The tensors of
 safetensors dtypes are also saved with ``HuggingFaceStorageWriter(save_distributed=True)``
-to ``CKPT_DIR + "_hf"``.
+to ``CKPT_DIR + "_hf"`` and with ``FileSystemWriter(serialization_format=SAFETENSORS)`` to
+``CKPT_DIR + "_st"``; the whole state dict again with ``use_collectives=False`` (per-rank
+``__R.metadata``) to ``CKPT_DIR + "_ranked"``.
 
 ``load`` builds a state dict shaped like REF_PT but sharded differently (dim 1 where
 possible), ``dcp.load``s CKPT_DIR into it in a job of WORLD ranks, and every rank saves
@@ -133,6 +135,13 @@ def save_worker(rank, world, port, ckpt, ref):
 
     hf = {"model": sd["model"], "plain": {k: v for k, v in sd["plain"].items() if k in HF_DTYPES}}
     dcp.save(hf, storage_writer=HuggingFaceStorageWriter(path=ckpt + "_hf", save_distributed=True))
+    dist.barrier()
+    # every rank its own __R.metadata (no global plan), and the safetensors serialization
+    dcp.save(sd, checkpoint_id=ckpt + "_ranked", use_collectives=False)
+    from torch.distributed.checkpoint import FileSystemWriter
+    from torch.distributed.checkpoint.filesystem import SerializationFormat
+
+    dcp.save(hf, storage_writer=FileSystemWriter(ckpt + "_st", serialization_format=SerializationFormat.SAFETENSORS))
     dist.barrier()
     dist.destroy_process_group()
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from ..base import Probe
 from ..registry import register
-from .constants import METADATA_NAME, is_hf_dir
+from .constants import has_metadata, is_hf_dir
 from ...core.lazy import LazyModule
 
 _read = LazyModule("torchless.formats.dcp.read")
@@ -23,7 +22,7 @@ class DCPHandler:
     def sniff(self, probe: Probe) -> bool:
         if not probe.is_dir:
             return False
-        return os.path.isfile(os.path.join(probe.path, METADATA_NAME)) or is_hf_dir(probe.path)
+        return has_metadata(probe.path) or is_hf_dir(probe.path)
 
     def open(self, path: Any, **kw: Any) -> _read.DCPArtifact:
         return _read.DCPArtifact(path, **kw)

@@ -53,6 +53,7 @@ class HFReader(DCPReader):
         if not is_hf_dir(self.path):
             raise NotFoundError("no .safetensors files in the directory", path=self.path)
         self._fds = {}
+        self._blobs = {}
         self._maps = {}
         sdm: dict[str, Any] = {}
         storage: dict[MetadataIndex, StorageInfo] = {}

@@ -40,7 +40,7 @@ from .spec import (
     TensorStorageMetadata,
 )
 
-__all__ = ["DCP_ALLOWLIST", "parse_metadata", "read_metadata", "dump_metadata"]
+__all__ = ["DCP_ALLOWLIST", "parse_metadata", "read_metadata", "merge_rank_metadata", "dump_metadata"]
 
 MD_MOD = "torch.distributed.checkpoint.metadata"
 FS_MOD = "torch.distributed.checkpoint.filesystem"
@@ -298,11 +298,17 @@ def parse_metadata(data: Any, *, path: Any = None, limits: Limits = Limits()) ->
 
 
 def read_metadata(directory: Any, name: str = ".metadata") -> Metadata:
-    """Read ``<directory>/.metadata``."""
+    """Read ``<directory>/.metadata``; without one, the per-rank ``__<rank>.metadata``
+    files of ``dcp.save(..., use_collectives=False)`` merged (:func:`merge_rank_metadata`)."""
     from ...core.errors import NotFoundError
     from ...core.paths import confine
+    from .constants import rank_metadata_names
 
     p = os.path.join(os.fspath(directory), name)
+    if not os.path.isfile(p) and name == ".metadata":
+        ranks = rank_metadata_names(directory)
+        if ranks:
+            return merge_rank_metadata([(n, read_metadata(directory, n)) for n in ranks], path=directory)
     if not os.path.isfile(p):
         raise NotFoundError("not a DCP checkpoint: no .metadata file", path=directory)
     src = open_source(confine(directory, name, what="DCP metadata file"))
@@ -310,6 +316,60 @@ def read_metadata(directory: Any, name: str = ".metadata") -> Metadata:
         return parse_metadata(src.view(0, src.size), path=p)
     finally:
         src.close()
+
+
+def merge_rank_metadata(parts: list[tuple[str, Metadata]], *, path: Any = None) -> Metadata:
+    """One checkpoint from per-rank metadata (``use_collectives=False``: each rank wrote
+    ``__<rank>.metadata`` for its own items, without the global plan that deduplicates).
+
+    Chunks are united by their offsets (a chunk several ranks saved is read from the
+    lowest rank, as torch's global plan keeps the first); a bytes item and planner data
+    come from the lowest rank holding them.
+
+    Raises:
+        FormatError: ranks disagree on a key's kind, a tensor's dtype or global size, or
+            the same chunk's extent.
+    """
+    from ...core.errors import FormatError
+
+    sdm: dict[str, Any] = {}
+    storage: dict[MetadataIndex, StorageInfo] = {}
+    planner: dict[str, Any] = {}
+    first = parts[0][1]
+    for name, md in parts:
+        if md.storage_data is None:
+            raise FormatError("per-rank metadata without storage_data", path=path, member=name)
+        by_key = {(k.fqn, k.offset): v for k, v in md.storage_data.items()}
+        for fqn, item in md.state_dict_metadata.items():
+            prev = sdm.get(fqn)
+            if isinstance(item, BytesStorageMetadata):
+                if prev is None:
+                    sdm[fqn] = item
+                    if (fqn, None) in by_key:
+                        storage[MetadataIndex(fqn)] = by_key[(fqn, None)]
+                elif not isinstance(prev, BytesStorageMetadata):
+                    raise FormatError("ranks disagree on whether a key is a tensor", path=path, member=fqn, found=name)
+                continue
+            if prev is None:
+                prev = sdm[fqn] = TensorStorageMetadata(item.properties, tuple(item.size), [])
+            elif not isinstance(prev, TensorStorageMetadata) or prev.dtype.name != item.dtype.name or tuple(prev.size) != tuple(item.size):
+                raise FormatError("ranks disagree on a tensor's dtype or global size", path=path, member=fqn, found=name)
+            have = {c.offsets: c for c in prev.chunks}
+            for c in item.chunks:
+                if c.offsets in have:
+                    if have[c.offsets].sizes != c.sizes:
+                        raise FormatError("ranks saved one chunk with two extents", path=path, member=fqn, found=name)
+                    continue
+                info = by_key.get((fqn, c.offsets))
+                if info is None:
+                    raise FormatError("chunk has no storage entry", path=path, member=fqn, found=f"{name}: offsets {list(c.offsets)}")
+                storage[MetadataIndex(fqn, c.offsets, len(prev.chunks))] = info
+                prev.chunks.append(c)
+                have[c.offsets] = c
+        if isinstance(md.planner_data, dict):
+            for k, v in md.planner_data.items():
+                planner.setdefault(k, v)
+    return Metadata(sdm, planner or first.planner_data, storage, first.storage_meta, first.version)
 
 
 # -- writing ------------------------------------------------------------------------------

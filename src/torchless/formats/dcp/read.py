@@ -18,7 +18,8 @@ from typing import Any, Iterator
 import numpy as np
 
 from ...container.zip import ZipReader
-from ...core.errors import FormatError, NotFoundError, TorchlessError, TruncatedError, UnsupportedError, UsageError
+from ...core import jsonsafe
+from ...core.errors import FormatError, NotFoundError, TorchlessError, TruncatedError, UnsupportedError, UsageError, short_repr
 from ...core.paths import confine
 from ...core.source import BytesSource, MmapSource
 from ...core.tensor import Storage, Tensor
@@ -87,6 +88,14 @@ class ChunkRef:
         return True
 
 
+def is_safetensors_blob(head: bytes) -> bool:
+    """True when ``head`` starts a safetensors blob (a u64 header length, then ``{``)
+    rather than a ``torch.save`` zip: DCP's ``SerializationFormat.SAFETENSORS``."""
+    if len(head) < 9 or head[:4] == b"PK\x03\x04" or head[8:9] != b"{":
+        return False
+    return 2 <= int.from_bytes(head[:8], "little") <= 100 * 1024 * 1024
+
+
 def _safe_relpath(rel: str, path: Any, member: str | None = None) -> str:
     """The real path of storage file ``rel`` inside checkpoint folder ``path``.
 
@@ -116,6 +125,7 @@ class DCPReader:
         self._chunks: dict[str, list[ChunkRef]] = {}
         self._fds: dict[str, int] = {}
         self._maps: dict[str, MmapSource] = {}
+        self._blobs: dict[tuple[str, int], Any] = {}
         for key, info in md.storage_data.items():  # every file named, before any is opened
             self.real_path(info.relative_path, key.fqn)
         for fqn, item in md.state_dict_metadata.items():
@@ -234,6 +244,9 @@ class DCPReader:
         assert isinstance(tmd, TensorStorageMetadata)
         src = self._item_source(ref.info, f"chunk of {ref.fqn}")
         where = dict(path=os.path.join(self.path, ref.info.relative_path), member=ref.fqn, offset=ref.info.offset)
+        f = self._file(ref.info.relative_path)
+        if is_safetensors_blob(f.read_at(ref.info.offset, max(0, min(9, f.size - ref.info.offset)))):  # may pass the item: a 1-element chunk
+            return self._locate_safetensors(ref, tmd, where)
         try:
             zr = ZipReader(src)
             cp = read_zip_checkpoint(zr, weights_only=True)
@@ -260,6 +273,49 @@ class DCPReader:
             raise UnsupportedError("chunk saved with a foreign byte order", **where)
         if ref.info.offset + base + t.storage.nbytes > ref.info.offset + ref.info.length:
             raise TruncatedError("chunk payload runs past its item", **where)
+        return ref
+
+    def _locate_safetensors(self, ref: ChunkRef, tmd: TensorStorageMetadata, where: dict[str, Any]) -> ChunkRef:
+        """A chunk written by ``FileSystemWriter(serialization_format=SAFETENSORS)``: the
+        rank file's tensors are one safetensors blob after its bytes items, and every
+        tensor's storage entry points at the blob's start (spec ``dcp.md`` §5)."""
+        from ..safetensors import read_safetensors
+        from .hf import SAVED_OFFSETS, SHARDING_KEY
+
+        key = (ref.info.relative_path, ref.info.offset)
+        blob = self._blobs.get(key)
+        if blob is None:
+            f = self._file(ref.info.relative_path)
+            src = BytesSource(f.view(ref.info.offset, f.size - ref.info.offset), name=f"{where['path']}@{ref.info.offset}")
+            try:
+                meta, tensors, _n = read_safetensors(src)
+                info = jsonsafe.loads(meta[SHARDING_KEY], what=SHARDING_KEY, path=where["path"]) if SHARDING_KEY in meta else {}
+            except TorchlessError as e:
+                raise e.with_context(path=where["path"], member=ref.fqn)
+            if not isinstance(info, dict):
+                raise FormatError(f"{SHARDING_KEY} must be a JSON object", **where)
+            blob = self._blobs[key] = (tensors, info)
+        tensors, info = blob
+        t = tensors.get(ref.fqn)
+        if t is None:
+            raise FormatError("the rank file's safetensors blob does not hold this tensor", expected=ref.fqn, found=", ".join(list(tensors)[:5]), **where)
+        if t.dtype.name != tmd.dtype.name:
+            raise FormatError("chunk dtype differs from the metadata", expected=tmd.dtype.name, found=t.dtype.name, **where)
+        if tuple(t.shape) != tuple(ref.chunk.sizes):
+            raise FormatError("chunk shape differs from the metadata", expected=list(ref.chunk.sizes), found=list(t.shape), **where)
+        ent = info.get(ref.fqn)
+        offs = ent.get(SAVED_OFFSETS) if isinstance(ent, dict) else None
+        if offs is not None and list(offs) != list(ref.chunk.offsets):
+            raise FormatError(f"{SHARDING_KEY} places the chunk elsewhere than the metadata", expected=list(ref.chunk.offsets), found=short_repr(offs, 60), **where)
+        if ref.info.length != t.nbytes:
+            raise FormatError("storage length differs from the tensor's bytes", expected=t.nbytes, found=ref.info.length, **where)
+        assert t.storage is not None and t.storage.file_offset is not None
+        ref.data_offset = ref.info.offset + t.storage.file_offset
+        ref.stride = tuple(t.stride())
+        ref.storage_nbytes = t.nbytes
+        ref.byteorder = "little"
+        if sys.byteorder != "little" and t.dtype.itemsize > 1:
+            raise UnsupportedError("little-endian safetensors chunk on a big-endian host", **where)
         return ref
 
     def read_block(self, fqn: str, offsets: tuple[int, ...] | None = None, sizes: tuple[int, ...] | None = None) -> np.ndarray:
@@ -439,7 +495,9 @@ def open_reader(path: Any) -> DCPReader:
     """A :class:`DCPReader` for a DCP directory (``.metadata``), or an
     :class:`~.hf.HFReader` for a directory of (DCP-sharded) safetensors files."""
     p = os.fspath(path)
-    if not os.path.isfile(os.path.join(p, ".metadata")):
+    from .constants import has_metadata
+
+    if not has_metadata(p):
         from .hf import HFReader, is_hf_dir
 
         if is_hf_dir(p):

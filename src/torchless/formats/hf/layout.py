@@ -69,7 +69,7 @@ def is_hf_folder(folder: Any) -> bool:
         names = os.listdir(p)
     except OSError:
         return False
-    if ".metadata" in names:
+    if ".metadata" in names or any(n.startswith("__") and n.endswith(".metadata") for n in names):
         return False
     st = [n for n in names if n.endswith(".safetensors")]
     if any(has_dcp_sharding(os.path.join(p, n)) for n in st if n.startswith("shard-")):

@@ -107,7 +107,7 @@ class DcpCarrier:
         else:
             ranges = sorted(set(items))
             covered = 0
-            for off, ln in ranges:
+            for off, ln in _with_safetensors_blob(src, ranges):
                 if off < covered:
                     self.add("dcp-layout", "high", f"items overlap at {off:#x}", None, off, loader=_DCP)
                 elif off > covered:
@@ -127,6 +127,28 @@ class DcpCarrier:
 
 
 _MAX_METADATA = 1 << 28
+
+
+def _with_safetensors_blob(src: ByteSource, ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The item ranges for the layout check: with ``SerializationFormat.SAFETENSORS``
+    every tensor item of a rank file points at one safetensors blob that runs to the end
+    of the file; when that blob parses, it is one item (the tensor items inside it do not
+    overlap and nothing trails). The slices are still scanned as dcp.load reads them."""
+    from ...core.errors import TorchlessError
+    from ...core.source import BytesSource
+    from ...formats.dcp.read import is_safetensors_blob
+    from ...formats.safetensors import read_safetensors
+
+    starts = sorted({off for off, _ln in ranges})
+    for off in starts:
+        if off + 9 > src.size or not is_safetensors_blob(bytes(src.view(off, 9))):
+            continue
+        try:
+            read_safetensors(BytesSource(src.view(off, src.size - off)))
+        except TorchlessError:
+            return ranges
+        return sorted([r for r in ranges if r[0] != off] + [(off, src.size - off)])
+    return ranges
 _RECORDS: dict[tuple[str, int, int], tuple[list[tuple[str, int, int, Any]], list[str]]] = {}
 
 
