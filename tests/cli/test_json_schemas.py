@@ -133,3 +133,22 @@ def test_validator_catches_mismatches():
         validate([{"name": "x", "dtype": "f", "shape": [1], "nbytes": 4, "extra": 1}], SCHEMAS["ls"])
     with pytest.raises(SchemaError):
         validate({"format": "pt", "path": "p", "model m": {}}, SCHEMAS["info"])
+
+
+def test_torchscript_info_json_is_whole(capsys, tmp_path, torch):
+    class M(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(2, 2)
+            self.ids: list[int] = list(range(30))
+
+        def forward(self, x):
+            return self.lin(x) * len(self.ids)
+
+    p = tmp_path / "m.pt"
+    torch.jit.save(torch.jit.script(M()), str(p))
+    info = run_json(capsys, "info", p, "--json")
+    validate(info, SCHEMAS["info"])
+    tree = info["tree"]
+    assert tree["__kind__"] == "object" and tree["fields"]["ids"] == list(range(30))
+    assert tree["fields"]["lin"]["fields"]["weight"]["__kind__"] == "tensor"

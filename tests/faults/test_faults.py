@@ -296,3 +296,29 @@ def test_sigint_at_start_prints_no_traceback(tmp_path, source):
         assert p.returncode in (0, 130, -signal.SIGINT), (delay, p.returncode, err)
         assert temporaries(str(tmp_path)) == []
     assert ours, "every signal landed before torchless started; the machine is too slow for this test"
+
+
+@pytest.mark.parametrize("action", ["SIGINT", "SIGKILL"])
+def test_model_rewriters_killed(tmp_path, action):
+    """TorchScript and ONNX re-saves (the ONNX model and its data file as a pair)."""
+    ts = os.path.join(SAMPLES, "scripted_module.pt")
+    onnx_model = os.path.join(SAMPLES, "mlp.onnx")
+    w_ts, w_onnx = tmp_path / "ts.safetensors", tmp_path / "onnx.safetensors"
+    assert cli("convert", ts, w_ts).returncode == 0 and cli("convert", onnx_model, w_onnx).returncode == 0
+    out = tmp_path / "out"
+    out.mkdir()
+    cases = [
+        ["ts", "set-weights", ts, w_ts, "-o", out / "ts.pt"],
+        ["onnx", "set-weights", onnx_model, w_onnx, "-o", out / "m.onnx", "--external-data", "--size-threshold", "0"],
+    ]
+    for argv in cases:
+        r = cli(*argv, fault=f"500:{action}")
+        assert r.returncode == (130 if action == "SIGINT" else -signal.SIGKILL), r.stderr
+        assert "Traceback" not in r.stderr
+        assert [n for n in os.listdir(out) if not n.startswith(TEMP_PREFIX)] == []  # no model without its data
+        r = cli(*argv)
+        assert r.returncode == 0, r.stderr
+        assert temporaries(str(out)) == []
+        _valid_file(str(argv[5]))
+        for n in list(os.listdir(out)):
+            os.unlink(out / n)

@@ -214,7 +214,8 @@ def json_tree(obj: Any, *, max_nodes: int = 1_000_000) -> Any:
     Mappings become objects (keys as ``str(key)``), sequences and sets arrays, numbers,
     strings, booleans and None themselves. Everything else is an object with one
     ``__kind__`` key: ``{"__kind__": "tensor", "dtype", "shape", "parameter"}``,
-    ``{"__kind__": "object", "class", "fields"}`` (placeholders and namespaces),
+    ``{"__kind__": "object", "class", "fields"}`` (placeholders, namespaces and
+    TorchScript objects, whose non-dict state is the field ``__state__``),
     ``{"__kind__": "global", "name"}``, ``{"__kind__": "bytes", "size"}``,
     ``{"__kind__": "float", "value": "nan"|"inf"|"-inf"}``, ``{"__kind__": "shared", "path"}``
     (a container already shown at ``path``), ``{"__kind__": "repr", "text"}``.
@@ -244,10 +245,16 @@ def json_tree(obj: Any, *, max_nodes: int = 1_000_000) -> Any:
             return {"__kind__": "bytes", "size": len(x)}
         if isinstance(x, GlobalRef):
             return {"__kind__": "global", "name": x.qualname}
-        if isinstance(x, (dict, list, tuple, set, frozenset, PickledObject, Namespace)):
+        script = hasattr(x, "qualified_name") and isinstance(getattr(x, "attrs", None), dict)  # TorchScript objects
+        if script or isinstance(x, (dict, list, tuple, set, frozenset, PickledObject, Namespace)):
             if id(x) in seen:
                 return {"__kind__": "shared", "path": seen[id(x)]}
             seen[id(x)] = path
+        if script:
+            fields = {k: go(v, f"{path}.{k}" if path else k) for k, v in x.attrs.items()}
+            if getattr(x, "state", None) is not None:
+                fields["__state__"] = go(x.state, f"{path}.__state__" if path else "__state__")
+            return {"__kind__": "object", "class": x.qualified_name, "fields": fields}
         if isinstance(x, dict):
             return {str(k): go(v, f"{path}.{k}" if path else str(k)) for k, v in x.items()}
         if isinstance(x, (list, tuple, set, frozenset)):

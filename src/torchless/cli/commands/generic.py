@@ -33,7 +33,11 @@ def info_json(art: Any, info: dict[str, Any]) -> dict[str, Any]:
             out[k.replace(" ", "_")] = v
     if isinstance(out.get("records"), dict):
         out["records"] = {k: v.strip() if isinstance(v, str) else v for k, v in out["records"].items()}
-    obj = getattr(art, "obj", None) if art.format == "pt" else None
+    obj = None
+    if art.format == "pt":
+        obj = getattr(art, "obj", None)
+    elif art.format == "torchscript":
+        obj = art.archive.module
     if "tree" in out and obj is not None:
         out["tree"] = json_tree(obj)
     return _parse_specs(out)

@@ -129,7 +129,13 @@ def cmd_bytecode(args: argparse.Namespace) -> int:
     with _open(args.path) as art:
         bc = art.archive.bytecode()
         if args.json:
-            emit_json("ts-bytecode", {"path": args.path, "version": bc.version, "methods": [m.to_dict() for m in bc.methods if not args.method or m.qualified_name.endswith(args.method)]})
+            from ...core.tree import json_tree
+
+            methods = []
+            for m in bc.methods:
+                if not args.method or m.qualified_name.endswith(args.method):
+                    methods.append({**m.to_dict(), "constants": json_tree(list(m.constants))})  # whole, not outlined
+            emit_json("ts-bytecode", {"path": args.path, "version": bc.version, "methods": methods})
         else:
             print(format_bytecode(bc, args.method))
     return 0
