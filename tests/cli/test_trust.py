@@ -233,3 +233,11 @@ def test_empty_and_truncated_files_say_so(capsys, tmp_path):
     t.write_bytes(open(s("state_dict.pt"), "rb").read()[:3000])
     code, _out, err = run(capsys, "info", t)
     assert code == 2 and "truncated" in err
+
+
+def test_extract_twice_names_the_option(capsys, tmp_path):
+    out = tmp_path / "x"
+    assert run(capsys, "extract", s("mlp_aoti.pt2"), out)[0] == 0
+    code, _o, err = run(capsys, "extract", s("mlp_aoti.pt2"), out)
+    assert code == 2 and "--overwrite" in err
+    assert run(capsys, "extract", s("mlp_aoti.pt2"), out, "--overwrite")[0] == 0

@@ -322,3 +322,41 @@ def test_model_rewriters_killed(tmp_path, action):
         _valid_file(str(argv[5]))
         for n in list(os.listdir(out)):
             os.unlink(out / n)
+
+
+@pytest.mark.parametrize("action", ["SIGTERM", "SIGKILL"])
+def test_parallel_reshard_worker_killed(tmp_path, source, action):
+    """A worker that dies fails the run (no hang), and nothing is published."""
+    dst = tmp_path / "dcp"
+    r = cli("reshard", source, dst, "--ranks", "4", "--jobs", "2", fault=f"100000:{action}")
+    assert r.returncode == 2 and "worker process" in r.stderr and str(dst) in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    assert os.listdir(tmp_path) == []  # the coordinator removed the staging folder
+    r = cli("reshard", source, dst, "--ranks", "4", "--jobs", "2")
+    assert r.returncode == 0, r.stderr
+    _valid_dcp(str(dst))
+    assert temporaries(str(tmp_path)) == []
+
+
+def test_parallel_reshard_ctrl_c_to_the_group(tmp_path, source):
+    """Ctrl-C reaches every process of the group: workers ignore it, the coordinator
+    unwinds, stops them and removes the staging folder."""
+    dst = tmp_path / "dcp"
+    p = subprocess.Popen(
+        [sys.executable, "-m", "torchless.cli.main", "reshard", source, str(dst), "--ranks", "8", "--jobs", "2"],
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not temporaries(str(tmp_path)):
+        time.sleep(0.01)
+    os.killpg(p.pid, signal.SIGINT)
+    _out, err = p.communicate(timeout=60)
+    if p.returncode == 0:  # finished before the signal: complete output
+        _valid_dcp(str(dst))
+        return
+    assert p.returncode == 130 and "Traceback" not in err, err
+    assert not dst.exists() and temporaries(str(tmp_path)) == []

@@ -142,16 +142,16 @@ def _cleanup_own() -> None:
 
 
 def _on_signal(signum: int, frame: Any) -> None:
+    prev = _previous.get(signum, signal.SIG_DFL)
+    if prev == signal.SIG_IGN:  # this process ignores it (a worker whose parent handles Ctrl-C)
+        return
     if _held:
         _pending.append(signum)
         return
     _cleanup_own()
-    prev = _previous.get(signum, signal.SIG_DFL)
     _restore_handlers()
     if callable(prev):
         prev(signum, frame)
-    elif prev == signal.SIG_IGN:
-        return
     elif signum == signal.SIGINT:
         raise KeyboardInterrupt
     else:  # default action (terminate): re-deliver with the default disposition

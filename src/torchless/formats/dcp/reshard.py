@@ -507,19 +507,49 @@ def _finish_metadata(folder: str, tasks: list[FileTask], md: Metadata, results: 
 
 
 def _run_parallel(tasks: list[FileTask], jobs: int, progress: Callable[[int], None] | None) -> list[list[WrittenItem]]:
+    """Run the tasks in ``jobs`` worker processes.
+
+    Workers ignore SIGINT: Ctrl-C reaches the whole process group, and the coordinator
+    alone unwinds (its staging folder removed, the workers stopped). A worker that dies
+    (killed, out of memory) fails the run instead of leaving it waiting.
+    """
     import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
+    from ...core.errors import WriteError
 
     ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context("spawn")
     out: list[list[WrittenItem] | None] = [None] * len(tasks)
-    with ctx.Pool(min(jobs, len(tasks))) as pool:
-        for i, res in pool.imap_unordered(_indexed, list(enumerate(tasks))):
-            out[i] = res
+    pool = ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=ctx, initializer=_worker_start)
+    try:
+        futures = {pool.submit(run_task, t): i for i, t in enumerate(tasks)}
+        for fut in as_completed(futures):
+            out[futures[fut]] = fut.result()
             if progress is not None:
                 progress(1)
+    except BrokenProcessPool:
+        _stop(pool)
+        raise WriteError("cannot write: a worker process writing rank files died (killed, or out of memory)", path=tasks[0].dst_dir) from None
+    except BaseException:  # an error in a task, Ctrl-C, SIGTERM: do not wait for the others
+        _stop(pool)
+        raise
+    pool.shutdown(wait=True)
     return [r or [] for r in out]
 
 
-def _indexed(arg: tuple[int, FileTask]) -> tuple[int, list[WrittenItem]]:
-    i, t = arg
-    return i, run_task(t)
+def _stop(pool: Any) -> None:
+    """Stop the workers now (they remove their own temporaries on SIGTERM)."""
+    procs = list(getattr(pool, "_processes", {}).values())  # no public API before Python 3.14
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(timeout=10)
 
+
+def _worker_start() -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
