@@ -221,8 +221,8 @@ def convert(
                     kw["metadata"] = meta
             elif meta:
                 dropped = [{"key": "__metadata__", "type": "dict"}]
-        elif art.format == "npz":
-            obj_kept = h.name == "npz"
+        elif art.format in ("npz", "hf"):  # tensors only
+            obj_kept = h.name == art.format
         else:  # code, graphs, module structure: only the tensors travel
             dropped = [{"key": "", "type": f"{art.format} structure (code, graph, module tree); only its tensors are converted"}]
         if strict and dropped:

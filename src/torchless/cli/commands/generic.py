@@ -185,7 +185,7 @@ def register(sub: Any) -> None:
     p.add_argument("src")
     p.add_argument("dst")
     p.add_argument("--format", help="source format (skip detection)")
-    p.add_argument("--to", metavar="{pt,safetensors,npz}", help="destination format: one torchless writes (default: from the destination's extension)")
+    p.add_argument("--to", metavar="{pt,safetensors,npz,hf}", help="destination format: one torchless writes (default: from the destination's extension)")
     p.add_argument("--max-shard-size", help="safetensors only: split into Hugging Face style shards of at most this size (5GB, 500MiB) plus an index json")
     p.add_argument("--strict", action="store_true", help="refuse when the destination cannot hold a value of the source (nothing is written)")
     p.add_argument("--progress", action="store_true", help="show progress on stderr even when it is not a terminal")
