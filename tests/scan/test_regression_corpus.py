@@ -58,20 +58,12 @@ KNOWN_MISSES: set[str] = {
     "fr04_frame_nested_big.pkl",
     "fr05_frame_cross_npy.npy",
     "fr06_frame_nested_legacy.pt",
-    # RC5 links: 'link-escape' is high (SUSPICIOUS) while the loader runs what the link reaches
-    "l02_dcp_symlinked_metadata",
-    "l03_dir_symlinked_subdir",
-    "l04_dcp_path_escape",
-    # RC6 budget (the scan runs past SCAN_TIMEOUT)
-    "b01_noop_flood.pkl",
     # RC7 Python-2 renames missing from the tables (unknown global: SUSPICIOUS only)
     "py01_commands_getoutput.pkl",
     "py02_commands_getstatusoutput.pkl",
     "py04_anydbm_open.pkl",
     "py05_dumbdbm_open.pkl",
     "py07_commands_zip.pt",
-    # RC8 only the first gzip member is inflated
-    "c06_gzip_members.pkl.gz",
 }
 
 

@@ -296,6 +296,7 @@ def analyse(
     on_error: Callable[[TorchlessError], None] | None = None,
     record: bool = False,
     short_frames: bool = False,
+    max_ops: int | None = None,
 ) -> StreamResult:
     """Symbolically run the pickle stream that starts at ``start`` in ``data``.
 
@@ -304,10 +305,22 @@ def analyse(
     the machine cannot finish comes back with ``error`` set and everything it did
     before. ``record`` also returns the run as normalised events (for comparing with
     the real unpickler, :mod:`torchless.scan.engine`); ``short_frames`` reads a FRAME
-    longer than the data as the pure-Python unpickler does.
+    longer than the data as the pure-Python unpickler does. ``max_ops`` bounds the
+    opcodes run (a ``LimitError`` as the error when reached: the scan's budget).
     """
     an = _Analyser(data, torchscript, record)
-    up = Unpickler(data, resolver=_Resolver(an), persistent_load=an.persistent_load, limits=limits, start=start, trace=an.trace, encoding="latin1", strict=True, short_frames=short_frames)
+    trace = an.trace
+    if max_ops is not None:  # the scan's opcode budget: stop with a LimitError when it runs out
+        ops, step = an.ops, an.trace
+
+        def trace(pos: int, opname: str, arg: Any) -> None:
+            if len(ops) >= max_ops:
+                from ..core.errors import LimitError
+
+                raise LimitError("the scan's opcode budget ran out", offset=pos, expected=f"<= {max_ops} opcodes")
+            step(pos, opname, arg)
+
+    up = Unpickler(data, resolver=_Resolver(an), persistent_load=an.persistent_load, limits=limits, start=start, trace=trace, encoding="latin1", strict=True, short_frames=short_frames)
     err: TorchlessError | None = None
     value: Any = None
     end: int | None = None

@@ -24,8 +24,9 @@ class Budget:
     Attributes:
         inflate: bytes decompressed (gzip/bz2/lzma/zlib carriers, deflated members)
             across all levels.
-        pickle: bytes of pickle stream handed to the pickle machine (one opcode is at
-            least one byte, so this bounds the opcodes run).
+        pickle: bytes of pickle stream handed to the pickle machine.
+        ops: opcodes the pickle machine runs (1 million + one per 64 bytes of the file;
+            a pure-data pickle with more opcodes than that is UNANALYSABLE, not CLEAN).
         nodes: carriers, members and streams visited.
         seconds: wall-clock backstop (a deterministic budget should stop first).
     A budget that runs out is a ``limit`` finding (UNANALYSABLE), never a hang.
@@ -34,6 +35,7 @@ class Budget:
     def __init__(self, size: int) -> None:
         self.inflate = min(1 << 30, max(64 << 20, 256 * size))
         self.pickle = (2 << 20) + 2 * size
+        self.ops = 1_000_000 + size // 64
         self.nodes = 50_000
         self.deadline = time.monotonic() + 60.0 + size / (100 << 20)
         self._once: set[Any] = set()
@@ -103,7 +105,7 @@ class ScannerBase:
         """Draw from the scan's budget; on exhaustion report a ``limit`` finding, return False."""
         if self.budget.take(what, n):
             return True
-        names = {"inflate": "decompressed bytes", "pickle": "pickle bytes analysed", "nodes": "carriers and members visited", "seconds": "time"}
+        names = {"inflate": "decompressed bytes", "pickle": "pickle bytes analysed", "ops": "opcodes run", "nodes": "carriers and members visited", "seconds": "time"}
         self.add("limit", "high", f"the scan's work budget ({names.get(self.budget.exhausted or what, what)}) ran out while {doing}; the rest was not analysed", member, loader=loader)
         return False
 
@@ -117,6 +119,7 @@ class ScannerBase:
                     self.report.kind = "distcp"
                     return self.report
                 self.add("link-escape", "high", f"a symbolic link to {real}, outside the scanned folder: loaders read that file; the scanner does not follow links out of the folder (scan the target itself if you trust it)")
+                self.add("unanalysable", "high", "what the link reaches is read by any loader of the folder and was not analysed")
                 self.report.kind = "link"
                 return self.report
         try:

@@ -36,6 +36,13 @@ def _decompressor(kind: str) -> Any:
     return None
 
 
+class _Done:
+    """A finished decompressor (trailing bytes that are not a further stream)."""
+
+    eof = True
+    unused_data = b""
+
+
 class CompressedCarrier:
     """Mixin of :class:`~torchless.scan.carriers.Scanner`: compressed streams."""
 
@@ -65,8 +72,28 @@ class CompressedCarrier:
         limited = False
         cap = max(0, self.budget.inflate)
         is_zlib = kind in ("zlib", "zfile", "gzip")
+        streams = 1
         try:
-            while not d.eof:
+            while True:
+                if d.eof:
+                    # gzip.open, bz2.open and lzma.open go on with a further stream (member)
+                    # after the first: model them too (joblib stops at the first)
+                    rest = d.unused_data + (bytes(src.view(pos, min(_CHUNK, src.size - pos))) if pos < src.size else b"")
+                    if kind not in ("gzip", "bz2", "xz", "lzma") or not rest or (kind == "gzip" and rest[:2] != b"\x1f\x8b"):
+                        break
+                    pos += len(rest) - len(d.unused_data)
+                    d = _decompressor(kind)
+                    streams += 1
+                    try:
+                        piece = d.decompress(rest, cap - total + 1)
+                    except (zlib.error, OSError, lzma.LZMAError, EOFError, ValueError):
+                        if kind == "gzip":
+                            raise  # gzip.open raises on a broken member; the others ignore trailing garbage
+                        d = _Done()
+                        break
+                    total += len(piece)
+                    out.append(piece)
+                    continue
                 if total > cap:
                     limited = True
                     break

@@ -95,6 +95,7 @@ class DcpCarrier:
             real = os.path.realpath(target)
             if os.path.isabs(rp) or os.path.commonpath([real, home]) != home:
                 self.add("link-escape", "high", f"storage_data names {rp!r} (bytes [{off}:{off + ln}]), which resolves outside the checkpoint folder ({real}): dcp.load reads it there", None, loader=_DCP)
+                self.add("unanalysable", "high", f"the item bytes dcp.load reads from {rp!r} are outside the checkpoint and were not analysed", None, loader=_DCP)
 
     @walks(_DCP)
     def scan_distcp(self, src: ByteSource, items: list[tuple[int, int]] | None = None) -> None:

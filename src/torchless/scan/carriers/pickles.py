@@ -29,11 +29,13 @@ class PickleCarrier:
         from .. import engine
 
         record = engine.engine_enabled() and len(buf) - start <= engine.ENGINE_MAX_STREAM  # for the second opinion
-        res = analyse(buf[: start + left] if cut else buf, start=start, torchscript=torchscript, record=record)
+        ops_left = max(0, self.budget.ops)
+        res = analyse(buf[: start + left] if cut else buf, start=start, torchscript=torchscript, record=record, max_ops=ops_left)
         used = (res.end if res.end is not None else (res.op_offsets[-1] + 1 if res.op_offsets else start + 1)) - start
         self.budget.pickle -= max(1, used)
-        if cut and res.end is None:
-            self.spend("pickle", 1, member, "running pickle streams")
+        self.budget.ops -= len(res.op_offsets)
+        if res.end is None and (cut or len(res.op_offsets) >= ops_left):
+            self.spend("ops" if len(res.op_offsets) >= ops_left else "pickle", 1, member, "running pickle streams")
             res.budget_cut = True  # type: ignore[attr-defined]  # a larger window would not help
         return res
 
