@@ -51,19 +51,9 @@ PLAN = GEN.plan(use_torch=HAS_TORCH)
 #: samples main's scanner does not flag as required (root cause in the comment). The
 #: lead empties this set as the fixes land; each entry is a strict xfail.
 KNOWN_MISSES: set[str] = {
-    # RC2 FRAME read linearly (only a high 'frame-length' finding: SUSPICIOUS)
-    "fr01_frame_cross.pt",
-    "fr02_frame_nested.pt",
-    "fr03_frame_cross_big.pkl",
-    "fr04_frame_nested_big.pkl",
-    "fr05_frame_cross_npy.npy",
-    "fr06_frame_nested_legacy.pt",
     # RC7 Python-2 renames missing from the tables (unknown global: SUSPICIOUS only)
-    "py01_commands_getoutput.pkl",
-    "py02_commands_getstatusoutput.pkl",
     "py04_anydbm_open.pkl",
     "py05_dumbdbm_open.pkl",
-    "py07_commands_zip.pt",
 }
 
 
