@@ -317,7 +317,7 @@ class TensorRecord:
         name: the torchless name (unique; scoped for subgraphs and functions).
         proto_name: ``TensorProto.name`` (or the Constant node's output).
         kind: ``"initializer"``, ``"constant"`` (a Constant node's value) or
-            ``"sparse"`` is never listed (sparse initializers are summarized only).
+            ``"sparse_initializer"`` (listed as its dense tensor).
         scope: ``""`` for the main graph, else ``"If_3/then_branch"``-style path.
         onnx: its :class:`OnnxType`.
         dims: the logical shape.
@@ -385,7 +385,8 @@ class OnnxModel:
         model: the ``onnx.ModelProto``.
         records: every :class:`TensorRecord`, main graph first.
         external: the :class:`ExternalData` resolver.
-        sparse: ``(scope, name, dims)`` of sparse initializers (summarized, not listed).
+        sparse: ``(scope, name, dims)`` of sparse initializers (also listed as dense
+            tensors in ``records``).
         unsupported: name -> the UnsupportedError of tensors that cannot be listed
             (STRING tensors, data types newer than onnx 1.23).
     """
@@ -414,6 +415,7 @@ class OnnxModel:
         self.sparse: list[tuple[str, str, tuple[int, ...]]] = []
         self.skipped_constants: list[tuple[str, str]] = []
         self.unsupported: dict[str, UnsupportedError] = {}
+        self._names_last = ""
         self.subgraphs: list[dict[str, Any]] = []
         self._names: set[str] = set()
         self._include_constants = include_constants
@@ -441,8 +443,10 @@ class OnnxModel:
             pname = text(tp.name) or f"initializer_{i}"
             span = self._spans[i] if depth == 0 and self._spans is not None else None
             self._add(tp, prefix + pname, pname, "initializer", scope, span)
-        for sp in graph.sparse_initializer:
-            self.sparse.append((scope, text(sp.values.name), tuple(int(d) for d in sp.dims)))
+        for i, sp in enumerate(graph.sparse_initializer):
+            pname = text(sp.values.name) or f"sparse_initializer_{i}"
+            self.sparse.append((scope, pname, tuple(int(d) for d in sp.dims)))
+            self._add_sparse(sp, prefix + pname, pname, scope)
         self._walk_nodes(graph.node, scope, depth)
 
     def _walk_nodes(self, nodes: Any, scope: str, depth: int) -> None:
@@ -487,11 +491,50 @@ class OnnxModel:
                 t = Tensor.from_numpy(arr)
                 otype = ONNX_TYPES[1 if arr.dtype == np.float32 else 7]
                 self.records.append(TensorRecord(name, out, "constant", scope, otype, tuple(arr.shape), "attribute", t))
-            else:  # value_string(s), sparse_value: no numeric dense tensor
+            elif aname == "sparse_value" and attr.type == 11:  # SPARSE_TENSOR: listed dense
+                self._add_sparse(attr.sparse_tensor, prefix + out, out, scope, kind="constant")
+            else:  # value_string(s): no numeric tensor
                 self.skipped_constants.append((prefix + out, aname))
+
+    def _add_sparse(self, sp: Any, name: str, proto_name: str, scope: str, kind: str = "sparse_initializer") -> None:
+        """A ``SparseTensorProto`` listed as its dense tensor (kind ``"sparse_initializer"``):
+        ``values`` (1-D, NNZ) scattered at ``indices`` (INT64, ``[NNZ]`` linear or
+        ``[NNZ, rank]`` coordinates) into zeros of shape ``dims``, as onnxruntime densifies
+        it at load. Built on first use; bounds, order and size are checked then."""
+        dims = tuple(int(d) for d in sp.dims)
+        if any(d < 0 for d in dims):
+            raise FormatError("negative sparse tensor dimension", path=self.path, member=name, found=list(dims))
+        vals, idx = sp.values, sp.indices
+        vdims = tuple(int(d) for d in vals.dims)
+        idims = tuple(int(d) for d in idx.dims)
+        if len(vdims) != 1:
+            raise FormatError("sparse values must be 1-D", path=self.path, member=name, found=list(vdims))
+        nnz = vdims[0]
+        if idx.data_type != 7:
+            raise FormatError("sparse indices must be INT64", path=self.path, member=name, expected=7, found=int(idx.data_type))
+        if idims not in ((nnz,), (nnz, len(dims))) and not (nnz == 0 and idims in ((), (0,))):
+            raise FormatError("sparse indices have the wrong shape", path=self.path, member=name, expected=f"[{nnz}] or [{nnz}, {len(dims)}]", found=list(idims))
+        before = len(self.records)
+        self._add(vals, f"{name}#values", proto_name, "sparse_values", scope)
+        if len(self.records) == before:  # an unsupported value type: listed apart
+            self.unsupported[name] = self.unsupported.pop(self._names_last)
+            return
+        values = self.records.pop()
+        self._add(idx, f"{name}#indices", proto_name, "sparse_indices", scope)
+        indices = self.records.pop()
+        otype = values.onnx
+        if otype.packed:
+            raise FormatError("sparse values of a packed sub-byte type", path=self.path, member=name, found=otype.name)
+        numel = numel_of(dims)
+        nbytes = otype.nbytes(numel)
+        dense = lambda: _densify(values.tensor, indices.tensor, dims, nbytes, name=name, path=self.path)  # noqa: E731
+        name = self._unique(name)
+        storage = Storage(name, nbytes, otype.dtype, "cpu", loader=dense, origin=name)  # type: ignore[arg-type]
+        self.records.append(TensorRecord(name, proto_name, kind, scope, otype, dims, "sparse", Tensor(storage, otype.dtype, dims), None, None))  # type: ignore[arg-type]
 
     def _add(self, tp: Any, name: str, proto_name: str, kind: str, scope: str, span: tuple[int, int] | None = None) -> None:
         name = self._unique(name)
+        self._names_last = name
         try:
             otype = onnx_type(tp.data_type, what=name, path=self.path)
         except UnsupportedError as e:  # STRING and unknown codes: listed apart, not fatal
@@ -548,6 +591,38 @@ class OnnxModel:
     def close(self) -> None:
         self.external.close()
         self.source.close()
+
+
+#: the largest dense tensor a sparse initializer may expand to
+MAX_SPARSE_DENSE = 1 << 32
+
+
+def _densify(values: Tensor, indices: Tensor, dims: tuple[int, ...], nbytes: int, *, name: str, path: str) -> bytes:
+    """The dense little-endian bytes of a sparse tensor (see ``OnnxModel._add_sparse``).
+
+    Raises:
+        LimitError: the dense tensor would pass :data:`MAX_SPARSE_DENSE` bytes.
+        FormatError: an index out of bounds, or indices not strictly increasing (the ONNX
+            spec requires lexicographic order; a repeated index would be ambiguous).
+    """
+    if nbytes > MAX_SPARSE_DENSE:
+        raise LimitError("sparse tensor too large to densify", path=path, member=name, expected=f"<= {MAX_SPARSE_DENSE} bytes", found=nbytes)
+    numel = numel_of(dims)
+    vals = np.asarray(values.numpy()).reshape(-1)
+    idx = np.asarray(indices.numpy(), dtype=np.int64)
+    if idx.ndim == 2:
+        if idx.size and (np.any(idx < 0) or np.any(idx >= np.asarray(dims, dtype=np.int64))):
+            raise FormatError("sparse coordinate out of bounds", path=path, member=name, expected=f"within {list(dims)}")
+        lin = np.ravel_multi_index(tuple(idx.T), dims) if idx.size else np.zeros(0, dtype=np.int64)
+    else:
+        lin = idx.reshape(-1)
+        if lin.size and (lin.min() < 0 or lin.max() >= numel):
+            raise FormatError("sparse index out of bounds", path=path, member=name, expected=f"0 <= index < {numel}", found=int(lin.min() if lin.min() < 0 else lin.max()))
+    if lin.size > 1 and np.any(np.diff(lin) <= 0):
+        raise FormatError("sparse indices are not strictly increasing", path=path, member=name)
+    out = np.zeros(numel, dtype=vals.dtype.newbyteorder("<"))
+    out[lin] = vals
+    return out.tobytes()
 
 
 def read_model(path: Any, **kw: Any) -> OnnxModel:
