@@ -1,27 +1,28 @@
-"""Find every pickle stream in a file, whatever carries it, and analyse each.
+"""Find every byte a loader could execute in a file, whatever carries it, and analyse it.
 
-Carriers (sniffed from the bytes, never from the file name):
+Every file is taken in *every* view a supported loader could take of it, recognised the
+way that loader recognises it (:mod:`.recognize`), never by name:
 
-* raw pickles (any extension), several in a row, and the legacy torch stream format
-  (five pickles, then storage bytes that are never read);
-* zip archives read with torch's rules (:class:`~torchless.container.zip.ZipReader`):
-  torch checkpoints, TorchScript (``data.pkl``, ``constants.pkl``, ``bytecode.pkl``,
-  ``code/``), ``.pt2`` (sample inputs, pickled weights: nested zips), ``.npz``; every
-  member that torch *or* Python's zipfile could unpickle, duplicates included; storage
-  records (``data/0`` ...) are only peeked at (4 bytes) for nested archives;
-* concatenated zips (DCP ``.distcp``), split by the byte ranges of the sibling
-  ``.metadata`` (itself a pickle, analysed symbolically) or, without one, by end records;
-* the legacy tar layout (``storages``/``tensors``/``pickle`` walked as torch walks them);
-* ``.npy`` with object arrays (a pickle after the header); gzip/bz2/xz/lzma/zlib
-  compressed pickles (joblib's compressed files);
-* bytes that a pickle passes to a call and that are themselves pickles or archives
-  (``torch.storage._load_from_bytes``, ``pickle.loads``).
+* pickles (:mod:`.pickles`): any bytes, since every loader falls back to ``pickle.load``;
+  CPython's own unpicklers, run inert, decide whether anything would execute; several in a
+  row and torch's legacy stream (five pickles);
+* zip archives read with torch's rules (:mod:`.zips`): torch checkpoints, TorchScript,
+  ``.pt2``; every record torch unpickles by name, every other member in every view,
+  duplicates included, polyglots; ``.npz`` through Python's ``zipfile`` as NumPy reads it
+  (:mod:`.numpy`, with ``.npy`` headers parsed as NumPy parses them);
+* the legacy tar layout through ``tarfile`` as torch opens it (:mod:`.tar`);
+* DCP items located by the ``.metadata`` byte ranges whatever the file names (:mod:`.dcp`);
+* compressed streams by joblib's prefix table and any lzma/zlib header (:mod:`.compressed`);
+* nested payloads: the arguments of nested loaders (``_load_from_bytes``, ``pickle.loads``
+  ...), whatever their encoding (:mod:`.nested`).
 
+What no carrier recognises and no loader would execute is an ``unrecognized`` note; what a
+loader would execute and the walkers cannot follow is ``unanalysable``; one work budget per
+file (:class:`.base.Budget`) bounds everything, and running out is a ``limit`` finding.
 Container differentials (duplicates, name mismatches, CRCs, flags, frame lies, trailing
 data, polyglots) are findings of their own.
 
-Layout: :mod:`.base` (findings, entry, dispatch), one module per carrier (:mod:`.pickles`,
-:mod:`.zips`, :mod:`.tar`, :mod:`.dcp`, :mod:`.numpy`, :mod:`.compressed`); each is a
+Layout: :mod:`.base` (findings, budget, entry, dispatch), one module per carrier, each a
 mixin of :class:`Scanner`.
 """
 

@@ -10,7 +10,7 @@ from ...container.differentials import zip_differentials
 from ...container.zip import ZipEntry, ZipReader
 from ...core.errors import TorchlessError
 from ...core.source import ByteSource, BytesSource
-from .common import _EOCD_SIG, _KNOWN_RECORDS, _OK_FLAGS, _STORAGE_RECORD, _ZIP_SIG, MAX_INFLATE, MAX_MEMBER, walks
+from .common import _EOCD_SIG, _KNOWN_RECORDS, _OK_FLAGS, _STORAGE_RECORD, _ZIP_SIG, MAX_MEMBER, walks
 from .recognize import NPY_MAGIC
 from .dcp import split_zips as _split_zips
 
@@ -267,7 +267,7 @@ class ZipCarrier:
 
     def _scan_uncounted(self, src: ByteSource, pos: int, end: int, member: str | None) -> None:
         # entries zipfile would add: scan their data with the local header's sizes
-        while pos + 46 <= end and bytes(src.view(pos, 4)) == b"PK\x01\x02":
+        while pos + 46 <= end and bytes(src.view(pos, 4)) == b"PK\x01\x02" and self.spend("nodes", 1, member, "visiting uncounted zip entries"):
             f = struct.unpack_from("<4sHHHHHHIIIHHHHHII", bytes(src.view(pos, 46)))
             nlen, xlen, clen, hoff, csize, method = f[10], f[11], f[12], f[16], f[8], f[4]
             name = bytes(src.view(pos + 46, nlen)).decode("utf-8", "replace")
@@ -275,7 +275,9 @@ class ZipCarrier:
                 lh = struct.unpack_from("<HH", bytes(src.view(hoff + 26, 4)))
                 doff = hoff + 30 + lh[0] + lh[1]
                 raw = bytes(src.view(doff, csize))
-                data = raw if method == 0 else zlib.decompressobj(-15).decompress(raw, MAX_INFLATE)
+                data = raw if method == 0 else zlib.decompressobj(-15).decompress(raw, max(0, self.budget.inflate) + 1)
+                if method != 0 and not self.spend("inflate", len(data), member, "inflating uncounted zip entries"):
+                    return
                 self.scan_bytes(data, f"{member + ' > ' if member else ''}{name} (uncounted entry)", None, 1)
             except (TorchlessError, zlib.error, struct.error):
                 pass
