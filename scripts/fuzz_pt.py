@@ -3,7 +3,8 @@
     PYTHONPATH=src python scripts/fuzz_pt.py --cases 5000 [--start 0]
 
 Each case is one random checkpoint written by torch (pickle protocols 2-5; zip, legacy
-stream, deflated zip, big-endian zip), loaded by torchless and torch.load and compared,
+stream, 4096-aligned zip without CRCs, deflated zip, zip without the torch 2.1+ records,
+big-endian zip), loaded by torchless and torch.load and compared,
 then saved by torchless (from torchless's result and from torch's objects) and loaded by
 torch with weights_only True/False and mmap=True. Prints the counts docs/pt.md records
 and every failing seed (replay one with ``python tests/pt_fuzz.py SEED``).

@@ -2,8 +2,9 @@
 
 Read direction: a random nested checkpoint (every dtype, views, sharing, Parameters,
 quantized/sparse/nested/meta tensors, Python containers and scalars) is written by
-``torch.save`` with a random pickle protocol and layout (zip, the legacy stream, a zip
-re-encoded by Python's zipfile with deflated records, a zip turned big-endian), loaded by
+``torch.save`` with a random pickle protocol and layout (zip, the legacy stream, zip with
+4096-byte alignment and CRC-32 fields 0, a zip re-encoded by Python's zipfile with
+deflated records, one without the records torch 2.1+ adds, a zip turned big-endian), loaded by
 torchless and by ``torch.load``, and the two trees compared: value bytes, dtype, shape,
 stride, offset, flags, storage sharing, object identity and container types.
 
@@ -41,7 +42,7 @@ from tl_testutil import assert_tensor_matches, torch_value_bytes
 DENSE = ["bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64", "float16", "bfloat16",
          "float32", "float64", "complex32", "complex64", "complex128", "float8_e4m3fn", "float8_e5m2",
          "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu"]
-LAYOUTS = ["zip", "legacy", "zip-deflated", "zip-big-endian"]
+LAYOUTS = ["zip", "legacy", "zip-deflated", "zip-big-endian", "zip-4096-nocrc", "zip-old-records"]
 
 
 @dataclass
@@ -210,9 +211,21 @@ class Gen:
 def torch_save(obj: Any, layout: str, protocol: int) -> bytes:
     import torch
 
+    from torch.utils.serialization import config
+
     buf = io.BytesIO()
+    if layout == "zip-4096-nocrc":  # torch's own options: 4096-byte alignment, CRC-32 fields 0
+        old = (config.save.storage_alignment, config.save.compute_crc32)
+        config.save.storage_alignment, config.save.compute_crc32 = 4096, False
+        try:
+            torch.save(obj, buf, pickle_protocol=protocol)
+        finally:
+            config.save.storage_alignment, config.save.compute_crc32 = old
+        return buf.getvalue()
     torch.save(obj, buf, pickle_protocol=protocol, _use_new_zipfile_serialization=(layout != "legacy"))
     data = buf.getvalue()
+    if layout == "zip-old-records":  # torch 1.6-2.0 files: no byteorder/alignment/id records
+        return rezip(data, drop={"byteorder", ".format_version", ".storage_alignment", ".data/serialization_id"})
     if layout == "zip-deflated":
         return rezip(data, deflate=True)
     if layout == "zip-big-endian":
@@ -220,7 +233,7 @@ def torch_save(obj: Any, layout: str, protocol: int) -> bytes:
     return data
 
 
-def rezip(data: bytes, *, deflate: bool = False, byteorder: str | None = None, swap: dict[str, int] | None = None) -> bytes:
+def rezip(data: bytes, *, deflate: bool = False, byteorder: str | None = None, swap: dict[str, int] | None = None, drop: set[str] | None = None) -> bytes:
     """The same records written by Python's zipfile (no alignment, no descriptors),
     optionally deflated, with another byte order record and storages swapped."""
     src = zipfile.ZipFile(io.BytesIO(data))
@@ -229,6 +242,8 @@ def rezip(data: bytes, *, deflate: bool = False, byteorder: str | None = None, s
         for info in src.infolist():
             body = src.read(info)
             rel = info.filename.split("/", 1)[1]
+            if drop and rel in drop:
+                continue
             if byteorder is not None and rel == "byteorder":
                 body = byteorder.encode()
             if swap and rel.startswith("data/") and swap.get(rel[5:], 1) > 1:
