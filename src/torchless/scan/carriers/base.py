@@ -201,7 +201,8 @@ class ScannerBase:
             kinds.append("tar")
             self.scan_tar(src, member, base, depth)
         # the pickle view: pickle.load, torch.load's legacy stream, numpy's and joblib's fallbacks
-        probe = probe_pickle(src)
+        probe = probe_pickle(src, py_limit=max(0, self.budget.ops))
+        self.budget.ops -= probe.pos // 4  # the pure-Python probe's work, roughly (C runs far faster)
         if not probe.inert:
             if not kinds or probe.outcome == "resolves":
                 kinds.insert(0, "pickle")

@@ -109,6 +109,7 @@ class Probe:
     outcome: str
     detail: str = ""
     legacy: bool = False
+    pos: int = 0  # where the unpickler stopped (about: the bytes it consumed)
 
     @property
     def inert(self) -> bool:
@@ -131,24 +132,31 @@ def _one(cls: type, data: bytes, complete: bool) -> Probe:
         msg = str(e)[:120]
         if not complete and (isinstance(e, EOFError) or "truncated" in msg or "ran out of input" in msg.lower()):
             return Probe("undecided", "the stream runs past the probe window")
-        return Probe("stops", f"{type(e).__name__}: {msg} (at about byte {bio.tell()})")
-    return Probe("data", f"a complete pickle of {type(value).__name__}", legacy=type(value) is int and value == LEGACY_MAGIC)
+        return Probe("stops", f"{type(e).__name__}: {msg} (at about byte {bio.tell()})", pos=bio.tell())
+    return Probe("data", f"a complete pickle of {type(value).__name__}", legacy=type(value) is int and value == LEGACY_MAGIC, pos=bio.tell())
 
 
-def probe_pickle(src: ByteSource, *, window: int = _PROBE_WINDOW) -> Probe:
+def probe_pickle(src: ByteSource, *, window: int = _PROBE_WINDOW, py_limit: int = _PROBE_WINDOW) -> Probe:
     """Run CPython's C unpickler and its pure-Python one (joblib's base) on the stream at
-    byte 0 with a ``find_class`` that never imports: does any loader import anything?"""
+    byte 0 with a ``find_class`` that never imports: does any loader import anything?
+
+    The pure-Python unpickler runs only to confirm a stop of the C one, on the bytes the C
+    one consumed (plus a margin) and at most ``py_limit`` bytes (the scan's budget): when
+    it cannot confirm, the outcome is ``undecided`` (the stream is then analysed)."""
     n = min(src.size, window)
     data = src.read_at(0, n)
     complete = n == src.size
     c = _one(_CInert, data, complete)
-    if c.outcome in ("resolves", "undecided"):
-        return c
-    py = _one(_PyInert, data, complete)
+    if c.outcome != "stops":
+        return c  # resolves / undecided: analysed; data: analysed by the machine anyway
+    m = min(n, c.pos + 4096)
+    if m > py_limit:
+        return Probe("undecided", f"{c.detail}; the pure-Python unpickler was not run (budget)")
+    py = _one(_PyInert, data[:m], complete and m == n)
     if py.outcome in ("resolves", "undecided"):
         return Probe(py.outcome, py.detail + " (pure-Python unpickler, which joblib uses)")
-    if c.outcome == "data" or py.outcome == "data":
-        return Probe("data", c.detail if c.outcome == "data" else py.detail, legacy=c.legacy or py.legacy)
+    if py.outcome == "data":
+        return Probe("data", py.detail + " (pure-Python unpickler, which joblib uses)", legacy=py.legacy)
     return c
 
 
