@@ -86,10 +86,14 @@ FILE_KINDS: tuple[tuple[str, str], ...] = (
     (".kernel.cpp", "kernel_source"),
     (".wrapper.so", "shared_object"),
     (".so", "shared_object"),
+    (".pyd", "shared_object"),  # Windows: the wrapper library is a PE DLL named .pyd
+    (".dll", "shared_object"),
+    (".dylib", "shared_object"),
     (".cpp", "source"),
     (".h", "source"),
     (".py", "source"),
     (".o", "object"),
+    (".obj", "object"),  # Windows (COFF)
     (".ld", "linker_script"),
     (".cubin", "gpu_binary"),
     (".fatbin", "gpu_binary"),

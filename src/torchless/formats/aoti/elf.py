@@ -22,7 +22,7 @@ import numpy as np
 
 from ...core.errors import FormatError, LimitError, TruncatedError
 
-__all__ = ["ElfInfo", "Section", "parse_elf", "is_elf", "MACHINES"]
+__all__ = ["ElfInfo", "Section", "parse_elf", "parse_binary", "is_elf", "MACHINES"]
 
 ELF_MAGIC = b"\x7fELF"
 SHT_SYMTAB = 2
@@ -84,8 +84,23 @@ class ElfInfo:
     blob: tuple[int, int] | None = None
     end_of_elf: int = 0
     problems: list[str] = field(default_factory=list)
+    #: the container: ``"elf"``, ``"macho"`` or ``"pe"`` (formats/aoti/macho.py, pe.py)
+    container: str = "elf"
+    #: facts worth showing that are not problems (a universal binary's slice, a start-only blob)
+    notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
+        if self.container != "elf":
+            names = {"macho": "Mach-O", "pe": "PE/COFF"}
+            return {
+                "binary": f"{names.get(self.container, self.container)} {self.bits}-bit {self.byteorder}-endian {self.type}, {self.machine}",
+                "sections": len(self.sections),
+                "aoti_exports": len(self.exports),
+                "constants_blob": None if self.blob is None else {"file_offset": self.blob[0], "size": self.blob[1]},
+                "appended_bytes": max(0, self.size - self.end_of_elf),
+                "problems": list(self.problems),
+                "notes": list(self.notes),
+            }
         return {
             "elf": f"ELF{self.bits} {self.byteorder}-endian {self.type}, {self.machine}",
             "sections": len(self.sections),
@@ -268,3 +283,23 @@ def vaddr_to_offset(info: ElfInfo, vaddr: int) -> int | None:
         if va <= vaddr < va + filesz:
             return off + (vaddr - va)
     return None
+
+
+def parse_binary(data: memoryview | bytes, *, name: str = "<so>", member: str | None = None) -> ElfInfo:
+    """Parse an ELF, Mach-O (macOS) or PE/COFF (Windows) shared object or object file by
+    its magic number; never loaded. See :func:`parse_elf`, :func:`.macho.parse_macho`,
+    :func:`.pe.parse_pe`.
+
+    Raises:
+        FormatError: none of the three.
+    """
+    head = bytes(memoryview(data)[:4])
+    if head == ELF_MAGIC:
+        return parse_elf(data, name=name, member=member)
+    from . import macho, pe
+
+    if macho.is_macho(head):
+        return macho.parse_macho(data, name=name, member=member)
+    if pe.is_pe(data):
+        return pe.parse_pe(data, name=name, member=member)
+    raise FormatError("not an ELF, Mach-O or PE/COFF file", path=name, member=member, expected="\\x7fELF, a Mach-O magic, MZ or a COFF object header", found=repr(head))

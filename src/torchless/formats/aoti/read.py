@@ -43,7 +43,7 @@ from .constants import (
     WEIGHTS_DIR,
     file_kind,
 )
-from .elf import ElfInfo, parse_elf
+from .elf import ElfInfo, parse_binary
 from .constants import is_aoti_records  # noqa: F401 - re-exported
 
 __all__ = [
@@ -408,7 +408,7 @@ def _read_model(pkg: AotiPackage, name: str, files: list[PackageFile], limits: L
     for f in model.file("shared_object") + model.file("object"):
         e = zr.get(f.name)
         try:
-            model.elf[f.name] = parse_elf(zr.read(e), name=zr.path, member=e.name)
+            model.elf[f.name] = parse_binary(zr.read(e), name=zr.path, member=e.name)
         except TorchlessError as err:
             model.elf[f.name] = str(err)
     _locate_weights(pkg, model, limits)
