@@ -235,7 +235,7 @@ def _boundaries(data: bytes) -> list[int]:
     if ents:
         for e in ents:
             off = e.header_offset
-            if off + 30 <= len(data):
+            if 0 <= off and off + 30 <= len(data):
                 n, x = struct.unpack_from("<HH", data, off + 26)
                 start = off + 30 + n + x
                 b.update((start, start + e.compress_size))
@@ -585,6 +585,22 @@ def _mutate_zip(data: bytes, ents: list[zipfile.ZipInfo], rng: random.Random) ->
     return f"member-deep {names[i]!r}", _rebuild_zip(members)
 
 
+def _safe_mutate(data: bytes, rng: random.Random, name: str) -> tuple[str, bytes]:
+    """:func:`mutate_bytes`, falling back to a bit flip should a structure-aware mutator
+    trip over an input an earlier mutation broke (the harness itself never crashes)."""
+    state = rng.getstate()
+    try:
+        return mutate_bytes(data, rng, name=name)
+    except Exception:  # noqa: BLE001 - deterministic: the same case falls back the same way
+        rng.setstate(state)
+        if not data:
+            return "grow", b"\x00"
+        bit = rng.randrange(len(data) * 8)
+        buf = bytearray(data)
+        buf[bit // 8] ^= 1 << (bit % 8)
+        return f"bitflip bits=[{bit}] (fallback)", bytes(buf)
+
+
 # -------------------------------------------------------------------------------- cases
 @dataclass
 class Case:
@@ -610,9 +626,9 @@ def materialize(seeds: list[Seed], base_seed: int, index: int, dest: Path) -> Ca
     dest.mkdir(parents=True)
     if seed.kind == "file":
         data = seed.path.read_bytes()
-        desc, new = mutate_bytes(data, rng, name=seed.name)
+        desc, new = _safe_mutate(data, rng, seed.name)
         while rng.random() < 0.2 and len(new) < 4 << 20:  # stacked mutations
-            more, new = mutate_bytes(new, rng, name=seed.name)
+            more, new = _safe_mutate(new, rng, seed.name)
             desc = f"{desc} + {more}"
         out = dest / seed.name
         out.write_bytes(new)
@@ -627,7 +643,7 @@ def materialize(seeds: list[Seed], base_seed: int, index: int, dest: Path) -> Ca
         (root / rel).unlink()
         desc = f"{rel}: removed"
     else:
-        desc, new = mutate_bytes(pick.read_bytes(), rng, name=pick.name)
+        desc, new = _safe_mutate(pick.read_bytes(), rng, pick.name)
         (root / rel).write_bytes(new)
         desc = f"{rel}: {desc}"
     target = root / seed.entry if seed.entry else root
@@ -814,7 +830,12 @@ def worker_main(argv: list[str]) -> int:
 
     for i in ids:
         proto.write(json.dumps({"ev": "begin", "i": i}) + "\n")
-        case = materialize(seeds, base_seed, i, workdir / f"case{i}")
+        try:
+            case = materialize(seeds, base_seed, i, workdir / f"case{i}")
+        except Exception as e:  # noqa: BLE001 - a harness bug: reported, the run goes on
+            fail = {"target": "materialize", "kind": "harness", "error": f"{type(e).__name__}: {e}", "traceback": _tb(e)}
+            proto.write(json.dumps({"ev": "end", "i": i, "seed": seeds[i % len(seeds)].name, "mutation": "?", "fails": [fail]}) + "\n")
+            continue
         fails = []
         cli = cli_every > 0 and i % cli_every == 0
         for t in targets_for(case.seed, cli):

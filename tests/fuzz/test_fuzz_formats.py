@@ -67,6 +67,7 @@ def test_cli_in_a_real_process_is_one_line(seeds: list[harness.Seed], tmp_path: 
 
 
 # --- the harness itself finds what it must find ------------------------------------------
+@pytest.mark.allows_internal_error
 def test_harness_flags_every_kind_of_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import signal
 

@@ -58,6 +58,7 @@ def test_cli_messages_of_named_call_sites_read_as_sentences(tmp_path, capsys):
     assert "None" not in str(ei.value) and "found 0" in str(ei.value)
 
 
+@pytest.mark.allows_internal_error
 def test_internal_error_says_it_is_a_bug():
     try:
         raise KeyError("x")
@@ -114,6 +115,7 @@ def test_input_errors_are_format_errors(data):
         _unpickle(data)
 
 
+@pytest.mark.allows_internal_error
 def test_bug_in_a_callback_is_internal_error():
     def bad_persistent_load(pid):
         return {}[pid]  # a KeyError from torchless code, not from the input's bytes
@@ -275,6 +277,7 @@ def test_header_literal_subset():
 
 
 # --- the CLI: one line, never a traceback ------------------------------------------------------------
+@pytest.mark.allows_internal_error
 def test_cli_internal_error_and_interrupt_are_one_line(tmp_path, capsys, monkeypatch):
     from torchless.cli import main as cli
 

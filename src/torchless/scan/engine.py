@@ -66,6 +66,7 @@ __all__ = [
 READERS = ("bytes", "bytesio", "file", "zipmember")
 
 _MAX_NORM_DEPTH = 24
+_MAX_NORM_NODES = 100_000  # values normalised per run: a shared DAG (x = (x, x) 200 times) is not walked as a tree
 
 
 class _Ids:
@@ -74,6 +75,7 @@ class _Ids:
     def __init__(self) -> None:
         self.ids: dict[int, int] = {}
         self.keep: list[Any] = []
+        self.budget = _MAX_NORM_NODES
 
     def new(self, obj: Any) -> int:
         n = len(self.keep)
@@ -109,6 +111,9 @@ def normalize(v: Any, ids: _Ids, depth: int = 0, active: tuple[int, ...] = ()) -
             return ("memoryview",)
     if depth > _MAX_NORM_DEPTH:
         return ("deep",)
+    ids.budget -= 1
+    if ids.budget < 0:
+        return ("budget",)
     if id(v) in active:
         return ("cycle",)
     act = active + (id(v),)
