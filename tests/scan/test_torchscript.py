@@ -42,6 +42,9 @@ VARIANTS = {
     "getattr": ("", 'getattr(torch, "from_" "file")("{m}", True, 1)'),
     "getattr_ops": ("", "getattr(ops.aten, 'from_file')(\"{m}\", True, 1)"),
     "save": ('torch.save(torch.zeros(1), "{m}")', "torch.zeros(1)"),
+    "paren_root": ("", '(torch).from_file("{m}", True, 1)'),
+    "paren_save": ('(torch).save(torch.zeros(1), "{m}")', "torch.zeros(1)"),
+    "getattr_then_attr": ("", 'getattr(ops, "aten").from_file("{m}", True, 1)'),
 }
 
 
@@ -97,6 +100,17 @@ def test_imports_and_clean_code() -> None:
     assert {t for _r, t, _c, _w in rep.risky} >= {"aten::save", "torch.from_file"}
     clean = analyse_code("def forward(self, x: Tensor) -> Tensor:\n  _0 = torch.add(x, 1)\n  return torch.relu(ops.aten.linear(_0, self.w))\n")
     assert clean.risky == [] and clean.references >= 3
+
+
+def test_expression_forms() -> None:
+    def targets(code: str) -> set[str]:
+        return {t for _r, t, _c, _w in analyse_code(code).risky}
+
+    assert targets("return (((torch))).save(x, 'p')\n") == {"torch.save"}
+    assert targets("y = getattr(getattr(torch, 'ops'), 'aten').save(x, 'p')\n") == {"aten::save"}
+    assert targets("y = getattr(torch, 'from_file', None)\n") == {"torch.from_file"}
+    assert targets("y = x[0].from_file('p')\n") == {"?.from_file"}
+    assert targets("y = f(torch).relu(x)\nz = (a, torch).count\n") == set()
 
 
 def test_risk_table() -> None:

@@ -206,6 +206,8 @@ _DISTINCTIVE = {k.split("::", 1)[1] for k, (cat, _r) in RISKY_OPS.items() if cat
 
 
 _MAX_PY_DEPTH = max(k.count(".") + 1 for k in RISKY_PYTHON)
+_RISKY_PY_T = {tuple(k.split(".")): v for k, v in RISKY_PYTHON.items()}
+_NETWORK_NS = frozenset({"c10d", "_c10d_functional", "_c10d_functional_autograd", "symm_mem"})
 
 
 def risk_of(parts: tuple[str, ...]) -> tuple[str, str, str] | None:
@@ -213,24 +215,28 @@ def risk_of(parts: tuple[str, ...]) -> tuple[str, str, str] | None:
     the network or native code; None otherwise."""
     if not parts:
         return None
+    root = parts[0]
+    if root not in ("torch", "ops", "__torch__"):
+        if parts[-1] in _DISTINCTIVE and len(parts) > 1:  # a value whose type is not resolved
+            return ".".join(parts[-2:]), "file", f"names {parts[-1]!r}, an operator or function that reaches files or native code, on a value whose type is not resolved"
+        return None
     for i in range(min(len(parts), _MAX_PY_DEPTH), 0, -1):  # torch.jit.load, also torch.jit.load.x
-        hit = RISKY_PYTHON.get(".".join(parts[:i]))
+        hit = _RISKY_PY_T.get(parts[:i])
         if hit is not None:
             return ".".join(parts[:i]), hit[0], hit[1]
     op = _op_name(parts)
-    if op is not None and op in RISKY_OPS:
-        return op, *RISKY_OPS[op]
-    if op is not None and op.split("::", 1)[0] in ("c10d", "_c10d_functional", "_c10d_functional_autograd", "symm_mem"):
-        return op, "network", "collective communication with other processes over the network"
-    for k in range(len(parts) - 2):  # torch.classes.ns.Cls / __torch__.torch.classes.ns.Cls
-        if parts[k] == "torch" and parts[k + 1] == "classes" and (k == 0 or parts[k - 1] == "__torch__"):
-            rest = parts[k + 2 :]
-            if len(rest) >= 2:
-                cls = f"{rest[0]}.{rest[1]}"
-                if cls not in BUILTIN_CLASSES:
-                    return f"torch.classes.{cls}", "library", "a TorchBind class that torch does not register itself: native code from a library loaded into the process"
-            elif rest and rest[0] == "load_library":
-                return "torch.classes.load_library", "library", "dlopen()s a native library"
+    if op is not None:
+        if op in RISKY_OPS:
+            return op, *RISKY_OPS[op]
+        if op.split("::", 1)[0] in _NETWORK_NS:
+            return op, "network", "collective communication with other processes over the network"
+    # torch.classes.ns.Cls / __torch__.torch.classes.ns.Cls
+    rest = parts[2:] if parts[:2] == ("torch", "classes") else (parts[3:] if parts[:3] == ("__torch__", "torch", "classes") else None)
+    if rest is not None:
+        if len(rest) >= 2 and f"{rest[0]}.{rest[1]}" not in BUILTIN_CLASSES:
+            return f"torch.classes.{rest[0]}.{rest[1]}", "library", "a TorchBind class that torch does not register itself: native code from a library loaded into the process"
+        if rest[:1] == ("load_library",):
+            return "torch.classes.load_library", "library", "dlopen()s a native library"
     if parts[-1] in _DISTINCTIVE and len(parts) > 1:
         return ".".join(parts[-3:]), "file", f"names {parts[-1]!r}, an operator or function that reaches files or native code, on a value whose type is not resolved"
     return None
@@ -337,39 +343,98 @@ def analyse_code(text: str, *, name: str = "<code>", max_tokens: int = MAX_TOKEN
             return chain
         return root_of(chain[0]) + chain[1:]
 
-    # pass 2: every reference, getattr(x, "name") folded in, and def __setstate__
-    n = len(tokens)
-    k = 0
-    while k < n:
-        t = tokens[k]
-        if t[_KIND] != "name" or (k > 0 and tokens[k - 1][_KIND] == "op" and tokens[k - 1][_TEXT] == "."):
-            k += 1
-            continue
-        if t[_TEXT] == "def" and k + 1 < n and tokens[k + 1][_KIND] == "name":
-            if tokens[k + 1][_TEXT] == "__setstate__":
-                rep.setstate.append(tokens[k + 1][_POS])
-            k += 2
-            continue
-        chain, j = _chain_at(tokens, k, n)
-        # getattr(CHAIN, "name" ...)
-        if chain == ("getattr",) and j + 3 < n and tokens[j][_TEXT] == "(" and tokens[j + 1][_KIND] == "name":
-            inner, jj = _chain_at(tokens, j + 1, n)
-            if jj + 1 < n and tokens[jj][_TEXT] == "," and tokens[jj + 1][_KIND] == "string":
-                chain = inner + tuple(tokens[jj + 1][_TEXT].split("."))
-                j = jj + 2
-                while j < n and tokens[j][_TEXT] != ")":
-                    if tokens[j][_TEXT] in ("(", "[", "{"):
-                        break
-                    j += 1
-                j += 1 if j < n and tokens[j][_TEXT] == ")" else 0
-        called = j < n and tokens[j][_KIND] == "op" and tokens[j][_TEXT] == "("
-        resolved = resolve(chain)
+    # pass 2: every reference (see _references); def __setstate__ in any class
+    for k in range(len(tokens) - 1):
+        if tokens[k][_KIND] == "name" and tokens[k][_TEXT] == "def" and tokens[k + 1][_KIND] == "name" and tokens[k + 1][_TEXT] == "__setstate__":
+            rep.setstate.append(tokens[k + 1][_POS])
+    for chain, pos, called in _references(tokens):
+        chain_t = tuple(chain)
+        resolved = resolve(chain_t) if chain_t[0] != "?" else chain_t
         rep.references += 1
         hit = risk_of(resolved)
         if hit is not None:
-            rep.risky.append((Reference(chain, resolved, t[_POS], called), *hit))
-        k = j
+            rep.risky.append((Reference(chain_t, resolved, pos, called), *hit))
     return rep
+
+
+#: names after which ``(`` opens a parenthesized expression, not a call
+_KEYWORDS = frozenset("and or not in is if else elif while for return raise assert del pass lambda yield with as import from def class global nonlocal await".split())
+_SHAPE_MAX = 6  # elements of a bracket's content kept to recognise (x) and getattr(x, "s")
+
+
+def _references(tokens: list[Token]) -> Iterator[tuple[list[str], int, bool]]:
+    """Every dotted value the code names: ``(chain, position, called)``.
+
+    One left-to-right pass with a stack of open brackets (linear, no recursion): a name
+    and its ``.attr`` run is a value; a parenthesized bracket whose content is exactly
+    one value is that value (``(torch).save``), and ``getattr(value, "lit" "eral")`` is
+    the value extended by the literal (``getattr(ops, "aten").from_file``); either can
+    be followed by more ``.attr``s. An attribute of anything else (``x[0].from_file``)
+    is judged by its name alone (chain ``("?", name)``).
+    """
+    n = len(tokens)
+    stack: list[tuple[str, list[tuple[str, Any]], int]] = [("root", [], 0)]
+
+    def push(item: tuple[str, Any]) -> None:
+        shape = stack[-1][1]
+        if len(shape) < _SHAPE_MAX:
+            shape.append(item)
+
+    def attrs(chain: list[str], j: int) -> int:
+        while j + 1 < n and tokens[j][_KIND] == "op" and tokens[j][_TEXT] == "." and tokens[j + 1][_KIND] == "name":
+            chain.append(tokens[j + 1][_TEXT])
+            j += 2
+        return j
+
+    k = 0
+    while k < n:
+        kind, text, pos = tokens[k]
+        prev = tokens[k - 1] if k else None
+        after_dot = prev is not None and prev[_KIND] == "op" and prev[_TEXT] == "."
+        if kind == "name" and after_dot:
+            yield ["?", text], pos, k + 1 < n and tokens[k + 1][_TEXT] == "("
+            push(("x", None))
+            k += 1
+        elif kind == "name" and text == "getattr" and k + 1 < n and tokens[k + 1][_TEXT] == "(":
+            stack.append(("getattr", [], pos))
+            k += 2
+        elif kind == "name" and text not in _KEYWORDS:
+            chain = [text]
+            j = attrs(chain, k + 1)
+            yield chain, pos, j < n and tokens[j][_TEXT] == "("
+            push(("val", chain))
+            k = j
+        elif kind == "op" and text in "([{":
+            is_call = text == "(" and prev is not None and ((prev[_KIND] in ("name", "string", "number") and prev[_TEXT] not in _KEYWORDS) or prev[_TEXT] in (")", "]", "}"))
+            stack.append(("call" if is_call else ("paren" if text == "(" else "other"), [], pos))
+            k += 1
+        elif kind == "op" and text in ")]}":
+            if len(stack) == 1:
+                k += 1
+                continue
+            fkind, shape, spos = stack.pop()
+            value: list[str] | None = None
+            if text == ")" and fkind == "paren" and len(shape) == 1 and shape[0][0] == "val":
+                value = list(shape[0][1])
+            elif text == ")" and fkind == "getattr" and len(shape) >= 3 and shape[0][0] == "val" and shape[1][0] == "," and shape[2][0] == "str" and (len(shape) == 3 or shape[3][0] == ","):
+                value = list(shape[0][1]) + shape[2][1].split(".")
+            j = k + 1
+            if value is not None:
+                j = attrs(value, j)
+                yield value, spos, j < n and tokens[j][_TEXT] == "("
+                push(("val", value))
+            else:
+                push(("x", None))
+            k = j
+        elif kind == "op" and text == ",":
+            push((",", None))
+            k += 1
+        elif kind == "string":
+            push(("str", text))
+            k += 1
+        else:
+            push(("x", None))
+            k += 1
 
 
 def _walk(value: Any, budget: list[int]) -> Iterator[Any]:
