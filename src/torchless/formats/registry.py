@@ -28,6 +28,7 @@ HANDLER_MODULES = [
     "torchless.formats.onnx.handler",
     "torchless.formats.torchscript.handler",
     "torchless.formats.hf.handler",
+    "torchless.formats.package.handler",
     "torchless.formats.dcp.handler",
     "torchless.formats.aoti.handler",
     "torchless.formats.pt2.handler",

@@ -34,6 +34,7 @@ LOADERS = (
     "numpy.load(allow_pickle=True)",
     "joblib.load",
     "torch.compile (inductor cache)",
+    "torch.package.PackageImporter",
 )
 
 #: rule id -> one-line description (also the SARIF rule table).

@@ -135,6 +135,7 @@ def read_zip_checkpoint(
     data_dir: str = "data",
     encoding: str = "utf-8",
     mmap: bool = True,
+    record_suffix: str = "",
 ) -> Checkpoint:
     """Parse a torch zip checkpoint (``torch.save`` since 1.6).
 
@@ -181,11 +182,11 @@ def read_zip_checkpoint(
             return st
         dtype = stype.dtype if stype.dtype is not None else _UINT8
         nbytes = numel * dtype.itemsize
-        entry = data_index.get(key)
+        entry = data_index.get(f"{key}{record_suffix}")  # torch.package: .data/<key>.storage
         if entry is None:  # torch's record lookup ignores case (miniz)
-            entry = zr.lookup(f"{data_dir}/{key}")
+            entry = zr.lookup(f"{data_dir}/{key}{record_suffix}")
         if entry is None:
-            raise FormatError("checkpoint references a storage record that does not exist", path=zr.path, member=f"{zr.prefix}/{data_dir}/{key}")
+            raise FormatError("checkpoint references a storage record that does not exist", path=zr.path, member=f"{zr.prefix}/{data_dir}/{key}{record_suffix}")
         if entry.size < nbytes:
             raise TruncatedError("storage record smaller than its declared size", path=zr.path, member=entry.name, expected=f"{nbytes} bytes", found=f"{entry.size} bytes")
         if entry.size > nbytes:  # torch.load refuses this too ("record size ... does not match")

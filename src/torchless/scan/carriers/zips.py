@@ -100,10 +100,37 @@ class ZipCarrier:
         lowered = {r.lower() for r in recs}
         torchscript = ("constants.pkl" in lowered) or ("bytecode.pkl" in lowered) or any(r.lower().startswith("code/") for r in recs)
         is_pt2 = "archive_format" in lowered
+        package = ".data/extern_modules" in recs and "data.pkl" not in lowered  # torch.package
         if member is None:
-            self.report.kind = "torchscript" if torchscript else ("pt2" if is_pt2 else ("torch-zip" if "data.pkl" in lowered else ("npz" if any(r.endswith(".npy") for r in recs) else "zip")))
-        with self.loading("torch.jit.load" if torchscript else ("torch.export.load" if is_pt2 else "torch.load(weights_only=False)")):
+            self.report.kind = "torch-package" if package else "torchscript" if torchscript else ("pt2" if is_pt2 else ("torch-zip" if "data.pkl" in lowered else ("npz" if any(r.endswith(".npy") for r in recs) else "zip")))
+        loader = "torch.package.PackageImporter" if package else "torch.jit.load" if torchscript else ("torch.export.load" if is_pt2 else "torch.load(weights_only=False)")
+        with self.loading(loader):
             self._scan_zip_members(zr, member, base, depth, torchscript, is_pt2)
+            if package:
+                self._packaged_code(zr, member)
+
+    def _packaged_code(self, zr: ZipReader, member: str | None) -> None:
+        """torch.package: a global naming an interned module makes ``PackageImporter``
+        compile and run that module's source from the package (and a mocked one runs the
+        package's ``_mock.py``). Python source is not analysed: each is reported."""
+        from ...formats.package.read import package_modules
+
+        mods = package_modules(zr)
+        interned, mocked = mods["interned"], set(mods["mocked"])
+        pre = f"{member} > " if member else ""
+        done: set[str] = set()
+        for qual in sorted(self.report.globals):
+            mod = qual.rsplit(".", 1)[0] if "." in qual else qual
+            while mod and mod not in interned and mod not in mocked:
+                mod = mod.rsplit(".", 1)[0] if "." in mod else ""
+            if not mod or mod in done:
+                continue
+            done.add(mod)
+            if mod in interned:
+                rec = interned[mod]
+                self.add("native-code", "high", f"{qual} is defined by the package's own source: PackageImporter imports {mod} and runs {rec} when the pickle is loaded (Python source is not analysed)", f"{pre}{zr.prefix}/{rec}", global_name=qual)
+            else:
+                self.add("native-code", "high", f"{qual} names mocked module {mod}: PackageImporter runs the package's _mock.py to import it (Python source is not analysed)", f"{pre}{zr.prefix}/_mock.py", global_name=qual)
 
     def _scan_zip_members(self, zr: ZipReader, member: str | None, base: int | None, depth: int, torchscript: bool, is_pt2: bool) -> None:
         pre = f"{member} > " if member else ""

@@ -1,0 +1,1 @@
+"""torch.package archives (``torch.package.PackageExporter``), read without running them."""
