@@ -97,6 +97,18 @@ def test_unrecognised_bytes_are_never_clean(tmp_path):  # type: ignore[no-untype
     assert fr.verdict == "clean" and [f.severity for f in fr.findings] == ["info"]
 
 
+@pytest.mark.parametrize("first", [b"c", b"S", b"I", b"i", b"\x80"])
+def test_binary_files_whose_first_byte_is_an_opcode(tmp_path, first):  # type: ignore[no-untyped-def]
+    # a safetensors-like file (2 MB) whose header length starts with a text opcode: the
+    # first "line" runs far past the probe window; no unpickler imports anything from it
+    header = b'{"w":{"dtype":"F32","shape":[512,1024],"data_offsets":[0,2097152]}}'
+    header += b" " * ((first[0] - len(header)) % 256)
+    p = tmp_path / "model.safetensors"
+    p.write_bytes(struct.pack("<Q", len(header)) + header + bytes(2 << 20))
+    (fr,) = scan(p).files
+    assert fr.verdict == "clean", [(f.rule, f.severity, f.message) for f in fr.findings]
+
+
 def test_stream_the_real_unpickler_imports_from_is_analysed(tmp_path):  # type: ignore[no-untyped-def]
     # protocol 0 text that only the real unpickler decides about: it imports os
     p = tmp_path / "notes.txt"

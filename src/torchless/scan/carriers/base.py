@@ -220,7 +220,7 @@ class ScannerBase:
         """Bytes no carrier recognises and from which no loader imports anything."""
         name = (member or os.path.basename(self.path)).lower()
         claims = name.endswith(MODEL_SUFFIXES) or name.rsplit(" > ", 1)[-1].endswith(MODEL_SUFFIXES)
-        what = "not a format any supported loader reads as a model, archive or compressed stream"
+        what = "no pickle-based carrier (no zip, tar, .npy or compressed stream that a loader opens, and no pickle it would run)"
         if claims and (toplevel or member is not None) and not loader:
             self.add("unrecognized", "high", f"{what}, yet its name says it is one; the real unpicklers stop before importing anything ({why}), but a loader or version the scanner does not model could read it differently", member, loader="pickle.load")
         elif toplevel or loader:  # archive members no loader unpickles by name need no note

@@ -58,6 +58,9 @@ MODEL_SUFFIXES = (
 )
 
 _PROBE_WINDOW = 1 << 20  # bytes the real unpicklers probe
+_LINE_OPS = frozenset(b"cFgILPpSVi")  # opcodes whose argument is a line of text (GLOBAL, FLOAT, GET, INT, LONG, PERSID, PUT, STRING, UNICODE, INST)
+_MAX_MODULE = 4096  # longer than any path a module could be imported from (PATH_MAX)
+_MAX_LINE_WINDOW = 64 << 20  # a first line up to this long is probed whole
 
 
 class _Resolved(Exception):
@@ -147,10 +150,23 @@ def probe_pickle(src: ByteSource, *, window: int = _PROBE_WINDOW, py_limit: int 
     data = src.read_at(0, n)
     complete = n == src.size
     c = _one(_CInert, data, complete)
+    long_line = 0  # bytes of a first line read in one opcode (no per-byte work for the probes)
+    if c.outcome == "undecided" and not complete and data and data[0] in _LINE_OPS:
+        # the first opcode reads a line that runs past the window (a safetensors header
+        # length or tensor bytes that happen to start with 'c', 'S' ...): decide by the line
+        nl = src.searchable().find(b"\n", 1)
+        nl = src.size if nl < 0 else nl
+        if data[:1] in b"ci" and nl > _MAX_MODULE:
+            return Probe("stops", f"GLOBAL/INST module name of {nl} bytes: no importable module has such a name")
+        n2 = min(src.size, nl + 1 + window)
+        if nl >= n and n2 <= _MAX_LINE_WINDOW:
+            n, data, long_line = n2, src.read_at(0, n2), nl
+            complete = n == src.size
+            c = _one(_CInert, data, complete)
     if c.outcome != "stops":
         return c  # resolves / undecided: analysed; data: analysed by the machine anyway
     m = min(n, c.pos + 4096)
-    if m > py_limit:
+    if m - long_line > py_limit:
         return Probe("undecided", f"{c.detail}; the pure-Python unpickler was not run (budget)")
     py = _one(_PyInert, data[:m], complete and m == n)
     if py.outcome in ("resolves", "undecided"):
