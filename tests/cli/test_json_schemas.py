@@ -124,6 +124,7 @@ def test_info_json_is_whole_and_trimmed(capsys, tmp_path):
     assert "models_detail" in aoti and not [k for k in aoti if " " in k]
     spec = aoti["models_detail"]["model"]["in_spec"]
     assert isinstance(spec, list)  # the pytree spec as JSON, not a string holding JSON
+    assert "context" in json.dumps(spec) and '"context": "' not in json.dumps(spec)  # node contexts too
 
 
 def test_validator_catches_mismatches():

@@ -43,20 +43,22 @@ def info_json(art: Any, info: dict[str, Any]) -> dict[str, Any]:
     return _parse_specs(out)
 
 
-def _parse_specs(x: Any) -> Any:
-    """Values that are JSON documents inside strings (pytree specs) become JSON."""
+def _parse_specs(x: Any, in_spec: bool = False) -> Any:
+    """Values that are JSON documents inside strings (pytree specs, and the ``context`` of
+    their nodes, which torch's pytree format stores as JSON text) become JSON."""
     if isinstance(x, dict):
         out = {}
         for k, v in x.items():
-            if isinstance(v, str) and k.endswith("_spec") and v[:1] in "[{":
+            inner = in_spec or k.endswith("_spec")
+            if isinstance(v, str) and ((k.endswith("_spec") and v[:1] in "[{") or (in_spec and k == "context")):
                 try:
                     v = json.loads(v)
                 except ValueError:
                     pass
-            out[k] = _parse_specs(v)
+            out[k] = _parse_specs(v, inner)
         return out
     if isinstance(x, list):
-        return [_parse_specs(v) for v in x]
+        return [_parse_specs(v, in_spec) for v in x]
     return x
 
 
