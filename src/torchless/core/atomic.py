@@ -84,6 +84,9 @@ def _alive(pid: int) -> bool:
     return True
 
 
+_swept: set[tuple[int, str]] = set()
+
+
 def clean_stale(directory: PathLike) -> list[str]:
     """Remove temporaries in ``directory`` left by killed torchless runs on this host.
 
@@ -92,6 +95,10 @@ def clean_stale(directory: PathLike) -> list[str]:
     as a warning on the ``torchless`` logger.
     """
     d = os.fspath(directory) or "."
+    key = (os.getpid(), os.path.abspath(d))
+    if key in _swept:  # once per folder and process: a run writing 10,000 files lists it once
+        return []
+    _swept.add(key)
     try:
         names = os.listdir(d)
     except OSError:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from typing import Any
 
 __all__ = ["SCHEMAS", "validate", "SchemaError"]
@@ -215,7 +214,3 @@ def validate(value: Any, schema: dict[str, Any], path: str = "$") -> None:
         for i, v in enumerate(value):
             validate(v, schema["items"], f"{path}[{i}]")
 
-
-if __name__ == "__main__":  # pragma: no cover
-    names = sys.argv[1:] or sorted(SCHEMAS)
-    print(json.dumps({n: SCHEMAS[n] for n in names}, indent=2))
