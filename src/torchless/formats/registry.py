@@ -25,6 +25,7 @@ HANDLER_MODULES = [
     "torchless.formats.pt.handler",
     "torchless.formats.safetensors",
     "torchless.formats.npz",
+    "torchless.formats.joblib",
     "torchless.formats.onnx.handler",
     "torchless.formats.torchscript.handler",
     "torchless.formats.hf.handler",

@@ -123,6 +123,9 @@ class Unpickler:
             on lists...), READONLY_BUFFER needs a buffer. The scanner runs strict.
         short_frames: a FRAME longer than the rest of the data is not an error and its
             frame ends with the data (the pure-Python unpickler reads it that way).
+        after_build: called as ``after_build(obj, pos)`` after each BUILD; returning
+            ``(n, new)`` skips ``n`` bytes of out-of-band data at ``pos`` and puts ``new``
+            where ``obj`` was (joblib's NumpyArrayWrapper: the array bytes follow it).
 
     Both flavours apply the Python-2 renames of ``_compat_pickle`` while the stream's
     protocol is below 3 (as CPython does), keep EXT codes resolved once per run (as its
@@ -144,6 +147,7 @@ class Unpickler:
         trace: Callable[[int, str, Any], None] | None = None,
         strict: bool = False,
         short_frames: bool = False,
+        after_build: Callable[[Any, int], tuple[int, Any] | None] | None = None,
     ) -> None:
         # bytes and memory maps are used as they are (both index, slice and find);
         # other buffers are copied once
@@ -159,6 +163,7 @@ class Unpickler:
         self.trace = trace
         self.strict = strict
         self.short_frames = short_frames
+        self.after_build = after_build
         self.info = ProtocolInfo()
         if len(self.data) > limits.max_input:
             raise LimitError(
@@ -615,6 +620,14 @@ class Unpickler:
                 elif op == 0x62:  # b BUILD
                     state = stack.pop()
                     stack[-1] = build(stack[-1], state, p0)
+                    if self.after_build is not None:  # joblib: array bytes follow the BUILD
+                        hit = self.after_build(stack[-1], pos)
+                        if hit is not None:
+                            k, new = hit
+                            need(pos, k, "data after BUILD")
+                            pos += k
+                            if new is not stack[-1]:
+                                replaced(stack[-1], new, p0)
                 elif op == 0x93:  # STACK_GLOBAL
                     nm = stack.pop()
                     mod = stack.pop()
