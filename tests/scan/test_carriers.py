@@ -72,6 +72,10 @@ def test_every_carrier_sample_gets_its_verdict(carriers):  # type: ignore[no-unt
             assert verdicts == {"clean"}, m["name"]
         for f in rep.findings:  # every finding names the loader that would run the bytes
             assert f.loader in LOADERS, (m["name"], f.rule, f.loader)
+    # DCP: an item file scanned on its own (not named *.distcp) still finds its metadata
+    (fr,) = scan(out / "x21_dcp_any_name" / "shard0.bin", jobs=1).files
+    assert fr.kind == "distcp" and fr.verdict == "dangerous"
+    assert any(f.rule == "dangerous-global" and f.loader == "torch.distributed.checkpoint.load" for f in fr.findings)
     # DCP: the link out of the folder is reported by the item's loader, and not followed
     rep = scan(out / "x22_dcp_link", jobs=1)
     assert "unanalysable" in {f.verdict for f in rep.files}
