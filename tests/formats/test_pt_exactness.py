@@ -429,3 +429,18 @@ def test_build_replacements_are_bounded():
     body += b"N."
     with pytest.raises(LimitError, match="replace"):
         unpickle(bytes(body), AllowlistResolver(DEFAULT_ALLOWLIST))
+
+
+def test_onnx_set_weights_takes_torch_bfloat16(tmp_path):
+    onnx = pytest.importorskip("onnx", reason="ONNX models need the onnx package")
+    from onnx import helper, numpy_helper
+
+    from torchless.formats.onnx.write import set_weights
+
+    b = np.arange(6, dtype=np.float32).astype(ml_dtypes.bfloat16)
+    g = helper.make_graph([], "g", [], [], initializer=[numpy_helper.from_array(b, "b")])
+    (tmp_path / "m.onnx").write_bytes(helper.make_model(g).SerializeToString())
+    new = torch.nn.Parameter(-torch.arange(6, dtype=torch.bfloat16), requires_grad=False)
+    set_weights(tmp_path / "m.onnx", {"b": new}, tmp_path / "n.onnx")
+    got = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(tmp_path / "n.onnx")).graph.initializer}
+    assert got["b"].tobytes() == bytes(new.detach().view(torch.uint8).numpy())
