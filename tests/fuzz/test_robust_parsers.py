@@ -351,3 +351,25 @@ def test_zip_verify_crc_is_streamed(tmp_path):
     zr = ZipReader(open_source(q))
     for name in ("a", "b"):
         assert zr.crc32(name) == zlib.crc32(bytes(zr.read(name)))
+
+
+def test_npz_header_that_made_numpy_tokenize_fail_is_a_format_error(tmp_path, capsys):
+    """A mutated .npz used to escape as tokenize.TokenError (issue 11 item 15)."""
+    import zipfile as zf
+
+    import torchless
+    from torchless.cli.main import main
+
+    header = b"{'descr': [('a', '<i4'), ('b', '<f8', (2,))], 'fortran_order': False, 'shape': (2,"
+    npy = _npy(header.ljust(118) + b"\n") + bytes(40)
+    p = tmp_path / "bad.npz"
+    with zf.ZipFile(p, "w") as z:
+        z.writestr("a.npy", npy)
+    with pytest.raises(Exception) as numpy_err:  # NumPy's own reader: not a ValueError
+        np.load(p)["a"]
+    assert not isinstance(numpy_err.value, TorchlessError)
+    with pytest.raises(FormatError, match="npy"):
+        torchless.open(p)
+    assert main(["info", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "bug" not in err
