@@ -43,13 +43,11 @@ def test_seeds_cover_every_format(seeds: list[harness.Seed]) -> None:
 
 
 def test_mutation_fuzz_every_format(seeds: list[harness.Seed], tmp_path: Path) -> None:
-    t0 = time.monotonic()
     s = harness.run_campaign(CASES, base_seed=BASE_SEED, workers=2, workdir=tmp_path / "work", faildir=tmp_path / "failures", seeds=seeds)
     assert s.cases == CASES
     assert set(s.by_seed) == {x.name for x in seeds}, "every seed is mutated"
     assert s.targets >= CASES * 5
     assert not s.failures, f"inputs saved under {tmp_path / 'failures'}\n" + s.report(limit=30)
-    assert time.monotonic() - t0 < 240
 
 
 def test_cli_in_a_real_process_is_one_line(seeds: list[harness.Seed], tmp_path: Path) -> None:

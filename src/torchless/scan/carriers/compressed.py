@@ -19,6 +19,7 @@ from ...core.source import ByteSource
 __all__ = ["CompressedCarrier"]
 
 _CHUNK = 1 << 20
+_MAX_STREAMS = 100  # concatenated streams followed (16 MiB of zeros are a million empty .lzma streams; each re-reads a chunk)
 _ZF_HEADER = 2 + 19  # b"ZF" + the hex length padded to len("%#x" % 2**64) (joblib.numpy_pickle_compat)
 
 
@@ -80,6 +81,9 @@ class CompressedCarrier:
                     # after the first: model them too (joblib stops at the first)
                     rest = d.unused_data + (bytes(src.view(pos, min(_CHUNK, src.size - pos))) if pos < src.size else b"")
                     if kind not in ("gzip", "bz2", "xz", "lzma") or not rest or (kind == "gzip" and rest[:2] != b"\x1f\x8b"):
+                        break
+                    if streams >= _MAX_STREAMS:  # each further stream re-reads a chunk: bound the count
+                        limited = True
                         break
                     pos += len(rest) - len(d.unused_data)
                     d = _decompressor(kind)
