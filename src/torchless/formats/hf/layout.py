@@ -72,13 +72,11 @@ def is_hf_folder(folder: Any) -> bool:
     if ".metadata" in names or any(n.startswith("__") and n.endswith(".metadata") for n in names):
         return False
     st = [n for n in names if n.endswith(".safetensors")]
+    # DCP's per-rank files are named shard-<rank>-model-... (torch and torchless alike):
+    # only their headers are read, never every file of a large folder
     if any(has_dcp_sharding(os.path.join(p, n)) for n in st if n.startswith("shard-")):
         return False
-    if any(is_index_file(n) for n in names):
-        return True
-    if any(SHARD_RE.match(n) or n in SINGLE_FILES for n in names):
-        return True
-    return bool(st) and all(not has_dcp_sharding(os.path.join(p, n)) for n in st)
+    return bool(st) or any(is_index_file(n) or SHARD_RE.match(n) or n in SINGLE_FILES for n in names)
 
 
 def index_shards(index_path: Any, *, max_bytes: int = 256 << 20) -> list[tuple[str, str | None]]:
