@@ -242,3 +242,20 @@ def test_extract_twice_names_the_option(capsys, tmp_path):
     code, _o, err = run(capsys, "extract", s("mlp_aoti.pt2"), out)
     assert code == 2 and "--overwrite" in err
     assert run(capsys, "extract", s("mlp_aoti.pt2"), out, "--overwrite")[0] == 0
+
+
+class Cfg:  # pickled by reference: torchless sees an unknown class (never imported)
+    def __init__(self) -> None:
+        self.lr = 0.1
+
+
+def test_pt_with_unknown_classes_to_pt_says_what_it_drops(capsys, tmp_path, torch):
+    src = tmp_path / "full.pt"
+    torch.save({"w": torch.ones(2), "cfg": Cfg()}, src)
+    dst = tmp_path / "out.pt"
+    code, out, err = run(capsys, "convert", src, dst, "--strict")
+    assert code == 2 and "allowlist" in err and not dst.exists()
+    code, out, err = run(capsys, "convert", src, dst, "--json")
+    res = json.loads(out)
+    assert code == 0 and not res["object_kept"] and "Cfg" in res["dropped"][0]["type"]
+    assert torch.equal(torch.load(dst, weights_only=True)["w"], torch.ones(2))

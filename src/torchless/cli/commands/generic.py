@@ -110,7 +110,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     files = res["files"]
     where = files[-1] if len(files) > 1 else files[0]
     shards = f" ({len(files) - 1} shards + index)" if len(files) > 1 else ""
-    kept = "; the whole object kept" if res.get("object_kept") and args.to in (None, "pt") and str(args.dst).endswith((".pt", ".pth")) else ""
+    kept = "; the whole object kept" if res.get("object_kept") else ""
     print(f"wrote {where}{shards}: {res['tensors']} tensors, {format_bytes(res['bytes'])}{kept}")
     dropped = res.get("dropped") or []
     if dropped:
