@@ -243,10 +243,13 @@ def test_stale_temporary_of_a_live_process_is_kept(tmp_path, source):
     dead.wait()
     gone = tmp_path / f"{TEMP_PREFIX}{dead.pid}@{_host()}-file-02.tmp"
     gone.write_bytes(b"x")
+    legacy = tmp_path / f"{TEMP_PREFIX}a1b2c3.tmp"  # an older version's name: no process id
+    legacy.write_bytes(b"x")
     r = cli("convert", source, tmp_path / "o.npz")
     assert r.returncode == 0, r.stderr
     assert live.exists() and mine.exists() and not gone.exists()
     assert "interrupted run" in r.stderr
+    assert legacy.exists() and str(legacy) in r.stderr  # reported, not removed
 
 
 def test_extract_and_consolidate_killed(tmp_path, source):

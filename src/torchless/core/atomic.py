@@ -91,8 +91,9 @@ def clean_stale(directory: PathLike) -> list[str]:
     """Remove temporaries in ``directory`` left by killed torchless runs on this host.
 
     Only names of this module's pattern whose process no longer exists are removed (a
-    live writer's temporaries are left alone). Returns the removed paths; each is logged
-    as a warning on the ``torchless`` logger.
+    live writer's temporaries are left alone); names of that prefix without a process id
+    (older torchless versions) are reported, not removed. Returns the removed paths; each
+    is logged as a warning on the ``torchless`` logger.
     """
     d = os.fspath(directory) or "."
     key = (os.getpid(), os.path.abspath(d))
@@ -107,6 +108,10 @@ def clean_stale(directory: PathLike) -> list[str]:
     removed = []
     for n in names:
         who = _owner(n)
+        if who is None and n.startswith(TEMP_PREFIX) and n.endswith(TEMP_SUFFIX):
+            # an older torchless's name carries no process id: report it, never guess
+            log.warning("torchless: %s looks left by an interrupted torchless run; remove it if no torchless is writing here", os.path.join(d, n))
+            continue
         if who is None or who[1] != host or who[0] == os.getpid() or _alive(who[0]):
             continue
         p = os.path.join(d, n)
