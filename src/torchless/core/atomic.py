@@ -270,6 +270,8 @@ def _write_error(e: OSError, dest: str) -> WriteError:
         hint = "free some space or write elsewhere; nothing was written"
     elif e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         hint = "the destination folder is not writable; nothing was written"
+    elif e.errno == errno.ENOENT:
+        hint = "its folder does not exist; nothing was written"
     return WriteError(f"cannot write: {reason}", path=dest, hint=hint)
 
 
