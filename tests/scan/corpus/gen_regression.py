@@ -34,6 +34,7 @@ import json
 import lzma
 import os
 import pickle
+import re
 import shutil
 import struct
 import subprocess
@@ -87,12 +88,13 @@ class Sample:
     load: str = ""  # defaults to name
     scan: str = ""  # defaults to name
     torch: bool = False
+    cc: bool = False  # needs a C/C++ compiler (to build the sample, or when the loader compiles)
 
     def entry(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["load"] = self.load or self.name
         d["scan"] = self.scan or self.name
-        del d["torch"]
+        del d["torch"], d["cc"]
         return d
 
 
@@ -1041,7 +1043,8 @@ def _eocd_below_76(evil: bytes, benign: bytes) -> bytes:
     locator = struct.pack("<4sIQI", b"PK\x06\x07", 0, z64_pos, 1)
     comment = evil_b + benign_b + z64
     eocd = struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, n_e, n_e, size_e, cd_e, len(comment))
-    assert len(comment) < 65536
+    # torch's miniz adapter only finds an end record within the last 4 KiB of the file
+    assert len(eocd + comment) <= 4096, len(eocd + comment)
     return head + locator + eocd + comment
 
 
@@ -1073,10 +1076,336 @@ def _e03(ctx: Ctx, s: Sample) -> None:
     ctx.write(s.name, _npz_two_views(evil, members))
 
 
+# ======================================================================================
+# RC4 (TorchScript): code lexed as torch's frontend lexes it; bytecode-only archives
+# ======================================================================================
+
+_TS_SRC = """
+import torch
+
+
+class Evil(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.x = 1
+
+    def forward(self, a):
+        return a
+
+    @torch.jit.export
+    def __getstate__(self):
+        return (self.x, self.training)
+
+    @torch.jit.export
+    def __setstate__(self, s: tuple[int, bool]):
+        self.training = s[1]
+        self.x = s[0] + BODY
+"""
+
+
+def _marker_path(name: str) -> str:
+    """Absolute marker path baked into code that cannot read the environment."""
+    import tempfile
+
+    return os.path.join(os.environ.get(ENV) or tempfile.gettempdir(), name)
+
+
+def _ts_archive(ctx: Ctx, name: str, *, benign: bool = False, lite: bool = False, save: bool = False) -> bytes:
+    """A scripted module whose __setstate__ (run by torch.jit.load and the lite
+    interpreter) calls ``torch.from_file(marker, shared=True)``, which creates the file."""
+    import importlib.util as iu
+    import tempfile
+
+    import torch
+
+    body = "1" if benign else f"torch.from_file({_marker_path(name)!r}, True, 1).numel()"
+    if save:  # aten::save writes the state to a file
+        body = f"0\n        torch.save(s, {_marker_path(name)!r})"
+    mod_name = "ts_" + "".join(c if c.isalnum() else "_" for c in name)
+    with tempfile.TemporaryDirectory() as td:
+        p = os.path.join(td, mod_name + ".py")
+        with open(p, "w") as f:
+            f.write(_TS_SRC.replace("BODY", body))
+        spec = iu.spec_from_file_location(mod_name, p)
+        mod = iu.module_from_spec(spec)  # type: ignore[arg-type]
+        sys.modules[mod_name] = mod
+        spec.loader.exec_module(mod)  # type: ignore[union-attr]
+        m = torch.jit.script(mod.Evil())
+        out = os.path.join(td, "m.pt")
+        if lite:
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                m._save_for_lite_interpreter(out)
+        else:
+            torch.jit.save(m, out)
+        with open(out, "rb") as f:
+            return f.read()
+
+
+def _rezip(data: bytes, edit: Callable[[str, bytes], bytes | None]) -> bytes:
+    """Rewrite a zip member by member (``edit`` returns new bytes, or None to drop)."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as zin, zipfile.ZipFile(out, "w") as zout:
+        for i in zin.infolist():
+            new = edit(i.filename, zin.read(i))
+            if new is not None:
+                zout.writestr(zipfile.ZipInfo(i.filename, (1980, 1, 1, 0, 0, 0)), new)
+    return out.getvalue()
+
+
+def _edit_code(data: bytes, fn: Callable[[str], str]) -> bytes:
+    """Apply ``fn`` to the TorchScript code files; drop the debug pickles (source ranges)."""
+
+    def edit(name: str, b: bytes) -> bytes | None:
+        if name.endswith(".debug_pkl"):
+            return None
+        if "/code/" in name and name.endswith(".py"):
+            new = fn(b.decode())
+            assert new != b.decode(), "edit did not apply"
+            return new.encode()
+        return b
+
+    return _rezip(data, edit)
+
+
+_FROM_FILE_CALL = re.compile(r"torch\.from_file\([^()]*\)")
+
+
+@sample("s01_ts_setstate_two_spaces.pt", 4, "jit", "TorchScript 'def  __setstate__' (two blanks): torch's lexer accepts it, a substring test does not", torch=True)
+def _s01(ctx: Ctx, s: Sample) -> None:
+    ctx.write(s.name, _edit_code(_ts_archive(ctx, s.name), lambda t: t.replace("def __setstate__", "def  __setstate__")))
+
+
+@sample("s02_ts_line_continuation.pt", 4, "jit", "TorchScript 'torch.from_file \\\\<newline> (...)': a backslash continuation between the operator and its call", torch=True)
+def _s02(ctx: Ctx, s: Sample) -> None:
+    ctx.write(s.name, _edit_code(_ts_archive(ctx, s.name), lambda t: t.replace("torch.from_file(", "torch.from_file \\\n      (", 1)))
+
+
+@sample("s03_ts_parenthesised_op.pt", 4, "jit", "TorchScript '(torch.from_file)(...)': the operator is called through parentheses", torch=True)
+def _s03(ctx: Ctx, s: Sample) -> None:
+    ctx.write(s.name, _edit_code(_ts_archive(ctx, s.name), lambda t: t.replace("torch.from_file(", "(torch.from_file)(", 1)))
+
+
+@sample("s04_ts_spaced_save.pt", 4, "jit", "TorchScript 'torch . save(obj, path)' in __setstate__: aten::save writes a file; blanks around the dot", torch=True)
+def _s04(ctx: Ctx, s: Sample) -> None:
+    ctx.write(s.name, _edit_code(_ts_archive(ctx, s.name, save=True), lambda t: t.replace("torch.save(", "torch . save(", 1)))
+
+
+@sample("s05_ts_tab_setstate.pt", 4, "jit", "TorchScript 'def<TAB>__setstate__' and 'ops.aten.from_file' (the operator by its schema name)", torch=True)
+def _s05(ctx: Ctx, s: Sample) -> None:
+    ctx.write(s.name, _edit_code(_ts_archive(ctx, s.name), lambda t: t.replace("def __setstate__", "def\t__setstate__").replace("torch.from_file(", "ops.aten.from_file(")))
+
+
+@sample("s06_lite_bytecode_only.ptl", 4, "lite", "lite-interpreter archive without code/: bytecode.pkl's __setstate__ calls aten::from_file", torch=True)
+def _s06(ctx: Ctx, s: Sample) -> None:
+    ctx.write(s.name, _rezip(_ts_archive(ctx, s.name, lite=True), lambda n, b: None if "/code/" in n else b))
+
+
+@sample("s07_lite_benign_code.ptl", 4, "lite", "lite-interpreter archive whose code/ is harmless while bytecode.pkl (what the lite loader runs) calls aten::from_file", torch=True)
+def _s07(ctx: Ctx, s: Sample) -> None:
+    ctx.write(s.name, _edit_code(_ts_archive(ctx, s.name, lite=True), lambda t: _FROM_FILE_CALL.sub("torch.zeros([1])", t)))
+
+
+@sample("e05_eocd_below_76_jit.pt", 11, "jit", "end record at offset 51 behind a zip64 locator; torch.jit.load (miniz) reads a TorchScript archive whose __setstate__ creates a file", torch=True)
+def _e05(ctx: Ctx, s: Sample) -> None:
+    evil = _ts_archive(ctx, s.name)
+    b = io.BytesIO()
+    import torch
+
+    torch.save({}, b)
+    ctx.write(s.name, _eocd_below_76(evil, b.getvalue()))
+
+
+# ======================================================================================
+# RC10: AOTInductor folders inside a .pt2 (torch.export.load loads them too)
+# ======================================================================================
+
+_AOTI_STEM = "c" + "a" * 51
+_AOTI_META = {"AOTI_DEVICE_KEY": "cpu", "AOTI_PLATFORM": "linux", "AOTI_MACHINE": "x86_64", "AOTI_CPU_ISA": "AVX2", "AOTI_COMPUTE_CAPABILITY": ""}
+
+#: the C ABI AOTIModelContainerRunner looks up; every stub succeeds (a model with no outputs)
+_AOTI_STUBS = r"""
+#include <stddef.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+static int dummy;
+static const char *spec = "[1, {\"type\": null, \"context\": null, \"children_spec\": []}]";
+#define OK(name) int name(void *a, void *b, void *c, void *d, void *e, void *f) { return 0; }
+int AOTInductorModelContainerCreateWithDevice(void **h, size_t n, const char *dev, const char *cubin) { *h = &dummy; return 0; }
+int AOTInductorModelContainerGetNumOutputs(void *h, size_t *n) { *n = 0; return 0; }
+int AOTInductorModelContainerGetNumConstants(void *h, size_t *n) { *n = 0; return 0; }
+int AOTInductorModelContainerGetConstantsBlobSize(void *h, size_t *n) { *n = 0; return 0; }
+int AOTInductorModelContainerGetCallSpec(void *h, const char **i, const char **o) { *i = spec; *o = spec; return 0; }
+const char *AOTInductorGetLastError(void) { return ""; }
+OK(AOTInductorModelContainerDelete) OK(AOTInductorModelContainerExtractConstantsMap)
+OK(AOTInductorModelContainerFreeInactiveConstantBuffer) OK(AOTInductorModelContainerGetConstantDtype)
+OK(AOTInductorModelContainerGetConstantName) OK(AOTInductorModelContainerGetConstantOriginalFQN)
+OK(AOTInductorModelContainerRun) OK(AOTInductorModelContainerRunConstantFolding)
+OK(AOTInductorModelContainerRunSingleThreaded) OK(AOTInductorModelContainerSwapConstantBuffer)
+OK(AOTInductorModelContainerUpdateConstantBuffer) OK(AOTInductorModelContainerUpdateConstantBufferFromCpu)
+OK(AOTInductorModelContainerUpdateInactiveConstantBuffer) OK(AOTInductorModelContainerUpdateUserManagedConstantBuffer)
+OK(AOTInductorModelUpdateConstantsFromBlob) OK(AOTInductorModelContainerGetConstantFromFolded)
+OK(AOTInductorModelContainerGetConstantType) OK(AOTInductorModelContainerGetConstantDataSize)
+OK(AOTInductorModelContainerGetNumInputs) OK(AOTInductorModelContainerGetInputName)
+OK(AOTInductorModelContainerGetOutputName)
+#ifdef __cplusplus
+}
+#endif
+"""
+
+_AOTI_CTOR = r"""
+#include <stdio.h>
+#include <stdlib.h>
+__attribute__((constructor)) static void tl_marker(void) {
+    const char *d = getenv("TORCHLESS_SCAN_MARKER_DIR");
+    char p[4096];
+    snprintf(p, sizeof p, "%s/%s", d ? d : ".", MARKER_NAME);
+    FILE *f = fopen(p, "w");
+    if (f) fclose(f);
+}
+"""
+
+
+def _aoti_so(name: str) -> bytes:
+    """A shared object with the AOTI C ABI whose constructor creates the marker."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as td:
+        src, so = os.path.join(td, "m.c"), os.path.join(td, "m.so")
+        with open(src, "w") as f:
+            f.write(_AOTI_CTOR.replace("MARKER_NAME", json.dumps(name)) + _AOTI_STUBS)
+        subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-o", so, src], check=True, capture_output=True)
+        with open(so, "rb") as f:
+            return f.read()
+
+
+def _aoti_files(name: str, kind: str, model: str = "model") -> dict[str, bytes]:
+    """``data/aotinductor/<model>/`` members: a native library (``so``) or C++ source
+    plus compile/link flags whose passthrough arguments run a shell command substitution
+    (``compile`` or ``link``): torch's loader builds the command lines from the JSON and
+    runs them with system(); the stubs then compile into a working library."""
+    d = f"data/aotinductor/{model}/{_AOTI_STEM}.wrapper"
+    files = {f"{d}_metadata.json": json.dumps(_AOTI_META).encode()}
+    if kind == "so":
+        files[f"{d}.so"] = _aoti_so(name)
+        return files
+    inject = f'$(touch "${ENV}/{name}")'
+    base = {"compiler": "g++", "definitions": [], "include_dirs": [], "cflags": ["fPIC"], "ldflags": [], "libraries_dirs": [], "libraries": [], "passthrough_args": [], "aot_mode": False, "use_relative_path": False, "compile_only": True}
+    comp = dict(base, passthrough_args=[inject] if kind == "compile" else [])
+    link = dict(base, compile_only=False, ldflags=["shared"], passthrough_args=[inject] if kind == "link" else [])
+    files[f"{d}.cpp"] = _AOTI_STUBS.encode()
+    files[f"{d}_compile_flags.json"] = json.dumps(comp).encode()
+    files[f"{d}_linker_flags.json"] = json.dumps(link).encode()
+    return files
+
+
+def _aoti_only(ctx: Ctx, fname: str, files: dict[str, bytes]) -> None:
+    from torchless.container.zip import TorchZipWriter
+
+    w = TorchZipWriter(ctx.path(fname), prefix=os.path.splitext(fname)[0][:3])
+    for rel, data in files.items():
+        w.write(rel, data)
+    w.write("archive_format", b"pt2")
+    w.write("archive_version", b"0")
+    w.write(".data/version", b"6\n")
+    w.close()
+
+
+@sample("a01_pt2_aoti_library.pt2", 10, "export", "ordinary .pt2 (torch.export.save) plus data/aotinductor/model/*.wrapper.so: torch.export.load dlopens it (constructor runs) and returns the model", torch=True, cc=True)
+def _a01(ctx: Ctx, s: Sample) -> None:
+    ctx.rewrite_zip(s.name, ctx.pt2_clean(), lambda rel, d: d, extra=_aoti_files(s.name, "so"))
+
+
+@sample("a02_pt2_aoti_compile_flags.pt2", 10, "export", "ordinary .pt2 plus an AOTI folder with C++ source and compile flags: torch.export.load runs the flags through the shell", torch=True, cc=True)
+def _a02(ctx: Ctx, s: Sample) -> None:
+    ctx.rewrite_zip(s.name, ctx.pt2_clean(), lambda rel, d: d, extra=_aoti_files(s.name, "compile"))
+
+
+@sample("a03_aoti_library.pt2", 10, "aoti", "AOTInductor package whose .so has a constructor and the runner's C ABI: aoti_load_package dlopens it and returns a model", torch=True, cc=True)
+def _a03(ctx: Ctx, s: Sample) -> None:
+    _aoti_only(ctx, s.name, _aoti_files(s.name, "so"))
+
+
+@sample("a04_aoti_linker_flags.pt2", 10, "aoti", "AOTInductor package with source + linker flags: the link command line runs a shell substitution", torch=True, cc=True)
+def _a04(ctx: Ctx, s: Sample) -> None:
+    _aoti_only(ctx, s.name, _aoti_files(s.name, "link"))
+
+
+# ======================================================================================
+# RC13: Inductor cache: generated code that torch.compile runs on a cache hit
+# ======================================================================================
+
+
+def _inductor_base(ctx: Ctx) -> str:
+    def build() -> str:
+        d = ctx.path("_inductor_base")
+        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=d, TORCHINDUCTOR_FX_GRAPH_CACHE="1")
+        env.pop("TRITON_CACHE_DIR", None)
+        subprocess.run([sys.executable, os.path.join(_HERE, "run_regression.py"), "--fill-cache", d], env=env, check=True, capture_output=True, timeout=600)
+        return d
+
+    return ctx.once("inductor", build)
+
+
+def _inductor_copy(ctx: Ctx, name: str) -> tuple[str, str]:
+    """A copy of the filled cache and the path of its generated output-code module."""
+    d = ctx.path(name)
+    shutil.copytree(_inductor_base(ctx), d, symlinks=True)
+    pys = [os.path.join(r, f) for r, _ds, fs in os.walk(d) for f in fs if f.endswith(".py")]
+    assert len(pys) == 1, pys
+    return d, pys[0]
+
+
+def _edit_text(path: str, fn: Callable[[str], str]) -> None:
+    with open(path) as f:
+        old = f.read()
+    new = fn(old)
+    assert new != old
+    with open(path, "w") as f:
+        f.write(new)
+
+
+@sample("i01_cache_module_level.cache", 13, "compile", "generated output code with an os.system line at module level (os is imported by every generated module)", expect="flagged", torch=True, cc=True)
+def _i01(ctx: Ctx, s: Sample) -> None:
+    _d, p = _inductor_copy(ctx, s.name)
+    _edit_text(p, lambda t: t.replace("async_compile.wait(globals())", f"os.system({sh(s.name)!r})\nasync_compile.wait(globals())", 1))
+
+
+@sample("i02_cache_in_call.cache", 13, "compile", "generated output code whose call() runs os.system before the kernels", expect="flagged", torch=True, cc=True)
+def _i02(ctx: Ctx, s: Sample) -> None:
+    _d, p = _inductor_copy(ctx, s.name)
+    _edit_text(p, lambda t: t.replace("        args.clear()\n", f"        args.clear()\n        os.system({sh(s.name)!r})\n", 1))
+
+
+@sample("i03_cache_pickled_source.cache", 13, "compile", "the FX-graph entry's pickled source_code carries the payload and the .py is gone: torch writes the source back and runs it", expect="flagged", torch=True, cc=True)
+def _i03(ctx: Ctx, s: Sample) -> None:
+    d, p = _inductor_copy(ctx, s.name)
+    os.remove(p)
+    entries = [os.path.join(r, f) for r, _ds, fs in os.walk(os.path.join(d, "fxgraph")) for f in fs]
+    assert len(entries) == 1, entries
+    import torch._inductor.output_code  # noqa: F401  (the entry's classes)
+
+    with open(entries[0], "rb") as f:
+        graph = gm._plain_pickle_load(f.read())
+    graph.source_code = graph.source_code.replace("async_compile.wait(globals())", f"os.system({sh(s.name)!r})\nasync_compile.wait(globals())", 1)
+    with open(entries[0], "wb") as f:
+        f.write(pickle.dumps(graph))
+
+
+@sample("i04_cache_hex_exec.cache", 13, "compile", "generated output code with exec(bytes.fromhex(...).decode()) at module level", expect="flagged", torch=True, cc=True)
+def _i04(ctx: Ctx, s: Sample) -> None:
+    _d, p = _inductor_copy(ctx, s.name)
+    hexsrc = py(s.name).encode().hex()
+    _edit_text(p, lambda t: t.replace("async_compile.wait(globals())", f"exec(bytes.fromhex({hexsrc!r}).decode())\nasync_compile.wait(globals())", 1))
+
+
 # -- main --------------------------------------------------------------------------------
 
 
-def write_controls(ctx: Ctx, use_torch: bool) -> None:
+def write_controls(ctx: Ctx, use_torch: bool, use_cc: bool) -> None:
     """The unmodified artifacts the samples derive from (they must scan CLEAN)."""
     ctx.control("k01_benign.npz", zip_with([("arr.npy", _benign_npy())]), "numpy", "np.savez-style archive of a float array")
     ctx.control("k02_benign.npy", _benign_npy(), "numpy", "np.save of a float array")
@@ -1090,33 +1419,44 @@ def write_controls(ctx: Ctx, use_torch: bool) -> None:
     ctx.control("k05_export.pt2", ctx.pt2_clean(), "export", "torch.export.save of a Linear")
     dcp.save({"w": torch.ones(2, 2), "note": {"epoch": 3}}, checkpoint_id=ctx.path("k06_dcp"), no_dist=True)
     ctx.control("k06_dcp", None, "dcp", "dcp.save with a tensor and a non-tensor item")
+    ctx.control("k07_torchscript.pt", _ts_archive(ctx, "k07_torchscript.pt", benign=True), "jit", "torch.jit.save of a scripted module with __getstate__/__setstate__")
+    ctx.control("k08_lite.ptl", _ts_archive(ctx, "k08_lite.ptl", benign=True, lite=True), "lite", "_save_for_lite_interpreter of the same module")
+    if use_cc:
+        shutil.copytree(_inductor_base(ctx), ctx.path("k09_inductor_cache"), symlinks=True)
+        ctx.control("k09_inductor_cache", None, "compile", "an Inductor cache filled by one torch.compile (FX graph + AOTAutograd entries, output code)")
 
 
 def _has_torch() -> bool:
     return importlib.util.find_spec("torch") is not None
 
 
-def plan(use_torch: bool = True) -> list[Sample]:
+def has_cc() -> bool:
+    """A C/C++ compiler for the AOTInductor and Inductor-cache samples."""
+    return shutil.which("gcc") is not None and shutil.which("g++") is not None
+
+
+def plan(use_torch: bool = True, use_cc: bool = True) -> list[Sample]:
     """The samples this generator writes (without writing them)."""
-    return [s for s, _fn in PLAN if use_torch or not s.torch]
+    return [s for s, _fn in PLAN if (use_torch or not s.torch) and (use_cc or not s.cc)]
 
 
 def main(argv: list[str]) -> int:
     out = os.path.abspath(argv[0])
     os.makedirs(out, exist_ok=True)
     use_torch = "--no-torch" not in argv and _has_torch()
+    use_cc = use_torch and has_cc()
     only: set[int] | None = None
     if "--only" in argv:
         only = {int(x) for x in argv[argv.index("--only") + 1].split(",")}
     ctx = Ctx(out)
     done = []
     for s, fn in PLAN:
-        if (s.torch and not use_torch) or (only and s.rc not in only):
+        if (s.torch and not use_torch) or (s.cc and not use_cc) or (only and s.rc not in only):
             continue
         fn(ctx, s)
         done.append(s.entry())
     if not only:
-        write_controls(ctx, use_torch)
+        write_controls(ctx, use_torch, use_cc)
     with open(os.path.join(out, "manifest.json"), "w") as f:
         json.dump({"samples": done, "controls": ctx.controls}, f, indent=1)
     print(f"wrote {len(done)} regression samples and {len(ctx.controls)} controls to {out}")

@@ -10,8 +10,9 @@ set, silences stdout/stderr and calls the loader. Prints one JSON line per sampl
 
 Test helper only: this *runs* the samples (their payloads only create marker files).
 The loaders of ``run_loader.py`` are reused; this adds ``joblib``, ``lite``
-(``torch.jit._load_for_lite_interpreter``), ``aoti`` (``aoti_load_package``),
-``compile`` (a ``torch.compile`` cache hit on the Inductor cache folder the sample is)
+(``torch.jit.mobile._load_for_lite_interpreter``), ``aoti`` (``aoti_load_package``),
+``compile`` (a ``torch.compile`` cache hit on the Inductor cache folder the sample is;
+``python run_regression.py --fill-cache DIR`` fills such a folder)
 and ``dcp-dir`` (DCP with the state built from the metadata, as ``run_loader``).
 """
 
@@ -43,7 +44,7 @@ def compile_target() -> Any:
     import torch
 
     def f(x: torch.Tensor) -> torch.Tensor:
-        return torch.sin(x) * 2 + x.sum()
+        return torch.mm(x, x)  # an extern kernel only: no C++ kernel to build
 
     return torch.compile(f)
 
@@ -55,7 +56,7 @@ def compile_hit(cache_dir: str) -> None:
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
     os.environ["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "1"
     fn = compile_target()
-    fn(torch.arange(8, dtype=torch.float32))
+    fn(torch.arange(4, dtype=torch.float32).reshape(2, 2))
 
 
 def load(loader: str, path: str) -> None:
@@ -65,9 +66,9 @@ def load(loader: str, path: str) -> None:
 
         joblib.load(path)
     elif loader == "lite":
-        import torch
+        import torch.jit.mobile
 
-        torch.jit._load_for_lite_interpreter(path)
+        torch.jit.mobile._load_for_lite_interpreter(path)
     elif loader == "aoti":
         import torch._inductor
 
@@ -161,6 +162,9 @@ def run(samples: list[dict[str, Any]], out_dir: str, marker_dir: str, *, timeout
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--fill-cache"]:
+        compile_hit(os.path.abspath(argv[1]))
+        return 0
     out_dir, marker_dir = os.path.abspath(argv[0]), os.path.abspath(argv[1])
     rest = argv[2:]
     timeout, jobs = 60.0, 2
