@@ -55,8 +55,6 @@ KNOWN_MISSES: set[str] = {
     # RC7 Python-2 renames missing from the tables (unknown global: SUSPICIOUS only)
     "py04_anydbm_open.pkl",
     "py05_dumbdbm_open.pkl",
-    # RC6 the second engine's record normalisation walks shared memo objects as a tree
-    "b02_shared_laughs.pkl",
 }
 
 
