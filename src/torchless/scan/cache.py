@@ -182,7 +182,7 @@ _DANGEROUS_STRINGS = _DANGEROUS_ATTRS | frozenset("exec eval compile __import__ 
 #: C++: includes inductor emits, and calls that reach processes, files or libraries
 _CPP_INCLUDE_OK = re.compile(r'^\s*#\s*include\s*(?:"[^"]*torch/_inductor/codegen/[\w./]+\.h"|<(?:ATen/|c10/|torch/csrc/inductor/)[\w./]+>|<(?:Python|immintrin|arm_neon|arm_sve|omp|sleef|cuda|mutex|sstream|stdexcept|cerrno|cmath|cstdint|cstdlib|cstddef|climits|cstring|algorithm|atomic|limits|array|vector|string|optional|tuple|utility|type_traits|functional|memory|iostream|unordered_map|map|set)(?:\.h)?>)')
 _CPP_INCLUDE = re.compile(r"^\s*#\s*include\b.*$", re.M)
-_CPP_RISKY = re.compile(r"\b(system|popen|execl|execlp|execle|execv|execvp|execve|fork|vfork|posix_spawn|dlopen|dlsym|fopen|freopen|open|openat|creat|socket|connect|unlink|rename|chmod|setenv|putenv|ptrace|syscall|asm|__asm__|constructor|destructor)\s*[(\[]")
+_CPP_RISKY = re.compile(r"\b(system|popen|execl|execlp|execle|execv|execvp|execve|fork|vfork|posix_spawn|dlopen|dlsym|fopen|freopen|open|openat|creat|socket|connect|unlink|rename|chmod|setenv|putenv|ptrace|syscall)\s*[(\[]|\b(asm|__asm__|__asm)\b|\b(constructor|destructor|init_priority)\b")
 
 
 def cache_kind(path: str) -> str | None:
@@ -335,8 +335,15 @@ def check_cpp(text: str) -> list[tuple[str, str]]:
     for m in _CPP_INCLUDE.finditer(text):
         if not _CPP_INCLUDE_OK.match(m.group(0)):
             out.append(("high", f"includes {m.group(0).strip()[:120]!r}, a header inductor's kernels do not include"))
+    line = 1
+    last = 0
     for m in _CPP_RISKY.finditer(text):
-        out.append(("critical", f"calls {m.group(1)!r} (line {text.count(chr(10), 0, m.start()) + 1}): processes, files or libraries, which inductor's kernels never touch"))
+        line += text.count("\n", last, m.start())  # incremental: linear in the text
+        last = m.start()
+        if m.group(1):
+            out.append(("critical", f"calls {m.group(1)!r} (line {line}): processes, files or libraries, which inductor's kernels never touch"))
+        else:
+            out.append(("critical", f"uses {m.group(0)!r} (line {line}): inline assembly or code run at load (static constructors), which inductor's kernels never contain"))
         if len(out) > 50:
             break
     return out
