@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from torchless.scan import scan_file
@@ -68,7 +68,10 @@ def test_text_arguments_parse_as_the_c_unpickler_parses_them(op, arg):
 @settings(max_examples=150, deadline=None)
 @given(arg=TEXT, op=st.sampled_from([b"g", b"p"]))
 def test_memo_text_keys_as_the_c_unpickler(arg, op):
-    # PUT then GET with text keys; the GET key is the same text (or 0)
+    # PUT then GET with text keys; the GET key is the same text (or 0). CPython's memo is
+    # an array as long as the largest key: keep keys small in this (unlimited) process
+    digits = arg.split(b"\0")[0].replace(b"_", b"").strip()
+    assume(not digits.lstrip(b"+-").isdigit() or int(digits) < 1 << 16)
     agree(b"N" + op + arg + b"\n" + (b"g" + arg + b"\n" if op == b"p" else b"") + b".")
 
 

@@ -226,11 +226,26 @@ IMPORT_MAPPING: dict[str, str] = dict(_compat_pickle.IMPORT_MAPPING)
 NAME_MAPPING: dict[tuple[str, str], tuple[str, str]] = dict(_compat_pickle.NAME_MAPPING)
 
 
-def python2_name(module: str, name: str) -> tuple[str, str]:
-    """Apply the Python-2 renames that CPython's unpicklers apply (protocol < 3)."""
+#: the part of those tables that torch's weights-only unpickler applies (torch._utils
+#: keeps a subset of them, with the same values, and applies it at every protocol)
+TORCH_IMPORT_KEYS = frozenset({"__builtin__", "copy_reg", "Queue", "repr", "_abcoll", "UserDict", "UserList", "UserString", "whichdb", "StringIO", "cStringIO"})
+TORCH_NAME_KEYS = frozenset({
+    ("__builtin__", "xrange"), ("__builtin__", "reduce"), ("__builtin__", "intern"), ("__builtin__", "unichr"),
+    ("__builtin__", "unicode"), ("__builtin__", "long"), ("itertools", "izip"), ("itertools", "imap"),
+    ("itertools", "ifilter"), ("itertools", "ifilterfalse"), ("itertools", "izip_longest"),
+    ("UserDict", "IterableUserDict"), ("UserList", "UserList"), ("UserString", "UserString"),
+    ("__builtin__", "basestring"), ("exceptions", "StandardError"), ("UserDict", "UserDict"),
+})
+
+
+def python2_name(module: str, name: str, *, torch_subset: bool = False) -> tuple[str, str]:
+    """Apply the Python-2 renames that CPython's unpicklers apply (protocol < 3), or with
+    ``torch_subset`` the part of them torch's weights-only unpickler applies."""
     pair = NAME_MAPPING.get((module, name))
-    if pair is not None:
+    if pair is not None and (not torch_subset or (module, name) in TORCH_NAME_KEYS):
         return pair
+    if torch_subset and module not in TORCH_IMPORT_KEYS:
+        return module, name
     return IMPORT_MAPPING.get(module, module), name
 
 

@@ -127,8 +127,9 @@ class Unpickler:
             ``(n, new)`` skips ``n`` bytes of out-of-band data at ``pos`` and puts ``new``
             where ``obj`` was (joblib's NumpyArrayWrapper: the array bytes follow it).
 
-    Both flavours apply the Python-2 renames of ``_compat_pickle`` while the stream's
-    protocol is below 3 (as CPython does), keep EXT codes resolved once per run (as its
+    Both flavours apply the Python-2 renames of ``_compat_pickle``: the strict one while
+    the stream's protocol is below 3 (as CPython does), the default one torch's subset of
+    them, always (as torch's weights-only unpickler does). Both keep EXT codes resolved once per run (as its
     extension cache does) and parse protocol-0 text arguments as the C unpickler does.
     """
 
@@ -245,7 +246,7 @@ class Unpickler:
 
         def nameline(p: int, what: str, codec: str) -> tuple[str, int]:
             line, e = readline(p, what)
-            if not line:  # the C unpickler needs at least one byte before the newline
+            if not line and strict:  # the C unpickler needs at least one byte before the newline
                 raise TruncatedError(f"empty {what} line", offset=p)
             return line.decode(codec, "strict"), e
 
@@ -299,8 +300,11 @@ class Unpickler:
                 raise self._fmt(f"memo key {idx} was never stored", p) from None
 
         def get_global(module: str, name: str, p: int) -> Any:
-            if info.protocol < 3:
-                module, name = python2_name(module, name)
+            if strict:  # CPython renames below protocol 3
+                if info.protocol < 3:
+                    module, name = python2_name(module, name)
+            else:  # torch's weights-only unpickler renames with its subset, always
+                module, name = python2_name(module, name, torch_subset=True)
             try:
                 return resolver.resolve(module, name)
             except UnsafeGlobalError as e:
