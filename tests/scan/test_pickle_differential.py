@@ -243,3 +243,36 @@ def test_engine_disagreement_is_a_finding(tmp_path, monkeypatch):
     fr = scan_file(str(p))
     assert any(f.rule == "engine-disagreement" for f in fr.findings)
     assert fr.verdict == "unanalysable"
+
+
+def test_stream_that_only_file_readers_run_is_not_skipped(tmp_path):
+    """The reverse smuggle: io.BytesIO readers stop on the frame (nothing imported), a
+    buffered file (``pickle.load(open(path))``, torch's legacy reader) runs os.system.
+    Whether the bytes are a pickle at all is decided with every reader, in the engine's
+    resource-limited child."""
+    marker = tmp_path / "ran"
+    body = b"0cos\nsystem\n(S'touch " + str(marker).encode() + b"'\ntR."
+    data = b"\x80\x04\x95" + struct.pack("<Q", 3) + b"X\x00\x00" + b"\x00\x00" + body
+    assert record_c(data, "bytesio").events == [] and record_python(data).events == []
+    p = tmp_path / "blob.data"  # a name that claims nothing
+    p.write_bytes(data)
+    fr = scan_file(str(p))
+    assert fr.verdict == "dangerous", fr.findings
+    code = "import pickle, sys; pickle.load(open(sys.argv[1], 'rb'))"
+    subprocess.run([sys.executable, "-c", code, str(p)], capture_output=True, timeout=60)
+    assert marker.exists()
+
+
+def test_memo_bomb_does_not_reach_the_scanning_process(tmp_path):
+    # a memo key the C unpickler allocates a 16 GiB array for: probed in the child only
+    import resource
+    import time
+
+    p = tmp_path / "m.pkl"
+    p.write_bytes(b"Nr\x00\x00\x00\x40.")
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t = time.monotonic()
+    fr = scan_file(str(p))
+    assert time.monotonic() - t < 5
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 512 * 1024  # KiB
+    assert fr.verdict in ("clean", "unanalysable")

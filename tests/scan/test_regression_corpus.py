@@ -52,9 +52,6 @@ PLAN = GEN.plan(use_torch=HAS_TORCH, use_cc=HAS_CC)
 #: samples main's scanner does not flag as required (root cause in the comment). The
 #: lead empties this set as the fixes land; each entry is a strict xfail.
 KNOWN_MISSES: set[str] = {
-    # RC7 Python-2 renames missing from the tables (unknown global: SUSPICIOUS only)
-    "py04_anydbm_open.pkl",
-    "py05_dumbdbm_open.pkl",
 }
 
 

@@ -348,6 +348,8 @@ def analyse(
     out = StreamResult(start, end, up.info.protocol, an.globals, an.calls, an.builds, err, an.frames, an.ops, value, an.nested, up.info.frame_hazards, an.events)
     if record and err is None:
         out.value_norm = an.norm(value)
+    if record:
+        out.norm_exhausted = an.ids.budget <= 0  # type: ignore[attr-defined]
     return out
 
 

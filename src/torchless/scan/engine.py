@@ -66,7 +66,6 @@ __all__ = [
 READERS = ("bytes", "bytesio", "file", "zipmember")
 
 _MAX_NORM_DEPTH = 24
-_MAX_NORM_NODES = 100_000  # values normalised per run: a shared DAG (x = (x, x) 200 times) is not walked as a tree
 
 
 class _Ids:
@@ -75,7 +74,7 @@ class _Ids:
     def __init__(self) -> None:
         self.ids: dict[int, int] = {}
         self.keep: list[Any] = []
-        self.budget = _MAX_NORM_NODES
+        self.budget = _MAX_RUN_NODES  # nodes normalised in the whole run
 
     def new(self, obj: Any) -> int:
         n = len(self.keep)
@@ -87,13 +86,34 @@ class _Ids:
         return self.ids.get(id(obj))
 
 
-def normalize(v: Any, ids: _Ids, depth: int = 0, active: tuple[int, ...] = ()) -> Any:
+#: nodes of one value normalised; past it a value becomes ``("cut",)`` at the same place
+#: on both sides (a memo can share one list 2**40 times: never walk a value as a tree)
+_MAX_NORM_NODES = 2000
+#: nodes normalised in one run; a record that runs out is marked ``exhausted`` and the
+#: scanner does not compare it (the fuzzer's streams never get there)
+_MAX_RUN_NODES = 200_000
+
+
+def normalize(v: Any, ids: _Ids) -> Any:
     """A canonical, comparable (and marshal-able) form of a value built by an unpickler.
 
     Symbolic values become ``("sym", n)`` with ``n`` their creation index, so the C
     unpickler's inert classes and the pickle machine's ``Sym`` objects compare equal
-    when they were created by the same event. Cycles and very deep values are cut.
+    when they were created by the same event. Cycles, very deep and very large values
+    are cut, deterministically (the same cut on both sides of a comparison).
     """
+    left = [min(_MAX_NORM_NODES, ids.budget)]
+    out = _norm(v, ids, 0, (), left)
+    ids.budget -= min(_MAX_NORM_NODES, ids.budget) - max(0, left[0])
+    if left[0] < 0:
+        ids.budget -= 1
+    return out
+
+
+def _norm(v: Any, ids: _Ids, depth: int, active: tuple[int, ...], budget: list[int]) -> Any:
+    budget[0] -= 1
+    if budget[0] < 0:
+        return ("cut",)
     n = ids.get(v)
     if n is not None:
         return ("sym", n)
@@ -111,18 +131,17 @@ def normalize(v: Any, ids: _Ids, depth: int = 0, active: tuple[int, ...] = ()) -
             return ("memoryview",)
     if depth > _MAX_NORM_DEPTH:
         return ("deep",)
-    ids.budget -= 1
-    if ids.budget < 0:
-        return ("budget",)
     if id(v) in active:
         return ("cycle",)
     act = active + (id(v),)
     if t is tuple or t is list:
-        return (t.__name__, tuple(normalize(x, ids, depth + 1, act) for x in v))
+        return (t.__name__, tuple(_norm(x, ids, depth + 1, act, budget) for x in v))
     if t is dict:
-        return ("dict", tuple((normalize(k, ids, depth + 1, act), normalize(x, ids, depth + 1, act)) for k, x in v.items()))
+        return ("dict", tuple((_norm(k, ids, depth + 1, act, budget), _norm(x, ids, depth + 1, act, budget)) for k, x in v.items()))
     if t is set or t is frozenset:
-        return (t.__name__, tuple(sorted((normalize(x, ids, depth + 1, act) for x in v), key=repr)))
+        # element order of a set is not a property of the stream: sort, then cut
+        items = sorted((_norm(x, ids, depth + 1, act, [_MAX_NORM_NODES]) for x in v), key=repr)
+        return (t.__name__, tuple(items))
     return ("other", t.__name__)
 
 
@@ -142,6 +161,7 @@ class Record:
 
     events: list[tuple] = field(default_factory=list)
     outcome: str = "ok"
+    exhausted: bool = False
     value: Any = None
     end: int | None = None
     error: str = ""
@@ -152,7 +172,7 @@ class Record:
 
     @classmethod
     def from_wire(cls, t: tuple) -> "Record":
-        return cls(list(t[0]), t[1], t[2], t[3], t[4], t[5])
+        return cls(events=list(t[0]), outcome=t[1], value=t[2], end=t[3], error=t[4], resource=t[5])
 
 
 # -- the inert classes ---------------------------------------------------------------------
@@ -434,12 +454,16 @@ while True:
     n, start = struct.unpack("<II", head)
     data = inp.read(n)
     full = start & 0x80000000
-    start &= 0x7FFFFFFF
+    probe = start & 0x40000000
+    start &= 0x3FFFFFFF
     try:
-        r = record_c(data, "bytes", start=start).to_wire()
-        blob = marshal.dumps(r)
-        if not full:  # a digest is enough when the parent's model agrees
-            blob = marshal.dumps(("digest", eng.digest(r)))
+        if probe:
+            blob = marshal.dumps(("probe", eng.probe_readers(data, bool(start & 1), "py" if start & 2 else "c")))
+        else:
+            r = record_c(data, "bytes", start=start).to_wire()
+            blob = marshal.dumps(r)
+            if not full:  # a digest is enough when the parent's model agrees
+                blob = marshal.dumps(("digest", eng.digest(r)))
     except BaseException as e:  # noqa
         blob = marshal.dumps(([], "error", None, None, "engine:" + type(e).__name__, True))
     out.write(struct.pack("<I", len(blob)) + blob)
@@ -482,7 +506,7 @@ class EngineWorker:
         or timed out on it (the caller decides what that means)."""
         return self.result() if self.submit(data, start) else None
 
-    def submit(self, data: bytes, start: int = 0, *, digest: bool = False) -> bool:
+    def submit(self, data: bytes, start: int = 0, *, digest: bool = False, probe: bool = False) -> bool:
         """Send a stream to the child; :meth:`result` collects the answer (the caller can
         work meanwhile: the child runs on another core)."""
         if len(data) >= 1 << 32:
@@ -491,7 +515,8 @@ class EngineWorker:
             if self.proc is None or self.proc.poll() is not None:
                 self.proc = self._start()
             p = self.proc
-            p.stdin.write(struct.pack("<II", len(data), start | (0 if digest else 0x80000000)) + bytes(data))  # type: ignore[union-attr]
+            flags = 0x40000000 if probe else (0 if digest else 0x80000000)
+            p.stdin.write(struct.pack("<II", len(data), start | flags) + bytes(data))  # type: ignore[union-attr]
             p.stdin.flush()  # type: ignore[union-attr]
             return True
         except (OSError, ValueError):
@@ -516,13 +541,20 @@ class EngineWorker:
             gc.disable()  # a large record is many small tuples: nothing to collect
             try:
                 t = marshal.loads(blob)
-                return t[1] if t[0] == "digest" else Record.from_wire(t)
+                return t[1] if t[0] in ("digest", "probe") else Record.from_wire(t)
             finally:
                 if gc_was:
                     gc.enable()
         except (OSError, ValueError, EOFError):
             self.close()
             return None
+
+    def probe(self, data: bytes, complete: bool, kind: str = "c") -> tuple[str, str, bool, int] | None:
+        """:func:`probe_readers` of ``data`` in the child; None if it died or timed out."""
+        if not self.submit(data, (2 if kind == "py" else 0) | (1 if complete else 0), probe=True):
+            return None
+        got = self.result()
+        return None if got is None else tuple(got)  # type: ignore[return-value]
 
     def _read(self, p: subprocess.Popen, k: int) -> bytes | None:
         fd = p.stdout.fileno()  # type: ignore[union-attr]
@@ -649,6 +681,9 @@ def second_opinion(data: bytes, start: int, end: int | None, res: Any = None) ->
         return None
     # meanwhile the child runs the real unpickler
     model = record_of(res) if res is not None and res.events is not None and start == res.start else symbolic_record(blob)[0]
+    if model.exhausted:  # values too large to compare event by event: no second opinion
+        w.result()
+        return None
     got = w.result()
     if got is None or got == digest(model.to_wire()):
         return None
@@ -670,9 +705,99 @@ def digest(wire: tuple) -> str:
 def record_of(res: Any) -> Record:
     """The :class:`Record` of an analysis run with ``record=True``."""
     out = Record(events=res.events or [])
+    out.exhausted = bool(getattr(res, "norm_exhausted", False))
     if res.error is None:
         out.outcome, out.value, out.end = "ok", res.value_norm, res.end
     else:
         out.outcome, out.error = "error", type(res.error).__name__
         out.resource = type(res.error).__name__ == "LimitError"
     return out
+
+
+
+# -- does any loader import anything? (run in the child) -------------------------------------
+class _Found(Exception):
+    pass
+
+
+class _PidMet(Exception):
+    pass
+
+
+def _probe_find_class(module: Any, name: Any) -> Any:
+    import re
+
+    # a module name that is not a dotted identifier cannot name an installed module:
+    # the import fails before any code runs
+    if not isinstance(module, str) or not re.match(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*\Z", module):
+        raise ModuleNotFoundError(f"no module named {str(module)[:60]!r}")
+    raise _Found(f"{module}.{name}")
+
+
+class _CProbe(_pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:  # noqa: D102
+        return _probe_find_class(module, name)
+
+    def persistent_load(self, pid: Any) -> Any:  # noqa: D102
+        raise _PidMet()
+
+
+class _PyProbe(pickle._Unpickler):  # type: ignore[name-defined,misc]
+    def find_class(self, module: str, name: str) -> Any:  # noqa: D102
+        return _probe_find_class(module, name)
+
+    def persistent_load(self, pid: Any) -> Any:  # noqa: D102
+        raise _PidMet()
+
+
+LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
+
+
+def _probe_one(cls: type, data: bytes, reader: str, complete: bool, who: str) -> tuple[str, str, bool, int]:
+    f = _WholeReader(data) if reader == "bytes" else _open(data, reader)
+    copyreg._extension_cache.clear()  # type: ignore[attr-defined]
+
+    def pos() -> int:
+        try:
+            return int(f.tell()) if reader != "bytes" else 0
+        except (OSError, ValueError, AttributeError):  # pragma: no cover
+            return 0
+
+    try:
+        value = cls(f, encoding="latin1").load()
+    except _Found as e:
+        return ("resolves", f"imports {e}{who}", False, pos())
+    except _PidMet:
+        return ("stops", "a persistent id, which plain pickle.load refuses", False, pos())
+    except (MemoryError, RecursionError) as e:
+        return ("undecided", type(e).__name__ + who, False, pos())
+    except Exception as e:  # noqa: BLE001 - the unpickler's own refusal, whatever its type
+        msg = str(e)[:120]
+        if not complete and (isinstance(e, EOFError) or "truncated" in msg or "ran out of input" in msg.lower() or "exhausted" in msg):
+            return ("undecided", "the stream runs past the probe window", False, pos())
+        return ("stops", f"{type(e).__name__}: {msg} (at about byte {pos()}){who}", False, pos())
+    finally:
+        copyreg._extension_cache.clear()  # type: ignore[attr-defined]
+    return ("data", f"a complete pickle of {type(value).__name__}{who}", type(value) is int and value == LEGACY_MAGIC, pos())
+
+
+def probe_readers(data: bytes, complete: bool, kind: str) -> tuple[str, str, bool, int]:
+    """Whether a loader would import something from the stream at byte 0: ``kind``
+    ``"c"``: the C unpickler through each reader (bytes, io.BytesIO, buffered file, zip
+    member), ``"py"``: the pure-Python unpickler (joblib's). Returns ``(outcome, detail,
+    legacy, pos)``: ``resolves`` / ``undecided`` (any reader) win, then ``data``, then
+    ``stops`` (``pos``: the most bytes a reader consumed).
+
+    Meant for the engine's child process: the real unpicklers allocate what the stream
+    asks for."""
+    if kind == "py":
+        return _probe_one(_PyProbe, data, "bytesio", complete, "")
+    cs = [_probe_one(_CProbe, data, r, complete, who) for r, who in (("bytesio", ""), ("bytes", " (whole-buffer reader)"), ("file", " (buffered file reader)"), ("zipmember", " (zip member reader)"))]
+    for want in ("resolves", "undecided"):
+        for c in cs:
+            if c[0] == want:
+                return c
+    datas = [c for c in cs if c[0] == "data"]
+    if datas:
+        return ("data", datas[0][1], any(c[2] for c in datas), max(c[3] for c in datas))
+    return (cs[0][0], cs[0][1], False, max(c[3] for c in cs))

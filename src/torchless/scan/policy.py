@@ -91,6 +91,7 @@ DANGEROUS_MODULES: dict[str, str] = {
     "joblib": "joblib.load is a nested unpickler",
     "marshal": "loads Python code objects",
     "shelve": "a pickle-backed database: unpickles on access",
+    "dbm": "opens, creates and truncates database files (anydbm, dumbdbm, gdbm, dbhash in Python 2)",
     "shutil": "copies, moves and deletes files and trees",
     "tempfile": "creates files",
     "socket": "opens network connections",

@@ -22,14 +22,10 @@ payload that a user's ``pickle.loads(lzma.decompress(...))`` would run is still 
 
 from __future__ import annotations
 
-import io
 import lzma
-import pickle
-import re
 import tarfile
 import zlib
 from dataclasses import dataclass
-from typing import Any
 
 from ...core.source import ByteSource, SourceFile
 
@@ -63,41 +59,6 @@ _MAX_MODULE = 4096  # longer than any path a module could be imported from (PATH
 _MAX_LINE_WINDOW = 64 << 20  # a first line up to this long is probed whole
 
 
-class _Resolved(Exception):
-    """The unpickler asked for a global: a real loader would import it."""
-
-
-class _Persistent(Exception):
-    """The unpickler met a persistent id: plain loaders refuse it at stream #1."""
-
-
-_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
-
-
-def _find_class(module: Any, name: Any) -> Any:
-    # a module name that is not a dotted identifier cannot name an installed module:
-    # __import__ raises ModuleNotFoundError before any code runs
-    if not isinstance(module, str) or not _MODULE.match(module):
-        raise ModuleNotFoundError(f"no module named {str(module)[:60]!r}")
-    raise _Resolved(f"{module}.{name}")
-
-
-class _CInert(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:  # noqa: D401 - never imports
-        return _find_class(module, name)
-
-    def persistent_load(self, pid: Any) -> Any:
-        raise _Persistent()
-
-
-class _PyInert(pickle._Unpickler):  # type: ignore[name-defined,misc]  # joblib's unpickler base
-    def find_class(self, module: str, name: str) -> Any:
-        return _find_class(module, name)
-
-    def persistent_load(self, pid: Any) -> Any:
-        raise _Persistent()
-
-
 @dataclass
 class Probe:
     """What the real unpicklers do with a stream that starts at byte 0.
@@ -119,29 +80,26 @@ class Probe:
         return self.outcome == "stops"
 
 
-def _one(cls: type, data: bytes, complete: bool) -> Probe:
-    from .common import LEGACY_MAGIC
+def _one(kind: str, data: bytes, complete: bool) -> Probe:
+    """The real unpicklers on ``data`` with a ``find_class`` that never imports, run in the
+    scan's resource-limited engine child (:mod:`torchless.scan.engine`: they allocate
+    what a stream asks for, a memo key of 2**30 is a 16 GiB array). ``kind`` ``"c"``:
+    CPython's C unpickler through every reader the loaders use (bytes, io.BytesIO, a
+    buffered file, a zip member: frames make them read different bytes); ``"py"``: the
+    pure-Python one. Where the child cannot answer, the probe is ``undecided``."""
+    from .. import engine
 
-    bio = io.BytesIO(data)
-    try:
-        value = cls(bio, encoding="latin1").load()
-    except _Resolved as e:
-        return Probe("resolves", f"imports {e}")
-    except _Persistent:
-        return Probe("stops", "a persistent id, which plain pickle.load refuses")
-    except (MemoryError, RecursionError) as e:
-        return Probe("undecided", type(e).__name__)
-    except Exception as e:  # noqa: BLE001 - the unpickler's own refusal, whatever its type
-        msg = str(e)[:120]
-        if not complete and (isinstance(e, EOFError) or "truncated" in msg or "ran out of input" in msg.lower()):
-            return Probe("undecided", "the stream runs past the probe window")
-        return Probe("stops", f"{type(e).__name__}: {msg} (at about byte {bio.tell()})", pos=bio.tell())
-    return Probe("data", f"a complete pickle of {type(value).__name__}", legacy=type(value) is int and value == LEGACY_MAGIC, pos=bio.tell())
+    got = engine.shared_worker().probe(bytes(data), complete, kind)
+    if got is None:
+        return Probe("undecided", "the real unpicklers ran out of their memory or time limits on it")
+    outcome, detail, legacy, pos = got
+    return Probe(outcome, detail, legacy=bool(legacy), pos=int(pos))
 
 
 def probe_pickle(src: ByteSource, *, window: int = _PROBE_WINDOW, py_limit: int = _PROBE_WINDOW) -> Probe:
-    """Run CPython's C unpickler and its pure-Python one (joblib's base) on the stream at
-    byte 0 with a ``find_class`` that never imports: does any loader import anything?
+    """Run CPython's C unpickler (through every reader the loaders use) and its
+    pure-Python one (joblib's base) on the stream at byte 0 with a ``find_class`` that
+    never imports, in the engine's resource-limited child: does any loader import anything?
 
     The pure-Python unpickler runs only to confirm a stop of the C one, on the bytes the C
     one consumed (plus a margin) and at most ``py_limit`` bytes (the scan's budget): when
@@ -149,7 +107,7 @@ def probe_pickle(src: ByteSource, *, window: int = _PROBE_WINDOW, py_limit: int 
     n = min(src.size, window)
     data = src.read_at(0, n)
     complete = n == src.size
-    c = _one(_CInert, data, complete)
+    c = _one("c", data, complete)
     long_line = 0  # bytes of a first line read in one opcode (no per-byte work for the probes)
     if c.outcome == "undecided" and not complete and data and data[0] in _LINE_OPS:
         # the first opcode reads a line that runs past the window (a safetensors header
@@ -162,13 +120,13 @@ def probe_pickle(src: ByteSource, *, window: int = _PROBE_WINDOW, py_limit: int 
         if nl >= n and n2 <= _MAX_LINE_WINDOW:
             n, data, long_line = n2, src.read_at(0, n2), nl
             complete = n == src.size
-            c = _one(_CInert, data, complete)
+            c = _one("c", data, complete)
     if c.outcome != "stops":
         return c  # resolves / undecided: analysed; data: analysed by the machine anyway
     m = min(n, c.pos + 4096)
     if m - long_line > py_limit:
         return Probe("undecided", f"{c.detail}; the pure-Python unpickler was not run (budget)")
-    py = _one(_PyInert, data[:m], complete and m == n)
+    py = _one("py", data[:m], complete and m == n)
     if py.outcome in ("resolves", "undecided"):
         return Probe(py.outcome, py.detail + " (pure-Python unpickler, which joblib uses)")
     if py.outcome == "data":
