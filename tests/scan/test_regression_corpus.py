@@ -51,8 +51,7 @@ PLAN = GEN.plan(use_torch=HAS_TORCH, use_cc=HAS_CC)
 
 #: samples main's scanner does not flag as required (root cause in the comment). The
 #: lead empties this set as the fixes land; each entry is a strict xfail.
-KNOWN_MISSES: set[str] = {
-}
+KNOWN_MISSES: set[str] = set()
 
 
 # -- session fixtures -----------------------------------------------------------------
