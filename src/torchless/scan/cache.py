@@ -445,4 +445,11 @@ def scan_if_cache(scanner: Any, src: ByteSource) -> bool:
         scan_cache_file(scanner, src, kind)
     except TorchlessError as e:
         scanner.add("unanalysable", "high", f"cache file not analysed: {e.message}", e.member, e.offset, loader=_LOADER)
+    if kind in ("py", "cpp", "so", "triton-binary"):
+        # the name says source or library; bytes that are not (a pickle, an archive
+        # named .py) are also scanned as whatever other loaders would read them as
+        head = bytes(src.view(0, min(src.size, 512)))
+        text_like = kind in ("py", "cpp") and b"\0" not in head and not head.startswith((b"\x80", b"PK", b"\x1f\x8b"))
+        if not text_like and head[:4] != b"\x7fELF":
+            return False
     return True
