@@ -221,10 +221,26 @@ def convert(
                     kw["metadata"] = meta
             elif meta:
                 dropped = [{"key": "__metadata__", "type": "dict"}]
-        elif art.format in ("npz", "hf"):  # tensors only
+        elif art.format in ("npz", "hf"):  # tensors, and for .npz other members np.load returns as bytes
             obj_kept = h.name == art.format
+            if art.format == "npz":
+                names = {n for n, _ in items}
+                dropped = [{"key": str(k), "type": type(v).__name__} for k, v in art.load().items() if k not in names]
+                obj_kept = obj_kept and not dropped
+        elif art.format == "joblib":  # a pickled object tree holding arrays
+            obj = art.load()
+            if h.name == "pt":
+                from .core.errors import TorchlessError
+                from .formats.pt.write import save_checkpoint
+
+                try:
+                    save_checkpoint(obj, dst, progress=progress)  # atomic: nothing is left on failure
+                    return {**total, "files": [os.fspath(dst)], "object_kept": True, "dropped": []}
+                except TorchlessError:
+                    pass  # a value torch's format cannot hold: the tensors alone, named below
+            dropped = _non_tensor_leaves(obj)
         else:  # code, graphs, module structure: only the tensors travel
-            dropped = [{"key": "", "type": f"{art.format} structure (code, graph, module tree); only its tensors are converted"}]
+            dropped = [{"key": "", "type": f"everything in the {art.format} artifact that is not a tensor (code, graph, module structure); only its tensors are converted"}]
         if strict and dropped:
             shown = ", ".join(d["key"] or d["type"] for d in dropped[:8]) + (" ..." if len(dropped) > 8 else "")
             raise UsageError(

@@ -259,3 +259,18 @@ def test_pt_with_unknown_classes_to_pt_says_what_it_drops(capsys, tmp_path, torc
     res = json.loads(out)
     assert code == 0 and not res["object_kept"] and "Cfg" in res["dropped"][0]["type"]
     assert torch.equal(torch.load(dst, weights_only=True)["w"], torch.ones(2))
+
+
+def test_npz_other_members_are_named_when_dropped(tmp_path):
+    p = tmp_path / "a.npz"
+    with zipfile.ZipFile(p, "w") as z:
+        import io
+
+        b = io.BytesIO()
+        np.save(b, np.arange(3))
+        z.writestr("w.npy", b.getvalue())
+        z.writestr("notes.txt", b"hello")
+    res = torchless.convert(p, tmp_path / "b.safetensors")
+    assert res["dropped"] == [{"key": "notes.txt", "type": "bytes"}]
+    with pytest.raises(torchless.UsageError, match="notes.txt"):
+        torchless.convert(p, tmp_path / "c.npz", strict=True)

@@ -117,7 +117,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
         shown = ", ".join(f"{d['key']} ({d['type']})" if d["key"] else d["type"] for d in dropped[:10])
         more = f" and {len(dropped) - 10} more (--json lists all)" if len(dropped) > 10 else ""
         print(f"dropped {len(dropped)} values that are not tensors: {shown}{more}", file=sys.stderr)
-        print("  (--strict refuses such conversions; write .pt to keep the whole object)", file=sys.stderr)
+        keep = "" if res["files"] and str(res["files"][-1]).endswith((".pt", ".pth")) else "; write .pt to keep the whole object"
+        print(f"  (--strict refuses such conversions{keep})", file=sys.stderr)
     return 0
 
 
