@@ -15,11 +15,13 @@ import zlib
 from typing import Any
 
 from ...core.source import ByteSource
+from .recognize import probe_pickle
 
 __all__ = ["CompressedCarrier"]
 
 _CHUNK = 1 << 20
 _MAX_STREAMS = 100  # concatenated streams followed (16 MiB of zeros are a million empty .lzma streams; each re-reads a chunk)
+_PROBE = 1 << 20  # inflated bytes probed before inflating the rest
 _ZF_HEADER = 2 + 19  # b"ZF" + the hex length padded to len("%#x" % 2**64) (joblib.numpy_pickle_compat)
 
 
@@ -64,14 +66,49 @@ class CompressedCarrier:
         if kind == "lz4":
             self.add("unanalysable", "high", "lz4-compressed (joblib's lz4 prefix): the scanner does not inflate lz4; joblib.load does when the lz4 package is installed", member, 0, loader="joblib.load")
             return True
-        d = _decompressor(kind)
         loader = "joblib.load" if who == "joblib.load" else "pickle.load"
+        if who == "joblib.load" and self.budget.inflate > _PROBE:
+            # joblib only unpickles what it inflates: when the real unpicklers stop in the
+            # first MiB, nothing further is read (a .tar.gz is not inflated whole)
+            first, total, broken, limited, d = self._inflate(src, kind, start, _PROBE)
+            if total and limited:
+                probe = probe_pickle(_bytes_source(first, "head"), window=_PROBE)
+                if probe.inert:
+                    if member is None:
+                        self.report.kind = f"{kind}-compressed"
+                    self.add("unrecognized", "info", f"{kind} stream whose first {len(first)} inflated bytes are no pickle the real unpicklers would run ({probe.detail}): {who} stops there", member, 0, loader=loader)
+                    return True
+            del first
+        data, total, broken, limited, d = self._inflate(src, kind, start, max(0, self.budget.inflate))
+        if who != "joblib.load" and (broken is not None or total == 0 or not d.eof):
+            # beyond joblib's own prefixes, only a stream that decodes cleanly to its end
+            # counts (lzma.decompress/zlib.decompress raise on anything less): a header
+            # look-alike (the non-picky .lzma decoder accepts many) is not this carrier
+            return False
+        if total == 0:
+            self.add("unrecognized", "info", f"{kind} stream yields no data ({broken or 'empty'}): {who} raises before unpickling anything", member, 0, loader=loader)
+            return True
+        self.budget.inflate -= min(total, self.budget.inflate + 1)
+        loc = f"{member or os.path.basename(self.path)} ({kind})"
+        if member is None:
+            self.report.kind = f"{kind}-compressed"
+        if limited:
+            self.add("limit", "high", f"{kind} data inflates beyond the scan's budget; analysed the first {total} bytes only", member, loader=loader)
+        elif broken is not None:
+            self.add("trailing-data", "high", f"the {kind} stream breaks after {total} inflated bytes ({broken}): {who} has already unpickled what came before the break (scanned)", member, loader=loader)
+        elif not d.eof:
+            self.add("trailing-data", "medium", f"the {kind} stream ends without its end marker after {total} inflated bytes (scanned)", member, loader=loader)
+        self.scan_source(_bytes_source(data, loc), loc, None, depth + 1, context="memory", loader=loader)
+        return True
+
+    def _inflate(self, src: ByteSource, kind: str, start: int, cap: int) -> tuple[bytes, int, str | None, bool, Any]:
+        """Inflate up to ``cap`` bytes: (data, total, why it broke, cap reached, decompressor)."""
+        d = _decompressor(kind)
         out: list[bytes] = []
         total = 0
         pos = start
         broken: str | None = None
         limited = False
-        cap = max(0, self.budget.inflate)
         is_zlib = kind in ("zlib", "zfile", "gzip")
         streams = 1
         try:
@@ -117,29 +154,7 @@ class CompressedCarrier:
                 out.append(piece)
         except (zlib.error, OSError, lzma.LZMAError, EOFError, ValueError, MemoryError) as e:
             broken = f"{type(e).__name__}: {str(e)[:80]}"
-        if who != "joblib.load" and (broken is not None or total == 0 or not d.eof):
-            # beyond joblib's own prefixes, only a stream that decodes cleanly to its end
-            # counts (lzma.decompress/zlib.decompress raise on anything less): a header
-            # look-alike (the non-picky .lzma decoder accepts many) is not this carrier
-            return False
-        if total == 0:
-            self.add("unrecognized", "info", f"{kind} stream yields no data ({broken or 'empty'}): {who} raises before unpickling anything", member, 0, loader=loader)
-            return True
-        self.budget.inflate -= min(total, self.budget.inflate + 1)
-        data = b"".join(out)
-        del out
-        loc = f"{member or os.path.basename(self.path)} ({kind})"
-        if member is None:
-            self.report.kind = f"{kind}-compressed"
-        if limited:
-            self.add("limit", "high", f"{kind} data inflates beyond the scan's budget; analysed the first {total} bytes only", member, loader=loader)
-        elif broken is not None:
-            self.add("trailing-data", "high", f"the {kind} stream breaks after {total} inflated bytes ({broken}): {who} has already unpickled what came before the break (scanned)", member, loader=loader)
-        elif not d.eof:
-            self.add("trailing-data", "medium", f"the {kind} stream ends without its end marker after {total} inflated bytes (scanned)", member, loader=loader)
-        self.scan_source(_bytes_source(data, loc), loc, None, depth + 1, context="memory", loader=loader)
-        return True
-
+        return b"".join(out), total, broken, limited, d
 
 def _bytes_source(data: bytes, name: str) -> ByteSource:
     from ...core.source import BytesSource
