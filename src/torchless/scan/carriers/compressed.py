@@ -20,7 +20,7 @@ from .recognize import probe_pickle
 __all__ = ["CompressedCarrier"]
 
 _CHUNK = 1 << 20
-_MAX_STREAMS = 100  # concatenated streams followed (16 MiB of zeros are a million empty .lzma streams; each re-reads a chunk)
+_MAX_STREAMS = 10_000  # concatenated streams followed (BGZF writes one per 64 KiB; 16 MiB of zeros are a million empty .lzma streams)
 _PROBE = 1 << 20  # inflated bytes probed before inflating the rest
 _ZF_HEADER = 2 + 19  # b"ZF" + the hex length padded to len("%#x" % 2**64) (joblib.numpy_pickle_compat)
 
@@ -116,13 +116,14 @@ class CompressedCarrier:
                 if d.eof:
                     # gzip.open, bz2.open and lzma.open go on with a further stream (member)
                     # after the first: model them too (joblib stops at the first)
-                    rest = d.unused_data + (bytes(src.view(pos, min(_CHUNK, src.size - pos))) if pos < src.size else b"")
+                    rest = d.unused_data or (bytes(src.view(pos, min(_CHUNK, src.size - pos))) if pos < src.size else b"")
                     if kind not in ("gzip", "bz2", "xz", "lzma") or not rest or (kind == "gzip" and rest[:2] != b"\x1f\x8b"):
                         break
-                    if streams >= _MAX_STREAMS:  # each further stream re-reads a chunk: bound the count
+                    if streams >= _MAX_STREAMS:  # bound the count (a finding: the rest is not analysed)
                         limited = True
                         break
-                    pos += len(rest) - len(d.unused_data)
+                    if not d.unused_data:
+                        pos += len(rest)  # a fresh chunk (leftovers are never read twice)
                     d = _decompressor(kind)
                     streams += 1
                     try:
