@@ -668,6 +668,29 @@ def _n08(ctx: Ctx, s: Sample) -> None:
     ctx.write(s.name, b"\x80\x02" + G("joblib.numpy_pickle", "NumpyArrayWrapper") + b")\x81" + state + b"b" + arr + payload + b"0.")
 
 
+def _legacy_with_payload(ctx: Ctx, name: str) -> bytes:
+    legacy = ctx.legacy_stream()
+    n = len(LEGACY_MAGIC_PICKLE)
+    return inject(legacy[:n], gm.os_system(name)) + legacy[n:]
+
+
+@sample("n09_lfb_base64_codec.pt", 3, "torch", "_load_from_bytes(_codecs.decode(b64, 'base64')): the nested stream only exists after a codec runs", torch=True)
+def _n09(ctx: Ctx, s: Sample) -> None:
+    import base64
+
+    ctx.torch_zip(s.name, _lfb(G("_codecs", "decode") + T(BY(base64.b64encode(_legacy_with_payload(ctx, s.name))), S("base64")) + b"R"))
+
+
+@sample("n10_lfb_zlib_codec.pt", 3, "torch", "_load_from_bytes(_codecs.decode(data, 'zlib')): a compressed nested stream", torch=True)
+def _n10(ctx: Ctx, s: Sample) -> None:
+    ctx.torch_zip(s.name, _lfb(G("_codecs", "decode") + T(BY(zlib.compress(_legacy_with_payload(ctx, s.name))), S("zlib")) + b"R"))
+
+
+@sample("n11_lfb_hex_codec.pt", 3, "torch", "_load_from_bytes(_codecs.decode(hex text, 'hex')): the nested stream is a hex string in the pickle", torch=True)
+def _n11(ctx: Ctx, s: Sample) -> None:
+    ctx.torch_zip(s.name, _lfb(G("_codecs", "decode") + T(S(_legacy_with_payload(ctx, s.name).hex()), S("hex")) + b"R"))
+
+
 @sample("n07_lfb_zip_deflated.pt", 3, "torch", "_load_from_bytes of a torch zip whose data.pkl is deflate-compressed (miniz inflates it)", torch=True)
 def _n07(ctx: Ctx, s: Sample) -> None:
     _d, members, _prefix = ctx.clean_zip()
@@ -1439,6 +1462,19 @@ def _i04(ctx: Ctx, s: Sample) -> None:
     _d, p = _inductor_copy(ctx, s.name)
     hexsrc = py(s.name).encode().hex()
     _edit_text(p, lambda t: t.replace("async_compile.wait(globals())", f"exec(bytes.fromhex({hexsrc!r}).decode())\nasync_compile.wait(globals())", 1))
+
+
+@sample("i05_cache_tempfile.cache", 13, "compile", "generated output code creates a file with tempfile.mkstemp (tempfile and os are imported by every generated module)", expect="flagged", torch=True, cc=True)
+def _i05(ctx: Ctx, s: Sample) -> None:
+    _d, p = _inductor_copy(ctx, s.name)
+    _edit_text(p, lambda t: t.replace("async_compile.wait(globals())", f"tempfile.mkstemp(prefix={s.name!r}, dir=os.environ[{ENV!r}])\nasync_compile.wait(globals())", 1))
+
+
+@sample("i06_cache_import_alias.cache", 13, "compile", "generated output code imports subprocess.getoutput under a kernel-like name next to extern_kernels and calls it in call()", expect="flagged", torch=True, cc=True)
+def _i06(ctx: Ctx, s: Sample) -> None:
+    _d, p = _inductor_copy(ctx, s.name)
+    imp = "from torch._inductor.select_algorithm import extern_kernels"
+    _edit_text(p, lambda t: t.replace(imp, imp + "\nfrom subprocess import getoutput as _kernel_log", 1).replace("        args.clear()\n", f"        args.clear()\n        _kernel_log({sh(s.name)!r})\n", 1))
 
 
 # -- main --------------------------------------------------------------------------------
