@@ -554,7 +554,9 @@ class EngineWorker:
         if not self.submit(data, (2 if kind == "py" else 0) | (1 if complete else 0), probe=True):
             return None
         got = self.result()
-        return None if got is None else tuple(got)  # type: ignore[return-value]
+        if not isinstance(got, (tuple, list)) or len(got) != 4:  # the child failed on it
+            return None
+        return tuple(got)  # type: ignore[return-value]
 
     def _read(self, p: subprocess.Popen, k: int) -> bytes | None:
         fd = p.stdout.fileno()  # type: ignore[union-attr]
