@@ -572,6 +572,21 @@ def _z04(ctx: Ctx, s: Sample) -> None:
     ctx.write(s.name, _npz_two_views([("x.npy", b), ("y.npy", b)], [("x.npy", b), ("y.npy", npy_object(pk(gm.os_system(s.name))))]))
 
 
+@sample("z05_npz_member_no_suffix.npz", 12, "numpy", ".npz member 'weights.bin' (no .npy suffix): NpzFile still reads any member that starts with the NumPy magic")
+def _z05(ctx: Ctx, s: Sample) -> None:
+    ctx.write(s.name, zip_with([("weights.bin", npy_object(pk(gm.os_system(s.name))))]))
+
+
+@sample("z06_npz_bzip2_member.npz", 12, "numpy", ".npz member compressed with bzip2 (method 12): zipfile inflates it, miniz cannot")
+def _z06(ctx: Ctx, s: Sample) -> None:
+    ctx.write(s.name, zip_with([("arr.npy", npy_object(pk(gm.os_system(s.name))))], {"arr.npy": zipfile.ZIP_BZIP2}))
+
+
+@sample("z07_npz_lzma_member.npz", 12, "numpy", ".npz member compressed with LZMA (method 14): zipfile inflates it, miniz cannot")
+def _z07(ctx: Ctx, s: Sample) -> None:
+    ctx.write(s.name, zip_with([("arr.npy", npy_object(pk(gm.os_system(s.name))))], {"arr.npy": zipfile.ZIP_LZMA}))
+
+
 # ======================================================================================
 # RC4 (NumPy part): headers parsed as NumPy parses them
 # ======================================================================================
