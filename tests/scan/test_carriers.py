@@ -205,7 +205,7 @@ def test_npy_header_parser_is_strict_and_bounded() -> None:
     assert parse_header_literal("{'descr': '<f8', 'fortran_order': False, 'shape': (3, 4), }") == {"descr": "<f8", "fortran_order": False, "shape": (3, 4)}
     assert parse_header_literal("{'shape': (3L,)}", py2_longs=True) == {"shape": (3,)}
     assert parse_header_literal("{u'a': [('x', '|O'), ('y', ('<i4', (2,)))]}") == {"a": [("x", "|O"), ("y", ("<i4", (2,)))]}
-    for bad in ("(" * 5000 + ")" * 5000, "{'a': __import__('os')}", "{'a': 1+1}", "'unterminated", "{'a': 0x10}", "\x00", "{" * 100000):
+    for bad in ("{'a': \u00b2}", "{'a': 1\u0663}", "(" * 5000 + ")" * 5000, "{'a': __import__('os')}", "{'a': 1+1}", "'unterminated", "{'a': 0x10}", "\x00", "{" * 100000):
         with pytest.raises(HeaderError):
             parse_header_literal(bad)
 
