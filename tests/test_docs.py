@@ -26,9 +26,6 @@ SAMPLES = os.path.join(ROOT, "samples")
 DOCS = ["README.md"] + sorted(os.path.join("docs", n) for n in os.listdir(os.path.join(ROOT, "docs")) if n.endswith(".md"))
 RUN = {"python", "sh", "console", "bash"}
 NOT_CODE = {"text"}
-#: documents other work is rewriting now; their blocks are collected and run, and a
-#: failure is reported as an expected failure until they are fixed (kept empty otherwise)
-PENDING = {"docs/scan.md"}
 
 FENCE = re.compile(r"^```(\S*)\s*$")
 SKIP = re.compile(r"<!--\s*skip:\s*(.+?)\s*-->")
@@ -183,8 +180,6 @@ def test_doc_code_blocks_run(doc, tmp_path, capsys, record_property):
     for line, lang, code, skip in found:
         if lang in NOT_CODE:
             continue
-        if lang not in RUN and doc in PENDING:
-            pytest.xfail(f"{doc}:{line}: unlabelled fence")
         assert lang in RUN, f"{doc}:{line}: fence ```{lang} is neither run ({sorted(RUN)}) nor ```text"
         if skip:
             skipped += 1
@@ -198,8 +193,6 @@ def test_doc_code_blocks_run(doc, tmp_path, capsys, record_property):
             else:
                 _run_sh(code, str(where), capsys)
         except AssertionError as e:
-            if doc in PENDING:
-                pytest.xfail(f"{doc}:{line}: {e}")
             raise AssertionError(f"{doc}:{line}: {e}") from None
         ran += 1
     record_property("blocks_run", ran)
