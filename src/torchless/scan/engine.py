@@ -61,6 +61,15 @@ __all__ = [
     "normalize",
     "EngineWorker",
     "READERS",
+    "RecordingPyUnpickler",
+    "check_stream",
+    "second_opinion",
+    "shared_worker",
+    "engine_enabled",
+    "probe_readers",
+    "digest",
+    "record_of",
+    "ENGINE_MAX_STREAM",
 ]
 
 READERS = ("bytes", "bytesio", "file", "zipmember")
@@ -314,7 +323,6 @@ def _run(make: Any, data: bytes, reader: str, encoding: str, start: int) -> Reco
     # the extension cache is process-wide: a code cached by an earlier run would be
     # served without a find_class call
     copyreg._extension_cache.clear()  # type: ignore[attr-defined]
-    f = None
     try:
         if reader == "bytes" and make is RecordingUnpickler:
             # pickle.loads: the bytes are the unpickler's whole input buffer
