@@ -1,0 +1,171 @@
+"""Many small tensors: the issue-12 table, measured in one run by bench/harness.py.
+
+Usage: python bench/bench_many.py [--rounds N] [--n 20000] [--data DIR] [--only a,b] [--md FILE]
+
+Fixtures (generated with torch on first use into bench/_data/, not committed): ``n``
+float32 tensors of 64 to 4,928 elements (20,000 by default, about 0.2 GB), saved as
+``torch.save`` (.pt), safetensors, and a single-rank DCP checkpoint; plus a 3-tensor .pt
+for the start-up row. Rows (torchless vs its yardstick, the goal is the issue's):
+
+  list     open + names/dtypes/shapes   vs safetensors safe_open listing   <= 1.5x
+  read     load(mmap=False) + all bytes vs numpy.fromfile of the file      <= 2.5x
+  save     torchless.save               vs raw write() of the same bytes   <= 4x
+  dcp      consolidate DCP -> .pt       vs dcp_to_torch_save               >= 10x faster
+  info     `torchless info` small file  vs python -c 'import numpy'        <= +0.1 s
+
+The start-up row compares whole-process wall times with bytecode compiled beforehand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import compileall
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import PY, ROOT, Harness  # noqa: E402
+
+GEN = r"""
+import sys, warnings, torch, torch.distributed.checkpoint as dcp
+from safetensors.torch import save_file
+n, d = int(sys.argv[1]), sys.argv[2]
+g = torch.Generator().manual_seed(0)
+sd = {}
+for i in range(n):
+    k = int(torch.randint(64, 4929, (1,), generator=g))
+    sd[f"blocks.{i // 10}.p{i % 10}.weight"] = torch.randn(k, generator=g)
+torch.save(sd, f"{d}/many.pt")
+save_file(sd, f"{d}/many.safetensors")
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    dcp.save(sd, checkpoint_id=f"{d}/many_dcp", no_dist=True)
+torch.save({"a": torch.zeros(3), "b": torch.ones(2, 2), "c": torch.arange(4)}, f"{d}/small.pt")
+"""
+
+CODE = {
+    "torchless_list": """
+import torchless
+t = time.perf_counter()
+with torchless.open(P) as a:
+    rows = [(n, x.dtype.name, tuple(x.shape)) for n, x in a.tensors()]
+done(time.perf_counter() - t, n=len(rows))
+""",
+    "safetensors_list": """
+from safetensors import safe_open
+t = time.perf_counter()
+with safe_open(P, framework="numpy") as f:
+    rows = [(k, f.get_slice(k).get_dtype(), tuple(f.get_slice(k).get_shape())) for k in f.keys()]
+done(time.perf_counter() - t, n=len(rows))
+""",
+    "torchless_read": """
+import torchless
+t = time.perf_counter()
+sd = torchless.load(P, mmap=False)
+arrs = [x.storage.bytes() for x in sd.values()]
+done(time.perf_counter() - t)
+""",
+    "numpy_fromfile": """
+import numpy as np
+t = time.perf_counter()
+buf = np.fromfile(P, dtype=np.uint8)
+done(time.perf_counter() - t)
+""",
+    "torchless_save": """
+import os, torchless
+sd = torchless.load(ARGS[0], mmap=False)
+for x in sd.values():
+    x.storage.bytes()
+t = time.perf_counter()
+torchless.save(sd, ARGS[1])
+done(time.perf_counter() - t)
+os.unlink(ARGS[1])
+""",
+    "raw_write": """
+import os, torchless
+sd = torchless.load(ARGS[0], mmap=False)
+bufs = [x.storage.bytes() for x in sd.values()]
+t = time.perf_counter()
+with open(ARGS[1], "wb") as f:
+    for b in bufs:
+        f.write(b)
+done(time.perf_counter() - t)
+os.unlink(ARGS[1])
+""",
+    "torchless_dcp": """
+import os
+from torchless.formats.dcp.consolidate import consolidate
+t = time.perf_counter()
+consolidate(ARGS[0], ARGS[1])
+done(time.perf_counter() - t)
+os.unlink(ARGS[1])
+""",
+    "torch_dcp_to_torch_save": """
+import os, warnings
+warnings.simplefilter("ignore")
+from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+t = time.perf_counter()
+dcp_to_torch_save(ARGS[0], ARGS[1])
+done(time.perf_counter() - t)
+os.unlink(ARGS[1])
+""",
+}
+
+ROWS = ["list", "read", "save", "dcp", "info"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--n", type=int, default=20000)
+    ap.add_argument("--data", default=os.path.join(ROOT, "bench", "_data"))
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--only", default=",".join(ROWS))
+    ap.add_argument("--md", default=None, help="also write the Markdown tables here")
+    a = ap.parse_args()
+    only = set(a.only.split(","))
+    d = os.path.join(a.data, f"many_{a.n}")
+    os.makedirs(d, exist_ok=True)
+    if not os.path.exists(os.path.join(d, "small.pt")):
+        print(f"generating fixtures in {d} ...", file=sys.stderr)
+        subprocess.run([PY, "-c", GEN, str(a.n), d], check=True)
+    pt, st, dc, small = (os.path.join(d, x) for x in ("many.pt", "many.safetensors", "many_dcp", "small.pt"))
+    out = os.path.join(d, "out.pt")
+    h = Harness(rounds=a.rounds, warmup=a.warmup)
+    if "list" in only:
+        h.case("torchless_list", CODE["torchless_list"], args=[pt], warm=[pt])
+        h.case("safetensors_list", CODE["safetensors_list"], args=[st], warm=[st])
+        h.ratio("list names/dtypes/shapes", "torchless_list", "safetensors_list", goal=1.5)
+    if "read" in only:
+        h.case("torchless_read", CODE["torchless_read"], args=[pt], warm=[pt])
+        h.case("numpy_fromfile", CODE["numpy_fromfile"], args=[pt], warm=[pt])
+        h.ratio("eager read of every tensor", "torchless_read", "numpy_fromfile", goal=2.5)
+    if "save" in only:
+        h.case("torchless_save", CODE["torchless_save"], args=[pt, out], warm=[pt])
+        h.case("raw_write", CODE["raw_write"], args=[pt, out], warm=[pt])
+        h.ratio("save", "torchless_save", "raw_write", goal=4)
+    if "dcp" in only:
+        h.case("torchless_dcp", CODE["torchless_dcp"], args=[dc, out], warm=[dc])
+        h.case("torch_dcp_to_torch_save", CODE["torch_dcp_to_torch_save"], args=[dc, out], warm=[dc])
+        h.ratio("DCP consolidate to .pt", "torchless_dcp", "torch_dcp_to_torch_save", goal=10, better="higher")
+    if "info" in only:
+        compileall.compile_dir(os.path.join(ROOT, "src", "torchless"), quiet=1)  # as an installed package runs
+        h.case("torchless_info", argv=[PY, "-m", "torchless.cli.main", "info", small], warm=[small], whole_process=True)
+        h.case("import_numpy", argv=[PY, "-c", "import numpy"], whole_process=True)
+        h.ratio("`torchless info` on a small file (difference in s, shown as ratio)", "torchless_info", "import_numpy", goal=None)
+    h.run()
+    md = h.markdown()
+    if "info" in only:
+        diff = h.median("torchless_info") - h.median("import_numpy")
+        md += f"\n\n`torchless info` minus `import numpy`: {diff:+.3f} s (goal <= +0.1 s: {'yes' if diff <= 0.1 else '**no**'})"
+    print(md)
+    if a.md:
+        with open(a.md, "w") as f:
+            f.write(md + "\n")
+    if os.path.exists(out):
+        os.unlink(out)
+
+
+if __name__ == "__main__":
+    main()

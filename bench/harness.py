@@ -1,0 +1,208 @@
+"""The one benchmark harness: fixtures, warm page cache, fresh processes, medians, ratios.
+
+Every measurement is a *child program* run in a fresh interpreter. The child times the
+operation itself and prints one JSON line ``{"t": seconds}`` (optionally more keys); the
+harness also times the whole process (``wall``) and takes its peak RSS from the kernel
+(``ru_maxrss`` of the reaped child, through ``os.wait4``), so nothing is left to the child's
+honesty about memory.
+
+Rounds interleave the cases (case A, case B, case A, case B ...), so every ratio compares
+figures taken under the same machine load; the reported figure is the median over rounds,
+and each ratio is the median of the per-round ratios. Inputs are read into the page cache
+right before each timed run (the page cache of a shared VM empties after a minute idle).
+
+Usage from a benchmark::
+
+    h = Harness(rounds=5)
+    h.case("torchless_list", CODE, args=[path], warm=[path])
+    ...
+    h.run()
+    h.ratio("list", "torchless_list", "safetensors_list", goal=1.5, key="t")
+    print(h.markdown())
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+PY = sys.executable
+
+#: put at the top of every child program: ``P`` (argv[1]), ``ARGS``, ``done(t, **more)``
+PRELUDE = r"""
+import json, sys, time
+ARGS = sys.argv[1:]
+P = ARGS[0] if ARGS else None
+def done(t, **more):
+    more["t"] = t
+    sys.stdout.write("\nBENCH " + json.dumps(more) + "\n")
+    sys.stdout.flush()
+"""
+
+
+def warm(paths: list[str]) -> None:
+    """Read every file (or every file under a folder) once, into the page cache."""
+    for p in paths:
+        if os.path.isdir(p):
+            warm([os.path.join(d, f) for d, _, fs in os.walk(p) for f in fs])
+            continue
+        if not os.path.exists(p):
+            continue
+        with open(p, "rb", buffering=0) as f:
+            while f.read(16 << 20):
+                pass
+
+
+@dataclass
+class Case:
+    """One child program and how to run it."""
+
+    name: str
+    code: str
+    args: list[str] = field(default_factory=list)
+    warm: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    before: Callable[[], None] | None = None  # e.g. remove an output file
+    whole_process: bool = False  # the figure is the process wall time (start-up benchmarks)
+    argv: list[str] | None = None  # run this command instead of a Python child program
+    results: list[dict[str, float]] = field(default_factory=list)
+
+
+def run_child(case: Case) -> dict[str, float]:
+    """Run one case once in a fresh process; its figures plus ``wall`` and ``rss``."""
+    if case.before is not None:
+        case.before()
+    warm(case.warm)
+    env = dict(os.environ)
+    env.setdefault("PYTHONPATH", os.path.join(ROOT, "src"))
+    env.update(case.env)
+    argv = case.argv if case.argv is not None else [PY, "-c", PRELUDE + case.code, *case.args]
+    with tempfile.TemporaryFile() as fo, tempfile.TemporaryFile() as fe:
+        t0 = time.perf_counter()
+        p = subprocess.Popen(argv, stdout=fo, stderr=fe, env=env)
+        # reap it ourselves with wait4: ru_maxrss is then this child's own peak RSS
+        # (RUSAGE_CHILDREN would be the largest of every child so far)
+        _, status, ru = os.wait4(p.pid, 0)
+        wall = time.perf_counter() - t0
+        p.returncode = os.waitstatus_to_exitcode(status)
+        rss = float(ru.ru_maxrss) * 1024
+        fo.seek(0)
+        fe.seek(0)
+        out, err = fo.read(), fe.read()
+    if p.returncode != 0:
+        raise RuntimeError(f"{case.name} failed ({p.returncode}):\n{err.decode(errors='replace')[-3000:]}")
+    res: dict[str, float] = {"wall": wall, "rss": rss}
+    for line in out.decode(errors="replace").splitlines():
+        if line.startswith("BENCH "):
+            res.update(json.loads(line[6:]))
+    if case.whole_process or "t" not in res:
+        res["t"] = wall
+    return res
+
+
+@dataclass
+class Ratio:
+    label: str
+    a: str
+    b: str
+    goal: float | None
+    key: str
+    better: str  # "lower" (a/b <= goal) or "higher" (b/a >= goal)
+    note: str = ""
+
+
+class Harness:
+    """Collect cases, run them interleaved for ``rounds`` rounds (after ``warmup`` untimed
+    ones), and report medians and ratios."""
+
+    def __init__(self, rounds: int = 5, warmup: int = 1, verbose: bool = True) -> None:
+        self.rounds = rounds
+        self.warmup = warmup
+        self.verbose = verbose
+        self.cases: dict[str, Case] = {}
+        self.ratios: list[Ratio] = []
+        self.started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+
+    def case(self, name: str, code: str = "", **kw: Any) -> Case:
+        c = Case(name, code, **kw)
+        self.cases[name] = c
+        return c
+
+    def ratio(self, label: str, a: str, b: str, *, goal: float | None = None, key: str = "t", better: str = "lower", note: str = "") -> None:
+        """Report ``a / b`` (``better="lower"``: goal is a maximum) or ``b / a``
+        (``better="higher"``: ``a`` is that many times faster than ``b``; goal a minimum)."""
+        self.ratios.append(Ratio(label, a, b, goal, key, better, note))
+
+    def run(self) -> None:
+        for r in range(self.warmup + self.rounds):
+            for c in self.cases.values():
+                res = run_child(c)
+                if r >= self.warmup:
+                    c.results.append(res)
+                if self.verbose:
+                    tag = "warm-up" if r < self.warmup else f"round {r - self.warmup + 1}"
+                    print(f"  [{tag}] {c.name}: {res['t']:.3f} s, {res['rss'] / 2**20:.0f} MiB", file=sys.stderr, flush=True)
+
+    def median(self, name: str, key: str = "t") -> float:
+        return statistics.median(r[key] for r in self.cases[name].results)
+
+    def ratio_value(self, rt: Ratio) -> float:
+        a, b = self.cases[rt.a].results, self.cases[rt.b].results
+        per = [(x[rt.key] / y[rt.key]) if rt.better == "lower" else (y[rt.key] / x[rt.key]) for x, y in zip(a, b)]
+        return statistics.median(per)
+
+    def met(self, rt: Ratio) -> bool | None:
+        if rt.goal is None:
+            return None
+        v = self.ratio_value(rt)
+        return v <= rt.goal if rt.better == "lower" else v >= rt.goal
+
+    @staticmethod
+    def machine() -> str:
+        cpu = platform.processor() or platform.machine()
+        try:
+            with open("/proc/cpuinfo") as f:
+                for line in f:
+                    if line.startswith("model name"):
+                        cpu = line.split(":", 1)[1].strip()
+                        break
+        except OSError:
+            pass
+        try:
+            load = "load average %.1f %.1f %.1f" % os.getloadavg()
+        except OSError:
+            load = ""
+        return f"{cpu}, {os.cpu_count()} CPUs, Python {platform.python_version()}, {load}"
+
+    def markdown(self) -> str:
+        """The cases and ratios as Markdown tables."""
+        out = [f"Run {self.started}; {self.machine()}; {self.rounds} rounds (+{self.warmup} warm-up), medians.", ""]
+        out.append("| case | seconds (median) | min | max | peak RSS MiB |")
+        out.append("|---|---|---|---|---|")
+        for c in self.cases.values():
+            ts = [r["t"] for r in c.results]
+            out.append(f"| {c.name} | {statistics.median(ts):.3f} | {min(ts):.3f} | {max(ts):.3f} | {statistics.median(r['rss'] for r in c.results) / 2**20:.0f} |")
+        out += ["", "| ratio | value | goal | met |", "|---|---|---|---|"]
+        for rt in self.ratios:
+            v = self.ratio_value(rt)
+            op = "a/b" if rt.better == "lower" else "b/a"
+            goal = "" if rt.goal is None else ("<= " if rt.better == "lower" else ">= ") + f"{rt.goal:g}"
+            m = self.met(rt)
+            mark = "" if m is None else ("yes" if m else "**no**")
+            out.append(f"| {rt.label} ({rt.a} vs {rt.b}, {op}{', ' + rt.key if rt.key != 't' else ''}) | {v:.2f}x | {goal} | {mark} |")
+        return "\n".join(out)
+
+    def dump(self, path: str) -> None:
+        with open(path, "w") as f:
+            json.dump({"started": self.started, "machine": self.machine(), "cases": {k: c.results for k, c in self.cases.items()},
+                       "ratios": [{"label": r.label, "a": r.a, "b": r.b, "goal": r.goal, "value": self.ratio_value(r), "better": r.better} for r in self.ratios]}, f, indent=1)
