@@ -58,10 +58,11 @@ def consolidate(
             from ..pt.write import save_checkpoint
 
             flat: dict[str, Any] = {}
+            name_set, value_set = set(names), set(values)  # membership per entry: no quadratic scan
             for fqn in reader.entries:
-                if fqn in names:
+                if fqn in name_set:
                     flat[fqn] = reader.tensor(fqn)
-                elif fqn in values:
+                elif fqn in value_set:
                     flat[fqn] = reader.value(fqn, weights_only=weights_only)
             if kw.get("max_shard_size"):
                 raise UsageError("option 'max_shard_size' does not apply to pt output", expected="no options for pt output")

@@ -16,6 +16,7 @@ classes at protocol 2); torch's ``pickle.load`` reads it.
 
 from __future__ import annotations
 
+import gc
 import os
 import pathlib
 from typing import Any
@@ -288,13 +289,20 @@ def parse_metadata(data: Any, *, path: Any = None, limits: Limits = Limits()) ->
         FormatError: malformed pickle or metadata.
     """
     res = _Resolver()
+    gc_was_enabled = gc.isenabled()
     try:
         obj = Unpickler(data, resolver=res, limits=limits, path=path, member=".metadata").load()
+        # tens of thousands of small spec objects that all live on: generational GC
+        # passes over them would find nothing to free
+        gc.disable()
         return to_metadata(obj)
     except TorchlessError as e:
         if e.path is None:
             e.path = path
         raise
+    finally:
+        if gc_was_enabled:
+            gc.enable()
 
 
 def read_metadata(directory: Any, name: str = ".metadata") -> Metadata:

@@ -11,18 +11,23 @@ from __future__ import annotations
 
 import mmap
 import os
+import struct
 import sys
 from dataclasses import dataclass
 from typing import Any, Iterator
 
 import numpy as np
 
-from ...container.zip import ZipReader
+from ...container.zip import _CENTRAL, _EOCD, _EOCD64, _LOC64, _LOCAL, CENTRAL_SIG, EOCD64_SIG, EOCD_SIG, LOC64_SIG, LOCAL_SIG, MAX32, ZipReader
 from ...core import jsonsafe
 from ...core.errors import FormatError, NotFoundError, TorchlessError, TruncatedError, UnsupportedError, UsageError, short_repr
 from ...core.paths import confine
 from ...core.source import BytesSource, MmapSource
 from ...core.tensor import Storage, Tensor
+from ...core.values import StorageType
+from ...pickle.fastpath import FALLBACK, fast_load
+from ...pickle.globals import AllowlistResolver
+from ...pickle.torch_globals import DEFAULT_ALLOWLIST
 from ..base import Artifact, Problem, summarize_tensors
 from .metadata import read_metadata
 from .spec import BytesStorageMetadata, ChunkStorageMetadata, Metadata, StorageInfo, TensorStorageMetadata, numel
@@ -96,6 +101,125 @@ def is_safetensors_blob(head: bytes) -> bool:
     return 2 <= int.from_bytes(head[:8], "little") <= 100 * 1024 * 1024
 
 
+_ITEM_RECORDS = ("version", ".data/version", "byteorder", ".format_version", ".storage_alignment", ".data/serialization_id")
+
+
+def _fast_item(mv: memoryview) -> tuple[Tensor, int, str, int] | None:
+    """The chunk tensor of one DCP item, parsed with the least work, or None.
+
+    An item is a small ``torch.save`` zip of one tensor. This reads its end record and
+    central directory and the local headers of the records it uses, and runs its
+    ``data.pkl`` through :func:`~torchless.pickle.fastpath.fast_load`. It accepts only
+    the exact shape torch writes (no zip64, no comment, stored records, no duplicate or
+    directory names, every record inside the item, one storage), and on anything else
+    returns None so that the general :class:`ZipReader` and
+    :func:`~torchless.formats.pt.read.read_zip_checkpoint` run and raise their errors: it
+    accepts nothing that path refuses and finds the same tensor, byte order and payload
+    offset (tests compare the two on generated and mutated items).
+
+    Returns:
+        ``(tensor, payload offset in the item, byte order, end of the payload record)``.
+    """
+    try:
+        return _fast_item_or_none(mv)
+    except (struct.error, UnicodeError, IndexError, ValueError, TypeError, TorchlessError):
+        return None
+
+
+def _fast_item_or_none(mv: memoryview) -> tuple[Tensor, int, str, int] | None:  # noqa: C901
+    n = len(mv)
+    eo = n - _EOCD.size
+    if eo < _CENTRAL.size:
+        return None
+    sig, disk, cd_disk, n_disk, n_total, cd_size, cd_off, clen = _EOCD.unpack_from(mv, eo)
+    if sig != EOCD_SIG or disk or cd_disk or clen or n_disk != n_total or not 0 < n_total <= 32 or n_total * _CENTRAL.size > cd_size:
+        return None
+    cd_end = eo
+    if eo >= _LOC64.size and mv[eo - _LOC64.size : eo - _LOC64.size + 4] == LOC64_SIG:
+        # torch's writer always adds a zip64 end record and its locator; accept them only
+        # where they sit in that layout and repeat the 32-bit end record's values
+        _lsig, _ldisk, e64_off, ltotal = _LOC64.unpack_from(mv, eo - _LOC64.size)
+        if ltotal != 1 or e64_off != eo - _LOC64.size - _EOCD64.size or e64_off < 0:
+            return None
+        rec = _EOCD64.unpack_from(mv, e64_off)
+        if rec[0] != EOCD64_SIG or rec[1] < _EOCD64.size - 12 or rec[4:10] != (disk, cd_disk, n_disk, n_total, cd_size, cd_off):
+            return None
+        cd_end = e64_off
+    if cd_off + cd_size != cd_end:
+        return None
+    cd = bytes(mv[cd_off:cd_end])
+    by_lower: dict[bytes, tuple[str, int, int]] = {}
+    first = ""
+    p = 0
+    for i in range(n_total):
+        (csig, _made, _need, flags, method, _mt, _md, _crc, csize, usize, nlen, xlen, elen, dstart, _ia, eattr, hoff) = _CENTRAL.unpack_from(cd, p)
+        q = p + _CENTRAL.size
+        if csig != CENTRAL_SIG or method != 0 or csize != usize or flags & 0x2061 or dstart != 0 or eattr & 0x10 or MAX32 in (csize, hoff):
+            return None
+        if q + nlen + xlen + elen > cd_size or hoff + _LOCAL.size + csize > n:
+            return None
+        raw = cd[q : q + nlen]
+        if not raw or raw.endswith(b"/"):
+            return None
+        name = raw.decode("utf-8", "strict")
+        low = raw.lower()
+        if low in by_lower:
+            return None
+        by_lower[low] = (name, hoff, csize)
+        if i == 0:
+            first = name
+        p = q + nlen + xlen + elen
+    if "/" not in first:
+        return None
+    prefix = first.split("/", 1)[0]
+
+    def record(rel: str) -> tuple[str, int, int] | None:
+        return by_lower.get(f"{prefix}/{rel}".encode("utf-8", "surrogateescape").lower())
+
+    def data_at(rec: tuple[str, int, int]) -> int:
+        _name, hoff, size = rec
+        lsig, _n, _f, _m, _t, _d, _c, _cs, _us, lnlen, lxlen = _LOCAL.unpack_from(mv, hoff)
+        if lsig != LOCAL_SIG:
+            raise ValueError("local header")
+        off = hoff + _LOCAL.size + lnlen + lxlen
+        if off + size > n:
+            raise ValueError("record past the item")
+        return off
+
+    byteorder = "little"
+    for rel in _ITEM_RECORDS:
+        rec = record(rel)
+        if rec is not None and rec[2] <= 64:
+            off = data_at(rec)
+            if rel == "byteorder":
+                byteorder = bytes(mv[off : off + rec[2]]).decode("ascii", "replace")
+    if byteorder not in ("little", "big"):
+        return None
+    pkl = record("data.pkl")
+    if pkl is None:
+        return None
+    off = data_at(pkl)
+    found: list[tuple[Storage, int, int]] = []
+
+    def persistent_load(pid: Any) -> Storage:
+        if found or not (type(pid) is tuple and len(pid) == 5 and pid[0] == "storage" and type(pid[1]) is StorageType and type(pid[2]) is str and type(pid[4]) is int and pid[4] >= 0):
+            raise ValueError("not the one storage of a DCP item")
+        stype, key, location, numel = pid[1], pid[2], pid[3], pid[4]
+        dtype = stype.dtype
+        rec = record(f"data/{key}")
+        if dtype is None or rec is None or rec[2] != numel * dtype.itemsize:
+            raise ValueError("storage record")
+        st = Storage(key, rec[2], dtype, str(location), byteorder=byteorder, origin=rec[0])
+        found.append((st, data_at(rec), rec[2]))
+        return st
+
+    t, _seen = fast_load(bytes(mv[off : off + pkl[2]]), AllowlistResolver(DEFAULT_ALLOWLIST, weights_only=True), persistent_load)
+    if t is FALLBACK or type(t) is not Tensor or not found or t.storage is not found[0][0]:
+        return None
+    st, base, size = found[0]
+    return t, base, byteorder, base + size
+
+
 def _safe_relpath(rel: str, path: Any, member: str | None = None) -> str:
     """The real path of storage file ``rel`` inside checkpoint folder ``path``.
 
@@ -112,6 +236,10 @@ class DCPReader:
     Args:
         path: the checkpoint directory (holding ``.metadata``).
     """
+
+    #: parse every item with the general zip reader and pickle machine (tests set it to
+    #: compare the two paths); by default :func:`_fast_item` is tried first
+    general_only = False
 
     def __init__(self, path: Any, *, metadata: Metadata | None = None) -> None:
         self.path = os.fspath(path)
@@ -247,13 +375,18 @@ class DCPReader:
         f = self._file(ref.info.relative_path)
         if is_safetensors_blob(f.read_at(ref.info.offset, max(0, min(9, f.size - ref.info.offset)))):  # may pass the item: a 1-element chunk
             return self._locate_safetensors(ref, tmd, where)
-        try:
-            zr = ZipReader(src)
-            cp = read_zip_checkpoint(zr, weights_only=True)
-        except TorchlessError as e:
-            raise e.with_context(path=where["path"], member=ref.fqn)
+        fast = None if self.general_only else _fast_item(src.view(0, src.size))
+        if fast is not None:
+            t, base, byteorder, data_end = fast
+        else:
+            try:
+                zr = ZipReader(src)
+                cp = read_zip_checkpoint(zr, weights_only=True)
+            except TorchlessError as e:
+                raise e.with_context(path=where["path"], member=ref.fqn)
+            t = cp.obj
+            byteorder = cp.byteorder
         self._release(ref.info)
-        t = cp.obj
         if not isinstance(t, Tensor) or t.storage is None:
             raise FormatError("chunk is not a tensor", expected="a torch.save'd tensor", found=type(t).__name__, **where)
         if t.dtype.name != tmd.dtype.name:
@@ -261,14 +394,15 @@ class DCPReader:
         if tuple(t.shape) != tuple(ref.chunk.sizes):
             raise FormatError("chunk shape differs from the metadata", expected=list(ref.chunk.sizes), found=list(t.shape), **where)
         t._check_bounds()
-        entry = zr.lookup(f"data/{t.storage.key}")
-        if entry is None or entry.method != 0:
-            raise FormatError("chunk payload record missing or compressed", **where)
-        base = zr.data_offset(entry)
+        if fast is None:
+            entry = zr.lookup(f"data/{t.storage.key}")
+            if entry is None or entry.method != 0:
+                raise FormatError("chunk payload record missing or compressed", **where)
+            base = zr.data_offset(entry)
         ref.data_offset = ref.info.offset + base + t.storage_offset() * t.dtype.itemsize
         ref.stride = tuple(t.stride())
         ref.storage_nbytes = t.storage.nbytes - t.storage_offset() * t.dtype.itemsize
-        ref.byteorder = cp.byteorder
+        ref.byteorder = byteorder
         if ref.byteorder != sys.byteorder and t.dtype.itemsize > 1:
             raise UnsupportedError("chunk saved with a foreign byte order", **where)
         if ref.info.offset + base + t.storage.nbytes > ref.info.offset + ref.info.length:
