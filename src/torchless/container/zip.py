@@ -693,10 +693,24 @@ class TorchZipWriter:
         self._names: list[str] = []
         self._crcs: list[int] = []
         self._closed = False
+        # headers, small records and data descriptors gather here and reach the file in
+        # few large writes (a checkpoint of 20,000 small tensors made 100,000 writes)
+        self._buf = bytearray()
 
     @property
     def names(self) -> list[str]:
         return list(self._names)
+
+    def _put(self, b: Any) -> None:
+        buf = self._buf
+        buf += b
+        if len(buf) >= _WRITE_BUFFER:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._buf:
+            buf, self._buf = self._buf, bytearray()
+            self._f.write(buf)
 
     def _padding(self, name_len: int, size: int) -> tuple[bytes, bytes]:
         start = self._pos + 30 + name_len + 4
@@ -752,26 +766,31 @@ class TorchZipWriter:
         # miniz writes an empty record without a data descriptor (flags 0x0800)
         gp_flags = 0x0808 if csize else 0x0800
         local = _LOCAL.pack(LOCAL_SIG, need, gp_flags, method, 0, 0, 0, 0, 0, len(full), len(extra))
-        f = self._f
-        f.write(local)
-        f.write(full)
-        f.write(extra)
+        put = self._put
+        put(local + full + extra)
         data_off = header_off + len(local) + len(full) + len(extra)
         written = 0
         running = 0
         want_crc = not precomputed_crc and self.compute_crc
         for chunk in chunks:
             mv = memoryview(chunk).cast("B")
-            if want_crc and len(mv) >= _PARALLEL_CRC:
-                # CRC-32 and the write both release the GIL: overlap them on two cores
-                fut = _crc_pool().submit(zlib.crc32, mv, running)
-                f.write(mv)
-                running = fut.result()
+            n = len(mv)
+            if n >= _DIRECT_WRITE:
+                self._flush()
+                if want_crc and n >= _PARALLEL_CRC:
+                    # CRC-32 and the write both release the GIL: overlap them on two cores
+                    fut = _crc_pool().submit(zlib.crc32, mv, running)
+                    self._f.write(mv)
+                    running = fut.result()
+                else:
+                    if want_crc:
+                        running = zlib.crc32(mv, running)
+                    self._f.write(mv)
             else:
                 if want_crc:
                     running = zlib.crc32(mv, running)
-                f.write(mv)
-            written += len(mv)
+                put(mv)
+            written += n
         if written != csize:
             raise ValueError(f"record {name!r}: {written} bytes written, {csize} declared")
         if not precomputed_crc:
@@ -783,7 +802,7 @@ class TorchZipWriter:
             desc = DESC_SIG + struct.pack("<III", crc, csize, usize)
         if not csize:
             desc = b""
-        f.write(desc)
+        put(desc)
         self._pos = data_off + csize + len(desc)
         # central directory entry
         cextra = b""
@@ -821,16 +840,17 @@ class TorchZipWriter:
         """Write the central directory and end records, then publish the file."""
         if self._closed:
             return
-        f = self._f
         cd_off = self._pos
+        put = self._put
         for c in self._central:
-            f.write(c)
+            put(c)
         cd_size = sum(len(c) for c in self._central)
         n = len(self._central)
         eocd64_off = cd_off + cd_size
-        f.write(_EOCD64.pack(EOCD64_SIG, 44, 0x031E, 0x002D, 0, 0, n, n, cd_size, cd_off))
-        f.write(_LOC64.pack(LOC64_SIG, 0, eocd64_off, 1))
-        f.write(_EOCD.pack(EOCD_SIG, 0, 0, min(n, 0xFFFF), min(n, 0xFFFF), min(cd_size, MAX32), min(cd_off, MAX32), 0))
+        put(_EOCD64.pack(EOCD64_SIG, 44, 0x031E, 0x002D, 0, 0, n, n, cd_size, cd_off))
+        put(_LOC64.pack(LOC64_SIG, 0, eocd64_off, 1))
+        put(_EOCD.pack(EOCD_SIG, 0, 0, min(n, 0xFFFF), min(n, 0xFFFF), min(cd_size, MAX32), min(cd_off, MAX32), 0))
+        self._flush()
         self._closed = True
         if self._atomic is not None:
             self._atomic.commit()
@@ -838,6 +858,7 @@ class TorchZipWriter:
     def abort(self) -> None:
         """Discard a partly written archive (the target path is left untouched)."""
         self._closed = True
+        self._buf = bytearray()
         if self._atomic is not None:
             self._atomic.abort()
 
@@ -852,6 +873,10 @@ class TorchZipWriter:
 
 
 _PARALLEL_CRC = 1 << 20
+#: TorchZipWriter: bytes gathered before a write; records at least _DIRECT_WRITE long
+#: go to the file directly (no copy)
+_WRITE_BUFFER = 1 << 20
+_DIRECT_WRITE = 1 << 16
 _POOL: Any = None
 
 
