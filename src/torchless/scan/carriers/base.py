@@ -28,6 +28,7 @@ class Budget:
         ops: opcodes the pickle machine runs (1 million + one per 64 bytes of the file;
             a pure-data pickle with more opcodes than that is UNANALYSABLE, not CLEAN).
         nodes: carriers, members and streams visited.
+        probes: pickle views decided by the real unpicklers (5,000 + one per 4 KiB).
         seconds: wall-clock backstop (a deterministic budget should stop first).
     A budget that runs out is a ``limit`` finding (UNANALYSABLE), never a hang.
     """
@@ -37,6 +38,7 @@ class Budget:
         self.pickle = (2 << 20) + 2 * size
         self.ops = 1_000_000 + size // 64
         self.nodes = 50_000
+        self.probes = 5_000 + size // 4096  # each asks the engine's child process (a round trip)
         self.deadline = time.monotonic() + 60.0 + size / (100 << 20)
         self._once: set[Any] = set()
         self.exhausted: str | None = None
@@ -105,7 +107,7 @@ class ScannerBase:
         """Draw from the scan's budget; on exhaustion report a ``limit`` finding, return False."""
         if self.budget.take(what, n):
             return True
-        names = {"inflate": "decompressed bytes", "pickle": "pickle bytes analysed", "ops": "opcodes run", "nodes": "carriers and members visited", "seconds": "time"}
+        names = {"inflate": "decompressed bytes", "pickle": "pickle bytes analysed", "ops": "opcodes run", "nodes": "carriers and members visited", "probes": "carriers probed by the real unpicklers", "seconds": "time"}
         self.add("limit", "high", f"the scan's work budget ({names.get(self.budget.exhausted or what, what)}) ran out while {doing}; the rest was not analysed", member, loader=loader)
         return False
 
@@ -201,8 +203,10 @@ class ScannerBase:
             kinds.append("tar")
             self.scan_tar(src, member, base, depth)
         # the pickle view: pickle.load, torch.load's legacy stream, numpy's and joblib's fallbacks
+        if not self.spend("probes", 1, member, "asking the real unpicklers about carriers"):
+            return
         probe = probe_pickle(src, py_limit=max(0, self.budget.ops))
-        self.budget.ops -= probe.pos // 4  # the pure-Python probe's work, roughly (C runs far faster)
+        self.budget.ops -= probe.py_cost // 4  # the pure-Python probe's work, roughly (C runs far faster)
         if not probe.inert:
             if not kinds or probe.outcome == "resolves":
                 kinds.insert(0, "pickle")

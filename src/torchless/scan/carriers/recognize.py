@@ -74,6 +74,7 @@ class Probe:
     detail: str = ""
     legacy: bool = False
     pos: int = 0  # where the unpickler stopped (about: the bytes it consumed)
+    py_cost: int = 0  # bytes the pure-Python unpickler was run over (for the scan's budget)
 
     @property
     def inert(self) -> bool:
@@ -127,10 +128,12 @@ def probe_pickle(src: ByteSource, *, window: int = _PROBE_WINDOW, py_limit: int 
     if m - long_line > py_limit:
         return Probe("undecided", f"{c.detail}; the pure-Python unpickler was not run (budget)")
     py = _one("py", data[:m], complete and m == n)
+    cost = max(0, m - long_line)
     if py.outcome in ("resolves", "undecided"):
-        return Probe(py.outcome, py.detail + " (pure-Python unpickler, which joblib uses)")
+        return Probe(py.outcome, py.detail + " (pure-Python unpickler, which joblib uses)", py_cost=cost)
     if py.outcome == "data":
-        return Probe("data", py.detail + " (pure-Python unpickler, which joblib uses)", legacy=py.legacy)
+        return Probe("data", py.detail + " (pure-Python unpickler, which joblib uses)", legacy=py.legacy, py_cost=cost)
+    c.py_cost = cost
     return c
 
 
