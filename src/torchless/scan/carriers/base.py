@@ -34,7 +34,7 @@ class Budget:
     """
 
     def __init__(self, size: int) -> None:
-        self.inflate = min(1 << 30, max(64 << 20, 256 * size))
+        self.inflate = min(1 << 30, max(32 << 20, 256 * size))
         self.pickle = (2 << 20) + 2 * size
         self.ops = 1_000_000 + size // 64
         self.nodes = 50_000

@@ -89,6 +89,7 @@ class CompressedCarrier:
             self.add("unrecognized", "info", f"{kind} stream yields no data ({broken or 'empty'}): {who} raises before unpickling anything", member, 0, loader=loader)
             return True
         self.budget.inflate -= min(total, self.budget.inflate + 1)
+        self.budget.pickle += total  # inflated bytes are input too (the opcode budget bounds the work)
         loc = f"{member or os.path.basename(self.path)} ({kind})"
         if member is None:
             self.report.kind = f"{kind}-compressed"
