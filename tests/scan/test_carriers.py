@@ -344,3 +344,14 @@ def test_npy_headers_differential_against_numpy() -> None:
             decided += 1
             assert ours == theirs, (text, version, ours, theirs)
     assert decided > 300
+
+
+def test_protocol_4_pickle_of_a_large_array_is_clean(tmp_path):  # type: ignore[no-untyped-def]
+    """CPython writes objects of 64 KiB or more between frames: ordinary output, not a frame lie."""
+    import pickle
+
+    np = pytest.importorskip("numpy")
+    p = tmp_path / "arrays.pkl"
+    p.write_bytes(pickle.dumps({"w": np.zeros((200, 1000)), "cfg": {"a": 1}}, protocol=4))
+    (fr,) = scan(p).files
+    assert fr.verdict == "clean", [(f.rule, f.message) for f in fr.findings]

@@ -99,7 +99,7 @@ class PickleCarrier:
                     self.add("frame-length", "high", f"FRAME declares {flen} bytes but only {len(data) - fpos - 9} follow", member, fpos, fo(fpos), None, dis(fpos))
                 elif fend != end and fend not in starts:
                     self.add("frame-length", "high", f"FRAME declares {flen} bytes, which ends inside an opcode at {fend:#x}: readers that trust frame lengths see different opcodes", member, fpos, fo(fpos), None, dis(fpos))
-                elif fend < end and fend in starts and not any(p == fend for p, _ in res.frames):
+                elif fend < end and fend in starts and not any(p == fend for p, _ in res.frames) and not _large_unframed(data, fend):
                     self.add("frame-length", "high", f"FRAME declares {flen} bytes but opcodes continue outside any frame after {fend:#x}: readers that stop at the frame end miss them", member, fpos, fo(fpos), None, dis(fend))
         if res.error is not None and report_errors:
             off = res.error.offset
@@ -185,3 +185,17 @@ class PickleCarrier:
             self.add("limit", "high", f"more than {limit} pickles in a row; the bytes from {pos:#x} on were not analysed (a loader calling pickle.load again would run them)", member, pos, None if base is None else base + pos)
         if legacy and count < 5:
             self.add("malformed-pickle", "medium", f"legacy stream has {count} of its 5 pickles", member, pos)
+
+
+def _large_unframed(data: bytes, pos: int) -> bool:
+    """CPython's picklers write a bytes/str object of 64 KiB or more outside any frame
+    (``_Framer.write_large_bytes``): such an opcode right after a frame end is ordinary
+    output, read identically by every reader."""
+    if pos >= len(data):
+        return False
+    op = data[pos]
+    width = {0x42: 4, 0x58: 4, 0x8E: 8, 0x8D: 8, 0x96: 8}.get(op)  # BINBYTES BINUNICODE BINBYTES8 BINUNICODE8 BYTEARRAY8
+    if width is None or pos + 1 + width > len(data):
+        return False
+    n = int.from_bytes(data[pos + 1 : pos + 1 + width], "little")
+    return n >= 64 * 1024 and pos + 1 + width + n <= len(data)
