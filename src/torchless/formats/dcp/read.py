@@ -297,6 +297,14 @@ class DCPReader:
             real = self._real[rel] = _safe_relpath(rel, self.path, member)
         return real
 
+    def _shown(self, rel: str) -> str:
+        """The path of storage file ``rel`` as error messages name it."""
+        shown = self.__dict__.setdefault("_shown_paths", {})
+        p = shown.get(rel)
+        if p is None:
+            p = shown[rel] = os.path.join(self.path, rel)
+        return p
+
     def _file(self, rel: str) -> MmapSource:
         m = self._maps.get(rel)
         if m is None:
@@ -371,7 +379,7 @@ class DCPReader:
         tmd = self.entries[ref.fqn]
         assert isinstance(tmd, TensorStorageMetadata)
         src = self._item_source(ref.info, f"chunk of {ref.fqn}")
-        where = dict(path=os.path.join(self.path, ref.info.relative_path), member=ref.fqn, offset=ref.info.offset)
+        where = dict(path=self._shown(ref.info.relative_path), member=ref.fqn, offset=ref.info.offset)
         f = self._file(ref.info.relative_path)
         if is_safetensors_blob(f.read_at(ref.info.offset, max(0, min(9, f.size - ref.info.offset)))):  # may pass the item: a 1-element chunk
             return self._locate_safetensors(ref, tmd, where)
@@ -490,7 +498,7 @@ class DCPReader:
     def _copy_chunk(self, ref: ChunkRef, isz: int, lo: list[int], hi: list[int], boff: tuple[int, ...], bsize: tuple[int, ...], dst: np.ndarray, flat: np.ndarray) -> None:
         c = ref.chunk
         fd = self._fd(ref.info.relative_path)
-        path = os.path.join(self.path, ref.info.relative_path)
+        path = self._shown(ref.info.relative_path)
         nd = len(c.sizes)
         if nd == 0:
             pread_into(fd, memoryview(flat), ref.data_offset, path=path)
