@@ -1,6 +1,6 @@
 """Many small tensors: the issue-12 table, measured in one run by bench/harness.py.
 
-Usage: python bench/bench_many.py [--rounds N] [--n 20000] [--data DIR] [--only a,b] [--md FILE]
+Usage: python bench/bench_many.py [--rounds N] [--n 20000] [--data DIR] [--only a,b] [--md FILE] [--before CHECKOUT]
 
 Fixtures (generated with torch on first use into bench/_data/, not committed): ``n``
 float32 tensors of 64 to 4,928 elements (20,000 by default, about 0.2 GB), saved as
@@ -123,6 +123,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--only", default=",".join(ROWS))
     ap.add_argument("--md", default=None, help="also write the Markdown tables here")
+    ap.add_argument("--before", default=None, help="a checkout of an older torchless: its torchless cases run in the same rounds, with the speed-up printed")
     a = ap.parse_args()
     only = set(a.only.split(","))
     d = os.path.join(a.data, f"many_{a.n}")
@@ -154,6 +155,12 @@ def main() -> None:
         h.case("torchless_info", argv=[PY, "-m", "torchless.cli.main", "info", small], warm=[small], whole_process=True)
         h.case("import_numpy", argv=[PY, "-c", "import numpy"], whole_process=True)
         h.ratio("`torchless info` on a small file (difference in s, shown as ratio)", "torchless_info", "import_numpy", goal=None)
+    if a.before:
+        src = os.path.join(os.path.abspath(a.before), "src")
+        for name in [n for n in h.cases if n.startswith("torchless_") and n != "torchless_info"]:
+            c = h.cases[name]
+            h.case(name + "_before", c.code, args=c.args, warm=c.warm, env={"PYTHONPATH": src})
+            h.ratio(f"{name}: speed-up over --before", name, name + "_before", better="higher")
     h.run()
     md = h.markdown()
     if "info" in only:
