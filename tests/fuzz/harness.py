@@ -875,9 +875,10 @@ class Summary:
     by_seed: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     killed: int = 0
+    skipped: int = 0  # cases not started because the deadline passed
 
     def report(self, limit: int = 20) -> str:
-        lines = [f"{self.cases} cases, {self.targets} target runs, {len(self.failures)} failures, {self.seconds:.1f} s"]
+        lines = [f"{self.cases} cases, {self.targets} target runs, {len(self.failures)} failures, {self.seconds:.1f} s" + (f", {self.skipped} cases skipped at the deadline" if self.skipped else "")]
         for f in self.failures[:limit]:
             lines.append(f"  case {f['case']} seed={f['seed']} mutation={f['mutation']}: {f['target']} {f['kind']}: {f['error'][:300]}")
             if f.get("traceback"):
@@ -912,8 +913,15 @@ def run_campaign(
     cli_every: int = 1,
     progress: Callable[[Summary], None] | None = None,
     seeds: list[Seed] | None = None,
+    deadline: float | None = None,
+    chunk: int = 300,
 ) -> Summary:
-    """Run cases ``start .. start+cases-1`` over ``workers`` processes; returns the summary."""
+    """Run cases ``start .. start+cases-1`` over ``workers`` processes; returns the summary.
+
+    With ``deadline`` (wall seconds), no new batch of ``chunk`` cases starts after it: on a
+    loaded machine the run covers fewer cases (``summary.cases`` says how many) instead of
+    running past a test timeout.
+    """
     workdir.mkdir(parents=True, exist_ok=True)
     faildir.mkdir(parents=True, exist_ok=True)
     if seeds is None:
@@ -929,12 +937,16 @@ def run_campaign(
         ids = pending[w]
         if not ids:
             return
+        if deadline is not None and time.monotonic() - t0 > deadline:
+            summary.skipped += len(ids)
+            pending[w] = []
+            return
         # at most a few hundred ids per process: the command line stays short and a
         # process that leaks memory is renewed
-        chunk, pending[w] = ids[:300], ids[300:]
-        argv = [sys.executable, str(Path(__file__).resolve()), "--worker", str(seeds_json), str(base_seed), str(workdir / f"w{w}"), str(faildir), str(cli_every), *map(str, chunk)]
+        batch, pending[w] = ids[:chunk], ids[chunk:]
+        argv = [sys.executable, str(Path(__file__).resolve()), "--worker", str(seeds_json), str(base_seed), str(workdir / f"w{w}"), str(faildir), str(cli_every), *map(str, batch)]
         p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=_env(), preexec_fn=_limits)
-        procs[w] = {"p": p, "todo": list(chunk), "last": time.monotonic(), "cur": None, "target": None, "buf": b""}
+        procs[w] = {"p": p, "todo": list(batch), "last": time.monotonic(), "cur": None, "target": None, "buf": b""}
 
     for w in range(workers):
         spawn(w)
