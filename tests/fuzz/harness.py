@@ -958,12 +958,12 @@ def run_campaign(
         for fd in ready:
             w = fds[fd]
             st = procs[w]
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
+            got = os.read(fd, 1 << 16)
+            if not got:
                 _finish_worker(w, st, procs, pending, summary, seeds, base_seed, faildir, workdir, "exited")
                 spawn(w)
                 continue
-            st["buf"] += chunk
+            st["buf"] += got
             *lines, st["buf"] = st["buf"].split(b"\n")
             st["last"] = now
             for line in lines:
