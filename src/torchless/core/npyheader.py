@@ -31,7 +31,7 @@ MAX_HEADER_SIZE = 65536
 MAX_DEPTH = 32
 
 _TOKEN = re.compile(
-    r"""\s*(?:
+    r"""[ \t\f\r\n]*(?:
       (?P<str>[bBuU]?(?:'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*"))
     | (?P<int>[0-9]+[lL]?)
     | (?P<name>[A-Za-z_][A-Za-z_0-9]*)
@@ -62,7 +62,7 @@ def parse_header_literal(text: str, *, allow_long: bool = False, max_depth: int 
     while pos < n:
         m = _TOKEN.match(text, pos)
         if m is None or m.end() == pos:
-            if text[pos:].strip() == "":
+            if text[pos:].strip(" \t\f\r\n") == "":  # Python's whitespace, not Unicode's
                 break
             raise FormatError("unexpected character in .npy header", offset=pos, found=repr(text[pos : pos + 10]))
         kind = m.lastgroup or ""
