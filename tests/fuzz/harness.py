@@ -24,6 +24,7 @@ Used by ``tests/fuzz/test_fuzz_formats.py`` (bounded) and ``scripts/fuzz_formats
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import json
 import os
@@ -846,6 +847,9 @@ def worker_main(argv: list[str]) -> int:
         if fails:
             save_failure(case, fails, faildir)
         shutil.rmtree(workdir / f"case{i}", ignore_errors=True)
+        # each case is measured on its own: buffers an earlier case left in reference
+        # cycles (freed only by a full collection) must not count against the next one
+        gc.collect()
         proto.write(json.dumps({"ev": "end", "i": i, "seed": case.seed.name, "mutation": case.description, "fails": fails}) + "\n")
     return 0
 

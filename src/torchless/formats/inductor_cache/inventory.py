@@ -379,7 +379,8 @@ def _load_pickle(path: str, limits: Limits | None) -> tuple[Any, AllowlistResolv
         raise LimitError("pickle too large to summarize", path=path, expected=f"<= {MAX_PICKLE_BYTES} bytes", found=size)
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     with os.fdopen(fd, "rb") as fh:
-        data = fh.read(MAX_PICKLE_BYTES + 1)
+        # read() preallocates its argument: ask for the file's size, not the limit
+        data = fh.read(min(os.fstat(fh.fileno()).st_size, MAX_PICKLE_BYTES) + 1)
     resolver = AllowlistResolver(DEFAULT_ALLOWLIST, weights_only=False)
     up = Unpickler(data, resolver=resolver, limits=limits or Limits(max_input=MAX_PICKLE_BYTES), path=path)
     obj = up.load()
