@@ -21,8 +21,8 @@ from . import harness
 
 CASES = int(os.environ.get("TORCHLESS_FUZZ_CASES", "2400"))
 #: wall seconds after which no new batch starts (a loaded CI machine runs fewer cases, never past
-#: the test timeout); about 60 s cover all cases on two idle cores
-DEADLINE = float(os.environ.get("TORCHLESS_FUZZ_DEADLINE", "240"))
+#: the test timeout); about 30-60 s cover all cases on two idle cores
+DEADLINE = float(os.environ.get("TORCHLESS_FUZZ_DEADLINE", "150"))
 MIN_CASES = 200
 BASE_SEED = 20261201
 
