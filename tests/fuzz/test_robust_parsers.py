@@ -373,3 +373,55 @@ def test_npz_header_that_made_numpy_tokenize_fail_is_a_format_error(tmp_path, ca
     assert main(["info", str(p)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "bug" not in err
+
+
+_BOMB_CHILD = r"""
+import io, resource, struct, sys, zipfile, zlib
+import numpy as np
+import torchless
+from torchless.core.errors import LimitError
+
+mib = 900
+comp = zlib.compressobj(9, zlib.DEFLATED, -15)
+chunk = bytes(1 << 20)
+raw = b"".join(comp.compress(chunk) for _ in range(mib)) + comp.flush()
+crc = 0
+for _ in range(mib):
+    crc = zlib.crc32(chunk, crc)
+# an .npz whose one member is a 900 MiB deflated .npy (honest sizes): np.load would allocate it
+hdr = b"{'descr': '|u1', 'fortran_order': False, 'shape': (%d,), }" % ((mib << 20) - 128,)
+name = b"x.npy"
+buf = io.BytesIO()
+buf.write(struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", 20, 0, 8, 0, 0x21, crc, len(raw), mib << 20, len(name), 0) + name + raw)
+cd = buf.tell()
+buf.write(struct.pack("<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 20, 20, 0, 8, 0, 0x21, crc, len(raw), mib << 20, len(name), 0, 0, 0, 0, 0, 0) + name)
+cdlen = buf.tell() - cd
+buf.write(struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, 1, 1, cdlen, cd, 0))
+path = sys.argv[1]
+open(path, "wb").write(buf.getvalue())
+assert len(buf.getvalue()) < (1 << 20)
+resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+try:
+    arrs = torchless.load(path)
+    for v in (arrs.values() if isinstance(arrs, dict) else []):
+        np.asarray(v.numpy() if hasattr(v, "numpy") else v).sum()
+except LimitError as e:
+    print("LimitError", e)
+    sys.exit(0)
+except MemoryError:
+    print("bare MemoryError")
+    sys.exit(3)
+print("loaded")
+sys.exit(4)
+"""
+
+
+def test_deflate_bomb_under_1mb_is_a_limit_error_under_1gib(tmp_path):
+    """A < 1 MB archive whose member inflates to 900 MiB, loaded under a 1 GiB address-space
+    limit, ends in LimitError naming the member, never a bare MemoryError."""
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-c", _BOMB_CHILD, str(tmp_path / "bomb.npz")], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "x.npy" in p.stdout

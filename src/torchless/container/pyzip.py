@@ -236,7 +236,7 @@ class PyZipReader:
             n = min(e.compress_size, max(0, self.source.size - off))
             raw = self.source.view(off, n)
             try:
-                out, got = inflate_into(raw, e.file_size)
+                out, got = inflate_into(raw, e.file_size, self.path, e.filename)
             except zlib.error as err:
                 raise FormatError(f"corrupt deflate data: {err}", path=self.path, member=e.filename) from None
             if got < e.file_size and n < e.compress_size:

@@ -366,7 +366,7 @@ class ZipReader:
             check_inflate(e.compressed_size, e.size, self.path, e.name)
             raw = self.source.view(off, e.compressed_size, what=f"record {e.name!r}")
             try:
-                out, n = inflate_into(raw, e.size)
+                out, n = inflate_into(raw, e.size, self.path, e.name)
             except zlib.error as err:
                 raise FormatError(f"corrupt deflate data: {err}", path=self.path, member=e.name) from None
             if n != e.size:
@@ -537,12 +537,19 @@ def inflate_chunks(raw: Any, limit: int, *, chunk: int = 1 << 20) -> Iterator[by
         yield out[: max(0, limit - total)]
 
 
-def inflate_into(raw: Any, size: int) -> tuple[bytearray, int]:
+def inflate_into(raw: Any, size: int, path: str | None = None, member: str | None = None) -> tuple[bytearray, int]:
     """Inflate a raw deflate stream into one buffer of the declared ``size`` (peak memory
     is the output, not twice it as with ``decompress``); returns ``(buffer, bytes that
     came out)``, where a count above ``size`` means the stream holds more than declared.
+
+    Raises:
+        LimitError: the process cannot allocate ``size`` bytes (a memory limit such as
+            RLIMIT_AS, or a decompression bomb): never a bare ``MemoryError``.
     """
-    out = bytearray(size)
+    try:
+        out = bytearray(size)
+    except MemoryError:
+        raise LimitError("not enough memory to inflate a deflated record", path=path, member=member, expected="a record that fits in memory", found=f"{size} bytes declared") from None
     n = 0
     for chunk in inflate_chunks(raw, size + 1):
         k = min(len(chunk), size - n)
