@@ -7,11 +7,10 @@ which must be a dict literal with exactly the keys ``descr``, ``fortran_order``,
 object anywhere (structured fields and sub-arrays included: ``dtype.hasobject``), the bytes
 after the header are a pickle that ``numpy.load(allow_pickle=True)`` unpickles.
 
-The header is parsed by :func:`parse_header_literal`, a strict parser of the literal
-grammar NumPy writes (dicts, tuples, lists, strings, ints with Python 2's ``L``, booleans,
-None) with size and depth limits: it never calls ``ast``/``tokenize`` (whose
-``RecursionError``/``TokenError``/``MemoryError`` on hostile headers are exactly what must
-not escape). A header it does not accept but NumPy might is ``unanalysable``.
+The header literal is parsed by :func:`torchless.core.npyheader.parse_header_literal`, the
+same strict parser the ``.npy``/``.npz`` readers use (the literal grammar NumPy writes, with
+size and depth limits, never ``tokenize``/``ast`` on the whole header). A header it does not
+accept but NumPy might is ``unanalysable``.
 
 ``.npz``: NumPy opens the archive with Python's ``zipfile`` (which shifts every offset when
 data precede the archive, reads the last of duplicate names, supports bzip2/lzma members
@@ -28,156 +27,19 @@ import zipfile
 import zlib
 from typing import Any
 
+from ...core.errors import TorchlessError
+from ...core.npyheader import parse_header_literal
 from ...core.source import BytesSource, ByteSource, SourceFile
 from .common import walks
 from .recognize import NPY_MAGIC
 
-__all__ = ["NumpyCarrier", "parse_header_literal", "HeaderError", "read_npy_header"]
+__all__ = ["NumpyCarrier", "read_npy_header"]
 
 MAX_HEADER = 1 << 20  # header bytes parsed (NumPy has no limit under allow_pickle=True)
 MAX_DEPTH = 64  # nesting of the header literal
 _VERSIONS = {(1, 0): ("<H", "latin1"), (2, 0): ("<I", "latin1"), (3, 0): ("<I", "utf8")}
 _LOADER = "numpy.load(allow_pickle=True)"
 _DIGITS = frozenset("0123456789")
-
-
-class HeaderError(ValueError):
-    """The header is not a literal the strict parser accepts."""
-
-
-def parse_header_literal(text: str, *, py2_longs: bool = False) -> Any:
-    """Parse a ``.npy`` header literal strictly (no ``ast``, no ``tokenize``).
-
-    Accepts dicts, tuples, lists, single/double-quoted strings (``u``/``U`` prefix;
-    backslash escapes ``\\\\ \\' \\" \\n \\t \\r \\0 \\xHH \\uHHHH``), decimal ints (a
-    trailing ``L`` when ``py2_longs``: NumPy's ``_filter_header`` for versions <= 2.0),
-    ``True``, ``False``, ``None``. Raises :class:`HeaderError` on anything else.
-    """
-    n = len(text)
-    pos = 0
-
-    def ws() -> None:
-        nonlocal pos
-        while pos < n and text[pos] in " \t\n\r\f\v":
-            pos += 1
-
-    def err(msg: str) -> HeaderError:
-        return HeaderError(f"{msg} at character {pos}")
-
-    def value(depth: int) -> Any:
-        nonlocal pos
-        if depth > MAX_DEPTH:
-            raise err(f"nested deeper than {MAX_DEPTH}")
-        ws()
-        if pos >= n:
-            raise err("unexpected end")
-        c = text[pos]
-        if c in "{([":
-            close = {"{": "}", "(": ")", "[": "]"}[c]
-            pos += 1
-            items: list[Any] = []
-            keys: list[Any] = []
-            trailing_comma = False
-            while True:
-                ws()
-                if pos < n and text[pos] == close:
-                    pos += 1
-                    break
-                if c == "{":
-                    k = value(depth + 1)
-                    ws()
-                    if pos >= n or text[pos] != ":":
-                        raise err("expected ':'")
-                    pos += 1
-                    keys.append(k)
-                items.append(value(depth + 1))
-                ws()
-                trailing_comma = False
-                if pos < n and text[pos] == ",":
-                    pos += 1
-                    trailing_comma = True
-                    continue
-                ws()
-                if pos < n and text[pos] == close:
-                    pos += 1
-                    break
-                raise err(f"expected ',' or {close!r}")
-            if c == "{":
-                out: dict[Any, Any] = {}
-                for k, v in zip(keys, items):
-                    try:
-                        out[k] = v
-                    except TypeError as e:  # unhashable key: literal_eval raises TypeError too
-                        raise err(f"unhashable key ({e})") from None
-                return out
-            if c == "(":
-                if len(items) == 1 and not trailing_comma:
-                    return items[0]  # parentheses, not a tuple
-                return tuple(items)
-            return items
-        if c in "uU" and pos + 1 < n and text[pos + 1] in "'\"":
-            pos += 1
-            c = text[pos]
-        if c in "'\"":
-            return string(c)
-        if c == "-" or c == "+" or c in _DIGITS:  # ASCII digits only ('²'.isdigit() is True)
-            start = pos
-            pos += 1
-            ws()
-            while pos < n and (text[pos] in _DIGITS or text[pos] == "_"):
-                pos += 1
-            lit = text[start:pos].replace(" ", "").replace("\t", "")
-            digits = lit.lstrip("+-")
-            if not digits or any(ch not in _DIGITS for ch in digits) or len(digits) > 4300 or (len(digits) > 1 and digits[0] == "0" and digits.strip("0")):
-                raise err(f"not a decimal int literal: {lit[:40]!r}")
-            if py2_longs and pos < n and text[pos] == "L":
-                pos += 1
-            if pos < n and (text[pos].isalnum() or text[pos] in "._"):
-                raise err("number literal followed by other characters")
-            return int(lit)
-        for word, v in (("True", True), ("False", False), ("None", None)):
-            if text.startswith(word, pos) and not (pos + len(word) < n and (text[pos + len(word)].isalnum() or text[pos + len(word)] == "_")):
-                pos += len(word)
-                return v
-        raise err(f"unexpected {c!r}")
-
-    def string(q: str) -> str:
-        nonlocal pos
-        pos += 1
-        out: list[str] = []
-        while True:
-            if pos >= n or text[pos] == "\n":
-                raise err("unterminated string")
-            ch = text[pos]
-            if ch == q:
-                pos += 1
-                return "".join(out)
-            if ch == "\\":
-                if pos + 1 >= n:
-                    raise err("unterminated escape")
-                e = text[pos + 1]
-                simple = {"\\": "\\", "'": "'", '"': '"', "n": "\n", "t": "\t", "r": "\r", "0": "\0"}
-                if e in simple:
-                    out.append(simple[e])
-                    pos += 2
-                    continue
-                width = {"x": 2, "u": 4}.get(e)
-                hexd = text[pos + 2 : pos + 2 + width] if width else ""
-                if width and len(hexd) == width and all(h in "0123456789abcdefABCDEF" for h in hexd):
-                    out.append(chr(int(hexd, 16)))
-                    pos += 2 + width
-                    continue
-                raise err(f"unsupported escape \\{e}")
-            out.append(ch)
-            pos += 1
-
-    if n > MAX_HEADER:
-        raise HeaderError(f"header of {n} characters is over the {MAX_HEADER} limit")
-    v = value(0)
-    ws()
-    if pos != n:
-        raise err("trailing characters")
-    return v
 
 
 def read_npy_header(src: ByteSource, total: int | None = None) -> tuple[str, Any]:
@@ -207,8 +69,8 @@ def read_npy_header(src: ByteSource, total: int | None = None) -> tuple[str, Any
     except UnicodeDecodeError:
         return "refused", f"header is not {encoding}"
     try:
-        d = parse_header_literal(text, py2_longs=version <= (2, 0))
-    except HeaderError as e:
+        d = parse_header_literal(text, allow_long=version <= (2, 0), max_depth=MAX_DEPTH)
+    except TorchlessError as e:
         return "unanalysable", f"header literal not parsed ({e}); NumPy's ast.literal_eval may accept it"
     if not isinstance(d, dict):
         return "refused", "header is not a dict"
