@@ -513,6 +513,32 @@ def publish(files: Sequence[AtomicFile]) -> None:
             raise
 
 
+@contextmanager
+def shard_set(folder: str, index_name: str, total_size: int) -> Iterator[tuple[list[AtomicFile], dict[str, str]]]:
+    """Write a set of shards and its Hugging Face-style index atomically.
+
+    Yields ``(pending, weight_map)``: the caller appends an :class:`AtomicFile` per shard
+    to ``pending`` and fills ``weight_map`` (tensor name -> shard file). On success the
+    index ``{"metadata": {"total_size": ...}, "weight_map": ...}`` is written last and
+    everything is published together (:func:`publish`); on any failure every temporary
+    is removed and nothing appears at the destination.
+    """
+    import json
+
+    pending: list[AtomicFile] = []
+    weight_map: dict[str, str] = {}
+    try:
+        yield pending, weight_map
+        idx = AtomicFile(os.path.join(folder, index_name))
+        pending.append(idx)
+        idx.file.write(json.dumps({"metadata": {"total_size": total_size}, "weight_map": weight_map}, indent=2).encode("utf-8"))
+    except BaseException:
+        for af in pending:
+            af.abort()
+        raise
+    publish(pending)
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

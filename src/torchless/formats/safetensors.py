@@ -15,7 +15,7 @@ import struct
 import sys
 from typing import Any, Callable, Iterable, Iterator
 
-from ..core.atomic import AtomicFile
+from ..core.atomic import AtomicFile, shard_set
 from ..core.dtypes import DTYPES, DType
 from ..core import jsonsafe
 from ..core.errors import FormatError, LimitError, TruncatedError, UnsupportedError, short_repr
@@ -270,8 +270,6 @@ def write_safetensors_sharded(
     """
     import os
 
-    from ..core.atomic import publish
-
     limit = parse_size(max_shard_size)
     groups: list[list[tuple[str, Any]]] = [[]]
     size = 0
@@ -292,25 +290,14 @@ def write_safetensors_sharded(
     stem = base[: -len(".safetensors")] if base.endswith(".safetensors") else base
     n = len(groups)
     names = [f"{stem}-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
-    weight_map: dict[str, str] = {}
-    pending: list[AtomicFile] = []
-    try:
-        # every shard is built under a temporary name; they are renamed into place
-        # together, and the index last, so an interrupted run leaves no partial set
+    # every shard is built under a temporary name; they are renamed into place together,
+    # and the index last, so an interrupted run leaves no partial set
+    with shard_set(folder, base + ".index.json", total) as (pending, weight_map):
         for fname, group in zip(names, groups):
             write_safetensors(group, os.path.join(folder, fname), metadata=metadata, progress=progress, _defer=pending)
             for name, _t in group:
                 weight_map[name] = fname
-        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-        idx_path = os.path.join(folder, base + ".index.json")
-        idx = AtomicFile(idx_path)
-        pending.append(idx)
-        idx.file.write(json.dumps(index, indent=2).encode("utf-8"))
-    except BaseException:
-        for af in pending:
-            af.abort()
-        raise
-    publish(pending)
+    idx_path = os.path.join(folder, base + ".index.json")
     return [os.path.join(folder, f) for f in names] + [idx_path]
 
 

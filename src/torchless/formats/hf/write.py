@@ -16,11 +16,10 @@ both.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Callable, Iterable
 
-from ...core.atomic import AtomicFile, publish
+from ...core.atomic import AtomicFile, shard_set
 from ...core.errors import UsageError
 from ...core.tensor import as_tensor
 from ...core.values import StateDict
@@ -121,9 +120,7 @@ def write_bin_sharded(items: Iterable[tuple[str, Any]], path: Any, max_shard_siz
         return [p]
     stem, ext = os.path.splitext(base)
     names = [shard_name(stem, i + 1, len(shards), ext or ".bin") for i in range(len(shards))]
-    weight_map: dict[str, str] = {}
-    pending: list[AtomicFile] = []
-    try:
+    with shard_set(folder, base + INDEX_SUFFIX, total) as (pending, weight_map):
         for fname, group in zip(names, shards):
             af = AtomicFile(os.path.join(folder, fname))
             pending.append(af)
@@ -131,15 +128,7 @@ def write_bin_sharded(items: Iterable[tuple[str, Any]], path: Any, max_shard_siz
             af.finish()
             for name, _t in group:
                 weight_map[name] = fname
-        idx_path = os.path.join(folder, base + INDEX_SUFFIX)
-        idx = AtomicFile(idx_path)
-        pending.append(idx)
-        idx.file.write(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2).encode("utf-8"))
-    except BaseException:
-        for af in pending:
-            af.abort()
-        raise
-    publish(pending)
+    idx_path = os.path.join(folder, base + INDEX_SUFFIX)
     return [os.path.join(folder, f) for f in names] + [idx_path]
 
 
