@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import struct
 import tarfile
+from typing import Any
 
 from ...core.dtypes import STORAGE_NAMES
 from ...core.source import ByteSource, SourceFile
@@ -122,19 +123,29 @@ class TarCarrier:
             self.add("trailing-data", "info", f"the {what} count is {type(v).__name__}: torch's range() raises TypeError and stops here", loc, res.start, loader=_LOADER)
         return None
 
-    def _walk_tar_storages(self, data: bytes, loc: str, base: int | None, depth: int) -> None:
+    def _walk_tar_records(self, data: bytes, loc: str, base: int | None, depth: int, what: str, after: Any) -> int | None:
+        """torch's loop over a legacy-tar member: a count pickle, then per record a pickle
+        followed by raw bytes that ``after(i, n, result)`` skips (returning the offset
+        after them, or None where torch stops). Returns the offset after the last record."""
         res = self.analyse_stream(data, 0, loc, base, depth)
-        n = self._count(res, loc, "storage")
+        n = self._count(res, loc, what)
         if n is None:
-            return
+            return None
         pos = res.end
         for i in range(n):
             if pos >= len(data):
-                self.add("trailing-data", "info", f"storage #{i} of {n} is missing: torch's pickle.load raises EOFError and stops", loc, pos, loader=_LOADER)
-                return
+                self.add("trailing-data", "info", f"{what} #{i} of {n} is missing: torch's pickle.load raises EOFError and stops", loc, pos, loader=_LOADER)
+                return None
             r = self.analyse_stream(data, pos, loc, base, depth)
             if r.end is None:
-                return
+                return None
+            pos = after(i, n, r)
+            if pos is None:
+                return None
+        return pos
+
+    def _walk_tar_storages(self, data: bytes, loc: str, base: int | None, depth: int) -> None:
+        def skip_bytes(i: int, n: int, r: Any) -> int | None:
             v = r.value
             st = v[2] if isinstance(v, (tuple, list)) and len(v) == 3 else None
             short = st.qualname.rsplit(".", 1)[-1] if isinstance(st, Sym) and st.kind == "global" else None
@@ -143,45 +154,40 @@ class TarCarrier:
                     self.add("unanalysable", "high", f"storage #{i} has type {describe(st)}, whose element size the walker does not know: torch reads its bytes by that size, so the rest of this member is not analysed", loc, r.start, loader=_LOADER)
                 else:
                     self.add("trailing-data", "info", f"storage #{i} record is {describe(v)}: torch cannot unpack it and stops", loc, r.start, loader=_LOADER)
-                return
+                return None
             itemsize = STORAGE_NAMES[short].itemsize
             pos = r.end
             if pos + 8 > len(data):
                 self.add("trailing-data", "info", "storage size cut short: torch's read fails and stops", loc, pos, loader=_LOADER)
-                return
+                return None
             (count,) = struct.unpack_from("<q", data, pos)
             if count < 0 or pos + 8 + count * itemsize > len(data):
                 self.add("trailing-data", "info", f"storage #{i} claims {count} elements, more than the member holds: torch's read fails and stops", loc, pos, loader=_LOADER)
-                return
-            pos += 8 + count * itemsize
+                return None
+            return pos + 8 + count * itemsize
+
+        pos = self._walk_tar_records(data, loc, base, depth, "storage", skip_bytes)
+        if pos is None:
+            return
         if pos >= len(data):
             self.add("trailing-data", "info", "no storage_views pickle: torch's pickle.load raises EOFError and stops", loc, pos, loader=_LOADER)
             return
         self.analyse_stream(data, pos, loc, base, depth)
 
     def _walk_tar_tensors(self, data: bytes, loc: str, base: int | None, depth: int) -> None:
-        res = self.analyse_stream(data, 0, loc, base, depth)
-        n = self._count(res, loc, "tensor")
-        if n is None:
-            return
-        pos = res.end
-        for i in range(n):
-            if pos >= len(data):
-                self.add("trailing-data", "info", f"tensor #{i} of {n} is missing: torch's pickle.load raises EOFError and stops", loc, pos, loader=_LOADER)
-                return
-            r = self.analyse_stream(data, pos, loc, base, depth)
-            if r.end is None:
-                return
+        def skip_header(i: int, n: int, r: Any) -> int | None:
             pos = r.end
             if pos + 8 > len(data):
                 self.add("trailing-data", "info", "tensor header cut short: torch's struct.unpack fails and stops", loc, pos, loader=_LOADER)
-                return
+                return None
             (ndim,) = struct.unpack_from("<i", data, pos)
             need = 8 + 16 * ndim + 8
             if ndim < 0 or pos + need > len(data):
                 self.add("trailing-data", "info", f"tensor #{i} has ndim {ndim}: torch's struct.unpack fails and stops", loc, pos, loader=_LOADER)
-                return
-            pos += need
+                return None
+            return pos + need
+
+        self._walk_tar_records(data, loc, base, depth, "tensor", skip_header)
 
 
 def _bs(data: bytes, name: str):  # type: ignore[no-untyped-def]
