@@ -364,3 +364,50 @@ def test_parallel_reshard_ctrl_c_to_the_group(tmp_path, source):
         return
     assert p.returncode == 130 and "Traceback" not in err, err
     assert not dst.exists() and temporaries(str(tmp_path)) == []
+
+
+def test_lost_keyboard_interrupt_never_publishes(tmp_path, monkeypatch):
+    """Python loses the KeyboardInterrupt a signal handler raises inside an at-fork hook
+    or a finalizer ("Exception ignored in ..."); the clean-up has already run. A commit
+    after that refuses, and the CLI reports the run as interrupted (130), not as the
+    write error the clean-up caused. This is the race a Ctrl-C during a parallel reshard
+    hit in CI."""
+    from torchless.cli import main as cli_main
+    from torchless.core import atomic
+
+    monkeypatch.setattr(atomic, "_fired", [])
+    monkeypatch.setattr(atomic, "_previous", {})
+    dst = tmp_path / "out"
+    d = atomic.AtomicDir(str(dst))
+    (open(os.path.join(d.tmp, "a"), "wb")).close()
+    with pytest.raises(KeyboardInterrupt):  # what the handler raises...
+        atomic._on_signal(signal.SIGINT, None)
+    # ...and what Python swallowed: the program goes on, its temporaries gone
+    assert not os.path.exists(d.tmp)
+    assert atomic.interrupted() == signal.SIGINT
+    with pytest.raises(KeyboardInterrupt):
+        d.commit()
+    assert not dst.exists()
+
+    f = atomic.AtomicFile(str(tmp_path / "x.bin"))
+    f.file.write(b"data")
+    with pytest.raises(KeyboardInterrupt):
+        f.commit()
+    assert not (tmp_path / "x.bin").exists() and temporaries(str(tmp_path)) == []
+
+    def fails(_args):
+        from torchless.core.errors import WriteError
+
+        raise WriteError("cannot write: its folder does not exist", path=str(dst))
+
+    assert cli_main._run(_parser_running(fails).parse_args([])) == 130
+    monkeypatch.setattr(atomic, "_fired", [])
+    assert cli_main._run(_parser_running(fails).parse_args([])) == 2
+
+
+def _parser_running(func):
+    import argparse
+
+    p = argparse.ArgumentParser()
+    p.set_defaults(func=func, command="test")
+    return p

@@ -74,6 +74,8 @@ def _run(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args) or 0)
     except TorchlessError as e:
+        if (code := _lost_interrupt()) is not None:
+            return code
         _say(f"error: {e}")
         return 2
     except BrokenPipeError:  # `torchless ls | head`: the reader went away, not an error
@@ -83,6 +85,8 @@ def _run(args: argparse.Namespace) -> int:
             pass
         return 0
     except OSError as e:  # the system refused (permissions, disk full...): the input's fault or the machine's
+        if (code := _lost_interrupt()) is not None:
+            return code
         _say(f"error: {e.strerror or type(e).__name__}" + (f": {e.filename}" if e.filename else ""))
         return 2
     except (RecursionError, MemoryError) as e:
@@ -91,6 +95,18 @@ def _run(args: argparse.Namespace) -> int:
     except Exception as e:  # noqa: BLE001 - the last line of defence: a bug, said once
         _say(f"error: {InternalError.wrap(e, f'running {args.command!r}')}")
         return 2
+
+
+def _lost_interrupt() -> int | None:
+    """Exit code 128+signal when a signal's clean-up already ran (its KeyboardInterrupt
+    lost inside an at-fork hook or a finalizer) and the error at hand is its consequence."""
+    from ..core.atomic import interrupted
+
+    sig = interrupted()
+    if sig is None:
+        return None
+    _say("interrupted")
+    return 128 + int(sig)
 
 
 def _say(text: str) -> None:

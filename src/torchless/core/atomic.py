@@ -133,6 +133,7 @@ _active: dict[int, tuple[int, str, bool]] = {}  # id -> (owner pid, temp path, i
 _previous: dict[int, Any] = {}
 _held = 0
 _pending: list[int] = []
+_fired: list[int] = []  # signals whose clean-up already ran in this process (see interrupted())
 
 
 def _remove(path: str, is_dir: bool) -> None:
@@ -160,6 +161,7 @@ def _on_signal(signum: int, frame: Any) -> None:
     if _held:
         _pending.append(signum)
         return
+    _fired.append(signum)
     _cleanup_own()
     _restore_handlers()
     if callable(prev):
@@ -168,6 +170,40 @@ def _on_signal(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
     else:  # default action (terminate): re-deliver with the default disposition
         os.kill(os.getpid(), signum)
+
+
+def _after_fork_in_child() -> None:
+    """A forked child starts with no held or pending signals of its parent's: a worker
+    forked while its parent held signals must still die on the parent's SIGTERM."""
+    global _held
+    _held = 0
+    _pending.clear()
+    _fired.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def interrupted() -> int | None:
+    """The signal whose clean-up already ran in this process, or None.
+
+    Python can lose the ``KeyboardInterrupt`` a handler raises: when the signal lands in
+    an at-fork hook, a finalizer or a weakref callback, the exception is printed as
+    "ignored" and the program goes on, its temporaries already removed. Code that
+    unwinds or publishes asks this first: a commit after a lost interrupt refuses, and
+    an error caused by the clean-up is reported as the interrupt it is.
+    """
+    return _fired[0] if _fired else None
+
+
+def _refuse_if_interrupted() -> None:
+    sig = interrupted()
+    if sig is None:
+        return
+    if sig == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise WriteError(f"cannot write: interrupted by signal {sig}; nothing was published")
 
 
 def _install_handlers() -> None:
@@ -356,6 +392,9 @@ class AtomicFile:
             return
         self.finish()
         with holding_signals():
+            if interrupted() is not None:
+                self.abort()
+                _refuse_if_interrupted()
             try:
                 os.replace(self.tmp, self.path)
             except OSError as e:
@@ -428,6 +467,9 @@ class AtomicDir:
         if self._done:
             return
         with holding_signals():
+            if interrupted() is not None:
+                self.abort()
+                _refuse_if_interrupted()
             try:
                 if os.path.isdir(self.path) and os.listdir(self.path):
                     if not self.merge:

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ...core.atomic import AtomicDir, AtomicFile, atomic_write_bytes
+from ...core.atomic import AtomicDir, AtomicFile, atomic_write_bytes, holding_signals
 from ...core.errors import NotFoundError, UnsupportedError, UsageError
 from ...core.tensor import Storage, Tensor
 from .metadata import dump_metadata
@@ -523,7 +523,10 @@ def _run_parallel(tasks: list[FileTask], jobs: int, progress: Callable[[int], No
     out: list[list[WrittenItem] | None] = [None] * len(tasks)
     pool = ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=ctx, initializer=_worker_start)
     try:
-        futures = {pool.submit(run_task, t): i for i, t in enumerate(tasks)}
+        # submit() forks the workers; a Ctrl-C landing inside the at-fork hooks would be
+        # printed as "ignored" and lost, so signals wait until the forks are done
+        with holding_signals():
+            futures = {pool.submit(run_task, t): i for i, t in enumerate(tasks)}
         for fut in as_completed(futures):
             out[futures[fut]] = fut.result()
             if progress is not None:
