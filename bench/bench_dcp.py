@@ -30,7 +30,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 PY = sys.executable
 
-GEN = r'''
+GEN = r"""
 import sys, torch, torch.distributed as dist, torch.distributed.checkpoint as dcp
 import torch.multiprocessing as mp
 from torch.distributed.device_mesh import init_device_mesh
@@ -73,9 +73,9 @@ def worker(rank, world, port, ckpt):
 if __name__ == "__main__":
     world, port, ckpt = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
     mp.start_processes(worker, args=(world, port, ckpt), nprocs=world, start_method="fork")
-'''
+"""
 
-RUN_TORCH = r'''
+RUN_TORCH = r"""
 import json, resource, sys, time
 t0 = time.perf_counter()
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
@@ -83,9 +83,9 @@ t1 = time.perf_counter()
 dcp_to_torch_save(sys.argv[1], sys.argv[2])
 t2 = time.perf_counter()
 print(json.dumps({"op": t2 - t1, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
-'''
+"""
 
-RUN_TL = r'''
+RUN_TL = r"""
 import json, resource, sys, time
 t0 = time.perf_counter()
 import torchless
@@ -93,16 +93,16 @@ t1 = time.perf_counter()
 torchless.convert(sys.argv[1], sys.argv[2])
 t2 = time.perf_counter()
 print(json.dumps({"op": t2 - t1, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
-'''
+"""
 
-RUN_RESHARD = r'''
+RUN_RESHARD = r"""
 import json, resource, sys, time
 import torchless.dcp as d
 t1 = time.perf_counter()
 d.reshard(sys.argv[1], sys.argv[2], 3, jobs=2)
 t2 = time.perf_counter()
 print(json.dumps({"op": t2 - t1, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
-'''
+"""
 
 
 def free_port() -> int:
@@ -159,7 +159,10 @@ def main() -> None:
                 os.unlink(dst)
             runs[name].append(measure(script, ckpt, dst))
             os.unlink(dst)
-            print(f"  round {r + 1} {name:10s} op {runs[name][-1]['op']:7.2f} s  wall {runs[name][-1]['wall']:7.2f} s  peak RSS {runs[name][-1]['rss_mb']:8.0f} MB", flush=True)
+            print(
+                f"  round {r + 1} {name:10s} op {runs[name][-1]['op']:7.2f} s  wall {runs[name][-1]['wall']:7.2f} s  peak RSS {runs[name][-1]['rss_mb']:8.0f} MB",
+                flush=True,
+            )
     dst3 = os.path.join(a.data, "resharded3")
     shutil.rmtree(dst3, ignore_errors=True)
     warm(ckpt)
@@ -174,8 +177,10 @@ def main() -> None:
     for key, label in (("op", "convert time (s)"), ("wall", "process time (s)"), ("rss_mb", "peak RSS (MB)")):
         t, l = med("torch", key), med("torchless", key)
         print(f"{label:22s}{t:12.2f}{l:12.2f}{l / t:9.3f}")
-    print(f"targets: peak RSS ratio <= 0.25 -> {'met' if med('torchless', 'rss_mb') <= 0.25 * med('torch', 'rss_mb') else 'MISSED'}; "
-          f"time ratio <= 1.0 -> {'met' if med('torchless', 'op') <= med('torch', 'op') else 'MISSED'}")
+    print(
+        f"targets: peak RSS ratio <= 0.25 -> {'met' if med('torchless', 'rss_mb') <= 0.25 * med('torch', 'rss_mb') else 'MISSED'}; "
+        f"time ratio <= 1.0 -> {'met' if med('torchless', 'op') <= med('torch', 'op') else 'MISSED'}"
+    )
     rs = runs["reshard"][0]
     print(f"torchless reshard {a.world} -> 3 ranks (--jobs 2): {rs['op']:.2f} s, coordinator peak RSS {rs['rss_mb']:.0f} MB")
 

@@ -123,7 +123,11 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--only", default=",".join(ROWS))
     ap.add_argument("--md", default=None, help="also write the Markdown tables here")
-    ap.add_argument("--before", default=None, help="a checkout of an older torchless: its torchless cases run in the same rounds, with the speed-up printed")
+    ap.add_argument(
+        "--before",
+        default=None,
+        help="a checkout of an older torchless: its torchless cases run in the same rounds, with the speed-up printed",
+    )
     a = ap.parse_args()
     only = set(a.only.split(","))
     d = os.path.join(a.data, f"many_{a.n}")

@@ -86,7 +86,10 @@ def main() -> None:
             for tp in m.graph.initializer:
                 numpy_helper.to_array(tp)
 
-        row = {k: _best(f, args.rounds) for k, f in (("tl list", tl_list), ("tl numpy", tl_numpy), ("onnx load", ox_load), ("onnx arrays", ox_arrays))}
+        row = {
+            k: _best(f, args.rounds)
+            for k, f in (("tl list", tl_list), ("tl numpy", tl_numpy), ("onnx load", ox_load), ("onnx arrays", ox_arrays))
+        }
         print(f"{name:>11}: " + "  ".join(f"{k} {v:.3f}s" for k, v in row.items()), flush=True)
 
 

@@ -92,7 +92,9 @@ def main() -> int:
                 p = os.path.join(d, m["name"])
                 tl, tt = run_torchless(p)
                 ps, pt = run_picklescan(p)
-                rows.append({"kind": kind, "name": m["name"], "torchless": tl, "torchless_s": tt, "picklescan": ps, "picklescan_s": pt})
+                rows.append(
+                    {"kind": kind, "name": m["name"], "torchless": tl, "torchless_s": tt, "picklescan": ps, "picklescan_s": pt}
+                )
     if not args.no_big:
         p = big_checkpoint(data, args.big_gb)
         size = os.path.getsize(p)
@@ -100,13 +102,24 @@ def main() -> int:
         for label in ("first", "second"):
             tl, tt = run_torchless(p)
             ps, pt = run_picklescan(p)
-            rows.append({"kind": "big", "name": f"{os.path.basename(p)} ({size / 1e9:.2f} GB, {label} run)", "torchless": tl, "torchless_s": tt, "picklescan": ps, "picklescan_s": pt})
+            rows.append(
+                {
+                    "kind": "big",
+                    "name": f"{os.path.basename(p)} ({size / 1e9:.2f} GB, {label} run)",
+                    "torchless": tl,
+                    "torchless_s": tt,
+                    "picklescan": ps,
+                    "picklescan_s": pt,
+                }
+            )
     if args.json:
         print(json.dumps(rows, indent=1))
     else:
         print(f"{'kind':9} {'file':48} {'torchless':>9} {'time':>9}   {'picklescan':>12} {'time':>9}")
         for r in rows:
-            print(f"{r['kind']:9} {r['name'][:48]:48} {r['torchless']:>9} {r['torchless_s'] * 1e3:8.1f}ms   {r['picklescan'][:12]:>12} {r['picklescan_s'] * 1e3:8.1f}ms")
+            print(
+                f"{r['kind']:9} {r['name'][:48]:48} {r['torchless']:>9} {r['torchless_s'] * 1e3:8.1f}ms   {r['picklescan'][:12]:>12} {r['picklescan_s'] * 1e3:8.1f}ms"
+            )
     for tool in ("torchless", "picklescan"):
         mal_rows = [r for r in rows if r["kind"] == "malicious"]
         ben_rows = [r for r in rows if r["kind"] == "benign"]

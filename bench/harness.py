@@ -31,8 +31,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -138,7 +139,9 @@ class Harness:
         self.cases[name] = c
         return c
 
-    def ratio(self, label: str, a: str, b: str, *, goal: float | None = None, key: str = "t", better: str = "lower", note: str = "") -> None:
+    def ratio(
+        self, label: str, a: str, b: str, *, goal: float | None = None, key: str = "t", better: str = "lower", note: str = ""
+    ) -> None:
         """Report ``a / b`` (``better="lower"``: goal is a maximum) or ``b / a``
         (``better="higher"``: ``a`` is that many times faster than ``b``; goal a minimum)."""
         self.ratios.append(Ratio(label, a, b, goal, key, better, note))
@@ -158,7 +161,7 @@ class Harness:
 
     def ratio_value(self, rt: Ratio) -> float:
         a, b = self.cases[rt.a].results, self.cases[rt.b].results
-        per = [(x[rt.key] / y[rt.key]) if rt.better == "lower" else (y[rt.key] / x[rt.key]) for x, y in zip(a, b)]
+        per = [(x[rt.key] / y[rt.key]) if rt.better == "lower" else (y[rt.key] / x[rt.key]) for x, y in zip(a, b, strict=False)]
         return statistics.median(per)
 
     def met(self, rt: Ratio) -> bool | None:
@@ -191,7 +194,9 @@ class Harness:
         out.append("|---|---|---|---|---|")
         for c in self.cases.values():
             ts = [r["t"] for r in c.results]
-            out.append(f"| {c.name} | {statistics.median(ts):.3f} | {min(ts):.3f} | {max(ts):.3f} | {statistics.median(r['rss'] for r in c.results) / 2**20:.0f} |")
+            out.append(
+                f"| {c.name} | {statistics.median(ts):.3f} | {min(ts):.3f} | {max(ts):.3f} | {statistics.median(r['rss'] for r in c.results) / 2**20:.0f} |"
+            )
         out += ["", "| ratio | value | goal | met |", "|---|---|---|---|"]
         for rt in self.ratios:
             v = self.ratio_value(rt)
@@ -199,10 +204,23 @@ class Harness:
             goal = "" if rt.goal is None else ("<= " if rt.better == "lower" else ">= ") + f"{rt.goal:g}"
             m = self.met(rt)
             mark = "" if m is None else ("yes" if m else "**no**")
-            out.append(f"| {rt.label} ({rt.a} vs {rt.b}, {op}{', ' + rt.key if rt.key != 't' else ''}) | {v:.2f}x | {goal} | {mark} |")
+            out.append(
+                f"| {rt.label} ({rt.a} vs {rt.b}, {op}{', ' + rt.key if rt.key != 't' else ''}) | {v:.2f}x | {goal} | {mark} |"
+            )
         return "\n".join(out)
 
     def dump(self, path: str) -> None:
         with open(path, "w") as f:
-            json.dump({"started": self.started, "machine": self.machine(), "cases": {k: c.results for k, c in self.cases.items()},
-                       "ratios": [{"label": r.label, "a": r.a, "b": r.b, "goal": r.goal, "value": self.ratio_value(r), "better": r.better} for r in self.ratios]}, f, indent=1)
+            json.dump(
+                {
+                    "started": self.started,
+                    "machine": self.machine(),
+                    "cases": {k: c.results for k, c in self.cases.items()},
+                    "ratios": [
+                        {"label": r.label, "a": r.a, "b": r.b, "goal": r.goal, "value": self.ratio_value(r), "better": r.better}
+                        for r in self.ratios
+                    ],
+                },
+                f,
+                indent=1,
+            )

@@ -44,7 +44,13 @@ def worker(rank: int, world: int, port: int) -> None:
         "fc2.weight": shard(w2, 1, mesh, rank, world),
     }
     optim = {
-        "state": {"fc1.weight": {"step": torch.tensor(100.0), "exp_avg": shard(w1 * 0.1, 0, mesh, rank, world), "exp_avg_sq": shard(w1 * w1, 0, mesh, rank, world)}},
+        "state": {
+            "fc1.weight": {
+                "step": torch.tensor(100.0),
+                "exp_avg": shard(w1 * 0.1, 0, mesh, rank, world),
+                "exp_avg_sq": shard(w1 * w1, 0, mesh, rank, world),
+            }
+        },
         "param_groups": [{"lr": 1e-3, "betas": (0.9, 0.999), "params": ["fc1.weight", "fc1.bias", "fc2.weight"]}],
     }
     # a relative checkpoint_id: .metadata records it (StorageMeta), keep machine paths out

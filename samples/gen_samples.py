@@ -41,7 +41,11 @@ def main() -> None:
         sd[f"layers.{i}.norm.weight"] = torch.ones(24, dtype=torch.float32)
     torch.save(sd, os.path.join(HERE, "state_dict.pt"))
     # the pre-1.6 stream format
-    torch.save({"w": torch.arange(6, dtype=torch.float64).reshape(2, 3), "b": torch.zeros(3, dtype=torch.int16)}, os.path.join(HERE, "legacy_format.pt"), _use_new_zipfile_serialization=False)
+    torch.save(
+        {"w": torch.arange(6, dtype=torch.float64).reshape(2, 3), "b": torch.zeros(3, dtype=torch.int16)},
+        os.path.join(HERE, "legacy_format.pt"),
+        _use_new_zipfile_serialization=False,
+    )
 
 
 if __name__ == "__main__":

@@ -47,7 +47,12 @@ def raw_zip(entries: list[tuple[str, bytes]]) -> bytes:
         crc, n = zlib.crc32(data), name.encode()
         off = len(out)
         out += struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", 20, 0, 0, 0, 0, crc, len(data), len(data), len(n), 0) + n + data
-        central += struct.pack("<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 20, 20, 0, 0, 0, 0, crc, len(data), len(data), len(n), 0, 0, 0, 0, 0, off) + n
+        central += (
+            struct.pack(
+                "<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 20, 20, 0, 0, 0, 0, crc, len(data), len(data), len(n), 0, 0, 0, 0, 0, off
+            )
+            + n
+        )
     cd = len(out)
     out += central + struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, len(entries), len(entries), len(central), cd, 0)
     return bytes(out)
@@ -70,7 +75,9 @@ def main() -> None:
     ents = [("archive/data.pkl", evil)] + [m for m in members if not m[0].endswith("/data.pkl")] + [("archive/data.pkl", clean)]
     with open(os.path.join(HERE, "evil_duplicate.pt"), "wb") as f:
         f.write(raw_zip(ents))
-    torch.save({"args": argparse.Namespace(lr=0.1, arch="mlp"), "model": lin.state_dict()}, os.path.join(HERE, "ok_checkpoint.pt"))
+    torch.save(
+        {"args": argparse.Namespace(lr=0.1, arch="mlp"), "model": lin.state_dict()}, os.path.join(HERE, "ok_checkpoint.pt")
+    )
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ warnings.filterwarnings("ignore", category=DeprecationWarning)
 # TorchScript records the path of every compiled source file in the ``*.debug_pkl``
 # records (spec torchscript.md §4), and the committed sample should not carry paths of
 # the machine that generated it.
-MODEL_SOURCE = '''
+MODEL_SOURCE = """
 import torch
 import torch.nn as nn
 from typing import List
@@ -69,7 +69,7 @@ class TinyNet(nn.Module):
         for blk in self.blocks:
             h = blk(h)
         return self.head(h) / self.temperature + self.anchors[1]
-'''
+"""
 
 
 def _define_model() -> type:

@@ -22,7 +22,15 @@ import torchless
 
 
 def main(out: str) -> int:
-    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=True)
+    cfg = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+    )
     torch.manual_seed(0)
     m = LlamaForCausalLM(cfg)
     ref = m.state_dict()
@@ -31,9 +39,22 @@ def main(out: str) -> int:
     ok = True
     with torchless.open(st) as a:
         same = all(torch.equal(torch.from_numpy(t.numpy().copy()), ref[k]) for k, t in a.tensors())
-        print("read save_pretrained shards:", torchless.detect(st), a.info()["files"], "shards,", a.info()["tensors"], "tensors, bit-exact:", same, "verify:", a.verify())
+        print(
+            "read save_pretrained shards:",
+            torchless.detect(st),
+            a.info()["files"],
+            "shards,",
+            a.info()["tensors"],
+            "tensors, bit-exact:",
+            same,
+            "verify:",
+            a.verify(),
+        )
         ok &= same and not a.verify()
-    for name, idx, kw in (("bin", "pytorch_model.bin.index.json", {"use_safetensors": False}), ("conv", "model.safetensors.index.json", {})):
+    for name, idx, kw in (
+        ("bin", "pytorch_model.bin.index.json", {"use_safetensors": False}),
+        ("conv", "model.safetensors.index.json", {}),
+    ):
         d = os.path.join(out, name)
         os.makedirs(d)
         torchless.convert(st, os.path.join(d, idx), max_shard_size="20KB")

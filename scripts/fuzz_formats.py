@@ -40,7 +40,23 @@ def main() -> int:
     t0 = time.monotonic()
 
     def write_summary(s: harness.Summary, done: bool) -> None:
-        (args.out / "summary.json").write_text(json.dumps({"done": done, "cases": s.cases, "targets": s.targets, "failures": len(s.failures), "seconds": round(s.seconds or time.monotonic() - t0, 1), "by_seed": s.by_seed, "base_seed": args.seed, "start": args.start, "cli_every": args.cli_every, "killed_workers": s.killed}, indent=1))
+        (args.out / "summary.json").write_text(
+            json.dumps(
+                {
+                    "done": done,
+                    "cases": s.cases,
+                    "targets": s.targets,
+                    "failures": len(s.failures),
+                    "seconds": round(s.seconds or time.monotonic() - t0, 1),
+                    "by_seed": s.by_seed,
+                    "base_seed": args.seed,
+                    "start": args.start,
+                    "cli_every": args.cli_every,
+                    "killed_workers": s.killed,
+                },
+                indent=1,
+            )
+        )
 
     def progress(s: harness.Summary) -> None:
         if s.cases - last[0] >= 1000:
@@ -49,7 +65,16 @@ def main() -> int:
             write_summary(s, False)
 
     try:
-        s = harness.run_campaign(args.cases, base_seed=args.seed, start=args.start, workers=args.workers, workdir=work, faildir=args.out / "failures", cli_every=args.cli_every, progress=progress)
+        s = harness.run_campaign(
+            args.cases,
+            base_seed=args.seed,
+            start=args.start,
+            workers=args.workers,
+            workdir=work,
+            faildir=args.out / "failures",
+            cli_every=args.cli_every,
+            progress=progress,
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(s.report(limit=200))

@@ -38,7 +38,9 @@ def main() -> int:
         except Exception as e:  # noqa: BLE001 - every failure is reported with its seed
             failed.append((seed, f"{type(e).__name__}: {str(e)[:200]}"))
     dt = time.monotonic() - t0
-    print(f"cases {stats.cases} (failed {len(failed)}), tensors {stats.tensors}, writes {stats.writes} x 3 torch loads, {dt:.0f} s")
+    print(
+        f"cases {stats.cases} (failed {len(failed)}), tensors {stats.tensors}, writes {stats.writes} x 3 torch loads, {dt:.0f} s"
+    )
     print("layouts", dict(sorted(stats.by_layout.items())), "protocols", dict(sorted(stats.by_protocol.items())))
     print("dtypes", len(stats.dtypes), ", ".join(sorted(stats.dtypes)))
     for seed, msg in failed[:50]:

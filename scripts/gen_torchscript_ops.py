@@ -25,10 +25,12 @@ import sys
 import torch
 
 PATH_ARGS = {"filename", "path", "file", "f", "file_name", "filepath"}
-NETWORK_NS = {"c10d": "collective communication with other processes (process groups over the network)",
-              "_c10d_functional": "functional collectives: communication with other processes over the network",
-              "_c10d_functional_autograd": "functional collectives: communication with other processes over the network",
-              "symm_mem": "symmetric-memory collectives: communication with other processes / devices"}
+NETWORK_NS = {
+    "c10d": "collective communication with other processes (process groups over the network)",
+    "_c10d_functional": "functional collectives: communication with other processes over the network",
+    "_c10d_functional_autograd": "functional collectives: communication with other processes over the network",
+    "symm_mem": "symmetric-memory collectives: communication with other processes / devices",
+}
 CURATED = {
     "prim::PythonOp": ("python", "calls a Python function object (arbitrary code)"),
     "prim::IgnoredPythonOp": ("python", "calls a Python function object left out of TorchScript (arbitrary code)"),

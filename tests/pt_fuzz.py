@@ -30,18 +30,37 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from tl_testutil import assert_tensor_matches, torch_value_bytes
 
 import torchless
 from torchless.core.tensor import NestedTensor, SparseTensor, Tensor
 from torchless.core.values import StateDict
 
-from tl_testutil import assert_tensor_matches, torch_value_bytes
-
 #: every dtype torch.save writes for dense tensors (classic ones through typed storages,
 #: the newer ones through UntypedStorage)
-DENSE = ["bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64", "float16", "bfloat16",
-         "float32", "float64", "complex32", "complex64", "complex128", "float8_e4m3fn", "float8_e5m2",
-         "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu"]
+DENSE = [
+    "bool",
+    "uint8",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "complex32",
+    "complex64",
+    "complex128",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "float8_e4m3fnuz",
+    "float8_e5m2fnuz",
+    "float8_e8m0fnu",
+]
 LAYOUTS = ["zip", "legacy", "zip-deflated", "zip-big-endian", "zip-4096-nocrc", "zip-old-records"]
 
 
@@ -90,7 +109,7 @@ class Gen:
         for _ in range(int(self.rng.integers(0, 3))):
             k = self.pick(["slice", "T", "select", "expand", "narrow", "strided"])
             if k == "slice" and t.dim() and t.shape[0]:
-                t = t[int(self.rng.integers(0, t.shape[0])):: int(self.rng.integers(1, 3))]
+                t = t[int(self.rng.integers(0, t.shape[0])) :: int(self.rng.integers(1, 3))]
             elif k == "T" and t.dim() >= 2:
                 t = t.transpose(0, t.dim() - 1)
             elif k == "select" and t.dim() and t.shape[-1]:
@@ -113,9 +132,17 @@ class Gen:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             if k == "qt":
-                return torch.quantize_per_tensor(torch.linspace(-2, 2, 6), 0.05, 3, self.pick([torch.quint8, torch.qint8, torch.qint32]))
+                return torch.quantize_per_tensor(
+                    torch.linspace(-2, 2, 6), 0.05, 3, self.pick([torch.quint8, torch.qint8, torch.qint32])
+                )
             if k == "qc":
-                return torch.quantize_per_channel(torch.randn(3, 2, generator=torch.Generator().manual_seed(int(self.rng.integers(1 << 30)))), torch.tensor([0.1, 0.2, 0.3], dtype=torch.float64), torch.tensor([0, 1, 2]), 0, torch.quint8)
+                return torch.quantize_per_channel(
+                    torch.randn(3, 2, generator=torch.Generator().manual_seed(int(self.rng.integers(1 << 30)))),
+                    torch.tensor([0.1, 0.2, 0.3], dtype=torch.float64),
+                    torch.tensor([0, 1, 2]),
+                    0,
+                    torch.quint8,
+                )
             if k == "q4":
                 return torch.quantize_per_tensor(torch.linspace(0, 1, 5), 0.1, 0, self.pick([torch.quint4x2, torch.quint2x4]))
             if k == "coo":
@@ -127,20 +154,35 @@ class Gen:
             if k == "meta":
                 return torch.empty(2, 3, dtype=self.pick([torch.float32, torch.bfloat16, torch.uint16]), device="meta")
             if k == "param":
-                return torch.nn.Parameter(self.base(self.pick(["float32", "float16", "bfloat16", "float64"])), requires_grad=self.coin())
+                return torch.nn.Parameter(
+                    self.base(self.pick(["float32", "float16", "bfloat16", "float64"])), requires_grad=self.coin()
+                )
             t = self.base("float32")
             t.note = self.pick(["a", 1, (2, 3)])
             return t
 
     def scalar(self) -> Any:
         torch = self.torch
-        return self.pick([
-            lambda: int(self.rng.integers(-(2**40), 2**40)), lambda: float(self.rng.normal()), lambda: float("nan"),
-            lambda: float("-inf"), lambda: "s" * int(self.rng.integers(0, 4)), lambda: b"\x00\xff", lambda: None,
-            lambda: True, lambda: complex(1.5, -2), lambda: torch.Size([2, 3]), lambda: torch.float8_e5m2,
-            lambda: torch.device("cpu"), lambda: bytearray(b"ab"), lambda: {1, 2}, lambda: collections.Counter(a=2),
-            self.numpy_value,
-        ])()
+        return self.pick(
+            [
+                lambda: int(self.rng.integers(-(2**40), 2**40)),
+                lambda: float(self.rng.normal()),
+                lambda: float("nan"),
+                lambda: float("-inf"),
+                lambda: "s" * int(self.rng.integers(0, 4)),
+                lambda: b"\x00\xff",
+                lambda: None,
+                lambda: True,
+                lambda: complex(1.5, -2),
+                lambda: torch.Size([2, 3]),
+                lambda: torch.float8_e5m2,
+                lambda: torch.device("cpu"),
+                lambda: bytearray(b"ab"),
+                lambda: {1, 2},
+                lambda: collections.Counter(a=2),
+                self.numpy_value,
+            ]
+        )()
 
     def numpy_value(self) -> Any:
         """NumPy values torchless keeps as NumPy (written back as NumPy pickles them)."""
@@ -165,7 +207,9 @@ class Gen:
                 a[idx] = self.pick([i, "s", None, (i, 1.5)])
             return a
         if k == "dtype":
-            return self.pick([np.dtype(">i4"), np.dtype("<M8[ns]"), np.dtype([("x", "u1"), ("y", "<f4")], align=True), np.dtype(("<i2", (2,)))])
+            return self.pick(
+                [np.dtype(">i4"), np.dtype("<M8[ns]"), np.dtype([("x", "u1"), ("y", "<f4")], align=True), np.dtype(("<i2", (2,)))]
+            )
         if k == "scalar":
             return self.pick([np.datetime64("2020-01-02", "ms"), np.timedelta64(3, "D"), np.str_("abc")])
         return np.zeros(shape, dtype=self.pick([">U2", ">M8[s]"]))
@@ -210,7 +254,6 @@ class Gen:
 # -- writing and re-encoding ---------------------------------------------------------------
 def torch_save(obj: Any, layout: str, protocol: int) -> bytes:
     import torch
-
     from torch.utils.serialization import config
 
     buf = io.BytesIO()
@@ -233,7 +276,14 @@ def torch_save(obj: Any, layout: str, protocol: int) -> bytes:
     return data
 
 
-def rezip(data: bytes, *, deflate: bool = False, byteorder: str | None = None, swap: dict[str, int] | None = None, drop: set[str] | None = None) -> bytes:
+def rezip(
+    data: bytes,
+    *,
+    deflate: bool = False,
+    byteorder: str | None = None,
+    swap: dict[str, int] | None = None,
+    drop: set[str] | None = None,
+) -> bytes:
     """The same records written by Python's zipfile (no alignment, no descriptors),
     optionally deflated, with another byte order record and storages swapped."""
     src = zipfile.ZipFile(io.BytesIO(data))
@@ -285,7 +335,7 @@ def compare(tl: Any, tt: Any, path: str = "", seen: dict | None = None) -> None:
         seen[id(tt)] = tl
         if tt.is_nested:
             assert isinstance(tl, NestedTensor), (path, type(tl))
-            for a, b in zip(tl.unbind(), tt.unbind()):
+            for a, b in zip(tl.unbind(), tt.unbind(), strict=False):
                 np.testing.assert_array_equal(a.numpy(), b.numpy())
             return
         if tt.is_quantized and tt.dtype in (torch.quint4x2, torch.quint2x4):
@@ -317,7 +367,7 @@ def compare(tl: Any, tt: Any, path: str = "", seen: dict | None = None) -> None:
     if isinstance(tt, (list, tuple)) and not isinstance(tt, torch.Size):
         assert type(tl) is type(tt), (path, type(tl), type(tt))
         assert len(tl) == len(tt), path
-        for i, (a, b) in enumerate(zip(tl, tt)):
+        for i, (a, b) in enumerate(zip(tl, tt, strict=False)):
             compare(a, b, f"{path}.{i}", seen)
         return
     if isinstance(tt, torch.dtype):
@@ -336,7 +386,11 @@ def compare(tl: Any, tt: Any, path: str = "", seen: dict | None = None) -> None:
 
 
 def _same_array(a: Any, b: np.ndarray, path: str) -> None:
-    assert type(a) is np.ndarray and a.dtype == b.dtype and a.dtype.str == b.dtype.str and a.shape == b.shape, (path, getattr(a, "dtype", type(a)), b.dtype)
+    assert type(a) is np.ndarray and a.dtype == b.dtype and a.dtype.str == b.dtype.str and a.shape == b.shape, (
+        path,
+        getattr(a, "dtype", type(a)),
+        b.dtype,
+    )
     assert a.flags.f_contiguous == b.flags.f_contiguous and a.flags.c_contiguous == b.flags.c_contiguous, path
     if b.dtype.hasobject:
         assert a.tolist() == b.tolist(), path
@@ -467,7 +521,7 @@ def compare_torch(a: Any, b: Any, path: str = "<root>") -> None:
         assert isinstance(a, torch.Tensor) and type(a) is type(b), (path, type(a), type(b))
         if b.is_nested:
             assert a.is_nested and a.dtype == b.dtype, path
-            for x, y in zip(a.unbind(), b.unbind()):
+            for x, y in zip(a.unbind(), b.unbind(), strict=False):
                 assert torch.equal(x, y), path
             return
         assert a.dtype == b.dtype and a.shape == b.shape and a.layout == b.layout and a.device == b.device, path
@@ -493,7 +547,7 @@ def compare_torch(a: Any, b: Any, path: str = "<root>") -> None:
             compare_torch(a[k], b[k], f"{path}.{k}")
     elif isinstance(b, (list, tuple)) and not isinstance(b, torch.Size):
         assert len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b)):
+        for i, (x, y) in enumerate(zip(a, b, strict=False)):
             compare_torch(x, y, f"{path}.{i}")
     elif isinstance(b, float) and math.isnan(b):
         assert math.isnan(a), path

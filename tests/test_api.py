@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import torchless
-from torchless.core.errors import FormatError, NotFoundError, TorchlessError, UnsafeGlobalError, UsageError
+from torchless.core.errors import NotFoundError, TorchlessError, UnsafeGlobalError, UsageError
 from torchless.pickle.globals import PickledObject
 
 
@@ -27,7 +27,13 @@ def test_detect_open_load_save(tmp_path):
     assert torchless.load(p.read_bytes())["cfg"] == {"lr": 0.5}
     st = tmp_path / "a.safetensors"
     res = torchless.convert(p, st)
-    assert res == {"tensors": 1, "bytes": 16, "files": [str(st)], "object_kept": False, "dropped": [{"key": "cfg.lr", "type": "float"}]}
+    assert res == {
+        "tensors": 1,
+        "bytes": 16,
+        "files": [str(st)],
+        "object_kept": False,
+        "dropped": [{"key": "cfg.lr", "type": "float"}],
+    }
     assert torchless.detect(st) == "safetensors"
     np.testing.assert_array_equal(torchless.open(st)["w"].numpy(), np.arange(4))
     with pytest.raises(UsageError):

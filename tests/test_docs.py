@@ -80,7 +80,9 @@ def _cache(dst: str) -> None:
     kernel = os.path.join(dst, CACHE_KEY[1:3], CACHE_KEY + ".py")
     os.makedirs(os.path.dirname(kernel))
     with open(kernel, "w") as f:
-        f.write("import triton\nimport triton.language as tl\n\n@triton.jit\ndef triton_poi_fused_add_0(in_ptr0, out_ptr0, xnumel, XBLOCK: tl.constexpr):\n    pass\n")
+        f.write(
+            "import triton\nimport triton.language as tl\n\n@triton.jit\ndef triton_poi_fused_add_0(in_ptr0, out_ptr0, xnumel, XBLOCK: tl.constexpr):\n    pass\n"
+        )
 
 
 #: per document: file name in the temporary folder -> sample file, folder or builder
@@ -88,7 +90,11 @@ COMMON = {"model.pt": _model_pt, "a.pt": _model_pt, "b.pt": "state_dict.pt", "do
 FIXTURES = {
     "README.md": {"module.pt": "checkpoint.pt", "ckpt": _dcp},
     "docs/pt.md": {},
-    "docs/torchscript.md": {"model.pt": "scripted_module.pt", "other.pt": "scripted_module.pt", "model.ptl": "scripted_module.ptl"},
+    "docs/torchscript.md": {
+        "model.pt": "scripted_module.pt",
+        "other.pt": "scripted_module.pt",
+        "model.ptl": "scripted_module.ptl",
+    },
     "docs/pt2.md": {"model.pt2": "mlp.pt2", "mlp.pt2": "mlp.pt2"},
     "docs/aoti.md": {"model.pt2": "mlp_aoti.pt2"},
     "docs/onnx.md": {"model.onnx": "mlp.onnx", "a.onnx": "mlp.onnx", "b.onnx": "mlp.onnx"},
@@ -157,7 +163,10 @@ def _run_sh(code: str, where: str, capsys) -> None:
             continue
         shim = os.path.join(where, ".bin")
         os.makedirs(shim, exist_ok=True)
-        for name, line in (("torchless", f'exec "{sys.executable}" -m torchless.cli.main "$@"'), ("python", f'exec "{sys.executable}" "$@"')):
+        for name, line in (
+            ("torchless", f'exec "{sys.executable}" -m torchless.cli.main "$@"'),
+            ("python", f'exec "{sys.executable}" "$@"'),
+        ):
             with open(os.path.join(shim, name), "w") as f:
                 f.write(f"#!/bin/sh\n{line}\n")
             os.chmod(os.path.join(shim, name), 0o755)

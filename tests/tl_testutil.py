@@ -49,7 +49,11 @@ def assert_tensor_matches(tl: Any, tt: Any, *, values: bool = True) -> None:
             assert_tensor_matches(tl.tensors["indices"], tt._indices())
             assert_tensor_matches(tl.tensors["values"], tt._values())
         else:
-            comp, plain = (tt.crow_indices(), tt.col_indices()) if tt.layout in (torch.sparse_csr, torch.sparse_bsr) else (tt.ccol_indices(), tt.row_indices())
+            comp, plain = (
+                (tt.crow_indices(), tt.col_indices())
+                if tt.layout in (torch.sparse_csr, torch.sparse_bsr)
+                else (tt.ccol_indices(), tt.row_indices())
+            )
             assert_tensor_matches(tl.tensors["compressed_indices"], comp)
             assert_tensor_matches(tl.tensors["plain_indices"], plain)
             assert_tensor_matches(tl.tensors["values"], tt.values())
@@ -109,7 +113,7 @@ def assert_tree_matches(tl: Any, tt: Any, path: str = "") -> None:
     if isinstance(tt, (list, tuple)):
         assert type(tl) is type(tt) or (isinstance(tt, tuple) and isinstance(tl, tuple)), (path, type(tl), type(tt))
         assert len(tl) == len(tt), path
-        for i, (a, b) in enumerate(zip(tl, tt)):
+        for i, (a, b) in enumerate(zip(tl, tt, strict=False)):
             assert_tree_matches(a, b, f"{path}.{i}")
         return
     if isinstance(tt, (torch.dtype,)):
@@ -151,7 +155,10 @@ def torch_tensors(obj: Any, prefix: str = "") -> list[tuple[str, Any]]:
 def sharing_pattern_torch(tensors: list[Any]) -> list[int]:
     """For each tensor, the index of the first tensor with the same storage."""
     # empty storages all have data_ptr 0: count each as its own
-    ptrs = [t.untyped_storage().data_ptr() if t.device.type != "meta" and t.untyped_storage().nbytes() else -1 - i for i, t in enumerate(tensors)]
+    ptrs = [
+        t.untyped_storage().data_ptr() if t.device.type != "meta" and t.untyped_storage().nbytes() else -1 - i
+        for i, t in enumerate(tensors)
+    ]
     return [ptrs.index(p) for p in ptrs]
 
 
@@ -176,7 +183,7 @@ def load_and_touch(data: bytes, weights_only: bool = True) -> Any:
         if isinstance(t, Tensor) and t.storage is not None:
             t.numpy()
         elif isinstance(t, (SparseTensor, NestedTensor)):
-            for c in (t.tensors.values() if isinstance(t, SparseTensor) else []):
+            for c in t.tensors.values() if isinstance(t, SparseTensor) else []:
                 if c.storage is not None:
                     c.numpy()
     art.info()
@@ -184,16 +191,57 @@ def load_and_touch(data: bytes, weights_only: bool = True) -> Any:
 
 
 # -- hand-built zip pieces -------------------------------------------------------------
-def local_header(name: bytes, extra: bytes = b"", *, crc: int = 0, csize: int = 0, usize: int = 0, flags: int = 0x0808, method: int = 0) -> bytes:
-    return struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", 0, flags, method, 0, 0, crc, csize, usize, len(name), len(extra)) + name + extra
+def local_header(
+    name: bytes, extra: bytes = b"", *, crc: int = 0, csize: int = 0, usize: int = 0, flags: int = 0x0808, method: int = 0
+) -> bytes:
+    return (
+        struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", 0, flags, method, 0, 0, crc, csize, usize, len(name), len(extra))
+        + name
+        + extra
+    )
 
 
-def central_header(name: bytes, offset: int, size: int, crc: int, extra: bytes = b"", *, csize: int | None = None, method: int = 0, flags: int = 0x0808) -> bytes:
+def central_header(
+    name: bytes,
+    offset: int,
+    size: int,
+    crc: int,
+    extra: bytes = b"",
+    *,
+    csize: int | None = None,
+    method: int = 0,
+    flags: int = 0x0808,
+) -> bytes:
     cs = size if csize is None else csize
-    return struct.pack("<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 0, 0, flags, method, 0, 0, crc, cs, size, len(name), len(extra), 0, 0, 0, 0, offset) + name + extra
+    return (
+        struct.pack(
+            "<4sHHHHHHIIIHHHHHII",
+            b"PK\x01\x02",
+            0,
+            0,
+            flags,
+            method,
+            0,
+            0,
+            crc,
+            cs,
+            size,
+            len(name),
+            len(extra),
+            0,
+            0,
+            0,
+            0,
+            offset,
+        )
+        + name
+        + extra
+    )
 
 
-def build_zip(records: list[tuple[bytes, bytes]], *, central_names: list[bytes] | None = None, eocd_entries: int | None = None) -> bytes:
+def build_zip(
+    records: list[tuple[bytes, bytes]], *, central_names: list[bytes] | None = None, eocd_entries: int | None = None
+) -> bytes:
     """A plain stored zip of ``(name, data)`` records (no descriptors, no padding);
     ``central_names`` may name entries differently in the central directory."""
     out = bytearray()

@@ -13,7 +13,8 @@ Example:
 
 from __future__ import annotations
 
-from .cli._start import quiet_interrupts as _quiet, running_as_cli as _is_cli
+from .cli._start import quiet_interrupts as _quiet
+from .cli._start import running_as_cli as _is_cli
 
 if _is_cli():  # `torchless ...`: a Ctrl-C during the imports below prints no traceback
     _quiet()

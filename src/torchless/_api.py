@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from .core.errors import UsageError
 from .formats.base import Artifact, check_options
@@ -106,7 +107,14 @@ def save(obj: Any, path: Any, *, format: str | None = None, **kw: Any) -> None:
     write_tensors(obj.items(), path, format=h.name, **kw)
 
 
-def write_tensors(items: Iterable[tuple[str, Any]], path: Any, *, format: str | None = None, progress: Callable[[int], None] | None = None, **kw: Any) -> list[str]:
+def write_tensors(
+    items: Iterable[tuple[str, Any]],
+    path: Any,
+    *,
+    format: str | None = None,
+    progress: Callable[[int], None] | None = None,
+    **kw: Any,
+) -> list[str]:
     """Write ``(name, tensor)`` pairs in the format of ``path``'s extension (or ``format``).
 
     Returns the files written (several for sharded safetensors: the shards, then the
@@ -119,7 +127,9 @@ def write_tensors(items: Iterable[tuple[str, Any]], path: Any, *, format: str | 
     h = _tensor_writer(path, format)
     check_options(h, "write", kw, path=path)
     res = h.write_tensors(items, path, progress=progress, **kw)  # type: ignore[attr-defined]
-    return list(res) if isinstance(res, (list, tuple)) else [os.fspath(path) if isinstance(path, (str, os.PathLike)) else "<file>"]
+    return (
+        list(res) if isinstance(res, (list, tuple)) else [os.fspath(path) if isinstance(path, (str, os.PathLike)) else "<file>"]
+    )
 
 
 def writable_formats() -> list[str]:
@@ -210,7 +220,9 @@ def convert(
 
                 save_checkpoint(cp.obj, dst, progress=progress)
                 return {**total, "files": [os.fspath(dst)], "object_kept": True, "dropped": []}
-            dropped = [{"key": "", "type": f"object with classes outside the allowlist ({', '.join(refused[:4])})"}] + _non_tensor_leaves(cp.obj)
+            dropped = [
+                {"key": "", "type": f"object with classes outside the allowlist ({', '.join(refused[:4])})"}
+            ] + _non_tensor_leaves(cp.obj)
         elif art.format == "pt":
             dropped = _non_tensor_leaves(art.checkpoint.obj)  # type: ignore[attr-defined]
         elif art.format == "safetensors":
@@ -240,7 +252,12 @@ def convert(
                     pass  # a value torch's format cannot hold: the tensors alone, named below
             dropped = _non_tensor_leaves(obj)
         else:  # code, graphs, module structure: only the tensors travel
-            dropped = [{"key": "", "type": f"everything in the {art.format} artifact that is not a tensor (code, graph, module structure); only its tensors are converted"}]
+            dropped = [
+                {
+                    "key": "",
+                    "type": f"everything in the {art.format} artifact that is not a tensor (code, graph, module structure); only its tensors are converted",
+                }
+            ]
         if strict and dropped:
             shown = ", ".join(d["key"] or d["type"] for d in dropped[:8]) + (" ..." if len(dropped) > 8 else "")
             raise UsageError(

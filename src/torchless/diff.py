@@ -12,7 +12,8 @@ told how many bytes were compared.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -72,14 +73,20 @@ def _compare_chunk(x: np.ndarray, y: np.ndarray, rtol: float, atol: float) -> tu
     return bool(not close.all()), mad
 
 
-def compare_tensors(x: Any, y: Any, *, rtol: float = 0.0, atol: float = 0.0, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+def compare_tensors(
+    x: Any, y: Any, *, rtol: float = 0.0, atol: float = 0.0, progress: Callable[[int], None] | None = None
+) -> dict[str, Any]:
     """Compare two lazy tensors.
 
     Returns ``{"status": "same" | "changed" | "not_compared", "reason": str,
     "max_abs_diff": float | None}``.
     """
     if x.dtype.name != y.dtype.name or tuple(x.shape) != tuple(y.shape):
-        return {"status": "changed", "reason": f"{x.dtype.name}{list(x.shape)} -> {y.dtype.name}{list(y.shape)}", "max_abs_diff": None}
+        return {
+            "status": "changed",
+            "reason": f"{x.dtype.name}{list(x.shape)} -> {y.dtype.name}{list(y.shape)}",
+            "max_abs_diff": None,
+        }
     try:
         xv, yv = _values(x), _values(y)
     except (TorchlessError, AttributeError, NotImplementedError, TypeError, ValueError) as e:
@@ -106,7 +113,9 @@ def compare_tensors(x: Any, y: Any, *, rtol: float = 0.0, atol: float = 0.0, pro
     return {"status": "same", "reason": "", "max_abs_diff": mad}
 
 
-def diff_artifacts(a: Any, b: Any, *, rtol: float = 0.0, atol: float = 0.0, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+def diff_artifacts(
+    a: Any, b: Any, *, rtol: float = 0.0, atol: float = 0.0, progress: Callable[[int], None] | None = None
+) -> dict[str, Any]:
     """Compare the tensors of two opened artifacts by name.
 
     Returns ``{"added": [names], "removed": [names], "changed": [{name, reason,
@@ -130,7 +139,14 @@ def diff_artifacts(a: Any, b: Any, *, rtol: float = 0.0, atol: float = 0.0, prog
         else:
             not_compared.append({"name": name, "reason": r["reason"]})
     identical = not (added or removed or changed or not_compared)
-    return {"added": added, "removed": removed, "changed": changed, "not_compared": not_compared, "same": same, "identical": identical}
+    return {
+        "added": added,
+        "removed": removed,
+        "changed": changed,
+        "not_compared": not_compared,
+        "same": same,
+        "identical": identical,
+    }
 
 
 def diff_bytes(a: Any, b: Any) -> int:
@@ -146,7 +162,15 @@ def diff_bytes(a: Any, b: Any) -> int:
     return total
 
 
-def diff(a: Any, b: Any, *, format: str | None = None, rtol: float = 0.0, atol: float = 0.0, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+def diff(
+    a: Any,
+    b: Any,
+    *,
+    format: str | None = None,
+    rtol: float = 0.0,
+    atol: float = 0.0,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
     """Compare the tensors of the artifacts at paths ``a`` and ``b`` (see
     :func:`diff_artifacts`). Nothing is executed: unknown classes are placeholders."""
     from ._api import open as open_artifact

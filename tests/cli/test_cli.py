@@ -76,7 +76,9 @@ def test_convert_round_trip_preserves_bfloat16(capsys, ckpt, tmp_path):
     # npz stores bfloat16 as np.save does (|V2) and names it in the member comment
     with np.load(npz) as z:
         assert z["emb"].dtype == np.dtype("V2")
-        assert torch.equal(torch.from_numpy(z["emb"].view(np.uint16).astype(np.int32)), expect["emb"].view(torch.int16).to(torch.int32) & 0xFFFF)
+        assert torch.equal(
+            torch.from_numpy(z["emb"].view(np.uint16).astype(np.int32)), expect["emb"].view(torch.int16).to(torch.int32) & 0xFFFF
+        )
     assert torchless.open(npz)["emb"].dtype.name == "bfloat16"
 
 
@@ -90,7 +92,12 @@ def test_diff_reports_changes(capsys, ckpt, tmp_path):
     torch.save(sd, other)
     code, out, _ = run(capsys, "diff", ckpt, other)
     assert code == 1
-    assert "+ new" in out and "- idx" in out and "~ 0.bias: values (max abs diff 1)" in out and "~ emb: bfloat16[5, 4] -> float32[5, 4]" in out
+    assert (
+        "+ new" in out
+        and "- idx" in out
+        and "~ 0.bias: values (max abs diff 1)" in out
+        and "~ emb: bfloat16[5, 4] -> float32[5, 4]" in out
+    )
     code, out, _ = run(capsys, "diff", ckpt, other, "--json")
     res = json.loads(out)
     assert res["added"] == ["new"] and res["removed"] == ["idx"] and {c["name"] for c in res["changed"]} == {"0.bias", "emb"}
@@ -116,7 +123,12 @@ def test_verify(capsys, ckpt, tmp_path):
 def test_user_errors_one_line_exit_2(capsys, tmp_path):
     junk = tmp_path / "junk.pt"
     junk.write_bytes(b"\x00" * 64)
-    for argv in (["info", tmp_path / "missing.pt"], ["ls", junk], ["info", tmp_path], ["convert", junk, tmp_path / "x.safetensors"]):
+    for argv in (
+        ["info", tmp_path / "missing.pt"],
+        ["ls", junk],
+        ["info", tmp_path],
+        ["convert", junk, tmp_path / "x.safetensors"],
+    ):
         code, out, err = run(capsys, *argv)
         assert code == 2, argv
         assert err.count("\n") == 1 and err.startswith("torchless: error:") and "Traceback" not in err, err
@@ -125,7 +137,13 @@ def test_user_errors_one_line_exit_2(capsys, tmp_path):
 
 def test_module_entry_point_subprocess(tmp_path, ckpt):
     env = dict(os.environ)
-    r = subprocess.run([sys.executable, "-m", "torchless", "info", str(tmp_path / "nope.pt")], capture_output=True, text=True, env=env, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "torchless", "info", str(tmp_path / "nope.pt")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
     evil = tmp_path / "evil.pt"
     from torchless.container.zip import TorchZipWriter
@@ -135,5 +153,7 @@ def test_module_entry_point_subprocess(tmp_path, ckpt):
         zw.write("version", b"3\n")
     r = subprocess.run([sys.executable, "-m", "torchless", "ls", str(evil)], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0 and "Traceback" not in r.stderr  # placeholders, nothing run
-    r = subprocess.run([sys.executable, "-m", "torchless", "ls", "--json", str(ckpt)], capture_output=True, text=True, env=env, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "torchless", "ls", "--json", str(ckpt)], capture_output=True, text=True, env=env, timeout=120
+    )
     assert r.returncode == 0 and len(json.loads(r.stdout)) == 6

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 
 import pytest
 
@@ -29,7 +28,20 @@ def run_json(capsys, *argv) -> object:
 def _cases(tmp: str) -> list[tuple[str, list[str]]]:
     """(schema name, argv) for every command that takes --json, on every sample kind."""
     return [
-        *[("info", ["info", s(n), "--json"]) for n in ("checkpoint.pt", "state_dict.pt", "legacy_format.pt", "mlp.pt2", "mlp_aoti.pt2", "scripted_module.pt", "scripted_module.ptl", "mlp.onnx", "dcp_ckpt")],
+        *[
+            ("info", ["info", s(n), "--json"])
+            for n in (
+                "checkpoint.pt",
+                "state_dict.pt",
+                "legacy_format.pt",
+                "mlp.pt2",
+                "mlp_aoti.pt2",
+                "scripted_module.pt",
+                "scripted_module.ptl",
+                "mlp.onnx",
+                "dcp_ckpt",
+            )
+        ],
         ("ls", ["ls", s("checkpoint.pt"), "--json"]),
         ("ls", ["ls", s("dcp_ckpt"), "--json"]),
         ("verify", ["verify", s("mlp.pt2"), "--json"]),
@@ -81,10 +93,16 @@ def test_every_json_output_matches_its_schema(capsys, tmp_path):
     # set-weights of both kinds, with weights taken from the models themselves
     assert main(["convert", s("mlp.onnx"), f"{tmp}/w.safetensors"]) == 0
     capsys.readouterr()
-    validate(run_json(capsys, "onnx", "set-weights", s("mlp.onnx"), f"{tmp}/w.safetensors", "-o", f"{tmp}/m.onnx", "--json"), SCHEMAS["onnx-set-weights"])
+    validate(
+        run_json(capsys, "onnx", "set-weights", s("mlp.onnx"), f"{tmp}/w.safetensors", "-o", f"{tmp}/m.onnx", "--json"),
+        SCHEMAS["onnx-set-weights"],
+    )
     assert main(["convert", s("scripted_module.pt"), f"{tmp}/t.safetensors"]) == 0
     capsys.readouterr()
-    validate(run_json(capsys, "ts", "set-weights", s("scripted_module.pt"), f"{tmp}/t.safetensors", "-o", f"{tmp}/t.pt", "--json"), SCHEMAS["ts-set-weights"])
+    validate(
+        run_json(capsys, "ts", "set-weights", s("scripted_module.pt"), f"{tmp}/t.safetensors", "-o", f"{tmp}/t.pt", "--json"),
+        SCHEMAS["ts-set-weights"],
+    )
     covered |= {"onnx-set-weights", "ts-set-weights"}
     capsys.readouterr()
     assert covered == set(SCHEMAS), set(SCHEMAS) - covered

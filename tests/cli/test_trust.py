@@ -32,7 +32,9 @@ def test_pt_to_pt_keeps_the_whole_object(capsys, tmp_path, torch):
     src = tmp_path / "ckpt.pt"
     model = torch.nn.Linear(3, 2)
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
-    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": 7, "config": {"name": "x", "layers": [3, 2]}}, src)
+    torch.save(
+        {"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": 7, "config": {"name": "x", "layers": [3, 2]}}, src
+    )
     dst = tmp_path / "copy.pt"
     code, out, err = run(capsys, "convert", src, dst)
     assert code == 0 and err == "" and "whole object kept" in out

@@ -15,18 +15,18 @@ import io
 import struct
 import zipfile
 import zlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
+import zipkit as zk
+from zipkit import Rec
 
 import torchless
 from torchless import TorchlessError
 from torchless.container.differentials import zip_differentials
 from torchless.container.pyzip import PyZipReader
-
-import zipkit as zk
-from zipkit import Rec
 
 # -- oracles ----------------------------------------------------------------------------
 
@@ -90,8 +90,8 @@ def _torch_layouts(torch: Any) -> dict[str, tuple[bytes, bool]]:
     """name -> (file bytes, read two ways?)"""
     a = _torch_records(torch, 1.0)
     b = _torch_records(torch, 7.0)
-    dup = a + [Rec(r.name, r2.data) for r, r2 in zip(a, b) if r.name.endswith(b"data/0")]
-    upper = a + [Rec(r.name.replace(b"data/0", b"DATA/0"), r2.data) for r, r2 in zip(a, b) if r.name.endswith(b"data/0")]
+    dup = a + [Rec(r.name, r2.data) for r, r2 in zip(a, b, strict=False) if r.name.endswith(b"data/0")]
+    upper = a + [Rec(r.name.replace(b"data/0", b"DATA/0"), r2.data) for r, r2 in zip(a, b, strict=False) if r.name.endswith(b"data/0")]
     counted = zk.plain(a + [Rec(b"archive/extra", b"x" * 5)])
     n = len(a)
     cut = bytearray(counted)
@@ -112,7 +112,10 @@ def _torch_layouts(torch: Any) -> dict[str, tuple[bytes, bool]]:
         "duplicate-names": (zk.plain(dup), True),
         "case-duplicates": (zk.plain(upper), True),
         "uncounted-entry": (bytes(cut), True),
-        "overlapping-members": (zk.overlapping(a, b"archive/data/9", next(r.name for r in a if r.name.endswith(b"data/0"))), True),
+        "overlapping-members": (
+            zk.overlapping(a, b"archive/data/9", next(r.name for r in a if r.name.endswith(b"data/0"))),
+            True,
+        ),
     }
 
 
@@ -130,7 +133,18 @@ def test_torch_layouts_read_as_torch_reads_them(torch, tmp_path):
         else:
             assert flags == [], f"{name}: {flags}"
     # the layouts really are read by torch (not only refused): the differential matters
-    for name in ("plain", "zip64", "split-view", "zip64-vs-classic", "eocd-below-76", "trailing-end-signature", "eocd-beyond-zipfile-window", "duplicate-names", "case-duplicates", "uncounted-entry"):
+    for name in (
+        "plain",
+        "zip64",
+        "split-view",
+        "zip64-vs-classic",
+        "eocd-below-76",
+        "trailing-end-signature",
+        "eocd-beyond-zipfile-window",
+        "duplicate-names",
+        "case-duplicates",
+        "uncounted-entry",
+    ):
         assert seen[name] == "same", (name, seen[name])
 
 
@@ -166,7 +180,12 @@ def _npz_layouts() -> dict[str, tuple[bytes, bool]]:
     bad_crc = bytearray(zk.plain(a))
     c = bad_crc.find(zk.CEN)
     struct.pack_into("<I", bad_crc, c + 16, 0x12345678)
-    named = [Rec(b"x.npy\x00junk", a[0].data), Rec(b"x", b"raw bytes, not an array"), Rec(b"w.npy.npy", a[1].data), Rec(b"w.npy", b"shadow")]
+    named = [
+        Rec(b"x.npy\x00junk", a[0].data),
+        Rec(b"x", b"raw bytes, not an array"),
+        Rec(b"w.npy.npy", a[1].data),
+        Rec(b"w.npy", b"shadow"),
+    ]
     return {
         "plain": (zk.plain(a), False),
         "zip64": (zk.with_zip64(a), False),
@@ -201,7 +220,19 @@ def test_npz_layouts_read_as_numpy_reads_them(tmp_path):
         elif name != "bad-crc":
             assert flags == [], f"{name}: {flags}"
     # numpy reads these; torchless must read the same arrays, not refuse
-    for name in ("plain", "zip64", "deflated", "split-view", "zip64-vs-classic", "prepended-archive", "eocd-in-miniz-blind-spot", "duplicate-names", "uncounted-entry", "name-rules", "comment"):
+    for name in (
+        "plain",
+        "zip64",
+        "deflated",
+        "split-view",
+        "zip64-vs-classic",
+        "prepended-archive",
+        "eocd-in-miniz-blind-spot",
+        "duplicate-names",
+        "uncounted-entry",
+        "name-rules",
+        "comment",
+    ):
         assert seen[name] == "same", (name, seen[name])
     assert seen["bad-crc"] == "refused"
 
@@ -264,7 +295,11 @@ def test_hostile_member_sizes_fail_fast(size):
     name = b"archive/data.pkl"
     usize, extra = (size, b"") if size < 0xFFFFFFFF else (0xFFFFFFFF, struct.pack("<HHQ", 1, 8, size))
     loc = struct.pack("<4sHHHHHIIIHH", zk.LOC, 20, 0, 8, 0, 0, 0, len(body), 0, len(name), 0) + name + body
-    cen = struct.pack("<4sHHHHHHIIIHHHHHII", zk.CEN, 20, 20, 0, 8, 0, 0, 0, len(body), usize, len(name), len(extra), 0, 0, 0, 0, 0) + name + extra
+    cen = (
+        struct.pack("<4sHHHHHHIIIHHHHHII", zk.CEN, 20, 20, 0, 8, 0, 0, 0, len(body), usize, len(name), len(extra), 0, 0, 0, 0, 0)
+        + name
+        + extra
+    )
     data = loc + cen + zk.eocd(1, len(cen), len(loc))
     with pytest.raises(TorchlessError):
         ZipReader(data).read("data.pkl")

@@ -8,11 +8,10 @@ import zipfile
 import zlib
 
 import pytest
+from tl_testutil import build_zip, central_header, local_header
 
 from torchless.container.zip import MAX32, TorchZipWriter, ZipReader, _miniz_heapsort
 from torchless.core.errors import FormatError, LimitError, NotFoundError, TorchlessError, TruncatedError, UnsupportedError
-
-from tl_testutil import build_zip, central_header, local_header
 
 
 def _write(records, **kw) -> bytes:
@@ -24,7 +23,9 @@ def _write(records, **kw) -> bytes:
 
 
 def test_writer_layout_and_python_zipfile_agree():
-    data = _write([("data.pkl", b"\x80\x02K\x01."), ("data/0", bytes(range(200))), ("empty", b""), ("code/x.py", b"print(1)\n" * 50, True)])
+    data = _write(
+        [("data.pkl", b"\x80\x02K\x01."), ("data/0", bytes(range(200))), ("empty", b""), ("code/x.py", b"print(1)\n" * 50, True)]
+    )
     zr = ZipReader(data)
     assert zr.prefix == "arch"
     assert zr.records() == ["data.pkl", "data/0", "empty", "code/x.py"]
@@ -92,16 +93,16 @@ def test_deflate_records_and_corrupt_deflate():
     with pytest.raises(FormatError):
         ZipReader(bytes(bad)).read("data.pkl")
     # declared size smaller than the inflated data (a bomb in disguise)
-    liar = out[:cd_off] + central_header(name, 0, 10, crc, csize=len(body), method=8, flags=0) + out[cd_off + len(cd):]
+    liar = out[:cd_off] + central_header(name, 0, 10, crc, csize=len(body), method=8, flags=0) + out[cd_off + len(cd) :]
     with pytest.raises(FormatError):
         ZipReader(liar).read("data.pkl")
     with pytest.raises(LimitError):
         ZipReader(out).read("data.pkl", max_size=100)
     # unknown method, encryption
-    m12 = out[:cd_off] + central_header(name, 0, len(payload), crc, csize=len(body), method=12, flags=0) + out[cd_off + len(cd):]
+    m12 = out[:cd_off] + central_header(name, 0, len(payload), crc, csize=len(body), method=12, flags=0) + out[cd_off + len(cd) :]
     with pytest.raises(UnsupportedError):
         ZipReader(m12).read("data.pkl")
-    enc = out[:cd_off] + central_header(name, 0, len(payload), crc, csize=len(body), method=8, flags=1) + out[cd_off + len(cd):]
+    enc = out[:cd_off] + central_header(name, 0, len(payload), crc, csize=len(body), method=8, flags=1) + out[cd_off + len(cd) :]
     with pytest.raises(UnsupportedError):
         ZipReader(enc).read("data.pkl")
 
@@ -125,7 +126,13 @@ def _zip64_archive(size_in_extra: bool = True, offset_in_extra: bool = True) -> 
         off = MAX32
     extra = struct.pack("<HH", 0x5A5A, 2) + b"zz" + struct.pack("<HH", 1, len(body)) + body
     cd_off = len(out)
-    cd = struct.pack("<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 45, 45, 0, 0, 0, 0, crc, csize, usize, len(name), len(extra), 0, 0, 0, 0, off) + name + extra
+    cd = (
+        struct.pack(
+            "<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 45, 45, 0, 0, 0, 0, crc, csize, usize, len(name), len(extra), 0, 0, 0, 0, off
+        )
+        + name
+        + extra
+    )
     out += cd
     e64 = len(out)
     out += struct.pack("<4sQHHIIQQQQ", b"PK\x06\x06", 44, 45, 45, 0, 0, 1, 1, len(cd), cd_off)

@@ -41,13 +41,38 @@ def lay(recs: list[Rec], at: int, bias: int = 0) -> tuple[bytes, bytes]:
         off = at + len(loc)
         body = r.data if r.method == 0 else _deflate(r.data)
         crc = zlib.crc32(r.data) & 0xFFFFFFFF
-        loc += struct.pack("<4sHHHHHIIIHH", LOC, 20, 0, r.method, 0, 0, crc, len(body), len(r.data), len(r.name), 0) + r.name + body
+        loc += (
+            struct.pack("<4sHHHHHIIIHH", LOC, 20, 0, r.method, 0, 0, crc, len(body), len(r.data), len(r.name), 0) + r.name + body
+        )
         hoff = off - bias
         extra = b""
         if r.z64_offset:
             extra = struct.pack("<HHQ", 1, 8, hoff)
             hoff = 0xFFFFFFFF
-        cen += struct.pack("<4sHHHHHHIIIHHHHHII", CEN, 20, 20, 0, r.method, 0, 0, crc, len(body), len(r.data), len(r.name), len(extra), 0, 0, 0, r.external_attr, hoff) + r.name + extra
+        cen += (
+            struct.pack(
+                "<4sHHHHHHIIIHHHHHII",
+                CEN,
+                20,
+                20,
+                0,
+                r.method,
+                0,
+                0,
+                crc,
+                len(body),
+                len(r.data),
+                len(r.name),
+                len(extra),
+                0,
+                0,
+                0,
+                r.external_attr,
+                hoff,
+            )
+            + r.name
+            + extra
+        )
     return bytes(loc), bytes(cen)
 
 

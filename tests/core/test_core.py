@@ -74,7 +74,11 @@ def test_big_endian_storage_gives_native_values(name):
         native = np.array([(1.5, -2.0), (0.25, 8.0)], dtype=d.storage)
     else:
         native = np.arange(1, 5).astype(d.numpy)
-    big = native.astype(native.dtype.newbyteorder(">")) if d.numpy is None or d.numpy.kind != "V" else native.view(f"u{d.itemsize}").byteswap()
+    big = (
+        native.astype(native.dtype.newbyteorder(">"))
+        if d.numpy is None or d.numpy.kind != "V"
+        else native.view(f"u{d.itemsize}").byteswap()
+    )
     if name == "complex32":
         big = np.array(native, dtype=[("real", ">f2"), ("imag", ">f2")])
     st = Storage("0", big.nbytes, d, data=big.tobytes(), byteorder="big")
@@ -135,13 +139,27 @@ def test_sparse_to_dense_validates_indices():
     from torchless.core.tensor import SparseTensor
 
     def coo(idx, shape):
-        return SparseTensor("sparse_coo", shape, {"indices": Tensor.from_numpy(np.array(idx, np.int64)), "values": Tensor.from_numpy(np.ones(len(idx[0]), np.float32))})
+        return SparseTensor(
+            "sparse_coo",
+            shape,
+            {
+                "indices": Tensor.from_numpy(np.array(idx, np.int64)),
+                "values": Tensor.from_numpy(np.ones(len(idx[0]), np.float32)),
+            },
+        )
 
     np.testing.assert_array_equal(coo([[0, 2, 2]], (3,)).to_dense(), [1, 0, 2])
     for idx in ([[0, 5]], [[0, -1]], [[0, 1], [0, 0]]):
         with pytest.raises(FormatError):
             coo(idx, (3,)).to_dense()
-    csr = SparseTensor("sparse_csr", (2, 2), {"compressed_indices": Tensor.from_numpy(np.array([0, 1, 2], np.int64)),
-                                               "plain_indices": Tensor.from_numpy(np.array([0, 7], np.int64)), "values": Tensor.from_numpy(np.ones(2, np.float32))})
+    csr = SparseTensor(
+        "sparse_csr",
+        (2, 2),
+        {
+            "compressed_indices": Tensor.from_numpy(np.array([0, 1, 2], np.int64)),
+            "plain_indices": Tensor.from_numpy(np.array([0, 7], np.int64)),
+            "values": Tensor.from_numpy(np.ones(2, np.float32)),
+        },
+    )
     with pytest.raises(FormatError):
         csr.to_dense()

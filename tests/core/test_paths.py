@@ -15,8 +15,9 @@ import errno
 import io
 import os
 import threading
+from collections.abc import Callable
 from contextlib import redirect_stderr, redirect_stdout
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -173,7 +174,9 @@ def _onnx(tmp_path, location: str, link: str | None = None) -> str:
     for k, v in (("location", location), ("length", "16")):
         e = t.external_data.add()
         e.key, e.value = k, v
-    g = helper.make_graph([helper.make_node("Identity", ["w"], ["y"])], "g", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], [t])
+    g = helper.make_graph(
+        [helper.make_node("Identity", ["w"], ["y"])], "g", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], [t]
+    )
     p = str(d / "model.onnx")
     onnx.save(helper.make_model(g), p)
     if link is not None:

@@ -197,7 +197,9 @@ def _unprivileged():
         os.setuid(65534)
 
     try:
-        subprocess.run([sys.executable, "-c", "import numpy"], preexec_fn=pre, check=True, capture_output=True, timeout=60, cwd="/")
+        subprocess.run(
+            [sys.executable, "-c", "import numpy"], preexec_fn=pre, check=True, capture_output=True, timeout=60, cwd="/"
+        )
     except (OSError, subprocess.SubprocessError):
         return False
     return pre

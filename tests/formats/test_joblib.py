@@ -77,7 +77,11 @@ def test_arrays_bit_exact_against_joblib(tmp_path, compress):
         for k, want in ref.items():
             t = got[k]
             arr = t.numpy()
-            assert arr.shape == want.shape and arr.dtype.newbyteorder("=") == want.dtype.newbyteorder("=") or str(t.dtype.name) in str(want.dtype), k
+            assert (
+                arr.shape == want.shape
+                and arr.dtype.newbyteorder("=") == want.dtype.newbyteorder("=")
+                or str(t.dtype.name) in str(want.dtype)
+            ), k
             assert np.array_equal(arr, want), k
         info = art.info()
         assert len(info["arrays"]) == len(ref) + 1  # + the object array (listed, not a tensor)

@@ -5,42 +5,52 @@ from __future__ import annotations
 
 import collections
 import io
-import os
-import pickle
-import struct
-import sys
-import tarfile
 import warnings
 
 import numpy as np
 import pytest
-
-import torchless
-from torchless.container.zip import TorchZipWriter, ZipReader
-from torchless.core.dtypes import DTYPES
-from torchless.core.errors import FormatError, UnsafeGlobalError, UnsupportedError
-from torchless.core.source import BytesSource, open_source
-from torchless.core.tensor import SparseTensor, Tensor
-from torchless.core.tree import iter_tensors
-from torchless.formats.pt.read import read_checkpoint
-from torchless.pickle.writer import Global, Persistent, Pickler2
-
 from tl_testutil import (
-    build_legacy_tar,
     assert_tensor_matches,
     assert_tree_matches,
+    build_legacy_tar,
     sharing_pattern_tl,
     sharing_pattern_torch,
     torch_tensors,
 )
 
+import torchless
+from torchless.container.zip import TorchZipWriter, ZipReader
+from torchless.core.dtypes import DTYPES
+from torchless.core.errors import FormatError, UnsafeGlobalError, UnsupportedError
+from torchless.core.source import open_source
+from torchless.core.tensor import Tensor
+from torchless.core.tree import iter_tensors
+from torchless.formats.pt.read import read_checkpoint
+
 pytestmark = pytest.mark.differential
 
 ALL_DTYPES = [
-    "bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64",
-    "float16", "bfloat16", "float32", "float64",
-    "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu",
-    "complex32", "complex64", "complex128",
+    "bool",
+    "uint8",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "float8_e4m3fnuz",
+    "float8_e5m2fnuz",
+    "float8_e8m0fnu",
+    "complex32",
+    "complex64",
+    "complex128",
 ]
 
 
@@ -125,7 +135,7 @@ def _assert_torch_equal(torch, a, b, path=""):
         return
     if isinstance(b, (list, tuple)):
         assert len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b)):
+        for i, (x, y) in enumerate(zip(a, b, strict=False)):
             _assert_torch_equal(torch, x, y, f"{path}.{i}")
         return
     assert a == b or (a != a and b != b), (path, a, b)
@@ -154,8 +164,12 @@ def test_quantized_per_tensor_and_per_channel(torch, tmp_path, qdtype):
     x = torch.linspace(-3, 3, 24).reshape(4, 6)
     obj = {
         "pt": torch.quantize_per_tensor(x, 0.05, 7 if qdtype != "qint8" else -3, dt),
-        "pc": torch.quantize_per_channel(x, torch.tensor([0.1, 0.2, 0.05, 0.3], dtype=torch.float64), torch.tensor([1, 0, 2, 3]), 0, dt),
-        "pc1": torch.quantize_per_channel(x, torch.linspace(0.01, 0.1, 6, dtype=torch.float64), torch.zeros(6, dtype=torch.int64), 1, dt),
+        "pc": torch.quantize_per_channel(
+            x, torch.tensor([0.1, 0.2, 0.05, 0.3], dtype=torch.float64), torch.tensor([1, 0, 2, 3]), 0, dt
+        ),
+        "pc1": torch.quantize_per_channel(
+            x, torch.linspace(0.01, 0.1, 6, dtype=torch.float64), torch.zeros(6, dtype=torch.int64), 1, dt
+        ),
     }
     src = tmp_path / "q.pt"
     torch.save(obj, src)
@@ -180,7 +194,9 @@ def test_views_sharing_expand_zero_dim_empty(torch, tmp_path):
         "zero_dim": torch.tensor(3.25, dtype=torch.float64),
         "empty": torch.empty(0, 3, dtype=torch.bfloat16),
         "empty_view": big[6:],
-        "channels_last": torch.arange(2 * 3 * 4 * 5, dtype=torch.float16).reshape(2, 3, 4, 5).contiguous(memory_format=torch.channels_last),
+        "channels_last": torch.arange(2 * 3 * 4 * 5, dtype=torch.float16)
+        .reshape(2, 3, 4, 5)
+        .contiguous(memory_format=torch.channels_last),
         "same_again": big,
         "narrow_of_view": big[1:, 2:7][1:3],
     }
@@ -216,8 +232,18 @@ def test_nested_containers_and_optimizer_state(torch, tmp_path):
         "model": model.state_dict(),
         "optim": opt.state_dict(),
         "epoch": 3,
-        "meta": {"lrs": [1e-3, 5e-4], "betas": (0.9, 0.999), "name": "run", "flag": True, "none": None,
-                 "big": 2**70, "neg": -(2**40), "bytes": b"\x00\xffab", "set": {1, 2, 3}, "cplx": 1 + 2j},
+        "meta": {
+            "lrs": [1e-3, 5e-4],
+            "betas": (0.9, 0.999),
+            "name": "run",
+            "flag": True,
+            "none": None,
+            "big": 2**70,
+            "neg": -(2**40),
+            "bytes": b"\x00\xffab",
+            "set": {1, 2, 3},
+            "cplx": 1 + 2j,
+        },
         "list": [torch.ones(2), [torch.zeros(1, dtype=torch.int8), (torch.arange(3),)]],
         "od": collections.OrderedDict([("x", torch.ones(1)), ("y", 2)]),
         "dev": torch.device("cuda", 1),
@@ -298,8 +324,13 @@ def test_parameter_with_state_and_subclass(torch, tmp_path):
 
 def test_legacy_stream_format(torch, tmp_path):
     big = torch.arange(12, dtype=torch.float32).reshape(3, 4)
-    obj = {"a": big, "v": big[1:, :2], "s": torch.tensor([1, 2], dtype=torch.int16),
-           "bf": torch.ones(3, dtype=torch.bfloat16), "c": torch.tensor([1 + 2j])}
+    obj = {
+        "a": big,
+        "v": big[1:, :2],
+        "s": torch.tensor([1, 2], dtype=torch.int16),
+        "bf": torch.ones(3, dtype=torch.bfloat16),
+        "c": torch.tensor([1 + 2j]),
+    }
     src = tmp_path / "legacy.pt"
     torch.save(obj, src, _use_new_zipfile_serialization=False)
     assert open(src, "rb").read(4) == b"\x80\x02\x8a\x0a"
@@ -349,7 +380,7 @@ def to_big_endian(src, dst) -> None:
     cp = load_tl(src, weights_only=False)
     zr = ZipReader(src)
     with TorchZipWriter(dst, zr.prefix) as zw:
-        for rec, e in zip(zr.records(), zr.entries):
+        for rec, e in zip(zr.records(), zr.entries, strict=False):
             data = zr.read_bytes(e)
             if rec == "byteorder":
                 data = b"big"
@@ -446,7 +477,12 @@ def test_torchless_save_of_numpy_and_torch_interop(torch, tmp_path):
             assert bytes(g.contiguous().untyped_storage()) == np.ascontiguousarray(a).astype(a.dtype.newbyteorder("=")).tobytes()
     # torch tensors are converted zero-copy and keep their sharing
     base = torch.arange(20, dtype=torch.float32)
-    tobj = {"base": base, "view": base[3:9].view(2, 3), "p": torch.nn.Parameter(torch.ones(2)), "c": torch.tensor([1 + 1j]).conj()}
+    tobj = {
+        "base": base,
+        "view": base[3:9].view(2, 3),
+        "p": torch.nn.Parameter(torch.ones(2)),
+        "c": torch.tensor([1 + 1j]).conj(),
+    }
     out2 = tmp_path / "from_torch.pt"
     torchless.save(tobj, out2)
     check_torch_reads(torch, out2, tobj)
@@ -463,7 +499,7 @@ def test_writer_layout_matches_torch_save(torch, tmp_path):
     ra, rb = open(a, "rb").read(), open(b, "rb").read()
     za, zb = ZipReader(a), ZipReader(b)
     assert za.names() == zb.names()
-    for ea, eb in zip(za.entries, zb.entries):
+    for ea, eb in zip(za.entries, zb.entries, strict=False):
         assert (ea.header_offset, ea.size, ea.flags, ea.method) == (eb.header_offset, eb.size, eb.flags, eb.method)
         assert za.data_offset(ea) == zb.data_offset(eb)
         if not ea.name.endswith("serialization_id"):
@@ -529,7 +565,7 @@ def test_old_zip_without_byteorder_or_alignment_records(torch, tmp_path):
     zr = ZipReader(src)
     dst = tmp_path / "old.pt"
     with TorchZipWriter(dst, zr.prefix) as zw:
-        for rec, e in zip(zr.records(), zr.entries):
+        for rec, e in zip(zr.records(), zr.entries, strict=False):
             if rec in ("byteorder", ".storage_alignment", ".data/serialization_id", ".format_version"):
                 continue
             zw.write(rec, zr.read_bytes(e))
@@ -583,8 +619,13 @@ def test_torch_predicts_torchless_offsets(torch, tmp_path, monkeypatch):
     offset from the writer's exact layout (spec §1.12) instead of reading headers; with
     TORCH_SERIALIZATION_DEBUG it asserts the prediction. Empty storages included."""
     monkeypatch.setenv("TORCH_SERIALIZATION_DEBUG", "1")
-    obj = {"a": np.arange(10, dtype=np.float32), "empty": np.zeros(0, np.int64), "b": np.ones((3, 3), np.float16),
-           "e2": np.zeros((0, 4), np.float32), "c": np.arange(100, dtype=np.uint8)}
+    obj = {
+        "a": np.arange(10, dtype=np.float32),
+        "empty": np.zeros(0, np.int64),
+        "b": np.ones((3, 3), np.float16),
+        "e2": np.zeros((0, 4), np.float32),
+        "c": np.arange(100, dtype=np.uint8),
+    }
     out = tmp_path / "pred.pt"
     torchless.save(obj, out)
     cfg = torch.utils.serialization.config.load
@@ -607,7 +648,7 @@ def test_byteorder_record_variants(torch, tmp_path):
     check_file(torch, src)
     bad = tmp_path / "bad_bo.pt"
     with TorchZipWriter(bad, zr.prefix) as zw:
-        for rec, e in zip(recs, zr.entries):
+        for rec, e in zip(recs, zr.entries, strict=False):
             zw.write(rec, b"middle" if rec == "byteorder" else zr.read_bytes(e))
     with pytest.raises(ValueError, match="Unknown endianness"):
         torch_load(torch, bad, weights_only=True)

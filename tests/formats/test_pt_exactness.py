@@ -52,15 +52,19 @@ def test_numpy_array_referenced_twice_is_one_array():
     np.testing.assert_array_equal(got["y"], a)
 
 
-@pytest.mark.parametrize("arr", [
-    np.zeros(3, ">M8[10ms]"),
-    np.arange(3, dtype=">i4"),
-    np.array(["ab", "c"], dtype=">U2"),
-    np.zeros(2, np.dtype({"names": ["a", "b"], "formats": ["<i4", "<f8"], "offsets": [0, 8], "itemsize": 24})),
-    np.zeros(2, np.dtype([("a", "u1"), ("b", "<f4")], align=True)),
-    np.zeros((2,), (">i4", (2,))),
-    np.array([np.timedelta64(5, "us")]),
-], ids=["datetime-unit", "big-endian", "unicode-be", "struct-padding", "struct-aligned", "subarray", "timedelta"])
+@pytest.mark.parametrize(
+    "arr",
+    [
+        np.zeros(3, ">M8[10ms]"),
+        np.arange(3, dtype=">i4"),
+        np.array(["ab", "c"], dtype=">U2"),
+        np.zeros(2, np.dtype({"names": ["a", "b"], "formats": ["<i4", "<f8"], "offsets": [0, 8], "itemsize": 24})),
+        np.zeros(2, np.dtype([("a", "u1"), ("b", "<f4")], align=True)),
+        np.zeros((2,), (">i4", (2,))),
+        np.array([np.timedelta64(5, "us")]),
+    ],
+    ids=["datetime-unit", "big-endian", "unicode-be", "struct-padding", "struct-aligned", "subarray", "timedelta"],
+)
 def test_numpy_values_as_numpy_unpickles_them(arr):
     data = torch_bytes({"v": arr, "w": arr.dtype, "again": arr.dtype})
     ref = pickle.loads(pickle.dumps(arr))  # NumPy's own unpickling is the oracle
@@ -97,9 +101,12 @@ def test_load_policy_is_decided_once(tmp_path):
 def test_unknown_options_are_usage_errors(tmp_path, ext):
     p = tmp_path / f"m{ext}"
     torchless.save({"w": np.ones(2, np.float32)}, p)
-    for call in (lambda: torchless.open(p, mmapp=True), lambda: torchless.load(p, mmapp=True),
-                 lambda: torchless.save({"w": np.ones(1)}, tmp_path / f"o{ext}", mmapp=1),
-                 lambda: torchless.convert(p, tmp_path / f"c{ext}", mmapp=1)):
+    for call in (
+        lambda: torchless.open(p, mmapp=True),
+        lambda: torchless.load(p, mmapp=True),
+        lambda: torchless.save({"w": np.ones(1)}, tmp_path / f"o{ext}", mmapp=1),
+        lambda: torchless.convert(p, tmp_path / f"c{ext}", mmapp=1),
+    ):
         with pytest.raises(UsageError, match="mmapp") as ei:
             call()
         assert "weights_only" in str(ei.value) or "progress" in str(ei.value)
@@ -147,9 +154,18 @@ def closure_objects():
     sp = torch.sparse_coo_tensor(torch.tensor([[0, 1]]), torch.tensor([1.0, 2.0]), (3,))
     q = torch.quantize_per_tensor(torch.linspace(-1, 1, 4), 0.1, 2, torch.quint8)
     return {
-        "sd": sd, "counter": collections.Counter(a=2, b=1), "set": {1, 2}, "nested": nt, "sparse": sp,
-        "q": q, "meta": torch.empty(2, 3, device="meta"), "c": 1 + 2j, "ba": bytearray(b"x"),
-        "dtype": torch.bfloat16, "size": torch.Size([2, 3]), "dev": torch.device("cpu"),
+        "sd": sd,
+        "counter": collections.Counter(a=2, b=1),
+        "set": {1, 2},
+        "nested": nt,
+        "sparse": sp,
+        "q": q,
+        "meta": torch.empty(2, 3, device="meta"),
+        "c": 1 + 2j,
+        "ba": bytearray(b"x"),
+        "dtype": torch.bfloat16,
+        "size": torch.Size([2, 3]),
+        "dev": torch.device("cpu"),
     }
 
 
@@ -162,7 +178,7 @@ def test_load_save_closed_weights_only():
     assert again["sd"]._metadata == ref["sd"]._metadata and type(again["sd"]) is collections.OrderedDict
     assert again["counter"] == ref["counter"] and type(again["counter"]) is collections.Counter
     assert again["set"] == ref["set"] and again["c"] == ref["c"] and again["ba"] == ref["ba"]
-    for a, b in zip(again["nested"].unbind(), ref["nested"].unbind()):
+    for a, b in zip(again["nested"].unbind(), ref["nested"].unbind(), strict=False):
         assert torch.equal(a, b)
     assert torch.equal(again["sparse"].to_dense(), ref["sparse"].to_dense())
     assert torch.equal(again["q"].int_repr(), ref["q"].int_repr()) and again["q"].q_scale() == ref["q"].q_scale()
@@ -172,12 +188,23 @@ def test_load_save_closed_weights_only():
 
 def test_load_save_closed_python_values():
     obj = {
-        "slice": slice(1, 5, 2), "range": range(1, 9, 3), "fs": frozenset({1, 2}), "dq": collections.deque([1, 2], 3),
-        "dd": collections.defaultdict(list, {"a": [1]}), "ns": argparse.Namespace(lr=0.1, name="x"),
-        "path": pathlib.PurePosixPath("/a/b"), "dt": datetime.datetime(2020, 1, 2, 3, 4, 5, 6), "d": datetime.date(2021, 5, 6),
-        "td": datetime.timedelta(3, 4, 5), "dec": decimal.Decimal("1.25"), "np": np.array(["ab", "c"]),
-        "npdt": np.dtype(">i4"), "m8": np.datetime64("2020-01-01", "ms"), "obj": np.array([1, "a", None], dtype=object),
-        "arr": np.arange(3.0), "f64": np.float64(0.5),
+        "slice": slice(1, 5, 2),
+        "range": range(1, 9, 3),
+        "fs": frozenset({1, 2}),
+        "dq": collections.deque([1, 2], 3),
+        "dd": collections.defaultdict(list, {"a": [1]}),
+        "ns": argparse.Namespace(lr=0.1, name="x"),
+        "path": pathlib.PurePosixPath("/a/b"),
+        "dt": datetime.datetime(2020, 1, 2, 3, 4, 5, 6),
+        "d": datetime.date(2021, 5, 6),
+        "td": datetime.timedelta(3, 4, 5),
+        "dec": decimal.Decimal("1.25"),
+        "np": np.array(["ab", "c"]),
+        "npdt": np.dtype(">i4"),
+        "m8": np.datetime64("2020-01-01", "ms"),
+        "obj": np.array([1, "a", None], dtype=object),
+        "arr": np.arange(3.0),
+        "f64": np.float64(0.5),
     }
     tl = tl_load(torch_bytes(obj))
     again = torch.load(io.BytesIO(tl_bytes(tl)), weights_only=False)
@@ -219,13 +246,21 @@ def _pid(storage_class: str, key, numel: int, location: str = "cpu") -> Persiste
 
 
 def _v2(pid, size, stride=None, offset=0, memo=None) -> Reduce:
-    stride = stride if stride is not None else tuple(int(np.prod(size[i + 1:])) for i in range(len(size)))
-    return Reduce(Global("torch._utils", "_rebuild_tensor_v2"), (pid, offset, tuple(size), tuple(stride), False, _EMPTY_HOOKS), memo_key=memo)
+    stride = stride if stride is not None else tuple(int(np.prod(size[i + 1 :])) for i in range(len(size)))
+    return Reduce(
+        Global("torch._utils", "_rebuild_tensor_v2"),
+        (pid, offset, tuple(size), tuple(stride), False, _EMPTY_HOOKS),
+        memo_key=memo,
+    )
 
 
 def _v3(pid, size, dtype: str, memo=None) -> Reduce:
-    stride = tuple(int(np.prod(size[i + 1:])) for i in range(len(size)))
-    return Reduce(Global("torch._utils", "_rebuild_tensor_v3"), (pid, 0, tuple(size), stride, False, _EMPTY_HOOKS, Global("torch", dtype)), memo_key=memo)
+    stride = tuple(int(np.prod(size[i + 1 :])) for i in range(len(size)))
+    return Reduce(
+        Global("torch._utils", "_rebuild_tensor_v3"),
+        (pid, 0, tuple(size), stride, False, _EMPTY_HOOKS, Global("torch", dtype)),
+        memo_key=memo,
+    )
 
 
 def crafted(obj, records: dict[str, bytes], *, byteorder: str = "little") -> bytes:
@@ -282,11 +317,25 @@ def test_parameter_does_not_mark_the_shared_tensor():
     assert got["t"].storage is got["p"].storage
 
 
-@pytest.mark.parametrize("storage_class,dtype,view", [("FloatStorage", "int16", "<i2"), ("DoubleStorage", "float32", "<f4"), ("ComplexFloatStorage", "int16", "<i2"), ("ShortStorage", "bfloat16", None)])
+@pytest.mark.parametrize(
+    "storage_class,dtype,view",
+    [
+        ("FloatStorage", "int16", "<i2"),
+        ("DoubleStorage", "float32", "<f4"),
+        ("ComplexFloatStorage", "int16", "<i2"),
+        ("ShortStorage", "bfloat16", None),
+    ],
+)
 def test_big_endian_typed_storage_swapped_in_storage_units(storage_class, dtype, view):
     raw = np.arange(16, dtype=np.uint8).tobytes()
     isz = {"FloatStorage": 4, "DoubleStorage": 8, "ComplexFloatStorage": 8, "ShortStorage": 2}[storage_class]
-    obj = {"x": _v3(_pid(storage_class, "0", 16 // isz), (16 // np.dtype(ml_dtypes.bfloat16 if dtype == "bfloat16" else view).itemsize,), dtype)}
+    obj = {
+        "x": _v3(
+            _pid(storage_class, "0", 16 // isz),
+            (16 // np.dtype(ml_dtypes.bfloat16 if dtype == "bfloat16" else view).itemsize,),
+            dtype,
+        )
+    }
     got, ref = both(crafted(obj, {"data/0": raw}, byteorder="big"))
     assert got["x"].tobytes() == bytes(ref["x"].contiguous().view(torch.uint8).numpy())
 
@@ -332,7 +381,9 @@ def test_packed_quantized_numpy_is_int_repr(qdtype):
 def test_quantized_from_torch():
     from torchless.interop.torch import from_torch
 
-    q = torch.quantize_per_channel(torch.randn(2, 3), torch.tensor([0.1, 0.2], dtype=torch.float64), torch.tensor([1, 2]), 0, torch.qint8)
+    q = torch.quantize_per_channel(
+        torch.randn(2, 3), torch.tensor([0.1, 0.2], dtype=torch.float64), torch.tensor([1, 2]), 0, torch.qint8
+    )
     t = from_torch(q)
     assert t.quantizer["axis"] == 0 and t.quantizer["qscheme"] == "per_channel_affine"
     np.testing.assert_array_equal(t.numpy(), q.int_repr().numpy())
@@ -353,7 +404,9 @@ def test_parameter_with_conj_neg_and_v3_dtypes_loads_in_torch():
         for k, v in obj.items():
             assert isinstance(back[k], torch.nn.Parameter) and back[k].dtype == v.dtype, k
             assert back[k].is_conj() == v.is_conj() and back[k].is_neg() == v.is_neg(), k
-            assert torch.equal(back[k].resolve_conj().resolve_neg().view(torch.uint8), v.resolve_conj().resolve_neg().view(torch.uint8)), k
+            assert torch.equal(
+                back[k].resolve_conj().resolve_neg().view(torch.uint8), v.resolve_conj().resolve_neg().view(torch.uint8)
+            ), k
 
 
 def test_same_tensor_twice_is_one_object():
@@ -416,9 +469,9 @@ def test_build_replacements_are_bounded():
     """BUILD that replaces its object rewrites the memo; a pickle doing it many times over
     a large memo hits a LimitError instead of running quadratically."""
     from torchless.core.errors import LimitError
+    from torchless.pickle.globals import AllowlistResolver
     from torchless.pickle.machine import unpickle
     from torchless.pickle.torch_globals import DEFAULT_ALLOWLIST
-    from torchless.pickle.globals import AllowlistResolver
 
     body = bytearray(b"\x80\x02")
     for i in range(60_000):

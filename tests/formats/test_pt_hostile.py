@@ -14,6 +14,7 @@ import warnings
 
 import numpy as np
 import pytest
+from tl_testutil import build_legacy_tar, build_zip, load_and_touch
 
 import torchless
 from torchless.cli.main import main as cli_main
@@ -22,8 +23,6 @@ from torchless.core.errors import LimitError, TorchlessError, TruncatedError, Un
 from torchless.core.source import BytesSource
 from torchless.core.tree import describe, iter_tensors
 from torchless.formats.pt.read import read_checkpoint
-
-from tl_testutil import build_legacy_tar, build_zip, load_and_touch
 
 torch = pytest.importorskip("torch", reason="torch builds the base checkpoints and is the oracle")
 
@@ -42,7 +41,7 @@ def small() -> bytes:
 
 def _records(data: bytes) -> list[tuple[str, bytes]]:
     zr = ZipReader(data)
-    return [(r, zr.read_bytes(e)) for r, e in zip(zr.records(), zr.entries)]
+    return [(r, zr.read_bytes(e)) for r, e in zip(zr.records(), zr.entries, strict=False)]
 
 
 def _rebuild(records, prefix="archive") -> bytes:
@@ -113,8 +112,13 @@ def test_random_byte_corruption_anywhere(small):
 
 def _pid_pickle(numel: int, key: str = "0", storage: str = "FloatStorage") -> bytes:
     return (
-        b"\x80\x02ctorch._utils\n_rebuild_tensor_v2\n((X\x07\x00\x00\x00storagectorch\n" + storage.encode() + b"\nX"
-        + struct.pack("<I", len(key)) + key.encode() + b"X\x03\x00\x00\x00cpu\x8a\x08" + struct.pack("<q", numel)
+        b"\x80\x02ctorch._utils\n_rebuild_tensor_v2\n((X\x07\x00\x00\x00storagectorch\n"
+        + storage.encode()
+        + b"\nX"
+        + struct.pack("<I", len(key))
+        + key.encode()
+        + b"X\x03\x00\x00\x00cpu\x8a\x08"
+        + struct.pack("<q", numel)
         + b"tQK\x00K\x01\x85K\x01\x85\x89ccollections\nOrderedDict\n)RtR."
     )
 
@@ -154,8 +158,13 @@ def test_hostile_tensor_geometry(small):
         b"X\x01\x00\x00\x000X\x03\x00\x00\x00cpuK\x0ctQ"
     )
     tail = b"\x89ccollections\nOrderedDict\n)RtR."
-    for geom in (b"K\x0bK\x02\x85K\x01\x85", b"K\x00K\x04\x85K\x05\x85", b"\x8a\x08" + struct.pack("<q", 2**62) + b"K\x01\x85K\x01\x85",
-                 b"K\x00J\xff\xff\xff\xff\x85K\x01\x85", b"K\x00K\x02\x85K\x01K\x01\x86"):
+    for geom in (
+        b"K\x0bK\x02\x85K\x01\x85",
+        b"K\x00K\x04\x85K\x05\x85",
+        b"\x8a\x08" + struct.pack("<q", 2**62) + b"K\x01\x85K\x01\x85",
+        b"K\x00J\xff\xff\xff\xff\x85K\x01\x85",
+        b"K\x00K\x02\x85K\x01K\x01\x86",
+    ):
         res = _outcome(_with_pickle(small, base + geom + tail))
         assert isinstance(res, TorchlessError), geom
 
@@ -269,7 +278,12 @@ def test_case_variant_names(small):
     expect = _torch_outcome(data)
     got = torchless.load(data, format="pt")
     assert not isinstance(expect, Exception)
-    assert set(got) == set(expect) and all(np.array_equal(np.asarray(got[k].numpy()), expect[k].float().numpy()) if hasattr(expect[k], "numpy") else got[k] == expect[k] for k in expect)
+    assert set(got) == set(expect) and all(
+        np.array_equal(np.asarray(got[k].numpy()), expect[k].float().numpy())
+        if hasattr(expect[k], "numpy")
+        else got[k] == expect[k]
+        for k in expect
+    )
 
 
 def test_local_central_name_mismatch(small):
@@ -322,7 +336,14 @@ def test_member_names_torch_refuses(small):
 
 def test_first_entry_outside_a_folder_and_garbage():
     assert isinstance(_outcome(build_zip([(b"data.pkl", _pkl(1))])), TorchlessError)
-    for junk in (b"", b"PK\x03\x04", b"PK\x03\x04" + b"\x00" * 100, b"\x80\x02K\x01.", b"PYTORCH1" + b"\x00" * 50, os.urandom(300)):
+    for junk in (
+        b"",
+        b"PK\x03\x04",
+        b"PK\x03\x04" + b"\x00" * 100,
+        b"\x80\x02K\x01.",
+        b"PYTORCH1" + b"\x00" * 50,
+        os.urandom(300),
+    ):
         assert isinstance(_outcome(junk), TorchlessError)
 
 
@@ -336,7 +357,13 @@ def _evil_pickles(marker: str) -> dict[str, bytes]:
         "builtins.eval": b"\x80\x02c__builtin__\neval\n" + x(b"__import__('os').system('" + cmd + b"')") + b"\x85R.",
         "builtins.exec": b"\x80\x02cbuiltins\nexec\n" + x(b"open('" + marker.encode() + b"','w')") + b"\x85R.",
         "subprocess.Popen": b"\x80\x04\x8c\nsubprocess\x8c\x05Popen\x93" + x(b"touch") + x(marker.encode()) + b"\x86\x85R.",
-        "builtins.getattr": b"\x80\x02c__builtin__\ngetattr\nc__builtin__\n__import__\n" + x(b"os") + b"\x85R" + x(b"system") + b"\x86R" + x(cmd) + b"\x85R.",
+        "builtins.getattr": b"\x80\x02c__builtin__\ngetattr\nc__builtin__\n__import__\n"
+        + x(b"os")
+        + b"\x85R"
+        + x(b"system")
+        + b"\x86R"
+        + x(cmd)
+        + b"\x85R.",
         "INST": b"(" + x(cmd) + b"ios\nsystem\n.",
         "OBJ": b"(cos\nsystem\n" + x(cmd) + b"o.",
         "BUILD setstate": b"\x80\x02cos\n_wrap_close\n)\x81cos\nsystem\nb.",

@@ -5,11 +5,11 @@ from __future__ import annotations
 import io
 import warnings
 
-import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tl_testutil import assert_tree_matches, sharing_pattern_tl, sharing_pattern_torch, torch_tensors
 
 import torchless
 from torchless.core.dtypes import DTYPES
@@ -18,14 +18,31 @@ from torchless.core.tensor import Tensor
 from torchless.core.tree import iter_tensors
 from torchless.formats.pt.read import read_checkpoint
 
-from tl_testutil import assert_tree_matches, sharing_pattern_tl, sharing_pattern_torch, torch_tensors
-
 pytestmark = pytest.mark.differential
 torch = pytest.importorskip("torch", reason="torch is the differential oracle")
 
-DTYPE_NAMES = ["bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64", "float16",
-               "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
-               "float8_e5m2fnuz", "float8_e8m0fnu", "complex64", "complex128"]
+DTYPE_NAMES = [
+    "bool",
+    "uint8",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "float8_e4m3fnuz",
+    "float8_e5m2fnuz",
+    "float8_e8m0fnu",
+    "complex64",
+    "complex128",
+]
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
@@ -83,7 +100,13 @@ def tree(draw):
             out.setdefault("sub", {}).setdefault("deeper", {})[key] = leaf
         else:
             out.setdefault("lst", []).append(leaf)
-    out["meta"] = draw(st.dictionaries(st.text(max_size=5), st.one_of(st.integers(-2**70, 2**70), st.floats(allow_nan=False), st.text(max_size=8), st.none(), st.booleans()), max_size=3))
+    out["meta"] = draw(
+        st.dictionaries(
+            st.text(max_size=5),
+            st.one_of(st.integers(-(2**70), 2**70), st.floats(allow_nan=False), st.text(max_size=8), st.none(), st.booleans()),
+            max_size=3,
+        )
+    )
     return out
 
 
@@ -93,7 +116,11 @@ def _to_torch_tree(obj, cache):
         tb = cache.get(id(base))
         if tb is None:
             u8 = torch.from_numpy(np.ascontiguousarray(base).reshape(-1).view(np.uint8).copy())
-            tb = u8.view(getattr(torch, name)).reshape(base.shape) if base.size else torch.empty(base.shape, dtype=getattr(torch, name))
+            tb = (
+                u8.view(getattr(torch, name)).reshape(base.shape)
+                if base.size
+                else torch.empty(base.shape, dtype=getattr(torch, name))
+            )
             cache[id(base)] = tb
         isz = base.itemsize
         off = (view.__array_interface__["data"][0] - base.__array_interface__["data"][0]) // isz if view.size else 0
@@ -151,7 +178,7 @@ def test_torchless_save_torch_load(spec):
     gt = torch_tensors(got)
     et = torch_tensors(expect)
     assert [n for n, _ in gt] == [n for n, _ in et]
-    for (n, g), (_, e) in zip(gt, et):
+    for (n, g), (_, e) in zip(gt, et, strict=False):
         assert g.dtype == e.dtype and g.shape == e.shape, n
         if e.numel():
             assert g.stride() == e.stride() and g.storage_offset() == e.storage_offset(), n

@@ -15,8 +15,23 @@ from torchless.core.tensor import Tensor
 from torchless.formats.npz import write_npz
 from torchless.formats.safetensors import read_safetensors, write_safetensors
 
-ST = ["bool", "uint8", "int8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float16", "bfloat16",
-      "float32", "float64", "float8_e4m3fn", "float8_e5m2"]
+ST = [
+    "bool",
+    "uint8",
+    "int8",
+    "int16",
+    "uint16",
+    "int32",
+    "uint32",
+    "int64",
+    "uint64",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "float8_e4m3fn",
+    "float8_e5m2",
+]
 
 
 def _torch():
@@ -76,10 +91,25 @@ def _st_file(header: dict | bytes, data: bytes = b"", n: int | None = None) -> b
         (_st_file({"a": {"dtype": "Q9", "shape": [2], "data_offsets": [0, 8]}}, b"\x00" * 8), UnsupportedError),
         (_st_file({"a": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}}, b"\x00" * 8), FormatError),
         (_st_file({"a": {"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}}, b"\x00" * 8), FormatError),
-        (_st_file({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, "b": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, b"\x00" * 8), FormatError),
+        (
+            _st_file(
+                {
+                    "a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                    "b": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                },
+                b"\x00" * 8,
+            ),
+            FormatError,
+        ),
         (_st_file({"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}, b"\x00" * 8), FormatError),
         (_st_file({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}, b"\x00" * 8), FormatError),
-        (_st_file(b'{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}', b"\x00" * 4), FormatError),
+        (
+            _st_file(
+                b'{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}',
+                b"\x00" * 4,
+            ),
+            FormatError,
+        ),
         (_st_file({"__metadata__": {"a": 1}}), FormatError),
         (_st_file({"a": {"dtype": "F32", "shape": [2**62, 2**62], "data_offsets": [0, 8]}}, b"\x00" * 8), FormatError),
         (b"\x01\x00", TruncatedError),
@@ -99,8 +129,14 @@ def test_safetensors_refuses_what_it_cannot_store(tmp_path):
 
 
 def test_npz_reference_files_and_round_trip(tmp_path):
-    arrays = {"f": np.arange(6, dtype=np.float32).reshape(2, 3), "F": np.asfortranarray(np.arange(6, dtype=np.int16).reshape(2, 3)),
-              "be": np.arange(3, dtype=">f8"), "b": np.array([True, False]), "c": np.array([1 + 2j], np.complex64), "e": np.zeros((0, 3))}
+    arrays = {
+        "f": np.arange(6, dtype=np.float32).reshape(2, 3),
+        "F": np.asfortranarray(np.arange(6, dtype=np.int16).reshape(2, 3)),
+        "be": np.arange(3, dtype=">f8"),
+        "b": np.array([True, False]),
+        "c": np.array([1 + 2j], np.complex64),
+        "e": np.zeros((0, 3)),
+    }
     p = tmp_path / "ref.npz"
     np.savez(p, **arrays)
     pc = tmp_path / "refc.npz"

@@ -41,9 +41,10 @@ import time
 import traceback
 import zipfile
 import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 TESTS = HERE.parent
@@ -59,10 +60,23 @@ CLI_TARGETS = ("cli_info", "cli_ls", "cli_verify", "cli_scan")
 CACHE_TARGETS = ("inventory", "cli_cache", "scan")
 
 INTERESTING = [
-    b"\x00", b"\xff", b"\x7f", b"\x80", b"\x01",
-    b"\x00\x00", b"\xff\xff", b"\xff\x7f",
-    b"\x00\x00\x00\x00", b"\xff\xff\xff\xff", b"\xff\xff\xff\x7f", b"\x00\x00\x00\x80", b"\x00\x00\x00\x40",
-    struct.pack("<Q", 2**63 - 1), struct.pack("<Q", 2**64 - 1), struct.pack("<Q", 1 << 40), struct.pack("<Q", 1 << 31),
+    b"\x00",
+    b"\xff",
+    b"\x7f",
+    b"\x80",
+    b"\x01",
+    b"\x00\x00",
+    b"\xff\xff",
+    b"\xff\x7f",
+    b"\x00\x00\x00\x00",
+    b"\xff\xff\xff\xff",
+    b"\xff\xff\xff\x7f",
+    b"\x00\x00\x00\x80",
+    b"\x00\x00\x00\x40",
+    struct.pack("<Q", 2**63 - 1),
+    struct.pack("<Q", 2**64 - 1),
+    struct.pack("<Q", 1 << 40),
+    struct.pack("<Q", 1 << 31),
 ]
 
 
@@ -160,8 +174,12 @@ def build_seeds(out: Path) -> list[Seed]:
     # a plain pickle stream with protocol-0 text opcodes, memo use and nesting
     import pickle
 
-    (out / "plain_p0.pkl").write_bytes(pickle.dumps({"a": [1, 2.5, "x", (True, None)], "b": {"c": b"\x00\x01"}, "n": 10**20}, protocol=0))
-    (out / "plain_p4.pkl").write_bytes(pickle.dumps({"a": [1, 2.5, "x", (True, None)], "s": {1, 2}, "f": frozenset([3])}, protocol=4))
+    (out / "plain_p0.pkl").write_bytes(
+        pickle.dumps({"a": [1, 2.5, "x", (True, None)], "b": {"c": b"\x00\x01"}, "n": 10**20}, protocol=0)
+    )
+    (out / "plain_p4.pkl").write_bytes(
+        pickle.dumps({"a": [1, 2.5, "x", (True, None)], "s": {1, 2}, "f": frozenset([3])}, protocol=4)
+    )
     seeds.append(Seed("plain_p0.pkl", out / "plain_p0.pkl", "file"))
     seeds.append(Seed("plain_p4.pkl", out / "plain_p4.pkl", "file"))
 
@@ -181,20 +199,33 @@ def _build_cache(root: Path) -> Seed:
     code = "# AOT ID: ['0_inference']\nfrom ctypes import c_void_p\nimport torch\n\ndef call(args):\n    (arg0_1,) = args\n    return (arg0_1,)\n"
     (root / "ab").mkdir(parents=True, exist_ok=True)
     (root / "ab" / f"{key}.py").write_text(code)
-    (root / "ab" / f"{key}.cpp").write_text('extern "C" void kernel(const float* in_ptr0, float* out_ptr0) { out_ptr0[0] = in_ptr0[0]; }\n')
-    graph = Reduce(Global("torch._inductor.output_code", "CompiledFxGraph"), (), state={
-        "current_callable": None,
-        "source_code": code,
-        "cache_key": "fabc",
-        "device_types": ["cpu"],
-        "output_strides": [(8, 1)],
-        "constants": {},
-        "guards_expr": None,
-    })
+    (root / "ab" / f"{key}.cpp").write_text(
+        'extern "C" void kernel(const float* in_ptr0, float* out_ptr0) { out_ptr0[0] = in_ptr0[0]; }\n'
+    )
+    graph = Reduce(
+        Global("torch._inductor.output_code", "CompiledFxGraph"),
+        (),
+        state={
+            "current_callable": None,
+            "source_code": code,
+            "cache_key": "fabc",
+            "device_types": ["cpu"],
+            "output_strides": [(8, 1)],
+            "constants": {},
+            "guards_expr": None,
+        },
+    )
     fx = root / "fxgraph" / "ab" / "fabcdefabcdef" / "0123456789"
     fx.parent.mkdir(parents=True, exist_ok=True)
     fx.write_bytes(_pk(graph))
-    aot = Reduce(Global("torch._functorch._aot_autograd.autograd_cache", "AOTAutogradCacheEntry"), (), state={"compiled_fw": Reduce(Global("torch._functorch._aot_autograd.autograd_cache", "CompiledForward"), ("fabc",)), "indices_of_inps_to_detach": []})
+    aot = Reduce(
+        Global("torch._functorch._aot_autograd.autograd_cache", "AOTAutogradCacheEntry"),
+        (),
+        state={
+            "compiled_fw": Reduce(Global("torch._functorch._aot_autograd.autograd_cache", "CompiledForward"), ("fabc",)),
+            "indices_of_inps_to_detach": [],
+        },
+    )
     ap = root / "aotautograd" / "aabcdef" / "9876543210"
     ap.parent.mkdir(parents=True, exist_ok=True)
     ap.write_bytes(_pk(aot))
@@ -236,7 +267,7 @@ def _boundaries(data: bytes) -> list[int]:
     if ents:
         for e in ents:
             off = e.header_offset
-            if 0 <= off and off + 30 <= len(data):
+            if off >= 0 and off + 30 <= len(data):
                 n, x = struct.unpack_from("<HH", data, off + 26)
                 start = off + 30 + n + x
                 b.update((start, start + e.compress_size))
@@ -301,7 +332,26 @@ def _mutate_json(text: bytes, rng: random.Random) -> tuple[str, bytes]:
     if not paths or choice == 0:
         return "json-deep", _deep_json(rng)
     parent, key = rng.choice(paths)
-    values = [None, True, -1, 0, 2**63, 2**64 + 5, -(2**63) - 1, 1e308, "", "x" * 300, "F32", [], {}, [[[[]]]], [-1, 2**62], {"a": {"b": []}}, "\u0000", 1.5]
+    values = [
+        None,
+        True,
+        -1,
+        0,
+        2**63,
+        2**64 + 5,
+        -(2**63) - 1,
+        1e308,
+        "",
+        "x" * 300,
+        "F32",
+        [],
+        {},
+        [[[[]]]],
+        [-1, 2**62],
+        {"a": {"b": []}},
+        "\u0000",
+        1.5,
+    ]
     if choice in (1, 2, 3):
         v = rng.choice(values)
         parent[key] = v
@@ -332,8 +382,21 @@ def _mutate_json(text: bytes, rng: random.Random) -> tuple[str, bytes]:
 
 
 TEXT_CHUNKS = [
-    b"(" * 5000, b"[" * 3000 + b"]" * 3000, b"9" * 5000, b"'" * 3, b'"', b"\\\n", b"\t" * 100, b"x" * 100_000,
-    b"\x00", b"#" * 10, b"lambda: " * 500, b"a." * 3000 + b"b", b"\xff\xfe", b"\r", b"def f(:\n",
+    b"(" * 5000,
+    b"[" * 3000 + b"]" * 3000,
+    b"9" * 5000,
+    b"'" * 3,
+    b'"',
+    b"\\\n",
+    b"\t" * 100,
+    b"x" * 100_000,
+    b"\x00",
+    b"#" * 10,
+    b"lambda: " * 500,
+    b"a." * 3000 + b"b",
+    b"\xff\xfe",
+    b"\r",
+    b"def f(:\n",
 ]
 
 
@@ -368,7 +431,7 @@ def _mutate_pickle(data: bytes, rng: random.Random) -> tuple[str, bytes]:
         return f"pickle-truncate-op@{a}", data[:a]
     v = rng.choice(INTERESTING)
     at = min(a + 1, len(data))
-    return f"pickle-arg@{at}={v.hex()}", data[:at] + v + data[at + len(v):]
+    return f"pickle-arg@{at}={v.hex()}", data[:at] + v + data[at + len(v) :]
 
 
 def mutate_bytes(data: bytes, rng: random.Random, *, name: str = "") -> tuple[str, bytes]:
@@ -525,8 +588,32 @@ def _zip_with_bomb(members: list[tuple[zipfile.ZipInfo, bytes]], i: int, mib: in
         else:
             data, crc, method, usize = payload, zlib.crc32(payload) & 0xFFFFFFFF, 0, len(payload)
         off = len(out)
-        out += struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", 20, 0, method, 0, 0x21, crc, len(data), usize, len(name), 0) + name + data
-        central += struct.pack("<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 20, 20, 0, method, 0, 0x21, crc, len(data), usize, len(name), 0, 0, 0, 0, 0, off) + name
+        out += (
+            struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", 20, 0, method, 0, 0x21, crc, len(data), usize, len(name), 0) + name + data
+        )
+        central += (
+            struct.pack(
+                "<4sHHHHHHIIIHHHHHII",
+                b"PK\x01\x02",
+                20,
+                20,
+                0,
+                method,
+                0,
+                0x21,
+                crc,
+                len(data),
+                usize,
+                len(name),
+                0,
+                0,
+                0,
+                0,
+                0,
+                off,
+            )
+            + name
+        )
     cd = len(out)
     out += central
     out += struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, len(members), len(members), len(central), cd, 0)
@@ -835,7 +922,9 @@ def worker_main(argv: list[str]) -> int:
             case = materialize(seeds, base_seed, i, workdir / f"case{i}")
         except Exception as e:  # noqa: BLE001 - a harness bug: reported, the run goes on
             fail = {"target": "materialize", "kind": "harness", "error": f"{type(e).__name__}: {e}", "traceback": _tb(e)}
-            proto.write(json.dumps({"ev": "end", "i": i, "seed": seeds[i % len(seeds)].name, "mutation": "?", "fails": [fail]}) + "\n")
+            proto.write(
+                json.dumps({"ev": "end", "i": i, "seed": seeds[i % len(seeds)].name, "mutation": "?", "fails": [fail]}) + "\n"
+            )
             continue
         fails = []
         cli = cli_every > 0 and i % cli_every == 0
@@ -850,7 +939,9 @@ def worker_main(argv: list[str]) -> int:
         # each case is measured on its own: buffers an earlier case left in reference
         # cycles (freed only by a full collection) must not count against the next one
         gc.collect()
-        proto.write(json.dumps({"ev": "end", "i": i, "seed": case.seed.name, "mutation": case.description, "fails": fails}) + "\n")
+        proto.write(
+            json.dumps({"ev": "end", "i": i, "seed": case.seed.name, "mutation": case.description, "fails": fails}) + "\n"
+        )
     return 0
 
 
@@ -864,7 +955,18 @@ def save_failure(case: Case, fails: list[dict[str, Any]], faildir: Path) -> Path
         shutil.copytree(case.root, d / case.root.name, symlinks=True)
     elif case.root.exists():
         shutil.copyfile(case.root, d / case.root.name)
-    (d / "case.json").write_text(json.dumps({"case": case.index, "seed": case.seed.name, "mutation": case.description, "target": str(case.target.relative_to(case.root.parent)), "failures": fails}, indent=1))
+    (d / "case.json").write_text(
+        json.dumps(
+            {
+                "case": case.index,
+                "seed": case.seed.name,
+                "mutation": case.description,
+                "target": str(case.target.relative_to(case.root.parent)),
+                "failures": fails,
+            },
+            indent=1,
+        )
+    )
     return d
 
 
@@ -882,11 +984,20 @@ class Summary:
     skipped: int = 0  # cases not started because the deadline passed
 
     def report(self, limit: int = 20) -> str:
-        lines = [f"{self.cases} cases, {self.targets} target runs, {len(self.failures)} failures, {self.seconds:.1f} s" + (f", {self.skipped} cases skipped at the deadline" if self.skipped else "")]
+        lines = [
+            f"{self.cases} cases, {self.targets} target runs, {len(self.failures)} failures, {self.seconds:.1f} s"
+            + (f", {self.skipped} cases skipped at the deadline" if self.skipped else "")
+        ]
         for f in self.failures[:limit]:
-            lines.append(f"  case {f['case']} seed={f['seed']} mutation={f['mutation']}: {f['target']} {f['kind']}: {f['error'][:300]}")
+            lines.append(
+                f"  case {f['case']} seed={f['seed']} mutation={f['mutation']}: {f['target']} {f['kind']}: {f['error'][:300]}"
+            )
             if f.get("traceback"):
-                lines.append("    " + f["traceback"].strip().splitlines()[-3].strip() if len(f["traceback"].strip().splitlines()) >= 3 else "")
+                lines.append(
+                    "    " + f["traceback"].strip().splitlines()[-3].strip()
+                    if len(f["traceback"].strip().splitlines()) >= 3
+                    else ""
+                )
         return "\n".join(lines)
 
 
@@ -897,7 +1008,9 @@ def _limits() -> None:
 
 
 def _env() -> dict[str, str]:
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MALLOC_ARENA_MAX="2", PYTHONHASHSEED="0")
+    env = dict(
+        os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MALLOC_ARENA_MAX="2", PYTHONHASHSEED="0"
+    )
     src = REPO / "src"
     paths = [str(src)] if (src / "torchless").is_dir() else []
     if env.get("PYTHONPATH"):
@@ -948,7 +1061,17 @@ def run_campaign(
         # at most a few hundred ids per process: the command line stays short and a
         # process that leaks memory is renewed
         batch, pending[w] = ids[:chunk], ids[chunk:]
-        argv = [sys.executable, str(Path(__file__).resolve()), "--worker", str(seeds_json), str(base_seed), str(workdir / f"w{w}"), str(faildir), str(cli_every), *map(str, batch)]
+        argv = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--worker",
+            str(seeds_json),
+            str(base_seed),
+            str(workdir / f"w{w}"),
+            str(faildir),
+            str(cli_every),
+            *map(str, batch),
+        ]
         p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=_env(), preexec_fn=_limits)
         procs[w] = {"p": p, "todo": list(batch), "last": time.monotonic(), "cur": None, "target": None, "buf": b""}
 
@@ -997,7 +1120,18 @@ def run_campaign(
     return summary
 
 
-def _finish_worker(w: int, st: dict[str, Any], procs: dict[int, Any], pending: list[list[int]], summary: Summary, seeds: list[Seed], base_seed: int, faildir: Path, workdir: Path, how: str) -> None:
+def _finish_worker(
+    w: int,
+    st: dict[str, Any],
+    procs: dict[int, Any],
+    pending: list[list[int]],
+    summary: Summary,
+    seeds: list[Seed],
+    base_seed: int,
+    faildir: Path,
+    workdir: Path,
+    how: str,
+) -> None:
     p = st["p"]
     try:
         p.wait(timeout=10)

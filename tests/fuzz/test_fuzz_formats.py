@@ -43,11 +43,28 @@ def test_seeds_cover_every_format(seeds: list[harness.Seed]) -> None:
         formats.add(torchless.detect(s.path / s.entry if s.entry else s.path))
     assert formats >= {"pt", "torchscript", "pt2", "aoti", "onnx", "safetensors", "npz", "dcp", "inductor_cache"}, formats
     names = {s.name for s in seeds}
-    assert {"legacy.tar", "legacy_format.pt", "scripted_module.ptl", "mlp_aoti.pt2", "arrays_deflate.npz", "array.npy", "dcp_ckpt"} <= names
+    assert {
+        "legacy.tar",
+        "legacy_format.pt",
+        "scripted_module.ptl",
+        "mlp_aoti.pt2",
+        "arrays_deflate.npz",
+        "array.npy",
+        "dcp_ckpt",
+    } <= names
 
 
 def test_mutation_fuzz_every_format(seeds: list[harness.Seed], tmp_path: Path) -> None:
-    s = harness.run_campaign(CASES, base_seed=BASE_SEED, workers=2, workdir=tmp_path / "work", faildir=tmp_path / "failures", seeds=seeds, deadline=DEADLINE, chunk=100)
+    s = harness.run_campaign(
+        CASES,
+        base_seed=BASE_SEED,
+        workers=2,
+        workdir=tmp_path / "work",
+        faildir=tmp_path / "failures",
+        seeds=seeds,
+        deadline=DEADLINE,
+        chunk=100,
+    )
     assert s.cases + s.skipped == CASES
     assert s.cases >= min(CASES, MIN_CASES), s.report()
     assert set(s.by_seed) == {x.name for x in seeds}, "every seed is mutated"
@@ -63,7 +80,9 @@ def test_cli_in_a_real_process_is_one_line(seeds: list[harness.Seed], tmp_path: 
     for i in range(0, 60, 20):
         case = harness.materialize(seeds, BASE_SEED + 1, i, tmp_path / f"c{i}")
         for cmd in ("info", "ls", "verify", "scan"):
-            p = subprocess.run([sys.executable, "-m", "torchless", cmd, str(case.target)], capture_output=True, text=True, env=env, timeout=60)
+            p = subprocess.run(
+                [sys.executable, "-m", "torchless", cmd, str(case.target)], capture_output=True, text=True, env=env, timeout=60
+            )
             harness.check_cli_output(p.returncode, p.stderr)
             seen_error |= p.returncode == 2
     assert seen_error, "some mutated input is refused (the check is not vacuous)"

@@ -270,7 +270,12 @@ def test_npy_parser_never_accepts_what_numpy_reads_differently():
 
 
 def test_header_literal_subset():
-    assert parse_header_literal("{'a': (1, -2), 'b': [('x', '<i4', (2,))], 'c': ('t' 'u'), 'd': (3)}") == {"a": (1, -2), "b": [("x", "<i4", (2,))], "c": "tu", "d": 3}
+    assert parse_header_literal("{'a': (1, -2), 'b': [('x', '<i4', (2,))], 'c': ('t' 'u'), 'd': (3)}") == {
+        "a": (1, -2),
+        "b": [("x", "<i4", (2,))],
+        "c": "tu",
+        "d": 3,
+    }
     for bad in ("{'a': 1.5}", "{'a': f(1)}", "{[1]: 2}", "{'a': 1", "(1, 2) 3", "{'a': b'x'}"):
         with pytest.raises(TorchlessError):
             parse_header_literal(bad)
@@ -422,6 +427,8 @@ def test_deflate_bomb_under_1mb_is_a_limit_error_under_1gib(tmp_path):
     import subprocess
     import sys
 
-    p = subprocess.run([sys.executable, "-c", _BOMB_CHILD, str(tmp_path / "bomb.npz")], capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-c", _BOMB_CHILD, str(tmp_path / "bomb.npz")], capture_output=True, text=True, timeout=120
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     assert "x.npy" in p.stdout

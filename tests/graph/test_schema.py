@@ -23,7 +23,7 @@ def test_every_core_aten_line_parses_and_prints_back():
     for key, text in rows:
         s = parse_schema(text)
         assert str(s) == text
-        assert "aten::" + s.key[len("aten."):] == key
+        assert "aten::" + s.key[len("aten.") :] == key
 
 
 def test_every_non_core_line_parses_and_prints_back():
@@ -65,25 +65,49 @@ def test_types():
 
 @pytest.mark.parametrize(
     "bad",
-    ["", "aten::", "aten::f(", "aten::f(Tensor) -> Tensor", "aten::f(Tensor x) ->", "aten::f(Tensor x, Tensor x) -> Tensor", "aten::f(Tensor x=) -> Tensor", "aten::f(Tensor(a x) -> Tensor", "aten::f(int[x] a) -> Tensor"],
+    [
+        "",
+        "aten::",
+        "aten::f(",
+        "aten::f(Tensor) -> Tensor",
+        "aten::f(Tensor x) ->",
+        "aten::f(Tensor x, Tensor x) -> Tensor",
+        "aten::f(Tensor x=) -> Tensor",
+        "aten::f(Tensor(a x) -> Tensor",
+        "aten::f(int[x] a) -> Tensor",
+    ],
 )
 def test_malformed_schemas_raise_format_error(bad):
     with pytest.raises(FormatError):
         parse_schema(bad)
 
 
-_ident = st.builds(lambda a, b: a + b, st.sampled_from(["self", "other", "x", "dim", "_w", "a1", "keepdim"]), st.sampled_from(["", "_1", "2", "_out_"]))
-_base = st.builds(BaseType, st.sampled_from(["Tensor", "int", "SymInt", "float", "bool", "str", "Scalar", "ScalarType", "Device", "Layout"]), st.sampled_from([None, "a", "a!", "b!", "a -> *"]))
+_ident = st.builds(
+    lambda a, b: a + b,
+    st.sampled_from(["self", "other", "x", "dim", "_w", "a1", "keepdim"]),
+    st.sampled_from(["", "_1", "2", "_out_"]),
+)
+_base = st.builds(
+    BaseType,
+    st.sampled_from(["Tensor", "int", "SymInt", "float", "bool", "str", "Scalar", "ScalarType", "Device", "Layout"]),
+    st.sampled_from([None, "a", "a!", "b!", "a -> *"]),
+)
 
 
-_TYPES = st.recursive(_base, lambda inner: st.one_of(st.builds(ListType, inner, st.sampled_from([None, 1, 2, 3])), st.builds(OptionalType, inner)), max_leaves=2)
+_TYPES = st.recursive(
+    _base,
+    lambda inner: st.one_of(st.builds(ListType, inner, st.sampled_from([None, 1, 2, 3])), st.builds(OptionalType, inner)),
+    max_leaves=2,
+)
 
 
 def _types():
     return _TYPES
 
 
-_default = st.sampled_from([None, "None", "0", "-1", "1.", "1e-05", "[]", "[0, 1]", "True", "False", '"mean"', "'tanh'", "contiguous_format"])
+_default = st.sampled_from(
+    [None, "None", "0", "-1", "1.", "1e-05", "[]", "[0, 1]", "True", "False", '"mean"', "'tanh'", "contiguous_format"]
+)
 
 
 @st.composite
@@ -91,9 +115,18 @@ def _schemas(draw):
     names = draw(st.lists(_ident, max_size=6, unique=True))
     star = draw(st.integers(0, len(names)))
     args = tuple(Arg(n, draw(_types()), draw(_default), i >= star) for i, n in enumerate(names))
-    rets = tuple(Return(draw(_types()), draw(st.sampled_from([None, "values", "indices"]))) for _ in range(draw(st.integers(0, 3))))
+    rets = tuple(
+        Return(draw(_types()), draw(st.sampled_from([None, "values", "indices"]))) for _ in range(draw(st.integers(0, 3)))
+    )
     tup = len(rets) != 1 or draw(st.booleans())
-    return OpSchema(draw(st.sampled_from(["aten", "prims", "my_ns"])), draw(_ident), draw(st.sampled_from(["", "Tensor", "int", "default_1"])), args, rets, tup)
+    return OpSchema(
+        draw(st.sampled_from(["aten", "prims", "my_ns"])),
+        draw(_ident),
+        draw(st.sampled_from(["", "Tensor", "int", "default_1"])),
+        args,
+        rets,
+        tup,
+    )
 
 
 @settings(max_examples=150, deadline=None)

@@ -17,7 +17,13 @@ import random
 import struct
 
 # extension codes the fuzzers register (their names are inert: nothing is imported)
-EXTENSIONS = {1: ("fuzzmod", "one"), 255: ("__builtin__", "eval"), 256: ("fuzzmod.sub", "two.three"), 65535: ("copy_reg", "_reconstructor"), 70000: ("fuzzmod", "big")}
+EXTENSIONS = {
+    1: ("fuzzmod", "one"),
+    255: ("__builtin__", "eval"),
+    256: ("fuzzmod.sub", "two.three"),
+    65535: ("copy_reg", "_reconstructor"),
+    70000: ("fuzzmod", "big"),
+}
 
 
 def register_extensions() -> None:
@@ -31,21 +37,134 @@ def register_extensions() -> None:
 
 
 GLOBAL_NAMES = [
-    ("os", "system"), ("__builtin__", "eval"), ("__builtin__", "xrange"), ("builtins", "getattr"), ("copy_reg", "_reconstructor"),
-    ("UserDict", "UserDict"), ("UserDict", "IterableUserDict"), ("itertools", "izip"), ("exceptions", "ValueError"),
-    ("collections", "OrderedDict"), ("torch._utils", "_rebuild_tensor_v2"), ("fuzzmod", "a.b"), ("fuzzmod", "<locals>"),
-    ("Tkinter", "Tk"), ("urllib2", "urlopen"), ("cPickle", "loads"), ("whichdb", "whichdb"), ("string", "maketrans"),
-    ("_socket", "fromfd"), ("dbm", "open"), ("test.test_support", "x"), ("posix", "system"), ("", "x"), ("m", ""),
-    ("ünï", "cödé"), ("fuzz mod", "sp ace"),
+    ("os", "system"),
+    ("__builtin__", "eval"),
+    ("__builtin__", "xrange"),
+    ("builtins", "getattr"),
+    ("copy_reg", "_reconstructor"),
+    ("UserDict", "UserDict"),
+    ("UserDict", "IterableUserDict"),
+    ("itertools", "izip"),
+    ("exceptions", "ValueError"),
+    ("collections", "OrderedDict"),
+    ("torch._utils", "_rebuild_tensor_v2"),
+    ("fuzzmod", "a.b"),
+    ("fuzzmod", "<locals>"),
+    ("Tkinter", "Tk"),
+    ("urllib2", "urlopen"),
+    ("cPickle", "loads"),
+    ("whichdb", "whichdb"),
+    ("string", "maketrans"),
+    ("_socket", "fromfd"),
+    ("dbm", "open"),
+    ("test.test_support", "x"),
+    ("posix", "system"),
+    ("", "x"),
+    ("m", ""),
+    ("ünï", "cödé"),
+    ("fuzz mod", "sp ace"),
 ]
-INT_FORMS = [b"0", b"1", b"00", b"01", b"+1", b" 1", b"-0", b"+0", b"010", b"0x1f", b"0X1F", b"0b1", b"1_000", b"08", b"0x",
-             b"99999999999999999999", b"-9223372036854775808", b"9223372036854775808", b"0777777777777777777777777",
-             b"\x00", b"\x00\x00", b"1\x00zz", b"abc", b"", b" ", b"1 ", b"\t-5", b"2", b"-1", b"0o17", b"00000", b"1e3", b"0_1"]
-LONG_FORMS = [b"0L", b"1L", b"123", b"-5L", b"L", b"1_0L", b"0x10L", b"010L", b"00L", b" 7L", b"7 L", b"9" * 30 + b"L", b"1\x00L", b"", b"LL"]
-FLOAT_FORMS = [b"1.5", b"-0", b"0", b"inf", b"-inf", b"nan", b"NaN", b"infinity", b"Infinity", b"infinit", b"1e999", b"-1e999", b"1e-999",
-               b" 1", b"1_0", b"1.", b".5", b".", b"1e", b"1e+", b"1E+05", b"0x10", b"1\x00junk", b"", b"1.5 ", b"+.5e-3", b"--1", b"1.5L"]
-STRING_FORMS = [b"'abc'", b'"abc"', b"'a\\x41'", b"'\\q'", b"'unterminated", b"'a\"", b"''", b"'\\x4'", b"'\xc3\xa9'", b"'\\n\\t'",
-                b"'", b"abc", b"'a'b'", b"'\\\\'", b"\"'\"", b"'\\101'", b"'\\u0041'"]
+INT_FORMS = [
+    b"0",
+    b"1",
+    b"00",
+    b"01",
+    b"+1",
+    b" 1",
+    b"-0",
+    b"+0",
+    b"010",
+    b"0x1f",
+    b"0X1F",
+    b"0b1",
+    b"1_000",
+    b"08",
+    b"0x",
+    b"99999999999999999999",
+    b"-9223372036854775808",
+    b"9223372036854775808",
+    b"0777777777777777777777777",
+    b"\x00",
+    b"\x00\x00",
+    b"1\x00zz",
+    b"abc",
+    b"",
+    b" ",
+    b"1 ",
+    b"\t-5",
+    b"2",
+    b"-1",
+    b"0o17",
+    b"00000",
+    b"1e3",
+    b"0_1",
+]
+LONG_FORMS = [
+    b"0L",
+    b"1L",
+    b"123",
+    b"-5L",
+    b"L",
+    b"1_0L",
+    b"0x10L",
+    b"010L",
+    b"00L",
+    b" 7L",
+    b"7 L",
+    b"9" * 30 + b"L",
+    b"1\x00L",
+    b"",
+    b"LL",
+]
+FLOAT_FORMS = [
+    b"1.5",
+    b"-0",
+    b"0",
+    b"inf",
+    b"-inf",
+    b"nan",
+    b"NaN",
+    b"infinity",
+    b"Infinity",
+    b"infinit",
+    b"1e999",
+    b"-1e999",
+    b"1e-999",
+    b" 1",
+    b"1_0",
+    b"1.",
+    b".5",
+    b".",
+    b"1e",
+    b"1e+",
+    b"1E+05",
+    b"0x10",
+    b"1\x00junk",
+    b"",
+    b"1.5 ",
+    b"+.5e-3",
+    b"--1",
+    b"1.5L",
+]
+STRING_FORMS = [
+    b"'abc'",
+    b'"abc"',
+    b"'a\\x41'",
+    b"'\\q'",
+    b"'unterminated",
+    b"'a\"",
+    b"''",
+    b"'\\x4'",
+    b"'\xc3\xa9'",
+    b"'\\n\\t'",
+    b"'",
+    b"abc",
+    b"'a'b'",
+    b"'\\\\'",
+    b'"\'"',
+    b"'\\101'",
+    b"'\\u0041'",
+]
 UNICODE_FORMS = [b"abc", b"\\u0041", b"\\u12", b"\\U0001f600", b"\\U00110000", b"\xff\xfe", b"", b"a\\nb", b"\\x41", b"\xc3\xa9"]
 MEMO_FORMS = [b"0", b"1", b" 1", b"1_0", b"-1", b"01", b"1\x00", b"", b"2", b"0x1", b"3 ", b"99999999999999999999999"]
 PERSID_FORMS = [b"0", b"storage", b"", b"\xff", b"a b"]
@@ -75,7 +194,11 @@ class _Gen:
 
     def string_value(self) -> None:
         r = self.r
-        s = _u(r.choice(["os", "system", "builtins", "eval", "", "a.b", "copy_reg", "__builtin__", "x" * r.randint(0, 300), "é", "\ud800"]))
+        s = _u(
+            r.choice(
+                ["os", "system", "builtins", "eval", "", "a.b", "copy_reg", "__builtin__", "x" * r.randint(0, 300), "é", "\ud800"]
+            )
+        )
         k = r.randrange(6)
         if k == 0 and len(s) < 256:
             self.emit(b"\x8c" + bytes([len(s)]) + s)
@@ -292,7 +415,7 @@ class _Gen:
             self.emit(b"\x96\x02\x00\x00\x00\x00\x00\x00\x00ab" if r.random() < 0.5 else b"C\x02ab")
             self.emit(b"\x98")
         elif k == 21 and r.random() < 0.2:
-            self.emit(r.choice([b"\x97", b"\x98", bytes([r.choice([0x00, 0x99, 0xff, 0x20, 0x41])])]))
+            self.emit(r.choice([b"\x97", b"\x98", bytes([r.choice([0x00, 0x99, 0xFF, 0x20, 0x41])])]))
         else:
             self.scalar()
 

@@ -36,7 +36,16 @@ def _pl(pid):
 def _shape(x, memo=None):
     """A comparable picture of an unpickled tree (tensors by their fields)."""
     if isinstance(x, Tensor):
-        return ("T", x.dtype.name, x.shape, tuple(x.stride()), x.storage_offset(), x.storage.key if x.storage else None, x.requires_grad, sorted(x.metadata.items()))
+        return (
+            "T",
+            x.dtype.name,
+            x.shape,
+            tuple(x.stride()),
+            x.storage_offset(),
+            x.storage.key if x.storage else None,
+            x.requires_grad,
+            sorted(x.metadata.items()),
+        )
     if isinstance(x, dict):
         return (type(x).__name__, [(k, _shape(v)) for k, v in x.items()])
     if isinstance(x, (list, tuple)):
@@ -83,7 +92,12 @@ def test_state_dicts_take_the_fast_path():
         collections.OrderedDict(a=torch.zeros(2, 3), b=torch.ones(3).half(), c=torch.arange(5)),
         {"shared": (lambda t: {"x": t, "y": t[1:], "z": t.view(2, 2)})(torch.arange(4.0))},
         torch.randn(3, 4, generator=g).t(),
-        {"scalar": torch.tensor(2.0), "empty": torch.zeros(0), "b": torch.tensor([True]), "bf": torch.ones(2, dtype=torch.bfloat16)},
+        {
+            "scalar": torch.tensor(2.0),
+            "empty": torch.zeros(0),
+            "b": torch.tensor([True]),
+            "bf": torch.ones(2, dtype=torch.bfloat16),
+        },
     ]
     for obj in cases:
         assert _check(_pickle_of(obj)), obj if not isinstance(obj, dict) else list(obj)[:3]

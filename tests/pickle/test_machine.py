@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import collections
 import copyreg
-import io
 import pickle
 import pickletools
 import struct
 
 import pytest
 
-from torchless.core.errors import FormatError, LimitError, TorchlessError, TruncatedError, UnsafeGlobalError
-from torchless.pickle.globals import AllowlistResolver, GlobalRef, PickledObject
-from torchless.pickle.machine import Limits, Unpickler, unpickle
+from torchless.core.errors import FormatError, LimitError, TorchlessError, UnsafeGlobalError
+from torchless.pickle.globals import AllowlistResolver, PickledObject
+from torchless.pickle.machine import Limits, Unpickler
 from torchless.pickle.opcodes import OPCODE_NAMES, PROTOCOL_OF
 from torchless.pickle.torch_globals import DEFAULT_ALLOWLIST
 from torchless.pickle.writer import Global, Persistent, Pickler2, Reduce
@@ -32,7 +31,7 @@ def run(data: bytes, **kw):
 def test_opcode_table_matches_pickletools():
     expected = {ord(op.code) if len(op.code) == 1 else op.code: op.name for op in pickletools.opcodes}
     expected = {(k if isinstance(k, int) else ord(k)): v for k, v in expected.items()}
-    assert OPCODE_NAMES == expected
+    assert expected == OPCODE_NAMES
     for op in pickletools.opcodes:
         assert PROTOCOL_OF[op.name] == op.proto, op.name
 
@@ -42,12 +41,58 @@ class _Slots:
 
 
 VALUES = [
-    None, True, False, 0, 1, -1, 255, 256, 65535, 65536, -(2**31), 2**31 - 1, 2**31, -(2**31) - 1, 2**63, -(2**64) - 5,
-    2**2100 + 12345, -(2**2100), 0.0, -0.0, 1.5, 1e308, float("inf"), -float("inf"), 3.141592653589793,
-    "", "a", "ü€𝄞", "x" * 300, "line\nbreak\\slash\r\x00", b"", b"\x00\xff" * 3, b"y" * 300, bytearray(b"ab\x00"),
-    (), (1,), (1, 2), (1, 2, 3), (1, 2, 3, 4), [], [1], list(range(1200)), {}, {"a": 1, 2: "b", (1, 2): [3]},
-    {i: str(i) for i in range(1100)}, {1, 2, 3}, set(), frozenset({4, 5}), frozenset(), 1 + 2j,
-    {"nested": [({"deep": (None, [True])},)]}, collections.OrderedDict([("z", 1), ("a", 2)]),
+    None,
+    True,
+    False,
+    0,
+    1,
+    -1,
+    255,
+    256,
+    65535,
+    65536,
+    -(2**31),
+    2**31 - 1,
+    2**31,
+    -(2**31) - 1,
+    2**63,
+    -(2**64) - 5,
+    2**2100 + 12345,
+    -(2**2100),
+    0.0,
+    -0.0,
+    1.5,
+    1e308,
+    float("inf"),
+    -float("inf"),
+    3.141592653589793,
+    "",
+    "a",
+    "ü€𝄞",
+    "x" * 300,
+    "line\nbreak\\slash\r\x00",
+    b"",
+    b"\x00\xff" * 3,
+    b"y" * 300,
+    bytearray(b"ab\x00"),
+    (),
+    (1,),
+    (1, 2),
+    (1, 2, 3),
+    (1, 2, 3, 4),
+    [],
+    [1],
+    list(range(1200)),
+    {},
+    {"a": 1, 2: "b", (1, 2): [3]},
+    {i: str(i) for i in range(1100)},
+    {1, 2, 3},
+    set(),
+    frozenset({4, 5}),
+    frozenset(),
+    1 + 2j,
+    {"nested": [({"deep": (None, [True])},)]},
+    collections.OrderedDict([("z", 1), ("a", 2)]),
 ]
 
 
@@ -73,7 +118,12 @@ def _norm(x, seen=None):
             return ("ref", seen[id(x)])
         seen[id(x)] = len(seen)
         if isinstance(x, dict):
-            return (type(x).__name__ if type(x) is not collections.OrderedDict and not isinstance(x, collections.OrderedDict) else "OrderedDict", [(_norm(k, seen), _norm(v, seen)) for k, v in x.items()])
+            return (
+                type(x).__name__
+                if type(x) is not collections.OrderedDict and not isinstance(x, collections.OrderedDict)
+                else "OrderedDict",
+                [(_norm(k, seen), _norm(v, seen)) for k, v in x.items()],
+            )
         if isinstance(x, (set, frozenset)):
             return (type(x).__name__, sorted(map(repr, x)))
         return (type(x).__name__, [_norm(v, seen) for v in x])
@@ -99,7 +149,9 @@ def test_plain_values_match_python_pickle(protocol):
 
 def test_protocol5_out_of_band_and_readonly_buffers():
     bufs = []
-    data = pickle.dumps([pickle.PickleBuffer(b"abc"), pickle.PickleBuffer(bytearray(b"xy"))], protocol=5, buffer_callback=bufs.append)
+    data = pickle.dumps(
+        [pickle.PickleBuffer(b"abc"), pickle.PickleBuffer(bytearray(b"xy"))], protocol=5, buffer_callback=bufs.append
+    )
     got = run(data, buffers=[b.raw() for b in bufs])
     assert [bytes(g) for g in got] == [b"abc", b"xy"]
     with pytest.raises(FormatError):

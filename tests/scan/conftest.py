@@ -44,7 +44,11 @@ def _corpora(tmp_path_factory):  # type: ignore[no-untyped-def]
     ben = None
     if _has_torch():
         ben = tmp_path_factory.mktemp("benign")
-        procs.append(subprocess.Popen([sys.executable, os.path.join(CORPUS, "gen_benign.py"), str(ben)], stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, os.path.join(CORPUS, "gen_benign.py"), str(ben)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            )
+        )
     for p in procs:
         _out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err.decode(errors="replace")[-3000:]

@@ -44,7 +44,12 @@ def test_classify():  # type: ignore[no-untyped-def]
 
 
 def test_indirect_call_is_followed(gen):  # type: ignore[no-untyped-def]
-    data = gen.pk(gen.call(gen.call(gen.G("builtins", "getattr"), gen.call(gen.G("builtins", "__import__"), gen.S("os")), gen.S("system")), gen.S("id")))
+    data = gen.pk(
+        gen.call(
+            gen.call(gen.G("builtins", "getattr"), gen.call(gen.G("builtins", "__import__"), gen.S("os")), gen.S("system")),
+            gen.S("id"),
+        )
+    )
     res = analyse(data)
     assert res.finished and res.error is None
     assert [c.callee.kind for c in res.calls] == ["global", "global", "result"]
@@ -52,7 +57,9 @@ def test_indirect_call_is_followed(gen):  # type: ignore[no-untyped-def]
 
 
 def test_stack_global_from_memo(gen):  # type: ignore[no-untyped-def]
-    data = b"\x80\x04" + gen.SB("posix") + b"\x94" + gen.SB("system") + b"\x94" + b"00" + b"h\x00h\x01\x93" + gen.S("id") + b"\x85R."
+    data = (
+        b"\x80\x04" + gen.SB("posix") + b"\x94" + gen.SB("system") + b"\x94" + b"00" + b"h\x00h\x01\x93" + gen.S("id") + b"\x85R."
+    )
     (g,) = analyse(data).globals
     assert g.qualname == "posix.system" and g.opcode == "STACK_GLOBAL" and g.from_memo
     assert g.called == ["REDUCE"]
@@ -143,7 +150,9 @@ def test_many_files_in_parallel(tmp_path):  # type: ignore[no-untyped-def]
 
 def test_allowlisted_higher_order_call_with_computed_callable(gen, tmp_path):  # type: ignore[no-untyped-def]
     computed = gen.call(gen.G("builtins", "getattr"), gen.call(gen.G("builtins", "__import__"), gen.S("os")), gen.S("system"))
-    data = gen.pk(gen.call(gen.G("torch._tensor", "_rebuild_from_type_v2"), computed, gen.G("torch", "Tensor"), gen.T(gen.S("id")), gen.D()))
+    data = gen.pk(
+        gen.call(gen.G("torch._tensor", "_rebuild_from_type_v2"), computed, gen.G("torch", "Tensor"), gen.T(gen.S("id")), gen.D())
+    )
     p = tmp_path / "hof.pt"
     p.write_bytes(data)
     found = [f for f in scan(p).findings if f.rule == "indirect-call"]

@@ -9,19 +9,27 @@ with a marker file in a child process), its ``.so`` is dlopen()ed. Each is a cri
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+from formats.aoti.synth import make_package, sample_consts
 
 import torchless
-from formats.aoti.synth import make_package, sample_consts
 from torchless.scan.aoti import aoti_models, compile_command
 
-FLAGS = {"compile_only": True, "cflags": ["O2"], "definitions": ["X=1"], "include_dirs": ["inc"], "ldflags": [], "libraries": ["m"], "libraries_dirs": ["lib"], "passthrough_args": ["-fPIC"]}
+FLAGS = {
+    "compile_only": True,
+    "cflags": ["O2"],
+    "definitions": ["X=1"],
+    "include_dirs": ["inc"],
+    "ldflags": [],
+    "libraries": ["m"],
+    "libraries_dirs": ["lib"],
+    "passthrough_args": ["-fPIC"],
+}
 
 
 def test_compile_command_rendering() -> None:

@@ -20,13 +20,13 @@ import zlib
 import pytest
 
 from torchless.cli.main import main as cli_main
-from torchless.scan import scan
 from torchless.core.errors import TorchlessError
 from torchless.core.npyheader import parse_header_literal
+from torchless.core.source import BytesSource
+from torchless.scan import scan
 from torchless.scan.carriers.numpy import read_npy_header
 from torchless.scan.findings import LOADERS
 from torchless.scan.policy import classify
-from torchless.core.source import BytesSource
 
 from .conftest import CORPUS, ENV
 
@@ -36,7 +36,9 @@ def carriers(tmp_path_factory):  # type: ignore[no-untyped-def]
     out = tmp_path_factory.mktemp("carriers")
     markers = tmp_path_factory.mktemp("carrier_markers")
     env = dict(os.environ, **{ENV: str(markers)})
-    p = subprocess.run([sys.executable, os.path.join(CORPUS, "gen_carriers.py"), str(out)], env=env, capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [sys.executable, os.path.join(CORPUS, "gen_carriers.py"), str(out)], env=env, capture_output=True, text=True, timeout=300
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     with open(out / "manifest.json") as f:
         return out, markers, json.load(f)
@@ -49,7 +51,9 @@ def test_every_carrier_sample_runs_under_its_loader(carriers):  # type: ignore[n
     assert len(runnable) >= 12
     env = dict(os.environ, **{ENV: str(markers)})
     args = [f"{m['loader']}={out / m['name']}" for m in runnable]
-    proc = subprocess.run([sys.executable, os.path.join(CORPUS, "run_loader.py"), "60", *args], env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(CORPUS, "run_loader.py"), "60", *args], env=env, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     deadline = time.monotonic() + 10
     missing = [m["name"] for m in runnable]
@@ -181,18 +185,28 @@ def test_nested_payload_in_bytesio_and_base64_is_followed(gen, tmp_path):  # typ
     import base64
 
     inner = b"cos\nsystem\n(S'true'\ntR."
-    body = gen.call(gen.G("torch.storage", "_load_from_bytes"), gen.call(gen.G("base64", "b64decode"), gen.S(base64.b64encode(inner).decode())))
+    body = gen.call(
+        gen.G("torch.storage", "_load_from_bytes"),
+        gen.call(gen.G("base64", "b64decode"), gen.S(base64.b64encode(inner).decode())),
+    )
     p = tmp_path / "b64.pt"
     p.write_bytes(_zip_with_data_pkl(gen.pk(body)))
     (fr,) = scan(p).files
     assert fr.verdict == "dangerous"
-    assert any(f.rule == "dangerous-global" and "payload of torch.storage._load_from_bytes" in (f.member or "") for f in fr.findings)
+    assert any(
+        f.rule == "dangerous-global" and "payload of torch.storage._load_from_bytes" in (f.member or "") for f in fr.findings
+    )
 
 
 def test_shared_nested_argument_is_analysed_once(gen, tmp_path):  # type: ignore[no-untyped-def]
     inner = gen.pk(gen.call(gen.G("collections", "OrderedDict")), proto=2)
     # the same payload passed 200 times through the memo
-    body = gen.BY(inner) + b"q\x01" + b"".join(gen.call(gen.G("torch.storage", "_load_from_bytes"), b"h\x01") + b"0" for _ in range(200)) + b"N"
+    body = (
+        gen.BY(inner)
+        + b"q\x01"
+        + b"".join(gen.call(gen.G("torch.storage", "_load_from_bytes"), b"h\x01") + b"0" for _ in range(200))
+        + b"N"
+    )
     p = tmp_path / "shared.pt"
     p.write_bytes(_zip_with_data_pkl(gen.pk(body, proto=3)))
     (fr,) = scan(p).files
@@ -204,10 +218,24 @@ def test_shared_nested_argument_is_analysed_once(gen, tmp_path):  # type: ignore
 
 
 def test_npy_header_parser_is_strict_and_bounded() -> None:
-    assert parse_header_literal("{'descr': '<f8', 'fortran_order': False, 'shape': (3, 4), }") == {"descr": "<f8", "fortran_order": False, "shape": (3, 4)}
+    assert parse_header_literal("{'descr': '<f8', 'fortran_order': False, 'shape': (3, 4), }") == {
+        "descr": "<f8",
+        "fortran_order": False,
+        "shape": (3, 4),
+    }
     assert parse_header_literal("{'shape': (3L,)}", allow_long=True) == {"shape": (3,)}
     assert parse_header_literal("{u'a': [('x', '|O'), ('y', ('<i4', (2,)))]}") == {"a": [("x", "|O"), ("y", ("<i4", (2,)))]}
-    for bad in ("{'a': \u00b2}", "{'a': 1\u0663}", "(" * 5000 + ")" * 5000, "{'a': __import__('os')}", "{'a': 1+1}", "'unterminated", "{'a': 0x10}", "\x00", "{" * 100000):
+    for bad in (
+        "{'a': \u00b2}",
+        "{'a': 1\u0663}",
+        "(" * 5000 + ")" * 5000,
+        "{'a': __import__('os')}",
+        "{'a': 1+1}",
+        "'unterminated",
+        "{'a': 0x10}",
+        "\x00",
+        "{" * 100000,
+    ):
         with pytest.raises(TorchlessError):
             parse_header_literal(bad, max_depth=64)
 
@@ -220,11 +248,21 @@ def test_npy_header_as_numpy_reads_it() -> None:
         return b"\x93NUMPY" + bytes(version) + struct.pack("<H" if version == (1, 0) else "<I", len(enc)) + enc
 
     assert read_npy_header(BytesSource(hdr("{'descr': '<f4', 'fortran_order': False, 'shape': (2,)}")))[0] == "plain"
-    assert read_npy_header(BytesSource(hdr("{'descr': [('a', '<f4'), ('b', 'O')], 'fortran_order': False, 'shape': (2,)}")))[0] == "object"
+    assert (
+        read_npy_header(BytesSource(hdr("{'descr': [('a', '<f4'), ('b', 'O')], 'fortran_order': False, 'shape': (2,)}")))[0]
+        == "object"
+    )
     assert read_npy_header(BytesSource(hdr("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'x': 1}")))[0] == "refused"
     assert read_npy_header(BytesSource(hdr("{'descr': '<f4', 'fortran_order': False, 'shape': (2,)}", (4, 0))))[0] == "refused"
     # agreement with NumPy's own reader on the object question
-    for descr in ("'|O'", "'object'", "[('a', '<i4'), ('b', ('O', (2,)))]", "'<f8'", "[('', '|V4'), ('x', '<i4')]", "('O', (3,))"):
+    for descr in (
+        "'|O'",
+        "'object'",
+        "[('a', '<i4'), ('b', ('O', (2,)))]",
+        "'<f8'",
+        "[('', '|V4'), ('x', '<i4')]",
+        "('O', (3,))",
+    ):
         text = "{'descr': %s, 'fortran_order': False, 'shape': (1,)}" % descr
         ours = read_npy_header(BytesSource(hdr(text)))[0]
         f = io.BytesIO(hdr(text))
@@ -249,7 +287,13 @@ def test_decompression_bomb_under_1mb_is_bounded(tmp_path):  # type: ignore[no-u
         f"r = scan({str(p)!r}, jobs=1); v = resource.getrusage(resource.RUSAGE_SELF); "
         "print(json.dumps([v.ru_utime + v.ru_stime - u.ru_utime - u.ru_stime, v.ru_maxrss, r.files[0].verdict, [f.rule for f in r.findings]]))"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)),
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     seconds, rss_kib, verdict, rules = json.loads(proc.stdout.strip().splitlines()[-1])
     assert seconds < 5 and rss_kib < (1 << 20), (seconds, rss_kib)
@@ -318,7 +362,33 @@ def test_npy_headers_differential_against_numpy() -> None:
     except ImportError:  # pragma: no cover - NumPy 1.x
         from numpy.lib import format as fmt  # type: ignore[no-redef]
     rng = random.Random(7)
-    descrs = ["'<f4'", "'|O'", "'O'", "'object'", "'<i8'", "'|b1'", "'<U3'", "'|S2'", "'<M8[s]'", "'V8'", "[('a', '<f4'), ('b', '|O')]", "[('a', '<f4'), ('b', '<i2', (2,))]", "[('', '|V4'), ('x', '|O')]", "[(('t', 'n'), '|O')]", "('|O', (2,))", "('<f4', (2, 3))", "[('a', [('b', '|O')])]", "'<f4 '", "'Q'", "'bogus'", "[('a',)]", "42", "None", "[('a', '|O', 3)]", "u'<f8'"]
+    descrs = [
+        "'<f4'",
+        "'|O'",
+        "'O'",
+        "'object'",
+        "'<i8'",
+        "'|b1'",
+        "'<U3'",
+        "'|S2'",
+        "'<M8[s]'",
+        "'V8'",
+        "[('a', '<f4'), ('b', '|O')]",
+        "[('a', '<f4'), ('b', '<i2', (2,))]",
+        "[('', '|V4'), ('x', '|O')]",
+        "[(('t', 'n'), '|O')]",
+        "('|O', (2,))",
+        "('<f4', (2, 3))",
+        "[('a', [('b', '|O')])]",
+        "'<f4 '",
+        "'Q'",
+        "'bogus'",
+        "[('a',)]",
+        "42",
+        "None",
+        "[('a', '|O', 3)]",
+        "u'<f8'",
+    ]
     shapes = ["()", "(3,)", "(2, 3)", "(3L,)", "[3]", "(-1,)", "(True,)", "('a',)"]
     orders = ["False", "True", "0", "None"]
     decided = 0

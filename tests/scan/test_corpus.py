@@ -34,7 +34,9 @@ def test_every_malicious_sample_really_executes(malicious):  # type: ignore[no-u
         os.remove(os.path.join(markers, f))
     args = [f"{m['loader']}={out / m['name']}" for m in man]
     env = dict(os.environ, **{ENV: str(markers)})
-    proc = subprocess.run([sys.executable, os.path.join(CORPUS, "run_loader.py"), "60", *args], env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(CORPUS, "run_loader.py"), "60", *args], env=env, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     statuses = {json.loads(line)["path"]: json.loads(line)["status"] for line in proc.stdout.splitlines() if line.startswith("{")}
     assert len(statuses) == len(man)
@@ -84,7 +86,18 @@ def test_benign_allowlist_advice(benign):  # type: ignore[no-untyped-def]
 @pytest.mark.skipif(not HAS_TORCH, reason="needs the torch-built carriers")
 def test_kinds_of_carriers(malicious, benign):  # type: ignore[no-untyped-def]
     out, _m, _man = malicious
-    kinds = {m: scan(out / m, jobs=1).files[0].kind for m in ("t01_zip_os_system.pt", "l01_legacy_pickle1.pt", "tar01_pickle_member.tar", "ts01_setstate_from_file.pt", "p01_sample_inputs.pt2", "n01_object.npy", "c01_gzip.joblib")}
+    kinds = {
+        m: scan(out / m, jobs=1).files[0].kind
+        for m in (
+            "t01_zip_os_system.pt",
+            "l01_legacy_pickle1.pt",
+            "tar01_pickle_member.tar",
+            "ts01_setstate_from_file.pt",
+            "p01_sample_inputs.pt2",
+            "n01_object.npy",
+            "c01_gzip.joblib",
+        )
+    }
     assert kinds == {
         "t01_zip_os_system.pt": "torch-zip",
         "l01_legacy_pickle1.pt": "legacy",

@@ -126,17 +126,49 @@ def test_trailing_data_after_zip_end(gen, tmp_path):  # type: ignore[no-untyped-
 def test_overlapping_members(gen, tmp_path):  # type: ignore[no-untyped-def]
     payload = benign_pickle(gen)
     lname = b"archive/data.pkl"
-    local = struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", 20, 0, 0, 0, 0, zlib.crc32(payload), len(payload), len(payload), len(lname), 0) + lname + payload
+    local = (
+        struct.pack(
+            "<4sHHHHHIIIHH", b"PK\x03\x04", 20, 0, 0, 0, 0, zlib.crc32(payload), len(payload), len(payload), len(lname), 0
+        )
+        + lname
+        + payload
+    )
     cd = b""
     for name in (b"archive/data.pkl", b"archive/alias.pkl"):
-        cd += struct.pack("<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 20, 20, 0, 0, 0, 0, zlib.crc32(payload), len(payload), len(payload), len(name), 0, 0, 0, 0, 0, 0) + name
+        cd += (
+            struct.pack(
+                "<4sHHHHHHIIIHHHHHII",
+                b"PK\x01\x02",
+                20,
+                20,
+                0,
+                0,
+                0,
+                0,
+                zlib.crc32(payload),
+                len(payload),
+                len(payload),
+                len(name),
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+            )
+            + name
+        )
     data = local + cd + struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, 2, 2, len(cd), len(local), 0)
     r = rules(scan(write(tmp_path, "overlap.pt", data)))
     assert "zip-overlap" in r and "zip-name-mismatch" in r
 
 
 def test_member_zipfile_reads_but_torch_does_not(gen, tmp_path, torch):  # type: ignore[no-untyped-def]
-    data = bytearray(gen.raw_zip([("archive/data.pkl", benign_pickle(gen)), ("archive/version", b"3\n"), ("archive/hidden.pkl", evil_pickle(gen))]))
+    data = bytearray(
+        gen.raw_zip(
+            [("archive/data.pkl", benign_pickle(gen)), ("archive/version", b"3\n"), ("archive/hidden.pkl", evil_pickle(gen))]
+        )
+    )
     e = data.rindex(b"PK\x05\x06")
     struct.pack_into("<HH", data, e + 8, 2, 2)  # the end record counts two entries; the directory holds three
     data = bytes(data)

@@ -42,8 +42,13 @@ def test_differential_fuzz_campaign_has_no_divergence():
     unpickler allocates what a stream asks for)."""
     n = int(os.environ.get("TORCHLESS_PICKLE_FUZZ_STREAMS", "40000"))
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src"))
-    p = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "fuzz_pickle.py"), "--streams", str(n), "--seed", "10", "--chunk", "4000"],
-                       capture_output=True, text=True, timeout=240, env=env)
+    p = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "scripts", "fuzz_pickle.py"), "--streams", str(n), "--seed", "10", "--chunk", "4000"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+    )
     out = p.stdout
     assert "RESULT" in out, out[-2000:] + p.stderr[-2000:]
     result = [l for l in out.splitlines() if l.startswith("RESULT")][0]
@@ -56,7 +61,9 @@ def test_differential_fuzz_campaign_has_no_divergence():
 
 
 # -- protocol-0 text arguments -------------------------------------------------------------
-TEXT = st.binary(max_size=8).map(lambda b: b.replace(b"\n", b"")) | st.text(alphabet="0123456789+-_ xXoObBeE.LinfatyNI\t\x00", max_size=10).map(lambda s: s.encode())
+TEXT = st.binary(max_size=8).map(lambda b: b.replace(b"\n", b"")) | st.text(
+    alphabet="0123456789+-_ xXoObBeE.LinfatyNI\t\x00", max_size=10
+).map(lambda s: s.encode())
 
 
 @settings(max_examples=300, deadline=None)
@@ -75,14 +82,39 @@ def test_memo_text_keys_as_the_c_unpickler(arg, op):
     agree(b"N" + op + arg + b"\n" + (b"g" + arg + b"\n" if op == b"p" else b"") + b".")
 
 
-@pytest.mark.parametrize("line,value", [(b"00", False), (b"01", True), (b"+1", True), (b" 0", False), (b"010", 8), (b"0x1f", 31), (b"1_000", 1000), (b"\x00\x00", False), (b"1\x00zz", 1)])
+@pytest.mark.parametrize(
+    "line,value",
+    [
+        (b"00", False),
+        (b"01", True),
+        (b"+1", True),
+        (b" 0", False),
+        (b"010", 8),
+        (b"0x1f", 31),
+        (b"1_000", 1000),
+        (b"\x00\x00", False),
+        (b"1\x00zz", 1),
+    ],
+)
 def test_int_text_forms(line, value):
     model, _ = symbolic_record(b"I" + line + b"\n.")
     assert model.value == (type(value).__name__, value)
     agree(b"I" + line + b"\n.")
 
 
-@pytest.mark.parametrize("stream", [b"F1_0\n.", b"F 1\n.", b"F1e999\n.", b"I08\n.", b"I0777777777777777777777777\n.", b"L0x10L\n.", b"Finfinity\n.", b"F1.5L\n."])
+@pytest.mark.parametrize(
+    "stream",
+    [
+        b"F1_0\n.",
+        b"F 1\n.",
+        b"F1e999\n.",
+        b"I08\n.",
+        b"I0777777777777777777777777\n.",
+        b"L0x10L\n.",
+        b"Finfinity\n.",
+        b"F1.5L\n.",
+    ],
+)
 def test_numbers_c_refuses_or_reads_its_own_way(stream):
     agree(stream)
 
@@ -99,7 +131,13 @@ def test_python2_renames_follow_the_protocol_like_cpython():
     # PROTO in the middle switches the renames on and off, as in CPython
     agree(b"\x80\x04cUserDict\nUserDict\n0\x80\x02cUserDict\nUserDict\n0\x80\x04cwhichdb\nwhichdb\n.")
     # the full tables (issue 10 cause 7): names beyond the old partial table
-    for mod, name in (("Tkinter", "Tk"), ("urllib2", "urlopen"), ("cPickle", "loads"), ("test.test_support", "x"), ("exceptions", "OSError")):
+    for mod, name in (
+        ("Tkinter", "Tk"),
+        ("urllib2", "urlopen"),
+        ("cPickle", "loads"),
+        ("test.test_support", "x"),
+        ("exceptions", "OSError"),
+    ):
         data = b"c" + mod.encode() + b"\n" + name.encode() + b"\n."
         model, _ = symbolic_record(data)
         assert model.events == record_c(data).events
@@ -124,21 +162,24 @@ def test_ext_codes_resolve_once_per_run_like_cpythons_cache(extensions):
     agree(b"\x80\x02\x82\x08.")  # unregistered: both stop
 
 
-@pytest.mark.parametrize("stream", [
-    b"\x80\x06N.",  # unsupported protocol: the C unpickler stops (torch's weights-only goes on)
-    b"]N(cos\nsystem\ntR.",  # REDUCE needs a tuple
-    b"K\x01(u.",  # SETITEMS with an empty MARK is a no-op on anything
-    b"]Nb.",  # BUILD None on data is a no-op
-    b"]K\x00K\x05s.",  # SETITEM on a list assigns an index
-    b"ios\nsystem\n.",  # INST without MARK: stops before the import
-    b"c\nsystem\n.",  # empty module line
-    b"(cos\nsystem\nK\x01K\x02u.",  # SETITEMS on a global with items: recorded
-    b"(cos\nsystem\nK\x01u.",  # odd SETITEMS: stops before any __setitem__
-    b"cos\nsystem\n)}\x92.",  # NEWOBJ_EX
-    b"\x80\x05\x96\x02\x00\x00\x00\x00\x00\x00\x00ab\x98.",  # READONLY_BUFFER on a bytearray
-    b"K\x01\x98.",  # READONLY_BUFFER on an int stops
-    b"N.N.cos\nsystem\n.",  # several STOPs (each load reads one)
-])
+@pytest.mark.parametrize(
+    "stream",
+    [
+        b"\x80\x06N.",  # unsupported protocol: the C unpickler stops (torch's weights-only goes on)
+        b"]N(cos\nsystem\ntR.",  # REDUCE needs a tuple
+        b"K\x01(u.",  # SETITEMS with an empty MARK is a no-op on anything
+        b"]Nb.",  # BUILD None on data is a no-op
+        b"]K\x00K\x05s.",  # SETITEM on a list assigns an index
+        b"ios\nsystem\n.",  # INST without MARK: stops before the import
+        b"c\nsystem\n.",  # empty module line
+        b"(cos\nsystem\nK\x01K\x02u.",  # SETITEMS on a global with items: recorded
+        b"(cos\nsystem\nK\x01u.",  # odd SETITEMS: stops before any __setitem__
+        b"cos\nsystem\n)}\x92.",  # NEWOBJ_EX
+        b"\x80\x05\x96\x02\x00\x00\x00\x00\x00\x00\x00ab\x98.",  # READONLY_BUFFER on a bytearray
+        b"K\x01\x98.",  # READONLY_BUFFER on an int stops
+        b"N.N.cos\nsystem\n.",  # several STOPs (each load reads one)
+    ],
+)
 def test_cpython_semantics_where_torch_weights_only_differs(stream):
     agree(stream)
 

@@ -80,7 +80,22 @@ def proofs(regression: tuple[Path, Path, dict[str, Any]]) -> dict[str, dict[str,
         pytest.skip("the loader runner forks one child per sample")
     out, markers, _man = regression
     env = dict(os.environ, **{ENV: str(markers)})
-    proc = subprocess.run([sys.executable, os.path.join(CORPUS, "run_regression.py"), str(out), str(markers), "--timeout", str(LOAD_TIMEOUT), "--jobs", "2"], env=env, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(CORPUS, "run_regression.py"),
+            str(out),
+            str(markers),
+            "--timeout",
+            str(LOAD_TIMEOUT),
+            "--jobs",
+            "2",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = {r["name"]: r for r in (json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{"))}
     deadline = time.monotonic() + 10  # os.popen-style payloads may finish after the loader
@@ -100,7 +115,11 @@ def _scan_child(path: str, wfd: int) -> None:
         from torchless.scan import scan
 
         rep = scan(path, jobs=1)
-        doc = {"verdicts": sorted({f.verdict for f in rep.files}), "exit": rep.exit_code, "findings": sorted({f"{f.rule}/{f.severity}" for f in rep.findings if f.severity != "info"})}
+        doc = {
+            "verdicts": sorted({f.verdict for f in rep.files}),
+            "exit": rep.exit_code,
+            "findings": sorted({f"{f.rule}/{f.severity}" for f in rep.findings if f.severity != "info"}),
+        }
     except BaseException as e:  # a crash is a result too (and a miss)
         doc = {"verdicts": ["crash"], "exit": -1, "findings": [f"{type(e).__name__}: {str(e)[:200]}"]}
         code = 1
@@ -143,7 +162,9 @@ def scan_many(paths: dict[str, str], timeout: float = SCAN_TIMEOUT, jobs: int = 
                         buf += chunk
                 except BlockingIOError:
                     pass
-                out[name] = json.loads(bytes(buf)) if buf else {"verdicts": ["crash"], "exit": -1, "findings": ["scan child died"]}
+                out[name] = (
+                    json.loads(bytes(buf)) if buf else {"verdicts": ["crash"], "exit": -1, "findings": ["scan child died"]}
+                )
             else:
                 continue
             os.close(r)
@@ -179,7 +200,7 @@ def test_plan_covers_every_root_cause() -> None:
         by_rc[s.rc] = by_rc.get(s.rc, 0) + 1
     names = [s.name for s in PLAN]
     assert len(names) == len(set(names))
-    assert KNOWN_MISSES <= {s.name for s in GEN.plan(use_torch=True)}
+    assert {s.name for s in GEN.plan(use_torch=True)} >= KNOWN_MISSES
     if not HAS_CC:
         pytest.skip("torch-built and compiler-built samples are left out without torch and gcc/g++")
     assert len(PLAN) >= 60, len(PLAN)
@@ -205,7 +226,12 @@ def test_sample_runs_under_its_loader(name: str, proofs: dict[str, dict[str, Any
 
 
 def _scan_params() -> list[Any]:
-    return [pytest.param(s.name, marks=pytest.mark.xfail(strict=True, reason="known miss on main (issue 10)")) if s.name in KNOWN_MISSES else s.name for s in PLAN]
+    return [
+        pytest.param(s.name, marks=pytest.mark.xfail(strict=True, reason="known miss on main (issue 10)"))
+        if s.name in KNOWN_MISSES
+        else s.name
+        for s in PLAN
+    ]
 
 
 @pytest.mark.parametrize("name", _scan_params())
@@ -219,5 +245,9 @@ def test_controls_scan_clean(regression: tuple[Path, Path, dict[str, Any]], scan
     _out, _markers, man = regression
     if HAS_TORCH:
         assert len(man["controls"]) >= 8
-    bad = {c["name"]: scans["control:" + c["name"]] for c in man["controls"] if scans["control:" + c["name"]]["verdicts"] != ["clean"]}
+    bad = {
+        c["name"]: scans["control:" + c["name"]]
+        for c in man["controls"]
+        if scans["control:" + c["name"]]["verdicts"] != ["clean"]
+    }
     assert not bad, bad  # false positives on the unmodified artifacts

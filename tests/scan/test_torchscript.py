@@ -9,7 +9,6 @@ process) and to be flagged; benign archives scan clean.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -65,7 +64,7 @@ def _kinds(text: str) -> list[tuple[str, str]]:
 
 
 def test_lexer_follows_torch_rules() -> None:
-    toks = _kinds('a = "x" \'y\'  # comment\nb.\\\nc( 1,\n 2) # type: int\n')
+    toks = _kinds("a = \"x\" 'y'  # comment\nb.\\\nc( 1,\n 2) # type: int\n")
     assert ("string", "xy") in toks  # adjacent literals joined
     assert ("name", "comment") not in toks  # comments dropped
     assert toks.count(("newline", "\n")) == 2  # no newline inside brackets or after a continuation
@@ -98,7 +97,9 @@ def test_every_variant_is_a_risky_reference(name: str) -> None:
 def test_imports_and_clean_code() -> None:
     rep = analyse_code("import torch.ops.aten as A\nfrom torch import from_file as ff\ny = A.save(x, 'p')\nz = ff('q')\n")
     assert {t for _r, t, _c, _w in rep.risky} >= {"aten::save", "torch.from_file"}
-    clean = analyse_code("def forward(self, x: Tensor) -> Tensor:\n  _0 = torch.add(x, 1)\n  return torch.relu(ops.aten.linear(_0, self.w))\n")
+    clean = analyse_code(
+        "def forward(self, x: Tensor) -> Tensor:\n  _0 = torch.add(x, 1)\n  return torch.relu(ops.aten.linear(_0, self.w))\n"
+    )
     assert clean.risky == [] and clean.references >= 3
 
 
@@ -123,7 +124,11 @@ def test_risk_table() -> None:
 
 
 def test_bytecode_tables() -> None:
-    value = (8, ("__torch__.M.__setstate__", (("instructions", (("OP", 0, 0),)), ("operators", (("aten::from_file", "", 3),))), None), ("__torch__.M.forward", (("operators", (("aten::relu", "", 1),)),), None))
+    value = (
+        8,
+        ("__torch__.M.__setstate__", (("instructions", (("OP", 0, 0),)), ("operators", (("aten::from_file", "", 3),))), None),
+        ("__torch__.M.forward", (("operators", (("aten::relu", "", 1),)),), None),
+    )
     rep = analyse_bytecode(value)
     assert rep.setstate == ["__torch__.M.__setstate__"]
     assert rep.operators == {"aten::from_file", "aten::relu"}
@@ -132,7 +137,13 @@ def test_bytecode_tables() -> None:
 
 def test_linear_time() -> None:
     # 1 MB of references, strings and aliases: the old search was quadratic in this
-    text = 'x = torch.from_file("a")\n' * 20_000 + "y = getattr(torch, " + '"a" ' * 50_000 + ")\n" + "".join(f"a{i} = a{i + 1}\n" for i in range(20_000))
+    text = (
+        'x = torch.from_file("a")\n' * 20_000
+        + "y = getattr(torch, "
+        + '"a" ' * 50_000
+        + ")\n"
+        + "".join(f"a{i} = a{i + 1}\n" for i in range(20_000))
+    )
     t = time.perf_counter()
     rep = analyse_code(text)
     assert time.perf_counter() - t < 10
@@ -140,7 +151,9 @@ def test_linear_time() -> None:
 
 
 def test_generated_table_matches_torch(torch) -> None:  # type: ignore[no-untyped-def]
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_torchscript_ops.py")], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gen_torchscript_ops.py")], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     generated: dict = {}
     exec(compile(out.stdout, "generated", "exec"), generated)  # our own generator's literal output
@@ -149,7 +162,7 @@ def test_generated_table_matches_torch(torch) -> None:  # type: ignore[no-untype
     local = {k: v for k, v in generated["RISKY_OPS"].items() if v[0] != "network"}
     assert local == {k: v for k, v in RISKY_OPS.items() if v[0] != "network"}
     assert generated["RISKY_PYTHON"] == RISKY_PYTHON
-    assert BUILTIN_CLASSES <= generated["BUILTIN_CLASSES"]
+    assert generated["BUILTIN_CLASSES"] >= BUILTIN_CLASSES
 
 
 # -- real archives under the real loaders ------------------------------------------------

@@ -10,7 +10,7 @@ import argparse
 import importlib
 import os
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..core.errors import InternalError, TorchlessError
 
@@ -44,8 +44,6 @@ def build_parser() -> argparse.ArgumentParser:
     for m in COMMAND_MODULES:
         importlib.import_module(m).register(sub)
     return p
-
-
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -90,7 +88,9 @@ def _run(args: argparse.Namespace) -> int:
         _say(f"error: {e.strerror or type(e).__name__}" + (f": {e.filename}" if e.filename else ""))
         return 2
     except (RecursionError, MemoryError) as e:
-        _say(f"error: input too large or too deeply nested ({type(e).__name__}); torchless's limits should have caught it, please report")
+        _say(
+            f"error: input too large or too deeply nested ({type(e).__name__}); torchless's limits should have caught it, please report"
+        )
         return 2
     except Exception as e:  # noqa: BLE001 - the last line of defence: a bug, said once
         _say(f"error: {InternalError.wrap(e, f'running {args.command!r}')}")

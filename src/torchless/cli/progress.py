@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 __all__ = ["make_progress", "Progress"]
 
@@ -23,11 +23,28 @@ class Progress:
         if self.enabled and sys.stderr.isatty():  # forced onto a file or pipe: plain lines
             try:
                 from rich.console import Console
-                from rich.progress import BarColumn, DownloadColumn, Progress as RP, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+                from rich.progress import (
+                    BarColumn,
+                    DownloadColumn,
+                    TextColumn,
+                    TimeRemainingColumn,
+                    TransferSpeedColumn,
+                )
+                from rich.progress import (
+                    Progress as RP,
+                )
 
                 # stderr, never stdout: progress must not mix with results (--json)
                 console = Console(file=sys.stderr)
-                self._rich = RP(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(), transient=True, console=console)
+                self._rich = RP(
+                    TextColumn("{task.description}"),
+                    BarColumn(),
+                    DownloadColumn(),
+                    TransferSpeedColumn(),
+                    TimeRemainingColumn(),
+                    transient=True,
+                    console=console,
+                )
                 self._rich.start()
                 self._task = self._rich.add_task(label, total=self.total)
             except ImportError:

@@ -68,7 +68,7 @@ def format_table(rows: list[list[str]], header: list[str] | None = None) -> str:
     widths = [max(len(str(r[i])) for r in allrows) for i in range(len(allrows[0]))]
     out = []
     for j, r in enumerate(allrows):
-        out.append("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
+        out.append("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)).rstrip())
         if header and j == 0:
             out.append("  ".join("-" * w for w in widths))
     return "\n".join(out)
@@ -79,7 +79,11 @@ def format_info(info: dict[str, Any]) -> str:
     lines = []
     skip = {"tree", "bytes_by_dtype"}
     for k, v in info.items():
-        if k in skip or isinstance(v, (dict, list)) and k not in ("records", "globals_not_allowlisted", "torch_weights_only_would_refuse"):
+        if (
+            k in skip
+            or isinstance(v, (dict, list))
+            and k not in ("records", "globals_not_allowlisted", "torch_weights_only_would_refuse")
+        ):
             continue
         if k.endswith("bytes") and isinstance(v, int):
             v = f"{format_bytes(v)} ({v})"
@@ -91,7 +95,11 @@ def format_info(info: dict[str, Any]) -> str:
     if info.get("bytes_by_dtype"):
         lines.append(f"{'bytes_by_dtype':>32}: " + ", ".join(f"{d} {format_bytes(b)}" for d, b in info["bytes_by_dtype"].items()))
     for k, v in info.items():
-        if isinstance(v, (dict, list)) and k not in skip and k not in ("records", "globals_not_allowlisted", "torch_weights_only_would_refuse"):
+        if (
+            isinstance(v, (dict, list))
+            and k not in skip
+            and k not in ("records", "globals_not_allowlisted", "torch_weights_only_would_refuse")
+        ):
             lines.append(f"{k}:")
             lines.append(format_tree(v, "  ") if v else "  -")
     if info.get("tree") is not None:

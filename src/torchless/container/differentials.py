@@ -51,48 +51,99 @@ def zip_differentials(source: Any) -> list[Problem]:
     if mz is None and py is None:
         return out
     if mz is None or py is None:
-        who, other, err = ("Python's zipfile", "torch (miniz)", mz_err) if mz is None else ("torch (miniz)", "Python's zipfile", py_err)
+        who, other, err = (
+            ("Python's zipfile", "torch (miniz)", mz_err) if mz is None else ("torch (miniz)", "Python's zipfile", py_err)
+        )
         n = len(py.entries) if py is not None else len(mz.entries)  # type: ignore[union-attr]
         if n:
             out.append(_p(f"{who} reads an archive of {n} entries that {other} refuses ({err.message if err else '?'})"))
         return out
     _end_records(src, mz, py, out)
     if py.concat:
-        out.append(_p(f"Python's zipfile shifts every offset by {py.concat} bytes (data before the archive or between the central directory and the end record); torch reads the offsets as written", py.cd_offset))
+        out.append(
+            _p(
+                f"Python's zipfile shifts every offset by {py.concat} bytes (data before the archive or between the central directory and the end record); torch reads the offsets as written",
+                py.cd_offset,
+            )
+        )
     end_start = mz.eocd64_offset if mz.zip64 and mz.eocd64_offset is not None else mz.eocd_offset
     cd_end = mz.cd_offset + mz.cd_size
     if cd_end != end_start:
-        out.append(_p(f"the central directory ends at {cd_end}, the end records start at {end_start}: zipfile assumes they touch and shifts offsets by the difference", min(cd_end, end_start)))
+        out.append(
+            _p(
+                f"the central directory ends at {cd_end}, the end records start at {end_start}: zipfile assumes they touch and shifts offsets by the difference",
+                min(cd_end, end_start),
+            )
+        )
     if mz.cd_offset != py.cd_offset or mz.cd_size != py.cd_size:
-        out.append(_p(f"torch reads the central directory at {mz.cd_offset} ({mz.cd_size} bytes), Python's zipfile at {py.cd_offset} ({py.cd_size} bytes)", py.cd_offset))
+        out.append(
+            _p(
+                f"torch reads the central directory at {mz.cd_offset} ({mz.cd_size} bytes), Python's zipfile at {py.cd_offset} ({py.cd_size} bytes)",
+                py.cd_offset,
+            )
+        )
     if len(mz.entries) != len(py.entries):
-        out.append(_p(f"torch lists {len(mz.entries)} entries, Python's zipfile {len(py.entries)} (the end record's count and the directory's size disagree)", mz.cd_offset + mz.cd_used))
+        out.append(
+            _p(
+                f"torch lists {len(mz.entries)} entries, Python's zipfile {len(py.entries)} (the end record's count and the directory's size disagree)",
+                mz.cd_offset + mz.cd_used,
+            )
+        )
     _members(mz, py, out)
     return out
 
 
 def _end_records(src: Any, mz: ZipReader, py: PyZipReader, out: list[Problem]) -> None:
     if mz.eocd_offset != py.eocd_offset:
-        out.append(_p(f"two end records: torch uses the one at {mz.eocd_offset}, Python's zipfile the one at {py.eocd_offset}", py.eocd_offset))
+        out.append(
+            _p(
+                f"two end records: torch uses the one at {mz.eocd_offset}, Python's zipfile the one at {py.eocd_offset}",
+                py.eocd_offset,
+            )
+        )
     eocd = mz.eocd_offset
     has_loc = eocd >= _LOC64.size and src.read_at(eocd - _LOC64.size, 4) == LOC64_SIG
     if has_loc:
         target = struct.unpack("<Q", src.read_at(eocd - 12, 8))[0]
         fixed = eocd - _LOC64.size - _EOCD64.size
         if eocd < _LOC64.size + _EOCD64.size:
-            out.append(_p(f"a zip64 locator before an end record at offset {eocd} (< 76): torch ignores it, Python's zipfile does not", eocd - _LOC64.size))
+            out.append(
+                _p(
+                    f"a zip64 locator before an end record at offset {eocd} (< 76): torch ignores it, Python's zipfile does not",
+                    eocd - _LOC64.size,
+                )
+            )
         elif target != fixed:
-            out.append(_p(f"the zip64 locator points at {target}, but Python's zipfile reads the zip64 record at {fixed}", eocd - _LOC64.size))
+            out.append(
+                _p(
+                    f"the zip64 locator points at {target}, but Python's zipfile reads the zip64 record at {fixed}",
+                    eocd - _LOC64.size,
+                )
+            )
         if mz.zip64 != py.zip64:
-            out.append(_p(f"{'torch' if mz.zip64 else 'Python zipfile'} follows the zip64 end record, {'Python zipfile' if mz.zip64 else 'torch'} does not", eocd - _LOC64.size))
+            out.append(
+                _p(
+                    f"{'torch' if mz.zip64 else 'Python zipfile'} follows the zip64 end record, {'Python zipfile' if mz.zip64 else 'torch'} does not",
+                    eocd - _LOC64.size,
+                )
+            )
     if mz.zip64:
         # a reader that ignores the zip64 record sees the classic values
         _s, disk, cd_disk, n_disk, n_total, cd_size, cd_off, _c = _EOCD.unpack(src.read_at(eocd, _EOCD.size))
         rec = _EOCD64.unpack(src.read_at(mz.eocd64_offset, _EOCD64.size))
-        pairs = [("entry count", n_total, rec[7], 0xFFFF), ("directory size", cd_size, rec[8], MAX32), ("directory offset", cd_off, rec[9], MAX32)]
+        pairs = [
+            ("entry count", n_total, rec[7], 0xFFFF),
+            ("directory size", cd_size, rec[8], MAX32),
+            ("directory offset", cd_off, rec[9], MAX32),
+        ]
         for what, classic, z64, sentinel in pairs:
             if classic != sentinel and classic != z64:
-                out.append(_p(f"classic and zip64 end records disagree on the {what} ({classic} vs {z64}): readers that ignore zip64 see another archive", eocd))
+                out.append(
+                    _p(
+                        f"classic and zip64 end records disagree on the {what} ({classic} vs {z64}): readers that ignore zip64 see another archive",
+                        eocd,
+                    )
+                )
 
 
 def _members(mz: ZipReader, py: PyZipReader, out: list[Problem]) -> None:
@@ -104,7 +155,9 @@ def _members(mz: ZipReader, py: PyZipReader, out: list[Problem]) -> None:
         seen.add(name)
         last = py.name_to_info[name]
         if last is not pe:
-            out.append(_p(f"several entries named {name!r}: Python's zipfile reads the last, torch's sorted lookup another", member=name))
+            out.append(
+                _p(f"several entries named {name!r}: Python's zipfile reads the last, torch's sorted lookup another", member=name)
+            )
         me = mz.lookup(name, full=True)
         if me is None:
             out.append(_p(f"Python's zipfile lists {name!r}, torch finds no such record", member=name))

@@ -154,7 +154,9 @@ class PyZipReader:
             except UnicodeDecodeError:
                 raise self._bad("entry name is not valid UTF-8", start + p) from None
             if f[3] > MAX_EXTRACT_VERSION:
-                raise UnsupportedError(f"zip file version {f[3] / 10:.1f} (Python's zipfile refuses it)", path=self.path, offset=start + p)
+                raise UnsupportedError(
+                    f"zip file version {f[3] / 10:.1f} (Python's zipfile refuses it)", path=self.path, offset=start + p
+                )
             usize, csize, hoff = _decode_extra(extra, usize, csize, hoff, self, start + p)
             nul = orig.find("\x00")
             name = orig[:nul] if nul >= 0 else orig
@@ -226,7 +228,9 @@ class PyZipReader:
                 raise FormatError(f"archive has no member {e!r}", path=self.path, member=e)
             e = ent
         if e.file_size > max_size:
-            raise LimitError("member larger than allowed", path=self.path, member=e.filename, expected=f"<= {max_size}", found=e.file_size)
+            raise LimitError(
+                "member larger than allowed", path=self.path, member=e.filename, expected=f"<= {max_size}", found=e.file_size
+            )
         span = self.stored_span(e)
         if span is not None:
             data = self.source.view(*span)
@@ -243,9 +247,20 @@ class PyZipReader:
                 raise TruncatedError("member runs past the end of the file", path=self.path, member=e.filename, offset=off)
             data = memoryview(out).toreadonly()[: min(got, e.file_size)]
         else:
-            raise UnsupportedError(f"zip compression method {e.compress_type}", path=self.path, member=e.filename, expected="0 (stored) or 8 (deflate)")
+            raise UnsupportedError(
+                f"zip compression method {e.compress_type}",
+                path=self.path,
+                member=e.filename,
+                expected="0 (stored) or 8 (deflate)",
+            )
         if check_crc and zlib.crc32(data) & 0xFFFFFFFF != e.crc:
-            raise ChecksumError("bad CRC-32 for the member (Python's zipfile refuses it)", path=self.path, member=e.filename, expected=f"{e.crc:08x}", found=f"{zlib.crc32(data) & 0xFFFFFFFF:08x}")
+            raise ChecksumError(
+                "bad CRC-32 for the member (Python's zipfile refuses it)",
+                path=self.path,
+                member=e.filename,
+                expected=f"{e.crc:08x}",
+                found=f"{zlib.crc32(data) & 0xFFFFFFFF:08x}",
+            )
         return data
 
     def close(self) -> None:

@@ -34,8 +34,9 @@ import gc
 import os
 import struct
 import zlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Iterable, Iterator
+from typing import Any, BinaryIO
 
 from ..core.atomic import AtomicFile
 from ..core.errors import FormatError, LimitError, NotFoundError, TruncatedError, UnsupportedError, UsageError
@@ -100,7 +101,13 @@ class Problem:
     severity: str = "error"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "message": self.message, "member": self.member, "offset": self.offset, "severity": self.severity}
+        return {
+            "code": self.code,
+            "message": self.message,
+            "member": self.member,
+            "offset": self.offset,
+            "severity": self.severity,
+        }
 
 
 class ZipReader:
@@ -154,7 +161,7 @@ class ZipReader:
         self._sorted: list[int] | None = None
 
     @classmethod
-    def cached(cls, path: PathLike) -> "ZipReader":
+    def cached(cls, path: PathLike) -> ZipReader:
         """A reader for ``path``, reusing the last one opened for the same unchanged file.
 
         Detection reads the central directory to tell zip flavours apart; the handler
@@ -198,12 +205,20 @@ class ZipReader:
         src = self.source
         size = src.size
         if size < _EOCD.size:
-            raise TruncatedError("file too small to be a zip archive", path=self.path, expected=">= 22 bytes", found=f"{size} bytes")
+            raise TruncatedError(
+                "file too small to be a zip archive", path=self.path, expected=">= 22 bytes", found=f"{size} bytes"
+            )
         eocd = locate_eocd(src)
         if eocd is None:
             if bytes(src.view(0, 4)) == b"PK\x03\x04":  # it starts as a zip: the end is missing
-                raise TruncatedError("truncated zip archive: it has no end-of-central-directory record", path=self.path, hint="the file was cut short (an interrupted write, download or copy?)")
-            raise FormatError("no zip end-of-central-directory record", path=self.path, expected="PK\\x05\\x06 in the last 64 KiB")
+                raise TruncatedError(
+                    "truncated zip archive: it has no end-of-central-directory record",
+                    path=self.path,
+                    hint="the file was cut short (an interrupted write, download or copy?)",
+                )
+            raise FormatError(
+                "no zip end-of-central-directory record", path=self.path, expected="PK\\x05\\x06 in the last 64 KiB"
+            )
         self.eocd_offset = eocd
         _sig, disk, cd_disk, n_disk, n_total, cd_size, cd_off, _clen = _EOCD.unpack_from(src.view(eocd, _EOCD.size))
         z64 = zip64_record(src, eocd)
@@ -214,20 +229,54 @@ class ZipReader:
             if rec[1] < _EOCD64.size - 12:
                 raise FormatError("zip64 end record too small", path=self.path, offset=e64_off, expected=">= 44", found=rec[1])
             if loc[3] != 1:
-                raise UnsupportedError("multi-disk zip archives", path=self.path, offset=eocd - _LOC64.size, expected="1 disk", found=loc[3])
+                raise UnsupportedError(
+                    "multi-disk zip archives", path=self.path, offset=eocd - _LOC64.size, expected="1 disk", found=loc[3]
+                )
             if rec[7] > MAX32 or rec[6] > MAX32:
-                raise LimitError("too many archive entries (miniz's limit)", path=self.path, offset=e64_off, expected=f"<= {MAX32}", found=rec[7])
+                raise LimitError(
+                    "too many archive entries (miniz's limit)",
+                    path=self.path,
+                    offset=e64_off,
+                    expected=f"<= {MAX32}",
+                    found=rec[7],
+                )
             if rec[8] > MAX32:
-                raise UnsupportedError("central directory larger than 4 GiB (miniz's limit)", path=self.path, offset=e64_off, found=rec[8])
+                raise UnsupportedError(
+                    "central directory larger than 4 GiB (miniz's limit)", path=self.path, offset=e64_off, found=rec[8]
+                )
             n_total, n_disk, cd_size, disk, cd_disk, cd_off = rec[7], rec[6], rec[8], rec[4], rec[5], rec[9]
         if n_total != n_disk:
-            raise UnsupportedError("multi-disk zip archives", path=self.path, offset=eocd, expected="entries on this disk == total entries", found=f"{n_disk} != {n_total}")
+            raise UnsupportedError(
+                "multi-disk zip archives",
+                path=self.path,
+                offset=eocd,
+                expected="entries on this disk == total entries",
+                found=f"{n_disk} != {n_total}",
+            )
         if (disk | cd_disk) != 0 and (disk != 1 or cd_disk != 1):
-            raise UnsupportedError("multi-disk zip archives", path=self.path, offset=eocd, expected="disk numbers (0, 0) or (1, 1)", found=(disk, cd_disk))
+            raise UnsupportedError(
+                "multi-disk zip archives",
+                path=self.path,
+                offset=eocd,
+                expected="disk numbers (0, 0) or (1, 1)",
+                found=(disk, cd_disk),
+            )
         if n_total * _CENTRAL.size > cd_size:
-            raise FormatError("central directory smaller than its entry count needs", path=self.path, offset=cd_off, expected=f">= {n_total * 46} bytes", found=cd_size)
+            raise FormatError(
+                "central directory smaller than its entry count needs",
+                path=self.path,
+                offset=cd_off,
+                expected=f">= {n_total * 46} bytes",
+                found=cd_size,
+            )
         if cd_off + cd_size > size:
-            raise TruncatedError("central directory runs past the end of the file", path=self.path, offset=cd_off, expected=f"{cd_size} bytes", found=f"{max(0, size - cd_off)} bytes")
+            raise TruncatedError(
+                "central directory runs past the end of the file",
+                path=self.path,
+                offset=cd_off,
+                expected=f"{cd_size} bytes",
+                found=f"{max(0, size - cd_off)} bytes",
+            )
         if n_total > self.max_entries:
             raise LimitError("too many archive entries", path=self.path, expected=f"<= {self.max_entries}", found=n_total)
         self.cd_offset, self.cd_size = cd_off, cd_size
@@ -238,8 +287,16 @@ class ZipReader:
         entries = self.entries
         for i in range(n_total):
             if p + _CENTRAL.size > cd_size or cd[p : p + 4] != CENTRAL_SIG:
-                raise FormatError("bad central directory entry", path=self.path, offset=cd_off + p, expected="PK\\x01\\x02 and 46 bytes", found=cd[p : p + 4])
-            (_sig, _made, _need, flags, method, mtime, _d, crc, csize, usize, nlen, xlen, clen, dstart, _iattr, eattr, hoff) = unpack(cd, p)
+                raise FormatError(
+                    "bad central directory entry",
+                    path=self.path,
+                    offset=cd_off + p,
+                    expected="PK\\x01\\x02 and 46 bytes",
+                    found=cd[p : p + 4],
+                )
+            (_sig, _made, _need, flags, method, mtime, _d, crc, csize, usize, nlen, xlen, clen, dstart, _iattr, eattr, hoff) = (
+                unpack(cd, p)
+            )
             q = p + _CENTRAL.size
             extra = cd[q + nlen : q + nlen + xlen]
             raw = cd[q : q + nlen]
@@ -250,11 +307,17 @@ class ZipReader:
             # record with time 0 must have equal sizes
             if csize != MAX32 and usize != MAX32:
                 if (method == 0 and mtime == 0 and usize != csize) or (usize and not csize):
-                    raise FormatError("central directory sizes are inconsistent", path=self.path, offset=cd_off + p, expected=usize, found=csize)
+                    raise FormatError(
+                        "central directory sizes are inconsistent", path=self.path, offset=cd_off + p, expected=usize, found=csize
+                    )
             if dstart == 0xFFFF or (dstart != disk and dstart != 1):
-                raise UnsupportedError("multi-disk zip archives", path=self.path, offset=cd_off + p, expected=f"disk {disk} or 1", found=dstart)
+                raise UnsupportedError(
+                    "multi-disk zip archives", path=self.path, offset=cd_off + p, expected=f"disk {disk} or 1", found=dstart
+                )
             if csize != MAX32 and hoff + _LOCAL.size + csize > size:
-                raise TruncatedError("record runs past the end of the file", path=self.path, offset=cd_off + p, expected=f"{csize} bytes at {hoff}")
+                raise TruncatedError(
+                    "record runs past the end of the file", path=self.path, offset=cd_off + p, expected=f"{csize} bytes at {hoff}"
+                )
             if flags & 0x2000:
                 raise UnsupportedError("zip records with masked (encrypted) local headers", path=self.path, offset=cd_off + p)
             if q + nlen + xlen + clen > cd_size:
@@ -326,9 +389,18 @@ class ZipReader:
         if entry._data_offset is None:
             src = self.source
             src.check(entry.header_offset, _LOCAL.size, what=f"local header of {entry.name!r}")
-            sig, _need, _flags, _m, _t, _d, _crc, _cs, _us, nlen, xlen = _LOCAL.unpack_from(src.view(entry.header_offset, _LOCAL.size))
+            sig, _need, _flags, _m, _t, _d, _crc, _cs, _us, nlen, xlen = _LOCAL.unpack_from(
+                src.view(entry.header_offset, _LOCAL.size)
+            )
             if sig != LOCAL_SIG:
-                raise FormatError("bad local header signature", path=self.path, member=entry.name, offset=entry.header_offset, expected="PK\\x03\\x04", found=sig)
+                raise FormatError(
+                    "bad local header signature",
+                    path=self.path,
+                    member=entry.name,
+                    offset=entry.header_offset,
+                    expected="PK\\x03\\x04",
+                    found=sig,
+                )
             entry._data_offset = entry.header_offset + _LOCAL.size + nlen + xlen
         return entry._data_offset
 
@@ -350,17 +422,30 @@ class ZipReader:
         """
         e = self.get(name) if isinstance(name, str) else name
         if max_size is not None and e.size > max_size:
-            raise LimitError("record larger than allowed", path=self.path, member=e.name, expected=f"<= {max_size} bytes", found=e.size)
+            raise LimitError(
+                "record larger than allowed", path=self.path, member=e.name, expected=f"<= {max_size} bytes", found=e.size
+            )
         if e.flags & 0x61:  # encrypted, strong encryption, compressed patch (miniz refuses all three)
             raise UnsupportedError("encrypted zip records", path=self.path, member=e.name)
         if e.is_directory and e.compressed_size:
             # miniz extracts nothing for a "directory" (name ending in '/' or DOS attribute
             # 0x10): torch would hand back uninitialized memory of the declared size
-            raise UnsupportedError("a record marked as a directory that holds data (torch reads uninitialized memory for it)", path=self.path, member=e.name, found=f"external attributes {e.external_attr:#x}")
+            raise UnsupportedError(
+                "a record marked as a directory that holds data (torch reads uninitialized memory for it)",
+                path=self.path,
+                member=e.name,
+                found=f"external attributes {e.external_attr:#x}",
+            )
         off = self.data_offset(e)
         if e.method == 0:
             if e.compressed_size != e.size:
-                raise FormatError("stored record with different compressed and uncompressed sizes", path=self.path, member=e.name, expected=e.size, found=e.compressed_size)
+                raise FormatError(
+                    "stored record with different compressed and uncompressed sizes",
+                    path=self.path,
+                    member=e.name,
+                    expected=e.size,
+                    found=e.compressed_size,
+                )
             return self.source.view(off, e.size, what=f"record {e.name!r}")
         if e.method == 8:
             check_inflate(e.compressed_size, e.size, self.path, e.name)
@@ -370,9 +455,17 @@ class ZipReader:
             except zlib.error as err:
                 raise FormatError(f"corrupt deflate data: {err}", path=self.path, member=e.name) from None
             if n != e.size:
-                raise FormatError("inflated size differs from the declared size", path=self.path, member=e.name, expected=e.size, found=f"{n}{'+' if n > e.size else ''}")
+                raise FormatError(
+                    "inflated size differs from the declared size",
+                    path=self.path,
+                    member=e.name,
+                    expected=e.size,
+                    found=f"{n}{'+' if n > e.size else ''}",
+                )
             return memoryview(out).toreadonly()
-        raise UnsupportedError(f"zip compression method {e.method}", path=self.path, member=e.name, expected="0 (stored) or 8 (deflate)")
+        raise UnsupportedError(
+            f"zip compression method {e.method}", path=self.path, member=e.name, expected="0 (stored) or 8 (deflate)"
+        )
 
     def crc32(self, name: str | ZipEntry) -> int:
         """CRC-32 of the record's bytes, inflated in bounded chunks (never the whole record
@@ -395,7 +488,13 @@ class ZipReader:
         except zlib.error as err:
             raise FormatError(f"corrupt deflate data: {err}", path=self.path, member=e.name) from None
         if total != e.size:
-            raise FormatError("inflated size differs from the declared size", path=self.path, member=e.name, expected=e.size, found=f"{total}{'+' if total > e.size else ''}")
+            raise FormatError(
+                "inflated size differs from the declared size",
+                path=self.path,
+                member=e.name,
+                expected=e.size,
+                found=f"{total}{'+' if total > e.size else ''}",
+            )
         return crc & MAX32
 
     def read_bytes(self, name: str | ZipEntry, **kw: Any) -> bytes:
@@ -410,11 +509,23 @@ class ZipReader:
         problems: list[Problem] = []
         for name, dups in self.duplicates().items():
             chosen = self._miniz_search(name.encode("utf-8", "surrogateescape"))
-            problems.append(Problem("duplicate-name", f"{len(dups)} entries named {name!r} (case-insensitively); torch reads entry #{chosen.index if chosen else '?'}", name))
+            problems.append(
+                Problem(
+                    "duplicate-name",
+                    f"{len(dups)} entries named {name!r} (case-insensitively); torch reads entry #{chosen.index if chosen else '?'}",
+                    name,
+                )
+            )
         spans: list[tuple[int, int, str]] = []
         for e in self.entries:
             if self.prefix and not e.name.startswith(self.prefix + "/"):
-                problems.append(Problem("prefix", f"entry {e.name!r} is outside the archive folder {self.prefix!r} (torch refuses to list such archives)", e.name))
+                problems.append(
+                    Problem(
+                        "prefix",
+                        f"entry {e.name!r} is outside the archive folder {self.prefix!r} (torch refuses to list such archives)",
+                        e.name,
+                    )
+                )
             parts = e.name.replace("\\", "/").split("/")
             if e.name.startswith("/") or ".." in parts or (len(e.name) > 1 and e.name[1] == ":"):
                 problems.append(Problem("path-traversal", f"entry name {e.name!r} escapes the extraction folder", e.name))
@@ -429,7 +540,14 @@ class ZipReader:
                 problems.append(Problem("local-header", err.message, e.name, e.header_offset))
                 continue
             if local != e.raw_name:
-                problems.append(Problem("name-mismatch", f"local header names {local!r}, central directory {e.raw_name!r}", e.name, e.header_offset))
+                problems.append(
+                    Problem(
+                        "name-mismatch",
+                        f"local header names {local!r}, central directory {e.raw_name!r}",
+                        e.name,
+                        e.header_offset,
+                    )
+                )
             end = off + e.compressed_size
             if end > self.cd_offset and e.compressed_size:
                 problems.append(Problem("overlap", "record data runs into the central directory", e.name, off))
@@ -443,27 +561,44 @@ class ZipReader:
                 if actual != e.crc:
                     kind = "crc-zero" if e.crc == 0 else "crc"
                     sev = "warning" if e.crc == 0 else "error"
-                    problems.append(Problem(kind, f"CRC-32 {e.crc:08x} stored, {actual:08x} computed" + (" (written with compute_crc32=False)" if e.crc == 0 else ""), e.name, off, sev))
+                    problems.append(
+                        Problem(
+                            kind,
+                            f"CRC-32 {e.crc:08x} stored, {actual:08x} computed"
+                            + (" (written with compute_crc32=False)" if e.crc == 0 else ""),
+                            e.name,
+                            off,
+                            sev,
+                        )
+                    )
         spans.sort()
-        for (s1, e1, n1), (s2, _e2, n2) in zip(spans, spans[1:]):
+        for (s1, e1, n1), (s2, _e2, n2) in zip(spans, spans[1:], strict=False):
             if s2 < e1:
                 problems.append(Problem("overlap", f"records {n1!r} and {n2!r} overlap", n2, s2))
         first_header = min((e.header_offset for e in self.entries), default=0)
         if first_header > 0:
-            problems.append(Problem("leading-data", f"{first_header} bytes before the first record (polyglot or prepended data)", None, 0, "warning"))
+            problems.append(
+                Problem(
+                    "leading-data",
+                    f"{first_header} bytes before the first record (polyglot or prepended data)",
+                    None,
+                    0,
+                    "warning",
+                )
+            )
         return problems
 
     def close(self) -> None:
         self.source.close()
 
-    def __enter__(self) -> "ZipReader":
+    def __enter__(self) -> ZipReader:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
 
-_CACHE: tuple[Any, "ZipReader"] | None = None
+_CACHE: tuple[Any, ZipReader] | None = None
 
 
 class _LookupView:
@@ -549,7 +684,13 @@ def inflate_into(raw: Any, size: int, path: str | None = None, member: str | Non
     try:
         out = bytearray(size)
     except MemoryError:
-        raise LimitError("not enough memory to inflate a deflated record", path=path, member=member, expected="a record that fits in memory", found=f"{size} bytes declared") from None
+        raise LimitError(
+            "not enough memory to inflate a deflated record",
+            path=path,
+            member=member,
+            expected="a record that fits in memory",
+            found=f"{size} bytes declared",
+        ) from None
     n = 0
     for chunk in inflate_chunks(raw, size + 1):
         k = min(len(chunk), size - n)
@@ -564,9 +705,17 @@ def check_inflate(csize: int, size: int, path: str, member: str) -> None:
     """Refuse a deflated record whose declared size no deflate stream of ``csize`` bytes
     can produce, or that exceeds :data:`MAX_INFLATE` (bounded memory on hostile sizes)."""
     if size > MAX_DEFLATE_RATIO * csize + 1024:
-        raise FormatError("declared size larger than deflate can produce from the record", path=path, member=member, expected=f"<= {MAX_DEFLATE_RATIO} x {csize} bytes", found=size)
+        raise FormatError(
+            "declared size larger than deflate can produce from the record",
+            path=path,
+            member=member,
+            expected=f"<= {MAX_DEFLATE_RATIO} x {csize} bytes",
+            found=size,
+        )
     if size > MAX_INFLATE:
-        raise LimitError("deflated record too large to inflate", path=path, member=member, expected=f"<= {MAX_INFLATE} bytes", found=size)
+        raise LimitError(
+            "deflated record too large to inflate", path=path, member=member, expected=f"<= {MAX_INFLATE} bytes", found=size
+        )
 
 
 def locate_eocd(src: ByteSource) -> int | None:
@@ -616,7 +765,13 @@ def zip64_record(src: ByteSource, eocd: int) -> tuple[int, tuple, tuple] | None:
         return None
     e64_off = loc[2]
     if e64_off > src.size - _EOCD64.size:
-        raise TruncatedError("zip64 locator points past the end of the file", path=src.name, offset=eocd - _LOC64.size, expected=f"<= {src.size - _EOCD64.size}", found=e64_off)
+        raise TruncatedError(
+            "zip64 locator points past the end of the file",
+            path=src.name,
+            offset=eocd - _LOC64.size,
+            expected=f"<= {src.size - _EOCD64.size}",
+            found=e64_off,
+        )
     rec = _EOCD64.unpack_from(src.view(e64_off, _EOCD64.size))
     if rec[0] != EOCD64_SIG:
         return None
@@ -672,7 +827,9 @@ class TorchZipWriter:
         ...     zw.write("data.pkl", pickle_bytes)
     """
 
-    def __init__(self, target: PathLike | BinaryIO, prefix: str | None = None, *, alignment: int = 64, compute_crc: bool = True) -> None:
+    def __init__(
+        self, target: PathLike | BinaryIO, prefix: str | None = None, *, alignment: int = 64, compute_crc: bool = True
+    ) -> None:
         if not 1 <= alignment <= 65535:
             raise UsageError("alignment must be in 1..65535 (the FB field is a uint16)", found=alignment)
         self._atomic: AtomicFile | None = None
@@ -684,7 +841,11 @@ class TorchZipWriter:
                 if not prefix.isascii():
                     prefix = "archive"
             if not prefix:  # before the temporary file exists
-                raise UsageError("invalid file name: empty archive prefix", path=os.fspath(target), hint="torch takes the archive folder from the file name before its last '.'")
+                raise UsageError(
+                    "invalid file name: empty archive prefix",
+                    path=os.fspath(target),
+                    hint="torch takes the archive folder from the file name before its last '.'",
+                )
             self._atomic = AtomicFile(target)
             self._f: BinaryIO = self._atomic.file
         else:
@@ -762,10 +923,12 @@ class TorchZipWriter:
         """Stream one stored record of exactly ``size`` bytes from ``chunks``."""
         return self._write_record(name, chunks, size, size, 0, method=0, precomputed_crc=False)
 
-    def _write_record(self, name: str, chunks: Iterable[Any], usize: int, csize: int, crc: int, *, method: int, precomputed_crc: bool) -> int:
+    def _write_record(
+        self, name: str, chunks: Iterable[Any], usize: int, csize: int, crc: int, *, method: int, precomputed_crc: bool
+    ) -> int:
         if self._closed:
             raise ValueError("writer is closed")
-        full = f"{self.prefix}/{name}".encode("utf-8")
+        full = f"{self.prefix}/{name}".encode()
         header_off = self._pos
         zip64_extra, fb = self._padding(len(full), usize)
         extra = zip64_extra + fb
@@ -827,7 +990,11 @@ class TorchZipWriter:
         if body:
             cextra = struct.pack("<HH", 1, len(body)) + body
         self._central.append(
-            _CENTRAL.pack(CENTRAL_SIG, 0, need, gp_flags, method, 0, 0, crc, c_cs, c_us, len(full), len(cextra), 0, 0, 0, 0, c_off) + full + cextra
+            _CENTRAL.pack(
+                CENTRAL_SIG, 0, need, gp_flags, method, 0, 0, crc, c_cs, c_us, len(full), len(cextra), 0, 0, 0, 0, c_off
+            )
+            + full
+            + cextra
         )
         self._names.append(name)
         self._crcs.append(crc)
@@ -869,7 +1036,7 @@ class TorchZipWriter:
         if self._atomic is not None:
             self._atomic.abort()
 
-    def __enter__(self) -> "TorchZipWriter":
+    def __enter__(self) -> TorchZipWriter:
         return self
 
     def __exit__(self, exc_type: Any, *exc: Any) -> None:

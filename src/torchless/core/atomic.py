@@ -37,13 +37,23 @@ import shutil
 import signal
 import socket
 import threading
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, BinaryIO, Iterator, Sequence
+from typing import Any, BinaryIO
 
 from .errors import WriteError
 from .source import PathLike
 
-__all__ = ["AtomicFile", "AtomicDir", "atomic_write_bytes", "publish", "clean_stale", "holding_signals", "TEMP_PREFIX", "FAULT_ENV"]
+__all__ = [
+    "AtomicFile",
+    "AtomicDir",
+    "atomic_write_bytes",
+    "publish",
+    "clean_stale",
+    "holding_signals",
+    "TEMP_PREFIX",
+    "FAULT_ENV",
+]
 
 TEMP_PREFIX = ".torchless-"
 TEMP_SUFFIX = ".tmp"
@@ -110,7 +120,10 @@ def clean_stale(directory: PathLike) -> list[str]:
         who = _owner(n)
         if who is None and n.startswith(TEMP_PREFIX) and n.endswith(TEMP_SUFFIX):
             # an older torchless's name carries no process id: report it, never guess
-            log.warning("torchless: %s looks left by an interrupted torchless run; remove it if no torchless is writing here", os.path.join(d, n))
+            log.warning(
+                "torchless: %s looks left by an interrupted torchless run; remove it if no torchless is writing here",
+                os.path.join(d, n),
+            )
             continue
         if who is None or who[1] != host or who[0] == os.getpid() or _alive(who[0]):
             continue
@@ -416,7 +429,7 @@ class AtomicFile:
             _remove(self.tmp, False)
             _untrack(self)
 
-    def __enter__(self) -> "AtomicFile":
+    def __enter__(self) -> AtomicFile:
         return self
 
     def __exit__(self, exc_type: Any, *exc: Any) -> None:
@@ -528,7 +541,7 @@ class AtomicDir:
         _remove(self.tmp, True)
         _untrack(self)
 
-    def __enter__(self) -> "AtomicDir":
+    def __enter__(self) -> AtomicDir:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:

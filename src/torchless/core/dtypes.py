@@ -173,9 +173,7 @@ def by_name(name: str) -> DType:
     try:
         return DTYPES[key]
     except KeyError:
-        raise UnsupportedError(
-            f"unknown dtype {name!r}", expected="one of " + ", ".join(sorted(DTYPES))
-        ) from None
+        raise UnsupportedError(f"unknown dtype {name!r}", expected="one of " + ", ".join(sorted(DTYPES))) from None
 
 
 def from_numpy(dtype: Any) -> DType:

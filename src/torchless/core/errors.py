@@ -87,7 +87,7 @@ class TorchlessError(Exception):
         self.found = found
         self.hint = hint
 
-    def with_context(self, *, path: Any = None, member: str | None = None) -> "TorchlessError":
+    def with_context(self, *, path: Any = None, member: str | None = None) -> TorchlessError:
         """Fill in ``path``/``member`` where the raiser did not know them; returns self."""
         if self.path is None and path is not None:
             self.path = str(path)
@@ -208,7 +208,7 @@ class InternalError(TorchlessError, RuntimeError):
             self.hint = "this is a torchless bug, please report it with the input that caused it"
 
     @classmethod
-    def wrap(cls, exc: BaseException, doing: str, **kw: Any) -> "InternalError":
+    def wrap(cls, exc: BaseException, doing: str, **kw: Any) -> InternalError:
         """An InternalError for ``exc`` raised while ``doing`` something (chain it with ``from``)."""
         return cls(f"internal error while {doing}: {type(exc).__name__}: {_bounded(str(exc), 200)}", **kw)
 
@@ -243,9 +243,9 @@ def short_repr(obj: Any, limit: int = 80, *, depth: int = 3, items: int = 6) -> 
             if d >= depth:
                 return "[\u2026]" if t is list else "(\u2026)" if t is tuple else "{\u2026}"
             if t is dict:
-                body = [f"{rep(k, d + 1)}: {rep(v, d + 1)}" for _, (k, v) in zip(range(items), x.items())]
+                body = [f"{rep(k, d + 1)}: {rep(v, d + 1)}" for _, (k, v) in zip(range(items), x.items(), strict=False)]
             else:
-                body = [rep(v, d + 1) for _, v in zip(range(items), x)]
+                body = [rep(v, d + 1) for _, v in zip(range(items), x, strict=False)]
             if len(x) > items:
                 body.append("\u2026")
             inner = ", ".join(body)

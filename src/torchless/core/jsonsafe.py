@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -70,23 +71,36 @@ def loads(
     """
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
     if len(raw) > max_bytes:
-        raise LimitError(f"{what} too large", path=path, member=member, offset=offset, expected=f"<= {max_bytes} bytes", found=f"{len(raw)} bytes")
+        raise LimitError(
+            f"{what} too large",
+            path=path,
+            member=member,
+            offset=offset,
+            expected=f"<= {max_bytes} bytes",
+            found=f"{len(raw)} bytes",
+        )
     try:
         check_depth(raw, max_depth)
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise FormatError(f"{what} is not UTF-8 text", path=path, member=member, offset=offset if offset is None else offset + e.start) from None
+        raise FormatError(
+            f"{what} is not UTF-8 text", path=path, member=member, offset=offset if offset is None else offset + e.start
+        ) from None
     except LimitError as e:
         e.message = f"{what} nested too deeply"
         raise e.with_context(path=path, member=member) from None
     try:
         return json.loads(text, object_pairs_hook=object_pairs_hook)
     except json.JSONDecodeError as e:
-        raise FormatError(f"{what} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}", path=path, member=member, offset=offset) from None
+        raise FormatError(
+            f"{what} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}", path=path, member=member, offset=offset
+        ) from None
     except ValueError as e:  # an integer with more digits than Python converts
         raise FormatError(f"{what} is not valid JSON: {e}", path=path, member=member, offset=offset) from None
     except RecursionError:  # the caller's stack was already deep: still the input's depth
-        raise LimitError(f"{what} nested too deeply", path=path, member=member, offset=offset, expected=f"<= {max_depth} levels") from None
+        raise LimitError(
+            f"{what} nested too deeply", path=path, member=member, offset=offset, expected=f"<= {max_depth} levels"
+        ) from None
     except FormatError as e:  # from object_pairs_hook
         if e.offset is None:
             e.offset = offset

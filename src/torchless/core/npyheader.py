@@ -46,7 +46,9 @@ class NpyHeader:
 
     __slots__ = ("version", "dtype", "shape", "fortran_order", "data_offset")
 
-    def __init__(self, version: tuple[int, int], dtype: np.dtype, shape: tuple[int, ...], fortran_order: bool, data_offset: int) -> None:
+    def __init__(
+        self, version: tuple[int, int], dtype: np.dtype, shape: tuple[int, ...], fortran_order: bool, data_offset: int
+    ) -> None:
         self.version = version
         self.dtype = dtype
         self.shape = shape
@@ -76,7 +78,9 @@ def parse_header_literal(text: str, *, allow_long: bool = False, max_depth: int 
     def take(value: str) -> None:
         nonlocal i
         if peek()[1] != value:
-            raise FormatError(".npy header is not a Python literal", expected=repr(value), found=repr(peek()[1]) if i < len(toks) else "the end")
+            raise FormatError(
+                ".npy header is not a Python literal", expected=repr(value), found=repr(peek()[1]) if i < len(toks) else "the end"
+            )
         i += 1
 
     def value(depth: int) -> Any:
@@ -182,7 +186,12 @@ def parse_npy_header(head: bytes | memoryview, *, max_header_size: int = MAX_HEA
     if hlen > max_header_size:
         raise LimitError(".npy header too large", offset=8, expected=f"<= {max_header_size} bytes", found=f"{hlen} bytes")
     if start + hlen > len(head):
-        raise FormatError(".npy header runs past the end of the data", offset=8, expected=f"{hlen} bytes", found=f"{max(0, len(head) - start)} bytes")
+        raise FormatError(
+            ".npy header runs past the end of the data",
+            offset=8,
+            expected=f"{hlen} bytes",
+            found=f"{max(0, len(head) - start)} bytes",
+        )
     raw = head[start : start + hlen]
     try:
         text = raw.decode("utf-8" if version == (3, 0) else "latin1")
@@ -197,7 +206,9 @@ def parse_npy_header(head: bytes | memoryview, *, max_header_size: int = MAX_HEA
         raise FormatError(".npy header is not a dict", offset=start, found=type(d).__name__)
     keys = sorted(map(str, d))
     if keys != ["descr", "fortran_order", "shape"]:
-        raise FormatError(".npy header has the wrong keys", offset=start, expected="descr, fortran_order, shape", found=", ".join(keys)[:80])
+        raise FormatError(
+            ".npy header has the wrong keys", offset=start, expected="descr, fortran_order, shape", found=", ".join(keys)[:80]
+        )
     shape = d["shape"]
     if type(shape) is not tuple or not all(type(s) is int for s in shape):
         raise FormatError(".npy shape is not a tuple of ints", offset=start, found=type(shape).__name__)

@@ -37,7 +37,9 @@ def within(real: str, real_root: str) -> bool:
         return False
 
 
-def confine(root: Any, name: str, *, what: str = "file", path: Any = None, member: str | None = None, subdirs: bool = False) -> str:
+def confine(
+    root: Any, name: str, *, what: str = "file", path: Any = None, member: str | None = None, subdirs: bool = False
+) -> str:
     """The real path of ``name`` under folder ``root``, or LinkEscapeError.
 
     Args:
@@ -82,7 +84,10 @@ def confine(root: Any, name: str, *, what: str = "file", path: Any = None, membe
     full = os.path.join(base, *[p for p in parts if p not in ("", ".")])
     real = os.path.realpath(full)
     if not within(real, real_root):
-        raise refuse("it resolves outside the artifact's folder (symlink escape)", found=f"{name!r} -> a path outside {os.path.basename(real_root)!r}")
+        raise refuse(
+            "it resolves outside the artifact's folder (symlink escape)",
+            found=f"{name!r} -> a path outside {os.path.basename(real_root)!r}",
+        )
     return real
 
 
@@ -97,9 +102,24 @@ def confined_file(root: Any, name: str, **kw: Any) -> str:
     try:
         st = os.stat(real)
     except FileNotFoundError:
-        raise NotFoundError(f"{kw.get('what', 'file')} not found", path=kw.get("path", os.fspath(root)), member=kw.get("member"), found=repr(name)[:120]) from None
+        raise NotFoundError(
+            f"{kw.get('what', 'file')} not found",
+            path=kw.get("path", os.fspath(root)),
+            member=kw.get("member"),
+            found=repr(name)[:120],
+        ) from None
     except OSError as e:
-        raise LinkEscapeError(f"refused {kw.get('what', 'file')}: cannot stat ({e.strerror})", path=kw.get("path", os.fspath(root)), member=kw.get("member"), found=repr(name)[:120]) from None
+        raise LinkEscapeError(
+            f"refused {kw.get('what', 'file')}: cannot stat ({e.strerror})",
+            path=kw.get("path", os.fspath(root)),
+            member=kw.get("member"),
+            found=repr(name)[:120],
+        ) from None
     if not stat.S_ISREG(st.st_mode):
-        raise FormatError(f"refused {kw.get('what', 'file')}: not a regular file", path=kw.get("path", os.fspath(root)), member=kw.get("member"), found=repr(name)[:120])
+        raise FormatError(
+            f"refused {kw.get('what', 'file')}: not a regular file",
+            path=kw.get("path", os.fspath(root)),
+            member=kw.get("member"),
+            found=repr(name)[:120],
+        )
     return real

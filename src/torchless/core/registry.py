@@ -6,7 +6,8 @@ A duplicate key raises (two modules cannot silently claim one name), and a miss 
 
 from __future__ import annotations
 
-from typing import Callable, Generic, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
 
 from .errors import NotFoundError
 

@@ -70,7 +70,7 @@ class ByteSource:
         out[:] = np.frombuffer(self._buffer()[offset : offset + length], dtype=np.uint8)
         return memoryview(out)
 
-    def searchable(self) -> "bytes | mmap.mmap":
+    def searchable(self) -> bytes | mmap.mmap:
         """The whole source as an object that indexes, slices and ``find``s (what the
         pickle machine reads): the memory map itself for files, no copy."""
         return bytes(self._buffer())
@@ -81,7 +81,7 @@ class ByteSource:
     def close(self) -> None:
         """Release the mapping; views handed out keep it alive until they are dropped."""
 
-    def __enter__(self) -> "ByteSource":
+    def __enter__(self) -> ByteSource:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -131,7 +131,7 @@ class MmapSource(ByteSource):
     def _buffer(self) -> memoryview:
         return self._mv
 
-    def searchable(self) -> "bytes | mmap.mmap":
+    def searchable(self) -> bytes | mmap.mmap:
         return self._map if self._map is not None else b""
 
     def copy(self, offset: int, length: int, *, what: str = "data") -> memoryview:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -109,7 +110,11 @@ class Storage:
             return buf
         u = self.swap_unit
         if self.nbytes % u:
-            raise FormatError(f"storage {self.key!r} is not a whole number of {u}-byte elements", member=self.origin or None, found=f"{self.nbytes} bytes")
+            raise FormatError(
+                f"storage {self.key!r} is not a whole number of {u}-byte elements",
+                member=self.origin or None,
+                found=f"{self.nbytes} bytes",
+            )
         other = ">" if self.byteorder == "big" else "<"
         return np.frombuffer(buf, dtype=np.dtype(f"u{u}").newbyteorder(other)).byteswap().view(np.uint8).data
 
@@ -192,7 +197,9 @@ class Tensor:
                 found=f"{len(self._stride)}",
             )
         if any(s < 0 for s in self.shape) or any(s < 0 for s in self._stride) or self._offset < 0:
-            raise FormatError("negative size, stride or storage offset", found=f"size={self.shape} stride={self._stride} offset={self._offset}")
+            raise FormatError(
+                "negative size, stride or storage offset", found=f"size={self.shape} stride={self._stride} offset={self._offset}"
+            )
 
     @classmethod
     def _make(
@@ -204,7 +211,7 @@ class Tensor:
         offset: int,
         requires_grad: bool = False,
         metadata: dict[str, Any] | None = None,
-    ) -> "Tensor":
+    ) -> Tensor:
         """Fast constructor for already-validated tuples of ints (the pickle hot path)."""
         if len(stride) != len(shape) or offset < 0 or (shape and (min(shape) < 0 or min(stride) < 0)):
             return cls(storage, dtype, shape, stride, offset, requires_grad=requires_grad, metadata=metadata)
@@ -267,7 +274,7 @@ class Tensor:
 
     def is_contiguous(self) -> bool:
         expected = _contiguous_strides(self.shape)
-        return all(st == ex for s, st, ex in zip(self.shape, self._stride, expected) if s != 1)
+        return all(st == ex for s, st, ex in zip(self.shape, self._stride, expected, strict=False) if s != 1)
 
     # values ----------------------------------------------------------------------------
     def _packed_span(self) -> tuple[int, int]:
@@ -282,9 +289,14 @@ class Tensor:
         if self.dtype.name in _PACKED:
             off, n = self._packed_span()
             if off + n > self.storage.nbytes:
-                raise FormatError("packed quantized tensor reaches past the end of its storage", member=self.storage.origin or None, expected=f"<= {self.storage.nbytes} bytes", found=f"{off + n}")
+                raise FormatError(
+                    "packed quantized tensor reaches past the end of its storage",
+                    member=self.storage.origin or None,
+                    expected=f"<= {self.storage.nbytes} bytes",
+                    found=f"{off + n}",
+                )
             return
-        last = self._offset + sum((s - 1) * st for s, st in zip(self.shape, self._stride))
+        last = self._offset + sum((s - 1) * st for s, st in zip(self.shape, self._stride, strict=False))
         capacity = self.storage.nbytes // self.dtype.itemsize
         if last >= capacity:
             raise FormatError(
@@ -354,7 +366,9 @@ class Tensor:
         if self.quantizer is None:
             raise UsageError("dequantize() needs a quantized tensor")
         if self.dtype.name in _PACKED:
-            raise UnsupportedError(f"dequantize() of packed {self.dtype.name} tensors", hint="numpy() gives the packed bytes, as torch's int_repr()")
+            raise UnsupportedError(
+                f"dequantize() of packed {self.dtype.name} tensors", hint="numpy() gives the packed bytes, as torch's int_repr()"
+            )
         q = self.numpy().astype(np.float32)
         qp = self.quantizer
         if qp["qscheme"] in ("per_tensor_affine", "per_tensor_symmetric"):
@@ -376,7 +390,7 @@ class Tensor:
 
     # construction ----------------------------------------------------------------------
     @classmethod
-    def from_numpy(cls, array: Any, dtype: DType | str | None = None, *, requires_grad: bool = False) -> "Tensor":
+    def from_numpy(cls, array: Any, dtype: DType | str | None = None, *, requires_grad: bool = False) -> Tensor:
         """Wrap a NumPy array (zero-copy when it is C-contiguous and native-endian).
 
         Args:
@@ -391,7 +405,9 @@ class Tensor:
         arr = np.ascontiguousarray(arr)
         dt = from_numpy(arr.dtype) if dtype is None else (by_name(dtype) if isinstance(dtype, str) else dtype)
         if dt.itemsize != arr.dtype.itemsize:
-            raise UsageError(f"cannot label {arr.dtype} data as {dt}", expected=f"itemsize {dt.itemsize}", found=arr.dtype.itemsize)
+            raise UsageError(
+                f"cannot label {arr.dtype} data as {dt}", expected=f"itemsize {dt.itemsize}", found=arr.dtype.itemsize
+            )
         flat = arr.reshape(-1).view(np.uint8) if arr.size else np.zeros(0, np.uint8)
         storage = Storage("", flat.nbytes, dt, "cpu", data=flat.data if flat.nbytes else b"", byteorder=_HOST_ORDER)
         return cls(storage, dt, shape, None, 0, requires_grad=requires_grad)
@@ -539,10 +555,7 @@ def tensor(array: Any, dtype: DType | str | None = None) -> Tensor:
 def is_torch_tensor(obj: Any) -> bool:
     """True for ``torch.Tensor`` instances (Parameters and subclasses included), checked
     by class name along the MRO so torch is never imported here."""
-    for c in type(obj).__mro__:
-        if c.__name__ == "Tensor" and c.__module__ in ("torch", "torch._tensor"):
-            return True
-    return False
+    return any(c.__name__ == "Tensor" and c.__module__ in ("torch", "torch._tensor") for c in type(obj).__mro__)
 
 
 def as_tensor(obj: Any, *, share: dict | None = None, name: str | None = None) -> Tensor:
@@ -572,4 +585,6 @@ def as_tensor(obj: Any, *, share: dict | None = None, name: str | None = None) -
         from ..interop.torch import from_torch
 
         return from_torch(obj, share=share)
-    raise UsageError("not a tensor", member=name, expected="a torchless Tensor, NumPy array or torch tensor", found=type(obj).__qualname__)
+    raise UsageError(
+        "not a tensor", member=name, expected="a torchless Tensor, NumPy array or torch tensor", found=type(obj).__qualname__
+    )

@@ -7,7 +7,8 @@ container once, iteratively (no recursion limit), with an explicit node budget.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from .errors import LimitError
 from .tensor import NestedTensor, SparseTensor, Tensor
@@ -240,7 +241,12 @@ def json_tree(obj: Any, *, max_nodes: int = 1_000_000) -> Any:
         if isinstance(x, float):
             return x if math.isfinite(x) else {"__kind__": "float", "value": repr(x)}
         if is_tensor(x):
-            return {"__kind__": "tensor", "dtype": x.dtype.name, "shape": list(x.shape), "parameter": bool(getattr(x, "is_parameter", False))}
+            return {
+                "__kind__": "tensor",
+                "dtype": x.dtype.name,
+                "shape": list(x.shape),
+                "parameter": bool(getattr(x, "is_parameter", False)),
+            }
         if isinstance(x, (bytes, bytearray)):
             return {"__kind__": "bytes", "size": len(x)}
         if isinstance(x, GlobalRef):
@@ -261,7 +267,11 @@ def json_tree(obj: Any, *, max_nodes: int = 1_000_000) -> Any:
             return [go(v, f"{path}.{i}" if path else str(i)) for i, v in enumerate(x)]
         if isinstance(x, (PickledObject, Namespace)):
             cls = x.class_name if isinstance(x, PickledObject) else "namespace"
-            return {"__kind__": "object", "class": cls, "fields": {k: go(v, f"{path}.{k}" if path else k) for k, v in _children(x)}}
+            return {
+                "__kind__": "object",
+                "class": cls,
+                "fields": {k: go(v, f"{path}.{k}" if path else k) for k, v in _children(x)},
+            }
         return {"__kind__": "repr", "text": repr(x)}
 
     return go(obj, "")

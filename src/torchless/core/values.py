@@ -37,7 +37,7 @@ class Device(str):
     """``torch.device``: the string form (``"cuda:0"``) with ``type`` and ``index``."""
 
     @classmethod
-    def make(cls, type_: str, index: int | None = None) -> "Device":
+    def make(cls, type_: str, index: int | None = None) -> Device:
         return cls(type_ if index is None else f"{type_}:{index}")
 
     @property

@@ -9,9 +9,10 @@ tensors in it. The CLI's generic commands (``info``, ``ls``, ``convert``, ``diff
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from ..container.zip import Problem, ZipReader, is_zip
 from ..core.errors import NotFoundError, TorchlessError, UsageError
@@ -67,7 +68,7 @@ class Probe:
     _zip_done: bool = field(default=False, repr=False)
 
     @classmethod
-    def of(cls, path: Any) -> "Probe":
+    def of(cls, path: Any) -> Probe:
         p = Path(os.fspath(path))
         if p.is_dir():
             return cls(p, True, b"")
@@ -111,7 +112,7 @@ class FormatHandler(Protocol):
     def sniff(self, probe: Probe) -> bool:  # pragma: no cover - protocol
         ...
 
-    def open(self, path: Any, **kw: Any) -> "Artifact":  # pragma: no cover - protocol
+    def open(self, path: Any, **kw: Any) -> Artifact:  # pragma: no cover - protocol
         """Open ``path`` lazily. ``kw`` always may hold ``weights_only`` (ignored by
         formats without pickles) besides the handler's own options."""
         ...
@@ -202,7 +203,7 @@ class Artifact:
     def __len__(self) -> int:
         return len(self._names())
 
-    def __enter__(self) -> "Artifact":
+    def __enter__(self) -> Artifact:
         return self
 
     def __exit__(self, *exc: Any) -> None:

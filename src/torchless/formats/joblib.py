@@ -18,10 +18,10 @@ included, whose classes stay inert placeholders (``weights_only=False``) or are 
 from __future__ import annotations
 
 import bz2
-import gzip
 import lzma
 import zlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -38,7 +38,14 @@ __all__ = ["JoblibArtifact", "read_joblib", "compression_of", "WRAPPER"]
 WRAPPER = ("joblib.numpy_pickle", "NumpyArrayWrapper")
 MARKER = b"joblib.numpy_pickle"
 #: joblib 1.x prefix table (order matters: ``_detect_compressor``)
-PREFIXES = ((b"\x1f\x8b", "gzip"), (b"BZ", "bz2"), (b"\xfd7zXZ", "xz"), (b"]\x00", "lzma"), (b"\x04\x22\x4d\x18", "lz4"), (b"x", "zlib"))
+PREFIXES = (
+    (b"\x1f\x8b", "gzip"),
+    (b"BZ", "bz2"),
+    (b"\xfd7zXZ", "xz"),
+    (b"]\x00", "lzma"),
+    (b"\x04\x22\x4d\x18", "lz4"),
+    (b"x", "zlib"),
+)
 EXTENSIONS = (".joblib", ".jbl")
 MAX_ARRAYS = 1 << 20
 
@@ -97,7 +104,9 @@ class _Resolver:
         return self.inner.resolve(module, name)
 
 
-def read_joblib(data: Any, *, weights_only: bool = True, path: Any = None, limits: Limits = Limits()) -> tuple[Any, list[dict[str, Any]]]:
+def read_joblib(
+    data: Any, *, weights_only: bool = True, path: Any = None, limits: Limits = Limits()
+) -> tuple[Any, list[dict[str, Any]]]:
     """Unpickle a (decompressed) joblib stream: ``(object, arrays)`` where each array
     entry is ``{"offset", "shape", "dtype", "order", "value"}``.
 
@@ -118,8 +127,18 @@ def read_joblib(data: Any, *, weights_only: bool = True, path: Any = None, limit
         if not isinstance(st, dict):
             raise FormatError("NumpyArrayWrapper without a state dict", path=path, offset=pos)
         shape, order, dtype = st.get("shape"), st.get("order", "C"), st.get("dtype")
-        if not isinstance(dtype, np.dtype) or not isinstance(shape, tuple) or not all(type(s) is int and s >= 0 for s in shape) or order not in ("C", "F"):
-            raise FormatError("bad NumpyArrayWrapper state", path=path, offset=pos, found=f"shape={shape!r} order={order!r} dtype={type(dtype).__name__}")
+        if (
+            not isinstance(dtype, np.dtype)
+            or not isinstance(shape, tuple)
+            or not all(type(s) is int and s >= 0 for s in shape)
+            or order not in ("C", "F")
+        ):
+            raise FormatError(
+                "bad NumpyArrayWrapper state",
+                path=path,
+                offset=pos,
+                found=f"shape={shape!r} order={order!r} dtype={type(dtype).__name__}",
+            )
         if len(arrays) >= MAX_ARRAYS:
             raise LimitError("too many arrays", path=path, expected=f"<= {MAX_ARRAYS}")
         if dtype.hasobject:  # joblib pickles object arrays inline: a nested stream
@@ -143,7 +162,9 @@ def read_joblib(data: Any, *, weights_only: bool = True, path: Any = None, limit
         if pos + skip + nbytes > len(buf):
             from ..core.errors import TruncatedError
 
-            raise TruncatedError("array data runs past the end of the stream", path=path, offset=pos + skip, expected=f"{nbytes} bytes")
+            raise TruncatedError(
+                "array data runs past the end of the stream", path=path, offset=pos + skip, expected=f"{nbytes} bytes"
+            )
         arr = np.frombuffer(buf, dtype=dtype, count=count, offset=pos + skip).reshape(shape, order=order)
         value: Any = arr
         try:
@@ -196,7 +217,9 @@ class JoblibArtifact(Artifact):
     def info(self) -> dict[str, Any]:
         out: dict[str, Any] = {"format": self.format, "path": self.path, "compression": self.compression}
         out.update(summarize_tensors(self.tensors()))
-        out["arrays"] = [{"offset": a["offset"], "shape": list(a["shape"]), "dtype": a["dtype"], "order": a["order"]} for a in self.arrays]
+        out["arrays"] = [
+            {"offset": a["offset"], "shape": list(a["shape"]), "dtype": a["dtype"], "order": a["order"]} for a in self.arrays
+        ]
         return out
 
     def verify(self) -> list[Problem]:

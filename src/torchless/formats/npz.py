@@ -21,7 +21,8 @@ keep shape ``()``.
 from __future__ import annotations
 
 import zipfile
-from typing import Any, Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -47,7 +48,9 @@ NPY_MAGIC = b"\x93NUMPY"
 MAX_HEADER = 10000  # np.load's default max_header_size (allow_pickle=False)
 
 
-def parse_npy(src: ByteSource, offset: int, size: int, name: str, *, max_header: int = MAX_HEADER) -> tuple[np.dtype, tuple[int, ...], bool, int]:
+def parse_npy(
+    src: ByteSource, offset: int, size: int, name: str, *, max_header: int = MAX_HEADER
+) -> tuple[np.dtype, tuple[int, ...], bool, int]:
     """``(dtype, shape, fortran_order, data_offset)`` of an ``.npy`` at ``offset``: version
     1, 2 and 3 headers under ``np.load``'s size limit, read with NumPy's rules by a strict
     bounded parser (core/npyheader: no ``tokenize``/``ast`` on hostile text)."""
@@ -60,21 +63,36 @@ def parse_npy(src: ByteSource, offset: int, size: int, name: str, *, max_header:
         raise e.with_context(path=src.name, member=name)
     dtype = h.dtype
     if dtype.hasobject:
-        raise UnsupportedError("object arrays are pickles; torchless does not load them", path=src.name, member=name, hint="use 'torchless scan' to inspect them")
+        raise UnsupportedError(
+            "object arrays are pickles; torchless does not load them",
+            path=src.name,
+            member=name,
+            hint="use 'torchless scan' to inspect them",
+        )
     return dtype, h.shape, h.fortran_order, offset + h.data_offset
 
 
-def _tensor_from_npy(src: ByteSource, off: int, size: int, name: str, override: str | None, check: Callable[[], None] | None = None) -> Tensor:
+def _tensor_from_npy(
+    src: ByteSource, off: int, size: int, name: str, override: str | None, check: Callable[[], None] | None = None
+) -> Tensor:
     dtype, shape, fortran, data_off = parse_npy(src, off, size, name)
     count = 1
     for s in shape:
         count *= s
     nbytes = count * dtype.itemsize
     if data_off + nbytes > off + size:
-        raise FormatError(".npy data shorter than its header says", path=src.name, member=name, expected=nbytes, found=off + size - data_off)
+        raise FormatError(
+            ".npy data shorter than its header says", path=src.name, member=name, expected=nbytes, found=off + size - data_off
+        )
     dt = by_name(override) if override else from_numpy(dtype)
     if dt.itemsize != dtype.itemsize:
-        raise FormatError("recorded dtype does not match the stored element size", path=src.name, member=name, expected=f"{dt.itemsize}-byte elements for {dt.name}", found=str(dtype))
+        raise FormatError(
+            "recorded dtype does not match the stored element size",
+            path=src.name,
+            member=name,
+            expected=f"{dt.itemsize}-byte elements for {dt.name}",
+            found=str(dtype),
+        )
     order = "big" if dtype.byteorder == ">" else "little"
 
     def loader() -> memoryview:
@@ -109,7 +127,12 @@ class NpzArtifact(Artifact):
         elif head == NPY_MAGIC:
             self._tensors["array"] = _tensor_from_npy(self.source, 0, self.source.size, "array", None)
         else:
-            raise FormatError("not a NumPy file (np.load would try to unpickle it)", path=self.path, expected="PK\\x03\\x04 or \\x93NUMPY", found=repr(head))
+            raise FormatError(
+                "not a NumPy file (np.load would try to unpickle it)",
+                path=self.path,
+                expected="PK\\x03\\x04 or \\x93NUMPY",
+                found=repr(head),
+            )
 
     def _read_zip(self) -> None:
         zr = PyZipReader(self.source)
@@ -180,10 +203,18 @@ class NpzArtifact(Artifact):
                 try:
                     zr.read(e)
                 except ChecksumError as err:
-                    problems.append(Problem("crc", err.message + (f" (expected {err.expected}, found {err.found})" if err.expected else ""), n))
+                    problems.append(
+                        Problem(
+                            "crc", err.message + (f" (expected {err.expected}, found {err.found})" if err.expected else ""), n
+                        )
+                    )
                 except FormatError as err:
                     problems.append(Problem("data", err.message, n))
-        return problems + [p for p in super().verify() if not any(q.member and p.member and q.member.removesuffix(".npy") == p.member for q in problems)]
+        return problems + [
+            p
+            for p in super().verify()
+            if not any(q.member and p.member and q.member.removesuffix(".npy") == p.member for q in problems)
+        ]
 
     def close(self) -> None:
         self.source.close()
@@ -200,26 +231,27 @@ def npz_array(t: Tensor) -> tuple[np.ndarray, str | None]:
     return raw.view(f"V{t.dtype.itemsize}").reshape(t.shape), t.dtype.name
 
 
-def write_npz(items: Iterable[tuple[str, Any]], path: Any, *, progress: Callable[[int], None] | None = None, compress: bool = False) -> None:
+def write_npz(
+    items: Iterable[tuple[str, Any]], path: Any, *, progress: Callable[[int], None] | None = None, compress: bool = False
+) -> None:
     """Write named tensors as ``.npz`` (stored, zip64), atomically.
 
     Every input :func:`~torchless.core.tensor.as_tensor` accepts is taken; dtypes NumPy
     cannot name are stored as ``V<itemsize>`` with the real dtype in the member comment.
     """
     method = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
-    with AtomicFile(path) as af:
-        with zipfile.ZipFile(af.file, "w", method, allowZip64=True) as zf:
-            for name, t in items:
-                t = as_tensor(t, name=name)
-                arr, real = npz_array(t)
-                info = zipfile.ZipInfo(name + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
-                info.compress_type = method
-                if real is not None:
-                    info.comment = DTYPE_COMMENT + real.encode("ascii")
-                with zf.open(info, "w", force_zip64=True) as f:
-                    np.lib.format.write_array(f, arr, allow_pickle=False)
-                if progress is not None:
-                    progress(arr.nbytes)
+    with AtomicFile(path) as af, zipfile.ZipFile(af.file, "w", method, allowZip64=True) as zf:
+        for name, t in items:
+            t = as_tensor(t, name=name)
+            arr, real = npz_array(t)
+            info = zipfile.ZipInfo(name + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = method
+            if real is not None:
+                info.comment = DTYPE_COMMENT + real.encode("ascii")
+            with zf.open(info, "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, arr, allow_pickle=False)
+            if progress is not None:
+                progress(arr.nbytes)
 
 
 @register
@@ -248,7 +280,12 @@ class NpzHandler:
         art.weights_only = weights_only
         return art
 
-    def write_tensors(self, items: Iterable[tuple[str, Any]], path: Any, *, progress: Callable[[int], None] | None = None, compress: bool = False) -> None:
+    def write_tensors(
+        self,
+        items: Iterable[tuple[str, Any]],
+        path: Any,
+        *,
+        progress: Callable[[int], None] | None = None,
+        compress: bool = False,
+    ) -> None:
         write_npz(items, path, progress=progress, compress=compress)
-
-

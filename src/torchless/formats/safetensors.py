@@ -13,11 +13,12 @@ from __future__ import annotations
 import json
 import struct
 import sys
-from typing import Any, Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
+from ..core import jsonsafe
 from ..core.atomic import AtomicFile, shard_set
 from ..core.dtypes import DTYPES, DType
-from ..core import jsonsafe
 from ..core.errors import FormatError, LimitError, TruncatedError, UnsupportedError, short_repr
 from ..core.source import open_source
 from ..core.tensor import Storage, Tensor, as_tensor
@@ -98,7 +99,15 @@ def read_safetensors(source: Any) -> tuple[dict[str, str], dict[str, Tensor], in
     if n > MAX_HEADER:
         raise LimitError("safetensors header too large", path=path, offset=0, expected=f"<= {MAX_HEADER}", found=n)
     src.check(8, n, what="safetensors header")
-    header = jsonsafe.loads(src.view(8, n), what="safetensors header", path=path, offset=8, max_bytes=MAX_HEADER, max_depth=8, object_pairs_hook=_no_dups)
+    header = jsonsafe.loads(
+        src.view(8, n),
+        what="safetensors header",
+        path=path,
+        offset=8,
+        max_bytes=MAX_HEADER,
+        max_depth=8,
+        object_pairs_hook=_no_dups,
+    )
     if not isinstance(header, dict):
         raise FormatError("header is not a JSON object", path=path, offset=8)
     meta = header.pop("__metadata__", None) or {}
@@ -125,11 +134,26 @@ def read_safetensors(source: Any) -> tuple[dict[str, str], dict[str, Tensor], in
         for s in shape:
             numel *= s
         if offs[1] - offs[0] != numel * dt.itemsize:
-            raise FormatError("tensor size does not match its shape", path=path, member=name, expected=numel * dt.itemsize, found=offs[1] - offs[0])
+            raise FormatError(
+                "tensor size does not match its shape",
+                path=path,
+                member=name,
+                expected=numel * dt.itemsize,
+                found=offs[1] - offs[0],
+            )
         if offs[1] > data_len:
             raise TruncatedError("tensor data runs past the end of the file", path=path, member=name, offset=base + offs[0])
         spans.append((offs[0], offs[1], name))
-        st = Storage(name, offs[1] - offs[0], dt, "cpu", loader=(lambda o=offs: src.view(base + o[0], o[1] - o[0])), byteorder="little", origin=name, file_offset=base + offs[0])
+        st = Storage(
+            name,
+            offs[1] - offs[0],
+            dt,
+            "cpu",
+            loader=(lambda o=offs: src.view(base + o[0], o[1] - o[0])),
+            byteorder="little",
+            origin=name,
+            file_offset=base + offs[0],
+        )
         out[name] = Tensor(st, dt, shape)
     spans.sort()
     pos = 0
@@ -237,7 +261,20 @@ def parse_size(text: Any) -> int:
     if isinstance(text, int):
         return text
     t = str(text).strip().upper().replace(" ", "")
-    units = {"KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "K": 10**3, "M": 10**6, "G": 10**9, "B": 1}
+    units = {
+        "KIB": 1 << 10,
+        "MIB": 1 << 20,
+        "GIB": 1 << 30,
+        "TIB": 1 << 40,
+        "KB": 10**3,
+        "MB": 10**6,
+        "GB": 10**9,
+        "TB": 10**12,
+        "K": 10**3,
+        "M": 10**6,
+        "G": 10**9,
+        "B": 1,
+    }
     for u in sorted(units, key=len, reverse=True):
         if t.endswith(u):
             num, mul = t[: -len(u)], units[u]
@@ -293,7 +330,7 @@ def write_safetensors_sharded(
     # every shard is built under a temporary name; they are renamed into place together,
     # and the index last, so an interrupted run leaves no partial set
     with shard_set(folder, base + ".index.json", total) as (pending, weight_map):
-        for fname, group in zip(names, groups):
+        for fname, group in zip(names, groups, strict=False):
             write_safetensors(group, os.path.join(folder, fname), metadata=metadata, progress=progress, _defer=pending)
             for name, _t in group:
                 weight_map[name] = fname
@@ -321,7 +358,15 @@ class SafetensorsHandler:
         art.weights_only = weights_only
         return art
 
-    def write_tensors(self, items: Iterable[tuple[str, Any]], path: Any, *, progress: Callable[[int], None] | None = None, metadata: dict[str, str] | None = None, max_shard_size: Any = None) -> list[str]:
+    def write_tensors(
+        self,
+        items: Iterable[tuple[str, Any]],
+        path: Any,
+        *,
+        progress: Callable[[int], None] | None = None,
+        metadata: dict[str, str] | None = None,
+        max_shard_size: Any = None,
+    ) -> list[str]:
         """Write tensors (sharded with ``max_shard_size``); returns the files written."""
         if max_shard_size:
             return write_safetensors_sharded(items, path, max_shard_size, metadata=metadata, progress=progress)

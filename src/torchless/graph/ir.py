@@ -33,8 +33,9 @@ from __future__ import annotations
 import builtins
 import keyword
 import re
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 from ..core.dtypes import DType
 from ..core.errors import FormatError
@@ -147,7 +148,7 @@ class TensorValue:
         return f"{self.dtype.name}[{', '.join(str(s) for s in self.shape)}]"
 
 
-def map_arg(a: Any, fn: Callable[["Node"], Any]) -> Any:
+def map_arg(a: Any, fn: Callable[[Node], Any]) -> Any:
     """Apply ``fn`` to every node inside ``a`` (tuples, lists, dicts, slices kept)."""
     if isinstance(a, Node):
         return fn(a)
@@ -162,7 +163,7 @@ def map_arg(a: Any, fn: Callable[["Node"], Any]) -> Any:
     return a
 
 
-def iter_nodes(a: Any) -> Iterator["Node"]:
+def iter_nodes(a: Any) -> Iterator[Node]:
     """Every node inside ``a``, in argument order (repeats included)."""
     if isinstance(a, Node):
         yield a
@@ -181,7 +182,9 @@ class Node:
 
     __slots__ = ("graph", "name", "op", "target", "args", "kwargs", "meta")
 
-    def __init__(self, graph: "Graph", name: str, op: str, target: Any, args: tuple, kwargs: dict, meta: dict | None = None) -> None:
+    def __init__(
+        self, graph: Graph, name: str, op: str, target: Any, args: tuple, kwargs: dict, meta: dict | None = None
+    ) -> None:
         if op not in OPCODES:
             raise FormatError(f"unknown node opcode {op!r}", expected=", ".join(OPCODES))
         self.graph = graph
@@ -193,7 +196,7 @@ class Node:
         self.meta: dict[str, Any] = dict(meta or {})
 
     @property
-    def all_input_nodes(self) -> list["Node"]:
+    def all_input_nodes(self) -> list[Node]:
         """Distinct nodes this node reads, in first-use order."""
         seen: dict[int, Node] = {}
         for n in iter_nodes((self.args, self.kwargs)):
@@ -201,7 +204,7 @@ class Node:
         return list(seen.values())
 
     @property
-    def users(self) -> list["Node"]:
+    def users(self) -> list[Node]:
         """Nodes that read this one, in graph order."""
         return [u for u in self.graph.nodes if any(n is self for n in iter_nodes((u.args, u.kwargs)))]
 
@@ -283,7 +286,7 @@ class Graph:
     """
 
     nodes: list[Node] = field(default_factory=list)
-    subgraphs: dict[str, "Graph"] = field(default_factory=dict)
+    subgraphs: dict[str, Graph] = field(default_factory=dict)
     attributes: dict[str, Any] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
     namespace: Namespace = field(default_factory=Namespace, repr=False)
@@ -361,7 +364,11 @@ class Graph:
 
     # -- queries -------------------------------------------------------------------
     def find_nodes(self, *, op: str | None = None, target: Any = None) -> list[Node]:
-        return [n for n in self.nodes if (op is None or n.op == op) and (target is None or n.target == target or str(n.target) == str(target))]
+        return [
+            n
+            for n in self.nodes
+            if (op is None or n.op == op) and (target is None or n.target == target or str(n.target) == str(target))
+        ]
 
     @property
     def placeholders(self) -> list[Node]:
@@ -380,7 +387,7 @@ class Graph:
                 return n
         raise KeyError(name)
 
-    def walk(self, prefix: str = "") -> Iterator[tuple[str, "Graph"]]:
+    def walk(self, prefix: str = "") -> Iterator[tuple[str, Graph]]:
         """This graph and every nested subgraph as ``(path, graph)``; the root's path is ``""``."""
         yield prefix, self
         for name, sub in self.subgraphs.items():

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..core.dtypes import DType
 from ..core.values import Device
-from .ir import Graph, Node, OpRef, TensorValue, SymValue
+from .ir import Graph, Node, OpRef, SymValue, TensorValue
 
 __all__ = ["format_value", "python_code", "tabular", "graph_str", "format_target"]
 
@@ -172,7 +172,7 @@ def tabular(graph: Graph) -> str:
 
     lines = []
     for i, r in enumerate(rows):
-        lines.append("  ".join(cut(c, w).ljust(w) for c, w in zip(r, widths)).rstrip())
+        lines.append("  ".join(cut(c, w).ljust(w) for c, w in zip(r, widths, strict=False)).rstrip())
         if i == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
@@ -192,5 +192,7 @@ def graph_str(graph: Graph) -> str:
         else:
             a = format_value(n.args, ref="%")
             k = format_value(n.kwargs, ref="%")
-            lines.append(f"    %{n.name} : [num_users={len(users.get(id(n), ()))}] = {n.op}[target={n.target}](args = {a}, kwargs = {k})")
+            lines.append(
+                f"    %{n.name} : [num_users={len(users.get(id(n), ()))}] = {n.op}[target={n.target}](args = {a}, kwargs = {k})"
+            )
     return "\n".join(lines)

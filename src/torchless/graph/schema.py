@@ -20,9 +20,10 @@ Example:
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from ..core.errors import FormatError, NotFoundError
 
@@ -61,7 +62,7 @@ class BaseType:
 class ListType:
     """``T[]`` or ``T[N]`` (``size`` None when unsized)."""
 
-    elem: "SchemaType"
+    elem: SchemaType
     size: int | None = None
 
     def __str__(self) -> str:
@@ -76,7 +77,7 @@ class ListType:
 class OptionalType:
     """``T?``."""
 
-    elem: "SchemaType"
+    elem: SchemaType
 
     def __str__(self) -> str:
         return f"{self.elem}?"
@@ -204,7 +205,7 @@ class OpSchema:
         pos = self.positional
         if len(args) > len(pos):
             raise FormatError(f"{self.key} takes {len(pos)} positional arguments", found=f"{len(args)}")
-        for a, v in zip(pos, args):
+        for a, v in zip(pos, args, strict=False):
             out[a.name] = v
         for k, v in kwargs.items():
             if self.argument(k) is None:

@@ -38,21 +38,32 @@ __all__ = ["HIGHER_ORDER_OPS", "SYMBOLIC_OPS", "verify_graph", "verify_program",
 
 #: HigherOrderOperators registered in torch 2.13 (aten_ir.md §4).
 HIGHER_ORDER_OPS = frozenset(
-    "_export_tracepoint aoti_call_delegate associative_scan auto_functionalized auto_functionalized_v2 "
-    "autograd_function_apply call_torchbind cond custom_function_call dynamo_bypassing_wrapper "
-    "executorch_call_delegate flat_apply flex_attention flex_attention_backward foreach_map "
-    "graphsafe_run_with_rng_state hints_wrapper inductor_compiled_code inline_asm_elementwise "
-    "invoke_leaf_function invoke_quant invoke_quant_packed invoke_subgraph local_map_hop map_impl "
-    "out_dtype print run_and_save_rng_state run_const_graph run_dtensor_rng_op run_with_rng_state scan "
-    "strict_mode tag_activation_checkpoint while_loop while_loop_stack_output with_effects wrap "
-    "wrap_activation_checkpoint wrap_with_autocast wrap_with_set_grad_enabled".split()
+    ["_export_tracepoint", "aoti_call_delegate", "associative_scan", "auto_functionalized", "auto_functionalized_v2", "autograd_function_apply", "call_torchbind", "cond", "custom_function_call", "dynamo_bypassing_wrapper", "executorch_call_delegate", "flat_apply", "flex_attention", "flex_attention_backward", "foreach_map", "graphsafe_run_with_rng_state", "hints_wrapper", "inductor_compiled_code", "inline_asm_elementwise", "invoke_leaf_function", "invoke_quant", "invoke_quant_packed", "invoke_subgraph", "local_map_hop", "map_impl", "out_dtype", "print", "run_and_save_rng_state", "run_const_graph", "run_dtensor_rng_op", "run_with_rng_state", "scan", "strict_mode", "tag_activation_checkpoint", "while_loop", "while_loop_stack_output", "with_effects", "wrap", "wrap_activation_checkpoint", "wrap_with_autocast", "wrap_with_set_grad_enabled"]
 )
 
 #: Python-level callables allowed in export graphs (torch's ``_allowed_builtin_ops`` and
 #: ``_SYM_OPS``): symbolic shape arithmetic and tuple indexing.
 SYMBOLIC_OPS = frozenset(
-    [f"_operator.{n}" for n in "getitem add mul sub truediv ge le gt lt eq ne floordiv mod and_ or_ not_ pow neg abs lshift rshift pos".split()]
-    + ["math.ceil", "math.floor", "math.trunc", "builtins.round", "torch.sym_int", "torch.sym_float", "torch.sym_ite", "torch.sym_max", "torch.sym_min", "torch.sym_not", "torch.sym_sqrt", "torch.sym_sum", "torch._sym_sqrt", "torch.sym_float"]
+    [
+        f"_operator.{n}"
+        for n in ["getitem", "add", "mul", "sub", "truediv", "ge", "le", "gt", "lt", "eq", "ne", "floordiv", "mod", "and_", "or_", "not_", "pow", "neg", "abs", "lshift", "rshift", "pos"]
+    ]
+    + [
+        "math.ceil",
+        "math.floor",
+        "math.trunc",
+        "builtins.round",
+        "torch.sym_int",
+        "torch.sym_float",
+        "torch.sym_ite",
+        "torch.sym_max",
+        "torch.sym_min",
+        "torch.sym_not",
+        "torch.sym_sqrt",
+        "torch.sym_sum",
+        "torch._sym_sqrt",
+        "torch.sym_float",
+    ]
 )
 
 _ALLOWED_OPCODES = ("placeholder", "get_attr", "call_function", "output")
@@ -75,13 +86,30 @@ def _check_args(n: Node, schema: OpSchema, where: str, out: list[Problem]) -> No
         base = base_of(a.type).name
         if base == "Tensor" and type(a.type).__name__ == "BaseType":
             if not isinstance(v, (Node, int, float, complex)):  # numbers are wrapped, as in torch
-                out.append(Problem("bad-arguments", f"argument {name!r} of {schema.key} must be a tensor, got {type(v).__name__}", where))
-            elif isinstance(v, Node) and v.op != "get_attr" and v.meta.get("val") is not None and not isinstance(v.meta.get("val"), TensorValue):
-                out.append(Problem("bad-arguments", f"argument {name!r} of {schema.key} must be a tensor, got {v.name!r} ({type(v.meta.get('val')).__name__})", where))
+                out.append(
+                    Problem("bad-arguments", f"argument {name!r} of {schema.key} must be a tensor, got {type(v).__name__}", where)
+                )
+            elif (
+                isinstance(v, Node)
+                and v.op != "get_attr"
+                and v.meta.get("val") is not None
+                and not isinstance(v.meta.get("val"), TensorValue)
+            ):
+                out.append(
+                    Problem(
+                        "bad-arguments",
+                        f"argument {name!r} of {schema.key} must be a tensor, got {v.name!r} ({type(v.meta.get('val')).__name__})",
+                        where,
+                    )
+                )
         elif base in ("int", "SymInt") and type(a.type).__name__ == "BaseType":
-            ok = (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, Node) and isinstance(v.meta.get("val"), (SymValue, int)))
+            ok = (isinstance(v, int) and not isinstance(v, bool)) or (
+                isinstance(v, Node) and isinstance(v.meta.get("val"), (SymValue, int))
+            )
             if not ok:
-                out.append(Problem("bad-arguments", f"argument {name!r} of {schema.key} must be an int, got {type(v).__name__}", where))
+                out.append(
+                    Problem("bad-arguments", f"argument {name!r} of {schema.key} must be an int, got {type(v).__name__}", where)
+                )
 
 
 def verify_graph(graph: Graph, dialect: str = "ATEN", *, where: str = "", strict_core: bool = False) -> list[Problem]:
@@ -132,14 +160,31 @@ def verify_graph(graph: Graph, dialect: str = "ATEN", *, where: str = "", strict
                         out.append(Problem("custom-op", f"non-ATen operator {key} (custom op)", at, None, "warning"))
                 else:
                     if schema.is_out:
-                        out.append(Problem("out-variant", f"{key} is an out= variant; exported graphs are functional", at, None, "error" if strict else "info"))
+                        out.append(
+                            Problem(
+                                "out-variant",
+                                f"{key} is an out= variant; exported graphs are functional",
+                                at,
+                                None,
+                                "error" if strict else "info",
+                            )
+                        )
                     elif schema.is_mutating:
-                        out.append(Problem("inplace-op", f"{key} mutates its inputs; exported graphs are functional", at, None, "error" if strict else "info"))
+                        out.append(
+                            Problem(
+                                "inplace-op",
+                                f"{key} mutates its inputs; exported graphs are functional",
+                                at,
+                                None,
+                                "error" if strict else "info",
+                            )
+                        )
                     if not reg.is_core(key) and not schema.is_out and not schema.is_mutating:
                         out.append(
                             Problem(
                                 "non-core-op",
-                                f"{key} is not in the core ATen opset" + ("" if strict else " (training IR; run_decompositions() lowers it)"),
+                                f"{key} is not in the core ATen opset"
+                                + ("" if strict else " (training IR; run_decompositions() lowers it)"),
                                 at,
                                 None,
                                 ("error" if strict_core else "warning") if strict else "info",
@@ -147,7 +192,13 @@ def verify_graph(graph: Graph, dialect: str = "ATEN", *, where: str = "", strict
                         )
                     _check_args(n, schema, at, out)
             elif key not in SYMBOLIC_OPS:
-                out.append(Problem("bad-target", f"call_function target {key!r} is neither an operator overload, a higher-order op nor an allowed Python operator", at))
+                out.append(
+                    Problem(
+                        "bad-target",
+                        f"call_function target {key!r} is neither an operator overload, a higher-order op nor an allowed Python operator",
+                        at,
+                    )
+                )
             if "val" not in n.meta:
                 out.append(Problem("missing-metadata", f"node {n.name!r} ({key}) has no value metadata (meta['val'])", at))
     return out
@@ -176,7 +227,11 @@ def verify_program(prog: Any, *, where: str = "", strict_core: bool = False) -> 
     ph = [n.name for n in g.placeholders]
     specs = list(prog.signature.input_specs)
     if len(specs) != len(ph):
-        out.append(Problem("signature", f"signature has {len(specs)} input specs but the graph has {len(ph)} placeholders", where or None))
+        out.append(
+            Problem(
+                "signature", f"signature has {len(specs)} input specs but the graph has {len(ph)} placeholders", where or None
+            )
+        )
     for i, s in enumerate(specs):
         if s.arg is not None and s.arg not in ph:
             out.append(Problem("dangling-signature", f"input spec {s.kind} {s.arg!r} names no placeholder", where or None))
@@ -184,10 +239,14 @@ def verify_program(prog: Any, *, where: str = "", strict_core: bool = False) -> 
             out.append(Problem("signature", f"input spec {i} is {s.arg!r} but placeholder {i} is {ph[i]!r}", where or None))
         if s.kind in ("PARAMETER",) or (s.kind == "BUFFER" and s.persistent is not False):
             if s.target not in prog.state_dict:
-                out.append(Problem("dangling-signature", f"{s.kind.lower()} {s.target!r} is not in the state dict", where or None))
+                out.append(
+                    Problem("dangling-signature", f"{s.kind.lower()} {s.target!r} is not in the state dict", where or None)
+                )
         elif s.kind == "BUFFER" or s.kind in ("CONSTANT_TENSOR", "CUSTOM_OBJ"):
             if s.target not in prog.constants and s.target not in prog.state_dict:
-                out.append(Problem("dangling-signature", f"{s.kind.lower()} {s.target!r} is not among the constants", where or None))
+                out.append(
+                    Problem("dangling-signature", f"{s.kind.lower()} {s.target!r} is not among the constants", where or None)
+                )
     out_node = g.output_node
     if out_node is not None:
         ov = out_node.args[0] if out_node.args else ()
@@ -195,7 +254,13 @@ def verify_program(prog: Any, *, where: str = "", strict_core: bool = False) -> 
         names = [v.name if isinstance(v, Node) else None for v in vals]
         ospecs = list(prog.signature.output_specs)
         if len(ospecs) != len(names):
-            out.append(Problem("signature", f"signature has {len(ospecs)} output specs but the graph returns {len(names)} values", where or None))
+            out.append(
+                Problem(
+                    "signature",
+                    f"signature has {len(ospecs)} output specs but the graph returns {len(names)} values",
+                    where or None,
+                )
+            )
         for i, s in enumerate(ospecs):
             if s.arg is not None and s.arg not in names:
                 out.append(Problem("dangling-signature", f"output spec {s.kind} {s.arg!r} is not a graph output", where or None))
@@ -208,5 +273,7 @@ def verify_program(prog: Any, *, where: str = "", strict_core: bool = False) -> 
             if s.kind in ("PARAMETER_MUTATION", "GRADIENT_TO_PARAMETER") and ("PARAMETER", s.target) not in targets:
                 out.append(Problem("dangling-signature", f"{s.kind.lower()} names unknown parameter {s.target!r}", where or None))
             if s.kind in ("USER_INPUT_MUTATION", "GRADIENT_TO_USER_INPUT") and s.target not in ph:
-                out.append(Problem("dangling-signature", f"{s.kind.lower()} names unknown user input {s.target!r}", where or None))
+                out.append(
+                    Problem("dangling-signature", f"{s.kind.lower()} names unknown user input {s.target!r}", where or None)
+                )
     return out

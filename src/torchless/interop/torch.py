@@ -33,7 +33,7 @@ def _torch() -> Any:
     return torch
 
 
-def from_torch(t: Any, *, share: "dict[int, Storage] | None" = None) -> Tensor:
+def from_torch(t: Any, *, share: dict[int, Storage] | None = None) -> Tensor:
     """A torchless Tensor viewing a CPU torch tensor's storage (no copy).
 
     Tensors that share a torch storage share one torchless Storage when the same
@@ -54,7 +54,9 @@ def from_torch(t: Any, *, share: "dict[int, Storage] | None" = None) -> Tensor:
     attrs = dict(getattr(t, "__dict__", None) or {})
     quantizer = _quantizer(torch, t, share) if t.is_quantized else None
     if t.device.type == "meta":
-        out = Tensor(None, dtype, tuple(t.shape), tuple(t.stride()), 0, requires_grad=t.requires_grad, device="meta", quantizer=quantizer)
+        out = Tensor(
+            None, dtype, tuple(t.shape), tuple(t.stride()), 0, requires_grad=t.requires_grad, device="meta", quantizer=quantizer
+        )
         out.is_parameter = isinstance(t, torch.nn.Parameter)
         out.attrs.update(attrs)
         return out
@@ -75,14 +77,23 @@ def from_torch(t: Any, *, share: "dict[int, Storage] | None" = None) -> Tensor:
         md["conj"] = True
     if t.is_neg():
         md["neg"] = True
-    out = Tensor(st, dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset(), requires_grad=t.requires_grad, metadata=md, quantizer=quantizer)
+    out = Tensor(
+        st,
+        dtype,
+        tuple(t.shape),
+        tuple(t.stride()),
+        t.storage_offset(),
+        requires_grad=t.requires_grad,
+        metadata=md,
+        quantizer=quantizer,
+    )
     out.is_parameter = isinstance(t, torch.nn.Parameter)
     out.attrs.update(attrs)
     return out
 
 
 def _quantizer(torch: Any, t: Any, share: Any) -> dict[str, Any]:
-    scheme = str(t.qscheme())[len("torch."):]
+    scheme = str(t.qscheme())[len("torch.") :]
     if scheme in ("per_tensor_affine", "per_tensor_symmetric"):
         return {"qscheme": scheme, "scale": float(t.q_scale()), "zero_point": int(t.q_zero_point())}
     return {
@@ -123,7 +134,7 @@ def to_torch(t: Tensor) -> Any:
     return out
 
 
-def from_torch_value(x: Any, *, share: "dict[int, Storage] | None" = None) -> Any:
+def from_torch_value(x: Any, *, share: dict[int, Storage] | None = None) -> Any:
     """Any torch object a checkpoint holds as its torchless counterpart: strided tensors
     through :func:`from_torch`, sparse (COO, CSR, CSC, BSR, BSC) and nested tensors as
     their components, dtypes, ``torch.Size`` and devices as torchless values; anything
@@ -137,16 +148,29 @@ def from_torch_value(x: Any, *, share: "dict[int, Storage] | None" = None) -> An
                 from_torch(x._nested_tensor_strides(), share=share),
                 from_torch(x._nested_tensor_storage_offsets(), share=share),
             )
-        layout = str(x.layout)[len("torch."):]
+        layout = str(x.layout)[len("torch.") :]
         if layout == "sparse_coo":
-            return SparseTensor(layout, tuple(x.shape), {"indices": from_torch(x._indices(), share=share), "values": from_torch(x._values(), share=share)}, x.is_coalesced())
+            return SparseTensor(
+                layout,
+                tuple(x.shape),
+                {"indices": from_torch(x._indices(), share=share), "values": from_torch(x._values(), share=share)},
+                x.is_coalesced(),
+            )
         if layout in ("sparse_csr", "sparse_bsr"):
             comp, plain = x.crow_indices(), x.col_indices()
         elif layout in ("sparse_csc", "sparse_bsc"):
             comp, plain = x.ccol_indices(), x.row_indices()
         else:
             return from_torch(x, share=share)
-        return SparseTensor(layout, tuple(x.shape), {"compressed_indices": from_torch(comp, share=share), "plain_indices": from_torch(plain, share=share), "values": from_torch(x.values(), share=share)})
+        return SparseTensor(
+            layout,
+            tuple(x.shape),
+            {
+                "compressed_indices": from_torch(comp, share=share),
+                "plain_indices": from_torch(plain, share=share),
+                "values": from_torch(x.values(), share=share),
+            },
+        )
     if isinstance(x, torch.dtype):
         return by_name(str(x))
     if isinstance(x, torch.Size):

@@ -29,7 +29,8 @@ many ``seen`` entries it added.
 from __future__ import annotations
 
 import struct
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .globals import Rebuilder, python2_name
 
@@ -44,8 +45,18 @@ FAST_GLOBALS = frozenset(
     | {
         ("torch", n)
         for n in (
-            "FloatStorage", "DoubleStorage", "HalfStorage", "BFloat16Storage", "LongStorage", "IntStorage",
-            "ShortStorage", "CharStorage", "ByteStorage", "BoolStorage", "ComplexFloatStorage", "ComplexDoubleStorage",
+            "FloatStorage",
+            "DoubleStorage",
+            "HalfStorage",
+            "BFloat16Storage",
+            "LongStorage",
+            "IntStorage",
+            "ShortStorage",
+            "CharStorage",
+            "ByteStorage",
+            "BoolStorage",
+            "ComplexFloatStorage",
+            "ComplexDoubleStorage",
         )
     }
 )
@@ -74,7 +85,10 @@ def fast_load(data: Any, resolver: Any, persistent_load: Callable[[Any], Any] | 
         how many entries were appended to ``resolver.seen`` (to undo on FALLBACK).
     """
     if limits is not None and (
-        limits.max_memo < _MAX_MEMO or limits.max_marks < _MAX_MARKS or limits.max_object_bytes < _MAX_STR or limits.max_input < min(len(data), MAX_FAST + 1)
+        limits.max_memo < _MAX_MEMO
+        or limits.max_marks < _MAX_MARKS
+        or limits.max_object_bytes < _MAX_STR
+        or limits.max_input < min(len(data), MAX_FAST + 1)
     ):
         return FALLBACK, 0
     if not isinstance(data, bytes):

@@ -19,9 +19,9 @@ reason is shown by ``torchless scan`` and documents why each entry is harmless.
 from __future__ import annotations
 
 import _compat_pickle
-
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Protocol
+from typing import Any, Protocol
 
 from ..core.errors import UnsafeGlobalError
 
@@ -212,7 +212,7 @@ class Allowlist:
     def items(self):  # type: ignore[no-untyped-def]
         return self._entries.items()
 
-    def merged(self, *others: "Allowlist", name: str | None = None) -> "Allowlist":
+    def merged(self, *others: Allowlist, name: str | None = None) -> Allowlist:
         """A new allowlist with this one's entries and the others' (later ones win)."""
         out = dict(self._entries)
         for o in others:
@@ -228,14 +228,42 @@ NAME_MAPPING: dict[tuple[str, str], tuple[str, str]] = dict(_compat_pickle.NAME_
 
 #: the part of those tables that torch's weights-only unpickler applies (torch._utils
 #: keeps a subset of them, with the same values, and applies it at every protocol)
-TORCH_IMPORT_KEYS = frozenset({"__builtin__", "copy_reg", "Queue", "repr", "_abcoll", "UserDict", "UserList", "UserString", "whichdb", "StringIO", "cStringIO"})
-TORCH_NAME_KEYS = frozenset({
-    ("__builtin__", "xrange"), ("__builtin__", "reduce"), ("__builtin__", "intern"), ("__builtin__", "unichr"),
-    ("__builtin__", "unicode"), ("__builtin__", "long"), ("itertools", "izip"), ("itertools", "imap"),
-    ("itertools", "ifilter"), ("itertools", "ifilterfalse"), ("itertools", "izip_longest"),
-    ("UserDict", "IterableUserDict"), ("UserList", "UserList"), ("UserString", "UserString"),
-    ("__builtin__", "basestring"), ("exceptions", "StandardError"), ("UserDict", "UserDict"),
-})
+TORCH_IMPORT_KEYS = frozenset(
+    {
+        "__builtin__",
+        "copy_reg",
+        "Queue",
+        "repr",
+        "_abcoll",
+        "UserDict",
+        "UserList",
+        "UserString",
+        "whichdb",
+        "StringIO",
+        "cStringIO",
+    }
+)
+TORCH_NAME_KEYS = frozenset(
+    {
+        ("__builtin__", "xrange"),
+        ("__builtin__", "reduce"),
+        ("__builtin__", "intern"),
+        ("__builtin__", "unichr"),
+        ("__builtin__", "unicode"),
+        ("__builtin__", "long"),
+        ("itertools", "izip"),
+        ("itertools", "imap"),
+        ("itertools", "ifilter"),
+        ("itertools", "ifilterfalse"),
+        ("itertools", "izip_longest"),
+        ("UserDict", "IterableUserDict"),
+        ("UserList", "UserList"),
+        ("UserString", "UserString"),
+        ("__builtin__", "basestring"),
+        ("exceptions", "StandardError"),
+        ("UserDict", "UserDict"),
+    }
+)
 
 
 def python2_name(module: str, name: str, *, torch_subset: bool = False) -> tuple[str, str]:
@@ -290,7 +318,7 @@ class AllowlistResolver:
             return entry.target
         self.seen.append((qual, False))
         if self.weights_only:
-            shown = qual[len("builtins."):] if qual.startswith("builtins.") else qual
+            shown = qual[len("builtins.") :] if qual.startswith("builtins.") else qual
             raise UnsafeGlobalError(
                 f"refusing global {shown}: not on torchless's allowlist (nothing was imported or run)",
                 global_name=qual,

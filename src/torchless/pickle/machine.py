@@ -23,8 +23,9 @@ import copyreg
 import gc
 import mmap
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ..core.errors import FormatError, InternalError, LimitError, TorchlessError, TruncatedError, UnsafeGlobalError, short_repr
 from .globals import BUILDERS, GlobalRef, PickledObject, Rebuilder, Resolver, python2_name
@@ -37,7 +38,6 @@ _unpack_I = struct.Struct("<I").unpack_from
 _unpack_H = struct.Struct("<H").unpack_from
 _unpack_Q = struct.Struct("<Q").unpack_from
 _unpack_d = struct.Struct(">d").unpack_from
-
 
 
 @dataclass(frozen=True)
@@ -91,11 +91,14 @@ def _raised_here(exc: BaseException) -> bool:
         tb = tb.tb_next
     return tb.tb_frame.f_code.co_filename == __file__
 
+
 #: memo keys the strict flavour accepts (CPython allocates an array of twice the key)
 _MEMO_INDEX_LIMIT = 1 << 28
 
 #: what a pickle can build by itself (BUILD/SETITEM on these follows CPython in strict mode)
-_PLAIN_DATA = frozenset({type(None), bool, int, float, str, bytes, bytearray, tuple, list, dict, set, frozenset, memoryview, complex})
+_PLAIN_DATA = frozenset(
+    {type(None), bool, int, float, str, bytes, bytearray, tuple, list, dict, set, frozenset, memoryview, complex}
+)
 
 
 def _decode_long(data: bytes) -> int:
@@ -267,7 +270,9 @@ class Unpickler:
                 while todo:
                     obj, d = todo.pop()
                     if d > limits.max_key_depth:
-                        raise LimitError("dictionary key nested too deeply", offset=p, expected=f"<= {limits.max_key_depth} levels")
+                        raise LimitError(
+                            "dictionary key nested too deeply", offset=p, expected=f"<= {limits.max_key_depth} levels"
+                        )
                     count += 1
                     if count > 1_000_000:
                         raise LimitError("dictionary key too large", offset=p)
@@ -644,7 +649,12 @@ class Unpickler:
                     pos += 8
                     if pos + k > n:
                         if not self.short_frames:
-                            raise TruncatedError("FRAME declares more bytes than the pickle has", offset=p0, expected=f"{k} bytes", found=f"{n - pos} bytes")
+                            raise TruncatedError(
+                                "FRAME declares more bytes than the pickle has",
+                                offset=p0,
+                                expected=f"{k} bytes",
+                                found=f"{n - pos} bytes",
+                            )
                         hazards.append((p0, f"FRAME declares {k} bytes, only {n - pos} follow"))
                     if fend != nofr and p0 < fend:
                         if pos + k > fend:
@@ -666,7 +676,12 @@ class Unpickler:
                     info.end = pos
                     self.end = pos
                     if pos < fend < nofr:
-                        hazards.append((p0, f"STOP inside a FRAME that goes on to {fend:#x}: readers without peek have consumed the bytes after STOP"))
+                        hazards.append(
+                            (
+                                p0,
+                                f"STOP inside a FRAME that goes on to {fend:#x}: readers without peek have consumed the bytes after STOP",
+                            )
+                        )
                     return stack[-1]
                 elif op == 0x8F:  # EMPTY_SET
                     stack.append(set())

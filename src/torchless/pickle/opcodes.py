@@ -84,17 +84,44 @@ OPCODE_NAMES: dict[int, str] = {
 PROTOCOL_OF: dict[str, int] = {}
 for _name in OPCODE_NAMES.values():
     PROTOCOL_OF[_name] = 0
-for _name in ("BININT", "BININT1", "BININT2", "BINFLOAT", "BINSTRING", "SHORT_BINSTRING", "BINUNICODE",
-              "BINPERSID", "BINGET", "LONG_BINGET", "BINPUT", "LONG_BINPUT", "EMPTY_DICT", "EMPTY_LIST",
-              "EMPTY_TUPLE", "APPENDS", "SETITEMS", "POP_MARK", "OBJ"):
+for _name in (
+    "BININT",
+    "BININT1",
+    "BININT2",
+    "BINFLOAT",
+    "BINSTRING",
+    "SHORT_BINSTRING",
+    "BINUNICODE",
+    "BINPERSID",
+    "BINGET",
+    "LONG_BINGET",
+    "BINPUT",
+    "LONG_BINPUT",
+    "EMPTY_DICT",
+    "EMPTY_LIST",
+    "EMPTY_TUPLE",
+    "APPENDS",
+    "SETITEMS",
+    "POP_MARK",
+    "OBJ",
+):
     PROTOCOL_OF[_name] = 1
-for _name in ("PROTO", "NEWOBJ", "EXT1", "EXT2", "EXT4", "TUPLE1", "TUPLE2", "TUPLE3", "NEWTRUE",
-              "NEWFALSE", "LONG1", "LONG4"):
+for _name in ("PROTO", "NEWOBJ", "EXT1", "EXT2", "EXT4", "TUPLE1", "TUPLE2", "TUPLE3", "NEWTRUE", "NEWFALSE", "LONG1", "LONG4"):
     PROTOCOL_OF[_name] = 2
 for _name in ("BINBYTES", "SHORT_BINBYTES"):
     PROTOCOL_OF[_name] = 3
-for _name in ("SHORT_BINUNICODE", "BINUNICODE8", "BINBYTES8", "EMPTY_SET", "ADDITEMS", "FROZENSET",
-              "NEWOBJ_EX", "STACK_GLOBAL", "MEMOIZE", "FRAME"):
+for _name in (
+    "SHORT_BINUNICODE",
+    "BINUNICODE8",
+    "BINBYTES8",
+    "EMPTY_SET",
+    "ADDITEMS",
+    "FROZENSET",
+    "NEWOBJ_EX",
+    "STACK_GLOBAL",
+    "MEMOIZE",
+    "FRAME",
+):
     PROTOCOL_OF[_name] = 4
 for _name in ("BYTEARRAY8", "NEXT_BUFFER", "READONLY_BUFFER"):
     PROTOCOL_OF[_name] = 5

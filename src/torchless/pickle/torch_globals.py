@@ -104,7 +104,9 @@ def _rebuild_tensor_v3(args: tuple) -> Tensor:
     if not hasattr(dtype, "itemsize") or not hasattr(dtype, "kind"):
         raise FormatError("_rebuild_tensor_v3: dtype argument is not a dtype", found=short_repr(dtype, 60))
     md = _meta(args[7] if len(args) == 8 else None)
-    return Tensor(st, dtype, _ints(size, "size"), _ints(stride, "stride"), int(offset), requires_grad=bool(requires_grad), metadata=md)
+    return Tensor(
+        st, dtype, _ints(size, "size"), _ints(stride, "stride"), int(offset), requires_grad=bool(requires_grad), metadata=md
+    )
 
 
 def _rebuild_qtensor(args: tuple) -> Tensor:
@@ -119,7 +121,9 @@ def _rebuild_qtensor(args: tuple) -> Tensor:
         q = {"qscheme": scheme, "scales": qparams[1], "zero_points": qparams[2], "axis": int(qparams[3])}
     else:
         raise UnsupportedError(f"quantization scheme {scheme}")
-    return Tensor(st, st.dtype, _ints(size, "size"), _ints(stride, "stride"), int(offset), requires_grad=bool(requires_grad), quantizer=q)
+    return Tensor(
+        st, st.dtype, _ints(size, "size"), _ints(stride, "stride"), int(offset), requires_grad=bool(requires_grad), quantizer=q
+    )
 
 
 def _rebuild_sparse_tensor(args: tuple) -> SparseTensor:
@@ -145,7 +149,15 @@ def _rebuild_meta_tensor_no_storage(args: tuple) -> Tensor:
 
 def _rebuild_wrapper_subclass(args: tuple) -> Tensor:
     cls, dtype, size, stride, offset, _layout, device, requires_grad = args[:8]
-    t = Tensor(None, dtype, _ints(size, "size"), _ints(stride, "stride"), int(offset), requires_grad=bool(requires_grad), device=str(device))
+    t = Tensor(
+        None,
+        dtype,
+        _ints(size, "size"),
+        _ints(stride, "stride"),
+        int(offset),
+        requires_grad=bool(requires_grad),
+        device=str(device),
+    )
     t.subclass = cls.qualname if isinstance(cls, GlobalRef) else repr(cls)
     return t
 
@@ -177,7 +189,16 @@ def _as_parameter(data: Any, requires_grad: Any) -> Any:
     """A new Parameter object over ``data``'s storage, as ``Parameter(data)`` makes one:
     ``data`` itself (which may be another entry of the checkpoint) is left as it is."""
     if isinstance(data, Tensor):
-        p = Tensor(data.storage, data.dtype, data.shape, data.stride(), data.storage_offset(), device=data.device, metadata=data.metadata, quantizer=data.quantizer)
+        p = Tensor(
+            data.storage,
+            data.dtype,
+            data.shape,
+            data.stride(),
+            data.storage_offset(),
+            device=data.device,
+            metadata=data.metadata,
+            quantizer=data.quantizer,
+        )
         p.subclass = data.subclass
     elif isinstance(data, (SparseTensor, NestedTensor)):
         p = copy.copy(data)
@@ -498,7 +519,11 @@ def _ndarray_build(arr: np.ndarray, state: Any) -> None:
         count *= s
     if dtype.hasobject:
         if not isinstance(raw, list) or len(raw) != count:
-            raise FormatError("object array data must be a list of its elements", expected=count, found=len(raw) if isinstance(raw, list) else type(raw).__name__)
+            raise FormatError(
+                "object array data must be a list of its elements",
+                expected=count,
+                found=len(raw) if isinstance(raw, list) else type(raw).__name__,
+            )
     else:
         if isinstance(raw, str):
             raw = raw.encode("latin1")
@@ -597,7 +622,9 @@ def _torch_table() -> Allowlist:
     al.add("collections.OrderedDict", Rebuilder("collections.OrderedDict", _ordered_dict), "builds an empty or pre-filled dict")
     al.add("collections.Counter", Rebuilder("collections.Counter", _counter), "a dict of counts")
     al.add("torch.nn.parameter.Parameter", PARAMETER, "marks a tensor as a parameter")
-    al.add("torch.serialization._get_layout", Rebuilder("torch.serialization._get_layout", _get_layout), "looks up a layout by name")
+    al.add(
+        "torch.serialization._get_layout", Rebuilder("torch.serialization._get_layout", _get_layout), "looks up a layout by name"
+    )
     al.add("torch.Size", Rebuilder("torch.Size", _size), "a tuple of ints")
     al.add("torch.Tensor", TENSOR_CLASS, "the plain tensor class, as a type marker")
     al.add("torch.device", Rebuilder("torch.device", _device), "a device name")
@@ -605,7 +632,11 @@ def _torch_table() -> Allowlist:
     al.add("builtins.bytearray", Rebuilder("builtins.bytearray", _bytearray), "bytes from data")
     al.add("builtins.set", Rebuilder("builtins.set", _set), "a set from a list")
     al.add("builtins.complex", Rebuilder("builtins.complex", _complex), "a complex from two floats")
-    al.add("torch._tensor._rebuild_from_type_v2", Rebuilder("torch._tensor._rebuild_from_type_v2", _rebuild_from_type_v2), "applies another allowed rebuilder, records the subclass name")
+    al.add(
+        "torch._tensor._rebuild_from_type_v2",
+        Rebuilder("torch._tensor._rebuild_from_type_v2", _rebuild_from_type_v2),
+        "applies another allowed rebuilder, records the subclass name",
+    )
     rebuilds = {
         "_rebuild_tensor": _rebuild_tensor,
         "_rebuild_tensor_v2": _rebuild_tensor_v2,
@@ -630,15 +661,31 @@ def _torch_table() -> Allowlist:
             al.add(f"torch.cuda.{sname}", StorageType(sname, d), "a legacy CUDA storage class marker")
     al.add("torch.storage.UntypedStorage", StorageType("UntypedStorage", None), "the byte storage class marker")
     al.add("torch.storage.TypedStorage", StorageType("TypedStorage", None), "the typed storage class marker")
-    legacy = {"Double": "float64", "Float": "float32", "Half": "float16", "BFloat16": "bfloat16", "Long": "int64",
-              "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8", "Bool": "bool"}
+    legacy = {
+        "Double": "float64",
+        "Float": "float32",
+        "Half": "float16",
+        "BFloat16": "bfloat16",
+        "Long": "int64",
+        "Int": "int32",
+        "Short": "int16",
+        "Char": "int8",
+        "Byte": "uint8",
+        "Bool": "bool",
+    }
     for pfx, dn in legacy.items():
         for mod in ("torch", "torch.cuda"):
             al.add(f"{mod}.{pfx}Tensor", TensorType(f"{pfx}Tensor", DTYPES[dn]), "a legacy tensor class marker")
         if pfx != "Bool":
             for mod in ("torch.sparse", "torch.cuda.sparse"):
                 al.add(f"{mod}.{pfx}Tensor", TensorType(f"{pfx}Tensor", DTYPES[dn], True), "a legacy sparse tensor class marker")
-    for q in ("per_tensor_affine", "per_tensor_symmetric", "per_channel_affine", "per_channel_symmetric", "per_channel_affine_float_qparams"):
+    for q in (
+        "per_tensor_affine",
+        "per_tensor_symmetric",
+        "per_channel_affine",
+        "per_channel_symmetric",
+        "per_channel_affine_float_qparams",
+    ):
         al.add(f"torch.{q}", QScheme(q), "a quantization scheme name")
     return al
 
@@ -660,9 +707,17 @@ def _default_table(torch_table: Allowlist) -> Allowlist:
         ("builtins.str", _plain(str), "a str from data"),
         ("builtins.bool", _plain(bool), "a bool"),
         ("torch.torch_version.TorchVersion", lambda a: TorchVersion(a[0] if a else ""), "a version string"),
-        ("copyreg._reconstructor", _reconstructor, "protocol-0/1 object creation: dispatches to another allowed global or a placeholder"),
+        (
+            "copyreg._reconstructor",
+            _reconstructor,
+            "protocol-0/1 object creation: dispatches to another allowed global or a placeholder",
+        ),
         ("copyreg.__newobj__", _newobj, "protocol-2 object creation: dispatches to another allowed global or a placeholder"),
-        ("copyreg.__newobj_ex__", _newobj_ex, "protocol-4 object creation: dispatches to another allowed global or a placeholder"),
+        (
+            "copyreg.__newobj_ex__",
+            _newobj_ex,
+            "protocol-4 object creation: dispatches to another allowed global or a placeholder",
+        ),
         ("pathlib.PosixPath", _pure_path(pathlib.PurePosixPath), "a path as text (pure path, no file access)"),
         ("pathlib.PurePosixPath", _pure_path(pathlib.PurePosixPath), "a path as text"),
         ("pathlib.WindowsPath", _pure_path(pathlib.PureWindowsPath), "a path as text (pure path, no file access)"),
@@ -683,16 +738,30 @@ def _default_table(torch_table: Allowlist) -> Allowlist:
     for name, fn, reason in py:
         al.add(name, Rebuilder(name, fn), reason)
     al.add("argparse.Namespace", Rebuilder("argparse.Namespace", lambda a: Namespace(), _namespace_new), "a bag of attributes")
-    al.add("types.SimpleNamespace", Rebuilder("types.SimpleNamespace", lambda a: Namespace(), _namespace_new), "a bag of attributes")
-    al.add("builtins.object", Rebuilder("builtins.object", lambda a: _no_call("builtins.object")), "base-class marker of copyreg._reconstructor; never called")
+    al.add(
+        "types.SimpleNamespace", Rebuilder("types.SimpleNamespace", lambda a: Namespace(), _namespace_new), "a bag of attributes"
+    )
+    al.add(
+        "builtins.object",
+        Rebuilder("builtins.object", lambda a: _no_call("builtins.object")),
+        "base-class marker of copyreg._reconstructor; never called",
+    )
     al.add("numpy.ndarray", Rebuilder("numpy.ndarray", lambda a: _no_call("numpy.ndarray")), "the array class, as a type marker")
     al.add("numpy.dtype", Rebuilder("numpy.dtype", _np_dtype), "a NumPy dtype from its type string; BUILD may set its byte order")
     for mf in ("contiguous_format", "channels_last", "channels_last_3d", "preserve_format"):
         al.add(f"torch.{mf}", MemoryFormat(mf), "a memory format name")
     for lay in ("strided", "sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr", "sparse_bsc", "_mkldnn", "jagged"):
         al.add(f"torch.{lay}", Layout(lay), "a layout name")
-    al.add("torch._utils._rebuild_xla_tensor", Rebuilder("torch._utils._rebuild_xla_tensor", _rebuild_device_tensor_from_numpy), "old XLA files: a tensor from a NumPy array")
-    al.add("torch.tensor._rebuild_from_type_v2", al.get("torch._tensor._rebuild_from_type_v2").target, "old module name of the same rebuilder")  # type: ignore[union-attr]
+    al.add(
+        "torch._utils._rebuild_xla_tensor",
+        Rebuilder("torch._utils._rebuild_xla_tensor", _rebuild_device_tensor_from_numpy),
+        "old XLA files: a tensor from a NumPy array",
+    )
+    al.add(
+        "torch.tensor._rebuild_from_type_v2",
+        al.get("torch._tensor._rebuild_from_type_v2").target,
+        "old module name of the same rebuilder",
+    )  # type: ignore[union-attr]
     return al
 
 

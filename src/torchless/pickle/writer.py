@@ -14,7 +14,8 @@ builtin types.
 from __future__ import annotations
 
 import struct
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..core.errors import UsageError
 
@@ -194,7 +195,10 @@ class Pickler2:
                 self.out += b"R"
                 self._put(("id", id(obj)), obj)
         else:
-            raise UsageError(f"cannot save objects of type {t.__module__}.{t.__qualname__}", hint="save tensors, arrays, containers and Python scalars")
+            raise UsageError(
+                f"cannot save objects of type {t.__module__}.{t.__qualname__}",
+                hint="save tensors, arrays, containers and Python scalars",
+            )
 
     def _save_global(self, g: Global) -> None:
         if self._get(("global", g.key())):

@@ -17,14 +17,29 @@ from __future__ import annotations
 import os
 import sys
 import types
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from ..core.errors import NotFoundError, UsageError
 from .carriers import Scanner, scan_file
 from .findings import RULES, SEVERITIES, AllowNote, FileReport, Finding, ScanReport
 from .policy import SAFE, classify
 
-__all__ = ["scan", "scan_file", "iter_files", "link_escapes", "Finding", "FileReport", "ScanReport", "AllowNote", "RULES", "SEVERITIES", "SAFE", "classify", "Scanner"]
+__all__ = [
+    "scan",
+    "scan_file",
+    "iter_files",
+    "link_escapes",
+    "Finding",
+    "FileReport",
+    "ScanReport",
+    "AllowNote",
+    "RULES",
+    "SEVERITIES",
+    "SAFE",
+    "classify",
+    "Scanner",
+]
 
 
 def iter_files(paths: Iterable[os.PathLike | str]) -> list[str]:
@@ -89,7 +104,9 @@ def _unreadable(path: str, error: str) -> FileReport:
     return fr
 
 
-def scan(path: os.PathLike | str | Sequence[os.PathLike | str], *, unknown_severity: str = "medium", jobs: int | None = None) -> ScanReport:
+def scan(
+    path: os.PathLike | str | Sequence[os.PathLike | str], *, unknown_severity: str = "medium", jobs: int | None = None
+) -> ScanReport:
     """Scan files and directories for pickles that would run code when loaded.
 
     Args:

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import struct
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ..core.errors import TorchlessError
 from ..pickle.globals import Rebuilder, is_python2_name, python2_name
@@ -37,7 +38,18 @@ class Sym(Rebuilder):
 
     __slots__ = ("kind", "qualname", "callee", "args", "via", "pos", "state", "items", "an", "verdict")
 
-    def __init__(self, an: "_Analyser", kind: str, qualname: str = "", *, callee: "Sym | None" = None, args: Any = (), via: str = "", pos: int = 0, verdict: Verdict | None = None) -> None:
+    def __init__(
+        self,
+        an: _Analyser,
+        kind: str,
+        qualname: str = "",
+        *,
+        callee: Sym | None = None,
+        args: Any = (),
+        via: str = "",
+        pos: int = 0,
+        verdict: Verdict | None = None,
+    ) -> None:
         super().__init__(qualname or kind, self._do_call)
         self.an = an
         self.kind = kind  # "global" | "result" | "persistent"
@@ -50,13 +62,13 @@ class Sym(Rebuilder):
         self.items: list[Any] = []
         self.verdict = verdict
 
-    def _do_call(self, args: tuple) -> "Sym":  # noqa: D102
+    def _do_call(self, args: tuple) -> Sym:  # noqa: D102
         return self.an.on_call(self, args, {})
 
-    def new(self, args: tuple, kwargs: dict) -> "Sym":
+    def new(self, args: tuple, kwargs: dict) -> Sym:
         return self.an.on_call(self, args, kwargs)
 
-    def __torchless_build__(self, state: Any) -> "Sym":
+    def __torchless_build__(self, state: Any) -> Sym:
         self.an.on_build(self, state)
         if self.state is None:
             self.state = state
@@ -92,12 +104,23 @@ def describe(v: Any, depth: int = 0) -> str:
     if isinstance(v, str):
         return repr(v[:80]) + ("…" if len(v) > 80 else "")
     if isinstance(v, tuple):
-        return "(" + ", ".join(describe(x, depth + 1) for x in v[:6]) + (", …" if len(v) > 6 else "") + ("," if len(v) == 1 else "") + ")"
+        return (
+            "("
+            + ", ".join(describe(x, depth + 1) for x in v[:6])
+            + (", …" if len(v) > 6 else "")
+            + ("," if len(v) == 1 else "")
+            + ")"
+        )
     if isinstance(v, list):
         return "[" + ", ".join(describe(x, depth + 1) for x in v[:6]) + (", …" if len(v) > 6 else "") + "]"
     if isinstance(v, dict):
         items = list(v.items())[:4]
-        return "{" + ", ".join(f"{describe(k, depth + 1)}: {describe(x, depth + 1)}" for k, x in items) + (", …" if len(v) > 4 else "") + "}"
+        return (
+            "{"
+            + ", ".join(f"{describe(k, depth + 1)}: {describe(x, depth + 1)}" for k, x in items)
+            + (", …" if len(v) > 4 else "")
+            + "}"
+        )
     r = repr(v)
     return r[:60] + ("…" if len(r) > 60 else "")
 
@@ -156,7 +179,7 @@ class StreamResult:
 
 
 class _Resolver:
-    def __init__(self, an: "_Analyser") -> None:
+    def __init__(self, an: _Analyser) -> None:
         self.an = an
 
     def resolve(self, module: str, name: str) -> Any:
@@ -247,7 +270,11 @@ class _Analyser:
         if depth > 3:
             return
         if isinstance(value, (bytes, bytearray)):
-            if len(value) >= 2 and (value[:1] == b"\x80" or value[:4] == b"PK\x03\x04" or value[:6] == b"\x93NUMPY") and id(value) not in self._nested_seen:
+            if (
+                len(value) >= 2
+                and (value[:1] == b"\x80" or value[:4] == b"PK\x03\x04" or value[:6] == b"\x93NUMPY")
+                and id(value) not in self._nested_seen
+            ):
                 self._nested_seen.add(id(value))
                 self.nested.append((self.op, bytes(value), self.pos))
         elif isinstance(value, (tuple, list)):
@@ -320,7 +347,17 @@ def analyse(
                 raise LimitError("the scan's opcode budget ran out", offset=pos, expected=f"<= {max_ops} opcodes")
             step(pos, opname, arg)
 
-    up = Unpickler(data, resolver=_Resolver(an), persistent_load=an.persistent_load, limits=limits, start=start, trace=trace, encoding="latin1", strict=True, short_frames=short_frames)
+    up = Unpickler(
+        data,
+        resolver=_Resolver(an),
+        persistent_load=an.persistent_load,
+        limits=limits,
+        start=start,
+        trace=trace,
+        encoding="latin1",
+        strict=True,
+        short_frames=short_frames,
+    )
     err: TorchlessError | None = None
     value: Any = None
     end: int | None = None
@@ -343,9 +380,25 @@ def analyse(
         e = an.pos
         for fpos, flen in an.frames:
             if fpos < e and fpos + 9 <= e < fpos + 9 + flen:
-                up.info.frame_hazards.append((e, f"{an.op} fails inside the FRAME at {fpos:#x}; file readers may read its argument from other bytes"))
+                up.info.frame_hazards.append(
+                    (e, f"{an.op} fails inside the FRAME at {fpos:#x}; file readers may read its argument from other bytes")
+                )
                 break
-    out = StreamResult(start, end, up.info.protocol, an.globals, an.calls, an.builds, err, an.frames, an.ops, value, an.nested, up.info.frame_hazards, an.events)
+    out = StreamResult(
+        start,
+        end,
+        up.info.protocol,
+        an.globals,
+        an.calls,
+        an.builds,
+        err,
+        an.frames,
+        an.ops,
+        value,
+        an.nested,
+        up.info.frame_hazards,
+        an.events,
+    )
     if record and err is None:
         out.value_norm = an.norm(value)
     if record:
@@ -355,10 +408,19 @@ def analyse(
 
 # -- disassembly -----------------------------------------------------------------------
 _FIXED = {
-    "BININT1": 1, "BINGET": 1, "BINPUT": 1, "PROTO": 1, "EXT1": 1,
-    "BININT2": 2, "EXT2": 2,
-    "BININT": 4, "LONG_BINGET": 4, "LONG_BINPUT": 4, "EXT4": 4,
-    "BINFLOAT": 8, "FRAME": 8,
+    "BININT1": 1,
+    "BINGET": 1,
+    "BINPUT": 1,
+    "PROTO": 1,
+    "EXT1": 1,
+    "BININT2": 2,
+    "EXT2": 2,
+    "BININT": 4,
+    "LONG_BINGET": 4,
+    "LONG_BINPUT": 4,
+    "EXT4": 4,
+    "BINFLOAT": 8,
+    "FRAME": 8,
 }
 _LEN1 = ("SHORT_BINUNICODE", "SHORT_BINSTRING", "SHORT_BINBYTES", "LONG1")
 _LEN4 = ("BINUNICODE", "BINSTRING", "BINBYTES", "LONG4")
@@ -410,7 +472,9 @@ def _decode_op(data: bytes, pos: int) -> tuple[str, str, int]:
     return name, "", p
 
 
-def disassemble(data: bytes, at: int, op_offsets: list[int] | None = None, before: int = 4, after: int = 2, base: int = 0) -> list[str]:
+def disassemble(
+    data: bytes, at: int, op_offsets: list[int] | None = None, before: int = 4, after: int = 2, base: int = 0
+) -> list[str]:
     """A few disassembled opcodes around offset ``at`` (the line at ``at`` marked ``>``)."""
     starts: list[int]
     if op_offsets:

@@ -133,7 +133,13 @@ def report_aoti(scanner: Any, zr: ZipReader, member: str | None) -> None:
         for n in members:
             parts = n.replace("\\", "/").split("/")
             if ".." in parts or n.startswith(("/", "\\")):
-                scanner.add("path-traversal", "critical", f"AOTInductor member {n!r} is extracted by the package loader to <temp folder>/{n}, which leaves the folder: a file written anywhere the user can write{nested}", pre + n, loader=_LOADER)
+                scanner.add(
+                    "path-traversal",
+                    "critical",
+                    f"AOTInductor member {n!r} is extracted by the package loader to <temp folder>/{n}, which leaves the folder: a file written anywhere the user can write{nested}",
+                    pre + n,
+                    loader=_LOADER,
+                )
             dot = n.rfind(".")
             ext = n[dot:] if dot > n.rfind("/") else ""
             if ext == ".cpp":
@@ -143,9 +149,21 @@ def report_aoti(scanner: Any, zr: ZipReader, member: str | None) -> None:
             elif ext == ".o":
                 objs.append(n)
             elif ext in _GPU_EXT:
-                scanner.add("native-code", "critical", f"GPU binary {n!r} of AOTInductor model {model!r} is loaded as device code when the model runs on a GPU{nested}", pre + n, loader=_LOADER)
+                scanner.add(
+                    "native-code",
+                    "critical",
+                    f"GPU binary {n!r} of AOTInductor model {model!r} is loaded as device code when the model runs on a GPU{nested}",
+                    pre + n,
+                    loader=_LOADER,
+                )
         for so in sos:
-            scanner.add("native-code", "critical", f"shared object {so!r} of AOTInductor model {model!r} is dlopen()ed by torch.export.load / aoti_load_package: native code runs in the loading process (its initialisers at load){nested}", pre + so, loader=_LOADER)
+            scanner.add(
+                "native-code",
+                "critical",
+                f"shared object {so!r} of AOTInductor model {model!r} is dlopen()ed by torch.export.load / aoti_load_package: native code runs in the loading process (its initialisers at load){nested}",
+                pre + so,
+                loader=_LOADER,
+            )
         if sos:
             continue
         for cpp in cpps:  # the loader compiles the last; each could be the last one
@@ -163,7 +181,13 @@ def _report_compile(scanner: Any, zr: ZipReader, cpp: str, objs: list[str], mode
             hit = zr.lookup(fname, full=True)
             raw = zr.read_bytes(hit, max_size=MAX_FLAGS_BYTES) if hit is not None else None
         except TorchlessError as e:
-            scanner.add("native-code", "critical", f"{fname!r} (compile/link flags of AOTInductor model {model!r}) cannot be read ({e.message}); the loader would run the command line it holds through the shell", pre + fname, loader=_LOADER)
+            scanner.add(
+                "native-code",
+                "critical",
+                f"{fname!r} (compile/link flags of AOTInductor model {model!r}) cannot be read ({e.message}); the loader would run the command line it holds through the shell",
+                pre + fname,
+                loader=_LOADER,
+            )
             continue
         if raw is None:
             continue
@@ -172,5 +196,17 @@ def _report_compile(scanner: Any, zr: ZipReader, cpp: str, objs: list[str], mode
         except (ValueError, RecursionError):
             flags = None
         cmd = compile_command(flags, sources, target) if flags is not None else "<not JSON: the loader throws>"
-        scanner.add("native-code", "critical", f"{fname!r} becomes a command line that torch.export.load / aoti_load_package runs through the shell (system()): {_short(cmd)}{nested}", pre + fname, loader=_LOADER)
-    scanner.add("native-code", "critical", f"AOTInductor model {model!r} has no shared object: the loader compiles {cpp!r}{' and links ' + ', '.join(repr(o) for o in objs) if objs else ''} with its flags JSON and dlopen()s the result{nested}", pre + cpp, loader=_LOADER)
+        scanner.add(
+            "native-code",
+            "critical",
+            f"{fname!r} becomes a command line that torch.export.load / aoti_load_package runs through the shell (system()): {_short(cmd)}{nested}",
+            pre + fname,
+            loader=_LOADER,
+        )
+    scanner.add(
+        "native-code",
+        "critical",
+        f"AOTInductor model {model!r} has no shared object: the loader compiles {cpp!r}{' and links ' + ', '.join(repr(o) for o in objs) if objs else ''} with its flags JSON and dlopen()s the result{nested}",
+        pre + cpp,
+        loader=_LOADER,
+    )

@@ -57,7 +57,16 @@ from ..core.errors import TorchlessError
 from ..core.source import ByteSource
 from .policy import Verdict
 
-__all__ = ["cache_kind", "scan_cache_file", "check_python", "check_cpp", "CACHE_SAFE", "ALLOWED_IMPORTS", "SAFE_BUILTINS", "MAX_SOURCE_BYTES"]
+__all__ = [
+    "cache_kind",
+    "scan_cache_file",
+    "check_python",
+    "check_cpp",
+    "CACHE_SAFE",
+    "ALLOWED_IMPORTS",
+    "SAFE_BUILTINS",
+    "MAX_SOURCE_BYTES",
+]
 
 MAX_SOURCE_BYTES = 32 << 20
 MAX_PROBLEMS = 200  # problems listed per source
@@ -161,28 +170,64 @@ _NO_ATTRS = {"os", "tempfile", "ctypes"}
 
 #: ``async_compile`` methods that take kernel source -> (Python (imported) or native
 #: (compiled), position of the source argument), as ``torch/_inductor/async_compile.py``
-_SOURCE_METHODS = {"triton": ("python", 1), "cutedsl": ("python", 1), "pallas": ("python", 1), "cpp": ("c++", 0), "cpp_pybinding": ("c++", 1), "cuda": ("c++", 0), "xpu": ("c++", 0), "rocm": ("c++", 0), "cutlass": ("c++", 1), "halide": ("c++", 1), "metal": ("c++", 1)}
+_SOURCE_METHODS = {
+    "triton": ("python", 1),
+    "cutedsl": ("python", 1),
+    "pallas": ("python", 1),
+    "cpp": ("c++", 0),
+    "cpp_pybinding": ("c++", 1),
+    "cuda": ("c++", 0),
+    "xpu": ("c++", 0),
+    "rocm": ("c++", 0),
+    "cutlass": ("c++", 1),
+    "halide": ("c++", 1),
+    "metal": ("c++", 1),
+}
 
 #: builtins inductor's generated code uses (anything else that is not defined in the file
 #: is a finding)
 SAFE_BUILTINS = frozenset(
-    "len range int float bool str tuple list dict set frozenset min max abs sum any all enumerate zip isinstance "
-    "issubclass print globals super object type slice round divmod pow reversed sorted iter next map filter hasattr "
-    "repr hash id bytes bytearray complex callable property staticmethod classmethod NotImplemented Ellipsis None True False "
-    "Exception RuntimeError ValueError TypeError AssertionError KeyError IndexError NotImplementedError AttributeError "
-    "StopIteration ZeroDivisionError OverflowError ImportError __name__ __file__ locals".split()
+    ["len", "range", "int", "float", "bool", "str", "tuple", "list", "dict", "set", "frozenset", "min", "max", "abs", "sum", "any", "all", "enumerate", "zip", "isinstance", "issubclass", "print", "globals", "super", "object", "type", "slice", "round", "divmod", "pow", "reversed", "sorted", "iter", "next", "map", "filter", "hasattr", "repr", "hash", "id", "bytes", "bytearray", "complex", "callable", "property", "staticmethod", "classmethod", "NotImplemented", "Ellipsis", "None", "True", "False", "Exception", "RuntimeError", "ValueError", "TypeError", "AssertionError", "KeyError", "IndexError", "NotImplementedError", "AttributeError", "StopIteration", "ZeroDivisionError", "OverflowError", "ImportError", "__name__", "__file__", "locals"]
 )
 #: builtins that run code, import, or open files
-_DANGEROUS_BUILTINS = frozenset("exec eval compile __import__ open breakpoint input getattr setattr delattr vars memoryview exit quit help __builtins__ __loader__ __spec__".split())
+_DANGEROUS_BUILTINS = frozenset(
+    ["exec", "eval", "compile", "__import__", "open", "breakpoint", "input", "getattr", "setattr", "delattr", "vars", "memoryview", "exit", "quit", "help", "__builtins__", "__loader__", "__spec__"]
+)
 #: attribute names that reach modules or interpreter internals from any object
-_DANGEROUS_ATTRS = frozenset("os sys subprocess builtins importlib ctypes pickle marshal shutil socket runpy pty code codeop system popen spawnv execv execve fork load_library cpp_extension hub".split())
-_RISKY_TORCH = ("torch.load", "torch.save", "torch.from_file", "torch.jit", "torch.hub", "torch.package", "torch.utils.cpp_extension", "torch.ops.load_library", "torch.classes.load_library", "torch._C._load_for_mobile", "torch._C.import_ir_module", "torch.compiler.load_cache_artifacts", "torch._inductor.codecache", "torch._inductor.cpp_builder", "torch._inductor.package", "torch._inductor.aoti_load_package", "torch.export.load")
-_DANGEROUS_STRINGS = _DANGEROUS_ATTRS | frozenset("exec eval compile __import__ open getattr setattr delattr __builtins__ __loader__ __globals__ __subclasses__ __code__ __dict__ __class__ __bases__ __mro__ __reduce__ __reduce_ex__ __getattribute__".split())
+_DANGEROUS_ATTRS = frozenset(
+    ["os", "sys", "subprocess", "builtins", "importlib", "ctypes", "pickle", "marshal", "shutil", "socket", "runpy", "pty", "code", "codeop", "system", "popen", "spawnv", "execv", "execve", "fork", "load_library", "cpp_extension", "hub"]
+)
+_RISKY_TORCH = (
+    "torch.load",
+    "torch.save",
+    "torch.from_file",
+    "torch.jit",
+    "torch.hub",
+    "torch.package",
+    "torch.utils.cpp_extension",
+    "torch.ops.load_library",
+    "torch.classes.load_library",
+    "torch._C._load_for_mobile",
+    "torch._C.import_ir_module",
+    "torch.compiler.load_cache_artifacts",
+    "torch._inductor.codecache",
+    "torch._inductor.cpp_builder",
+    "torch._inductor.package",
+    "torch._inductor.aoti_load_package",
+    "torch.export.load",
+)
+_DANGEROUS_STRINGS = _DANGEROUS_ATTRS | frozenset(
+    ["exec", "eval", "compile", "__import__", "open", "getattr", "setattr", "delattr", "__builtins__", "__loader__", "__globals__", "__subclasses__", "__code__", "__dict__", "__class__", "__bases__", "__mro__", "__reduce__", "__reduce_ex__", "__getattribute__"]
+)
 
 #: C++: includes inductor emits, and calls that reach processes, files or libraries
-_CPP_INCLUDE_OK = re.compile(r'^\s*#\s*include\s*(?:"[^"]*torch/_inductor/codegen/[\w./]+\.h"|<(?:ATen/|c10/|torch/csrc/inductor/)[\w./]+>|<(?:Python|immintrin|arm_neon|arm_sve|omp|sleef|cuda|mutex|sstream|stdexcept|cerrno|cmath|cstdint|cstdlib|cstddef|climits|cstring|algorithm|atomic|limits|array|vector|string|optional|tuple|utility|type_traits|functional|memory|iostream|unordered_map|map|set)(?:\.h)?>)')
+_CPP_INCLUDE_OK = re.compile(
+    r'^\s*#\s*include\s*(?:"[^"]*torch/_inductor/codegen/[\w./]+\.h"|<(?:ATen/|c10/|torch/csrc/inductor/)[\w./]+>|<(?:Python|immintrin|arm_neon|arm_sve|omp|sleef|cuda|mutex|sstream|stdexcept|cerrno|cmath|cstdint|cstdlib|cstddef|climits|cstring|algorithm|atomic|limits|array|vector|string|optional|tuple|utility|type_traits|functional|memory|iostream|unordered_map|map|set)(?:\.h)?>)'
+)
 _CPP_INCLUDE = re.compile(r"^\s*#\s*include\b.*$", re.M)
-_CPP_RISKY = re.compile(r"\b(system|popen|execl|execlp|execle|execv|execvp|execve|fork|vfork|posix_spawn|dlopen|dlsym|fopen|freopen|open|openat|creat|socket|connect|unlink|rename|chmod|setenv|putenv|ptrace|syscall)\s*[(\[]|\b(asm|__asm__|__asm)\b|\b(constructor|destructor|init_priority)\b")
+_CPP_RISKY = re.compile(
+    r"\b(system|popen|execl|execlp|execle|execv|execvp|execve|fork|vfork|posix_spawn|dlopen|dlsym|fopen|freopen|open|openat|creat|socket|connect|unlink|rename|chmod|setenv|putenv|ptrace|syscall)\s*[(\[]|\b(asm|__asm__|__asm)\b|\b(constructor|destructor|init_priority)\b"
+)
 
 
 def cache_kind(path: str) -> str | None:
@@ -226,13 +271,25 @@ def check_python(source: bytes | str, *, name: str = "<source>", _depth: int = 0
         source cannot be parsed or exceeds :data:`MAX_SOURCE_BYTES`.
     """
     if len(source) > MAX_SOURCE_BYTES:
-        return [("unanalysable", f"generated source of {len(source)} bytes exceeds the {MAX_SOURCE_BYTES}-byte limit; not analysed", None)]
+        return [
+            (
+                "unanalysable",
+                f"generated source of {len(source)} bytes exceeds the {MAX_SOURCE_BYTES}-byte limit; not analysed",
+                None,
+            )
+        ]
     try:
         with warnings.catch_warnings():  # SyntaxWarnings of odd sources are not for the user
             warnings.simplefilter("ignore")
             tree = ast.parse(source, filename=name)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
-        return [("unanalysable", f"generated source does not parse ({type(e).__name__}: {str(e)[:120]}); Python would not run it either, but it was not analysed", getattr(e, "lineno", None))]
+        return [
+            (
+                "unanalysable",
+                f"generated source does not parse ({type(e).__name__}: {str(e)[:120]}); Python would not run it either, but it was not analysed",
+                getattr(e, "lineno", None),
+            )
+        ]
     out: list[tuple[str, str, int | None]] = []
     defined: set[str] = set()
     imported_mod: dict[str, str] = {}  # local name -> module it is
@@ -266,7 +323,9 @@ def check_python(source: bytes | str, *, name: str = "<source>", _depth: int = 0
             known = mod in ALLOWED_IMPORTS or mod.startswith(ALLOWED_IMPORT_PREFIXES)
             for a in n.names:
                 if not known or (allowed is not None and a.name not in allowed) or a.name == "*":
-                    out.append(("critical", f"imports {a.name!r} from {mod!r}, which inductor's generated code never does", n.lineno))
+                    out.append(
+                        ("critical", f"imports {a.name!r} from {mod!r}, which inductor's generated code never does", n.lineno)
+                    )
                 defined.add(a.asname or a.name)
                 imported_mod[a.asname or a.name] = f"{mod}.{a.name}"
     # uses; dotted chains are checked once, at their outermost attribute (linear work)
@@ -277,14 +336,34 @@ def check_python(source: bytes | str, *, name: str = "<source>", _depth: int = 0
             break
         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
             if n.id in _DANGEROUS_BUILTINS and n.id not in defined:
-                out.append(("critical", f"uses the builtin {n.id!r} (runs code, imports or opens files): inductor never emits it", n.lineno))
+                out.append(
+                    (
+                        "critical",
+                        f"uses the builtin {n.id!r} (runs code, imports or opens files): inductor never emits it",
+                        n.lineno,
+                    )
+                )
             elif n.id not in defined and n.id not in SAFE_BUILTINS:
-                out.append(("high", f"uses {n.id!r}, which is neither defined in the file nor a builtin inductor's generated code uses", n.lineno))
+                out.append(
+                    (
+                        "high",
+                        f"uses {n.id!r}, which is neither defined in the file nor a builtin inductor's generated code uses",
+                        n.lineno,
+                    )
+                )
         elif isinstance(n, ast.Attribute):
             if n.attr.startswith("__") and n.attr.endswith("__") and n.attr not in ("__name__", "__init__"):
-                out.append(("critical", f"reads the attribute {n.attr!r} (interpreter internals): inductor never emits it", n.lineno))
+                out.append(
+                    ("critical", f"reads the attribute {n.attr!r} (interpreter internals): inductor never emits it", n.lineno)
+                )
             elif n.attr in _DANGEROUS_ATTRS:
-                out.append(("critical", f"reads the attribute {n.attr!r} (a module or function that runs processes, imports or loads code)", n.lineno))
+                out.append(
+                    (
+                        "critical",
+                        f"reads the attribute {n.attr!r} (a module or function that runs processes, imports or loads code)",
+                        n.lineno,
+                    )
+                )
             parts = _dotted(n) if id(n) not in inner else None
             if parts is not None and isinstance(getattr(n, "ctx", None), ast.Load):
                 root = imported_mod.get(parts[0], parts[0] if parts[0] not in defined else "")
@@ -296,20 +375,38 @@ def check_python(source: bytes | str, *, name: str = "<source>", _depth: int = 0
                         out.append(("critical", f"uses {full!r}, which loads code or files", n.lineno))
                         break
         elif isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in _DANGEROUS_STRINGS:
-            out.append(("high", f"string {n.value!r}: the name of a code-running builtin or module, as used by getattr/globals tricks", getattr(n, "lineno", None)))
+            out.append(
+                (
+                    "high",
+                    f"string {n.value!r}: the name of a code-running builtin or module, as used by getattr/globals tricks",
+                    getattr(n, "lineno", None),
+                )
+            )
         elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _SOURCE_METHODS:
             # sources the output code hands to async_compile: Python kernels are written
             # to the cache and imported, C++/CUDA ones compiled and loaded. Inductor
             # always passes a literal; a computed source cannot be analysed.
             lang, idx = _SOURCE_METHODS[n.func.attr]
-            src_arg = n.args[idx] if idx < len(n.args) else next((k.value for k in n.keywords if k.arg in ("source_code", "source")), None)
+            src_arg = (
+                n.args[idx]
+                if idx < len(n.args)
+                else next((k.value for k in n.keywords if k.arg in ("source_code", "source")), None)
+            )
             if src_arg is None:
                 continue
             if not (isinstance(src_arg, ast.Constant) and isinstance(src_arg.value, str)):
-                out.append(("critical", f"passes a computed kernel source to {n.func.attr}(): inductor passes a string literal; what would be compiled or imported is not known", n.lineno))
+                out.append(
+                    (
+                        "critical",
+                        f"passes a computed kernel source to {n.func.attr}(): inductor passes a string literal; what would be compiled or imported is not known",
+                        n.lineno,
+                    )
+                )
             elif lang == "python":
                 if _depth >= 2:
-                    out.append(("unanalysable", f"Python source nested in {n.func.attr}() more than twice; not analysed", n.lineno))
+                    out.append(
+                        ("unanalysable", f"Python source nested in {n.func.attr}() more than twice; not analysed", n.lineno)
+                    )
                     continue
                 for sev, msg, line in check_python(src_arg.value, name=f"{name} > {n.func.attr}()", _depth=_depth + 1):
                     out.append((sev, f"in the kernel source passed to {n.func.attr}() (its line {line}): {msg}", n.lineno))
@@ -341,9 +438,19 @@ def check_cpp(text: str) -> list[tuple[str, str]]:
         line += text.count("\n", last, m.start())  # incremental: linear in the text
         last = m.start()
         if m.group(1):
-            out.append(("critical", f"calls {m.group(1)!r} (line {line}): processes, files or libraries, which inductor's kernels never touch"))
+            out.append(
+                (
+                    "critical",
+                    f"calls {m.group(1)!r} (line {line}): processes, files or libraries, which inductor's kernels never touch",
+                )
+            )
         else:
-            out.append(("critical", f"uses {m.group(0)!r} (line {line}): inline assembly or code run at load (static constructors), which inductor's kernels never contain"))
+            out.append(
+                (
+                    "critical",
+                    f"uses {m.group(0)!r} (line {line}): inline assembly or code run at load (static constructors), which inductor's kernels never contain",
+                )
+            )
         if len(out) > 50:
             break
     return out
@@ -361,7 +468,9 @@ def _report_python(scanner: Any, data: bytes | str, member: str | None, what: st
         if sev == "unanalysable":
             scanner.add("unanalysable", "high", f"{what}: {msg}{where}", member, loader=_LOADER)
         else:
-            scanner.add("cache-code", sev, f"{what} {msg}{where}; torch.compile runs this file on a cache hit", member, loader=_LOADER)
+            scanner.add(
+                "cache-code", sev, f"{what} {msg}{where}; torch.compile runs this file on a cache hit", member, loader=_LOADER
+            )
 
 
 def _source_codes(value: Any, budget: int = 200_000) -> list[str]:
@@ -408,9 +517,20 @@ def scan_cache_file(scanner: Any, src: ByteSource, kind: str) -> None:
                 g.verdict = Verdict("safe", "inductor cache record: " + CACHE_REFERENCED[g.qualname])
         scanner.report_stream(res, data, None, 0, 0)
         if res.end is not None and res.end < len(data):
-            scanner.add("trailing-data", "medium", f"{len(data) - res.end} bytes after the pickle's STOP (pickle.loads ignores them)", None, res.end)
+            scanner.add(
+                "trailing-data",
+                "medium",
+                f"{len(data) - res.end} bytes after the pickle's STOP (pickle.loads ignores them)",
+                None,
+                res.end,
+            )
         for i, code in enumerate(_source_codes(res.value)):
-            _report_python(scanner, code, f"source_code #{i + 1} of the cached graph", "cached graph source (written to <cache>/<xx>/c<key>.py when that file is missing, then executed):")
+            _report_python(
+                scanner,
+                code,
+                f"source_code #{i + 1} of the cached graph",
+                "cached graph source (written to <cache>/<xx>/c<key>.py when that file is missing, then executed):",
+            )
         return
     if kind == "py":
         _report_python(scanner, bytes(src.view(0, src.size)), None, "generated Python")
@@ -419,20 +539,47 @@ def scan_cache_file(scanner: Any, src: ByteSource, kind: str) -> None:
         text = bytes(src.view(0, min(src.size, MAX_SOURCE_BYTES + 1))).decode("utf-8", "replace")
         for sev, msg in check_cpp(text):
             rule, s = ("unanalysable", "high") if sev == "unanalysable" else ("cache-code", sev)
-            scanner.add(rule, s, f"C++ kernel source (compiled by torch.compile when its .so is missing): {msg}", None, loader=_LOADER)
+            scanner.add(
+                rule, s, f"C++ kernel source (compiled by torch.compile when its .so is missing): {msg}", None, loader=_LOADER
+            )
         return
     if kind == "triton-binary":
-        scanner.add("native-code", "info", "Triton compiler output (launcher or device code) that Triton loads on a cache hit; machine code is not analysed", None, loader=_LOADER)
+        scanner.add(
+            "native-code",
+            "info",
+            "Triton compiler output (launcher or device code) that Triton loads on a cache hit; machine code is not analysed",
+            None,
+            loader=_LOADER,
+        )
         return
     # .so
     head = bytes(src.view(0, min(src.size, 4)))
     cpp = path[: -len(".so")] + ".cpp"
     if head != b"\x7fELF":
-        scanner.add("native-code", "high", "cache shared object is not an ELF file; torch.compile would dlopen() it on a cache hit", None, 0, loader=_LOADER)
+        scanner.add(
+            "native-code",
+            "high",
+            "cache shared object is not an ELF file; torch.compile would dlopen() it on a cache hit",
+            None,
+            0,
+            loader=_LOADER,
+        )
     elif os.path.isfile(cpp) and not os.path.islink(cpp):
-        scanner.add("native-code", "info", f"shared object compiled by inductor from {os.path.basename(cpp)} (analysed as C++); torch.compile dlopen()s it on a cache hit. Its machine code is not analysed", None, loader=_LOADER)
+        scanner.add(
+            "native-code",
+            "info",
+            f"shared object compiled by inductor from {os.path.basename(cpp)} (analysed as C++); torch.compile dlopen()s it on a cache hit. Its machine code is not analysed",
+            None,
+            loader=_LOADER,
+        )
     else:
-        scanner.add("native-code", "high", f"cache shared object without the C++ source it would be built from ({os.path.basename(cpp)} is missing): torch.compile dlopen()s it on a cache hit; its machine code is not analysed", None, loader=_LOADER)
+        scanner.add(
+            "native-code",
+            "high",
+            f"cache shared object without the C++ source it would be built from ({os.path.basename(cpp)} is missing): torch.compile dlopen()s it on a cache hit; its machine code is not analysed",
+            None,
+            loader=_LOADER,
+        )
 
 
 def scan_if_cache(scanner: Any, src: ByteSource) -> bool:

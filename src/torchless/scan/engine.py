@@ -35,6 +35,7 @@ subclasses; it reads frames through its own ``_Unframer``.
 from __future__ import annotations
 
 import _compat_pickle
+import _pickle
 import copyreg
 import gc
 import io
@@ -48,8 +49,6 @@ import sys
 import zipfile
 from dataclasses import dataclass, field
 from typing import Any
-
-import _pickle
 
 __all__ = [
     "Record",
@@ -146,7 +145,10 @@ def _norm(v: Any, ids: _Ids, depth: int, active: tuple[int, ...], budget: list[i
     if t is tuple or t is list:
         return (t.__name__, tuple(_norm(x, ids, depth + 1, act, budget) for x in v))
     if t is dict:
-        return ("dict", tuple((_norm(k, ids, depth + 1, act, budget), _norm(x, ids, depth + 1, act, budget)) for k, x in v.items()))
+        return (
+            "dict",
+            tuple((_norm(k, ids, depth + 1, act, budget), _norm(x, ids, depth + 1, act, budget)) for k, x in v.items()),
+        )
     if t is set or t is frozenset:
         # element order of a set is not a property of the stream: sort, then cut
         items = sorted((_norm(x, ids, depth + 1, act, [_MAX_NORM_NODES]) for x in v), key=repr)
@@ -180,7 +182,7 @@ class Record:
         return (self.events, self.outcome, self.value, self.end, self.error, self.resource)
 
     @classmethod
-    def from_wire(cls, t: tuple) -> "Record":
+    def from_wire(cls, t: tuple) -> Record:
         return cls(events=list(t[0]), outcome=t[1], value=t[2], end=t[3], error=t[4], resource=t[5])
 
 
@@ -422,7 +424,7 @@ def compare(oracle: Record, model: Record, *, check_end: bool = True) -> str | N
 
 
 def _first_diff(a: list, b: list) -> str:
-    for i, (x, y) in enumerate(zip(a, b)):
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
             return f"event {i}: real {x!r:.200} model {y!r:.200}"
     if len(a) != len(b):
@@ -602,7 +604,7 @@ class EngineWorker:
                 except OSError:  # pragma: no cover
                     pass
 
-    def __enter__(self) -> "EngineWorker":
+    def __enter__(self) -> EngineWorker:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -709,7 +711,9 @@ def digest(wire: tuple) -> str:
 
     events, outcome, value, _end, _error, resource = wire
     # repr, not marshal: marshal's output depends on reference counts, repr only on values
-    return hashlib.sha256(repr((list(events), outcome, value if outcome == "ok" else None, resource)).encode("utf-8", "surrogatepass")).hexdigest()
+    return hashlib.sha256(
+        repr((list(events), outcome, value if outcome == "ok" else None, resource)).encode("utf-8", "surrogatepass")
+    ).hexdigest()
 
 
 def record_of(res: Any) -> Record:
@@ -722,7 +726,6 @@ def record_of(res: Any) -> Record:
         out.outcome, out.error = "error", type(res.error).__name__
         out.resource = type(res.error).__name__ == "LimitError"
     return out
-
 
 
 # -- does any loader import anything? (run in the child) -------------------------------------
@@ -783,7 +786,9 @@ def _probe_one(cls: type, data: bytes, reader: str, complete: bool, who: str) ->
         return ("undecided", type(e).__name__ + who, False, pos())
     except Exception as e:  # noqa: BLE001 - the unpickler's own refusal, whatever its type
         msg = str(e)[:120]
-        if not complete and (isinstance(e, EOFError) or "truncated" in msg or "ran out of input" in msg.lower() or "exhausted" in msg):
+        if not complete and (
+            isinstance(e, EOFError) or "truncated" in msg or "ran out of input" in msg.lower() or "exhausted" in msg
+        ):
             return ("undecided", "the stream runs past the probe window", False, pos())
         return ("stops", f"{type(e).__name__}: {msg} (at about byte {pos()}){who}", False, pos())
     finally:
@@ -802,7 +807,15 @@ def probe_readers(data: bytes, complete: bool, kind: str) -> tuple[str, str, boo
     asks for."""
     if kind == "py":
         return _probe_one(_PyProbe, data, "bytesio", complete, "")
-    cs = [_probe_one(_CProbe, data, r, complete, who) for r, who in (("bytesio", ""), ("bytes", " (whole-buffer reader)"), ("file", " (buffered file reader)"), ("zipmember", " (zip member reader)"))]
+    cs = [
+        _probe_one(_CProbe, data, r, complete, who)
+        for r, who in (
+            ("bytesio", ""),
+            ("bytes", " (whole-buffer reader)"),
+            ("file", " (buffered file reader)"),
+            ("zipmember", " (zip member reader)"),
+        )
+    ]
     for want in ("resolves", "undecided"):
         for c in cs:
             if c[0] == want:

@@ -5,7 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["SEVERITIES", "VERDICTS", "UNANALYSED_RULES", "EXIT_CODES", "LOADERS", "RULES", "Finding", "AllowNote", "FileReport", "ScanReport"]
+__all__ = [
+    "SEVERITIES",
+    "VERDICTS",
+    "UNANALYSED_RULES",
+    "EXIT_CODES",
+    "LOADERS",
+    "RULES",
+    "Finding",
+    "AllowNote",
+    "FileReport",
+    "ScanReport",
+]
 
 #: most to least severe; ``info`` never makes a file "not clean".
 SEVERITIES = ("critical", "high", "medium", "low", "info")
@@ -178,7 +189,10 @@ class FileReport:
             "streams": self.streams,
             "globals": dict(self.globals),
             "findings": [f.to_dict() for f in self.findings],
-            "weights_only": {"refused_globals": [n.to_dict() for n in self.weights_only], "other_blockers": list(self.weights_only_blockers)},
+            "weights_only": {
+                "refused_globals": [n.to_dict() for n in self.weights_only],
+                "other_blockers": list(self.weights_only_blockers),
+            },
             "error": self.error,
             "seconds": round(self.seconds, 6),
         }
@@ -213,7 +227,15 @@ class ScanReport:
         verdicts: dict[str, int] = {}
         for r in self.files:
             verdicts[r.verdict] = verdicts.get(r.verdict, 0) + 1
-        return {"files": [r.to_dict() for r in self.files], "summary": {"files": len(self.files), "verdicts": verdicts, "findings": len([f for f in self.findings if f.severity != "info"])}, "exit_code": self.exit_code}
+        return {
+            "files": [r.to_dict() for r in self.files],
+            "summary": {
+                "files": len(self.files),
+                "verdicts": verdicts,
+                "findings": len([f for f in self.findings if f.severity != "info"]),
+            },
+            "exit_code": self.exit_code,
+        }
 
     def __iter__(self):  # type: ignore[no-untyped-def]
         return iter(self.files)

@@ -42,16 +42,50 @@ _DCP = "torch.distributed.checkpoint dataclass: a plain record of fields, no cod
 
 def _scan_extras() -> Allowlist:
     a = Allowlist("scan-extras")
-    for n in ("restore_type_tag", "build_intlist", "build_doublelist", "build_boollist", "build_tensorlist", "build_tensor_from_id"):
+    for n in (
+        "restore_type_tag",
+        "build_intlist",
+        "build_doublelist",
+        "build_boollist",
+        "build_tensorlist",
+        "build_tensor_from_id",
+    ):
         a.add(f"torch.jit._pickle.{n}", None, f"{_TS} (torch.jit._pickle.{n} returns its argument)")
-    for n in ("Metadata", "TensorStorageMetadata", "TensorProperties", "ChunkStorageMetadata", "BytesStorageMetadata", "MetadataIndex", "StorageMeta", "_MEM_FORMAT_ENCODING"):
+    for n in (
+        "Metadata",
+        "TensorStorageMetadata",
+        "TensorProperties",
+        "ChunkStorageMetadata",
+        "BytesStorageMetadata",
+        "MetadataIndex",
+        "StorageMeta",
+        "_MEM_FORMAT_ENCODING",
+    ):
         a.add(f"torch.distributed.checkpoint.metadata.{n}", None, _DCP)
     a.add("torch.distributed.checkpoint.filesystem._StorageInfo", None, _DCP)
     a.add("torch.distributed.checkpoint.planner.WriteItemType", None, "an enum of DCP write item kinds")
     a.add("torch.distributed.checkpoint.planner.LoadItemType", None, "an enum of DCP load item kinds")
     a.add("torch.distributed.checkpoint.metadata.TensorProperties.create_from_tensor", None, _DCP)
     a.add("enum.Enum", None, "Enum lookup by value (DCP pickles _MEM_FORMAT_ENCODING through it)")
-    for n in ("ComplexHalf", "UInt16", "UInt32", "UInt64", "Float8_e4m3fn", "Float8_e5m2", "Float8_e4m3fnuz", "Float8_e5m2fnuz", "Float8_e8m0fnu", "Float4_e2m1fn_x2", "QUInt4x2", "QUInt2x4", "Bits8", "Bits16", "Bits1x8", "Bits2x4", "Bits4x2"):
+    for n in (
+        "ComplexHalf",
+        "UInt16",
+        "UInt32",
+        "UInt64",
+        "Float8_e4m3fn",
+        "Float8_e5m2",
+        "Float8_e4m3fnuz",
+        "Float8_e5m2fnuz",
+        "Float8_e8m0fnu",
+        "Float4_e2m1fn_x2",
+        "QUInt4x2",
+        "QUInt2x4",
+        "Bits8",
+        "Bits16",
+        "Bits1x8",
+        "Bits2x4",
+        "Bits4x2",
+    ):
         name = f"torch.{n}Storage"
         if name not in DEFAULT_ALLOWLIST:
             a.add(name, None, f"{_TS} (storage class name written by the C++ pickler)")
@@ -222,7 +256,11 @@ DANGEROUS_NAMES: dict[str, str] = {
 #: argument that is not a concrete value is ``unanalysable``. None of these is ever
 #: "safe": those that are not also dangerous get the verdict ``nested``.
 NESTED_LOADERS: dict[str, tuple[str, int | None, str]] = {
-    "torch.storage._load_from_bytes": ("torch.load(weights_only=False)", 0, "torch.load(io.BytesIO(b), weights_only=False) of its argument (how torch pickles storages)"),
+    "torch.storage._load_from_bytes": (
+        "torch.load(weights_only=False)",
+        0,
+        "torch.load(io.BytesIO(b), weights_only=False) of its argument (how torch pickles storages)",
+    ),
     "torch.load": ("torch.load(weights_only=False)", 0, "torch.load of its argument"),
     "torch.serialization.load": ("torch.load(weights_only=False)", 0, "torch.load of its argument"),
     "torch.serialization._load": ("torch.load(weights_only=False)", 0, "torch.load of its argument"),
@@ -250,21 +288,49 @@ NESTED_LOADERS: dict[str, tuple[str, int | None, str]] = {
     "numpy.core.multiarray.loads": ("pickle.load", 0, "pickle.loads (old NumPy alias)"),
     "joblib.load": ("joblib.load", 0, "joblib.load of its argument"),
     "joblib.numpy_pickle.load": ("joblib.load", 0, "joblib.load of its argument"),
-    "joblib.numpy_pickle.NumpyArrayWrapper": ("joblib.load", None, "joblib reads the array's bytes (for object arrays: a further pickle) from the stream right after this object's BUILD"),
-    "joblib.numpy_pickle_compat.NDArrayWrapper": ("joblib.load", None, "old joblib format: numpy.load of a sibling file named in the pickle"),
-    "joblib.numpy_pickle_compat.ZNDArrayWrapper": ("joblib.load", None, "old joblib format: a zlib-compressed sibling file named in the pickle"),
+    "joblib.numpy_pickle.NumpyArrayWrapper": (
+        "joblib.load",
+        None,
+        "joblib reads the array's bytes (for object arrays: a further pickle) from the stream right after this object's BUILD",
+    ),
+    "joblib.numpy_pickle_compat.NDArrayWrapper": (
+        "joblib.load",
+        None,
+        "old joblib format: numpy.load of a sibling file named in the pickle",
+    ),
+    "joblib.numpy_pickle_compat.ZNDArrayWrapper": (
+        "joblib.load",
+        None,
+        "old joblib format: a zlib-compressed sibling file named in the pickle",
+    ),
 }
 
 #: substrings of a dotted attribute path that reach interpreter internals.
-_DUNDER_REACH = ("__builtins__", "__globals__", "__class__", "__subclasses__", "__mro__", "__bases__", "__code__", "__dict__", "__getattribute__", "__import__", "__loader__", "__spec__", "__init__", "__reduce__", "__reduce_ex__", "__self__", "__func__", "__closure__")
+_DUNDER_REACH = (
+    "__builtins__",
+    "__globals__",
+    "__class__",
+    "__subclasses__",
+    "__mro__",
+    "__bases__",
+    "__code__",
+    "__dict__",
+    "__getattribute__",
+    "__import__",
+    "__loader__",
+    "__spec__",
+    "__init__",
+    "__reduce__",
+    "__reduce_ex__",
+    "__self__",
+    "__func__",
+    "__closure__",
+)
 
 
 #: last components of dotted names that run code or touch files wherever they are defined.
 _DANGEROUS_ATTRS = frozenset(
-    "system popen popen2 popen3 exec eval compile getattr setattr execv execve execvp execvpe execl execle "
-    "execlp execlpe spawnl spawnle spawnlp spawnv spawnve spawnvp fork forkpty run call check_call "
-    "check_output getoutput getstatusoutput Popen loads load open remove unlink rmtree rmdir removedirs kill "
-    "import_module run_path run_module _run_code _run_module_code startfile putenv write_text write_bytes".split()
+    ["system", "popen", "popen2", "popen3", "exec", "eval", "compile", "getattr", "setattr", "execv", "execve", "execvp", "execvpe", "execl", "execle", "execlp", "execlpe", "spawnl", "spawnle", "spawnlp", "spawnv", "spawnve", "spawnvp", "fork", "forkpty", "run", "call", "check_call", "check_output", "getoutput", "getstatusoutput", "Popen", "loads", "load", "open", "remove", "unlink", "rmtree", "rmdir", "removedirs", "kill", "import_module", "run_path", "run_module", "_run_code", "_run_module_code", "startfile", "putenv", "write_text", "write_bytes"]
 )
 
 
@@ -313,9 +379,15 @@ def classify(module: str, name: str, *, torchscript: bool = False) -> Verdict:
             for i in range(len(sp)):
                 r = _dangerous(".".join(sp[i:]))
                 if r is not None:
-                    return Verdict("dangerous", f"dotted name reaches {'.'.join(parts[i:])} (an alias of {'.'.join(sp[i:])}) by attribute walk: {r}")
+                    return Verdict(
+                        "dangerous",
+                        f"dotted name reaches {'.'.join(parts[i:])} (an alias of {'.'.join(sp[i:])}) by attribute walk: {r}",
+                    )
         if parts[-1] in _DANGEROUS_ATTRS:
-            return Verdict("dangerous", f"dotted name ends in {parts[-1]!r}, a name that runs code or touches files in the modules that define it")
+            return Verdict(
+                "dangerous",
+                f"dotted name ends in {parts[-1]!r}, a name that runs code or touches files in the modules that define it",
+            )
         for d in _DUNDER_REACH:
             if d in qual:
                 return Verdict("dangerous", f"reaches interpreter internals through {d}")

@@ -44,7 +44,12 @@ def format_text(report: ScanReport, *, verbose: bool = False) -> str:
             if fr.weights_only:
                 lines.append("    globals to allow with torch.serialization.add_safe_globals:")
                 for n in fr.weights_only:
-                    advice = {"safe": "safe to allow", "nested": "NEVER allow: it deserialises its argument with a loader that runs code", "unknown": "unknown: allow only if you trust this class", "dangerous": "NEVER allow"}.get(n.verdict, "unknown")
+                    advice = {
+                        "safe": "safe to allow",
+                        "nested": "NEVER allow: it deserialises its argument with a loader that runs code",
+                        "unknown": "unknown: allow only if you trust this class",
+                        "dangerous": "NEVER allow",
+                    }.get(n.verdict, "unknown")
                     lines.append(f"    - {n.global_name}: {advice} ({n.reason})")
         if fr.error:
             lines.append(f"  error: {fr.error}")
@@ -93,7 +98,13 @@ def format_sarif(report: ScanReport, *, base: str | None = None) -> str:
                     "level": _SARIF_LEVEL.get(f.severity, "warning"),
                     "message": {"text": f.message},
                     "locations": [loc],
-                    "properties": {"severity": f.severity, "member": f.member, "offset": f.offset, "global": f.global_name, "disassembly": f.disassembly},
+                    "properties": {
+                        "severity": f.severity,
+                        "member": f.member,
+                        "offset": f.offset,
+                        "global": f.global_name,
+                        "disassembly": f.disassembly,
+                    },
                 }
             )
     doc = {

@@ -30,13 +30,24 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from ..core.errors import FormatError, LimitError
 from .torchscript_ops import BUILTIN_CLASSES, RISKY_OPS, RISKY_PYTHON
 
-__all__ = ["Token", "Reference", "CodeReport", "tokenize", "analyse_code", "analyse_bytecode", "risk_of", "MAX_CODE_BYTES", "MAX_TOKENS"]
+__all__ = [
+    "Token",
+    "Reference",
+    "CodeReport",
+    "tokenize",
+    "analyse_code",
+    "analyse_bytecode",
+    "risk_of",
+    "MAX_CODE_BYTES",
+    "MAX_TOKENS",
+]
 
 MAX_CODE_BYTES = 16 << 20  # one code file
 MAX_TOKENS = 4_000_000  # tokens per code file
@@ -202,7 +213,13 @@ def _op_name(parts: tuple[str, ...]) -> str | None:
 
 #: the last names of risky targets: a reference ending in one of these is flagged even
 #: when its root does not resolve to torch (a submodule or value of unknown type)
-_DISTINCTIVE = {k.split("::", 1)[1] for k, (cat, _r) in RISKY_OPS.items() if cat in ("file", "python")} | {"load_library", "_load_for_mobile", "_load_for_lite_interpreter", "import_ir_module", "cpp_extension"}
+_DISTINCTIVE = {k.split("::", 1)[1] for k, (cat, _r) in RISKY_OPS.items() if cat in ("file", "python")} | {
+    "load_library",
+    "_load_for_mobile",
+    "_load_for_lite_interpreter",
+    "import_ir_module",
+    "cpp_extension",
+}
 
 
 _MAX_PY_DEPTH = max(k.count(".") + 1 for k in RISKY_PYTHON)
@@ -218,7 +235,11 @@ def risk_of(parts: tuple[str, ...]) -> tuple[str, str, str] | None:
     root = parts[0]
     if root not in ("torch", "ops", "__torch__"):
         if parts[-1] in _DISTINCTIVE and len(parts) > 1:  # a value whose type is not resolved
-            return ".".join(parts[-2:]), "file", f"names {parts[-1]!r}, an operator or function that reaches files or native code, on a value whose type is not resolved"
+            return (
+                ".".join(parts[-2:]),
+                "file",
+                f"names {parts[-1]!r}, an operator or function that reaches files or native code, on a value whose type is not resolved",
+            )
         return None
     for i in range(min(len(parts), _MAX_PY_DEPTH), 0, -1):  # torch.jit.load, also torch.jit.load.x
         hit = _RISKY_PY_T.get(parts[:i])
@@ -231,14 +252,26 @@ def risk_of(parts: tuple[str, ...]) -> tuple[str, str, str] | None:
         if op.split("::", 1)[0] in _NETWORK_NS:
             return op, "network", "collective communication with other processes over the network"
     # torch.classes.ns.Cls / __torch__.torch.classes.ns.Cls
-    rest = parts[2:] if parts[:2] == ("torch", "classes") else (parts[3:] if parts[:3] == ("__torch__", "torch", "classes") else None)
+    rest = (
+        parts[2:]
+        if parts[:2] == ("torch", "classes")
+        else (parts[3:] if parts[:3] == ("__torch__", "torch", "classes") else None)
+    )
     if rest is not None:
         if len(rest) >= 2 and f"{rest[0]}.{rest[1]}" not in BUILTIN_CLASSES:
-            return f"torch.classes.{rest[0]}.{rest[1]}", "library", "a TorchBind class that torch does not register itself: native code from a library loaded into the process"
+            return (
+                f"torch.classes.{rest[0]}.{rest[1]}",
+                "library",
+                "a TorchBind class that torch does not register itself: native code from a library loaded into the process",
+            )
         if rest[:1] == ("load_library",):
             return "torch.classes.load_library", "library", "dlopen()s a native library"
     if parts[-1] in _DISTINCTIVE and len(parts) > 1:
-        return ".".join(parts[-3:]), "file", f"names {parts[-1]!r}, an operator or function that reaches files or native code, on a value whose type is not resolved"
+        return (
+            ".".join(parts[-3:]),
+            "file",
+            f"names {parts[-1]!r}, an operator or function that reaches files or native code, on a value whose type is not resolved",
+        )
     return None
 
 
@@ -272,7 +305,12 @@ def analyse_code(text: str, *, name: str = "<code>", max_tokens: int = MAX_TOKEN
         LimitError: the text or its tokens exceed the limits.
     """
     if len(text) > MAX_CODE_BYTES:
-        raise LimitError("TorchScript code file too large to analyse", path=name, expected=f"at most {MAX_CODE_BYTES} characters", found=len(text))
+        raise LimitError(
+            "TorchScript code file too large to analyse",
+            path=name,
+            expected=f"at most {MAX_CODE_BYTES} characters",
+            found=len(text),
+        )
     tokens = list(tokenize(text, name=name, max_tokens=max_tokens))
     rep = CodeReport(tokens=len(tokens))
     aliases: dict[str, tuple[str, ...]] = {}
@@ -345,7 +383,12 @@ def analyse_code(text: str, *, name: str = "<code>", max_tokens: int = MAX_TOKEN
 
     # pass 2: every reference (see _references); def __setstate__ in any class
     for k in range(len(tokens) - 1):
-        if tokens[k][_KIND] == "name" and tokens[k][_TEXT] == "def" and tokens[k + 1][_KIND] == "name" and tokens[k + 1][_TEXT] == "__setstate__":
+        if (
+            tokens[k][_KIND] == "name"
+            and tokens[k][_TEXT] == "def"
+            and tokens[k + 1][_KIND] == "name"
+            and tokens[k + 1][_TEXT] == "__setstate__"
+        ):
             rep.setstate.append(tokens[k + 1][_POS])
     for chain, pos, called in _references(tokens):
         chain_t = tuple(chain)
@@ -358,7 +401,9 @@ def analyse_code(text: str, *, name: str = "<code>", max_tokens: int = MAX_TOKEN
 
 
 #: names after which ``(`` opens a parenthesized expression, not a call
-_KEYWORDS = frozenset("and or not in is if else elif while for return raise assert del pass lambda yield with as import from def class global nonlocal await".split())
+_KEYWORDS = frozenset(
+    ["and", "or", "not", "in", "is", "if", "else", "elif", "while", "for", "return", "raise", "assert", "del", "pass", "lambda", "yield", "with", "as", "import", "from", "def", "class", "global", "nonlocal", "await"]
+)
 _SHAPE_MAX = 6  # elements of a bracket's content kept to recognise (x) and getattr(x, "s")
 
 
@@ -405,7 +450,14 @@ def _references(tokens: list[Token]) -> Iterator[tuple[list[str], int, bool]]:
             push(("val", chain))
             k = j
         elif kind == "op" and text in "([{":
-            is_call = text == "(" and prev is not None and ((prev[_KIND] in ("name", "string", "number") and prev[_TEXT] not in _KEYWORDS) or prev[_TEXT] in (")", "]", "}"))
+            is_call = (
+                text == "("
+                and prev is not None
+                and (
+                    (prev[_KIND] in ("name", "string", "number") and prev[_TEXT] not in _KEYWORDS)
+                    or prev[_TEXT] in (")", "]", "}")
+                )
+            )
             stack.append(("call" if is_call else ("paren" if text == "(" else "other"), [], pos))
             k += 1
         elif kind == "op" and text in ")]}":
@@ -416,7 +468,15 @@ def _references(tokens: list[Token]) -> Iterator[tuple[list[str], int, bool]]:
             value: list[str] | None = None
             if text == ")" and fkind == "paren" and len(shape) == 1 and shape[0][0] == "val":
                 value = list(shape[0][1])
-            elif text == ")" and fkind == "getattr" and len(shape) >= 3 and shape[0][0] == "val" and shape[1][0] == "," and shape[2][0] == "str" and (len(shape) == 3 or shape[3][0] == ","):
+            elif (
+                text == ")"
+                and fkind == "getattr"
+                and len(shape) >= 3
+                and shape[0][0] == "val"
+                and shape[1][0] == ","
+                and shape[2][0] == "str"
+                and (len(shape) == 3 or shape[3][0] == ",")
+            ):
                 value = list(shape[0][1]) + shape[2][1].split(".")
             j = k + 1
             if value is not None:
@@ -494,7 +554,13 @@ def analyse_bytecode(value: Any) -> BytecodeReport:
             m = _OP_NAME.match(v)
             if m:
                 rep.operators.add(f"{m.group(1)}::{m.group(2)}")
-        elif len(v) >= 2 and isinstance(v[0], str) and isinstance(v[1], (tuple, list)) and v[0].startswith("__torch__.") and "." in v[0]:
+        elif (
+            len(v) >= 2
+            and isinstance(v[0], str)
+            and isinstance(v[1], (tuple, list))
+            and v[0].startswith("__torch__.")
+            and "." in v[0]
+        ):
             rep.methods.append(v[0])
             if v[0].rsplit(".", 1)[-1] == "__setstate__":
                 rep.setstate.append(v[0])
@@ -513,7 +579,12 @@ _JIT = "torch.jit.load"
 _LITE = "torch.jit._load_for_lite_interpreter"
 
 
-def report_archive(scanner: Any, code: list[tuple[str, str]], bytecode: list[tuple[str, bytes]], parsed: list[tuple[str, "BytecodeReport"]] | None = None) -> None:
+def report_archive(
+    scanner: Any,
+    code: list[tuple[str, str]],
+    bytecode: list[tuple[str, bytes]],
+    parsed: list[tuple[str, BytecodeReport]] | None = None,
+) -> None:
     """Add ``torchscript-code`` findings for one archive's code files and bytecode tables.
 
     Args:
@@ -542,7 +613,14 @@ def report_archive(scanner: Any, code: list[tuple[str, str]], bytecode: list[tup
         try:
             reports.append((loc, analyse_code(text, name=loc)))
         except (FormatError, LimitError) as e:
-            scanner.add("unanalysable", "high", f"TorchScript code not analysed: {e.message}{' (offset ' + str(e.offset) + ')' if e.offset is not None else ''}; torch.jit.load compiles this file", loc, e.offset, loader=_JIT)
+            scanner.add(
+                "unanalysable",
+                "high",
+                f"TorchScript code not analysed: {e.message}{' (offset ' + str(e.offset) + ')' if e.offset is not None else ''}; torch.jit.load compiles this file",
+                loc,
+                e.offset,
+                loader=_JIT,
+            )
     bc_reports: list[tuple[str, BytecodeReport]] = list(parsed or [])
     for loc, data in bytecode:
         if not budget(len(data), loc, "reading operator tables", _LITE):
@@ -554,24 +632,54 @@ def report_archive(scanner: Any, code: list[tuple[str, str]], bytecode: list[tup
     setstate_code = [(loc, off) for loc, r in reports for off in r.setstate]
     setstate_bc = [(loc, m) for loc, r in bc_reports for m in r.setstate]
     at_load = bool(setstate_code or setstate_bc)
-    when = "in an archive whose __setstate__ runs at load (torch.jit.load / the lite interpreter)" if at_load else "when the module runs"
+    when = (
+        "in an archive whose __setstate__ runs at load (torch.jit.load / the lite interpreter)"
+        if at_load
+        else "when the module runs"
+    )
     for loc, r in reports:
         if len(r.risky) > MAX_REPORTED:
-            scanner.add("torchscript-code", "critical", f"{len(r.risky)} references to file, process, network or native operators; the first {MAX_REPORTED} are listed", loc, loader=_JIT)
+            scanner.add(
+                "torchscript-code",
+                "critical",
+                f"{len(r.risky)} references to file, process, network or native operators; the first {MAX_REPORTED} are listed",
+                loc,
+                loader=_JIT,
+            )
         for ref, target, cat, reason in r.risky[:MAX_REPORTED]:
             how = "calls" if ref.called else "names"
             alias = "" if ref.chain == ref.resolved else f" (written {'.'.join(ref.chain)!r})"
             sev = "high" if cat == "network" else "critical"
-            scanner.add("torchscript-code", sev, f"TorchScript code {how} {ref.dotted!r}{alias} -> {target}: {reason}; {when}", loc, ref.pos, loader=_JIT)
+            scanner.add(
+                "torchscript-code",
+                sev,
+                f"TorchScript code {how} {ref.dotted!r}{alias} -> {target}: {reason}; {when}",
+                loc,
+                ref.pos,
+                loader=_JIT,
+            )
     for loc, r in bc_reports:
         for op, cat, reason in r.risky:
             sev = "high" if cat == "network" else "critical"
             scanner.add("torchscript-code", sev, f"bytecode operator table calls {op}: {reason}; {when}", loc, loader=_LITE)
     any_risky = any(r.risky for _l, r in reports) or any(r.risky for _l, r in bc_reports)
     for loc, off in setstate_code if not any_risky else []:
-        scanner.add("torchscript-code", "info", "TorchScript __setstate__: archive code runs at torch.jit.load (it reaches no listed file, process, network or native operator)", loc, off, loader=_JIT)
+        scanner.add(
+            "torchscript-code",
+            "info",
+            "TorchScript __setstate__: archive code runs at torch.jit.load (it reaches no listed file, process, network or native operator)",
+            loc,
+            off,
+            loader=_JIT,
+        )
     for loc, m in setstate_bc if not any_risky else []:
-        scanner.add("torchscript-code", "info", f"bytecode method {m}: runs at lite-interpreter load (its operator table reaches no listed file, process, network or native operator)", loc, loader=_LITE)
+        scanner.add(
+            "torchscript-code",
+            "info",
+            f"bytecode method {m}: runs at lite-interpreter load (its operator table reaches no listed file, process, network or native operator)",
+            loc,
+            loader=_LITE,
+        )
 
 
 # -- flatbuffer modules (``save_jit_module_to_flatbuffer``; ``PTMF`` at byte 4) -----------
@@ -688,6 +796,13 @@ def report_flatbuffer(scanner: Any, data: bytes, member: str | None) -> None:
     try:
         sources, rep = analyse_flatbuffer(data, name=loc)
     except (FormatError, LimitError) as e:
-        scanner.add("unanalysable", "high", f"flatbuffer TorchScript module not analysed: {e.message}; torch.jit.load and the lite interpreter read this format", member, e.offset, loader=_JIT)
+        scanner.add(
+            "unanalysable",
+            "high",
+            f"flatbuffer TorchScript module not analysed: {e.message}; torch.jit.load and the lite interpreter read this format",
+            member,
+            e.offset,
+            loader=_JIT,
+        )
         return
     report_archive(scanner, [(f"{loc} > jit_sources/{n}", t) for n, t in sources], [], [(f"{loc} > operator tables", rep)])

@@ -40,8 +40,16 @@ class Model(torch.nn.Module):
 
 VARIANTS = {
     "object": {"aot_inductor.package_cpp_only": True},
-    "blob": {"aot_inductor.package_cpp_only": True, "aot_inductor.package_constants_in_so": False, "aot_inductor.package_constants_on_disk_format": "binary_blob"},
-    "pickle": {"aot_inductor.package_cpp_only": True, "aot_inductor.package_constants_in_so": False, "aot_inductor.package_constants_on_disk_format": "pickle_weights"},
+    "blob": {
+        "aot_inductor.package_cpp_only": True,
+        "aot_inductor.package_constants_in_so": False,
+        "aot_inductor.package_constants_on_disk_format": "binary_blob",
+    },
+    "pickle": {
+        "aot_inductor.package_cpp_only": True,
+        "aot_inductor.package_constants_in_so": False,
+        "aot_inductor.package_constants_on_disk_format": "pickle_weights",
+    },
     "mmap": {"aot_inductor.package_cpp_only": True, "aot_inductor.force_mmap_weights": True},
     "embedded": {},
 }
@@ -61,7 +69,9 @@ def main(out: str) -> None:
             continue
         t = time.time()
         try:
-            torch._inductor.aoti_compile_and_package(ep, package_path=os.path.join(out, f"{name}.pt2"), inductor_configs=dict(cfg))
+            torch._inductor.aoti_compile_and_package(
+                ep, package_path=os.path.join(out, f"{name}.pt2"), inductor_configs=dict(cfg)
+            )
             status[name] = "ok"
         except Exception as e:  # recorded, the test for that variant skips with it
             status[name] = f"{type(e).__name__}: {e}"[:2000]

@@ -13,7 +13,13 @@ from torchless.core.tensor import Tensor
 from torchless.formats.pt.write import save_checkpoint
 
 STEM = "c" + "a" * 51
-META = {"AOTI_DEVICE_KEY": "cpu", "AOTI_PLATFORM": "linux", "AOTI_MACHINE": "x86_64", "AOTI_CPU_ISA": "AVX2", "AOTI_COMPUTE_CAPABILITY": ""}
+META = {
+    "AOTI_DEVICE_KEY": "cpu",
+    "AOTI_PLATFORM": "linux",
+    "AOTI_MACHINE": "x86_64",
+    "AOTI_CPU_ISA": "AVX2",
+    "AOTI_COMPUTE_CAPABILITY": "",
+}
 
 
 def _align(n: int) -> int:
@@ -21,7 +27,10 @@ def _align(n: int) -> int:
 
 
 def wrapper_cpp(consts: dict[str, np.ndarray]) -> str:
-    lines = [f"    : AOTInductorModelBase(1,\n                           1,\n                           {len(consts)},", '    inputs_info_[0].name = "arg0_1";']
+    lines = [
+        f"    : AOTInductorModelBase(1,\n                           1,\n                           {len(consts)},",
+        '    inputs_info_[0].name = "arg0_1";',
+    ]
     for i, (fqn, a) in enumerate(consts.items()):
         name = fqn.replace(".", "_")
         strides = [s // a.itemsize for s in a.strides]
@@ -50,7 +59,14 @@ def blob(consts: dict[str, np.ndarray]) -> bytes:
     return out
 
 
-def make_package(path: Path, consts: dict[str, np.ndarray], *, layout: str = "binary_blob", extra: dict[str, bytes] | None = None, prefix: str = "pkg") -> Path:
+def make_package(
+    path: Path,
+    consts: dict[str, np.ndarray],
+    *,
+    layout: str = "binary_blob",
+    extra: dict[str, bytes] | None = None,
+    prefix: str = "pkg",
+) -> Path:
     """Write a package with a wrapper.cpp constant table and the weights in ``layout``."""
     d = "data/aotinductor/model/"
     w = TorchZipWriter(path, prefix=prefix)
@@ -63,7 +79,9 @@ def make_package(path: Path, consts: dict[str, np.ndarray], *, layout: str = "bi
     elif layout == "object":  # package_cpp_only: sources, CMake file and the weights object
         obj = f"{'c' + 'b' * 51}.weights.o"
         w.write(d + obj, make_elf(blob(consts), relocatable=True))
-        cmake = "".join(f"target_sources(aoti_model PRIVATE ${{CMAKE_CURRENT_SOURCE_DIR}}/{n})\n" for n in (f"{STEM}.wrapper.cpp", obj))
+        cmake = "".join(
+            f"target_sources(aoti_model PRIVATE ${{CMAKE_CURRENT_SOURCE_DIR}}/{n})\n" for n in (f"{STEM}.wrapper.cpp", obj)
+        )
         w.write(d + "CMakeLists.txt", cmake.encode())
     elif layout == "pickle_weights":
         cfg: dict[str, Any] = {}
@@ -92,7 +110,13 @@ def sample_consts() -> dict[str, np.ndarray]:
     }
 
 
-def make_elf(payload: bytes, *, relocatable: bool = False, start_shndx: int = 1, exports: tuple[str, ...] = ("AOTInductorModelContainerRun",)) -> bytes:
+def make_elf(
+    payload: bytes,
+    *,
+    relocatable: bool = False,
+    start_shndx: int = 1,
+    exports: tuple[str, ...] = ("AOTInductorModelContainerRun",),
+) -> bytes:
     """A minimal little-endian ELF64 (shared object, or object file) whose section 1 holds
     ``payload`` between ``_binary_constants_bin_start``/``_end`` (as AotCodeCompiler links it)."""
     import struct
@@ -110,12 +134,14 @@ def make_elf(payload: bytes, *, relocatable: bool = False, start_shndx: int = 1,
         syms += struct.pack("<IBBHQQ", offs[3 + i], 0x12, 0, 1, addr, 0)
     shstr = b"\0.lrodata\0.dynsym\0.dynstr\0.shstrtab\0"
     body = bytearray(64)
+
     def put(data: bytes) -> int:
         while len(body) % 64:
             body.append(0)
         off = len(body)
         body.extend(data)
         return off
+
     o_data, o_sym, o_str, o_shs = put(payload), put(syms), put(strtab), put(shstr)
     while len(body) % 8:
         body.append(0)
@@ -130,6 +156,22 @@ def make_elf(payload: bytes, *, relocatable: bool = False, start_shndx: int = 1,
     ]
     for s in sh:
         body.extend(struct.pack("<IIQQQQIIQQ", *s))
-    hdr = struct.pack("<16sHHIQQQIHHHHHH", b"\x7fELF\x02\x01\x01" + b"\0" * 9, 1 if relocatable else 3, 62, 1, 0, 0, shoff, 0, 64, 56, 0, 64, len(sh), 4)
+    hdr = struct.pack(
+        "<16sHHIQQQIHHHHHH",
+        b"\x7fELF\x02\x01\x01" + b"\0" * 9,
+        1 if relocatable else 3,
+        62,
+        1,
+        0,
+        0,
+        shoff,
+        0,
+        64,
+        56,
+        0,
+        64,
+        len(sh),
+        4,
+    )
     body[:64] = hdr
     return bytes(body)

@@ -16,7 +16,9 @@ def _pad(b: bytearray, align: int) -> None:
         b.append(0)
 
 
-def make_macho(payload: bytes, *, relocatable: bool = False, exports: tuple[str, ...] = EXPORTS, big_endian: bool = False, fat: bool = False) -> bytes:
+def make_macho(
+    payload: bytes, *, relocatable: bool = False, exports: tuple[str, ...] = EXPORTS, big_endian: bool = False, fat: bool = False
+) -> bytes:
     """A 64-bit Mach-O dylib (or MH_OBJECT) with the blob in ``__DATA,__data``."""
     e = ">" if big_endian else "<"
     addr = 0 if relocatable else 0x4000
@@ -33,7 +35,7 @@ def make_macho(payload: bytes, *, relocatable: bool = False, exports: tuple[str,
     body = bytearray(data_off) + payload
     _pad(body, 8)
     symoff = len(body)
-    for o, v in zip(offs, values):
+    for o, v in zip(offs, values, strict=False):
         body += struct.pack(e + "IBBHQ", o, 0x0F, 1, 0, v)
     stroff = len(body)
     body += strtab
@@ -98,7 +100,9 @@ def make_pe(payload: bytes, *, end_symbol: bool = False, exports: tuple[str, ...
     out[0:2] = b"MZ"
     out[0x3C:0x40] = struct.pack("<I", 0x40)
     out[0x40:0x44] = b"PE\0\0"
-    out[0x44:0x58] = struct.pack("<HHIIIHH", 0x8664, nsec, 0, symptr if symbols else 0, len(entries) if symbols else 0, opt_size, 0x2022)
+    out[0x44:0x58] = struct.pack(
+        "<HHIIIHH", 0x8664, nsec, 0, symptr if symbols else 0, len(entries) if symbols else 0, opt_size, 0x2022
+    )
     opt = bytearray(opt_size)
     struct.pack_into("<H", opt, 0, 0x20B)
     struct.pack_into("<Q", opt, 24, image_base)
@@ -107,7 +111,9 @@ def make_pe(payload: bytes, *, end_symbol: bool = False, exports: tuple[str, ...
     out[0x58 : 0x58 + opt_size] = opt
     sh = 0x58 + opt_size
     out[sh : sh + 40] = struct.pack("<8sIIIIIIHHI", b".data", len(payload), data_rva, data_raw, raw_data, 0, 0, 0, 0, 0xC0000040)
-    out[sh + 40 : sh + 80] = struct.pack("<8sIIIIIIHHI", b".edata", len(edata), edata_rva, edata_raw, raw_edata, 0, 0, 0, 0, 0x40000040)
+    out[sh + 40 : sh + 80] = struct.pack(
+        "<8sIIIIIIHHI", b".edata", len(edata), edata_rva, edata_raw, raw_edata, 0, 0, 0, 0, 0x40000040
+    )
     out[raw_data : raw_data + len(payload)] = payload
     out[raw_edata : raw_edata + len(edata)] = edata
     return bytes(out)

@@ -61,12 +61,15 @@ def _consts_equal(path: Path, consts) -> None:
         assert art.verify() == []
 
 
-@pytest.mark.parametrize("lib, data", [
-    (f"{STEM}.wrapper.so", lambda b: make_macho(b)),                 # macOS: .so, Mach-O
-    (f"{STEM}.wrapper.so", lambda b: make_macho(b, fat=True)),
-    (f"{STEM}.wrapper.pyd", lambda b: make_pe(b)),                   # Windows: .pyd, PE DLL
-    (f"{STEM}.wrapper.pyd", lambda b: make_pe(b, end_symbol=True)),
-])
+@pytest.mark.parametrize(
+    "lib, data",
+    [
+        (f"{STEM}.wrapper.so", lambda b: make_macho(b)),  # macOS: .so, Mach-O
+        (f"{STEM}.wrapper.so", lambda b: make_macho(b, fat=True)),
+        (f"{STEM}.wrapper.pyd", lambda b: make_pe(b)),  # Windows: .pyd, PE DLL
+        (f"{STEM}.wrapper.pyd", lambda b: make_pe(b, end_symbol=True)),
+    ],
+)
 def test_packages_with_foreign_libraries(tmp_path, lib, data):
     consts = sample_consts()
     p = make_package(tmp_path / "pkg.pt2", consts, layout="none", extra={D + lib: data(blob(consts))})
@@ -77,11 +80,17 @@ def test_packages_with_foreign_libraries(tmp_path, lib, data):
 
 def test_cpp_only_package_with_coff_object(tmp_path):
     consts = sample_consts()
-    p = make_package(tmp_path / "pkg.pt2", consts, layout="none", extra={D + "cbbb.weights.obj": make_coff(blob(consts)), D + "CMakeLists.txt": b""})
+    p = make_package(
+        tmp_path / "pkg.pt2",
+        consts,
+        layout="none",
+        extra={D + "cbbb.weights.obj": make_coff(blob(consts)), D + "CMakeLists.txt": b""},
+    )
     _consts_equal(p, consts)
 
 
 # -- hostile ----------------------------------------------------------------------------
+
 
 def _flip(raw: bytes, at: int, fmt: str, value: int) -> bytes:
     b = bytearray(raw)

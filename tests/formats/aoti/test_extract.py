@@ -22,7 +22,7 @@ def zip_with(path: Path, entries: list[tuple[str, bytes]], *, symlink: str | Non
         if symlink is not None:
             info = zipfile.ZipInfo(symlink)
             info.create_system = 3
-            info.external_attr = (0o120777 << 16)
+            info.external_attr = 0o120777 << 16
             z.writestr(info, "/etc/passwd")
     return path
 

@@ -110,7 +110,9 @@ def test_bad_metadata_and_table(blob_pkg: Path, tmp_path: Path) -> None:
     zr = ZipReader(blob_pkg)
     cpp = zr.read_bytes(D + f"{STEM}.wrapper.cpp").decode()
     cpp = cpp.replace("constants_info_[2].data_size = 128;", "constants_info_[2].data_size = 64;")
-    bad = rewrite(blob_pkg, tmp_path / "m.pt2", {D + f"{STEM}.wrapper_metadata.json": b"{not json", D + f"{STEM}.wrapper.cpp": cpp.encode()})
+    bad = rewrite(
+        blob_pkg, tmp_path / "m.pt2", {D + f"{STEM}.wrapper_metadata.json": b"{not json", D + f"{STEM}.wrapper.cpp": cpp.encode()}
+    )
     assert {"metadata", "constants"} <= codes(bad)
 
 
@@ -222,7 +224,7 @@ def test_elf_mutations(data: st.DataObject) -> None:
         info = parse_elf(bytes(raw))
         if info.blob is not None:
             off, n = info.blob
-            assert 0 <= off and off + n <= len(raw)
+            assert off >= 0 and off + n <= len(raw)
     except TorchlessError:
         pass
 

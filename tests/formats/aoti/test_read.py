@@ -178,5 +178,14 @@ def test_constant_table_parser() -> None:
     rows = parse_constant_table(text)
     assert [r.name for r in rows] == ["w", "s"]
     w = rows[0]
-    assert (w.dtype, w.offset, w.data_size, w.type, w.shape, w.stride, w.layout, w.original_fqn) == ("bfloat16", 3, 64, "Buffer", (2, 3), (1, 2), "strided", 'a."w"')
+    assert (w.dtype, w.offset, w.data_size, w.type, w.shape, w.stride, w.layout, w.original_fqn) == (
+        "bfloat16",
+        3,
+        64,
+        "Buffer",
+        (2, 3),
+        (1, 2),
+        "strided",
+        'a."w"',
+    )
     assert rows[1].shape == () and rows[1].from_folded

@@ -32,7 +32,10 @@ def run_jobs(*jobs: tuple[str, ...]) -> None:
     that fails (a port taken between choosing and binding is retried once)."""
     pending = list(jobs)
     for attempt in range(2):
-        procs = [(j, subprocess.Popen(_cmd(j, free_port()), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())) for j in pending]
+        procs = [
+            (j, subprocess.Popen(_cmd(j, free_port()), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()))
+            for j in pending
+        ]
         retry = []
         for j, p in procs:
             out, err = p.communicate(timeout=600)

@@ -112,7 +112,9 @@ def test_destination_must_be_empty(ckpt, tmp_path):
 
 # -- hostile input ---------------------------------------------------------------------------------
 def _proto2_global_call(module: str, name: str, arg: str) -> bytes:
-    return b"\x80\x02c" + module.encode() + b"\n" + name.encode() + b"\nX" + struct.pack("<I", len(arg)) + arg.encode() + b"\x85R."
+    return (
+        b"\x80\x02c" + module.encode() + b"\n" + name.encode() + b"\nX" + struct.pack("<I", len(arg)) + arg.encode() + b"\x85R."
+    )
 
 
 def test_hostile_metadata_refused_and_runs_nothing(ckpt, tmp_path):

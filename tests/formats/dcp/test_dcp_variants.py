@@ -18,7 +18,12 @@ torch = pytest.importorskip("torch", reason="torch writes the checkpoints")
 
 
 def _state():
-    return {"a": torch.arange(12, dtype=torch.float32).reshape(3, 4), "b": torch.ones(5, dtype=torch.bfloat16), "one": torch.tensor([3], dtype=torch.int16), "step": 7}
+    return {
+        "a": torch.arange(12, dtype=torch.float32).reshape(3, 4),
+        "b": torch.ones(5, dtype=torch.bfloat16),
+        "one": torch.tensor([3], dtype=torch.int16),
+        "step": 7,
+    }
 
 
 def _save(d, **kw):
@@ -76,6 +81,7 @@ def test_safetensors_blob_length_lie(st_ckpt):
         for k, v in md.storage_data.items():
             if k.fqn == "a":
                 v.length += 4
+
     _edit(st_ckpt, ".metadata", lie)
     with pytest.raises(FormatError, match="storage length"):
         tdcp.load(st_ckpt, keys=["a"], materialize=True)
@@ -89,6 +95,7 @@ def test_safetensors_blob_shape_lie(st_ckpt):
         for k in list(md.storage_data):
             if k.fqn == "a":
                 md.storage_data[type(k)("a", (0, 0), k.index)] = md.storage_data.pop(k)
+
     _edit(st_ckpt, ".metadata", lie)
     with pytest.raises(FormatError, match="shape"):
         tdcp.load(st_ckpt, keys=["a"], materialize=True)
@@ -113,6 +120,7 @@ def test_per_rank_disagreement_refused(ranked):
 
     def other_size(md):
         md.state_dict_metadata["a"].size = (6, 4)
+
     _edit(ranked, "__1.metadata", other_size)
     with pytest.raises(FormatError, match="disagree"):
         tdcp.load(ranked)
@@ -127,6 +135,7 @@ def test_per_rank_second_rank_chunks_united(ranked):
 
     def grow(md):
         md.state_dict_metadata["a"].size = (6, 4)
+
     _edit(ranked, "__0.metadata", grow)
 
     def second(md):
@@ -137,6 +146,7 @@ def test_per_rank_second_rank_chunks_united(ranked):
             v = md.storage_data.pop(k)
             v.relative_path = "__1_0.distcp"
             md.storage_data[type(k)(k.fqn, (3, 0) if k.fqn == "a" else k.offset, k.index)] = v
+
     _edit(ranked, "__1.metadata", second)
     got = tdcp.load(ranked, materialize=True)
     a = np.arange(12, dtype=np.float32).reshape(3, 4)

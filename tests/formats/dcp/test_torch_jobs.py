@@ -35,7 +35,7 @@ def assert_same(ref, got, path="") -> None:
             assert_same(ref[k], got[k], f"{path}.{k}")
     elif isinstance(ref, list) and any(isinstance(x, (torch.Tensor, dict, list)) for x in ref):
         assert len(ref) == len(got), path
-        for i, (a, b) in enumerate(zip(ref, got)):
+        for i, (a, b) in enumerate(zip(ref, got, strict=False)):
             assert_same(a, b, f"{path}[{i}]")
     else:
         assert ref == got and type(ref) is type(got), (path, ref, got)
@@ -52,7 +52,7 @@ def assert_same_torch(ref, got, path="") -> None:
             assert_same_torch(ref[k], got[k], f"{path}.{k}")
     elif isinstance(ref, (list, tuple)) and any(isinstance(x, (torch.Tensor, dict, list)) for x in ref):
         assert len(ref) == len(got), path
-        for i, (a, b) in enumerate(zip(ref, got)):
+        for i, (a, b) in enumerate(zip(ref, got, strict=False)):
             assert_same_torch(a, b, f"{path}[{i}]")
     else:
         assert ref == got, (path, ref, got)
@@ -231,7 +231,10 @@ def test_safetensors_serialization_distcp_bit_exact(saved2, saved4):
         files = sorted(n for n in os.listdir(st) if n.endswith(".distcp"))
         md = tdcp.read_metadata(st)
         tensor_items = [v for k, v in md.storage_data.items() if k.offset is not None]
-        assert tensor_items and all(is_safetensors_blob(open(os.path.join(st, i.relative_path), "rb").read()[i.offset : i.offset + 9]) for i in tensor_items)
+        assert tensor_items and all(
+            is_safetensors_blob(open(os.path.join(st, i.relative_path), "rb").read()[i.offset : i.offset + 9])
+            for i in tensor_items
+        )
         full = _flatten(torch.load(ref, weights_only=False))
         got = _flatten(tdcp.load(st, materialize=True))
         assert got and set(got) <= set(full)

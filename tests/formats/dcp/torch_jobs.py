@@ -32,9 +32,21 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
 PLAIN_DTYPES = [
-    torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.int16, torch.int32,
-    torch.int64, torch.uint8, torch.bool, torch.complex64, torch.float8_e4m3fn, torch.float8_e5m2,
-    torch.uint16, torch.uint32,
+    torch.float32,
+    torch.float64,
+    torch.float16,
+    torch.bfloat16,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.uint8,
+    torch.bool,
+    torch.complex64,
+    torch.float8_e4m3fn,
+    torch.float8_e5m2,
+    torch.uint16,
+    torch.uint32,
 ]
 
 
@@ -55,13 +67,13 @@ def make_global() -> dict:
             plain[name] = torch.randint(0, 100, (3, 5), generator=g).to(dt)
     return {
         "model": {
-            "row": rnd(8, 6),                       # Shard(0)
+            "row": rnd(8, 6),  # Shard(0)
             "col": rnd(5, 9, dtype=torch.bfloat16),  # Shard(1), uneven
-            "odd": rnd(7, 3, dtype=torch.float16),   # Shard(0), uneven
-            "rep": rnd(7, dtype=torch.float64),      # Replicate()
+            "odd": rnd(7, 3, dtype=torch.float16),  # Shard(0), uneven
+            "rep": rnd(7, dtype=torch.float64),  # Replicate()
             "ints": torch.randint(-1000, 1000, (6, 4), generator=g, dtype=torch.int32),  # Shard(1)
-            "cube": rnd(4, 3, 5),                    # Shard(2)
-            "sharded": rnd(6, 4),                    # ShardedTensor, row-wise
+            "cube": rnd(4, 3, 5),  # Shard(2)
+            "sharded": rnd(6, 4),  # ShardedTensor, row-wise
         },
         "plain": plain,
         "optim": {
@@ -75,11 +87,30 @@ def make_global() -> dict:
 
 
 #: dtypes the safetensors format has
-HF_DTYPES = {"float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "bool", "float8_e4m3fn", "float8_e5m2"}
+HF_DTYPES = {
+    "float32",
+    "float64",
+    "float16",
+    "bfloat16",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "bool",
+    "float8_e4m3fn",
+    "float8_e5m2",
+}
 
 SAVE_PLACEMENT = {
-    "model.row": 0, "model.col": 1, "model.odd": 0, "model.rep": None, "model.ints": 1, "model.cube": 2,
-    "optim.state.0.exp_avg": 0, "optim.state.0.exp_avg_sq": 1,
+    "model.row": 0,
+    "model.col": 1,
+    "model.odd": 0,
+    "model.rep": None,
+    "model.ints": 1,
+    "model.cube": 2,
+    "optim.state.0.exp_avg": 0,
+    "optim.state.0.exp_avg_sq": 1,
 }
 
 
@@ -103,7 +134,8 @@ def to_dtensor(t, dim, mesh, rank, world):
 def to_sharded_tensor(t, rank, world):
     """The older ShardedTensor API: row-wise shards with explicit ShardMetadata."""
     from torch.distributed._shard.metadata import ShardMetadata
-    from torch.distributed._shard.sharded_tensor import Shard as STShard, init_from_local_shards
+    from torch.distributed._shard.sharded_tensor import Shard as STShard
+    from torch.distributed._shard.sharded_tensor import init_from_local_shards
 
     loc, off = local_shard(t, 0, rank, world)
     md = ShardMetadata(shard_offsets=[off, 0], shard_sizes=list(loc.shape), placement=f"rank:{rank}/cpu")
@@ -158,7 +190,7 @@ def blank(v):
 
 
 def walk_all(d, prefix=""):
-    for k, v in (d.items() if isinstance(d, dict) else enumerate(d)):
+    for k, v in d.items() if isinstance(d, dict) else enumerate(d):
         key = f"{prefix}{k}"
         if isinstance(v, dict) or (isinstance(v, list) and any(isinstance(x, (dict, list, torch.Tensor)) for x in v)):
             yield from walk_all(v, key + ".")

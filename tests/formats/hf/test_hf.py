@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 import zipfile
 
 import numpy as np
@@ -83,6 +82,7 @@ def _same(tl, tt, name=""):
 
 # -- detection and reading ---------------------------------------------------------
 
+
 def test_detect_folder_and_index(bin_set, st_set):
     for d, _sd in (bin_set, st_set):
         assert torchless.detect(d) == "hf"
@@ -93,8 +93,11 @@ def test_detect_folder_and_index(bin_set, st_set):
 def test_dcp_flavour_stays_dcp(tmp_path):
     d = tmp_path / "dcp_hf"
     d.mkdir()
-    st_torch.save_file({"w": torch.ones(2, 3)}, str(d / "shard-00001-model-00001-of-00001.safetensors"),
-                       metadata={"DCP_SHARDING_INFO": json.dumps({"w": {"saved_offsets": [0, 0]}}), "DCP_VERSION": "1.0"})
+    st_torch.save_file(
+        {"w": torch.ones(2, 3)},
+        str(d / "shard-00001-model-00001-of-00001.safetensors"),
+        metadata={"DCP_SHARDING_INFO": json.dumps({"w": {"saved_offsets": [0, 0]}}), "DCP_VERSION": "1.0"},
+    )
     assert torchless.detect(d) == "dcp"
 
 
@@ -103,7 +106,13 @@ def test_bin_set_reads_bit_exact(bin_set):
     d, sd = bin_set
     with torchless.open(d) as art:
         got = dict(art.tensors())
-        assert list(got) == ["model.embed_tokens.weight", "lm_head.weight", "model.layers.0.mlp.weight", "model.layers.0.mlp.bias", "model.norm.weight"]
+        assert list(got) == [
+            "model.embed_tokens.weight",
+            "lm_head.weight",
+            "model.layers.0.mlp.weight",
+            "model.layers.0.mlp.bias",
+            "model.norm.weight",
+        ]
         ref = {}
         for shard in (BIN1, BIN2):
             ref.update(torch.load(d / shard, weights_only=True, mmap=True))
@@ -144,6 +153,7 @@ def test_cli_info_and_ls_name_the_shard(bin_set, capsys):
 
 # -- convert -----------------------------------------------------------------------
 
+
 @pytest.mark.differential
 def test_bin_to_sharded_safetensors_and_back(bin_set, tmp_path):
     d, sd = bin_set
@@ -151,7 +161,9 @@ def test_bin_to_sharded_safetensors_and_back(bin_set, tmp_path):
     out.mkdir()
     res = torchless.convert(d, out / "model.safetensors", max_shard_size="600B")
     # the tied head is written once (safetensors cannot share), and reported
-    assert res["dropped"] == [{"key": "lm_head.weight", "type": "alias of model.embed_tokens.weight (one storage; safetensors stores it once)"}]
+    assert res["dropped"] == [
+        {"key": "lm_head.weight", "type": "alias of model.embed_tokens.weight (one storage; safetensors stores it once)"}
+    ]
     idx = json.load(open(out / "model.safetensors.index.json"))
     shards = sorted(set(idx["weight_map"].values()))
     assert shards == ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
@@ -216,6 +228,7 @@ def test_diff_two_sets(bin_set, st_set, capsys):
 
 # -- index validation and hostile input --------------------------------------------
 
+
 def _rewrite(d, name, fn):
     p = d / name
     data = json.load(open(p))
@@ -226,7 +239,15 @@ def _rewrite(d, name, fn):
 
 def test_verify_reports_index_lies(st_set):
     d, _sd = st_set
-    _rewrite(d, "model.safetensors.index.json", lambda x: (x["weight_map"].update({"ghost": ST1}), x["weight_map"].pop("model.norm.weight"), x["metadata"].update(total_size=7)))
+    _rewrite(
+        d,
+        "model.safetensors.index.json",
+        lambda x: (
+            x["weight_map"].update({"ghost": ST1}),
+            x["weight_map"].pop("model.norm.weight"),
+            x["metadata"].update(total_size=7),
+        ),
+    )
     st_torch.save_file({"extra": torch.ones(1)}, str(d / "model-00003-of-00002.safetensors"))
     codes = {p.code for p in torchless.open(d).verify()}
     assert {"missing", "unlisted", "total-size", "stray-shard"} <= codes
@@ -234,7 +255,9 @@ def test_verify_reports_index_lies(st_set):
 
 def test_tensor_in_two_shards(st_set):
     d, _sd = st_set
-    st_torch.save_file({"model.embed_tokens.weight": torch.zeros(16, 8), "model.norm.weight": torch.ones(8, dtype=torch.float16)}, str(d / ST2))
+    st_torch.save_file(
+        {"model.embed_tokens.weight": torch.zeros(16, 8), "model.norm.weight": torch.ones(8, dtype=torch.float16)}, str(d / ST2)
+    )
     art = torchless.open(d)
     assert art.tensor_file("model.embed_tokens.weight") == ST1  # the index decides
     assert "duplicate" in {p.code for p in art.verify()}
@@ -257,18 +280,21 @@ def test_symlinked_shard_leaving_the_folder_is_refused(st_set, tmp_path):
         list(torchless.open(d).tensors())
 
 
-@pytest.mark.parametrize("body, exc", [
-    (b"[1, 2]", FormatError),
-    (b'{"weight_map": {"a": 3}}', FormatError),
-    (b'{"weight_map": []}', FormatError),
-    (b'{"weight_map": {}}', FormatError),
-    (b'{"weight_map": {"a": "x.npz"}}', FormatError),
-    (b'{"weight_map": {"a": "missing.safetensors"}}', NotFoundError),
-    (b'{"weight_map": {"a": "m.safetensors", "b": "p.bin"}}', FormatError),
-    (b'{"metadata": 5, "weight_map": {"a": "m.safetensors"}}', FormatError),
-    (b"{" * 100000, LimitError),
-    (b'{"weight_map": {"a": "m.safetensors"', FormatError),
-])
+@pytest.mark.parametrize(
+    "body, exc",
+    [
+        (b"[1, 2]", FormatError),
+        (b'{"weight_map": {"a": 3}}', FormatError),
+        (b'{"weight_map": []}', FormatError),
+        (b'{"weight_map": {}}', FormatError),
+        (b'{"weight_map": {"a": "x.npz"}}', FormatError),
+        (b'{"weight_map": {"a": "missing.safetensors"}}', NotFoundError),
+        (b'{"weight_map": {"a": "m.safetensors", "b": "p.bin"}}', FormatError),
+        (b'{"metadata": 5, "weight_map": {"a": "m.safetensors"}}', FormatError),
+        (b"{" * 100000, LimitError),
+        (b'{"weight_map": {"a": "m.safetensors"', FormatError),
+    ],
+)
 def test_malformed_indexes(tmp_path, body, exc):
     p = tmp_path / "model.safetensors.index.json"
     p.write_bytes(body)

@@ -26,7 +26,9 @@ def main(out: str) -> None:
     from torch._dynamo.utils import counters
 
     with open(os.path.join(out, "done.json"), "w") as fh:
-        json.dump({"sum": float(y.sum()), "aot_autograd": dict(counters["aot_autograd"]), "inductor": dict(counters["inductor"])}, fh)
+        json.dump(
+            {"sum": float(y.sum()), "aot_autograd": dict(counters["aot_autograd"]), "inductor": dict(counters["inductor"])}, fh
+        )
 
 
 if __name__ == "__main__":

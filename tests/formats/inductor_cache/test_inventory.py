@@ -74,7 +74,7 @@ def test_real_cache_is_inventoried(cache_copy: Path) -> None:
     assert rel.endswith(".py") and text.startswith("# AOT ID:")
     kernel = next(e for e in inv.entries if e.kind == "cpp_kernel" and not e.detail.get("isa_probe"))
     rel, text = entry_source(inv, kernel.id)
-    assert rel.endswith(".cpp") and "extern \"C\"" in text
+    assert rel.endswith(".cpp") and 'extern "C"' in text
     with pytest.raises(UnsupportedError, match="binary"):
         entry_source(inv, next(f.rel for f in kernel.files if f.rel.endswith(".so")))
 
@@ -91,7 +91,11 @@ def test_cli_inventory(cache_copy: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert main(["cache", str(cache_copy), "--kind", "lock", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert {i["kind"] for i in d["items"]} == {"lock"}
-    out_id = next(i["id"] for i in json.loads((main(["cache", str(cache_copy), "--json"]), capsys.readouterr().out)[1])["items"] if i["kind"] == "output_code")
+    out_id = next(
+        i["id"]
+        for i in json.loads((main(["cache", str(cache_copy), "--json"]), capsys.readouterr().out)[1])["items"]
+        if i["kind"] == "output_code"
+    )
     assert main(["cache", str(cache_copy), "--show", out_id]) == 0
     assert capsys.readouterr().out.startswith("# AOT ID:")
     assert main(["cache", str(cache_copy), "--show", "nope"]) == 2
@@ -121,7 +125,7 @@ def write(root: Path, rel: str, data: bytes | str) -> None:
     p.write_bytes(data.encode() if isinstance(data, str) else data)
 
 
-TRITON_PY = '''
+TRITON_PY = """
 import triton
 import triton.language as tl
 from torch._inductor.runtime import triton_helpers
@@ -130,7 +134,7 @@ from torch._inductor.runtime import triton_helpers
 @triton.jit
 def triton_poi_fused_add_0(in_ptr0, out_ptr0, xnumel, XBLOCK: tl.constexpr):
     xoffset = tl.program_id(0) * XBLOCK
-'''
+"""
 
 
 def synthetic_cache(root: Path) -> dict[str, str]:
@@ -166,7 +170,12 @@ def synthetic_cache(root: Path) -> dict[str, str]:
         if kind == "triton_kernel":
             write(root, rel, TRITON_PY)
         elif rel.endswith(".py"):
-            write(root, rel, "# AOT ID: ['0_inference']\nfrom torch._inductor.runtime.triton_heuristics import grid\n" + '"""\n@triton.jit\n"""\n')
+            write(
+                root,
+                rel,
+                "# AOT ID: ['0_inference']\nfrom torch._inductor.runtime.triton_heuristics import grid\n"
+                + '"""\n@triton.jit\n"""\n',
+            )
         elif kind == "aotautograd":
             write(root, rel, pickle.dumps({"compiled_fw": "x", "source_code": "def f(): pass\n"}, protocol=4))
         elif rel.endswith((".ttir", ".ttgir", ".llir", ".ptx")):

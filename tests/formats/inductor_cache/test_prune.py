@@ -160,4 +160,6 @@ def test_cli_usage_errors(tmp_path: Path) -> None:
     assert main(["cache", "prune", str(tmp_path), "--older-than", "1d", "--yes", "--dry-run"]) == 2
     assert main(["cache", str(tmp_path), "--older-than", "1d"]) == 2
     assert main(["cache", "prune", str(tmp_path), "x", "--max-size", "1G"]) == 2
-    assert main(["cache", "prune", str(tmp_path / "none"), "--max-size", "1G"]) == 2  # a named folder that does not exist is an error
+    assert (
+        main(["cache", "prune", str(tmp_path / "none"), "--max-size", "1G"]) == 2
+    )  # a named folder that does not exist is an error

@@ -41,7 +41,7 @@ PAYLOADS = [
     # kernel sources the output code hands to async_compile (imported / compiled)
     "k = async_compile.triton('k', 'import triton\\nimport subprocess\\nsubprocess.run([1])\\n' * 2, device_str='cuda')",
     "k = async_compile.triton('k', 'import triton\\nimport triton.language as tl\\nimport subprocess\\n', device_str='cuda')",
-    "k = async_compile.cpp('#include <stdlib.h>\\nextern \"C\" void k() { system(\"true\"); }\\n')",
+    'k = async_compile.cpp(\'#include <stdlib.h>\\nextern "C" void k() { system("true"); }\\n\')',
 ]
 
 

@@ -34,7 +34,12 @@ def test_verify_reports_checker_errors(onnx, tmp_path, capsys):
     from onnx import helper
 
     # a node with an unknown op in the default domain: the onnx checker refuses it
-    g = helper.make_graph([helper.make_node("NoSuchOp", ["x"], ["y"])], "g", [helper.make_tensor_value_info("x", 1, [1])], [helper.make_tensor_value_info("y", 1, [1])])
+    g = helper.make_graph(
+        [helper.make_node("NoSuchOp", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", 1, [1])],
+        [helper.make_tensor_value_info("y", 1, [1])],
+    )
     p = tmp_path / "bad.onnx"
     p.write_bytes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)]).SerializeToString())
     rc, res = _json(capsys, ["verify", str(p), "--json"])
@@ -68,7 +73,10 @@ def test_set_weights_cli(onnx, tmp_path, capsys):
     assert res["data_file"] == str(out) + ".data"
     assert main(["diff", str(out), fixture_path("mlp_ext")]) == 1
     assert "~ l1.weight" in capsys.readouterr().out
-    assert main(["onnx", "set-weights", fixture_path("mlp_ext"), str(wp), "-o", str(tmp_path / "single.onnx"), "--no-external-data"]) == 0
+    assert (
+        main(["onnx", "set-weights", fixture_path("mlp_ext"), str(wp), "-o", str(tmp_path / "single.onnx"), "--no-external-data"])
+        == 0
+    )
     assert "replaced 2 initializers, kept 2" in capsys.readouterr().out
     assert not (tmp_path / "single.onnx.data").exists()
     # errors are one line, exit 2

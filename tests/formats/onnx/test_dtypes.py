@@ -63,7 +63,9 @@ def test_every_dtype_matches_numpy_helper(onnx, tmp_path, form):
             if form == "raw":
                 tp = numpy_helper.from_array(arr, name)
             else:
-                tp = onnx.helper.make_tensor(name, code, list(shape), arr.reshape(-1).tolist() if code not in (14, 15) else arr.reshape(-1), raw=False)
+                tp = onnx.helper.make_tensor(
+                    name, code, list(shape), arr.reshape(-1).tolist() if code not in (14, 15) else arr.reshape(-1), raw=False
+                )
             assert tp.data_type == code
             if form == "typed":
                 assert not tp.HasField("raw_data")
@@ -140,7 +142,15 @@ def test_dtype_codes_match_onnx(onnx):
         assert helper.tensor_dtype_to_field(code) == t.field, t.name
         assert code_for(t.dtype) == code
     # the spec's torch -> ONNX table
-    for name, code in {"float32": 1, "bfloat16": 16, "float8_e4m3fn": 17, "float8_e5m2fnuz": 20, "complex128": 15, "bool": 9, "uint64": 13}.items():
+    for name, code in {
+        "float32": 1,
+        "bfloat16": 16,
+        "float8_e4m3fn": 17,
+        "float8_e5m2fnuz": 20,
+        "complex128": 15,
+        "bool": 9,
+        "uint64": 13,
+    }.items():
         assert code_for(name) == code
     with pytest.raises(UnsupportedError):
         code_for("qint8")

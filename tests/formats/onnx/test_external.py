@@ -29,7 +29,13 @@ def _write(onnx, d, entries, *, data=b"\x00" * 64, dims=(4,), data_name="w.bin",
     for k, v in entries:
         e = tp.external_data.add()
         e.key, e.value = k, v
-    g = helper.make_graph([helper.make_node("Identity", ["w"], ["y"])], "g", [], [helper.make_tensor_value_info("y", 1, list(dims))], initializer=[tp])
+    g = helper.make_graph(
+        [helper.make_node("Identity", ["w"], ["y"])],
+        "g",
+        [],
+        [helper.make_tensor_value_info("y", 1, list(dims))],
+        initializer=[tp],
+    )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
     path = os.path.join(d, "m.onnx")
     with open(path, "wb") as f:
@@ -181,7 +187,21 @@ def test_external_entries_on_inline_tensor_warned(onnx, tmp_path):
 def test_all_errors_are_torchless_errors(onnx, tmp_path):
     """Random external_data values: only TorchlessError subclasses come out."""
     rng = np.random.default_rng(3)
-    vals = ["w.bin", "../w.bin", "/w.bin", "0", "16", "-5", "1e3", "", "w.bin/", "./w.bin", "a/../w.bin", "\u2603", "18446744073709551616"]
+    vals = [
+        "w.bin",
+        "../w.bin",
+        "/w.bin",
+        "0",
+        "16",
+        "-5",
+        "1e3",
+        "",
+        "w.bin/",
+        "./w.bin",
+        "a/../w.bin",
+        "\u2603",
+        "18446744073709551616",
+    ]
     keys = ["location", "offset", "length", "checksum", "basepath", "x"]
     for i in range(80):
         entries = [(keys[rng.integers(0, len(keys))], vals[rng.integers(0, len(vals))]) for _ in range(rng.integers(0, 4))]

@@ -66,10 +66,19 @@ def test_loop_scan_multi_output(onnx, tmp_path):
         [helper.make_tensor_value_info("s2", TensorProto.FLOAT, [2]), helper.make_tensor_value_info("o", TensorProto.FLOAT, [2])],
     )
     g = helper.make_graph(
-        [helper.make_node("Scan", ["x", "seq"], ["fin", "outs"], body=sbody, num_scan_inputs=1), helper.make_node("Identity", ["outs"], ["y"])],
+        [
+            helper.make_node("Scan", ["x", "seq"], ["fin", "outs"], body=sbody, num_scan_inputs=1),
+            helper.make_node("Identity", ["outs"], ["y"]),
+        ],
         "main",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]), helper.make_tensor_value_info("seq", TensorProto.FLOAT, ["T", 2])],
-        [helper.make_tensor_value_info("fin", TensorProto.FLOAT, [2]), helper.make_tensor_value_info("y", TensorProto.FLOAT, ["T", 2])],
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
+            helper.make_tensor_value_info("seq", TensorProto.FLOAT, ["T", 2]),
+        ],
+        [
+            helper.make_tensor_value_info("fin", TensorProto.FLOAT, [2]),
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, ["T", 2]),
+        ],
         initializer=[onnx.numpy_helper.from_array(np.array([2.0, 3.0], np.float32), "k")],
     )
     p = tmp_path / "scan.onnx"

@@ -4,7 +4,6 @@ consistent with the ModelProto as onnx reads it."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections import Counter
@@ -24,7 +23,7 @@ def _ops(graph):
     for n in graph.node:
         c[n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}::{n.op_type}"] += 1
         for a in n.attribute:
-            for g in ([a.g] if a.type == 5 else list(a.graphs) if a.type == 10 else []):
+            for g in [a.g] if a.type == 5 else list(a.graphs) if a.type == 10 else []:
                 c.update(_ops(g))
     return c
 
@@ -124,8 +123,15 @@ def test_loop_scan_subgraphs_and_constants_are_scoped(onnx, tmp_path):
     body = helper.make_graph(
         [c_in, c_ints, add, cond_out],
         "loop_body",
-        [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("cond", TensorProto.BOOL, []), helper.make_tensor_value_info("acc", TensorProto.FLOAT, [2])],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [2])],
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("acc", TensorProto.FLOAT, [2]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [2]),
+        ],
         initializer=[numpy_helper.from_array(np.arange(4, dtype=np.int32), "body_init")],
     )
     loop = helper.make_node("Loop", ["trip", "", "x"], ["y"], name="myloop", body=body)
@@ -139,7 +145,10 @@ def test_loop_scan_subgraphs_and_constants_are_scoped(onnx, tmp_path):
     g = helper.make_graph(
         [loop, scan],
         "main",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]), helper.make_tensor_value_info("seq", TensorProto.FLOAT, ["T", 2])],
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
+            helper.make_tensor_value_info("seq", TensorProto.FLOAT, ["T", 2]),
+        ],
         [helper.make_tensor_value_info("fin", TensorProto.FLOAT, [2])],
         initializer=[numpy_helper.from_array(np.array(3, np.int64), "trip")],
     )

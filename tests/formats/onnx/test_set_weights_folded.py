@@ -65,7 +65,17 @@ def test_folded_batchnorm_is_refused(exports, capsys):
     with pytest.raises(UsageError, match="FuseBatchNormIntoConv|folded"):
         set_weights(exports["opt"], exports["weights"], exports["dir"] / "bad.onnx", allow_missing=True)
     assert not (exports["dir"] / "bad.onnx").exists()
-    code = main(["onnx", "set-weights", str(exports["opt"]), str(exports["weights"]), "-o", str(exports["dir"] / "bad.onnx"), "--allow-missing"])
+    code = main(
+        [
+            "onnx",
+            "set-weights",
+            str(exports["opt"]),
+            str(exports["weights"]),
+            "-o",
+            str(exports["dir"] / "bad.onnx"),
+            "--allow-missing",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "conv1.weight" in err and "--allow-missing" not in err.split(";")[-1]
 
@@ -101,7 +111,9 @@ def test_nothing_replaced_is_an_error(exports, torch, capsys):
     torch.save({"other.weight": torch.zeros(3)}, wp)
     with pytest.raises(UsageError, match="no initializer was replaced"):
         set_weights(exports["plain"], wp, exports["dir"] / "none.onnx", allow_missing=True)
-    code = main(["onnx", "set-weights", str(exports["plain"]), str(wp), "-o", str(exports["dir"] / "none.onnx"), "--allow-missing"])
+    code = main(
+        ["onnx", "set-weights", str(exports["plain"]), str(wp), "-o", str(exports["dir"] / "none.onnx"), "--allow-missing"]
+    )
     assert code == 2 and "no initializer was replaced" in capsys.readouterr().err
 
 

@@ -34,7 +34,7 @@ def _save(torch, sd, path):
 
 def _run(ort, path, inputs):
     s = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    feed = {i.name: x for i, x in zip(s.get_inputs(), inputs)}
+    feed = {i.name: x for i, x in zip(s.get_inputs(), inputs, strict=False)}
     return s.run(None, feed)[0]
 
 
@@ -74,7 +74,9 @@ def test_set_weights_runs_in_onnxruntime(torch, onnx, ort, fixtures_copy, name, 
 def test_external_data_layout(torch, onnx, ort, fixtures_copy):
     _m, sd = _new_state(torch, "cnn")
     out = fixtures_copy / "cnn_ext.onnx"
-    res = set_weights(fixtures_copy / "cnn.onnx", {k: v.numpy() for k, v in sd.items()}, out, external_data=True, size_threshold=100)
+    res = set_weights(
+        fixtures_copy / "cnn.onnx", {k: v.numpy() for k, v in sd.items()}, out, external_data=True, size_threshold=100
+    )
     assert res["data_file"] == str(out) + ".data"
     with torchless.open(out) as art:
         recs = {r.name: r for r in art.records}
@@ -164,10 +166,21 @@ def test_relocates_every_external_tensor(onnx, ort, tmp_path):
 
     k = np.arange(6, dtype=np.float32).reshape(2, 3)
     then_g = helper.make_graph(
-        [helper.make_node("Constant", [], ["t"], value=numpy_helper.from_array(k * 10, "tv")), helper.make_node("Add", ["t", "w"], ["r"])],
-        "then", [], [helper.make_tensor_value_info("r", 1, [2, 3])],
+        [
+            helper.make_node("Constant", [], ["t"], value=numpy_helper.from_array(k * 10, "tv")),
+            helper.make_node("Add", ["t", "w"], ["r"]),
+        ],
+        "then",
+        [],
+        [helper.make_tensor_value_info("r", 1, [2, 3])],
     )
-    else_g = helper.make_graph([helper.make_node("Sub", ["w", "sub_init"], ["r2"])], "else", [], [helper.make_tensor_value_info("r2", 1, [2, 3])], initializer=[numpy_helper.from_array(k + 1, "sub_init")])
+    else_g = helper.make_graph(
+        [helper.make_node("Sub", ["w", "sub_init"], ["r2"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("r2", 1, [2, 3])],
+        initializer=[numpy_helper.from_array(k + 1, "sub_init")],
+    )
     g = helper.make_graph(
         [helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)],
         "main",

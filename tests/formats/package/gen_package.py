@@ -38,9 +38,8 @@ def main(out: str, marker: str) -> None:
         f.write(f"open({marker!r}, 'w').write('ran')\n\nclass Thing:\n    pass\n")
     sys.path.insert(0, src)
     import torch
-    from torch.package import PackageExporter
-
     from mypkg.model import Net
+    from torch.package import PackageExporter
 
     torch.manual_seed(0)
     with PackageExporter(os.path.join(out, "benign.pt")) as pe:

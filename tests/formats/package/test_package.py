@@ -25,7 +25,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def pkgs(tmp_path_factory):
     out = tmp_path_factory.mktemp("package")
     marker = str(out / "MARKER")
-    r = subprocess.run([sys.executable, os.path.join(HERE, "gen_package.py"), str(out), marker], capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, os.path.join(HERE, "gen_package.py"), str(out), marker], capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert not os.path.exists(marker)
     return out, marker
@@ -61,7 +63,7 @@ def test_lists_and_reads_bit_exact(pkgs):
         got = dict(art.tensors())
         wants = _torch_tensors(p, [("model", "model.pkl"), ("res", "sd.pkl")])
         assert wants[0] and wants[1]
-        for rec, want in zip(("model/model.pkl", "res/sd.pkl"), wants):
+        for rec, want in zip(("model/model.pkl", "res/sd.pkl"), wants, strict=False):
             for k, (dt, shape, hexbytes) in want.items():
                 t = got[f"{rec}:{k}"]
                 assert t.dtype.name == dt and list(t.shape) == shape and np.asarray(t.numpy()).tobytes().hex() == hexbytes, k
@@ -97,7 +99,16 @@ def test_scan_reports_packaged_source(pkgs):
         assert code and code[0].member.endswith(rec) and code[0].loader == "torch.package.PackageImporter"
     assert not os.path.exists(marker)
     # the oracle: loading the evil package really runs its source
-    subprocess.run([sys.executable, "-c", f"from torch.package import PackageImporter; PackageImporter({str(out / 'evil_source.pt')!r}).load_pickle('m', 'obj.pkl')"], check=True, timeout=120, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"from torch.package import PackageImporter; PackageImporter({str(out / 'evil_source.pt')!r}).load_pickle('m', 'obj.pkl')",
+        ],
+        check=True,
+        timeout=120,
+        capture_output=True,
+    )
     assert os.path.exists(marker)
     os.remove(marker)
 

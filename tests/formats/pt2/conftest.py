@@ -121,7 +121,11 @@ def _models(torch):
         "mlp": (MLP(), (torch.randn(3, 4),), None),
         "cnn": (CNN().eval(), (torch.randn(2, 3, 8, 8),), None),
         "block": (Block(), (torch.randn(2, 5, 8),), None),
-        "dynamic": (Dyn(), (torch.randn(6, 4), torch.randn(5, 4)), {"x": {0: Dim("n", min=2, max=32)}, "y": {0: Dim("m", max=100)}}),
+        "dynamic": (
+            Dyn(),
+            (torch.randn(6, 4), torch.randn(5, 4)),
+            {"x": {0: Dim("n", min=2, max=32)}, "y": {0: Dim("m", max=100)}},
+        ),
         "cond": (Cond(), (torch.randn(6, 4), torch.randn(6, 4)), {"x": {0: d}, "y": {0: d}}),
         "while": (While(), (torch.tensor(0), torch.randn(3)), None),
         "tied": (Tied(), (torch.tensor([[1, 2, 3]]),), None),

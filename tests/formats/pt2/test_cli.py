@@ -52,7 +52,9 @@ def test_multi_model_archive(pt2_files, tmp_path):
     with read_pt2(out) as arc:
         assert list(arc.programs) == ["first", "second"]
         assert arc.programs["second"].graph.python_code() == b.program.graph.python_code()
-        np.testing.assert_array_equal(arc.programs["first"].state_dict["l1.weight"].numpy(), a.program.state_dict["l1.weight"].numpy())
+        np.testing.assert_array_equal(
+            arc.programs["first"].state_dict["l1.weight"].numpy(), a.program.state_dict["l1.weight"].numpy()
+        )
     import torchless
 
     with torchless.open(out) as art:

@@ -56,16 +56,28 @@ def test_schema_major_version_refused(pt2_files, tmp_path):
 @pytest.mark.parametrize(
     "member,fn",
     [
-        ("models/model.json", lambda o: o["graph_module"]["graph"]["nodes"][0]["inputs"][0]["arg"].update(as_tensor={"name": "ghost"})),
+        (
+            "models/model.json",
+            lambda o: o["graph_module"]["graph"]["nodes"][0]["inputs"][0]["arg"].update(as_tensor={"name": "ghost"}),
+        ),
         ("models/model.json", lambda o: o["graph_module"]["graph"]["nodes"].append(o["graph_module"]["graph"]["nodes"][0])),
         ("models/model.json", lambda o: o["graph_module"]["graph"]["nodes"][0]["inputs"][0].update(arg={"as_bogus": 1})),
         ("models/model.json", lambda o: o["graph_module"].pop("graph")),
         ("models/model.json", lambda o: o["graph_module"]["graph"]["tensor_values"]["x"].update(dtype=99)),
         ("data/weights/model_weights_config.json", lambda o: o["config"]["l1.weight"].update(path_name="../../etc")),
         ("data/weights/model_weights_config.json", lambda o: o["config"]["l1.weight"].update(path_name="weight_99")),
-        ("data/weights/model_weights_config.json", lambda o: o["config"]["l1.weight"]["tensor_meta"]["sizes"][0].update(as_int=10**9)),
-        ("data/weights/model_weights_config.json", lambda o: o["config"]["l1.weight"]["tensor_meta"]["strides"].append({"as_int": 1})),
-        ("data/weights/model_weights_config.json", lambda o: o["config"]["l1.weight"]["tensor_meta"].update(sizes=[{"as_expr": {"expr_str": "s0", "hint": None}}])),
+        (
+            "data/weights/model_weights_config.json",
+            lambda o: o["config"]["l1.weight"]["tensor_meta"]["sizes"][0].update(as_int=10**9),
+        ),
+        (
+            "data/weights/model_weights_config.json",
+            lambda o: o["config"]["l1.weight"]["tensor_meta"]["strides"].append({"as_int": 1}),
+        ),
+        (
+            "data/weights/model_weights_config.json",
+            lambda o: o["config"]["l1.weight"]["tensor_meta"].update(sizes=[{"as_expr": {"expr_str": "s0", "hint": None}}]),
+        ),
     ],
 )
 def test_corrupt_json_raises_torchless_errors(pt2_files, tmp_path, member, fn):

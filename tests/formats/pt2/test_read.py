@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 import pytest
-
 from tl_testutil import assert_tensor_matches
+
 from torchless.core.dtypes import DType
 from torchless.formats.pt2 import read_pt2
 from torchless.graph.ir import Node, OpRef, SymValue, TensorValue
@@ -88,7 +88,7 @@ def _val_tl(v):
 def _compare_graphs(tg, g, gm, where):
     tnodes = list(tg.nodes)
     assert [n.name for n in g.nodes] == [n.name for n in tnodes], where
-    for tn, n in zip(tnodes, g.nodes):
+    for tn, n in zip(tnodes, g.nodes, strict=False):
         at = f"{where}:{n.name}"
         assert n.op == tn.op, at
         assert str(n.target) == _torch_target(tn.target), at
@@ -160,7 +160,9 @@ def test_tied_weights_share_storage(pt2_files, torch_loaded):
     with read_pt2(pt2_files["tied"]) as arc:
         sd = arc.program.state_dict
         assert sd["emb.weight"].storage is sd["out.weight"].storage
-        assert arc.program.weights_config.config["emb.weight"].path_name == arc.program.weights_config.config["out.weight"].path_name
+        assert (
+            arc.program.weights_config.config["emb.weight"].path_name == arc.program.weights_config.config["out.weight"].path_name
+        )
 
 
 @pytest.mark.parametrize("case", ["dynamic", "cond", "dynamic_dec", "cond_dec"])
@@ -185,7 +187,7 @@ def test_sample_inputs(case, pt2_files, torch_loaded):
         args, kwargs = arc.program.sample_inputs
         targs, tkwargs = ep.example_inputs
         assert len(args) == len(targs) and kwargs == {} == tkwargs
-        for a, b in zip(args, targs):
+        for a, b in zip(args, targs, strict=False):
             np.testing.assert_array_equal(a.numpy(), b.numpy())
         assert arc.extra_files == {"note.txt": f"case {case}"}
 

@@ -68,7 +68,9 @@ def test_flags_dangling_signature(pt2_files):
     sig = prog.signature
     ins = list(sig.input_specs)
     ins[0] = InputSpec("PARAMETER", "p_gone", "gone.weight")
-    prog.signature = replace(sig, input_specs=tuple(ins), output_specs=sig.output_specs + (OutputSpec("BUFFER_MUTATION", "nothing", "nobuf"),))
+    prog.signature = replace(
+        sig, input_specs=tuple(ins), output_specs=sig.output_specs + (OutputSpec("BUFFER_MUTATION", "nothing", "nobuf"),)
+    )
     codes = [p.code for p in _errors(verify_program(prog))]
     assert codes.count("dangling-signature") >= 3 and "signature" in codes
 

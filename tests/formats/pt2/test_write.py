@@ -42,10 +42,10 @@ def test_rewrite_is_identical_and_runs(case, pt2_files, torch_loaded, tmp_path, 
     a = [r for r in _records(pt2_files[case]) if r[0] != ".data/serialization_id"]
     b = [r for r in _records(out) if r[0] != ".data/serialization_id"]
     assert [n for n, _ in a] == [n for n, _ in b]
-    for (n, x), (_, y) in zip(a, b):
+    for (n, x), (_, y) in zip(a, b, strict=False):
         assert x == y, n
     ep, ep2 = torch_loaded(case), _load(torch, out)
-    for x, y in zip(_run(ep), _run(ep2)):
+    for x, y in zip(_run(ep), _run(ep2), strict=False):
         assert torch.equal(x, y)
 
 

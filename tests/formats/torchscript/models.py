@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 import os
 import warnings
-from typing import Dict, List, NamedTuple, Optional, Tuple
+from typing import NamedTuple
 
 import torch
 import torch.nn as nn
@@ -50,15 +50,15 @@ class Big(nn.Module):
         self.u16 = torch.tensor([1, 2, 60000], dtype=torch.uint16)
         self.u32 = torch.tensor([1, 4000000000], dtype=torch.uint32)
         self.f8 = torch.tensor([0.5, -1.0], dtype=torch.float8_e4m3fn)
-        self.tl: List[torch.Tensor] = [torch.zeros(1), torch.ones(2)]
-        self.td: Dict[str, torch.Tensor] = {"a": torch.full((3,), 2.0)}
-        self.tt: Tuple[torch.Tensor, int] = (torch.ones(1), 3)
-        self.il: List[int] = [1, 2, 3]
-        self.fl: List[float] = [1.5, 2.5]
-        self.bl: List[bool] = [True, False]
-        self.sl: List[str] = ["a", "b"]
-        self.dil: Dict[int, List[int]] = {1: [2, 3]}
-        self.opt: Optional[torch.Tensor] = None
+        self.tl: list[torch.Tensor] = [torch.zeros(1), torch.ones(2)]
+        self.td: dict[str, torch.Tensor] = {"a": torch.full((3,), 2.0)}
+        self.tt: tuple[torch.Tensor, int] = (torch.ones(1), 3)
+        self.il: list[int] = [1, 2, 3]
+        self.fl: list[float] = [1.5, 2.5]
+        self.bl: list[bool] = [True, False]
+        self.sl: list[str] = ["a", "b"]
+        self.dil: dict[int, list[int]] = {1: [2, 3]}
+        self.opt: torch.Tensor | None = None
         self.scale = 2.5
         self.name = "hello"
 
@@ -132,11 +132,11 @@ class WithState(nn.Module):
         return x * self.w
 
     @torch.jit.export
-    def __getstate__(self) -> Tuple[torch.Tensor, bool]:
+    def __getstate__(self) -> tuple[torch.Tensor, bool]:
         return (self.w, self.training)
 
     @torch.jit.export
-    def __setstate__(self, state: Tuple[torch.Tensor, bool]) -> None:
+    def __setstate__(self, state: tuple[torch.Tensor, bool]) -> None:
         self.w = state[0]
         self.training = state[1]
 

@@ -47,5 +47,13 @@ def test_parse_bytecode_rejects_bad_structure():
         parse_bytecode((8, ("m", (("instructions", (("OP", "a", 0),)),))))
     with pytest.raises(UnsupportedError):
         parse_bytecode((2,))
-    bc = parse_bytecode((8, ("__torch__.M.f", (("instructions", (("RET", 0, 0),)), ("operators", ()), ("constants", ()), ("types", ()), ("register_size", 0)))))
+    bc = parse_bytecode(
+        (
+            8,
+            (
+                "__torch__.M.f",
+                (("instructions", (("RET", 0, 0),)), ("operators", ()), ("constants", ()), ("types", ()), ("register_size", 0)),
+            ),
+        )
+    )
     assert bc.methods[0].arguments is None and bc.methods[0].instructions[0].op == "RET"

@@ -11,7 +11,7 @@ from torchless.formats.torchscript.code import method_code, parse_code_file
 from torchless.formats.torchscript.read import ScriptObject, TorchScriptResolver
 from torchless.pickle.machine import Unpickler
 
-SOURCE = '''class M(Module):
+SOURCE = """class M(Module):
   __parameters__ = ["w", ]
   __buffers__ = ["b", ]
   w : Tensor
@@ -35,7 +35,7 @@ SOURCE = '''class M(Module):
     return _2
 def helper(x: Tensor) -> Tensor:
   return x
-'''
+"""
 
 
 def test_parse_code_file():
@@ -51,7 +51,10 @@ def test_parse_code_file():
 
 def test_method_code_like_torch():
     m = parse_code_file("code/__torch__.py", "__torch__", SOURCE).classes["M"]
-    assert m.methods["forward"].code == 'def forward(self,\n    x: Tensor) -> Tensor:\n  _0 = "a string with _1 inside"\n  w = self.w\n  return torch.add(x, w)\n'
+    assert (
+        m.methods["forward"].code
+        == 'def forward(self,\n    x: Tensor) -> Tensor:\n  _0 = "a string with _1 inside"\n  w = self.w\n  return torch.add(x, w)\n'
+    )
     # class-wide counters restart per method; strings are left alone
     assert m.methods["other"].code == (
         "def other(self) -> Tensor:\n  _0 = uninitialized(Tensor)\n  w = self.w\n  w0 = self.w\n"
@@ -66,7 +69,10 @@ def test_storage_names():
     assert spec.storage_dtype("ComplexHalfStorage").name == "complex32"
     assert spec.storage_dtype("BFloat16Storage").name == "bfloat16"
     assert spec.storage_dtype("NoSuchStorage") is None
-    assert spec.code_record_for("__torch__.torch.nn.modules.linear.Linear") == ("code/__torch__/torch/nn/modules/linear.py", "Linear")
+    assert spec.code_record_for("__torch__.torch.nn.modules.linear.Linear") == (
+        "code/__torch__/torch/nn/modules/linear.py",
+        "Linear",
+    )
     assert spec.module_of_code_record("code/__torch__/a/b.py") == "__torch__.a.b"
 
 
@@ -86,7 +92,15 @@ def test_resolver_cpp_pickler_names():
     )
     intlist = b"ctorch.jit._pickle\nbuild_intlist\n(]q\x00(K\x01K\x02etR"
     tagged = b"ctorch.jit._pickle\nrestore_type_tag\nX\x01\x00\x00\x00aX\x09\x00\x00\x00List[str]\x86R"
-    data = b"\x80\x02c__torch__\nM\n)\x81}(X\x01\x00\x00\x00v" + tensor + b"X\x01\x00\x00\x00l" + intlist + b"X\x01\x00\x00\x00s" + tagged + b"ub."
+    data = (
+        b"\x80\x02c__torch__\nM\n)\x81}(X\x01\x00\x00\x00v"
+        + tensor
+        + b"X\x01\x00\x00\x00l"
+        + intlist
+        + b"X\x01\x00\x00\x00s"
+        + tagged
+        + b"ub."
+    )
     obj = _run(data)
     assert isinstance(obj, ScriptObject) and obj.qualified_name == "__torch__.M"
     assert obj.v.dtype.name == "uint16" and obj.v.shape == (3,)

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tl_testutil import only_torchless_errors
 
 import torchless
 from torchless.container.zip import TorchZipWriter, ZipReader
 from torchless.core.errors import TorchlessError, UnsafeGlobalError
 from torchless.formats.torchscript.handler import TorchScriptArtifact
-from torchless.pickle.globals import PickledObject
 from torchless.formats.torchscript.read import ScriptObject
-from tl_testutil import only_torchless_errors
+from torchless.pickle.globals import PickledObject
 
 
 def _evil_call(canary: str) -> bytes:
@@ -82,9 +81,8 @@ def test_dangerous_global_in_bytecode_and_debug(ts_files, tmp_path, canary):
     dbg = [r for r in zr.records() if r.endswith(".debug_pkl")][0]
     zr.source.close()
     path = _replace(ts_files["scripted"], str(tmp_path / "evil_dbg.pt"), {dbg: evil})
-    with torchless.open(path) as art:
-        with pytest.raises(UnsafeGlobalError):
-            art.archive.debug_info(dbg[: -len(".debug_pkl")])
+    with torchless.open(path) as art, pytest.raises(UnsafeGlobalError):
+        art.archive.debug_info(dbg[: -len(".debug_pkl")])
 
 
 def test_storage_pointing_outside(ts_files, tmp_path):

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tl_testutil import assert_tensor_matches
 
 import torchless
 from torchless.formats.torchscript.handler import TorchScriptArtifact
 from torchless.formats.torchscript.read import ScriptObject
-from tl_testutil import assert_tensor_matches
 
 from .conftest import as_torch_param
 
-ALL = ["scripted", "traced", "quantized", "lite", "lite_const"] + [f"{b}_v{v}" for b in ("lite", "lite_const") for v in (4, 5, 6, 7)]
+ALL = ["scripted", "traced", "quantized", "lite", "lite_const"] + [
+    f"{b}_v{v}" for b in ("lite", "lite_const") for v in (4, 5, 6, 7)
+]
 
 
 def _sub(root, dotted):
@@ -207,8 +209,14 @@ def test_library_modules(torch, tmp_path):
     nn = torch.nn
     mods = {
         "lstm": torch.jit.script(nn.LSTM(4, 8, 2)),
-        "conv": torch.jit.script(nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 2))),
-        "tfm": torch.jit.script(nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 2, 32, batch_first=True), 2, enable_nested_tensor=False)),
+        "conv": torch.jit.script(
+            nn.Sequential(
+                nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 2)
+            )
+        ),
+        "tfm": torch.jit.script(
+            nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 2, 32, batch_first=True), 2, enable_nested_tensor=False)
+        ),
     }
     for name, m in mods.items():
         path = str(tmp_path / f"{name}.pt")

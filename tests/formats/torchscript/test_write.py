@@ -42,7 +42,9 @@ def test_scripted_edit_runs_in_torch(ts_files, torch, tmp_path):
         new = _new_weights(art)
     new.pop("shared")  # alias of sub.lin.weight: give the value once
     out = tmp_path / "edited.pt"
-    res = save_edited(src, out, tensors=new, extra_files={"meta.json": b'{"v": 2}', "added.txt": "new"}, remove_extra=["notes.txt"])
+    res = save_edited(
+        src, out, tensors=new, extra_files={"meta.json": b'{"v": 2}', "added.txt": "new"}, remove_extra=["notes.txt"]
+    )
     assert sorted(res["replaced"]) == sorted(new)
     extra = {"meta.json": "", "added.txt": "", "notes.txt": ""}
     m = torch.jit.load(str(out), _extra_files=extra)
@@ -88,7 +90,15 @@ def test_edit_constants_and_attributes(ts_files, torch, tmp_path):
     assert torch.allclose(m(x), expected)
     # a non-parameter tensor attribute and a tensor inside a list
     out2 = tmp_path / "attrs.pt"
-    save_edited(ts_files["scripted"], out2, tensors={"t": np.array([1.0, 2.0], np.float32), "tl.1": np.array([4.0, 5.0], np.float32), "u16": np.array([7, 8, 65535], np.uint16)})
+    save_edited(
+        ts_files["scripted"],
+        out2,
+        tensors={
+            "t": np.array([1.0, 2.0], np.float32),
+            "tl.1": np.array([4.0, 5.0], np.float32),
+            "u16": np.array([7, 8, 65535], np.uint16),
+        },
+    )
     m2 = torch.jit.load(str(out2))
     assert m2.t.tolist() == [1.0, 2.0] and m2.tl[1].tolist() == [4.0, 5.0] and m2.u16.tolist() == [7, 8, 65535]
 

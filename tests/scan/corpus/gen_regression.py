@@ -168,7 +168,9 @@ def zip_with(entries: list[tuple[str, bytes]], method: dict[str, int] | None = N
     return buf.getvalue()
 
 
-def tar_of(members: list[tuple[str, bytes]], fmt: int = tarfile.USTAR_FORMAT, extra: Callable[[tarfile.TarFile], None] | None = None) -> bytes:
+def tar_of(
+    members: list[tuple[str, bytes]], fmt: int = tarfile.USTAR_FORMAT, extra: Callable[[tarfile.TarFile], None] | None = None
+) -> bytes:
     b = io.BytesIO()
     with tarfile.open(fileobj=b, mode="w", format=fmt) as tf:
         for name, data in members:
@@ -277,7 +279,9 @@ class Ctx:
 
         return self.once("pt2", build)
 
-    def rewrite_zip(self, fname: str, base: bytes, replace: Callable[[str, bytes], bytes | None], extra: dict[str, bytes] | None = None) -> bytes:
+    def rewrite_zip(
+        self, fname: str, base: bytes, replace: Callable[[str, bytes], bytes | None], extra: dict[str, bytes] | None = None
+    ) -> bytes:
         """``base`` (a torch-written zip) rewritten member by member with torch's layout."""
         from torchless.container.zip import TorchZipWriter
 
@@ -334,7 +338,12 @@ def _f03(ctx: Ctx, s: Sample) -> None:
     ctx.write(s.name, _octal_then(p0_call("builtins", "exec", u(py(s.name))) + b"0N.", b" 0777"))
 
 
-@sample("f04_int_octal_gzip.pkl.gz", 1, "gzip", "gzip-compressed pickle that starts with INT '010' (machine refuses, C unpickler accepts)")
+@sample(
+    "f04_int_octal_gzip.pkl.gz",
+    1,
+    "gzip",
+    "gzip-compressed pickle that starts with INT '010' (machine refuses, C unpickler accepts)",
+)
 def _f04(ctx: Ctx, s: Sample) -> None:
     ctx.write(s.name, gzip.compress(_octal_then(p0_system(s.name) + b"0N."), mtime=0))
 
@@ -352,12 +361,19 @@ def _f06(ctx: Ctx, s: Sample) -> None:
     ctx.write(s.name, _octal_then(p0_system(s.name) + b"0") + legacy)
 
 
-@sample("f07_int_octal_zip.pt", 1, "torch", "torch zip whose data.pkl starts with INT '010' (then PROTO 2 mid-stream)", torch=True)
+@sample(
+    "f07_int_octal_zip.pt", 1, "torch", "torch zip whose data.pkl starts with INT '010' (then PROTO 2 mid-stream)", torch=True
+)
 def _f07(ctx: Ctx, s: Sample) -> None:
     ctx.torch_zip(s.name, _octal_then(p0_system(s.name) + b"0") + ctx.clean_data_pkl())
 
 
-@sample("f08_ext_registry.pkl", 1, "pickle", "copy_reg.add_extension registers os.system under code 0xc8; EXT1 0xc8 names it (the machine's registry stays empty)")
+@sample(
+    "f08_ext_registry.pkl",
+    1,
+    "pickle",
+    "copy_reg.add_extension registers os.system under code 0xc8; EXT1 0xc8 names it (the machine's registry stays empty)",
+)
 def _f08(ctx: Ctx, s: Sample) -> None:
     reg = p0_call("copy_reg", "add_extension", u("os"), u("system"), b"I200\n") + b"0"
     ctx.write(s.name, reg + b"\x82\xc8(" + u(sh(s.name)) + b"tR0N.")
@@ -368,32 +384,65 @@ def _f08(ctx: Ctx, s: Sample) -> None:
 # ======================================================================================
 
 
-@sample("fr01_frame_cross.pt", 2, "torch", "data.pkl (read through io.BytesIO) with a BINUNICODE that crosses its FRAME: the C unpickler drops the frame tail and runs the hidden os.system", torch=True)
+@sample(
+    "fr01_frame_cross.pt",
+    2,
+    "torch",
+    "data.pkl (read through io.BytesIO) with a BINUNICODE that crosses its FRAME: the C unpickler drops the frame tail and runs the hidden os.system",
+    torch=True,
+)
 def _fr01(ctx: Ctx, s: Sample) -> None:
     ctx.torch_zip(s.name, frame_cross(p0_system(s.name), ctx.clean_data_pkl()[2:], big=False))
 
 
-@sample("fr02_frame_nested.pt", 2, "torch", "data.pkl with a FRAME inside a FRAME whose length runs past the outer one: the outer frame's tail is dropped", torch=True)
+@sample(
+    "fr02_frame_nested.pt",
+    2,
+    "torch",
+    "data.pkl with a FRAME inside a FRAME whose length runs past the outer one: the outer frame's tail is dropped",
+    torch=True,
+)
 def _fr02(ctx: Ctx, s: Sample) -> None:
     ctx.torch_zip(s.name, frame_nested(p0_system(s.name), ctx.clean_data_pkl()[2:], big=False))
 
 
-@sample("fr03_frame_cross_big.pkl", 2, "pickle", "pickle.load(file): an 8 KiB+ FRAME is read with read(), so a BINUNICODE crossing its end skips the frame tail")
+@sample(
+    "fr03_frame_cross_big.pkl",
+    2,
+    "pickle",
+    "pickle.load(file): an 8 KiB+ FRAME is read with read(), so a BINUNICODE crossing its end skips the frame tail",
+)
 def _fr03(ctx: Ctx, s: Sample) -> None:
     ctx.write(s.name, frame_cross(p0_system(s.name), b"N.", big=True))
 
 
-@sample("fr04_frame_nested_big.pkl", 2, "pickle", "pickle.load(file): nested FRAME after an 8 KiB+ frame; the inner frame is read from after the outer one")
+@sample(
+    "fr04_frame_nested_big.pkl",
+    2,
+    "pickle",
+    "pickle.load(file): nested FRAME after an 8 KiB+ frame; the inner frame is read from after the outer one",
+)
 def _fr04(ctx: Ctx, s: Sample) -> None:
     ctx.write(s.name, frame_nested(p0_system(s.name), b"N.", big=True))
 
 
-@sample("fr05_frame_cross_npy.npy", 2, "numpy", ".npy object array (pickle.load on the open file) with an 8 KiB+ frame crossed by a BINUNICODE")
+@sample(
+    "fr05_frame_cross_npy.npy",
+    2,
+    "numpy",
+    ".npy object array (pickle.load on the open file) with an 8 KiB+ frame crossed by a BINUNICODE",
+)
 def _fr05(ctx: Ctx, s: Sample) -> None:
     ctx.write(s.name, npy_object(frame_cross(p0_system(s.name), b"N.", big=True)))
 
 
-@sample("fr06_frame_nested_legacy.pt", 2, "torch", "torch.load(BytesIO-free legacy file): magic-number pickle with a nested FRAME over 8 KiB", torch=True)
+@sample(
+    "fr06_frame_nested_legacy.pt",
+    2,
+    "torch",
+    "torch.load(BytesIO-free legacy file): magic-number pickle with a nested FRAME over 8 KiB",
+    torch=True,
+)
 def _fr06(ctx: Ctx, s: Sample) -> None:
     legacy = ctx.legacy_stream()
     n = len(LEGACY_MAGIC_PICKLE)
@@ -435,7 +484,13 @@ def _py06(ctx: Ctx, s: Sample) -> None:
     ctx.write(s.name, b"\x80\x02" + p0_call("urllib", "urlretrieve", u("file://" + os.devnull), u(s.name)) + b"0N.")
 
 
-@sample("py07_commands_zip.pt", 7, "torch", "torch zip data.pkl (protocol 2) calling commands.getoutput; torch's find_class applies fix_imports", torch=True)
+@sample(
+    "py07_commands_zip.pt",
+    7,
+    "torch",
+    "torch zip data.pkl (protocol 2) calling commands.getoutput; torch's find_class applies fix_imports",
+    torch=True,
+)
 def _py07(ctx: Ctx, s: Sample) -> None:
     ctx.torch_zip(s.name, inject(ctx.clean_data_pkl(), p0_call("commands", "getoutput", u(sh(s.name)))))
 
@@ -447,12 +502,22 @@ def _py07(ctx: Ctx, s: Sample) -> None:
 
 @sample("c01_lzma_alone_lc0.pkl.lzma", 8, "lzma", "lzma-alone stream with lc=lp=pb=0 (first byte 0x00, not 0x5d)")
 def _c01(ctx: Ctx, s: Sample) -> None:
-    ctx.write(s.name, lzma.compress(pk(gm.os_system(s.name)), format=lzma.FORMAT_ALONE, filters=[{"id": lzma.FILTER_LZMA1, "lc": 0, "lp": 0, "pb": 0}]))
+    ctx.write(
+        s.name,
+        lzma.compress(
+            pk(gm.os_system(s.name)), format=lzma.FORMAT_ALONE, filters=[{"id": lzma.FILTER_LZMA1, "lc": 0, "lp": 0, "pb": 0}]
+        ),
+    )
 
 
-@sample("c02_lzma_alone_dict4k.joblib", 8, "joblib", "joblib lzma file (prefix 5d 00) with a 4 KiB dictionary: header 5d 00 10 00 00")
+@sample(
+    "c02_lzma_alone_dict4k.joblib", 8, "joblib", "joblib lzma file (prefix 5d 00) with a 4 KiB dictionary: header 5d 00 10 00 00"
+)
 def _c02(ctx: Ctx, s: Sample) -> None:
-    ctx.write(s.name, lzma.compress(pk(gm.os_system(s.name)), format=lzma.FORMAT_ALONE, filters=[{"id": lzma.FILTER_LZMA1, "dict_size": 4096}]))
+    ctx.write(
+        s.name,
+        lzma.compress(pk(gm.os_system(s.name)), format=lzma.FORMAT_ALONE, filters=[{"id": lzma.FILTER_LZMA1, "dict_size": 4096}]),
+    )
 
 
 @sample("c03_zlib_wbits9.pkl.z", 8, "zlib", "zlib stream with a 512-byte window (header 0x18, not 0x78)")
@@ -461,7 +526,12 @@ def _c03(ctx: Ctx, s: Sample) -> None:
     ctx.write(s.name, c.compress(pk(gm.os_system(s.name))) + c.flush())
 
 
-@sample("c04_joblib_zfile.pkl", 8, "joblib", "joblib <= 0.9 'ZF' z-file (hex length + zlib): joblib.load still reads it (pure-Python unpickler)")
+@sample(
+    "c04_joblib_zfile.pkl",
+    8,
+    "joblib",
+    "joblib <= 0.9 'ZF' z-file (hex length + zlib): joblib.load still reads it (pure-Python unpickler)",
+)
 def _c04(ctx: Ctx, s: Sample) -> None:
     data = pk(gm.os_system(s.name))
     hdr = b"ZF" + hex(len(data)).encode().ljust(len(hex(2**64)))
@@ -489,7 +559,12 @@ def _lfh(name: str, data: bytes) -> tuple[bytes, bytes]:
     """A stored local header + data, and the central record (offset 0, patched later)."""
     crc, nb = zlib.crc32(data), name.encode()
     local = struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", 20, 0, 0, 0, 0x21, crc, len(data), len(data), len(nb), 0) + nb + data
-    central = struct.pack("<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 20, 20, 0, 0, 0, 0x21, crc, len(data), len(data), len(nb), 0, 0, 0, 0, 0, 0) + nb
+    central = (
+        struct.pack(
+            "<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 20, 20, 0, 0, 0, 0x21, crc, len(data), len(data), len(nb), 0, 0, 0, 0, 0, 0
+        )
+        + nb
+    )
     return local, central
 
 
@@ -548,17 +623,32 @@ def _benign_npy() -> bytes:
     return b.getvalue()
 
 
-@sample("z01_npz_two_views.npz", 12, "numpy", ".npz whose end record points at a benign directory (torch/miniz view) while zipfile shifts to a second one with an object array")
+@sample(
+    "z01_npz_two_views.npz",
+    12,
+    "numpy",
+    ".npz whose end record points at a benign directory (torch/miniz view) while zipfile shifts to a second one with an object array",
+)
 def _z01(ctx: Ctx, s: Sample) -> None:
     ctx.write(s.name, _npz_two_views([("arr.npy", _benign_npy())], [("arr.npy", npy_object(pk(gm.os_system(s.name))))]))
 
 
-@sample("z02_npz_two_views_names.npz", 12, "numpy", ".npz: miniz sees 'a.npy' (float array), zipfile sees 'b.npy' (object array); np.load reads zipfile's")
+@sample(
+    "z02_npz_two_views_names.npz",
+    12,
+    "numpy",
+    ".npz: miniz sees 'a.npy' (float array), zipfile sees 'b.npy' (object array); np.load reads zipfile's",
+)
 def _z02(ctx: Ctx, s: Sample) -> None:
     ctx.write(s.name, _npz_two_views([("a.npy", _benign_npy())], [("b.npy", npy_object(pk(gm.os_system(s.name))))]))
 
 
-@sample("z03_npz_prepended.npz", 12, "numpy", ".npz with a benign archive prepended (a self-extractor layout): zipfile reads the appended one, offsets shifted")
+@sample(
+    "z03_npz_prepended.npz",
+    12,
+    "numpy",
+    ".npz with a benign archive prepended (a self-extractor layout): zipfile reads the appended one, offsets shifted",
+)
 def _z03(ctx: Ctx, s: Sample) -> None:
     benign = zip_with([("arr.npy", _benign_npy())])
     evil = zip_with([("arr.npy", npy_object(pk(gm.os_system(s.name))))])
@@ -566,18 +656,32 @@ def _z03(ctx: Ctx, s: Sample) -> None:
     ctx.write(s.name, benign[: benign.rindex(b"PK\x05\x06")] + evil)
 
 
-@sample("z04_npz_two_views_deflate.npz", 12, "numpy", ".npz two views, the zipfile view has two members, the object array in the second")
+@sample(
+    "z04_npz_two_views_deflate.npz",
+    12,
+    "numpy",
+    ".npz two views, the zipfile view has two members, the object array in the second",
+)
 def _z04(ctx: Ctx, s: Sample) -> None:
     b = _benign_npy()
-    ctx.write(s.name, _npz_two_views([("x.npy", b), ("y.npy", b)], [("x.npy", b), ("y.npy", npy_object(pk(gm.os_system(s.name))))]))
+    ctx.write(
+        s.name, _npz_two_views([("x.npy", b), ("y.npy", b)], [("x.npy", b), ("y.npy", npy_object(pk(gm.os_system(s.name))))])
+    )
 
 
-@sample("z05_npz_member_no_suffix.npz", 12, "numpy", ".npz member 'weights.bin' (no .npy suffix): NpzFile still reads any member that starts with the NumPy magic")
+@sample(
+    "z05_npz_member_no_suffix.npz",
+    12,
+    "numpy",
+    ".npz member 'weights.bin' (no .npy suffix): NpzFile still reads any member that starts with the NumPy magic",
+)
 def _z05(ctx: Ctx, s: Sample) -> None:
     ctx.write(s.name, zip_with([("weights.bin", npy_object(pk(gm.os_system(s.name))))]))
 
 
-@sample("z06_npz_bzip2_member.npz", 12, "numpy", ".npz member compressed with bzip2 (method 12): zipfile inflates it, miniz cannot")
+@sample(
+    "z06_npz_bzip2_member.npz", 12, "numpy", ".npz member compressed with bzip2 (method 12): zipfile inflates it, miniz cannot"
+)
 def _z06(ctx: Ctx, s: Sample) -> None:
     ctx.write(s.name, zip_with([("arr.npy", npy_object(pk(gm.os_system(s.name))))], {"arr.npy": zipfile.ZIP_BZIP2}))
 
@@ -592,7 +696,9 @@ def _z07(ctx: Ctx, s: Sample) -> None:
 # ======================================================================================
 
 
-@sample("h01_npy_descr_object.npy", 4, "numpy", "NumPy header descr 'object' (no capital O): np.dtype('object') has objects -> pickle")
+@sample(
+    "h01_npy_descr_object.npy", 4, "numpy", "NumPy header descr 'object' (no capital O): np.dtype('object') has objects -> pickle"
+)
 def _h01(ctx: Ctx, s: Sample) -> None:
     ctx.write(s.name, npy_header("'object'") + pk(gm.os_system(s.name)))
 
@@ -607,7 +713,9 @@ def _h03(ctx: Ctx, s: Sample) -> None:
     ctx.write(s.name, zip_with([("arr.npy", npy_header("'object'") + pk(gm.os_system(s.name)))]))
 
 
-@sample("h04_npy_v3_object.npy", 4, "numpy", "NumPy format 3.0 header (4-byte length, UTF-8) with descr \"object\" in double quotes")
+@sample(
+    "h04_npy_v3_object.npy", 4, "numpy", 'NumPy format 3.0 header (4-byte length, UTF-8) with descr "object" in double quotes'
+)
 def _h04(ctx: Ctx, s: Sample) -> None:
     ctx.write(s.name, npy_header('"object"', version=3) + pk(gm.os_system(s.name)))
 
@@ -628,12 +736,24 @@ def _lfb(arg: bytes) -> bytes:
     return pk(G("torch.storage", "_load_from_bytes") + T(arg) + b"R", proto=3)
 
 
-@sample("n01_lfb_protocol0.pt", 3, "torch", "torch.storage._load_from_bytes of a legacy stream whose first pickle is protocol 0 text (starts with 'c', not 0x80)", torch=True)
+@sample(
+    "n01_lfb_protocol0.pt",
+    3,
+    "torch",
+    "torch.storage._load_from_bytes of a legacy stream whose first pickle is protocol 0 text (starts with 'c', not 0x80)",
+    torch=True,
+)
 def _n01(ctx: Ctx, s: Sample) -> None:
     ctx.torch_zip(s.name, _lfb(BY(_legacy_proto0_head(ctx, s.name))))
 
 
-@sample("n02_lfb_codecs_encode.pt", 3, "torch", "_load_from_bytes(_codecs.encode(str, 'latin1')): the nested stream is built at load time, as protocol 2 pickles bytes", torch=True)
+@sample(
+    "n02_lfb_codecs_encode.pt",
+    3,
+    "torch",
+    "_load_from_bytes(_codecs.encode(str, 'latin1')): the nested stream is built at load time, as protocol 2 pickles bytes",
+    torch=True,
+)
 def _n02(ctx: Ctx, s: Sample) -> None:
     legacy = ctx.legacy_stream()
     nested = inject(legacy[: len(LEGACY_MAGIC_PICKLE)], gm.os_system(s.name)) + legacy[len(LEGACY_MAGIC_PICKLE) :]
@@ -646,19 +766,35 @@ def _n03(ctx: Ctx, s: Sample) -> None:
     ctx.torch_zip(s.name, _lfb(G("builtins", "bytearray") + T(BY(_legacy_proto0_head(ctx, s.name))) + b"R"))
 
 
-@sample("n04_lfb_octal_head.pt", 3, "torch", "_load_from_bytes of a legacy stream that starts with INT '010' (no 0x80 byte in front)", torch=True)
+@sample(
+    "n04_lfb_octal_head.pt",
+    3,
+    "torch",
+    "_load_from_bytes of a legacy stream that starts with INT '010' (no 0x80 byte in front)",
+    torch=True,
+)
 def _n04(ctx: Ctx, s: Sample) -> None:
     legacy = ctx.legacy_stream()
     ctx.torch_zip(s.name, _lfb(BY(_octal_then(p0_system(s.name) + b"0") + legacy)))
 
 
-@sample("n05_numpy_load_nested.pkl", 3, "pickle", "numpy.load(io.BytesIO(npy), None, True): an object-array .npy inside the pickle is unpickled at load time")
+@sample(
+    "n05_numpy_load_nested.pkl",
+    3,
+    "pickle",
+    "numpy.load(io.BytesIO(npy), None, True): an object-array .npy inside the pickle is unpickled at load time",
+)
 def _n05(ctx: Ctx, s: Sample) -> None:
     npy = npy_object(pk(gm.os_system(s.name)))
     ctx.write(s.name, pk(call(G("numpy", "load"), call(G("_io", "BytesIO"), BY(npy)), b"N", b"\x88"), proto=3))
 
 
-@sample("n06_joblib_object_array.joblib", 3, "joblib", "joblib.dump of an object array: the array's own pickle is written inline after the wrapper (NumpyArrayWrapper.read unpickles it)")
+@sample(
+    "n06_joblib_object_array.joblib",
+    3,
+    "joblib",
+    "joblib.dump of an object array: the array's own pickle is written inline after the wrapper (NumpyArrayWrapper.read unpickles it)",
+)
 def _n06(ctx: Ctx, s: Sample) -> None:
     import joblib
     import numpy as np
@@ -672,15 +808,34 @@ def _n06(ctx: Ctx, s: Sample) -> None:
     joblib.dump({"weights": np.arange(4.0), "meta": arr}, ctx.path(s.name))
 
 
-@sample("n08_joblib_array_swallows.pkl", 3, "joblib", "joblib NumpyArrayWrapper (no alignment padding) whose 5 raw uint8 bytes are a BINUNICODE header: a walk that reads the array bytes as opcodes sees the payload as a string, joblib skips them and runs it")
+@sample(
+    "n08_joblib_array_swallows.pkl",
+    3,
+    "joblib",
+    "joblib NumpyArrayWrapper (no alignment padding) whose 5 raw uint8 bytes are a BINUNICODE header: a walk that reads the array bytes as opcodes sees the payload as a string, joblib skips them and runs it",
+)
 def _n08(ctx: Ctx, s: Sample) -> None:
     import numpy as np
 
     payload = p0_system(s.name)
     arr = b"X" + struct.pack("<I", len(payload))
     dt = pickle.dumps(np.dtype("uint8"), protocol=2)[2:-1]
-    state = b"}(" + S("subclass") + G("numpy", "ndarray") + S("shape") + b"K\x05\x85" + S("order") + S("C") + S("dtype") + dt + S("allow_mmap") + b"\x89u"
-    ctx.write(s.name, b"\x80\x02" + G("joblib.numpy_pickle", "NumpyArrayWrapper") + b")\x81" + state + b"b" + arr + payload + b"0.")
+    state = (
+        b"}("
+        + S("subclass")
+        + G("numpy", "ndarray")
+        + S("shape")
+        + b"K\x05\x85"
+        + S("order")
+        + S("C")
+        + S("dtype")
+        + dt
+        + S("allow_mmap")
+        + b"\x89u"
+    )
+    ctx.write(
+        s.name, b"\x80\x02" + G("joblib.numpy_pickle", "NumpyArrayWrapper") + b")\x81" + state + b"b" + arr + payload + b"0."
+    )
 
 
 def _legacy_with_payload(ctx: Ctx, name: str) -> bytes:
@@ -689,24 +844,48 @@ def _legacy_with_payload(ctx: Ctx, name: str) -> bytes:
     return inject(legacy[:n], gm.os_system(name)) + legacy[n:]
 
 
-@sample("n09_lfb_base64_codec.pt", 3, "torch", "_load_from_bytes(_codecs.decode(b64, 'base64')): the nested stream only exists after a codec runs", torch=True)
+@sample(
+    "n09_lfb_base64_codec.pt",
+    3,
+    "torch",
+    "_load_from_bytes(_codecs.decode(b64, 'base64')): the nested stream only exists after a codec runs",
+    torch=True,
+)
 def _n09(ctx: Ctx, s: Sample) -> None:
     import base64
 
-    ctx.torch_zip(s.name, _lfb(G("_codecs", "decode") + T(BY(base64.b64encode(_legacy_with_payload(ctx, s.name))), S("base64")) + b"R"))
+    ctx.torch_zip(
+        s.name, _lfb(G("_codecs", "decode") + T(BY(base64.b64encode(_legacy_with_payload(ctx, s.name))), S("base64")) + b"R")
+    )
 
 
-@sample("n10_lfb_zlib_codec.pt", 3, "torch", "_load_from_bytes(_codecs.decode(data, 'zlib')): a compressed nested stream", torch=True)
+@sample(
+    "n10_lfb_zlib_codec.pt", 3, "torch", "_load_from_bytes(_codecs.decode(data, 'zlib')): a compressed nested stream", torch=True
+)
 def _n10(ctx: Ctx, s: Sample) -> None:
-    ctx.torch_zip(s.name, _lfb(G("_codecs", "decode") + T(BY(zlib.compress(_legacy_with_payload(ctx, s.name))), S("zlib")) + b"R"))
+    ctx.torch_zip(
+        s.name, _lfb(G("_codecs", "decode") + T(BY(zlib.compress(_legacy_with_payload(ctx, s.name))), S("zlib")) + b"R")
+    )
 
 
-@sample("n11_lfb_hex_codec.pt", 3, "torch", "_load_from_bytes(_codecs.decode(hex text, 'hex')): the nested stream is a hex string in the pickle", torch=True)
+@sample(
+    "n11_lfb_hex_codec.pt",
+    3,
+    "torch",
+    "_load_from_bytes(_codecs.decode(hex text, 'hex')): the nested stream is a hex string in the pickle",
+    torch=True,
+)
 def _n11(ctx: Ctx, s: Sample) -> None:
     ctx.torch_zip(s.name, _lfb(G("_codecs", "decode") + T(S(_legacy_with_payload(ctx, s.name).hex()), S("hex")) + b"R"))
 
 
-@sample("n07_lfb_zip_deflated.pt", 3, "torch", "_load_from_bytes of a torch zip whose data.pkl is deflate-compressed (miniz inflates it)", torch=True)
+@sample(
+    "n07_lfb_zip_deflated.pt",
+    3,
+    "torch",
+    "_load_from_bytes of a torch zip whose data.pkl is deflate-compressed (miniz inflates it)",
+    torch=True,
+)
 def _n07(ctx: Ctx, s: Sample) -> None:
     _d, members, _prefix = ctx.clean_zip()
     ents = [(n, inject(d, gm.os_system(s.name)) if n.endswith("/data.pkl") else d) for n, d in members]
@@ -719,7 +898,14 @@ def _n07(ctx: Ctx, s: Sample) -> None:
 # ======================================================================================
 
 
-def _legacy_tar(name: str, *, where: str, bool_count: bool = False, big_ndim: bool = False, members: Callable[[dict[str, bytes]], list[tuple[str, bytes]]] | None = None) -> bytes:
+def _legacy_tar(
+    name: str,
+    *,
+    where: str,
+    bool_count: bool = False,
+    big_ndim: bool = False,
+    members: Callable[[dict[str, bytes]], list[tuple[str, bytes]]] | None = None,
+) -> bytes:
     """A torch legacy tar (sys_info, storages, tensors, pickle) with the payload in ``where``."""
     payload = gm.os_system(name)
     fs = G("torch", "FloatStorage")
@@ -730,13 +916,35 @@ def _legacy_tar(name: str, *, where: str, bool_count: bool = False, big_ndim: bo
     storages += pk(b"]")  # storage views
     tensor_args = pk(T(S("t0"), S("0"), G("torch", "FloatTensor")))
     ndim = 65 if big_ndim else 1
-    raw = struct.pack("<i", ndim) + b"\0" * 4 + struct.pack(f"<{ndim}q", *([1] * ndim)) + struct.pack(f"<{ndim}q", *([1] * ndim)) + struct.pack("<q", 0)
+    raw = (
+        struct.pack("<i", ndim)
+        + b"\0" * 4
+        + struct.pack(f"<{ndim}q", *([1] * ndim))
+        + struct.pack(f"<{ndim}q", *([1] * ndim))
+        + struct.pack("<q", 0)
+    )
     tensors = pk(b"K\x02") + tensor_args + raw
-    tensors += (inject(pk(T(S("t1"), S("0"), G("torch", "FloatTensor"))), payload) if where == "second-tensor" else pk(T(S("t1"), S("0"), G("torch", "FloatTensor")))) + struct.pack("<i", 1) + b"\0" * 4 + struct.pack("<qqq", 1, 1, 0)
+    tensors += (
+        (
+            inject(pk(T(S("t1"), S("0"), G("torch", "FloatTensor"))), payload)
+            if where == "second-tensor"
+            else pk(T(S("t1"), S("0"), G("torch", "FloatTensor")))
+        )
+        + struct.pack("<i", 1)
+        + b"\0" * 4
+        + struct.pack("<qqq", 1, 1, 0)
+    )
     obj = pk(b"}" + S("epoch") + b"K\x01s")
     if where == "pickle":
         obj = inject(obj, payload)
-    parts = {"sys_info": pickle.dumps({"protocol_version": 1001, "little_endian": True, "type_sizes": {"short": 2, "int": 4, "long": 4}}, protocol=2), "storages": storages, "tensors": tensors, "pickle": obj}
+    parts = {
+        "sys_info": pickle.dumps(
+            {"protocol_version": 1001, "little_endian": True, "type_sizes": {"short": 2, "int": 4, "long": 4}}, protocol=2
+        ),
+        "storages": storages,
+        "tensors": tensors,
+        "pickle": obj,
+    }
     order = members(parts) if members else list(parts.items())
     return tar_of(order)
 
@@ -758,12 +966,24 @@ def _v7(tar: bytes) -> bytes:
     return bytes(b)
 
 
-@sample("t01_tar_bool_count.tar", 9, "torch", "legacy tar: the storage count is True (range(True) == range(1)); the payload is in the storage's args pickle", torch=True)
+@sample(
+    "t01_tar_bool_count.tar",
+    9,
+    "torch",
+    "legacy tar: the storage count is True (range(True) == range(1)); the payload is in the storage's args pickle",
+    torch=True,
+)
 def _t01(ctx: Ctx, s: Sample) -> None:
     ctx.write(s.name, _legacy_tar(s.name, where="storage-args", bool_count=True))
 
 
-@sample("t02_tar_65_dims.tar", 9, "torch", "legacy tar: a 65-dimension tensor record, then a second tensor whose args pickle runs the payload", torch=True)
+@sample(
+    "t02_tar_65_dims.tar",
+    9,
+    "torch",
+    "legacy tar: a 65-dimension tensor record, then a second tensor whose args pickle runs the payload",
+    torch=True,
+)
 def _t02(ctx: Ctx, s: Sample) -> None:
     ctx.write(s.name, _legacy_tar(s.name, where="second-tensor", big_ndim=True))
 
@@ -773,7 +993,13 @@ def _t03(ctx: Ctx, s: Sample) -> None:
     ctx.write(s.name, _v7(_legacy_tar(s.name, where="pickle")))
 
 
-@sample("t04_tar_hardlink_pickle.tar", 9, "torch", "legacy tar whose 'pickle' member is a hard link to 'data/0' (tarfile.extractfile follows it)", torch=True)
+@sample(
+    "t04_tar_hardlink_pickle.tar",
+    9,
+    "torch",
+    "legacy tar whose 'pickle' member is a hard link to 'data/0' (tarfile.extractfile follows it)",
+    torch=True,
+)
 def _t04(ctx: Ctx, s: Sample) -> None:
     def link(tf: tarfile.TarFile) -> None:
         ti = tarfile.TarInfo("pickle")
@@ -794,7 +1020,13 @@ def _legacy_parts(name: str) -> list[tuple[str, bytes]]:
     return [(n if n != "pickle" else "data/0", d) for n, d in out]
 
 
-@sample("t05_tar_dup_pickle.tar", 9, "torch", "legacy tar with two 'pickle' members: tarfile (torch) uses the last, a benign one comes first", torch=True)
+@sample(
+    "t05_tar_dup_pickle.tar",
+    9,
+    "torch",
+    "legacy tar with two 'pickle' members: tarfile (torch) uses the last, a benign one comes first",
+    torch=True,
+)
 def _t05(ctx: Ctx, s: Sample) -> None:
     parts = dict(_legacy_parts(s.name))
     evil = parts.pop("data/0")
@@ -829,7 +1061,13 @@ def _gnu_sparse_member(name: str, segments: list[tuple[int, bytes]], realsize: i
     return bytes(h) + stored + b"\0" * (-len(stored) % 512)
 
 
-@sample("t06_tar_sparse_pickle.tar", 9, "torch", "legacy tar whose 'pickle' is a GNU sparse member: reassembled (with its zero hole) it runs the payload; its stored bytes read as a pickle hide it in a string", torch=True)
+@sample(
+    "t06_tar_sparse_pickle.tar",
+    9,
+    "torch",
+    "legacy tar whose 'pickle' is a GNU sparse member: reassembled (with its zero hole) it runs the payload; its stored bytes read as a pickle hide it in a string",
+    torch=True,
+)
 def _t06(ctx: Ctx, s: Sample) -> None:
     payload = p0_system(s.name)
     hole = len(payload) + 1 + 2 * 8
@@ -893,22 +1131,42 @@ def _dcp_relocate(d: str, new_rel: str, *, move_to: str | None = None, pad: int 
     _dcp_rewrite(d, fix)
 
 
-@sample("d01_dcp_renamed_shard", 4, "dcp", "DCP whose data file is 'weights.bin' (not .distcp); .metadata points there", torch=True)
+@sample(
+    "d01_dcp_renamed_shard", 4, "dcp", "DCP whose data file is 'weights.bin' (not .distcp); .metadata points there", torch=True
+)
 def _d01(ctx: Ctx, s: Sample) -> None:
     _dcp_relocate(_dcp(ctx, s.name), "weights.bin")
 
 
-@sample("d02_dcp_subdir_shard", 4, "dcp", "DCP whose items live in 'shards/part0.distcp' (a sub-folder named by .metadata)", torch=True)
+@sample(
+    "d02_dcp_subdir_shard",
+    4,
+    "dcp",
+    "DCP whose items live in 'shards/part0.distcp' (a sub-folder named by .metadata)",
+    torch=True,
+)
 def _d02(ctx: Ctx, s: Sample) -> None:
     _dcp_relocate(_dcp(ctx, s.name), "shards/part0.distcp")
 
 
-@sample("d03_dcp_dot_slash", 4, "dcp", "DCP with relative_path './__0_0.distcp' (the same file for dcp.load, another name for a name match)", torch=True)
+@sample(
+    "d03_dcp_dot_slash",
+    4,
+    "dcp",
+    "DCP with relative_path './__0_0.distcp' (the same file for dcp.load, another name for a name match)",
+    torch=True,
+)
 def _d03(ctx: Ctx, s: Sample) -> None:
     _dcp_relocate(_dcp(ctx, s.name), "./__0_0.distcp")
 
 
-@sample("d04_dcp_items_in_metadata", 4, "dcp", "DCP items appended to .metadata itself (relative_path '.metadata', offsets after the pickle's STOP)", torch=True)
+@sample(
+    "d04_dcp_items_in_metadata",
+    4,
+    "dcp",
+    "DCP items appended to .metadata itself (relative_path '.metadata', offsets after the pickle's STOP)",
+    torch=True,
+)
 def _d04(ctx: Ctx, s: Sample) -> None:
     d = _dcp(ctx, s.name)
     files = [f for f in os.listdir(d) if f.endswith(".distcp")]
@@ -927,7 +1185,13 @@ def _d04(ctx: Ctx, s: Sample) -> None:
         f.write(blob + b"\0" * (start - len(blob)) + data)
 
 
-@sample("d05_dcp_gap_before_items", 4, "dcp", "DCP data file with 64 KiB of zeros before the items (offsets shifted): a split at zip signatures from byte 0 finds nothing", torch=True)
+@sample(
+    "d05_dcp_gap_before_items",
+    4,
+    "dcp",
+    "DCP data file with 64 KiB of zeros before the items (offsets shifted): a split at zip signatures from byte 0 finds nothing",
+    torch=True,
+)
 def _d05(ctx: Ctx, s: Sample) -> None:
     _dcp_relocate(_dcp(ctx, s.name), "__0_0.distcp", pad=65536)
 
@@ -946,7 +1210,13 @@ def _l01(ctx: Ctx, s: Sample) -> None:
     os.symlink(os.path.relpath(outside, d), os.path.join(d, "__0_0.distcp"))
 
 
-@sample("l02_dcp_symlinked_metadata", 5, "dcp", "DCP whose .metadata is a symlink to a pickle outside the checkpoint (plain pickle.load runs it)", torch=True)
+@sample(
+    "l02_dcp_symlinked_metadata",
+    5,
+    "dcp",
+    "DCP whose .metadata is a symlink to a pickle outside the checkpoint (plain pickle.load runs it)",
+    torch=True,
+)
 def _l02(ctx: Ctx, s: Sample) -> None:
     import torch
     import torch.distributed.checkpoint as dcp
@@ -963,7 +1233,13 @@ def _l02(ctx: Ctx, s: Sample) -> None:
     os.symlink(os.path.relpath(outside, d), os.path.join(d, ".metadata"))
 
 
-@sample("l03_dir_symlinked_subdir", 5, "pickle", "a model folder whose sub-folder is a symlink to a folder outside; the loader opens a pickle through it", load="l03_dir_symlinked_subdir/weights/model.pkl")
+@sample(
+    "l03_dir_symlinked_subdir",
+    5,
+    "pickle",
+    "a model folder whose sub-folder is a symlink to a folder outside; the loader opens a pickle through it",
+    load="l03_dir_symlinked_subdir/weights/model.pkl",
+)
 def _l03(ctx: Ctx, s: Sample) -> None:
     d = ctx.path(s.name)
     outside = ctx.path("_outside", s.name)
@@ -976,21 +1252,39 @@ def _l03(ctx: Ctx, s: Sample) -> None:
     os.symlink(os.path.relpath(outside, d), os.path.join(d, "weights"))
 
 
-@sample("l04_dcp_path_escape", 5, "dcp", "DCP .metadata whose relative_path is '../_outside/...': dcp.load reads items from outside the checkpoint", torch=True)
+@sample(
+    "l04_dcp_path_escape",
+    5,
+    "dcp",
+    "DCP .metadata whose relative_path is '../_outside/...': dcp.load reads items from outside the checkpoint",
+    torch=True,
+)
 def _l04(ctx: Ctx, s: Sample) -> None:
     d = _dcp(ctx, s.name)
     outside = ctx.path("_outside", s.name + ".distcp")
     _dcp_relocate(d, os.path.relpath(outside, d), move_to=outside)
 
 
-@sample("l05_tar_symlink_storages.tar", 5, "torch", "legacy tar whose 'storages' member is a symlink to a file outside; torch extracts it and opens the link", torch=True)
+@sample(
+    "l05_tar_symlink_storages.tar",
+    5,
+    "torch",
+    "legacy tar whose 'storages' member is a symlink to a file outside; torch extracts it and opens the link",
+    torch=True,
+)
 def _l05(ctx: Ctx, s: Sample) -> None:
     parts = dict(_legacy_parts(s.name))
     parts["pickle"] = parts.pop("data/0")
     outside = ctx.path("_outside", s.name + ".storages")
     os.makedirs(os.path.dirname(outside), exist_ok=True)
     fs = G("torch", "FloatStorage")
-    evil = pk(b"K\x01") + inject(pk(T(S("0"), S("cpu"), fs)), gm.os_system(s.name)) + struct.pack("<q", 1) + struct.pack("<f", 1.0) + pk(b"]")
+    evil = (
+        pk(b"K\x01")
+        + inject(pk(T(S("0"), S("cpu"), fs)), gm.os_system(s.name))
+        + struct.pack("<q", 1)
+        + struct.pack("<f", 1.0)
+        + pk(b"]")
+    )
     with open(outside, "wb") as f:
         f.write(evil)
     storages_benign = parts.pop("storages")
@@ -1023,12 +1317,24 @@ def _l05(ctx: Ctx, s: Sample) -> None:
 # ======================================================================================
 
 
-@sample("b01_noop_flood.pkl", 6, "pickle", "6 million no-op opcodes (NONE, POP; 12 MB) before the payload: a fraction of a second for the C unpickler", expect="flagged")
+@sample(
+    "b01_noop_flood.pkl",
+    6,
+    "pickle",
+    "6 million no-op opcodes (NONE, POP; 12 MB) before the payload: a fraction of a second for the C unpickler",
+    expect="flagged",
+)
 def _b01(ctx: Ctx, s: Sample) -> None:
     ctx.write(s.name, b"\x80\x02" + b"N0" * 6_000_000 + gm.os_system(s.name) + b".")
 
 
-@sample("b02_shared_laughs.pkl", 6, "pickle", "a list nested 40 levels deep, each level holding the previous one twice (memo): 2**40 leaves if walked as a tree; the payload runs after it", expect="flagged")
+@sample(
+    "b02_shared_laughs.pkl",
+    6,
+    "pickle",
+    "a list nested 40 levels deep, each level holding the previous one twice (memo): 2**40 leaves if walked as a tree; the payload runs after it",
+    expect="flagged",
+)
 def _b02(ctx: Ctx, s: Sample) -> None:
     body = b"]" + S("x") + b"a" + b"q\x00"
     for i in range(1, 41):
@@ -1038,7 +1344,14 @@ def _b02(ctx: Ctx, s: Sample) -> None:
     ctx.write(s.name, pk(body + gm.os_system(s.name)))
 
 
-@sample("b03_zip_overlap_flood.pt", 6, "torch", "torch zip with 2,000 extra central-directory entries all pointing at data.pkl (1 MiB of opcodes before its payload)", expect="flagged", torch=True)
+@sample(
+    "b03_zip_overlap_flood.pt",
+    6,
+    "torch",
+    "torch zip with 2,000 extra central-directory entries all pointing at data.pkl (1 MiB of opcodes before its payload)",
+    expect="flagged",
+    torch=True,
+)
 def _b03(ctx: Ctx, s: Sample) -> None:
     evil = b"\x80\x02" + b"N0" * 500_000 + gm.os_system(s.name) + b"0" + ctx.clean_data_pkl()[2:]
     data = ctx.torch_zip(s.name, evil)
@@ -1061,11 +1374,19 @@ def _b03(ctx: Ctx, s: Sample) -> None:
         struct.pack_into("<HHH", r, 28, len(nm), 0, 0)
         extra += bytes(r)
     total = n_ent + 2000
-    out = data[:cd_off] + cd + extra + struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, total, total, cd_size + len(extra), cd_off, 0)
+    out = (
+        data[:cd_off] + cd + extra + struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, total, total, cd_size + len(extra), cd_off, 0)
+    )
     ctx.write(s.name, out)
 
 
-@sample("b04_deep_list.pkl", 6, "pickle", "a list nested 200,000 levels deep (the C unpickler builds it iteratively), then the payload", expect="flagged")
+@sample(
+    "b04_deep_list.pkl",
+    6,
+    "pickle",
+    "a list nested 200,000 levels deep (the C unpickler builds it iteratively), then the payload",
+    expect="flagged",
+)
 def _b04(ctx: Ctx, s: Sample) -> None:
     depth = 200_000
     ctx.write(s.name, b"\x80\x02" + b"]" * depth + b"a" * (depth - 1) + b"0" + gm.os_system(s.name) + b".")
@@ -1125,7 +1446,13 @@ def _eocd_below_76(evil: bytes, benign: bytes) -> bytes:
     return head + locator + eocd + comment
 
 
-@sample("e01_eocd_below_76.pt", 11, "torch", "end record at offset 51 behind a zip64 locator: miniz (torch) ignores the locator and reads the malicious directory, a zip64-following reader the benign one", torch=True)
+@sample(
+    "e01_eocd_below_76.pt",
+    11,
+    "torch",
+    "end record at offset 51 behind a zip64 locator: miniz (torch) ignores the locator and reads the malicious directory, a zip64-following reader the benign one",
+    torch=True,
+)
 def _e01(ctx: Ctx, s: Sample) -> None:
     evil = ctx.torch_zip(s.name, inject(ctx.clean_data_pkl(), gm.os_system(s.name)))
     benign, _m, _p = ctx.clean_zip()
@@ -1139,14 +1466,26 @@ def _e02(ctx: Ctx, s: Sample) -> None:
     ctx.write(s.name, _eocd_below_76(evil, benign))
 
 
-@sample("e04_eocd_below_76_dotted.pt", 11, "torch", "as e01, data.pkl uses the dotted GLOBAL 'argparse _os.system' under PROTO 4", torch=True)
+@sample(
+    "e04_eocd_below_76_dotted.pt",
+    11,
+    "torch",
+    "as e01, data.pkl uses the dotted GLOBAL 'argparse _os.system' under PROTO 4",
+    torch=True,
+)
 def _e04(ctx: Ctx, s: Sample) -> None:
     evil = ctx.torch_zip(s.name, b"\x80\x04" + G("argparse", "_os.system") + S(sh(s.name)) + b"\x85R0" + ctx.clean_data_pkl()[2:])
     benign, _m, _p = ctx.clean_zip()
     ctx.write(s.name, _eocd_below_76(evil, benign))
 
 
-@sample("e03_cd_eocd_gap.pt", 11, "torch", "bytes between the central directory and the end record: zipfile shifts every offset (reads a benign copy), miniz (torch) does not", torch=True)
+@sample(
+    "e03_cd_eocd_gap.pt",
+    11,
+    "torch",
+    "bytes between the central directory and the end record: zipfile shifts every offset (reads a benign copy), miniz (torch) does not",
+    torch=True,
+)
 def _e03(ctx: Ctx, s: Sample) -> None:
     _d, members, _p = ctx.clean_zip()
     evil = [(n, inject(d, gm.os_system(s.name)) if n.endswith("/data.pkl") else d) for n, d in members]
@@ -1250,42 +1589,98 @@ def _edit_code(data: bytes, fn: Callable[[str], str]) -> bytes:
 _FROM_FILE_CALL = re.compile(r"torch\.from_file\([^()]*\)")
 
 
-@sample("s01_ts_setstate_two_spaces.pt", 4, "jit", "TorchScript 'def  __setstate__' (two blanks): torch's lexer accepts it, a substring test does not", torch=True)
+@sample(
+    "s01_ts_setstate_two_spaces.pt",
+    4,
+    "jit",
+    "TorchScript 'def  __setstate__' (two blanks): torch's lexer accepts it, a substring test does not",
+    torch=True,
+)
 def _s01(ctx: Ctx, s: Sample) -> None:
     ctx.write(s.name, _edit_code(_ts_archive(ctx, s.name), lambda t: t.replace("def __setstate__", "def  __setstate__")))
 
 
-@sample("s02_ts_line_continuation.pt", 4, "jit", "TorchScript 'torch.from_file \\\\<newline> (...)': a backslash continuation between the operator and its call", torch=True)
+@sample(
+    "s02_ts_line_continuation.pt",
+    4,
+    "jit",
+    "TorchScript 'torch.from_file \\\\<newline> (...)': a backslash continuation between the operator and its call",
+    torch=True,
+)
 def _s02(ctx: Ctx, s: Sample) -> None:
-    ctx.write(s.name, _edit_code(_ts_archive(ctx, s.name), lambda t: t.replace("torch.from_file(", "torch.from_file \\\n      (", 1)))
+    ctx.write(
+        s.name, _edit_code(_ts_archive(ctx, s.name), lambda t: t.replace("torch.from_file(", "torch.from_file \\\n      (", 1))
+    )
 
 
-@sample("s03_ts_parenthesised_op.pt", 4, "jit", "TorchScript '(torch.from_file)(...)': the operator is called through parentheses", torch=True)
+@sample(
+    "s03_ts_parenthesised_op.pt",
+    4,
+    "jit",
+    "TorchScript '(torch.from_file)(...)': the operator is called through parentheses",
+    torch=True,
+)
 def _s03(ctx: Ctx, s: Sample) -> None:
     ctx.write(s.name, _edit_code(_ts_archive(ctx, s.name), lambda t: t.replace("torch.from_file(", "(torch.from_file)(", 1)))
 
 
-@sample("s04_ts_spaced_save.pt", 4, "jit", "TorchScript 'torch . save(obj, path)' in __setstate__: aten::save writes a file; blanks around the dot", torch=True)
+@sample(
+    "s04_ts_spaced_save.pt",
+    4,
+    "jit",
+    "TorchScript 'torch . save(obj, path)' in __setstate__: aten::save writes a file; blanks around the dot",
+    torch=True,
+)
 def _s04(ctx: Ctx, s: Sample) -> None:
     ctx.write(s.name, _edit_code(_ts_archive(ctx, s.name, save=True), lambda t: t.replace("torch.save(", "torch . save(", 1)))
 
 
-@sample("s05_ts_tab_setstate.pt", 4, "jit", "TorchScript 'def<TAB>__setstate__' and 'ops.aten.from_file' (the operator by its schema name)", torch=True)
+@sample(
+    "s05_ts_tab_setstate.pt",
+    4,
+    "jit",
+    "TorchScript 'def<TAB>__setstate__' and 'ops.aten.from_file' (the operator by its schema name)",
+    torch=True,
+)
 def _s05(ctx: Ctx, s: Sample) -> None:
-    ctx.write(s.name, _edit_code(_ts_archive(ctx, s.name), lambda t: t.replace("def __setstate__", "def\t__setstate__").replace("torch.from_file(", "ops.aten.from_file(")))
+    ctx.write(
+        s.name,
+        _edit_code(
+            _ts_archive(ctx, s.name),
+            lambda t: t.replace("def __setstate__", "def\t__setstate__").replace("torch.from_file(", "ops.aten.from_file("),
+        ),
+    )
 
 
-@sample("s06_lite_bytecode_only.ptl", 4, "lite", "lite-interpreter archive without code/: bytecode.pkl's __setstate__ calls aten::from_file", torch=True)
+@sample(
+    "s06_lite_bytecode_only.ptl",
+    4,
+    "lite",
+    "lite-interpreter archive without code/: bytecode.pkl's __setstate__ calls aten::from_file",
+    torch=True,
+)
 def _s06(ctx: Ctx, s: Sample) -> None:
     ctx.write(s.name, _rezip(_ts_archive(ctx, s.name, lite=True), lambda n, b: None if "/code/" in n else b))
 
 
-@sample("s07_lite_benign_code.ptl", 4, "lite", "lite-interpreter archive whose code/ is harmless while bytecode.pkl (what the lite loader runs) calls aten::from_file", torch=True)
+@sample(
+    "s07_lite_benign_code.ptl",
+    4,
+    "lite",
+    "lite-interpreter archive whose code/ is harmless while bytecode.pkl (what the lite loader runs) calls aten::from_file",
+    torch=True,
+)
 def _s07(ctx: Ctx, s: Sample) -> None:
     ctx.write(s.name, _edit_code(_ts_archive(ctx, s.name, lite=True), lambda t: _FROM_FILE_CALL.sub("torch.zeros([1])", t)))
 
 
-@sample("e05_eocd_below_76_jit.pt", 11, "jit", "end record at offset 51 behind a zip64 locator; torch.jit.load (miniz) reads a TorchScript archive whose __setstate__ creates a file", torch=True)
+@sample(
+    "e05_eocd_below_76_jit.pt",
+    11,
+    "jit",
+    "end record at offset 51 behind a zip64 locator; torch.jit.load (miniz) reads a TorchScript archive whose __setstate__ creates a file",
+    torch=True,
+)
 def _e05(ctx: Ctx, s: Sample) -> None:
     evil = _ts_archive(ctx, s.name)
     b = io.BytesIO()
@@ -1300,7 +1695,13 @@ def _e05(ctx: Ctx, s: Sample) -> None:
 # ======================================================================================
 
 _AOTI_STEM = "c" + "a" * 51
-_AOTI_META = {"AOTI_DEVICE_KEY": "cpu", "AOTI_PLATFORM": "linux", "AOTI_MACHINE": "x86_64", "AOTI_CPU_ISA": "AVX2", "AOTI_COMPUTE_CAPABILITY": ""}
+_AOTI_META = {
+    "AOTI_DEVICE_KEY": "cpu",
+    "AOTI_PLATFORM": "linux",
+    "AOTI_MACHINE": "x86_64",
+    "AOTI_CPU_ISA": "AVX2",
+    "AOTI_COMPUTE_CAPABILITY": "",
+}
 
 #: the C ABI AOTIModelContainerRunner looks up; every stub succeeds (a model with no outputs)
 _AOTI_STUBS = r"""
@@ -1370,7 +1771,19 @@ def _aoti_files(name: str, kind: str, model: str = "model") -> dict[str, bytes]:
         files[f"{d}.so"] = _aoti_so(name)
         return files
     inject = f'$(touch "${ENV}/{name}")'
-    base = {"compiler": "g++", "definitions": [], "include_dirs": [], "cflags": ["fPIC"], "ldflags": [], "libraries_dirs": [], "libraries": [], "passthrough_args": [], "aot_mode": False, "use_relative_path": False, "compile_only": True}
+    base = {
+        "compiler": "g++",
+        "definitions": [],
+        "include_dirs": [],
+        "cflags": ["fPIC"],
+        "ldflags": [],
+        "libraries_dirs": [],
+        "libraries": [],
+        "passthrough_args": [],
+        "aot_mode": False,
+        "use_relative_path": False,
+        "compile_only": True,
+    }
     comp = dict(base, passthrough_args=[inject] if kind == "compile" else [])
     link = dict(base, compile_only=False, ldflags=["shared"], passthrough_args=[inject] if kind == "link" else [])
     files[f"{d}.cpp"] = _AOTI_STUBS.encode()
@@ -1391,22 +1804,50 @@ def _aoti_only(ctx: Ctx, fname: str, files: dict[str, bytes]) -> None:
     w.close()
 
 
-@sample("a01_pt2_aoti_library.pt2", 10, "export", "ordinary .pt2 (torch.export.save) plus data/aotinductor/model/*.wrapper.so: torch.export.load dlopens it (constructor runs) and returns the model", torch=True, cc=True)
+@sample(
+    "a01_pt2_aoti_library.pt2",
+    10,
+    "export",
+    "ordinary .pt2 (torch.export.save) plus data/aotinductor/model/*.wrapper.so: torch.export.load dlopens it (constructor runs) and returns the model",
+    torch=True,
+    cc=True,
+)
 def _a01(ctx: Ctx, s: Sample) -> None:
     ctx.rewrite_zip(s.name, ctx.pt2_clean(), lambda rel, d: d, extra=_aoti_files(s.name, "so"))
 
 
-@sample("a02_pt2_aoti_compile_flags.pt2", 10, "export", "ordinary .pt2 plus an AOTI folder with C++ source and compile flags: torch.export.load runs the flags through the shell", torch=True, cc=True)
+@sample(
+    "a02_pt2_aoti_compile_flags.pt2",
+    10,
+    "export",
+    "ordinary .pt2 plus an AOTI folder with C++ source and compile flags: torch.export.load runs the flags through the shell",
+    torch=True,
+    cc=True,
+)
 def _a02(ctx: Ctx, s: Sample) -> None:
     ctx.rewrite_zip(s.name, ctx.pt2_clean(), lambda rel, d: d, extra=_aoti_files(s.name, "compile"))
 
 
-@sample("a03_aoti_library.pt2", 10, "aoti", "AOTInductor package whose .so has a constructor and the runner's C ABI: aoti_load_package dlopens it and returns a model", torch=True, cc=True)
+@sample(
+    "a03_aoti_library.pt2",
+    10,
+    "aoti",
+    "AOTInductor package whose .so has a constructor and the runner's C ABI: aoti_load_package dlopens it and returns a model",
+    torch=True,
+    cc=True,
+)
 def _a03(ctx: Ctx, s: Sample) -> None:
     _aoti_only(ctx, s.name, _aoti_files(s.name, "so"))
 
 
-@sample("a04_aoti_linker_flags.pt2", 10, "aoti", "AOTInductor package with source + linker flags: the link command line runs a shell substitution", torch=True, cc=True)
+@sample(
+    "a04_aoti_linker_flags.pt2",
+    10,
+    "aoti",
+    "AOTInductor package with source + linker flags: the link command line runs a shell substitution",
+    torch=True,
+    cc=True,
+)
 def _a04(ctx: Ctx, s: Sample) -> None:
     _aoti_only(ctx, s.name, _aoti_files(s.name, "link"))
 
@@ -1421,7 +1862,13 @@ def _inductor_base(ctx: Ctx) -> str:
         d = ctx.path("_inductor_base")
         env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=d, TORCHINDUCTOR_FX_GRAPH_CACHE="1")
         env.pop("TRITON_CACHE_DIR", None)
-        subprocess.run([sys.executable, os.path.join(_HERE, "run_regression.py"), "--fill-cache", d], env=env, check=True, capture_output=True, timeout=600)
+        subprocess.run(
+            [sys.executable, os.path.join(_HERE, "run_regression.py"), "--fill-cache", d],
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
         return d
 
     return ctx.once("inductor", build)
@@ -1445,19 +1892,45 @@ def _edit_text(path: str, fn: Callable[[str], str]) -> None:
         f.write(new)
 
 
-@sample("i01_cache_module_level.cache", 13, "compile", "generated output code with an os.system line at module level (os is imported by every generated module)", expect="flagged", torch=True, cc=True)
+@sample(
+    "i01_cache_module_level.cache",
+    13,
+    "compile",
+    "generated output code with an os.system line at module level (os is imported by every generated module)",
+    expect="flagged",
+    torch=True,
+    cc=True,
+)
 def _i01(ctx: Ctx, s: Sample) -> None:
     _d, p = _inductor_copy(ctx, s.name)
-    _edit_text(p, lambda t: t.replace("async_compile.wait(globals())", f"os.system({sh(s.name)!r})\nasync_compile.wait(globals())", 1))
+    _edit_text(
+        p, lambda t: t.replace("async_compile.wait(globals())", f"os.system({sh(s.name)!r})\nasync_compile.wait(globals())", 1)
+    )
 
 
-@sample("i02_cache_in_call.cache", 13, "compile", "generated output code whose call() runs os.system before the kernels", expect="flagged", torch=True, cc=True)
+@sample(
+    "i02_cache_in_call.cache",
+    13,
+    "compile",
+    "generated output code whose call() runs os.system before the kernels",
+    expect="flagged",
+    torch=True,
+    cc=True,
+)
 def _i02(ctx: Ctx, s: Sample) -> None:
     _d, p = _inductor_copy(ctx, s.name)
     _edit_text(p, lambda t: t.replace("        args.clear()\n", f"        args.clear()\n        os.system({sh(s.name)!r})\n", 1))
 
 
-@sample("i03_cache_pickled_source.cache", 13, "compile", "the FX-graph entry's pickled source_code carries the payload and the .py is gone: torch writes the source back and runs it", expect="flagged", torch=True, cc=True)
+@sample(
+    "i03_cache_pickled_source.cache",
+    13,
+    "compile",
+    "the FX-graph entry's pickled source_code carries the payload and the .py is gone: torch writes the source back and runs it",
+    expect="flagged",
+    torch=True,
+    cc=True,
+)
 def _i03(ctx: Ctx, s: Sample) -> None:
     d, p = _inductor_copy(ctx, s.name)
     os.remove(p)
@@ -1467,29 +1940,72 @@ def _i03(ctx: Ctx, s: Sample) -> None:
 
     with open(entries[0], "rb") as f:
         graph = gm._plain_pickle_load(f.read())
-    graph.source_code = graph.source_code.replace("async_compile.wait(globals())", f"os.system({sh(s.name)!r})\nasync_compile.wait(globals())", 1)
+    graph.source_code = graph.source_code.replace(
+        "async_compile.wait(globals())", f"os.system({sh(s.name)!r})\nasync_compile.wait(globals())", 1
+    )
     with open(entries[0], "wb") as f:
         f.write(pickle.dumps(graph))
 
 
-@sample("i04_cache_hex_exec.cache", 13, "compile", "generated output code with exec(bytes.fromhex(...).decode()) at module level", expect="flagged", torch=True, cc=True)
+@sample(
+    "i04_cache_hex_exec.cache",
+    13,
+    "compile",
+    "generated output code with exec(bytes.fromhex(...).decode()) at module level",
+    expect="flagged",
+    torch=True,
+    cc=True,
+)
 def _i04(ctx: Ctx, s: Sample) -> None:
     _d, p = _inductor_copy(ctx, s.name)
     hexsrc = py(s.name).encode().hex()
-    _edit_text(p, lambda t: t.replace("async_compile.wait(globals())", f"exec(bytes.fromhex({hexsrc!r}).decode())\nasync_compile.wait(globals())", 1))
+    _edit_text(
+        p,
+        lambda t: t.replace(
+            "async_compile.wait(globals())", f"exec(bytes.fromhex({hexsrc!r}).decode())\nasync_compile.wait(globals())", 1
+        ),
+    )
 
 
-@sample("i05_cache_tempfile.cache", 13, "compile", "generated output code creates a file with tempfile.mkstemp (tempfile and os are imported by every generated module)", expect="flagged", torch=True, cc=True)
+@sample(
+    "i05_cache_tempfile.cache",
+    13,
+    "compile",
+    "generated output code creates a file with tempfile.mkstemp (tempfile and os are imported by every generated module)",
+    expect="flagged",
+    torch=True,
+    cc=True,
+)
 def _i05(ctx: Ctx, s: Sample) -> None:
     _d, p = _inductor_copy(ctx, s.name)
-    _edit_text(p, lambda t: t.replace("async_compile.wait(globals())", f"tempfile.mkstemp(prefix={s.name!r}, dir=os.environ[{ENV!r}])\nasync_compile.wait(globals())", 1))
+    _edit_text(
+        p,
+        lambda t: t.replace(
+            "async_compile.wait(globals())",
+            f"tempfile.mkstemp(prefix={s.name!r}, dir=os.environ[{ENV!r}])\nasync_compile.wait(globals())",
+            1,
+        ),
+    )
 
 
-@sample("i06_cache_import_alias.cache", 13, "compile", "generated output code imports subprocess.getoutput under a kernel-like name next to extern_kernels and calls it in call()", expect="flagged", torch=True, cc=True)
+@sample(
+    "i06_cache_import_alias.cache",
+    13,
+    "compile",
+    "generated output code imports subprocess.getoutput under a kernel-like name next to extern_kernels and calls it in call()",
+    expect="flagged",
+    torch=True,
+    cc=True,
+)
 def _i06(ctx: Ctx, s: Sample) -> None:
     _d, p = _inductor_copy(ctx, s.name)
     imp = "from torch._inductor.select_algorithm import extern_kernels"
-    _edit_text(p, lambda t: t.replace(imp, imp + "\nfrom subprocess import getoutput as _kernel_log", 1).replace("        args.clear()\n", f"        args.clear()\n        _kernel_log({sh(s.name)!r})\n", 1))
+    _edit_text(
+        p,
+        lambda t: t.replace(imp, imp + "\nfrom subprocess import getoutput as _kernel_log", 1).replace(
+            "        args.clear()\n", f"        args.clear()\n        _kernel_log({sh(s.name)!r})\n", 1
+        ),
+    )
 
 
 # -- main --------------------------------------------------------------------------------
@@ -1509,11 +2025,26 @@ def write_controls(ctx: Ctx, use_torch: bool, use_cc: bool) -> None:
     ctx.control("k05_export.pt2", ctx.pt2_clean(), "export", "torch.export.save of a Linear")
     dcp.save({"w": torch.ones(2, 2), "note": {"epoch": 3}}, checkpoint_id=ctx.path("k06_dcp"), no_dist=True)
     ctx.control("k06_dcp", None, "dcp", "dcp.save with a tensor and a non-tensor item")
-    ctx.control("k07_torchscript.pt", _ts_archive(ctx, "k07_torchscript.pt", benign=True), "jit", "torch.jit.save of a scripted module with __getstate__/__setstate__")
-    ctx.control("k08_lite.ptl", _ts_archive(ctx, "k08_lite.ptl", benign=True, lite=True), "lite", "_save_for_lite_interpreter of the same module")
+    ctx.control(
+        "k07_torchscript.pt",
+        _ts_archive(ctx, "k07_torchscript.pt", benign=True),
+        "jit",
+        "torch.jit.save of a scripted module with __getstate__/__setstate__",
+    )
+    ctx.control(
+        "k08_lite.ptl",
+        _ts_archive(ctx, "k08_lite.ptl", benign=True, lite=True),
+        "lite",
+        "_save_for_lite_interpreter of the same module",
+    )
     if use_cc:
         shutil.copytree(_inductor_base(ctx), ctx.path("k09_inductor_cache"), symlinks=True)
-        ctx.control("k09_inductor_cache", None, "compile", "an Inductor cache filled by one torch.compile (FX graph + AOTAutograd entries, output code)")
+        ctx.control(
+            "k09_inductor_cache",
+            None,
+            "compile",
+            "an Inductor cache filled by one torch.compile (FX graph + AOTAutograd entries, output code)",
+        )
 
 
 def _has_torch() -> bool:

@@ -69,7 +69,9 @@ def load(loader: str, path: str) -> None:
         from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
         md = dcp.FileSystemReader(path).read_metadata()  # plain pickle.load of .metadata
-        state = {k: (torch.zeros(v.size) if isinstance(v, TensorStorageMetadata) else None) for k, v in md.state_dict_metadata.items()}
+        state = {
+            k: (torch.zeros(v.size) if isinstance(v, TensorStorageMetadata) else None) for k, v in md.state_dict_metadata.items()
+        }
         dcp.load(state, checkpoint_id=path, no_dist=True)
     else:
         raise SystemExit(f"unknown loader {loader}")
@@ -112,7 +114,12 @@ def main(argv: list[str]) -> int:
         else:
             os.kill(pid, 9)
             os.waitpid(pid, 0)
-        print(json.dumps({"path": p, "loader": loader, "status": status, "seconds": round(time.monotonic() - deadline + timeout, 3)}), flush=True)
+        print(
+            json.dumps(
+                {"path": p, "loader": loader, "status": status, "seconds": round(time.monotonic() - deadline + timeout, 3)}
+            ),
+            flush=True,
+        )
     return 0
 
 

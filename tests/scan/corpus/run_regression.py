@@ -124,7 +124,9 @@ def _child(loader: str, path: str, marker_dir: str, err_file: str) -> None:
     os._exit(code)
 
 
-def run(samples: list[dict[str, Any]], out_dir: str, marker_dir: str, *, timeout: float = 60, jobs: int = 2) -> list[dict[str, Any]]:
+def run(
+    samples: list[dict[str, Any]], out_dir: str, marker_dir: str, *, timeout: float = 60, jobs: int = 2
+) -> list[dict[str, Any]]:
     """Load every sample; returns one result dict per sample (in input order)."""
     _prewarm({s["loader"] for s in samples})
     errdir = tempfile.mkdtemp(prefix="regr-err-")
@@ -157,7 +159,13 @@ def run(samples: list[dict[str, Any]], out_dir: str, marker_dir: str, *, timeout
             if os.path.exists(err):
                 with open(err) as f:
                     msg = f.read()
-            results[i] = {"name": s["name"], "loader": s["loader"], "status": status, "error": msg, "seconds": round(time.monotonic() - t0, 2)}
+            results[i] = {
+                "name": s["name"],
+                "loader": s["loader"],
+                "status": status,
+                "error": msg,
+                "seconds": round(time.monotonic() - t0, 2),
+            }
     return [results[i] for i in range(len(samples))]
 
 

@@ -21,7 +21,9 @@ def cmd_extract(args: argparse.Namespace) -> int:
     from ...formats.safetensors import parse_size
 
     limit = parse_size(args.max_size) if args.max_size else None
-    files = extract_archive(args.package, args.outdir, strip_prefix=args.strip_prefix, overwrite=args.overwrite, max_total_bytes=limit)
+    files = extract_archive(
+        args.package, args.outdir, strip_prefix=args.strip_prefix, overwrite=args.overwrite, max_total_bytes=limit
+    )
     if args.json:
         emit_json("extract", {"outdir": args.outdir, "files": [f.to_dict() for f in files]})
     else:

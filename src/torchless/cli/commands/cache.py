@@ -36,7 +36,12 @@ def format_inventory(d: dict[str, Any]) -> str:
     if not d["exists"]:
         return f"{d['root']}: no such folder (empty cache)"
     lines = [f"{d['root']}: {d['entries']} entries, {d['files']} files, {format_bytes(d['bytes'])}"]
-    lines.append(format_table([[k, str(v["entries"]), str(v["files"]), format_bytes(v["bytes"])] for k, v in d["by_kind"].items()], ["kind", "entries", "files", "size"]))
+    lines.append(
+        format_table(
+            [[k, str(v["entries"]), str(v["files"]), format_bytes(v["bytes"])] for k, v in d["by_kind"].items()],
+            ["kind", "entries", "files", "size"],
+        )
+    )
     rows = []
     for it in d["items"]:
         extra = ""
@@ -69,14 +74,18 @@ def format_plan(plan: dict[str, Any], *, applied: dict[str, Any] | None = None) 
     if rows:
         lines.append(format_table(rows, ["kind", "size", "age", "entry", "reason"]))
     if applied is None:
-        lines.append(f"{head} {len(plan['entries'])} entries: {len(plan['files'])} files, {len(plan['dirs'])} folders, {format_bytes(plan['bytes'])}; {format_bytes(plan['remaining_bytes'])} would remain")
+        lines.append(
+            f"{head} {len(plan['entries'])} entries: {len(plan['files'])} files, {len(plan['dirs'])} folders, {format_bytes(plan['bytes'])}; {format_bytes(plan['remaining_bytes'])} would remain"
+        )
         for f in plan["files"]:
             lines.append(f"  {f}")
         for d in plan["dirs"]:
             lines.append(f"  {d}/")
         lines.append("dry run: nothing removed (add --yes to remove exactly these)")
     else:
-        lines.append(f"{head} {len(applied['removed_files'])} files and {len(applied['removed_dirs'])} folders, {format_bytes(applied['bytes'])}")
+        lines.append(
+            f"{head} {len(applied['removed_files'])} files and {len(applied['removed_dirs'])} folders, {format_bytes(applied['bytes'])}"
+        )
         for s in applied["skipped"]:
             lines.append(f"  skipped {s['path']}: {s['reason']}")
     return "\n".join(lines)
@@ -100,8 +109,14 @@ def cmd_cache(args: argparse.Namespace) -> int:
     folder = target[0] if target else None
     if folder is not None and not os.path.isdir(folder):
         if os.path.exists(folder):
-            raise UsageError("not a folder: `torchless cache` takes a TorchInductor cache folder", path=folder, hint="for a single file use `torchless info` or `torchless scan`")
-        raise NotFoundError("no such cache folder", path=folder, hint="omit DIR to use $TORCHINDUCTOR_CACHE_DIR or torch's default location")
+            raise UsageError(
+                "not a folder: `torchless cache` takes a TorchInductor cache folder",
+                path=folder,
+                hint="for a single file use `torchless info` or `torchless scan`",
+            )
+        raise NotFoundError(
+            "no such cache folder", path=folder, hint="omit DIR to use $TORCHINDUCTOR_CACHE_DIR or torch's default location"
+        )
     if prune:
         return _prune(args, folder, kinds)
     if args.older_than or args.max_size or args.yes:
@@ -165,10 +180,17 @@ def register(sub: Any) -> None:
         description=h,
         epilog="usage: torchless cache [DIR] [--json] [--kind K] [--show ENTRY] | torchless cache prune [DIR] --older-than 7d --max-size 1G [--yes]",
     )
-    p.add_argument("target", nargs="*", metavar="[prune] [DIR]", help="the cache folder (default: $TORCHINDUCTOR_CACHE_DIR, else <tmp>/torchinductor_<user>); 'prune' first to prune")
+    p.add_argument(
+        "target",
+        nargs="*",
+        metavar="[prune] [DIR]",
+        help="the cache folder (default: $TORCHINDUCTOR_CACHE_DIR, else <tmp>/torchinductor_<user>); 'prune' first to prune",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--kind", help="only entries of these kinds (comma-separated: fxgraph, cpp_kernel, triton_kernel ...)")
-    p.add_argument("--show", metavar="ENTRY", help="print the source of an entry (kernel .py/.cpp, or an FX graph entry's generated code)")
+    p.add_argument(
+        "--show", metavar="ENTRY", help="print the source of an entry (kernel .py/.cpp, or an FX graph entry's generated code)"
+    )
     p.add_argument("--no-pickles", action="store_true", help="do not summarize pickled entries")
     p.add_argument("--older-than", help="prune: remove entries whose newest file is older than this (7d, 12h, 90m)")
     p.add_argument("--max-size", help="prune: then remove the oldest entries until the cache is at most this big (1G, 500MiB)")

@@ -17,7 +17,14 @@ def format_layout(layout: dict[str, Any]) -> str:
         if it["kind"] == "bytes":
             rows.append([fqn, "bytes", "", f"{it['file']} @{it['offset']} +{it['length']}"])
             continue
-        rows.append([fqn, it["dtype"], "[" + ", ".join(map(str, it["shape"])) + "]", f"{len(it['chunks'])} chunks, {format_bytes(it['nbytes'])}"])
+        rows.append(
+            [
+                fqn,
+                it["dtype"],
+                "[" + ", ".join(map(str, it["shape"])) + "]",
+                f"{len(it['chunks'])} chunks, {format_bytes(it['nbytes'])}",
+            ]
+        )
         for c in it["chunks"]:
             rows.append(["", "", f"  @{c['offsets']} {c['sizes']}", f"{c['file']} @{c['offset']} +{c['length']}"])
     files = ", ".join(f"{k} ({format_bytes(v)})" if v is not None else f"{k} (missing)" for k, v in layout["files"].items())
@@ -27,11 +34,15 @@ def format_layout(layout: dict[str, Any]) -> str:
 def cmd_reshard(args: argparse.Namespace) -> int:
     from ...formats.dcp.reshard import reshard
 
-    res = reshard(args.src, args.dst, args.ranks, plan=args.plan, jobs=args.jobs, weights_only=not args.unsafe_values, format=args.storage)
+    res = reshard(
+        args.src, args.dst, args.ranks, plan=args.plan, jobs=args.jobs, weights_only=not args.unsafe_values, format=args.storage
+    )
     if args.json:
         emit_json("reshard", {"source": args.src, "destination": args.dst, "ranks": args.ranks, **res})
         return 0
-    print(f"wrote {args.dst}: {len(res['files'])} rank files, {res['tensors']} tensors in {res['chunks']} chunks, {res['bytes_items']} non-tensor items")
+    print(
+        f"wrote {args.dst}: {len(res['files'])} rank files, {res['tensors']} tensors in {res['chunks']} chunks, {res['bytes_items']} non-tensor items"
+    )
     if res["skipped"]:
         print(f"skipped {len(res['skipped'])} non-tensor items (safetensors holds tensors only): {', '.join(res['skipped'][:8])}")
     return 0
@@ -62,8 +73,17 @@ def register(sub: Any) -> None:
     p.add_argument("--ranks", type=int, required=True, help="world size of the output")
     p.add_argument("--plan", default="auto", help="sharding plan, e.g. '*.bias=replicate,row' (default auto)")
     p.add_argument("--jobs", type=int, default=1, help="write rank files in this many processes")
-    p.add_argument("--storage", choices=["torch_save", "hf"], default="torch_save", help="torch_save: __R_0.distcp + .metadata (default); hf: per-rank safetensors with DCP_SHARDING_INFO")
-    p.add_argument("--unsafe-values", action="store_true", help="allow non-tensor values with globals outside the allowlist (as inert placeholders)")
+    p.add_argument(
+        "--storage",
+        choices=["torch_save", "hf"],
+        default="torch_save",
+        help="torch_save: __R_0.distcp + .metadata (default); hf: per-rank safetensors with DCP_SHARDING_INFO",
+    )
+    p.add_argument(
+        "--unsafe-values",
+        action="store_true",
+        help="allow non-tensor values with globals outside the allowlist (as inert placeholders)",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable result (schema: docs/cli.md)")
     p.set_defaults(func=cmd_reshard)
     p = sub.add_parser("dcp-layout", help="show a DCP checkpoint's layout: keys, shapes, dtypes, chunks, files and byte ranges")

@@ -7,7 +7,8 @@ import json
 import sys
 from typing import Any
 
-from ..._api import convert, open as open_artifact
+from ..._api import convert
+from ..._api import open as open_artifact
 from ..progress import Progress
 from ..render import emit_json, format_bytes, format_info, format_table
 
@@ -80,9 +81,20 @@ def cmd_ls(args: argparse.Namespace) -> int:
         for name, t in art.tensors():
             shape = list(t.shape)
             if args.json:
-                out.append({"name": name, "dtype": t.dtype.name, "shape": shape, "nbytes": t.nbytes, **({"file": where(name)} if where else {})})
+                out.append(
+                    {
+                        "name": name,
+                        "dtype": t.dtype.name,
+                        "shape": shape,
+                        "nbytes": t.nbytes,
+                        **({"file": where(name)} if where else {}),
+                    }
+                )
             else:
-                rows.append([name, t.dtype.name, "[" + ", ".join(map(str, shape)) + "]", format_bytes(t.nbytes)] + ([where(name)] if where else []))
+                rows.append(
+                    [name, t.dtype.name, "[" + ", ".join(map(str, shape)) + "]", format_bytes(t.nbytes)]
+                    + ([where(name)] if where else [])
+                )
     if args.json:
         emit_json("ls", out)
     else:
@@ -143,7 +155,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
             print(f"~ {c['name']}: {c['reason']}{extra}")
         for c in res["not_compared"]:
             print(f"? {c['name']}: not compared: {c['reason']}")
-        print(f"{len(res['added'])} added, {len(res['removed'])} removed, {len(res['changed'])} changed, {len(res['not_compared'])} not compared, {res['same']} same")
+        print(
+            f"{len(res['added'])} added, {len(res['removed'])} removed, {len(res['changed'])} changed, {len(res['not_compared'])} not compared, {res['same']} same"
+        )
     return 0 if res["identical"] else 1
 
 
@@ -154,7 +168,18 @@ def cmd_verify(args: argparse.Namespace) -> int:
     warnings = [p for p in problems if p.severity == "warning"]
     notes = [p for p in problems if p.severity not in ("error", "warning")]
     if args.json:
-        emit_json("verify", {"path": args.path, "format": art.format, "ok": not errors, "errors": len(errors), "warnings": len(warnings), "notes": len(notes), "problems": [p.to_dict() for p in problems]})
+        emit_json(
+            "verify",
+            {
+                "path": args.path,
+                "format": art.format,
+                "ok": not errors,
+                "errors": len(errors),
+                "warnings": len(warnings),
+                "notes": len(notes),
+                "problems": [p.to_dict() for p in problems],
+            },
+        )
     else:
         for p in problems:
             where = f" [{p.member}]" if p.member else ""
@@ -188,12 +213,25 @@ def register(sub: Any) -> None:
     p.add_argument("src")
     p.add_argument("dst")
     p.add_argument("--format", help="source format (skip detection)")
-    p.add_argument("--to", metavar="{pt,safetensors,npz,hf}", help="destination format: one torchless writes (default: from the destination's extension)")
-    p.add_argument("--max-shard-size", help="safetensors only: split into Hugging Face style shards of at most this size (5GB, 500MiB) plus an index json")
-    p.add_argument("--strict", action="store_true", help="refuse when the destination cannot hold a value of the source (nothing is written)")
+    p.add_argument(
+        "--to",
+        metavar="{pt,safetensors,npz,hf}",
+        help="destination format: one torchless writes (default: from the destination's extension)",
+    )
+    p.add_argument(
+        "--max-shard-size",
+        help="safetensors only: split into Hugging Face style shards of at most this size (5GB, 500MiB) plus an index json",
+    )
+    p.add_argument(
+        "--strict", action="store_true", help="refuse when the destination cannot hold a value of the source (nothing is written)"
+    )
     p.add_argument("--progress", action="store_true", help="show progress on stderr even when it is not a terminal")
     p.add_argument("--json", action="store_true", help="machine-readable result, with every dropped value (schema: docs/cli.md)")
-    p = add("diff", cmd_diff, "compare tensors of two artifacts: added, removed, changed (max abs difference), not compared; exit 1 unless identical")
+    p = add(
+        "diff",
+        cmd_diff,
+        "compare tensors of two artifacts: added, removed, changed (max abs difference), not compared; exit 1 unless identical",
+    )
     p.add_argument("a")
     p.add_argument("b")
     p.add_argument("--json", action="store_true", help="machine-readable output (schema: docs/cli.md)")
@@ -201,7 +239,11 @@ def register(sub: Any) -> None:
     p.add_argument("--rtol", type=float, default=0.0)
     p.add_argument("--atol", type=float, default=0.0)
     p.add_argument("--progress", action="store_true", help="show progress on stderr even when it is not a terminal")
-    p = add("verify", cmd_verify, "check structure, every checksum the format has (zip CRC-32s, sizes) and tensor bounds; exit 1 on errors")
+    p = add(
+        "verify",
+        cmd_verify,
+        "check structure, every checksum the format has (zip CRC-32s, sizes) and tensor bounds; exit 1 on errors",
+    )
     p.add_argument("path")
     p.add_argument("--json", action="store_true", help="machine-readable output (schema: docs/cli.md)")
     p.add_argument("--format")

@@ -32,7 +32,10 @@ def graph_json(graph: Any) -> list[dict[str, Any]]:
     JSON cannot hold is ``{"value": text}``."""
     out = []
     for path, g in graph.walk():
-        nodes = [{"name": n.name, "op": n.op, "target": str(n.target), "args": _arg_json(n.args), "kwargs": _arg_json(n.kwargs)} for n in g.nodes]
+        nodes = [
+            {"name": n.name, "op": n.op, "target": str(n.target), "args": _arg_json(n.args), "kwargs": _arg_json(n.kwargs)}
+            for n in g.nodes
+        ]
         out.append({"path": path, "code": g.python_code("forward"), "nodes": nodes})
     return out
 
@@ -65,7 +68,15 @@ def cmd_graph(args: argparse.Namespace) -> int:
         if args.json:
             from ..render import emit_json
 
-            emit_json("graph", {"path": args.path, "models": [{"name": name, "dialect": prog.dialect, "graphs": graph_json(prog.graph)} for name, prog in progs.items()]})
+            emit_json(
+                "graph",
+                {
+                    "path": args.path,
+                    "models": [
+                        {"name": name, "dialect": prog.dialect, "graphs": graph_json(prog.graph)} for name, prog in progs.items()
+                    ],
+                },
+            )
             return 0
         out = []
         for name, prog in progs.items():

@@ -12,7 +12,11 @@ __all__ = ["register", "format_set_weights"]
 
 def format_set_weights(res: dict[str, Any]) -> str:
     """Human text for the result of :func:`torchless.formats.onnx.write.set_weights`."""
-    lines = [f"wrote {res['output']}" + (f" + {res['data_file']}" if res["data_file"] else "") + f": {format_bytes(res['bytes'])} of tensors"]
+    lines = [
+        f"wrote {res['output']}"
+        + (f" + {res['data_file']}" if res["data_file"] else "")
+        + f": {format_bytes(res['bytes'])} of tensors"
+    ]
     lines.append(f"replaced {len(res['replaced'])} initializers, kept {len(res['kept'])}")
     if res["kept"]:
         shown = ", ".join(res["kept"][:8]) + (" ..." if len(res["kept"]) > 8 else "")
@@ -70,9 +74,22 @@ def register(sub: Any) -> None:
     q.add_argument("weights", help="weights file (state dict): .pt, .safetensors, .npz ...")
     q.add_argument("-o", "--output", required=True, help="new .onnx model (may be the source)")
     g = q.add_mutually_exclusive_group()
-    g.add_argument("--external-data", dest="external_data", action="store_true", default=None, help="write tensors to <output>.data (default: when the source used external data or tensors exceed 1.5 GiB)")
-    g.add_argument("--no-external-data", dest="external_data", action="store_false", help="keep every tensor inside the model file")
-    q.add_argument("--size-threshold", type=int, default=256, help="with external data, tensors of at most this many bytes stay inline (default 256, as torch.onnx.export)")
+    g.add_argument(
+        "--external-data",
+        dest="external_data",
+        action="store_true",
+        default=None,
+        help="write tensors to <output>.data (default: when the source used external data or tensors exceed 1.5 GiB)",
+    )
+    g.add_argument(
+        "--no-external-data", dest="external_data", action="store_false", help="keep every tensor inside the model file"
+    )
+    q.add_argument(
+        "--size-threshold",
+        type=int,
+        default=256,
+        help="with external data, tensors of at most this many bytes stay inline (default 256, as torch.onnx.export)",
+    )
     q.add_argument("--allow-missing", action="store_true", help="ignore weights that name no initializer")
     q.add_argument("--strip-prefix", help="remove this prefix from weight names first (e.g. 'model.')")
     q.add_argument("--json", action="store_true")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 
-
 __all__ = ["register", "cmd_scan"]
 
 
@@ -41,7 +40,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="machine-readable report")
     fmt.add_argument("--sarif", action="store_true", help="SARIF 2.1.0 for code-scanning CI")
-    p.add_argument("--unknown-severity", default="medium", metavar="{critical,high,medium,low,info}", help="severity of globals that are neither allowlisted nor known dangerous (default: medium; 'info' does not fail the scan)")
+    p.add_argument(
+        "--unknown-severity",
+        default="medium",
+        metavar="{critical,high,medium,low,info}",
+        help="severity of globals that are neither allowlisted nor known dangerous (default: medium; 'info' does not fail the scan)",
+    )
     p.add_argument("--jobs", "-j", type=int, default=None, help="worker processes (default: all cores)")
     p.add_argument("--verbose", "-v", action="store_true", help="also show clean files' details and info findings")
     p.set_defaults(func=cmd_scan)

@@ -23,7 +23,9 @@ def cmd_code(args: argparse.Namespace) -> int:
     with _open(args.path, "code") as art:
         text = art.code(method=args.method, module=args.module)
     if not text.strip():
-        raise UsageError("the archive holds no TorchScript code", path=args.path, hint="`torchless ts tensors` lists what it holds")
+        raise UsageError(
+            "the archive holds no TorchScript code", path=args.path, hint="`torchless ts tensors` lists what it holds"
+        )
     if args.json:
         emit_json("code", {"path": args.path, "method": args.method, "module": args.module, "code": text})
     else:
@@ -64,14 +66,21 @@ def cmd_set_weights(args: argparse.Namespace) -> int:
             w = open_artifact(args.weights)
             try:
                 for name, t in w.tensors():
-                    key = name[len(args.strip_prefix):] if args.strip_prefix and name.startswith(args.strip_prefix) else name
+                    key = name[len(args.strip_prefix) :] if args.strip_prefix and name.startswith(args.strip_prefix) else name
                     if key in names:
                         items.append((key, t))
                     elif args.allow_missing:
                         ignored.append(name)
                     else:
                         raise UsageError(f"the model has no tensor {key!r}", hint="--allow-missing to skip such weights")
-                res = save_edited(art, args.output, tensors=items, extra_files=_read_extra(args.extra), remove_extra=args.remove_extra or (), strict=args.strict)
+                res = save_edited(
+                    art,
+                    args.output,
+                    tensors=items,
+                    extra_files=_read_extra(args.extra),
+                    remove_extra=args.remove_extra or (),
+                    strict=args.strict,
+                )
             finally:
                 w.close()
         else:
@@ -157,12 +166,16 @@ def register(sub: Any) -> None:
     h = "print the TorchScript source of an archive (all code files, or one method as torch's .code)"
     p = sub.add_parser("code", help=h, description=h)
     p.add_argument("path")
-    p.add_argument("--method", help="a method of the root module (or of --module), e.g. forward; or a qualified name __torch__.M.forward")
+    p.add_argument(
+        "--method", help="a method of the root module (or of --module), e.g. forward; or a qualified name __torch__.M.forward"
+    )
     p.add_argument("--module", help="dotted submodule path, e.g. encoder.layers.0")
     p.add_argument("--json", action="store_true", help="machine-readable output (schema: docs/cli.md)")
     p.set_defaults(func=cmd_code)
 
-    p = sub.add_parser("ts", help="TorchScript archive tools (set-weights, extra, bytecode, tensors)", description="TorchScript archive tools")
+    p = sub.add_parser(
+        "ts", help="TorchScript archive tools (set-weights, extra, bytecode, tensors)", description="TorchScript archive tools"
+    )
     tsub = p.add_subparsers(dest="ts_command", metavar="SUBCOMMAND")
     tsub.required = True
     h = "re-save an archive with new tensor values (same shapes/dtypes) and extra files; code and structure kept"
@@ -170,7 +183,9 @@ def register(sub: Any) -> None:
     q.add_argument("model", help="source TorchScript archive (.pt/.ptl)")
     q.add_argument("weights", nargs="?", help="weights file: .safetensors, .pt state dict, .npz ... (names as in `torchless ls`)")
     q.add_argument("-o", "--output", required=True, help="new archive (may be the source)")
-    q.add_argument("--extra", action="append", metavar="NAME=FILE", help="add or replace extra file NAME with FILE's bytes (repeatable)")
+    q.add_argument(
+        "--extra", action="append", metavar="NAME=FILE", help="add or replace extra file NAME with FILE's bytes (repeatable)"
+    )
     q.add_argument("--remove-extra", action="append", metavar="NAME", help="drop extra file NAME (repeatable)")
     q.add_argument("--strict", action="store_true", help="every state_dict entry must get a value")
     q.add_argument("--allow-missing", action="store_true", help="ignore weights that name no tensor of the model")

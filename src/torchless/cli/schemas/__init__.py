@@ -24,7 +24,12 @@ _KEY = {"pattern": r"^\S+$"}  # field names never hold spaces
 
 
 def _obj(props: dict[str, Any], *, optional: tuple[str, ...] = (), extra: Any = False) -> dict[str, Any]:
-    return {"type": "object", "properties": props, "required": [k for k in props if k not in optional], "additionalProperties": extra}
+    return {
+        "type": "object",
+        "properties": props,
+        "required": [k for k in props if k not in optional],
+        "additionalProperties": extra,
+    }
 
 
 def _arr(items: Any) -> dict[str, Any]:
@@ -32,7 +37,15 @@ def _arr(items: Any) -> dict[str, Any]:
 
 
 _TENSOR_ROW = _obj({"name": _STR, "dtype": _STR, "shape": _arr(_INT), "nbytes": _INT, "file": _STR}, optional=("file",))
-_PROBLEM = _obj({"code": _STR, "message": _STR, "member": {"type": ["string", "null"]}, "offset": {"type": ["integer", "null"]}, "severity": {"enum": ["error", "warning", "info"]}})
+_PROBLEM = _obj(
+    {
+        "code": _STR,
+        "message": _STR,
+        "member": {"type": ["string", "null"]},
+        "offset": {"type": ["integer", "null"]},
+        "severity": {"enum": ["error", "warning", "info"]},
+    }
+)
 _ARG: dict[str, Any] = {}  # graph node arguments: any JSON (nodes as {"node": name}, others as {"value": text})
 _GRAPH = _obj(
     {
@@ -98,15 +111,33 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "identical": _BOOL,
         }
     ),
-    "verify": _obj({"path": _STR, "format": _STR, "ok": _BOOL, "errors": _INT, "warnings": _INT, "notes": _INT, "problems": _arr(_PROBLEM)}),
+    "verify": _obj(
+        {"path": _STR, "format": _STR, "ok": _BOOL, "errors": _INT, "warnings": _INT, "notes": _INT, "problems": _arr(_PROBLEM)}
+    ),
     "reshard": _obj(
-        {"source": _STR, "destination": _STR, "ranks": _INT, "files": _arr(_STR), "tensors": _INT, "chunks": _INT, "bytes_items": _INT, "skipped": _arr(_STR)}
+        {
+            "source": _STR,
+            "destination": _STR,
+            "ranks": _INT,
+            "files": _arr(_STR),
+            "tensors": _INT,
+            "chunks": _INT,
+            "bytes_items": _INT,
+            "skipped": _arr(_STR),
+        }
     ),
     "dcp-layout": _obj(
         {
             "version": {"type": ["string", "null"]},
             "files": {"type": "object", "additionalProperties": {"type": ["integer", "null"]}},
-            "items": {"type": "object", "additionalProperties": {"type": "object", "properties": {"kind": {"enum": ["tensor", "bytes"]}}, "required": ["kind"]}},
+            "items": {
+                "type": "object",
+                "additionalProperties": {
+                    "type": "object",
+                    "properties": {"kind": {"enum": ["tensor", "bytes"]}},
+                    "required": ["kind"],
+                },
+            },
         },
         extra=True,
     ),
@@ -115,30 +146,70 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "onnx-graph": _obj({"path": _STR, "graphs": _arr(_GRAPH)}),
     "onnx-set-weights": {
         "type": "object",
-        "properties": {"output": _STR, "data_file": {"type": ["string", "null"]}, "bytes": _INT, "replaced": _arr(_STR), "kept": _arr(_STR), "ignored": _arr(_STR)},
+        "properties": {
+            "output": _STR,
+            "data_file": {"type": ["string", "null"]},
+            "bytes": _INT,
+            "replaced": _arr(_STR),
+            "kept": _arr(_STR),
+            "ignored": _arr(_STR),
+        },
         "required": ["output", "data_file", "bytes", "replaced", "kept", "ignored"],
         "propertyNames": _KEY,
         "additionalProperties": True,
     },
     "ts-set-weights": {
         "type": "object",
-        "properties": {"output": _STR, "replaced": _arr(_STR), "storages": _INT, "ignored": _arr(_STR), "extra_files": _arr(_STR)},
+        "properties": {
+            "output": _STR,
+            "replaced": _arr(_STR),
+            "storages": _INT,
+            "ignored": _arr(_STR),
+            "extra_files": _arr(_STR),
+        },
         "required": ["output", "replaced", "storages", "ignored", "extra_files"],
         "propertyNames": _KEY,
         "additionalProperties": True,
     },
     "ts-extra": _obj({"path": _STR, "extra_files": _arr(_obj({"name": _STR, "size": _INT}))}),
-    "ts-bytecode": _obj({"path": _STR, "version": _INT, "methods": _arr({"type": "object", "properties": {"qualified_name": _STR}, "required": ["qualified_name"], "propertyNames": _KEY})}),
+    "ts-bytecode": _obj(
+        {
+            "path": _STR,
+            "version": _INT,
+            "methods": _arr(
+                {"type": "object", "properties": {"qualified_name": _STR}, "required": ["qualified_name"], "propertyNames": _KEY}
+            ),
+        }
+    ),
     "extract": _obj({"outdir": _STR, "files": _arr(_obj({"member": _STR, "path": _STR, "size": _INT}))}),
     "cache": {
         "anyOf": [
-            _obj({"root": _STR, "exists": _BOOL, "entries": _INT, "files": _INT, "bytes": _INT, "by_kind": {"type": "object"}, "items": _arr({"type": "object", "propertyNames": _KEY})}),
+            _obj(
+                {
+                    "root": _STR,
+                    "exists": _BOOL,
+                    "entries": _INT,
+                    "files": _INT,
+                    "bytes": _INT,
+                    "by_kind": {"type": "object"},
+                    "items": _arr({"type": "object", "propertyNames": _KEY}),
+                }
+            ),
             _obj({"root": _STR, "file": _STR, "text": _STR}),
         ]
     },
     "cache-prune": {
         "type": "object",
-        "properties": {"dry_run": _BOOL, "root": _STR, "entries": _arr({"type": "object"}), "files": _arr(_STR), "dirs": _arr(_STR), "bytes": _INT, "remaining_bytes": _INT, "result": {"type": "object"}},
+        "properties": {
+            "dry_run": _BOOL,
+            "root": _STR,
+            "entries": _arr({"type": "object"}),
+            "files": _arr(_STR),
+            "dirs": _arr(_STR),
+            "bytes": _INT,
+            "remaining_bytes": _INT,
+            "result": {"type": "object"},
+        },
         "required": ["dry_run", "root", "entries", "files", "dirs", "bytes", "remaining_bytes"],
         "propertyNames": _KEY,
         "additionalProperties": False,
@@ -146,7 +217,14 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "scan": {
         "type": "object",
         "properties": {
-            "files": _arr({"type": "object", "properties": {"path": _STR, "verdict": _STR, "findings": _arr({"type": "object"})}, "required": ["path", "verdict", "findings"], "propertyNames": _KEY}),
+            "files": _arr(
+                {
+                    "type": "object",
+                    "properties": {"path": _STR, "verdict": _STR, "findings": _arr({"type": "object"})},
+                    "required": ["path", "verdict", "findings"],
+                    "propertyNames": _KEY,
+                }
+            ),
             "summary": {"type": "object"},
             "exit_code": _INT,
         },
@@ -213,4 +291,3 @@ def validate(value: Any, schema: dict[str, Any], path: str = "$") -> None:
     if isinstance(value, list) and "items" in schema:
         for i, v in enumerate(value):
             validate(v, schema["items"], f"{path}[{i}]")
-

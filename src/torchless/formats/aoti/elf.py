@@ -143,8 +143,16 @@ def parse_elf(data: memoryview | bytes, *, name: str = "<so>", member: str | Non
     hdr = struct.Struct(e + ("16sHHIQQQIHHHHHH" if bits == 64 else "16sHHIIIIIHHHHHH"))
     if size < hdr.size:
         raise TruncatedError("ELF header cut short", expected=f"{hdr.size} bytes", found=f"{size} bytes", **where)
-    (_id, e_type, e_machine, _ver, _entry, phoff, shoff, _flags, _ehsize, phentsize, phnum, shentsize, shnum, shstrndx) = hdr.unpack_from(mv, 0)
-    info = ElfInfo(bits, "little" if e == "<" else "big", TYPES.get(e_type, f"type {e_type}"), MACHINES.get(e_machine, f"machine {e_machine}"), size)
+    (_id, e_type, e_machine, _ver, _entry, phoff, shoff, _flags, _ehsize, phentsize, phnum, shentsize, shnum, shstrndx) = (
+        hdr.unpack_from(mv, 0)
+    )
+    info = ElfInfo(
+        bits,
+        "little" if e == "<" else "big",
+        TYPES.get(e_type, f"type {e_type}"),
+        MACHINES.get(e_machine, f"machine {e_machine}"),
+        size,
+    )
     info.end_of_elf = hdr.size
 
     # program headers (segments) ------------------------------------------------------
@@ -171,7 +179,13 @@ def parse_elf(data: memoryview | bytes, *, name: str = "<so>", member: str | Non
         raise LimitError("too many ELF sections", expected=f"<= {MAX_SECTIONS}", found=shnum, **where)
     if shnum:
         if shentsize < sh.size or shoff + shnum * shentsize > size:
-            raise FormatError("ELF section header table lies outside the file", offset=shoff, expected=f"{shnum} x {shentsize} bytes", found=f"{size} bytes in file", **where)
+            raise FormatError(
+                "ELF section header table lies outside the file",
+                offset=shoff,
+                expected=f"{shnum} x {shentsize} bytes",
+                found=f"{size} bytes in file",
+                **where,
+            )
         raw: list[tuple[int, ...]] = [sh.unpack_from(mv, shoff + i * shentsize) for i in range(shnum)]
         info.end_of_elf = max(info.end_of_elf, shoff + shnum * shentsize)
         names = memoryview(b"")
@@ -181,7 +195,9 @@ def parse_elf(data: memoryview | bytes, *, name: str = "<so>", member: str | Non
                 names = mv[s[4] : s[4] + s[5]]
         for i, s in enumerate(raw):
             s_name, s_type, s_flags, s_addr, s_off, s_size, s_link, _s_info, _s_align, s_entsize = s
-            sec = Section(_cstr(names, s_name).decode("utf-8", "replace"), s_type, s_flags, s_addr, s_off, s_size, s_link, s_entsize)
+            sec = Section(
+                _cstr(names, s_name).decode("utf-8", "replace"), s_type, s_flags, s_addr, s_off, s_size, s_link, s_entsize
+            )
             info.sections.append(sec)
             if s_type != SHT_NOBITS and i:
                 if s_off + s_size > size:
@@ -214,8 +230,12 @@ BLOB_END = "_binary_constants_bin_end"
 
 def _sym_dtype(bits: int, e: str) -> np.dtype:
     if bits == 64:
-        return np.dtype([("name", e + "u4"), ("info", "u1"), ("other", "u1"), ("shndx", e + "u2"), ("value", e + "u8"), ("size", e + "u8")])
-    return np.dtype([("name", e + "u4"), ("value", e + "u4"), ("size", e + "u4"), ("info", "u1"), ("other", "u1"), ("shndx", e + "u2")])
+        return np.dtype(
+            [("name", e + "u4"), ("info", "u1"), ("other", "u1"), ("shndx", e + "u2"), ("value", e + "u8"), ("size", e + "u8")]
+        )
+    return np.dtype(
+        [("name", e + "u4"), ("value", e + "u4"), ("size", e + "u4"), ("info", "u1"), ("other", "u1"), ("shndx", e + "u2")]
+    )
 
 
 def _read_symbols(info: ElfInfo, mv: memoryview, e: str) -> None:
@@ -302,4 +322,10 @@ def parse_binary(data: memoryview | bytes, *, name: str = "<so>", member: str | 
         return macho.parse_macho(data, name=name, member=member)
     if pe.is_pe(data):
         return pe.parse_pe(data, name=name, member=member)
-    raise FormatError("not an ELF, Mach-O or PE/COFF file", path=name, member=member, expected="\\x7fELF, a Mach-O magic, MZ or a COFF object header", found=repr(head))
+    raise FormatError(
+        "not an ELF, Mach-O or PE/COFF file",
+        path=name,
+        member=member,
+        expected="\\x7fELF, a Mach-O magic, MZ or a COFF object header",
+        found=repr(head),
+    )

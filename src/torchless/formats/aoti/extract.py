@@ -61,7 +61,11 @@ def safe_parts(name: str) -> list[str]:
     if bad is None and any("\udc80" <= ch <= "\udcff" for ch in name):
         bad = "name is not valid UTF-8"
     if bad is not None:
-        raise FormatError(f"unsafe archive member name: {bad}", member=repr(name), hint="the archive tries to write outside the output folder; nothing was extracted")
+        raise FormatError(
+            f"unsafe archive member name: {bad}",
+            member=repr(name),
+            hint="the archive tries to write outside the output folder; nothing was extracted",
+        )
     return parts
 
 
@@ -102,7 +106,12 @@ def plan_extraction(zr: ZipReader, outdir: Any, *, strip_prefix: bool = False) -
             continue
         key = "/".join(parts).lower()
         if key in seen:
-            raise FormatError("two archive members map to the same file (names differ at most in case)", path=zr.path, member=e.name, found=seen[key])
+            raise FormatError(
+                "two archive members map to the same file (names differ at most in case)",
+                path=zr.path,
+                member=e.name,
+                found=seen[key],
+            )
         seen[key] = e.name
         for i in range(1, len(parts)):
             dirs.add("/".join(parts[:i]).lower())
@@ -162,7 +171,12 @@ def extract_archive(
     plan = plan_extraction(zr, outdir, strip_prefix=strip_prefix)
     total = sum(e.size for e, _ in plan)
     if max_total_bytes is not None and total > max_total_bytes:
-        raise LimitError("archive is larger than allowed to extract", path=zr.path, expected=f"<= {max_total_bytes} bytes", found=f"{total} bytes")
+        raise LimitError(
+            "archive is larger than allowed to extract",
+            path=zr.path,
+            expected=f"<= {max_total_bytes} bytes",
+            found=f"{total} bytes",
+        )
     root = os.fspath(outdir)
     if os.path.islink(root):
         root = os.path.realpath(root)  # the caller named it; only links *inside* are refused
@@ -190,7 +204,13 @@ def extract_archive(
             folder = _ensure_dir(stage.tmp, parts[:-1])
             data = zr.read(e)
             if check_crc and e.crc and zlib.crc32(data) != e.crc:
-                raise ChecksumError("record CRC-32 does not match its data", path=zr.path, member=e.name, expected=f"{e.crc:08x}", found=f"{zlib.crc32(data):08x}")
+                raise ChecksumError(
+                    "record CRC-32 does not match its data",
+                    path=zr.path,
+                    member=e.name,
+                    expected=f"{e.crc:08x}",
+                    found=f"{zlib.crc32(data):08x}",
+                )
             with AtomicFile(os.path.join(folder, parts[-1]), dest=os.path.join(root, *parts)) as f:
                 f.file.write(data)
             out.append(ExtractedFile(e.name, os.path.join(root, *parts), e.size))

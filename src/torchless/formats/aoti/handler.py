@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import re
 import struct
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from ...container.zip import Problem, is_zip
 from ...core.dtypes import DTYPES
 from ...core.errors import TorchlessError
+from ...core.lazy import LazyModule
 from ...pickle.machine import Limits
 from ..base import Artifact, Probe, summarize_tensors
 from ..registry import register
 from .constants import ALIGN_BYTES, ARCHIVE_FORMAT_PATH, ARCHIVE_FORMAT_VALUE, METADATA_KEYS, WEIGHTS_DIR, is_aoti_records
-from ...core.lazy import LazyModule
 
 _read = LazyModule("torchless.formats.aoti.read")
 _elf = LazyModule("torchless.formats.aoti.elf")
@@ -93,7 +94,15 @@ class AotiArtifact(Artifact):
         problems: list[Problem] = list(pkg.zip.verify(crc=True))
         fmt = pkg.records.get(ARCHIVE_FORMAT_PATH)
         if fmt != ARCHIVE_FORMAT_VALUE:
-            problems.append(Problem("archive-format", f"archive_format is {fmt!r}, expected 'pt2' (torch's is_pt2_package would not accept it)", ARCHIVE_FORMAT_PATH, None, "warning"))
+            problems.append(
+                Problem(
+                    "archive-format",
+                    f"archive_format is {fmt!r}, expected 'pt2' (torch's is_pt2_package would not accept it)",
+                    ARCHIVE_FORMAT_PATH,
+                    None,
+                    "warning",
+                )
+            )
         if not pkg.zip.prefix:
             problems.append(Problem("prefix", "records are not inside an archive folder (torch's reader requires one)", None))
         used_weights: set[str] = set()
@@ -101,7 +110,9 @@ class AotiArtifact(Artifact):
             problems += _verify_model(pkg, m, used_weights)
         for f in pkg.other_files:
             if f.kind == "weight" and used_weights and f.name[len(WEIGHTS_DIR) :] not in used_weights:
-                problems.append(Problem("unused-weight", f"{f.name} is not named by any weights_config.json", f.name, None, "warning"))
+                problems.append(
+                    Problem("unused-weight", f"{f.name} is not named by any weights_config.json", f.name, None, "warning")
+                )
         problems += super().verify()
         return problems
 
@@ -120,7 +131,11 @@ def _verify_model(pkg: _read.AotiPackage, m: _read.AotiModel, used_weights: set[
         err("metadata", "model folder has no *_metadata.json", severity="warning")
     for name, meta in m.metadata_files.items():
         if not isinstance(meta, dict) or "<error>" in meta:
-            err("metadata", f"metadata is not a JSON object: {meta.get('<error>') if isinstance(meta, dict) else type(meta).__name__}", name)
+            err(
+                "metadata",
+                f"metadata is not a JSON object: {meta.get('<error>') if isinstance(meta, dict) else type(meta).__name__}",
+                name,
+            )
             continue
         if not all(isinstance(v, str) for v in meta.values()):
             err("metadata", "metadata values must all be strings (aoti_compile_and_package refuses others)", name)
@@ -149,7 +164,11 @@ def _verify_model(pkg: _read.AotiPackage, m: _read.AotiModel, used_weights: set[
         if info.type == "shared object" and not info.exports:
             err("elf", "shared object exports no AOTInductor* entry points", name, "warning")
     if m.num_constants is not None and m.constants and m.num_constants != len(m.constants):
-        err("constants", f"wrapper constructor declares {m.num_constants} constants, the table has {len(m.constants)} rows", m.wrapper)
+        err(
+            "constants",
+            f"wrapper constructor declares {m.num_constants} constants, the table has {len(m.constants)} rows",
+            m.wrapper,
+        )
     for c in m.constants:
         dt = DTYPES.get(c.dtype)
         if dt is None:
@@ -158,14 +177,23 @@ def _verify_model(pkg: _read.AotiPackage, m: _read.AotiModel, used_weights: set[
         if c.layout == "strided" and len(c.shape) != len(c.stride):
             err("constants", f"constant {c.fqn!r}: shape {list(c.shape)} and stride {list(c.stride)} differ in length", m.wrapper)
         elif c.layout == "strided" and _read.view_nbytes(c, dt.itemsize) > c.data_size:
-            err("constants", f"constant {c.fqn!r}: shape/stride/offset need {_read.view_nbytes(c, dt.itemsize)} bytes, data_size is {c.data_size}", m.wrapper)
+            err(
+                "constants",
+                f"constant {c.fqn!r}: shape/stride/offset need {_read.view_nbytes(c, dt.itemsize)} bytes, data_size is {c.data_size}",
+                m.wrapper,
+            )
     need = _read.blob_size(m.constants)
     if m.weights_layout in ("binary_blob", "embedded", "mmap") and m.blob is not None:
         rec, _off, size = m.blob
         if size < need:
             err("weights-size", f"constants blob has {size} bytes, the constant table needs {need}", rec)
         elif size > need and m.constants and size - need >= 64:
-            err("weights-size", f"constants blob has {size} bytes, {size - need} more than the constant table uses", rec, "warning")
+            err(
+                "weights-size",
+                f"constants blob has {size} bytes, {size - need} more than the constant table uses",
+                rec,
+                "warning",
+            )
     if m.weights_layout == "binary_blob" and m.blob is not None:
         so = _wrapper_so(m)
         if so is not None and so[1].blob is not None and so[1].blob[1] == 8:
@@ -191,7 +219,11 @@ def _verify_model(pkg: _read.AotiPackage, m: _read.AotiModel, used_weights: set[
             c = by_fqn.get(fqn)
             if c is not None:
                 if tuple(spec[1]) != c.shape or tuple(spec[2]) != c.stride or spec[3] != c.offset:
-                    err("weight", f"weights_config for {fqn!r} (shape {spec[1]}, stride {spec[2]}, offset {spec[3]}) differs from the wrapper's constant table (shape {list(c.shape)}, stride {list(c.stride)}, offset {c.offset})", cfg_name)
+                    err(
+                        "weight",
+                        f"weights_config for {fqn!r} (shape {spec[1]}, stride {spec[2]}, offset {spec[3]}) differs from the wrapper's constant table (shape {list(c.shape)}, stride {list(c.stride)}, offset {c.offset})",
+                        cfg_name,
+                    )
                 if DTYPES.get(c.dtype) is not None and t.dtype is not DTYPES[c.dtype]:
                     err("weight", f"{rec} holds {t.dtype.name}, the constant table says {c.dtype} for {fqn!r}", rec)
                 if t.storage is not None:
@@ -199,7 +231,11 @@ def _verify_model(pkg: _read.AotiPackage, m: _read.AotiModel, used_weights: set[
                     n = t.storage.nbytes
                     padded = n if c.device_type == "cuda" else (n + ALIGN_BYTES - 1) // ALIGN_BYTES * ALIGN_BYTES
                     if padded != c.data_size:
-                        err("weight", f"{rec} stores {n} bytes, the constant table says {c.data_size} (64-byte aligned) for {fqn!r}", rec)
+                        err(
+                            "weight",
+                            f"{rec} stores {n} bytes, the constant table says {c.data_size} (64-byte aligned) for {fqn!r}",
+                            rec,
+                        )
         missing = [c.fqn for c in m.constants if not c.from_folded and c.fqn not in m.weights_config]
         if missing:
             err("missing-weight", f"constants without a weights_config entry: {', '.join(missing[:5])}", cfg_name)

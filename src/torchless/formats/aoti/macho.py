@@ -76,13 +76,26 @@ def parse_macho(data: memoryview | bytes, *, name: str = "<so>", member: str | N
     if size < hsize:
         raise TruncatedError("Mach-O header cut short", expected=f">= {hsize} bytes", found=f"{size} bytes", **where)
     _m, cputype, _sub, filetype, ncmds, sizeofcmds, _flags = struct.unpack_from(e + "IiiIIII", mv, 0)
-    info = ElfInfo(bits, "little" if e == "<" else "big", FILETYPES.get(filetype, f"filetype {filetype}"), CPUS.get(cputype, f"cpu {cputype:#x}"), size, container="macho")
+    info = ElfInfo(
+        bits,
+        "little" if e == "<" else "big",
+        FILETYPES.get(filetype, f"filetype {filetype}"),
+        CPUS.get(cputype, f"cpu {cputype:#x}"),
+        size,
+        container="macho",
+    )
     if note:
         info.notes.append(note)
     if ncmds > MAX_COMMANDS:
         raise LimitError("too many Mach-O load commands", expected=f"<= {MAX_COMMANDS}", found=ncmds, **where)
     if hsize + sizeofcmds > size:
-        raise FormatError("Mach-O load commands run past the end of the file", offset=hsize, expected=f"{sizeofcmds} bytes", found=f"{size - hsize}", **where)
+        raise FormatError(
+            "Mach-O load commands run past the end of the file",
+            offset=hsize,
+            expected=f"{sizeofcmds} bytes",
+            found=f"{size - hsize}",
+            **where,
+        )
     info.end_of_elf = hsize + sizeofcmds
     segments: list[tuple[int, int, int]] = []  # (vmaddr, fileoff, filesize)
     symtab = None
@@ -101,7 +114,9 @@ def parse_macho(data: memoryview | bytes, *, name: str = "<so>", member: str | N
                 raise FormatError("Mach-O segment command too short", offset=base + pos, **where)
             _sn, vmaddr, _vmsize, fileoff, filesize, _mp, _ip, nsects, _fl = seg.unpack_from(mv, pos + 8)
             if 8 + seg.size + nsects * sec.size > cmdsize:
-                raise FormatError("Mach-O segment's sections run past its command", offset=base + pos, found=f"{nsects} sections", **where)
+                raise FormatError(
+                    "Mach-O segment's sections run past its command", offset=base + pos, found=f"{nsects} sections", **where
+                )
             segments.append((vmaddr, fileoff, filesize))
             if fileoff + filesize > size:
                 info.problems.append(f"segment {_name(_sn)} ({fileoff}+{filesize}) runs past the end of the file")
@@ -112,9 +127,13 @@ def parse_macho(data: memoryview | bytes, *, name: str = "<so>", member: str | N
                 sectname, segname, addr, ssize, offset = f[0], f[1], f[2], f[3], f[4]
                 stype = f[8] & 0xFF
                 zerofill = stype in (0x1, 0xC, 0x12)  # S_ZEROFILL, S_GB_ZEROFILL, S_THREAD_LOCAL_ZEROFILL
-                info.sections.append(Section(f"{_name(segname)},{_name(sectname)}", 8 if zerofill else 1, 0x2, addr, offset, ssize, 0, 0))
+                info.sections.append(
+                    Section(f"{_name(segname)},{_name(sectname)}", 8 if zerofill else 1, 0x2, addr, offset, ssize, 0, 0)
+                )
                 if not zerofill and offset + ssize > size:
-                    info.problems.append(f"section {_name(segname)},{_name(sectname)} ({offset}+{ssize}) runs past the end of the file ({size})")
+                    info.problems.append(
+                        f"section {_name(segname)},{_name(sectname)} ({offset}+{ssize}) runs past the end of the file ({size})"
+                    )
                 elif not zerofill:
                     info.end_of_elf = max(info.end_of_elf, offset + ssize)
         elif cmd == LC_SYMTAB:

@@ -104,7 +104,9 @@ def parse_pe(data: memoryview | bytes, *, name: str = "<so>", member: str | None
     strtab = _string_table(mv, symptr, nsyms, where)
     vsizes: list[int] = []
     for i in range(nsec):
-        raw_name, vsize, vaddr, rawsize, rawptr, _rel, _ln, _nrel, _nln, schars = _SECTION.unpack_from(mv, shdr + i * _SECTION.size)
+        raw_name, vsize, vaddr, rawsize, rawptr, _rel, _ln, _nrel, _nln, schars = _SECTION.unpack_from(
+            mv, shdr + i * _SECTION.size
+        )
         sname = _section_name(raw_name, strtab)
         vsizes.append(vsize)
         nobits = bool(schars & IMAGE_SCN_CNT_UNINITIALIZED_DATA) or rawptr == 0
@@ -144,7 +146,9 @@ def parse_pe(data: memoryview | bytes, *, name: str = "<so>", member: str | None
         elif stop is None:
             used = min(vsizes[start[0]] or sec.size, sec.size, size - sec.offset)  # VirtualSize: the data without file padding
             info.blob = (off, max(0, used - start[1]))
-            info.notes.append("only the constants blob's start symbol is defined (C++ build): the blob runs to the end of its section")
+            info.notes.append(
+                "only the constants blob's start symbol is defined (C++ build): the blob runs to the end of its section"
+            )
         else:
             info.problems.append("the constants blob symbols are in different sections")
     return info

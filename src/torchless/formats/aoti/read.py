@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...container.zip import ZipEntry, ZipReader, is_zip
-from ...core.dtypes import DTYPES, DType
 from ...core import jsonsafe
+from ...core.dtypes import DTYPES, DType
 from ...core.errors import FormatError, LimitError, NotFoundError, TorchlessError
 from ...core.source import BytesSource, open_source
 from ...core.tensor import Storage, Tensor
@@ -42,9 +42,9 @@ from .constants import (
     DTYPE_NAMES,
     WEIGHTS_DIR,
     file_kind,
+    is_aoti_records,  # noqa: F401 - re-exported
 )
 from .elf import ElfInfo, parse_binary
-from .constants import is_aoti_records  # noqa: F401 - re-exported
 
 __all__ = [
     "AotiModel",
@@ -64,8 +64,6 @@ _U8 = DTYPES["uint8"]
 MAX_WRAPPER_BYTES = 256 << 20
 #: metadata / config JSON larger than this is refused
 MAX_JSON_BYTES = 64 << 20
-
-
 
 
 @dataclass
@@ -340,7 +338,9 @@ def _dtype(c: ConstantInfo) -> DType | None:
 # -- reading --------------------------------------------------------------------------------
 def _json(zr: ZipReader, e: ZipEntry) -> Any:
     if e.size > MAX_JSON_BYTES:
-        raise LimitError("JSON record too large", path=zr.path, member=e.name, expected=f"<= {MAX_JSON_BYTES} bytes", found=e.size)
+        raise LimitError(
+            "JSON record too large", path=zr.path, member=e.name, expected=f"<= {MAX_JSON_BYTES} bytes", found=e.size
+        )
     return jsonsafe.loads(zr.read_bytes(e), what="record", path=zr.path, member=e.name, max_bytes=MAX_JSON_BYTES)
 
 
@@ -348,7 +348,7 @@ def view_nbytes(c: ConstantInfo, itemsize: int) -> int:
     """Bytes the constant's view reaches: ``(offset + extent) * itemsize``."""
     if any(s == 0 for s in c.shape):
         return 0
-    return (c.offset + sum((s - 1) * st for s, st in zip(c.shape, c.stride)) + 1) * itemsize
+    return (c.offset + sum((s - 1) * st for s, st in zip(c.shape, c.stride, strict=False)) + 1) * itemsize
 
 
 def _storage_tensor(c: ConstantInfo, dtype: DType, loader: Any, origin: str, key: str) -> Tensor:
@@ -356,7 +356,16 @@ def _storage_tensor(c: ConstantInfo, dtype: DType, loader: Any, origin: str, key
     # the storage is taken to end where the view does (exact for complete tensors)
     n = min(c.data_size, view_nbytes(c, dtype.itemsize))
     st = Storage(key, n, _U8, c.device_type or "cpu", loader=loader, origin=origin)
-    return Tensor(st, dtype, c.shape, c.stride, c.offset, requires_grad=False, is_parameter=c.type == "Parameter", device=c.device_type or "cpu")
+    return Tensor(
+        st,
+        dtype,
+        c.shape,
+        c.stride,
+        c.offset,
+        requires_grad=False,
+        is_parameter=c.type == "Parameter",
+        device=c.device_type or "cpu",
+    )
 
 
 def _blob_tensors(model: AotiModel, view_of: Any, origin: str, base: int, size: int) -> None:
@@ -364,10 +373,14 @@ def _blob_tensors(model: AotiModel, view_of: Any, origin: str, base: int, size: 
     need = blob_size(model.constants)
     if size < need:
         # all-CUDA blobs are not padded (spec §1.2); accept that size too
-        if size >= blob_size(model.constants, padded=False) and all(c.device_type == "cuda" for c in model.constants if not c.from_folded):
+        if size >= blob_size(model.constants, padded=False) and all(
+            c.device_type == "cuda" for c in model.constants if not c.from_folded
+        ):
             layout = blob_layout(model.constants, padded=False)
         else:
-            model.notes.append(f"constants blob in {origin} has {size} bytes, the constant table needs {need}; tensors not extracted")
+            model.notes.append(
+                f"constants blob in {origin} has {size} bytes, the constant table needs {need}; tensors not extracted"
+            )
             return
     else:
         layout = blob_layout(model.constants)
@@ -465,7 +478,9 @@ def _locate_weights(pkg: AotiPackage, model: AotiModel, limits: Limits) -> None:
     if info.blob is None:
         model.weights_layout = "embedded"
         if stored:
-            model.notes.append(f"constants are embedded in {so_name} but its constants-blob symbols were not found; not extracted")
+            model.notes.append(
+                f"constants are embedded in {so_name} but its constants-blob symbols were not found; not extracted"
+            )
         return
     _from_linked_record(pkg, model, so_name, info, cpp_only=False)
 
@@ -496,7 +511,9 @@ def _from_linked_record(pkg: AotiPackage, model: AotiModel, rec: str, info: ElfI
             be = zr.get(bins[0].name)
             bdata = zr.read(be)
             if len(bdata) != total or struct.unpack_from("<q", bdata, len(bdata) - 8)[0] != magic:
-                model.notes.append(f"{bins[0].name} does not match the record linked in {rec} (size {total}, magic); not extracted")
+                model.notes.append(
+                    f"{bins[0].name} does not match the record linked in {rec} (size {total}, magic); not extracted"
+                )
                 return
             model.blob = (bins[0].name, 0, blob_len)
             _blob_tensors(model, lambda o, n, d=bdata: d[o : o + n], be.name, 0, blob_len)
@@ -525,8 +542,20 @@ def _pickle_weights(pkg: AotiPackage, model: AotiModel, cfg_file: PackageFile, l
         raise FormatError("weights_config.json is not an object", path=zr.path, member=cfg_file.name)
     model.weights_config = cfg
     for fqn, spec in cfg.items():
-        if not (isinstance(spec, list) and len(spec) == 4 and isinstance(spec[0], str) and isinstance(spec[1], list) and isinstance(spec[2], list) and type(spec[3]) is int):
-            raise FormatError("weights_config entry is not [file, shape, stride, storage_offset]", path=zr.path, member=cfg_file.name, found=f"{fqn}: {str(spec)[:80]}")
+        if not (
+            isinstance(spec, list)
+            and len(spec) == 4
+            and isinstance(spec[0], str)
+            and isinstance(spec[1], list)
+            and isinstance(spec[2], list)
+            and type(spec[3]) is int
+        ):
+            raise FormatError(
+                "weights_config entry is not [file, shape, stride, storage_offset]",
+                path=zr.path,
+                member=cfg_file.name,
+                found=f"{fqn}: {str(spec)[:80]}",
+            )
         try:
             t = _weight_file_tensor(pkg, spec[0], limits)
         except TorchlessError as e:
@@ -536,7 +565,16 @@ def _pickle_weights(pkg: AotiPackage, model: AotiModel, cfg_file: PackageFile, l
         if t is None:
             model.notes.append(f"weight {fqn!r}: {WEIGHTS_DIR}{spec[0]} holds no plain tensor")
             continue
-        model.tensors[str(fqn)] = Tensor(t.storage, t.dtype, spec[1], spec[2], spec[3], requires_grad=t.requires_grad, is_parameter=t.is_parameter, device=t.device)
+        model.tensors[str(fqn)] = Tensor(
+            t.storage,
+            t.dtype,
+            spec[1],
+            spec[2],
+            spec[3],
+            requires_grad=t.requires_grad,
+            is_parameter=t.is_parameter,
+            device=t.device,
+        )
 
 
 def _weight_file_tensor(pkg: AotiPackage, fname: str, limits: Limits) -> Tensor | None:
@@ -571,7 +609,9 @@ def read_package(src: Any, *, limits: Limits = Limits()) -> AotiPackage:
     """
     source = open_source(src)
     if not is_zip(source.read_at(0, min(4, source.size))):
-        raise FormatError("not a zip archive", path=source.name, expected="PK\\x03\\x04", found=repr(source.read_at(0, min(4, source.size))))
+        raise FormatError(
+            "not a zip archive", path=source.name, expected="PK\\x03\\x04", found=repr(source.read_at(0, min(4, source.size)))
+        )
     zr = ZipReader(source, require_prefix=False)
     pkg = AotiPackage(zr)
     try:
@@ -580,18 +620,23 @@ def read_package(src: Any, *, limits: Limits = Limits()) -> AotiPackage:
             if e is not None and e.size <= 64:
                 pkg.records[rec] = zr.read_bytes(e).decode("ascii", "replace")
         groups: dict[str, list[PackageFile]] = {}
-        for rec, e in zip(zr.records(), zr.entries):
+        for rec, e in zip(zr.records(), zr.entries, strict=False):
             if rec.startswith(AOTINDUCTOR_DIR) and rec.count("/") >= 3:
                 mname = rec[len(AOTINDUCTOR_DIR) :].split("/", 1)[0]
                 groups.setdefault(mname, []).append(PackageFile(rec, e.size, file_kind(rec), mname))
             else:
-                kind = "weight" if rec.startswith(WEIGHTS_DIR) else ("exported_program" if rec.startswith("models/") and rec.endswith(".json") else "archive")
+                kind = (
+                    "weight"
+                    if rec.startswith(WEIGHTS_DIR)
+                    else ("exported_program" if rec.startswith("models/") and rec.endswith(".json") else "archive")
+                )
                 pkg.other_files.append(PackageFile(rec, e.size, kind))
         if not groups:
-            raise FormatError("no AOTInductor output in this archive", path=zr.path, expected=f"records under {AOTINDUCTOR_DIR}<model>/")
+            raise FormatError(
+                "no AOTInductor output in this archive", path=zr.path, expected=f"records under {AOTINDUCTOR_DIR}<model>/"
+            )
         for mname, files in groups.items():
             pkg.models[mname] = _read_model(pkg, mname, files, limits)
     except TorchlessError as err:
         raise err.with_context(path=zr.path)
     return pkg
-

@@ -10,7 +10,8 @@ dropped before the next, so peak memory is about the largest tensor.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ...core.errors import UsageError
 from .read import DCPReader, open_reader, unflatten
@@ -70,7 +71,11 @@ def consolidate(
             return {"tensors": len(names), "bytes": total, "skipped": [], "files": [os.fspath(dst)]}
         if strict and values:
             shown = ", ".join(values[:8]) + (" ..." if len(values) > 8 else "")
-            raise UsageError(f"converting to {h.name} would drop {len(values)} value(s) that are not tensors: {shown}", path=reader.path, hint="write .pt to keep them, or leave out --strict")
+            raise UsageError(
+                f"converting to {h.name} would drop {len(values)} value(s) that are not tensors: {shown}",
+                path=reader.path,
+                hint="write .pt to keep them, or leave out --strict",
+            )
         items = ((n, reader.tensor(n)) for n in names)
         files = _api.write_tensors(items, dst, format=h.name, progress=progress, **kw)
         return {"tensors": len(names), "bytes": total, "skipped": values, "files": files}

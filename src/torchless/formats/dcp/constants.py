@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import os
-from typing import Any
-
 import re
+from typing import Any
 
 __all__ = ["HF_SUFFIX", "METADATA_NAME", "RANK_METADATA", "is_hf_dir", "rank_metadata_names", "has_metadata"]
 

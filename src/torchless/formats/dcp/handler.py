@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...core.lazy import LazyModule
 from ..base import Probe
 from ..registry import register
 from .constants import has_metadata, is_hf_dir
-from ...core.lazy import LazyModule
 
 _read = LazyModule("torchless.formats.dcp.read")
 

@@ -15,13 +15,20 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ...core.errors import FormatError, NotFoundError, short_repr
 from ...core import jsonsafe
+from ...core.errors import FormatError, NotFoundError, short_repr
 from ...core.source import MmapSource
 from ..safetensors import read_safetensors
 from .read import ChunkRef, DCPReader
-from .spec import is_hf_dir  # noqa: F401 - re-exported
-from .spec import ChunkStorageMetadata, Metadata, MetadataIndex, StorageInfo, TensorProperties, TensorStorageMetadata
+from .spec import (
+    ChunkStorageMetadata,
+    Metadata,
+    MetadataIndex,
+    StorageInfo,
+    TensorProperties,
+    TensorStorageMetadata,
+    is_hf_dir,  # noqa: F401 - re-exported
+)
 
 __all__ = ["HFReader", "SHARDING_KEY", "hf_file_name", "is_hf_dir"]
 
@@ -81,19 +88,21 @@ class HFReader(DCPReader):
                 c = ChunkStorageMetadata(tuple(offs), shape)
                 prev = sdm.get(fqn)
                 if prev is None:
-                    sdm[fqn] = TensorStorageMetadata(TensorProperties(t.dtype), tuple(o + s for o, s in zip(offs, shape)), [c])
+                    sdm[fqn] = TensorStorageMetadata(TensorProperties(t.dtype), tuple(o + s for o, s in zip(offs, shape, strict=False)), [c])
                 else:
                     if prev.dtype.name != t.dtype.name or len(prev.size) != len(shape):
                         raise FormatError("shards of one tensor disagree on dtype or rank", path=fp, member=fqn)
                     prev.chunks.append(c)
-                    prev.size = tuple(max(g, o + s) for g, o, s in zip(prev.size, offs, shape))
+                    prev.size = tuple(max(g, o + s) for g, o, s in zip(prev.size, offs, shape, strict=False))
                 assert t.storage is not None and t.storage.file_offset is not None
                 si = StorageInfo(name, t.storage.file_offset, t.nbytes)
                 key = MetadataIndex(fqn, c.offsets, len(sdm[fqn].chunks) - 1)
                 if key in storage:
                     raise FormatError("two shards claim the same chunk", path=fp, member=fqn, found=list(c.offsets))
                 storage[key] = si
-                ref = ChunkRef(fqn, c, si, key.index or 0, data_offset=si.offset, stride=_contiguous(shape), storage_nbytes=si.length)
+                ref = ChunkRef(
+                    fqn, c, si, key.index or 0, data_offset=si.offset, stride=_contiguous(shape), storage_nbytes=si.length
+                )
                 self._chunks.setdefault(fqn, []).append(ref)
         self.metadata = Metadata(sdm, None, storage, None, None)
         self._by_key = {(k.fqn, k.offset): v for k, v in storage.items()}

@@ -98,7 +98,11 @@ def _build_allowlist() -> Allowlist:
     al = Allowlist("dcp-metadata")
     for qual, kind in _CLASSES.items():
         al.add(qual, _class(kind), f"DCP metadata class {kind}: an inert record, validated field by field")
-    al.add(f"{MD_MOD}._MEM_FORMAT_ENCODING", Rebuilder(f"{MD_MOD}._MEM_FORMAT_ENCODING", _mem_format), "an enum value 0..2 (memory format)")
+    al.add(
+        f"{MD_MOD}._MEM_FORMAT_ENCODING",
+        Rebuilder(f"{MD_MOD}._MEM_FORMAT_ENCODING", _mem_format),
+        "an enum value 0..2 (memory format)",
+    )
     for qual in ["torch.Size", "torch.serialization._get_layout"]:
         e = TORCH_ALLOWLIST.get(qual)
         assert e is not None
@@ -106,7 +110,14 @@ def _build_allowlist() -> Allowlist:
     for qual, e in TORCH_ALLOWLIST.items():
         if isinstance(e.target, DType):
             al.add(qual, e.target, e.reason)
-    for qual in ["copyreg.__newobj__", "pathlib.PosixPath", "pathlib.PurePosixPath", "pathlib.WindowsPath", "pathlib.PureWindowsPath", "pathlib.Path"]:
+    for qual in [
+        "copyreg.__newobj__",
+        "pathlib.PosixPath",
+        "pathlib.PurePosixPath",
+        "pathlib.WindowsPath",
+        "pathlib.PureWindowsPath",
+        "pathlib.Path",
+    ]:
         e = DEFAULT_ALLOWLIST.get(qual)
         assert e is not None
         al.add(qual, e.target, e.reason)
@@ -199,8 +210,13 @@ def _tensor_md(sh: _Shell, fqn: str) -> TensorStorageMetadata:
     size = _ints(st["size"], "tensor size")
     chunks = [_chunk(c) for c in st["chunks"]]
     for c in chunks:
-        if len(c.offsets) != len(size) or any(o + s > g for o, s, g in zip(c.offsets, c.sizes, size)):
-            raise _err("chunk lies outside its tensor", member=fqn, expected=f"within {list(size)}", found=f"offsets {list(c.offsets)} sizes {list(c.sizes)}")
+        if len(c.offsets) != len(size) or any(o + s > g for o, s, g in zip(c.offsets, c.sizes, size, strict=False)):
+            raise _err(
+                "chunk lies outside its tensor",
+                member=fqn,
+                expected=f"within {list(size)}",
+                found=f"offsets {list(c.offsets)} sizes {list(c.sizes)}",
+            )
     return TensorStorageMetadata(_properties(st["properties"]), size, chunks)
 
 
@@ -268,7 +284,11 @@ def to_metadata(obj: Any) -> Metadata:
             _state_dict(sh, set())
             items[fqn] = BytesStorageMetadata()
         else:
-            raise _err("state_dict_metadata values must be tensor or bytes metadata", member=fqn, found=getattr(md, "kind", type(md).__name__))
+            raise _err(
+                "state_dict_metadata values must be tensor or bytes metadata",
+                member=fqn,
+                found=getattr(md, "kind", type(md).__name__),
+            )
     sd = st.get("storage_data")
     storage: dict[MetadataIndex, StorageInfo] | None = None
     if sd is not None:
@@ -278,7 +298,9 @@ def to_metadata(obj: Any) -> Metadata:
     version = st.get("version")
     if version is not None and not isinstance(version, str):
         raise _err("version must be a string", found=short_repr(version, 40))
-    return Metadata(items, _plain(st.get("planner_data"), "planner_data"), storage, _storage_meta(st.get("storage_meta")), version)
+    return Metadata(
+        items, _plain(st.get("planner_data"), "planner_data"), storage, _storage_meta(st.get("storage_meta")), version
+    )
 
 
 def parse_metadata(data: Any, *, path: Any = None, limits: Limits = Limits()) -> Metadata:
@@ -360,7 +382,11 @@ def merge_rank_metadata(parts: list[tuple[str, Metadata]], *, path: Any = None) 
                 continue
             if prev is None:
                 prev = sdm[fqn] = TensorStorageMetadata(item.properties, tuple(item.size), [])
-            elif not isinstance(prev, TensorStorageMetadata) or prev.dtype.name != item.dtype.name or tuple(prev.size) != tuple(item.size):
+            elif (
+                not isinstance(prev, TensorStorageMetadata)
+                or prev.dtype.name != item.dtype.name
+                or tuple(prev.size) != tuple(item.size)
+            ):
                 raise FormatError("ranks disagree on a tensor's dtype or global size", path=path, member=fqn, found=name)
             have = {c.offsets: c for c in prev.chunks}
             for c in item.chunks:
@@ -370,7 +396,9 @@ def merge_rank_metadata(parts: list[tuple[str, Metadata]], *, path: Any = None) 
                     continue
                 info = by_key.get((fqn, c.offsets))
                 if info is None:
-                    raise FormatError("chunk has no storage entry", path=path, member=fqn, found=f"{name}: offsets {list(c.offsets)}")
+                    raise FormatError(
+                        "chunk has no storage entry", path=path, member=fqn, found=f"{name}: offsets {list(c.offsets)}"
+                    )
                 storage[MetadataIndex(fqn, c.offsets, len(prev.chunks))] = info
                 prev.chunks.append(c)
                 have[c.offsets] = c
@@ -391,10 +419,18 @@ def _size(t: tuple[int, ...]) -> Reduce:
 
 def _translate(obj: Any) -> Any:
     if isinstance(obj, Metadata):
-        st: dict[str, Any] = {"state_dict_metadata": obj.state_dict_metadata, "planner_data": obj.planner_data, "storage_data": obj.storage_data, "storage_meta": obj.storage_meta, "version": obj.version}
+        st: dict[str, Any] = {
+            "state_dict_metadata": obj.state_dict_metadata,
+            "planner_data": obj.planner_data,
+            "storage_data": obj.storage_data,
+            "storage_meta": obj.storage_meta,
+            "version": obj.version,
+        }
         return _new(MD_MOD, "Metadata", st)
     if isinstance(obj, TensorStorageMetadata):
-        return _new(MD_MOD, "TensorStorageMetadata", {"properties": obj.properties, "size": _size(obj.size), "chunks": list(obj.chunks)})
+        return _new(
+            MD_MOD, "TensorStorageMetadata", {"properties": obj.properties, "size": _size(obj.size), "chunks": list(obj.chunks)}
+        )
     if isinstance(obj, TensorProperties):
         enc = {v: k for k, v in MEM_FORMATS.items()}[obj.memory_format]
         state = (
@@ -421,7 +457,16 @@ def _translate(obj: Any) -> Any:
         return _new(FS_MOD, "_StorageInfo", st)
     if isinstance(obj, StorageMeta):
         cid = obj.checkpoint_id
-        return _new(MD_MOD, "StorageMeta", {"checkpoint_id": None if cid is None else str(cid), "save_id": obj.save_id, "load_id": obj.load_id, "modules": list(obj.modules)})
+        return _new(
+            MD_MOD,
+            "StorageMeta",
+            {
+                "checkpoint_id": None if cid is None else str(cid),
+                "save_id": obj.save_id,
+                "load_id": obj.load_id,
+                "modules": list(obj.modules),
+            },
+        )
     if isinstance(obj, Size):
         return _size(obj)
     return obj

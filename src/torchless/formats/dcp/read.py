@@ -13,12 +13,26 @@ import mmap
 import os
 import struct
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
-from ...container.zip import _CENTRAL, _EOCD, _EOCD64, _LOC64, _LOCAL, CENTRAL_SIG, EOCD64_SIG, EOCD_SIG, LOC64_SIG, LOCAL_SIG, MAX32, ZipReader
+from ...container.zip import (
+    _CENTRAL,
+    _EOCD,
+    _EOCD64,
+    _LOC64,
+    _LOCAL,
+    CENTRAL_SIG,
+    EOCD64_SIG,
+    EOCD_SIG,
+    LOC64_SIG,
+    LOCAL_SIG,
+    MAX32,
+    ZipReader,
+)
 from ...core import jsonsafe
 from ...core.errors import FormatError, NotFoundError, TorchlessError, TruncatedError, UnsupportedError, UsageError, short_repr
 from ...core.paths import confine
@@ -86,7 +100,7 @@ class ChunkRef:
     @property
     def contiguous(self) -> bool:
         exp = 1
-        for size, st in zip(reversed(self.chunk.sizes), reversed(self.stride)):
+        for size, st in zip(reversed(self.chunk.sizes), reversed(self.stride), strict=False):
             if size != 1 and st != exp:
                 return False
             exp *= size
@@ -132,7 +146,15 @@ def _fast_item_or_none(mv: memoryview) -> tuple[Tensor, int, str, int] | None:  
     if eo < _CENTRAL.size:
         return None
     sig, disk, cd_disk, n_disk, n_total, cd_size, cd_off, clen = _EOCD.unpack_from(mv, eo)
-    if sig != EOCD_SIG or disk or cd_disk or clen or n_disk != n_total or not 0 < n_total <= 32 or n_total * _CENTRAL.size > cd_size:
+    if (
+        sig != EOCD_SIG
+        or disk
+        or cd_disk
+        or clen
+        or n_disk != n_total
+        or not 0 < n_total <= 32
+        or n_total * _CENTRAL.size > cd_size
+    ):
         return None
     cd_end = eo
     if eo >= _LOC64.size and mv[eo - _LOC64.size : eo - _LOC64.size + 4] == LOC64_SIG:
@@ -152,9 +174,19 @@ def _fast_item_or_none(mv: memoryview) -> tuple[Tensor, int, str, int] | None:  
     first = ""
     p = 0
     for i in range(n_total):
-        (csig, _made, _need, flags, method, _mt, _md, _crc, csize, usize, nlen, xlen, elen, dstart, _ia, eattr, hoff) = _CENTRAL.unpack_from(cd, p)
+        (csig, _made, _need, flags, method, _mt, _md, _crc, csize, usize, nlen, xlen, elen, dstart, _ia, eattr, hoff) = (
+            _CENTRAL.unpack_from(cd, p)
+        )
         q = p + _CENTRAL.size
-        if csig != CENTRAL_SIG or method != 0 or csize != usize or flags & 0x2061 or dstart != 0 or eattr & 0x10 or MAX32 in (csize, hoff):
+        if (
+            csig != CENTRAL_SIG
+            or method != 0
+            or csize != usize
+            or flags & 0x2061
+            or dstart != 0
+            or eattr & 0x10
+            or MAX32 in (csize, hoff)
+        ):
             return None
         if q + nlen + xlen + elen > cd_size or hoff + _LOCAL.size + csize > n:
             return None
@@ -202,7 +234,15 @@ def _fast_item_or_none(mv: memoryview) -> tuple[Tensor, int, str, int] | None:  
     found: list[tuple[Storage, int, int]] = []
 
     def persistent_load(pid: Any) -> Storage:
-        if found or not (type(pid) is tuple and len(pid) == 5 and pid[0] == "storage" and type(pid[1]) is StorageType and type(pid[2]) is str and type(pid[4]) is int and pid[4] >= 0):
+        if found or not (
+            type(pid) is tuple
+            and len(pid) == 5
+            and pid[0] == "storage"
+            and type(pid[1]) is StorageType
+            and type(pid[2]) is str
+            and type(pid[4]) is int
+            and pid[4] >= 0
+        ):
             raise ValueError("not the one storage of a DCP item")
         stype, key, location, numel = pid[1], pid[2], pid[3], pid[4]
         dtype = stype.dtype
@@ -262,9 +302,16 @@ class DCPReader:
                 for i, c in enumerate(item.chunks):
                     info = self._by_key.get((fqn, c.offsets))
                     if info is None:
-                        raise FormatError("chunk has no storage entry", path=self.path, member=fqn, found=f"offsets {list(c.offsets)}")
+                        raise FormatError(
+                            "chunk has no storage entry", path=self.path, member=fqn, found=f"offsets {list(c.offsets)}"
+                        )
                     if info.transform_descriptors:
-                        raise UnsupportedError("DCP stream transforms (compression/encryption extensions)", path=self.path, member=fqn, found=",".join(info.transform_descriptors))
+                        raise UnsupportedError(
+                            "DCP stream transforms (compression/encryption extensions)",
+                            path=self.path,
+                            member=fqn,
+                            found=",".join(info.transform_descriptors),
+                        )
                     self.real_path(info.relative_path, fqn)
                     refs.append(ChunkRef(fqn, c, info, i))
                 self._chunks[fqn] = refs
@@ -331,7 +378,9 @@ class DCPReader:
     def _item_source(self, info: StorageInfo, what: str) -> BytesSource:
         src = self._file(info.relative_path)
         src.check(info.offset, info.length, what=f"{what} in {info.relative_path}")
-        return BytesSource(src.view(info.offset, info.length), name=f"{os.path.join(self.path, info.relative_path)}@{info.offset}")
+        return BytesSource(
+            src.view(info.offset, info.length), name=f"{os.path.join(self.path, info.relative_path)}@{info.offset}"
+        )
 
     def _release(self, info: StorageInfo) -> None:
         """Drop the map's pages of one item from this process (they stay in the page
@@ -381,7 +430,9 @@ class DCPReader:
         src = self._item_source(ref.info, f"chunk of {ref.fqn}")
         where = dict(path=self._shown(ref.info.relative_path), member=ref.fqn, offset=ref.info.offset)
         f = self._file(ref.info.relative_path)
-        if is_safetensors_blob(f.read_at(ref.info.offset, max(0, min(9, f.size - ref.info.offset)))):  # may pass the item: a 1-element chunk
+        if is_safetensors_blob(
+            f.read_at(ref.info.offset, max(0, min(9, f.size - ref.info.offset)))
+        ):  # may pass the item: a 1-element chunk
             return self._locate_safetensors(ref, tmd, where)
         fast = None if self.general_only else _fast_item(src.view(0, src.size))
         if fast is not None:
@@ -400,7 +451,9 @@ class DCPReader:
         if t.dtype.name != tmd.dtype.name:
             raise FormatError("chunk dtype differs from the metadata", expected=tmd.dtype.name, found=t.dtype.name, **where)
         if tuple(t.shape) != tuple(ref.chunk.sizes):
-            raise FormatError("chunk shape differs from the metadata", expected=list(ref.chunk.sizes), found=list(t.shape), **where)
+            raise FormatError(
+                "chunk shape differs from the metadata", expected=list(ref.chunk.sizes), found=list(t.shape), **where
+            )
         t._check_bounds()
         if fast is None:
             entry = zr.lookup(f"data/{t.storage.key}")
@@ -440,15 +493,27 @@ class DCPReader:
         tensors, info = blob
         t = tensors.get(ref.fqn)
         if t is None:
-            raise FormatError("the rank file's safetensors blob does not hold this tensor", expected=ref.fqn, found=", ".join(list(tensors)[:5]), **where)
+            raise FormatError(
+                "the rank file's safetensors blob does not hold this tensor",
+                expected=ref.fqn,
+                found=", ".join(list(tensors)[:5]),
+                **where,
+            )
         if t.dtype.name != tmd.dtype.name:
             raise FormatError("chunk dtype differs from the metadata", expected=tmd.dtype.name, found=t.dtype.name, **where)
         if tuple(t.shape) != tuple(ref.chunk.sizes):
-            raise FormatError("chunk shape differs from the metadata", expected=list(ref.chunk.sizes), found=list(t.shape), **where)
+            raise FormatError(
+                "chunk shape differs from the metadata", expected=list(ref.chunk.sizes), found=list(t.shape), **where
+            )
         ent = info.get(ref.fqn)
         offs = ent.get(SAVED_OFFSETS) if isinstance(ent, dict) else None
         if offs is not None and list(offs) != list(ref.chunk.offsets):
-            raise FormatError(f"{SHARDING_KEY} places the chunk elsewhere than the metadata", expected=list(ref.chunk.offsets), found=short_repr(offs, 60), **where)
+            raise FormatError(
+                f"{SHARDING_KEY} places the chunk elsewhere than the metadata",
+                expected=list(ref.chunk.offsets),
+                found=short_repr(offs, 60),
+                **where,
+            )
         if ref.info.length != t.nbytes:
             raise FormatError("storage length differs from the tensor's bytes", expected=t.nbytes, found=ref.info.length, **where)
         assert t.storage is not None and t.storage.file_offset is not None
@@ -469,8 +534,17 @@ class DCPReader:
         gshape = tmd.size
         offsets = tuple(offsets) if offsets is not None else (0,) * len(gshape)
         sizes = tuple(sizes) if sizes is not None else tuple(gshape)
-        if len(offsets) != len(gshape) or len(sizes) != len(gshape) or any(o < 0 or o + s > g for o, s, g in zip(offsets, sizes, gshape)):
-            raise UsageError("block outside the tensor", member=fqn, expected=list(gshape), found=f"offsets {list(offsets)} sizes {list(sizes)}")
+        if (
+            len(offsets) != len(gshape)
+            or len(sizes) != len(gshape)
+            or any(o < 0 or o + s > g for o, s, g in zip(offsets, sizes, gshape, strict=False))
+        ):
+            raise UsageError(
+                "block outside the tensor",
+                member=fqn,
+                expected=list(gshape),
+                found=f"offsets {list(offsets)} sizes {list(sizes)}",
+            )
         isz = tmd.dtype.itemsize
         if numel(sizes) == 0:
             return np.zeros(0, dtype=np.uint8)
@@ -480,22 +554,38 @@ class DCPReader:
         covered = 0
         for ref in self.chunks(fqn):
             c = ref.chunk
-            lo = [max(a, b) for a, b in zip(c.offsets, offsets)]
-            hi = [min(a + s, b + t) for a, s, b, t in zip(c.offsets, c.sizes, offsets, sizes)]
-            if any(h <= l for l, h in zip(lo, hi)):
+            lo = [max(a, b) for a, b in zip(c.offsets, offsets, strict=False)]
+            hi = [min(a + s, b + t) for a, s, b, t in zip(c.offsets, c.sizes, offsets, sizes, strict=False)]
+            if any(h <= l for l, h in zip(lo, hi, strict=False)):
                 continue
             self.locate(ref)
-            covered += numel(tuple(h - l for l, h in zip(lo, hi)))
+            covered += numel(tuple(h - l for l, h in zip(lo, hi, strict=False)))
             parts.append((ref, lo, hi))
         if covered != numel(sizes):
-            raise FormatError("the chunks do not cover the tensor exactly", path=self.path, member=fqn, expected=f"{numel(sizes)} elements", found=f"{covered}")
+            raise FormatError(
+                "the chunks do not cover the tensor exactly",
+                path=self.path,
+                member=fqn,
+                expected=f"{numel(sizes)} elements",
+                found=f"{covered}",
+            )
         out = np.zeros(numel(sizes) * isz, dtype=np.uint8)  # calloc: free until written; never stale memory
         dst = out.reshape(tuple(sizes) + (isz,))
         for ref, lo, hi in parts:
             self._copy_chunk(ref, isz, lo, hi, offsets, sizes, dst, out)
         return out
 
-    def _copy_chunk(self, ref: ChunkRef, isz: int, lo: list[int], hi: list[int], boff: tuple[int, ...], bsize: tuple[int, ...], dst: np.ndarray, flat: np.ndarray) -> None:
+    def _copy_chunk(
+        self,
+        ref: ChunkRef,
+        isz: int,
+        lo: list[int],
+        hi: list[int],
+        boff: tuple[int, ...],
+        bsize: tuple[int, ...],
+        dst: np.ndarray,
+        flat: np.ndarray,
+    ) -> None:
         c = ref.chunk
         fd = self._fd(ref.info.relative_path)
         path = self._shown(ref.info.relative_path)
@@ -507,23 +597,25 @@ class DCPReader:
             # rare: a strided chunk (torch keeps views' strides when the storage is compact)
             buf = np.empty(ref.storage_nbytes, dtype=np.uint8)
             pread_into(fd, memoryview(buf), ref.data_offset, path=path)
-            src = np.lib.stride_tricks.as_strided(buf, shape=tuple(c.sizes) + (isz,), strides=tuple(s * isz for s in ref.stride) + (1,), writeable=False)
-            sl = tuple(slice(l - o, h - o) for l, h, o in zip(lo, hi, c.offsets))
-            dl = tuple(slice(l - o, h - o) for l, h, o in zip(lo, hi, boff))
+            src = np.lib.stride_tricks.as_strided(
+                buf, shape=tuple(c.sizes) + (isz,), strides=tuple(s * isz for s in ref.stride) + (1,), writeable=False
+            )
+            sl = tuple(slice(l - o, h - o) for l, h, o in zip(lo, hi, c.offsets, strict=False))
+            dl = tuple(slice(l - o, h - o) for l, h, o in zip(lo, hi, boff, strict=False))
             dst[dl] = src[sl]
             return
         # rows of the chunk along dim 0 are contiguous runs of `row` bytes
         row = numel(c.sizes[1:]) * isz
         r0, r1 = lo[0] - c.offsets[0], hi[0] - c.offsets[0]
-        inner_full_chunk = all(l == o and h == o + s for l, h, o, s in zip(lo[1:], hi[1:], c.offsets[1:], c.sizes[1:]))
-        inner_full_block = all(l == o and h == o + s for l, h, o, s in zip(lo[1:], hi[1:], boff[1:], bsize[1:]))
+        inner_full_chunk = all(l == o and h == o + s for l, h, o, s in zip(lo[1:], hi[1:], c.offsets[1:], c.sizes[1:], strict=False))
+        inner_full_block = all(l == o and h == o + s for l, h, o, s in zip(lo[1:], hi[1:], boff[1:], bsize[1:], strict=False))
         if inner_full_chunk and inner_full_block:
             start = (lo[0] - boff[0]) * row
             pread_into(fd, memoryview(flat)[start : start + (r1 - r0) * row], ref.data_offset + r0 * row, path=path)
             return
         rows_per = max(1, BOUNCE // max(row, 1))
-        inner_src = tuple(slice(l - o, h - o) for l, h, o in zip(lo[1:], hi[1:], c.offsets[1:]))
-        inner_dst = tuple(slice(l - o, h - o) for l, h, o in zip(lo[1:], hi[1:], boff[1:]))
+        inner_src = tuple(slice(l - o, h - o) for l, h, o in zip(lo[1:], hi[1:], c.offsets[1:], strict=False))
+        inner_dst = tuple(slice(l - o, h - o) for l, h, o in zip(lo[1:], hi[1:], boff[1:], strict=False))
         bounce = np.empty(min(rows_per, r1 - r0) * row, dtype=np.uint8)
         for a in range(r0, r1, rows_per):
             b = min(a + rows_per, r1)
@@ -570,20 +662,41 @@ class DCPReader:
                     "layout": p.layout,
                     "memory_format": p.memory_format,
                     "chunks": [
-                        {"offsets": list(r.chunk.offsets), "sizes": list(r.chunk.sizes), "file": r.info.relative_path, "offset": r.info.offset, "length": r.info.length}
+                        {
+                            "offsets": list(r.chunk.offsets),
+                            "sizes": list(r.chunk.sizes),
+                            "file": r.info.relative_path,
+                            "offset": r.info.offset,
+                            "length": r.info.length,
+                        }
                         for r in self._chunks[fqn]
                     ],
                 }
             else:
                 info = self._by_key.get((fqn, None))
-                items[fqn] = {"kind": "bytes", "file": info.relative_path if info else None, "offset": info.offset if info else None, "length": info.length if info else None}
+                items[fqn] = {
+                    "kind": "bytes",
+                    "file": info.relative_path if info else None,
+                    "offset": info.offset if info else None,
+                    "length": info.length if info else None,
+                }
         sm = md.storage_meta
         return {
             "version": md.version,
             "items": items,
             "planner_data": _jsonable(md.planner_data),
-            "storage_meta": None if sm is None else {"checkpoint_id": None if sm.checkpoint_id is None else str(sm.checkpoint_id), "save_id": sm.save_id, "load_id": sm.load_id, "modules": sm.modules},
-            "files": {f: os.path.getsize(os.path.join(self.path, f)) if os.path.exists(os.path.join(self.path, f)) else None for f in self.files()},
+            "storage_meta": None
+            if sm is None
+            else {
+                "checkpoint_id": None if sm.checkpoint_id is None else str(sm.checkpoint_id),
+                "save_id": sm.save_id,
+                "load_id": sm.load_id,
+                "modules": sm.modules,
+            },
+            "files": {
+                f: os.path.getsize(os.path.join(self.path, f)) if os.path.exists(os.path.join(self.path, f)) else None
+                for f in self.files()
+            },
         }
 
 
@@ -604,7 +717,12 @@ def unflatten(flat: dict[str, Any], planner_data: Any) -> dict[str, Any]:
     paths = planner_data if isinstance(planner_data, dict) else {}
     for key, value in flat.items():
         path = paths.get(key)
-        if not isinstance(path, tuple) or not path or not all(isinstance(p, (str, int)) for p in path) or not isinstance(path[0], str):
+        if (
+            not isinstance(path, tuple)
+            or not path
+            or not all(isinstance(p, (str, int)) for p in path)
+            or not isinstance(path[0], str)
+        ):
             out[key] = value
             continue
         cur: Any = out
@@ -678,11 +796,19 @@ class DCPArtifact(Artifact):
         want = None if keys is None else set(keys)
         missing = sorted(want - set(self.reader.entries)) if want is not None else []
         if missing:
-            raise NotFoundError(f"no such keys: {', '.join(missing[:5])}", path=self.path, hint="keys are the flattened names `torchless ls` shows")
+            raise NotFoundError(
+                f"no such keys: {', '.join(missing[:5])}",
+                path=self.path,
+                hint="keys are the flattened names `torchless ls` shows",
+            )
         for fqn, it in self.reader.entries.items():
             if want is not None and fqn not in want:
                 continue
-            flat[fqn] = self.reader.tensor(fqn) if isinstance(it, TensorStorageMetadata) else self.reader.value(fqn, weights_only=weights_only)
+            flat[fqn] = (
+                self.reader.tensor(fqn)
+                if isinstance(it, TensorStorageMetadata)
+                else self.reader.value(fqn, weights_only=weights_only)
+            )
         return unflatten(flat, self.reader.metadata.planner_data)
 
     def layout(self) -> dict[str, Any]:

@@ -21,8 +21,9 @@ import fnmatch
 import io
 import os
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -46,7 +47,17 @@ from .spec import (
     numel,
 )
 
-__all__ = ["ShardSpec", "parse_plan", "plan_reshard", "FileTask", "run_task", "reshard", "FileSource", "open_source_checkpoint", "flatten_state_dict"]
+__all__ = [
+    "ShardSpec",
+    "parse_plan",
+    "plan_reshard",
+    "FileTask",
+    "run_task",
+    "reshard",
+    "FileSource",
+    "open_source_checkpoint",
+    "flatten_state_dict",
+]
 
 
 # -- sharding plans ---------------------------------------------------------------------------
@@ -58,7 +69,7 @@ class ShardSpec:
     dim: int = 0
 
     @classmethod
-    def parse(cls, text: str) -> "ShardSpec":
+    def parse(cls, text: str) -> ShardSpec:
         t = text.strip().lower()
         if t in ("row", "rows", "rowwise", "row-wise"):
             return cls("dim", 0)
@@ -136,10 +147,7 @@ def flatten_state_dict(obj: Any) -> tuple[dict[str, Any], dict[str, tuple]]:
     ``({dotted key: leaf}, {dotted key: key path})``."""
 
     def has_tensor(v: Any) -> bool:  # torch's ``not _is_terminal`` for lists
-        for x in v:
-            if isinstance(x, (Tensor, dict)) or (isinstance(x, list) and has_tensor(x)):
-                return True
-        return False
+        return any(isinstance(x, (Tensor, dict)) or isinstance(x, list) and has_tensor(x) for x in v)
 
     flat: dict[str, Any] = {}
     paths: dict[str, tuple] = {}
@@ -185,7 +193,9 @@ class FileSource:
                 if v.quantizer is not None or v.storage is None:
                     raise UnsupportedError("quantized or meta tensors cannot be written to DCP", path=self.path, member=k)
                 self._tensors[k] = v
-                self.entries[k] = TensorStorageMetadata(TensorProperties(v.dtype, requires_grad=v.requires_grad), tuple(v.shape), [])
+                self.entries[k] = TensorStorageMetadata(
+                    TensorProperties(v.dtype, requires_grad=v.requires_grad), tuple(v.shape), []
+                )
             else:
                 self._values[k] = v
                 self.entries[k] = BytesStorageMetadata()
@@ -193,7 +203,7 @@ class FileSource:
     def read_block(self, fqn: str, offsets: tuple[int, ...], sizes: tuple[int, ...]) -> np.ndarray:
         t = self._tensors[fqn]
         arr = t.numpy(raw=True)
-        sl = tuple(slice(o, o + s) for o, s in zip(offsets, sizes))
+        sl = tuple(slice(o, o + s) for o, s in zip(offsets, sizes, strict=False))
         block = np.ascontiguousarray(arr[sl])
         if block.dtype.byteorder == ">":
             block = block.astype(block.dtype.newbyteorder("<"))
@@ -375,7 +385,9 @@ def _run_hf_task(task: FileTask, src: Any) -> list[WrittenItem]:
     return [WrittenItem(it.fqn, it.offsets, task.name, 0, 0) for it in task.items if it.offsets is not None]
 
 
-def plan_reshard(source: Any, dst_dir: str, ranks: int, plan: Plan, *, weights_only: bool = True, format: str = "torch_save") -> tuple[list[FileTask], Metadata]:
+def plan_reshard(
+    source: Any, dst_dir: str, ranks: int, plan: Plan, *, weights_only: bool = True, format: str = "torch_save"
+) -> tuple[list[FileTask], Metadata]:
     """The tasks (one per rank file) and the metadata skeleton (chunks, no storage data)."""
     from .hf import hf_file_name
 
@@ -409,10 +421,14 @@ def plan_reshard(source: Any, dst_dir: str, ranks: int, plan: Plan, *, weights_o
             for r, c in enumerate(chunks):
                 tensor_items[r].append(WriteItem(fqn, c.offsets, c.sizes))
                 load[r] += numel(c.sizes) * isz
-        props = TensorProperties(it.dtype, it.properties.layout, it.properties.requires_grad, it.properties.memory_format, it.properties.pin_memory)
+        props = TensorProperties(
+            it.dtype, it.properties.layout, it.properties.requires_grad, it.properties.memory_format, it.properties.pin_memory
+        )
         sdm[fqn] = TensorStorageMetadata(props, size, list(chunks))
     tasks = [FileTask(src_path, dst_dir, names[r], bytes_items[r] + tensor_items[r], weights_only, format) for r in range(ranks)]
-    md = Metadata(sdm, _planner_data(source), None, StorageMeta(checkpoint_id=dst_dir, save_id=str(uuid.uuid4())), CURRENT_DCP_VERSION)
+    md = Metadata(
+        sdm, _planner_data(source), None, StorageMeta(checkpoint_id=dst_dir, save_id=str(uuid.uuid4())), CURRENT_DCP_VERSION
+    )
     return tasks, md
 
 
@@ -429,7 +445,12 @@ def _check_dest(dst: str) -> None:
             raise UsageError("destination exists and is not a directory", path=dst)
         stale = [n for n in os.listdir(dst) if n == METADATA_NAME or n.endswith((".distcp", ".safetensors"))]
         if stale:
-            raise UsageError("destination already holds a DCP checkpoint", path=dst, found=", ".join(sorted(stale)[:4]), hint="choose an empty directory")
+            raise UsageError(
+                "destination already holds a DCP checkpoint",
+                path=dst,
+                found=", ".join(sorted(stale)[:4]),
+                hint="choose an empty directory",
+            )
 
 
 def reshard(
@@ -466,7 +487,9 @@ def reshard(
         out = AtomicDir(dst, merge=True)
         try:
             tasks, md = plan_reshard(source, out.tmp, ranks, p, weights_only=weights_only, format=format)
-            md.storage_meta = StorageMeta(checkpoint_id=os.path.abspath(dst), save_id=md.storage_meta.save_id) if md.storage_meta else None
+            md.storage_meta = (
+                StorageMeta(checkpoint_id=os.path.abspath(dst), save_id=md.storage_meta.save_id) if md.storage_meta else None
+            )
             results: list[list[WrittenItem]] = []
             if jobs <= 1 or len(tasks) <= 1:
                 for t in tasks:
@@ -485,7 +508,9 @@ def reshard(
     return summary
 
 
-def _finish_metadata(folder: str, tasks: list[FileTask], md: Metadata, results: list[list[WrittenItem]], format: str) -> dict[str, Any]:
+def _finish_metadata(
+    folder: str, tasks: list[FileTask], md: Metadata, results: list[list[WrittenItem]], format: str
+) -> dict[str, Any]:
     n_t = sum(1 for v in md.state_dict_metadata.values() if isinstance(v, TensorStorageMetadata))
     n_c = sum(len(v.chunks) for v in md.state_dict_metadata.values() if isinstance(v, TensorStorageMetadata))
     if format == "hf":
@@ -503,7 +528,13 @@ def _finish_metadata(folder: str, tasks: list[FileTask], md: Metadata, results: 
             storage[MetadataIndex(fqn, None, None)] = StorageInfo(w.relative_path, w.offset, w.length)
     md.storage_data = storage
     atomic_write_bytes(os.path.join(folder, METADATA_NAME), dump_metadata(md))
-    return {"files": [t.name for t in tasks], "tensors": n_t, "chunks": n_c, "bytes_items": len(md.state_dict_metadata) - n_t, "skipped": []}
+    return {
+        "files": [t.name for t in tasks],
+        "tensors": n_t,
+        "chunks": n_c,
+        "bytes_items": len(md.state_dict_metadata) - n_t,
+        "skipped": [],
+    }
 
 
 def _run_parallel(tasks: list[FileTask], jobs: int, progress: Callable[[int], None] | None) -> list[list[WrittenItem]]:
@@ -533,7 +564,9 @@ def _run_parallel(tasks: list[FileTask], jobs: int, progress: Callable[[int], No
                 progress(1)
     except BrokenProcessPool:
         _stop(pool)
-        raise WriteError("cannot write: a worker process writing rank files died (killed, or out of memory)", path=tasks[0].dst_dir) from None
+        raise WriteError(
+            "cannot write: a worker process writing rank files died (killed, or out of memory)", path=tasks[0].dst_dir
+        ) from None
     except BaseException:  # an error in a task, Ctrl-C, SIGTERM: do not wait for the others
         _stop(pool)
         raise

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from ...core.lazy import LazyModule
 from ..base import Probe
@@ -30,7 +31,14 @@ class HFHandler:
     def open(self, path: Any, *, weights_only: bool = True) -> Any:
         return _read.HFArtifact(path, weights_only=weights_only)
 
-    def write_tensors(self, items: Iterable[tuple[str, Any]], path: Any, *, progress: Callable[[int], None] | None = None, max_shard_size: Any = None) -> list[str]:
+    def write_tensors(
+        self,
+        items: Iterable[tuple[str, Any]],
+        path: Any,
+        *,
+        progress: Callable[[int], None] | None = None,
+        max_shard_size: Any = None,
+    ) -> list[str]:
         """Write a sharded set whose index is ``path`` (``<name>.safetensors.index.json`` or
         ``<name>.bin.index.json``); one shard means the unsharded file and no index."""
         files, _aliases = _write.write_sharded(items, path, max_shard_size, progress=progress)

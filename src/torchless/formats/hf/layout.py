@@ -14,7 +14,17 @@ import re
 import struct
 from typing import Any
 
-__all__ = ["INDEX_SUFFIX", "SHARD_RE", "KINDS", "SINGLE_FILES", "index_names", "is_hf_folder", "is_index_file", "shard_name", "has_dcp_sharding"]
+__all__ = [
+    "INDEX_SUFFIX",
+    "SHARD_RE",
+    "KINDS",
+    "SINGLE_FILES",
+    "index_names",
+    "is_hf_folder",
+    "is_index_file",
+    "shard_name",
+    "has_dcp_sharding",
+]
 
 INDEX_SUFFIX = ".index.json"
 #: ``pytorch_model-00001-of-00003.bin``, ``model-00001-of-00002.safetensors``

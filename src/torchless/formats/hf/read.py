@@ -15,7 +15,8 @@ a tensor the index does not list, ``metadata.total_size`` matches the shards.
 from __future__ import annotations
 
 import os
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from ...container.zip import Problem
 from ...core import jsonsafe
@@ -35,7 +36,9 @@ def _kind(name: str) -> str:
     for ext, kind in KINDS.items():
         if name.endswith(ext):
             return kind
-    raise FormatError("a shard must be a .safetensors or .bin file", member=name, expected="one of: " + ", ".join(KINDS), found=repr(name)[:80])
+    raise FormatError(
+        "a shard must be a .safetensors or .bin file", member=name, expected="one of: " + ", ".join(KINDS), found=repr(name)[:80]
+    )
 
 
 class HFArtifact(Artifact):
@@ -67,7 +70,12 @@ class HFArtifact(Artifact):
             self.index = os.path.basename(p)
             self.other_indexes = []
             if not is_index_file(self.index):
-                raise FormatError("not a Hugging Face index file", path=p, expected="<name>.safetensors.index.json or <name>.bin.index.json", found=repr(self.index)[:80])
+                raise FormatError(
+                    "not a Hugging Face index file",
+                    path=p,
+                    expected="<name>.safetensors.index.json or <name>.bin.index.json",
+                    found=repr(self.index)[:80],
+                )
         self.index_data: dict[str, Any] | None = None
         self.weight_map: dict[str, str] = {}
         if self.index is not None:
@@ -76,7 +84,9 @@ class HFArtifact(Artifact):
         else:
             self.shard_files = self._list_shards()
         if not self.shard_files:
-            raise FormatError("no shards", path=self.path, expected="a weight_map naming shard files, or shard files in the folder")
+            raise FormatError(
+                "no shards", path=self.path, expected="a weight_map naming shard files, or shard files in the folder"
+            )
         if len(self.shard_files) > MAX_SHARDS:
             raise LimitError("too many shards", path=self.path, expected=f"<= {MAX_SHARDS}", found=len(self.shard_files))
         kinds = {_kind(n) for n in self.shard_files}
@@ -103,7 +113,12 @@ class HFArtifact(Artifact):
             raise FormatError("the index is not a JSON object", path=where, found=type(data).__name__)
         wm = data.get("weight_map")
         if not isinstance(wm, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in wm.items()):
-            raise FormatError("the index's weight_map must map tensor names to shard file names", path=where, member="weight_map", found=short_repr(wm, 80))
+            raise FormatError(
+                "the index's weight_map must map tensor names to shard file names",
+                path=where,
+                member="weight_map",
+                found=short_repr(wm, 80),
+            )
         meta = data.get("metadata", {})
         if not isinstance(meta, dict):
             raise FormatError("the index's metadata must be an object", path=where, member="metadata", found=short_repr(meta, 80))
@@ -214,10 +229,14 @@ class HFArtifact(Artifact):
                 if name not in tensors:
                     problems.append(Problem("missing", f"the index maps {name!r} to {shard}, which does not hold it", name))
                 elif self._where[name] != shard:
-                    problems.append(Problem("misplaced", f"the index maps {name!r} to {shard}; it is in {self._where[name]}", name))
+                    problems.append(
+                        Problem("misplaced", f"the index maps {name!r} to {shard}; it is in {self._where[name]}", name)
+                    )
             for name in tensors:
                 if name not in self.weight_map:
-                    problems.append(Problem("unlisted", f"shard {self._where[name]} holds {name!r}, which the index does not list", name))
+                    problems.append(
+                        Problem("unlisted", f"shard {self._where[name]} holds {name!r}, which the index does not list", name)
+                    )
             meta = (self.index_data or {}).get("metadata", {})
             total = meta.get("total_size")
             if total is not None:
@@ -229,18 +248,34 @@ class HFArtifact(Artifact):
                         storages[id(st)] = st.nbytes
                 storage_bytes = sum(storages.values())
                 if type(total) is not int or total not in (tensor_bytes, storage_bytes):
-                    problems.append(Problem("total-size", f"metadata.total_size is {short_repr(total, 40)}; the shards hold {tensor_bytes} tensor bytes ({storage_bytes} in distinct storages)", "metadata.total_size"))
+                    problems.append(
+                        Problem(
+                            "total-size",
+                            f"metadata.total_size is {short_repr(total, 40)}; the shards hold {tensor_bytes} tensor bytes ({storage_bytes} in distinct storages)",
+                            "metadata.total_size",
+                        )
+                    )
             sets = {(m["stem"], m["ext"]) for m in map(SHARD_RE.match, self.shard_files) if m}
             for n in sorted(os.listdir(self.folder)):
                 m = SHARD_RE.match(n)
                 if m and (m["stem"], m["ext"]) in sets and n not in self.shard_files:
-                    problems.append(Problem("stray-shard", f"{n} looks like a shard of this set but the index does not name it", n, None, "warning"))
+                    problems.append(
+                        Problem(
+                            "stray-shard",
+                            f"{n} looks like a shard of this set but the index does not name it",
+                            n,
+                            None,
+                            "warning",
+                        )
+                    )
         for shard in self.shard_files:
             for p in self.shard(shard).verify():
                 problems.append(Problem(p.code, f"{shard}: {p.message}", p.member, p.offset, p.severity))
         return problems
 
-    def convert_to(self, dst: Any, *, format: str | None = None, progress: Any = None, strict: bool = False, **kw: Any) -> dict[str, Any]:
+    def convert_to(
+        self, dst: Any, *, format: str | None = None, progress: Any = None, strict: bool = False, **kw: Any
+    ) -> dict[str, Any]:
         """Stream the tensors into ``dst`` (sharded with ``max_shard_size``; shared
         tensors written once, see :func:`~.write.dedupe_aliases`)."""
         from .write import convert_tensors
@@ -252,7 +287,9 @@ class HFArtifact(Artifact):
             for shard in self.shard_files:
                 for key, v in iter_leaves(self.shard(shard).load()):  # type: ignore[attr-defined]
                     dropped.append({"key": key, "type": type(v).__name__ if not hasattr(v, "class_name") else v.class_name})
-        return convert_tensors(list(self.tensors()), dst, format=format, progress=progress, strict=strict, dropped=dropped, source=self.path, **kw)
+        return convert_tensors(
+            list(self.tensors()), dst, format=format, progress=progress, strict=strict, dropped=dropped, source=self.path, **kw
+        )
 
     def close(self) -> None:
         for art in self._shards.values():

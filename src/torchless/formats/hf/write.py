@@ -17,7 +17,8 @@ both.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from ...core.atomic import AtomicFile, shard_set
 from ...core.errors import UsageError
@@ -99,7 +100,9 @@ def _split(items: list[tuple[str, Any]], limit: int) -> tuple[list[list[tuple[st
     return shards or [[]], total
 
 
-def write_bin_sharded(items: Iterable[tuple[str, Any]], path: Any, max_shard_size: Any, *, progress: Callable[[int], None] | None = None) -> list[str]:
+def write_bin_sharded(
+    items: Iterable[tuple[str, Any]], path: Any, max_shard_size: Any, *, progress: Callable[[int], None] | None = None
+) -> list[str]:
     """``pytorch_model-00001-of-0000N.bin`` shards beside ``path`` (``.../pytorch_model.bin``)
     and ``pytorch_model.bin.index.json``; each shard is a ``torch.save`` state dict.
 
@@ -121,7 +124,7 @@ def write_bin_sharded(items: Iterable[tuple[str, Any]], path: Any, max_shard_siz
     stem, ext = os.path.splitext(base)
     names = [shard_name(stem, i + 1, len(shards), ext or ".bin") for i in range(len(shards))]
     with shard_set(folder, base + INDEX_SUFFIX, total) as (pending, weight_map):
-        for fname, group in zip(names, shards):
+        for fname, group in zip(names, shards, strict=False):
             af = AtomicFile(os.path.join(folder, fname))
             pending.append(af)
             save_checkpoint(StateDict(group), af.file, prefix=fname.rsplit(".", 1)[0], progress=progress)
@@ -132,7 +135,9 @@ def write_bin_sharded(items: Iterable[tuple[str, Any]], path: Any, max_shard_siz
     return [os.path.join(folder, f) for f in names] + [idx_path]
 
 
-def write_sharded(items: Iterable[tuple[str, Any]], path: Any, max_shard_size: Any = None, *, progress: Callable[[int], None] | None = None) -> tuple[list[str], dict[str, str]]:
+def write_sharded(
+    items: Iterable[tuple[str, Any]], path: Any, max_shard_size: Any = None, *, progress: Callable[[int], None] | None = None
+) -> tuple[list[str], dict[str, str]]:
     """Write a sharded set named by ``path``: ``<name>.safetensors[.index.json]`` or
     ``<name>.bin[.index.json]``. Returns ``(files, {alias: kept})``.
 
@@ -152,7 +157,17 @@ def write_sharded(items: Iterable[tuple[str, Any]], path: Any, max_shard_size: A
     raise UsageError("a Hugging Face index must be named <name>.safetensors.index.json or <name>.bin.index.json", path=p)
 
 
-def convert_tensors(items: list[tuple[str, Any]], dst: Any, *, format: str | None, progress: Any = None, strict: bool = False, dropped: list[dict[str, str]] | None = None, source: Any = None, **kw: Any) -> dict[str, Any]:
+def convert_tensors(
+    items: list[tuple[str, Any]],
+    dst: Any,
+    *,
+    format: str | None,
+    progress: Any = None,
+    strict: bool = False,
+    dropped: list[dict[str, str]] | None = None,
+    source: Any = None,
+    **kw: Any,
+) -> dict[str, Any]:
     """``torchless convert`` from a Hugging Face checkpoint: sharded outputs for
     ``.safetensors`` and ``.index.json`` destinations, one file otherwise."""
     dropped = list(dropped or [])
@@ -163,13 +178,19 @@ def convert_tensors(items: list[tuple[str, Any]], dst: Any, *, format: str | Non
         every = dropped + extra
         if strict and every:
             shown = ", ".join(d["key"] for d in every[:8]) + (" ..." if len(every) > 8 else "")
-            raise UsageError(f"converting to {format} would drop {len(every)} value(s): {shown}", path=source, hint="leave out --strict, or write .bin shards (they keep shared tensors)")
+            raise UsageError(
+                f"converting to {format} would drop {len(every)} value(s): {shown}",
+                path=source,
+                hint="leave out --strict, or write .bin shards (they keep shared tensors)",
+            )
 
     if sharded:
         p = os.fspath(dst)
         if format == "safetensors" or p.endswith(".safetensors" + INDEX_SUFFIX):
             _kept, aliases = dedupe_aliases(items)  # refuse before writing anything
-            refuse_if_strict([{"key": a, "type": f"alias of {k} (one storage; safetensors stores it once)"} for a, k in aliases.items()])
+            refuse_if_strict(
+                [{"key": a, "type": f"alias of {k} (one storage; safetensors stores it once)"} for a, k in aliases.items()]
+            )
         else:
             refuse_if_strict([])
         files, aliases = write_sharded(items, dst, kw.get("max_shard_size"), progress=progress)

@@ -38,8 +38,9 @@ import re
 import stat
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from ...core.errors import LimitError, NotFoundError, TorchlessError, UsageError
 from ...pickle.globals import AllowlistResolver, GlobalRef, PickledObject
@@ -214,7 +215,9 @@ class CacheInventory:
             "entries": len(ents),
             "files": sum(len(e.files) for e in ents),
             "bytes": sum(e.size for e in ents),
-            "by_kind": self.by_kind() if kind is None else {kind: self.by_kind().get(kind, {"entries": 0, "files": 0, "bytes": 0})},
+            "by_kind": self.by_kind()
+            if kind is None
+            else {kind: self.by_kind().get(kind, {"entries": 0, "files": 0, "bytes": 0})},
             "items": [e.to_dict(self.scanned_at) for e in ents],
         }
 
@@ -284,7 +287,7 @@ def _classify(rel: str) -> tuple[str, str, str | None]:
 
 def _code_kind(root: str, files: list[CacheFile], detail: dict[str, Any]) -> str:
     names = [f.rel.rsplit("/", 1)[-1] for f in files]
-    py = [f for f, n in zip(files, names) if n.endswith(".py")]
+    py = [f for f, n in zip(files, names, strict=False) if n.endswith(".py")]
     if py:
         head = _read_head(root, py[0].rel)
         if head.startswith(b"# AOT ID:"):
@@ -296,7 +299,7 @@ def _code_kind(root: str, files: list[CacheFile], detail: dict[str, Any]) -> str
             return "triton_kernel"
         return "output_code"
     if any(n.endswith(_CPP_EXT) for n in names):
-        cpp = [f for f, n in zip(files, names) if n.endswith(".cpp")]
+        cpp = [f for f, n in zip(files, names, strict=False) if n.endswith(".cpp")]
         if cpp and b"_chk_kernel" in _read_head(root, cpp[0].rel):
             detail["isa_probe"] = True  # the CPU vector-ISA check compiled once per machine
         return "cpp_kernel"
@@ -316,7 +319,9 @@ def _read_head(root: str, rel: str, n: int = _SNIFF_BYTES) -> bytes:
         os.close(fd)
 
 
-def inventory(path: Any = None, *, parse_pickles: bool = True, max_files: int = 2_000_000, limits: Limits | None = None) -> CacheInventory:
+def inventory(
+    path: Any = None, *, parse_pickles: bool = True, max_files: int = 2_000_000, limits: Limits | None = None
+) -> CacheInventory:
     """Walk a cache folder and classify every file.
 
     Args:
@@ -358,7 +363,13 @@ def inventory(path: Any = None, *, parse_pickles: bool = True, max_files: int = 
         if ent.kind == "code":
             ent.kind = _code_kind(root, ent.files, ent.detail)
         elif ent.kind == "triton_cache":
-            ent.detail["kernels"] = sorted({f.rel.rsplit("/", 1)[-1].split(".", 1)[0] for f in ent.files if f.rel.endswith((".cubin", ".hsaco", ".spv", ".ptx", ".ttir"))})
+            ent.detail["kernels"] = sorted(
+                {
+                    f.rel.rsplit("/", 1)[-1].split(".", 1)[0]
+                    for f in ent.files
+                    if f.rel.endswith((".cubin", ".hsaco", ".spv", ".ptx", ".ttir"))
+                }
+            )
         if parse_pickles and ent.kind in ("fxgraph", "aotautograd"):
             ent.detail.update(describe_pickle(os.path.join(root, ent.files[0].rel), limits=limits))
     inv.entries = sorted(groups.values(), key=lambda e: e.id)
@@ -470,7 +481,12 @@ def entry_source(inv: CacheInventory, ident: str, *, max_bytes: int = 64 << 20) 
         obj, _res, _p = _load_pickle(os.path.join(inv.root, ent.files[0].rel), None)
         src = _find_source(obj)
         if src is None:
-            raise UnsupportedError("this pickled entry carries no source code", path=inv.root, member=ent.id, hint="`torchless cache --json` shows what it contains")
+            raise UnsupportedError(
+                "this pickled entry carries no source code",
+                path=inv.root,
+                member=ent.id,
+                hint="`torchless cache --json` shows what it contains",
+            )
         return ent.files[0].rel, src
     if chosen is None:
         order = (".py", ".cpp", ".main.cpp", ".h", ".ttir", ".ttgir", ".llir", ".ptx", ".json", ".best_config", ".txt", ".lock")
@@ -483,7 +499,9 @@ def entry_source(inv: CacheInventory, ident: str, *, max_bytes: int = 64 << 20) 
     if chosen.is_symlink:
         raise UnsupportedError("refusing to follow a symbolic link", path=inv.root, member=chosen.rel)
     if chosen.size > max_bytes:
-        raise LimitError("file too large to show", path=inv.root, member=chosen.rel, expected=f"<= {max_bytes} bytes", found=chosen.size)
+        raise LimitError(
+            "file too large to show", path=inv.root, member=chosen.rel, expected=f"<= {max_bytes} bytes", found=chosen.size
+        )
     data = _read_head(inv.root, chosen.rel, max_bytes + 1)
     if b"\0" in data[:8192] or data[:4] == b"\x7fELF":
         raise UnsupportedError(f"{chosen.rel} is a binary file ({chosen.size} bytes)", path=inv.root, member=chosen.rel)

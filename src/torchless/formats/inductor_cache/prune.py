@@ -90,7 +90,10 @@ class PrunePlan:
         now = time.time() if now is None else now
         return {
             "root": self.root,
-            "entries": [{"id": e.id, "kind": e.kind, "size": e.size, "age_s": round(max(0.0, now - e.mtime), 3), "reason": r} for e, r in self.entries],
+            "entries": [
+                {"id": e.id, "kind": e.kind, "size": e.size, "age_s": round(max(0.0, now - e.mtime), 3), "reason": r}
+                for e, r in self.entries
+            ],
             "files": list(self.files),
             "dirs": list(self.dirs),
             "bytes": self.bytes,

@@ -132,7 +132,9 @@ def onnx_type(code: int, *, what: str = "tensor", path: Any = None) -> OnnxType:
     """
     t = ONNX_TYPES.get(int(code))
     if t is None:
-        raise UnsupportedError(f"unknown ONNX data type {code}", path=path, member=what, expected="a TensorProto.DataType of onnx 1.23 (1-28)")
+        raise UnsupportedError(
+            f"unknown ONNX data type {code}", path=path, member=what, expected="a TensorProto.DataType of onnx 1.23 (1-28)"
+        )
     if t.dtype is None:
         raise UnsupportedError(
             f"ONNX {t.name} tensors have no fixed-size representation",

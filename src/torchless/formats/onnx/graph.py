@@ -117,7 +117,11 @@ class _Builder:
             except KeyError as e:
                 from ...core.errors import FormatError
 
-                raise FormatError(f"node {label!r} reads {e.args[0]!r}, which no earlier node, input or initializer defines", path=self.om.path, member=scope or None) from None
+                raise FormatError(
+                    f"node {label!r} reads {e.args[0]!r}, which no earlier node, input or initializer defines",
+                    path=self.om.path,
+                    member=scope or None,
+                ) from None
             kwargs: dict[str, Any] = {}
             for a in node.attribute:
                 kwargs[text(a.name)] = self._attr(graph, a, f"{prefix}{label}", ref, depth)
@@ -173,7 +177,9 @@ class _Builder:
             if depth >= _MAX_DEPTH:
                 from ...core.errors import LimitError
 
-                raise LimitError("subgraphs nested too deeply", path=self.om.path, member=where, expected=f"<= {_MAX_DEPTH} levels")
+                raise LimitError(
+                    "subgraphs nested too deeply", path=self.om.path, member=where, expected=f"<= {_MAX_DEPTH} levels"
+                )
             bodies = [a.g] if t == 5 else list(a.graphs)
             nodes = []
             for j, body in enumerate(bodies):

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from ...core.errors import TorchlessError
+from ...core.lazy import LazyModule
 from ..base import Artifact, Probe, Problem
 from ..registry import register
-from ...core.lazy import LazyModule
 
 _read = LazyModule("torchless.formats.onnx.read")
 _summary = LazyModule("torchless.formats.onnx.summary")
@@ -126,20 +127,43 @@ class OnnxArtifact(Artifact):
             if ext is not None:
                 spans.setdefault(ext.file, []).append((ext.offset, ext.offset + ext.length, r.name))
                 if ext.unknown_keys:
-                    problems.append(Problem("external-data-key", f"unknown external_data keys ignored: {', '.join(ext.unknown_keys)}", r.name, severity="warning"))
+                    problems.append(
+                        Problem(
+                            "external-data-key",
+                            f"unknown external_data keys ignored: {', '.join(ext.unknown_keys)}",
+                            r.name,
+                            severity="warning",
+                        )
+                    )
                 if ext.checksum is not None:
                     import hashlib  # verify only
 
                     got = hashlib.sha1(data).hexdigest()
                     if got != ext.checksum.lower():
-                        problems.append(Problem("checksum", f"SHA-1 of the external data is {got}, the model records {ext.checksum}", r.name, ext.offset))
+                        problems.append(
+                            Problem(
+                                "checksum",
+                                f"SHA-1 of the external data is {got}, the model records {ext.checksum}",
+                                r.name,
+                                ext.offset,
+                            )
+                        )
             elif r.proto is not None and len(r.proto.external_data) and r.proto.data_location != _read.EXTERNAL:
-                problems.append(Problem("external-data", "external_data entries on a tensor whose data_location is not EXTERNAL (ignored)", r.name, severity="warning"))
+                problems.append(
+                    Problem(
+                        "external-data",
+                        "external_data entries on a tensor whose data_location is not EXTERNAL (ignored)",
+                        r.name,
+                        severity="warning",
+                    )
+                )
         for file, sp in spans.items():
             sp.sort()
-            for (b0, e0, n0), (b1, _e1, n1) in zip(sp, sp[1:]):
+            for (b0, e0, n0), (b1, _e1, n1) in zip(sp, sp[1:], strict=False):
                 if b1 < e0:
-                    problems.append(Problem("external-overlap", f"external data of {n0!r} and {n1!r} overlap", n1, b1, severity="warning"))
+                    problems.append(
+                        Problem("external-overlap", f"external data of {n0!r} and {n1!r} overlap", n1, b1, severity="warning")
+                    )
         return problems
 
     def close(self) -> None:
@@ -162,4 +186,3 @@ class OnnxHandler:
         art = OnnxArtifact(path, **kw)
         art.weights_only = weights_only
         return art
-

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
 from ...core.dtypes import DTYPES
-from ...core.errors import FormatError, LimitError, NotFoundError, TorchlessError, TruncatedError, UnsupportedError
+from ...core.errors import FormatError, LimitError, TorchlessError, TruncatedError, UnsupportedError
 from ...core.paths import confined_file
 from ...core.source import ByteSource, MmapSource, open_source
 from ...core.tensor import Storage, Tensor
@@ -224,7 +225,12 @@ class ExternalData:
             NotFoundError: the file does not exist.
         """
         if self.base_dir is None or self._real_base is None:
-            raise UnsupportedError("the model uses external data but has no directory to read it from", path=self.path, member=tensor, hint="open the model by path")
+            raise UnsupportedError(
+                "the model uses external data but has no directory to read it from",
+                path=self.path,
+                member=tensor,
+                hint="open the model by path",
+            )
         return confined_file(self.base_dir, location, what="external data location", path=self.path, member=tensor, subdirs=True)
 
     def source(self, real: str) -> ByteSource:
@@ -253,7 +259,13 @@ class ExternalData:
                 unknown.append(key[:100])
         location = values.get("location")
         if location is None:
-            raise FormatError("external tensor without a location", path=self.path, member=tensor, expected="external_data key 'location'", found="none")
+            raise FormatError(
+                "external tensor without a location",
+                path=self.path,
+                member=tensor,
+                expected="external_data key 'location'",
+                found="none",
+            )
         real = self.resolve(location, tensor)
         src = self.source(real)
         offset = self._int(values, "offset", tensor, 0)
@@ -294,7 +306,9 @@ class ExternalData:
             return default
         if not _DECIMAL.match(v):
             # onnx layer 2: offsets and lengths are non-negative integers (CWE-400)
-            raise FormatError(f"external data {key} is not a non-negative decimal integer", path=self.path, member=tensor, found=repr(v[:40]))
+            raise FormatError(
+                f"external data {key} is not a non-negative decimal integer", path=self.path, member=tensor, found=repr(v[:40])
+            )
         return int(v)
 
     def view(self, ref: ExternalRef) -> memoryview:
@@ -469,7 +483,15 @@ class OnnxModel:
 
     def _note_subgraph(self, sub: str, node: Any, g: Any) -> None:
         self.subgraphs.append(
-            {"path": sub, "op_type": text(node.op_type), "graph": text(g.name), "nodes": len(g.node), "initializers": len(g.initializer), "inputs": len(g.input), "outputs": len(g.output)}
+            {
+                "path": sub,
+                "op_type": text(node.op_type),
+                "graph": text(g.name),
+                "nodes": len(g.node),
+                "initializers": len(g.initializer),
+                "inputs": len(g.input),
+                "outputs": len(g.output),
+            }
         )
 
     def _constant(self, node: Any, prefix: str, scope: str, label: str) -> None:
@@ -513,7 +535,13 @@ class OnnxModel:
         if idx.data_type != 7:
             raise FormatError("sparse indices must be INT64", path=self.path, member=name, expected=7, found=int(idx.data_type))
         if idims not in ((nnz,), (nnz, len(dims))) and not (nnz == 0 and idims in ((), (0,))):
-            raise FormatError("sparse indices have the wrong shape", path=self.path, member=name, expected=f"[{nnz}] or [{nnz}, {len(dims)}]", found=list(idims))
+            raise FormatError(
+                "sparse indices have the wrong shape",
+                path=self.path,
+                member=name,
+                expected=f"[{nnz}] or [{nnz}, {len(dims)}]",
+                found=list(idims),
+            )
         before = len(self.records)
         self._add(vals, f"{name}#values", proto_name, "sparse_values", scope)
         if len(self.records) == before:  # an unsupported value type: listed apart
@@ -530,7 +558,9 @@ class OnnxModel:
         dense = lambda: _densify(values.tensor, indices.tensor, dims, nbytes, name=name, path=self.path)  # noqa: E731
         name = self._unique(name)
         storage = Storage(name, nbytes, otype.dtype, "cpu", loader=dense, origin=name)  # type: ignore[arg-type]
-        self.records.append(TensorRecord(name, proto_name, kind, scope, otype, dims, "sparse", Tensor(storage, otype.dtype, dims), None, None))  # type: ignore[arg-type]
+        self.records.append(
+            TensorRecord(name, proto_name, kind, scope, otype, dims, "sparse", Tensor(storage, otype.dtype, dims), None, None)
+        )  # type: ignore[arg-type]
 
     def _add(self, tp: Any, name: str, proto_name: str, kind: str, scope: str, span: tuple[int, int] | None = None) -> None:
         name = self._unique(name)
@@ -606,7 +636,9 @@ def _densify(values: Tensor, indices: Tensor, dims: tuple[int, ...], nbytes: int
             spec requires lexicographic order; a repeated index would be ambiguous).
     """
     if nbytes > MAX_SPARSE_DENSE:
-        raise LimitError("sparse tensor too large to densify", path=path, member=name, expected=f"<= {MAX_SPARSE_DENSE} bytes", found=nbytes)
+        raise LimitError(
+            "sparse tensor too large to densify", path=path, member=name, expected=f"<= {MAX_SPARSE_DENSE} bytes", found=nbytes
+        )
     numel = numel_of(dims)
     vals = np.asarray(values.numpy()).reshape(-1)
     idx = np.asarray(indices.numpy(), dtype=np.int64)
@@ -617,7 +649,13 @@ def _densify(values: Tensor, indices: Tensor, dims: tuple[int, ...], nbytes: int
     else:
         lin = idx.reshape(-1)
         if lin.size and (lin.min() < 0 or lin.max() >= numel):
-            raise FormatError("sparse index out of bounds", path=path, member=name, expected=f"0 <= index < {numel}", found=int(lin.min() if lin.min() < 0 else lin.max()))
+            raise FormatError(
+                "sparse index out of bounds",
+                path=path,
+                member=name,
+                expected=f"0 <= index < {numel}",
+                found=int(lin.min() if lin.min() < 0 else lin.max()),
+            )
     if lin.size > 1 and np.any(np.diff(lin) <= 0):
         raise FormatError("sparse indices are not strictly increasing", path=path, member=name)
     out = np.zeros(numel, dtype=vals.dtype.newbyteorder("<"))
@@ -628,4 +666,3 @@ def _densify(values: Tensor, indices: Tensor, dims: tuple[int, ...], nbytes: int
 def read_model(path: Any, **kw: Any) -> OnnxModel:
     """Open an ONNX model; see :class:`OnnxModel`."""
     return OnnxModel(path, **kw)
-

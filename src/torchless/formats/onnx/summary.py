@@ -125,7 +125,10 @@ def summarize_model(om: Any) -> dict[str, Any]:
     if om.subgraphs:
         out["subgraphs"] = om.subgraphs
     if m.functions:
-        out["functions"] = [{"name": text(f.name), "domain": text(f.domain), "nodes": len(f.node), "ops": op_histogram(f, recurse=False)} for f in m.functions]
+        out["functions"] = [
+            {"name": text(f.name), "domain": text(f.domain), "nodes": len(f.node), "ops": op_histogram(f, recurse=False)}
+            for f in m.functions
+        ]
     if ext_files:
         out["external_data"] = ext_files
     if m.metadata_props:

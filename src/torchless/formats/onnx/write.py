@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -35,7 +35,16 @@ __all__ = ["AUTO_EXTERNAL_BYTES", "set_weights", "transformed_initializers"]
 AUTO_EXTERNAL_BYTES = 1536 * 1024 * 1024
 
 _ALIGN = 64
-_DATA_FIELDS = ("raw_data", "float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data", "external_data")
+_DATA_FIELDS = (
+    "raw_data",
+    "float_data",
+    "int32_data",
+    "string_data",
+    "int64_data",
+    "double_data",
+    "uint64_data",
+    "external_data",
+)
 
 
 def _weights(weights: Any) -> tuple[list[tuple[str, Any]], Any]:
@@ -71,7 +80,13 @@ def _new_bytes(name: str, value: Any, rec: Any) -> Any:
         raise UsageError(f"weight {name!r} is not a tensor", found=type(value).__name__)
     want_dtype = rec.tensor.dtype.name
     if got_dtype != want_dtype:
-        raise UsageError(f"dtype mismatch for initializer {name!r}", member=name, expected=want_dtype, found=got_dtype, hint="cast the weights before exporting them")
+        raise UsageError(
+            f"dtype mismatch for initializer {name!r}",
+            member=name,
+            expected=want_dtype,
+            found=got_dtype,
+            hint="cast the weights before exporting them",
+        )
     if tuple(shape) != tuple(rec.dims):
         raise UsageError(f"shape mismatch for initializer {name!r}", member=name, expected=list(rec.dims), found=list(shape))
     if rec.onnx.packed:
@@ -121,7 +136,9 @@ REWRITE_RULE_KEY = "pkg.onnxscript.rewriter.rule_name"
 _ANONYMOUS = re.compile(r"^(val_\d+|_val_\d+|onnx::.+|_?v_\d+)$")
 
 
-def transformed_initializers(model: Any, replaced: set[str], unmatched: dict[str, tuple[int, ...]], weight_names: set[str]) -> list[str]:
+def transformed_initializers(
+    model: Any, replaced: set[str], unmatched: dict[str, tuple[int, ...]], weight_names: set[str]
+) -> list[str]:
     """Why replacing initializers by name would give a wrong model (empty: it would not).
 
     * an initializer read by a node that the exporter's optimizer rewrote (node metadata
@@ -142,20 +159,26 @@ def transformed_initializers(model: Any, replaced: set[str], unmatched: dict[str
             continue
         for name in node.input:
             if name in replaced:
-                problems.append(f"initializer {name!r} is read by node {node.name or node.op_type!r}, which the exporter's {rule} rewrite produced, so it holds computed values, not the module's {name}")
+                problems.append(
+                    f"initializer {name!r} is read by node {node.name or node.op_type!r}, which the exporter's {rule} rewrite produced, so it holds computed values, not the module's {name}"
+                )
     inits = {text(t.name): tuple(t.dims) for t in g.initializer}
     has_bn = any(n.op_type == "BatchNormalization" for n in g.node)
     for w in sorted(weight_names):
         if w.endswith(".running_mean"):
             prefix = w[: -len(".running_mean")]
             if prefix + ".running_var" in weight_names and w not in inits and not has_bn:
-                problems.append(f"the weights hold BatchNorm {prefix!r} but the model has no BatchNormalization and no {w!r}: the exporter folded it into the layer before it")
+                problems.append(
+                    f"the weights hold BatchNorm {prefix!r} but the model has no BatchNormalization and no {w!r}: the exporter folded it into the layer before it"
+                )
     floats = {1, 10, 11, 16}  # FLOAT, FLOAT16, DOUBLE, BFLOAT16: weights, not shape/axes constants
     anonymous = {text(t.name): tuple(t.dims) for t in g.initializer if _ANONYMOUS.match(text(t.name)) and t.data_type in floats}
     for w, shape in sorted(unmatched.items()):
         same = [n for n, d in anonymous.items() if d == tuple(shape) and len(shape) > 0]
         if same:
-            problems.append(f"weight {w!r} {list(shape)} names no initializer, and anonymous initializer(s) {', '.join(same[:3])} have its shape: the exporter renamed it")
+            problems.append(
+                f"weight {w!r} {list(shape)} names no initializer, and anonymous initializer(s) {', '.join(same[:3])} have its shape: the exporter renamed it"
+            )
     return problems
 
 
@@ -207,7 +230,16 @@ def set_weights(
         om.close()
 
 
-def _set_weights(om: OnnxModel, weights: Any, out: str, external_data: bool | None, size_threshold: int, allow_missing: bool, strip_prefix: str, progress: Any) -> dict[str, Any]:
+def _set_weights(
+    om: OnnxModel,
+    weights: Any,
+    out: str,
+    external_data: bool | None,
+    size_threshold: int,
+    allow_missing: bool,
+    strip_prefix: str,
+    progress: Any,
+) -> dict[str, Any]:
     items, art = _weights(weights)
     try:
         return _write(om, items, out, external_data, size_threshold, allow_missing, strip_prefix, progress)
@@ -216,7 +248,16 @@ def _set_weights(om: OnnxModel, weights: Any, out: str, external_data: bool | No
             art.close()
 
 
-def _write(om: OnnxModel, items: list[tuple[str, Any]], out: str, external_data: bool | None, size_threshold: int, allow_missing: bool, strip_prefix: str, progress: Any) -> dict[str, Any]:
+def _write(
+    om: OnnxModel,
+    items: list[tuple[str, Any]],
+    out: str,
+    external_data: bool | None,
+    size_threshold: int,
+    allow_missing: bool,
+    strip_prefix: str,
+    progress: Any,
+) -> dict[str, Any]:
     mp = om.model
     main = {r.proto_name: r for r in om.records if r.kind == "initializer" and r.scope == ""}
     new: dict[str, Any] = {}
@@ -230,7 +271,10 @@ def _write(om: OnnxModel, items: list[tuple[str, Any]], out: str, external_data:
         if key in new:
             raise UsageError(f"two weights map to initializer {key!r}", member=key)
         new[key] = _new_bytes(key, value, rec)
-    shapes = {(name[len(strip_prefix) :] if strip_prefix and name.startswith(strip_prefix) else name): tuple(getattr(v, "shape", ())) for name, v in items}
+    shapes = {
+        (name[len(strip_prefix) :] if strip_prefix and name.startswith(strip_prefix) else name): tuple(getattr(v, "shape", ()))
+        for name, v in items
+    }
     problems = transformed_initializers(mp, set(new), {k: shapes[k] for k in ignored if k in shapes}, set(shapes))
     if problems:
         shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")

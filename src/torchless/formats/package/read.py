@@ -21,7 +21,8 @@ import from the package, and the scanner reports it.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from ...container.zip import Problem, ZipReader
 from ...core.errors import TorchlessError
@@ -114,7 +115,9 @@ class PackageArtifact(Artifact):
         if obj is None and record not in self._objs:
             from ..pt.read import read_zip_checkpoint
 
-            cp = read_zip_checkpoint(self.zip, weights_only=self.weights_only, pickle_name=record, data_dir=".data", record_suffix=".storage")
+            cp = read_zip_checkpoint(
+                self.zip, weights_only=self.weights_only, pickle_name=record, data_dir=".data", record_suffix=".storage"
+            )
             obj = self._objs[record] = cp.obj
             self._globals[record] = list(cp.globals_seen)
         return obj
@@ -153,12 +156,18 @@ class PackageArtifact(Artifact):
             e = self.zip.lookup(name)
             if e is not None and e.size <= 64:
                 out[name.split("/")[-1]] = bytes(self.zip.read(e)).decode("ascii", "replace").strip()
-        out["modules"] = {"interned": list(self.modules["interned"]), "mocked": self.modules["mocked"], "extern": self.modules["extern"]}
+        out["modules"] = {
+            "interned": list(self.modules["interned"]),
+            "mocked": self.modules["mocked"],
+            "extern": self.modules["extern"],
+        }
         out["pickles"] = self.pickles
         out["resources"] = self.resources
         out.update(summarize_tensors(self.tensors()))
         out["imports"] = self.imports()
-        out["note"] = "PackageImporter.load_pickle imports the interned modules a pickle names and runs their source; torchless reads the pickles without running anything"
+        out["note"] = (
+            "PackageImporter.load_pickle imports the interned modules a pickle names and runs their source; torchless reads the pickles without running anything"
+        )
         return out
 
     def verify(self) -> list[Problem]:

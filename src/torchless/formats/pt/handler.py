@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from ...container.zip import Problem, is_zip
 from ...core.source import open_source
@@ -51,7 +52,9 @@ class PtArtifact(Artifact):
 
     format = "pt"
 
-    def __init__(self, path: Any, *, weights_only: bool = True, limits: Limits = Limits(), encoding: str = "utf-8", mmap: bool = True) -> None:
+    def __init__(
+        self, path: Any, *, weights_only: bool = True, limits: Limits = Limits(), encoding: str = "utf-8", mmap: bool = True
+    ) -> None:
         super().__init__(path if not isinstance(path, (bytes, bytearray, memoryview)) else "<bytes>")
         self.weights_only = bool(weights_only)
         self.source = open_source(path)
@@ -87,7 +90,9 @@ class PtArtifact(Artifact):
             "storages": len(cp.storages),
             **summarize_tensors(self.tensors()),
             "globals_not_allowlisted": refused,
-            "torch_weights_only_would_refuse": torch_refuses if cp.protocol <= 3 else ["<pickle protocol >= 4 (FRAME)>"] + torch_refuses,
+            "torch_weights_only_would_refuse": torch_refuses
+            if cp.protocol <= 3
+            else ["<pickle protocol >= 4 (FRAME)>"] + torch_refuses,
             "tree": describe(cp.obj),
         }
         if cp.prefix:
@@ -102,7 +107,9 @@ class PtArtifact(Artifact):
             used = {f"data/{k}" for k in cp.storages}
             for rec in cp.zip.records():
                 if rec.startswith("data/") and rec not in used:
-                    problems.append(Problem("unused-record", f"storage record {rec!r} is not referenced by data.pkl", rec, None, "warning"))
+                    problems.append(
+                        Problem("unused-record", f"storage record {rec!r} is not referenced by data.pkl", rec, None, "warning")
+                    )
         problems += super().verify()
         return problems
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 import struct
 import sys
 import tarfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ...container.zip import ZipReader, is_zip
 from ...core.dtypes import DTYPES, DType
@@ -67,7 +68,9 @@ class Checkpoint:
     zip: ZipReader | None = None
 
 
-def make_resolver(weights_only: bool, allowlist: Allowlist | None = None, extra: dict[str, Any] | None = None) -> AllowlistResolver:
+def make_resolver(
+    weights_only: bool, allowlist: Allowlist | None = None, extra: dict[str, Any] | None = None
+) -> AllowlistResolver:
     """The resolver ``torchless.load`` uses: the default allowlist, refusing or placeholding."""
     return AllowlistResolver(allowlist or DEFAULT_ALLOWLIST, weights_only=weights_only, extra=dict(extra or {}))
 
@@ -148,7 +151,12 @@ def read_zip_checkpoint(
         NotFoundError: the archive has no ``data.pkl``.
     """
     if not zr.prefix:
-        raise FormatError("file in archive is not in a subdirectory", path=zr.path, found=repr(zr.entries[0].name if zr.entries else ""), expected="entries named '<prefix>/...'")
+        raise FormatError(
+            "file in archive is not in a subdirectory",
+            path=zr.path,
+            found=repr(zr.entries[0].name if zr.entries else ""),
+            expected="entries named '<prefix>/...'",
+        )
     records: dict[str, str] = {}
     for name in ("version", ".data/version", "byteorder", ".format_version", ".storage_alignment", ".data/serialization_id"):
         e = zr.lookup(name)
@@ -156,7 +164,13 @@ def read_zip_checkpoint(
             records[name] = zr.read_bytes(e).decode("ascii", "replace")
     byteorder = records.get("byteorder", "little")
     if byteorder not in ("little", "big"):
-        raise FormatError("unknown byte order record", path=zr.path, member="byteorder", expected="'little' or 'big'", found=short_repr(byteorder))
+        raise FormatError(
+            "unknown byte order record",
+            path=zr.path,
+            member="byteorder",
+            expected="'little' or 'big'",
+            found=short_repr(byteorder),
+        )
     storages: dict[str, Storage] = {}
     resolver = resolver or make_resolver(weights_only)
     data_index = zr.data_index(data_dir)
@@ -165,7 +179,15 @@ def read_zip_checkpoint(
     loaded: dict[Any, Storage] = {}
 
     def persistent_load(pid: Any) -> Storage:
-        if type(pid) is tuple and len(pid) == 5 and pid[0] == "storage" and type(pid[1]) is StorageType and type(pid[2]) is str and type(pid[4]) is int and pid[4] >= 0:
+        if (
+            type(pid) is tuple
+            and len(pid) == 5
+            and pid[0] == "storage"
+            and type(pid[1]) is StorageType
+            and type(pid[2]) is str
+            and type(pid[4]) is int
+            and pid[4] >= 0
+        ):
             stype, key, location, numel = pid[1], pid[2], pid[3], pid[4]  # the common shape
             pkey: Any = key
         else:
@@ -186,11 +208,27 @@ def read_zip_checkpoint(
         if entry is None:  # torch's record lookup ignores case (miniz)
             entry = zr.lookup(f"{data_dir}/{key}{record_suffix}")
         if entry is None:
-            raise FormatError("checkpoint references a storage record that does not exist", path=zr.path, member=f"{zr.prefix}/{data_dir}/{key}{record_suffix}")
+            raise FormatError(
+                "checkpoint references a storage record that does not exist",
+                path=zr.path,
+                member=f"{zr.prefix}/{data_dir}/{key}{record_suffix}",
+            )
         if entry.size < nbytes:
-            raise TruncatedError("storage record smaller than its declared size", path=zr.path, member=entry.name, expected=f"{nbytes} bytes", found=f"{entry.size} bytes")
+            raise TruncatedError(
+                "storage record smaller than its declared size",
+                path=zr.path,
+                member=entry.name,
+                expected=f"{nbytes} bytes",
+                found=f"{entry.size} bytes",
+            )
         if entry.size > nbytes:  # torch.load refuses this too ("record size ... does not match")
-            raise FormatError("storage record larger than its declared size", path=zr.path, member=entry.name, expected=f"{nbytes} bytes", found=f"{entry.size} bytes")
+            raise FormatError(
+                "storage record larger than its declared size",
+                path=zr.path,
+                member=entry.name,
+                expected=f"{nbytes} bytes",
+                found=f"{entry.size} bytes",
+            )
         # byte order only applies to typed storages: torch swaps with the *storage*
         # dtype's element size, which is 1 for UntypedStorage (v3 dtypes, spec §1.11)
         order = byteorder if stype.dtype is not None else sys.byteorder
@@ -215,7 +253,9 @@ def read_zip_checkpoint(
 
     pkl = zr.get(pickle_name)
     data = zr.read(pkl, max_size=limits.max_input)
-    up = Unpickler(data, resolver=resolver, persistent_load=persistent_load, limits=limits, path=zr.path, member=pkl.name, encoding=encoding)
+    up = Unpickler(
+        data, resolver=resolver, persistent_load=persistent_load, limits=limits, path=zr.path, member=pkl.name, encoding=encoding
+    )
     obj = up.load()
     return Checkpoint(obj, "zip", storages, records, byteorder, up.info.protocol, zr.prefix, list(resolver.seen), zr)
 
@@ -241,14 +281,22 @@ def read_legacy_stream(
 
     def next_pickle(what: str, res: Any, pl: Callable[[Any], Any] | None = None) -> Any:
         nonlocal pos
-        up = Unpickler(data, resolver=res, persistent_load=pl, limits=limits, path=path, member=what, start=pos, encoding=encoding)
+        up = Unpickler(
+            data, resolver=res, persistent_load=pl, limits=limits, path=path, member=what, start=pos, encoding=encoding
+        )
         value = up.load()
         pos = up.end
         return value, up.info.protocol
 
     magic, _ = next_pickle("magic number", simple)
     if magic != LEGACY_MAGIC:
-        raise FormatError("invalid magic number; not a torch checkpoint", path=path, offset=start, expected=hex(LEGACY_MAGIC), found=short_repr(magic, 40))
+        raise FormatError(
+            "invalid magic number; not a torch checkpoint",
+            path=path,
+            offset=start,
+            expected=hex(LEGACY_MAGIC),
+            found=short_repr(magic, 40),
+        )
     proto_v, _ = next_pickle("protocol version", simple)
     if proto_v != LEGACY_PROTOCOL:
         raise FormatError("invalid legacy protocol version", path=path, expected=LEGACY_PROTOCOL, found=short_repr(proto_v, 20))
@@ -276,7 +324,9 @@ def read_legacy_stream(
                 off, n = payload[key]
                 return source.view(off, n, what=f"storage {key}")
 
-            storages[key] = Storage(key, numel * dtype.itemsize, dtype, location, loader=loader, byteorder="little", origin=f"storage {key}")
+            storages[key] = Storage(
+                key, numel * dtype.itemsize, dtype, location, loader=loader, byteorder="little", origin=f"storage {key}"
+            )
         st = storages[key]
         if view is not None:
             vkey, voff, vsize = view
@@ -288,7 +338,9 @@ def read_legacy_stream(
                     isz = root.dtype.itemsize
                     return root.bytes()[voff * isz : (voff + vsize) * isz]
 
-                storages[vkey] = Storage(vkey, int(vsize) * dtype.itemsize, dtype, location, loader=vloader, origin=f"view {vkey} of storage {key}")
+                storages[vkey] = Storage(
+                    vkey, int(vsize) * dtype.itemsize, dtype, location, loader=vloader, origin=f"view {vkey} of storage {key}"
+                )
                 views[vkey] = (key, int(voff), int(vsize))
             return storages[vkey]
         return st
@@ -307,7 +359,14 @@ def read_legacy_stream(
             raise FormatError("storage key list names a storage the object does not use", path=path, offset=off - 8, found=key)
         numel, dtype = declared[key]
         if count != numel:
-            raise FormatError("stored element count differs from the declared one", path=path, offset=off - 8, member=f"storage {key}", expected=numel, found=count)
+            raise FormatError(
+                "stored element count differs from the declared one",
+                path=path,
+                offset=off - 8,
+                member=f"storage {key}",
+                expected=numel,
+                found=count,
+            )
         nbytes = numel * dtype.itemsize
         source.check(off, nbytes, what=f"storage {key}")
         payload[key] = (off, nbytes)
@@ -329,7 +388,9 @@ MAX_TAR_MEMBERS = 100_000
 MAX_SPARSE_MEMBER = 1 << 30
 
 
-def read_legacy_tar(source: ByteSource, *, weights_only: bool = False, resolver: AllowlistResolver | None = None, limits: Limits = Limits()) -> Checkpoint:
+def read_legacy_tar(
+    source: ByteSource, *, weights_only: bool = False, resolver: AllowlistResolver | None = None, limits: Limits = Limits()
+) -> Checkpoint:
     """Parse the pre-0.1.10 tar layout (members ``storages``, ``tensors``, ``pickle``).
 
     The archive is read by ``tarfile`` itself, as torch reads it: the *last* member of
@@ -380,7 +441,12 @@ def _read_legacy_tar(source: ByteSource, *, weights_only: bool, resolver: Allowl
         if need not in members:
             raise FormatError("legacy tar checkpoint lacks a member", path=path, member=need)
         if not members[need].isfile():
-            raise UnsupportedError("legacy tar member is a link or not a regular file (torch would follow it out of the archive)", path=path, member=need, found=members[need].type)
+            raise UnsupportedError(
+                "legacy tar member is a link or not a regular file (torch would follow it out of the archive)",
+                path=path,
+                member=need,
+                found=members[need].type,
+            )
     resolver = resolver or make_resolver(weights_only)
     simple = make_resolver(True)
     objects: dict[str, Any] = {}
@@ -389,7 +455,9 @@ def _read_legacy_tar(source: ByteSource, *, weights_only: bool, resolver: Allowl
         m = members[name]
         if m.issparse():
             if m.size > MAX_SPARSE_MEMBER:
-                raise LimitError("sparse tar member too large", path=path, member=name, expected=f"<= {MAX_SPARSE_MEMBER}", found=m.size)
+                raise LimitError(
+                    "sparse tar member too large", path=path, member=name, expected=f"<= {MAX_SPARSE_MEMBER}", found=m.size
+                )
             f = tf.extractfile(m)
             assert f is not None
             data = f.read()
@@ -421,13 +489,22 @@ def _read_legacy_tar(source: ByteSource, *, weights_only: bool, resolver: Allowl
         nbytes = count * dtype.itemsize
         if count < 0 or pos + nbytes > len(data):
             raise TruncatedError("storage data runs past the member", path=path, member="storages", offset=pos)
-        objects[str(key)] = Storage(str(key), nbytes, dtype, str(location), data=source.view(base + pos, nbytes) if base >= 0 else memoryview(data)[pos : pos + nbytes], origin=f"storages#{key}")
+        objects[str(key)] = Storage(
+            str(key),
+            nbytes,
+            dtype,
+            str(location),
+            data=source.view(base + pos, nbytes) if base >= 0 else memoryview(data)[pos : pos + nbytes],
+            origin=f"storages#{key}",
+        )
         pos += nbytes
     views, pos = run(data, pos, simple, "storages")
     for target, root, offset, numel in views or []:
         rs = objects[str(root)]
         isz = rs.dtype.itemsize
-        objects[str(target)] = Storage(str(target), numel * isz, rs.dtype, rs.location, data=rs.bytes()[offset * isz : (offset + numel) * isz])
+        objects[str(target)] = Storage(
+            str(target), numel * isz, rs.dtype, rs.location, data=rs.bytes()[offset * isz : (offset + numel) * isz]
+        )
     data, _ = span("tensors")
     n, pos = run(data, 0, simple, "tensors")
     for _ in range(int(n)):
@@ -456,7 +533,9 @@ def _read_legacy_tar(source: ByteSource, *, weights_only: bool, resolver: Allowl
         try:
             return objects[str(int(saved_id))]
         except (KeyError, ValueError):
-            raise FormatError("pickle refers to an unknown tensor or storage", path=path, member="pickle", found=short_repr(saved_id, 40)) from None
+            raise FormatError(
+                "pickle refers to an unknown tensor or storage", path=path, member="pickle", found=short_repr(saved_id, 40)
+            ) from None
 
     data, _ = span("pickle")
     obj, _ = run(data, 0, resolver, "pickle", persistent_load)
@@ -473,31 +552,64 @@ def _check_all_records(zr: ZipReader) -> None:
         try:
             e.raw_name.decode("utf-8")
         except UnicodeDecodeError:
-            raise FormatError("archive member name is not UTF-8", path=zr.path, offset=e.central_offset, found=short_repr(e.raw_name, 60)) from None
+            raise FormatError(
+                "archive member name is not UTF-8", path=zr.path, offset=e.central_offset, found=short_repr(e.raw_name, 60)
+            ) from None
         if not e.name.startswith(folder):
-            raise FormatError("file in archive is not in the archive folder", path=zr.path, member=e.name, expected=f"names starting with {folder!r}", found=short_repr(e.name, 60))
+            raise FormatError(
+                "file in archive is not in the archive folder",
+                path=zr.path,
+                member=e.name,
+                expected=f"names starting with {folder!r}",
+                found=short_repr(e.name, 60),
+            )
         # miniz's checks of every central entry when it opens the archive
         if (e.method == 0 and e.size != e.compressed_size) or (e.size and not e.compressed_size):
-            raise FormatError("central directory sizes are inconsistent", path=zr.path, member=e.name, offset=e.central_offset, expected=e.size, found=e.compressed_size)
+            raise FormatError(
+                "central directory sizes are inconsistent",
+                path=zr.path,
+                member=e.name,
+                offset=e.central_offset,
+                expected=e.size,
+                found=e.compressed_size,
+            )
         if e.header_offset + 30 + e.compressed_size > size:
             raise TruncatedError("record runs past the end of the file", path=zr.path, member=e.name, offset=e.header_offset)
         if e.flags & 0x2000:
             raise UnsupportedError("zip records with masked (encrypted) local headers", path=zr.path, member=e.name)
         if e.is_directory and e.compressed_size:
-            raise UnsupportedError("a record marked as a directory that holds data (torch reads uninitialized memory for it)", path=zr.path, member=e.name)
+            raise UnsupportedError(
+                "a record marked as a directory that holds data (torch reads uninitialized memory for it)",
+                path=zr.path,
+                member=e.name,
+            )
     # the container version record is required and must be a number torch reads (1..10)
     ver = zr.lookup(".data/version") or zr.lookup("version")
     if ver is None:
         raise FormatError("archive has no version record", path=zr.path, expected="'version' or '.data/version'")
     text = zr.read_bytes(ver, max_size=64).strip() if ver.size <= 64 else b""
     if not text.isdigit() or not 1 <= int(text) <= 10:
-        raise FormatError("cannot parse the archive version record", path=zr.path, member=ver.name, expected="an integer 1..10", found=short_repr(text, 20))
+        raise FormatError(
+            "cannot parse the archive version record",
+            path=zr.path,
+            member=ver.name,
+            expected="an integer 1..10",
+            found=short_repr(text, 20),
+        )
     al = zr.lookup(".storage_alignment")
     if al is not None and not (al.size <= 20 and zr.read_bytes(al).strip().isdigit()):
         raise FormatError("cannot parse the storage alignment record", path=zr.path, member=al.name)
 
 
-def read_checkpoint(source: Any, *, weights_only: bool = True, resolver: AllowlistResolver | None = None, limits: Limits = Limits(), encoding: str = "utf-8", mmap: bool = True) -> Checkpoint:
+def read_checkpoint(
+    source: Any,
+    *,
+    weights_only: bool = True,
+    resolver: AllowlistResolver | None = None,
+    limits: Limits = Limits(),
+    encoding: str = "utf-8",
+    mmap: bool = True,
+) -> Checkpoint:
     """Parse any eager checkpoint layout (detected from the bytes).
 
     Args:
@@ -512,9 +624,15 @@ def read_checkpoint(source: Any, *, weights_only: bool = True, resolver: Allowli
         if layout == "zip":
             zr = ZipReader.cached(source.name) if isinstance(source, MmapSource) else ZipReader(source)
             if zr.lookup("constants.pkl") is not None:
-                raise FormatError("this is a TorchScript archive, not an eager checkpoint", path=source.name, hint="open it with torchless.open (format 'torchscript')")
+                raise FormatError(
+                    "this is a TorchScript archive, not an eager checkpoint",
+                    path=source.name,
+                    hint="open it with torchless.open (format 'torchscript')",
+                )
             _check_all_records(zr)
-            return read_zip_checkpoint(zr, weights_only=weights_only, resolver=resolver, limits=limits, encoding=encoding, mmap=mmap)
+            return read_zip_checkpoint(
+                zr, weights_only=weights_only, resolver=resolver, limits=limits, encoding=encoding, mmap=mmap
+            )
         if layout == "tar" and isinstance(source, MmapSource):
             # torch.load tries tarfile first on files (not on in-memory buffers) and reads
             # a legacy stream when tarfile raises
@@ -528,7 +646,12 @@ def read_checkpoint(source: Any, *, weights_only: bool = True, resolver: Allowli
             raise UnsupportedError("file is an unsupported archive format from the preview release", path=source.name)
     except TorchlessError as e:
         raise e.with_context(path=source.name)
-    raise FormatError("not a torch checkpoint", path=source.name, expected="a zip, legacy pickle stream or tar", found=repr(source.read_at(0, min(8, source.size))))
+    raise FormatError(
+        "not a torch checkpoint",
+        path=source.name,
+        expected="a zip, legacy pickle stream or tar",
+        found=repr(source.read_at(0, min(8, source.size))),
+    )
 
 
 # torch.storage._load_from_bytes: a legacy-format stream inside bytes (how TypedStorage
@@ -543,4 +666,8 @@ def _load_from_bytes(args: tuple) -> Any:
     return cp.obj
 
 
-DEFAULT_ALLOWLIST.add("torch.storage._load_from_bytes", Rebuilder("torch.storage._load_from_bytes", _load_from_bytes), "a legacy-format storage inside bytes, parsed by torchless")
+DEFAULT_ALLOWLIST.add(
+    "torch.storage._load_from_bytes",
+    Rebuilder("torch.storage._load_from_bytes", _load_from_bytes),
+    "a legacy-format storage inside bytes, parsed by torchless",
+)

@@ -27,7 +27,8 @@ import datetime
 import decimal
 import pathlib
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -43,7 +44,16 @@ __all__ = ["save_checkpoint", "CheckpointPickler"]
 
 _UTILS = "torch._utils"
 _UINT8_NAME = "uint8"
-_BUILTIN_FACTORIES = {list: "list", dict: "dict", set: "set", int: "int", float: "float", str: "str", tuple: "tuple", bool: "bool"}
+_BUILTIN_FACTORIES = {
+    list: "list",
+    dict: "dict",
+    set: "set",
+    int: "int",
+    float: "float",
+    str: "str",
+    tuple: "tuple",
+    bool: "bool",
+}
 
 
 def _numpy_reduce(obj: Any) -> Reduce:
@@ -101,7 +111,12 @@ class CheckpointPickler:
     def _plain_tensor(self, t: Tensor) -> tuple[Global, tuple]:
         """The rebuild function and arguments of ``t`` without Parameter or attributes."""
         if t.storage is None:
-            return Global(_UTILS, "_rebuild_meta_tensor_no_storage"), (Global("torch", t.dtype.name), tuple(t.shape), tuple(t.stride()), t.requires_grad)
+            return Global(_UTILS, "_rebuild_meta_tensor_no_storage"), (
+                Global("torch", t.dtype.name),
+                tuple(t.shape),
+                tuple(t.stride()),
+                t.requires_grad,
+            )
         if t.quantizer is not None:
             q = t.quantizer
             scheme = Global("torch", q["qscheme"])
@@ -110,7 +125,15 @@ class CheckpointPickler:
             else:
                 qp = (scheme, q["scales"], q["zero_points"], int(q["axis"]))
             pid = self._storage_pid(t.storage, t.dtype, False)
-            return Global(_UTILS, "_rebuild_qtensor"), (pid, t.storage_offset(), tuple(t.shape), tuple(t.stride()), qp, t.requires_grad, _empty_od())
+            return Global(_UTILS, "_rebuild_qtensor"), (
+                pid,
+                t.storage_offset(),
+                tuple(t.shape),
+                tuple(t.stride()),
+                qp,
+                t.requires_grad,
+                _empty_od(),
+            )
         v3 = t.dtype.legacy_storage is None
         pid = self._storage_pid(t.storage, t.dtype, v3)
         md = {k: v for k, v in t.metadata.items() if v}
@@ -132,10 +155,14 @@ class CheckpointPickler:
             # object each time) inside _rebuild_parameter[_with_state]
             data = Reduce(func, args)
             if attrs:
-                return Reduce(Global(_UTILS, "_rebuild_parameter_with_state"), (data, t.requires_grad, _empty_od(), attrs), memo_key=key)
+                return Reduce(
+                    Global(_UTILS, "_rebuild_parameter_with_state"), (data, t.requires_grad, _empty_od(), attrs), memo_key=key
+                )
             return Reduce(Global(_UTILS, "_rebuild_parameter"), (data, t.requires_grad, _empty_od()), memo_key=key)
         if attrs:
-            return Reduce(Global("torch._tensor", "_rebuild_from_type_v2"), (func, Global("torch", "Tensor"), args, attrs), memo_key=key)
+            return Reduce(
+                Global("torch._tensor", "_rebuild_from_type_v2"), (func, Global("torch", "Tensor"), args, attrs), memo_key=key
+            )
         return Reduce(func, args, memo_key=key)
 
     def _coerce(self, obj: Any) -> Any:
@@ -144,7 +171,9 @@ class CheckpointPickler:
         done = self._converted.get(id(obj))
         if done is not None:
             return done
-        if is_torch_tensor(obj) and (obj.layout is not None and str(obj.layout) != "torch.strided" or getattr(obj, "is_nested", False)):
+        if is_torch_tensor(obj) and (
+            obj.layout is not None and str(obj.layout) != "torch.strided" or getattr(obj, "is_nested", False)
+        ):
             from ...interop.torch import from_torch_value
 
             t = from_torch_value(obj, share=self._torch_share)
@@ -179,7 +208,11 @@ class CheckpointPickler:
             return Reduce(Global(_UTILS, "_rebuild_sparse_tensor"), (layout, data), memo_key=("s", id(obj)))
         if isinstance(obj, NestedTensor):
             self._alive.append(obj)
-            return Reduce(Global(_UTILS, "_rebuild_nested_tensor"), (obj.buffer, obj.nested_sizes, obj.nested_strides, obj.offsets), memo_key=("n", id(obj)))
+            return Reduce(
+                Global(_UTILS, "_rebuild_nested_tensor"),
+                (obj.buffer, obj.nested_sizes, obj.nested_strides, obj.offsets),
+                memo_key=("n", id(obj)),
+            )
         if isinstance(obj, collections.Counter):
             self._alive.append(obj)
             return Reduce(Global("collections", "Counter"), (dict(obj),), memo_key=("c", id(obj)))
@@ -194,7 +227,9 @@ class CheckpointPickler:
             self._alive.append(obj)
             # attributes (a state dict's _metadata) go in BUILD, as OrderedDict.__reduce__ has them
             state = (obj.attributes if isinstance(obj, StateDict) else dict(vars(obj))) or None
-            return Reduce(Global("collections", "OrderedDict"), (), state=state, memo_key=("od", id(obj)), dictitems=list(obj.items()))
+            return Reduce(
+                Global("collections", "OrderedDict"), (), state=state, memo_key=("od", id(obj)), dictitems=list(obj.items())
+            )
         if isinstance(obj, collections.deque):
             return Reduce(Global("collections", "deque"), (list(obj), obj.maxlen))
         if isinstance(obj, Size):
@@ -223,7 +258,11 @@ class CheckpointPickler:
             return Reduce(Global("copyreg", "__newobj__"), (Global("argparse", "Namespace"),), state=dict(vars(obj)))
         if isinstance(obj, pathlib.PurePath):
             kind = type(obj)
-            name = kind.__name__ if kind.__module__ == "pathlib" else ("PureWindowsPath" if isinstance(obj, pathlib.PureWindowsPath) else "PurePosixPath")
+            name = (
+                kind.__name__
+                if kind.__module__ == "pathlib"
+                else ("PureWindowsPath" if isinstance(obj, pathlib.PureWindowsPath) else "PurePosixPath")
+            )
             return Reduce(Global("pathlib", name), tuple(obj.parts))
         if isinstance(obj, (datetime.datetime, datetime.date, datetime.time, datetime.timedelta)):
             if getattr(obj, "tzinfo", None) is not None:

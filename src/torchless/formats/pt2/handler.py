@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from ...container.zip import Problem
+from ...core.lazy import LazyModule
 from ..base import Artifact, Probe, summarize_tensors
 from ..registry import register
 from .constants import is_pt2
-from ...core.lazy import LazyModule
 
 _verifier = LazyModule("torchless.graph.verifier")
 _read = LazyModule("torchless.formats.pt2.read")

@@ -21,16 +21,16 @@ from typing import Any
 import numpy as np
 
 from ...container.zip import ZipReader
-from ...core.dtypes import by_name
 from ...core import jsonsafe
+from ...core.dtypes import by_name
 from ...core.errors import FormatError, TorchlessError, UnsupportedError
 from ...core.source import BytesSource, open_source
 from ...core.tensor import Storage, Tensor
 from ...graph.ir import Graph, SymValue
 from ...graph.symbolic import free_symbols
 from . import constants as C
-from .constants import is_pt2  # noqa: F401 - re-exported
 from . import schema as S
+from .constants import is_pt2  # noqa: F401 - re-exported
 from .serde import deserialize_graph
 
 __all__ = [
@@ -122,7 +122,15 @@ class Signature:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "inputs": [{"kind": s.kind, "name": s.arg, "target": s.target, **({"persistent": s.persistent} if s.persistent is not None else {})} for s in self.input_specs],
+            "inputs": [
+                {
+                    "kind": s.kind,
+                    "name": s.arg,
+                    "target": s.target,
+                    **({"persistent": s.persistent} if s.persistent is not None else {}),
+                }
+                for s in self.input_specs
+            ],
             "outputs": [{"kind": s.kind, "name": s.arg, "target": s.target} for s in self.output_specs],
         }
 
@@ -244,7 +252,9 @@ class Program:
                 if isinstance(s, SymValue):
                     syms = free_symbols(s.expr)
                     rng = [self.range_constraints.get(x) for x in syms]
-                    out.append({"input": n.name, "dim": d, "expr": str(s), "symbols": syms, "range": rng[0] if len(rng) == 1 else rng})
+                    out.append(
+                        {"input": n.name, "dim": d, "expr": str(s), "symbols": syms, "range": rng[0] if len(rng) == 1 else rng}
+                    )
         return out
 
     def op_histogram(self) -> dict[str, int]:
@@ -299,7 +309,12 @@ def _payload(zr: ZipReader, cfg: S.PayloadConfig, folder: str, member: str) -> d
             out[fqn] = t
             continue
         if entry.size % dtype.itemsize:
-            raise FormatError(f"payload {fqn!r}: record size is not a multiple of the element size", member=rec, expected=f"multiple of {dtype.itemsize}", found=entry.size)
+            raise FormatError(
+                f"payload {fqn!r}: record size is not a multiple of the element size",
+                member=rec,
+                expected=f"multiple of {dtype.itemsize}",
+                found=entry.size,
+            )
         st = storages.get(pm.path_name)
         if st is None:
 
@@ -351,12 +366,22 @@ class Pt2Archive:
                     path=self.path,
                     hint="load and re-save it with torch.export in torch >= 2.8",
                 )
-            raise FormatError("not a PT2 archive", path=self.path, member=C.ARCHIVE_FORMAT_PATH, expected="an archive_format record", found="nothing")
+            raise FormatError(
+                "not a PT2 archive",
+                path=self.path,
+                member=C.ARCHIVE_FORMAT_PATH,
+                expected="an archive_format record",
+                found="nothing",
+            )
         value = zr.read_bytes(fmt, max_size=64) if fmt.size <= 64 else b"?"
         if value != C.ARCHIVE_FORMAT_VALUE:
-            raise FormatError("not a PT2 archive", path=self.path, member=C.ARCHIVE_FORMAT_PATH, expected="b'pt2'", found=repr(value[:16]))
+            raise FormatError(
+                "not a PT2 archive", path=self.path, member=C.ARCHIVE_FORMAT_PATH, expected="b'pt2'", found=repr(value[:16])
+            )
         ver = zr.lookup(C.ARCHIVE_VERSION_PATH)
-        self.archive_version = zr.read_bytes(ver, max_size=64).decode("ascii", "replace") if ver is not None and ver.size <= 64 else None
+        self.archive_version = (
+            zr.read_bytes(ver, max_size=64).decode("ascii", "replace") if ver is not None and ver.size <= 64 else None
+        )
         self.programs: dict[str, Program] = {}
         for rec in self.records:
             if rec.startswith(C.MODELS_DIR) and rec.endswith(".json") and rec.count("/") == 1:
@@ -393,7 +418,11 @@ class Pt2Archive:
         wc = self._config(C.WEIGHTS_CONFIG_FILENAME_FORMAT.format(name))
         cc = self._config(C.CONSTANTS_CONFIG_FILENAME_FORMAT.format(name))
         if wc is None and self.zip.lookup(f"{C.WEIGHTS_DIR}{name}.pt") is not None:
-            raise UnsupportedError("legacy pickled weights (data/weights/<model>.pt) are not supported", path=self.path, member=f"{C.WEIGHTS_DIR}{name}.pt")
+            raise UnsupportedError(
+                "legacy pickled weights (data/weights/<model>.pt) are not supported",
+                path=self.path,
+                member=f"{C.WEIGHTS_DIR}{name}.pt",
+            )
         sd = _payload(self.zip, wc, C.WEIGHTS_DIR, C.WEIGHTS_CONFIG_FILENAME_FORMAT.format(name)) if wc else {}
         consts = _payload(self.zip, cc, C.CONSTANTS_DIR, C.CONSTANTS_CONFIG_FILENAME_FORMAT.format(name)) if cc else {}
         rc = {k: (v.min_val, v.max_val) for k, v in ep.range_constraints.items()}
@@ -415,7 +444,9 @@ class Pt2Archive:
                 from ..pt.read import read_checkpoint
 
                 try:
-                    self._samples[name] = read_checkpoint(BytesSource(bytes(self.zip.read(e)), name=f"{self.path}:{rec}"), weights_only=True).obj
+                    self._samples[name] = read_checkpoint(
+                        BytesSource(bytes(self.zip.read(e)), name=f"{self.path}:{rec}"), weights_only=True
+                    ).obj
                 except TorchlessError as err:
                     raise err.with_context(member=rec)
         return self._samples[name]
@@ -429,7 +460,7 @@ class Pt2Archive:
         self.zip.close()
         self.source.close()
 
-    def __enter__(self) -> "Pt2Archive":
+    def __enter__(self) -> Pt2Archive:
         return self
 
     def __exit__(self, *exc: Any) -> None:

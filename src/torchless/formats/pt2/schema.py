@@ -25,10 +25,10 @@ import math
 import sys
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
-from ...core.errors import FormatError, UnsupportedError
 from ...core import jsonsafe
+from ...core.errors import FormatError, UnsupportedError
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -226,7 +226,7 @@ _D = dataclass(frozen=True, slots=True)
 @_D
 class Device:
     type: str
-    index: Optional[int] = None
+    index: int | None = None
 
 
 class SymExprHint(Union):
@@ -239,7 +239,7 @@ class SymExprHint(Union):
 @_D
 class SymExpr:
     expr_str: str
-    hint: Optional[SymExprHint] = None
+    hint: SymExprHint | None = None
 
 
 class SymInt(Union):
@@ -314,7 +314,7 @@ class CustomObjArgument:
 @_D
 class GraphArgument:
     name: str
-    graph: "Graph"
+    graph: Graph
 
 
 @_D
@@ -354,7 +354,7 @@ class Argument(Union):
     as_complex: ComplexValue
     as_nested_tensors: list[list[TensorArgument]]
     as_int_lists: list[list[int]]
-    as_string_to_argument: dict[str, "Argument"]
+    as_string_to_argument: dict[str, Argument]
     as_float_lists: list[list[float]]
 
 
@@ -371,7 +371,7 @@ class ConstantValue(Union):
 class NamedArgument:
     name: str
     arg: Argument
-    kind: Optional[ArgumentKind] = None
+    kind: ArgumentKind | None = None
 
 
 @_D
@@ -380,8 +380,8 @@ class Node:
     inputs: list[NamedArgument]
     outputs: list[Argument]
     metadata: dict[str, str]
-    is_hop_single_tensor_return: Optional[bool] = None
-    name: Optional[str] = None
+    is_hop_single_tensor_return: bool | None = None
+    name: str | None = None
 
 
 @_D
@@ -514,8 +514,8 @@ class GraphSignature:
 
 @_D
 class RangeConstraint:
-    min_val: Optional[int]
-    max_val: Optional[int]
+    min_val: int | None
+    max_val: int | None
 
 
 @_D
@@ -524,13 +524,13 @@ class ModuleCallSignature:
     outputs: list[Argument]
     in_spec: str
     out_spec: str
-    forward_arg_names: Optional[list[str]] = None
+    forward_arg_names: list[str] | None = None
 
 
 @_D
 class ModuleCallEntry:
     fqn: str
-    signature: Optional[ModuleCallSignature] = None
+    signature: ModuleCallSignature | None = None
 
 
 @_D
@@ -569,7 +569,7 @@ class PayloadMeta:
     path_name: str
     is_param: bool
     use_pickle: bool
-    tensor_meta: Optional[TensorMeta]
+    tensor_meta: TensorMeta | None
 
 
 @_D
@@ -675,7 +675,7 @@ class _IntFloat(float):
 
     __slots__ = ("_int",)
 
-    def __new__(cls, v: int) -> "_IntFloat":
+    def __new__(cls, v: int) -> _IntFloat:
         obj = super().__new__(cls, v)
         obj._int = v
         return obj

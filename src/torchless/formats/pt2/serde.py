@@ -18,10 +18,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ...core.dtypes import DType, by_name
 from ...core import jsonsafe
+from ...core.dtypes import DType, by_name
 from ...core.errors import FormatError, TorchlessError, UnsupportedError
-from ...core.values import Device, Layout as LayoutName, MemoryFormat as MemoryFormatName
+from ...core.values import Device
+from ...core.values import Layout as LayoutName
+from ...core.values import MemoryFormat as MemoryFormatName
 from ...graph.ir import Graph, Node, OpRef, SymValue, TensorValue
 from ...graph.schema import base_of, registry
 from . import schema as S
@@ -237,7 +239,7 @@ class _Reader:
                 name = a.value.value
             else:
                 # constant inputs: torch names the placeholder after the signature entry
-                name = (input_names[i] if input_names and i < len(input_names) and input_names[i] else f"arg{i}")
+                name = input_names[i] if input_names and i < len(input_names) and input_names[i] else f"arg{i}"
                 n = g.placeholder(name)
                 n.meta["val"] = self.arg(a, {})
                 continue
@@ -264,7 +266,9 @@ class _Reader:
                 ga: S.GraphArgument = ia.arg.value
                 sub = _Reader(ga.graph, self.member).run()
                 g.subgraphs[ga.name] = sub
-                graphs[ga.name] = g.create_node("get_attr", ga.name, name=ga.name, exact_name=True, meta={k: v for k, v in meta.items()})
+                graphs[ga.name] = g.create_node(
+                    "get_attr", ga.name, name=ga.name, exact_name=True, meta={k: v for k, v in meta.items()}
+                )
         args: list[Any] = []
         kwargs: dict[str, Any] = {}
         names: list[str] = []
@@ -370,8 +374,14 @@ class _Writer:
         v = n.meta.get("val")
         if n.op == "get_attr" and n.target in self.g.subgraphs:
             return S.Argument("as_graph", S.GraphArgument(n.target, serialize_graph(self.g.subgraphs[n.target])))
-        if isinstance(v, SymValue) or (n.op != "placeholder" and isinstance(v, (int, float, bool)) and not isinstance(v, TensorValue)):
-            kind = v.kind if isinstance(v, SymValue) else ("bool" if isinstance(v, bool) else "float" if isinstance(v, float) else "int")
+        if isinstance(v, SymValue) or (
+            n.op != "placeholder" and isinstance(v, (int, float, bool)) and not isinstance(v, TensorValue)
+        ):
+            kind = (
+                v.kind
+                if isinstance(v, SymValue)
+                else ("bool" if isinstance(v, bool) else "float" if isinstance(v, float) else "int")
+            )
             cls = {"int": S.SymIntArgument, "bool": S.SymBoolArgument, "float": S.SymFloatArgument}[kind]
             return S.Argument(f"as_sym_{kind}", cls("as_name", n.name))
         if isinstance(v, S.CustomObjArgument):
@@ -436,7 +446,10 @@ class _Writer:
         if nodes and all(isinstance(x, (Node, int)) and not isinstance(x, bool) for x in v):
             vals = [n.meta.get("val") for n in nodes]
             if all(isinstance(x, SymValue) and x.kind == "int" for x in vals):
-                return A("as_sym_ints", [S.SymIntArgument("as_name", x.name) if isinstance(x, Node) else S.SymIntArgument("as_int", x) for x in v])
+                return A(
+                    "as_sym_ints",
+                    [S.SymIntArgument("as_name", x.name) if isinstance(x, Node) else S.SymIntArgument("as_int", x) for x in v],
+                )
             if all(isinstance(x, SymValue) and x.kind == "bool" for x in vals) and len(nodes) == len(v):
                 return A("as_sym_bools", [S.SymBoolArgument("as_name", x.name) for x in nodes])
         if all(isinstance(x, Node) for x in v):
@@ -444,7 +457,12 @@ class _Writer:
         if all(isinstance(x, Node) or x is None for x in v):
             return A(
                 "as_optional_tensors",
-                [S.OptionalTensorArgument("as_none", True) if x is None else S.OptionalTensorArgument("as_tensor", S.TensorArgument(x.name)) for x in v],
+                [
+                    S.OptionalTensorArgument("as_none", True)
+                    if x is None
+                    else S.OptionalTensorArgument("as_tensor", S.TensorArgument(x.name))
+                    for x in v
+                ],
             )
         raise UnsupportedError("cannot serialize a list argument mixing " + ", ".join(sorted({type(x).__name__ for x in v})))
 
@@ -456,7 +474,7 @@ class _Writer:
             pos = schema.positional
             if len(n.args) > len(pos):
                 raise FormatError(f"node {n.name!r}: {t.key} takes {len(pos)} positional arguments", found=f"{len(n.args)}")
-            for a, v in zip(pos, n.args):
+            for a, v in zip(pos, n.args, strict=False):
                 inputs.append(S.NamedArgument(a.name, self.arg(v, a.type), S.ArgumentKind.POSITIONAL))
             for k, v in n.kwargs.items():
                 sa = schema.argument(k)
@@ -464,7 +482,11 @@ class _Writer:
         else:
             names = n.meta.get("pt2_arg_names")
             for i, v in enumerate(n.args):
-                nm = "" if t.is_hop else (names[i] if names and i < len(names) else ("a", "b", "c", "d")[i] if i < 4 else f"arg{i}")
+                nm = (
+                    ""
+                    if t.is_hop
+                    else (names[i] if names and i < len(names) else ("a", "b", "c", "d")[i] if i < 4 else f"arg{i}")
+                )
                 inputs.append(S.NamedArgument(nm, self.arg(v), S.ArgumentKind.POSITIONAL))
             for k, v in n.kwargs.items():
                 inputs.append(S.NamedArgument(k, self.arg(v), S.ArgumentKind.KEYWORD))
@@ -533,7 +555,12 @@ class _Writer:
                 if n.target not in g.subgraphs:
                     raise UnsupportedError(f"get_attr {n.name!r} of a non-graph attribute cannot be stored in a .pt2 graph")
             elif n.op == "call_function":
-                if _is_getitem(n) and isinstance(n.args[0], Node) and id(n.args[0]) in self.getitems and n.args[0].op == "call_function":
+                if (
+                    _is_getitem(n)
+                    and isinstance(n.args[0], Node)
+                    and id(n.args[0]) in self.getitems
+                    and n.args[0].op == "call_function"
+                ):
                     continue
                 nodes.append(self.node(n))
             elif n.op == "output":
@@ -563,4 +590,3 @@ def serialize_graph(g: Graph) -> S.Graph:
         FormatError: arguments that do not fit the operator's schema.
     """
     return _Writer(g).run()
-

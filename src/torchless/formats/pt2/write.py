@@ -21,7 +21,8 @@ import dataclasses
 import io
 import json
 import sys
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
@@ -61,7 +62,9 @@ def _meta(t: Tensor) -> S.TensorMeta:
     )
 
 
-def _write_payload(zw: TorchZipWriter, items: dict[str, Any], folder: str, prefix: str, source: Any, params: set[str]) -> S.PayloadConfig:
+def _write_payload(
+    zw: TorchZipWriter, items: dict[str, Any], folder: str, prefix: str, source: Any, params: set[str]
+) -> S.PayloadConfig:
     config: dict[str, S.PayloadMeta] = {}
     groups: dict[tuple[int, str], str] = {}
     # numbering continues over the records already in the folder (several models)
@@ -132,10 +135,30 @@ def signature_to_schema(sig: Signature, graph: Graph) -> S.GraphSignature:
             ins.append(S.InputSpec("custom_obj", S.InputToCustomObjSpec(S.CustomObjArgument(s.arg or "", fqn), s.target or "")))
         elif s.kind == "TOKEN":
             ins.append(S.InputSpec("token", S.InputTokenSpec(S.TokenArgument(s.arg or ""))))
-        elif s.value is not None or (s.arg and not isinstance(vals.get(s.arg), (TensorValue, SymValue, S.CustomObjArgument)) and s.arg in vals and vals.get(s.arg) is not None):
+        elif s.value is not None or (
+            s.arg
+            and not isinstance(vals.get(s.arg), (TensorValue, SymValue, S.CustomObjArgument))
+            and s.arg in vals
+            and vals.get(s.arg) is not None
+        ):
             value = s.value if s.value is not None else vals.get(s.arg or "")
-            ck = "as_bool" if isinstance(value, bool) else "as_int" if isinstance(value, int) else "as_float" if isinstance(value, float) else "as_string" if isinstance(value, str) else "as_none"
-            ins.append(S.InputSpec("constant_input", S.InputToConstantInputSpec(s.arg or "", S.ConstantValue(ck, True if ck == "as_none" else value))))
+            ck = (
+                "as_bool"
+                if isinstance(value, bool)
+                else "as_int"
+                if isinstance(value, int)
+                else "as_float"
+                if isinstance(value, float)
+                else "as_string"
+                if isinstance(value, str)
+                else "as_none"
+            )
+            ins.append(
+                S.InputSpec(
+                    "constant_input",
+                    S.InputToConstantInputSpec(s.arg or "", S.ConstantValue(ck, True if ck == "as_none" else value)),
+                )
+            )
         else:
             ins.append(S.InputSpec("user_input", S.UserInputSpec(user_arg(s.arg, vals.get(s.arg or "")))))
     outs = []

@@ -143,7 +143,9 @@ def parse_bytecode(value: Any) -> Bytecode:
         raise FormatError("bytecode.pkl must be a non-empty tuple", found=type(value).__name__)
     version = _int(value[0], "version")
     if version < 3:
-        raise UnsupportedError("bytecode version before 3", expected=f"{spec.MIN_BYTECODE_VERSION}..{spec.MAX_BYTECODE_VERSION}", found=version)
+        raise UnsupportedError(
+            "bytecode version before 3", expected=f"{spec.MIN_BYTECODE_VERSION}..{spec.MAX_BYTECODE_VERSION}", found=version
+        )
     methods = []
     for entry in value[1:]:
         if not isinstance(entry, tuple) or len(entry) not in (2, 3) or not isinstance(entry[0], str):
@@ -183,9 +185,13 @@ def read_bytecode(archive: TorchScriptArchive) -> Bytecode:
     # version 4 wrote bytecode tensors to bytecode/, later versions share constants/
     head = zr.read(spec.BYTECODE_PKL)[:4].tobytes()
     old = len(head) >= 4 and head[2] == 0x4B and head[3] <= 4
-    dirs = (spec.BYTECODE_DIR, spec.CONSTANTS_DIR, spec.DATA_DIR) if old else (spec.CONSTANTS_DIR, spec.BYTECODE_DIR, spec.DATA_DIR)
+    dirs = (
+        (spec.BYTECODE_DIR, spec.CONSTANTS_DIR, spec.DATA_DIR) if old else (spec.CONSTANTS_DIR, spec.BYTECODE_DIR, spec.DATA_DIR)
+    )
     try:
-        value = load_pickle(zr, spec.BYTECODE_PKL, dirs, TorchScriptResolver(archive.weights_only), archive.storages, archive.limits)
+        value = load_pickle(
+            zr, spec.BYTECODE_PKL, dirs, TorchScriptResolver(archive.weights_only), archive.storages, archive.limits
+        )
         return parse_bytecode(value)
     except TorchlessError as e:
         raise e.with_context(path=zr.path, member=f"{zr.prefix}/{spec.BYTECODE_PKL}")

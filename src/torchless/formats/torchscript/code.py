@@ -256,10 +256,12 @@ def _renumber(text: str) -> str:
         # the bare name is free unless something else (an argument) already uses it
         taken = attr not in names and re.search(r"(?<![A-Za-z0-9_.])" + re.escape(attr) + r"(?![A-Za-z0-9_])", bare) is not None
         targets = ([] if taken else [attr]) + [f"{attr}{i}" for i in range(len(ordered))]
-        for n, new in zip(ordered, targets):
+        for n, new in zip(ordered, targets, strict=False):
             if n != new:
                 rename[n] = new
     if not rename:
         return text
-    ident = re.compile(r"(?<![A-Za-z0-9_.])(" + "|".join(re.escape(k) for k in sorted(rename, key=len, reverse=True)) + r")(?![A-Za-z0-9_])")
+    ident = re.compile(
+        r"(?<![A-Za-z0-9_.])(" + "|".join(re.escape(k) for k in sorted(rename, key=len, reverse=True)) + r")(?![A-Za-z0-9_])"
+    )
     return _outside_strings(text, lambda s: ident.sub(lambda m: rename[m.group(1)], s))

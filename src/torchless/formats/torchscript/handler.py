@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from ...container.zip import Problem, is_zip
 from ...core.errors import TorchlessError
+from ...core.lazy import LazyModule
 from ...core.source import open_source
 from ...core.tensor import Tensor
 from ...core.tree import describe
@@ -14,7 +16,6 @@ from ...pickle.torch_globals import TORCH_ALLOWLIST
 from ..base import Artifact, Probe, summarize_tensors
 from ..registry import register
 from . import spec
-from ...core.lazy import LazyModule
 
 _read = LazyModule("torchless.formats.torchscript.read")
 
@@ -49,7 +50,11 @@ def module_tree(m: _read.ScriptObject, limit: int = 10_000) -> dict[str, Any]:
         seen.add(id(x))
         params = {k: _tensor_summary(v) if isinstance(v, Tensor) else v for k, v in x.attrs.items() if x._kind(k) == "parameter"}
         bufs = {k: _tensor_summary(v) if isinstance(v, Tensor) else v for k, v in x.attrs.items() if x._kind(k) == "buffer"}
-        attrs = {k: _value_summary(v) for k, v in x.attrs.items() if x._kind(k) == "attribute" and k not in ("training", "_is_full_backward_hook")}
+        attrs = {
+            k: _value_summary(v)
+            for k, v in x.attrs.items()
+            if x._kind(k) == "attribute" and k not in ("training", "_is_full_backward_hook")
+        }
         if params:
             out["parameters"] = params
         if bufs:
@@ -226,11 +231,13 @@ class TorchScriptArtifact(Artifact):
         out["all_tensor_bytes"] = sum(t.nbytes for _, t in everything)
         out["constants"] = len(a.constants) if isinstance(a.constants, tuple) else 0
         out["extra_files"] = {k: e.size for k, e in a.extra.items()}
-        code_sizes = {rec[len(spec.CODE_DIR):]: zr.get(rec).size for rec in a.code}
+        code_sizes = {rec[len(spec.CODE_DIR) :]: zr.get(rec).size for rec in a.code}
         out["code_files"] = code_sizes
         out["methods"] = {q: list(cs.methods) for q, cs in a.classes.items() if cs.methods}
         out["globals_not_allowlisted"] = refused
-        out["torch_weights_only_would_refuse"] = sorted({g for g, _ in a.globals_seen if g not in TORCH_ALLOWLIST and not g.startswith("__torch__.")})
+        out["torch_weights_only_would_refuse"] = sorted(
+            {g for g, _ in a.globals_seen if g not in TORCH_ALLOWLIST and not g.startswith("__torch__.")}
+        )
         if isinstance(root, _read.ScriptObject):
             out["tree"] = module_tree(root)
         else:
@@ -258,24 +265,44 @@ class TorchScriptArtifact(Artifact):
                 continue
             seen.add(id(x))
             if x.class_source is None and not x.qualified_name.startswith("__torch__.torch.classes."):
-                problems.append(Problem("missing-class", f"class {x.qualified_name} has no source in code/", x.qualified_name, None, "error"))
+                problems.append(
+                    Problem("missing-class", f"class {x.qualified_name} has no source in code/", x.qualified_name, None, "error")
+                )
             elif x.state is not None and x.is_module:
-                problems.append(Problem("setstate", f"{x.qualified_name} is restored by its TorchScript __setstate__, which torchless does not run: its tensors are in all_tensors() but not in the state_dict", x.qualified_name, None, "warning"))
+                problems.append(
+                    Problem(
+                        "setstate",
+                        f"{x.qualified_name} is restored by its TorchScript __setstate__, which torchless does not run: its tensors are in all_tensors() but not in the state_dict",
+                        x.qualified_name,
+                        None,
+                        "warning",
+                    )
+                )
             elif x.class_source is not None:
                 for n in x.class_source.parameters + x.class_source.buffers:
                     if n not in x.attrs:
-                        problems.append(Problem("missing-attribute", f"{x.qualified_name} declares {n!r} but data.pkl has no value for it", n, None, "error"))
+                        problems.append(
+                            Problem(
+                                "missing-attribute",
+                                f"{x.qualified_name} declares {n!r} but data.pkl has no value for it",
+                                n,
+                                None,
+                                "error",
+                            )
+                        )
             stack.extend(v for v in x.attrs.values() if isinstance(v, _read.ScriptObject))
-        used = {st.origin[len(zr.prefix) + 1:] for st in a.storages.values() if st.origin}
+        used = {st.origin[len(zr.prefix) + 1 :] for st in a.storages.values() if st.origin}
         if a.is_lite:
             try:
                 a.bytecode()
             except TorchlessError as e:
                 problems.append(Problem("bytecode", str(e), spec.BYTECODE_PKL))
-            used |= {st.origin[len(zr.prefix) + 1:] for st in a.storages.values() if st.origin}
+            used |= {st.origin[len(zr.prefix) + 1 :] for st in a.storages.values() if st.origin}
         for rec in zr.records():
             if (rec.startswith(spec.DATA_DIR + "/") or rec.startswith(spec.CONSTANTS_DIR + "/")) and rec not in used:
-                problems.append(Problem("unused-record", f"storage record {rec!r} is not referenced by any pickle", rec, None, "warning"))
+                problems.append(
+                    Problem("unused-record", f"storage record {rec!r} is not referenced by any pickle", rec, None, "warning")
+                )
         return problems
 
     def close(self) -> None:

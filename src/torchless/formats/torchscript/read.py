@@ -9,8 +9,9 @@ the name alone is safe to honour); nothing the archive names is imported or call
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from ...container.zip import ZipEntry, ZipReader
 from ...core.errors import FormatError, NotFoundError, TorchlessError, TruncatedError, UnsupportedError, short_repr
@@ -56,11 +57,31 @@ def _restore_type_tag(args: tuple) -> Any:
 
 def _ts_table() -> Allowlist:
     al = Allowlist("torchscript")
-    al.add("torch.jit._pickle.build_intlist", _typed_list("torch.jit._pickle.build_intlist", (int,)), "identity on a List[int] (TorchScript type tag)")
-    al.add("torch.jit._pickle.build_doublelist", _typed_list("torch.jit._pickle.build_doublelist", (float, int)), "identity on a List[float] (TorchScript type tag)")
-    al.add("torch.jit._pickle.build_boollist", _typed_list("torch.jit._pickle.build_boollist", (bool,)), "identity on a List[bool] (TorchScript type tag)")
-    al.add("torch.jit._pickle.build_tensorlist", _typed_list("torch.jit._pickle.build_tensorlist", (Tensor, type(None))), "identity on a List[Tensor] (TorchScript type tag)")
-    al.add("torch.jit._pickle.restore_type_tag", Rebuilder("torch.jit._pickle.restore_type_tag", _restore_type_tag), "returns its value; the second argument is only a type string")
+    al.add(
+        "torch.jit._pickle.build_intlist",
+        _typed_list("torch.jit._pickle.build_intlist", (int,)),
+        "identity on a List[int] (TorchScript type tag)",
+    )
+    al.add(
+        "torch.jit._pickle.build_doublelist",
+        _typed_list("torch.jit._pickle.build_doublelist", (float, int)),
+        "identity on a List[float] (TorchScript type tag)",
+    )
+    al.add(
+        "torch.jit._pickle.build_boollist",
+        _typed_list("torch.jit._pickle.build_boollist", (bool,)),
+        "identity on a List[bool] (TorchScript type tag)",
+    )
+    al.add(
+        "torch.jit._pickle.build_tensorlist",
+        _typed_list("torch.jit._pickle.build_tensorlist", (Tensor, type(None))),
+        "identity on a List[Tensor] (TorchScript type tag)",
+    )
+    al.add(
+        "torch.jit._pickle.restore_type_tag",
+        Rebuilder("torch.jit._pickle.restore_type_tag", _restore_type_tag),
+        "returns its value; the second argument is only a type string",
+    )
     for sname, dt in spec.SCALAR_TYPE_DTYPES.items():
         if f"torch.{sname}" not in DEFAULT_ALLOWLIST:
             al.add(f"torch.{sname}", StorageType(sname, dt), "a C++-pickler storage class marker carrying its dtype")
@@ -97,7 +118,7 @@ class ScriptObject:
         self.args = args
         self.class_source: ClassSource | None = None
 
-    def __torchless_build__(self, state: Any) -> "ScriptObject":
+    def __torchless_build__(self, state: Any) -> ScriptObject:
         if isinstance(state, dict):
             self.attrs.update({str(k): v for k, v in state.items()})
         else:
@@ -149,18 +170,18 @@ class ScriptObject:
 
     def _named(self, kind: str, prefix: str, recurse: bool) -> Iterator[tuple[str, Tensor]]:
         seen: set[int] = set()
-        for mprefix, mod in (self.named_modules(prefix) if recurse else [(prefix, self)]):
+        for mprefix, mod in self.named_modules(prefix) if recurse else [(prefix, self)]:
             for k, v in mod.attrs.items():
                 if isinstance(v, Tensor) and mod._kind(k) == kind and id(v) not in seen:
                     seen.add(id(v))
                     yield (f"{mprefix}.{k}" if mprefix else k), v
 
-    def named_children(self) -> Iterator[tuple[str, "ScriptObject"]]:
+    def named_children(self) -> Iterator[tuple[str, ScriptObject]]:
         for k, v in self.attrs.items():
             if isinstance(v, ScriptObject) and v.is_module:
                 yield k, v
 
-    def named_modules(self, prefix: str = "") -> Iterator[tuple[str, "ScriptObject"]]:
+    def named_modules(self, prefix: str = "") -> Iterator[tuple[str, ScriptObject]]:
         """Every module, depth-first, each once (like ``nn.Module.named_modules``)."""
         seen: set[int] = set()
         stack: list[tuple[str, ScriptObject]] = [(prefix, self)]
@@ -186,7 +207,11 @@ class ScriptObject:
             p, m, depth = stack.pop()
             visits += 1
             if depth > 1000 or visits > 1_000_000:
-                raise FormatError("module tree nested too deeply, too large or cyclic", expected="<= 1000 levels", found=f"{(p or '<root>')[:80]} at depth {depth}")
+                raise FormatError(
+                    "module tree nested too deeply, too large or cyclic",
+                    expected="<= 1000 levels",
+                    found=f"{(p or '<root>')[:80]} at depth {depth}",
+                )
             for kind in ("parameter", "buffer"):
                 for k, v in m.attrs.items():
                     if isinstance(v, Tensor) and m._kind(k) == kind:
@@ -236,7 +261,9 @@ class TorchScriptResolver:
     """Resolve the C++ pickler's GLOBALs: ``__torch__.*`` classes to :class:`ScriptObject`
     makers, the rest through :data:`TORCHSCRIPT_ALLOWLIST` (refused or placeholders)."""
 
-    def __init__(self, weights_only: bool = True, extra: dict[str, Any] | None = None, allowlist: Allowlist | None = None) -> None:
+    def __init__(
+        self, weights_only: bool = True, extra: dict[str, Any] | None = None, allowlist: Allowlist | None = None
+    ) -> None:
         self.inner = AllowlistResolver(allowlist or TORCHSCRIPT_ALLOWLIST, weights_only=weights_only, extra=dict(extra or {}))
         self._classes: dict[str, Rebuilder] = {}
 
@@ -251,7 +278,12 @@ class TorchScriptResolver:
             rb = self._classes.get(qual)
             if rb is None:
                 # enums are written as GLOBAL '__torch__ <Enum>' <value> REDUCE: a bare argument
-                rb = Rebuilder(qual, lambda args, q=qual: ScriptObject(q, args), lambda args, kw, q=qual: ScriptObject(q, args), wraps_single_arg=True)
+                rb = Rebuilder(
+                    qual,
+                    lambda args, q=qual: ScriptObject(q, args),
+                    lambda args, kw, q=qual: ScriptObject(q, args),
+                    wraps_single_arg=True,
+                )
                 self._classes[qual] = rb
             return rb
         return self.inner.resolve(module, name)
@@ -343,7 +375,15 @@ class TorchScriptArchive:
         assert self.zip is not None
         if self.zip.lookup(spec.TRACED_INPUTS_PKL) is None:
             return None
-        return load_pickle(self.zip, spec.TRACED_INPUTS_PKL, (spec.TRACED_INPUTS_DIR,), TorchScriptResolver(self.weights_only), {}, self.limits, allow_short=True)
+        return load_pickle(
+            self.zip,
+            spec.TRACED_INPUTS_PKL,
+            (spec.TRACED_INPUTS_DIR,),
+            TorchScriptResolver(self.weights_only),
+            {},
+            self.limits,
+            allow_short=True,
+        )
 
     def close(self) -> None:
         if self.zip is not None:
@@ -370,7 +410,13 @@ def load_pickle(
     if bo is not None and bo.size <= 16:
         byteorder = zr.read_bytes(bo).decode("ascii", "replace").strip() or "little"
         if byteorder not in ("little", "big"):
-            raise FormatError("unknown byte order record", path=zr.path, member="byteorder", expected="'little' or 'big'", found=short_repr(byteorder))
+            raise FormatError(
+                "unknown byte order record",
+                path=zr.path,
+                member="byteorder",
+                expected="'little' or 'big'",
+                found=short_repr(byteorder),
+            )
 
     def persistent_load(pid: Any) -> Any:
         stype, key, location, numel, _view = _pid_parts(pid)
@@ -386,16 +432,34 @@ def load_pickle(
                 break
         nbytes = numel * dtype.itemsize
         if entry is None:
-            raise FormatError("archive references a storage record that does not exist", path=zr.path, member=f"{zr.prefix}/{dirs[0] if dirs else 'data'}/{key}")
+            raise FormatError(
+                "archive references a storage record that does not exist",
+                path=zr.path,
+                member=f"{zr.prefix}/{dirs[0] if dirs else 'data'}/{key}",
+            )
         st = storages.get(rec)
         if st is not None:
             if st.nbytes != nbytes or st.dtype is not dtype:
-                return Storage(key, nbytes, dtype, location, loader=lambda st=st, n=nbytes: st.bytes()[:n], byteorder=byteorder, origin=entry.name)
+                return Storage(
+                    key,
+                    nbytes,
+                    dtype,
+                    location,
+                    loader=lambda st=st, n=nbytes: st.bytes()[:n],
+                    byteorder=byteorder,
+                    origin=entry.name,
+                )
             return st
         if entry.size < nbytes:
             if allow_short:
                 return _NoData(dtype, location)
-            raise TruncatedError("storage record smaller than its declared size", path=zr.path, member=entry.name, expected=f"{nbytes} bytes", found=f"{entry.size} bytes")
+            raise TruncatedError(
+                "storage record smaller than its declared size",
+                path=zr.path,
+                member=entry.name,
+                expected=f"{nbytes} bytes",
+                found=f"{entry.size} bytes",
+            )
 
         def loader(entry: ZipEntry = entry, nbytes: int = nbytes) -> memoryview:
             return zr.read(entry)[:nbytes]
@@ -417,8 +481,6 @@ class _NoData(Storage):
 
     def __init__(self, dtype: Any, location: str) -> None:
         super().__init__("", 0, dtype, location)
-
-
 
 
 def _small_records(zr: ZipReader) -> dict[str, str]:
@@ -482,7 +544,13 @@ def _attach_classes(root: Any, classes: dict[str, ClassSource], limit: int = 50_
             stack.extend(x.values())
 
 
-def read_archive(source: ByteSource | ZipReader, *, weights_only: bool = True, limits: Limits = Limits(), extra_globals: dict[str, Any] | None = None) -> TorchScriptArchive:
+def read_archive(
+    source: ByteSource | ZipReader,
+    *,
+    weights_only: bool = True,
+    limits: Limits = Limits(),
+    extra_globals: dict[str, Any] | None = None,
+) -> TorchScriptArchive:
     """Parse a TorchScript archive: module tree, constants, code and extra files.
 
     Args:
@@ -507,9 +575,17 @@ def read_archive(source: ByteSource | ZipReader, *, weights_only: bool = True, l
                 try:
                     v = int(records[r].strip())
                 except ValueError:
-                    raise FormatError("version record is not a number", path=zr.path, member=r, found=short_repr(records[r], 20)) from None
+                    raise FormatError(
+                        "version record is not a number", path=zr.path, member=r, found=short_repr(records[r], 20)
+                    ) from None
                 if not spec.MIN_FILE_FORMAT_VERSION <= v <= spec.MAX_FILE_FORMAT_VERSION:
-                    raise UnsupportedError("TorchScript file format version out of range", path=zr.path, member=r, expected=f"{spec.MIN_FILE_FORMAT_VERSION}..{spec.MAX_FILE_FORMAT_VERSION}", found=v)
+                    raise UnsupportedError(
+                        "TorchScript file format version out of range",
+                        path=zr.path,
+                        member=r,
+                        expected=f"{spec.MIN_FILE_FORMAT_VERSION}..{spec.MAX_FILE_FORMAT_VERSION}",
+                        found=v,
+                    )
         resolver = TorchScriptResolver(weights_only, extra_globals)
         storages: dict[str, Storage] = {}
         constants: Any = ()
@@ -525,6 +601,8 @@ def read_archive(source: ByteSource | ZipReader, *, weights_only: bool = True, l
                 e = zr.lookup(rec)
                 if e is not None:
                     extra[rec[len(spec.EXTRA_DIR) :]] = e
-        return TorchScriptArchive(module, constants, code, classes, extra, records, storages, list(resolver.seen), zr, weights_only, limits)
+        return TorchScriptArchive(
+            module, constants, code, classes, extra, records, storages, list(resolver.seen), zr, weights_only, limits
+        )
     except TorchlessError as e:
         raise e.with_context(path=zr.path)

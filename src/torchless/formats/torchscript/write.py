@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -41,7 +42,10 @@ def replacement_array(target: Tensor, value: Any, name: str = "") -> np.ndarray:
     want = target.dtype
     if isinstance(value, Tensor):
         if value.dtype.name != want.name:
-            raise UsageError(f"tensor {name!r}: dtype {value.dtype.name} given, the archive has {want.name}", hint="cast before replacing; shapes and dtypes are part of the compiled code")
+            raise UsageError(
+                f"tensor {name!r}: dtype {value.dtype.name} given, the archive has {want.name}",
+                hint="cast before replacing; shapes and dtypes are part of the compiled code",
+            )
         arr = value.numpy(raw=True)
         if want.numpy is not None:
             arr = value.numpy()
@@ -49,7 +53,11 @@ def replacement_array(target: Tensor, value: Any, name: str = "") -> np.ndarray:
         arr = np.asarray(value)
         ok = {np.dtype(want.storage)} | ({np.dtype(want.numpy)} if want.numpy is not None else set())
         if arr.dtype.newbyteorder("=") not in ok:
-            raise UsageError(f"tensor {name!r}: NumPy dtype {arr.dtype} given, the archive has {want.name}", expected=" or ".join(sorted(map(str, ok))), hint="cast before replacing")
+            raise UsageError(
+                f"tensor {name!r}: NumPy dtype {arr.dtype} given, the archive has {want.name}",
+                expected=" or ".join(sorted(map(str, ok))),
+                hint="cast before replacing",
+            )
     if tuple(arr.shape) != tuple(target.shape):
         raise UsageError(f"tensor {name!r}: shape {list(arr.shape)} given, the archive has {list(target.shape)}")
     return arr
@@ -65,7 +73,9 @@ def _write_into(buf: bytearray, target: Tensor, arr: np.ndarray) -> None:
     if target.numel() == 0:
         return
     base = np.frombuffer(buf, dtype=npd)
-    view = np.lib.stride_tricks.as_strided(base[target.storage_offset():], shape=target.shape, strides=tuple(s * npd.itemsize for s in target.stride()))
+    view = np.lib.stride_tricks.as_strided(
+        base[target.storage_offset() :], shape=target.shape, strides=tuple(s * npd.itemsize for s in target.stride())
+    )
     vals = arr
     if target.dtype.numpy is not None and target.dtype.name != "complex32":
         # the stored bits of a tensor with a conj/neg bit are the un-conjugated values
@@ -116,7 +126,9 @@ def save_edited(
             art.close()
 
 
-def _save(art: TorchScriptArtifact, dst: Any, tensors: Any, extra_files: Any, remove_extra: set[str], strict: bool, progress: Any) -> dict[str, Any]:
+def _save(
+    art: TorchScriptArtifact, dst: Any, tensors: Any, extra_files: Any, remove_extra: set[str], strict: bool, progress: Any
+) -> dict[str, Any]:
     archive = art.archive
     zr: ZipReader = archive.zip  # type: ignore[assignment]
     items = list(tensors.items()) if isinstance(tensors, Mapping) else list(tensors or [])
@@ -127,7 +139,11 @@ def _save(art: TorchScriptArtifact, dst: Any, tensors: Any, extra_files: Any, re
     if strict:
         missing = [n for n in sd if n not in {k for k, _ in items}]
         if missing:
-            raise UsageError(f"{len(missing)} state_dict entries have no new value", found=", ".join(missing[:8]), hint="pass strict=False to keep the others")
+            raise UsageError(
+                f"{len(missing)} state_dict entries have no new value",
+                found=", ".join(missing[:8]),
+                hint="pass strict=False to keep the others",
+            )
     # new bytes per storage record (relative name), written through each tensor's view
     new_bytes: dict[str, bytearray] = {}
     replaced = []
@@ -135,7 +151,11 @@ def _save(art: TorchScriptArtifact, dst: Any, tensors: Any, extra_files: Any, re
     for name, value in items:
         t = known.get(name)
         if t is None:
-            raise NotFoundError(f"the archive has no tensor {name!r}", path=art.path, hint="see `torchless ls` (state_dict names) or all_tensors()")
+            raise NotFoundError(
+                f"the archive has no tensor {name!r}",
+                path=art.path,
+                hint="see `torchless ls` (state_dict names) or all_tensors()",
+            )
         if t.storage is None or not t.storage.origin:
             raise UnsupportedError(f"tensor {name!r} has no storage record to rewrite")
         arr = replacement_array(t, value, name)
@@ -191,4 +211,3 @@ def _copy(zr: ZipReader, zw: TorchZipWriter, rec: str, e: ZipEntry) -> None:
         zw.copy_compressed(rec, raw, e.size, e.crc)
         return
     zw.write(rec, zr.read(e))
-

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 from ...core.errors import TorchlessError
 from ...core.source import ByteSource, BytesSource, MmapSource
@@ -91,7 +92,18 @@ class ScannerBase:
             self.loader_ctx = saved
 
     # -- findings ----------------------------------------------------------------------
-    def add(self, rule: str, severity: str, message: str, member: str | None = None, offset: int | None = None, file_offset: int | None = None, global_name: str | None = None, disassembly: list[str] | None = None, loader: str | None = None) -> None:
+    def add(
+        self,
+        rule: str,
+        severity: str,
+        message: str,
+        member: str | None = None,
+        offset: int | None = None,
+        file_offset: int | None = None,
+        global_name: str | None = None,
+        disassembly: list[str] | None = None,
+        loader: str | None = None,
+    ) -> None:
         loader = loader or self.loader_ctx
         key = (rule + message, offset or 0, member or "")
         if key in self._seen:
@@ -101,14 +113,29 @@ class ScannerBase:
             self._dropped += 1  # the first finding of each rule and severity is always kept
             return
         self._kinds.add((rule, severity))
-        self.report.findings.append(Finding(rule, severity, message, self.path, member, offset, file_offset, global_name, disassembly or [], loader))
+        self.report.findings.append(
+            Finding(rule, severity, message, self.path, member, offset, file_offset, global_name, disassembly or [], loader)
+        )
 
     def spend(self, what: str, n: int, member: str | None, doing: str, loader: str | None = None) -> bool:
         """Draw from the scan's budget; on exhaustion report a ``limit`` finding, return False."""
         if self.budget.take(what, n):
             return True
-        names = {"inflate": "decompressed bytes", "pickle": "pickle bytes analysed", "ops": "opcodes run", "nodes": "carriers and members visited", "probes": "carriers probed by the real unpicklers", "seconds": "time"}
-        self.add("limit", "high", f"the scan's work budget ({names.get(self.budget.exhausted or what, what)}) ran out while {doing}; the rest was not analysed", member, loader=loader)
+        names = {
+            "inflate": "decompressed bytes",
+            "pickle": "pickle bytes analysed",
+            "ops": "opcodes run",
+            "nodes": "carriers and members visited",
+            "probes": "carriers probed by the real unpicklers",
+            "seconds": "time",
+        }
+        self.add(
+            "limit",
+            "high",
+            f"the scan's work budget ({names.get(self.budget.exhausted or what, what)}) ran out while {doing}; the rest was not analysed",
+            member,
+            loader=loader,
+        )
         return False
 
     # -- entry -------------------------------------------------------------------------
@@ -120,7 +147,11 @@ class ScannerBase:
                 if self.dcp_items(None) is not None:  # a DCP item: reported with dcp.load named
                     self.report.kind = "distcp"
                     return self.report
-                self.add("link-escape", "high", f"a symbolic link to {real}, outside the scanned folder: loaders read that file; the scanner does not follow links out of the folder (scan the target itself if you trust it)")
+                self.add(
+                    "link-escape",
+                    "high",
+                    f"a symbolic link to {real}, outside the scanned folder: loaders read that file; the scanner does not follow links out of the folder (scan the target itself if you trust it)",
+                )
                 self.add("unanalysable", "high", "what the link reaches is read by any loader of the folder and was not analysed")
                 self.report.kind = "link"
                 return self.report
@@ -159,7 +190,17 @@ class ScannerBase:
         return self.report
 
     # -- dispatch ----------------------------------------------------------------------
-    def scan_source(self, src: ByteSource, member: str | None, base: int | None, depth: int, *, toplevel: bool = False, context: str = "member", loader: str | None = None) -> None:
+    def scan_source(
+        self,
+        src: ByteSource,
+        member: str | None,
+        base: int | None,
+        depth: int,
+        *,
+        toplevel: bool = False,
+        context: str = "member",
+        loader: str | None = None,
+    ) -> None:
         """Every view a loader could take of ``src``.
 
         ``context``: ``file`` (a file on disk: torch.load also tries ``tarfile``),
@@ -170,7 +211,17 @@ class ScannerBase:
         with self.loading(loader):
             self._scan_source(src, member, base, depth, toplevel=toplevel, context=context, loader=loader)
 
-    def _scan_source(self, src: ByteSource, member: str | None, base: int | None, depth: int, *, toplevel: bool, context: str, loader: str | None) -> None:
+    def _scan_source(
+        self,
+        src: ByteSource,
+        member: str | None,
+        base: int | None,
+        depth: int,
+        *,
+        toplevel: bool,
+        context: str,
+        loader: str | None,
+    ) -> None:
         if depth > MAX_DEPTH:
             self.add("limit", "high", f"carriers nested more than {MAX_DEPTH} deep; not analysed further", member, loader=loader)
             return
@@ -226,10 +277,24 @@ class ScannerBase:
         claims = name.endswith(MODEL_SUFFIXES) or name.rsplit(" > ", 1)[-1].endswith(MODEL_SUFFIXES)
         what = "no pickle-based carrier (no zip, tar, .npy or compressed stream that a loader opens, and no pickle it would run)"
         if claims and (toplevel or member is not None) and not loader:
-            self.add("unrecognized", "high", f"{what}, yet its name says it is one; the real unpicklers stop before importing anything ({why}), but a loader or version the scanner does not model could read it differently", member, loader="pickle.load")
+            self.add(
+                "unrecognized",
+                "high",
+                f"{what}, yet its name says it is one; the real unpicklers stop before importing anything ({why}), but a loader or version the scanner does not model could read it differently",
+                member,
+                loader="pickle.load",
+            )
         elif toplevel or loader:  # archive members no loader unpickles by name need no note
-            self.add("unrecognized", "info", f"{what}; no supported loader executes anything from it: the real unpicklers stop before importing anything ({why})", member, loader=loader or "pickle.load")
+            self.add(
+                "unrecognized",
+                "info",
+                f"{what}; no supported loader executes anything from it: the real unpicklers stop before importing anything ({why})",
+                member,
+                loader=loader or "pickle.load",
+            )
 
-    def scan_bytes(self, data: Any, member: str | None, base: int | None, depth: int, *, context: str = "member", loader: str | None = None) -> None:
+    def scan_bytes(
+        self, data: Any, member: str | None, base: int | None, depth: int, *, context: str = "member", loader: str | None = None
+    ) -> None:
         """Scan bytes or a zero-copy memoryview (item of a .distcp, nested archive ...)."""
         self.scan_source(BytesSource(data, member or self.path), member, base, depth, context=context, loader=loader)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -15,8 +16,22 @@ MAX_DEPTH = 6  # nesting of carriers (zip in pickle in zip ...)
 MAX_MEMBER = 1 << 31  # bytes of one pickle-carrying member read for analysis
 _WINDOW = 1 << 22  # bytes of a raw file analysed before deciding whether it is a pickle
 
-_STORAGE_RECORD = re.compile(r"^(?:.*/)?(?:data|constants|tensors)/\d+$|^(?:.*/)?data/weights/weight_\d+$|^(?:.*/)?data/constants/tensor_\d+$|^(?:.*/)?xl_model_weights/")
-_KNOWN_RECORDS = ("data.pkl", "constants.pkl", "bytecode.pkl", "traced_inputs.pkl", "version", "byteorder", ".data/version", ".format_version", ".storage_alignment", ".data/serialization_id", "archive_format")
+_STORAGE_RECORD = re.compile(
+    r"^(?:.*/)?(?:data|constants|tensors)/\d+$|^(?:.*/)?data/weights/weight_\d+$|^(?:.*/)?data/constants/tensor_\d+$|^(?:.*/)?xl_model_weights/"
+)
+_KNOWN_RECORDS = (
+    "data.pkl",
+    "constants.pkl",
+    "bytecode.pkl",
+    "traced_inputs.pkl",
+    "version",
+    "byteorder",
+    ".data/version",
+    ".format_version",
+    ".storage_alignment",
+    ".data/serialization_id",
+    "archive_format",
+)
 _ZIP_SIG = b"PK\x03\x04"
 _EOCD_SIG = b"PK\x05\x06"
 _OK_FLAGS = 0x0808 | 0x0006  # data descriptor, UTF-8 names, deflate speed bits

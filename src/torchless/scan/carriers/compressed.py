@@ -20,7 +20,9 @@ from .recognize import probe_pickle
 __all__ = ["CompressedCarrier"]
 
 _CHUNK = 1 << 20
-_MAX_STREAMS = 10_000  # concatenated streams followed (BGZF writes one per 64 KiB; 16 MiB of zeros are a million empty .lzma streams)
+_MAX_STREAMS = (
+    10_000  # concatenated streams followed (BGZF writes one per 64 KiB; 16 MiB of zeros are a million empty .lzma streams)
+)
 _PROBE = 1 << 20  # inflated bytes probed before inflating the rest
 _ZF_HEADER = 2 + 19  # b"ZF" + the hex length padded to len("%#x" % 2**64) (joblib.numpy_pickle_compat)
 
@@ -62,9 +64,16 @@ class CompressedCarrier:
                 int(head[2:_ZF_HEADER], 16)
             except ValueError:
                 return False  # joblib's int(length, 16) raises: nothing is read
-            start = _ZF_HEADER + (1 if head[_ZF_HEADER:_ZF_HEADER + 1] == b" " else 0)
+            start = _ZF_HEADER + (1 if head[_ZF_HEADER : _ZF_HEADER + 1] == b" " else 0)
         if kind == "lz4":
-            self.add("unanalysable", "high", "lz4-compressed (joblib's lz4 prefix): the scanner does not inflate lz4; joblib.load does when the lz4 package is installed", member, 0, loader="joblib.load")
+            self.add(
+                "unanalysable",
+                "high",
+                "lz4-compressed (joblib's lz4 prefix): the scanner does not inflate lz4; joblib.load does when the lz4 package is installed",
+                member,
+                0,
+                loader="joblib.load",
+            )
             return True
         loader = "joblib.load" if who == "joblib.load" else "pickle.load"
         if who == "joblib.load" and self.budget.inflate > _PROBE:
@@ -76,7 +85,14 @@ class CompressedCarrier:
                 if probe.inert:
                     if member is None:
                         self.report.kind = f"{kind}-compressed"
-                    self.add("unrecognized", "info", f"{kind} stream whose first {len(first)} inflated bytes are no pickle the real unpicklers would run ({probe.detail}): {who} stops there", member, 0, loader=loader)
+                    self.add(
+                        "unrecognized",
+                        "info",
+                        f"{kind} stream whose first {len(first)} inflated bytes are no pickle the real unpicklers would run ({probe.detail}): {who} stops there",
+                        member,
+                        0,
+                        loader=loader,
+                    )
                     return True
             del first
         data, total, broken, limited, d = self._inflate(src, kind, start, max(0, self.budget.inflate))
@@ -86,7 +102,14 @@ class CompressedCarrier:
             # look-alike (the non-picky .lzma decoder accepts many) is not this carrier
             return False
         if total == 0:
-            self.add("unrecognized", "info", f"{kind} stream yields no data ({broken or 'empty'}): {who} raises before unpickling anything", member, 0, loader=loader)
+            self.add(
+                "unrecognized",
+                "info",
+                f"{kind} stream yields no data ({broken or 'empty'}): {who} raises before unpickling anything",
+                member,
+                0,
+                loader=loader,
+            )
             return True
         self.budget.inflate -= min(total, self.budget.inflate + 1)
         self.budget.pickle += total  # inflated bytes are input too (the opcode budget bounds the work)
@@ -94,11 +117,29 @@ class CompressedCarrier:
         if member is None:
             self.report.kind = f"{kind}-compressed"
         if limited:
-            self.add("limit", "high", f"{kind} data inflates beyond the scan's budget; analysed the first {total} bytes only", member, loader=loader)
+            self.add(
+                "limit",
+                "high",
+                f"{kind} data inflates beyond the scan's budget; analysed the first {total} bytes only",
+                member,
+                loader=loader,
+            )
         elif broken is not None:
-            self.add("trailing-data", "high", f"the {kind} stream breaks after {total} inflated bytes ({broken}): {who} has already unpickled what came before the break (scanned)", member, loader=loader)
+            self.add(
+                "trailing-data",
+                "high",
+                f"the {kind} stream breaks after {total} inflated bytes ({broken}): {who} has already unpickled what came before the break (scanned)",
+                member,
+                loader=loader,
+            )
         elif not d.eof:
-            self.add("trailing-data", "medium", f"the {kind} stream ends without its end marker after {total} inflated bytes (scanned)", member, loader=loader)
+            self.add(
+                "trailing-data",
+                "medium",
+                f"the {kind} stream ends without its end marker after {total} inflated bytes (scanned)",
+                member,
+                loader=loader,
+            )
         self.scan_source(_bytes_source(data, loc), loc, None, depth + 1, context="memory", loader=loader)
         return True
 
@@ -157,6 +198,7 @@ class CompressedCarrier:
         except (zlib.error, OSError, lzma.LZMAError, EOFError, ValueError, MemoryError) as e:
             broken = f"{type(e).__name__}: {str(e)[:80]}"
         return b"".join(out), total, broken, limited, d
+
 
 def _bytes_source(data: bytes, name: str) -> ByteSource:
     from ...core.source import BytesSource

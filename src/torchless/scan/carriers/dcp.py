@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import os
 import struct
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from ...core.paths import within
 from ...core.source import ByteSource
 from ..analysis import Sym, analyse, describe
-from .common import _EOCD_SIG, _ZIP_SIG
-from .common import walks
+from .common import _EOCD_SIG, _ZIP_SIG, walks
 
 __all__ = ["DcpCarrier", "split_zips"]
 
@@ -45,7 +45,14 @@ class DcpCarrier:
                         continue
                     found = found if found is not None else []
                     if transforms:
-                        self.add("unanalysable", "high", f"item [{off}:{off + ln}] is stored through transforms {transforms!r} (named in {os.path.basename(meta)}): dcp.load undoes them before torch.load; the scanner does not", f"[{off}:{off + ln}]", off, loader=_DCP)
+                        self.add(
+                            "unanalysable",
+                            "high",
+                            f"item [{off}:{off + ln}] is stored through transforms {transforms!r} (named in {os.path.basename(meta)}): dcp.load undoes them before torch.load; the scanner does not",
+                            f"[{off}:{off + ln}]",
+                            off,
+                            loader=_DCP,
+                        )
                         continue
                     found.append((off, ln))
             if found is not None or (self.root and os.path.normpath(d) == os.path.normpath(os.path.abspath(self.root))):
@@ -60,7 +67,13 @@ class DcpCarrier:
             real = os.path.realpath(self.path)
             home = os.path.realpath(d)
             if os.path.commonpath([real, home]) != home:
-                self.add("link-escape", "high", f"this DCP item file resolves to {real}, outside the checkpoint folder: dcp.load reads that file; the scanner does not follow links out of the folder", None, loader=_DCP)
+                self.add(
+                    "link-escape",
+                    "high",
+                    f"this DCP item file resolves to {real}, outside the checkpoint folder: dcp.load reads that file; the scanner does not follow links out of the folder",
+                    None,
+                    loader=_DCP,
+                )
                 self.add("unanalysable", "high", "the item bytes behind the link were not analysed", None, loader=_DCP)
                 return []
         return found
@@ -83,7 +96,13 @@ class DcpCarrier:
             _RECORDS[key] = hit
         records, problems = hit
         for p in problems:
-            self.add("unanalysable", "high", f"a _StorageInfo record in {os.path.basename(meta)} that the scanner cannot read ({p}): the item it locates is not analysed", None, loader=_DCP)
+            self.add(
+                "unanalysable",
+                "high",
+                f"a _StorageInfo record in {os.path.basename(meta)} that the scanner cannot read ({p}): the item it locates is not analysed",
+                None,
+                loader=_DCP,
+            )
         return records
 
     def check_dcp_metadata(self) -> None:
@@ -94,8 +113,20 @@ class DcpCarrier:
             target = os.path.join(d, rp)
             real = os.path.realpath(target)
             if os.path.isabs(rp) or os.path.commonpath([real, home]) != home:
-                self.add("link-escape", "high", f"storage_data names {rp!r} (bytes [{off}:{off + ln}]), which resolves outside the checkpoint folder ({real}): dcp.load reads it there", None, loader=_DCP)
-                self.add("unanalysable", "high", f"the item bytes dcp.load reads from {rp!r} are outside the checkpoint and were not analysed", None, loader=_DCP)
+                self.add(
+                    "link-escape",
+                    "high",
+                    f"storage_data names {rp!r} (bytes [{off}:{off + ln}]), which resolves outside the checkpoint folder ({real}): dcp.load reads it there",
+                    None,
+                    loader=_DCP,
+                )
+                self.add(
+                    "unanalysable",
+                    "high",
+                    f"the item bytes dcp.load reads from {rp!r} are outside the checkpoint and were not analysed",
+                    None,
+                    loader=_DCP,
+                )
 
     @walks(_DCP)
     def scan_distcp(self, src: ByteSource, items: list[tuple[int, int]] | None = None) -> None:
@@ -112,14 +143,32 @@ class DcpCarrier:
                 if off < covered:
                     self.add("dcp-layout", "high", f"items overlap at {off:#x}", None, off, loader=_DCP)
                 elif off > covered:
-                    self.add("dcp-layout", "high", f"bytes {covered:#x}..{off:#x} belong to no item in .metadata (scanned as a carrier)", None, covered)
-                    self.scan_bytes(src.view(covered, min(off, size) - covered), f"[{covered}:{off}] (unaccounted)", covered, 1, context="memory")
+                    self.add(
+                        "dcp-layout",
+                        "high",
+                        f"bytes {covered:#x}..{off:#x} belong to no item in .metadata (scanned as a carrier)",
+                        None,
+                        covered,
+                    )
+                    self.scan_bytes(
+                        src.view(covered, min(off, size) - covered),
+                        f"[{covered}:{off}] (unaccounted)",
+                        covered,
+                        1,
+                        context="memory",
+                    )
                 if off + ln > size:
-                    self.add("dcp-layout", "high", f"item [{off}:{off + ln}] runs past the end of the file", None, off, loader=_DCP)
+                    self.add(
+                        "dcp-layout", "high", f"item [{off}:{off + ln}] runs past the end of the file", None, off, loader=_DCP
+                    )
                 covered = max(covered, off + ln)
             if covered < size:
-                self.add("dcp-layout", "high", f"{size - covered} bytes after the last item (scanned as a carrier)", None, covered)
-                self.scan_bytes(src.view(covered, size - covered), f"[{covered}:{size}] (unaccounted)", covered, 1, context="memory")
+                self.add(
+                    "dcp-layout", "high", f"{size - covered} bytes after the last item (scanned as a carrier)", None, covered
+                )
+                self.scan_bytes(
+                    src.view(covered, size - covered), f"[{covered}:{size}] (unaccounted)", covered, 1, context="memory"
+                )
         for off, ln in ranges:
             ln = max(0, min(ln, size - off))
             if ln and self.budget.once(("dcp-item", off, ln)):
@@ -150,6 +199,8 @@ def _with_safetensors_blob(src: ByteSource, ranges: list[tuple[int, int]]) -> li
             return ranges
         return sorted([r for r in ranges if r[0] != off] + [(off, src.size - off)])
     return ranges
+
+
 _RECORDS: dict[tuple[str, int, int], tuple[list[tuple[str, int, int, Any]], list[str]]] = {}
 
 
@@ -183,7 +234,13 @@ def _metadata_files(d: str) -> list[str]:
         return []
     home = os.path.realpath(d)
     # regular files inside the folder only: a link out (to a FIFO, a file elsewhere) is never opened
-    return [os.path.join(d, n) for n in names if (n == ".metadata" or n.endswith(".metadata")) and os.path.isfile(os.path.join(d, n)) and within(os.path.realpath(os.path.join(d, n)), home)]
+    return [
+        os.path.join(d, n)
+        for n in names
+        if (n == ".metadata" or n.endswith(".metadata"))
+        and os.path.isfile(os.path.join(d, n))
+        and within(os.path.realpath(os.path.join(d, n)), home)
+    ]
 
 
 def split_zips(src: ByteSource) -> Iterable[tuple[int, int]]:

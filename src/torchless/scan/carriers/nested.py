@@ -22,16 +22,30 @@ import os
 import zlib
 from typing import Any
 
-from ..analysis import Sym, StreamResult, describe
+from ..analysis import StreamResult, Sym, describe
 from ..policy import NESTED_LOADERS
 
 __all__ = ["NestedCarrier", "concrete_bytes"]
 
 #: nested loaders whose argument is a file object (or a path), not bytes
 _FILE_ARG = frozenset(
-    q for q in NESTED_LOADERS if q.rsplit(".", 1)[-1] in ("load", "_load", "_legacy_load", "Unpickler", "_Unpickler", "read_pickle")
+    q
+    for q in NESTED_LOADERS
+    if q.rsplit(".", 1)[-1] in ("load", "_load", "_legacy_load", "Unpickler", "_Unpickler", "read_pickle")
 )
-_TEXT_CODECS = {"latin1", "latin-1", "iso-8859-1", "iso8859-1", "l1", "utf-8", "utf8", "ascii", "us-ascii", "raw_unicode_escape", "unicode_escape"}
+_TEXT_CODECS = {
+    "latin1",
+    "latin-1",
+    "iso-8859-1",
+    "iso8859-1",
+    "l1",
+    "utf-8",
+    "utf8",
+    "ascii",
+    "us-ascii",
+    "raw_unicode_escape",
+    "unicode_escape",
+}
 _DECOMPRESS = {"zlib.decompress", "gzip.decompress", "bz2.decompress", "lzma.decompress", "_bz2.decompress"}
 _MAX_EVAL = 256 << 20  # bytes one evaluated argument may grow to
 
@@ -110,29 +124,77 @@ class NestedCarrier:
             args = c.args if isinstance(c.args, tuple) else (c.args,)
             arg = args[idx] if idx < len(args) else None
             if arg is None and isinstance(c.kwargs, dict):
-                arg = next((c.kwargs[k] for k in ("file", "f", "data", "b", "filepath_or_buffer", "filename") if k in c.kwargs), None)
+                arg = next(
+                    (c.kwargs[k] for k in ("file", "f", "data", "b", "filepath_or_buffer", "filename") if k in c.kwargs), None
+                )
             if callee.qualname in _FILE_ARG and isinstance(arg, str):
-                self.add("unanalysable", "high", f"{callee.qualname} ({what}) reads the file {arg[:200]!r} named in the pickle: bytes outside the artifact that the scanner does not read", member, c.offset, fo(c.offset), callee.qualname, loader=loader)
+                self.add(
+                    "unanalysable",
+                    "high",
+                    f"{callee.qualname} ({what}) reads the file {arg[:200]!r} named in the pickle: bytes outside the artifact that the scanner does not read",
+                    member,
+                    c.offset,
+                    fo(c.offset),
+                    callee.qualname,
+                    loader=loader,
+                )
                 continue
             payload, how = concrete_bytes(arg)
             if payload is None:
-                self.add("unanalysable", "high", f"{callee.qualname} ({what}) deserialises its argument with {loader}, but the argument is {how}: the payload cannot be analysed", member, c.offset, fo(c.offset), callee.qualname, loader=loader)
+                self.add(
+                    "unanalysable",
+                    "high",
+                    f"{callee.qualname} ({what}) deserialises its argument with {loader}, but the argument is {how}: the payload cannot be analysed",
+                    member,
+                    c.offset,
+                    fo(c.offset),
+                    callee.qualname,
+                    loader=loader,
+                )
                 continue
-            self.nested_payload(payload, f"{where} > payload of {callee.qualname} at {c.offset:#x}", depth, loader, f"{callee.qualname} at {c.offset:#x} passes {how} ({len(payload)} bytes) to {loader}", member, c.offset)
+            self.nested_payload(
+                payload,
+                f"{where} > payload of {callee.qualname} at {c.offset:#x}",
+                depth,
+                loader,
+                f"{callee.qualname} at {c.offset:#x} passes {how} ({len(payload)} bytes) to {loader}",
+                member,
+                c.offset,
+            )
         for b in res.builds:
             t = b.callee
             cls = t.callee if t.kind == "result" and t.callee is not None else t
             if cls.kind == "global" and cls.qualname in NESTED_LOADERS and NESTED_LOADERS[cls.qualname][1] is None:
                 loader, _i, what = NESTED_LOADERS[cls.qualname]
-                self.add("unanalysable", "high", f"{cls.qualname}: {what}; the scanner does not model those bytes, so what follows this BUILD is not analysed as the loader reads it", member, b.offset, fo(b.offset), cls.qualname, loader=loader)
+                self.add(
+                    "unanalysable",
+                    "high",
+                    f"{cls.qualname}: {what}; the scanner does not model those bytes, so what follows this BUILD is not analysed as the loader reads it",
+                    member,
+                    b.offset,
+                    fo(b.offset),
+                    cls.qualname,
+                    loader=loader,
+                )
         for g in res.globals:
             if g.qualname in NESTED_LOADERS and not g.called and NESTED_LOADERS[g.qualname][1] is not None:
                 loader = NESTED_LOADERS[g.qualname][0]
-                self.add("unanalysable", "high", f"{g.qualname} (a nested loader: {NESTED_LOADERS[g.qualname][2]}) is referenced but not called directly, so what it deserialises cannot be followed", member, g.offset, fo(g.offset), g.qualname, loader=loader)
+                self.add(
+                    "unanalysable",
+                    "high",
+                    f"{g.qualname} (a nested loader: {NESTED_LOADERS[g.qualname][2]}) is referenced but not called directly, so what it deserialises cannot be followed",
+                    member,
+                    g.offset,
+                    fo(g.offset),
+                    g.qualname,
+                    loader=loader,
+                )
         for op, blob, off in res.nested:  # bytes in any call that look like a carrier
             self.nested_payload(blob, f"{where} > bytes passed to {op} at {off:#x}", depth, None, None, member, off)
 
-    def nested_payload(self, blob: bytes, sub: str, depth: int, loader: str | None, note: str | None, member: str | None, off: int | None) -> None:
+    def nested_payload(
+        self, blob: bytes, sub: str, depth: int, loader: str | None, note: str | None, member: str | None, off: int | None
+    ) -> None:
         """Scan ``blob`` (once per scan, by content) as bytes ``loader`` reads from memory."""
         if not self.budget.once(("payload", hashlib.sha256(blob).digest())):
             return

@@ -29,7 +29,7 @@ from typing import Any
 
 from ...core.errors import TorchlessError
 from ...core.npyheader import parse_header_literal
-from ...core.source import BytesSource, ByteSource, SourceFile
+from ...core.source import ByteSource, BytesSource, SourceFile
 from .common import walks
 from .recognize import NPY_MAGIC
 
@@ -63,7 +63,10 @@ def read_npy_header(src: ByteSource, total: int | None = None) -> tuple[str, Any
     if start + hlen > total:
         return "refused", f"header of {hlen} bytes runs past the end"
     if hlen > MAX_HEADER:
-        return "unanalysable", f"header of {hlen} bytes is over the scanner's {MAX_HEADER}-byte limit (NumPy reads it under allow_pickle=True)"
+        return (
+            "unanalysable",
+            f"header of {hlen} bytes is over the scanner's {MAX_HEADER}-byte limit (NumPy reads it under allow_pickle=True)",
+        )
     try:
         text = src.read_at(start, hlen).decode(encoding)
     except UnicodeDecodeError:
@@ -103,9 +106,23 @@ class NumpyCarrier:
             self.report.kind = "npy"
         what, detail = read_npy_header(src, total)
         if what == "refused":
-            self.add("unrecognized", "info", f".npy that numpy.load refuses before reading data ({detail}): nothing runs", member, 0, loader=_LOADER)
+            self.add(
+                "unrecognized",
+                "info",
+                f".npy that numpy.load refuses before reading data ({detail}): nothing runs",
+                member,
+                0,
+                loader=_LOADER,
+            )
         elif what == "unanalysable":
-            self.add("unanalysable", "high", f".npy header: {detail}; if NumPy reads an object dtype, the bytes after the header are unpickled", member, 0, loader=_LOADER)
+            self.add(
+                "unanalysable",
+                "high",
+                f".npy header: {detail}; if NumPy reads an object dtype, the bytes after the header are unpickled",
+                member,
+                0,
+                loader=_LOADER,
+            )
         elif what == "object":
             n = src.size - detail
             loc = f"{member or os.path.basename(self.path)} > object array pickle"
@@ -118,7 +135,13 @@ class NumpyCarrier:
         try:
             zf = zipfile.ZipFile(SourceFile(src))
         except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError, NotImplementedError, struct.error) as e:
-            self.add("unrecognized", "info", f"numpy.load's zipfile refuses this archive ({type(e).__name__}: {str(e)[:80]}): nothing in it is loaded as .npz", member, loader=_LOADER)
+            self.add(
+                "unrecognized",
+                "info",
+                f"numpy.load's zipfile refuses this archive ({type(e).__name__}: {str(e)[:80]}): nothing in it is loaded as .npz",
+                member,
+                loader=_LOADER,
+            )
             return
         with zf:
             infos = {}
@@ -161,11 +184,17 @@ class NumpyCarrier:
     def _read_zipfile_member(self, zf: zipfile.ZipFile, info: zipfile.ZipInfo, loc: str) -> bytes | None:
         """The bytes zipfile delivers before anything fails (a loader unpickles a stream as
         it reads, so a CRC error at the end does not stop what ran before it)."""
-        if info.compress_type != zipfile.ZIP_STORED and not self.spend("inflate", info.file_size, loc, "inflating .npz members", _LOADER):
+        if info.compress_type != zipfile.ZIP_STORED and not self.spend(
+            "inflate", info.file_size, loc, "inflating .npz members", _LOADER
+        ):
             return None
         chunks: list[bytes] = []
         total = 0
-        cap = max(0, min(self.budget.inflate + info.compress_size, 1 << 31)) if info.compress_type != zipfile.ZIP_STORED else 1 << 31
+        cap = (
+            max(0, min(self.budget.inflate + info.compress_size, 1 << 31))
+            if info.compress_type != zipfile.ZIP_STORED
+            else 1 << 31
+        )
         try:
             with zf.open(info) as fh:
                 while total < cap:
@@ -175,6 +204,11 @@ class NumpyCarrier:
                     chunks.append(b)
                     total += len(b)
         except (zipfile.BadZipFile, OSError, EOFError, ValueError, zlib.error) as e:
-            self.add("zip-crc" if "CRC" in str(e) else "trailing-data", "high", f"zipfile stops reading this member after {total} bytes ({type(e).__name__}: {str(e)[:80]}): numpy.load has unpickled what came before", loc, loader=_LOADER)
+            self.add(
+                "zip-crc" if "CRC" in str(e) else "trailing-data",
+                "high",
+                f"zipfile stops reading this member after {total} bytes ({type(e).__name__}: {str(e)[:80]}): numpy.load has unpickled what came before",
+                loc,
+                loader=_LOADER,
+            )
         return b"".join(chunks)
-

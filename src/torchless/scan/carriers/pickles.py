@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ...core.errors import TruncatedError
 from ...core.source import ByteSource
-from ..analysis import Sym, StreamResult, analyse, describe, disassemble, other_readers_go_on
+from ..analysis import StreamResult, Sym, analyse, describe, disassemble, other_readers_go_on
 from ..findings import AllowNote
 from ..policy import torch_allows
 from .common import _HIGHER_ORDER, _WINDOW, LEGACY_MAGIC
@@ -15,13 +15,26 @@ __all__ = ["PickleCarrier"]
 class PickleCarrier:
     """Mixin of :class:`~torchless.scan.carriers.Scanner`: pickle streams."""
 
-    def analyse_stream(self, data: bytes, start: int, member: str | None, base: int | None, depth: int, *, torchscript: bool = False, report_errors: bool = True, torch_load: bool = False) -> StreamResult:
+    def analyse_stream(
+        self,
+        data: bytes,
+        start: int,
+        member: str | None,
+        base: int | None,
+        depth: int,
+        *,
+        torchscript: bool = False,
+        report_errors: bool = True,
+        torch_load: bool = False,
+    ) -> StreamResult:
         res = self.analyse_budgeted(data, start, len(data), member, torchscript=torchscript)
         self.report.streams += 1
         self.report_stream(res, data, member, base, depth, report_errors=report_errors, torch_load=torch_load)
         return res
 
-    def analyse_budgeted(self, buf: bytes, start: int, size: int, member: str | None, *, torchscript: bool = False) -> StreamResult:
+    def analyse_budgeted(
+        self, buf: bytes, start: int, size: int, member: str | None, *, torchscript: bool = False
+    ) -> StreamResult:
         """:func:`analyse` drawing from the scan's pickle budget: a stream is cut where the
         budget ends (a ``limit`` finding), so no input makes the scan run unbounded."""
         left = max(0, self.budget.pickle)
@@ -39,7 +52,17 @@ class PickleCarrier:
             res.budget_cut = True  # type: ignore[attr-defined]  # a larger window would not help
         return res
 
-    def report_stream(self, res: StreamResult, data: bytes, member: str | None, base: int | None, depth: int, *, report_errors: bool = True, torch_load: bool = False) -> None:
+    def report_stream(
+        self,
+        res: StreamResult,
+        data: bytes,
+        member: str | None,
+        base: int | None,
+        depth: int,
+        *,
+        report_errors: bool = True,
+        torch_load: bool = False,
+    ) -> None:
         def fo(off: int | None) -> int | None:
             return None if base is None or off is None else base + off
 
@@ -69,10 +92,32 @@ class PickleCarrier:
                 if calls:
                     c = calls[0]
                     detail = f"; {c.opcode} at {c.offset:#x}: {describe(c.callee)}{describe(tuple(c.args) if isinstance(c.args, (tuple, list)) else (c.args,))}"
-                self.add("dangerous-global", "critical", f"{g.qualname} ({', '.join(how)}): {g.verdict.reason}{detail}", member, g.offset, fo(g.offset), g.qualname, dis(calls[0].offset if calls else g.offset))
+                self.add(
+                    "dangerous-global",
+                    "critical",
+                    f"{g.qualname} ({', '.join(how)}): {g.verdict.reason}{detail}",
+                    member,
+                    g.offset,
+                    fo(g.offset),
+                    g.qualname,
+                    dis(calls[0].offset if calls else g.offset),
+                )
             elif g.verdict.verdict == "unknown":
-                self.add("unknown-global", self.unknown_severity, f"{g.qualname} ({', '.join(how)}): {g.verdict.reason}", member, g.offset, fo(g.offset), g.qualname, dis(g.offset))
-            if torch_load and not torch_allows(g.qualname) and g.qualname not in {n.global_name for n in self.report.weights_only}:
+                self.add(
+                    "unknown-global",
+                    self.unknown_severity,
+                    f"{g.qualname} ({', '.join(how)}): {g.verdict.reason}",
+                    member,
+                    g.offset,
+                    fo(g.offset),
+                    g.qualname,
+                    dis(g.offset),
+                )
+            if (
+                torch_load
+                and not torch_allows(g.qualname)
+                and g.qualname not in {n.global_name for n in self.report.weights_only}
+            ):
                 self.report.weights_only.append(AllowNote(g.qualname, g.verdict.verdict, g.verdict.reason))
         for c in res.calls:
             hof = _HIGHER_ORDER.get(c.callee.qualname) if c.callee.kind == "global" else None
@@ -80,15 +125,49 @@ class PickleCarrier:
                 for i in hof:
                     a = c.args[i] if i < len(c.args) else None
                     if isinstance(a, Sym) and a.kind != "global":
-                        self.add("indirect-call", "critical", f"{c.callee.qualname} calls its argument #{i}, a value computed at load time: {describe(a)}", member, c.offset, fo(c.offset), c.callee.qualname, dis(c.offset))
+                        self.add(
+                            "indirect-call",
+                            "critical",
+                            f"{c.callee.qualname} calls its argument #{i}, a value computed at load time: {describe(a)}",
+                            member,
+                            c.offset,
+                            fo(c.offset),
+                            c.callee.qualname,
+                            dis(c.offset),
+                        )
             if c.callee.kind != "global":
                 what = "a value computed at load time" if c.callee.kind == "result" else "a persistent-load object"
-                self.add("indirect-call", "critical", f"{c.opcode} calls {what}: {describe(c.callee)}{describe(tuple(c.args) if isinstance(c.args, (tuple, list)) else (c.args,))}; whatever that value is, the loader calls it", member, c.offset, fo(c.offset), None, dis(c.offset))
+                self.add(
+                    "indirect-call",
+                    "critical",
+                    f"{c.opcode} calls {what}: {describe(c.callee)}{describe(tuple(c.args) if isinstance(c.args, (tuple, list)) else (c.args,))}; whatever that value is, the loader calls it",
+                    member,
+                    c.offset,
+                    fo(c.offset),
+                    None,
+                    dis(c.offset),
+                )
         for b in res.builds:
             if b.callee.kind == "global":
-                self.add("global-mutation", "critical", f"BUILD sets state {describe(b.args)} on {b.callee.qualname} itself, not on an instance: Python's unpickler setattr()s it on the class or function, changing it for the whole process", member, b.offset, fo(b.offset), b.callee.qualname, dis(b.offset))
-        if torch_load and res.protocol >= 4 and "pickle protocol >= 4 (FRAME and other opcodes the weights_only unpickler rejects)" not in self.report.weights_only_blockers:
-            self.report.weights_only_blockers.append("pickle protocol >= 4 (FRAME and other opcodes the weights_only unpickler rejects)")
+                self.add(
+                    "global-mutation",
+                    "critical",
+                    f"BUILD sets state {describe(b.args)} on {b.callee.qualname} itself, not on an instance: Python's unpickler setattr()s it on the class or function, changing it for the whole process",
+                    member,
+                    b.offset,
+                    fo(b.offset),
+                    b.callee.qualname,
+                    dis(b.offset),
+                )
+        if (
+            torch_load
+            and res.protocol >= 4
+            and "pickle protocol >= 4 (FRAME and other opcodes the weights_only unpickler rejects)"
+            not in self.report.weights_only_blockers
+        ):
+            self.report.weights_only_blockers.append(
+                "pickle protocol >= 4 (FRAME and other opcodes the weights_only unpickler rejects)"
+            )
         # frames: every FRAME must end where an opcode begins, and the last at STOP's end
         if res.frames:
             starts = set(res.op_offsets)
@@ -96,18 +175,61 @@ class PickleCarrier:
             for fpos, flen in res.frames:
                 fend = fpos + 9 + flen
                 if fend > len(data):
-                    self.add("frame-length", "high", f"FRAME declares {flen} bytes but only {len(data) - fpos - 9} follow", member, fpos, fo(fpos), None, dis(fpos))
+                    self.add(
+                        "frame-length",
+                        "high",
+                        f"FRAME declares {flen} bytes but only {len(data) - fpos - 9} follow",
+                        member,
+                        fpos,
+                        fo(fpos),
+                        None,
+                        dis(fpos),
+                    )
                 elif fend != end and fend not in starts:
-                    self.add("frame-length", "high", f"FRAME declares {flen} bytes, which ends inside an opcode at {fend:#x}: readers that trust frame lengths see different opcodes", member, fpos, fo(fpos), None, dis(fpos))
-                elif fend < end and fend in starts and not any(p == fend for p, _ in res.frames) and not _large_unframed(data, fend):
-                    self.add("frame-length", "high", f"FRAME declares {flen} bytes but opcodes continue outside any frame after {fend:#x}: readers that stop at the frame end miss them", member, fpos, fo(fpos), None, dis(fend))
+                    self.add(
+                        "frame-length",
+                        "high",
+                        f"FRAME declares {flen} bytes, which ends inside an opcode at {fend:#x}: readers that trust frame lengths see different opcodes",
+                        member,
+                        fpos,
+                        fo(fpos),
+                        None,
+                        dis(fpos),
+                    )
+                elif (
+                    fend < end
+                    and fend in starts
+                    and not any(p == fend for p, _ in res.frames)
+                    and not _large_unframed(data, fend)
+                ):
+                    self.add(
+                        "frame-length",
+                        "high",
+                        f"FRAME declares {flen} bytes but opcodes continue outside any frame after {fend:#x}: readers that stop at the frame end miss them",
+                        member,
+                        fpos,
+                        fo(fpos),
+                        None,
+                        dis(fend),
+                    )
         if res.error is not None and report_errors:
             off = res.error.offset
-            self.add("malformed-pickle", "high", f"pickle stream stops with an error: {res.error.message if hasattr(res.error, 'message') else res.error} (what ran before it is analysed above)", member, off, fo(off), None, dis(off) if off is not None else [])
+            self.add(
+                "malformed-pickle",
+                "high",
+                f"pickle stream stops with an error: {res.error.message if hasattr(res.error, 'message') else res.error} (what ran before it is analysed above)",
+                member,
+                off,
+                fo(off),
+                None,
+                dis(off) if off is not None else [],
+            )
         self.check_other_readers(res, data, member, base, depth, torch_load=torch_load)
         self.follow_nested(res, member, base, depth)
 
-    def check_other_readers(self, res: StreamResult, data: bytes, member: str | None, base: int | None, depth: int, *, torch_load: bool = False) -> None:
+    def check_other_readers(
+        self, res: StreamResult, data: bytes, member: str | None, base: int | None, depth: int, *, torch_load: bool = False
+    ) -> None:
         """Fail closed where the machine's model (CPython's C unpickler reading memory)
         is not what every loader does: frame layouts that file readers read differently,
         stops that the pure-Python unpickler reads past (``unanalysable``); and, as a
@@ -119,7 +241,16 @@ class PickleCarrier:
         off = res.frame_hazards[0][0] if res.frame_hazards else (res.op_offsets[-1] if res.op_offsets else res.start)
         fo = None if base is None else base + off
         if why is not None:
-            self.add("unanalysable", "high", f"pickle stream not fully analysable: {why}", member, off, fo, None, disassemble(data, off, res.op_offsets))
+            self.add(
+                "unanalysable",
+                "high",
+                f"pickle stream not fully analysable: {why}",
+                member,
+                off,
+                fo,
+                None,
+                disassemble(data, off, res.op_offsets),
+            )
             if res.error is not None and "FRAME declares" in str(res.error) and not getattr(res, "short_frames", False):
                 more = analyse(data, start=res.start, short_frames=True)
                 more.short_frames = True  # type: ignore[attr-defined]
@@ -133,9 +264,26 @@ class PickleCarrier:
         if engine.engine_enabled() and not getattr(res, "budget_cut", False) and not getattr(res, "short_frames", False):
             diff = engine.second_opinion(data, res.start, res.end, res)
             if diff is not None:
-                self.add("engine-disagreement", "high", f"CPython's unpickler (run inert in a child process) and the scanner's model disagree on this stream: {diff}", member, res.start, None if base is None else base + res.start)
+                self.add(
+                    "engine-disagreement",
+                    "high",
+                    f"CPython's unpickler (run inert in a child process) and the scanner's model disagree on this stream: {diff}",
+                    member,
+                    res.start,
+                    None if base is None else base + res.start,
+                )
 
-    def scan_pickles(self, src: ByteSource, member: str | None, base: int | None, depth: int, *, strict: bool, torch_load: bool | None = None, torchscript: bool = False) -> None:
+    def scan_pickles(
+        self,
+        src: ByteSource,
+        member: str | None,
+        base: int | None,
+        depth: int,
+        *,
+        strict: bool,
+        torch_load: bool | None = None,
+        torchscript: bool = False,
+    ) -> None:
         """Consecutive pickles from offset 0; legacy torch files stop before storage bytes."""
         # Read a window, not the whole file: legacy checkpoints are five small pickles
         # followed by gigabytes of storage, and unknown binaries are rarely pickles. The
@@ -149,19 +297,34 @@ class PickleCarrier:
                 buf = bytes(src.view(0, window))
                 r = self.analyse_budgeted(buf, start, size, member, torchscript=torchscript)
                 looks_like_pickle = strict or start > 0 or bool(r.globals) or len(r.op_offsets) > 16
-                if r.end is None and window < size and isinstance(r.error, TruncatedError) and looks_like_pickle and not getattr(r, "budget_cut", False):
+                if (
+                    r.end is None
+                    and window < size
+                    and isinstance(r.error, TruncatedError)
+                    and looks_like_pickle
+                    and not getattr(r, "budget_cut", False)
+                ):
                     window = min(size, window * 8)
                     continue
                 return r, buf
 
         first, data = run(0)
-        if not strict and first.end is None and not any(g.verdict.verdict == "dangerous" for g in first.globals) and not first.calls:
+        if (
+            not strict
+            and first.end is None
+            and not any(g.verdict.verdict == "dangerous" for g in first.globals)
+            and not first.calls
+        ):
             return  # not a pickle: bytes that merely start with an opcode letter
         self.report.streams += 1
         legacy = first.end is not None and type(first.value) is int and first.value == LEGACY_MAGIC
         if legacy and member is None:
             self.report.kind = "legacy"
-        label = (lambda i: f"{member + ' > ' if member else ''}legacy pickle #{i}") if legacy else (lambda i: member if i == 1 else f"{member + ' > ' if member else ''}pickle #{i}")
+        label = (
+            (lambda i: f"{member + ' > ' if member else ''}legacy pickle #{i}")
+            if legacy
+            else (lambda i: member if i == 1 else f"{member + ' > ' if member else ''}pickle #{i}")
+        )
         self.report_stream(first, data, label(1), base, depth, torch_load=bool(torch_load) if torch_load is not None else False)
         pos = first.end
         if pos is None:
@@ -172,9 +335,27 @@ class PickleCarrier:
             res, data = run(pos)
             if not legacy:
                 if res.end is None and not res.globals and not res.calls and other_readers_go_on(res, data) is None:
-                    self.add("trailing-data", "medium", f"{size - pos} bytes after the pickle's STOP (not a further pickle)", member, pos, None if base is None else base + pos, None, disassemble(data, pos, None))
+                    self.add(
+                        "trailing-data",
+                        "medium",
+                        f"{size - pos} bytes after the pickle's STOP (not a further pickle)",
+                        member,
+                        pos,
+                        None if base is None else base + pos,
+                        None,
+                        disassemble(data, pos, None),
+                    )
                     return
-                self.add("trailing-data", "high", f"opcodes after STOP: a further pickle starts at {pos:#x} (read by loaders that call pickle.load again; most scanners stop at the first STOP)", member, pos, None if base is None else base + pos, None, disassemble(data, pos, res.op_offsets))
+                self.add(
+                    "trailing-data",
+                    "high",
+                    f"opcodes after STOP: a further pickle starts at {pos:#x} (read by loaders that call pickle.load again; most scanners stop at the first STOP)",
+                    member,
+                    pos,
+                    None if base is None else base + pos,
+                    None,
+                    disassemble(data, pos, res.op_offsets),
+                )
             count += 1
             self.report.streams += 1
             self.report_stream(res, data, label(count), base, depth, torch_load=legacy and count == 4)
@@ -182,7 +363,14 @@ class PickleCarrier:
                 return
             pos = res.end
         if not legacy and count >= limit and pos < size:
-            self.add("limit", "high", f"more than {limit} pickles in a row; the bytes from {pos:#x} on were not analysed (a loader calling pickle.load again would run them)", member, pos, None if base is None else base + pos)
+            self.add(
+                "limit",
+                "high",
+                f"more than {limit} pickles in a row; the bytes from {pos:#x} on were not analysed (a loader calling pickle.load again would run them)",
+                member,
+                pos,
+                None if base is None else base + pos,
+            )
         if legacy and count < 5:
             self.add("malformed-pickle", "medium", f"legacy stream has {count} of its 5 pickles", member, pos)
 

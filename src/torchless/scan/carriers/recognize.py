@@ -29,7 +29,16 @@ from dataclasses import dataclass
 
 from ...core.source import ByteSource, SourceFile
 
-__all__ = ["Probe", "probe_pickle", "compressor_of", "opens_as_tar", "MODEL_SUFFIXES", "NPY_MAGIC", "ZIP_MAGICS", "JOBLIB_PREFIXES"]
+__all__ = [
+    "Probe",
+    "probe_pickle",
+    "compressor_of",
+    "opens_as_tar",
+    "MODEL_SUFFIXES",
+    "NPY_MAGIC",
+    "ZIP_MAGICS",
+    "JOBLIB_PREFIXES",
+]
 
 NPY_MAGIC = b"\x93NUMPY"
 ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")  # numpy.load's test; torch tests the first only
@@ -49,12 +58,32 @@ JOBLIB_PREFIXES: tuple[tuple[bytes, str], ...] = (
 #: reported UNANALYSABLE even when no supported loader would run anything from it.
 #: (Not ``.bin``/``.model``: ONNX external data, sentencepiece and GGML files use them.)
 MODEL_SUFFIXES = (
-    ".pt", ".pth", ".pt2", ".ptl", ".ckpt", ".pkl", ".pickle", ".pck", ".pcl", ".joblib", ".jbl",
-    ".npy", ".npz", ".distcp", ".tar", ".sav", ".dill", ".mar", ".nemo", ".torchscript",
+    ".pt",
+    ".pth",
+    ".pt2",
+    ".ptl",
+    ".ckpt",
+    ".pkl",
+    ".pickle",
+    ".pck",
+    ".pcl",
+    ".joblib",
+    ".jbl",
+    ".npy",
+    ".npz",
+    ".distcp",
+    ".tar",
+    ".sav",
+    ".dill",
+    ".mar",
+    ".nemo",
+    ".torchscript",
 )
 
 _PROBE_WINDOW = 1 << 20  # bytes the real unpicklers probe
-_LINE_OPS = frozenset(b"cFgILPpSVi")  # opcodes whose argument is a line of text (GLOBAL, FLOAT, GET, INT, LONG, PERSID, PUT, STRING, UNICODE, INST)
+_LINE_OPS = frozenset(
+    b"cFgILPpSVi"
+)  # opcodes whose argument is a line of text (GLOBAL, FLOAT, GET, INT, LONG, PERSID, PUT, STRING, UNICODE, INST)
 _MAX_MODULE = 4096  # longer than any path a module could be imported from (PATH_MAX)
 _MAX_LINE_WINDOW = 64 << 20  # a first line up to this long is probed whole
 

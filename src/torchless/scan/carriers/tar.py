@@ -45,7 +45,13 @@ class TarCarrier:
         try:
             tf = tarfile.open(fileobj=SourceFile(src), mode="r:", format=tarfile.PAX_FORMAT)
         except (tarfile.TarError, EOFError, OSError, ValueError, UnicodeError, OverflowError) as e:
-            self.add("unrecognized", "info", f"tarfile refuses the archive ({e}); torch.load goes on to read it as pickles", member, loader=_LOADER)
+            self.add(
+                "unrecognized",
+                "info",
+                f"tarfile refuses the archive ({e}); torch.load goes on to read it as pickles",
+                member,
+                loader=_LOADER,
+            )
             return
         members: list[tarfile.TarInfo] = []
         try:
@@ -56,7 +62,13 @@ class TarCarrier:
         except (tarfile.TarError, EOFError, OSError, ValueError, UnicodeError, OverflowError) as e:
             # torch's extract() reads the member list up to the name it wants: a broken
             # header after the legacy members may or may not be reached
-            self.add("unanalysable", "high", f"tarfile stops listing members after {len(members)} ({e}): members after that point are not analysed", member, loader=_LOADER)
+            self.add(
+                "unanalysable",
+                "high",
+                f"tarfile stops listing members after {len(members)} ({e}): members after that point are not analysed",
+                member,
+                loader=_LOADER,
+            )
         last = {m.name: m for m in members}  # tarfile.getmember(): the last of a name
         legacy = all(n in last for n in _LEGACY_NAMES)
         if member is None:
@@ -84,20 +96,46 @@ class TarCarrier:
             if data is not None:  # not read by torch; scanned for what else could load it
                 self.scan_bytes(data, loc, None, depth + 1)
         if not legacy and member is None and not any(m.isfile() for m in members):
-            self.add("unrecognized", "info", "a tar archive without the legacy members: torch.load raises on it", member, loader=_LOADER)
+            self.add(
+                "unrecognized",
+                "info",
+                "a tar archive without the legacy members: torch.load raises on it",
+                member,
+                loader=_LOADER,
+            )
 
     def _tar_member_bytes(self, tf: tarfile.TarFile, m: tarfile.TarInfo, loc: str) -> bytes | None:
         if m.issym() or m.islnk():
             escapes = m.linkname.startswith("/") or ".." in m.linkname.split("/")
             if escapes:
-                self.add("link-escape", "high", f"tar member {m.name!r} is a {'symbolic' if m.issym() else 'hard'} link to {m.linkname!r}: torch's tar.extract() writes the link and then reads whatever it points to, outside the checkpoint", loc, loader=_LOADER)
-            self.add("unanalysable", "high", f"tar member {m.name!r} is a link to {m.linkname!r}: the bytes torch reads through it are not analysed", loc, loader=_LOADER)
+                self.add(
+                    "link-escape",
+                    "high",
+                    f"tar member {m.name!r} is a {'symbolic' if m.issym() else 'hard'} link to {m.linkname!r}: torch's tar.extract() writes the link and then reads whatever it points to, outside the checkpoint",
+                    loc,
+                    loader=_LOADER,
+                )
+            self.add(
+                "unanalysable",
+                "high",
+                f"tar member {m.name!r} is a link to {m.linkname!r}: the bytes torch reads through it are not analysed",
+                loc,
+                loader=_LOADER,
+            )
             return None
         if not m.isfile():
             if m.name in _LEGACY_NAMES:
-                self.add("unrecognized", "info", f"legacy member {m.name!r} is not a regular file (type {m.type!r}): torch's extract fails on it", loc, loader=_LOADER)
+                self.add(
+                    "unrecognized",
+                    "info",
+                    f"legacy member {m.name!r} is not a regular file (type {m.type!r}): torch's extract fails on it",
+                    loc,
+                    loader=_LOADER,
+                )
             return None
-        if m.size > self.budget.inflate + (1 << 31) or (m.issparse() and not self.spend("inflate", m.size, loc, "reassembling sparse tar members", _LOADER)):
+        if m.size > self.budget.inflate + (1 << 31) or (
+            m.issparse() and not self.spend("inflate", m.size, loc, "reassembling sparse tar members", _LOADER)
+        ):
             self.add("limit", "high", f"tar member of {m.size} bytes is over the scan's budget", loc, loader=_LOADER)
             return None
         try:
@@ -107,7 +145,13 @@ class TarCarrier:
             self.add("unanalysable", "high", f"tarfile cannot read member {m.name!r} ({e})", loc, loader=_LOADER)
             return None
         if len(data) < m.size:
-            self.add("unrecognized", "info", f"member {m.name!r} is truncated ({len(data)} of {m.size} bytes): torch's extract raises", loc, loader=_LOADER)
+            self.add(
+                "unrecognized",
+                "info",
+                f"member {m.name!r} is truncated ({len(data)} of {m.size} bytes): torch's extract raises",
+                loc,
+                loader=_LOADER,
+            )
         return data
 
     def _count(self, res, loc: str, what: str) -> int | None:  # type: ignore[no-untyped-def]
@@ -118,9 +162,23 @@ class TarCarrier:
         if type(v) in (int, bool):
             return int(v)
         if isinstance(v, Sym):
-            self.add("unanalysable", "high", f"the {what} count is {describe(v)}, computed at load time: the walker cannot know how many records torch reads", loc, res.start, loader=_LOADER)
+            self.add(
+                "unanalysable",
+                "high",
+                f"the {what} count is {describe(v)}, computed at load time: the walker cannot know how many records torch reads",
+                loc,
+                res.start,
+                loader=_LOADER,
+            )
         else:
-            self.add("trailing-data", "info", f"the {what} count is {type(v).__name__}: torch's range() raises TypeError and stops here", loc, res.start, loader=_LOADER)
+            self.add(
+                "trailing-data",
+                "info",
+                f"the {what} count is {type(v).__name__}: torch's range() raises TypeError and stops here",
+                loc,
+                res.start,
+                loader=_LOADER,
+            )
         return None
 
     def _walk_tar_records(self, data: bytes, loc: str, base: int | None, depth: int, what: str, after: Any) -> int | None:
@@ -134,7 +192,14 @@ class TarCarrier:
         pos = res.end
         for i in range(n):
             if pos >= len(data):
-                self.add("trailing-data", "info", f"{what} #{i} of {n} is missing: torch's pickle.load raises EOFError and stops", loc, pos, loader=_LOADER)
+                self.add(
+                    "trailing-data",
+                    "info",
+                    f"{what} #{i} of {n} is missing: torch's pickle.load raises EOFError and stops",
+                    loc,
+                    pos,
+                    loader=_LOADER,
+                )
                 return None
             r = self.analyse_stream(data, pos, loc, base, depth)
             if r.end is None:
@@ -151,18 +216,41 @@ class TarCarrier:
             short = st.qualname.rsplit(".", 1)[-1] if isinstance(st, Sym) and st.kind == "global" else None
             if short not in STORAGE_NAMES:
                 if isinstance(v, (tuple, list)) and len(v) == 3 and isinstance(st, Sym):
-                    self.add("unanalysable", "high", f"storage #{i} has type {describe(st)}, whose element size the walker does not know: torch reads its bytes by that size, so the rest of this member is not analysed", loc, r.start, loader=_LOADER)
+                    self.add(
+                        "unanalysable",
+                        "high",
+                        f"storage #{i} has type {describe(st)}, whose element size the walker does not know: torch reads its bytes by that size, so the rest of this member is not analysed",
+                        loc,
+                        r.start,
+                        loader=_LOADER,
+                    )
                 else:
-                    self.add("trailing-data", "info", f"storage #{i} record is {describe(v)}: torch cannot unpack it and stops", loc, r.start, loader=_LOADER)
+                    self.add(
+                        "trailing-data",
+                        "info",
+                        f"storage #{i} record is {describe(v)}: torch cannot unpack it and stops",
+                        loc,
+                        r.start,
+                        loader=_LOADER,
+                    )
                 return None
             itemsize = STORAGE_NAMES[short].itemsize
             pos = r.end
             if pos + 8 > len(data):
-                self.add("trailing-data", "info", "storage size cut short: torch's read fails and stops", loc, pos, loader=_LOADER)
+                self.add(
+                    "trailing-data", "info", "storage size cut short: torch's read fails and stops", loc, pos, loader=_LOADER
+                )
                 return None
             (count,) = struct.unpack_from("<q", data, pos)
             if count < 0 or pos + 8 + count * itemsize > len(data):
-                self.add("trailing-data", "info", f"storage #{i} claims {count} elements, more than the member holds: torch's read fails and stops", loc, pos, loader=_LOADER)
+                self.add(
+                    "trailing-data",
+                    "info",
+                    f"storage #{i} claims {count} elements, more than the member holds: torch's read fails and stops",
+                    loc,
+                    pos,
+                    loader=_LOADER,
+                )
                 return None
             return pos + 8 + count * itemsize
 
@@ -170,7 +258,14 @@ class TarCarrier:
         if pos is None:
             return
         if pos >= len(data):
-            self.add("trailing-data", "info", "no storage_views pickle: torch's pickle.load raises EOFError and stops", loc, pos, loader=_LOADER)
+            self.add(
+                "trailing-data",
+                "info",
+                "no storage_views pickle: torch's pickle.load raises EOFError and stops",
+                loc,
+                pos,
+                loader=_LOADER,
+            )
             return
         self.analyse_stream(data, pos, loc, base, depth)
 
@@ -178,12 +273,26 @@ class TarCarrier:
         def skip_header(i: int, n: int, r: Any) -> int | None:
             pos = r.end
             if pos + 8 > len(data):
-                self.add("trailing-data", "info", "tensor header cut short: torch's struct.unpack fails and stops", loc, pos, loader=_LOADER)
+                self.add(
+                    "trailing-data",
+                    "info",
+                    "tensor header cut short: torch's struct.unpack fails and stops",
+                    loc,
+                    pos,
+                    loader=_LOADER,
+                )
                 return None
             (ndim,) = struct.unpack_from("<i", data, pos)
             need = 8 + 16 * ndim + 8
             if ndim < 0 or pos + need > len(data):
-                self.add("trailing-data", "info", f"tensor #{i} has ndim {ndim}: torch's struct.unpack fails and stops", loc, pos, loader=_LOADER)
+                self.add(
+                    "trailing-data",
+                    "info",
+                    f"tensor #{i} has ndim {ndim}: torch's struct.unpack fails and stops",
+                    loc,
+                    pos,
+                    loader=_LOADER,
+                )
                 return None
             return pos + need
 

@@ -11,8 +11,8 @@ from ...container.zip import ZipEntry, ZipReader
 from ...core.errors import TorchlessError
 from ...core.source import ByteSource, BytesSource
 from .common import _EOCD_SIG, _KNOWN_RECORDS, _OK_FLAGS, _STORAGE_RECORD, _ZIP_SIG, MAX_MEMBER, walks
-from .recognize import NPY_MAGIC
 from .dcp import split_zips as _split_zips
+from .recognize import NPY_MAGIC
 
 __all__ = ["ZipCarrier"]
 
@@ -70,9 +70,14 @@ class ZipCarrier:
         if not zr.entries:
             return
         first = delta + min(e.header_offset for e in zr.entries)
-        self.add("polyglot", "high", f"the file does not start as a zip, so torch.load reads it as a legacy pickle stream, but it ends with a zip archive ({len(zr.entries)} members from offset {first:#x}) that zip-based tools read instead", member, first)
+        self.add(
+            "polyglot",
+            "high",
+            f"the file does not start as a zip, so torch.load reads it as a legacy pickle stream, but it ends with a zip archive ({len(zr.entries)} members from offset {first:#x}) that zip-based tools read instead",
+            member,
+            first,
+        )
         self._scan_zip_reader(zr, f"{member + ' > ' if member else ''}appended zip @ {first:#x}", delta, depth + 1)
-
 
     # -- zip ---------------------------------------------------------------------------
     @walks("torch.load(weights_only=False)")
@@ -84,11 +89,18 @@ class ZipCarrier:
             items = list(_split_zips(src))
             if len(items) > 1:
                 for off, ln in items:
-                    self.scan_bytes(src.view(off, ln), f"{member + ' > ' if member else ''}[{off}:{off + ln}]", None if base is None else base + off, depth + 1)
+                    self.scan_bytes(
+                        src.view(off, ln),
+                        f"{member + ' > ' if member else ''}[{off}:{off + ln}]",
+                        None if base is None else base + off,
+                        depth + 1,
+                    )
                 return
             # torch.load raises on it (the pickle view of the same bytes is decided by the
             # real unpicklers in scan_source)
-            self.add("zip-reader-differential", "high", f"zip archive that torch's reader cannot open: {e.message}", member, e.offset)
+            self.add(
+                "zip-reader-differential", "high", f"zip archive that torch's reader cannot open: {e.message}", member, e.offset
+            )
             return
         self._scan_zip_reader(zr, member, base, depth)
 
@@ -96,14 +108,32 @@ class ZipCarrier:
         pre = f"{member} > " if member else ""
         src = zr.source
         recs = zr.records()
-        rel_of = {e.index: r for e, r in zip(zr.entries, recs)}
+        rel_of = {e.index: r for e, r in zip(zr.entries, recs, strict=False)}
         lowered = {r.lower() for r in recs}
-        torchscript = ("constants.pkl" in lowered) or ("bytecode.pkl" in lowered) or any(r.lower().startswith("code/") for r in recs)
+        torchscript = (
+            ("constants.pkl" in lowered) or ("bytecode.pkl" in lowered) or any(r.lower().startswith("code/") for r in recs)
+        )
         is_pt2 = "archive_format" in lowered
         package = ".data/extern_modules" in recs and "data.pkl" not in lowered  # torch.package
         if member is None:
-            self.report.kind = "torch-package" if package else "torchscript" if torchscript else ("pt2" if is_pt2 else ("torch-zip" if "data.pkl" in lowered else ("npz" if any(r.endswith(".npy") for r in recs) else "zip")))
-        loader = "torch.package.PackageImporter" if package else "torch.jit.load" if torchscript else ("torch.export.load" if is_pt2 else "torch.load(weights_only=False)")
+            self.report.kind = (
+                "torch-package"
+                if package
+                else "torchscript"
+                if torchscript
+                else (
+                    "pt2"
+                    if is_pt2
+                    else ("torch-zip" if "data.pkl" in lowered else ("npz" if any(r.endswith(".npy") for r in recs) else "zip"))
+                )
+            )
+        loader = (
+            "torch.package.PackageImporter"
+            if package
+            else "torch.jit.load"
+            if torchscript
+            else ("torch.export.load" if is_pt2 else "torch.load(weights_only=False)")
+        )
         with self.loading(loader):
             self._scan_zip_members(zr, member, base, depth, torchscript, is_pt2)
             if package:
@@ -128,15 +158,29 @@ class ZipCarrier:
             done.add(mod)
             if mod in interned:
                 rec = interned[mod]
-                self.add("native-code", "high", f"{qual} is defined by the package's own source: PackageImporter imports {mod} and runs {rec} when the pickle is loaded (Python source is not analysed)", f"{pre}{zr.prefix}/{rec}", global_name=qual)
+                self.add(
+                    "native-code",
+                    "high",
+                    f"{qual} is defined by the package's own source: PackageImporter imports {mod} and runs {rec} when the pickle is loaded (Python source is not analysed)",
+                    f"{pre}{zr.prefix}/{rec}",
+                    global_name=qual,
+                )
             else:
-                self.add("native-code", "high", f"{qual} names mocked module {mod}: PackageImporter runs the package's _mock.py to import it (Python source is not analysed)", f"{pre}{zr.prefix}/_mock.py", global_name=qual)
+                self.add(
+                    "native-code",
+                    "high",
+                    f"{qual} names mocked module {mod}: PackageImporter runs the package's _mock.py to import it (Python source is not analysed)",
+                    f"{pre}{zr.prefix}/_mock.py",
+                    global_name=qual,
+                )
 
-    def _scan_zip_members(self, zr: ZipReader, member: str | None, base: int | None, depth: int, torchscript: bool, is_pt2: bool) -> None:
+    def _scan_zip_members(
+        self, zr: ZipReader, member: str | None, base: int | None, depth: int, torchscript: bool, is_pt2: bool
+    ) -> None:
         pre = f"{member} > " if member else ""
         src = zr.source
         recs = zr.records()
-        rel_of = {e.index: r for e, r in zip(zr.entries, recs)}
+        rel_of = {e.index: r for e, r in zip(zr.entries, recs, strict=False)}
         self.zip_structure(zr, member, base)
         # which entry each reader picks for a name
         torch_pick: dict[str, int] = {}
@@ -188,9 +232,23 @@ class ZipCarrier:
                 continue
             if e.crc != (zlib.crc32(data) & 0xFFFFFFFF):
                 if e.crc == 0:
-                    self.add("zip-crc", "info", "CRC-32 is 0 (written with compute_crc32=False); Python's zipfile refuses to read this member", loc, None, fbase)
+                    self.add(
+                        "zip-crc",
+                        "info",
+                        "CRC-32 is 0 (written with compute_crc32=False); Python's zipfile refuses to read this member",
+                        loc,
+                        None,
+                        fbase,
+                    )
                 else:
-                    self.add("zip-crc", "high", f"CRC-32 mismatch (stored {e.crc:08x}, computed {zlib.crc32(data) & 0xFFFFFFFF:08x}): torch reads this member, Python's zipfile (and scanners built on it) refuses it", loc, None, fbase)
+                    self.add(
+                        "zip-crc",
+                        "high",
+                        f"CRC-32 mismatch (stored {e.crc:08x}, computed {zlib.crc32(data) & 0xFFFFFFFF:08x}): torch reads this member, Python's zipfile (and scanners built on it) refuses it",
+                        loc,
+                        None,
+                        fbase,
+                    )
             low = rel.lower()
             if low.startswith("code/") and low.endswith(".py"):
                 code_texts.append((loc, data.decode("utf-8", "replace")))
@@ -205,7 +263,9 @@ class ZipCarrier:
                 continue  # only numpy.load reads .npy members, through zipfile: scan_npz
             if low.endswith(".pkl") or low.endswith("debug_pkl"):
                 # records torch unpickles by name, whatever their first bytes
-                self.scan_pickles(BytesSource(data), loc, fbase, depth, strict=True, torch_load=torch_load, torchscript=torchscript)
+                self.scan_pickles(
+                    BytesSource(data), loc, fbase, depth, strict=True, torch_load=torch_load, torchscript=torchscript
+                )
             else:
                 # any other member: every carrier it could be, and the pickle view decided
                 # by the real unpicklers (never skipped because it "does not look like" one)
@@ -230,30 +290,68 @@ class ZipCarrier:
                 by_exact[d.raw_name] = d
             zf = [d.index for d in by_exact.values()]
             names = sorted({d.name for d in dups})
-            self.add("zip-duplicate", "high", f"{len(dups)} members named {' / '.join(repr(n) for n in names)} (entries {[d.index for d in dups]}): torch reads entry #{t.index if t else '?'}, Python's zipfile reads entr{'y' if len(zf) == 1 else 'ies'} #{', #'.join(map(str, zf))}; every copy is scanned", pre + dups[0].name, dups[0].header_offset)
+            self.add(
+                "zip-duplicate",
+                "high",
+                f"{len(dups)} members named {' / '.join(repr(n) for n in names)} (entries {[d.index for d in dups]}): torch reads entry #{t.index if t else '?'}, Python's zipfile reads entr{'y' if len(zf) == 1 else 'ies'} #{', #'.join(map(str, zf))}; every copy is scanned",
+                pre + dups[0].name,
+                dups[0].header_offset,
+            )
         recs = zr.records()
-        for e, rel in zip(zr.entries, recs):
+        for e, rel in zip(zr.entries, recs, strict=False):
             loc = pre + e.name
             if rel != rel.lower() and rel.lower() in _KNOWN_RECORDS and not any(r == rel.lower() for r in recs):
-                self.add("zip-case-variant", "high", f"member {e.name!r} is read by torch as {rel.lower()!r} (case-insensitive lookup); tools that look up {rel.lower()!r} exactly do not find it", loc, e.header_offset)
+                self.add(
+                    "zip-case-variant",
+                    "high",
+                    f"member {e.name!r} is read by torch as {rel.lower()!r} (case-insensitive lookup); tools that look up {rel.lower()!r} exactly do not find it",
+                    loc,
+                    e.header_offset,
+                )
             parts = e.name.replace("\\", "/").split("/")
             if e.name.startswith(("/", "\\")) or ".." in parts or (len(e.name) > 1 and e.name[1] == ":"):
-                self.add("path-traversal", "medium", f"member name {e.name!r} escapes the extraction folder", loc, e.header_offset)
+                self.add(
+                    "path-traversal", "medium", f"member name {e.name!r} escapes the extraction folder", loc, e.header_offset
+                )
             if zr.prefix and not e.name.startswith(zr.prefix + "/") and member is None and e.index > 0:
-                self.add("zip-reader-differential", "medium", f"member {e.name!r} is outside the archive folder {zr.prefix!r}: torch's record lookup never finds it, Python's zipfile does", loc, e.header_offset)
+                self.add(
+                    "zip-reader-differential",
+                    "medium",
+                    f"member {e.name!r} is outside the archive folder {zr.prefix!r}: torch's record lookup never finds it, Python's zipfile does",
+                    loc,
+                    e.header_offset,
+                )
             if e.flags & 0x1:
-                self.add("zip-flags", "high", "encrypted member: torch refuses it, zipfile needs a password, scanners usually skip it", loc, e.header_offset)
+                self.add(
+                    "zip-flags",
+                    "high",
+                    "encrypted member: torch refuses it, zipfile needs a password, scanners usually skip it",
+                    loc,
+                    e.header_offset,
+                )
             elif e.flags & ~_OK_FLAGS & 0xFFFF:
                 self.add("zip-flags", "low", f"unusual general-purpose flag bits {e.flags:#06x}", loc, e.header_offset)
             if e.method not in (0, 8):
-                self.add("zip-flags", "medium", f"compression method {e.method}: torch and zipfile read this member differently (or not at all)", loc, e.header_offset)
+                self.add(
+                    "zip-flags",
+                    "medium",
+                    f"compression method {e.method}: torch and zipfile read this member differently (or not at all)",
+                    loc,
+                    e.header_offset,
+                )
             try:
                 local = zr.local_name(e)
             except TorchlessError as err:
                 self.add("zip-reader-differential", "high", f"local header unreadable: {err.message}", loc, e.header_offset)
                 continue
             if local != e.raw_name:
-                self.add("zip-name-mismatch", "high", f"local header names {local!r}, central directory {e.raw_name!r}: torch and zipfile use the central name, streaming extractors the local one", loc, e.header_offset)
+                self.add(
+                    "zip-name-mismatch",
+                    "high",
+                    f"local header names {local!r}, central directory {e.raw_name!r}: torch and zipfile use the central name, streaming extractors the local one",
+                    loc,
+                    e.header_offset,
+                )
         # overlaps, among records and with the central directory
         spans = []
         for e in zr.entries:
@@ -262,9 +360,15 @@ class ZipCarrier:
             except TorchlessError:
                 continue
         spans.sort()
-        for (s1, e1, n1), (s2, _e2, n2) in zip(spans, spans[1:]):
+        for (s1, e1, n1), (s2, _e2, n2) in zip(spans, spans[1:], strict=False):
             if s2 < e1:
-                self.add("zip-overlap", "high", f"members {n1!r} and {n2!r} overlap (bytes {s2:#x}..{e1:#x}): one payload is read through two names", pre + n2, s2)
+                self.add(
+                    "zip-overlap",
+                    "high",
+                    f"members {n1!r} and {n2!r} overlap (bytes {s2:#x}..{e1:#x}): one payload is read through two names",
+                    pre + n2,
+                    s2,
+                )
         for s, e_, n in spans:
             if e_ > zr.cd_offset:
                 self.add("zip-overlap", "high", f"member {n!r} runs into the central directory", pre + n, s)
@@ -276,14 +380,26 @@ class ZipCarrier:
                 after = last.central_offset + 46 + nlen + xlen + clen
                 cd_end = zr.cd_offset + zr.cd_size
                 if after + 4 <= cd_end and bytes(src.view(after, 4)) == b"PK\x01\x02":
-                    self.add("zip-reader-differential", "high", "the central directory holds more entries than its end record counts: Python's zipfile lists them, torch does not", member, after)
+                    self.add(
+                        "zip-reader-differential",
+                        "high",
+                        "the central directory holds more entries than its end record counts: Python's zipfile lists them, torch does not",
+                        member,
+                        after,
+                    )
                     self._scan_uncounted(src, after, cd_end, member)
         except (TorchlessError, struct.error):
             pass
         # data before the first record / after the end record
         first = min((e.header_offset for e in zr.entries), default=0)
         if first > 0:
-            self.add("polyglot" if member is None else "trailing-data", "high", f"{first} bytes before the first zip record: torch.load reads the head as a pickle stream, zip tools see the archive", member, 0)
+            self.add(
+                "polyglot" if member is None else "trailing-data",
+                "high",
+                f"{first} bytes before the first zip record: torch.load reads the head as a pickle stream, zip tools see the archive",
+                member,
+                0,
+            )
         try:
             clen = struct.unpack_from("<H", bytes(src.view(zr.eocd_offset + 20, 2)))[0]
             end = zr.eocd_offset + 22 + clen
@@ -294,7 +410,11 @@ class ZipCarrier:
 
     def _scan_uncounted(self, src: ByteSource, pos: int, end: int, member: str | None) -> None:
         # entries zipfile would add: scan their data with the local header's sizes
-        while pos + 46 <= end and bytes(src.view(pos, 4)) == b"PK\x01\x02" and self.spend("nodes", 1, member, "visiting uncounted zip entries"):
+        while (
+            pos + 46 <= end
+            and bytes(src.view(pos, 4)) == b"PK\x01\x02"
+            and self.spend("nodes", 1, member, "visiting uncounted zip entries")
+        ):
             f = struct.unpack_from("<4sHHHHHHIIIHHHHHII", bytes(src.view(pos, 46)))
             nlen, xlen, clen, hoff, csize, method = f[10], f[11], f[12], f[16], f[8], f[4]
             name = bytes(src.view(pos + 46, nlen)).decode("utf-8", "replace")
@@ -309,7 +429,6 @@ class ZipCarrier:
             except (TorchlessError, zlib.error, struct.error):
                 pass
             pos += 46 + nlen + xlen + clen
-
 
     # -- TorchScript code --------------------------------------------------------------
     def scan_torchscript_code(self, texts: list[tuple[str, str]], bytecode: list[tuple[str, bytes]] | None = None) -> None:
