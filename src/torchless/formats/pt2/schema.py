@@ -23,6 +23,7 @@ import enum
 import json
 import math
 import sys
+import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any
@@ -603,7 +604,7 @@ def from_json(tp: Any, obj: Any, where: str = "$") -> Any:
         FormatError: ``obj`` does not have the shape ``tp`` requires.
     """
     origin = typing.get_origin(tp)
-    if origin is typing.Union:  # Optional[T]
+    if origin is typing.Union or origin is types.UnionType:  # Optional[T], T | None
         if obj is None:
             return None
         (inner,) = [a for a in typing.get_args(tp) if a is not type(None)]
