@@ -19,7 +19,7 @@ from .cli._start import running_as_cli as _is_cli
 if _is_cli():  # `torchless ...`: a Ctrl-C during the imports below prints no traceback
     _quiet()
 
-from ._api import convert, detect, load, open, save, write_tensors
+from ._api import capabilities, convert, detect, load, open, save, write_tensors
 from .core.dtypes import DType
 from .core.errors import (
     ChecksumError,
@@ -36,7 +36,7 @@ from .core.errors import (
     WriteError,
 )
 from .core.tensor import NestedTensor, SparseTensor, Storage, Tensor, tensor
-from .formats.base import Artifact
+from .formats.base import Artifact, Capabilities
 from .pickle.globals import GlobalRef, PickledObject
 from .pickle.machine import Limits
 
@@ -44,6 +44,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Artifact",
+    "Capabilities",
     "ChecksumError",
     "DType",
     "FormatError",
@@ -64,6 +65,7 @@ __all__ = [
     "UnsupportedError",
     "UsageError",
     "WriteError",
+    "capabilities",
     "convert",
     "detect",
     "from_torch",

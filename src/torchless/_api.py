@@ -8,10 +8,10 @@ from typing import Any
 
 from .core.errors import UsageError
 from .formats.base import Artifact, check_options
+from .formats.registry import capabilities, formats_that, handler, handler_for_path, require
 from .formats.registry import detect as _detect
-from .formats.registry import handler, handler_for_path
 
-__all__ = ["convert", "detect", "load", "open", "save", "writable_formats", "write_tensors"]
+__all__ = ["capabilities", "convert", "detect", "load", "open", "save", "writable_formats", "write_tensors"]
 
 _open = open
 
@@ -98,12 +98,12 @@ def save(obj: Any, path: Any, *, format: str | None = None, **kw: Any) -> None:
         UsageError: an option the format's writer does not take, or an object it cannot hold.
     """
     h = _writer(path, format)
-    if getattr(h, "save", None) is not None:
+    if h.capabilities.write_objects:
         check_options(h, "write", kw, path=path)
-        h.save(obj, path, **kw)  # type: ignore[attr-defined]
+        h.save(obj, path, **kw)
         return
     if not isinstance(obj, dict):
-        raise UsageError(f"{h.name} files hold a flat dict of tensors", found=type(obj).__name__)
+        require(h, "write_objects", path=path)  # names the formats that store objects
     write_tensors(obj.items(), path, format=h.name, **kw)
 
 
@@ -126,7 +126,7 @@ def write_tensors(
     """
     h = _tensor_writer(path, format)
     check_options(h, "write", kw, path=path)
-    res = h.write_tensors(items, path, progress=progress, **kw)  # type: ignore[attr-defined]
+    res = h.write_tensors(items, path, progress=progress, **kw)
     return (
         list(res) if isinstance(res, (list, tuple)) else [os.fspath(path) if isinstance(path, (str, os.PathLike)) else "<file>"]
     )
@@ -134,22 +134,20 @@ def write_tensors(
 
 def writable_formats() -> list[str]:
     """Names of the formats :func:`write_tensors` and :func:`convert` can write."""
-    from .formats.registry import handlers
-
-    return [h.name for h in handlers() if hasattr(h, "write_tensors")]
+    return formats_that("write_tensors")
 
 
 def _tensor_writer(path: Any, format: str | None) -> Any:
     """The handler that writes tensors to ``path`` (by ``format`` or extension)."""
     h = handler(format) if format else handler_for_path(path)
-    if h is None or not hasattr(h, "write_tensors"):
+    if h is None:
         exts = ", ".join(e for name in writable_formats() for e in handler(name).extensions)
         raise UsageError(
-            "cannot write tensors to this file type" if h is None else f"torchless cannot write {h.name} files",
+            "cannot write tensors to this file type",
             path=path,
             expected=f"a destination of a writable format ({', '.join(writable_formats())}: {exts})",
         )
-    return h
+    return require(h, "write_tensors", path=path)
 
 
 def _non_tensor_leaves(obj: Any, max_items: int = 10_000) -> list[dict[str, str]]:

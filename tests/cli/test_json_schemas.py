@@ -43,6 +43,7 @@ def _cases(tmp: str) -> list[tuple[str, list[str]]]:
             )
         ],
         ("ls", ["ls", s("checkpoint.pt"), "--json"]),
+        ("formats", ["formats", "--json"]),
         ("ls", ["ls", s("dcp_ckpt"), "--json"]),
         ("verify", ["verify", s("mlp.pt2"), "--json"]),
         ("verify", ["verify", s("checkpoint.pt"), "--json"]),

@@ -9,28 +9,98 @@ tensors in it. The CLI's generic commands (``info``, ``ls``, ``convert``, ``diff
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar
 
 from ..container.zip import Problem, ZipReader, is_zip
 from ..core.errors import NotFoundError, TorchlessError, UsageError
 from ..core.tensor import Tensor
 
-__all__ = ["Artifact", "FormatHandler", "Probe", "Problem", "accepted_options", "check_options", "summarize_tensors"]
+__all__ = [
+    "CAPABILITIES",
+    "Artifact",
+    "Capabilities",
+    "FormatHandler",
+    "Probe",
+    "Problem",
+    "accepted_options",
+    "check_options",
+    "summarize_tensors",
+]
 
 #: what every handler's ``open`` accepts (formats without pickles ignore it)
 OPEN_OPTIONS: tuple[str, ...] = ("weights_only",)
 #: what every writer (``save`` / ``write_tensors``) accepts
 WRITE_OPTIONS: tuple[str, ...] = ("progress",)
 
+#: the capability flags of :class:`Capabilities`, in the order listings show them
+CAPABILITIES: tuple[str, ...] = ("read", "list", "verify", "write_tensors", "write_objects", "edit")
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a format handler can do, declared once on its class (never probed).
+
+    The API and the CLI ask this declaration before they call a handler, and derive
+    their error messages ("npz cannot store objects; formats that can: pt, pt2") from
+    the declarations of every registered handler.
+
+    Attributes:
+        read: ``open`` returns an :class:`Artifact` whose ``load()`` gives the object tree.
+        list: the artifact lists its tensors (``tensors()``, ``ls``).
+        verify: the artifact checks its structure and payloads (``verify()``).
+        write_tensors: the handler writes ``(name, tensor)`` pairs (``write_tensors``,
+            the destination of ``convert``).
+        write_objects: the handler writes whole object trees (``save``: nested dicts,
+            numbers, strings... besides tensors).
+        edit: an existing artifact's weights can be replaced in a new file
+            (``set-weights``), keeping everything else.
+        open_options: the handler's own ``open`` options, besides the load policy
+            (:data:`OPEN_OPTIONS`).
+        write_options: the handler's own writer options, besides :data:`WRITE_OPTIONS`.
+    """
+
+    read: bool = True
+    list: bool = True
+    verify: bool = True
+    write_tensors: bool = False
+    write_objects: bool = False
+    edit: bool = False
+    open_options: tuple[str, ...] = ()
+    write_options: tuple[str, ...] = ()
+
+    def flags(self) -> tuple[str, ...]:
+        """The names of the capabilities that are declared true, in :data:`CAPABILITIES` order."""
+        return tuple(c for c in CAPABILITIES if getattr(self, c))
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: every flag, and the option names."""
+        return {
+            **{c: bool(getattr(self, c)) for c in CAPABILITIES},
+            "open_options": list(accepted_options(self, "open")),
+            "write_options": list(accepted_options(self, "write")) if self.write_tensors or self.write_objects else [],
+        }
+
+
+def _capabilities_of(h: Any) -> Capabilities:
+    if isinstance(h, Capabilities):
+        return h
+    caps = getattr(h, "capabilities", None)
+    if not isinstance(caps, Capabilities):
+        raise TypeError(f"format handler {getattr(h, 'name', h)!r} declares no Capabilities")
+    return caps
+
 
 def accepted_options(h: Any, kind: str) -> tuple[str, ...]:
-    """The option names handler ``h`` accepts for ``kind`` (``"open"`` or ``"write"``):
-    the common ones plus the handler's ``open_options`` / ``write_options``."""
+    """The option names handler ``h`` (or a :class:`Capabilities`) accepts for ``kind``
+    (``"open"`` or ``"write"``): the common ones plus the declared ``open_options`` /
+    ``write_options``."""
+    caps = _capabilities_of(h)
+    own = caps.open_options if kind == "open" else caps.write_options
     common = OPEN_OPTIONS if kind == "open" else WRITE_OPTIONS
-    return tuple(sorted(set(common) | set(getattr(h, f"{kind}_options", ()))))
+    return tuple(sorted(set(common) | set(own)))
 
 
 def check_options(h: Any, kind: str, given: Mapping[str, Any], *, path: Any = None) -> None:
@@ -95,27 +165,63 @@ class Probe:
         return self._zip
 
 
-@runtime_checkable
-class FormatHandler(Protocol):
-    """One artifact kind.
+class FormatHandler:
+    """One artifact kind. Subclasses set the class attributes and implement :meth:`sniff`
+    and :meth:`open`; writers implement ``write_tensors`` / ``save`` and declare them in
+    :attr:`capabilities` (the registry checks that the declaration matches the methods).
 
     Attributes:
         name: short id used by ``--format`` and in ``info`` (``"pt"``, ``"onnx"``).
         extensions: file suffixes, lowercase with dot, for the extension fallback.
         priority: lower sniffs first (specific zip flavours before plain checkpoints).
+        description: one line for listings (``torchless formats``).
+        capabilities: what the handler can do; see :class:`Capabilities`.
     """
 
-    name: str
-    extensions: tuple[str, ...]
-    priority: int
+    name: ClassVar[str] = "?"
+    extensions: ClassVar[tuple[str, ...]] = ()
+    priority: ClassVar[int] = 100
+    description: ClassVar[str] = ""
+    capabilities: ClassVar[Capabilities] = Capabilities()
 
-    def sniff(self, probe: Probe) -> bool:  # pragma: no cover - protocol
-        ...
+    def sniff(self, probe: Probe) -> bool:  # pragma: no cover - abstract
+        raise NotImplementedError
 
-    def open(self, path: Any, **kw: Any) -> Artifact:  # pragma: no cover - protocol
+    def open(self, path: Any, **kw: Any) -> Artifact:  # pragma: no cover - abstract
         """Open ``path`` lazily. ``kw`` always may hold ``weights_only`` (ignored by
         formats without pickles) besides the handler's own options."""
-        ...
+        raise NotImplementedError
+
+    def write_tensors(
+        self, items: Iterable[tuple[str, Any]], path: Any, *, progress: Callable[[int], None] | None = None
+    ) -> list[str] | None:
+        """Write ``(name, tensor)`` pairs to ``path``; returns the files written (None: ``path``).
+
+        Handlers declaring ``write_tensors`` override this, adding their own options as
+        keyword parameters (declared in ``capabilities.write_options``); :func:`torchless.write_tensors`
+        refuses undeclared options before calling it.
+
+        Raises:
+            UsageError: the format does not write tensors (the message names those that do).
+        """
+        from .registry import require
+
+        require(self, "write_tensors", path=path)
+        raise NotImplementedError  # pragma: no cover - the registry checks declaration against methods
+
+    def save(self, obj: Any, path: Any, *, progress: Callable[[int], None] | None = None) -> None:
+        """Write the object tree ``obj`` to ``path``.
+
+        Raises:
+            UsageError: the format does not store objects (the message names those that do).
+        """
+        from .registry import require
+
+        require(self, "write_objects", path=path)
+        raise NotImplementedError  # pragma: no cover - the registry checks declaration against methods
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} {', '.join(self.capabilities.flags())}>"
 
 
 class Artifact:

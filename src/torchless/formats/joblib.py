@@ -30,7 +30,7 @@ from ..core.source import open_source
 from ..core.tree import iter_tensors
 from ..pickle.globals import GlobalRef, PickledObject
 from ..pickle.machine import Limits, Unpickler
-from .base import Artifact, Probe, Problem, summarize_tensors
+from .base import Artifact, Capabilities, FormatHandler, Probe, Problem, summarize_tensors
 from .registry import register
 
 __all__ = ["JoblibArtifact", "read_joblib", "compression_of", "WRAPPER"]
@@ -230,12 +230,12 @@ class JoblibArtifact(Artifact):
 
 
 @register
-class JoblibHandler:
+class JoblibHandler(FormatHandler):
     name = "joblib"
     extensions = EXTENSIONS
     priority = 60  # a pickle naming joblib's array wrapper, plain or compressed
     description = "joblib.dump file (pickle + NumPy arrays after their wrappers; zlib/gzip/bz2/xz/lzma)"
-    open_options = ("limits",)
+    capabilities = Capabilities(open_options=("limits",))
 
     def sniff(self, probe: Probe) -> bool:
         if probe.is_dir:

@@ -35,7 +35,7 @@ from ..core.errors import ChecksumError, FormatError, TorchlessError, Unsupporte
 from ..core.npyheader import parse_npy_header
 from ..core.source import ByteSource, BytesSource, open_source
 from ..core.tensor import Storage, Tensor, as_tensor
-from .base import Artifact, Probe, Problem
+from .base import Artifact, Capabilities, FormatHandler, Probe, Problem
 from .registry import register
 
 __all__ = ["NpzArtifact", "write_npz", "parse_npy"]
@@ -255,11 +255,12 @@ def write_npz(
 
 
 @register
-class NpzHandler:
+class NpzHandler(FormatHandler):
     name = "npz"
     extensions = (".npz", ".npy")
     priority = 90
     description = "NumPy .npz/.npy"
+    capabilities = Capabilities(write_tensors=True, write_options=("compress",))
 
     def sniff(self, probe: Probe) -> bool:
         if probe.is_dir:
@@ -272,8 +273,6 @@ class NpzHandler:
             recs = probe.zip_records()
             return bool(recs) and all(r.endswith(".npy") or r == DTYPES_MEMBER for r in recs) and probe.suffix == ".npz"
         return False
-
-    write_options = ("compress",)
 
     def open(self, path: Any, *, weights_only: bool = True) -> NpzArtifact:
         art = NpzArtifact(path)

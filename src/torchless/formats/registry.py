@@ -11,11 +11,22 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from ..core.errors import FormatError
+from ..core.errors import FormatError, UsageError
 from ..core.registry import Registry
-from .base import FormatHandler, Probe
+from .base import CAPABILITIES, Capabilities, FormatHandler, Probe
 
-__all__ = ["FORMATS", "HANDLER_MODULES", "register", "detect", "handler", "handlers", "handler_for_path"]
+__all__ = [
+    "FORMATS",
+    "HANDLER_MODULES",
+    "capabilities",
+    "detect",
+    "formats_that",
+    "handler",
+    "handler_for_path",
+    "handlers",
+    "register",
+    "require",
+]
 
 #: name -> handler
 FORMATS: Registry[str, FormatHandler] = Registry("format")
@@ -38,9 +49,25 @@ HANDLER_MODULES = [
 _loaded = False
 
 
+#: the method each writing capability overrides (checked at registration, never probed later)
+_METHODS = {"write_tensors": "write_tensors", "write_objects": "save"}
+
+
 def register(h: Any) -> Any:
-    """Class decorator: instantiate the handler class and add it to :data:`FORMATS`."""
+    """Class decorator: instantiate the handler class and add it to :data:`FORMATS`.
+
+    Raises:
+        TypeError: not a :class:`FormatHandler`, or its :class:`Capabilities` declare a
+            writer it does not define (or define one they do not declare).
+    """
     inst = h() if isinstance(h, type) else h
+    if not isinstance(inst, FormatHandler) or not isinstance(inst.capabilities, Capabilities):
+        raise TypeError(f"{inst!r} is not a FormatHandler with declared Capabilities")
+    for cap, meth in _METHODS.items():
+        declared = getattr(inst.capabilities, cap)
+        if declared != (getattr(type(inst), meth) is not getattr(FormatHandler, meth)):
+            state = "is missing" if declared else "exists"
+            raise TypeError(f"format handler {inst.name!r}: capability {cap} is declared {declared}, but method {meth} {state}")
     FORMATS.add(inst.name, inst)
     return h
 
@@ -64,6 +91,50 @@ def handler(name: str) -> FormatHandler:
     """The handler called ``name``."""
     _load()
     return FORMATS.get(name)
+
+
+def capabilities() -> dict[str, Capabilities]:
+    """``{format name: its declared Capabilities}`` for every registered format, in
+    sniffing order."""
+    return {h.name: h.capabilities for h in handlers()}
+
+
+def formats_that(capability: str) -> list[str]:
+    """Names of the formats declaring ``capability`` (one of :data:`~torchless.formats.base.CAPABILITIES`)."""
+    if capability not in CAPABILITIES:
+        raise ValueError(f"unknown capability {capability!r}; one of: {', '.join(CAPABILITIES)}")
+    return [h.name for h in handlers() if getattr(h.capabilities, capability)]
+
+
+#: how an error message says what a capability does
+_DOES = {
+    "read": "open files",
+    "list": "list tensors",
+    "verify": "verify files",
+    "write_tensors": "write tensors",
+    "write_objects": "store objects",
+    "edit": "replace weights in an existing file",
+}
+
+
+def require(h: FormatHandler, capability: str, *, path: Any = None) -> FormatHandler:
+    """``h`` if it declares ``capability``.
+
+    Raises:
+        UsageError: it does not; the message names the formats that do
+            (``npz cannot store objects; formats that can: pt, pt2``).
+    """
+    if capability not in CAPABILITIES:
+        raise ValueError(f"unknown capability {capability!r}; one of: {', '.join(CAPABILITIES)}")
+    if getattr(h.capabilities, capability):
+        return h
+    able = formats_that(capability)
+    exts = " ".join(e for name in able for e in handler(name).extensions)
+    raise UsageError(
+        f"{h.name} cannot {_DOES[capability]}; formats that can: {', '.join(able) or 'none'}",
+        path=path,
+        expected=f"a destination named {exts}" if exts and capability.startswith("write") else None,
+    )
 
 
 def handler_for_path(path: Any) -> FormatHandler | None:

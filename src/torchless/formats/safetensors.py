@@ -22,7 +22,7 @@ from ..core.dtypes import DTYPES, DType
 from ..core.errors import FormatError, LimitError, TruncatedError, UnsupportedError, short_repr
 from ..core.source import open_source
 from ..core.tensor import Storage, Tensor, as_tensor
-from .base import Artifact, Probe, Problem
+from .base import Artifact, Capabilities, FormatHandler, Probe, Problem
 from .registry import register
 
 __all__ = ["SafetensorsArtifact", "read_safetensors", "write_safetensors", "write_safetensors_sharded", "parse_size", "ST_DTYPES"]
@@ -339,19 +339,18 @@ def write_safetensors_sharded(
 
 
 @register
-class SafetensorsHandler:
+class SafetensorsHandler(FormatHandler):
     name = "safetensors"
     extensions = (".safetensors",)
     priority = 50
     description = "safetensors (header + raw little-endian tensors)"
+    capabilities = Capabilities(write_tensors=True, write_options=("metadata", "max_shard_size"))
 
     def sniff(self, probe: Probe) -> bool:
         if probe.is_dir or len(probe.head) < 10:
             return False
         (n,) = struct.unpack("<Q", probe.head[:8])
         return 2 <= n <= MAX_HEADER and probe.head[8:9] == b"{"
-
-    write_options = ("metadata", "max_shard_size")
 
     def open(self, path: Any, *, weights_only: bool = True) -> SafetensorsArtifact:
         art = SafetensorsArtifact(path)

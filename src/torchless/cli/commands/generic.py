@@ -12,7 +12,7 @@ from ..._api import open as open_artifact
 from ..progress import Progress
 from ..render import emit_json, format_bytes, format_info, format_table
 
-__all__ = ["register", "info_json"]
+__all__ = ["register", "info_json", "formats_json"]
 
 
 def _open(path: str, fmt: str | None) -> Any:
@@ -190,6 +190,32 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 1 if errors else 0
 
 
+def formats_json() -> list[dict[str, Any]]:
+    """One entry per registered format: name, description, extensions, its declared
+    capabilities and options (see :class:`~torchless.formats.base.Capabilities`)."""
+    from ...formats.registry import handlers
+
+    return [
+        {"name": h.name, "description": h.description, "extensions": list(h.extensions), **h.capabilities.as_dict()}
+        for h in sorted(handlers(), key=lambda h: h.name)
+    ]
+
+
+def cmd_formats(args: argparse.Namespace) -> int:
+    from ...formats.base import CAPABILITIES
+
+    rows = formats_json()
+    if args.json:
+        emit_json("formats", rows)
+        return 0
+    header = ["format", *(c.replace("_", " ") for c in CAPABILITIES), "extensions"]
+    table = [
+        [r["name"], *("yes" if r[c] else "-" for c in CAPABILITIES), " ".join(r["extensions"]) or "(by content)"] for r in rows
+    ]
+    print(format_table(table, header))
+    return 0
+
+
 def register(sub: Any) -> None:
     def add(name: str, func: Any, help: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)
@@ -200,6 +226,14 @@ def register(sub: Any) -> None:
     p.add_argument("path")
     p.add_argument("--json", action="store_true", help="machine-readable output (schema: docs/cli.md)")
     p.add_argument("--format", help="skip detection")
+    p = add(
+        "formats",
+        cmd_formats,
+        "list the formats torchless knows and what each can do: read, list, verify, write tensors, write objects, edit",
+    )
+    p.add_argument(
+        "--json", action="store_true", help="machine-readable output, with each format's options (schema: docs/cli.md)"
+    )
     p = add("ls", cmd_ls, "list tensors, one a line: name, dtype, shape, size")
     p.add_argument("path")
     p.add_argument("--json", action="store_true", help="machine-readable output (schema: docs/cli.md)")

@@ -88,6 +88,23 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "additionalProperties": True,
     },
     "ls": _arr(_TENSOR_ROW),
+    "formats": _arr(
+        _obj(
+            {
+                "name": _STR,
+                "description": _STR,
+                "extensions": _arr(_STR),
+                "read": _BOOL,
+                "list": _BOOL,
+                "verify": _BOOL,
+                "write_tensors": _BOOL,
+                "write_objects": _BOOL,
+                "edit": _BOOL,
+                "open_options": _arr(_STR),
+                "write_options": _arr(_STR),
+            }
+        )
+    ),
     "convert": _obj(
         {
             "source": _STR,

@@ -16,7 +16,7 @@ from ...core.dtypes import DTYPES
 from ...core.errors import TorchlessError
 from ...core.lazy import LazyModule
 from ...pickle.machine import Limits
-from ..base import Artifact, Probe, summarize_tensors
+from ..base import Artifact, Capabilities, FormatHandler, Probe, summarize_tensors
 from ..registry import register
 from .constants import ALIGN_BYTES, ARCHIVE_FORMAT_PATH, ARCHIVE_FORMAT_VALUE, METADATA_KEYS, WEIGHTS_DIR, is_aoti_records
 
@@ -255,7 +255,7 @@ def _wrapper_so(m: _read.AotiModel) -> tuple[str, _elf.ElfInfo] | None:
 
 
 @register
-class AotiHandler:
+class AotiHandler(FormatHandler):
     """AOTInductor packages: PT2 zips with ``data/aotinductor/<model>/`` compiler output."""
 
     name = "aoti"
@@ -264,13 +264,12 @@ class AotiHandler:
     extensions: tuple[str, ...] = ()
     priority = 15
     description = "AOTInductor package (aoti_compile_and_package): sources, .so, metadata, weights"
+    capabilities = Capabilities(open_options=("limits",))
 
     def sniff(self, probe: Probe) -> bool:
         if probe.is_dir or not is_zip(probe.head):
             return False
         return is_aoti_records(probe.zip_records())
-
-    open_options = ("limits",)
 
     def open(self, path: Any, **kw: Any) -> AotiArtifact:
         return AotiArtifact(path, **kw)

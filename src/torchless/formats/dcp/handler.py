@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...core.lazy import LazyModule
-from ..base import Probe
+from ..base import Capabilities, FormatHandler, Probe
 from ..registry import register
 from .constants import has_metadata, is_hf_dir
 
@@ -13,11 +13,12 @@ _read = LazyModule("torchless.formats.dcp.read")
 
 
 @register
-class DCPHandler:
+class DCPHandler(FormatHandler):
     name = "dcp"
     extensions: tuple[str, ...] = ()
     priority = 20
     description = "torch.distributed.checkpoint directory (.metadata + __R_N.distcp, or DCP-sharded safetensors)"
+    capabilities = Capabilities()
 
     def sniff(self, probe: Probe) -> bool:
         if not probe.is_dir:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ...core.lazy import LazyModule
-from ..base import Probe
+from ..base import Capabilities, FormatHandler, Probe
 from ..registry import register
 from .layout import INDEX_SUFFIX, is_hf_folder, is_index_file
 
@@ -16,12 +16,12 @@ _write = LazyModule("torchless.formats.hf.write")
 
 
 @register
-class HFHandler:
+class HFHandler(FormatHandler):
     name = "hf"
     extensions = (INDEX_SUFFIX,)
     priority = 15  # before dcp, which owns folders of DCP-sharded safetensors
     description = "Hugging Face checkpoint: safetensors or .bin shards + index json (folder or index file)"
-    write_options = ("max_shard_size",)
+    capabilities = Capabilities(write_tensors=True, write_options=("max_shard_size",))
 
     def sniff(self, probe: Probe) -> bool:
         if probe.is_dir:

@@ -7,7 +7,7 @@ from typing import Any
 
 from ...core.errors import TorchlessError
 from ...core.lazy import LazyModule
-from ..base import Artifact, Probe, Problem
+from ..base import Artifact, Capabilities, FormatHandler, Probe, Problem
 from ..registry import register
 
 _read = LazyModule("torchless.formats.onnx.read")
@@ -171,16 +171,15 @@ class OnnxArtifact(Artifact):
 
 
 @register
-class OnnxHandler:
+class OnnxHandler(FormatHandler):
     name = "onnx"
     extensions = (".onnx",)
     priority = 40
     description = "ONNX model (protobuf; initializers, Constant nodes, external data)"
+    capabilities = Capabilities(edit=True, open_options=("base_dir", "include_constants"))
 
     def sniff(self, probe: Probe) -> bool:
         return not probe.is_dir and probe.suffix == ".onnx" and looks_like_model(probe.head)
-
-    open_options = ("base_dir", "include_constants")
 
     def open(self, path: Any, *, weights_only: bool = True, **kw: Any) -> OnnxArtifact:
         art = OnnxArtifact(path, **kw)

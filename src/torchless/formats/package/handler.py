@@ -5,18 +5,19 @@ from __future__ import annotations
 from typing import Any
 
 from ...core.lazy import LazyModule
-from ..base import Probe
+from ..base import Capabilities, FormatHandler, Probe
 from ..registry import register
 
 _read = LazyModule("torchless.formats.package.read")
 
 
 @register
-class PackageHandler:
+class PackageHandler(FormatHandler):
     name = "package"
     extensions: tuple[str, ...] = ()
     priority = 45  # a torch zip without data.pkl: before the plain checkpoint handler
     description = "torch.package archive (PackageExporter): interned/extern/mocked modules, pickles, tensors"
+    capabilities = Capabilities()
 
     def sniff(self, probe: Probe) -> bool:
         recs = probe.zip_records()

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from ...container.zip import Problem, is_zip
 from ...core.source import open_source
 from ...core.tree import describe, iter_tensors
 from ...pickle.machine import Limits
-from ..base import Artifact, Probe, summarize_tensors
+from ..base import Artifact, Capabilities, FormatHandler, Probe, summarize_tensors
 from ..registry import register
 from .read import Checkpoint, read_checkpoint
 
@@ -118,15 +118,19 @@ class PtArtifact(Artifact):
 
 
 @register
-class PtHandler:
+class PtHandler(FormatHandler):
     """Eager torch checkpoints: zip, legacy stream and legacy tar."""
 
     name = "pt"
     extensions = (".pt", ".pth", ".bin", ".ckpt", ".tar", ".pkl")
     priority = 100  # after the specific zip flavours (TorchScript, .pt2, AOTI)
     description = "torch.save checkpoint (zip, legacy stream, legacy tar)"
-    open_options = ("limits", "encoding", "mmap")
-    write_options = ("alignment", "compute_crc", "prefix")
+    capabilities = Capabilities(
+        write_tensors=True,
+        write_objects=True,
+        open_options=("limits", "encoding", "mmap"),
+        write_options=("alignment", "compute_crc", "prefix"),
+    )
 
     def sniff(self, probe: Probe) -> bool:
         if probe.is_dir:
@@ -146,21 +150,37 @@ class PtHandler:
     def open(self, path: Any, **kw: Any) -> PtArtifact:
         return PtArtifact(path, **kw)
 
-    def save(self, obj: Any, path: Any, **kw: Any) -> None:
+    def save(
+        self,
+        obj: Any,
+        path: Any,
+        *,
+        progress: Callable[[int], None] | None = None,
+        alignment: int = 64,
+        compute_crc: bool = True,
+        prefix: str | None = None,
+    ) -> None:
         from .write import save_checkpoint  # writers import the pickler on use
 
-        save_checkpoint(obj, path, **kw)
+        save_checkpoint(obj, path, alignment=alignment, compute_crc=compute_crc, prefix=prefix, progress=progress)
 
-    def write_tensors(self, items: Iterable[tuple[str, Any]], path: Any, *, progress: Any = None, **kw: Any) -> None:
+    def write_tensors(
+        self,
+        items: Iterable[tuple[str, Any]],
+        path: Any,
+        *,
+        progress: Callable[[int], None] | None = None,
+        alignment: int = 64,
+        compute_crc: bool = True,
+        prefix: str | None = None,
+    ) -> None:
         """Write named tensors as a state dict (an OrderedDict, like ``state_dict()``)."""
         from ...core.values import StateDict
 
         sd = StateDict()
         for name, t in items:
             sd[name] = t
-        from .write import save_checkpoint
-
-        save_checkpoint(sd, path, progress=progress, **kw)
+        self.save(sd, path, progress=progress, alignment=alignment, compute_crc=compute_crc, prefix=prefix)
 
 
 __all__ += ["writer_generation"]

@@ -7,7 +7,7 @@ from typing import Any
 
 from ...container.zip import Problem
 from ...core.lazy import LazyModule
-from ..base import Artifact, Probe, summarize_tensors
+from ..base import Artifact, Capabilities, FormatHandler, Probe, summarize_tensors
 from ..registry import register
 from .constants import is_pt2
 
@@ -99,27 +99,34 @@ class Pt2Artifact(Artifact):
 
 
 @register
-class Pt2Handler:
+class Pt2Handler(FormatHandler):
     """ExportedProgram archives (``torch.export.save``)."""
 
     name = "pt2"
     extensions = (".pt2",)
     priority = 20  # before plain checkpoints (pt, 100): the archive also holds .pt records
     description = "torch.export ExportedProgram archive (graph + weights)"
+    capabilities = Capabilities(write_objects=True, write_options=("extra_files", "sample_inputs"))
 
     def sniff(self, probe: Probe) -> bool:
         if probe.is_dir:
             return False
         return is_pt2(probe.zip_records())
 
-    write_options = ("extra_files", "sample_inputs")
-
     def open(self, path: Any, *, weights_only: bool = True) -> Pt2Artifact:
         art = Pt2Artifact(path)
         art.weights_only = weights_only
         return art
 
-    def save(self, obj: Any, path: Any, *, progress: Any = None, **kw: Any) -> None:
+    def save(
+        self,
+        obj: Any,
+        path: Any,
+        *,
+        progress: Any = None,
+        extra_files: dict[str, str | bytes] | None = None,
+        sample_inputs: dict[str, Any] | None = None,
+    ) -> None:
         from .write import save_pt2
 
-        save_pt2(path, obj, **kw)
+        save_pt2(path, obj, extra_files=extra_files, sample_inputs=sample_inputs)

@@ -13,7 +13,7 @@ from ...core.tensor import Tensor
 from ...core.tree import describe
 from ...pickle.machine import Limits
 from ...pickle.torch_globals import TORCH_ALLOWLIST
-from ..base import Artifact, Probe, summarize_tensors
+from ..base import Artifact, Capabilities, FormatHandler, Probe, summarize_tensors
 from ..registry import register
 from . import spec
 
@@ -310,20 +310,19 @@ class TorchScriptArtifact(Artifact):
 
 
 @register
-class TorchScriptHandler:
+class TorchScriptHandler(FormatHandler):
     """TorchScript archives (``torch.jit.save``) and lite-interpreter ``.ptl`` files."""
 
     name = "torchscript"
     extensions = (".ptl", ".torchscript")
     priority = 10  # before the plain zip checkpoint handler
     description = "TorchScript archive (torch.jit.save, _save_for_lite_interpreter)"
+    capabilities = Capabilities(edit=True, open_options=("limits",))
 
     def sniff(self, probe: Probe) -> bool:
         if probe.is_dir or not is_zip(probe.head):
             return False
         return spec.is_torchscript_zip(probe.zip_records())
-
-    open_options = ("limits",)
 
     def open(self, path: Any, **kw: Any) -> TorchScriptArtifact:
         return TorchScriptArtifact(path, **kw)
