@@ -87,6 +87,13 @@ def _decompress(data: bytes | memoryview, kind: str, limit: int, *, path: Any = 
         if partial:
             return out[:limit]
         raise LimitError(f"{kind} stream inflates past the limit", path=path, expected=f"<= {limit} bytes")
+    if not partial and not d.eof:
+        raise FormatError(
+            f"truncated {kind} stream: the data ends before the stream's end marker",
+            path=path,
+            expected="a complete compressed stream",
+            found=f"{len(raw)} bytes that inflate to {len(out)} without an end",
+        )
     return out
 
 

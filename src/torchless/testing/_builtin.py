@@ -1,0 +1,421 @@
+"""Conformance entries of torchless's own handlers: their samples and oracles.
+
+Writable formats get samples written by torchless (so the oracle also checks the
+writer) and, where cheap, by the reference library; the others use the producing
+library here (joblib, torch.package) or the committed ``samples/`` files, which their
+``samples/gen_*.py`` scripts regenerate. Oracles are the reference readers: ``torch.load``,
+``torch.jit.load``, ``torch.export.load``, ``safetensors``, ``numpy.load``,
+``joblib.load``, ``onnx``, torch's DCP reader and ``PackageImporter``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import shutil
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .handlers import Conformance, ConformanceSkip, Expected, Sample, flatten, register_conformance, torch_tensors
+
+
+def _need(module: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise ConformanceSkip(f"{module} (the oracle) is not installed: {e}") from None
+
+
+def _committed(samples_dir: Path | None, name: str) -> Path:
+    if samples_dir is None or not (samples_dir / name).exists():
+        raise ConformanceSkip(f"the committed sample {name} is not available")
+    return samples_dir / name
+
+
+def _copy_in(src: Path, out: Path) -> Path:
+    dst = out / src.name
+    if src.is_dir():
+        shutil.copytree(src, dst)
+    else:
+        shutil.copyfile(src, dst)
+    return dst
+
+
+def _arrays() -> dict[str, np.ndarray]:
+    """A small tensor set: several dtypes, a scalar, an empty tensor."""
+    import ml_dtypes
+
+    rng = np.random.default_rng(1)
+    return {
+        "embed.weight": rng.standard_normal((6, 4)).astype(ml_dtypes.bfloat16),
+        "layers.0.weight": rng.standard_normal((4, 4)).astype(np.float32),
+        "layers.0.bias": rng.standard_normal(4).astype(np.float16),
+        "layers.0.mask": rng.integers(0, 2, (2, 3)).astype(bool),
+        "ids": np.arange(7, dtype=np.int64),
+        "scale": np.asarray(0.25, dtype=np.float64),
+        "empty": np.zeros((0, 2), dtype=np.int32),
+    }
+
+
+def _numpy_oracle(arrays: dict[str, np.ndarray]) -> Callable[[], dict[str, Expected]]:
+    return lambda: {k: Expected.from_numpy(v) for k, v in arrays.items()}
+
+
+# ----------------------------------------------------------------------- corruptions
+def flip_in_largest_zip_member(path: Path, member_of: Callable[[Path], Path] | None = None) -> None:
+    """Flip one byte in the middle of the largest stored member's data (its CRC-32 then
+    disagrees): a damage only a reader that checks CRCs finds."""
+    f = member_of(path) if member_of else path
+    with zipfile.ZipFile(f) as zf:
+        info = max((i for i in zf.infolist() if i.compress_size), key=lambda i: i.compress_size)
+    data = bytearray(f.read_bytes())
+    n, x = (
+        int.from_bytes(data[info.header_offset + 26 : info.header_offset + 28], "little"),
+        int.from_bytes(data[info.header_offset + 28 : info.header_offset + 30], "little"),
+    )
+    at = info.header_offset + 30 + n + x + info.compress_size // 2
+    data[at] ^= 0x5A
+    f.write_bytes(bytes(data))
+
+
+def truncate(rel: str | None = None, n: int = 1) -> Callable[[Path], None]:
+    """Drop the last ``n`` bytes of the file (or of ``rel`` inside a folder)."""
+
+    def corrupt(root: Path) -> None:
+        f = root / rel if rel else root
+        f.write_bytes(f.read_bytes()[:-n])
+
+    return corrupt
+
+
+# --------------------------------------------------------------------------------- pt
+def _torch_load_oracle(path: Path) -> Callable[[], dict[str, Expected]]:
+    def oracle() -> dict[str, Expected]:
+        torch = _need("torch")
+        return torch_tensors(torch.load(path, weights_only=True, map_location="cpu"))
+
+    return oracle
+
+
+def _build_pt(out: Path, samples_dir: Path | None) -> list[Sample]:
+    import torchless
+
+    _need("torch")
+    written = out / "written.pt"
+    torchless.save({"model": _arrays(), "step": 3, "config": {"lr": 0.1, "tags": ["a", "b"]}}, written)
+    samples = [Sample(written, _torch_load_oracle(written), corrupt=flip_in_largest_zip_member, label="torchless-written.pt")]
+    for name in ("checkpoint.pt", "state_dict.pt", "legacy_format.pt"):
+        try:
+            p = _copy_in(_committed(samples_dir, name), out)
+        except ConformanceSkip:
+            continue
+        corrupt = truncate() if name == "legacy_format.pt" else flip_in_largest_zip_member
+        samples.append(Sample(p, _torch_load_oracle(p), corrupt=corrupt))
+    return samples
+
+
+register_conformance(Conformance("pt", _build_pt))
+
+
+# ------------------------------------------------------------------------ safetensors
+def _safetensors_oracle(path: Path) -> Callable[[], dict[str, Expected]]:
+    def oracle() -> dict[str, Expected]:
+        _need("torch")
+        st = _need("safetensors.torch")
+        return {k: Expected.from_torch(v) for k, v in st.load_file(str(path)).items()}
+
+    return oracle
+
+
+def _build_safetensors(out: Path, samples_dir: Path | None) -> list[Sample]:
+    import torchless
+
+    _need("safetensors")
+    written = out / "written.safetensors"
+    torchless.write_tensors(_arrays().items(), written, metadata={"note": "conformance"})
+    samples = [Sample(written, _safetensors_oracle(written), label="torchless-written.safetensors")]
+    stn = _need("safetensors.numpy")
+    ref = out / "reference.safetensors"
+    arrays = {k: v for k, v in _arrays().items() if v.dtype.name != "bfloat16"}
+    stn.save_file(arrays, str(ref))
+    samples.append(Sample(ref, _numpy_oracle(arrays), label="safetensors-written.safetensors"))
+    return samples
+
+
+register_conformance(Conformance("safetensors", _build_safetensors))
+
+
+# -------------------------------------------------------------------------------- npz
+def _npz_oracle(path: Path) -> Callable[[], dict[str, Expected]]:
+    def oracle() -> dict[str, Expected]:
+        import ml_dtypes  # noqa: F401 - bfloat16 members
+
+        if path.suffix == ".npy":
+            return {"array": Expected.from_numpy(np.load(path, allow_pickle=False))}
+        with np.load(path, allow_pickle=False) as z:
+            return {k: Expected.from_numpy(z[k]) for k in z.files}
+
+    return oracle
+
+
+def _build_npz(out: Path, samples_dir: Path | None) -> list[Sample]:
+    import torchless
+
+    arrays = {k: v for k, v in _arrays().items() if v.dtype.name != "bfloat16"}
+    written = out / "written.npz"
+    torchless.write_tensors(arrays.items(), written)
+    packed = out / "compressed.npz"
+    torchless.write_tensors(arrays.items(), packed, compress=True)
+    ref = out / "numpy.npz"
+    np.savez(ref, **arrays)  # type: ignore[arg-type]
+    single = out / "numpy.npy"
+    np.save(single, arrays["layers.0.weight"])
+    return [
+        Sample(written, _npz_oracle(written), corrupt=flip_in_largest_zip_member, label="torchless-written.npz"),
+        Sample(packed, _npz_oracle(packed), corrupt=flip_in_largest_zip_member, label="torchless-compressed.npz"),
+        Sample(ref, _npz_oracle(ref), corrupt=flip_in_largest_zip_member, label="numpy-written.npz"),
+        Sample(single, _npz_oracle(single), label="numpy-written.npy"),
+    ]
+
+
+register_conformance(Conformance("npz", _build_npz))
+
+
+# ----------------------------------------------------------------------------- joblib
+def _joblib_oracle(path: Path) -> Callable[[], dict[str, Expected]]:
+    def oracle() -> dict[str, Expected]:
+        joblib = _need("joblib")
+        obj = joblib.load(path)  # a file written just now by joblib.dump in this suite
+        return {n: Expected.from_numpy(a) for n, a in flatten(obj, is_tensor=lambda x: isinstance(x, np.ndarray))}
+
+    return oracle
+
+
+def _build_joblib(out: Path, samples_dir: Path | None) -> list[Sample]:
+    joblib = _need("joblib")
+    arrays = {k: v for k, v in _arrays().items() if v.dtype.name != "bfloat16"}
+    obj = {"weights": arrays, "classes": ["cat", "dog"], "n_iter": 12}
+    plain = out / "model.joblib"
+    joblib.dump(obj, plain)
+    packed = out / "model_zlib.joblib"
+    joblib.dump(obj, packed, compress=("zlib", 3))
+    return [
+        Sample(plain, _joblib_oracle(plain), label="joblib-written.joblib"),
+        Sample(packed, _joblib_oracle(packed), label="joblib-zlib.joblib"),
+    ]
+
+
+register_conformance(Conformance("joblib", _build_joblib))
+
+
+# ------------------------------------------------------------------------------- onnx
+def _onnx_oracle(path: Path) -> Callable[[], dict[str, Expected]]:
+    def oracle() -> dict[str, Expected]:
+        onnx = _need("onnx")
+        from onnx import numpy_helper
+
+        model = onnx.load(str(path))  # external data too, from next to the file
+        return {t.name: Expected.from_numpy(numpy_helper.to_array(t)) for t in model.graph.initializer}
+
+    return oracle
+
+
+def _build_onnx(out: Path, samples_dir: Path | None) -> list[Sample]:
+    onnx = _need("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(2)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((4, 3)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.standard_normal(3).astype(np.float16), "b16"),
+        numpy_helper.from_array(np.arange(5, dtype=np.int64), "ids"),
+        numpy_helper.from_array(rng.standard_normal((64, 8)).astype(np.float32), "big"),
+    ]
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        initializer=inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    inline = out / "inline.onnx"
+    onnx.save(model, str(inline))
+    ext_dir = out / "external"
+    ext_dir.mkdir()
+    ext = ext_dir / "model.onnx"
+    onnx.save(
+        model, str(ext), save_as_external_data=True, all_tensors_to_one_file=True, location="weights.bin", size_threshold=64
+    )
+    samples = [
+        Sample(inline, _onnx_oracle(inline), label="onnx-written.onnx"),
+        Sample(
+            ext,
+            _onnx_oracle(ext),
+            corrupt=lambda p: truncate(n=16)(p.parent / "weights.bin"),
+            label="external-data.onnx",
+            with_folder=True,
+        ),
+    ]
+    try:
+        p = _copy_in(_committed(samples_dir, "mlp.onnx"), out)
+        samples.append(Sample(p, _onnx_oracle(p)))
+    except ConformanceSkip:
+        pass
+    return samples
+
+
+register_conformance(Conformance("onnx", _build_onnx))
+
+
+# ------------------------------------------------------------------------ torchscript
+def _jit_oracle(path: Path) -> Callable[[], dict[str, Expected]]:
+    def oracle() -> dict[str, Expected]:
+        torch = _need("torch")
+        return {k: Expected.from_torch(v) for k, v in torch.jit.load(str(path), map_location="cpu").state_dict().items()}
+
+    return oracle
+
+
+def _build_torchscript(out: Path, samples_dir: Path | None) -> list[Sample]:
+    _need("torch")
+    samples = []
+    for name in ("scripted_module.pt", "scripted_module.ptl"):
+        p = _copy_in(_committed(samples_dir, name), out)
+        samples.append(Sample(p, _jit_oracle(p), corrupt=flip_in_largest_zip_member))
+    return samples
+
+
+register_conformance(Conformance("torchscript", _build_torchscript))
+
+
+# --------------------------------------------------------------------------------- hf
+def _hf_oracle(index: Path) -> Callable[[], dict[str, Expected]]:
+    def oracle() -> dict[str, Expected]:
+        _need("torch")
+        st = _need("safetensors.torch")
+        weight_map = json.loads(index.read_text())["weight_map"]
+        out: dict[str, Expected] = {}
+        for shard in sorted(set(weight_map.values())):
+            for k, v in st.load_file(str(index.parent / shard)).items():
+                out[k] = Expected.from_torch(v)
+        return out
+
+    return oracle
+
+
+def _build_hf(out: Path, samples_dir: Path | None) -> list[Sample]:
+    import torchless
+
+    _need("safetensors")
+    folder = out / "model"
+    folder.mkdir()
+    index = folder / "model.safetensors.index.json"
+    files = torchless.write_tensors(_arrays().items(), index, format="hf", max_shard_size=100)
+    shard = Path(files[0]).name
+    assert len(files) > 2, files
+    return [
+        Sample(folder, _hf_oracle(index), fuzz_file=index.name, corrupt=truncate(shard), label="hf-folder"),
+        Sample(
+            index, _hf_oracle(index), corrupt=lambda p: truncate(n=1)(p.parent / shard), label="hf-index.json", with_folder=True
+        ),
+    ]
+
+
+register_conformance(Conformance("hf", _build_hf, write_suffix=".safetensors.index.json", write_options={"max_shard_size": 200}))
+
+
+# ---------------------------------------------------------------------------- package
+def _build_package(out: Path, samples_dir: Path | None) -> list[Sample]:
+    torch = _need("torch")
+    from torch.package import PackageExporter
+
+    g = torch.Generator().manual_seed(0)
+    obj = {
+        "w": torch.randn(3, 4, generator=g),
+        "b": torch.randn(4, generator=g).to(torch.bfloat16),
+        "ids": torch.arange(5),
+        "note": "conformance",
+    }
+    path = out / "tensors_package.pt"
+    with PackageExporter(str(path)) as pe:
+        pe.extern("torch.**")
+        pe.save_pickle("res", "sd.pkl", obj)
+        pe.save_text("res", "note.txt", "hello")
+
+    def oracle() -> dict[str, Expected]:
+        from torch.package import PackageImporter
+
+        # a package written just now holding only torch objects: loading runs no packaged code;
+        # torchless names a packaged pickle's tensors "<package>/<resource>:<key>"
+        loaded = PackageImporter(str(path)).load_pickle("res", "sd.pkl")
+        return {f"res/sd.pkl:{k}": Expected.from_torch(v) for k, v in loaded.items() if isinstance(v, torch.Tensor)}
+
+    return [Sample(path, oracle, corrupt=flip_in_largest_zip_member, label="torch.package")]
+
+
+register_conformance(Conformance("package", _build_package))
+
+
+# -------------------------------------------------------------------------------- dcp
+def _build_dcp(out: Path, samples_dir: Path | None) -> list[Sample]:
+    p = _copy_in(_committed(samples_dir, "dcp_ckpt"), out)
+
+    def oracle() -> dict[str, Expected]:
+        torch = _need("torch")
+        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+        dst = out / "dcp_as_torch_save.pt"
+        if not dst.exists():
+            dcp_to_torch_save(str(p), str(dst))
+        return torch_tensors(torch.load(dst, weights_only=False))
+
+    return [Sample(p, oracle, fuzz_file=".metadata", corrupt=truncate("__0_0.distcp"), label="dcp_ckpt")]
+
+
+register_conformance(Conformance("dcp", _build_dcp))
+
+
+# ------------------------------------------------------------------------------- aoti
+def _build_aoti(out: Path, samples_dir: Path | None) -> list[Sample]:
+    p = _copy_in(_committed(samples_dir, "mlp_aoti.pt2"), out)
+    gen = _committed(samples_dir, "gen_aoti.py")
+
+    def oracle() -> dict[str, Expected]:
+        torch = _need("torch")
+        spec = importlib.util.spec_from_file_location("_torchless_gen_aoti", gen)
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        torch.manual_seed(0)  # as gen_aoti.main() does before building the model
+        sd = mod.MLP().eval().state_dict()
+        # Inductor folded l2.bias into a derived constant when compiling; the package keeps
+        # (and torchless lists) the constants it stores under their state-dict names
+        return {k: Expected.from_torch(v) for k, v in sd.items() if k != "l2.bias"}
+
+    return [Sample(p, oracle, corrupt=flip_in_largest_zip_member, label="mlp_aoti.pt2")]
+
+
+register_conformance(Conformance("aoti", _build_aoti))
+
+
+# -------------------------------------------------------------------------------- pt2
+def _build_pt2(out: Path, samples_dir: Path | None) -> list[Sample]:
+    p = _copy_in(_committed(samples_dir, "mlp.pt2"), out)
+
+    def oracle() -> dict[str, Expected]:
+        torch = _need("torch")
+        ep = torch.export.load(str(p))
+        got = {k: Expected.from_torch(v) for k, v in ep.state_dict.items()}
+        got.update({k: Expected.from_torch(v) for k, v in ep.constants.items() if isinstance(v, torch.Tensor)})
+        return got
+
+    return [Sample(p, oracle, corrupt=flip_in_largest_zip_member, label="mlp.pt2")]
+
+
+register_conformance(Conformance("pt2", _build_pt2))
