@@ -245,17 +245,10 @@ def missing_entries() -> list[str]:
 
 
 def capabilities(h: Any) -> frozenset[str]:
-    """What handler ``h`` can do: ``read``, ``list``, ``verify``, ``write_tensors``,
-    ``write_objects`` (and ``edit``), from its declaration when it has one."""
-    declared = getattr(h, "capabilities", None)
-    if declared is not None:
-        return frozenset(getattr(c, "value", c) for c in declared)
-    caps = {"read", "list", "verify"}
-    if callable(getattr(h, "write_tensors", None)):
-        caps.add("write_tensors")
-    if callable(getattr(h, "save", None)):
-        caps.add("write_objects")
-    return frozenset(caps)
+    """What handler ``h`` declares it can do (its :class:`~torchless.formats.base.Capabilities`
+    flags: ``read``, ``list``, ``verify``, ``write_tensors``, ``write_objects``, ``edit``);
+    the checks run from this declaration, never from probing methods."""
+    return frozenset(h.capabilities.flags())
 
 
 # -------------------------------------------------------------------------------- suite
