@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from torchless.container.zip import ZipReader
-from torchless.formats.registry import handlers
-from torchless.testing import CHECKS, ConformanceSkip, missing_entries, run_check
+from torchless.formats.registry import handler, handlers
+from torchless.testing import CHECKS, ConformanceSkip, Expected, missing_entries, run_check
+from torchless.testing import handlers as handlers_mod
 from torchless.testing.handlers import Suite
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
@@ -22,11 +23,21 @@ HANDLERS = [h.name for h in handlers()]
 
 #: (handler, check) -> reason: known failures, each an xfail(strict=True) while its cause
 #: is present (the condition), so the fix turns it into a plain pass
+_CLOSE_KEEPS_MAPPING = (
+    "close() leaves the file mapped while the artifact object is referenced: MmapSource.close() keeps its mmap "
+    "(and the descriptor mmap holds), and loaded storages keep views into it, so only garbage collection "
+    "releases the file; the fix (close unmaps, storages drop their views, reads after close are refused) "
+    "changes what tensors read after close() do, in every handler"
+)
 KNOWN: dict[tuple[str, str], tuple[bool, str]] = {
-    ("pt", "close"): (
+    **{
+        (name, "close"): (True, _CLOSE_KEEPS_MAPPING)
+        for name in ("pt", "safetensors", "npz", "joblib", "onnx", "torchscript", "hf", "package", "aoti", "pt2")
+    },
+    ("pt", "release"): (
         hasattr(ZipReader, "cached"),
-        "the process-global ZipReader cache (ZipReader.cached) keeps the last zip checkpoint mapped "
-        "and open after close(); issue 13 item 4 removes it",
+        "the process-global ZipReader cache (ZipReader.cached) keeps the last zip checkpoint mapped and open after "
+        "close(); issue 13 item 4 removes it",
     ),
 }
 
@@ -57,3 +68,55 @@ def test_conformance(suite: Suite, name: str, check: str) -> None:
         run_check(check, suite, name)
     except ConformanceSkip as e:
         pytest.skip(str(e))
+
+
+# -------------------------------------------------- the checks can fail: broken handlers
+def test_oracle_check_catches_a_wrong_byte(suite: Suite, monkeypatch: pytest.MonkeyPatch) -> None:
+    s = suite.samples("safetensors")[0]
+    want = s.oracle()
+    k, e = next((k, e) for k, e in want.items() if e.data)
+    bad = {**want, k: Expected(e.dtype, e.shape, bytes([e.data[0] ^ 1]) + e.data[1:])}
+    monkeypatch.setattr(s, "oracle", lambda: bad)
+    with pytest.raises(AssertionError, match="values differ"):
+        run_check("oracle", suite, "safetensors")
+
+
+def test_fuzz_check_catches_foreign_exceptions_and_hangs(suite: Suite, monkeypatch: pytest.MonkeyPatch) -> None:
+    def crash(path, name, options=None):  # noqa: ANN001
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(handlers_mod, "exercise", crash)
+    with pytest.raises(AssertionError, match="KeyError"):
+        handlers_mod.check_fuzz(suite, "safetensors", truncations=2, flips=1)
+
+    def spin(path, name, options=None):  # noqa: ANN001
+        while True:
+            pass
+
+    monkeypatch.setattr(handlers_mod, "exercise", spin)
+    monkeypatch.setattr(handlers_mod, "CASE_CPU_SECONDS", 0.02)
+    monkeypatch.setattr(handlers_mod, "truncation_offsets", lambda data, n: [1])
+    with pytest.raises(AssertionError, match="still running"):
+        handlers_mod.check_fuzz(suite, "safetensors", truncations=1, flips=0)
+
+
+def test_close_check_catches_a_leaked_file(suite: Suite, monkeypatch: pytest.MonkeyPatch) -> None:
+    from torchless.formats.safetensors import SafetensorsArtifact
+
+    monkeypatch.setattr(SafetensorsArtifact, "close", lambda self: None)
+    leak: list = []
+    real_init = SafetensorsArtifact.__init__
+
+    def init(self, path):  # noqa: ANN001
+        real_init(self, path)
+        leak.append(self)  # a global keeps every artifact: a leak only the release check sees
+
+    monkeypatch.setattr(SafetensorsArtifact, "__init__", init)
+    with pytest.raises(AssertionError, match="still open after close"):
+        run_check("release", suite, "safetensors")
+
+
+def test_sniff_check_catches_a_greedy_sniffer(suite: Suite, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(type(handler("npz")), "sniff", lambda self, probe: True)
+    with pytest.raises(AssertionError, match="npz claims the"):
+        run_check("sniff", suite, "npz")

@@ -94,12 +94,13 @@ def truncate(rel: str | None = None, n: int = 1) -> Callable[[Path], None]:
 
 
 # --------------------------------------------------------------------------------- pt
-def _torch_load_oracle(path: Path) -> Callable[[], dict[str, Expected]]:
-    def oracle() -> dict[str, Expected]:
-        torch = _need("torch")
-        return torch_tensors(torch.load(path, weights_only=True, map_location="cpu"))
+def _torch_load(path: Path) -> dict[str, Expected]:
+    torch = _need("torch")
+    return torch_tensors(torch.load(path, weights_only=True, map_location="cpu"))
 
-    return oracle
+
+def _torch_load_oracle(path: Path) -> Callable[[], dict[str, Expected]]:
+    return lambda: _torch_load(path)
 
 
 def _build_pt(out: Path, samples_dir: Path | None) -> list[Sample]:
@@ -119,17 +120,18 @@ def _build_pt(out: Path, samples_dir: Path | None) -> list[Sample]:
     return samples
 
 
-register_conformance(Conformance("pt", _build_pt))
+register_conformance(Conformance("pt", _build_pt, oracle=_torch_load))
 
 
 # ------------------------------------------------------------------------ safetensors
-def _safetensors_oracle(path: Path) -> Callable[[], dict[str, Expected]]:
-    def oracle() -> dict[str, Expected]:
-        _need("torch")
-        st = _need("safetensors.torch")
-        return {k: Expected.from_torch(v) for k, v in st.load_file(str(path)).items()}
+def _safetensors_load(path: Path) -> dict[str, Expected]:
+    _need("torch")
+    st = _need("safetensors.torch")
+    return {k: Expected.from_torch(v) for k, v in st.load_file(str(path)).items()}
 
-    return oracle
+
+def _safetensors_oracle(path: Path) -> Callable[[], dict[str, Expected]]:
+    return lambda: _safetensors_load(path)
 
 
 def _build_safetensors(out: Path, samples_dir: Path | None) -> list[Sample]:
@@ -147,20 +149,19 @@ def _build_safetensors(out: Path, samples_dir: Path | None) -> list[Sample]:
     return samples
 
 
-register_conformance(Conformance("safetensors", _build_safetensors))
+register_conformance(Conformance("safetensors", _build_safetensors, oracle=_safetensors_load))
 
 
 # -------------------------------------------------------------------------------- npz
+def _npz_load(path: Path) -> dict[str, Expected]:
+    if path.suffix == ".npy":
+        return {"array": Expected.from_numpy(np.load(path, allow_pickle=False))}
+    with np.load(path, allow_pickle=False) as z:
+        return {k: Expected.from_numpy(z[k]) for k in z.files}
+
+
 def _npz_oracle(path: Path) -> Callable[[], dict[str, Expected]]:
-    def oracle() -> dict[str, Expected]:
-        import ml_dtypes  # noqa: F401 - bfloat16 members
-
-        if path.suffix == ".npy":
-            return {"array": Expected.from_numpy(np.load(path, allow_pickle=False))}
-        with np.load(path, allow_pickle=False) as z:
-            return {k: Expected.from_numpy(z[k]) for k in z.files}
-
-    return oracle
+    return lambda: _npz_load(path)
 
 
 def _build_npz(out: Path, samples_dir: Path | None) -> list[Sample]:
@@ -183,7 +184,7 @@ def _build_npz(out: Path, samples_dir: Path | None) -> list[Sample]:
     ]
 
 
-register_conformance(Conformance("npz", _build_npz))
+register_conformance(Conformance("npz", _build_npz, oracle=_npz_load, oracle_lacks=("bfloat16",)))
 
 
 # ----------------------------------------------------------------------------- joblib
@@ -214,15 +215,22 @@ register_conformance(Conformance("joblib", _build_joblib))
 
 
 # ------------------------------------------------------------------------------- onnx
+def _onnx_load(path: Path) -> dict[str, Expected]:
+    onnx = _need("onnx")
+    from onnx import numpy_helper
+
+    model = onnx.load(str(path))  # external data too, from next to the file
+    return {t.name: Expected.from_numpy(numpy_helper.to_array(t)) for t in model.graph.initializer}
+
+
 def _onnx_oracle(path: Path) -> Callable[[], dict[str, Expected]]:
-    def oracle() -> dict[str, Expected]:
-        onnx = _need("onnx")
-        from onnx import numpy_helper
+    return lambda: _onnx_load(path)
 
-        model = onnx.load(str(path))  # external data too, from next to the file
-        return {t.name: Expected.from_numpy(numpy_helper.to_array(t)) for t in model.graph.initializer}
 
-    return oracle
+def _onnx_edit(src: Path, dst: Path, weights: dict[str, np.ndarray]) -> None:
+    from ..formats.onnx.write import set_weights
+
+    set_weights(src, weights, dst)
 
 
 def _build_onnx(out: Path, samples_dir: Path | None) -> list[Sample]:
@@ -270,16 +278,23 @@ def _build_onnx(out: Path, samples_dir: Path | None) -> list[Sample]:
     return samples
 
 
-register_conformance(Conformance("onnx", _build_onnx))
+register_conformance(Conformance("onnx", _build_onnx, oracle=_onnx_load, edit=_onnx_edit))
 
 
 # ------------------------------------------------------------------------ torchscript
-def _jit_oracle(path: Path) -> Callable[[], dict[str, Expected]]:
-    def oracle() -> dict[str, Expected]:
-        torch = _need("torch")
-        return {k: Expected.from_torch(v) for k, v in torch.jit.load(str(path), map_location="cpu").state_dict().items()}
+def _jit_load(path: Path) -> dict[str, Expected]:
+    torch = _need("torch")
+    return {k: Expected.from_torch(v) for k, v in torch.jit.load(str(path), map_location="cpu").state_dict().items()}
 
-    return oracle
+
+def _jit_oracle(path: Path) -> Callable[[], dict[str, Expected]]:
+    return lambda: _jit_load(path)
+
+
+def _jit_edit(src: Path, dst: Path, weights: dict[str, np.ndarray]) -> None:
+    from ..formats.torchscript.write import save_edited
+
+    save_edited(src, dst, tensors=weights)
 
 
 def _build_torchscript(out: Path, samples_dir: Path | None) -> list[Sample]:
@@ -291,22 +306,26 @@ def _build_torchscript(out: Path, samples_dir: Path | None) -> list[Sample]:
     return samples
 
 
-register_conformance(Conformance("torchscript", _build_torchscript))
+register_conformance(Conformance("torchscript", _build_torchscript, oracle=_jit_load, edit=_jit_edit))
 
 
 # --------------------------------------------------------------------------------- hf
-def _hf_oracle(index: Path) -> Callable[[], dict[str, Expected]]:
-    def oracle() -> dict[str, Expected]:
-        _need("torch")
-        st = _need("safetensors.torch")
-        weight_map = json.loads(index.read_text())["weight_map"]
-        out: dict[str, Expected] = {}
-        for shard in sorted(set(weight_map.values())):
-            for k, v in st.load_file(str(index.parent / shard)).items():
-                out[k] = Expected.from_torch(v)
-        return out
+def _hf_load(index: Path) -> dict[str, Expected]:
+    """The tensors of every shard an index json names, read by safetensors."""
+    _need("torch")
+    st = _need("safetensors.torch")
+    if index.is_dir():
+        index = next(index.glob("*.index.json"))
+    weight_map = json.loads(index.read_text())["weight_map"]
+    out: dict[str, Expected] = {}
+    for shard in sorted(set(weight_map.values())):
+        for k, v in st.load_file(str(index.parent / shard)).items():
+            out[k] = Expected.from_torch(v)
+    return out
 
-    return oracle
+
+def _hf_oracle(index: Path) -> Callable[[], dict[str, Expected]]:
+    return lambda: _hf_load(index)
 
 
 def _build_hf(out: Path, samples_dir: Path | None) -> list[Sample]:
@@ -327,7 +346,9 @@ def _build_hf(out: Path, samples_dir: Path | None) -> list[Sample]:
     ]
 
 
-register_conformance(Conformance("hf", _build_hf, write_suffix=".safetensors.index.json", write_options={"max_shard_size": 200}))
+register_conformance(
+    Conformance("hf", _build_hf, write_suffix=".safetensors.index.json", write_options={"max_shard_size": 200}, oracle=_hf_load)
+)
 
 
 # ---------------------------------------------------------------------------- package
@@ -408,14 +429,15 @@ register_conformance(Conformance("aoti", _build_aoti))
 def _build_pt2(out: Path, samples_dir: Path | None) -> list[Sample]:
     p = _copy_in(_committed(samples_dir, "mlp.pt2"), out)
 
-    def oracle() -> dict[str, Expected]:
-        torch = _need("torch")
-        ep = torch.export.load(str(p))
-        got = {k: Expected.from_torch(v) for k, v in ep.state_dict.items()}
-        got.update({k: Expected.from_torch(v) for k, v in ep.constants.items() if isinstance(v, torch.Tensor)})
-        return got
-
-    return [Sample(p, oracle, corrupt=flip_in_largest_zip_member, label="mlp.pt2")]
+    return [Sample(p, corrupt=flip_in_largest_zip_member, label="mlp.pt2")]
 
 
-register_conformance(Conformance("pt2", _build_pt2))
+def _export_load(path: Path) -> dict[str, Expected]:
+    torch = _need("torch")
+    ep = torch.export.load(str(path))
+    got = {k: Expected.from_torch(v) for k, v in ep.state_dict.items()}
+    got.update({k: Expected.from_torch(v) for k, v in ep.constants.items() if isinstance(v, torch.Tensor)})
+    return got
+
+
+register_conformance(Conformance("pt2", _build_pt2, oracle=_export_load))

@@ -19,8 +19,12 @@ The checks (:data:`CHECKS`, each ``check(suite, name)`` raising ``AssertionError
   subclasses, each within a CPU-time budget.
 * ``options``: an unknown option is a ``UsageError`` (opening, and writing where the
   handler writes).
-* ``close``: after ``close`` no file descriptor or memory mapping of the sample remains.
-* ``roundtrip``: what the handler writes reads back equal (tensors, or whole objects).
+* ``close``: after ``close`` no file descriptor or memory mapping of the sample remains,
+  though the artifact object is still referenced; ``release``: none remains once it is
+  dropped either (no cache or global holds the file).
+* ``roundtrip``: what the handler writes reads back equal (tensors, or whole objects),
+  in torchless and in the oracle.
+* ``edit``: a handler that edits replaces a sample's tensors in a new file.
 * ``cli``: ``info``, ``info --json``, ``ls --json`` and ``verify`` exit 0.
 
 Nothing here imports torch at import time.
@@ -148,8 +152,9 @@ class Sample:
 
     Attributes:
         path: the file or folder.
-        oracle: returns the tensors as the reference tool reads them (None: no oracle,
-            the ``oracle`` check then fails unless the entry says why in ``note``).
+        oracle: returns the tensors as the reference tool reads them (None: the entry's
+            ``oracle`` on :attr:`path`; with neither, the ``oracle`` check fails unless
+            ``note`` says why).
         fuzz_file: the file mutated by the ``fuzz`` check, relative to ``path`` for a
             folder (None for a file: the file itself; for a folder: not fuzzed).
         corrupt: damages a copy of the sample in place (file or folder) so that
@@ -196,6 +201,13 @@ class Conformance:
             first extension).
         write_options: options the write round trip passes (``max_shard_size`` to make
             a sharded checkpoint).
+        oracle: ``oracle(path)``: the tensors of any file of the format as the reference
+            tool reads them; used for samples without their own oracle and for what the
+            handler writes or edits.
+        edit: ``edit(src, dst, {name: ndarray})`` writes a copy of ``src`` with those
+            tensors replaced (required of handlers declaring ``edit``).
+        oracle_lacks: dtypes the oracle cannot represent (NumPy has no bfloat16: ``np.load``
+            returns its raw ``V2`` bytes); the oracle is not asked about those.
         roundtrip_object: ``roundtrip_object(sample) -> object`` to :func:`torchless.save`
             for handlers that write objects (default: the opened artifact's ``load()``).
     """
@@ -205,6 +217,9 @@ class Conformance:
     write_dtypes: tuple[str, ...] = WRITE_DTYPES
     write_suffix: str | None = None
     write_options: dict[str, Any] = field(default_factory=dict)
+    oracle: Callable[[Path], dict[str, Expected]] | None = None
+    edit: Callable[[Path, Path, dict[str, np.ndarray]], None] | None = None
+    oracle_lacks: tuple[str, ...] = ()
     roundtrip_object: Callable[[Any], Any] | None = None
 
 
@@ -325,7 +340,9 @@ def _tensors(art: Any) -> dict[str, Expected]:
     return out
 
 
-def assert_same_tensors(got: dict[str, Expected], want: dict[str, Expected], what: str) -> None:
+def assert_same_tensors(
+    got: dict[str, Expected], want: dict[str, Expected], what: str, *, got_by: str = "torchless", want_by: str = "oracle"
+) -> None:
     """Same names, and per name the same dtype, shape and bytes."""
     missing = sorted(set(want) - set(got))
     extra = sorted(set(got) - set(want))
@@ -333,7 +350,7 @@ def assert_same_tensors(got: dict[str, Expected], want: dict[str, Expected], wha
     for n, w in want.items():
         g = got[n]
         assert (g.dtype, g.shape) == (w.dtype, w.shape), (
-            f"{what}: {n}: torchless {g.dtype}{list(g.shape)}, oracle {w.dtype}{list(w.shape)}"
+            f"{what}: {n}: {got_by} {g.dtype}{list(g.shape)}, {want_by} {w.dtype}{list(w.shape)}"
         )
         if g.data != w.data:
             first = (
@@ -342,7 +359,8 @@ def assert_same_tensors(got: dict[str, Expected], want: dict[str, Expected], wha
                 else -1
             )
             raise AssertionError(
-                f"{what}: {n}: values differ from the oracle (first differing byte {first}, {len(g.data)} vs {len(w.data)} bytes)"
+                f"{what}: {n}: values differ: {got_by} vs {want_by} "
+                f"(first differing byte {first}, {len(g.data)} vs {len(w.data)} bytes)"
             )
 
 
@@ -472,11 +490,15 @@ def check_open(suite: Suite, name: str) -> None:
 def check_oracle(suite: Suite, name: str) -> None:
     """Every tensor equals the oracle's: names, dtype, shape and every byte."""
     checked = 0
+    entry = conformance(name)
     for s in suite.samples(name):
-        if s.oracle is None:
+        if s.oracle is not None:
+            want = s.oracle()
+        elif entry.oracle is not None:
+            want = entry.oracle(s.path)
+        else:
             assert s.note, f"{s.label}: no oracle and no reason given"
             continue
-        want = s.oracle()
         with _open(s, name) as art:
             got = _tensors(art)
         assert_same_tensors(got, want, s.label)
@@ -645,25 +667,49 @@ def _held(paths: list[str]) -> list[str]:
     return held
 
 
+def _open_read_close(s: Sample, name: str, p: Path) -> Any:
+    """Open ``p``, read every tensor's values, verify, info, close; the closed artifact."""
+    art = _open(s, name, p)
+    for _n, t in art.tensors():
+        if getattr(t, "storage", None) is not None:
+            t.tobytes()
+    art.verify()
+    json.dumps(art.info())
+    art.close()
+    return art
+
+
+def _held_paths(s: Sample, p: Path) -> list[str]:
+    return [os.path.realpath(p.parent if s.with_folder else p)]
+
+
 def check_close(suite: Suite, name: str) -> None:
-    """After close (and once the values read are dropped), no file descriptor or memory
-    mapping of the sample remains (Linux: /proc/self/fd and /proc/self/maps)."""
+    """After close (values read and dropped), no file descriptor or memory mapping of the
+    sample remains (Linux: /proc/self/fd and /proc/self/maps) while the artifact object
+    itself is still referenced, as it is after a ``with`` block."""
     if not os.path.isdir("/proc/self/fd"):
         raise ConformanceSkip("needs /proc (Linux)")
     for s in suite.samples(name):
         p = _copy(s, suite.scratch(f"{name}-close"))  # a path nothing else has opened
-        paths = [os.path.realpath(p.parent if s.with_folder else p)]
-        art = _open(s, name, p)
-        for _n, t in art.tensors():
-            if getattr(t, "storage", None) is not None:
-                t.tobytes()
-        art.verify()
-        json.dumps(art.info())
-        art.close()
-        del art, t
+        art = _open_read_close(s, name, p)
         gc.collect()
-        held = _held(paths)
+        held = _held(_held_paths(s, p))
+        del art
         assert not held, f"{s.label}: still open after close(): {held[:4]}"
+
+
+def check_release(suite: Suite, name: str) -> None:
+    """Once a closed artifact is dropped, nothing of the sample stays open: no cache,
+    cycle or global keeps a descriptor or a mapping."""
+    if not os.path.isdir("/proc/self/fd"):
+        raise ConformanceSkip("needs /proc (Linux)")
+    for s in suite.samples(name):
+        p = _copy(s, suite.scratch(f"{name}-release"))
+        art = _open_read_close(s, name, p)
+        del art
+        gc.collect()
+        held = _held(_held_paths(s, p))
+        assert not held, f"{s.label}: still open after close() and collection: {held[:4]}"
 
 
 def check_roundtrip(suite: Suite, name: str) -> None:
@@ -681,9 +727,14 @@ def check_roundtrip(suite: Suite, name: str) -> None:
         dst = out / ("rt" + _suffix(name, entry))
         files = torchless.write_tensors(items.items(), dst, format=name, **entry.write_options)
         assert files and all(os.path.exists(f) for f in files), f"{name}: write_tensors returned {files}"
+        want = {k: Expected.from_numpy(v) for k, v in items.items()}
         with torchless.open(files[-1], format=name) as art:
             got = _tensors(art)
-        assert_same_tensors(got, {k: Expected.from_numpy(v) for k, v in items.items()}, f"{name} write_tensors")
+        assert_same_tensors(got, want, f"{name} write_tensors", want_by="written")
+        if entry.oracle is not None:  # and the reference tool reads the same
+            ref = {k: v for k, v in want.items() if v.dtype not in entry.oracle_lacks}
+            got = {k: v for k, v in entry.oracle(Path(files[-1])).items() if k in ref}
+            assert_same_tensors(got, ref, f"{name} write_tensors", got_by="oracle", want_by="written")
     if "write_objects" in caps:
         for i, s in enumerate(suite.samples(name)):
             with _open(s, name) as art:
@@ -693,7 +744,45 @@ def check_roundtrip(suite: Suite, name: str) -> None:
                 torchless.save(obj, dst, format=name)
             with torchless.open(dst, format=name, **s.open_options) as art2:
                 got = _tensors(art2)
-            assert_same_tensors(got, want, f"{s.label} saved again")
+            assert_same_tensors(got, want, f"{s.label} saved again", want_by="source")
+            if entry.oracle is not None:
+                assert_same_tensors(entry.oracle(dst), want, f"{s.label} saved again", got_by="oracle", want_by="source")
+
+
+def replacement_values(t: Any) -> np.ndarray:
+    """New values for tensor ``t`` (same dtype and shape, different from a typical
+    checkpoint's): a small repeating integer ramp."""
+    a = t.numpy()
+    if a.dtype == np.bool_:
+        return (np.arange(a.size) % 2 == 0).reshape(a.shape)
+    return ((np.arange(a.size) % 7) - 3 if a.dtype.kind != "u" else np.arange(a.size) % 7).astype(a.dtype).reshape(a.shape)
+
+
+def check_edit(suite: Suite, name: str) -> None:
+    """Handlers declaring ``edit`` replace every tensor of a sample in a new file; the new
+    file reads back with the new values (torchless and the oracle), the source is unchanged."""
+    import torchless
+
+    if "edit" not in capabilities(suite.handler(name)):
+        raise ConformanceSkip(f"{name} declares no edit")
+    entry = conformance(name)
+    assert entry.edit is not None, f"{name} declares edit but its conformance entry has no edit hook"
+    for i, s in enumerate(suite.samples(name)):
+        src = _copy(s, suite.scratch(f"{name}-edit"))
+        before = src.read_bytes() if src.is_file() else None
+        with torchless.open(src, format=name, **s.open_options) as art:
+            new = {n: replacement_values(t) for n, t in art.tensors() if getattr(t, "storage", None) is not None}
+        dst = src.parent / f"edited{i}{src.suffix}"
+        entry.edit(src, dst, new)
+        want = {k: Expected.from_numpy(v) for k, v in new.items()}
+        with torchless.open(dst, format=name, **s.open_options) as art:
+            got = {k: v for k, v in _tensors(art).items() if k in want}
+        assert_same_tensors(got, want, f"{s.label} edited", want_by="new values")
+        if entry.oracle is not None:
+            ref = {k: v for k, v in entry.oracle(dst).items() if k in want}
+            assert_same_tensors(ref, want, f"{s.label} edited", got_by="oracle", want_by="new values")
+        if before is not None:
+            assert src.read_bytes() == before, f"{s.label}: editing into a new file changed the source"
 
 
 def check_cli(suite: Suite, name: str) -> None:
@@ -723,6 +812,8 @@ CHECKS: dict[str, Callable[[Suite, str], None]] = {
     "fuzz": check_fuzz,
     "options": check_options,
     "close": check_close,
+    "release": check_release,
     "roundtrip": check_roundtrip,
+    "edit": check_edit,
     "cli": check_cli,
 }
