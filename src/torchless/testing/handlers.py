@@ -15,8 +15,8 @@ The checks (:data:`CHECKS`, each ``check(suite, name)`` raising ``AssertionError
 * ``oracle``: every tensor's dtype, shape and bytes equal the oracle's.
 * ``verify``: ``verify`` finds no error in a good sample, and a damaged copy is never
   passed (``open`` refuses it, or ``verify`` reports an error; the CLI exits non-zero).
-* ``fuzz``: truncation at many offsets and bit flips raise nothing but ``TorchlessError``
-  subclasses, each within a CPU-time budget.
+* ``fuzz``: truncation at many offsets, bad magic, huge length fields and bit flips raise
+  nothing but ``TorchlessError`` subclasses, each within a CPU-time budget.
 * ``options``: an unknown option is a ``UsageError`` (opening, and writing where the
   handler writes).
 * ``close``: after ``close`` no file descriptor or memory mapping of the sample remains,
@@ -442,6 +442,28 @@ def truncation_offsets(data: bytes, n: int) -> list[int]:
     return sorted(o for o in offs if 0 <= o < size)
 
 
+#: values written over length and offset fields: huge, sign-bit, all ones, zero
+_HUGE = (b"\xff\xff\xff\xff", b"\xff\xff\xff\x7f", b"\x00\x00\x00\x80", b"\x00\x00\x00\x00")
+
+
+def overwrites(data: bytes) -> list[tuple[str, bytes]]:
+    """Bad magic and huge lengths: the first 8 bytes zeroed and set to ``0xff`` (a
+    safetensors header length of 2**64-1, a broken magic), and the size, offset and
+    count fields of the first zip records (local header, central directory entry, end
+    of central directory) set to huge and zero values."""
+    out = [("magic=00*8", bytes(8) + data[8:]), ("magic=ff*8", b"\xff" * 8 + data[8:])]
+    fields = []
+    for magic, offs in ((b"PK\x03\x04", (18, 22, 26)), (b"PK\x01\x02", (20, 24, 28, 42)), (b"PK\x05\x06", (8, 10, 12, 16))):
+        i = data.find(magic) if magic != b"PK\x05\x06" else data.rfind(magic)
+        if i >= 0:
+            fields += [(f"{magic[2:].hex()}+{o}", i + o) for o in offs]
+    for name, at in fields:
+        for v in _HUGE[:2] if len(fields) > 6 else _HUGE:
+            if at + 4 <= len(data):
+                out.append((f"{name}={v.hex()}", data[:at] + v + data[at + 4 :]))
+    return out
+
+
 # -------------------------------------------------------------------------------- checks
 def check_sniff(suite: Suite, name: str) -> None:
     """The handler sniffs its samples, detection picks it, and it refuses the samples of
@@ -538,8 +560,9 @@ def check_verify(suite: Suite, name: str) -> None:
 
 
 def check_fuzz(suite: Suite, name: str, *, truncations: int = 24, flips: int = 24, seed: int = 0) -> None:
-    """Truncations at many offsets and single-bit flips of each sample's fuzz file raise
-    only TorchlessError subclasses, each case within CASE_CPU_SECONDS of CPU time."""
+    """Truncations at many offsets, bad magic, huge length fields and single-bit flips of
+    each sample's fuzz file raise only TorchlessError subclasses, each case within
+    CASE_CPU_SECONDS of CPU time."""
     failures: list[str] = []
     cases = 0
     for s in suite.samples(name):
@@ -552,6 +575,7 @@ def check_fuzz(suite: Suite, name: str, *, truncations: int = 24, flips: int = 2
         orig = target.read_bytes()
         rng = random.Random(f"torchless-conformance:{name}:{s.label}:{seed}")
         muts: list[tuple[str, bytes]] = [(f"truncate@{o}", orig[:o]) for o in truncation_offsets(orig, truncations)]
+        muts += overwrites(orig)
         for _ in range(flips):
             bit = rng.randrange(len(orig) * 8)
             buf = bytearray(orig)
