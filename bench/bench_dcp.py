@@ -160,7 +160,8 @@ def main() -> None:
             runs[name].append(measure(script, ckpt, dst))
             os.unlink(dst)
             print(
-                f"  round {r + 1} {name:10s} op {runs[name][-1]['op']:7.2f} s  wall {runs[name][-1]['wall']:7.2f} s  peak RSS {runs[name][-1]['rss_mb']:8.0f} MB",
+                f"  round {r + 1} {name:10s} op {runs[name][-1]['op']:7.2f} s  wall {runs[name][-1]['wall']:7.2f} s  "
+                f"peak RSS {runs[name][-1]['rss_mb']:8.0f} MB",
                 flush=True,
             )
     dst3 = os.path.join(a.data, "resharded3")
@@ -178,7 +179,8 @@ def main() -> None:
         t, l = med("torch", key), med("torchless", key)
         print(f"{label:22s}{t:12.2f}{l:12.2f}{l / t:9.3f}")
     print(
-        f"targets: peak RSS ratio <= 0.25 -> {'met' if med('torchless', 'rss_mb') <= 0.25 * med('torch', 'rss_mb') else 'MISSED'}; "
+        "targets: peak RSS ratio <= 0.25 -> "
+        f"{'met' if med('torchless', 'rss_mb') <= 0.25 * med('torch', 'rss_mb') else 'MISSED'}; "
         f"time ratio <= 1.0 -> {'met' if med('torchless', 'op') <= med('torch', 'op') else 'MISSED'}"
     )
     rs = runs["reshard"][0]

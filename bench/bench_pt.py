@@ -224,30 +224,34 @@ def main() -> None:
         print(f"\n## {name}: {size / 1e9:.2f} GB, median of {rounds} rounds")
         res = {}
         for key in CHILD:
-            res[key] = median_of(rounds, lambda key=key: child(key, path))
-        res["torchless_info"] = median_of(rounds, lambda: wall([tl, "info", path], path))
+            res[key] = median_of(rounds, lambda key=key, path=path: child(key, path))
+        res["torchless_info"] = median_of(rounds, lambda path=path: wall([tl, "info", path], path))
         res["torch_oneliner"] = median_of(
-            rounds, lambda: wall([PY, "-c", f"import torch; torch.load({path!r}, mmap=True)"], path)
+            rounds, lambda path=path: wall([PY, "-c", f"import torch; torch.load({path!r}, mmap=True)"], path)
         )
         for k, v in res.items():
             print(f"  {k:24s} {fmt(v)}")
         print("  ratios (>1 means torchless is faster; targets in brackets)")
         print(
-            f"    open-only vs torch.load(mmap=True):     {res['torch_open_mmap']['t'] / res['torchless_open']['t']:7.1f}x   [>= 4x]"
+            "    open-only vs torch.load(mmap=True):     "
+            f"{res['torch_open_mmap']['t'] / res['torchless_open']['t']:7.1f}x   [>= 4x]"
         )
         print(
-            f"    eager full read vs numpy.fromfile:      {res['numpy_fromfile']['t'] / res['torchless_read_eager']['t']:7.2f}x   [>= 1/1.2 = 0.83x]"
+            "    eager full read vs numpy.fromfile:      "
+            f"{res['numpy_fromfile']['t'] / res['torchless_read_eager']['t']:7.2f}x   [>= 1/1.2 = 0.83x]"
         )
         print(f"    eager full read vs torch.load:          {res['torch_load']['t'] / res['torchless_read_eager']['t']:7.2f}x")
         print(
-            f"    mmap full read vs torch mmap + read:    {res['torch_load_mmap_read']['t'] / res['torchless_read_mmap']['t']:7.2f}x"
+            "    mmap full read vs torch mmap + read:    "
+            f"{res['torch_load_mmap_read']['t'] / res['torchless_read_mmap']['t']:7.2f}x"
         )
         print(
             f"    save vs raw write():                    {res['raw_write']['t'] / res['torchless_save']['t']:7.2f}x   [>= 0.83x]"
         )
         print(f"    save vs torch.save:                     {res['torch_save']['t'] / res['torchless_save']['t']:7.2f}x")
         print(
-            f"    `torchless info` vs torch one-liner:    {res['torch_oneliner']['t'] / res['torchless_info']['t']:7.1f}x   [>= 10x]"
+            "    `torchless info` vs torch one-liner:    "
+            f"{res['torch_oneliner']['t'] / res['torchless_info']['t']:7.1f}x   [>= 10x]"
         )
 
 

@@ -118,7 +118,8 @@ def main() -> int:
         print(f"{'kind':9} {'file':48} {'torchless':>9} {'time':>9}   {'picklescan':>12} {'time':>9}")
         for r in rows:
             print(
-                f"{r['kind']:9} {r['name'][:48]:48} {r['torchless']:>9} {r['torchless_s'] * 1e3:8.1f}ms   {r['picklescan'][:12]:>12} {r['picklescan_s'] * 1e3:8.1f}ms"
+                f"{r['kind']:9} {r['name'][:48]:48} {r['torchless']:>9} {r['torchless_s'] * 1e3:8.1f}ms   "
+                f"{r['picklescan'][:12]:>12} {r['picklescan_s'] * 1e3:8.1f}ms"
             )
     for tool in ("torchless", "picklescan"):
         mal_rows = [r for r in rows if r["kind"] == "malicious"]

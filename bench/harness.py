@@ -195,7 +195,8 @@ class Harness:
         for c in self.cases.values():
             ts = [r["t"] for r in c.results]
             out.append(
-                f"| {c.name} | {statistics.median(ts):.3f} | {min(ts):.3f} | {max(ts):.3f} | {statistics.median(r['rss'] for r in c.results) / 2**20:.0f} |"
+                f"| {c.name} | {statistics.median(ts):.3f} | {min(ts):.3f} | {max(ts):.3f} "
+                f"| {statistics.median(r['rss'] for r in c.results) / 2**20:.0f} |"
             )
         out += ["", "| ratio | value | goal | met |", "|---|---|---|---|"]
         for rt in self.ratios:

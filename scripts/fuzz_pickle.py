@@ -81,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{done} streams, {divergences} divergences, {time.time() - t0:.0f} s", flush=True)
     dt = time.time() - t0
     print(
-        f"RESULT streams={done} seed={a.seed} divergences={divergences} wall_s={dt:.0f} readers={','.join(READERS)}+python stats={stats}"
+        f"RESULT streams={done} seed={a.seed} divergences={divergences} "
+        f"wall_s={dt:.0f} readers={','.join(READERS)}+python stats={stats}"
     )
     return 1 if divergences else 0
 

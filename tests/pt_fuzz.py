@@ -215,7 +215,6 @@ class Gen:
         return np.zeros(shape, dtype=self.pick([">U2", ">M8[s]"]))
 
     def checkpoint(self) -> Any:
-        torch = self.torch
         leaves: list[Any] = []
         for _ in range(int(self.rng.integers(1, 5))):
             b = self.base(self.pick(DENSE))

@@ -81,7 +81,8 @@ def _cache(dst: str) -> None:
     os.makedirs(os.path.dirname(kernel))
     with open(kernel, "w") as f:
         f.write(
-            "import triton\nimport triton.language as tl\n\n@triton.jit\ndef triton_poi_fused_add_0(in_ptr0, out_ptr0, xnumel, XBLOCK: tl.constexpr):\n    pass\n"
+            "import triton\nimport triton.language as tl\n\n@triton.jit\ndef triton_poi_fused_add_0(in_ptr0, "
+            "out_ptr0, xnumel, XBLOCK: tl.constexpr):\n    pass\n"
         )
 
 

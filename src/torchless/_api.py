@@ -253,7 +253,10 @@ def convert(
             dropped = [
                 {
                     "key": "",
-                    "type": f"everything in the {art.format} artifact that is not a tensor (code, graph, module structure); only its tensors are converted",
+                    "type": (
+                        f"everything in the {art.format} artifact that is not a tensor "
+                        "(code, graph, module structure); only its tensors are converted"
+                    ),
                 }
             ]
         if strict and dropped:

@@ -91,7 +91,9 @@ def _torch_layouts(torch: Any) -> dict[str, tuple[bytes, bool]]:
     a = _torch_records(torch, 1.0)
     b = _torch_records(torch, 7.0)
     dup = a + [Rec(r.name, r2.data) for r, r2 in zip(a, b, strict=False) if r.name.endswith(b"data/0")]
-    upper = a + [Rec(r.name.replace(b"data/0", b"DATA/0"), r2.data) for r, r2 in zip(a, b, strict=False) if r.name.endswith(b"data/0")]
+    upper = a + [
+        Rec(r.name.replace(b"data/0", b"DATA/0"), r2.data) for r, r2 in zip(a, b, strict=False) if r.name.endswith(b"data/0")
+    ]
     counted = zk.plain(a + [Rec(b"archive/extra", b"x" * 5)])
     n = len(a)
     cut = bytearray(counted)

@@ -105,7 +105,8 @@ def _st_file(header: dict | bytes, data: bytes = b"", n: int | None = None) -> b
         (_st_file({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}, b"\x00" * 8), FormatError),
         (
             _st_file(
-                b'{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}',
+                b'{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, '
+                b'"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}',
                 b"\x00" * 4,
             ),
             FormatError,

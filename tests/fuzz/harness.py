@@ -196,7 +196,10 @@ def _build_cache(root: Path) -> Seed:
     from torchless.pickle.writer import Global, Reduce
 
     key = "c" + "abcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmn"[:51]
-    code = "# AOT ID: ['0_inference']\nfrom ctypes import c_void_p\nimport torch\n\ndef call(args):\n    (arg0_1,) = args\n    return (arg0_1,)\n"
+    code = (
+        "# AOT ID: ['0_inference']\nfrom ctypes import c_void_p\nimport "
+        "torch\n\ndef call(args):\n    (arg0_1,) = args\n    return (arg0_1,)\n"
+    )
     (root / "ab").mkdir(parents=True, exist_ok=True)
     (root / "ab" / f"{key}.py").write_text(code)
     (root / "ab" / f"{key}.cpp").write_text(

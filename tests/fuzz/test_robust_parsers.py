@@ -399,7 +399,9 @@ name = b"x.npy"
 buf = io.BytesIO()
 buf.write(struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", 20, 0, 8, 0, 0x21, crc, len(raw), mib << 20, len(name), 0) + name + raw)
 cd = buf.tell()
-buf.write(struct.pack("<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 20, 20, 0, 8, 0, 0x21, crc, len(raw), mib << 20, len(name), 0, 0, 0, 0, 0, 0) + name)
+sizes = (crc, len(raw), mib << 20, len(name))
+cdr = struct.pack("<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 20, 20, 0, 8, 0, 0x21, *sizes, 0, 0, 0, 0, 0, 0)
+buf.write(cdr + name)
 cdlen = buf.tell() - cd
 buf.write(struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, 1, 1, cdlen, cd, 0))
 path = sys.argv[1]

@@ -101,7 +101,10 @@ def test_flags_json_runs_under_torch_export_load(exported) -> None:  # type: ign
     d = exported
     marker = d / "marker_flags"
     p = _with_aoti(d / "ep.pt2", d / "evil.pt2", marker)
-    child = "import sys, warnings, logging; logging.disable(logging.CRITICAL); import torch\ntry:\n    torch.export.load(sys.argv[1])\nexcept Exception as e:\n    print(type(e).__name__)\n"
+    child = (
+        "import sys, warnings, logging; logging.disable(logging.CRITICAL); import torch\ntry:\n    "
+        "torch.export.load(sys.argv[1])\nexcept Exception as e:\n    print(type(e).__name__)\n"
+    )
     proc = subprocess.run([sys.executable, "-c", child, str(p)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert marker.exists(), "torch.export.load did not run the compile command"

@@ -285,7 +285,8 @@ def test_decompression_bomb_under_1mb_is_bounded(tmp_path):  # type: ignore[no-u
     code = (
         "import resource, json; from torchless.scan import scan; u = resource.getrusage(resource.RUSAGE_SELF); "
         f"r = scan({str(p)!r}, jobs=1); v = resource.getrusage(resource.RUSAGE_SELF); "
-        "print(json.dumps([v.ru_utime + v.ru_stime - u.ru_utime - u.ru_stime, v.ru_maxrss, r.files[0].verdict, [f.rule for f in r.findings]]))"
+        "print(json.dumps([v.ru_utime + v.ru_stime - u.ru_utime - u.ru_stime, "
+        "v.ru_maxrss, r.files[0].verdict, [f.rule for f in r.findings]]))"
     )
     proc = subprocess.run(
         [sys.executable, "-c", code],

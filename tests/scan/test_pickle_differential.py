@@ -222,7 +222,10 @@ def test_frame_smuggle_really_runs_under_a_bytesio_reader(tmp_path):
     marker = tmp_path / "ran"
     body = b"(S'touch " + str(marker).encode() + b"'\nios\nsystem\n"
     data = b"\x80\x04\x95" + struct.pack("<Q", 3) + b"X" + struct.pack("<H", 2 + len(body)) + b"\x00" * 4 + body + b"."
-    code = "import io, pickle, sys; d = open(sys.argv[1], 'rb').read(); pickle.loads(d); print('loads-ok'); pickle.load(io.BytesIO(d))"
+    code = (
+        "import io, pickle, sys; d = open(sys.argv[1], 'rb').read(); "
+        "pickle.loads(d); print('loads-ok'); pickle.load(io.BytesIO(d))"
+    )
     p = tmp_path / "s.pkl"
     p.write_bytes(data)
     out = subprocess.run([sys.executable, "-c", code, str(p)], capture_output=True, text=True, timeout=60)

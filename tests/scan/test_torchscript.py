@@ -283,7 +283,7 @@ def test_evasions_run_under_their_loader_and_are_flagged(archives) -> None:  # t
     proc = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(jobs)], capture_output=True, text=True, timeout=300, cwd=d)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ran = json.loads(proc.stdout.strip().splitlines()[-1])
-    for loader, path, _m in jobs:
+    for _loader, path, _m in jobs:
         status, made = ran[path]
         assert made, f"{path}: {status}, payload did not run"
         fr = torchless.scan(path, jobs=1).files[0]

@@ -89,7 +89,8 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     except (RecursionError, MemoryError) as e:
         _say(
-            f"error: input too large or too deeply nested ({type(e).__name__}); torchless's limits should have caught it, please report"
+            f"error: input too large or too deeply nested ({type(e).__name__}); "
+            "torchless's limits should have caught it, please report"
         )
         return 2
     except Exception as e:  # noqa: BLE001 - the last line of defence: a bug, said once

@@ -62,7 +62,8 @@ def zip_differentials(source: Any) -> list[Problem]:
     if py.concat:
         out.append(
             _p(
-                f"Python's zipfile shifts every offset by {py.concat} bytes (data before the archive or between the central directory and the end record); torch reads the offsets as written",
+                f"Python's zipfile shifts every offset by {py.concat} bytes (data before the archive or "
+                "between the central directory and the end record); torch reads the offsets as written",
                 py.cd_offset,
             )
         )
@@ -71,21 +72,24 @@ def zip_differentials(source: Any) -> list[Problem]:
     if cd_end != end_start:
         out.append(
             _p(
-                f"the central directory ends at {cd_end}, the end records start at {end_start}: zipfile assumes they touch and shifts offsets by the difference",
+                f"the central directory ends at {cd_end}, the end records start at {end_start}: zipfile assumes they "
+                "touch and shifts offsets by the difference",
                 min(cd_end, end_start),
             )
         )
     if mz.cd_offset != py.cd_offset or mz.cd_size != py.cd_size:
         out.append(
             _p(
-                f"torch reads the central directory at {mz.cd_offset} ({mz.cd_size} bytes), Python's zipfile at {py.cd_offset} ({py.cd_size} bytes)",
+                f"torch reads the central directory at {mz.cd_offset} ({mz.cd_size} "
+                f"bytes), Python's zipfile at {py.cd_offset} ({py.cd_size} bytes)",
                 py.cd_offset,
             )
         )
     if len(mz.entries) != len(py.entries):
         out.append(
             _p(
-                f"torch lists {len(mz.entries)} entries, Python's zipfile {len(py.entries)} (the end record's count and the directory's size disagree)",
+                f"torch lists {len(mz.entries)} entries, Python's zipfile {len(py.entries)} (the end record's count "
+                "and the directory's size disagree)",
                 mz.cd_offset + mz.cd_used,
             )
         )
@@ -123,7 +127,8 @@ def _end_records(src: Any, mz: ZipReader, py: PyZipReader, out: list[Problem]) -
         if mz.zip64 != py.zip64:
             out.append(
                 _p(
-                    f"{'torch' if mz.zip64 else 'Python zipfile'} follows the zip64 end record, {'Python zipfile' if mz.zip64 else 'torch'} does not",
+                    f"{'torch' if mz.zip64 else 'Python zipfile'} follows the zip64 end "
+                    f"record, {'Python zipfile' if mz.zip64 else 'torch'} does not",
                     eocd - _LOC64.size,
                 )
             )
@@ -140,7 +145,8 @@ def _end_records(src: Any, mz: ZipReader, py: PyZipReader, out: list[Problem]) -
             if classic != sentinel and classic != z64:
                 out.append(
                     _p(
-                        f"classic and zip64 end records disagree on the {what} ({classic} vs {z64}): readers that ignore zip64 see another archive",
+                        f"classic and zip64 end records disagree on the {what} ({classic} "
+                        f"vs {z64}): readers that ignore zip64 see another archive",
                         eocd,
                     )
                 )

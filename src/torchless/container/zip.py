@@ -305,11 +305,10 @@ class ZipReader:
                 usize, csize, hoff = _zip64_extra(extra, usize, csize, hoff, self.path, cd_off + p)
             # miniz reads the method as a 32-bit word (method + time): only a stored
             # record with time 0 must have equal sizes
-            if csize != MAX32 and usize != MAX32:
-                if (method == 0 and mtime == 0 and usize != csize) or (usize and not csize):
-                    raise FormatError(
-                        "central directory sizes are inconsistent", path=self.path, offset=cd_off + p, expected=usize, found=csize
-                    )
+            if (csize != MAX32 and usize != MAX32) and ((method == 0 and mtime == 0 and usize != csize) or (usize and not csize)):
+                raise FormatError(
+                    "central directory sizes are inconsistent", path=self.path, offset=cd_off + p, expected=usize, found=csize
+                )
             if dstart == 0xFFFF or (dstart != disk and dstart != 1):
                 raise UnsupportedError(
                     "multi-disk zip archives", path=self.path, offset=cd_off + p, expected=f"disk {disk} or 1", found=dstart
@@ -512,7 +511,8 @@ class ZipReader:
             problems.append(
                 Problem(
                     "duplicate-name",
-                    f"{len(dups)} entries named {name!r} (case-insensitively); torch reads entry #{chosen.index if chosen else '?'}",
+                    f"{len(dups)} entries named {name!r} (case-insensitively); "
+                    f"torch reads entry #{chosen.index if chosen else '?'}",
                     name,
                 )
             )
@@ -572,7 +572,7 @@ class ZipReader:
                         )
                     )
         spans.sort()
-        for (s1, e1, n1), (s2, _e2, n2) in zip(spans, spans[1:], strict=False):
+        for (_s1, e1, n1), (s2, _e2, n2) in zip(spans, spans[1:], strict=False):
             if s2 < e1:
                 problems.append(Problem("overlap", f"records {n1!r} and {n2!r} overlap", n2, s2))
         first_header = min((e.header_offset for e in self.entries), default=0)

@@ -249,7 +249,8 @@ class Artifact:
         if weights_only is None or bool(weights_only) == self.weights_only:
             return self.weights_only
         raise UsageError(
-            f"this artifact was opened with weights_only={self.weights_only}; load(weights_only={bool(weights_only)}) would return data read under the other policy",
+            f"this artifact was opened with weights_only={self.weights_only}; "
+            f"load(weights_only={bool(weights_only)}) would return data read under the other policy",
             path=self.path,
             hint=f"open it with weights_only={bool(weights_only)}",
         )

@@ -60,7 +60,8 @@ def parse_npy(
     except TorchlessError as e:
         if e.offset is not None:
             e.offset += offset
-        raise e.with_context(path=src.name, member=name)
+        e.with_context(path=src.name, member=name)
+        raise
     dtype = h.dtype
     if dtype.hasobject:
         raise UnsupportedError(

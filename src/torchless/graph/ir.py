@@ -67,9 +67,11 @@ class OpRef:
     qualname: str
 
     def __post_init__(self) -> None:
-        if not self.qualname.startswith(("torch.ops.", "_operator.", "operator.", "math.", "torch.", "builtins.")):
-            if self.qualname.count(".") >= 1:
-                object.__setattr__(self, "qualname", "torch.ops." + self.qualname)
+        if (
+            not self.qualname.startswith(("torch.ops.", "_operator.", "operator.", "math.", "torch.", "builtins."))
+            and "." in self.qualname
+        ):
+            object.__setattr__(self, "qualname", "torch.ops." + self.qualname)
 
     @property
     def is_torch_op(self) -> bool:

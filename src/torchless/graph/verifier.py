@@ -38,7 +38,49 @@ __all__ = ["HIGHER_ORDER_OPS", "SYMBOLIC_OPS", "verify_graph", "verify_program",
 
 #: HigherOrderOperators registered in torch 2.13 (aten_ir.md §4).
 HIGHER_ORDER_OPS = frozenset(
-    ["_export_tracepoint", "aoti_call_delegate", "associative_scan", "auto_functionalized", "auto_functionalized_v2", "autograd_function_apply", "call_torchbind", "cond", "custom_function_call", "dynamo_bypassing_wrapper", "executorch_call_delegate", "flat_apply", "flex_attention", "flex_attention_backward", "foreach_map", "graphsafe_run_with_rng_state", "hints_wrapper", "inductor_compiled_code", "inline_asm_elementwise", "invoke_leaf_function", "invoke_quant", "invoke_quant_packed", "invoke_subgraph", "local_map_hop", "map_impl", "out_dtype", "print", "run_and_save_rng_state", "run_const_graph", "run_dtensor_rng_op", "run_with_rng_state", "scan", "strict_mode", "tag_activation_checkpoint", "while_loop", "while_loop_stack_output", "with_effects", "wrap", "wrap_activation_checkpoint", "wrap_with_autocast", "wrap_with_set_grad_enabled"]
+    [
+        "_export_tracepoint",
+        "aoti_call_delegate",
+        "associative_scan",
+        "auto_functionalized",
+        "auto_functionalized_v2",
+        "autograd_function_apply",
+        "call_torchbind",
+        "cond",
+        "custom_function_call",
+        "dynamo_bypassing_wrapper",
+        "executorch_call_delegate",
+        "flat_apply",
+        "flex_attention",
+        "flex_attention_backward",
+        "foreach_map",
+        "graphsafe_run_with_rng_state",
+        "hints_wrapper",
+        "inductor_compiled_code",
+        "inline_asm_elementwise",
+        "invoke_leaf_function",
+        "invoke_quant",
+        "invoke_quant_packed",
+        "invoke_subgraph",
+        "local_map_hop",
+        "map_impl",
+        "out_dtype",
+        "print",
+        "run_and_save_rng_state",
+        "run_const_graph",
+        "run_dtensor_rng_op",
+        "run_with_rng_state",
+        "scan",
+        "strict_mode",
+        "tag_activation_checkpoint",
+        "while_loop",
+        "while_loop_stack_output",
+        "with_effects",
+        "wrap",
+        "wrap_activation_checkpoint",
+        "wrap_with_autocast",
+        "wrap_with_set_grad_enabled",
+    ]
 )
 
 #: Python-level callables allowed in export graphs (torch's ``_allowed_builtin_ops`` and
@@ -46,7 +88,30 @@ HIGHER_ORDER_OPS = frozenset(
 SYMBOLIC_OPS = frozenset(
     [
         f"_operator.{n}"
-        for n in ["getitem", "add", "mul", "sub", "truediv", "ge", "le", "gt", "lt", "eq", "ne", "floordiv", "mod", "and_", "or_", "not_", "pow", "neg", "abs", "lshift", "rshift", "pos"]
+        for n in [
+            "getitem",
+            "add",
+            "mul",
+            "sub",
+            "truediv",
+            "ge",
+            "le",
+            "gt",
+            "lt",
+            "eq",
+            "ne",
+            "floordiv",
+            "mod",
+            "and_",
+            "or_",
+            "not_",
+            "pow",
+            "neg",
+            "abs",
+            "lshift",
+            "rshift",
+            "pos",
+        ]
     ]
     + [
         "math.ceil",
@@ -98,7 +163,8 @@ def _check_args(n: Node, schema: OpSchema, where: str, out: list[Problem]) -> No
                 out.append(
                     Problem(
                         "bad-arguments",
-                        f"argument {name!r} of {schema.key} must be a tensor, got {v.name!r} ({type(v.meta.get('val')).__name__})",
+                        f"argument {name!r} of {schema.key} must be a tensor, got "
+                        f"{v.name!r} ({type(v.meta.get('val')).__name__})",
                         where,
                     )
                 )
@@ -195,7 +261,8 @@ def verify_graph(graph: Graph, dialect: str = "ATEN", *, where: str = "", strict
                 out.append(
                     Problem(
                         "bad-target",
-                        f"call_function target {key!r} is neither an operator overload, a higher-order op nor an allowed Python operator",
+                        f"call_function target {key!r} is neither an operator "
+                        "overload, a higher-order op nor an allowed Python operator",
                         at,
                     )
                 )
@@ -210,9 +277,14 @@ def non_core_ops(graph: Graph) -> dict[str, int]:
     hist: dict[str, int] = {}
     for _p, g in graph.walk():
         for n in g.nodes:
-            if n.op == "call_function" and isinstance(n.target, OpRef) and n.target.is_torch_op and not n.target.is_hop:
-                if not reg.is_core(n.target.key):
-                    hist[n.target.key] = hist.get(n.target.key, 0) + 1
+            if (
+                n.op == "call_function"
+                and isinstance(n.target, OpRef)
+                and n.target.is_torch_op
+                and not n.target.is_hop
+                and not reg.is_core(n.target.key)
+            ):
+                hist[n.target.key] = hist.get(n.target.key, 0) + 1
     return dict(sorted(hist.items()))
 
 
@@ -242,11 +314,10 @@ def verify_program(prog: Any, *, where: str = "", strict_core: bool = False) -> 
                 out.append(
                     Problem("dangling-signature", f"{s.kind.lower()} {s.target!r} is not in the state dict", where or None)
                 )
-        elif s.kind == "BUFFER" or s.kind in ("CONSTANT_TENSOR", "CUSTOM_OBJ"):
-            if s.target not in prog.constants and s.target not in prog.state_dict:
-                out.append(
-                    Problem("dangling-signature", f"{s.kind.lower()} {s.target!r} is not among the constants", where or None)
-                )
+        elif (s.kind == "BUFFER" or s.kind in ("CONSTANT_TENSOR", "CUSTOM_OBJ")) and (
+            s.target not in prog.constants and s.target not in prog.state_dict
+        ):
+            out.append(Problem("dangling-signature", f"{s.kind.lower()} {s.target!r} is not among the constants", where or None))
     out_node = g.output_node
     if out_node is not None:
         ov = out_node.args[0] if out_node.args else ()

@@ -109,7 +109,6 @@ def _run(data: bytes, resolver: Any, persistent_load: Callable[[Any], Any] | Non
     stack: list[Any] = []
     metastack: list[list[Any]] = []
     memo: dict[int, Any] = {}
-    resolved: dict[tuple[str, str], Any] = {}
     pos = 2
     while pos < n:
         op = data[pos]

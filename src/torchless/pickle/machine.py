@@ -200,7 +200,8 @@ class Unpickler:
         try:
             return self._run()
         except TorchlessError as e:
-            raise e.with_context(path=self.path, member=self.member)
+            e.with_context(path=self.path, member=self.member)
+            raise
         finally:
             if gc_was_enabled:
                 gc.enable()
@@ -679,7 +680,8 @@ class Unpickler:
                         hazards.append(
                             (
                                 p0,
-                                f"STOP inside a FRAME that goes on to {fend:#x}: readers without peek have consumed the bytes after STOP",
+                                f"STOP inside a FRAME that goes on to {fend:#x}: readers "
+                                "without peek have consumed the bytes after STOP",
                             )
                         )
                     return stack[-1]

@@ -6,6 +6,8 @@ so a typo cannot hide an opcode.
 
 from __future__ import annotations
 
+import re as _re
+
 __all__ = ["OPCODE_NAMES", "PROTOCOL_OF"]
 
 #: byte value -> opcode name.
@@ -131,7 +133,6 @@ for _name in ("BYTEARRAY8", "NEXT_BUFFER", "READONLY_BUFFER"):
 # The C unpickler reads a line (newline included), copies it into a NUL-terminated
 # buffer and hands that to C string functions, so a NUL byte ends the argument wherever
 # it is. These functions take the line *with* its newline.
-import re as _re
 
 _WS = b" \t\n\v\f\r"
 _HEX = b"0123456789abcdefABCDEF"

@@ -532,7 +532,10 @@ def other_readers_go_on(res: StreamResult, data: bytes) -> str | None:
     """
     if res.frame_hazards:
         off, what = res.frame_hazards[0]
-        return f"{what} (at {off:#x}): io.BytesIO, buffered files and zip members are read through frames, so those loaders may run other opcodes than the linear walk analysed"
+        return (
+            f"{what} (at {off:#x}): io.BytesIO, buffered files and zip members are read through "
+            "frames, so those loaders may run other opcodes than the linear walk analysed"
+        )
     if res.error is None or not res.op_offsets:
         return None
     p = res.op_offsets[-1]
@@ -540,11 +543,17 @@ def other_readers_go_on(res: StreamResult, data: bytes) -> str | None:
         return None
     op = OPCODE_NAMES.get(data[p], "")
     if op == "FRAME" and "FRAME declares" in str(res.error):
-        return "the FRAME declares more bytes than follow: CPython's C unpickler stops, the pure-Python unpickler (joblib) reads the short frame and goes on"
+        return (
+            "the FRAME declares more bytes than follow: CPython's C unpickler stops, "
+            "the pure-Python unpickler (joblib) reads the short frame and goes on"
+        )
     if op in ("INT", "LONG", "FLOAT"):
         e = data.find(b"\n", p + 1)
         if e >= 0 and _python_parses(op, data[p + 1 : e]):
-            return f"{op} argument {bytes(data[p + 1 : e][:40])!r} that CPython's C unpickler refuses and the pure-Python unpickler (joblib) accepts"
+            return (
+                f"{op} argument {bytes(data[p + 1 : e][:40])!r} that CPython's C "
+                "unpickler refuses and the pure-Python unpickler (joblib) accepts"
+            )
     if op == "INST" and "MARK" in str(res.error):
         return "INST without a MARK: the pure-Python unpickler (joblib) imports the module before it fails"
     return None

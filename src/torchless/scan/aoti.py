@@ -136,7 +136,8 @@ def report_aoti(scanner: Any, zr: ZipReader, member: str | None) -> None:
                 scanner.add(
                     "path-traversal",
                     "critical",
-                    f"AOTInductor member {n!r} is extracted by the package loader to <temp folder>/{n}, which leaves the folder: a file written anywhere the user can write{nested}",
+                    f"AOTInductor member {n!r} is extracted by the package loader to <temp folder>/{n}, "
+                    f"which leaves the folder: a file written anywhere the user can write{nested}",
                     pre + n,
                     loader=_LOADER,
                 )
@@ -152,7 +153,8 @@ def report_aoti(scanner: Any, zr: ZipReader, member: str | None) -> None:
                 scanner.add(
                     "native-code",
                     "critical",
-                    f"GPU binary {n!r} of AOTInductor model {model!r} is loaded as device code when the model runs on a GPU{nested}",
+                    f"GPU binary {n!r} of AOTInductor model {model!r} is loaded "
+                    f"as device code when the model runs on a GPU{nested}",
                     pre + n,
                     loader=_LOADER,
                 )
@@ -160,7 +162,8 @@ def report_aoti(scanner: Any, zr: ZipReader, member: str | None) -> None:
             scanner.add(
                 "native-code",
                 "critical",
-                f"shared object {so!r} of AOTInductor model {model!r} is dlopen()ed by torch.export.load / aoti_load_package: native code runs in the loading process (its initialisers at load){nested}",
+                f"shared object {so!r} of AOTInductor model {model!r} is dlopen()ed by torch.export.load / "
+                f"aoti_load_package: native code runs in the loading process (its initialisers at load){nested}",
                 pre + so,
                 loader=_LOADER,
             )
@@ -184,7 +187,8 @@ def _report_compile(scanner: Any, zr: ZipReader, cpp: str, objs: list[str], mode
             scanner.add(
                 "native-code",
                 "critical",
-                f"{fname!r} (compile/link flags of AOTInductor model {model!r}) cannot be read ({e.message}); the loader would run the command line it holds through the shell",
+                f"{fname!r} (compile/link flags of AOTInductor model {model!r}) cannot be read "
+                f"({e.message}); the loader would run the command line it holds through the shell",
                 pre + fname,
                 loader=_LOADER,
             )
@@ -199,14 +203,17 @@ def _report_compile(scanner: Any, zr: ZipReader, cpp: str, objs: list[str], mode
         scanner.add(
             "native-code",
             "critical",
-            f"{fname!r} becomes a command line that torch.export.load / aoti_load_package runs through the shell (system()): {_short(cmd)}{nested}",
+            f"{fname!r} becomes a command line that torch.export.load / aoti_load_package runs through the shell "
+            f"(system()): {_short(cmd)}{nested}",
             pre + fname,
             loader=_LOADER,
         )
     scanner.add(
         "native-code",
         "critical",
-        f"AOTInductor model {model!r} has no shared object: the loader compiles {cpp!r}{' and links ' + ', '.join(repr(o) for o in objs) if objs else ''} with its flags JSON and dlopen()s the result{nested}",
+        f"AOTInductor model {model!r} has no shared object: the loader compiles "
+        f"{cpp!r}{' and links ' + ', '.join(repr(o) for o in objs) if objs else ''} with its flags JSON and "
+        f"dlopen()s the result{nested}",
         pre + cpp,
         loader=_LOADER,
     )

@@ -81,21 +81,33 @@ _CODE = re.compile(rf"(?:^|/)([a-z2-7]{{2}})/(c{_B32})(\.main)?\.(py|cpp|so)$")
 #: globals torch's cache pickles name, safe to rebuild (NEWOBJ/REDUCE + BUILD of plain
 #: records: dataclasses, enums, holders); qualname -> reason
 CACHE_SAFE: dict[str, str] = {
-    "torch._inductor.output_code.CompiledFxGraph": "the FX graph cache record (a dataclass: fields only); its source_code is analysed as generated Python",
+    "torch._inductor.output_code.CompiledFxGraph": (
+        "the FX graph cache record (a dataclass: fields only); its source_code is analysed as generated Python"
+    ),
     "torch._inductor.metrics.CachedMetricsDeltas": "counters recorded with the entry (dataclass of numbers)",
     "torch._inductor.utils.BoxedBool": "a mutable bool box (dataclass)",
     "torch._inductor.cudagraph_utils.BoxedDeviceIndex": "a mutable device-index box",
-    "torch._inductor.triton_bundler.TritonBundle": "lists of Triton kernel artefacts (dataclass; their bytes are written to the Triton cache)",
+    "torch._inductor.triton_bundler.TritonBundle": (
+        "lists of Triton kernel artefacts (dataclass; their bytes are written to the Triton cache)"
+    ),
     "torch._inductor.triton_bundler.TritonKernelArtifacts": "one kernel's artefact list (dataclass)",
     "torch._inductor.triton_bundler.TritonKernelArtifact": "one artefact: file name and bytes (dataclass)",
     "torch._inductor.decomposition.select_decomp_table": "returns inductor's decomposition table; takes no argument",
     "torch.utils._ordered_set.OrderedSet": "an insertion-ordered set built from its argument",
     "torch._inductor.output_code.CompiledFxGraphConstantsWithGm": "constants record (dataclass)",
-    "torch._functorch._aot_autograd.aot_autograd_result.AOTAutogradResult": "the AOTAutograd cache record (dataclass: fields only)",
-    "torch._functorch._aot_autograd.aot_autograd_result.CompiledForward": "names the FX graph cache key of the forward graph (dataclass)",
-    "torch._functorch._aot_autograd.aot_autograd_result.CompiledBackward": "names the FX graph cache key of the backward graph (dataclass)",
+    "torch._functorch._aot_autograd.aot_autograd_result.AOTAutogradResult": (
+        "the AOTAutograd cache record (dataclass: fields only)"
+    ),
+    "torch._functorch._aot_autograd.aot_autograd_result.CompiledForward": (
+        "names the FX graph cache key of the forward graph (dataclass)"
+    ),
+    "torch._functorch._aot_autograd.aot_autograd_result.CompiledBackward": (
+        "names the FX graph cache key of the backward graph (dataclass)"
+    ),
     "torch._functorch._aot_autograd.aot_autograd_result.GenericAOTAutogradResult": "the AOTAutograd cache record (dataclass)",
-    "torch._functorch._aot_autograd.aot_autograd_result.BundledAOTAutogradResult": "the AOTAutograd cache record with its graphs (dataclass)",
+    "torch._functorch._aot_autograd.aot_autograd_result.BundledAOTAutogradResult": (
+        "the AOTAutograd cache record with its graphs (dataclass)"
+    ),
     "torch._functorch._aot_autograd.schemas.ViewAndMutationMeta": "input/output aliasing metadata (dataclass)",
     "torch._functorch._aot_autograd.schemas.InputAliasInfo": "input aliasing metadata (dataclass)",
     "torch._functorch._aot_autograd.schemas.OutputAliasInfo": "output aliasing metadata (dataclass)",
@@ -105,8 +117,12 @@ CACHE_SAFE: dict[str, str] = {
     "torch._functorch._aot_autograd.schemas.SubclassCreationMeta": "tensor-subclass metadata (dataclass)",
     "torch._functorch._aot_autograd.schemas.MemoryFormatMeta": "memory-format metadata (dataclass)",
     "torch._functorch._aot_autograd.schemas.CacheableAOTConfig": "AOT config fields (dataclass)",
-    "torch._functorch._aot_autograd.runtime_wrappers.AOTDedupeWrapper": "runtime wrapper record: argument de-duplication indices (dataclass)",
-    "torch._functorch._aot_autograd.runtime_wrappers.AOTSyntheticBaseWrapper": "runtime wrapper record: synthetic-base indices (dataclass)",
+    "torch._functorch._aot_autograd.runtime_wrappers.AOTDedupeWrapper": (
+        "runtime wrapper record: argument de-duplication indices (dataclass)"
+    ),
+    "torch._functorch._aot_autograd.runtime_wrappers.AOTSyntheticBaseWrapper": (
+        "runtime wrapper record: synthetic-base indices (dataclass)"
+    ),
     "torch._functorch._aot_autograd.runtime_wrappers.AOTDispatchSubclassWrapper": "runtime wrapper record (dataclass)",
     "torch._functorch._aot_autograd.runtime_wrappers.FakifiedOutWrapper": "runtime wrapper record (dataclass)",
     "torch._functorch._aot_autograd.runtime_wrappers.FunctionalizedRngRuntimeWrapper": "runtime wrapper record (dataclass)",
@@ -187,15 +203,127 @@ _SOURCE_METHODS = {
 #: builtins inductor's generated code uses (anything else that is not defined in the file
 #: is a finding)
 SAFE_BUILTINS = frozenset(
-    ["len", "range", "int", "float", "bool", "str", "tuple", "list", "dict", "set", "frozenset", "min", "max", "abs", "sum", "any", "all", "enumerate", "zip", "isinstance", "issubclass", "print", "globals", "super", "object", "type", "slice", "round", "divmod", "pow", "reversed", "sorted", "iter", "next", "map", "filter", "hasattr", "repr", "hash", "id", "bytes", "bytearray", "complex", "callable", "property", "staticmethod", "classmethod", "NotImplemented", "Ellipsis", "None", "True", "False", "Exception", "RuntimeError", "ValueError", "TypeError", "AssertionError", "KeyError", "IndexError", "NotImplementedError", "AttributeError", "StopIteration", "ZeroDivisionError", "OverflowError", "ImportError", "__name__", "__file__", "locals"]
+    [
+        "len",
+        "range",
+        "int",
+        "float",
+        "bool",
+        "str",
+        "tuple",
+        "list",
+        "dict",
+        "set",
+        "frozenset",
+        "min",
+        "max",
+        "abs",
+        "sum",
+        "any",
+        "all",
+        "enumerate",
+        "zip",
+        "isinstance",
+        "issubclass",
+        "print",
+        "globals",
+        "super",
+        "object",
+        "type",
+        "slice",
+        "round",
+        "divmod",
+        "pow",
+        "reversed",
+        "sorted",
+        "iter",
+        "next",
+        "map",
+        "filter",
+        "hasattr",
+        "repr",
+        "hash",
+        "id",
+        "bytes",
+        "bytearray",
+        "complex",
+        "callable",
+        "property",
+        "staticmethod",
+        "classmethod",
+        "NotImplemented",
+        "Ellipsis",
+        "None",
+        "True",
+        "False",
+        "Exception",
+        "RuntimeError",
+        "ValueError",
+        "TypeError",
+        "AssertionError",
+        "KeyError",
+        "IndexError",
+        "NotImplementedError",
+        "AttributeError",
+        "StopIteration",
+        "ZeroDivisionError",
+        "OverflowError",
+        "ImportError",
+        "__name__",
+        "__file__",
+        "locals",
+    ]
 )
 #: builtins that run code, import, or open files
 _DANGEROUS_BUILTINS = frozenset(
-    ["exec", "eval", "compile", "__import__", "open", "breakpoint", "input", "getattr", "setattr", "delattr", "vars", "memoryview", "exit", "quit", "help", "__builtins__", "__loader__", "__spec__"]
+    [
+        "exec",
+        "eval",
+        "compile",
+        "__import__",
+        "open",
+        "breakpoint",
+        "input",
+        "getattr",
+        "setattr",
+        "delattr",
+        "vars",
+        "memoryview",
+        "exit",
+        "quit",
+        "help",
+        "__builtins__",
+        "__loader__",
+        "__spec__",
+    ]
 )
 #: attribute names that reach modules or interpreter internals from any object
 _DANGEROUS_ATTRS = frozenset(
-    ["os", "sys", "subprocess", "builtins", "importlib", "ctypes", "pickle", "marshal", "shutil", "socket", "runpy", "pty", "code", "codeop", "system", "popen", "spawnv", "execv", "execve", "fork", "load_library", "cpp_extension", "hub"]
+    [
+        "os",
+        "sys",
+        "subprocess",
+        "builtins",
+        "importlib",
+        "ctypes",
+        "pickle",
+        "marshal",
+        "shutil",
+        "socket",
+        "runpy",
+        "pty",
+        "code",
+        "codeop",
+        "system",
+        "popen",
+        "spawnv",
+        "execv",
+        "execve",
+        "fork",
+        "load_library",
+        "cpp_extension",
+        "hub",
+    ]
 )
 _RISKY_TORCH = (
     "torch.load",
@@ -217,7 +345,28 @@ _RISKY_TORCH = (
     "torch.export.load",
 )
 _DANGEROUS_STRINGS = _DANGEROUS_ATTRS | frozenset(
-    ["exec", "eval", "compile", "__import__", "open", "getattr", "setattr", "delattr", "__builtins__", "__loader__", "__globals__", "__subclasses__", "__code__", "__dict__", "__class__", "__bases__", "__mro__", "__reduce__", "__reduce_ex__", "__getattribute__"]
+    [
+        "exec",
+        "eval",
+        "compile",
+        "__import__",
+        "open",
+        "getattr",
+        "setattr",
+        "delattr",
+        "__builtins__",
+        "__loader__",
+        "__globals__",
+        "__subclasses__",
+        "__code__",
+        "__dict__",
+        "__class__",
+        "__bases__",
+        "__mro__",
+        "__reduce__",
+        "__reduce_ex__",
+        "__getattribute__",
+    ]
 )
 
 #: C++: includes inductor emits, and calls that reach processes, files or libraries
@@ -286,7 +435,8 @@ def check_python(source: bytes | str, *, name: str = "<source>", _depth: int = 0
         return [
             (
                 "unanalysable",
-                f"generated source does not parse ({type(e).__name__}: {str(e)[:120]}); Python would not run it either, but it was not analysed",
+                f"generated source does not parse ({type(e).__name__}: {str(e)[:120]}); Python would not run it "
+                "either, but it was not analysed",
                 getattr(e, "lineno", None),
             )
         ]
@@ -398,7 +548,8 @@ def check_python(source: bytes | str, *, name: str = "<source>", _depth: int = 0
                 out.append(
                     (
                         "critical",
-                        f"passes a computed kernel source to {n.func.attr}(): inductor passes a string literal; what would be compiled or imported is not known",
+                        f"passes a computed kernel source to {n.func.attr}(): inductor passes a "
+                        "string literal; what would be compiled or imported is not known",
                         n.lineno,
                     )
                 )
@@ -448,7 +599,8 @@ def check_cpp(text: str) -> list[tuple[str, str]]:
             out.append(
                 (
                     "critical",
-                    f"uses {m.group(0)!r} (line {line}): inline assembly or code run at load (static constructors), which inductor's kernels never contain",
+                    f"uses {m.group(0)!r} (line {line}): inline assembly or code run at load "
+                    "(static constructors), which inductor's kernels never contain",
                 )
             )
         if len(out) > 50:
@@ -568,7 +720,8 @@ def scan_cache_file(scanner: Any, src: ByteSource, kind: str) -> None:
         scanner.add(
             "native-code",
             "info",
-            f"shared object compiled by inductor from {os.path.basename(cpp)} (analysed as C++); torch.compile dlopen()s it on a cache hit. Its machine code is not analysed",
+            f"shared object compiled by inductor from {os.path.basename(cpp)} (analysed as C++); "
+            "torch.compile dlopen()s it on a cache hit. Its machine code is not analysed",
             None,
             loader=_LOADER,
         )
@@ -576,7 +729,8 @@ def scan_cache_file(scanner: Any, src: ByteSource, kind: str) -> None:
         scanner.add(
             "native-code",
             "high",
-            f"cache shared object without the C++ source it would be built from ({os.path.basename(cpp)} is missing): torch.compile dlopen()s it on a cache hit; its machine code is not analysed",
+            f"cache shared object without the C++ source it would be built from ({os.path.basename(cpp)} is "
+            "missing): torch.compile dlopen()s it on a cache hit; its machine code is not analysed",
             None,
             loader=_LOADER,
         )

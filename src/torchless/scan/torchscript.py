@@ -103,7 +103,8 @@ _TOKEN = re.compile(
     |(?P<str>\"\"\"(?:[^\\]|\\[\s\S])*?\"\"\"|'''(?:[^\\]|\\[\s\S])*?'''|"(?:[^"\\\n]|\\[\s\S])*"|'(?:[^'\\\n]|\\[\s\S])*')
     |(?P<name>[A-Za-z_][A-Za-z0-9_]*)
     |(?P<num>0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)(?:[pP][+-]?[0-9]+)?j?|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?j?)
-    |(?P<op>\#\ type:|\*\*=|<<=|>>=|\.\.\.|<=>|->|!=|==|<=|>=|//|<<|>>|\+=|-=|\*=|/=|%=|\|=|&=|\^=|\*\*|[-+*/%@()\[\]:,={}><.?!&^|~])
+    |(?P<op>\#\ type:|\*\*=|<<=|>>=|\.\.\.|<=>|->|!=|==|<=|>=|//|<<|>>|\+=|-=|\*=|/=|%=|\|=|&=|\^=|\*\*
+            |[-+*/%@()\[\]:,={}><.?!&^|~])
     """,
     re.X,
 )
@@ -238,7 +239,8 @@ def risk_of(parts: tuple[str, ...]) -> tuple[str, str, str] | None:
             return (
                 ".".join(parts[-2:]),
                 "file",
-                f"names {parts[-1]!r}, an operator or function that reaches files or native code, on a value whose type is not resolved",
+                f"names {parts[-1]!r}, an operator or function that reaches files "
+                "or native code, on a value whose type is not resolved",
             )
         return None
     for i in range(min(len(parts), _MAX_PY_DEPTH), 0, -1):  # torch.jit.load, also torch.jit.load.x
@@ -270,7 +272,8 @@ def risk_of(parts: tuple[str, ...]) -> tuple[str, str, str] | None:
         return (
             ".".join(parts[-3:]),
             "file",
-            f"names {parts[-1]!r}, an operator or function that reaches files or native code, on a value whose type is not resolved",
+            f"names {parts[-1]!r}, an operator or function that reaches files "
+            "or native code, on a value whose type is not resolved",
         )
     return None
 
@@ -402,7 +405,34 @@ def analyse_code(text: str, *, name: str = "<code>", max_tokens: int = MAX_TOKEN
 
 #: names after which ``(`` opens a parenthesized expression, not a call
 _KEYWORDS = frozenset(
-    ["and", "or", "not", "in", "is", "if", "else", "elif", "while", "for", "return", "raise", "assert", "del", "pass", "lambda", "yield", "with", "as", "import", "from", "def", "class", "global", "nonlocal", "await"]
+    [
+        "and",
+        "or",
+        "not",
+        "in",
+        "is",
+        "if",
+        "else",
+        "elif",
+        "while",
+        "for",
+        "return",
+        "raise",
+        "assert",
+        "del",
+        "pass",
+        "lambda",
+        "yield",
+        "with",
+        "as",
+        "import",
+        "from",
+        "def",
+        "class",
+        "global",
+        "nonlocal",
+        "await",
+    ]
 )
 _SHAPE_MAX = 6  # elements of a bracket's content kept to recognise (x) and getattr(x, "s")
 
@@ -616,7 +646,9 @@ def report_archive(
             scanner.add(
                 "unanalysable",
                 "high",
-                f"TorchScript code not analysed: {e.message}{' (offset ' + str(e.offset) + ')' if e.offset is not None else ''}; torch.jit.load compiles this file",
+                "TorchScript code not analysed: "
+                f"{e.message}{' (offset ' + str(e.offset) + ')' if e.offset is not None else ''}; torch.jit.load "
+                "compiles this file",
                 loc,
                 e.offset,
                 loader=_JIT,
@@ -667,7 +699,8 @@ def report_archive(
         scanner.add(
             "torchscript-code",
             "info",
-            "TorchScript __setstate__: archive code runs at torch.jit.load (it reaches no listed file, process, network or native operator)",
+            "TorchScript __setstate__: archive code runs at torch.jit.load (it "
+            "reaches no listed file, process, network or native operator)",
             loc,
             off,
             loader=_JIT,
@@ -676,7 +709,8 @@ def report_archive(
         scanner.add(
             "torchscript-code",
             "info",
-            f"bytecode method {m}: runs at lite-interpreter load (its operator table reaches no listed file, process, network or native operator)",
+            f"bytecode method {m}: runs at lite-interpreter load (its operator table "
+            "reaches no listed file, process, network or native operator)",
             loc,
             loader=_LITE,
         )

@@ -224,7 +224,7 @@ def load_worker(rank, world, port, ckpt, ref, out_prefix, storage="torch_save"):
     else:
         dcp.load(sd, checkpoint_id=ckpt)
     out = {}
-    for key, parent, k, v in walk_all(sd):
+    for key, _parent, _k, v in walk_all(sd):
         if isinstance(v, DTensor):
             out[key] = (offsets[key], v.to_local().clone())
         else:

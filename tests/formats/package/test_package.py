@@ -40,8 +40,10 @@ def _torch_tensors(path: str, records: list[tuple[str, str]]) -> list[dict]:
         f"imp = PackageImporter({path!r})\n"
         f"for pkg, res in {records!r}:\n"
         "    obj = imp.load_pickle(pkg, res)\n"
-        "    sd = obj.state_dict() if hasattr(obj, 'state_dict') else {k: v for k, v in obj.items() if isinstance(v, torch.Tensor)}\n"
-        "    out.append({k: [str(v.dtype).split('.')[1], list(v.shape), v.contiguous().view(torch.uint8).numpy().tobytes().hex()] for k, v in sd.items()})\n"
+        "    sd = obj.state_dict() if hasattr(obj, 'state_dict') else {k: v "
+        "for k, v in obj.items() if isinstance(v, torch.Tensor)}\n"
+        "    out.append({k: [str(v.dtype).split('.')[1], list(v.shape), "
+        "v.contiguous().view(torch.uint8).numpy().tobytes().hex()] for k, v in sd.items()})\n"
         "print(json.dumps(out))\n"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -103,7 +105,8 @@ def test_scan_reports_packaged_source(pkgs):
         [
             sys.executable,
             "-c",
-            f"from torch.package import PackageImporter; PackageImporter({str(out / 'evil_source.pt')!r}).load_pickle('m', 'obj.pkl')",
+            "from torch.package import PackageImporter; "
+            f"PackageImporter({str(out / 'evil_source.pt')!r}).load_pickle('m', 'obj.pkl')",
         ],
         check=True,
         timeout=120,

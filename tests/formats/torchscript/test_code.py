@@ -51,9 +51,8 @@ def test_parse_code_file():
 
 def test_method_code_like_torch():
     m = parse_code_file("code/__torch__.py", "__torch__", SOURCE).classes["M"]
-    assert (
-        m.methods["forward"].code
-        == 'def forward(self,\n    x: Tensor) -> Tensor:\n  _0 = "a string with _1 inside"\n  w = self.w\n  return torch.add(x, w)\n'
+    assert m.methods["forward"].code == (
+        'def forward(self,\n    x: Tensor) -> Tensor:\n  _0 = "a string with _1 inside"\n  w = self.w\n  return torch.add(x, w)\n'
     )
     # class-wide counters restart per method; strings are left alone
     assert m.methods["other"].code == (

@@ -49,7 +49,7 @@ def BY(b: bytes) -> bytes:  # BINBYTES (protocol 3)
     return b"B" + struct.pack("<I", len(b)) + b
 
 
-def I(n: int) -> bytes:
+def INT(n: int) -> bytes:  # BININT
     return b"J" + struct.pack("<i", n)
 
 
@@ -192,7 +192,7 @@ def raw_samples() -> list[tuple[str, str, str, bytes]]:
     add(
         n,
         "timeit.timeit execs a statement",
-        pk(call(G("timeit", "timeit"), S(py(n)), S("pass"), G("time", "perf_counter"), I(1))),
+        pk(call(G("timeit", "timeit"), S(py(n)), S("pass"), G("time", "perf_counter"), INT(1))),
     )
     n = "r25_cprofile.pkl"
     add(n, "cProfile.run execs a statement", pk(call(G("cProfile", "run"), S(py(n)))))
@@ -229,7 +229,7 @@ def raw_samples() -> list[tuple[str, str, str, bytes]]:
     n = "r31_os_popen.pkl"
     add(n, "os.popen", pk(call(G("builtins", "getattr"), call(G("os", "popen"), S(sh(n))), S("read")) + b")R"))
     n = "r32_spawnlp.pkl"
-    add(n, "os.spawnlp(P_WAIT, ...)", pk(call(G("os", "spawnlp"), I(0), S("sh"), S("sh"), S("-c"), S(sh(n)))))
+    add(n, "os.spawnlp(P_WAIT, ...)", pk(call(G("os", "spawnlp"), INT(0), S("sh"), S("sh"), S("-c"), S(sh(n)))))
     n = "r33_frame_length_lie.pkl"
     body = SB("posix") + SB("system") + b"\x93" + S(sh(n)) + b"\x85R."
     add(
@@ -558,7 +558,10 @@ def torchscript_samples(out_dir: str) -> list[dict]:
         {
             "name": n,
             "loader": "jit",
-            "technique": "TorchScript __setstate__ calls torch.from_file (creates a file) at torch.jit.load; no Python global in any pickle",
+            "technique": (
+                "TorchScript __setstate__ calls torch.from_file (creates a "
+                "file) at torch.jit.load; no Python global in any pickle"
+            ),
         }
     ]
 

@@ -388,7 +388,8 @@ def _f08(ctx: Ctx, s: Sample) -> None:
     "fr01_frame_cross.pt",
     2,
     "torch",
-    "data.pkl (read through io.BytesIO) with a BINUNICODE that crosses its FRAME: the C unpickler drops the frame tail and runs the hidden os.system",
+    "data.pkl (read through io.BytesIO) with a BINUNICODE that crosses its FRAME: "
+    "the C unpickler drops the frame tail and runs the hidden os.system",
     torch=True,
 )
 def _fr01(ctx: Ctx, s: Sample) -> None:
@@ -627,7 +628,8 @@ def _benign_npy() -> bytes:
     "z01_npz_two_views.npz",
     12,
     "numpy",
-    ".npz whose end record points at a benign directory (torch/miniz view) while zipfile shifts to a second one with an object array",
+    ".npz whose end record points at a benign directory (torch/miniz "
+    "view) while zipfile shifts to a second one with an object array",
 )
 def _z01(ctx: Ctx, s: Sample) -> None:
     ctx.write(s.name, _npz_two_views([("arr.npy", _benign_npy())], [("arr.npy", npy_object(pk(gm.os_system(s.name))))]))
@@ -793,7 +795,8 @@ def _n05(ctx: Ctx, s: Sample) -> None:
     "n06_joblib_object_array.joblib",
     3,
     "joblib",
-    "joblib.dump of an object array: the array's own pickle is written inline after the wrapper (NumpyArrayWrapper.read unpickles it)",
+    "joblib.dump of an object array: the array's own pickle is written "
+    "inline after the wrapper (NumpyArrayWrapper.read unpickles it)",
 )
 def _n06(ctx: Ctx, s: Sample) -> None:
     import joblib
@@ -812,7 +815,9 @@ def _n06(ctx: Ctx, s: Sample) -> None:
     "n08_joblib_array_swallows.pkl",
     3,
     "joblib",
-    "joblib NumpyArrayWrapper (no alignment padding) whose 5 raw uint8 bytes are a BINUNICODE header: a walk that reads the array bytes as opcodes sees the payload as a string, joblib skips them and runs it",
+    "joblib NumpyArrayWrapper (no alignment padding) whose 5 raw uint8 bytes "
+    "are a BINUNICODE header: a walk that reads the array bytes as opcodes "
+    "sees the payload as a string, joblib skips them and runs it",
 )
 def _n08(ctx: Ctx, s: Sample) -> None:
     import numpy as np
@@ -1065,7 +1070,8 @@ def _gnu_sparse_member(name: str, segments: list[tuple[int, bytes]], realsize: i
     "t06_tar_sparse_pickle.tar",
     9,
     "torch",
-    "legacy tar whose 'pickle' is a GNU sparse member: reassembled (with its zero hole) it runs the payload; its stored bytes read as a pickle hide it in a string",
+    "legacy tar whose 'pickle' is a GNU sparse member: reassembled (with its zero hole) "
+    "it runs the payload; its stored bytes read as a pickle hide it in a string",
     torch=True,
 )
 def _t06(ctx: Ctx, s: Sample) -> None:
@@ -1332,7 +1338,8 @@ def _b01(ctx: Ctx, s: Sample) -> None:
     "b02_shared_laughs.pkl",
     6,
     "pickle",
-    "a list nested 40 levels deep, each level holding the previous one twice (memo): 2**40 leaves if walked as a tree; the payload runs after it",
+    "a list nested 40 levels deep, each level holding the previous one twice "
+    "(memo): 2**40 leaves if walked as a tree; the payload runs after it",
     expect="flagged",
 )
 def _b02(ctx: Ctx, s: Sample) -> None:
@@ -1450,7 +1457,8 @@ def _eocd_below_76(evil: bytes, benign: bytes) -> bytes:
     "e01_eocd_below_76.pt",
     11,
     "torch",
-    "end record at offset 51 behind a zip64 locator: miniz (torch) ignores the locator and reads the malicious directory, a zip64-following reader the benign one",
+    "end record at offset 51 behind a zip64 locator: miniz (torch) ignores the locator "
+    "and reads the malicious directory, a zip64-following reader the benign one",
     torch=True,
 )
 def _e01(ctx: Ctx, s: Sample) -> None:
@@ -1483,7 +1491,8 @@ def _e04(ctx: Ctx, s: Sample) -> None:
     "e03_cd_eocd_gap.pt",
     11,
     "torch",
-    "bytes between the central directory and the end record: zipfile shifts every offset (reads a benign copy), miniz (torch) does not",
+    "bytes between the central directory and the end record: zipfile "
+    "shifts every offset (reads a benign copy), miniz (torch) does not",
     torch=True,
 )
 def _e03(ctx: Ctx, s: Sample) -> None:
@@ -1678,7 +1687,8 @@ def _s07(ctx: Ctx, s: Sample) -> None:
     "e05_eocd_below_76_jit.pt",
     11,
     "jit",
-    "end record at offset 51 behind a zip64 locator; torch.jit.load (miniz) reads a TorchScript archive whose __setstate__ creates a file",
+    "end record at offset 51 behind a zip64 locator; torch.jit.load (miniz) "
+    "reads a TorchScript archive whose __setstate__ creates a file",
     torch=True,
 )
 def _e05(ctx: Ctx, s: Sample) -> None:
@@ -1808,7 +1818,8 @@ def _aoti_only(ctx: Ctx, fname: str, files: dict[str, bytes]) -> None:
     "a01_pt2_aoti_library.pt2",
     10,
     "export",
-    "ordinary .pt2 (torch.export.save) plus data/aotinductor/model/*.wrapper.so: torch.export.load dlopens it (constructor runs) and returns the model",
+    "ordinary .pt2 (torch.export.save) plus data/aotinductor/model/*.wrapper.so: "
+    "torch.export.load dlopens it (constructor runs) and returns the model",
     torch=True,
     cc=True,
 )

@@ -75,7 +75,8 @@ def format_plan(plan: dict[str, Any], *, applied: dict[str, Any] | None = None) 
         lines.append(format_table(rows, ["kind", "size", "age", "entry", "reason"]))
     if applied is None:
         lines.append(
-            f"{head} {len(plan['entries'])} entries: {len(plan['files'])} files, {len(plan['dirs'])} folders, {format_bytes(plan['bytes'])}; {format_bytes(plan['remaining_bytes'])} would remain"
+            f"{head} {len(plan['entries'])} entries: {len(plan['files'])} files, {len(plan['dirs'])} "
+            f"folders, {format_bytes(plan['bytes'])}; {format_bytes(plan['remaining_bytes'])} would remain"
         )
         for f in plan["files"]:
             lines.append(f"  {f}")
@@ -84,7 +85,8 @@ def format_plan(plan: dict[str, Any], *, applied: dict[str, Any] | None = None) 
         lines.append("dry run: nothing removed (add --yes to remove exactly these)")
     else:
         lines.append(
-            f"{head} {len(applied['removed_files'])} files and {len(applied['removed_dirs'])} folders, {format_bytes(applied['bytes'])}"
+            f"{head} {len(applied['removed_files'])} files and {len(applied['removed_dirs'])} folders, "
+            f"{format_bytes(applied['bytes'])}"
         )
         for s in applied["skipped"]:
             lines.append(f"  skipped {s['path']}: {s['reason']}")
@@ -173,12 +175,18 @@ def _prune(args: argparse.Namespace, folder: str | None, kinds: list[str] | None
 
 
 def register(sub: Any) -> None:
-    h = "inventory a TorchInductor cache folder (TORCHINDUCTOR_CACHE_DIR): entries by kind, size, age; `cache prune` removes old entries"
+    h = (
+        "inventory a TorchInductor cache folder (TORCHINDUCTOR_CACHE_DIR): "
+        "entries by kind, size, age; `cache prune` removes old entries"
+    )
     p = sub.add_parser(
         "cache",
         help=h,
         description=h,
-        epilog="usage: torchless cache [DIR] [--json] [--kind K] [--show ENTRY] | torchless cache prune [DIR] --older-than 7d --max-size 1G [--yes]",
+        epilog=(
+            "usage: torchless cache [DIR] [--json] [--kind K] [--show ENTRY] | "
+            "torchless cache prune [DIR] --older-than 7d --max-size 1G [--yes]"
+        ),
     )
     p.add_argument(
         "target",

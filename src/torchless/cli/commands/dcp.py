@@ -41,7 +41,8 @@ def cmd_reshard(args: argparse.Namespace) -> int:
         emit_json("reshard", {"source": args.src, "destination": args.dst, "ranks": args.ranks, **res})
         return 0
     print(
-        f"wrote {args.dst}: {len(res['files'])} rank files, {res['tensors']} tensors in {res['chunks']} chunks, {res['bytes_items']} non-tensor items"
+        f"wrote {args.dst}: {len(res['files'])} rank files, {res['tensors']} tensors "
+        f"in {res['chunks']} chunks, {res['bytes_items']} non-tensor items"
     )
     if res["skipped"]:
         print(f"skipped {len(res['skipped'])} non-tensor items (safetensors holds tensors only): {', '.join(res['skipped'][:8])}")

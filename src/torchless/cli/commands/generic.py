@@ -156,7 +156,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
         for c in res["not_compared"]:
             print(f"? {c['name']}: not compared: {c['reason']}")
         print(
-            f"{len(res['added'])} added, {len(res['removed'])} removed, {len(res['changed'])} changed, {len(res['not_compared'])} not compared, {res['same']} same"
+            f"{len(res['added'])} added, {len(res['removed'])} removed, {len(res['changed'])} changed, "
+            f"{len(res['not_compared'])} not compared, {res['same']} same"
         )
     return 0 if res["identical"] else 1
 

@@ -44,7 +44,7 @@ def format_graph(graph: Any, *, table: bool = False, name: str = "forward") -> s
     """The graph (then each subgraph, named by its attribute path) as code or a table."""
     parts = []
     for path, g in graph.walk():
-        title = name if not path else path
+        title = path or name
         body = g.tabular() if table else g.python_code("forward").strip("\n").rstrip()
         if path or table:
             parts.append(f"# {title}\n{body}")

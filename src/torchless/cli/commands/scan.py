@@ -44,7 +44,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--unknown-severity",
         default="medium",
         metavar="{critical,high,medium,low,info}",
-        help="severity of globals that are neither allowlisted nor known dangerous (default: medium; 'info' does not fail the scan)",
+        help=(
+            "severity of globals that are neither allowlisted nor known "
+            "dangerous (default: medium; 'info' does not fail the scan)"
+        ),
     )
     p.add_argument("--jobs", "-j", type=int, default=None, help="worker processes (default: all cores)")
     p.add_argument("--verbose", "-v", action="store_true", help="also show clean files' details and info findings")

@@ -68,8 +68,11 @@ _TREE = {
 SCHEMAS: dict[str, dict[str, Any]] = {
     "info": {
         "type": "object",
-        "description": "Artifact.info() of the format: format and path always, then that format's fields; no field name holds a space, "
-        "records are trimmed, pytree specs are JSON, and a checkpoint's tree is whole (json_tree nodes).",
+        "description": (
+            "Artifact.info() of the format: format and path always, then that format's fields; "
+            "no field name holds a space, records are trimmed, pytree specs are JSON, "
+            "and a checkpoint's tree is whole (json_tree nodes)."
+        ),
         "properties": {
             "format": _STR,
             "path": _STR,

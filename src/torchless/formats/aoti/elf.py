@@ -93,7 +93,10 @@ class ElfInfo:
         if self.container != "elf":
             names = {"macho": "Mach-O", "pe": "PE/COFF"}
             return {
-                "binary": f"{names.get(self.container, self.container)} {self.bits}-bit {self.byteorder}-endian {self.type}, {self.machine}",
+                "binary": (
+                    f"{names.get(self.container, self.container)} {self.bits}-bit "
+                    f"{self.byteorder}-endian {self.type}, {self.machine}"
+                ),
                 "sections": len(self.sections),
                 "aoti_exports": len(self.exports),
                 "constants_blob": None if self.blob is None else {"file_offset": self.blob[0], "size": self.blob[1]},

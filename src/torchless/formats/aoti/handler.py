@@ -179,7 +179,8 @@ def _verify_model(pkg: _read.AotiPackage, m: _read.AotiModel, used_weights: set[
         elif c.layout == "strided" and _read.view_nbytes(c, dt.itemsize) > c.data_size:
             err(
                 "constants",
-                f"constant {c.fqn!r}: shape/stride/offset need {_read.view_nbytes(c, dt.itemsize)} bytes, data_size is {c.data_size}",
+                f"constant {c.fqn!r}: shape/stride/offset need {_read.view_nbytes(c, dt.itemsize)} bytes, data_size is "
+                f"{c.data_size}",
                 m.wrapper,
             )
     need = _read.blob_size(m.constants)
@@ -221,7 +222,9 @@ def _verify_model(pkg: _read.AotiPackage, m: _read.AotiModel, used_weights: set[
                 if tuple(spec[1]) != c.shape or tuple(spec[2]) != c.stride or spec[3] != c.offset:
                     err(
                         "weight",
-                        f"weights_config for {fqn!r} (shape {spec[1]}, stride {spec[2]}, offset {spec[3]}) differs from the wrapper's constant table (shape {list(c.shape)}, stride {list(c.stride)}, offset {c.offset})",
+                        f"weights_config for {fqn!r} (shape {spec[1]}, stride {spec[2]}, "
+                        f"offset {spec[3]}) differs from the wrapper's constant table (shape "
+                        f"{list(c.shape)}, stride {list(c.stride)}, offset {c.offset})",
                         cfg_name,
                     )
                 if DTYPES.get(c.dtype) is not None and t.dtype is not DTYPES[c.dtype]:

@@ -117,7 +117,10 @@ class ConstantInfo:
         extra = f" offset {self.offset}" if self.offset else ""
         folded = ", folded" if self.from_folded else ""
         layout = f", {self.layout}" if self.layout != "strided" else ""
-        return f"{self.dtype} {list(self.shape)} stride {list(self.stride)}{extra}, {self.data_size} B, {self.type or '?'}{folded}{layout}"
+        return (
+            f"{self.dtype} {list(self.shape)} stride {list(self.stride)}{extra}, {self.data_size} B, "
+            f"{self.type or '?'}{folded}{layout}"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -638,5 +641,6 @@ def read_package(src: Any, *, limits: Limits = Limits()) -> AotiPackage:
         for mname, files in groups.items():
             pkg.models[mname] = _read_model(pkg, mname, files, limits)
     except TorchlessError as err:
-        raise err.with_context(path=zr.path)
+        err.with_context(path=zr.path)
+        raise
     return pkg

@@ -88,7 +88,9 @@ class HFReader(DCPReader):
                 c = ChunkStorageMetadata(tuple(offs), shape)
                 prev = sdm.get(fqn)
                 if prev is None:
-                    sdm[fqn] = TensorStorageMetadata(TensorProperties(t.dtype), tuple(o + s for o, s in zip(offs, shape, strict=False)), [c])
+                    sdm[fqn] = TensorStorageMetadata(
+                        TensorProperties(t.dtype), tuple(o + s for o, s in zip(offs, shape, strict=False)), [c]
+                    )
                 else:
                     if prev.dtype.name != t.dtype.name or len(prev.size) != len(shape):
                         raise FormatError("shards of one tensor disagree on dtype or rank", path=fp, member=fqn)

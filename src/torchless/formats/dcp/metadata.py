@@ -142,7 +142,10 @@ class _Resolver:
             raise UnsafeGlobalError(
                 f"refusing global {qual} in DCP .metadata: only DCP's metadata classes are allowed (nothing was imported or run)",
                 global_name=qual,
-                hint="this .metadata was not written by torch.distributed.checkpoint's default planner; do not load it with torch either",
+                hint=(
+                    "this .metadata was not written by torch.distributed.checkpoint's default planner; do not load it "
+                    "with torch either"
+                ),
             )
         return e.target
 

@@ -442,7 +442,8 @@ class DCPReader:
                 zr = ZipReader(src)
                 cp = read_zip_checkpoint(zr, weights_only=True)
             except TorchlessError as e:
-                raise e.with_context(path=where["path"], member=ref.fqn)
+                e.with_context(path=where["path"], member=ref.fqn)
+                raise
             t = cp.obj
             byteorder = cp.byteorder
         self._release(ref.info)
@@ -486,7 +487,8 @@ class DCPReader:
                 meta, tensors, _n = read_safetensors(src)
                 info = jsonsafe.loads(meta[SHARDING_KEY], what=SHARDING_KEY, path=where["path"]) if SHARDING_KEY in meta else {}
             except TorchlessError as e:
-                raise e.with_context(path=where["path"], member=ref.fqn)
+                e.with_context(path=where["path"], member=ref.fqn)
+                raise
             if not isinstance(info, dict):
                 raise FormatError(f"{SHARDING_KEY} must be a JSON object", **where)
             blob = self._blobs[key] = (tensors, info)
@@ -607,7 +609,9 @@ class DCPReader:
         # rows of the chunk along dim 0 are contiguous runs of `row` bytes
         row = numel(c.sizes[1:]) * isz
         r0, r1 = lo[0] - c.offsets[0], hi[0] - c.offsets[0]
-        inner_full_chunk = all(l == o and h == o + s for l, h, o, s in zip(lo[1:], hi[1:], c.offsets[1:], c.sizes[1:], strict=False))
+        inner_full_chunk = all(
+            l == o and h == o + s for l, h, o, s in zip(lo[1:], hi[1:], c.offsets[1:], c.sizes[1:], strict=False)
+        )
         inner_full_block = all(l == o and h == o + s for l, h, o, s in zip(lo[1:], hi[1:], boff[1:], bsize[1:], strict=False))
         if inner_full_chunk and inner_full_block:
             start = (lo[0] - boff[0]) * row

@@ -502,7 +502,8 @@ def reshard(
             out.commit(last=(METADATA_NAME,))
         except BaseException as e:
             out.abort()
-            raise out.public(e)
+            out.public(e)
+            raise
     finally:
         source.close()
     return summary

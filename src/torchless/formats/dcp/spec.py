@@ -11,7 +11,7 @@ it writes back.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 from ...core.dtypes import DType
 from .constants import HF_SUFFIX, METADATA_NAME, is_hf_dir  # noqa: F401 - re-exported
@@ -84,7 +84,7 @@ class BytesStorageMetadata:
     """A non-tensor value, stored as a ``torch.save`` stream."""
 
 
-StorageMetadata = Union[TensorStorageMetadata, BytesStorageMetadata]
+StorageMetadata = TensorStorageMetadata | BytesStorageMetadata
 
 
 @dataclass(frozen=True)

@@ -251,7 +251,8 @@ class HFArtifact(Artifact):
                     problems.append(
                         Problem(
                             "total-size",
-                            f"metadata.total_size is {short_repr(total, 40)}; the shards hold {tensor_bytes} tensor bytes ({storage_bytes} in distinct storages)",
+                            f"metadata.total_size is {short_repr(total, 40)}; the shards hold "
+                            f"{tensor_bytes} tensor bytes ({storage_bytes} in distinct storages)",
                             "metadata.total_size",
                         )
                     )

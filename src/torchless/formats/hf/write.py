@@ -60,7 +60,8 @@ def dedupe_aliases(items: Iterable[tuple[str, Any]]) -> tuple[list[tuple[str, An
             continue
         if sk in by_storage:
             raise UsageError(
-                f"tensors {by_storage[sk]!r} and {name!r} share one storage as different views; safetensors cannot store shared memory",
+                f"tensors {by_storage[sk]!r} and {name!r} share one storage as "
+                "different views; safetensors cannot store shared memory",
                 member=name,
                 hint="write .bin shards (torch keeps the sharing), or make the tensors independent copies first",
             )

@@ -157,9 +157,9 @@ class OnnxArtifact(Artifact):
                         severity="warning",
                     )
                 )
-        for file, sp in spans.items():
+        for sp in spans.values():
             sp.sort()
-            for (b0, e0, n0), (b1, _e1, n1) in zip(sp, sp[1:], strict=False):
+            for (_b0, e0, n0), (b1, _e1, n1) in zip(sp, sp[1:], strict=False):
                 if b1 < e0:
                     problems.append(
                         Problem("external-overlap", f"external data of {n0!r} and {n1!r} overlap", n1, b1, severity="warning")

@@ -418,7 +418,8 @@ class OnnxModel:
             self.model = parse_model(source)
         except TorchlessError as e:
             source.close()
-            raise e.with_context(path=self.path)
+            e.with_context(path=self.path)
+            raise
         self.source = source
         spans = raw_data_spans(source.view(0, source.size))
         if spans is not None and len(spans) != len(self.model.graph.initializer):

@@ -160,7 +160,8 @@ def transformed_initializers(
         for name in node.input:
             if name in replaced:
                 problems.append(
-                    f"initializer {name!r} is read by node {node.name or node.op_type!r}, which the exporter's {rule} rewrite produced, so it holds computed values, not the module's {name}"
+                    f"initializer {name!r} is read by node {node.name or node.op_type!r}, which the exporter's {rule} "
+                    f"rewrite produced, so it holds computed values, not the module's {name}"
                 )
     inits = {text(t.name): tuple(t.dims) for t in g.initializer}
     has_bn = any(n.op_type == "BatchNormalization" for n in g.node)
@@ -169,7 +170,8 @@ def transformed_initializers(
             prefix = w[: -len(".running_mean")]
             if prefix + ".running_var" in weight_names and w not in inits and not has_bn:
                 problems.append(
-                    f"the weights hold BatchNorm {prefix!r} but the model has no BatchNormalization and no {w!r}: the exporter folded it into the layer before it"
+                    f"the weights hold BatchNorm {prefix!r} but the model has no BatchNormalization and no {w!r}: the "
+                    "exporter folded it into the layer before it"
                 )
     floats = {1, 10, 11, 16}  # FLOAT, FLOAT16, DOUBLE, BFLOAT16: weights, not shape/axes constants
     anonymous = {text(t.name): tuple(t.dims) for t in g.initializer if _ANONYMOUS.match(text(t.name)) and t.data_type in floats}
@@ -177,7 +179,8 @@ def transformed_initializers(
         same = [n for n, d in anonymous.items() if d == tuple(shape) and len(shape) > 0]
         if same:
             problems.append(
-                f"weight {w!r} {list(shape)} names no initializer, and anonymous initializer(s) {', '.join(same[:3])} have its shape: the exporter renamed it"
+                f"weight {w!r} {list(shape)} names no initializer, and anonymous initializer(s) {', '.join(same[:3])} "
+                "have its shape: the exporter renamed it"
             )
     return problems
 
@@ -279,9 +282,13 @@ def _write(
     if problems:
         shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
         raise UsageError(
-            f"refusing to write a model that would compute something else: the exporter transformed initializers, so weights cannot be matched by name ({shown})",
+            "refusing to write a model that would compute something else: the exporter "
+            f"transformed initializers, so weights cannot be matched by name ({shown})",
             path=om.path,
-            hint="export the model again from the module holding these weights (torch.onnx.export), or export with optimize=False so each parameter stays its own initializer",
+            hint=(
+                "export the model again from the module holding these weights (torch.onnx.export), "
+                "or export with optimize=False so each parameter stays its own initializer"
+            ),
         )
     if ignored and not allow_missing:
         raise NotFoundError(

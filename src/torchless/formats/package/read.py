@@ -166,7 +166,8 @@ class PackageArtifact(Artifact):
         out.update(summarize_tensors(self.tensors()))
         out["imports"] = self.imports()
         out["note"] = (
-            "PackageImporter.load_pickle imports the interned modules a pickle names and runs their source; torchless reads the pickles without running anything"
+            "PackageImporter.load_pickle imports the interned modules a pickle names and "
+            "runs their source; torchless reads the pickles without running anything"
         )
         return out
 

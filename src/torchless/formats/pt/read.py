@@ -645,7 +645,8 @@ def read_checkpoint(
         if layout == "preview":
             raise UnsupportedError("file is an unsupported archive format from the preview release", path=source.name)
     except TorchlessError as e:
-        raise e.with_context(path=source.name)
+        e.with_context(path=source.name)
+        raise
     raise FormatError(
         "not a torch checkpoint",
         path=source.name,

@@ -355,7 +355,8 @@ class Pt2Archive:
         try:
             self.zip = ZipReader(self.source)
         except TorchlessError as e:
-            raise e.with_context(path=self.path)
+            e.with_context(path=self.path)
+            raise
         zr = self.zip
         self.records = zr.records()
         fmt = zr.lookup(C.ARCHIVE_FORMAT_PATH)
@@ -389,7 +390,8 @@ class Pt2Archive:
                 try:
                     self.programs[name] = self._program(name, rec)
                 except TorchlessError as e:
-                    raise e.with_context(path=self.path, member=rec)
+                    e.with_context(path=self.path, member=rec)
+                    raise
         if not self.programs:
             raise FormatError("PT2 archive holds no models/<name>.json", path=self.path, member=C.MODELS_DIR)
         self.extra_files: dict[str, str] = {}
@@ -406,7 +408,8 @@ class Pt2Archive:
             obj = jsonsafe.loads(self.zip.read(e), what="payload config", path=self.path, member=rec)
             return S.from_json(S.PayloadConfig, obj)
         except FormatError as err:
-            raise err.with_context(path=self.path, member=rec)
+            err.with_context(path=self.path, member=rec)
+            raise
 
     def _program(self, name: str, rec: str) -> Program:
         text = bytes(self.zip.read(rec))
@@ -448,7 +451,8 @@ class Pt2Archive:
                         BytesSource(bytes(self.zip.read(e)), name=f"{self.path}:{rec}"), weights_only=True
                     ).obj
                 except TorchlessError as err:
-                    raise err.with_context(member=rec)
+                    err.with_context(member=rec)
+                    raise
         return self._samples[name]
 
     @property

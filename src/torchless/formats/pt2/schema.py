@@ -752,6 +752,7 @@ def loads_program(text: str | bytes, *, member: str | None = None) -> ExportedPr
     try:
         return from_json(ExportedProgram, obj)
     except FormatError as e:
-        raise e.with_context(member=member)
+        e.with_context(member=member)
+        raise
     except RecursionError:
         raise FormatError("ExportedProgram JSON nests too deeply", member=member) from None

@@ -194,4 +194,5 @@ def read_bytecode(archive: TorchScriptArchive) -> Bytecode:
         )
         return parse_bytecode(value)
     except TorchlessError as e:
-        raise e.with_context(path=zr.path, member=f"{zr.prefix}/{spec.BYTECODE_PKL}")
+        e.with_context(path=zr.path, member=f"{zr.prefix}/{spec.BYTECODE_PKL}")
+        raise

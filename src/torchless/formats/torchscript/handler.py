@@ -272,7 +272,8 @@ class TorchScriptArtifact(Artifact):
                 problems.append(
                     Problem(
                         "setstate",
-                        f"{x.qualified_name} is restored by its TorchScript __setstate__, which torchless does not run: its tensors are in all_tensors() but not in the state_dict",
+                        f"{x.qualified_name} is restored by its TorchScript __setstate__, which torchless "
+                        "does not run: its tensors are in all_tensors() but not in the state_dict",
                         x.qualified_name,
                         None,
                         "warning",

@@ -605,4 +605,5 @@ def read_archive(
             module, constants, code, classes, extra, records, storages, list(resolver.seen), zr, weights_only, limits
         )
     except TorchlessError as e:
-        raise e.with_context(path=zr.path)
+        e.with_context(path=zr.path)
+        raise

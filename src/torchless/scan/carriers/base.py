@@ -132,7 +132,8 @@ class ScannerBase:
         self.add(
             "limit",
             "high",
-            f"the scan's work budget ({names.get(self.budget.exhausted or what, what)}) ran out while {doing}; the rest was not analysed",
+            f"the scan's work budget ({names.get(self.budget.exhausted or what, what)}) ran out while {doing}; the "
+            "rest was not analysed",
             member,
             loader=loader,
         )
@@ -150,7 +151,8 @@ class ScannerBase:
                 self.add(
                     "link-escape",
                     "high",
-                    f"a symbolic link to {real}, outside the scanned folder: loaders read that file; the scanner does not follow links out of the folder (scan the target itself if you trust it)",
+                    f"a symbolic link to {real}, outside the scanned folder: loaders read that file; the scanner "
+                    "does not follow links out of the folder (scan the target itself if you trust it)",
                 )
                 self.add("unanalysable", "high", "what the link reaches is read by any loader of the folder and was not analysed")
                 self.report.kind = "link"
@@ -267,9 +269,8 @@ class ScannerBase:
             self.unrecognized(src, member, probe.detail, toplevel=toplevel, loader=loader)
         if toplevel and self.report.kind == "unknown":  # walkers name what they found more exactly
             self.report.kind = kinds[0] if kinds else "unrecognized"
-        if toplevel or depth == 0:
-            if "zip" not in kinds:
-                self.check_polyglot(src, member, depth)
+        if (toplevel or depth == 0) and "zip" not in kinds:
+            self.check_polyglot(src, member, depth)
 
     def unrecognized(self, src: ByteSource, member: str | None, why: str, *, toplevel: bool, loader: str | None) -> None:
         """Bytes no carrier recognises and from which no loader imports anything."""
@@ -280,7 +281,8 @@ class ScannerBase:
             self.add(
                 "unrecognized",
                 "high",
-                f"{what}, yet its name says it is one; the real unpicklers stop before importing anything ({why}), but a loader or version the scanner does not model could read it differently",
+                f"{what}, yet its name says it is one; the real unpicklers stop before importing anything "
+                f"({why}), but a loader or version the scanner does not model could read it differently",
                 member,
                 loader="pickle.load",
             )
@@ -288,7 +290,8 @@ class ScannerBase:
             self.add(
                 "unrecognized",
                 "info",
-                f"{what}; no supported loader executes anything from it: the real unpicklers stop before importing anything ({why})",
+                f"{what}; no supported loader executes anything from it: the "
+                f"real unpicklers stop before importing anything ({why})",
                 member,
                 loader=loader or "pickle.load",
             )

@@ -69,7 +69,8 @@ class CompressedCarrier:
             self.add(
                 "unanalysable",
                 "high",
-                "lz4-compressed (joblib's lz4 prefix): the scanner does not inflate lz4; joblib.load does when the lz4 package is installed",
+                "lz4-compressed (joblib's lz4 prefix): the scanner does not "
+                "inflate lz4; joblib.load does when the lz4 package is installed",
                 member,
                 0,
                 loader="joblib.load",
@@ -88,7 +89,8 @@ class CompressedCarrier:
                     self.add(
                         "unrecognized",
                         "info",
-                        f"{kind} stream whose first {len(first)} inflated bytes are no pickle the real unpicklers would run ({probe.detail}): {who} stops there",
+                        f"{kind} stream whose first {len(first)} inflated bytes are no pickle the "
+                        f"real unpicklers would run ({probe.detail}): {who} stops there",
                         member,
                         0,
                         loader=loader,
@@ -128,7 +130,8 @@ class CompressedCarrier:
             self.add(
                 "trailing-data",
                 "high",
-                f"the {kind} stream breaks after {total} inflated bytes ({broken}): {who} has already unpickled what came before the break (scanned)",
+                f"the {kind} stream breaks after {total} inflated bytes ({broken}): "
+                f"{who} has already unpickled what came before the break (scanned)",
                 member,
                 loader=loader,
             )

@@ -48,7 +48,8 @@ class DcpCarrier:
                         self.add(
                             "unanalysable",
                             "high",
-                            f"item [{off}:{off + ln}] is stored through transforms {transforms!r} (named in {os.path.basename(meta)}): dcp.load undoes them before torch.load; the scanner does not",
+                            f"item [{off}:{off + ln}] is stored through transforms {transforms!r} (named in "
+                            f"{os.path.basename(meta)}): dcp.load undoes them before torch.load; the scanner does not",
                             f"[{off}:{off + ln}]",
                             off,
                             loader=_DCP,
@@ -70,7 +71,8 @@ class DcpCarrier:
                 self.add(
                     "link-escape",
                     "high",
-                    f"this DCP item file resolves to {real}, outside the checkpoint folder: dcp.load reads that file; the scanner does not follow links out of the folder",
+                    f"this DCP item file resolves to {real}, outside the checkpoint folder: dcp.load "
+                    "reads that file; the scanner does not follow links out of the folder",
                     None,
                     loader=_DCP,
                 )
@@ -99,7 +101,8 @@ class DcpCarrier:
             self.add(
                 "unanalysable",
                 "high",
-                f"a _StorageInfo record in {os.path.basename(meta)} that the scanner cannot read ({p}): the item it locates is not analysed",
+                f"a _StorageInfo record in {os.path.basename(meta)} that the "
+                f"scanner cannot read ({p}): the item it locates is not analysed",
                 None,
                 loader=_DCP,
             )
@@ -116,7 +119,8 @@ class DcpCarrier:
                 self.add(
                     "link-escape",
                     "high",
-                    f"storage_data names {rp!r} (bytes [{off}:{off + ln}]), which resolves outside the checkpoint folder ({real}): dcp.load reads it there",
+                    f"storage_data names {rp!r} (bytes [{off}:{off + ln}]), which resolves "
+                    f"outside the checkpoint folder ({real}): dcp.load reads it there",
                     None,
                     loader=_DCP,
                 )

@@ -131,7 +131,8 @@ class NestedCarrier:
                 self.add(
                     "unanalysable",
                     "high",
-                    f"{callee.qualname} ({what}) reads the file {arg[:200]!r} named in the pickle: bytes outside the artifact that the scanner does not read",
+                    f"{callee.qualname} ({what}) reads the file {arg[:200]!r} named in the "
+                    "pickle: bytes outside the artifact that the scanner does not read",
                     member,
                     c.offset,
                     fo(c.offset),
@@ -144,7 +145,8 @@ class NestedCarrier:
                 self.add(
                     "unanalysable",
                     "high",
-                    f"{callee.qualname} ({what}) deserialises its argument with {loader}, but the argument is {how}: the payload cannot be analysed",
+                    f"{callee.qualname} ({what}) deserialises its argument with {loader}, "
+                    f"but the argument is {how}: the payload cannot be analysed",
                     member,
                     c.offset,
                     fo(c.offset),
@@ -169,7 +171,8 @@ class NestedCarrier:
                 self.add(
                     "unanalysable",
                     "high",
-                    f"{cls.qualname}: {what}; the scanner does not model those bytes, so what follows this BUILD is not analysed as the loader reads it",
+                    f"{cls.qualname}: {what}; the scanner does not model those bytes, so "
+                    "what follows this BUILD is not analysed as the loader reads it",
                     member,
                     b.offset,
                     fo(b.offset),
@@ -182,7 +185,8 @@ class NestedCarrier:
                 self.add(
                     "unanalysable",
                     "high",
-                    f"{g.qualname} (a nested loader: {NESTED_LOADERS[g.qualname][2]}) is referenced but not called directly, so what it deserialises cannot be followed",
+                    f"{g.qualname} (a nested loader: {NESTED_LOADERS[g.qualname][2]}) is referenced "
+                    "but not called directly, so what it deserialises cannot be followed",
                     member,
                     g.offset,
                     fo(g.offset),

@@ -207,7 +207,8 @@ class NumpyCarrier:
             self.add(
                 "zip-crc" if "CRC" in str(e) else "trailing-data",
                 "high",
-                f"zipfile stops reading this member after {total} bytes ({type(e).__name__}: {str(e)[:80]}): numpy.load has unpickled what came before",
+                f"zipfile stops reading this member after {total} bytes ({type(e).__name__}: {str(e)[:80]}): "
+                "numpy.load has unpickled what came before",
                 loc,
                 loader=_LOADER,
             )

@@ -91,7 +91,10 @@ class PickleCarrier:
                 detail = ""
                 if calls:
                     c = calls[0]
-                    detail = f"; {c.opcode} at {c.offset:#x}: {describe(c.callee)}{describe(tuple(c.args) if isinstance(c.args, (tuple, list)) else (c.args,))}"
+                    detail = (
+                        f"; {c.opcode} at {c.offset:#x}: "
+                        f"{describe(c.callee)}{describe(tuple(c.args) if isinstance(c.args, (tuple, list)) else (c.args,))}"
+                    )
                 self.add(
                     "dangerous-global",
                     "critical",
@@ -140,7 +143,9 @@ class PickleCarrier:
                 self.add(
                     "indirect-call",
                     "critical",
-                    f"{c.opcode} calls {what}: {describe(c.callee)}{describe(tuple(c.args) if isinstance(c.args, (tuple, list)) else (c.args,))}; whatever that value is, the loader calls it",
+                    f"{c.opcode} calls {what}: "
+                    f"{describe(c.callee)}{describe(tuple(c.args) if isinstance(c.args, (tuple, list)) else (c.args,))}; "
+                    "whatever that value is, the loader calls it",
                     member,
                     c.offset,
                     fo(c.offset),
@@ -152,7 +157,8 @@ class PickleCarrier:
                 self.add(
                     "global-mutation",
                     "critical",
-                    f"BUILD sets state {describe(b.args)} on {b.callee.qualname} itself, not on an instance: Python's unpickler setattr()s it on the class or function, changing it for the whole process",
+                    f"BUILD sets state {describe(b.args)} on {b.callee.qualname} itself, not on an instance: "
+                    "Python's unpickler setattr()s it on the class or function, changing it for the whole process",
                     member,
                     b.offset,
                     fo(b.offset),
@@ -189,7 +195,8 @@ class PickleCarrier:
                     self.add(
                         "frame-length",
                         "high",
-                        f"FRAME declares {flen} bytes, which ends inside an opcode at {fend:#x}: readers that trust frame lengths see different opcodes",
+                        f"FRAME declares {flen} bytes, which ends inside an opcode at "
+                        f"{fend:#x}: readers that trust frame lengths see different opcodes",
                         member,
                         fpos,
                         fo(fpos),
@@ -205,7 +212,8 @@ class PickleCarrier:
                     self.add(
                         "frame-length",
                         "high",
-                        f"FRAME declares {flen} bytes but opcodes continue outside any frame after {fend:#x}: readers that stop at the frame end miss them",
+                        f"FRAME declares {flen} bytes but opcodes continue outside any frame "
+                        f"after {fend:#x}: readers that stop at the frame end miss them",
                         member,
                         fpos,
                         fo(fpos),
@@ -217,7 +225,9 @@ class PickleCarrier:
             self.add(
                 "malformed-pickle",
                 "high",
-                f"pickle stream stops with an error: {res.error.message if hasattr(res.error, 'message') else res.error} (what ran before it is analysed above)",
+                "pickle stream stops with an error: "
+                f"{res.error.message if hasattr(res.error, 'message') else res.error} (what ran before it is analysed "
+                "above)",
                 member,
                 off,
                 fo(off),
@@ -349,7 +359,8 @@ class PickleCarrier:
                 self.add(
                     "trailing-data",
                     "high",
-                    f"opcodes after STOP: a further pickle starts at {pos:#x} (read by loaders that call pickle.load again; most scanners stop at the first STOP)",
+                    f"opcodes after STOP: a further pickle starts at {pos:#x} (read by loaders "
+                    "that call pickle.load again; most scanners stop at the first STOP)",
                     member,
                     pos,
                     None if base is None else base + pos,
@@ -366,7 +377,8 @@ class PickleCarrier:
             self.add(
                 "limit",
                 "high",
-                f"more than {limit} pickles in a row; the bytes from {pos:#x} on were not analysed (a loader calling pickle.load again would run them)",
+                f"more than {limit} pickles in a row; the bytes from {pos:#x} on were "
+                "not analysed (a loader calling pickle.load again would run them)",
                 member,
                 pos,
                 None if base is None else base + pos,

@@ -111,7 +111,8 @@ class TarCarrier:
                 self.add(
                     "link-escape",
                     "high",
-                    f"tar member {m.name!r} is a {'symbolic' if m.issym() else 'hard'} link to {m.linkname!r}: torch's tar.extract() writes the link and then reads whatever it points to, outside the checkpoint",
+                    f"tar member {m.name!r} is a {'symbolic' if m.issym() else 'hard'} link to {m.linkname!r}: torch's "
+                    "tar.extract() writes the link and then reads whatever it points to, outside the checkpoint",
                     loc,
                     loader=_LOADER,
                 )
@@ -219,7 +220,8 @@ class TarCarrier:
                     self.add(
                         "unanalysable",
                         "high",
-                        f"storage #{i} has type {describe(st)}, whose element size the walker does not know: torch reads its bytes by that size, so the rest of this member is not analysed",
+                        f"storage #{i} has type {describe(st)}, whose element size the walker does not know: "
+                        "torch reads its bytes by that size, so the rest of this member is not analysed",
                         loc,
                         r.start,
                         loader=_LOADER,

@@ -73,7 +73,8 @@ class ZipCarrier:
         self.add(
             "polyglot",
             "high",
-            f"the file does not start as a zip, so torch.load reads it as a legacy pickle stream, but it ends with a zip archive ({len(zr.entries)} members from offset {first:#x}) that zip-based tools read instead",
+            "the file does not start as a zip, so torch.load reads it as a legacy pickle stream, but it ends with a "
+            f"zip archive ({len(zr.entries)} members from offset {first:#x}) that zip-based tools read instead",
             member,
             first,
         )
@@ -105,10 +106,7 @@ class ZipCarrier:
         self._scan_zip_reader(zr, member, base, depth)
 
     def _scan_zip_reader(self, zr: ZipReader, member: str | None, base: int | None, depth: int) -> None:
-        pre = f"{member} > " if member else ""
-        src = zr.source
         recs = zr.records()
-        rel_of = {e.index: r for e, r in zip(zr.entries, recs, strict=False)}
         lowered = {r.lower() for r in recs}
         torchscript = (
             ("constants.pkl" in lowered) or ("bytecode.pkl" in lowered) or any(r.lower().startswith("code/") for r in recs)
@@ -161,7 +159,8 @@ class ZipCarrier:
                 self.add(
                     "native-code",
                     "high",
-                    f"{qual} is defined by the package's own source: PackageImporter imports {mod} and runs {rec} when the pickle is loaded (Python source is not analysed)",
+                    f"{qual} is defined by the package's own source: PackageImporter imports {mod} "
+                    f"and runs {rec} when the pickle is loaded (Python source is not analysed)",
                     f"{pre}{zr.prefix}/{rec}",
                     global_name=qual,
                 )
@@ -169,7 +168,8 @@ class ZipCarrier:
                 self.add(
                     "native-code",
                     "high",
-                    f"{qual} names mocked module {mod}: PackageImporter runs the package's _mock.py to import it (Python source is not analysed)",
+                    f"{qual} names mocked module {mod}: PackageImporter runs the "
+                    "package's _mock.py to import it (Python source is not analysed)",
                     f"{pre}{zr.prefix}/_mock.py",
                     global_name=qual,
                 )
@@ -244,7 +244,8 @@ class ZipCarrier:
                     self.add(
                         "zip-crc",
                         "high",
-                        f"CRC-32 mismatch (stored {e.crc:08x}, computed {zlib.crc32(data) & 0xFFFFFFFF:08x}): torch reads this member, Python's zipfile (and scanners built on it) refuses it",
+                        f"CRC-32 mismatch (stored {e.crc:08x}, computed {zlib.crc32(data) & 0xFFFFFFFF:08x}): "
+                        "torch reads this member, Python's zipfile (and scanners built on it) refuses it",
                         loc,
                         None,
                         fbase,
@@ -283,7 +284,7 @@ class ZipCarrier:
         for p in zip_differentials(src):  # layouts miniz (torch) and zipfile (NumPy) read two ways
             self.add("zip-reader-differential", "high", p.message, pre + p.member if p.member else member, p.offset)
         # duplicates: torch (miniz binary search) vs Python's zipfile (last exact name)
-        for lname, dups in zr.duplicates().items():
+        for dups in zr.duplicates().values():
             t = zr.lookup(dups[0].name, full=True)
             by_exact: dict[bytes, ZipEntry] = {}
             for d in dups:
@@ -293,7 +294,9 @@ class ZipCarrier:
             self.add(
                 "zip-duplicate",
                 "high",
-                f"{len(dups)} members named {' / '.join(repr(n) for n in names)} (entries {[d.index for d in dups]}): torch reads entry #{t.index if t else '?'}, Python's zipfile reads entr{'y' if len(zf) == 1 else 'ies'} #{', #'.join(map(str, zf))}; every copy is scanned",
+                f"{len(dups)} members named {' / '.join(repr(n) for n in names)} (entries {[d.index for d in dups]}): "
+                f"torch reads entry #{t.index if t else '?'}, Python's zipfile reads "
+                f"entr{'y' if len(zf) == 1 else 'ies'} #{', #'.join(map(str, zf))}; every copy is scanned",
                 pre + dups[0].name,
                 dups[0].header_offset,
             )
@@ -304,7 +307,8 @@ class ZipCarrier:
                 self.add(
                     "zip-case-variant",
                     "high",
-                    f"member {e.name!r} is read by torch as {rel.lower()!r} (case-insensitive lookup); tools that look up {rel.lower()!r} exactly do not find it",
+                    f"member {e.name!r} is read by torch as {rel.lower()!r} (case-insensitive "
+                    f"lookup); tools that look up {rel.lower()!r} exactly do not find it",
                     loc,
                     e.header_offset,
                 )
@@ -317,7 +321,8 @@ class ZipCarrier:
                 self.add(
                     "zip-reader-differential",
                     "medium",
-                    f"member {e.name!r} is outside the archive folder {zr.prefix!r}: torch's record lookup never finds it, Python's zipfile does",
+                    f"member {e.name!r} is outside the archive folder {zr.prefix!r}: "
+                    "torch's record lookup never finds it, Python's zipfile does",
                     loc,
                     e.header_offset,
                 )
@@ -348,7 +353,8 @@ class ZipCarrier:
                 self.add(
                     "zip-name-mismatch",
                     "high",
-                    f"local header names {local!r}, central directory {e.raw_name!r}: torch and zipfile use the central name, streaming extractors the local one",
+                    f"local header names {local!r}, central directory {e.raw_name!r}: torch and "
+                    "zipfile use the central name, streaming extractors the local one",
                     loc,
                     e.header_offset,
                 )
@@ -360,7 +366,7 @@ class ZipCarrier:
             except TorchlessError:
                 continue
         spans.sort()
-        for (s1, e1, n1), (s2, _e2, n2) in zip(spans, spans[1:], strict=False):
+        for (_s1, e1, n1), (s2, _e2, n2) in zip(spans, spans[1:], strict=False):
             if s2 < e1:
                 self.add(
                     "zip-overlap",
@@ -383,7 +389,8 @@ class ZipCarrier:
                     self.add(
                         "zip-reader-differential",
                         "high",
-                        "the central directory holds more entries than its end record counts: Python's zipfile lists them, torch does not",
+                        "the central directory holds more entries than its end record "
+                        "counts: Python's zipfile lists them, torch does not",
                         member,
                         after,
                     )
@@ -396,7 +403,8 @@ class ZipCarrier:
             self.add(
                 "polyglot" if member is None else "trailing-data",
                 "high",
-                f"{first} bytes before the first zip record: torch.load reads the head as a pickle stream, zip tools see the archive",
+                f"{first} bytes before the first zip record: torch.load reads "
+                "the head as a pickle stream, zip tools see the archive",
                 member,
                 0,
             )
