@@ -8,6 +8,7 @@ format gets every check here by registering its handler and its entry.
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,23 @@ KNOWN: dict[tuple[str, str], tuple[bool, str]] = {
 @pytest.fixture(scope="session")
 def suite(tmp_path_factory: pytest.TempPathFactory) -> Suite:
     return Suite(tmp_path_factory.mktemp("conformance"), SAMPLES)
+
+
+@pytest.fixture(autouse=True)
+def _harness_mutations(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fuzz check also applies the structure-aware mutations of the fuzz harness
+    (zip member swaps, JSON header and pickle mutations, interesting values at record
+    boundaries), a few per sample."""
+    from fuzz.harness import mutate_bytes
+
+    def harness(data: bytes, rng: random.Random, name: str) -> tuple[str, bytes]:
+        try:
+            return mutate_bytes(data, rng, name=name)
+        except Exception:  # noqa: BLE001 - a mutator tripping on its input: a plain bit flip instead
+            bit = rng.randrange(len(data) * 8)
+            return f"bitflip@{bit} (fallback)", data[: bit // 8] + bytes([data[bit // 8] ^ (1 << bit % 8)]) + data[bit // 8 + 1 :]
+
+    monkeypatch.setattr(handlers_mod, "MUTATORS", [harness])
 
 
 def test_every_handler_has_an_entry() -> None:

@@ -559,6 +559,13 @@ def check_verify(suite: Suite, name: str) -> None:
         assert "OK" not in out.split(":")[-1][:4], out
 
 
+#: more mutators for the fuzz check: ``mutator(data, rng, file_name) -> (description, new
+#: bytes)``, each applied ``EXTRA_MUTATIONS`` times per sample (a test suite plugs its own
+#: fuzzer in)
+MUTATORS: list[Callable[[bytes, random.Random, str], tuple[str, bytes]]] = []
+EXTRA_MUTATIONS = 12
+
+
 def check_fuzz(suite: Suite, name: str, *, truncations: int = 24, flips: int = 24, seed: int = 0) -> None:
     """Truncations at many offsets, bad magic, huge length fields and single-bit flips of
     each sample's fuzz file raise only TorchlessError subclasses, each case within
@@ -581,6 +588,10 @@ def check_fuzz(suite: Suite, name: str, *, truncations: int = 24, flips: int = 2
             buf = bytearray(orig)
             buf[bit // 8] ^= 1 << (bit % 8)
             muts.append((f"bitflip@{bit // 8}.{bit % 8}", bytes(buf)))
+        for mutator in MUTATORS:
+            for _ in range(EXTRA_MUTATIONS):
+                desc, data = mutator(orig, rng, target.name)
+                muts.append((f"{getattr(mutator, '__name__', 'mutator')}: {desc[:120]}", data))
         for desc, data in muts:
             target.write_bytes(data)
             cases += 1
