@@ -39,6 +39,17 @@ def build_parser() -> argparse.ArgumentParser:
     from .. import __version__
 
     p.add_argument("--version", action="version", version=f"torchless {__version__}")
+    p.add_argument(
+        "--storage-options",
+        metavar="JSON",
+        help='fsspec options for URL paths (endpoint, credentials), e.g. \'{"endpoint_url": "http://..."}\'; '
+        "may also follow the command",
+    )
+    p.add_argument(
+        "--stats",
+        action="store_true",
+        help="report remote bytes fetched and requests made on stderr; may also follow the command",
+    )
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for m in COMMAND_MODULES:
@@ -55,14 +66,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     try:
         parser = build_parser()
+        argv, global_opts = _global_options(list(sys.argv[1:] if argv is None else argv))
         try:
             args = parser.parse_args(argv)
+            for k, v in global_opts.items():
+                if v is not None and v is not False:
+                    setattr(args, k, v)
         except SystemExit as e:  # argparse: usage errors exit 2, --help/--version exit 0
             return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
         from ._start import command_starts
 
         command_starts()  # from here a Ctrl-C unwinds (KeyboardInterrupt) so writes clean up
-        return _run(args)
+        if args.storage_options is not None and (code := _set_storage_options(args.storage_options)) is not None:
+            return code
+        if not args.stats:
+            return _run(args)
+        from ..core.remote import STATS
+
+        STATS.reset()
+        try:
+            return _run(args)
+        finally:
+            st = STATS.to_dict()
+            _say(
+                f"stats: {st['requests']} requests, {st['bytes_fetched']} bytes fetched, "
+                f"{st['uploads']} uploads, {st['bytes_uploaded']} bytes uploaded"
+            )
     except KeyboardInterrupt:
         _say("interrupted")
         return 130
@@ -96,6 +125,47 @@ def _run(args: argparse.Namespace) -> int:
     except Exception as e:  # noqa: BLE001 - the last line of defence: a bug, said once
         _say(f"error: {InternalError.wrap(e, f'running {args.command!r}')}")
         return 2
+
+
+def _global_options(argv: list[str]) -> tuple[list[str], dict[str, object]]:
+    """Take ``--storage-options JSON`` and ``--stats`` out of ``argv`` wherever they stand
+    (before a ``--``), so they may follow the command name too."""
+    out: list[str] = []
+    found: dict[str, object] = {"storage_options": None, "stats": False}
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            out.extend(argv[i:])
+            break
+        if a == "--stats":
+            found["stats"] = True
+        elif a == "--storage-options" and i + 1 < len(argv):
+            found["storage_options"] = argv[i + 1]
+            i += 1
+        elif a.startswith("--storage-options="):
+            found["storage_options"] = a.split("=", 1)[1]
+        else:
+            out.append(a)
+        i += 1
+    return out, found
+
+
+def _set_storage_options(text: str) -> int | None:
+    import json
+
+    from ..core.remote import set_default_options
+
+    try:
+        opts = json.loads(text)
+    except ValueError as e:
+        _say(f"error: --storage-options is not JSON: {e}")
+        return 2
+    if not isinstance(opts, dict):
+        _say("error: --storage-options must be a JSON object")
+        return 2
+    set_default_options(opts)
+    return None
 
 
 def _lost_interrupt() -> int | None:

@@ -365,12 +365,18 @@ class AtomicFile:
     """
 
     def __init__(self, path: PathLike, *, durable: bool = False, dest: PathLike | None = None) -> None:
-        self.path = os.fspath(path)
+        self.path = _local(os.fspath(path))
         self.durable = durable
         self.dest = os.fspath(dest) if dest is not None else self.path  # the name errors give
-        folder = os.path.dirname(os.path.abspath(self.path))
-        if os.path.isdir(self.path):
-            raise WriteError("cannot write: the destination is a folder", path=self.dest)
+        self.url = self.path if _is_url(self.path) else None
+        if self.url is not None:  # staged in the temporary folder, uploaded as one object on commit
+            import tempfile
+
+            folder = tempfile.gettempdir()
+        else:
+            folder = os.path.dirname(os.path.abspath(self.path))
+            if os.path.isdir(self.path):
+                raise WriteError("cannot write: the destination is a folder", path=self.dest)
         clean_stale(folder)
         self.tmp = _temp_path(folder, "file")
         try:
@@ -409,10 +415,19 @@ class AtomicFile:
                 self.abort()
                 _refuse_if_interrupted()
             try:
-                os.replace(self.tmp, self.path)
+                if self.url is not None:
+                    from .remote import upload
+
+                    upload(self.tmp, self.url)
+                    _remove(self.tmp, False)
+                else:
+                    os.replace(self.tmp, self.path)
             except OSError as e:
                 self.abort()
                 raise _write_error(e, self.dest) from None
+            except WriteError:
+                self.abort()
+                raise
             self._done = True
             _untrack(self)
 
@@ -455,9 +470,24 @@ class AtomicDir:
     """
 
     def __init__(self, path: PathLike, *, merge: bool = False, replace: bool = False) -> None:
-        self.path = os.fspath(path)
+        self.path = _local(os.fspath(path))
         self.merge = merge
         self.replace = replace
+        self.url = self.path if _is_url(self.path) else None
+        if self.url is not None:  # staged in the temporary folder, uploaded file by file on commit
+            import tempfile
+
+            parent = tempfile.gettempdir()
+            clean_stale(parent)
+            self.tmp = _temp_path(parent, "dir")
+            try:
+                _fault_create()
+                os.mkdir(self.tmp, 0o700)
+            except OSError as e:
+                raise _write_error(e, self.path) from None
+            _track(self, self.tmp, True)
+            self._done = False
+            return
         parent = os.path.dirname(os.path.abspath(self.path))
         if os.path.exists(self.path) and not os.path.isdir(self.path):
             raise WriteError("cannot write: the destination exists and is not a folder", path=self.path)
@@ -484,7 +514,10 @@ class AtomicDir:
                 self.abort()
                 _refuse_if_interrupted()
             try:
-                if os.path.isdir(self.path) and os.listdir(self.path):
+                if self.url is not None:
+                    self._upload(last)
+                    shutil.rmtree(self.tmp, ignore_errors=True)
+                elif os.path.isdir(self.path) and os.listdir(self.path):
                     if not self.merge:
                         raise WriteError("cannot write: the destination folder is not empty", path=self.path)
                     self._check_merge(self.tmp, self.path)
@@ -502,6 +535,28 @@ class AtomicDir:
                 raise
             self._done = True
             _untrack(self)
+
+    def _upload(self, last: Sequence[str]) -> None:
+        """Upload the staged files, those named in ``last`` (a checkpoint's metadata, an
+        index) after every other one succeeded: a reader never finds metadata naming a
+        file that is not there."""
+        from . import remote
+
+        files = []
+        for root, _dirs, names in os.walk(self.tmp):
+            for n in names:
+                full = os.path.join(root, n)
+                files.append((os.path.relpath(full, self.tmp).replace(os.sep, "/"), full))
+        present = set(remote.listdir(self.url)) if remote.isdir(self.url) else set()  # type: ignore[arg-type]
+        clash = sorted(rel for rel, _ in files if rel.split("/", 1)[0] in present)
+        if present and not self.merge:
+            raise WriteError("cannot write: the destination folder is not empty", path=self.url)
+        if clash and not self.replace:
+            raise WriteError(
+                "cannot write: the destination already holds a file of this name", path=remote.join(self.url, clash[0])
+            )  # type: ignore[arg-type]
+        for rel, full in sorted(files, key=lambda f: (f[0] in last or f[0].rsplit("/", 1)[-1] in last, f[0])):
+            remote.upload(full, remote.join(self.url, rel))  # type: ignore[arg-type]
 
     def _check_merge(self, src: str, dst: str) -> None:
         """Refuse before moving anything: links in the way, files of the same name
@@ -550,6 +605,18 @@ class AtomicDir:
         else:
             self.abort()
             self.public(exc)
+
+
+def _is_url(path: Any) -> bool:
+    from .remote import is_url
+
+    return is_url(path)
+
+
+def _local(path: Any) -> Any:
+    from .remote import local_path
+
+    return local_path(path)
 
 
 def publish(files: Sequence[AtomicFile]) -> None:

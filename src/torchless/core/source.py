@@ -189,13 +189,21 @@ def open_source(src: Any, name: str | None = None) -> ByteSource:
     """Normalize a path, bytes-like object or ByteSource into a ByteSource.
 
     Args:
-        src: a filesystem path, ``bytes``/``bytearray``/``memoryview``, or a ByteSource.
+        src: a filesystem path, a URL (read by ranges: :mod:`torchless.core.remote`),
+            ``bytes``/``bytearray``/``memoryview``, or a ByteSource.
         name: label used in errors when ``src`` is not a path.
     """
     if isinstance(src, ByteSource):
         return src
     if isinstance(src, (bytes, bytearray, memoryview)):
         return BytesSource(src, name or "<bytes>")
+    if isinstance(src, str) and "://" in src:
+        from .remote import RemoteSource, is_url, local_path
+
+        if is_url(src):
+            src = local_path(src)
+            if isinstance(src, str) and is_url(src):
+                return RemoteSource(src)
     if isinstance(src, (str, os.PathLike)):
         return MmapSource(src)
     if hasattr(src, "read"):

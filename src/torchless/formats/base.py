@@ -136,9 +136,16 @@ class Probe:
     head: bytes
     _zip: Any = field(default=None, repr=False)
     _zip_done: bool = field(default=False, repr=False)
+    _source: Any = field(default=None, repr=False)  # a remote object's source, shared with the zip reader
 
     @classmethod
     def of(cls, path: Any) -> Probe:
+        if isinstance(path, str) and "://" in path:
+            from ..core.remote import is_url, local_path
+
+            path = local_path(path)
+            if is_url(path):
+                return cls._of_url(path)
         p = Path(os.fspath(path))
         if p.is_dir():
             return cls(p, True, b"")
@@ -147,6 +154,15 @@ class Probe:
         with open(p, "rb") as f:
             head = f.read(4096)
         return cls(p, False, head)
+
+    @classmethod
+    def _of_url(cls, url: str) -> Probe:
+        from ..core import remote
+
+        if remote.isdir(url):
+            return cls(remote.RemotePath(url), True, b"")  # type: ignore[arg-type]
+        src = remote.RemoteSource(url)
+        return cls(remote.RemotePath(url), False, src.read_at(0, min(4096, src.size)), _source=src)  # type: ignore[arg-type]
 
     @property
     def suffix(self) -> str:
@@ -158,7 +174,8 @@ class Probe:
             self._zip_done = True
             if not self.is_dir and is_zip(self.head):
                 try:
-                    zr = ZipReader.cached(self.path)
+                    src = self._source
+                    zr = ZipReader(src, require_prefix=False) if src is not None else ZipReader.cached(self.path)
                     self._zip = zr.records()
                 except TorchlessError:
                     self._zip = None

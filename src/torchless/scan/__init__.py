@@ -62,6 +62,13 @@ def _walk(paths: Iterable[os.PathLike | str]) -> list[tuple[str, str | None, str
     out: list[tuple[str, str | None, str | None, bool]] = []
     for p in paths:
         p = os.fspath(p)
+        if isinstance(p, str) and "://" in p:
+            from ..core import remote
+
+            p = remote.local_path(p)
+            if remote.is_url(p):
+                out += _walk_url(p)
+                continue
         if os.path.isdir(p):
             real_root = os.path.realpath(p)
             errors: list[OSError] = []
@@ -82,6 +89,24 @@ def _walk(paths: Iterable[os.PathLike | str]) -> list[tuple[str, str | None, str
             out += _index_shards(p)
         else:
             raise NotFoundError("no such file or directory", path=p)
+    return out
+
+
+def _walk_url(url: str) -> list[tuple[str, str | None, str | None, bool]]:
+    """Remote paths: an object, or every object under a folder (no links there)."""
+    from ..core import remote
+
+    if not remote.isdir(url):
+        if not remote.exists(url):
+            raise NotFoundError("no such file or directory", path=url)
+        return [(url, None, None, False)]
+    fs, base = remote.filesystem(url)
+    base = base.rstrip("/")
+    out: list[tuple[str, str | None, str | None, bool]] = []
+    for f in sorted(fs.find(base)):
+        rel = str(f)[len(base) :].lstrip("/")
+        if rel:
+            out.append((remote.join(url, rel), url, None, False))
     return out
 
 

@@ -9,7 +9,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from ...core.errors import TorchlessError
-from ...core.source import ByteSource, BytesSource, MmapSource
+from ...core.remote import is_url as _is_url
+from ...core.source import ByteSource, BytesSource, MmapSource, open_source
 from ..findings import FileReport, Finding
 from .common import MAX_DEPTH
 from .recognize import MODEL_SUFFIXES, NPY_MAGIC, ZIP_MAGICS, compressor_of, opens_as_tar, probe_pickle
@@ -142,7 +143,8 @@ class ScannerBase:
     # -- entry -------------------------------------------------------------------------
     def run(self) -> FileReport:
         t0 = time.perf_counter()
-        if self.root is not None:
+        remote = "://" in self.path and _is_url(self.path)
+        if self.root is not None and not remote:
             real, home = os.path.realpath(self.path), os.path.realpath(self.root)
             if os.path.commonpath([real, home]) != home:
                 if self.dcp_items(None) is not None:  # a DCP item: reported with dcp.load named
@@ -158,7 +160,7 @@ class ScannerBase:
                 self.report.kind = "link"
                 return self.report
         try:
-            src = MmapSource(self.path)
+            src = MmapSource(self.path) if not remote else open_source(self.path)
         except (TorchlessError, OSError) as e:
             self.report.error = str(e)
             self.add("unreadable", "high", f"cannot read the file: {e}")

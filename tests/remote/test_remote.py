@@ -1,0 +1,269 @@
+"""URLs everywhere: read by ranges, written atomically, results bit-exact against local paths.
+
+Servers run on 127.0.0.1 only (see conftest.py). Oracles: torch (what it saved, what it
+loads), safetensors, boto3 (what the S3 server holds) and the HTTP server's own byte count.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import torchless
+from torchless.cli.main import main
+from torchless.core import remote
+
+torch = pytest.importorskip("torch", reason="torch is the oracle of these tests")
+
+
+def _cli(capsys, *argv: str) -> tuple[int, str, str]:
+    remote._SHARED.clear()  # every command starts cold, as a new process does
+    capsys.readouterr()
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _sd(n: int = 1000, seed: int = 0) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "emb.weight": torch.randn(n, 16, generator=g),
+        "fc.bias": torch.arange(7, dtype=torch.int64),
+        "half": torch.randn(5, 3, generator=g).to(torch.bfloat16),
+    }
+
+
+def _put_s3(client, url: str, data: bytes) -> None:
+    bucket, _, key = url[5:].partition("/")
+    client.put_object(Bucket=bucket, Key=key, Body=data)
+
+
+def _get_s3(client, url: str) -> bytes:
+    bucket, _, key = url[5:].partition("/")
+    return client.get_object(Bucket=bucket, Key=key)["Body"].read()
+
+
+def _keys(client, url: str) -> list[str]:
+    bucket, _, prefix = url[5:].partition("/")
+    resp = client.list_objects_v2(Bucket=bucket, Prefix=prefix)
+    return sorted(o["Key"][len(prefix) :].lstrip("/") for o in resp.get("Contents", []))
+
+
+def _saved(sd: dict) -> bytes:
+    buf = io.BytesIO()
+    torch.save(sd, buf)
+    return buf.getvalue()
+
+
+# -- reading ---------------------------------------------------------------------------------
+def test_memory_open_load_matches_torch(memfs):
+    fs, base = memfs
+    sd = _sd()
+    fs.pipe(f"{base}/m.pt", _saved(sd))
+    url = f"memory://{base}/m.pt"
+    assert torchless.detect(url) == "pt"
+    got = torchless.load(url)
+    assert sorted(got) == sorted(sd)
+    for k, t in sd.items():
+        assert bytes(got[k].numpy().tobytes()) == bytes(t.contiguous().view(torch.uint8).numpy().tobytes())
+
+
+def test_s3_cli_matches_local(s3, tmp_path, capsys):
+    """info / ls / verify / scan / diff of an S3 object print what they print for the local file."""
+    base, client = s3
+    data = _saved(_sd())
+    local = tmp_path / "m.pt"
+    local.write_bytes(data)
+    url = f"{base}/m.pt"
+    _put_s3(client, url, data)
+    for cmd in (["info"], ["ls"], ["verify"], ["scan"], ["info", "--json"], ["ls", "--json"]):
+        c1, o1, _ = _cli(capsys, *cmd, str(local))
+        c2, o2, _ = _cli(capsys, *cmd, url)
+        assert (c1, o1.replace(str(local), "<p>")) == (c2, o2.replace(url, "<p>")), cmd
+        assert c1 == 0
+    code, out, _ = _cli(capsys, "diff", str(local), url)
+    assert code == 0 and "0 changed" in out
+
+
+def test_http_info_fetches_metadata_only(http_root, capsys):
+    """info and ls over HTTP read the same bytes (by the server's count) whatever the payload
+    size: the end of central directory, the central directory and data.pkl, never storages."""
+    root, base, handler = http_root
+    sent = {}
+    for n in (1 << 16, 1 << 21):  # 4 MiB and 128 MiB of float32 payload
+        sd = {"big": torch.zeros(n, 16), "small": torch.ones(3)}
+        torch.save(sd, root / f"m{n}.pt")
+        size = os.path.getsize(root / f"m{n}.pt")
+        for cmd in ("info", "ls"):
+            handler.sent = 0
+            code, out, err = _cli(capsys, cmd, f"{base}/m{n}.pt", "--stats")
+            assert code == 0, err
+            sent[(cmd, n)] = handler.sent
+            assert f"{handler.sent} bytes fetched" in err  # --stats counts what the server sent
+        assert sent[("info", n)] < 1 << 20 and sent[("info", n)] < size / 4
+    # the same blocks but for the partial last one (the file size modulo the 64 KiB block)
+    assert abs(sent[("info", 1 << 16)] - sent[("info", 1 << 21)]) < 1 << 16
+    assert abs(sent[("ls", 1 << 16)] - sent[("ls", 1 << 21)]) < 1 << 16
+
+
+def test_http_tensor_reads_its_range(http_root):
+    root, base, handler = http_root
+    sd = {"a": torch.randn(1 << 18), "b": torch.randn(1 << 18), "c": torch.arange(10)}
+    torch.save(sd, root / "m.pt")
+    remote._SHARED.clear()
+    with torchless.open(f"{base}/m.pt") as art:
+        handler.sent = 0
+        b = art["b"].numpy()
+        assert b.tobytes() == sd["b"].numpy().tobytes()
+        assert (1 << 20) <= handler.sent < (1 << 20) + (1 << 17)  # b's 1 MiB storage, not a nor the file
+
+
+def test_scan_fetch_is_bounded(http_root, capsys):
+    """scan reads pickles and headers: the same byte count for a 4 MiB and a 128 MiB payload."""
+    root, base, handler = http_root
+    sent = []
+    for n in (1 << 16, 1 << 21):
+        torch.save({"big": torch.zeros(n, 16)}, root / f"s{n}.pt")
+        handler.sent = 0
+        code, out, err = _cli(capsys, "scan", f"{base}/s{n}.pt")
+        assert code == 0, err
+        sent.append(handler.sent)
+    assert abs(sent[0] - sent[1]) < 1 << 16 and sent[1] < 2 << 20
+
+
+def test_missing_object_is_one_line(s3, capsys):
+    base, _ = s3
+    code, out, err = _cli(capsys, "info", f"{base}/nope.pt")
+    assert code == 2 and "no such file" in err and err.count("\n") == 1
+
+
+# -- writing ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("ext", ["safetensors", "pt", "npz"])
+def test_convert_to_s3_is_bit_exact(s3, tmp_path, capsys, ext):
+    base, client = s3
+    src = tmp_path / "m.pt"
+    torch.save(_sd(), src)
+    local_out = tmp_path / f"o.{ext}"
+    assert _cli(capsys, "convert", str(src), str(local_out))[0] == 0
+    # local -> S3 and S3 -> S3
+    assert _cli(capsys, "convert", str(src), f"{base}/o.{ext}")[0] == 0
+    _put_s3(client, f"{base}/in.pt", src.read_bytes())
+    assert _cli(capsys, "convert", f"{base}/in.pt", f"{base}/o2.{ext}")[0] == 0
+    for key in (f"o.{ext}", f"o2.{ext}"):
+        got = _get_s3(client, f"{base}/{key}")
+        if ext == "pt":  # a .pt records a random serialization id: compare what torch loads
+            a, b = torch.load(io.BytesIO(got)), torch.load(local_out)
+            assert sorted(a) == sorted(b) and all(torch.equal(a[k], b[k]) for k in a)
+        else:
+            assert got == local_out.read_bytes()
+
+
+def test_sharded_convert_publishes_index_last(s3, tmp_path, capsys):
+    base, client = s3
+    src = tmp_path / "m.pt"
+    torch.save(_sd(4000), src)
+    assert _cli(capsys, "convert", str(src), str(tmp_path / "o.safetensors"), "--max-shard-size", "100000")[0] == 0
+    assert _cli(capsys, "convert", str(src), f"{base}/sh/o.safetensors", "--max-shard-size", "100000")[0] == 0
+    local = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("o"))
+    assert _keys(client, f"{base}/sh") == local
+    for name in local:
+        assert _get_s3(client, f"{base}/sh/{name}") == (tmp_path / name).read_bytes()
+
+
+def test_failed_sharded_upload_leaves_no_index(s3, tmp_path, monkeypatch):
+    """The second shard's upload fails: the index (what a reader opens) never appears."""
+    base, client = s3
+    sd = {k: v.numpy() for k, v in _sd(4000).items() if v.dtype != torch.bfloat16}
+    real = remote.upload
+    calls = []
+
+    def failing(local, url):
+        calls.append(url)
+        if len(calls) == 2:
+            raise torchless.core.errors.WriteError("injected upload failure", path=url)
+        return real(local, url)
+
+    monkeypatch.setattr(remote, "upload", failing)
+    with pytest.raises(torchless.core.errors.WriteError):
+        torchless.write_tensors(sd.items(), f"{base}/f/o.safetensors", max_shard_size=100000)
+    assert not any(k.endswith(".json") for k in _keys(client, f"{base}/f"))
+
+
+def test_interrupted_single_write_leaves_nothing(s3):
+    base, client = s3
+
+    def items():
+        yield "a", np.zeros(1000, np.float32)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        torchless.write_tensors(items(), f"{base}/i/o.safetensors")
+    assert _keys(client, f"{base}/i") == []
+
+
+def test_memory_round_trip_and_storage_options(memfs):
+    fs, base = memfs
+    arrs = {"x": np.arange(12, dtype=np.float32).reshape(3, 4)}
+    with remote.storage_options({}):
+        torchless.save(arrs, f"memory://{base}/a.safetensors")
+    from safetensors.numpy import load
+
+    assert load(fs.cat(f"{base}/a.safetensors"))["x"].tobytes() == arrs["x"].tobytes()
+    with pytest.raises(torchless.core.errors.UsageError), remote.storage_options("nope"):  # type: ignore[arg-type]
+        pass
+
+
+def test_storage_options_flag_reaches_s3fs(s3, tmp_path, capsys, monkeypatch):
+    """Without AWS_ENDPOINT_URL the endpoint comes from --storage-options."""
+    base, client = s3
+    endpoint = os.environ["AWS_ENDPOINT_URL"]
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()
+    _put_s3(client, f"{base}/m.pt", _saved(_sd()))
+    opts = '{"endpoint_url": "%s"}' % endpoint
+    try:
+        code, out, err = _cli(capsys, "ls", f"{base}/m.pt", "--storage-options", opts)
+        assert code == 0, err
+        assert "emb.weight" in out
+        assert _cli(capsys, "ls", f"{base}/m.pt", "--storage-options", "[1]")[0] == 2
+    finally:
+        remote.set_default_options({})
+
+
+# -- the extra is optional, local paths never pay for it --------------------------------------
+def _run_py(code: str, tmp_path) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    src = os.path.join(os.path.dirname(torchless.__file__), os.pardir)
+    env["PYTHONPATH"] = os.path.abspath(src) + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+
+
+def test_local_paths_do_not_import_fsspec(tmp_path):
+    torch.save({"a": torch.ones(2)}, tmp_path / "l.pt")
+    r = _run_py(
+        "import sys, torchless\n"
+        "assert 'fsspec' not in sys.modules, 'import torchless'\n"
+        "from torchless.cli.main import main\n"
+        "assert main(['info', 'l.pt']) == 0\n"
+        "assert main(['scan', 'l.pt']) == 0\n"
+        "assert 'fsspec' not in sys.modules, 'info'\n",
+        tmp_path,
+    )
+    assert r.returncode == 0, r.stderr
+
+
+def test_url_without_the_extra_names_the_install(tmp_path):
+    r = _run_py(
+        "import sys\nsys.modules['fsspec'] = None\n"
+        "from torchless.cli.main import main\nraise SystemExit(main(['info', 's3://bucket/m.pt']))\n",
+        tmp_path,
+    )
+    assert r.returncode == 2
+    assert "pip install 'torchless[remote]'" in r.stderr and "Traceback" not in r.stderr
