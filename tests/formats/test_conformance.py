@@ -35,11 +35,14 @@ KNOWN: dict[tuple[str, str], tuple[bool, str]] = {
         (name, "close"): (True, _CLOSE_KEEPS_MAPPING)
         for name in ("pt", "safetensors", "npz", "joblib", "onnx", "torchscript", "hf", "package", "aoti", "pt2")
     },
-    ("pt", "release"): (
-        hasattr(ZipReader, "cached"),
-        "the process-global ZipReader cache (ZipReader.cached) keeps the last zip checkpoint mapped and open after "
-        "close(); issue 13 item 4 removes it",
-    ),
+    **{
+        (name, "release"): (
+            hasattr(ZipReader, "cached"),
+            "the process-global ZipReader cache (ZipReader.cached) keeps the last zip checkpoint (a .pt, a .bin "
+            "shard) mapped and open after close(); issue 13 item 4 removes it",
+        )
+        for name in ("pt", "hf")
+    },
 }
 
 

@@ -311,16 +311,19 @@ register_conformance(Conformance("torchscript", _build_torchscript, oracle=_jit_
 
 # --------------------------------------------------------------------------------- hf
 def _hf_load(index: Path) -> dict[str, Expected]:
-    """The tensors of every shard an index json names, read by safetensors."""
-    _need("torch")
-    st = _need("safetensors.torch")
+    """The tensors of every shard an index json names, read by safetensors (``.safetensors``
+    shards) or ``torch.load`` (``.bin`` shards)."""
+    torch = _need("torch")
     if index.is_dir():
         index = next(index.glob("*.index.json"))
     weight_map = json.loads(index.read_text())["weight_map"]
     out: dict[str, Expected] = {}
     for shard in sorted(set(weight_map.values())):
-        for k, v in st.load_file(str(index.parent / shard)).items():
-            out[k] = Expected.from_torch(v)
+        if shard.endswith(".safetensors"):
+            sd = _need("safetensors.torch").load_file(str(index.parent / shard))
+        else:
+            sd = torch.load(index.parent / shard, weights_only=True, map_location="cpu")
+        out.update((k, Expected.from_torch(v)) for k, v in sd.items())
     return out
 
 
@@ -338,10 +341,23 @@ def _build_hf(out: Path, samples_dir: Path | None) -> list[Sample]:
     files = torchless.write_tensors(_arrays().items(), index, format="hf", max_shard_size=100)
     shard = Path(files[0]).name
     assert len(files) > 2, files
+    bins = out / "bin_model"
+    bins.mkdir()
+    bin_index = bins / "pytorch_model.bin.index.json"
+    bin_files = torchless.write_tensors(_arrays().items(), bin_index, format="hf", max_shard_size=100)
+    assert len(bin_files) > 2, bin_files
+    bin_shard = Path(bin_files[0]).name
     return [
         Sample(folder, _hf_oracle(index), fuzz_file=index.name, corrupt=truncate(shard), label="hf-folder"),
         Sample(
             index, _hf_oracle(index), corrupt=lambda p: truncate(n=1)(p.parent / shard), label="hf-index.json", with_folder=True
+        ),
+        Sample(
+            bins,
+            _hf_oracle(bin_index),
+            fuzz_file=bin_index.name,
+            corrupt=lambda p: flip_in_largest_zip_member(p / bin_shard),
+            label="hf-bin-folder",
         ),
     ]
 
