@@ -224,6 +224,8 @@ def _tensor_md(sh: _Shell, fqn: str) -> TensorStorageMetadata:
 
 
 def _index(x: Any) -> MetadataIndex:
+    if type(x) is MetadataIndex:  # built and checked by the fast decoder (.fastmeta)
+        return x
     st = _state_dict(_expect(x, "MetadataIndex"), {"fqn", "offset", "index"})
     fqn = st.get("fqn")
     if not isinstance(fqn, str):
@@ -236,6 +238,8 @@ def _index(x: Any) -> MetadataIndex:
 
 
 def _storage_info(x: Any) -> StorageInfo:
+    if type(x) is StorageInfo:  # built and checked by the fast decoder (.fastmeta)
+        return x
     st = _state_dict(_expect(x, "StorageInfo"), {"relative_path", "offset", "length", "transform_descriptors"})
     rp, off, ln = st.get("relative_path"), st.get("offset"), st.get("length")
     if not isinstance(rp, str) or type(off) is not int or type(ln) is not int or off < 0 or ln < 0:
@@ -261,6 +265,11 @@ def _storage_meta(x: Any) -> StorageMeta | None:
 
 def _plain(x: Any, where: str) -> Any:
     """planner data: nested tuples/lists/dicts of str/int/None (no DCP objects)."""
+    t = type(x)
+    if t is str or t is int or x is None:
+        return x
+    if t is tuple and all(type(v) is str for v in x):  # a flat state dict's key path
+        return x
     if isinstance(x, _Shell):
         raise _err(f"unexpected {x.kind} in {where}")
     if isinstance(x, (list, tuple)):
@@ -281,7 +290,9 @@ def to_metadata(obj: Any) -> Metadata:
         if not isinstance(fqn, str):
             raise _err("state_dict_metadata keys must be strings", found=short_repr(fqn, 40))
         sh = md if isinstance(md, _Shell) else None
-        if sh is not None and sh.kind == "TensorStorageMetadata":
+        if type(md) is TensorStorageMetadata:  # built and checked by the fast decoder (.fastmeta)
+            items[fqn] = md
+        elif sh is not None and sh.kind == "TensorStorageMetadata":
             items[fqn] = _tensor_md(sh, fqn)
         elif sh is not None and sh.kind == "BytesStorageMetadata":
             _state_dict(sh, set())
@@ -306,13 +317,27 @@ def to_metadata(obj: Any) -> Metadata:
     )
 
 
+#: run only the general pickle machine (tests set it to compare the two paths); by
+#: default the fast decoder of :mod:`.fastmeta` is tried first
+GENERAL_ONLY = False
+
+
 def parse_metadata(data: Any, *, path: Any = None, limits: Limits = Limits()) -> Metadata:
     """Parse the bytes of a ``.metadata`` file.
+
+    The fast decoder (:func:`~.fastmeta.fast_metadata`) is tried first; on anything it
+    does not recognise the general pickle machine runs, and decides.
 
     Raises:
         UnsafeGlobalError: the pickle names anything but DCP's classes (nothing runs).
         FormatError: malformed pickle or metadata.
     """
+    if not GENERAL_ONLY:
+        from .fastmeta import fast_metadata
+
+        md = fast_metadata(data, limits)
+        if md is not None:
+            return md
     res = _Resolver()
     gc_was_enabled = gc.isenabled()
     try:

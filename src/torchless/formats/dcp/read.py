@@ -534,6 +534,26 @@ class DCPReader:
         if not isinstance(tmd, TensorStorageMetadata):
             raise NotFoundError(f"no tensor named {fqn!r}", path=self.path)
         gshape = tmd.size
+        if offsets is None and sizes is None and tmd.nbytes:
+            # the common case (one rank saved the whole tensor): one read, straight from
+            # the chunk's payload; the same bytes the general block copy below gives
+            refs = self._chunks.get(fqn)
+            if (
+                refs is not None
+                and len(refs) == 1
+                and tuple(refs[0].chunk.sizes) == tuple(gshape)
+                and not any(refs[0].chunk.offsets)
+            ):
+                ref = self.locate(refs[0])
+                if ref.contiguous:
+                    out = np.empty(tmd.nbytes, dtype=np.uint8)
+                    pread_into(
+                        self._fd(ref.info.relative_path),
+                        memoryview(out),
+                        ref.data_offset,
+                        path=self._shown(ref.info.relative_path),
+                    )
+                    return out
         offsets = tuple(offsets) if offsets is not None else (0,) * len(gshape)
         sizes = tuple(sizes) if sizes is not None else tuple(gshape)
         if (
