@@ -26,6 +26,7 @@ import collections
 import datetime
 import decimal
 import pathlib
+import struct
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -295,6 +296,172 @@ def _empty_od() -> Reduce:
     return _EMPTY_OD
 
 
+_pack_I = struct.Struct("<I").pack
+_pack_H = struct.Struct("<H").pack
+_BINPUT = [b"q" + bytes((i,)) for i in range(256)]
+_BINGET = [b"h" + bytes((i,)) for i in range(256)]
+_BININT1 = [b"K" + bytes((i,)) for i in range(256)]
+_pack_i = struct.Struct("<i").pack
+#: write the common state dict (a dict of str -> plain tensors) with :func:`_fast_pickle`;
+#: tests turn it off to compare the bytes with the general pickler's
+FAST_PICKLE = True
+
+
+def _fast_pickle(obj: Any, cp: CheckpointPickler) -> bytes | None:  # noqa: C901 - one emitter by design
+    """``data.pkl`` of a dict of str -> plain torchless tensors: the same bytes
+    :class:`~torchless.pickle.writer.Pickler2` writes for it through
+    :meth:`CheckpointPickler.translate` (same opcodes, same memo numbering, including its
+    identity-based memo of strings and tuples), with ``cp`` left as the general path
+    leaves it. None (``cp`` untouched) for anything else: other containers or values,
+    parameters, attributes, conj/neg bits, quantized, meta or v3-dtype tensors, a tensor
+    or storage seen twice."""
+    if type(obj) is not dict:
+        return None
+    items = list(obj.items())
+    tensor_ids = set()
+    storage_ids = set()
+    for k, t in items:
+        if type(k) is not str or type(t) is not Tensor:
+            return None
+        st = t.storage
+        if (
+            st is None
+            or st.location == "meta"
+            or t.quantizer is not None
+            or t.is_parameter
+            or t.attrs
+            or t.dtype.legacy_storage is None
+            or any(t.metadata.values())
+            or id(t) in tensor_ids
+            or id(st) in storage_ids
+            or id(st) in cp.storage_keys
+            or type(t.requires_grad) is not bool
+            or (type(st.location) is not str and st.location is not None)
+        ):
+            return None
+        tensor_ids.add(id(t))
+        storage_ids.add(id(st))
+    out = bytearray(b"\x80\x02")
+    count = 0
+    memo_id: dict[int, int] = {}  # str/tuple/dict objects by identity, as Pickler2 keeps them
+    memo_g: dict[tuple[str, str], bytes] = {}  # -> the BINGET that fetches it
+    keep: list[Any] = [obj]  # objects whose ids are in memo_id stay alive, as in Pickler2
+
+    def put() -> None:
+        nonlocal count
+        out.extend(_BINPUT[count] if count < 256 else b"r" + _pack_I(count))
+        count += 1
+
+    def get(idx: int) -> None:
+        out.extend(_BINGET[idx] if idx < 256 else b"j" + _pack_I(idx))
+
+    def glob(mod: str, name: str) -> None:
+        got = memo_g.get((mod, name))
+        if got is not None:
+            out.extend(got)
+            return
+        out.extend(b"c" + mod.encode() + b"\n" + name.encode() + b"\n")
+        memo_g[(mod, name)] = _BINGET[count] if count < 256 else b"j" + _pack_I(count)
+        put()
+
+    def text(s: str) -> None:
+        idx = memo_id.get(id(s))
+        if idx is not None:
+            get(idx)
+            return
+        raw = s.encode("utf-8", "surrogatepass")
+        out.extend(b"X" + _pack_I(len(raw)) + raw)
+        memo_id[id(s)] = count
+        keep.append(s)
+        put()
+
+    def integer(v: int) -> None:
+        if 0 <= v < 256:
+            out.extend(_BININT1[v])
+        elif 0 <= v < 65536:
+            out.extend(b"M" + _pack_H(v))
+        elif -(2**31) <= v < 2**31:
+            out.extend(b"J" + _pack_i(v))
+        else:
+            raw = v.to_bytes((v.bit_length() + 8) // 8, "little", signed=True)
+            while len(raw) > 1 and ((raw[-1] == 0 and raw[-2] < 0x80) or (raw[-1] == 0xFF and raw[-2] >= 0x80)):
+                raw = raw[:-1]
+            out.extend(b"\x8a" + bytes((len(raw),)) + raw if len(raw) < 256 else b"\x8b" + _pack_i(len(raw)) + raw)
+
+    def ints(tup: tuple) -> None:
+        if not tup:
+            out.extend(b")")
+            return
+        idx = memo_id.get(id(tup))
+        if idx is not None:
+            get(idx)
+            return
+        n = len(tup)
+        if n > 3:
+            out.extend(b"(")
+        for v in tup:
+            if type(v) is not int:
+                raise _NotFast
+            integer(v)
+        out.extend((b"\x85", b"\x86", b"\x87")[n - 1] if n <= 3 else b"t")
+        memo_id[id(tup)] = count
+        keep.append(tup)
+        put()
+
+    out.extend(b"}")
+    memo_id[id(obj)] = count
+    put()
+    storages: list[tuple[str, Storage, str]] = []
+    try:
+        for b0 in range(0, len(items), 1000):
+            chunk = items[b0 : b0 + 1000]
+            if len(chunk) > 1:
+                out.extend(b"(")
+            for k, t in chunk:
+                text(k)
+                st = t.storage
+                glob(_UTILS, "_rebuild_tensor_v2")
+                out.extend(b"((")  # the argument tuple, the persistent id tuple
+                text("storage")
+                glob("torch", t.dtype.legacy_storage)
+                key = str(len(cp.storage_keys) + len(storages))
+                storages.append((key, st, t.dtype.name))
+                text(key)
+                text(st.location if st.location and st.location != "meta" else "cpu")
+                integer(st.nbytes // t.dtype.itemsize)
+                out.extend(b"t")
+                put()  # the pid tuple is a new object: no memo hit possible
+                out.extend(b"Q")
+                integer(t.storage_offset())
+                ints(tuple(t.shape))
+                ints(tuple(t.stride()))
+                out.extend(b"\x88" if t.requires_grad else b"\x89")
+                glob("collections", "OrderedDict")
+                out.extend(b")R")
+                put()
+                out.extend(b"t")
+                put()
+                out.extend(b"R")
+                put()
+            out.extend(b"u" if len(chunk) > 1 else b"s")
+    except _NotFast:
+        return None
+    out.extend(b".")
+    # what CheckpointPickler._storage_pid and translate record, in the same order
+    for key, st, dtype_name in storages:
+        cp.storage_keys[id(st)] = key
+        cp.storages.append((key, st))
+        cp._dtype_of[id(st)] = dtype_name
+        cp._alive.append(st)
+    cp._alive.extend(t for _k, t in items)
+    cp._alive.extend(keep)
+    return bytes(out)
+
+
+class _NotFast(Exception):
+    pass
+
+
 def save_checkpoint(
     obj: Any,
     target: PathLike | Any,
@@ -319,7 +486,9 @@ def save_checkpoint(
             tensors viewing one storage with different element sizes.
     """
     cp = CheckpointPickler()
-    data = Pickler2(cp.translate).dumps(obj)
+    data = _fast_pickle(obj, cp) if FAST_PICKLE else None
+    if data is None:
+        data = Pickler2(cp.translate).dumps(obj)
     with TorchZipWriter(target, prefix, alignment=alignment, compute_crc=compute_crc) as zw:
         zw.write("data.pkl", data)
         zw.write(".format_version", b"1")
