@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 import struct
 import sys
 from collections.abc import Iterator
@@ -140,7 +141,9 @@ def _fast_item(mv: memoryview) -> tuple[Tensor, int, str, int] | None:
         return None
 
 
-def _fast_item_or_none(mv: memoryview) -> tuple[Tensor, int, str, int] | None:  # noqa: C901
+def _directory_full(mv: memoryview) -> tuple[dict[bytes, tuple[str, int, int]], str, int, int] | None:  # noqa: C901
+    """The central directory of an item, checked: ``(by lower-case name, first name,
+    cd_off, cd_end)``; None for anything but the shape torch writes."""
     n = len(mv)
     eo = n - _EOCD.size
     if eo < _CENTRAL.size:
@@ -201,6 +204,88 @@ def _fast_item_or_none(mv: memoryview) -> tuple[Tensor, int, str, int] | None:  
         if i == 0:
             first = name
         p = q + nlen + xlen + elen
+    return by_lower, first, cd_off, cd_end
+
+
+class _Template:
+    """The end of a DCP item (central directory and end records) as torch writes it for
+    one set of record names: every byte is fixed but each entry's CRC, sizes and offset
+    and the end records' directory offsets. Items of one checkpoint share it, so after
+    one item passed :func:`_directory_full`, the next ones are checked with one pattern
+    match (the fixed bytes) and one unpack (the variable fields)."""
+
+    __slots__ = ("length", "pattern", "fields", "names", "first")
+
+    def __init__(self, tail: bytes, cd_size: int, by_lower: dict[bytes, tuple[str, int, int]], first: str) -> None:
+        self.length = len(tail)
+        var: list[tuple[int, int]] = []
+        p = 0
+        order = []
+        while p < cd_size:
+            nlen, xlen, elen = struct.unpack_from("<HHH", tail, p + 28)
+            var += [(p + 16, 4), (p + 20, 4), (p + 24, 4), (p + 42, 4)]
+            order.append(tail[p + _CENTRAL.size : p + _CENTRAL.size + nlen])
+            p += _CENTRAL.size + nlen + xlen + elen
+        var += [(cd_size + 48, 8), (cd_size + _EOCD64.size + 8, 8), (cd_size + _EOCD64.size + _LOC64.size + 16, 4)]
+        pat = b""
+        fmt = "<"
+        at = 0
+        for off, k in var:
+            pat += re.escape(tail[at:off]) + b".{%d}" % k
+            fmt += "x" * (off - at) + ("I" if k == 4 else "Q")
+            at = off + k
+        pat += re.escape(tail[at:])
+        self.pattern = re.compile(pat, re.DOTALL)
+        self.fields = struct.Struct(fmt)
+        self.names = [(raw.lower(), by_lower[raw.lower()][0]) for raw in order]
+        self.first = first
+
+    def directory(self, mv: memoryview) -> tuple[dict[bytes, tuple[str, int, int]], str] | None:
+        n = len(mv)
+        start = n - self.length
+        if start < 0 or self.pattern.fullmatch(mv, start) is None:
+            return None
+        v = self.fields.unpack_from(mv, start)
+        if v[-3] != start or v[-1] != start or v[-2] != n - _EOCD.size - _LOC64.size - _EOCD64.size:
+            return None
+        by_lower: dict[bytes, tuple[str, int, int]] = {}
+        i = 1
+        for low, name in self.names:
+            csize, usize, hoff = v[i], v[i + 1], v[i + 2]
+            if csize != usize or csize == MAX32 or hoff == MAX32 or hoff + _LOCAL.size + csize > n:
+                return None
+            by_lower[low] = (name, hoff, csize)
+            i += 4
+        return by_lower, self.first
+
+
+#: templates of the item ends seen (a few: one per record-name set)
+_TEMPLATES: list[_Template] = []
+
+
+def _directory(mv: memoryview) -> tuple[dict[bytes, tuple[str, int, int]], str] | None:
+    for t in _TEMPLATES:
+        got = t.directory(mv)
+        if got is not None:
+            return got
+    full = _directory_full(mv)
+    if full is None:
+        return None
+    by_lower, first, cd_off, cd_end = full
+    if cd_end != len(mv) - _EOCD.size - _LOC64.size - _EOCD64.size or len(_TEMPLATES) >= 8:
+        return by_lower, first  # only torch's layout (with the zip64 end records) is templated
+    t = _Template(bytes(mv[cd_off:]), cd_end - cd_off, by_lower, first)
+    if t.directory(mv) == (by_lower, first):  # the template must say what the full parse said
+        _TEMPLATES.append(t)
+    return by_lower, first
+
+
+def _fast_item_or_none(mv: memoryview) -> tuple[Tensor, int, str, int] | None:
+    n = len(mv)
+    got = _directory(mv)
+    if got is None:
+        return None
+    by_lower, first = got
     if "/" not in first:
         return None
     prefix = first.split("/", 1)[0]
