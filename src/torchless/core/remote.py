@@ -35,6 +35,7 @@ from .source import ByteSource
 __all__ = [
     "RemoteSource",
     "RemotePath",
+    "SliceSource",
     "STATS",
     "Stats",
     "is_url",
@@ -367,6 +368,36 @@ class RemoteSource(ByteSource):
             self._all = self._fetch(0, self.size) if self.size else b""
             self._blocks.clear()
         return self._all
+
+    def _buffer(self) -> memoryview:
+        return memoryview(self.searchable())
+
+
+class SliceSource(ByteSource):
+    """``[offset, offset+length)`` of another source, read through it (no copy, no fetch
+    until asked): an item inside a remote DCP file parsed by ranges."""
+
+    def __init__(self, parent: ByteSource, offset: int, length: int, *, name: str | None = None) -> None:
+        parent.check(offset, length)
+        self.parent = parent
+        self.base = offset
+        self.size = length
+        self.name = name or f"{parent.name}@{offset}"
+
+    def view(self, offset: int, length: int, *, what: str = "data") -> memoryview:
+        self.check(offset, length, what=what)
+        return self.parent.view(self.base + offset, length, what=what)
+
+    def read_at(self, offset: int, length: int, *, what: str = "data") -> bytes:
+        self.check(offset, length, what=what)
+        return self.parent.read_at(self.base + offset, length, what=what)
+
+    def copy(self, offset: int, length: int, *, what: str = "data") -> memoryview:
+        self.check(offset, length, what=what)
+        return self.parent.copy(self.base + offset, length, what=what)
+
+    def searchable(self) -> bytes:
+        return self.read_at(0, self.size)
 
     def _buffer(self) -> memoryview:
         return memoryview(self.searchable())

@@ -16,11 +16,36 @@ HF_SUFFIX = ".safetensors"
 RANK_METADATA = re.compile(r"^__(\d+)\.metadata$")
 
 
+def _url(p: Any) -> bool:
+    return isinstance(p, str) and "://" in p and __import__("torchless.core.remote", fromlist=["is_url"]).is_url(p)
+
+
+def _NotFound() -> type:  # noqa: N802
+    from ...core.errors import NotFoundError
+
+    return NotFoundError
+
+
+def _listing(p: str) -> list[str]:
+    from ...core import remote
+
+    try:
+        return remote.listdir(p) if remote.isdir(p) else []
+    except (OSError, _NotFound()):
+        return []
+
+
 def rank_metadata_names(path: Any) -> list[str]:
     """The per-rank ``__<rank>.metadata`` files in ``path``, by rank."""
     try:
-        names = os.listdir(os.fspath(path))
-    except OSError:
+        p = os.fspath(path)
+        if _url(p):
+            from ...core import remote
+
+            names = remote.listdir(p)
+        else:
+            names = os.listdir(p)
+    except (OSError, _NotFound()):
         return []
     found = [(int(m.group(1)), n) for n in names if (m := RANK_METADATA.match(n))]
     return [n for _r, n in sorted(found)]
@@ -29,11 +54,17 @@ def rank_metadata_names(path: Any) -> list[str]:
 def has_metadata(path: Any) -> bool:
     """A DCP checkpoint folder: ``.metadata``, or per-rank ``__<rank>.metadata`` files."""
     p = os.fspath(path)
+    if _url(p):
+
+        names = rank_metadata_names(p)  # one listing answers both questions
+        return bool(names) or METADATA_NAME in _listing(p)
     return os.path.isfile(os.path.join(p, METADATA_NAME)) or bool(rank_metadata_names(p))
 
 
 def is_hf_dir(path: Any) -> bool:
     p = os.fspath(path)
+    if _url(p):
+        return any(n.endswith(HF_SUFFIX) for n in _listing(p))
     try:
         return os.path.isdir(p) and any(n.endswith(HF_SUFFIX) and os.path.isfile(os.path.join(p, n)) for n in os.listdir(p))
     except OSError:

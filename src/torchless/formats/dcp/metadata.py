@@ -362,6 +362,8 @@ def read_metadata(directory: Any, name: str = ".metadata") -> Metadata:
     from ...core.paths import confine
     from .constants import rank_metadata_names
 
+    if _is_url(os.fspath(directory)):
+        return _read_remote_metadata(os.fspath(directory), name)
     p = os.path.join(os.fspath(directory), name)
     if not os.path.isfile(p) and name == ".metadata":
         ranks = rank_metadata_names(directory)
@@ -374,6 +376,28 @@ def read_metadata(directory: Any, name: str = ".metadata") -> Metadata:
         return parse_metadata(src.view(0, src.size), path=p)
     finally:
         src.close()
+
+
+def _is_url(p: Any) -> bool:
+    from ...core.remote import is_url
+
+    return is_url(p)
+
+
+def _read_remote_metadata(directory: str, name: str) -> Metadata:
+    from ...core import remote
+    from ...core.errors import NotFoundError
+    from .constants import rank_metadata_names
+
+    p = remote.join(directory, name)
+    try:
+        src = remote.RemoteSource(p)
+    except NotFoundError:
+        ranks = rank_metadata_names(directory) if name == ".metadata" else []
+        if ranks:
+            return merge_rank_metadata([(n, read_metadata(directory, n)) for n in ranks], path=directory)
+        raise NotFoundError("not a DCP checkpoint: no .metadata file", path=directory) from None
+    return parse_metadata(src.view(0, src.size), path=p)
 
 
 def merge_rank_metadata(parts: list[tuple[str, Metadata]], *, path: Any = None) -> Metadata:

@@ -56,6 +56,9 @@ BOUNCE = 64 << 20
 def pread_into(fd: int, mv: memoryview, offset: int, *, path: Any = None) -> None:
     """Fill ``mv`` from ``fd`` at ``offset``; a short file raises TruncatedError."""
     mv = mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
+    if not isinstance(fd, int):  # a remote file (RemoteSource): one ranged read
+        mv[:] = fd.read_at(offset, len(mv), what="chunk")
+        return
     done = 0
     n = len(mv)
     while done < n:
@@ -345,6 +348,45 @@ def _fast_item_or_none(mv: memoryview) -> tuple[Tensor, int, str, int] | None:
     return t, base, byteorder, base + size
 
 
+def _is_url(p: Any) -> bool:
+    from ...core.remote import is_url
+
+    return is_url(p)
+
+
+def _remote_isdir(p: str) -> bool:
+    from ...core import remote
+
+    return remote.isdir(p)
+
+
+def _remote_relpath(rel: str, path: str, member: str | None = None) -> str:
+    """``path/rel`` for a remote checkpoint: a plain file name only (no links to follow
+    there, but no ``..``, separators or absolute names either)."""
+    from ...core.errors import LinkEscapeError
+    from ...core.remote import join
+
+    if not isinstance(rel, str) or not rel or rel in (".", "..") or "\x00" in rel or "/" in rel or "\\" in rel:
+        raise LinkEscapeError(
+            "refused DCP storage file: not a plain file name",
+            path=path,
+            member=member,
+            expected="a plain file name inside the checkpoint's folder",
+            found=repr(rel)[:120],
+        )
+    return join(path, rel)
+
+
+def _file_size(reader: Any, f: str) -> int | None:
+    if reader.remote:
+        try:
+            return reader._file(f).size
+        except TorchlessError:
+            return None
+    p = os.path.join(reader.path, f)
+    return os.path.getsize(p) if os.path.exists(p) else None
+
+
 def _safe_relpath(rel: str, path: Any, member: str | None = None) -> str:
     """The real path of storage file ``rel`` inside checkpoint folder ``path``.
 
@@ -368,7 +410,8 @@ class DCPReader:
 
     def __init__(self, path: Any, *, metadata: Metadata | None = None) -> None:
         self.path = os.fspath(path)
-        if not os.path.isdir(self.path):
+        self.remote = _is_url(self.path)
+        if not (_remote_isdir(self.path) if self.remote else os.path.isdir(self.path)):
             raise NotFoundError("not a DCP checkpoint directory", path=self.path)
         self.metadata = metadata if metadata is not None else read_metadata(self.path)
         md = self.metadata
@@ -426,7 +469,9 @@ class DCPReader:
         symbolic link on the way, leaves the checkpoint folder)."""
         real = self.__dict__.setdefault("_real", {}).get(rel)
         if real is None:
-            real = self._real[rel] = _safe_relpath(rel, self.path, member)
+            real = self._real[rel] = (
+                _remote_relpath(rel, self.path, member) if self.remote else _safe_relpath(rel, self.path, member)
+            )
         return real
 
     def _shown(self, rel: str) -> str:
@@ -440,6 +485,11 @@ class DCPReader:
     def _file(self, rel: str) -> MmapSource:
         m = self._maps.get(rel)
         if m is None:
+            if self.remote:
+                from ...core.remote import RemoteSource
+
+                m = self._maps[rel] = RemoteSource(self.real_path(rel))  # type: ignore[assignment]
+                return m
             m = MmapSource(self.real_path(rel))
             # only the small zip structures are read through the map: no read-around, so
             # a checkpoint of thousands of chunks does not pull megabytes into our RSS
@@ -451,6 +501,8 @@ class DCPReader:
 
     def _fd(self, rel: str) -> int:
         fd = self._fds.get(rel)
+        if fd is None and self.remote:
+            return self._file(rel)  # type: ignore[return-value]
         if fd is None:
             p = self.real_path(rel)
             try:
@@ -463,6 +515,10 @@ class DCPReader:
     def _item_source(self, info: StorageInfo, what: str) -> BytesSource:
         src = self._file(info.relative_path)
         src.check(info.offset, info.length, what=f"{what} in {info.relative_path}")
+        if self.remote:  # only the ranges the item's parser asks for are fetched
+            from ...core.remote import SliceSource
+
+            return SliceSource(src, info.offset, info.length, name=f"{self._shown(info.relative_path)}@{info.offset}")  # type: ignore[return-value]
         return BytesSource(
             src.view(info.offset, info.length), name=f"{os.path.join(self.path, info.relative_path)}@{info.offset}"
         )
@@ -519,7 +575,7 @@ class DCPReader:
             f.read_at(ref.info.offset, max(0, min(9, f.size - ref.info.offset)))
         ):  # may pass the item: a 1-element chunk
             return self._locate_safetensors(ref, tmd, where)
-        fast = None if self.general_only else _fast_item(src.view(0, src.size))
+        fast = None if self.general_only or self.remote else _fast_item(src.view(0, src.size))
         if fast is not None:
             t, base, byteorder, data_end = fast
         else:
@@ -745,6 +801,8 @@ class DCPReader:
 
     def close(self) -> None:
         for fd in self._fds.values():
+            if not isinstance(fd, int):
+                continue
             try:
                 os.close(fd)
             except OSError:
@@ -802,10 +860,7 @@ class DCPReader:
                 "load_id": sm.load_id,
                 "modules": sm.modules,
             },
-            "files": {
-                f: os.path.getsize(os.path.join(self.path, f)) if os.path.exists(os.path.join(self.path, f)) else None
-                for f in self.files()
-            },
+            "files": {f: _file_size(self, f) for f in self.files()},
         }
 
 

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from ...core import remote
 from ...core.atomic import AtomicDir, AtomicFile, atomic_write_bytes, holding_signals
 from ...core.errors import NotFoundError, UnsupportedError, UsageError
 from ...core.tensor import Storage, Tensor
@@ -254,7 +255,11 @@ class _DCPSource:
 
 
 def open_source_checkpoint(path: Any, *, weights_only: bool = True) -> Any:
-    p = os.fspath(path)
+    p = remote.local_path(os.fspath(path))
+    if remote.is_url(p):
+        if remote.isdir(p):
+            return _DCPSource(p)
+        return FileSource(p, weights_only=weights_only)
     if os.path.isdir(p):
         return _DCPSource(p)
     if not os.path.exists(p):
@@ -292,6 +297,11 @@ class WrittenItem:
 
 
 def _copy_range(src_path: str, info: StorageInfo, out: Any) -> None:
+    if remote.is_url(src_path):  # a saved chunk of a remote checkpoint: its range, in 64 MiB requests
+        rs = remote.RemoteSource(src_path)
+        for done in range(0, info.length, 64 << 20):
+            out.write(rs.read_at(info.offset + done, min(64 << 20, info.length - done), what="chunk"))
+        return
     fd = os.open(src_path, os.O_RDONLY)
     try:
         buf = np.empty(min(info.length, 64 << 20), dtype=np.uint8)
@@ -440,6 +450,19 @@ def _planner_data(source: Any) -> dict[str, tuple]:
 def _check_dest(dst: str) -> None:
     """Refuse a destination that already holds a DCP checkpoint (the temporaries of a
     killed run are not one: they are removed by :class:`~torchless.core.atomic.AtomicDir`)."""
+    if remote.is_url(dst):
+        if remote.exists(dst) and not remote.isdir(dst):
+            raise UsageError("destination exists and is not a directory", path=dst)
+        names = remote.listdir(dst) if remote.isdir(dst) else []
+        stale = [n for n in names if n == METADATA_NAME or n.endswith((".distcp", ".safetensors"))]
+        if stale:
+            raise UsageError(
+                "destination already holds a DCP checkpoint",
+                path=dst,
+                found=", ".join(sorted(stale)[:4]),
+                hint="choose an empty directory",
+            )
+        return
     if os.path.exists(dst):
         if not os.path.isdir(dst):
             raise UsageError("destination exists and is not a directory", path=dst)
@@ -478,7 +501,7 @@ def reshard(
     Returns ``{"files": [...], "tensors": n, "chunks": n, "bytes_items": n, "skipped": [...]}``.
     """
     p = plan if isinstance(plan, Plan) else parse_plan(plan)
-    dst = os.fspath(dst)
+    dst = remote.local_path(os.fspath(dst))
     _check_dest(dst)
     source = open_source_checkpoint(src, weights_only=weights_only)
     try:
@@ -488,7 +511,9 @@ def reshard(
         try:
             tasks, md = plan_reshard(source, out.tmp, ranks, p, weights_only=weights_only, format=format)
             md.storage_meta = (
-                StorageMeta(checkpoint_id=os.path.abspath(dst), save_id=md.storage_meta.save_id) if md.storage_meta else None
+                StorageMeta(checkpoint_id=dst if remote.is_url(dst) else os.path.abspath(dst), save_id=md.storage_meta.save_id)
+                if md.storage_meta
+                else None
             )
             results: list[list[WrittenItem]] = []
             if jobs <= 1 or len(tasks) <= 1:

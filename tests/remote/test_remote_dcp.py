@@ -1,0 +1,163 @@
+"""DCP checkpoints in object storage: listed from ``.metadata`` alone, resharded and
+consolidated from and to S3 (moto's server on 127.0.0.1), read and written by torch's own
+fsspec reader and writer as the oracle."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import pytest
+
+import torchless
+import torchless.dcp
+from torchless.core import remote
+
+from .test_remote import _cli, _get_s3, _keys, _put_s3
+
+torch = pytest.importorskip("torch", reason="torch is the oracle of these tests")
+dcp = pytest.importorskip("torch.distributed.checkpoint", reason="torch without distributed checkpoint")
+_fsspec_dcp = pytest.importorskip(
+    "torch.distributed.checkpoint._fsspec_filesystem", reason="torch without the fsspec DCP backend"
+)
+FsspecReader, FsspecWriter = _fsspec_dcp.FsspecReader, _fsspec_dcp.FsspecWriter
+
+
+def _state(seed: int = 0) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "w": torch.randn(96, 40, generator=g),
+        "e": torch.randn(64, 8, generator=g).to(torch.bfloat16),
+        "i": torch.arange(300, dtype=torch.int64),
+        "step": 7,
+    }
+
+
+def _upload_dir(client, local: str, url: str) -> None:
+    for n in sorted(os.listdir(local)):
+        _put_s3(client, f"{url}/{n}", open(os.path.join(local, n), "rb").read())
+
+
+def _torch_load(sd_like: dict, reader) -> dict:
+    out = {k: (torch.empty_like(v) if isinstance(v, torch.Tensor) else v) for k, v in sd_like.items()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.load(out, storage_reader=reader, no_dist=True)
+    return out
+
+
+def _same(a: dict, b: dict) -> None:
+    assert sorted(a) == sorted(b)
+    for k in a:
+        if isinstance(a[k], torch.Tensor):
+            assert a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]), k
+        else:
+            assert a[k] == b[k], k
+
+
+@pytest.fixture
+def ranks8(tmp_path):
+    """An 8-rank DCP checkpoint written by torchless from a torch-saved state."""
+    sd = _state()
+    torch.save(sd, tmp_path / "src.pt")
+    torchless.dcp.reshard(tmp_path / "src.pt", tmp_path / "r8", 8)
+    return sd, str(tmp_path / "r8")
+
+
+def test_ls_of_remote_dcp_fetches_metadata_only(s3, ranks8, capsys):
+    base, client = s3
+    sd, local = ranks8
+    _upload_dir(client, local, f"{base}/r8")
+    meta_size = len(_get_s3(client, f"{base}/r8/.metadata"))  # the oracle: what the server holds
+    for cmd in ("ls", "info"):
+        c1, o1, _ = _cli(capsys, cmd, local)
+        c2, o2, err = _cli(capsys, cmd, f"{base}/r8", "--stats")
+        assert c1 == c2 == 0, err
+        assert o1.replace(local, "<p>") == o2.replace(f"{base}/r8", "<p>")
+        assert f"{meta_size} bytes fetched" in err, err
+
+
+def test_reshard_s3_to_s3_matches_local(s3, ranks8, tmp_path, capsys):
+    base, client = s3
+    sd, local = ranks8
+    _upload_dir(client, local, f"{base}/r8")
+    assert _cli(capsys, "reshard", local, str(tmp_path / "r3"), "--ranks", "3")[0] == 0
+    code, out, err = _cli(capsys, "reshard", f"{base}/r8", f"{base}/r3", "--ranks", "3", "--stats")
+    assert code == 0, err
+    assert _keys(client, f"{base}/r3") == sorted(os.listdir(tmp_path / "r3"))
+    # what torch reads from each, through its own readers, is the saved state
+    fs_reader = FsspecReader(f"{base}/r3")
+    _same(_torch_load(sd, fs_reader), sd)
+    _same(_torch_load(sd, dcp.FileSystemReader(str(tmp_path / "r3"))), sd)
+    # and the payload files are the same bytes
+    for n in os.listdir(tmp_path / "r3"):
+        if n.endswith(".distcp"):
+            assert _get_s3(client, f"{base}/r3/{n}") == (tmp_path / "r3" / n).read_bytes(), n
+
+
+def test_torch_fsspec_writer_to_s3_is_resharded_there(s3, capsys):
+    """torch writes a DCP into the S3 server with its FsspecWriter; torchless reshards it
+    there (1 -> 4 ranks) and torch loads the result with its FsspecReader."""
+    base, client = s3
+    sd = _state(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save(sd, storage_writer=FsspecWriter(f"{base}/t"), no_dist=True)
+    code, out, err = _cli(capsys, "reshard", f"{base}/t", f"{base}/t4", "--ranks", "4")
+    assert code == 0, err
+    assert ".metadata" in _keys(client, f"{base}/t4")
+    _same(_torch_load(sd, FsspecReader(f"{base}/t4")), sd)
+    got = torchless.load(f"{base}/t4")
+    for k in ("w", "i"):
+        assert got[k].numpy().tobytes() == sd[k].numpy().tobytes()
+
+
+def test_consolidate_remote_dcp_is_bit_exact(s3, ranks8, tmp_path, capsys):
+    base, client = s3
+    sd, local = ranks8
+    _upload_dir(client, local, f"{base}/r8")
+    assert _cli(capsys, "convert", local, str(tmp_path / "c.safetensors"))[0] == 0
+    assert _cli(capsys, "convert", f"{base}/r8", f"{base}/c.safetensors")[0] == 0
+    assert _get_s3(client, f"{base}/c.safetensors") == (tmp_path / "c.safetensors").read_bytes()
+    code, out, _ = _cli(capsys, "diff", f"{base}/r8", local)
+    assert code == 0 and "0 changed" in out
+
+
+def test_failed_reshard_upload_publishes_no_metadata(s3, ranks8, monkeypatch):
+    """A payload upload fails: .metadata (what makes the folder a checkpoint) never appears."""
+    base, client = s3
+    sd, local = ranks8
+    real = remote.upload
+    seen = []
+
+    def failing(src, url):
+        seen.append(url)
+        if len(seen) == 2:
+            raise torchless.core.errors.WriteError("injected upload failure", path=url)
+        return real(src, url)
+
+    monkeypatch.setattr(remote, "upload", failing)
+    with pytest.raises(torchless.core.errors.WriteError):
+        torchless.dcp.reshard(local, f"{base}/bad", 3)
+    assert ".metadata" not in _keys(client, f"{base}/bad")
+    assert all(not u.endswith(".metadata") for u in seen)
+
+
+def test_remote_storage_name_cannot_escape(memfs):
+    """A .metadata naming a storage file outside the checkpoint's folder is refused."""
+    fs, base = memfs
+    from torchless.formats.dcp.metadata import dump_metadata, parse_metadata
+
+    sd = {"a": torch.arange(4.0)}
+    import tempfile
+
+    d = tempfile.mkdtemp()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save(sd, checkpoint_id=d, no_dist=True)
+    md = parse_metadata(open(os.path.join(d, ".metadata"), "rb").read())
+    for k, v in list(md.storage_data.items()):
+        md.storage_data[k] = type(v)("../x/" + v.relative_path, v.offset, v.length)
+    fs.pipe(f"{base}/c/.metadata", dump_metadata(md))
+    with pytest.raises(torchless.core.errors.LinkEscapeError):
+        torchless.load(f"memory://{base}/c")
