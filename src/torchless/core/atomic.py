@@ -555,8 +555,17 @@ class AtomicDir:
             raise WriteError(
                 "cannot write: the destination already holds a file of this name", path=remote.join(self.url, clash[0])
             )  # type: ignore[arg-type]
-        for rel, full in sorted(files, key=lambda f: (f[0] in last or f[0].rsplit("/", 1)[-1] in last, f[0])):
-            remote.upload(full, remote.join(self.url, rel))  # type: ignore[arg-type]
+        done: list[str] = []
+        try:
+            for rel, full in sorted(files, key=lambda f: (f[0] in last or f[0].rsplit("/", 1)[-1] in last, f[0])):
+                remote.upload(full, remote.join(self.url, rel))  # type: ignore[arg-type]
+                done.append(rel)
+        except BaseException:
+            # nothing in ``last`` was published; the payload files that were are removed
+            # (best effort: a reader would not take them for a checkpoint anyway)
+            for rel in done:
+                remote.remove(remote.join(self.url, rel))  # type: ignore[arg-type]
+            raise
 
     def _check_merge(self, src: str, dst: str) -> None:
         """Refuse before moving anything: links in the way, files of the same name

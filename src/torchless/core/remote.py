@@ -206,6 +206,16 @@ def listdir(url: str) -> list[str]:
     return sorted(set(out))
 
 
+def remove(url: str) -> None:
+    """Delete one object, quietly (clean-up after a failed multi-file upload)."""
+    try:
+        fs, p = filesystem(url)
+        fs.rm_file(p)
+    except Exception:  # noqa: BLE001
+        pass
+    forget(url)
+
+
 def read_bytes(url: str) -> bytes:
     """The whole object (for small files: an index, a config)."""
     src = RemoteSource(url)

@@ -407,6 +407,8 @@ class DCPReader:
     #: parse every item with the general zip reader and pickle machine (tests set it to
     #: compare the two paths); by default :func:`_fast_item` is tried first
     general_only = False
+    #: a checkpoint at a URL (read by ranges through :mod:`torchless.core.remote`)
+    remote = False
 
     def __init__(self, path: Any, *, metadata: Metadata | None = None) -> None:
         self.path = os.fspath(path)
