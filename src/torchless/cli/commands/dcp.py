@@ -34,6 +34,13 @@ def format_layout(layout: dict[str, Any]) -> str:
 def cmd_reshard(args: argparse.Namespace) -> int:
     from ...formats.dcp.reshard import reshard
 
+    if args.plan_only:
+        return _plan_only(args)
+    if args.dst is None:
+        from ...core.errors import UsageError
+
+        raise UsageError("reshard needs a destination (or --plan-only)")
+
     res = reshard(
         args.src, args.dst, args.ranks, plan=args.plan, jobs=args.jobs, weights_only=not args.unsafe_values, format=args.storage
     )
@@ -46,6 +53,37 @@ def cmd_reshard(args: argparse.Namespace) -> int:
     )
     if res["skipped"]:
         print(f"skipped {len(res['skipped'])} non-tensor items (safetensors holds tensors only): {', '.join(res['skipped'][:8])}")
+    return 0
+
+
+def _plan_only(args: argparse.Namespace) -> int:
+    from ...formats.dcp.plan import plan
+
+    res = plan(args.src, args.ranks, plan=args.plan, format=args.storage)
+    if args.json:
+        emit_json("reshard-plan", res)
+        return 0
+    tasks = res["tasks"]
+    crit = res["critical_path"] or {"file": "-", "bytes": 0}
+    print(
+        f"plan {res['source']} -> {args.ranks} ranks: {len(tasks)} tasks, "
+        f"{format_bytes(res['total_bytes_read'])} read, {format_bytes(res['total_bytes_written'])} written; "
+        f"critical path {crit['file']} ({format_bytes(crit['bytes'])}); balance {res['balance']:.3f} (largest / mean)"
+    )
+    rows = [
+        [
+            t["file"],
+            str(t["items"]),
+            format_bytes(t["bytes_read"]),
+            format_bytes(t["bytes_written"]),
+            str(t["source_files"]),
+            str(t["reads"]),
+        ]
+        for t in tasks[:20]
+    ]
+    print(format_table([["file", "items", "read", "written", "source files", "reads"], *rows]))
+    if len(tasks) > 20:
+        print(f"... {len(tasks) - 20} more tasks (--json lists all)")
     return 0
 
 
@@ -69,8 +107,10 @@ def register(sub: Any) -> None:
         "(fnmatch on flattened keys) and a bare SPEC default; SPEC is row, col, dim:N, replicate or auto "
         "(dim 0 when it has at least M rows, else replicate).",
     )
-    p.add_argument("src")
-    p.add_argument("dst")
+    p.add_argument(
+        "src", help="a DCP folder or one checkpoint file (paths or URLs); with --plan-only also synthetic:SIZE:RANKS[:TENSORS]"
+    )
+    p.add_argument("dst", nargs="?", help="the output folder (not needed with --plan-only)")
     p.add_argument("--ranks", type=int, required=True, help="world size of the output")
     p.add_argument("--plan", default="auto", help="sharding plan, e.g. '*.bias=replicate,row' (default auto)")
     p.add_argument("--jobs", type=int, default=1, help="write rank files in this many processes")
@@ -84,6 +124,11 @@ def register(sub: Any) -> None:
         "--unsafe-values",
         action="store_true",
         help="allow non-tensor values with globals outside the allowlist (as inert placeholders)",
+    )
+    p.add_argument(
+        "--plan-only",
+        action="store_true",
+        help="print the task list (bytes read and written per task, the critical path) from the metadata alone; write nothing",
     )
     p.add_argument("--json", action="store_true", help="machine-readable result (schema: docs/cli.md)")
     p.set_defaults(func=cmd_reshard)

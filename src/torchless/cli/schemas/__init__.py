@@ -146,6 +146,28 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "skipped": _arr(_STR),
         }
     ),
+    "reshard-plan": _obj(
+        {
+            "source": _STR,
+            "ranks": _INT,
+            "tasks": _arr(
+                _obj(
+                    {
+                        "file": _STR,
+                        "items": _INT,
+                        "bytes_written": _INT,
+                        "bytes_read": _INT,
+                        "source_files": _INT,
+                        "reads": _INT,
+                    }
+                )
+            ),
+            "total_bytes_written": _INT,
+            "total_bytes_read": _INT,
+            "critical_path": {"anyOf": [_obj({"file": _STR, "bytes": _INT}), {"type": "null"}]},
+            "balance": {"type": "number", "minimum": 0},
+        }
+    ),
     "dcp-layout": _obj(
         {
             "version": {"type": ["string", "null"]},

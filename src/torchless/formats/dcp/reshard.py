@@ -428,7 +428,20 @@ def plan_reshard(
             load[r] += numel(size) * isz
             chunks = [c]
         else:
-            for r, c in enumerate(chunks):
+            # the largest piece to the least loaded file: torch.chunk's pieces are unequal
+            # (a short last piece, or fewer pieces than ranks), and always on the same
+            # ranks, so rank files drift apart over many tensors; any file may hold any
+            # chunk (.metadata says where). Equal pieces on equal files keep piece r in file r.
+            if len(chunks) == ranks and len({c.sizes for c in chunks}) == 1 and len(set(load)) == 1:
+                slots = list(range(ranks))
+            else:
+                order = sorted(range(ranks), key=lambda i: (load[i], i))
+                by_size = sorted(range(len(chunks)), key=lambda k: (-numel(chunks[k].sizes), k))
+                slots = [0] * len(chunks)
+                for pos, k in enumerate(by_size):
+                    slots[k] = order[pos]
+            for k, c in enumerate(chunks):
+                r = slots[k]
                 tensor_items[r].append(WriteItem(fqn, c.offsets, c.sizes))
                 load[r] += numel(c.sizes) * isz
         props = TensorProperties(
