@@ -216,6 +216,31 @@ def remove(url: str) -> None:
     forget(url)
 
 
+def child(root: str, name: str, *, what: str = "file", path: Any = None, member: str | None = None) -> str:
+    """``root/name`` for a name an artifact gives (an index's shard, a DCP storage file):
+    refused unless a plain file name (no separators, ``..``, NUL or absolute names), as
+    :func:`~torchless.core.paths.confine` refuses them for local folders."""
+    from .errors import LinkEscapeError
+
+    if not isinstance(name, str) or not name or name in (".", "..") or "\x00" in name or "/" in name or "\\" in name:
+        raise LinkEscapeError(
+            f"refused {what}: not a plain file name",
+            path=root if path is None else path,
+            member=member,
+            expected="a plain file name inside the artifact's folder",
+            found=repr(name)[:120],
+        )
+    return join(root, name)
+
+
+def dirname(url: str) -> str:
+    return url.rstrip("/").rsplit("/", 1)[0]
+
+
+def basename(url: str) -> str:
+    return url.rstrip("/").rsplit("/", 1)[-1]
+
+
 def read_bytes(url: str) -> bytes:
     """The whole object (for small files: an index, a config)."""
     src = RemoteSource(url)

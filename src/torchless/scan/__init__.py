@@ -99,7 +99,7 @@ def _walk_url(url: str) -> list[tuple[str, str | None, str | None, bool]]:
     if not remote.isdir(url):
         if not remote.exists(url):
             raise NotFoundError("no such file or directory", path=url)
-        return [(url, None, None, False)]
+        return [(url, None, None, False), *_index_shards(url)]
     fs, base = remote.filesystem(url)
     base = base.rstrip("/")
     out: list[tuple[str, str | None, str | None, bool]] = []

@@ -14,6 +14,9 @@ import re
 import struct
 from typing import Any
 
+from ...core.errors import TorchlessError
+from ...core.remote import is_url
+
 __all__ = [
     "INDEX_SUFFIX",
     "SHARD_RE",
@@ -37,6 +40,22 @@ _DCP_KEY = b"DCP_SHARDING_INFO"
 _MAX_SNIFF_HEADER = 16 << 20
 
 
+def _listdir(p: Any) -> list[str]:
+    if is_url(p):
+        from ...core import remote
+
+        return remote.listdir(p) if remote.isdir(p) else []
+    return os.listdir(p)
+
+
+def _join(p: str, n: str) -> str:
+    if is_url(p):
+        from ...core.remote import join
+
+        return join(p, n)
+    return os.path.join(p, n)
+
+
 def shard_name(stem: str, index: int, count: int, ext: str) -> str:
     """transformers' shard name: ``shard_name("model", 1, 2, ".safetensors")`` ->
     ``model-00001-of-00002.safetensors``."""
@@ -51,8 +70,8 @@ def is_index_file(name: str) -> bool:
 def index_names(folder: Any) -> list[str]:
     """Index files in ``folder``, safetensors first (transformers prefers them)."""
     try:
-        names = [n for n in os.listdir(folder) if is_index_file(n)]
-    except OSError:
+        names = [n for n in _listdir(folder) if is_index_file(n)]
+    except (OSError, TorchlessError):
         return []
     return sorted(names, key=lambda n: (not n.endswith(".safetensors" + INDEX_SUFFIX), n))
 
@@ -60,6 +79,17 @@ def index_names(folder: Any) -> list[str]:
 def has_dcp_sharding(path: str) -> bool:
     """True when the safetensors file's header names ``DCP_SHARDING_INFO`` (DCP's
     per-rank flavour). Reads only the header (at most 16 MiB)."""
+    if is_url(path):
+        try:
+            from ...core.remote import RemoteSource
+
+            src = RemoteSource(path)
+            if src.size < 8:
+                return False
+            (n,) = struct.unpack("<Q", src.read_at(0, 8))
+            return n <= _MAX_SNIFF_HEADER and _DCP_KEY in src.read_at(8, min(n, src.size - 8))
+        except TorchlessError:
+            return False
     try:
         with open(path, "rb") as f:
             head = f.read(8)
@@ -76,15 +106,15 @@ def is_hf_folder(folder: Any) -> bool:
     single-file names; never a DCP checkpoint (``.metadata`` or DCP-sharded files)."""
     p = os.fspath(folder)
     try:
-        names = os.listdir(p)
-    except OSError:
+        names = _listdir(p)
+    except (OSError, TorchlessError):
         return False
     if ".metadata" in names or any(n.startswith("__") and n.endswith(".metadata") for n in names):
         return False
     st = [n for n in names if n.endswith(".safetensors")]
     # DCP's per-rank files are named shard-<rank>-model-... (torch and torchless alike):
     # only their headers are read, never every file of a large folder
-    if any(has_dcp_sharding(os.path.join(p, n)) for n in st if n.startswith("shard-")):
+    if any(has_dcp_sharding(_join(p, n)) for n in st if n.startswith("shard-")):
         return False
     return bool(st) or any(is_index_file(n) or SHARD_RE.match(n) or n in SINGLE_FILES for n in names)
 
@@ -99,14 +129,26 @@ def index_shards(index_path: Any, *, max_bytes: int = 256 << 20) -> list[tuple[s
     from ...core.paths import confined_file
 
     p = os.fspath(index_path)
-    folder = os.path.dirname(p) or "."
-    try:
-        if os.path.getsize(p) > max_bytes:
+    if is_url(p):
+        from ...core import remote
+
+        folder = remote.dirname(p)
+        try:
+            src = remote.RemoteSource(p)
+            if src.size > max_bytes:
+                return []
+            data = json.loads(src.read_at(0, src.size))
+        except (TorchlessError, ValueError, RecursionError):
             return []
-        with open(p, "rb") as f:
-            data = json.loads(f.read())
-    except (OSError, ValueError, RecursionError):
-        return []
+    else:
+        folder = os.path.dirname(p) or "."
+        try:
+            if os.path.getsize(p) > max_bytes:
+                return []
+            with open(p, "rb") as f:
+                data = json.loads(f.read())
+        except (OSError, ValueError, RecursionError):
+            return []
     wm = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(wm, dict):
         return []
@@ -114,7 +156,12 @@ def index_shards(index_path: Any, *, max_bytes: int = 256 << 20) -> list[tuple[s
     for name in dict.fromkeys(v for v in wm.values() if isinstance(v, str)):
         shown = os.path.join(folder, name)
         try:
-            confined_file(folder, name, what="shard", path=p)
+            if is_url(p):
+                from ...core.remote import child
+
+                child(folder, name, what="shard", path=p)
+            else:
+                confined_file(folder, name, what="shard", path=p)
         except TorchlessError as e:
             out.append((shown, f"the index names a shard it cannot be read from: {e}"))
             continue

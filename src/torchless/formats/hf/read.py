@@ -19,9 +19,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from ...container.zip import Problem
-from ...core import jsonsafe
+from ...core import jsonsafe, remote
 from ...core.errors import FormatError, LimitError, NotFoundError, TorchlessError, short_repr
 from ...core.paths import confined_file
+from ...core.remote import is_url
 from ...core.tree import iter_tensors
 from ..base import Artifact, summarize_tensors
 from .layout import KINDS, SHARD_RE, SINGLE_FILES, index_names, is_index_file
@@ -58,16 +59,17 @@ class HFArtifact(Artifact):
         super().__init__(path)
         self.weights_only = bool(weights_only)
         p = os.fspath(path)
-        if os.path.isdir(p):
+        self.remote = is_url(p)
+        if remote.isdir(p) if self.remote else os.path.isdir(p):
             self.folder = p
             found = index_names(p)
             self.index = found[0] if found else None
             self.other_indexes = found[1:]
         else:
-            if not os.path.exists(p):
+            if not (remote.exists(p) if self.remote else os.path.exists(p)):
                 raise NotFoundError("no such file or directory", path=p)
-            self.folder = os.path.dirname(p) or "."
-            self.index = os.path.basename(p)
+            self.folder = remote.dirname(p) if self.remote else (os.path.dirname(p) or ".")
+            self.index = remote.basename(p) if self.remote else os.path.basename(p)
             self.other_indexes = []
             if not is_index_file(self.index):
                 raise FormatError(
@@ -101,13 +103,21 @@ class HFArtifact(Artifact):
     # -- the index -----------------------------------------------------------------
     def _read_index(self) -> None:
         assert self.index is not None
-        where = os.path.join(self.folder, self.index)
-        real = confined_file(self.folder, self.index, what="index file", path=where)
-        size = os.path.getsize(real)
+        if self.remote:
+            where = remote.child(self.folder, self.index, what="index file")
+            src = remote.RemoteSource(where)
+            size = src.size
+        else:
+            where = os.path.join(self.folder, self.index)
+            real = confined_file(self.folder, self.index, what="index file", path=where)
+            size = os.path.getsize(real)
         if size > MAX_INDEX_BYTES:
             raise LimitError("index file too large", path=where, expected=f"<= {MAX_INDEX_BYTES} bytes", found=size)
-        with open(real, "rb") as f:
-            raw = f.read()
+        if self.remote:
+            raw = src.read_at(0, size)
+        else:
+            with open(real, "rb") as f:
+                raw = f.read()
         data = jsonsafe.loads(raw, what="index file", path=where, max_bytes=MAX_INDEX_BYTES, max_depth=8)
         if not isinstance(data, dict):
             raise FormatError("the index is not a JSON object", path=where, found=type(data).__name__)
@@ -126,7 +136,7 @@ class HFArtifact(Artifact):
         self.weight_map = dict(wm)
 
     def _list_shards(self) -> list[str]:
-        names = sorted(os.listdir(self.folder))
+        names = sorted(remote.listdir(self.folder) if self.remote else os.listdir(self.folder))
         groups: dict[tuple[str, str, str], list[str]] = {}
         for n in names:
             m = SHARD_RE.match(n)
@@ -146,7 +156,11 @@ class HFArtifact(Artifact):
         """The opened shard ``name`` (opened on first use, confined to the folder)."""
         art = self._shards.get(name)
         if art is None:
-            real = confined_file(self.folder, name, what="shard", path=os.path.join(self.folder, self.index or ""), member=name)
+            shown = os.path.join(self.folder, self.index or "")
+            if self.remote:
+                real = remote.child(self.folder, name, what="shard", path=shown, member=name)
+            else:
+                real = confined_file(self.folder, name, what="shard", path=shown, member=name)
             if _kind(name) == "safetensors":
                 from ..safetensors import SafetensorsArtifact
 
@@ -257,7 +271,7 @@ class HFArtifact(Artifact):
                         )
                     )
             sets = {(m["stem"], m["ext"]) for m in map(SHARD_RE.match, self.shard_files) if m}
-            for n in sorted(os.listdir(self.folder)):
+            for n in sorted(remote.listdir(self.folder) if self.remote else os.listdir(self.folder)):
                 m = SHARD_RE.match(n)
                 if m and (m["stem"], m["ext"]) in sets and n not in self.shard_files:
                     problems.append(
