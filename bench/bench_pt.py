@@ -1,258 +1,190 @@
-"""Eager checkpoints: torchless beside torch, numpy and raw I/O, measured in one run.
+"""Eager checkpoints: torchless beside torch, NumPy and raw I/O, measured in one run by
+bench/harness.py (fresh processes, warm page cache, interleaved rounds, medians, ratios).
 
-Usage: python bench/bench_pt.py [--rounds N] [--only llm|many_small] [--data DIR]
+Usage: python bench/bench_pt.py [--rounds N] [--only llm,many_small] [--llm-scale S] [--md FILE]
+                                [--cases save,read,...]
 
 Fixtures (generated with torch on first use into bench/_data/, not committed):
-  llm         201 bfloat16 tensors shaped like a 1.1B decoder LLM (about 2.2 GB)
+  llm         201 bfloat16 tensors shaped like a 1.1B decoder LLM (2.2 GB); --llm-scale
+              scales the vocabulary and the layer count down (0.25: about 0.55 GB, for a
+              shared machine), keeping 201 tensors' worth of shapes per layer
   many_small  20,000 float32 tensors of 64 to 4,096 elements (about 0.17 GB)
 
-Every measurement runs in a fresh subprocess (so peak RSS is its own), after re-reading
-the input into the page cache; the figure is the median of the rounds. Printed: seconds,
-peak RSS, and the ratios the foundation issue sets targets for:
-  open-only      torchless.open + list  vs torch.load(mmap=True)           target >= 4x faster
-  full read      torchless.load(mmap=False) + every tensor's bytes vs numpy.fromfile   target <= 1.2x
-  save           torchless.save vs raw write() of the same bytes            target <= 1.2x
-  info (CLI)     `torchless info` vs `python -c 'import torch; torch.load(P, mmap=True)'`  target >= 10x faster
+Cases and ratios (goals from the foundation issue and issue 12):
+  open     torchless.open + list            vs torch.load(mmap=True) + list        >= 4x faster
+  read     torchless.load(mmap=False) + bytes vs numpy.fromfile                    <= 1.2x (llm)
+  save     torchless.save                   vs raw write() of the same buffers     <= 1.15x (llm)
+  tsave    torchless.save                   vs torch.save                           (faster is better)
+  info     `torchless info` (CLI)           vs python -c "import torch; torch.load(P, mmap=True)"  >= 10x faster
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import compileall
 import os
-import statistics
 import subprocess
 import sys
-import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PY = sys.executable
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import PY, ROOT, Harness  # noqa: E402
 
-
-def gen_llm(path: str) -> None:
-    import torch
-
+GEN = r"""
+import sys, torch
+kind, path, scale = sys.argv[1], sys.argv[2], float(sys.argv[3])
+if kind == "llm":
     torch.manual_seed(0)
-    h, inter, kv, vocab, layers = 2048, 5632, 256, 32000, 22
+    h, inter, kv = 2048, 5632, 256
+    vocab, layers = int(32000 * scale), max(1, round(22 * scale))
     sd = {"model.embed_tokens.weight": torch.empty(vocab, h, dtype=torch.bfloat16).normal_()}
     for i in range(layers):
         p = f"model.layers.{i}."
         shapes = {
-            "self_attn.q_proj.weight": (h, h),
-            "self_attn.k_proj.weight": (kv, h),
-            "self_attn.v_proj.weight": (kv, h),
-            "self_attn.o_proj.weight": (h, h),
-            "mlp.gate_proj.weight": (inter, h),
-            "mlp.up_proj.weight": (inter, h),
-            "mlp.down_proj.weight": (h, inter),
-            "input_layernorm.weight": (h,),
+            "self_attn.q_proj.weight": (h, h), "self_attn.k_proj.weight": (kv, h),
+            "self_attn.v_proj.weight": (kv, h), "self_attn.o_proj.weight": (h, h),
+            "mlp.gate_proj.weight": (inter, h), "mlp.up_proj.weight": (inter, h),
+            "mlp.down_proj.weight": (h, inter), "input_layernorm.weight": (h,),
             "post_attention_layernorm.weight": (h,),
         }
         for k, s in shapes.items():
             sd[p + k] = torch.empty(*s, dtype=torch.bfloat16).normal_()
     sd["model.norm.weight"] = torch.ones(h, dtype=torch.bfloat16)
     sd["lm_head.weight"] = torch.empty(vocab, h, dtype=torch.bfloat16).normal_()
-    torch.save(sd, path)
-
-
-def gen_many_small(path: str) -> None:
-    import torch
-
+else:
     g = torch.Generator().manual_seed(0)
     sd = {}
     for i in range(20000):
         n = int(torch.randint(64, 4097, (1,), generator=g))
         sd[f"blocks.{i // 10}.p{i % 10}.weight"] = torch.randn(n, generator=g)
-    torch.save(sd, path)
-
-
-# -- child programs: each prints one JSON line {"t": seconds, "rss": peak bytes} -----------
-PRELUDE = r"""
-import json, os, sys, time
-def peak():
-    with open('/proc/self/status') as f:
-        for line in f:
-            if line.startswith('VmHWM:'):
-                return int(line.split()[1]) * 1024
-    return 0
-P = sys.argv[1]
+torch.save(sd, path)
 """
 
-CHILD = {
+CODE = {
     "torchless_open": """
-import torchless, torchless.formats.registry as reg
-reg.handlers()  # import-time work (format handlers), outside the timing like `import torch`
+import torchless
 t = time.perf_counter()
 with torchless.open(P) as a:
-    rows = [(n, x.dtype.name, tuple(x.shape), x.nbytes) for n, x in a.tensors()]
-t = time.perf_counter() - t
+    rows = [(n, x.dtype.name, tuple(x.shape)) for n, x in a.tensors()]
+done(time.perf_counter() - t)
 """,
     "torch_open_mmap": """
 import torch
 t = time.perf_counter()
 sd = torch.load(P, mmap=True, weights_only=True)
 rows = [(n, x.dtype, tuple(x.shape)) for n, x in sd.items()]
-t = time.perf_counter() - t
+done(time.perf_counter() - t)
+""",
+    "torchless_read": """
+import torchless
+t = time.perf_counter()
+sd = torchless.load(P, mmap=False)
+arrs = [x.storage.bytes() for x in sd.values()]
+done(time.perf_counter() - t)
 """,
     "numpy_fromfile": """
 import numpy as np
 t = time.perf_counter()
 buf = np.fromfile(P, dtype=np.uint8)
-t = time.perf_counter() - t
+done(time.perf_counter() - t)
 """,
-    "torchless_read_eager": """
-import torchless
-t = time.perf_counter()
-sd = torchless.load(P, mmap=False)
-arrs = [x.storage.bytes() for x in sd.values()]
-t = time.perf_counter() - t
-""",
-    "torchless_read_mmap": """
-import numpy as np, torchless
-t = time.perf_counter()
-sd = torchless.load(P)
-tot = 0
-for x in sd.values():
-    tot += int(np.frombuffer(x.storage.bytes(), np.uint8)[::4096].sum())
-t = time.perf_counter() - t
-""",
-    "torch_load": """
-import torch
-t = time.perf_counter()
-sd = torch.load(P, weights_only=True)
-t = time.perf_counter() - t
-""",
-    "torch_load_mmap_read": """
-import torch
-t = time.perf_counter()
-sd = torch.load(P, mmap=True, weights_only=True)
-tot = 0
-for x in sd.values():
-    tot += int(x.view(-1).view(torch.uint8)[::4096].sum())
-t = time.perf_counter() - t
-""",
+    # save: the state dict is read eagerly and touched first, so both cases write bytes
+    # that are already in memory
     "torchless_save": """
-import torchless
-sd = torchless.load(P)
+import os, torchless
+sd = torchless.load(ARGS[0], mmap=False)
 for x in sd.values():
     x.storage.bytes()
-out = P + '.out'
 t = time.perf_counter()
-torchless.save(sd, out)
-t = time.perf_counter() - t
-os.unlink(out)
-""",
-    "torch_save": """
-import torch
-sd = torch.load(P, weights_only=True)
-out = P + '.out'
-t = time.perf_counter()
-torch.save(sd, out)
-t = time.perf_counter() - t
-os.unlink(out)
+torchless.save(sd, ARGS[1])
+done(time.perf_counter() - t)
+os.unlink(ARGS[1])
 """,
     "raw_write": """
-import numpy as np
-buf = np.fromfile(P, dtype=np.uint8)
-out = P + '.out'
+import os, torchless
+sd = torchless.load(ARGS[0], mmap=False)
+bufs = [x.storage.bytes() for x in sd.values()]
 t = time.perf_counter()
-with open(out, 'wb') as f:
-    f.write(memoryview(buf))
-t = time.perf_counter() - t
-os.unlink(out)
+with open(ARGS[1], "wb") as f:
+    for b in bufs:
+        f.write(b)
+done(time.perf_counter() - t)
+os.unlink(ARGS[1])
+""",
+    "torch_save": """
+import os, torch
+sd = torch.load(ARGS[0], weights_only=True)
+t = time.perf_counter()
+torch.save(sd, ARGS[1])
+done(time.perf_counter() - t)
+os.unlink(ARGS[1])
 """,
 }
 
-
-def warm(path: str) -> None:
-    with open(path, "rb") as f:
-        while f.read(1 << 24):
-            pass
-
-
-def child(name: str, path: str) -> dict:
-    code = PRELUDE + CHILD[name] + "\nprint(json.dumps({'t': t, 'rss': peak()}))\n"
-    warm(path)
-    out = subprocess.run([PY, "-c", code, path], capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def wall(cmd: list[str], path: str) -> float:
-    warm(path)
-    t = time.perf_counter()
-    subprocess.run(cmd, capture_output=True, check=True)
-    return time.perf_counter() - t
-
-
-def median_of(rounds: int, fn) -> dict:  # type: ignore[no-untyped-def]
-    runs = [fn() for _ in range(rounds)]
-    if isinstance(runs[0], dict):
-        return {"t": statistics.median(r["t"] for r in runs), "rss": statistics.median(r["rss"] for r in runs)}
-    return {"t": statistics.median(runs), "rss": 0}
-
-
-def fmt(r: dict) -> str:
-    rss = f"{r['rss'] / 2**20:8.0f} MiB" if r["rss"] else " " * 12
-    return f"{r['t']:9.3f} s {rss}"
+CASES = ["open", "read", "save", "tsave", "info"]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--only", choices=["llm", "many_small"])
-    ap.add_argument("--data", default=os.path.join(HERE, "_data"))
-    args = ap.parse_args()
-    os.makedirs(args.data, exist_ok=True)
-    # an installed package runs from bytecode; an editable checkout under
-    # PYTHONDONTWRITEBYTECODE=1 would recompile torchless on every CLI start
-    import compileall
-
-    import torchless
-
-    compileall.compile_dir(os.path.dirname(torchless.__file__), quiet=1)
-    fixtures = {"llm": gen_llm, "many_small": gen_many_small}
-    tl = os.path.join(os.path.dirname(PY), "torchless")
-    for name, gen in fixtures.items():
-        if args.only and name != args.only:
-            continue
-        path = os.path.join(args.data, f"{name}.pt")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--only", default="llm,many_small")
+    ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--llm-scale", type=float, default=1.0)
+    ap.add_argument("--data", default=os.path.join(ROOT, "bench", "_data"))
+    ap.add_argument("--md", default=None, help="also write the Markdown tables here")
+    a = ap.parse_args()
+    cases = set(a.cases.split(","))
+    os.makedirs(a.data, exist_ok=True)
+    compileall.compile_dir(os.path.join(ROOT, "src", "torchless"), quiet=1)  # as an installed package runs
+    h = Harness(rounds=a.rounds, warmup=a.warmup)
+    for name in a.only.split(","):
+        tag = name if name != "llm" or a.llm_scale == 1.0 else f"llm_x{a.llm_scale:g}"
+        path = os.path.join(a.data, f"{tag}.pt")
         if not os.path.exists(path):
-            print(f"generating {path} ...", flush=True)
-            gen(path)
-        size = os.path.getsize(path)
-        rounds = args.rounds if name == "many_small" else max(3, args.rounds // 2 + 1)
-        print(f"\n## {name}: {size / 1e9:.2f} GB, median of {rounds} rounds")
-        res = {}
-        for key in CHILD:
-            res[key] = median_of(rounds, lambda key=key, path=path: child(key, path))
-        res["torchless_info"] = median_of(rounds, lambda path=path: wall([tl, "info", path], path))
-        res["torch_oneliner"] = median_of(
-            rounds, lambda path=path: wall([PY, "-c", f"import torch; torch.load({path!r}, mmap=True)"], path)
-        )
-        for k, v in res.items():
-            print(f"  {k:24s} {fmt(v)}")
-        print("  ratios (>1 means torchless is faster; targets in brackets)")
-        print(
-            "    open-only vs torch.load(mmap=True):     "
-            f"{res['torch_open_mmap']['t'] / res['torchless_open']['t']:7.1f}x   [>= 4x]"
-        )
-        print(
-            "    eager full read vs numpy.fromfile:      "
-            f"{res['numpy_fromfile']['t'] / res['torchless_read_eager']['t']:7.2f}x   [>= 1/1.2 = 0.83x]"
-        )
-        print(f"    eager full read vs torch.load:          {res['torch_load']['t'] / res['torchless_read_eager']['t']:7.2f}x")
-        print(
-            "    mmap full read vs torch mmap + read:    "
-            f"{res['torch_load_mmap_read']['t'] / res['torchless_read_mmap']['t']:7.2f}x"
-        )
-        print(
-            f"    save vs raw write():                    {res['raw_write']['t'] / res['torchless_save']['t']:7.2f}x   [>= 0.83x]"
-        )
-        print(f"    save vs torch.save:                     {res['torch_save']['t'] / res['torchless_save']['t']:7.2f}x")
-        print(
-            "    `torchless info` vs torch one-liner:    "
-            f"{res['torch_oneliner']['t'] / res['torchless_info']['t']:7.1f}x   [>= 10x]"
-        )
+            print(f"generating {path} ...", file=sys.stderr, flush=True)
+            subprocess.run([PY, "-c", GEN, name, path, str(a.llm_scale)], check=True)
+        out = path + ".out"
+        goal_read, goal_save = (1.2, 1.15) if name == "llm" else (2.5, 4)
+
+        def c(case: str, *, args: list[str] | None = None, tag: str = tag, path: str = path) -> str:
+            h.case(f"{tag}:{case}", CODE[case], args=args or [path], warm=[path])
+            return f"{tag}:{case}"
+
+        if "open" in cases:
+            x, y = c("torchless_open"), c("torch_open_mmap")
+            h.ratio(f"{tag}: open + list vs torch.load(mmap=True)", x, y, goal=4, better="higher")
+        if "read" in cases:
+            x, y = c("torchless_read"), c("numpy_fromfile")
+            h.ratio(f"{tag}: eager read vs numpy.fromfile", x, y, goal=goal_read)
+        if "save" in cases or "tsave" in cases:
+            x = c("torchless_save", args=[path, out])
+            if "save" in cases:
+                y = c("raw_write", args=[path, out])
+                h.ratio(f"{tag}: save vs raw write()", x, y, goal=goal_save)
+            if "tsave" in cases:
+                y = c("torch_save", args=[path, out])
+                h.ratio(f"{tag}: save vs torch.save", x, y, better="higher")
+        if "info" in cases:
+            h.case(f"{tag}:torchless_info", argv=[PY, "-m", "torchless.cli.main", "info", path], warm=[path], whole_process=True)
+            h.case(
+                f"{tag}:torch_oneliner",
+                argv=[PY, "-c", f"import torch; torch.load({path!r}, mmap=True)"],
+                warm=[path],
+                whole_process=True,
+            )
+            h.ratio(
+                f"{tag}: `torchless info` vs torch one-liner",
+                f"{tag}:torchless_info",
+                f"{tag}:torch_oneliner",
+                goal=10,
+                better="higher",
+            )
+    h.run()
+    md = h.markdown()
+    print(md)
+    if a.md:
+        with open(a.md, "w") as f:
+            f.write(md + "\n")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,16 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+if os.environ.get("TORCHLESS_GENERAL_PATHS") == "1":
+    # run the whole suite on the general code only: the pickle machine opcode by opcode and
+    # the pickler without its direct tensor writer (tests/formats/test_pt_fast_paths.py
+    # compares the two ways on the same inputs in every run)
+    import torchless.pickle.machine
+    import torchless.pickle.writer
+
+    torchless.pickle.machine.FAST_TENSOR_CALLS = False
+    torchless.pickle.writer.FAST_TENSORS = False
+
 
 @pytest.fixture(scope="session")
 def torch():

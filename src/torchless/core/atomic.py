@@ -31,11 +31,8 @@ fail the creation of every output instead (a read-only destination).
 from __future__ import annotations
 
 import errno
-import logging
 import os
-import shutil
 import signal
-import socket
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -60,12 +57,29 @@ TEMP_SUFFIX = ".tmp"
 FAULT_ENV = "TORCHLESS_FAULT_AFTER_BYTES"
 _SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
 
-log = logging.getLogger("torchless")
+
+def _log() -> Any:
+    """torchless's logger (logging is imported on first use: most runs never warn)."""
+    import logging
+
+    return logging.getLogger("torchless")
+
+
+def _rmtree(path: str, **kw: Any) -> None:
+    import shutil
+
+    shutil.rmtree(path, **kw)
 
 
 # -- temporary names and stale ones -------------------------------------------------------------
 def _host() -> str:
-    h = "".join(c for c in socket.gethostname() if c.isalnum() or c in "-_")[:24]
+    try:
+        name = os.uname().nodename  # what socket.gethostname() returns on POSIX
+    except AttributeError:  # Windows
+        import socket
+
+        name = socket.gethostname()
+    h = "".join(c for c in name if c.isalnum() or c in "-_")[:24]
     return h or "host"
 
 
@@ -120,7 +134,7 @@ def clean_stale(directory: PathLike) -> list[str]:
         who = _owner(n)
         if who is None and n.startswith(TEMP_PREFIX) and n.endswith(TEMP_SUFFIX):
             # an older torchless's name carries no process id: report it, never guess
-            log.warning(
+            _log().warning(
                 "torchless: %s looks left by an interrupted torchless run; remove it if no torchless is writing here",
                 os.path.join(d, n),
             )
@@ -130,13 +144,13 @@ def clean_stale(directory: PathLike) -> list[str]:
         p = os.path.join(d, n)
         try:
             if os.path.isdir(p) and not os.path.islink(p):
-                shutil.rmtree(p)
+                _rmtree(p)
             else:
                 os.unlink(p)
         except OSError:
             continue
         removed.append(p)
-        log.warning("torchless: removed %s, left by an interrupted run (process %d)", p, who[0])
+        _log().warning("torchless: removed %s, left by an interrupted run (process %d)", p, who[0])
     return removed
 
 
@@ -152,7 +166,7 @@ _fired: list[int] = []  # signals whose clean-up already ran in this process (se
 def _remove(path: str, is_dir: bool) -> None:
     try:
         if is_dir:
-            shutil.rmtree(path, ignore_errors=True)
+            _rmtree(path, ignore_errors=True)
         else:
             os.unlink(path)
     except OSError:
@@ -522,7 +536,7 @@ class AtomicDir:
                         raise WriteError("cannot write: the destination folder is not empty", path=self.path)
                     self._check_merge(self.tmp, self.path)
                     self._merge(self.tmp, self.path, last)
-                    shutil.rmtree(self.tmp, ignore_errors=True)
+                    _rmtree(self.tmp, ignore_errors=True)
                 else:
                     if os.path.isdir(self.path):
                         os.rmdir(self.path)

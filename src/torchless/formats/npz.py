@@ -20,7 +20,6 @@ keep shape ``()``.
 
 from __future__ import annotations
 
-import zipfile
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -240,6 +239,8 @@ def write_npz(
     Every input :func:`~torchless.core.tensor.as_tensor` accepts is taken; dtypes NumPy
     cannot name are stored as ``V<itemsize>`` with the real dtype in the member comment.
     """
+    import zipfile  # imported here: detecting formats must not pay for it
+
     method = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
     with AtomicFile(path) as af, zipfile.ZipFile(af.file, "w", method, allowZip64=True) as zf:
         for name, t in items:

@@ -22,6 +22,7 @@ import collections
 import copyreg
 import gc
 import mmap
+import re
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -75,6 +76,8 @@ class ProtocolInfo:
     #: than this linear walk: an opcode that crosses the end of a FRAME, a FRAME inside
     #: a frame that reaches past it, a frame that goes on past STOP or past the data.
     frame_hazards: list[tuple[int, str]] = field(default_factory=list)
+    #: state-dict entries the one-step path ran (the rest ran opcode by opcode)
+    fast_entries: int = 0
 
 
 class _Stop(Exception):
@@ -99,6 +102,88 @@ _MEMO_INDEX_LIMIT = 1 << 28
 _PLAIN_DATA = frozenset(
     {type(None), bool, int, float, str, bytes, bytearray, tuple, list, dict, set, frozenset, memoryview, complex}
 )
+
+
+#: run torch's tensor-rebuild calls through :func:`_tensor_call` (the tests turn it off to
+#: run every suite against the opcode-by-opcode loop as well)
+FAST_TENSOR_CALLS = True
+
+
+#: A state-dict entry as torch writes it, after the key's BINUNICODE: ``PUT
+#: rebuild-function MARK MARK 'storage' storage-class key PUT location numel TUPLE PUT
+#: BINPERSID offset size [PUT] stride [PUT] requires_grad OrderedDict EMPTY_TUPLE REDUCE
+#: PUT TUPLE PUT REDUCE PUT`` (PUT: BINPUT or LONG_BINPUT); the strings and functions
+#: torch repeats are memo reads (BINGET or LONG_BINGET), the storage key is a decimal
+#: string, sizes and strides are tuples of ints. Groups (from 0): 0 key store, 1 function,
+#: 2 'storage', 3 storage class, 4-5 key length and key, 6 its store, 7 location, 8 numel,
+#: 9 pid store, 10 offset, 11-12 size and store, 13-14 stride and store, 15
+#: requires_grad, 16 OrderedDict, 17-19 stores of the three results.
+_GET = rb"(h.|j....)"
+_PUT = rb"(q.|r....)"
+_INT = rb"(K.|M..|J....)"
+_TUP = rb"(\)|\((?:K.|M..|J....){0,64}t|(?:K.|M..|J....){1,3}[\x85-\x87])" + _PUT + rb"?"
+_ENTRY = re.compile(
+    _PUT
+    + _GET
+    + rb"\(\("
+    + _GET
+    + _GET
+    + rb"X(.)\x00\x00\x00([0-9]{1,19})"
+    + _PUT
+    + _GET
+    + _INT
+    + rb"t"
+    + _PUT
+    + rb"Q"
+    + _INT
+    + _TUP
+    + _TUP
+    + rb"([\x88\x89])"
+    + _GET
+    + rb"\)R"
+    + _PUT
+    + rb"t"
+    + _PUT
+    + rb"R"
+    + _PUT,
+    re.S,
+)
+_TUPLE_OPS = {0x85: 1, 0x86: 2, 0x87: 3}
+_tuples: dict[bytes, tuple[int, ...]] = {}
+
+
+def _ref(g: bytes) -> int:
+    """The memo index of a matched BINPUT/BINGET (2 bytes) or LONG_BINPUT/LONG_BINGET (5)."""
+    return g[1] if len(g) == 2 else _unpack_I(g, 1)[0]
+
+
+def _int(g: bytes) -> int:
+    """A matched BININT1, BININT2 or BININT."""
+    n = len(g)
+    return g[1] if n == 2 else _unpack_H(g, 1)[0] if n == 3 else _unpack_i(g, 1)[0]
+
+
+def _int_tuple(g: bytes) -> tuple[int, ...] | None:
+    """A matched tuple of ints (EMPTY_TUPLE, TUPLE1-3 or MARK ... TUPLE); None when the
+    count of items does not fit the TUPLEn opcode."""
+    t = _tuples.get(g)
+    if t is not None:
+        return t
+    if g == b")":
+        return ()
+    body = g[1:-1] if g[0] == 0x28 else g[:-1]
+    items = []
+    p = 0
+    while p < len(body):
+        w = {0x4B: 2, 0x4D: 3, 0x4A: 5}[body[p]]
+        items.append(_int(body[p : p + w]))
+        p += w
+    if g[0] != 0x28 and _TUPLE_OPS[g[-1]] != len(items):
+        return None
+    t = tuple(items)
+    if len(_tuples) < 4096:
+        _tuples[g] = t
+    return t
 
 
 def _decode_long(data: bytes) -> int:
@@ -478,6 +563,114 @@ class Unpickler:
                     raise self._fmt(f"ADDITEMS on {t.__name__}", p)
 
         strict = self.strict
+        fast_calls = FAST_TENSOR_CALLS and trace is None and self.after_build is None
+
+        fast_misses = [0]
+
+        def entries(p: int) -> int:
+            """Run a run of torch state-dict entries at ``p`` in one step; -1 if there is
+            none (see :data:`_ENTRY`).
+
+            Each entry is ``key PUT rebuild-function (( pid... ) ... REDUCE PUT`` exactly as
+            torch writes it. The entries are matched first, without any effect; then the
+            memo reads are checked (none may read what the run itself stores, all must
+            exist) along with the memo bounds, and only then does the run do exactly what
+            the loop would for those opcodes, in the same order: per entry the persistent
+            load at its BINPERSID offset and the two REDUCE calls at theirs, on the values
+            the memo holds; then the same memo stores, and the keys and results pushed.
+            Otherwise it returns -1 before any effect and the loop runs the bytes one
+            opcode at a time (raising its own errors).
+            """
+            if len(metastack) + 3 > max_marks or self.persistent_load is None:
+                return -1
+            match = _ENTRY.match
+            refs: dict[bytes, int] = {}
+            parsed = []
+            while p + 5 <= n and data[p] == 0x58:
+                k = _unpack_I(data, p + 1)[0]
+                e = p + 5 + k
+                if k > max_obj or e > n:
+                    break
+                m = match(data, e)
+                if m is None:
+                    break
+                g = m.groups()
+                if len(g[5]) != g[4][0]:
+                    break
+                size = _int_tuple(g[11])
+                stride = _int_tuple(g[13])
+                if size is None or stride is None:
+                    break
+                try:
+                    name = str(data[p + 5 : e], "utf-8", "surrogatepass")
+                except UnicodeError:
+                    break
+                for r in (g[1], g[2], g[3], g[7], g[16]):
+                    if r not in refs:
+                        refs[r] = _ref(r)
+                parsed.append((m, g, name, size, stride))
+                p = m.end()
+            if not parsed:
+                fast_misses[0] += 1
+                return -1
+            stores = []
+            for _m, g, _name, _size, _stride in parsed:
+                stores += (g[0], g[6], g[9])
+                if g[12] is not None:
+                    stores.append(g[12])
+                if g[14] is not None:
+                    stores.append(g[14])
+                stores += (g[17], g[18], g[19])
+            joined = b"".join(stores)
+            if len(joined) == 5 * len(stores):  # all LONG_BINPUT (past the first 256 stores)
+                idx = struct.unpack("<" + "xI" * len(stores), joined)
+            else:
+                idx = tuple(map(_ref, stores))
+            if not set(refs.values()).isdisjoint(idx) or max(idx) >= _MEMO_INDEX_LIMIT or len(memo) + len(idx) > max_memo:
+                return -1
+            try:
+                val = {r: memo[i] for r, i in refs.items()}
+            except KeyError:
+                return -1
+            # the effects, in the loop's order
+            from ..core.tensor import Storage, Tensor
+            from ..core.values import StateDict
+            from .torch_globals import _ordered_dict, _rebuild_tensor_v2
+
+            pl = self._persistent
+            out: list[Any] = []
+            put: list[Any] = []
+            make = Tensor._make
+            for m, g, name, size, stride in parsed:
+                key = g[5].decode("ascii")
+                pid = (val[g[2]], val[g[3]], key, val[g[7]], _int(g[8]))
+                storage = pl(pid, m.start(11) - 1)
+                f = val[g[16]]
+                # the default allowlist's rebuilders, called directly (what they return for
+                # these arguments); any other function goes through ``call`` as in the loop
+                if type(f) is Rebuilder and f._call is _ordered_dict:
+                    od = StateDict()
+                else:
+                    od = call(f, (), m.end(17) + 1, "REDUCE")
+                offset = _int(g[10])
+                args = (storage, offset, size, stride, g[15] == b"\x88", od)
+                f = val[g[1]]
+                if type(f) is Rebuilder and f._call is _rebuild_tensor_v2 and type(storage) is Storage:
+                    t = make(storage, storage.dtype, size, stride, offset, args[4], None)
+                else:
+                    t = call(f, args, m.start(20) - 2, "REDUCE")
+                out += (name, t)
+                put += (name, key, pid)
+                if g[12] is not None:
+                    put.append(size)
+                if g[14] is not None:
+                    put.append(stride)
+                put += (od, args, t)
+            memo.update(zip(idx, put, strict=True))
+            stack.extend(out)
+            info.fast_entries += len(parsed)
+            return p
+
         ext_cache: dict[int, Any] = {}
         hazards = info.frame_hazards
         nofr = 1 << 62
@@ -525,6 +718,11 @@ class Unpickler:
                     metastack.append(stack)
                     stack = []
                 elif op == 0x58:  # X BINUNICODE
+                    if fast_calls and fend == nofr and fast_misses[0] < 1024:
+                        e = entries(p0)
+                        if e > 0:
+                            pos = e
+                            continue
                     if pos + 4 > n:
                         need(pos, 4, "BINUNICODE length")
                     k = _unpack_I(data, pos)[0]

@@ -19,17 +19,22 @@ from typing import Any
 
 from ..core.errors import UsageError
 
-__all__ = ["Global", "Reduce", "Persistent", "Pickler2", "dumps"]
+__all__ = ["Global", "Reduce", "Persistent", "TensorCall", "Pickler2", "dumps", "FAST_TENSORS"]
+
+#: write :class:`TensorCall` with :meth:`Pickler2._save_tensor_call` (the tests turn it off
+#: to check that both ways write the same bytes)
+FAST_TENSORS = True
 
 
 class Global:
     """A bare GLOBAL ``module name`` (for example a dtype: ``torch float32``)."""
 
-    __slots__ = ("module", "name")
+    __slots__ = ("module", "name", "memo_key")
 
     def __init__(self, module: str, name: str) -> None:
         self.module = module
         self.name = name
+        self.memo_key = ("global", (module, name))
 
     def key(self) -> tuple[str, str]:
         return (self.module, self.name)
@@ -62,8 +67,37 @@ class Persistent:
         self.pid = pid
 
 
+class TensorCall:
+    """A tensor as torch pickles a plain one: ``Reduce(func, (Persistent(pid), offset,
+    size, stride, requires_grad, OrderedDict()), memo_key=memo_key)``, with ``size`` and
+    ``stride`` tuples of ints and ``pid`` a 5-tuple of str, Global, str, str, int.
+
+    :meth:`as_reduce` is that general description; the pickler writes the same bytes
+    straight from the parts (one object per tensor instead of six).
+    """
+
+    __slots__ = ("func", "pid", "offset", "size", "stride", "requires_grad", "od", "memo_key")
+
+    def __init__(
+        self, func: Global, pid: tuple, offset: int, size: tuple, stride: tuple, requires_grad: bool, od: Reduce, memo_key: Any
+    ) -> None:
+        self.func = func
+        self.pid = pid
+        self.offset = offset
+        self.size = size
+        self.stride = stride
+        self.requires_grad = requires_grad
+        self.od = od
+        self.memo_key = memo_key
+
+    def as_reduce(self) -> Reduce:
+        args = (Persistent(self.pid), self.offset, self.size, self.stride, self.requires_grad, self.od)
+        return Reduce(self.func, args, memo_key=self.memo_key)
+
+
 _REVERSE = {"builtins": "__builtin__"}
 _pack_I = struct.Struct("<I").pack
+_GET1 = [b"h" + bytes([i]) for i in range(256)]  # BINGET of each one-byte memo index
 # types the pickler handles itself; anything else goes through ``translate`` first
 _NATIVE = frozenset({str, int, float, bool, type(None), tuple, list, dict, bytes})
 
@@ -110,7 +144,7 @@ class Pickler2:
         idx = self.memo_id.get(key[1]) if key[0] == "id" else self.memo.get(key)
         if idx is None:
             return False
-        self.out += b"h" + bytes([idx]) if idx < 256 else b"j" + _pack_I(idx)
+        self.out += _GET1[idx] if idx < 256 else b"j" + _pack_I(idx)
         return True
 
     # -- objects -----------------------------------------------------------------------
@@ -120,6 +154,11 @@ class Pickler2:
         # exact types: str subclasses (Device, Layout, QScheme) must reach translate
         if self.translate is not None and type(obj) not in _NATIVE and not isinstance(obj, (Global, Reduce, Persistent)):
             obj = self.translate(obj)
+            if type(obj) is TensorCall:
+                if FAST_TENSORS and depth + 4 <= self.max_depth:
+                    self._save_tensor_call(obj)
+                    return
+                obj = obj.as_reduce()
         out = self.out
         t = type(obj)
         if obj is None:
@@ -127,21 +166,7 @@ class Pickler2:
         elif t is bool:
             out += b"\x88" if obj else b"\x89"
         elif t is int:
-            if 0 <= obj < 256:
-                out += b"K" + bytes([obj])
-            elif 0 <= obj < 65536:
-                out += b"M" + struct.pack("<H", obj)
-            elif -(2**31) <= obj < 2**31:
-                out += b"J" + struct.pack("<i", obj)
-            else:
-                nbytes = (obj.bit_length() + 8) // 8
-                raw = obj.to_bytes(nbytes, "little", signed=True)
-                while len(raw) > 1 and ((raw[-1] == 0 and raw[-2] < 0x80) or (raw[-1] == 0xFF and raw[-2] >= 0x80)):
-                    raw = raw[:-1]
-                if len(raw) < 256:
-                    out += b"\x8a" + bytes([len(raw)]) + raw
-                else:
-                    out += b"\x8b" + struct.pack("<i", len(raw)) + raw
+            out += _int_op(obj)
         elif t is float:
             out += b"G" + struct.pack(">d", obj)
         elif t is str:
@@ -200,12 +225,79 @@ class Pickler2:
                 hint="save tensors, arrays, containers and Python scalars",
             )
 
+    def _save_tensor_call(self, o: TensorCall) -> None:
+        """Write ``o`` exactly as :meth:`_save` writes ``o.as_reduce()``: the same opcodes,
+        memo reads and memo indices (the argument and pid tuples are new objects that
+        nothing can refer to again: their memo stores take an index and nothing else)."""
+        rkey = ("reduce", o.memo_key)
+        idx = self.memo.get(rkey)
+        out = self.out
+        if idx is not None:
+            out += _GET1[idx] if idx < 256 else b"j" + _pack_I(idx)
+            return
+        self._save_global(o.func)
+        out += b"(("
+        name, stype, key, location, numel = o.pid
+        self._save_str(name)
+        self._save_global(stype)
+        self._save_str(key)
+        self._save_str(location)
+        out += _int_op(numel)
+        out += b"t"
+        self._put_new()
+        out += b"Q"
+        out += _int_op(o.offset)
+        self._save_ints(o.size)
+        self._save_ints(o.stride)
+        out += b"\x88" if o.requires_grad else b"\x89"
+        od = o.od
+        self._save_global(od.func)
+        out += b")R"
+        self._put(("obj", id(od)), od)
+        out += b"t"
+        self._put_new()
+        out += b"R"
+        self._put(rkey, o)
+
+    def _put_new(self) -> None:
+        """A memo store of an object nothing can fetch again (it takes the next index)."""
+        idx = self._count
+        self._count += 1
+        self.out += b"q" + bytes([idx]) if idx < 256 else b"r" + _pack_I(idx)
+
+    def _save_str(self, obj: str) -> None:
+        idx = self.memo_id.get(id(obj))
+        if idx is not None:
+            self.out += _GET1[idx] if idx < 256 else b"j" + _pack_I(idx)
+            return
+        raw = obj.encode("utf-8", "surrogatepass")
+        self.out += b"X" + _pack_I(len(raw)) + raw
+        self._put(("id", id(obj)), obj)
+
+    def _save_ints(self, t: tuple) -> None:
+        """A tuple of ints, as :meth:`_save_tuple` writes it."""
+        if not t:
+            self.out += b")"
+            return
+        if self._get(("id", id(t))):
+            return
+        n = len(t)
+        out = self.out
+        if n > 3:
+            out += b"("
+        for x in t:
+            out += _int_op(x)
+        out += (b"\x85", b"\x86", b"\x87")[n - 1] if n <= 3 else b"t"
+        self._put(("id", id(t)), t)
+
     def _save_global(self, g: Global) -> None:
-        if self._get(("global", g.key())):
+        idx = self.memo.get(g.memo_key)
+        if idx is not None:
+            self.out += _GET1[idx] if idx < 256 else b"j" + _pack_I(idx)
             return
         mod = _REVERSE.get(g.module, g.module)
         self.out += b"c" + mod.encode() + b"\n" + g.name.encode() + b"\n"
-        self._put(("global", g.key()), g)
+        self._put(g.memo_key, g)
 
     def _save_tuple(self, obj: tuple, depth: int) -> None:
         if not obj:
@@ -250,6 +342,23 @@ class Pickler2:
                     self._save(k, depth + 1)
                     self._save(v, depth + 1)
                 self.out += b"u"
+
+
+def _int_op(obj: int) -> bytes:
+    """BININT1, BININT2, BININT, LONG1 or LONG4 for an int, as CPython's pickler chooses."""
+    if 0 <= obj < 256:
+        return b"K" + bytes([obj])
+    if 0 <= obj < 65536:
+        return b"M" + struct.pack("<H", obj)
+    if -(2**31) <= obj < 2**31:
+        return b"J" + struct.pack("<i", obj)
+    nbytes = (obj.bit_length() + 8) // 8
+    raw = obj.to_bytes(nbytes, "little", signed=True)
+    while len(raw) > 1 and ((raw[-1] == 0 and raw[-2] < 0x80) or (raw[-1] == 0xFF and raw[-2] >= 0x80)):
+        raw = raw[:-1]
+    if len(raw) < 256:
+        return b"\x8a" + bytes([len(raw)]) + raw
+    return b"\x8b" + struct.pack("<i", len(raw)) + raw
 
 
 def dumps(obj: Any, translate: Callable[[Any], Any] | None = None) -> bytes:

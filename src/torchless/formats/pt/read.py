@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import struct
 import sys
-import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...container.zip import ZipReader, is_zip
 from ...core.dtypes import DTYPES, DType
@@ -24,6 +23,9 @@ from ...core.values import StorageType
 from ...pickle.globals import Allowlist, AllowlistResolver, Rebuilder
 from ...pickle.machine import Limits, Unpickler
 from ...pickle.torch_globals import DEFAULT_ALLOWLIST
+
+if TYPE_CHECKING:
+    import tarfile
 
 __all__ = [
     "LEGACY_MAGIC",
@@ -80,6 +82,8 @@ def is_tar_header(head: bytes) -> bool:
     pre-POSIX v7 headers alike: tarfile checks the checksum, not the magic)."""
     if len(head) < 512:
         return False
+    import tarfile  # only here and for tar checkpoints: most runs never need it
+
     try:
         tarfile.TarInfo.frombuf(head[:512], "utf-8", "surrogateescape")
     except (tarfile.TarError, ValueError, UnicodeError):
@@ -177,6 +181,7 @@ def read_zip_checkpoint(
     # torch caches a loaded storage per persistent-id key *object* (so '0' and 0 are two
     # storages of one record) and never caches an empty or meta storage (data pointer 0)
     loaded: dict[Any, Storage] = {}
+    batch = zr.batch_reader()
 
     def persistent_load(pid: Any) -> Storage:
         if (
@@ -239,9 +244,10 @@ def read_zip_checkpoint(
                 return zr.read(entry)[:nbytes]
 
         else:
+            batch.add(entry)  # small records are read in file-order runs, one read for many
 
             def loader(entry: Any = entry, nbytes: int = nbytes) -> memoryview:
-                return zr.source.copy(zr.data_offset(entry), nbytes, what=f"record {entry.name!r}")
+                return batch.read(entry, nbytes)
 
         location = str(location)
         st = Storage(key, nbytes, dtype, location, loader=loader, byteorder=order, origin=entry.name)
@@ -405,6 +411,8 @@ def read_legacy_tar(
     Raises:
         TarFallback: ``tarfile`` itself failed (torch then reads a legacy stream).
     """
+    import tarfile
+
     try:
         return _read_legacy_tar(source, weights_only=weights_only, resolver=resolver, limits=limits)
     except (TorchlessError, TarFallback):
@@ -418,6 +426,8 @@ def read_legacy_tar(
 
 def _tar_members(source: ByteSource) -> tuple[tarfile.TarFile, dict[str, tarfile.TarInfo]]:
     """Every member by name, the last of each name winning (``TarFile.getmember``)."""
+    import tarfile
+
     tf = tarfile.open(fileobj=SourceFile(source), mode="r:", format=tarfile.PAX_FORMAT)  # type: ignore[call-overload]
     members: dict[str, tarfile.TarInfo] = {}
     n = 0

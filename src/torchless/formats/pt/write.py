@@ -39,7 +39,7 @@ from ...core.errors import UnsupportedError, UsageError
 from ...core.source import PathLike
 from ...core.tensor import NestedTensor, SparseTensor, Storage, Tensor, as_tensor, is_torch_tensor
 from ...core.values import Device, Layout, MemoryFormat, Namespace, QScheme, Size, StateDict, TorchVersion
-from ...pickle.writer import Global, Persistent, Pickler2, Reduce
+from ...pickle.writer import Global, Persistent, Pickler2, Reduce, TensorCall
 
 __all__ = ["save_checkpoint", "CheckpointPickler"]
 
@@ -85,6 +85,10 @@ class CheckpointPickler:
         self._converted: dict[int, Tensor] = {}  # id(torch tensor or array) -> its Tensor
 
     def _storage_pid(self, st: Storage, dtype: DType, v3: bool) -> Persistent:
+        return Persistent(self._storage_ref(st, dtype, v3))
+
+    def _storage_ref(self, st: Storage, dtype: DType, v3: bool) -> tuple:
+        """The persistent id of ``st`` (registering it for writing on first use)."""
         sid = id(st)
         key = self.storage_keys.get(sid)
         # torch.save's rule: a storage is saved with one dtype (the tensor's for typed
@@ -106,8 +110,8 @@ class CheckpointPickler:
             )
         location = st.location if st.location and st.location != "meta" else "cpu"
         if v3:
-            return Persistent(("storage", Global("torch.storage", "UntypedStorage"), key, location, st.nbytes))
-        return Persistent(("storage", Global("torch", dtype.legacy_storage), key, location, st.nbytes // dtype.itemsize))
+            return ("storage", Global("torch.storage", "UntypedStorage"), key, location, st.nbytes)
+        return ("storage", Global("torch", dtype.legacy_storage), key, location, st.nbytes // dtype.itemsize)
 
     def _plain_tensor(self, t: Tensor) -> tuple[Global, tuple]:
         """The rebuild function and arguments of ``t`` without Parameter or attributes."""
@@ -145,8 +149,26 @@ class CheckpointPickler:
             args = args + (md,)
         return Global(_UTILS, "_rebuild_tensor_v3" if v3 else "_rebuild_tensor_v2"), args
 
-    def _tensor(self, t: Tensor) -> Reduce:
+    def _tensor(self, t: Tensor) -> Reduce | TensorCall:
         key = ("t", id(t))
+        st = t.storage
+        if (
+            st is not None
+            and not t.is_parameter
+            and not t.attrs
+            and t.quantizer is None
+            and type(t.requires_grad) is bool
+            and type(st.location) is str
+            and st.location != "meta"
+            and t.dtype.legacy_storage is not None
+            and not any(t.metadata.values())
+        ):
+            # the common plain tensor: written straight from its parts (the same bytes)
+            size, stride, offset = tuple(t.shape), tuple(t.stride()), t.storage_offset()
+            if type(offset) is int and _ints_only(size) and _ints_only(stride):
+                return TensorCall(
+                    _V2, self._storage_ref(st, t.dtype, False), offset, size, stride, t.requires_grad, _EMPTY_OD, key
+                )
         if t.storage is not None and t.storage.location == "meta":
             t = Tensor(None, t.dtype, t.shape, t.stride(), 0, requires_grad=t.requires_grad, is_parameter=t.is_parameter)
         func, args = self._plain_tensor(t)
@@ -185,6 +207,9 @@ class CheckpointPickler:
         return t
 
     def translate(self, obj: Any) -> Any:  # noqa: C901 - one case per value type
+        if type(obj) is Tensor:  # the common case first
+            self._alive.append(obj)
+            return self._tensor(obj)
         if isinstance(obj, np.ndarray):
             if not _is_tensor_array(obj):
                 return _numpy_reduce(obj)
@@ -288,6 +313,13 @@ class CheckpointPickler:
 
 
 _EMPTY_OD = Reduce(Global("collections", "OrderedDict"), ())
+_V2 = Global(_UTILS, "_rebuild_tensor_v2")
+_SMALL = 1 << 16  # storages below this go through TorchZipWriter.write_small
+_INT = {int}
+
+
+def _ints_only(t: tuple) -> bool:
+    return not t or set(map(type, t)) == _INT
 
 
 def _empty_od() -> Reduce:
@@ -496,7 +528,10 @@ def save_checkpoint(
         zw.write("byteorder", sys.byteorder.encode())
         for key, st in cp.storages:
             mv = memoryview(st.native_bytes())  # written in host order, as the byteorder record says
-            zw.write_chunks(f"data/{key}", iter_chunks(mv), len(mv))
+            if mv.nbytes < _SMALL:
+                zw.write_small("data/" + key, mv)
+            else:
+                zw.write_chunks(f"data/{key}", iter_chunks(mv), len(mv))
             if progress is not None:
                 progress(len(mv))
             del mv  # release an assembled (non-mmap) buffer before the next one is built

@@ -1,0 +1,283 @@
+"""The per-tensor fast paths against the general code they stand in for (issue 12).
+
+* the pickle machine's one-step run of torch's state-dict entries
+  (``torchless.pickle.machine.FAST_TENSOR_CALLS``) against the opcode-by-opcode loop:
+  the same object, the same globals, the same error (type, offset, message) on every
+  input, the differential fuzzer's checkpoints and byte-flipped mutations included;
+* the pickler's direct tensor writer (``torchless.pickle.writer.FAST_TENSORS``) and
+  ``TorchZipWriter.write_small`` against the general ones: the same bytes;
+* eager reads through ``BatchReader`` (runs of small records in one read) against the
+  memory-mapped bytes, with a damaged record in the middle of a run.
+
+The oracle for the fast paths is the general code (itself checked against torch by the
+differential suite); every comparison here also checks that the fast path ran.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+import warnings
+import zipfile
+
+import numpy as np
+import pytest
+
+import torchless
+import torchless.pickle.machine as machine
+import torchless.pickle.writer as writer
+from torchless.container.zip import TorchZipWriter, ZipReader
+from torchless.core.dtypes import DTYPES
+from torchless.core.errors import FormatError, TorchlessError
+from torchless.core.tensor import Storage, Tensor
+from torchless.core.tree import iter_tensors
+from torchless.core.values import StorageType
+from torchless.formats.pt.read import make_resolver, read_zip_checkpoint
+from torchless.pickle.machine import Unpickler
+
+torch = pytest.importorskip("torch", reason="torch writes the checkpoints")
+
+import pt_fuzz  # noqa: E402
+
+
+def _picture(x, seen=None):
+    """A comparable picture of a loaded tree (tensors by every field and their bytes)."""
+    if isinstance(x, Tensor):
+        st = x.storage
+        return (
+            "T",
+            x.dtype.name,
+            x.shape,
+            tuple(x.stride()),
+            x.storage_offset(),
+            x.requires_grad,
+            sorted(x.metadata.items()),
+            x.device,
+            None if st is None else (st.key, st.nbytes, st.dtype.name, st.location, st.byteorder, st.origin),
+        )
+    if isinstance(x, dict):
+        return (type(x).__name__, [(k, _picture(v)) for k, v in x.items()], sorted(getattr(x, "attributes", {}) or {}))
+    if isinstance(x, (list, tuple)):
+        return (type(x).__name__, [_picture(v) for v in x])
+    return (type(x).__name__, repr(x))
+
+
+def _pl(pid):
+    """A persistent_load shaped like torch's (refusing the rest)."""
+    if type(pid) is not tuple or len(pid) != 5 or pid[0] != "storage" or type(pid[1]) is not StorageType:
+        raise FormatError("bad pid")
+    if type(pid[4]) is not int or pid[4] < 0:
+        raise FormatError("bad numel")
+    dt = pid[1].dtype or DTYPES["uint8"]
+    return Storage(str(pid[2]), pid[4] * dt.itemsize, dt, str(pid[3]))
+
+
+def _run_pickle(data: bytes, fast: bool, monkeypatch):
+    """(outcome, globals seen, fast entries) of the machine on a torch data.pkl."""
+    monkeypatch.setattr(machine, "FAST_TENSOR_CALLS", fast)
+    r = make_resolver(True)
+    up = Unpickler(data, resolver=r, persistent_load=_pl)
+    try:
+        out = ("ok", _picture(up.load()))
+    except TorchlessError as e:
+        out = ("error", type(e).__name__, e.offset, str(e))
+    return out, list(r.seen), up.info.fast_entries
+
+
+def _state_dict(n: int, seed: int = 0):
+    """n tensors of varied shapes, dtypes, views, shared storages and flags."""
+    g = torch.Generator().manual_seed(seed)
+    sd = {}
+    base = torch.randn(64, generator=g)
+    for i in range(n):
+        k = i % 9
+        if k == 0:
+            t = torch.randn(int(torch.randint(1, 300, (1,), generator=g)), generator=g)
+        elif k == 1:
+            t = torch.tensor(float(i))  # 0-d: EMPTY_TUPLE size and stride
+        elif k == 2:
+            t = torch.randn(2, 3, 4, 5, generator=g)  # MARK ... TUPLE
+        elif k == 3:
+            t = torch.randn(6, 5, generator=g).t()  # non-contiguous
+        elif k == 4:
+            t = base[i % 32 :]  # shared storage, an offset
+        elif k == 5:
+            t = torch.zeros(70000, dtype=torch.int8)[: 2 + i % 5]  # BININT numel
+        elif k == 6:
+            t = torch.ones(3, dtype=torch.float16).requires_grad_(False)
+        elif k == 7:
+            t = torch.nn.Parameter(torch.randn(4, generator=g))  # not the plain shape
+        else:
+            t = torch.arange(5, dtype=torch.int64)
+        sd[f"layer.{i}.w"] = t
+    return sd
+
+
+def _saved(obj) -> bytes:
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def _pkl(data: bytes) -> bytes:
+    zf = zipfile.ZipFile(io.BytesIO(data))
+    return zf.read(next(n for n in zf.namelist() if n.endswith("/data.pkl")))
+
+
+@pytest.mark.parametrize("n", [3, 40, 300])
+def test_state_dicts_same_with_and_without_the_fast_path(n, monkeypatch):
+    data = _pkl(_saved(_state_dict(n)))
+    fast, seen_f, hits = _run_pickle(data, True, monkeypatch)
+    slow, seen_s, none = _run_pickle(data, False, monkeypatch)
+    assert fast[0] == "ok" and fast == slow and seen_f == seen_s
+    assert none == 0 and hits >= (n * 6) // 9 - 2  # every plain tensor after the first
+
+
+def test_ordered_state_dict_with_metadata_and_nesting(monkeypatch):
+    sd = torch.nn.Sequential(*[torch.nn.Linear(3, 3) for _ in range(60)]).state_dict()
+    for obj in (sd, {"model": sd, "opt": {"step": 3, "m": [torch.ones(2)] * 3}}):
+        data = _pkl(_saved(obj))
+        fast, seen_f, hits = _run_pickle(data, True, monkeypatch)
+        assert (fast, seen_f) == _run_pickle(data, False, monkeypatch)[:2]
+        assert fast[0] == "ok" and hits > 100
+
+
+def test_mutated_pickles_fail_or_load_the_same_way(monkeypatch):
+    """Byte flips, cuts and memo-index rewrites of a 300-entry pickle: the fast path
+    returns what the loop returns, or the same error at the same offset."""
+    data = _pkl(_saved(_state_dict(300, seed=1)))
+    rng = random.Random(12)
+    hits = 0
+    for i in range(160):
+        b = bytearray(data)
+        if i % 4 == 0:
+            b = b[: rng.randrange(len(b))]
+        else:
+            for _ in range(rng.randint(1, 3)):
+                b[rng.randrange(len(b))] = rng.choice([0x71, 0x72, 0x68, 0x6A, 0x28, 0x85, 0x4B, 0x52, rng.randrange(256)])
+        fast, seen_f, h = _run_pickle(bytes(b), True, monkeypatch)
+        slow, seen_s, _ = _run_pickle(bytes(b), False, monkeypatch)
+        assert fast == slow, f"mutation {i}"
+        assert seen_f == seen_s
+        hits += h
+    assert hits > 1000
+
+
+def test_a_memo_read_of_a_value_stored_in_the_run_is_left_to_the_loop(monkeypatch):
+    """An entry that fetches what an earlier entry of the same run stored (here: its key
+    string used as the next storage's location) must see that value, as the loop does."""
+    data = bytearray(_pkl(_saved({f"k{i}": torch.ones(2) for i in range(5)})))
+    # the 3rd entry's location read ('cpu', h\x06) now reads the 2nd entry's key string
+    first = data.index(b"X\x02\x00\x00\x00k1")
+    put = data[first + 7 : first + 9]
+    assert put[:1] == b"q"
+    loc = data.index(b"h\x06", data.index(b"X\x02\x00\x00\x00k2"))
+    data[loc + 1] = put[1]
+    fast = _run_pickle(bytes(data), True, monkeypatch)
+    slow = _run_pickle(bytes(data), False, monkeypatch)
+    assert fast[:2] == slow[:2] and fast[0][0] == "ok"
+    assert "'k1'" in repr(fast[0])  # the location really is the stored key
+
+
+def test_fuzzer_checkpoints_read_and_write_the_same_with_and_without_fast_paths(monkeypatch):
+    hits = 0
+    for seed in range(11_000, 11_060):
+        g = pt_fuzz.Gen(seed)
+        layout = g.pick([x for x in pt_fuzz.LAYOUTS if x != "legacy"])
+        protocol = int(g.pick([2, 3, 4, 5]))
+        obj = g.checkpoint()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            data = pt_fuzz.torch_save(obj, layout, protocol)
+        pics, saved = [], []
+        for fast in (True, False):
+            monkeypatch.setattr(machine, "FAST_TENSOR_CALLS", fast)
+            monkeypatch.setattr(writer, "FAST_TENSORS", fast)
+            for mm in (True, False):
+                zr = ZipReader(data)
+                cp = read_zip_checkpoint(zr, mmap=mm)
+                hits += _fast_entries(zr) if fast else 0
+                pics.append(_picture(cp.obj))
+                byts = [bytes(t.storage.bytes()) for _n, t in iter_tensors(cp.obj) if getattr(t, "storage", None) is not None]
+                pics.append(byts)
+            buf = io.BytesIO()
+            torchless.save(obj, buf)
+            saved.append(buf.getvalue())
+        assert pics[0] == pics[2] == pics[4] == pics[6], f"seed {seed}"
+        assert pics[1] == pics[3] == pics[5] == pics[7], f"seed {seed}"
+        assert saved[0] == saved[1], f"seed {seed}"
+    assert hits > 0  # small random trees: the many-entry cases are the tests above
+
+
+def _fast_entries(zr) -> int:
+    """How many entries of the archive's data.pkl the fast path runs."""
+    pkl = bytes(zr.read(zr.get("data.pkl")))
+    up = Unpickler(pkl, resolver=make_resolver(True), persistent_load=_pl)
+    try:
+        up.load()
+    except TorchlessError:
+        return 0
+    return up.info.fast_entries
+
+
+def test_save_writes_the_same_bytes_either_way(monkeypatch, tmp_path):
+    sd = torchless.load(_saved(_state_dict(120, seed=3)))
+    sd["again"] = next(iter(sd.values()))  # the same tensor twice: a memo read
+    outs = []
+    for fast in (True, False):
+        monkeypatch.setattr(writer, "FAST_TENSORS", fast)
+        (tmp_path / str(fast)).mkdir()
+        p = tmp_path / str(fast) / "m.pt"  # the archive folder comes from the name
+        torchless.save(sd, p)
+        outs.append(p.read_bytes())
+    assert outs[0] == outs[1]
+    back = torch.load(io.BytesIO(outs[0]), weights_only=True)
+    assert back["again"] is back[next(iter(back))]
+
+
+def test_write_small_writes_what_write_writes():
+    rng = np.random.default_rng(0)
+    recs = [(f"data/{i}", rng.bytes(int(rng.integers(0, 5000)))) for i in range(300)]
+    recs.append(("data/big", rng.bytes(70000)))
+    outs = []
+    for small in (True, False):
+        buf = io.BytesIO()
+        with TorchZipWriter(buf, "arch") as zw:
+            for name, body in recs:
+                (zw.write_small if small else zw.write)(name, body)
+        outs.append(buf.getvalue())
+    assert outs[0] == outs[1]
+    zf = zipfile.ZipFile(io.BytesIO(outs[0]))
+    assert zf.testzip() is None and zf.read("arch/data/7") == recs[7][1]
+
+
+def test_eager_runs_read_the_bytes_of_each_record(tmp_path):
+    sd = {f"t{i}": torch.arange(i % 50 + 1, dtype=torch.float32) + i for i in range(500)}
+    sd["big"] = torch.ones(400_000)  # read on its own
+    p = tmp_path / "m.pt"
+    p.write_bytes(_saved(sd))
+    eager = torchless.load(p, mmap=False)
+    mapped = torchless.load(p, mmap=True)
+    for k in reversed(list(sd)):  # out of file order
+        assert bytes(eager[k].storage.bytes()) == bytes(mapped[k].storage.bytes()) == sd[k].numpy().tobytes()
+
+
+def test_a_damaged_record_in_a_run_fails_alone(tmp_path):
+    sd = {f"t{i}": torch.full((8,), float(i)) for i in range(40)}
+    data = bytearray(_saved(sd))
+    zr = ZipReader(bytes(data))
+    victim = zr.get("data/17")
+    data[victim.header_offset : victim.header_offset + 4] = b"PK\x09\x09"  # its local header signature
+    p = tmp_path / "bad.pt"
+    p.write_bytes(bytes(data))
+    eager = torchless.load(p, mmap=False)
+    assert eager["t3"].numpy().tolist() == [3.0] * 8  # the run around it still reads
+    with pytest.raises(FormatError, match="local header") as e:
+        eager["t17"].numpy()
+    mapped = torchless.load(p, mmap=True)
+    with pytest.raises(FormatError, match="local header") as e2:
+        mapped["t17"].numpy()
+    assert str(e.value) == str(e2.value)
+    assert eager["t30"].numpy().tolist() == [30.0] * 8
