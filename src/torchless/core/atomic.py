@@ -530,7 +530,7 @@ class AtomicDir:
             try:
                 if self.url is not None:
                     self._upload(last)
-                    shutil.rmtree(self.tmp, ignore_errors=True)
+                    _rmtree(self.tmp, ignore_errors=True)
                 elif os.path.isdir(self.path) and os.listdir(self.path):
                     if not self.merge:
                         raise WriteError("cannot write: the destination folder is not empty", path=self.path)
