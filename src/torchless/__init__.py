@@ -13,8 +13,8 @@ Example:
 
 from __future__ import annotations
 
-from .cli._start import quiet_interrupts as _quiet
-from .cli._start import running_as_cli as _is_cli
+from ._start import quiet_interrupts as _quiet
+from ._start import running_as_cli as _is_cli
 
 if _is_cli():  # `torchless ...`: a Ctrl-C during the imports below prints no traceback
     _quiet()
@@ -36,11 +36,10 @@ from .core.errors import (
     WriteError,
 )
 from .core.tensor import NestedTensor, SparseTensor, Storage, Tensor, tensor
+from .core.version import __version__ as __version__
 from .formats.base import Artifact, Capabilities
 from .pickle.globals import GlobalRef, PickledObject
 from .pickle.machine import Limits
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Artifact",

@@ -8,7 +8,9 @@ from typing import Any
 
 from .core.errors import UsageError
 from .formats.base import Artifact, check_options
-from .formats.registry import capabilities, formats_that, handler, handler_for_path, require
+from .formats.dispatch import open_artifact, tensor_writer, writable_formats
+from .formats.dispatch import write_tensors as _write_tensors
+from .formats.registry import capabilities, handler, handler_for_path, require
 from .formats.registry import detect as _detect
 
 __all__ = ["capabilities", "convert", "detect", "load", "open", "save", "writable_formats", "write_tensors"]
@@ -51,14 +53,7 @@ def open(path: Any, *, format: str | None = None, **kw: Any) -> Artifact:  # noq
         ...     for name, t in ckpt.tensors():
         ...         print(name, t.dtype, t.shape)
     """
-    h = handler(format or "pt") if isinstance(path, (bytes, bytearray, memoryview)) else _detect(path, format)
-    check_options(h, "open", kw, path=None if isinstance(path, (bytes, bytearray, memoryview)) else path)
-    weights_only = kw.get("weights_only", True)
-    if type(weights_only) is not bool:
-        raise UsageError("weights_only must be True or False", found=repr(weights_only)[:40])
-    art = h.open(path, **kw)
-    art.weights_only = weights_only  # the policy, decided once: load() holds to it
-    return art
+    return open_artifact(path, format=format, **kw)
 
 
 def load(path: Any, *, weights_only: bool = True, format: str | None = None, **kw: Any) -> Any:
@@ -124,30 +119,7 @@ def write_tensors(
         UsageError: no writable format for ``path``, or an option the format does not
             take (``max_shard_size`` for ``.pt``).
     """
-    h = _tensor_writer(path, format)
-    check_options(h, "write", kw, path=path)
-    res = h.write_tensors(items, path, progress=progress, **kw)
-    return (
-        list(res) if isinstance(res, (list, tuple)) else [os.fspath(path) if isinstance(path, (str, os.PathLike)) else "<file>"]
-    )
-
-
-def writable_formats() -> list[str]:
-    """Names of the formats :func:`write_tensors` and :func:`convert` can write."""
-    return formats_that("write_tensors")
-
-
-def _tensor_writer(path: Any, format: str | None) -> Any:
-    """The handler that writes tensors to ``path`` (by ``format`` or extension)."""
-    h = handler(format) if format else handler_for_path(path)
-    if h is None:
-        exts = ", ".join(e for name in writable_formats() for e in handler(name).extensions)
-        raise UsageError(
-            "cannot write tensors to this file type",
-            path=path,
-            expected=f"a destination of a writable format ({', '.join(writable_formats())}: {exts})",
-        )
-    return require(h, "write_tensors", path=path)
+    return _write_tensors(items, path, format=format, progress=progress, **kw)
 
 
 def _non_tensor_leaves(obj: Any, max_items: int = 10_000) -> list[dict[str, str]]:
@@ -194,7 +166,7 @@ def convert(
         UsageError: an option that does not apply, or ``strict`` and something would be
             dropped.
     """
-    h = _tensor_writer(dst, dst_format)
+    h = tensor_writer(dst, dst_format)
     check_options(h, "write", {k: v for k, v in kw.items() if v is not None}, path=dst)  # before any work
     # weights_only=False: unknown classes become placeholders whose tensors still convert;
     # nothing is imported or run either way

@@ -173,7 +173,7 @@ def test_verify_pt_crc(capsys, tmp_path, torch):
 
 
 def test_verify_counts_info_lines_as_notes_not_warnings(capsys):
-    from torchless.container.zip import Problem
+    from torchless.core.findings import Problem
 
     class Art:
         format = "x"

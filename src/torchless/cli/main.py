@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Read, inspect, verify, scan and convert PyTorch artifacts without torch.",
         epilog="exit codes: 0 ok, 1 findings/differences, 2 error",
     )
-    from .. import __version__
+    from ..core.version import __version__
 
     p.add_argument("--version", action="version", version=f"torchless {__version__}")
     p.add_argument(
@@ -74,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     setattr(args, k, v)
         except SystemExit as e:  # argparse: usage errors exit 2, --help/--version exit 0
             return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
-        from ._start import command_starts
+        from .._start import command_starts
 
         command_starts()  # from here a Ctrl-C unwinds (KeyboardInterrupt) so writes clean up
         if args.storage_options is not None and (code := _set_storage_options(args.storage_options)) is not None:

@@ -40,9 +40,10 @@ from typing import Any, BinaryIO
 
 from ..core.atomic import AtomicFile
 from ..core.errors import FormatError, LimitError, NotFoundError, TruncatedError, UnsupportedError, UsageError
+from ..core.findings import Problem
 from ..core.source import ByteSource, PathLike, open_source
 
-__all__ = ["ZipEntry", "ZipReader", "TorchZipWriter", "is_zip", "Problem", "check_inflate", "locate_eocd", "zip64_record"]
+__all__ = ["ZipEntry", "ZipReader", "TorchZipWriter", "is_zip", "check_inflate", "locate_eocd", "zip64_record"]
 
 LOCAL_SIG = b"PK\x03\x04"
 CENTRAL_SIG = b"PK\x01\x02"
@@ -88,26 +89,6 @@ class ZipEntry:
         """miniz's test: a name ending in ``/`` or the DOS directory attribute (0x10).
         miniz extracts nothing for such a record: torch hands back uninitialized memory."""
         return self.raw_name.endswith(b"/") or bool(self.external_attr & 0x10)
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """A structural finding about a container (for ``verify`` and ``scan``)."""
-
-    code: str
-    message: str
-    member: str | None = None
-    offset: int | None = None
-    severity: str = "error"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "code": self.code,
-            "message": self.message,
-            "member": self.member,
-            "offset": self.offset,
-            "severity": self.severity,
-        }
 
 
 class ZipReader:

@@ -32,8 +32,7 @@ def _children(obj: Any) -> Iterator[tuple[str, Any]]:
             yield str(i), v
         return
     # imported here, not per call of the walk (an import statement costs microseconds)
-    from ..pickle.globals import PickledObject
-    from .values import Namespace
+    from .values import Namespace, PickledObject
 
     if isinstance(obj, PickledObject):
         attrs = obj.attrs
@@ -121,8 +120,7 @@ def describe(obj: Any, *, max_items: int = 20, max_depth: int = 8, max_nodes: in
     """A JSON-ready outline of an object tree: tensors as one-line summaries, long
     containers cut to ``max_items`` entries, shared containers shown once.
     """
-    from ..pickle.globals import GlobalRef, PickledObject
-    from .values import Namespace
+    from .values import GlobalRef, Namespace, PickledObject
 
     budget = [max_nodes]
     seen: set[int] = set()
@@ -226,8 +224,7 @@ def json_tree(obj: Any, *, max_nodes: int = 1_000_000) -> Any:
     """
     import math
 
-    from ..pickle.globals import GlobalRef, PickledObject
-    from .values import Namespace
+    from .values import GlobalRef, Namespace, PickledObject
 
     count = [0]
     seen: dict[int, str] = {}

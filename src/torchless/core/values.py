@@ -2,7 +2,9 @@
 
 They are plain data: a ``torch.Size`` is a tuple, a ``torch.device`` a string-like value,
 a state dict an ``OrderedDict`` that can also carry attributes (``_metadata``), exactly
-as torch's objects carry them.
+as torch's objects carry them. :class:`GlobalRef` and :class:`PickledObject` are the inert
+placeholders the pickle machine leaves for globals it does not resolve (they live here so
+that walking an object tree, :mod:`torchless.core.tree`, needs nothing from ``pickle/``).
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ from .dtypes import DType
 
 __all__ = [
     "Device",
+    "GlobalRef",
     "Layout",
     "MemoryFormat",
     "Namespace",
+    "PickledObject",
     "QScheme",
     "Size",
     "StateDict",
@@ -161,3 +165,83 @@ class Namespace:
     def __repr__(self) -> str:
         inner = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
         return f"Namespace({inner})"
+
+
+class GlobalRef:
+    """An inert reference to a global the file names but torchless will not resolve."""
+
+    __slots__ = ("module", "name")
+
+    def __init__(self, module: str, name: str) -> None:
+        self.module = module
+        self.name = name
+
+    @property
+    def qualname(self) -> str:
+        return f"{self.module}.{self.name}"
+
+    def __repr__(self) -> str:
+        return f"<global {self.module}.{self.name}>"
+
+    def __reduce__(self) -> Any:  # never re-pickle a placeholder as the real thing
+        raise TypeError("GlobalRef placeholders cannot be pickled")
+
+
+class PickledObject:
+    """What a pickle would have built by calling an unresolved global; nothing was called.
+
+    Attributes:
+        cls: the :class:`GlobalRef` called (or instantiated).
+        args: the positional arguments from the pickle.
+        kwargs: keyword arguments (NEWOBJ_EX only).
+        state: what BUILD set (``__dict__`` contents or a ``(dict, slots)`` pair).
+        items: items added by APPEND(S)/SETITEM(S)/ADDITEMS, in order (``list`` of
+            values or of ``(key, value)`` pairs), for subclasses of list/dict/set.
+        via: the opcode that made it (``REDUCE``, ``NEWOBJ``, ``INST``, ``OBJ``...).
+    """
+
+    __slots__ = ("cls", "args", "kwargs", "state", "items", "via", "__weakref__")
+
+    def __init__(self, cls: GlobalRef, args: tuple = (), kwargs: dict | None = None, via: str = "REDUCE") -> None:
+        self.cls = cls
+        self.args = args
+        self.kwargs = kwargs or {}
+        self.state: Any = None
+        self.items: list[Any] = []
+        self.via = via
+
+    @property
+    def class_name(self) -> str:
+        return self.cls.qualname
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        """The instance dictionary as BUILD would have set it (empty when none)."""
+        st = self.state
+        if isinstance(st, tuple) and len(st) == 2:
+            out: dict[str, Any] = {}
+            for part in st:
+                if isinstance(part, dict):
+                    out.update(part)
+            return out
+        return st if isinstance(st, dict) else {}
+
+    def __getattr__(self, item: str) -> Any:
+        # explorable like the real object: module.weight -> the tensor in its state
+        attrs = object.__getattribute__(self, "attrs")
+        if item in attrs:
+            return attrs[item]
+        mods = attrs.get("_modules") or {}
+        if isinstance(mods, dict) and item in mods:
+            return mods[item]
+        for key in ("_parameters", "_buffers"):
+            d = attrs.get(key) or {}
+            if isinstance(d, dict) and item in d:
+                return d[item]
+        raise AttributeError(item)
+
+    def __repr__(self) -> str:
+        return f"<{self.cls.qualname} (not imported)>"
+
+    def __reduce__(self) -> Any:
+        raise TypeError("PickledObject placeholders cannot be pickled")

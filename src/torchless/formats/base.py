@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..container.zip import Problem, ZipReader, is_zip
+from ..container.zip import ZipReader, is_zip
 from ..core.errors import NotFoundError, TorchlessError, UsageError
+from ..core.findings import Problem
 from ..core.tensor import Tensor
 
 __all__ = [

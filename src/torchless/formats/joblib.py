@@ -26,11 +26,12 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import FormatError, LimitError, TorchlessError, UnsupportedError
+from ..core.findings import Problem
 from ..core.source import open_source
 from ..core.tree import iter_tensors
 from ..pickle.globals import GlobalRef, PickledObject
 from ..pickle.machine import Limits, Unpickler
-from .base import Artifact, Capabilities, FormatHandler, Probe, Problem, summarize_tensors
+from .base import Artifact, Capabilities, FormatHandler, Probe, summarize_tensors
 from .registry import register
 
 __all__ = ["JoblibArtifact", "read_joblib", "compression_of", "WRAPPER"]

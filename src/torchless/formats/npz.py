@@ -31,10 +31,11 @@ from ..core import jsonsafe
 from ..core.atomic import AtomicFile
 from ..core.dtypes import by_name, from_numpy
 from ..core.errors import ChecksumError, FormatError, TorchlessError, UnsupportedError
+from ..core.findings import Problem
 from ..core.npyheader import parse_npy_header
 from ..core.source import ByteSource, BytesSource, open_source
 from ..core.tensor import Storage, Tensor, as_tensor
-from .base import Artifact, Capabilities, FormatHandler, Probe, Problem
+from .base import Artifact, Capabilities, FormatHandler, Probe
 from .registry import register
 
 __all__ = ["NpzArtifact", "write_npz", "parse_npy"]

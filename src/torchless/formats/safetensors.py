@@ -20,9 +20,10 @@ from ..core import jsonsafe
 from ..core.atomic import AtomicFile, shard_set
 from ..core.dtypes import DTYPES, DType
 from ..core.errors import FormatError, LimitError, TruncatedError, UnsupportedError, short_repr
+from ..core.findings import Problem
 from ..core.source import open_source
 from ..core.tensor import Storage, Tensor, as_tensor
-from .base import Artifact, Capabilities, FormatHandler, Probe, Problem
+from .base import Artifact, Capabilities, FormatHandler, Probe
 from .registry import register
 
 __all__ = ["SafetensorsArtifact", "read_safetensors", "write_safetensors", "write_safetensors_sharded", "parse_size", "ST_DTYPES"]

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..container.zip import Problem
 from ..core.errors import FormatError, TorchlessError
+from ..core.findings import Problem
 from .ir import Graph, Node, OpRef, SymValue, TensorValue, iter_nodes
 from .schema import OpSchema, base_of, registry
 

@@ -21,8 +21,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..core.errors import NotFoundError, UsageError
+from ..core.findings import Finding
 from .carriers import Scanner, scan_file
-from .findings import RULES, SEVERITIES, AllowNote, FileReport, Finding, ScanReport
+from .findings import RULES, SEVERITIES, AllowNote, FileReport, ScanReport
 from .policy import SAFE, classify
 
 __all__ = [

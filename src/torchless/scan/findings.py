@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.findings import SEVERITIES, UNANALYSED_RULES, Finding
+
 __all__ = [
     "SEVERITIES",
     "VERDICTS",
@@ -12,14 +14,10 @@ __all__ = [
     "EXIT_CODES",
     "LOADERS",
     "RULES",
-    "Finding",
     "AllowNote",
     "FileReport",
     "ScanReport",
 ]
-
-#: most to least severe; ``info`` never makes a file "not clean".
-SEVERITIES = ("critical", "high", "medium", "low", "info")
 
 #: file verdicts, from the best to the worst news; ``error`` is a file that could not be read.
 VERDICTS = ("clean", "suspicious", "unanalysable", "dangerous", "error")
@@ -27,10 +25,6 @@ VERDICTS = ("clean", "suspicious", "unanalysable", "dangerous", "error")
 #: the exit code each verdict contributes; a scan exits with the highest of its files'
 #: codes, except that ``error`` (2) wins only while nothing was found elsewhere.
 EXIT_CODES = {"clean": 0, "suspicious": 1, "unanalysable": 1, "dangerous": 1, "error": 2}
-
-#: rules that say "these bytes could be executed by a loader and were not fully analysed":
-#: any of them makes a file UNANALYSABLE (unless something dangerous was found), never CLEAN.
-UNANALYSED_RULES = frozenset({"unanalysable", "malformed-pickle", "limit", "engine-disagreement", "unrecognized"})
 
 #: the loaders a finding can name (``Finding.loader``): who would execute the bytes.
 LOADERS = (
@@ -78,56 +72,6 @@ RULES: dict[str, str] = {
     "link-escape": "a path or symlink that leaves the artifact",
     "cache-code": "generated code in a compile cache that inductor's code generator would not have emitted",
 }
-
-
-@dataclass
-class Finding:
-    """One thing a scan found.
-
-    Attributes:
-        rule: id from :data:`RULES`.
-        severity: one of :data:`SEVERITIES`.
-        message: what and why, in one or two sentences.
-        path: the file.
-        member: where inside it (``archive/data.pkl``, ``legacy pickle #4``,
-            ``__0_0.distcp[1577:3154] > archive/data.pkl``); None for the file itself.
-        offset: byte offset inside ``member`` (or the file when no member).
-        file_offset: absolute byte offset in the file when it is known (stored members).
-        global_name: the global concerned, if any.
-        disassembly: a few disassembled opcodes around ``offset``.
-        loader: the loader that would execute what the finding is about (one of
-            :data:`LOADERS`), when it is known.
-    """
-
-    rule: str
-    severity: str
-    message: str
-    path: str
-    member: str | None = None
-    offset: int | None = None
-    file_offset: int | None = None
-    global_name: str | None = None
-    disassembly: list[str] = field(default_factory=list)
-    loader: str | None = None
-
-    @property
-    def unanalysed(self) -> bool:
-        """True for findings that say part of the file was not analysed."""
-        return self.rule in UNANALYSED_RULES and self.severity != "info"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "rule": self.rule,
-            "severity": self.severity,
-            "message": self.message,
-            "path": self.path,
-            "member": self.member,
-            "offset": self.offset,
-            "file_offset": self.file_offset,
-            "global": self.global_name,
-            "disassembly": list(self.disassembly),
-            "loader": self.loader,
-        }
 
 
 @dataclass

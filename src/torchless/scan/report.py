@@ -68,7 +68,7 @@ def format_json(report: ScanReport) -> str:
 
 def format_sarif(report: ScanReport, *, base: str | None = None) -> str:
     """SARIF 2.1.0 for code-scanning CI (one result per finding; info findings omitted)."""
-    from .. import __version__
+    from ..core.version import __version__
 
     rule_ids = sorted(RULES)
     results: list[dict[str, Any]] = []

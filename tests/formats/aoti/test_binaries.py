@@ -12,7 +12,7 @@ import pytest
 
 import torchless
 from torchless.core.errors import FormatError, LimitError, TorchlessError, TruncatedError
-from torchless.formats.aoti.elf import parse_binary
+from torchless.formats.aoti.binary import parse_binary
 from torchless.formats.aoti.macho import parse_macho
 from torchless.formats.aoti.pe import parse_pe
 

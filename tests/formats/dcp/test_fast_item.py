@@ -13,7 +13,8 @@ import sys
 import pytest
 
 from torchless.core.errors import TorchlessError
-from torchless.formats.dcp.read import DCPReader, _fast_item, open_reader
+from torchless.formats.dcp.read import DCPReader, _fast_item
+from torchless.formats.dcp.readers import open_reader
 
 GEN = r"""
 import sys, warnings, torch, torch.distributed.checkpoint as dcp

@@ -22,7 +22,7 @@ import numpy as np
 
 from ...core.errors import FormatError, LimitError, TruncatedError
 
-__all__ = ["ElfInfo", "Section", "parse_elf", "parse_binary", "is_elf", "MACHINES"]
+__all__ = ["ElfInfo", "Section", "parse_elf", "is_elf", "MACHINES"]
 
 ELF_MAGIC = b"\x7fELF"
 SHT_SYMTAB = 2
@@ -306,29 +306,3 @@ def vaddr_to_offset(info: ElfInfo, vaddr: int) -> int | None:
         if va <= vaddr < va + filesz:
             return off + (vaddr - va)
     return None
-
-
-def parse_binary(data: memoryview | bytes, *, name: str = "<so>", member: str | None = None) -> ElfInfo:
-    """Parse an ELF, Mach-O (macOS) or PE/COFF (Windows) shared object or object file by
-    its magic number; never loaded. See :func:`parse_elf`, :func:`.macho.parse_macho`,
-    :func:`.pe.parse_pe`.
-
-    Raises:
-        FormatError: none of the three.
-    """
-    head = bytes(memoryview(data)[:4])
-    if head == ELF_MAGIC:
-        return parse_elf(data, name=name, member=member)
-    from . import macho, pe
-
-    if macho.is_macho(head):
-        return macho.parse_macho(data, name=name, member=member)
-    if pe.is_pe(data):
-        return pe.parse_pe(data, name=name, member=member)
-    raise FormatError(
-        "not an ELF, Mach-O or PE/COFF file",
-        path=name,
-        member=member,
-        expected="\\x7fELF, a Mach-O magic, MZ or a COFF object header",
-        found=repr(head),
-    )

@@ -11,9 +11,10 @@ import struct
 from collections.abc import Iterator
 from typing import Any
 
-from ...container.zip import Problem, is_zip
+from ...container.zip import is_zip
 from ...core.dtypes import DTYPES
 from ...core.errors import TorchlessError
+from ...core.findings import Problem
 from ...core.lazy import LazyModule
 from ...pickle.machine import Limits
 from ..base import Artifact, Capabilities, FormatHandler, Probe, summarize_tensors

@@ -34,6 +34,7 @@ from ...core.source import BytesSource, open_source
 from ...core.tensor import Storage, Tensor
 from ...pickle.machine import Limits
 from ..pt.read import read_zip_checkpoint
+from .binary import parse_binary
 from .constants import (
     ALIGN_BYTES,
     AOTINDUCTOR_DIR,
@@ -44,7 +45,7 @@ from .constants import (
     file_kind,
     is_aoti_records,  # noqa: F401 - re-exported
 )
-from .elf import ElfInfo, parse_binary
+from .elf import ElfInfo
 
 __all__ = [
     "AotiModel",

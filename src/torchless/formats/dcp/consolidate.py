@@ -14,7 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ...core.errors import UsageError
-from .read import DCPReader, open_reader, unflatten
+from .read import DCPReader, unflatten
+from .readers import open_reader
 
 __all__ = ["consolidate"]
 
@@ -43,7 +44,7 @@ def consolidate(
         ``{"tensors": n, "bytes": total, "skipped": [non-tensor keys not written],
         "files": [written paths]}``.
     """
-    from ... import _api
+    from ..dispatch import write_tensors
     from ..registry import handler, handler_for_path
 
     reader = src if isinstance(src, DCPReader) else open_reader(src)
@@ -77,7 +78,7 @@ def consolidate(
                 hint="write .pt to keep them, or leave out --strict",
             )
         items = ((n, reader.tensor(n)) for n in names)
-        files = _api.write_tensors(items, dst, format=h.name, progress=progress, **kw)
+        files = write_tensors(items, dst, format=h.name, progress=progress, **kw)
         return {"tensors": len(names), "bytes": total, "skipped": values, "files": files}
     finally:
         if not isinstance(src, DCPReader):

@@ -6,11 +6,27 @@ import os
 import re
 from typing import Any
 
-__all__ = ["HF_SUFFIX", "METADATA_NAME", "RANK_METADATA", "is_hf_dir", "rank_metadata_names", "has_metadata"]
+__all__ = [
+    "HF_SUFFIX",
+    "METADATA_NAME",
+    "RANK_METADATA",
+    "SAVED_OFFSETS",
+    "SHARDING_KEY",
+    "VERSION_KEY",
+    "is_hf_dir",
+    "rank_metadata_names",
+    "has_metadata",
+]
 
 METADATA_NAME = ".metadata"
 
 HF_SUFFIX = ".safetensors"
+
+#: safetensors ``__metadata__`` keys of DCP's Hugging Face storage layout (spec ``dcp.md`` §5):
+#: the JSON sharding info (each tensor's ``saved_offsets`` in the full tensor) and the version
+SHARDING_KEY = "DCP_SHARDING_INFO"
+VERSION_KEY = "DCP_VERSION"
+SAVED_OFFSETS = "saved_offsets"
 
 #: ``dcp.save(..., use_collectives=False)``: every rank writes its own ``__<rank>.metadata``
 RANK_METADATA = re.compile(r"^__(\d+)\.metadata$")

@@ -9,7 +9,7 @@ from ..base import Capabilities, FormatHandler, Probe
 from ..registry import register
 from .constants import has_metadata, is_hf_dir
 
-_read = LazyModule("torchless.formats.dcp.read")
+_artifact = LazyModule("torchless.formats.dcp.artifact")
 
 
 @register
@@ -25,5 +25,5 @@ class DCPHandler(FormatHandler):
             return False
         return has_metadata(probe.path) or is_hf_dir(probe.path)
 
-    def open(self, path: Any, **kw: Any) -> _read.DCPArtifact:
-        return _read.DCPArtifact(path, **kw)
+    def open(self, path: Any, **kw: Any) -> _artifact.DCPArtifact:
+        return _artifact.DCPArtifact(path, **kw)

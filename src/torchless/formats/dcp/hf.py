@@ -19,6 +19,7 @@ from ...core import jsonsafe
 from ...core.errors import FormatError, NotFoundError, short_repr
 from ...core.source import MmapSource
 from ..safetensors import read_safetensors
+from .constants import SAVED_OFFSETS, SHARDING_KEY
 from .read import ChunkRef, DCPReader
 from .spec import (
     ChunkStorageMetadata,
@@ -30,11 +31,8 @@ from .spec import (
     is_hf_dir,  # noqa: F401 - re-exported
 )
 
-__all__ = ["HFReader", "SHARDING_KEY", "hf_file_name", "is_hf_dir"]
+__all__ = ["HFReader", "hf_file_name", "is_hf_dir"]
 
-SHARDING_KEY = "DCP_SHARDING_INFO"
-VERSION_KEY = "DCP_VERSION"
-SAVED_OFFSETS = "saved_offsets"
 SUFFIX = ".safetensors"
 
 

@@ -14,7 +14,6 @@ import os
 import re
 import struct
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,11 +42,11 @@ from ...core.values import StorageType
 from ...pickle.fastpath import FALLBACK, fast_load
 from ...pickle.globals import AllowlistResolver
 from ...pickle.torch_globals import DEFAULT_ALLOWLIST
-from ..base import Artifact, Problem, summarize_tensors
+from .constants import SAVED_OFFSETS, SHARDING_KEY
 from .metadata import read_metadata
 from .spec import BytesStorageMetadata, ChunkStorageMetadata, Metadata, StorageInfo, TensorStorageMetadata, numel
 
-__all__ = ["DCPReader", "DCPArtifact", "open_reader", "ChunkRef", "unflatten", "pread_into", "BlockStorage"]
+__all__ = ["DCPReader", "ChunkRef", "unflatten", "pread_into", "BlockStorage"]
 
 #: bytes read per pread when a chunk must go through a bounce buffer
 BOUNCE = 64 << 20
@@ -619,7 +618,6 @@ class DCPReader:
         rank file's tensors are one safetensors blob after its bytes items, and every
         tensor's storage entry points at the blob's start (spec ``dcp.md`` §5)."""
         from ..safetensors import read_safetensors
-        from .hf import SAVED_OFFSETS, SHARDING_KEY
 
         key = (ref.info.relative_path, ref.info.offset)
         blob = self._blobs.get(key)
@@ -915,109 +913,3 @@ def unflatten(flat: dict[str, Any], planner_data: Any) -> dict[str, Any]:
                 cur.append(None)
             cur[last] = value
     return out
-
-
-def open_reader(path: Any) -> DCPReader:
-    """A :class:`DCPReader` for a DCP directory (``.metadata``), or an
-    :class:`~.hf.HFReader` for a directory of (DCP-sharded) safetensors files."""
-    p = os.fspath(path)
-    from .constants import has_metadata
-
-    if not has_metadata(p):
-        from .hf import HFReader, is_hf_dir
-
-        if is_hf_dir(p):
-            return HFReader(p)
-    return DCPReader(p)
-
-
-class DCPArtifact(Artifact):
-    """An opened DCP checkpoint directory (lazy: tensors are assembled on ``numpy()``)."""
-
-    format = "dcp"
-
-    def __init__(self, path: Any, *, weights_only: bool = True) -> None:
-        super().__init__(path)
-        self.reader = open_reader(path)
-        self.weights_only = weights_only
-
-    @property
-    def metadata(self) -> Metadata:
-        return self.reader.metadata
-
-    def tensors(self) -> Iterator[tuple[str, Any]]:
-        for fqn in self.reader.tensor_names():
-            yield fqn, self.reader.tensor(fqn)
-
-    def values(self, *, weights_only: bool | None = None) -> dict[str, Any]:
-        """The non-tensor items, unpickled."""
-        wo = self.load_policy(weights_only)
-        return {k: self.reader.value(k, weights_only=wo) for k in self.reader.bytes_names()}
-
-    def load(self, *, weights_only: bool | None = None, keys: Any = None) -> Any:
-        """The nested state dict (tensors lazy, non-tensor values unpickled under the
-        policy given at open)."""
-        weights_only = self.load_policy(weights_only)
-        flat: dict[str, Any] = {}
-        want = None if keys is None else set(keys)
-        missing = sorted(want - set(self.reader.entries)) if want is not None else []
-        if missing:
-            raise NotFoundError(
-                f"no such keys: {', '.join(missing[:5])}",
-                path=self.path,
-                hint="keys are the flattened names `torchless ls` shows",
-            )
-        for fqn, it in self.reader.entries.items():
-            if want is not None and fqn not in want:
-                continue
-            flat[fqn] = (
-                self.reader.tensor(fqn)
-                if isinstance(it, TensorStorageMetadata)
-                else self.reader.value(fqn, weights_only=weights_only)
-            )
-        return unflatten(flat, self.reader.metadata.planner_data)
-
-    def layout(self) -> dict[str, Any]:
-        return self.reader.layout()
-
-    def info(self) -> dict[str, Any]:
-        r = self.reader
-        out: dict[str, Any] = {"format": self.format, "path": self.path, "version": r.metadata.version}
-        out.update(summarize_tensors(self.tensors()))
-        out["storage_bytes"] = out["tensor_bytes"]
-        out["bytes_items"] = r.bytes_names()
-        out["files"] = len(r.files())
-        out["ranks"] = len({f.split("_")[2] for f in r.files() if f.startswith("__") and f.count("_") >= 3}) or None
-        out["chunks"] = sum(len(r.chunks(f)) for f in r.tensor_names())
-        return out
-
-    def verify(self) -> list[Problem]:
-        problems: list[Problem] = []
-        r = self.reader
-        for fqn in r.tensor_names():
-            tmd = r.entries[fqn]
-            total = 0
-            try:
-                for ref in r.chunks(fqn):
-                    r.locate(ref)
-                    total += numel(ref.chunk.sizes)
-            except TorchlessError as e:
-                problems.append(Problem("chunk", str(e), fqn))
-                continue
-            if total != numel(tmd.size):
-                problems.append(Problem("coverage", f"chunks hold {total} elements, the tensor has {numel(tmd.size)}", fqn))
-        for fqn in r.bytes_names():
-            try:
-                r.value(fqn, weights_only=False)
-            except TorchlessError as e:
-                problems.append(Problem("bytes", str(e), fqn))
-        return problems
-
-    def convert_to(self, dst: Any, *, format: str | None = None, progress: Any = None, **kw: Any) -> dict[str, Any]:
-        """Consolidate into one file (``torchless convert`` on a DCP directory)."""
-        from .consolidate import consolidate
-
-        return consolidate(self.reader, dst, format=format, progress=progress, **kw)
-
-    def close(self) -> None:
-        self.reader.close()

@@ -33,7 +33,8 @@ from ...core.errors import NotFoundError, UnsupportedError, UsageError
 from ...core.tensor import Storage, Tensor
 from .metadata import dump_metadata
 from .read import BlockStorage as _BlockStorage
-from .read import open_reader, pread_into
+from .read import pread_into
+from .readers import open_reader
 from .spec import (
     CURRENT_DCP_VERSION,
     METADATA_NAME,
@@ -176,14 +177,14 @@ class FileSource:
     """A single checkpoint file (``.pt``, ``.safetensors``, ``.npz`` ...) seen as DCP items."""
 
     def __init__(self, path: Any, *, weights_only: bool = True) -> None:
-        from ... import _api
+        from ..dispatch import open_artifact
+        from ..registry import detect
 
         self.path = os.fspath(path)
-        fmt = _api.detect(self.path)
-        if fmt in ("pt",):
-            obj = _api.load(self.path, weights_only=weights_only)
+        if detect(self.path).name == "pt":
+            obj = open_artifact(self.path, weights_only=weights_only).load(weights_only=weights_only)
         else:
-            self._art = _api.open(self.path)
+            self._art = open_artifact(self.path)
             obj = dict(self._art.tensors())
         flat, self.planner_data = flatten_state_dict(obj)
         self.entries: dict[str, Any] = {}
@@ -377,7 +378,7 @@ def _run_hf_task(task: FileTask, src: Any) -> list[WrittenItem]:
     import json
 
     from ..safetensors import write_safetensors
-    from .hf import SHARDING_KEY, VERSION_KEY
+    from .constants import SHARDING_KEY, VERSION_KEY
 
     items = []
     info = {}

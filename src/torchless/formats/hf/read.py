@@ -18,9 +18,9 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from ...container.zip import Problem
 from ...core import jsonsafe, remote
 from ...core.errors import FormatError, LimitError, NotFoundError, TorchlessError, short_repr
+from ...core.findings import Problem
 from ...core.paths import confined_file
 from ...core.remote import is_url
 from ...core.tree import iter_tensors

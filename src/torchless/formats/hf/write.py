@@ -198,7 +198,7 @@ def convert_tensors(
         dropped += [{"key": a, "type": f"alias of {k} (one storage; safetensors stores it once)"} for a, k in aliases.items()]
     else:
         refuse_if_strict([])
-        from ..._api import write_tensors
+        from ..dispatch import write_tensors
 
         files = write_tensors(items, dst, format=format, progress=progress, **kw)
     return {**total, "files": files, "object_kept": False, "dropped": dropped}

@@ -6,8 +6,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from ...core.errors import TorchlessError
+from ...core.findings import Problem
 from ...core.lazy import LazyModule
-from ..base import Artifact, Capabilities, FormatHandler, Probe, Problem
+from ..base import Artifact, Capabilities, FormatHandler, Probe
 from ..registry import register
 
 _read = LazyModule("torchless.formats.onnx.read")

@@ -52,7 +52,7 @@ def _weights(weights: Any) -> tuple[list[tuple[str, Any]], Any]:
     if isinstance(weights, Mapping):
         return list(weights.items()), None
     if isinstance(weights, (str, os.PathLike)):
-        from ..._api import open as open_artifact
+        from ..dispatch import open_artifact
 
         art = open_artifact(weights)  # .pt checkpoints open with weights_only=True
         return list(art.tensors()), art

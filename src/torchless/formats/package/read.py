@@ -24,8 +24,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ...container.zip import Problem, ZipReader
+from ...container.zip import ZipReader
 from ...core.errors import TorchlessError
+from ...core.findings import Problem
 from ...core.source import open_source
 from ...core.tree import iter_tensors
 from ..base import Artifact, summarize_tensors

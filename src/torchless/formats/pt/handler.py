@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from ...container.zip import Problem, is_zip
+from ...container.zip import is_zip
+from ...core.findings import Problem
 from ...core.source import open_source
 from ...core.tree import describe, iter_tensors
 from ...pickle.machine import Limits

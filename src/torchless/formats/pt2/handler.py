@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ...container.zip import Problem
+from ...core.findings import Problem
 from ...core.lazy import LazyModule
 from ..base import Artifact, Capabilities, FormatHandler, Probe, summarize_tensors
 from ..registry import register

@@ -7,7 +7,9 @@ Spec: ``torchscript.md`` §5. ``bytecode.pkl`` is a tuple: the bytecode version,
 (values; tensors are storages in ``constants/`` since v5, in ``bytecode/`` before),
 ``types`` (TorchScript type strings) and ``register_size``; ``schema`` (since v4) is
 ``(('arguments', …), ('returns', …))`` with ``(('name', …), ('type', …),
-('default_value', …))`` per argument. Nothing here is executed.
+('default_value', …))`` per argument. Nothing here is executed; the archive reader
+(:meth:`~torchless.formats.torchscript.read.TorchScriptArchive.bytecode`) unpickles the
+record and hands the value to :func:`parse_bytecode`.
 """
 
 from __future__ import annotations
@@ -15,11 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...core.errors import FormatError, TorchlessError, UnsupportedError, short_repr
+from ...core.errors import FormatError, UnsupportedError, short_repr
 from . import spec
-from .read import TorchScriptArchive, TorchScriptResolver, load_pickle
 
-__all__ = ["Argument", "Bytecode", "Instruction", "MobileMethod", "Operator", "parse_bytecode", "read_bytecode"]
+__all__ = ["Argument", "Bytecode", "Instruction", "MobileMethod", "Operator", "parse_bytecode"]
 
 
 @dataclass(frozen=True)
@@ -171,28 +172,3 @@ def parse_bytecode(value: Any) -> Bytecode:
             m.returns = _args(schema.get("returns", ()), "returns")
         methods.append(m)
     return Bytecode(version, methods)
-
-
-def read_bytecode(archive: TorchScriptArchive) -> Bytecode:
-    """Read and parse ``bytecode.pkl`` of an opened archive (tensors shared with
-    ``constants.pkl``/``data.pkl`` are the same Storage objects)."""
-    zr = archive.zip
-    assert zr is not None
-    if zr.lookup(spec.BYTECODE_PKL) is None:
-        from ...core.errors import NotFoundError
-
-        raise NotFoundError("not a lite-interpreter archive: no bytecode.pkl", path=zr.path)
-    # version 4 wrote bytecode tensors to bytecode/, later versions share constants/
-    head = zr.read(spec.BYTECODE_PKL)[:4].tobytes()
-    old = len(head) >= 4 and head[2] == 0x4B and head[3] <= 4
-    dirs = (
-        (spec.BYTECODE_DIR, spec.CONSTANTS_DIR, spec.DATA_DIR) if old else (spec.CONSTANTS_DIR, spec.BYTECODE_DIR, spec.DATA_DIR)
-    )
-    try:
-        value = load_pickle(
-            zr, spec.BYTECODE_PKL, dirs, TorchScriptResolver(archive.weights_only), archive.storages, archive.limits
-        )
-        return parse_bytecode(value)
-    except TorchlessError as e:
-        e.with_context(path=zr.path, member=f"{zr.prefix}/{spec.BYTECODE_PKL}")
-        raise

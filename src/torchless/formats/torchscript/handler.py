@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ...container.zip import Problem, is_zip
+from ...container.zip import is_zip
 from ...core.errors import TorchlessError
+from ...core.findings import Problem
 from ...core.lazy import LazyModule
 from ...core.source import open_source
 from ...core.tensor import Tensor

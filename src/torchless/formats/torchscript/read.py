@@ -23,6 +23,7 @@ from ...pickle.machine import Limits, Unpickler
 from ...pickle.torch_globals import DEFAULT_ALLOWLIST
 from ..pt.read import _pid_parts
 from . import spec
+from .bytecode import Bytecode, parse_bytecode
 from .code import ClassSource, CodeFile, FunctionSource, parse_code_file
 from .spec import is_torchscript_zip  # noqa: F401 - re-exported
 
@@ -359,12 +360,31 @@ class TorchScriptArchive:
         assert self.zip is not None
         return load_pickle(self.zip, code_record + spec.DEBUG_SUFFIX, (), TorchScriptResolver(True), {}, self.limits)
 
-    def bytecode(self) -> Any:
-        """The lite-interpreter bytecode (:class:`~torchless.formats.torchscript.bytecode.Bytecode`)."""
-        from .bytecode import read_bytecode
+    def bytecode(self) -> Bytecode:
+        """The lite-interpreter bytecode: ``bytecode.pkl`` read and parsed (tensors shared
+        with ``constants.pkl``/``data.pkl`` are the same Storage objects).
 
-        assert self.zip is not None
-        return read_bytecode(self)
+        Raises:
+            NotFoundError: not a lite-interpreter archive (no ``bytecode.pkl``).
+        """
+        zr = self.zip
+        assert zr is not None
+        if zr.lookup(spec.BYTECODE_PKL) is None:
+            raise NotFoundError("not a lite-interpreter archive: no bytecode.pkl", path=zr.path)
+        # version 4 wrote bytecode tensors to bytecode/, later versions share constants/
+        head = zr.read(spec.BYTECODE_PKL)[:4].tobytes()
+        old = len(head) >= 4 and head[2] == 0x4B and head[3] <= 4
+        dirs = (
+            (spec.BYTECODE_DIR, spec.CONSTANTS_DIR, spec.DATA_DIR)
+            if old
+            else (spec.CONSTANTS_DIR, spec.BYTECODE_DIR, spec.DATA_DIR)
+        )
+        try:
+            value = load_pickle(zr, spec.BYTECODE_PKL, dirs, TorchScriptResolver(self.weights_only), self.storages, self.limits)
+            return parse_bytecode(value)
+        except TorchlessError as e:
+            e.with_context(path=zr.path, member=f"{zr.prefix}/{spec.BYTECODE_PKL}")
+            raise
 
     def traced_inputs(self) -> Any:
         """``traced_inputs.pkl`` (example inputs of ``torch.jit.trace``) or None.

@@ -9,9 +9,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from ...core.errors import TorchlessError
+from ...core.findings import Finding
 from ...core.remote import is_url as _is_url
 from ...core.source import ByteSource, BytesSource, MmapSource, open_source
-from ..findings import FileReport, Finding
+from ..findings import FileReport
 from .common import MAX_DEPTH
 from .recognize import MODEL_SUFFIXES, NPY_MAGIC, ZIP_MAGICS, compressor_of, opens_as_tar, probe_pickle
 

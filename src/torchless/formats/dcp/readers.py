@@ -1,0 +1,26 @@
+"""The reader for a checkpoint directory: DCP's own layout or its Hugging Face layout.
+
+:class:`~.read.DCPReader` reads ``.metadata`` and ``.distcp`` files; :class:`~.hf.HFReader`
+(a subclass) reads a folder of DCP-sharded safetensors files. Choosing between them lives
+above both, so that ``read`` never imports its own subclass.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .constants import has_metadata, is_hf_dir
+from .hf import HFReader
+from .read import DCPReader
+
+__all__ = ["open_reader"]
+
+
+def open_reader(path: Any) -> DCPReader:
+    """A :class:`DCPReader` for a DCP directory (``.metadata``), or an
+    :class:`~.hf.HFReader` for a directory of (DCP-sharded) safetensors files."""
+    p = os.fspath(path)
+    if not has_metadata(p) and is_hf_dir(p):
+        return HFReader(p)
+    return DCPReader(p)

@@ -1,0 +1,404 @@
+"""The layers of ``src/torchless`` point one way (``docs/architecture.md``).
+
+The import graph is read statically (``ast``): every ``import`` and ``from ... import``
+anywhere in a module (function-local lazy imports included, relative imports resolved),
+plus the module names given to :class:`torchless.core.lazy.LazyModule`, ``lazy_exports``
+and ``import_modules``. Two rules:
+
+* **Layer order.** A module may import its own layer and the layers below it, never a
+  layer above. ``interop`` (the torch adapter) imports only ``core`` and is imported only
+  inside functions, never at module level, so ``import torchless`` never loads it.
+* **No cycles**: none among module-level imports (the ones that run at import time), and
+  none either when the imports inside functions are counted too (a lazy import is no
+  licence for two modules to need each other). The one exception is the side layer:
+  ``core.tensor.as_tensor`` reaches ``interop.torch`` lazily for torch tensors, and
+  ``interop`` is built on ``core``.
+
+The checker is tested on synthetic graphs below, so a broken checker cannot pass silently.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+from dataclasses import dataclass
+
+import pytest
+
+SRC = pathlib.Path(__file__).resolve().parents[1] / "src"
+PACKAGE = "torchless"
+
+#: lowest first; a module may import its own layer and those before it.
+LAYERS = ("core", "container", "pickle", "graph", "formats", "scan", "api", "cli")
+
+#: top-level modules of the ``api`` layer (the public facade); ``torchless`` itself is one.
+API_MODULES = ("_api", "_start", "dcp", "diff")
+
+#: the torch adapter: imports ``core`` only; imported by anyone, but only inside a function.
+SIDE_LAYER = "interop"
+
+#: calls whose string argument names a module imported later (the one lazy mechanism).
+LAZY_CALLS = {"LazyModule", "lazy_exports", "import_modules", "import_module"}
+
+
+@dataclass(frozen=True)
+class Edge:
+    src: str
+    dst: str
+    line: int
+    toplevel: bool  # runs when ``src`` is imported (not inside a function)
+
+
+def layer_of(module: str) -> str | None:
+    """The layer of a dotted module name under ``torchless``; None for one no layer claims."""
+    parts = module.split(".")
+    if parts[0] != PACKAGE:
+        return None
+    if len(parts) == 1 or parts[1] in API_MODULES:
+        return "api"
+    if parts[1] == "__main__":
+        return "cli"
+    if parts[1] in LAYERS or parts[1] == SIDE_LAYER:
+        return parts[1]
+    return None
+
+
+def modules(root: pathlib.Path) -> dict[str, pathlib.Path]:
+    """Dotted name -> file, for every module of the package under ``root``."""
+    out = {}
+    for p in sorted((root / PACKAGE).rglob("*.py")):
+        parts = list(p.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = p
+    return out
+
+
+class _Visitor(ast.NodeVisitor):
+    def __init__(self, name: str, is_pkg: bool, known: set[str]) -> None:
+        self.name, self.is_pkg, self.known = name, is_pkg, known
+        self.depth = 0  # > 0 inside a function (imports there run later, on call)
+        self.found: list[tuple[str, int, bool]] = []
+
+    def _add(self, target: str, line: int) -> None:
+        if target == PACKAGE or target.startswith(PACKAGE + "."):
+            # ``from a.b import c``: c is a module when one is known by that name
+            while target not in self.known and "." in target:
+                target = target.rsplit(".", 1)[0]
+            self.found.append((target, line, self.depth == 0))
+
+    def _func(self, node: ast.AST) -> None:
+        self.depth += 1
+        self.generic_visit(node)
+        self.depth -= 1
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _func
+
+    def visit_If(self, node: ast.If) -> None:
+        t = node.test
+        if (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING"):
+            self._func(node)  # annotations only: never runs, counts for the layers, not for cycles
+        else:
+            self.generic_visit(node)
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for a in node.names:
+            self._add(a.name, node.lineno)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if node.level:
+            base = self.name.split(".")
+            if not self.is_pkg:
+                base = base[:-1]
+            base = base[: len(base) - (node.level - 1)]
+            mod = ".".join(base + ([node.module] if node.module else []))
+        else:
+            mod = node.module or ""
+        for a in node.names:
+            sub = f"{mod}.{a.name}"
+            self._add(sub if sub in self.known else mod, node.lineno)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        f = node.func
+        fname = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+        if fname in LAZY_CALLS:
+            for arg in [*node.args, *(k.value for k in node.keywords)]:
+                for s in ast.walk(arg):
+                    if isinstance(s, ast.Constant) and isinstance(s.value, str):
+                        self._lazy(s.value, node.lineno)
+        self.generic_visit(node)
+
+    def _lazy(self, value: str, line: int) -> None:
+        # a lazily imported module runs later: it counts for the layer rule, not for cycles
+        depth, self.depth = self.depth, self.depth + 1
+        if value.startswith("."):
+            base = self.name.split(".") if self.is_pkg else self.name.split(".")[:-1]
+            level = len(value) - len(value.lstrip("."))
+            base = base[: len(base) - (level - 1)]
+            value = ".".join(base + [value.lstrip(".")])
+        if value in self.known:
+            self._add(value, line)
+        self.depth = depth
+
+
+def import_graph(root: pathlib.Path = SRC) -> list[Edge]:
+    """Every import between modules of the package (static, ``ast``)."""
+    mods = modules(root)
+    known = set(mods)
+    edges = []
+    for name, path in mods.items():
+        v = _Visitor(name, path.name == "__init__.py", known)
+        v.visit(ast.parse(path.read_text(encoding="utf-8"), filename=str(path)))
+        edges += [Edge(name, dst, line, top) for dst, line, top in v.found if dst != name]
+    return edges
+
+
+def layer_violations(edges: list[Edge]) -> list[str]:
+    """One line per import against the layer order."""
+    bad: list[str] = []
+    rank = {name: i for i, name in enumerate(LAYERS)}
+    for e in edges:
+        a, b = layer_of(e.src), layer_of(e.dst)
+        where = f"{e.src}:{e.line} imports {e.dst}"
+        if a is None or b is None:
+            bad.append(
+                f"{where}: {e.src if a is None else e.dst} belongs to no layer (add it to docs/architecture.md and this test)"
+            )
+        elif b == SIDE_LAYER:
+            if e.toplevel and a != SIDE_LAYER:
+                bad.append(f"{where}: {SIDE_LAYER} is imported only inside functions")
+        elif a == SIDE_LAYER:
+            if b != "core":
+                bad.append(f"{where}: {SIDE_LAYER} imports only core")
+        elif rank[b] > rank[a]:
+            bad.append(f"{where}: layer {a} must not import the higher layer {b}")
+    return list(dict.fromkeys(bad))
+
+
+def import_cycles(edges: list[Edge], *, lazy: bool = False) -> list[list[str]]:
+    """The import cycles, each as a path ``[a, b, ..., a]``: among module-level imports, or
+    with ``lazy`` among all imports except those of the side layer.
+
+    One cycle per strongly connected component (Tarjan), shown as a shortest cycle
+    through its first module."""
+    graph: dict[str, set[str]] = {}
+    for e in edges:
+        if e.toplevel or (lazy and layer_of(e.dst) != SIDE_LAYER):
+            graph.setdefault(e.src, set()).add(e.dst)
+            graph.setdefault(e.dst, set())
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    comps: list[list[str]] = []
+
+    def strong(v: str) -> None:  # iterative enough for a package's depth
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1 or v in graph[v]:
+                comps.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            strong(v)
+    cycles = []
+    for comp in comps:
+        members, start = set(comp), comp[0]
+        prev: dict[str, str] = {}
+        queue, seen, path = [start], {start}, None
+        while queue and path is None:  # breadth first: a shortest way back to start
+            nxt = []
+            for v in queue:
+                for w in sorted(graph[v] & members):
+                    if w == start:
+                        path = [start]
+                        x = v
+                        while x != start:
+                            path.append(x)
+                            x = prev[x]
+                        path = [start, *reversed(path[1:]), start]
+                        break
+                    if w not in seen:
+                        seen.add(w)
+                        prev[w] = v
+                        nxt.append(w)
+                if path is not None:
+                    break
+            queue = nxt
+        cycles.append(path or comp)
+    return cycles
+
+
+# --- the tree itself -------------------------------------------------------------------
+
+
+def test_graph_is_read():
+    edges = import_graph()
+    pairs = {(e.src, e.dst) for e in edges}
+    # a relative, a function-local and a LazyModule import, each seen
+    assert ("torchless._api", "torchless.formats.registry") in pairs
+    assert any(e.dst == "torchless.interop.torch" and not e.toplevel for e in edges)
+    assert ("torchless.formats.pt2.handler", "torchless.formats.pt2.read") in pairs
+    assert all(layer_of(m) is not None for m in modules(SRC)), [m for m in modules(SRC) if layer_of(m) is None]
+
+
+def test_imports_follow_the_layers():
+    bad = layer_violations(import_graph())
+    assert not bad, "imports against the layer order (docs/architecture.md):\n" + "\n".join(bad)
+
+
+def test_no_import_cycles():
+    cycles = import_cycles(import_graph())
+    assert not cycles, "module-level import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_no_import_cycles_through_lazy_imports():
+    cycles = import_cycles(import_graph(), lazy=True)
+    assert not cycles, "import cycles (imports inside functions counted):\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_layers_documented():
+    doc = (SRC.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    for name in (*LAYERS, SIDE_LAYER, *API_MODULES):
+        assert f"`{name}" in doc, f"docs/architecture.md does not name the layer or module {name!r}"
+
+
+# --- the checker, on graphs that must fail ----------------------------------------------
+
+
+def _tree(tmp_path: pathlib.Path, files: dict[str, str]) -> pathlib.Path:
+    for rel, text in files.items():
+        p = tmp_path / PACKAGE / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    return tmp_path
+
+
+BAD_TREE = {
+    "__init__.py": "from ._api import load\n",
+    "_api.py": "from .formats.registry import detect\n",
+    "core/__init__.py": "",
+    "core/tree.py": "def f():\n    from ..pickle.globals import GlobalRef\n",  # lazy, upward
+    "core/tensor.py": "import torchless.interop.torch\n",  # the side layer at module level
+    "pickle/__init__.py": "",
+    "pickle/globals.py": "from ..core import tree\n",
+    "interop/__init__.py": "",
+    "interop/torch.py": "from ..formats import registry\n",  # interop reaching above core
+    "formats/__init__.py": "",
+    "formats/registry.py": "from .base import X\n\n\ndef f():\n    from .. import _api\n",  # cycle + upward
+    "formats/base.py": "from .registry import Y\nfrom ..core.lazy import LazyModule\n_r = LazyModule('torchless.scan.x')\n",
+    "scan/__init__.py": "",
+    "scan/x.py": "",
+    "weird/__init__.py": "",
+    "weird/m.py": "from ..core import tree\n",
+}
+
+
+def test_checker_finds_upward_imports(tmp_path):
+    root = _tree(tmp_path, BAD_TREE)
+    bad = "\n".join(layer_violations(import_graph(root)))
+    assert "torchless.core.tree:2 imports torchless.pickle.globals: layer core must not import the higher layer pickle" in bad
+    assert "torchless.formats.registry:5 imports torchless._api: layer formats must not import the higher layer api" in bad
+    assert "torchless.formats.base:3 imports torchless.scan.x" in bad  # a LazyModule name counts
+    assert "torchless.core.tensor:1 imports torchless.interop.torch: interop is imported only inside functions" in bad
+    assert "torchless.interop.torch:1 imports torchless.formats.registry: interop imports only core" in bad
+    assert "torchless.weird.m" in bad and "belongs to no layer" in bad
+    assert "torchless._api" not in bad.replace("imports torchless._api", "")  # api -> formats is allowed
+
+
+def test_checker_finds_cycles(tmp_path):
+    root = _tree(tmp_path, BAD_TREE)
+    cycles = import_cycles(import_graph(root))
+    assert cycles == [["torchless.formats.base", "torchless.formats.registry", "torchless.formats.base"]]
+
+
+def test_checker_finds_cycles_through_lazy_imports(tmp_path):
+    root = _tree(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "graph/__init__.py": "",
+            "graph/ir.py": "from .printer import show\n",
+            "graph/printer.py": (
+                "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from .ir import Node\n\n\n"
+                "def show():\n    from .ir import Graph\n"
+            ),
+        },
+    )
+    edges = import_graph(root)
+    assert {(e.src, e.dst, e.toplevel) for e in edges} >= {
+        ("torchless.graph.ir", "torchless.graph.printer", True),
+        ("torchless.graph.printer", "torchless.graph.ir", False),
+    }
+    assert ("torchless.graph.printer", "torchless.graph.ir", True) not in {(e.src, e.dst, e.toplevel) for e in edges}
+    assert import_cycles(edges) == []  # nothing runs in a loop at import time
+    assert import_cycles(edges, lazy=True) == [["torchless.graph.ir", "torchless.graph.printer", "torchless.graph.ir"]]
+    assert layer_violations(edges) == []
+
+
+def test_checker_exempts_the_side_layer_from_lazy_cycles(tmp_path):
+    root = _tree(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "core/__init__.py": "",
+            "core/tensor.py": "def as_tensor(x):\n    from ..interop.torch import from_torch\n",
+            "interop/__init__.py": "",
+            "interop/torch.py": "from ..core.tensor import Tensor\n",
+        },
+    )
+    edges = import_graph(root)
+    assert import_cycles(edges, lazy=True) == [] and layer_violations(edges) == []
+
+
+def test_checker_reports_a_three_module_cycle_path(tmp_path):
+    root = _tree(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "formats/__init__.py": "",
+            "formats/dcp/__init__.py": "",
+            "formats/dcp/read.py": "from . import consolidate\n",
+            "formats/dcp/consolidate.py": "from .hf import x\n",
+            "formats/dcp/hf.py": "from .read import DCPReader\n",
+        },
+    )
+    (cycle,) = import_cycles(import_graph(root))
+    assert cycle == [
+        "torchless.formats.dcp.consolidate",
+        "torchless.formats.dcp.hf",
+        "torchless.formats.dcp.read",
+        "torchless.formats.dcp.consolidate",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("module", "layer"),
+    [
+        ("torchless", "api"),
+        ("torchless._api", "api"),
+        ("torchless.diff", "api"),
+        ("torchless.__main__", "cli"),
+        ("torchless.scan.carriers.zips", "scan"),
+        ("torchless.interop.torch", "interop"),
+        ("torchless.nothing", None),
+        ("numpy", None),
+    ],
+)
+def test_layer_of(module, layer):
+    assert layer_of(module) == layer
