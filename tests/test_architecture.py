@@ -2,8 +2,9 @@
 
 The import graph is read statically (``ast``): every ``import`` and ``from ... import``
 anywhere in a module (function-local lazy imports included, relative imports resolved),
-plus the module names given to :class:`torchless.core.lazy.LazyModule`, ``lazy_exports``
-and ``import_modules``. Two rules:
+plus the deferred imports of :mod:`torchless.core.lazy` (``LazyModule("torchless.x")``,
+``lazy_exports(__name__, {"name": ".module:name"})``, lists of module names given to
+``import_modules``). Two rules:
 
 * **Layer order.** A module may import its own layer and the layers below it, never a
   layer above. ``interop`` (the torch adapter) imports only ``core`` and is imported only
@@ -12,7 +13,8 @@ and ``import_modules``. Two rules:
   none either when the imports inside functions are counted too (a lazy import is no
   licence for two modules to need each other). The one exception is the side layer:
   ``core.tensor.as_tensor`` reaches ``interop.torch`` lazily for torch tensors, and
-  ``interop`` is built on ``core``.
+  ``interop`` is built on ``core``; and plug-ins: a registry imports, by name, the modules
+  that import it to register themselves (``formats.registry.HANDLER_MODULES``).
 
 The checker is tested on synthetic graphs below, so a broken checker cannot pass silently.
 """
@@ -37,8 +39,9 @@ API_MODULES = ("_api", "_start", "dcp", "diff")
 #: the torch adapter: imports ``core`` only; imported by anyone, but only inside a function.
 SIDE_LAYER = "interop"
 
-#: calls whose string argument names a module imported later (the one lazy mechanism).
-LAZY_CALLS = {"LazyModule", "lazy_exports", "import_modules", "import_module"}
+#: the calls of core/lazy.py: the module names given to them (directly, or as a module-level
+#: list such as HANDLER_MODULES) are deferred imports.
+LAZY_CALLS = {"LazyModule", "lazy_exports", "import_modules"}
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,7 @@ class Edge:
     dst: str
     line: int
     toplevel: bool  # runs when ``src`` is imported (not inside a function)
+    plugin: bool = False  # a registry importing the modules that register into it
 
 
 def layer_of(module: str) -> str | None:
@@ -74,18 +78,25 @@ def modules(root: pathlib.Path) -> dict[str, pathlib.Path]:
     return out
 
 
+def _targets(stmt: ast.Assign | ast.AnnAssign) -> list[ast.Name]:
+    ts = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+    return [t for t in ts if isinstance(t, ast.Name)] if stmt.value is not None else []
+
+
 class _Visitor(ast.NodeVisitor):
     def __init__(self, name: str, is_pkg: bool, known: set[str]) -> None:
         self.name, self.is_pkg, self.known = name, is_pkg, known
         self.depth = 0  # > 0 inside a function (imports there run later, on call)
-        self.found: list[tuple[str, int, bool]] = []
+        self.found: list[tuple[str, int, bool, bool]] = []
+        self.plugin = False
+        self.constants: dict[str, ast.expr] = {}
 
     def _add(self, target: str, line: int) -> None:
         if target == PACKAGE or target.startswith(PACKAGE + "."):
             # ``from a.b import c``: c is a module when one is known by that name
             while target not in self.known and "." in target:
                 target = target.rsplit(".", 1)[0]
-            self.found.append((target, line, self.depth == 0))
+            self.found.append((target, line, self.depth == 0, self.plugin))
 
     def _func(self, node: ast.AST) -> None:
         self.depth += 1
@@ -118,27 +129,40 @@ class _Visitor(ast.NodeVisitor):
             sub = f"{mod}.{a.name}"
             self._add(sub if sub in self.known else mod, node.lineno)
 
+    def visit_Module(self, node: ast.Module) -> None:
+        # module-level constants, for lists of module names handed to import_modules
+        self.constants = {
+            t.id: stmt.value for stmt in node.body if isinstance(stmt, (ast.Assign, ast.AnnAssign)) for t in _targets(stmt)
+        }
+        self.generic_visit(node)
+
     def visit_Call(self, node: ast.Call) -> None:
         f = node.func
         fname = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
-        if fname in LAZY_CALLS:
+        if fname in LAZY_CALLS:  # the names given to the lazy mechanism are imports
             for arg in [*node.args, *(k.value for k in node.keywords)]:
+                if isinstance(arg, ast.Name) and arg.id in self.constants:
+                    arg = self.constants[arg.id]
+                self.plugin = fname == "import_modules"
                 for s in ast.walk(arg):
                     if isinstance(s, ast.Constant) and isinstance(s.value, str):
-                        self._lazy(s.value, node.lineno)
+                        self._lazy(s.value, getattr(s, "lineno", node.lineno))
+                self.plugin = False
         self.generic_visit(node)
 
     def _lazy(self, value: str, line: int) -> None:
-        # a lazily imported module runs later: it counts for the layer rule, not for cycles
-        depth, self.depth = self.depth, self.depth + 1
+        # a deferred import runs later: it counts for the layer rule, and for cycles only
+        # when imports inside functions are counted
+        value = value.partition(":")[0]
         if value.startswith("."):
             base = self.name.split(".") if self.is_pkg else self.name.split(".")[:-1]
             level = len(value) - len(value.lstrip("."))
             base = base[: len(base) - (level - 1)]
             value = ".".join(base + [value.lstrip(".")])
         if value in self.known:
+            depth, self.depth = self.depth, self.depth + 1
             self._add(value, line)
-        self.depth = depth
+            self.depth = depth
 
 
 def import_graph(root: pathlib.Path = SRC) -> list[Edge]:
@@ -149,7 +173,7 @@ def import_graph(root: pathlib.Path = SRC) -> list[Edge]:
     for name, path in mods.items():
         v = _Visitor(name, path.name == "__init__.py", known)
         v.visit(ast.parse(path.read_text(encoding="utf-8"), filename=str(path)))
-        edges += [Edge(name, dst, line, top) for dst, line, top in v.found if dst != name]
+        edges += [Edge(name, dst, line, top, plugin) for dst, line, top, plugin in v.found if dst != name]
     return edges
 
 
@@ -177,13 +201,15 @@ def layer_violations(edges: list[Edge]) -> list[str]:
 
 def import_cycles(edges: list[Edge], *, lazy: bool = False) -> list[list[str]]:
     """The import cycles, each as a path ``[a, b, ..., a]``: among module-level imports, or
-    with ``lazy`` among all imports except those of the side layer.
+    with ``lazy`` among all imports except those of the side layer and a registry's imports
+    of its plug-ins (a format handler imports the registry to register itself; the registry
+    imports the handlers, by name, when first asked; that inversion is the design).
 
     One cycle per strongly connected component (Tarjan), shown as a shortest cycle
     through its first module."""
     graph: dict[str, set[str]] = {}
     for e in edges:
-        if e.toplevel or (lazy and layer_of(e.dst) != SIDE_LAYER):
+        if e.toplevel or (lazy and layer_of(e.dst) != SIDE_LAYER and not e.plugin):
             graph.setdefault(e.src, set()).add(e.dst)
             graph.setdefault(e.dst, set())
     index: dict[str, int] = {}
@@ -304,6 +330,11 @@ BAD_TREE = {
     "formats/base.py": "from .registry import Y\nfrom ..core.lazy import LazyModule\n_r = LazyModule('torchless.scan.x')\n",
     "scan/__init__.py": "",
     "scan/x.py": "",
+    "pickle/lazy.py": "from ..core.lazy import lazy_exports\n_l = lazy_exports(__package__, {'f': '..formats.base:f'})\n",
+    "container/mods.py": (
+        "from ..core.lazy import import_modules\n\nMODULES = [\n    'torchless.scan.x',\n]\n\n\n"
+        "def load():\n    import_modules(MODULES)\n    print('torchless.scan.x')\n"
+    ),
     "weird/__init__.py": "",
     "weird/m.py": "from ..core import tree\n",
 }
@@ -315,6 +346,9 @@ def test_checker_finds_upward_imports(tmp_path):
     assert "torchless.core.tree:2 imports torchless.pickle.globals: layer core must not import the higher layer pickle" in bad
     assert "torchless.formats.registry:5 imports torchless._api: layer formats must not import the higher layer api" in bad
     assert "torchless.formats.base:3 imports torchless.scan.x" in bad  # a LazyModule name counts
+    assert "torchless.pickle.lazy:2 imports torchless.formats.base" in bad  # a lazy_exports entry
+    assert "torchless.container.mods:4 imports torchless.scan.x" in bad  # a list of module names
+    assert "torchless.container.mods:9" not in bad  # any other string is only a string
     assert "torchless.core.tensor:1 imports torchless.interop.torch: interop is imported only inside functions" in bad
     assert "torchless.interop.torch:1 imports torchless.formats.registry: interop imports only core" in bad
     assert "torchless.weird.m" in bad and "belongs to no layer" in bad
@@ -349,6 +383,28 @@ def test_checker_finds_cycles_through_lazy_imports(tmp_path):
     assert import_cycles(edges) == []  # nothing runs in a loop at import time
     assert import_cycles(edges, lazy=True) == [["torchless.graph.ir", "torchless.graph.printer", "torchless.graph.ir"]]
     assert layer_violations(edges) == []
+
+
+def test_checker_exempts_plugin_loading_from_lazy_cycles(tmp_path):
+    root = _tree(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "core/__init__.py": "",
+            "core/lazy.py": "",
+            "formats/__init__.py": "",
+            "formats/registry.py": (
+                "from ..core.lazy import import_modules\n\nMODS = ['torchless.formats.npz']\n\n\n"
+                "def load():\n    import_modules(MODS)\n\n\ndef other():\n    from . import npz\n"
+            ),
+            "formats/npz.py": "from .registry import register\n",
+        },
+    )
+    edges = import_graph(root)
+    plugin = [e for e in edges if e.plugin]
+    assert [(e.src, e.dst, e.line) for e in plugin] == [("torchless.formats.registry", "torchless.formats.npz", 3)]
+    # the plain lazy import in other() is still a cycle
+    assert import_cycles(edges, lazy=True) == [["torchless.formats.npz", "torchless.formats.registry", "torchless.formats.npz"]]
 
 
 def test_checker_exempts_the_side_layer_from_lazy_cycles(tmp_path):

@@ -35,6 +35,7 @@ from .core.errors import (
     UsageError,
     WriteError,
 )
+from .core.lazy import lazy_exports as _lazy_exports
 from .core.tensor import NestedTensor, SparseTensor, Storage, Tensor, tensor
 from .core.version import __version__ as __version__
 from .formats.base import Artifact, Capabilities
@@ -92,11 +93,10 @@ def from_torch(t: object) -> Tensor:
     return _from(t)
 
 
-def __getattr__(name: str) -> object:
-    # ``torchless.scan`` is a callable module (``torchless.scan(path)``), imported on first
-    # use so that ``import torchless`` does not pay for the scanner.
-    if name == "scan":
-        import importlib
+# ``torchless.scan`` is a callable module (``torchless.scan(path)``), imported on first use
+# so that ``import torchless`` does not pay for the scanner.
+_lazy = _lazy_exports(__name__, {"scan": ".scan"})
 
-        return importlib.import_module(".scan", __name__)
-    raise AttributeError(f"module 'torchless' has no attribute {name!r}")
+
+def __getattr__(name: str) -> object:
+    return _lazy(name)

@@ -7,12 +7,12 @@ differences), 2 error (bad input, bad usage: one line on stderr, no traceback).
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 from collections.abc import Sequence
 
 from ..core.errors import InternalError, TorchlessError
+from ..core.lazy import import_modules
 
 __all__ = ["main", "entry", "COMMAND_MODULES"]
 
@@ -52,8 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for m in COMMAND_MODULES:
-        importlib.import_module(m).register(sub)
+    for m in import_modules(COMMAND_MODULES):
+        m.register(sub)
     return p
 
 

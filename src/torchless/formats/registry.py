@@ -8,10 +8,10 @@ when such a file is opened.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from ..core.errors import FormatError, UsageError
+from ..core.lazy import import_modules
 from ..core.registry import Registry
 from .base import CAPABILITIES, Capabilities, FormatHandler, Probe
 
@@ -77,8 +77,7 @@ def _load() -> None:
     if _loaded:
         return
     _loaded = True
-    for m in HANDLER_MODULES:
-        importlib.import_module(m)
+    import_modules(HANDLER_MODULES)
 
 
 def handlers() -> list[FormatHandler]:

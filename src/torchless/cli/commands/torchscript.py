@@ -55,38 +55,21 @@ def _read_extra(specs: list[str]) -> dict[str, bytes]:
 
 
 def cmd_set_weights(args: argparse.Namespace) -> int:
-    from ..._api import open as open_artifact
-    from ...formats.torchscript.write import save_edited
+    from ...formats.torchscript.write import set_weights
 
-    items: list[tuple[str, Any]] = []
-    ignored: list[str] = []
+    extra = _read_extra(args.extra)
     with _open(args.model) as art:
-        names = set(art.keys()) | {n for n, _ in art.all_tensors()}
-        if args.weights:
-            w = open_artifact(args.weights)
-            try:
-                for name, t in w.tensors():
-                    key = name[len(args.strip_prefix) :] if args.strip_prefix and name.startswith(args.strip_prefix) else name
-                    if key in names:
-                        items.append((key, t))
-                    elif args.allow_missing:
-                        ignored.append(name)
-                    else:
-                        raise UsageError(f"the model has no tensor {key!r}", hint="--allow-missing to skip such weights")
-                res = save_edited(
-                    art,
-                    args.output,
-                    tensors=items,
-                    extra_files=_read_extra(args.extra),
-                    remove_extra=args.remove_extra or (),
-                    strict=args.strict,
-                )
-            finally:
-                w.close()
-        else:
-            res = save_edited(art, args.output, extra_files=_read_extra(args.extra), remove_extra=args.remove_extra or ())
+        res = set_weights(
+            art,
+            args.weights,
+            args.output,
+            strip_prefix=args.strip_prefix or "",
+            allow_missing=args.allow_missing,
+            extra_files=extra,
+            remove_extra=args.remove_extra or (),
+            strict=args.strict,
+        )
     res["output"] = args.output
-    res["ignored"] = ignored
     if args.json:
         emit_json("ts-set-weights", res)
     else:

@@ -5,20 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...core.lazy import lazy_exports
+
 __all__ = ["OnnxArtifact", "OnnxModel", "set_weights"]
 
+# lazy: importing the package never imports onnx
+_lazy = lazy_exports(
+    __name__, {"OnnxArtifact": ".handler:OnnxArtifact", "OnnxModel": ".read:OnnxModel", "set_weights": ".write:set_weights"}
+)
 
-def __getattr__(name: str) -> Any:  # lazy: importing the package never imports onnx
-    if name == "OnnxArtifact":
-        from .handler import OnnxArtifact
 
-        return OnnxArtifact
-    if name == "OnnxModel":
-        from .read import OnnxModel
-
-        return OnnxModel
-    if name == "set_weights":
-        from .write import set_weights
-
-        return set_weights
-    raise AttributeError(name)
+def __getattr__(name: str) -> Any:
+    return _lazy(name)

@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 
 from ...core.atomic import AtomicFile, publish
-from ...core.errors import LimitError, NotFoundError, UnsupportedError, UsageError
+from ...core.errors import LimitError, UnsupportedError, UsageError
 from ...core.tensor import Tensor, as_tensor, is_torch_tensor
+from ..weights import WeightMatch, match_weights, weight_items
 from .dtypes import PackedTensor, numel_of, onnx_type, pack_bits
 from .read import EXTERNAL, PROTOBUF_LIMIT, ExternalData, OnnxModel, text
 
@@ -45,18 +46,6 @@ _DATA_FIELDS = (
     "uint64_data",
     "external_data",
 )
-
-
-def _weights(weights: Any) -> tuple[list[tuple[str, Any]], Any]:
-    """``(name, tensor)`` pairs and the artifact to close once they are written."""
-    if isinstance(weights, Mapping):
-        return list(weights.items()), None
-    if isinstance(weights, (str, os.PathLike)):
-        from ..dispatch import open_artifact
-
-        art = open_artifact(weights)  # .pt checkpoints open with weights_only=True
-        return list(art.tensors()), art
-    return list(weights), None
 
 
 def _new_bytes(name: str, value: Any, rec: Any) -> Any:
@@ -243,7 +232,7 @@ def _set_weights(
     strip_prefix: str,
     progress: Any,
 ) -> dict[str, Any]:
-    items, art = _weights(weights)
+    items, art = weight_items(weights)
     try:
         return _write(om, items, out, external_data, size_threshold, allow_missing, strip_prefix, progress)
     finally:
@@ -264,46 +253,28 @@ def _write(
     mp = om.model
     main = {r.proto_name: r for r in om.records if r.kind == "initializer" and r.scope == ""}
     new: dict[str, Any] = {}
-    ignored = []
-    for name, value in items:
-        key = name[len(strip_prefix) :] if strip_prefix and name.startswith(strip_prefix) else name
-        rec = main.get(key)
-        if rec is None:
-            ignored.append(key)
-            continue
-        if key in new:
-            raise UsageError(f"two weights map to initializer {key!r}", member=key)
-        new[key] = _new_bytes(key, value, rec)
-    shapes = {
-        (name[len(strip_prefix) :] if strip_prefix and name.startswith(strip_prefix) else name): tuple(getattr(v, "shape", ()))
-        for name, v in items
-    }
-    problems = transformed_initializers(mp, set(new), {k: shapes[k] for k in ignored if k in shapes}, set(shapes))
-    if problems:
-        shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
-        raise UsageError(
-            "refusing to write a model that would compute something else: the exporter "
-            f"transformed initializers, so weights cannot be matched by name ({shown})",
-            path=om.path,
-            hint=(
-                "export the model again from the module holding these weights (torch.onnx.export), "
-                "or export with optimize=False so each parameter stays its own initializer"
-            ),
-        )
-    if ignored and not allow_missing:
-        raise NotFoundError(
-            f"{len(ignored)} weights name no initializer of the model",
-            path=om.path,
-            found=", ".join(ignored[:5]) + (" ..." if len(ignored) > 5 else ""),
-            hint="check names with `torchless ls` on both files, or pass --allow-missing / --strip-prefix",
-        )
 
-    if not new and items:  # (no weights at all: a re-layout, e.g. to or from external data)
-        raise UsageError(
-            "no initializer was replaced: none of the weights names an initializer of the model",
-            path=om.path,
-            hint="compare names with `torchless ls` on both files (--strip-prefix removes a prefix)",
-        )
+    def check(m: WeightMatch) -> None:
+        for key, value in m.matched:
+            new[key] = _new_bytes(key, value, main[key])
+        shapes = m.shapes
+        problems = transformed_initializers(mp, set(new), {k: shapes[k] for k in m.ignored if k in shapes}, set(shapes))
+        if problems:
+            shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
+            raise UsageError(
+                "refusing to write a model that would compute something else: the exporter "
+                f"transformed initializers, so weights cannot be matched by name ({shown})",
+                path=om.path,
+                hint=(
+                    "export the model again from the module holding these weights (torch.onnx.export), "
+                    "or export with optimize=False so each parameter stays its own initializer"
+                ),
+            )
+
+    # no weights at all is allowed: a re-layout, e.g. to or from external data
+    ignored = match_weights(
+        items, main, strip_prefix=strip_prefix, allow_missing=allow_missing, what="initializer", path=om.path, check=check
+    ).ignored
     # every tensor's bytes: replaced, or the source's (from the model or its data file)
     src_ext = ExternalData(om.external.base_dir, om.path)
     used_external = any(tp.data_location == EXTERNAL for tp in _all_tensor_protos(mp))

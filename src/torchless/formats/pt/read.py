@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     import tarfile
 
 __all__ = [
+    "CHECKPOINT_ALLOWLIST",
     "LEGACY_MAGIC",
     "Checkpoint",
     "detect_layout",
@@ -74,7 +75,7 @@ def make_resolver(
     weights_only: bool, allowlist: Allowlist | None = None, extra: dict[str, Any] | None = None
 ) -> AllowlistResolver:
     """The resolver ``torchless.load`` uses: the default allowlist, refusing or placeholding."""
-    return AllowlistResolver(allowlist or DEFAULT_ALLOWLIST, weights_only=weights_only, extra=dict(extra or {}))
+    return AllowlistResolver(allowlist or CHECKPOINT_ALLOWLIST, weights_only=weights_only, extra=dict(extra or {}))
 
 
 def is_tar_header(head: bytes) -> bool:
@@ -677,8 +678,17 @@ def _load_from_bytes(args: tuple) -> Any:
     return cp.obj
 
 
-DEFAULT_ALLOWLIST.add(
-    "torch.storage._load_from_bytes",
-    Rebuilder("torch.storage._load_from_bytes", _load_from_bytes),
-    "a legacy-format storage inside bytes, parsed by torchless",
-)
+def _checkpoint_table() -> Allowlist:
+    a = Allowlist("checkpoint")
+    a.add(
+        "torch.storage._load_from_bytes",
+        Rebuilder("torch.storage._load_from_bytes", _load_from_bytes),
+        "a legacy-format storage inside bytes, parsed by torchless",
+    )
+    return a
+
+
+#: what checkpoints are read with: :data:`~torchless.pickle.torch_globals.DEFAULT_ALLOWLIST`
+#: plus the rebuilders that need this module's reader (a legacy stream inside bytes). Built
+#: here, explicitly: importing this module changes no other module's table.
+CHECKPOINT_ALLOWLIST = DEFAULT_ALLOWLIST.merged(_checkpoint_table(), name=DEFAULT_ALLOWLIST.name)

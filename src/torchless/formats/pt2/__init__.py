@@ -6,15 +6,14 @@ pay for the schema and graph modules.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
+
+from ...core.lazy import lazy_exports
 
 __all__ = ["InputSpec", "OpaqueObject", "OutputSpec", "Program", "Pt2Archive", "Signature", "read_pt2", "save_pt2"]
 
-_WHERE = {"save_pt2": ".write"}
+_lazy = lazy_exports(__name__, {**{n: f".read:{n}" for n in __all__}, "save_pt2": ".write:save_pt2"})
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
-        return getattr(importlib.import_module(_WHERE.get(name, ".read"), __name__), name)
-    raise AttributeError(name)
+    return _lazy(name)

@@ -21,7 +21,7 @@ from ...core.values import StateDict, StorageType
 from ...pickle.globals import Allowlist, AllowlistResolver, Rebuilder
 from ...pickle.machine import Limits, Unpickler
 from ...pickle.torch_globals import DEFAULT_ALLOWLIST
-from ..pt.read import _pid_parts
+from ..pt.read import CHECKPOINT_ALLOWLIST, _pid_parts
 from . import spec
 from .bytecode import Bytecode, parse_bytecode
 from .code import ClassSource, CodeFile, FunctionSource, parse_code_file
@@ -90,7 +90,7 @@ def _ts_table() -> Allowlist:
 
 
 #: the globals TorchScript archives use, on top of torchless's default allowlist.
-TORCHSCRIPT_ALLOWLIST = DEFAULT_ALLOWLIST.merged(_ts_table(), name="torchscript")
+TORCHSCRIPT_ALLOWLIST = CHECKPOINT_ALLOWLIST.merged(_ts_table(), name="torchscript")
 
 
 class ScriptObject:

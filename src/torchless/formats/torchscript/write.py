@@ -21,10 +21,11 @@ import numpy as np
 from ...container.zip import TorchZipWriter, ZipEntry, ZipReader
 from ...core.errors import NotFoundError, UnsupportedError, UsageError
 from ...core.tensor import Tensor, as_tensor, is_torch_tensor
+from ..weights import match_weights, weight_items
 from . import spec
 from .handler import TorchScriptArtifact
 
-__all__ = ["save_edited", "replacement_array"]
+__all__ = ["save_edited", "set_weights", "replacement_array"]
 
 
 def replacement_array(target: Tensor, value: Any, name: str = "") -> np.ndarray:
@@ -121,6 +122,66 @@ def save_edited(
     art = TorchScriptArtifact(src, weights_only=weights_only) if own else src
     try:
         return _save(art, dst, tensors, extra_files, set(remove_extra), strict, progress)
+    finally:
+        if own:
+            art.close()
+
+
+def set_weights(
+    model: Any,
+    weights: Any,
+    out: Any,
+    *,
+    strip_prefix: str = "",
+    allow_missing: bool = False,
+    extra_files: Mapping[str, bytes | str] | None = None,
+    remove_extra: Iterable[str] = (),
+    strict: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """Re-save TorchScript archive ``model`` as ``out`` with new weights matched by name
+    (``torchless ts set-weights``), by the same rule as ONNX's ``set_weights``
+    (:func:`torchless.formats.weights.match_weights`).
+
+    Args:
+        model: the archive (path or open
+            :class:`~torchless.formats.torchscript.handler.TorchScriptArtifact`).
+        weights: a weights file of any readable format, a mapping or ``(name, tensor)``
+            pairs; None to change extra files only. Names are ``state_dict`` names or the
+            dotted paths of :meth:`TorchScriptArtifact.all_tensors`.
+        out: the new archive (may be ``model``; written atomically).
+        strip_prefix: removed from each weight name first (``"model."``).
+        allow_missing: ignore weights that name no tensor of the model.
+        extra_files / remove_extra / strict: as :func:`save_edited`.
+
+    Returns:
+        :func:`save_edited`'s result plus ``"ignored"``: the weights that named no tensor.
+
+    Raises:
+        NotFoundError: a weight names no tensor (without ``allow_missing``).
+        UsageError: two weights map to one tensor, none matched, or a shape or dtype differs.
+
+    Example:
+        >>> set_weights("model.pt", "finetuned.safetensors", "new.pt")  # doctest: +SKIP
+    """
+    own = not isinstance(model, TorchScriptArtifact)
+    art = TorchScriptArtifact(model, weights_only=False) if own else model
+    try:
+        if weights is None:
+            # extra files only: no tensor gets a value, so ``strict`` does not apply
+            res = save_edited(art, out, extra_files=extra_files, remove_extra=remove_extra, progress=progress)
+            return {**res, "ignored": []}
+        items, w = weight_items(weights)
+        try:
+            names = set(art.keys()) | {n for n, _ in art.all_tensors()}
+            m = match_weights(items, names, strip_prefix=strip_prefix, allow_missing=allow_missing, path=art.path)
+            res = save_edited(
+                art, out, tensors=m.matched, extra_files=extra_files, remove_extra=remove_extra, strict=strict, progress=progress
+            )
+        finally:
+            if w is not None:
+                w.close()
+        return {**res, "ignored": m.ignored}
     finally:
         if own:
             art.close()
