@@ -12,7 +12,7 @@ from ..._api import open as open_artifact
 from ..progress import Progress
 from ..render import emit_json, format_bytes, format_info, format_table
 
-__all__ = ["register", "info_json", "formats_json"]
+__all__ = ["register", "info_json", "formats_json", "format_diff"]
 
 
 def _open(path: str, fmt: str | None) -> Any:
@@ -134,11 +134,23 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def format_diff(res: dict[str, Any]) -> str:
+    """Human text for the result of :func:`torchless.diff.diff_artifacts`."""
+    lines = [f"+ {n}" for n in res["added"]] + [f"- {n}" for n in res["removed"]]
+    for c in res["changed"]:
+        extra = f" (max abs diff {c['max_abs_diff']:.6g})" if c["max_abs_diff"] is not None else ""
+        lines.append(f"~ {c['name']}: {c['reason']}{extra}")
+    lines += [f"? {c['name']}: not compared: {c['reason']}" for c in res["not_compared"]]
+    counts = [f"{len(res['added'])} added", f"{len(res['removed'])} removed", f"{len(res['changed'])} changed"]
+    lines.append(", ".join([*counts, f"{len(res['not_compared'])} not compared", f"{res['same']} same"]))
+    return "\n".join(lines)
+
+
 def cmd_diff(args: argparse.Namespace) -> int:
     from ...diff import diff_artifacts, diff_bytes
 
     with _open(args.a, args.format) as a, _open(args.b, args.format) as b:
-        prog = Progress(diff_bytes(a, b), "diff", force=args.progress)
+        prog = Progress(diff_bytes(a, b), "diff", force=args.progress)  # the total first: a bar
         try:
             res = diff_artifacts(a, b, rtol=args.rtol, atol=args.atol, progress=prog)
         finally:
@@ -146,19 +158,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     if args.json:
         emit_json("diff", {"a": args.a, "b": args.b, **res})
     else:
-        for n in res["added"]:
-            print(f"+ {n}")
-        for n in res["removed"]:
-            print(f"- {n}")
-        for c in res["changed"]:
-            extra = f" (max abs diff {c['max_abs_diff']:.6g})" if c["max_abs_diff"] is not None else ""
-            print(f"~ {c['name']}: {c['reason']}{extra}")
-        for c in res["not_compared"]:
-            print(f"? {c['name']}: not compared: {c['reason']}")
-        print(
-            f"{len(res['added'])} added, {len(res['removed'])} removed, {len(res['changed'])} changed, "
-            f"{len(res['not_compared'])} not compared, {res['same']} same"
-        )
+        print(format_diff(res))
     return 0 if res["identical"] else 1
 
 
