@@ -22,6 +22,7 @@ The checker is tested on synthetic graphs below, so a broken checker cannot pass
 from __future__ import annotations
 
 import ast
+import os
 import pathlib
 from dataclasses import dataclass
 
@@ -458,3 +459,25 @@ def test_checker_reports_a_three_module_cycle_path(tmp_path):
 )
 def test_layer_of(module, layer):
     assert layer_of(module) == layer
+
+
+def test_importing_a_module_changes_no_allowlist():
+    """Allowlists are built whole where they are defined: importing any module (the .pt
+    reader once added ``_load_from_bytes`` to the default table at import time) leaves the
+    shared tables as they were, so a verdict never depends on what was imported first."""
+    import subprocess
+    import sys
+
+    names = sorted(m for m in modules(SRC) if not m.endswith("__main__"))
+    code = (
+        "import importlib, sys\n"
+        "from torchless.pickle.torch_globals import DEFAULT_ALLOWLIST as D, TORCH_ALLOWLIST as T\n"
+        "before = (sorted(D), sorted(T))\n"
+        "for m in sys.argv[1:]:\n"
+        "    importlib.import_module(m)\n"
+        "    assert (sorted(D), sorted(T)) == before, m\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code, *names], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(SRC)}
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
