@@ -26,7 +26,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "pickle"))
 
 from pickle_gen import register_extensions, stream  # noqa: E402
 
-from torchless.scan.engine import READERS, check_stream  # noqa: E402
+from torchless.scan.differential import check_stream  # noqa: E402
+from torchless.scan.engine import READERS  # noqa: E402
 
 
 def limit_memory(gib: float = 1.5) -> None:

@@ -481,3 +481,11 @@ def test_importing_a_module_changes_no_allowlist():
         [sys.executable, "-c", code, *names], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(SRC)}
     )
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_lone_file_modules_import_no_torchless_module():
+    """``scan/engine.py`` is loaded alone (``spec_from_file_location``) by its worker process:
+    an import of another torchless module there would fail only in the child."""
+    lone = {"torchless.scan.engine", "torchless._start"}
+    bad = [f"{e.src}:{e.line} imports {e.dst}" for e in import_graph() if e.src in lone]
+    assert not bad, bad

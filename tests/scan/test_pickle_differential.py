@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from torchless.scan import scan_file
 from torchless.scan.analysis import analyse
-from torchless.scan.engine import READERS, EngineWorker, compare, record_c, record_python, second_opinion, symbolic_record
+from torchless.scan.differential import second_opinion, symbolic_record
+from torchless.scan.engine import READERS, EngineWorker, compare, record_c, record_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -279,9 +280,9 @@ def test_second_engine_child_is_resource_limited_and_agrees():
 
 
 def test_engine_disagreement_is_a_finding(tmp_path, monkeypatch):
-    from torchless.scan import engine
+    from torchless.scan import differential
 
-    monkeypatch.setattr(engine, "second_opinion", lambda *a: "event 0: real ('global', 'os', 'system') model nothing")
+    monkeypatch.setattr(differential, "second_opinion", lambda *a: "event 0: real ('global', 'os', 'system') model nothing")
     p = tmp_path / "x.pkl"
     p.write_bytes(b"\x80\x02]q\x00.")
     fr = scan_file(str(p))

@@ -192,7 +192,7 @@ class _Analyser:
         self.ids: Any = None
         self.events: list[tuple] | None = None
         if record:
-            from .canonical import _Ids
+            from .engine import _Ids
 
             self.ids = _Ids()
             self.events = []
@@ -248,7 +248,7 @@ class _Analyser:
         return s
 
     def norm(self, v: Any) -> Any:
-        from .canonical import normalize
+        from .engine import normalize
 
         return normalize(v, self.ids)
 

@@ -13,10 +13,13 @@ the only objects the unpickler ever holds are data it built itself and these cla
 
 The record (:class:`Record`) is a list of normalised events in the order they happen,
 plus the outcome (the normalised value at STOP, or the error). The scanner's symbolic
-run produces the same form (:func:`symbolic_record`), so the two can be compared event
-by event (:func:`compare`): the differential fuzzer in the tests does that on millions of
-generated streams, and the scanner can do it per stream in a resource-limited child
-process (:class:`EngineWorker`), reporting any difference as ``engine-disagreement``.
+run produces the same form (:func:`record_of`), so the two can be compared event by event
+(:func:`compare`): the differential fuzzer in the tests does that on millions of generated
+streams, and the scanner can do it per stream in a resource-limited child process
+(:class:`EngineWorker`), reporting any difference as ``engine-disagreement``
+(:mod:`torchless.scan.differential` runs both sides).
+
+This module imports nothing from torchless: the worker process loads this file alone.
 
 Reader paths (``reader=``), as the loaders use them:
 
@@ -50,21 +53,16 @@ import zipfile
 from dataclasses import dataclass, field
 from typing import Any
 
-from .canonical import _Ids, normalize
-
 __all__ = [
     "Record",
     "RecordingUnpickler",
     "record_c",
     "record_python",
-    "symbolic_record",
     "compare",
     "normalize",
     "EngineWorker",
     "READERS",
     "RecordingPyUnpickler",
-    "check_stream",
-    "second_opinion",
     "shared_worker",
     "engine_enabled",
     "probe_readers",
@@ -74,6 +72,89 @@ __all__ = [
 ]
 
 READERS = ("bytes", "bytesio", "file", "zipmember")
+
+_MAX_NORM_DEPTH = 24
+
+
+class _Ids:
+    """Numbers the symbolic values of one run in creation order, and maps them back."""
+
+    def __init__(self) -> None:
+        self.ids: dict[int, int] = {}
+        self.keep: list[Any] = []
+        self.budget = _MAX_RUN_NODES  # nodes normalised in the whole run
+
+    def new(self, obj: Any) -> int:
+        n = len(self.keep)
+        self.ids[id(obj)] = n
+        self.keep.append(obj)
+        return n
+
+    def get(self, obj: Any) -> int | None:
+        return self.ids.get(id(obj))
+
+
+#: nodes of one value normalised; past it a value becomes ``("cut",)`` at the same place
+#: on both sides (a memo can share one list 2**40 times: never walk a value as a tree)
+_MAX_NORM_NODES = 2000
+#: nodes normalised in one run; a record that runs out is marked ``exhausted`` and the
+#: scanner does not compare it (the fuzzer's streams never get there)
+_MAX_RUN_NODES = 200_000
+
+
+def normalize(v: Any, ids: _Ids) -> Any:
+    """A canonical, comparable (and marshal-able) form of a value built by an unpickler.
+
+    Symbolic values become ``("sym", n)`` with ``n`` their creation index, so the C
+    unpickler's inert classes and the pickle machine's ``Sym`` objects compare equal
+    when they were created by the same event. Cycles, very deep and very large values
+    are cut, deterministically (the same cut on both sides of a comparison).
+    """
+    left = [min(_MAX_NORM_NODES, ids.budget)]
+    out = _norm(v, ids, 0, (), left)
+    ids.budget -= min(_MAX_NORM_NODES, ids.budget) - max(0, left[0])
+    if left[0] < 0:
+        ids.budget -= 1
+    return out
+
+
+def _norm(v: Any, ids: _Ids, depth: int, active: tuple[int, ...], budget: list[int]) -> Any:
+    budget[0] -= 1
+    if budget[0] < 0:
+        return ("cut",)
+    n = ids.get(v)
+    if n is not None:
+        return ("sym", n)
+    t = type(v)
+    if v is None or t is bool or t is int or t is str or t is bytes:
+        return (t.__name__, v)
+    if t is float:
+        return ("float", repr(v))
+    if t is bytearray:
+        return ("bytearray", bytes(v))
+    if t is memoryview:
+        try:
+            return ("memoryview", v.tobytes(), v.readonly)
+        except (ValueError, TypeError):  # pragma: no cover - released views
+            return ("memoryview",)
+    if depth > _MAX_NORM_DEPTH:
+        return ("deep",)
+    if id(v) in active:
+        return ("cycle",)
+    act = active + (id(v),)
+    if t is tuple or t is list:
+        return (t.__name__, tuple(_norm(x, ids, depth + 1, act, budget) for x in v))
+    if t is dict:
+        return (
+            "dict",
+            tuple((_norm(k, ids, depth + 1, act, budget), _norm(x, ids, depth + 1, act, budget)) for k, x in v.items()),
+        )
+    if t is set or t is frozenset:
+        # element order of a set is not a property of the stream: sort, then cut
+        items = sorted((_norm(x, ids, depth + 1, act, [_MAX_NORM_NODES]) for x in v), key=repr)
+        return (t.__name__, tuple(items))
+    return ("other", t.__name__)
+
 
 @dataclass
 class Record:
@@ -301,17 +382,6 @@ def record_python(data: bytes, reader: str = "bytesio", *, encoding: str = "lati
     return _run(RecordingPyUnpickler, data, "bytesio" if reader == "bytes" else reader, encoding, start)
 
 
-def symbolic_record(data: bytes, *, start: int = 0) -> tuple[Record, Any]:
-    """The scanner's symbolic run of the stream at ``start``, as a :class:`Record`.
-
-    Returns the record and the :class:`~torchless.scan.analysis.StreamResult`.
-    """
-    from .analysis import analyse
-
-    res = analyse(data, start=start, record=True)
-    return record_of(res), res
-
-
 def compare(oracle: Record, model: Record, *, check_end: bool = True) -> str | None:
     """None when the model agrees with the oracle, else a one-line description.
 
@@ -530,48 +600,6 @@ class EngineWorker:
         self.close()
 
 
-def check_stream(data: bytes) -> tuple[list[str], dict[str, int]]:
-    """Compare the scanner's symbolic run of ``data`` with the real unpicklers.
-
-    Returns (problems, counters). Per reader path:
-
-    * ``bytes``: the C unpickler must agree exactly (the walk is linear there);
-    * ``bytesio``, ``file``, ``zipmember``: exact agreement (with the end offset) unless
-      the machine reported a frame hazard, in which case the scanner flags the stream
-      (``unanalysable``) and agreement is not required;
-    * the pure-Python unpickler: when the model finishes without a hazard, the globals
-      and the kinds of events must match (values may differ: its text parsers are
-      Python's, not C's), or be a prefix where it stops with an error. A stream the
-      model cannot finish is flagged by the scanner whatever Python does.
-    """
-    problems: list[str] = []
-    stats = {"streams": 1}
-    model, res = symbolic_record(data)
-    hazard = bool(res.frame_hazards)
-    if hazard:
-        stats["frame_hazard"] = 1
-    stats["model_" + model.outcome] = 1
-    for reader in READERS:
-        if hazard and reader != "bytes":
-            continue
-        oracle = record_c(data, reader)
-        d = compare(oracle, model, check_end=reader != "bytes")
-        if d:
-            problems.append(f"C unpickler via {reader}: {d}")
-    if model.outcome == "ok" and not hazard:
-        py = record_python(data, "bytesio")
-
-        def weak(evs: list[tuple]) -> list[tuple]:
-            return [e[:3] if e[0] == "global" else (e[0],) for e in evs]
-
-        a, b = weak(py.events), weak(model.events)
-        if py.outcome == "ok" and a != b:
-            problems.append(f"Python unpickler: {_first_diff(a, b)}")
-        elif py.outcome == "error" and b[: len(a)] != a:
-            problems.append(f"Python unpickler (stopped with {py.error}): {_first_diff(a, b)}")
-    return problems, stats
-
-
 _SHARED: EngineWorker | None = None
 
 #: streams larger than this are not sent to the second engine: the machine's model of the
@@ -594,34 +622,6 @@ def shared_worker() -> EngineWorker:
         _SHARED = EngineWorker()
         atexit.register(_SHARED.close)
     return _SHARED
-
-
-def second_opinion(data: bytes, start: int, end: int | None, res: Any = None) -> str | None:
-    """Run the stream at ``start`` through the recording C unpickler (child process) and
-    through the scanner's model; a description of the first difference, or None.
-
-    None also when the engine could not answer (the child ran out of its memory, CPU or
-    time limits on this stream: a real loader would have failed too).
-    """
-    stop = end if end is not None else len(data)
-    blob = bytes(data[start:stop])
-    if len(blob) > ENGINE_MAX_STREAM:
-        return None
-    w = shared_worker()
-    if not w.submit(blob, 0, digest=True):
-        return None
-    # meanwhile the child runs the real unpickler
-    model = record_of(res) if res is not None and res.events is not None and start == res.start else symbolic_record(blob)[0]
-    if model.exhausted:  # values too large to compare event by event: no second opinion
-        w.result()
-        return None
-    got = w.result()
-    if got is None or got == digest(model.to_wire()):
-        return None
-    oracle = w.record(blob, 0)  # they differ: fetch the whole record to say where
-    if oracle is None:
-        return None
-    return compare(oracle, model, check_end=False)
 
 
 def digest(wire: tuple) -> str:

@@ -245,7 +245,7 @@ class PickleCarrier:
         stops that the pure-Python unpickler reads past (``unanalysable``); and, as a
         second opinion, the real C unpickler run on the stream in a resource-limited
         child process, whose record must match the model (``engine-disagreement``)."""
-        from .. import engine
+        from .. import differential, engine
 
         why = other_readers_go_on(res, data)
         off = res.frame_hazards[0][0] if res.frame_hazards else (res.op_offsets[-1] if res.op_offsets else res.start)
@@ -272,7 +272,7 @@ class PickleCarrier:
                     self.report_stream(more, data, member, base, depth, report_errors=False, torch_load=torch_load)
             return
         if engine.engine_enabled() and not getattr(res, "budget_cut", False) and not getattr(res, "short_frames", False):
-            diff = engine.second_opinion(data, res.start, res.end, res)
+            diff = differential.second_opinion(data, res.start, res.end, res)
             if diff is not None:
                 self.add(
                     "engine-disagreement",
