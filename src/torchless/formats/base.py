@@ -21,6 +21,7 @@ from ..core.tensor import Tensor
 
 __all__ = [
     "CAPABILITIES",
+    "CAPABILITY_TEXT",
     "Artifact",
     "Capabilities",
     "FormatHandler",
@@ -183,6 +184,28 @@ class Probe:
         return self._zip
 
 
+#: how an error message says what a capability does
+CAPABILITY_TEXT = {
+    "read": "open files",
+    "list": "list tensors",
+    "verify": "verify files",
+    "write_tensors": "write tensors",
+    "write_objects": "store objects",
+    "edit": "replace weights in an existing file",
+}
+
+
+def _cannot(h: Any, capability: str, path: Any) -> UsageError:
+    # the default writers of a handler that does not declare them (the registry checks
+    # declaration against methods; the public functions refuse first, naming the formats
+    # that can: formats.registry.require)
+    return UsageError(
+        f"{h.name} cannot {CAPABILITY_TEXT[capability]}",
+        path=path,
+        hint="torchless.capabilities() (or `torchless formats`) lists what each format can do",
+    )
+
+
 class FormatHandler:
     """One artifact kind. Subclasses set the class attributes and implement :meth:`sniff`
     and :meth:`open`; writers implement ``write_tensors`` / ``save`` and declare them in
@@ -220,23 +243,19 @@ class FormatHandler:
         refuses undeclared options before calling it.
 
         Raises:
-            UsageError: the format does not write tensors (the message names those that do).
+            UsageError: the format does not write tensors (``torchless.write_tensors`` names
+                the formats that do).
         """
-        from .registry import require
-
-        require(self, "write_tensors", path=path)
-        raise NotImplementedError  # pragma: no cover - the registry checks declaration against methods
+        raise _cannot(self, "write_tensors", path)
 
     def save(self, obj: Any, path: Any, *, progress: Callable[[int], None] | None = None) -> None:
         """Write the object tree ``obj`` to ``path``.
 
         Raises:
-            UsageError: the format does not store objects (the message names those that do).
+            UsageError: the format does not store objects (``torchless.save`` names the
+                formats that do).
         """
-        from .registry import require
-
-        require(self, "write_objects", path=path)
-        raise NotImplementedError  # pragma: no cover - the registry checks declaration against methods
+        raise _cannot(self, "write_objects", path)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} {', '.join(self.capabilities.flags())}>"

@@ -13,7 +13,7 @@ from typing import Any
 from ..core.errors import FormatError, UsageError
 from ..core.lazy import import_modules
 from ..core.registry import Registry
-from .base import CAPABILITIES, Capabilities, FormatHandler, Probe
+from .base import CAPABILITIES, CAPABILITY_TEXT, Capabilities, FormatHandler, Probe
 
 __all__ = [
     "FORMATS",
@@ -105,15 +105,6 @@ def formats_that(capability: str) -> list[str]:
     return [h.name for h in handlers() if getattr(h.capabilities, capability)]
 
 
-#: how an error message says what a capability does
-_DOES = {
-    "read": "open files",
-    "list": "list tensors",
-    "verify": "verify files",
-    "write_tensors": "write tensors",
-    "write_objects": "store objects",
-    "edit": "replace weights in an existing file",
-}
 
 
 def require(h: FormatHandler, capability: str, *, path: Any = None) -> FormatHandler:
@@ -130,7 +121,7 @@ def require(h: FormatHandler, capability: str, *, path: Any = None) -> FormatHan
     able = formats_that(capability)
     exts = " ".join(e for name in able for e in handler(name).extensions)
     raise UsageError(
-        f"{h.name} cannot {_DOES[capability]}; formats that can: {', '.join(able) or 'none'}",
+        f"{h.name} cannot {CAPABILITY_TEXT[capability]}; formats that can: {', '.join(able) or 'none'}",
         path=path,
         expected=f"a destination named {exts}" if exts and capability.startswith("write") else None,
     )
