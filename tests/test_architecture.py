@@ -24,6 +24,7 @@ from __future__ import annotations
 import ast
 import os
 import pathlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pytest
@@ -43,6 +44,20 @@ SIDE_LAYER = "interop"
 #: the calls of core/lazy.py: the module names given to them (directly, or as a module-level
 #: list such as HANDLER_MODULES) are deferred imports.
 LAZY_CALLS = {"LazyModule", "lazy_exports", "import_modules"}
+
+
+#: lazy back edges kept on purpose, each with its reason; any other lazy cycle fails. (A
+#: module-level cycle is never allowed.) Remove an entry when its cycle goes.
+KNOWN_LAZY_BACK_EDGES = {
+    ("torchless.core.source", "torchless.core.remote"): (
+        "open_source hands a URL to RemoteSource (a ByteSource subclass); the remote module, "
+        "and fsspec behind it, is imported only when a URL is opened"
+    ),
+    ("torchless.formats.dcp.metadata", "torchless.formats.dcp.fastmeta"): (
+        "parse_metadata tries the fast decoder first; the fast decoder builds metadata's own "
+        "classes and falls back to the general machine in metadata"
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -200,7 +215,7 @@ def layer_violations(edges: list[Edge]) -> list[str]:
     return list(dict.fromkeys(bad))
 
 
-def import_cycles(edges: list[Edge], *, lazy: bool = False) -> list[list[str]]:
+def import_cycles(edges: list[Edge], *, lazy: bool = False, known: Mapping[tuple[str, str], str] = {}) -> list[list[str]]:
     """The import cycles, each as a path ``[a, b, ..., a]``: among module-level imports, or
     with ``lazy`` among all imports except those of the side layer and a registry's imports
     of its plug-ins (a format handler imports the registry to register itself; the registry
@@ -210,7 +225,7 @@ def import_cycles(edges: list[Edge], *, lazy: bool = False) -> list[list[str]]:
     through its first module."""
     graph: dict[str, set[str]] = {}
     for e in edges:
-        if e.toplevel or (lazy and layer_of(e.dst) != SIDE_LAYER and not e.plugin):
+        if e.toplevel or (lazy and layer_of(e.dst) != SIDE_LAYER and not e.plugin and (e.src, e.dst) not in known):
             graph.setdefault(e.src, set()).add(e.dst)
             graph.setdefault(e.dst, set())
     index: dict[str, int] = {}
@@ -295,7 +310,8 @@ def test_no_import_cycles():
 
 
 def test_no_import_cycles_through_lazy_imports():
-    cycles = import_cycles(import_graph(), lazy=True)
+    edges = import_graph()
+    cycles = import_cycles(edges, lazy=True, known=KNOWN_LAZY_BACK_EDGES)
     assert not cycles, "import cycles (imports inside functions counted):\n" + "\n".join(" -> ".join(c) for c in cycles)
 
 
@@ -489,3 +505,22 @@ def test_lone_file_modules_import_no_torchless_module():
     lone = {"torchless.scan.engine", "torchless._start"}
     bad = [f"{e.src}:{e.line} imports {e.dst}" for e in import_graph() if e.src in lone]
     assert not bad, bad
+
+
+def test_known_lazy_back_edges_are_still_lazy_and_still_needed():
+    """An exemption whose edge became a module-level import, or closes no cycle any more, is stale."""
+    edges = import_graph()
+    graph: dict[str, set[str]] = {}
+    for e in edges:
+        if layer_of(e.dst) != SIDE_LAYER and not e.plugin:
+            graph.setdefault(e.src, set()).add(e.dst)
+    for src, dst in KNOWN_LAZY_BACK_EDGES:
+        found = [e for e in edges if (e.src, e.dst) == (src, dst)]
+        assert found and not any(e.toplevel for e in found), f"{src} -> {dst}: gone, or no longer lazy"
+        seen, todo = set(), [dst]
+        while todo:  # does dst lead back to src?
+            v = todo.pop()
+            if v not in seen:
+                seen.add(v)
+                todo += graph.get(v, ())
+        assert src in seen, f"{src} -> {dst} closes no cycle any more: drop it from KNOWN_LAZY_BACK_EDGES"
