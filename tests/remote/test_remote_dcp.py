@@ -161,3 +161,26 @@ def test_remote_storage_name_cannot_escape(memfs):
     fs.pipe(f"{base}/c/.metadata", dump_metadata(md))
     with pytest.raises(torchless.core.errors.LinkEscapeError):
         torchless.load(f"memory://{base}/c")
+
+
+def test_http_dcp_ls_fetches_metadata_only(http_root, ranks8, capsys):
+    """Over plain HTTP (no folder listing): ls / info of an 8-rank DCP fetch .metadata and
+    nothing else, by the server's own count; a tensor then fetches its rows."""
+    root, base, handler = http_root
+    sd, local = ranks8
+    import shutil
+
+    shutil.copytree(local, root / "r8")
+    meta = (root / "r8" / ".metadata").stat().st_size
+    for cmd in ("ls", "info"):
+        handler.sent = 0
+        c1, o1, _ = _cli(capsys, cmd, local)
+        c2, o2, err = _cli(capsys, cmd, f"{base}/r8/")
+        assert c1 == c2 == 0, err
+        assert o1.replace(local, "<p>") == o2.replace(f"{base}/r8/", "<p>").replace(f"{base}/r8", "<p>")
+        assert handler.sent == meta
+    handler.sent = 0
+    got = torchless.load(f"{base}/r8/")
+    assert got["w"].numpy().tobytes() == sd["w"].numpy().tobytes()
+    total = sum(p.stat().st_size for p in (root / "r8").iterdir())
+    assert handler.sent < total  # ranges: headers and rows, not whole files

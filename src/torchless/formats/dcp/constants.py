@@ -71,9 +71,10 @@ def has_metadata(path: Any) -> bool:
     """A DCP checkpoint folder: ``.metadata``, or per-rank ``__<rank>.metadata`` files."""
     p = os.fspath(path)
     if _url(p):
+        from ...core import remote
 
-        names = rank_metadata_names(p)  # one listing answers both questions
-        return bool(names) or METADATA_NAME in _listing(p)
+        # a HEAD request first: servers that cannot list folders (plain HTTP) serve it too
+        return remote.exists(remote.join(p, METADATA_NAME)) or bool(rank_metadata_names(p))
     return os.path.isfile(os.path.join(p, METADATA_NAME)) or bool(rank_metadata_names(p))
 
 
