@@ -50,6 +50,8 @@ __all__ = ["DCPReader", "ChunkRef", "unflatten", "pread_into", "BlockStorage"]
 
 #: bytes read per pread when a chunk must go through a bounce buffer
 BOUNCE = 64 << 20
+#: located items' map pages are dropped once this many bytes of them have gathered
+_RELEASE_BATCH = 8 << 20
 
 
 def pread_into(fd: int, mv: memoryview, offset: int, *, path: Any = None) -> None:
@@ -261,6 +263,9 @@ class _Template:
         return by_lower, self.first
 
 
+#: (archive prefix, record name) -> the lower-case full name looked up
+_REC_KEYS: dict[tuple[str, str], bytes] = {}
+
 #: templates of the item ends seen (a few: one per record-name set)
 _TEMPLATES: list[_Template] = []
 
@@ -293,7 +298,12 @@ def _fast_item_or_none(mv: memoryview) -> tuple[Tensor, int, str, int] | None:
     prefix = first.split("/", 1)[0]
 
     def record(rel: str) -> tuple[str, int, int] | None:
-        return by_lower.get(f"{prefix}/{rel}".encode("utf-8", "surrogateescape").lower())
+        key = _REC_KEYS.get((prefix, rel))
+        if key is None:
+            key = f"{prefix}/{rel}".encode("utf-8", "surrogateescape").lower()
+            if len(_REC_KEYS) < 4096:
+                _REC_KEYS[(prefix, rel)] = key
+        return by_lower.get(key)
 
     def data_at(rec: tuple[str, int, int]) -> int:
         _name, hoff, size = rec
@@ -525,14 +535,32 @@ class DCPReader:
         )
 
     def _release(self, info: StorageInfo) -> None:
-        """Drop the map's pages of one item from this process (they stay in the page
-        cache; later reads fault them back in). Keeps RSS flat over thousands of chunks."""
-        m = self._maps.get(info.relative_path)
+        """Drop the map's pages of located items from this process (they stay in the page
+        cache; later reads fault them back in). Keeps RSS flat over thousands of chunks.
+        Items that follow each other in the file are released together, a few MiB at a
+        time (one system call for hundreds of small items)."""
+        rel = info.relative_path
+        start, end = info.offset, info.offset + info.length
+        pending: dict[str, tuple[int, int] | None] = self.__dict__.setdefault("_pending", {})  # per file, not yet released
+        pend = pending.get(rel)
+        if pend is not None and pend[1] == start:
+            pend = (pend[0], end)
+        else:
+            if pend is not None:
+                self._drop(rel, *pend)
+            pend = (start, end)
+        if pend[1] - pend[0] >= _RELEASE_BATCH:
+            self._drop(rel, *pend)
+            pend = None
+        pending[rel] = pend
+
+    def _drop(self, rel: str, start: int, end: int) -> None:
+        m = self._maps.get(rel)
         mp = getattr(m, "_map", None)
         if mp is None or not hasattr(mmap, "MADV_DONTNEED"):
             return
-        start = info.offset - info.offset % mmap.PAGESIZE
-        end = min(info.offset + info.length, len(mp))
+        start -= start % mmap.PAGESIZE
+        end = min(end, len(mp))
         if end > start:
             try:
                 mp.madvise(mmap.MADV_DONTNEED, start, end - start)
@@ -569,17 +597,20 @@ class DCPReader:
 
         tmd = self.entries[ref.fqn]
         assert isinstance(tmd, TensorStorageMetadata)
-        src = self._item_source(ref.info, f"chunk of {ref.fqn}")
-        where = dict(path=self._shown(ref.info.relative_path), member=ref.fqn, offset=ref.info.offset)
-        f = self._file(ref.info.relative_path)
+        info = ref.info
+        f = self._file(info.relative_path)
+        if info.offset < 0 or info.length < 0 or info.offset + info.length > f.size:
+            self._item_source(info, f"chunk of {ref.fqn}")  # raises the bounds error
+        where = dict(path=self._shown(info.relative_path), member=ref.fqn, offset=info.offset)
         if is_safetensors_blob(
-            f.read_at(ref.info.offset, max(0, min(9, f.size - ref.info.offset)))
+            f.read_at(info.offset, max(0, min(9, f.size - info.offset)))
         ):  # may pass the item: a 1-element chunk
             return self._locate_safetensors(ref, tmd, where)
-        fast = None if self.general_only or self.remote else _fast_item(src.view(0, src.size))
+        fast = None if self.general_only or self.remote else _fast_item(f.view(info.offset, info.length))
         if fast is not None:
             t, base, byteorder, data_end = fast
         else:
+            src = self._item_source(info, f"chunk of {ref.fqn}")
             try:
                 zr = ZipReader(src)
                 cp = read_zip_checkpoint(zr, weights_only=True)
@@ -800,6 +831,10 @@ class DCPReader:
         return Tensor(st, dt, tmd.size, requires_grad=tmd.properties.requires_grad)
 
     def close(self) -> None:
+        pending = self.__dict__.pop("_pending", {})
+        for rel, pend in pending.items():
+            if pend is not None:
+                self._drop(rel, *pend)
         for fd in self._fds.values():
             if not isinstance(fd, int):
                 continue
