@@ -21,6 +21,17 @@ if os.environ.get("TORCHLESS_GENERAL_PATHS") == "1":
 
     torchless.pickle.machine.FAST_TENSOR_CALLS = False
     torchless.pickle.writer.FAST_TENSORS = False
+    # the DCP .metadata and item decoders, the state-dict pickle writer, diff's stored-bytes
+    # path (their own tests compare each with the general code in every run)
+    import torchless.diff
+    import torchless.formats.dcp.metadata
+    import torchless.formats.dcp.read
+    import torchless.formats.pt.write
+
+    torchless.formats.dcp.metadata.GENERAL_ONLY = True
+    torchless.formats.dcp.read.DCPReader.general_only = True
+    torchless.formats.pt.write.FAST_PICKLE = False
+    torchless.diff.RAW_FIRST = False
 
 
 @pytest.fixture(scope="session")

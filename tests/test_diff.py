@@ -100,6 +100,7 @@ def test_one_element_in_big_checkpoints(tmp_path, monkeypatch):
     """Two checkpoints of several chunks' worth of tensors that differ in one element:
     exactly that tensor is changed, with that element's difference as its figure."""
     monkeypatch.setattr(tdiff, "CHUNK_BYTES", 1 << 16)  # many chunks per tensor
+    monkeypatch.setattr(tdiff, "RAW_FIRST", True)
     rng = np.random.default_rng(11)
     a = {f"layer{i}.w": rng.standard_normal((512, 256)).astype(np.float32) for i in range(6)}
     b = {k: v.copy() for k, v in a.items()}
