@@ -182,8 +182,10 @@ def convert(
         total = {"tensors": len(items), "bytes": sum(t.nbytes for _, t in items)}
         obj_kept = False
         dropped: list[dict[str, str]] = []
-        if art.format == "pt" and h.name == "pt":
-            cp = art.checkpoint  # type: ignore[attr-defined]
+        from .formats.pt.handler import PtArtifact
+
+        if isinstance(art, PtArtifact) and h.name == "pt":
+            cp = art.checkpoint
             refused = sorted({g for g, ok in cp.globals_seen if not ok})
             if not refused:
                 from .formats.pt.write import save_checkpoint
@@ -193,8 +195,8 @@ def convert(
             dropped = [
                 {"key": "", "type": f"object with classes outside the allowlist ({', '.join(refused[:4])})"}
             ] + _non_tensor_leaves(cp.obj)
-        elif art.format == "pt":
-            dropped = _non_tensor_leaves(art.checkpoint.obj)  # type: ignore[attr-defined]
+        elif isinstance(art, PtArtifact):
+            dropped = _non_tensor_leaves(art.checkpoint.obj)
         elif art.format == "safetensors":
             meta = getattr(art, "metadata", None) or {}
             if h.name == "safetensors":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import ml_dtypes
 import numpy as np
@@ -108,6 +109,16 @@ def test_sources(tmp_path):
     assert open_source(b"abc").size == 3 and isinstance(open_source(bytearray(b"x")), BytesSource)
     with pytest.raises(UsageError):
         open_source(3.5)
+
+
+def test_stream_source_name_is_text(tmp_path):
+    # a file opened from a descriptor is named by that int: errors must still name a str path
+    p = tmp_path / "x.bin"
+    p.write_bytes(b"abc")
+    with open(os.open(p, os.O_RDONLY), "rb") as f:
+        src = open_source(f)
+        assert src.name == str(f.name) and isinstance(src.name, str)
+    assert bytes(src.read_at(0, 3)) == b"abc"
 
 
 def test_tree_walks_graphs_once():

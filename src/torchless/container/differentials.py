@@ -55,7 +55,7 @@ def zip_differentials(source: Any) -> list[Problem]:
         who, other, err = (
             ("Python's zipfile", "torch (miniz)", mz_err) if mz is None else ("torch (miniz)", "Python's zipfile", py_err)
         )
-        n = len(py.entries) if py is not None else len(mz.entries)  # type: ignore[union-attr]
+        n = len(py.entries) if py is not None else len(mz.entries) if mz is not None else 0
         if n:
             out.append(_p(f"{who} reads an archive of {n} entries that {other} refuses ({err.message if err else '?'})"))
         return out

@@ -81,7 +81,7 @@ class PyZipReader:
         return FormatError(f"{msg} (Python's zipfile refuses the archive)", path=self.path, offset=offset, **kw)
 
     # -- end records --------------------------------------------------------------------
-    def _end_record(self) -> tuple[list, int]:
+    def _end_record(self) -> tuple[list[Any], int]:
         src, size = self.source, self.source.size
         if size < _EOCD.size:
             raise self._bad("file too small to be a zip archive")
@@ -97,7 +97,7 @@ class PyZipReader:
             raise self._bad("end record cut short by the end of the file", start + pos)
         return list(_EOCD.unpack_from(data, pos)), start + pos
 
-    def _zip64(self, eocd: int, rec: list) -> list:
+    def _zip64(self, eocd: int, rec: list[Any]) -> list[Any]:
         # _EndRecData64: locator at eocd-20, record at the fixed place eocd-76
         if eocd < _LOC64.size:
             return rec
@@ -199,7 +199,7 @@ class PyZipReader:
             raise self._bad(f"file name in directory {e.orig_filename!r} and header {fname!r} differ", e.header_offset)
         if e.flag_bits & 0x1:
             raise UnsupportedError("encrypted zip member (a password is required)", path=self.path, member=e.filename)
-        return e.header_offset + _LOCAL.size + nlen + xlen
+        return int(e.header_offset + _LOCAL.size + nlen + xlen)
 
     def stored_span(self, e: PyZipEntry) -> tuple[int, int] | None:
         """``(offset, length)`` of a stored member's bytes as zipfile returns them, or None

@@ -36,7 +36,7 @@ import struct
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 from ..core.atomic import AtomicFile
 from ..core.errors import FormatError, LimitError, NotFoundError, TruncatedError, UnsupportedError, UsageError
@@ -157,7 +157,7 @@ class ZipReader:
         _CACHE = (key, zr)
         return zr
 
-    def data_index(self, folder: str) -> dict[str, ZipEntry]:
+    def data_index(self, folder: str) -> EntryIndex:
         """``{name relative to prefix/folder/: entry}`` for the records under a folder.
 
         Equivalent to :meth:`lookup` per name when no two entries collide
@@ -586,6 +586,12 @@ class ZipReader:
 _CACHE: tuple[Any, ZipReader] | None = None
 
 
+class EntryIndex(Protocol):
+    """What :meth:`ZipReader.data_index` returns: a dict, or :class:`_LookupView`."""
+
+    def get(self, key: str, default: None = None, /) -> ZipEntry | None: ...
+
+
 class _LookupView:
     """``data_index`` fallback when names collide: every get goes through torch's lookup."""
 
@@ -593,9 +599,8 @@ class _LookupView:
         self.zr = zr
         self.folder = folder
 
-    def get(self, key: str, default: Any = None) -> Any:
-        e = self.zr.lookup(f"{self.folder}/{key}")
-        return default if e is None else e
+    def get(self, key: str, default: None = None, /) -> ZipEntry | None:
+        return self.zr.lookup(f"{self.folder}/{key}")
 
 
 def _zip64_extra(extra: bytes, usize: int, csize: int, hoff: int, path: str, off: int) -> tuple[int, int, int]:
@@ -735,7 +740,7 @@ def locate_eocd(src: ByteSource) -> int | None:
         cur -= 4093
 
 
-def zip64_record(src: ByteSource, eocd: int) -> tuple[int, tuple, tuple] | None:
+def zip64_record(src: ByteSource, eocd: int) -> tuple[int, tuple[Any, ...], tuple[Any, ...]] | None:
     """``(offset, locator, record)`` of the zip64 end record miniz follows, or None.
 
     miniz looks for the locator only when the end record sits at offset >= 76 (locator +

@@ -38,7 +38,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, BinaryIO
 
-from .errors import WriteError
+from .errors import InternalError, WriteError
 from .source import PathLike
 
 __all__ = [
@@ -556,29 +556,31 @@ class AtomicDir:
         file that is not there."""
         from . import remote
 
+        url = self.url
+        if url is None:  # only folders staged for a URL are uploaded
+            raise InternalError("upload of a local folder")
+
         files = []
         for root, _dirs, names in os.walk(self.tmp):
             for n in names:
                 full = os.path.join(root, n)
                 files.append((os.path.relpath(full, self.tmp).replace(os.sep, "/"), full))
-        present = set(remote.listdir(self.url)) if remote.isdir(self.url) else set()  # type: ignore[arg-type]
+        present = set(remote.listdir(url)) if remote.isdir(url) else set()
         clash = sorted(rel for rel, _ in files if rel.split("/", 1)[0] in present)
         if present and not self.merge:
-            raise WriteError("cannot write: the destination folder is not empty", path=self.url)
+            raise WriteError("cannot write: the destination folder is not empty", path=url)
         if clash and not self.replace:
-            raise WriteError(
-                "cannot write: the destination already holds a file of this name", path=remote.join(self.url, clash[0])
-            )  # type: ignore[arg-type]
+            raise WriteError("cannot write: the destination already holds a file of this name", path=remote.join(url, clash[0]))
         done: list[str] = []
         try:
             for rel, full in sorted(files, key=lambda f: (f[0] in last or f[0].rsplit("/", 1)[-1] in last, f[0])):
-                remote.upload(full, remote.join(self.url, rel))  # type: ignore[arg-type]
+                remote.upload(full, remote.join(url, rel))
                 done.append(rel)
         except BaseException:
             # nothing in ``last`` was published; the payload files that were are removed
             # (best effort: a reader would not take them for a checkpoint anyway)
             for rel in done:
-                remote.remove(remote.join(self.url, rel))  # type: ignore[arg-type]
+                remote.remove(remote.join(url, rel))
             raise
 
     def _check_merge(self, src: str, dst: str) -> None:

@@ -35,7 +35,7 @@ deep or huge input.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 __all__ = [
     "ChecksumError",
@@ -49,9 +49,24 @@ __all__ = [
     "UnsafeGlobalError",
     "UnsupportedError",
     "UsageError",
+    "Where",
+    "WhereAt",
     "WriteError",
     "short_repr",
 ]
+
+
+class Where(TypedDict, total=False):
+    """The location keywords of :class:`TorchlessError`, gathered once and passed as ``**where``."""
+
+    path: Any
+    member: str | None
+
+
+class WhereAt(Where, total=False):
+    """:class:`Where` with the byte ``offset`` too."""
+
+    offset: int | None
 
 
 class TorchlessError(Exception):

@@ -22,7 +22,7 @@ import re
 import stat
 from typing import Any
 
-from .errors import FormatError, LinkEscapeError, NotFoundError
+from .errors import FormatError, LinkEscapeError, NotFoundError, Where
 
 __all__ = ["confine", "confined_file", "within"]
 
@@ -38,7 +38,7 @@ def within(real: str, real_root: str) -> bool:
 
 
 def confine(
-    root: Any, name: str, *, what: str = "file", path: Any = None, member: str | None = None, subdirs: bool = False
+    root: Any, name: object, *, what: str = "file", path: Any = None, member: str | None = None, subdirs: bool = False
 ) -> str:
     """The real path of ``name`` under folder ``root``, or LinkEscapeError.
 
@@ -58,7 +58,7 @@ def confine(
         LinkEscapeError: an empty, absolute or ``..`` name, a NUL byte, or a real path
             outside ``root`` (a symbolic link anywhere on the way that leaves it).
     """
-    where = dict(path=os.fspath(root) if path is None else path, member=member)
+    where: Where = {"path": os.fspath(root) if path is None else path, "member": member}
 
     def refuse(reason: str, found: Any = None) -> LinkEscapeError:
         return LinkEscapeError(

@@ -149,7 +149,8 @@ def filesystem(url: str) -> tuple[Any, str]:
     opts = dict(_DEFAULT_OPTIONS)
     opts.update(_OPTIONS.get() or {})
     try:
-        return fsspec.core.url_to_fs(url, **opts)
+        fs, inner = fsspec.core.url_to_fs(url, **opts)
+        return fs, str(inner)
     except ImportError as e:
         raise UsageError(f"the filesystem for this URL is not installed ({e})", path=url, hint=INSTALL_HINT) from None
     except ValueError as e:
@@ -158,7 +159,7 @@ def filesystem(url: str) -> tuple[Any, str]:
 
 def _protocol(fs: Any) -> str:
     p = fs.protocol
-    return p[0] if isinstance(p, (tuple, list)) else p
+    return str(p[0] if isinstance(p, (tuple, list)) else p)
 
 
 def join(base: str, name: str) -> str:
@@ -247,7 +248,7 @@ def read_bytes(url: str) -> bytes:
     return src.read_at(0, src.size)
 
 
-_SHARED: dict[tuple, tuple[OrderedDict, threading.Lock]] = {}
+_SHARED: dict[tuple[str, int, int, str], tuple[OrderedDict[int, bytes], threading.Lock]] = {}
 
 
 def forget(url: str) -> None:
@@ -395,7 +396,7 @@ class RemoteSource(ByteSource):
         data = self.read_at(offset, length, what=what)
         out = np.empty(length, dtype=np.uint8)
         out[:] = np.frombuffer(data, dtype=np.uint8)
-        return memoryview(out)
+        return out.data
 
     def searchable(self) -> bytes:
         """The whole object (formats that are one pickle stream need it all)."""

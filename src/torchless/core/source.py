@@ -68,7 +68,7 @@ class ByteSource:
 
         out = np.empty(length, dtype=np.uint8)
         out[:] = np.frombuffer(self._buffer()[offset : offset + length], dtype=np.uint8)
-        return memoryview(out)
+        return out.data
 
     def searchable(self) -> bytes | mmap.mmap:
         """The whole source as an object that indexes, slices and ``find``s (what the
@@ -139,7 +139,7 @@ class MmapSource(ByteSource):
         import numpy as np
 
         out = np.empty(length, dtype=np.uint8)
-        mv = memoryview(out)
+        mv = out.data
         fd = os.open(self.name, os.O_RDONLY | getattr(os, "O_BINARY", 0))
         try:
             done = 0
@@ -208,5 +208,5 @@ def open_source(src: Any, name: str | None = None) -> ByteSource:
         return MmapSource(src)
     if hasattr(src, "read"):
         data = src.read()
-        return BytesSource(data, name or getattr(src, "name", "<stream>"))
+        return BytesSource(data, name or str(getattr(src, "name", "<stream>")))
     raise UsageError(f"cannot read from {type(src).__name__}", expected="path, bytes or file")

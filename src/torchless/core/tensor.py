@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -115,7 +115,7 @@ class Storage:
                 member=self.origin or None,
                 found=f"{self.nbytes} bytes",
             )
-        other = ">" if self.byteorder == "big" else "<"
+        other: Literal[">", "<"] = ">" if self.byteorder == "big" else "<"
         return np.frombuffer(buf, dtype=np.dtype(f"u{u}").newbyteorder(other)).byteswap().view(np.uint8).data
 
     def __len__(self) -> int:
@@ -372,7 +372,8 @@ class Tensor:
         q = self.numpy().astype(np.float32)
         qp = self.quantizer
         if qp["qscheme"] in ("per_tensor_affine", "per_tensor_symmetric"):
-            return ((q - qp["zero_point"]) * qp["scale"]).astype(np.float32)
+            out: np.ndarray = ((q - qp["zero_point"]) * qp["scale"]).astype(np.float32)
+            return out
         axis = qp["axis"]
         shape = [1] * q.ndim
         shape[axis] = -1
@@ -540,7 +541,7 @@ class NestedTensor:
             for i in range(len(offs))
         ]
 
-    def numpy(self) -> list[np.ndarray]:  # type: ignore[override]
+    def numpy(self) -> list[np.ndarray]:
         return [t.numpy() for t in self.unbind()]
 
     def __repr__(self) -> str:
@@ -558,7 +559,7 @@ def is_torch_tensor(obj: Any) -> bool:
     return any(c.__name__ == "Tensor" and c.__module__ in ("torch", "torch._tensor") for c in type(obj).__mro__)
 
 
-def as_tensor(obj: Any, *, share: dict | None = None, name: str | None = None) -> Tensor:
+def as_tensor(obj: Any, *, share: dict[Any, Any] | None = None, name: str | None = None) -> Tensor:
     """The one coercion every writer uses: a torchless :class:`Tensor` for ``obj``.
 
     Accepts torchless tensors (returned as they are), NumPy arrays and scalars (any

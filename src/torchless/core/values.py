@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 
-class Size(tuple):
+class Size(tuple[int, ...]):
     """``torch.Size``: a tuple of ints."""
 
     def __repr__(self) -> str:
@@ -49,7 +49,7 @@ class Device(str):
         return self.split(":", 1)[0]
 
     @property
-    def index(self) -> int | None:
+    def index(self) -> int | None:  # type: ignore[override]  # torch.device.index (the device number) shadows str.index
         parts = self.split(":", 1)
         return int(parts[1]) if len(parts) == 2 and parts[1].isdigit() else None
 
@@ -110,7 +110,7 @@ class TensorType:
         return f"<tensor type {self.name}>"
 
 
-class StateDict(OrderedDict):
+class StateDict(OrderedDict[str, Any]):
     """``collections.OrderedDict`` that keeps attributes set by BUILD (``_metadata``).
 
     The attributes live in their own dictionary and are reachable as attributes only
@@ -160,7 +160,7 @@ class Namespace:
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Namespace) and vars(self) == vars(other)
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # unhashable, as argparse.Namespace (object declares __hash__)
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
@@ -202,7 +202,9 @@ class PickledObject:
 
     __slots__ = ("cls", "args", "kwargs", "state", "items", "via", "__weakref__")
 
-    def __init__(self, cls: GlobalRef, args: tuple = (), kwargs: dict | None = None, via: str = "REDUCE") -> None:
+    def __init__(
+        self, cls: GlobalRef, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None, via: str = "REDUCE"
+    ) -> None:
         self.cls = cls
         self.args = args
         self.kwargs = kwargs or {}

@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from ..container.zip import ZipReader, is_zip
 from ..core.errors import NotFoundError, TorchlessError, UsageError
@@ -228,9 +228,11 @@ class FormatHandler:
     def sniff(self, probe: Probe) -> bool:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def open(self, path: Any, **kw: Any) -> Artifact:  # pragma: no cover - abstract
+    def open(self, path: Any, *args: Any, **kw: Any) -> Artifact:  # pragma: no cover - abstract
         """Open ``path`` lazily. ``kw`` always may hold ``weights_only`` (ignored by
-        formats without pickles) besides the handler's own options."""
+        formats without pickles) besides the handler's own options.
+
+        (``*args, **kw`` here let each handler spell out its own keyword options.)"""
         raise NotImplementedError
 
     def write_tensors(
@@ -259,6 +261,9 @@ class FormatHandler:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} {', '.join(self.capabilities.flags())}>"
+
+
+_A = TypeVar("_A", bound="Artifact")
 
 
 class Artifact:
@@ -347,7 +352,7 @@ class Artifact:
     def __len__(self) -> int:
         return len(self._names())
 
-    def __enter__(self) -> Artifact:
+    def __enter__(self: _A) -> _A:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -151,9 +151,9 @@ def read_joblib(
             raise LimitError("too many arrays", path=path, expected=f"<= {MAX_ARRAYS}")
         if dtype.hasobject:  # joblib pickles object arrays inline: a nested stream
             up = Unpickler(buf, resolver=resolver, limits=limits, path=path, member=f"object array @{pos}", start=pos)
-            value = up.load()
-            arrays.append({"offset": pos, "shape": shape, "dtype": str(dtype), "order": order, "value": value})
-            return up.end - pos, value
+            obj = up.load()
+            arrays.append({"offset": pos, "shape": shape, "dtype": str(dtype), "order": order, "value": obj})
+            return up.end - pos, obj
         skip = 0
         if "numpy_array_alignment_bytes" in st:
             if pos >= len(buf):

@@ -183,7 +183,7 @@ class NpzArtifact(Artifact):
                 sub = BytesSource(data, f"{self.path}:{member}")  # the inflated buffer itself: no copy
                 self._tensors[key] = _tensor_from_npy(sub, 0, len(data), member, overrides.get(key))
 
-    def load(self, *, weights_only: bool = True) -> Any:
+    def load(self, *, weights_only: bool | None = None) -> Any:
         """What ``dict(np.load(path))`` holds: arrays as tensors, other members as bytes
         (torchless's own dtype record excepted)."""
         out: dict[str, Any] = dict(self._tensors)
@@ -273,7 +273,7 @@ class NpzHandler(FormatHandler):
         if probe.head[:4] in (b"PK\x03\x04", b"PK\x05\x06") and probe.suffix == ".npz":
             return True  # np.load reads any zip named .npz, with zipfile's rules
         if is_zip(probe.head):
-            recs = probe.zip_records()
+            recs = probe.zip_records() or []
             return bool(recs) and all(r.endswith(".npy") or r == DTYPES_MEMBER for r in recs) and probe.suffix == ".npz"
         return False
 

@@ -105,8 +105,6 @@ def formats_that(capability: str) -> list[str]:
     return [h.name for h in handlers() if getattr(h.capabilities, capability)]
 
 
-
-
 def require(h: FormatHandler, capability: str, *, path: Any = None) -> FormatHandler:
     """``h`` if it declares ``capability``.
 

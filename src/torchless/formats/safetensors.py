@@ -14,6 +14,7 @@ import json
 import struct
 import sys
 from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from typing import Any
 
 from ..core import jsonsafe
@@ -150,7 +151,7 @@ def read_safetensors(source: Any) -> tuple[dict[str, str], dict[str, Tensor], in
             offs[1] - offs[0],
             dt,
             "cpu",
-            loader=(lambda o=offs: src.view(base + o[0], o[1] - o[0])),
+            loader=partial(src.view, base + offs[0], offs[1] - offs[0]),
             byteorder="little",
             origin=name,
             file_offset=base + offs[0],
@@ -169,15 +170,15 @@ def read_safetensors(source: Any) -> tuple[dict[str, str], dict[str, Tensor], in
     return meta, ordered, n
 
 
-def _tensor_chunks(t: Tensor) -> tuple[int, Iterable[Any]]:
+def _tensor_chunks(t: Tensor) -> tuple[int, list[bytes | memoryview]]:
     """Contiguous little-endian bytes of ``t``: a zero-copy slice when possible."""
     st = t.storage
     if st is None:
         raise UnsupportedError("cannot write a tensor without data (meta)")
     if t.metadata or t.dtype.name == "complex32":
         raw = t.numpy() if t.metadata else t.numpy(raw=True)
-        b = raw.astype(raw.dtype.newbyteorder("<")).tobytes()
-        return len(b), [b]
+        le = raw.astype(raw.dtype.newbyteorder("<")).tobytes()
+        return len(le), [le]
     if t.is_contiguous() and (st.byteorder == "little" or not st.needs_swap):
         start = t.storage_offset() * t.dtype.itemsize
         mv = st.bytes()[start : start + t.nbytes]
@@ -187,8 +188,8 @@ def _tensor_chunks(t: Tensor) -> tuple[int, Iterable[Any]]:
         arr = arr.astype(arr.dtype.newbyteorder("<"))
     import numpy as np
 
-    b = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
-    return b.nbytes, [memoryview(b)]
+    flat = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+    return flat.nbytes, [flat.data]
 
 
 def write_safetensors(

@@ -651,9 +651,8 @@ def graph_str(graph: Graph) -> str:
         if n.op == "output":
             lines.append(f"    return {format_value(n.args[0] if n.args else None)}")
         else:
-            a = format_value(n.args, ref="%")
-            k = format_value(n.kwargs, ref="%")
-            lines.append(
-                f"    %{n.name} : [num_users={len(users.get(id(n), ()))}] = {n.op}[target={n.target}](args = {a}, kwargs = {k})"
-            )
+            args = format_value(n.args, ref="%")
+            kwargs = format_value(n.kwargs, ref="%")
+            uses = len(users.get(id(n), ()))
+            lines.append(f"    %{n.name} : [num_users={uses}] = {n.op}[target={n.target}](args = {args}, kwargs = {kwargs})")
     return "\n".join(lines)

@@ -470,7 +470,7 @@ _REGISTRY: SchemaRegistry | None = None
 
 
 def _data(name: str) -> str:
-    return resources.files(__package__).joinpath("data", name).read_text(encoding="utf-8")
+    return resources.files(__package__).joinpath("data").joinpath(name).read_text(encoding="utf-8")
 
 
 def registry() -> SchemaRegistry:

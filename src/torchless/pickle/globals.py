@@ -19,7 +19,7 @@ reason is shown by ``torchless scan`` and documents why each entry is harmless.
 from __future__ import annotations
 
 import _compat_pickle
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, ItemsView, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -66,8 +66,8 @@ class Rebuilder:
     def __init__(
         self,
         name: str,
-        call: Callable[[tuple], Any],
-        new: Callable[[tuple, dict], Any] | None = None,
+        call: Callable[[tuple[Any, ...]], Any],
+        new: Callable[[tuple[Any, ...], dict[str, Any]], Any] | None = None,
         *,
         wraps_single_arg: bool = False,
     ) -> None:
@@ -76,10 +76,10 @@ class Rebuilder:
         self._new = new
         self.wraps_single_arg = wraps_single_arg
 
-    def call(self, args: tuple) -> Any:
+    def call(self, args: tuple[Any, ...]) -> Any:
         return self._call(args)
 
-    def new(self, args: tuple, kwargs: dict) -> Any:
+    def new(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if self._new is not None:
             return self._new(args, kwargs)
         if kwargs:
@@ -124,13 +124,13 @@ class Allowlist:
     def __contains__(self, qualname: str) -> bool:
         return qualname in self._entries
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[str]:
         return iter(self._entries)
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def items(self):  # type: ignore[no-untyped-def]
+    def items(self) -> ItemsView[str, Entry]:
         return self._entries.items()
 
     def merged(self, *others: Allowlist, name: str | None = None) -> Allowlist:

@@ -613,7 +613,7 @@ class Unpickler:
             if not parsed:
                 fast_misses[0] += 1
                 return -1
-            stores = []
+            stores: list[bytes] = []
             for _m, g, _name, _size, _stride in parsed:
                 stores += (g[0], g[6], g[9])
                 if g[12] is not None:
@@ -1042,7 +1042,7 @@ class Unpickler:
                     if code in ext_cache:  # CPython caches what a code resolved to
                         stack.append(ext_cache[code])
                         continue
-                    key = copyreg._inverted_registry.get(code)  # type: ignore[attr-defined]
+                    key = copyreg._inverted_registry.get(code)  # type: ignore[attr-defined]  # private to copyreg, not in typeshed
                     if key is None or code <= 0:
                         raise self._fmt(f"unregistered extension code {code}", p0)
                     ext_cache[code] = get_global(key[0], key[1], p0)

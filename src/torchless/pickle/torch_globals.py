@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..core.dtypes import DTYPES, STORAGE_NAMES
-from ..core.errors import FormatError, LimitError, UnsupportedError, short_repr
+from ..core.errors import FormatError, InternalError, LimitError, UnsupportedError, short_repr
 from ..core.tensor import NestedTensor, SparseTensor, Storage, Tensor
 from ..core.values import (
     Device,
@@ -59,15 +59,13 @@ def _storage_arg(st: Any, fn: str) -> Storage:
 
 
 def _ints(x: Any, what: str) -> tuple[int, ...]:
-    t = type(x)
-    if t is not tuple:
-        if not isinstance(x, (tuple, list)):
-            raise FormatError(f"{what} must be a tuple of ints", found=short_repr(x, 80))
-        x = tuple(x)
-    for i in x:
+    if type(x) is not tuple and not isinstance(x, (tuple, list)):
+        raise FormatError(f"{what} must be a tuple of ints", found=short_repr(x, 80))
+    out: tuple[Any, ...] = x if type(x) is tuple else tuple(x)
+    for i in out:
         if type(i) is not int:
-            raise FormatError(f"{what} must be a tuple of ints", found=short_repr(x, 80))
-    return x
+            raise FormatError(f"{what} must be a tuple of ints", found=short_repr(out, 80))
+    return out
 
 
 def _meta(md: Any) -> dict[str, Any]:
@@ -79,13 +77,13 @@ def _meta(md: Any) -> dict[str, Any]:
 
 
 # -- tensors ---------------------------------------------------------------------------
-def _rebuild_tensor(args: tuple) -> Tensor:
+def _rebuild_tensor(args: tuple[Any, ...]) -> Tensor:
     storage, offset, size, stride = args[:4]
     st = _storage_arg(storage, "_rebuild_tensor")
     return Tensor(st, st.dtype, _ints(size, "size"), _ints(stride, "stride"), int(offset))
 
 
-def _rebuild_tensor_v2(args: tuple) -> Tensor:
+def _rebuild_tensor_v2(args: tuple[Any, ...]) -> Tensor:
     if len(args) not in (6, 7):
         raise FormatError("_rebuild_tensor_v2 takes 6 or 7 arguments", found=len(args))
     storage, offset, size, stride, requires_grad = args[:5]
@@ -96,7 +94,7 @@ def _rebuild_tensor_v2(args: tuple) -> Tensor:
     return Tensor._make(st, st.dtype, _ints(size, "size"), _ints(stride, "stride"), offset, bool(requires_grad), md)
 
 
-def _rebuild_tensor_v3(args: tuple) -> Tensor:
+def _rebuild_tensor_v3(args: tuple[Any, ...]) -> Tensor:
     if len(args) not in (7, 8):
         raise FormatError("_rebuild_tensor_v3 takes 7 or 8 arguments", found=len(args))
     storage, offset, size, stride, requires_grad, _hooks, dtype = args[:7]
@@ -109,7 +107,7 @@ def _rebuild_tensor_v3(args: tuple) -> Tensor:
     )
 
 
-def _rebuild_qtensor(args: tuple) -> Tensor:
+def _rebuild_qtensor(args: tuple[Any, ...]) -> Tensor:
     storage, offset, size, stride, qparams, requires_grad = args[:6]
     st = _storage_arg(storage, "_rebuild_qtensor")
     if not isinstance(qparams, tuple) or not qparams or not isinstance(qparams[0], QScheme):
@@ -126,7 +124,7 @@ def _rebuild_qtensor(args: tuple) -> Tensor:
     )
 
 
-def _rebuild_sparse_tensor(args: tuple) -> SparseTensor:
+def _rebuild_sparse_tensor(args: tuple[Any, ...]) -> SparseTensor:
     layout, data = args
     layout = str(layout)
     if layout == "sparse_coo":
@@ -142,12 +140,12 @@ def _rebuild_sparse_tensor(args: tuple) -> SparseTensor:
     raise UnsupportedError(f"sparse layout {layout}")
 
 
-def _rebuild_meta_tensor_no_storage(args: tuple) -> Tensor:
+def _rebuild_meta_tensor_no_storage(args: tuple[Any, ...]) -> Tensor:
     dtype, size, stride, requires_grad = args[:4]
     return Tensor(None, dtype, _ints(size, "size"), _ints(stride, "stride"), 0, requires_grad=bool(requires_grad), device="meta")
 
 
-def _rebuild_wrapper_subclass(args: tuple) -> Tensor:
+def _rebuild_wrapper_subclass(args: tuple[Any, ...]) -> Tensor:
     cls, dtype, size, stride, offset, _layout, device, requires_grad = args[:8]
     t = Tensor(
         None,
@@ -162,7 +160,7 @@ def _rebuild_wrapper_subclass(args: tuple) -> Tensor:
     return t
 
 
-def _rebuild_device_tensor_from_cpu_tensor(args: tuple) -> Tensor:
+def _rebuild_device_tensor_from_cpu_tensor(args: tuple[Any, ...]) -> Tensor:
     data, _dtype, device, requires_grad = args[:4]
     if not isinstance(data, Tensor):
         raise FormatError("_rebuild_device_tensor_from_cpu_tensor needs a tensor")
@@ -171,7 +169,7 @@ def _rebuild_device_tensor_from_cpu_tensor(args: tuple) -> Tensor:
     return data
 
 
-def _rebuild_device_tensor_from_numpy(args: tuple) -> Tensor:
+def _rebuild_device_tensor_from_numpy(args: tuple[Any, ...]) -> Tensor:
     data, dtype, device, requires_grad = args[:4]
     if not isinstance(data, np.ndarray):
         raise FormatError("_rebuild_device_tensor_from_numpy needs a NumPy array")
@@ -181,13 +179,14 @@ def _rebuild_device_tensor_from_numpy(args: tuple) -> Tensor:
     return t
 
 
-def _rebuild_nested_tensor(args: tuple) -> NestedTensor:
+def _rebuild_nested_tensor(args: tuple[Any, ...]) -> NestedTensor:
     return NestedTensor(*args[:4])
 
 
 def _as_parameter(data: Any, requires_grad: Any) -> Any:
     """A new Parameter object over ``data``'s storage, as ``Parameter(data)`` makes one:
     ``data`` itself (which may be another entry of the checkpoint) is left as it is."""
+    p: Tensor | SparseTensor | NestedTensor
     if isinstance(data, Tensor):
         p = Tensor(
             data.storage,
@@ -209,7 +208,7 @@ def _as_parameter(data: Any, requires_grad: Any) -> Any:
     return p
 
 
-def _rebuild_parameter(args: tuple) -> Any:
+def _rebuild_parameter(args: tuple[Any, ...]) -> Any:
     return _as_parameter(args[0], args[1])
 
 
@@ -224,13 +223,13 @@ def _apply_state(obj: Any, state: Any) -> None:
                 target.update({str(k): v for k, v in part.items()})
 
 
-def _rebuild_parameter_with_state(args: tuple) -> Any:
+def _rebuild_parameter_with_state(args: tuple[Any, ...]) -> Any:
     data = _rebuild_parameter(args[:2])
     _apply_state(data, args[3] if len(args) > 3 else None)
     return data
 
 
-def _parameter_new(args: tuple, kwargs: dict) -> Any:
+def _parameter_new(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     data = args[0] if args else kwargs.get("data")
     requires_grad = args[1] if len(args) > 1 else kwargs.get("requires_grad", True)
     if data is None:
@@ -242,7 +241,7 @@ PARAMETER = Rebuilder("torch.nn.parameter.Parameter", lambda a: _parameter_new(a
 TENSOR_CLASS = Rebuilder("torch.Tensor", lambda a: _no_call("torch.Tensor"))
 
 
-def _rebuild_from_type_v2(args: tuple) -> Any:
+def _rebuild_from_type_v2(args: tuple[Any, ...]) -> Any:
     func, new_type, fargs, state = args
     if not isinstance(func, Rebuilder):
         raise FormatError("_rebuild_from_type_v2: rebuild function is not an allowed global", found=short_repr(func))
@@ -255,12 +254,12 @@ def _rebuild_from_type_v2(args: tuple) -> Any:
     return obj
 
 
-def _size(args: tuple) -> Size:
+def _size(args: tuple[Any, ...]) -> Size:
     (dims,) = args
     return Size(_ints(dims, "torch.Size"))
 
 
-def _device(args: tuple) -> Device:
+def _device(args: tuple[Any, ...]) -> Device:
     if len(args) == 1 and isinstance(args[0], str):
         return Device(args[0])
     if len(args) == 2 and isinstance(args[0], str) and (args[1] is None or type(args[1]) is int):
@@ -268,7 +267,7 @@ def _device(args: tuple) -> Device:
     raise FormatError("torch.device arguments", found=short_repr(args, 80))
 
 
-def _get_layout(args: tuple) -> Layout:
+def _get_layout(args: tuple[Any, ...]) -> Layout:
     (name,) = args
     name = str(name)
     return Layout(name[6:] if name.startswith("torch.") else name)
@@ -278,7 +277,7 @@ def _get_layout(args: tuple) -> Layout:
 _TEXT_CODECS = {"latin1", "latin-1", "iso-8859-1", "iso8859-1", "l1", "utf-8", "utf8", "ascii", "us-ascii"}
 
 
-def _codecs_encode(args: tuple) -> bytes:
+def _codecs_encode(args: tuple[Any, ...]) -> bytes:
     text = args[0]
     enc = args[1] if len(args) > 1 else "utf-8"
     if not isinstance(text, str) or not isinstance(enc, str) or enc.lower() not in _TEXT_CODECS:
@@ -321,7 +320,7 @@ def _pair_keys(items: Any) -> list[Any]:
     return [it[0] for it in items if type(it) in (tuple, list) and len(it) == 2]
 
 
-def _ordered_dict(args: tuple) -> StateDict:
+def _ordered_dict(args: tuple[Any, ...]) -> StateDict:
     d = StateDict()
     if args:
         items = args[0].items() if isinstance(args[0], dict) else _materialized(args[0], "OrderedDict")
@@ -332,8 +331,8 @@ def _ordered_dict(args: tuple) -> StateDict:
     return d
 
 
-def _counter(args: tuple) -> collections.Counter:
-    c: collections.Counter = collections.Counter()
+def _counter(args: tuple[Any, ...]) -> collections.Counter[Any]:
+    c: collections.Counter[Any] = collections.Counter()
     if args and isinstance(args[0], dict):
         dict.update(c, args[0])
     return c
@@ -352,42 +351,42 @@ _SAFE_FACTORIES: dict[str, Any] = {
 }
 
 
-def _defaultdict(args: tuple) -> collections.defaultdict:
+def _defaultdict(args: tuple[Any, ...]) -> collections.defaultdict[Any, Any]:
     factory = args[0] if args else None
     real = _SAFE_FACTORIES.get(factory.name) if isinstance(factory, Rebuilder) else None
-    dd: collections.defaultdict = collections.defaultdict(real)
+    dd: collections.defaultdict[Any, Any] = collections.defaultdict(real)
     if len(args) > 1 and isinstance(args[1], dict):
         dict.update(dd, args[1])
     return dd
 
 
-def _deque(args: tuple) -> collections.deque:
+def _deque(args: tuple[Any, ...]) -> collections.deque[Any]:
     items = args[0] if args else ()
     maxlen = args[1] if len(args) > 1 else None
     return collections.deque(list(_materialized(items, "deque")), maxlen)
 
 
-def _set(args: tuple) -> set:
+def _set(args: tuple[Any, ...]) -> set[Any]:
     if not args:
         return set()
     _check_keys(_materialized(args[0], "set"))
     return set(args[0])
 
 
-def _frozenset(args: tuple) -> frozenset:
+def _frozenset(args: tuple[Any, ...]) -> frozenset[Any]:
     if not args:
         return frozenset()
     _check_keys(_materialized(args[0], "frozenset"))
     return frozenset(args[0])
 
 
-def _complex(args: tuple) -> complex:
+def _complex(args: tuple[Any, ...]) -> complex:
     if not all(isinstance(a, (int, float)) for a in args):
         raise FormatError("complex() needs numbers")
     return complex(*args)
 
 
-def _bytearray(args: tuple) -> bytearray:
+def _bytearray(args: tuple[Any, ...]) -> bytearray:
     if not args:
         return bytearray()
     if isinstance(args[0], str):
@@ -397,7 +396,7 @@ def _bytearray(args: tuple) -> bytearray:
     raise FormatError("bytearray() argument", found=type(args[0]).__name__)
 
 
-def _bytes(args: tuple) -> bytes:
+def _bytes(args: tuple[Any, ...]) -> bytes:
     if not args:
         return b""
     if isinstance(args[0], str):
@@ -408,7 +407,7 @@ def _bytes(args: tuple) -> bytes:
 
 
 def _plain(kind: type) -> Any:
-    def make(args: tuple) -> Any:
+    def make(args: tuple[Any, ...]) -> Any:
         if not args:
             return kind()
         a = args[0]
@@ -425,7 +424,7 @@ def _plain(kind: type) -> Any:
     return make
 
 
-def _decimal(args: tuple) -> decimal.Decimal:
+def _decimal(args: tuple[Any, ...]) -> decimal.Decimal:
     if not args or not isinstance(args[0], (str, int, float)):
         raise FormatError("decimal.Decimal needs its text", found=short_repr(args, 40))
     try:
@@ -434,21 +433,21 @@ def _decimal(args: tuple) -> decimal.Decimal:
         raise FormatError("decimal.Decimal of text that is no number", found=short_repr(args[0], 40)) from None
 
 
-def _slice(args: tuple) -> slice:
+def _slice(args: tuple[Any, ...]) -> slice:
     return slice(*args)
 
 
-def _range(args: tuple) -> range:
+def _range(args: tuple[Any, ...]) -> range:
     if not all(type(a) is int for a in args):
         raise FormatError("range() needs ints")
     return range(*args)
 
 
-def _namespace_new(args: tuple, kwargs: dict) -> Namespace:
+def _namespace_new(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Namespace:
     return Namespace(**{str(k): v for k, v in kwargs.items()})
 
 
-def _reconstructor(args: tuple) -> Any:
+def _reconstructor(args: tuple[Any, ...]) -> Any:
     cls, _base, state = (args + (None, None, None))[:3]
     if isinstance(cls, Rebuilder):
         return cls.new((), {}) if state is None else cls.new((state,), {})
@@ -458,7 +457,7 @@ def _reconstructor(args: tuple) -> Any:
     raise FormatError("copyreg._reconstructor: class is not a global", found=short_repr(cls, 60))
 
 
-def _newobj(args: tuple) -> Any:
+def _newobj(args: tuple[Any, ...]) -> Any:
     cls, rest = args[0], tuple(args[1:])
     if isinstance(cls, Rebuilder):
         return cls.new(rest, {})
@@ -467,7 +466,7 @@ def _newobj(args: tuple) -> Any:
     raise FormatError("copyreg.__newobj__: class is not a global")
 
 
-def _newobj_ex(args: tuple) -> Any:
+def _newobj_ex(args: tuple[Any, ...]) -> Any:
     cls, a, kw = args
     if isinstance(cls, Rebuilder):
         return cls.new(tuple(a), dict(kw))
@@ -477,7 +476,7 @@ def _newobj_ex(args: tuple) -> Any:
 
 
 def _pure_path(kind: type) -> Any:
-    def make(args: tuple) -> Any:
+    def make(args: tuple[Any, ...]) -> Any:
         if not all(isinstance(a, str) for a in args):
             raise FormatError("path parts must be strings")
         return kind(*args)
@@ -486,7 +485,7 @@ def _pure_path(kind: type) -> Any:
 
 
 def _datetime_kind(kind: type) -> Any:
-    def make(args: tuple) -> Any:
+    def make(args: tuple[Any, ...]) -> Any:
         for a in args:
             if not isinstance(a, (int, float, bytes, str, datetime.tzinfo, type(None))):
                 raise FormatError(f"{kind.__name__} argument", found=type(a).__name__)
@@ -496,10 +495,10 @@ def _datetime_kind(kind: type) -> Any:
 
 
 # -- NumPy (rebuilt from bytes, numpy's own unpickling is never used) ------------------
-def _np_reconstruct(args: tuple) -> np.ndarray:
+def _np_reconstruct(args: tuple[Any, ...]) -> np.ndarray:
     # ``numpy.core.multiarray._reconstruct(ndarray, (0,), b'b')``: an empty array that
     # BUILD fills in place (so the memo and every earlier reference see the result)
-    return np.ndarray((0,), np.uint8)
+    return np.empty((0,), np.uint8)
 
 
 def _ndarray_build(arr: np.ndarray, state: Any) -> None:
@@ -532,21 +531,22 @@ def _ndarray_build(arr: np.ndarray, state: Any) -> None:
         if len(raw) != count * dtype.itemsize:
             raise FormatError("ndarray data size does not match its shape", expected=count * dtype.itemsize, found=len(raw))
         raw = bytes(raw)
-    arr.__setstate__((1, shape, dtype, bool(fortran), raw))
+    # numpy's stub asks for numpy.bool; its C code parses an int and refuses numpy.bool
+    arr.__setstate__((1, shape, dtype, bool(fortran), raw))  # type: ignore[arg-type]
 
 
 _DATETIME_UNITS = {"Y", "M", "W", "D", "h", "m", "s", "ms", "us", "μs", "ns", "ps", "fs", "as", "generic"}
 _NPY_ALIGNED_STRUCT = 0x80
 
 
-def _np_dtype(args: tuple) -> np.dtype:
+def _np_dtype(args: tuple[Any, ...]) -> np.dtype[Any]:
     spec = args[0] if args else None
     if not isinstance(spec, str):
         raise FormatError("numpy.dtype needs a type string", found=short_repr(spec, 40))
     return np.dtype(spec)
 
 
-def _np_dtype_build(dt: np.dtype, state: Any) -> np.dtype:
+def _np_dtype_build(dt: np.dtype, state: Any) -> np.dtype[Any]:
     """BUILD on a dtype: ``(version, byteorder, subarray, names, fields, elsize,
     alignment, flags[, metadata])`` as ``numpy.dtype.__reduce__`` writes it."""
     if not isinstance(state, tuple) or len(state) < 8:
@@ -569,7 +569,9 @@ def _np_dtype_build(dt: np.dtype, state: Any) -> np.dtype:
             spec["itemsize"] = elsize
         if any(t is not None for t in titles):
             spec["titles"] = titles
-        return np.dtype(spec, align=bool(type(flags) is int and flags & _NPY_ALIGNED_STRUCT))
+        # numpy's stubs type a fields spec as their private TypedDict, not as a dict
+        structured: np.dtype[Any] = np.dtype(spec, align=bool(type(flags) is int and flags & _NPY_ALIGNED_STRUCT))  # type: ignore[call-overload]
+        return structured
     if sub is not None:
         if not isinstance(sub, tuple) or len(sub) != 2 or not isinstance(sub[0], np.dtype):
             raise FormatError("subarray dtype state", found=short_repr(sub, 80))
@@ -588,7 +590,7 @@ def _np_dtype_build(dt: np.dtype, state: Any) -> np.dtype:
     return out
 
 
-def _np_scalar(args: tuple) -> Any:
+def _np_scalar(args: tuple[Any, ...]) -> Any:
     dtype = args[0]
     if not isinstance(dtype, np.dtype):
         raise FormatError("numpy scalar needs a dtype")
@@ -602,7 +604,7 @@ def _np_scalar(args: tuple) -> Any:
     return np.frombuffer(raw, dtype=dtype, count=1)[0]
 
 
-def _np_frombuffer(args: tuple) -> np.ndarray:
+def _np_frombuffer(args: tuple[Any, ...]) -> np.ndarray:
     buf, dtype, shape, order = args
     if not isinstance(dtype, np.dtype) or dtype.hasobject:
         raise FormatError("numpy _frombuffer needs a plain dtype")
@@ -757,11 +759,10 @@ def _default_table(torch_table: Allowlist) -> Allowlist:
         Rebuilder("torch._utils._rebuild_xla_tensor", _rebuild_device_tensor_from_numpy),
         "old XLA files: a tensor from a NumPy array",
     )
-    al.add(
-        "torch.tensor._rebuild_from_type_v2",
-        al.get("torch._tensor._rebuild_from_type_v2").target,
-        "old module name of the same rebuilder",
-    )  # type: ignore[union-attr]
+    v2 = al.get("torch._tensor._rebuild_from_type_v2")
+    if v2 is None:
+        raise InternalError("torch._tensor._rebuild_from_type_v2 is registered above")
+    al.add("torch.tensor._rebuild_from_type_v2", v2.target, "old module name of the same rebuilder")
     return al
 
 

@@ -50,7 +50,9 @@ class Reduce:
 
     __slots__ = ("func", "args", "state", "memo_key", "dictitems")
 
-    def __init__(self, func: Global, args: tuple, state: Any = None, memo_key: Any = None, dictitems: list | None = None) -> None:
+    def __init__(
+        self, func: Global, args: tuple[Any, ...], state: Any = None, memo_key: Any = None, dictitems: list[Any] | None = None
+    ) -> None:
         self.func = func
         self.args = args
         self.state = state
@@ -79,7 +81,15 @@ class TensorCall:
     __slots__ = ("func", "pid", "offset", "size", "stride", "requires_grad", "od", "memo_key")
 
     def __init__(
-        self, func: Global, pid: tuple, offset: int, size: tuple, stride: tuple, requires_grad: bool, od: Reduce, memo_key: Any
+        self,
+        func: Global,
+        pid: tuple[Any, ...],
+        offset: int,
+        size: tuple[int, ...],
+        stride: tuple[int, ...],
+        requires_grad: bool,
+        od: Reduce,
+        memo_key: Any,
     ) -> None:
         self.func = func
         self.pid = pid
@@ -274,7 +284,7 @@ class Pickler2:
         self.out += b"X" + _pack_I(len(raw)) + raw
         self._put(("id", id(obj)), obj)
 
-    def _save_ints(self, t: tuple) -> None:
+    def _save_ints(self, t: tuple[int, ...]) -> None:
         """A tuple of ints, as :meth:`_save_tuple` writes it."""
         if not t:
             self.out += b")"
@@ -299,7 +309,7 @@ class Pickler2:
         self.out += b"c" + mod.encode() + b"\n" + g.name.encode() + b"\n"
         self._put(g.memo_key, g)
 
-    def _save_tuple(self, obj: tuple, depth: int) -> None:
+    def _save_tuple(self, obj: tuple[Any, ...], depth: int) -> None:
         if not obj:
             self.out += b")"
             return
@@ -317,7 +327,7 @@ class Pickler2:
             self.out += b"t"
         self._put(("id", id(obj)), obj)
 
-    def _batch(self, items: list, depth: int, one: bytes, many: bytes) -> None:
+    def _batch(self, items: list[Any], depth: int, one: bytes, many: bytes) -> None:
         for i in range(0, len(items), 1000):
             chunk = items[i : i + 1000]
             if len(chunk) == 1:
@@ -329,7 +339,7 @@ class Pickler2:
                     self._save(x, depth + 1)
                 self.out += many
 
-    def _batch_items(self, items: list, depth: int) -> None:
+    def _batch_items(self, items: list[Any], depth: int) -> None:
         for i in range(0, len(items), 1000):
             chunk = items[i : i + 1000]
             if len(chunk) == 1:

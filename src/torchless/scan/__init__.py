@@ -43,19 +43,19 @@ __all__ = [
 ]
 
 
-def iter_files(paths: Iterable[os.PathLike | str]) -> list[str]:
+def iter_files(paths: Iterable[os.PathLike[str] | str]) -> list[str]:
     """Every regular file under ``paths`` (directories recursively, sorted, no symlink loops,
     no link that leaves the folder being scanned: see :func:`link_escapes`)."""
     return [f for f, _root, err, esc in _walk(paths) if err is None and not esc]
 
 
-def link_escapes(paths: Iterable[os.PathLike | str]) -> list[str]:
+def link_escapes(paths: Iterable[os.PathLike[str] | str]) -> list[str]:
     """Symbolic links under the directories in ``paths`` whose real path leaves the
     directory (never opened: a loader of the folder would read what they point at)."""
     return [f for f, _root, _err, esc in _walk(paths) if esc]
 
 
-def _walk(paths: Iterable[os.PathLike | str]) -> list[tuple[str, str | None, str | None, bool]]:
+def _walk(paths: Iterable[os.PathLike[str] | str]) -> list[tuple[str, str | None, str | None, bool]]:
     """(path, scanned folder or None, error or None, leaves the folder) for every file
     under ``paths``; folders that cannot be listed come back with their error."""
     from ..core.paths import within
@@ -131,7 +131,7 @@ def _unreadable(path: str, error: str) -> FileReport:
 
 
 def scan(
-    path: os.PathLike | str | Sequence[os.PathLike | str], *, unknown_severity: str = "medium", jobs: int | None = None
+    path: os.PathLike[str] | str | Sequence[os.PathLike[str] | str], *, unknown_severity: str = "medium", jobs: int | None = None
 ) -> ScanReport:
     """Scan files and directories for pickles that would run code when loaded.
 

@@ -62,10 +62,10 @@ class Sym(Rebuilder):
         self.items: list[Any] = []
         self.verdict = verdict
 
-    def _do_call(self, args: tuple) -> Sym:  # noqa: D102
+    def _do_call(self, args: tuple[Any, ...]) -> Sym:  # noqa: D102
         return self.an.on_call(self, args, {})
 
-    def new(self, args: tuple, kwargs: dict) -> Sym:
+    def new(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Sym:
         return self.an.on_call(self, args, kwargs)
 
     def __torchless_build__(self, state: Any) -> Sym:
@@ -170,8 +170,14 @@ class StreamResult:
     #: :attr:`torchless.pickle.machine.ProtocolInfo.frame_hazards`)
     frame_hazards: list[tuple[int, str]] = field(default_factory=list)
     #: with ``record=True``: the run as normalised events (:mod:`torchless.scan.engine`)
-    events: list[tuple] | None = None
+    events: list[tuple[Any, ...]] | None = None
     value_norm: Any = None
+    #: with ``record=True``: normalising the value ran out of its node budget
+    norm_exhausted: bool = False
+    #: the stream was re-read with short FRAMEs allowed (as the pure-Python unpickler reads)
+    short_frames: bool = False
+    #: the scan's opcode budget stopped the walk (a larger window would not help)
+    budget_cut: bool = False
 
     @property
     def finished(self) -> bool:
@@ -190,7 +196,7 @@ class _Analyser:
     def __init__(self, data: bytes, torchscript: bool, record: bool = False) -> None:
         self.data = data
         self.ids: Any = None
-        self.events: list[tuple] | None = None
+        self.events: list[tuple[Any, ...]] | None = None
         if record:
             from .engine import _Ids
 
@@ -284,7 +290,7 @@ class _Analyser:
             for x in list(value.values())[:64]:
                 self._note_nested(x, depth + 1)
 
-    def on_call(self, callee: Sym, args: tuple, kwargs: dict) -> Sym:
+    def on_call(self, callee: Sym, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Sym:
         ev = CallEvent(self.op, self.pos, callee, args, kwargs or None)
         self.calls.append(ev)
         if callee.kind == "global":
@@ -336,16 +342,18 @@ def analyse(
     opcodes run (a ``LimitError`` as the error when reached: the scan's budget).
     """
     an = _Analyser(data, torchscript, record)
-    trace = an.trace
+    trace: Callable[[int, str, Any], None] = an.trace
     if max_ops is not None:  # the scan's opcode budget: stop with a LimitError when it runs out
-        ops, step = an.ops, an.trace
+        ops, step, budget = an.ops, an.trace, max_ops
 
-        def trace(pos: int, opname: str, arg: Any) -> None:
-            if len(ops) >= max_ops:
+        def budgeted(pos: int, opname: str, arg: Any) -> None:
+            if len(ops) >= budget:
                 from ..core.errors import LimitError
 
-                raise LimitError("the scan's opcode budget ran out", offset=pos, expected=f"<= {max_ops} opcodes")
+                raise LimitError("the scan's opcode budget ran out", offset=pos, expected=f"<= {budget} opcodes")
             step(pos, opname, arg)
+
+        trace = budgeted
 
     up = Unpickler(
         data,
@@ -377,11 +385,11 @@ def analyse(
     if err is not None:
         # an opcode that fails inside a frame may have been reading past the frame's
         # end: readers of file objects would then have read its argument elsewhere
-        e = an.pos
+        at = an.pos
         for fpos, flen in an.frames:
-            if fpos < e and fpos + 9 <= e < fpos + 9 + flen:
+            if fpos < at and fpos + 9 <= at < fpos + 9 + flen:
                 up.info.frame_hazards.append(
-                    (e, f"{an.op} fails inside the FRAME at {fpos:#x}; file readers may read its argument from other bytes")
+                    (at, f"{an.op} fails inside the FRAME at {fpos:#x}; file readers may read its argument from other bytes")
                 )
                 break
     out = StreamResult(
@@ -402,7 +410,7 @@ def analyse(
     if record and err is None:
         out.value_norm = an.norm(value)
     if record:
-        out.norm_exhausted = an.ids.budget <= 0  # type: ignore[attr-defined]
+        out.norm_exhausted = an.ids.budget <= 0
     return out
 
 

@@ -69,7 +69,7 @@ def check_stream(data: bytes) -> tuple[list[str], dict[str, int]]:
     if model.outcome == "ok" and not hazard:
         py = record_python(data, "bytesio")
 
-        def weak(evs: list[tuple]) -> list[tuple]:
+        def weak(evs: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
             return [e[:3] if e[0] == "global" else (e[0],) for e in evs]
 
         a, b = weak(py.events), weak(model.events)

@@ -51,7 +51,7 @@ import subprocess
 import sys
 import zipfile
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
 __all__ = [
     "Record",
@@ -170,7 +170,7 @@ class Record:
     real unpickler (the model may legitimately go further).
     """
 
-    events: list[tuple] = field(default_factory=list)
+    events: list[tuple[Any, ...]] = field(default_factory=list)
     outcome: str = "ok"
     exhausted: bool = False
     value: Any = None
@@ -178,11 +178,11 @@ class Record:
     error: str = ""
     resource: bool = False
 
-    def to_wire(self) -> tuple:
+    def to_wire(self) -> tuple[Any, ...]:
         return (self.events, self.outcome, self.value, self.end, self.error, self.resource)
 
     @classmethod
-    def from_wire(cls, t: tuple) -> Record:
+    def from_wire(cls, t: tuple[Any, ...]) -> Record:
         return cls(events=list(t[0]), outcome=t[1], value=t[2], end=t[3], error=t[4], resource=t[5])
 
 
@@ -192,7 +192,7 @@ class _Rec:
 
     def __init__(self) -> None:
         self.ids = _Ids()
-        self.events: list[tuple] = []
+        self.events: list[tuple[Any, ...]] = []
 
     def n(self, v: Any) -> Any:
         return normalize(v, self.ids)
@@ -213,6 +213,8 @@ def _inert_new(cls: Any, *args: Any, **kwargs: Any) -> Any:
 
 class _SymMeta(type):
     """Metaclass of the inert classes: records what an unpickler does with them."""
+
+    _tl_rec: _Rec  # set on each class by _Rec.sym
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:  # REDUCE, INST, OBJ
         rec: _Rec = cls._tl_rec
@@ -284,8 +286,11 @@ class RecordingUnpickler(_pickle.Unpickler):
         return self.rec.sym()
 
 
-class RecordingPyUnpickler(pickle._Unpickler):  # type: ignore[name-defined,misc]
+class RecordingPyUnpickler(pickle._Unpickler):
     """The pure-Python unpickler (what joblib subclasses), inert and recording."""
+
+    proto: int  # set by pickle._Unpickler (the stream's protocol so far)
+    fix_imports: bool
 
     def __init__(self, file: Any, *, encoding: str = "ASCII", rec: _Rec | None = None) -> None:
         super().__init__(file, encoding=encoding)
@@ -324,7 +329,7 @@ def _run(make: Any, data: bytes, reader: str, encoding: str, start: int) -> Reco
     out = Record()
     # the extension cache is process-wide: a code cached by an earlier run would be
     # served without a find_class call
-    copyreg._extension_cache.clear()  # type: ignore[attr-defined]
+    copyreg._extension_cache.clear()  # type: ignore[attr-defined]  # private to copyreg, not in typeshed
     try:
         if reader == "bytes" and make is RecordingUnpickler:
             # pickle.loads: the bytes are the unpickler's whole input buffer
@@ -347,7 +352,7 @@ def _run(make: Any, data: bytes, reader: str, encoding: str, start: int) -> Reco
     except Exception as e:  # noqa: BLE001 - any error of the real unpickler is an outcome
         out.outcome, out.error = "error", type(e).__name__
     finally:
-        copyreg._extension_cache.clear()  # type: ignore[attr-defined]
+        copyreg._extension_cache.clear()  # type: ignore[attr-defined]  # private to copyreg, not in typeshed
     out.events = rec.events
     return out
 
@@ -412,7 +417,7 @@ def compare(oracle: Record, model: Record, *, check_end: bool = True) -> str | N
     return None
 
 
-def _first_diff(a: list, b: list) -> str:
+def _first_diff(a: list[Any], b: list[Any]) -> str:
     for i, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
             return f"event {i}: real {x!r:.200} model {y!r:.200}"
@@ -470,6 +475,14 @@ while True:
 """
 
 
+def _pipe(stream: IO[bytes] | None) -> IO[bytes]:
+    """A pipe of the worker process (``Popen`` was given ``PIPE``, so it is never None;
+    an OSError, as a dead worker's pipe gives, otherwise)."""
+    if stream is None:
+        raise BrokenPipeError("the scan engine's worker has no pipe")
+    return stream
+
+
 class EngineWorker:
     """One persistent child process running the recording C unpickler.
 
@@ -483,16 +496,16 @@ class EngineWorker:
         self.memory = memory
         self.cpu_seconds = cpu_seconds
         self.timeout = timeout
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
 
-    def _start(self) -> subprocess.Popen:
+    def _start(self) -> subprocess.Popen[bytes]:
         p = self._spawn()
-        reg = marshal.dumps({int(c): tuple(map(str, pair)) for c, pair in copyreg._inverted_registry.items()})  # type: ignore[attr-defined]
-        p.stdin.write(struct.pack("<I", len(reg)) + reg)  # type: ignore[union-attr]
-        p.stdin.flush()  # type: ignore[union-attr]
+        reg = marshal.dumps({int(c): tuple(map(str, pair)) for c, pair in copyreg._inverted_registry.items()})  # type: ignore[attr-defined]  # private, not in typeshed
+        _pipe(p.stdin).write(struct.pack("<I", len(reg)) + reg)
+        _pipe(p.stdin).flush()
         return p
 
-    def _spawn(self) -> subprocess.Popen:
+    def _spawn(self) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             [sys.executable, "-I", "-S", "-c", _WORKER_CODE, str(self.memory), str(self.cpu_seconds), os.path.abspath(__file__)],
             stdin=subprocess.PIPE,
@@ -515,8 +528,8 @@ class EngineWorker:
                 self.proc = self._start()
             p = self.proc
             flags = 0x40000000 if probe else (0 if digest else 0x80000000)
-            p.stdin.write(struct.pack("<II", len(data), start | flags) + bytes(data))  # type: ignore[union-attr]
-            p.stdin.flush()  # type: ignore[union-attr]
+            _pipe(p.stdin).write(struct.pack("<II", len(data), start | flags) + bytes(data))
+            _pipe(p.stdin).flush()
             return True
         except (OSError, ValueError):
             self.close()
@@ -555,10 +568,10 @@ class EngineWorker:
         got = self.result()
         if not isinstance(got, (tuple, list)) or len(got) != 4:  # the child failed on it
             return None
-        return tuple(got)  # type: ignore[return-value]
+        return tuple(got)
 
-    def _read(self, p: subprocess.Popen, k: int) -> bytes | None:
-        fd = p.stdout.fileno()  # type: ignore[union-attr]
+    def _read(self, p: subprocess.Popen[bytes], k: int) -> bytes | None:
+        fd = _pipe(p.stdout).fileno()
         chunks: list[bytes] = []
         got = 0
         import time
@@ -589,7 +602,8 @@ class EngineWorker:
                 pass
             for s in (p.stdin, p.stdout):
                 try:
-                    s.close()  # type: ignore[union-attr]
+                    if s is not None:
+                        s.close()
                 except OSError:  # pragma: no cover
                     pass
 
@@ -624,7 +638,7 @@ def shared_worker() -> EngineWorker:
     return _SHARED
 
 
-def digest(wire: tuple) -> str:
+def digest(wire: tuple[Any, ...]) -> str:
     """A short fingerprint of a record (what the child sends when all goes well)."""
     import hashlib
 
@@ -638,7 +652,7 @@ def digest(wire: tuple) -> str:
 def record_of(res: Any) -> Record:
     """The :class:`Record` of an analysis run with ``record=True``."""
     out = Record(events=res.events or [])
-    out.exhausted = bool(getattr(res, "norm_exhausted", False))
+    out.exhausted = res.norm_exhausted
     if res.error is None:
         out.outcome, out.value, out.end = "ok", res.value_norm, res.end
     else:
@@ -674,7 +688,7 @@ class _CProbe(_pickle.Unpickler):
         raise _PidMet()
 
 
-class _PyProbe(pickle._Unpickler):  # type: ignore[name-defined,misc]
+class _PyProbe(pickle._Unpickler):
     def find_class(self, module: str, name: str) -> Any:  # noqa: D102
         return _probe_find_class(module, name)
 
@@ -687,11 +701,13 @@ LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 
 def _probe_one(cls: type, data: bytes, reader: str, complete: bool, who: str) -> tuple[str, str, bool, int]:
     f = _WholeReader(data) if reader == "bytes" else _open(data, reader)
-    copyreg._extension_cache.clear()  # type: ignore[attr-defined]
+    copyreg._extension_cache.clear()  # type: ignore[attr-defined]  # private to copyreg, not in typeshed
 
     def pos() -> int:
+        if isinstance(f, _WholeReader):
+            return 0
         try:
-            return int(f.tell()) if reader != "bytes" else 0
+            return int(f.tell())
         except (OSError, ValueError, AttributeError):  # pragma: no cover
             return 0
 
@@ -711,7 +727,7 @@ def _probe_one(cls: type, data: bytes, reader: str, complete: bool, who: str) ->
             return ("undecided", "the stream runs past the probe window", False, pos())
         return ("stops", f"{type(e).__name__}: {msg} (at about byte {pos()}){who}", False, pos())
     finally:
-        copyreg._extension_cache.clear()  # type: ignore[attr-defined]
+        copyreg._extension_cache.clear()  # type: ignore[attr-defined]  # private to copyreg, not in typeshed
     return ("data", f"a complete pickle of {type(value).__name__}{who}", type(value) is int and value == LEGACY_MAGIC, pos())
 
 

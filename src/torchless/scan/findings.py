@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -181,7 +182,7 @@ class ScanReport:
             "exit_code": self.exit_code,
         }
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[FileReport]:
         return iter(self.files)
 
     def __len__(self) -> int:

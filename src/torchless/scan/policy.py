@@ -442,9 +442,9 @@ def classify(module: str, name: str, *, torchscript: bool = False) -> Verdict:
         for d in _DUNDER_REACH:
             if d in qual:
                 return Verdict("dangerous", f"reaches interpreter internals through {d}")
-        entry = SAFE.get(qual)
-        if entry is not None and "." not in name:
-            return Verdict("safe", entry.reason)
+        walked = SAFE.get(qual)
+        if walked is not None and "." not in name:
+            return Verdict("safe", walked.reason)
         return Verdict("unknown", "dotted name resolved by attribute walk (never allowlisted)")
     r = _dangerous(qual)
     nested = NESTED_LOADERS.get(qual)

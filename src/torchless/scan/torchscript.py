@@ -32,7 +32,7 @@ import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from ..core.errors import FormatError, LimitError
 from .torchscript_ops import BUILTIN_CLASSES, RISKY_OPS, RISKY_PYTHON
@@ -63,7 +63,9 @@ _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "f": "\f", "v
 #: is ``name``, ``string`` (decoded; adjacent literals joined), ``number``, ``op`` or
 #: ``newline``; ``pos`` the character offset of its start
 Token = tuple[str, str, int]
-_KIND, _TEXT, _POS = 0, 1, 2
+_KIND: Final = 0
+_TEXT: Final = 1
+_POS: Final = 2
 
 
 def _decode(body: str) -> str:
@@ -393,8 +395,8 @@ def analyse_code(text: str, *, name: str = "<code>", max_tokens: int = MAX_TOKEN
             and tokens[k + 1][_TEXT] == "__setstate__"
         ):
             rep.setstate.append(tokens[k + 1][_POS])
-    for chain, pos, called in _references(tokens):
-        chain_t = tuple(chain)
+    for ref_chain, pos, called in _references(tokens):
+        chain_t = tuple(ref_chain)
         resolved = resolve(chain_t) if chain_t[0] != "?" else chain_t
         rep.references += 1
         hit = risk_of(resolved)
@@ -690,8 +692,8 @@ def report_archive(
                 ref.pos,
                 loader=_JIT,
             )
-    for loc, r in bc_reports:
-        for op, cat, reason in r.risky:
+    for loc, br in bc_reports:
+        for op, cat, reason in br.risky:
             sev = "high" if cat == "network" else "critical"
             scanner.add("torchscript-code", sev, f"bytecode operator table calls {op}: {reason}; {when}", loc, loader=_LITE)
     any_risky = any(r.risky for _l, r in reports) or any(r.risky for _l, r in bc_reports)

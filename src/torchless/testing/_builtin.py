@@ -173,7 +173,7 @@ def _build_npz(out: Path, samples_dir: Path | None) -> list[Sample]:
     packed = out / "compressed.npz"
     torchless.write_tensors(arrays.items(), packed, compress=True)
     ref = out / "numpy.npz"
-    np.savez(ref, **arrays)  # type: ignore[arg-type]
+    np.savez(ref, **arrays)  # type: ignore[arg-type]  # numpy's stub also types **kwds against allow_pickle: bool
     single = out / "numpy.npy"
     np.save(single, arrays["layers.0.weight"])
     return [

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ...core.errors import InternalError
 from ..render import emit_json, format_bytes
 
 __all__ = ["register", "format_set_weights"]
@@ -48,12 +49,15 @@ def cmd_set_weights(args: argparse.Namespace) -> int:
 
 def cmd_graph(args: argparse.Namespace) -> int:
     from ..._api import open as open_artifact
+    from ...formats.onnx.handler import OnnxArtifact
     from ._fit import require_format
     from .graph import format_graph
 
     require_format(args.model, ("onnx",), "onnx graph")
     with open_artifact(args.model, format="onnx") as art:
-        graph = art.graph()  # type: ignore[attr-defined]
+        if not isinstance(art, OnnxArtifact):  # format="onnx" opens with the ONNX handler
+            raise InternalError(f"the onnx handler opened {type(art).__name__}")
+        graph = art.graph()
     if args.json:
         from ..render import emit_json
         from .graph import graph_json

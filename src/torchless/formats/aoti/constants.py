@@ -122,4 +122,4 @@ def file_kind(name: str) -> str:
 # Detection lives here, with the record names, so sniffing stays cheap.
 def is_aoti_records(records: list[str] | None) -> bool:
     """True when zip record names (relative to the archive folder) hold AOTInductor output."""
-    return bool(records) and any(r.startswith(AOTINDUCTOR_DIR) and r.count("/") >= 3 for r in records)  # type: ignore[union-attr]
+    return records is not None and any(r.startswith(AOTINDUCTOR_DIR) and r.count("/") >= 3 for r in records)

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ...core.errors import FormatError, LimitError, TruncatedError
+from ...core.errors import FormatError, LimitError, TruncatedError, Where
 
 __all__ = ["ElfInfo", "Section", "parse_elf", "is_elf", "MACHINES"]
 
@@ -135,7 +135,7 @@ def parse_elf(data: memoryview | bytes, *, name: str = "<so>", member: str | Non
     """
     mv = memoryview(data).cast("B") if not isinstance(data, memoryview) else data.cast("B")
     size = len(mv)
-    where = {"path": name, "member": member}
+    where: Where = {"path": name, "member": member}
     if size < 16 or bytes(mv[:4]) != ELF_MAGIC:
         raise FormatError("not an ELF file", expected="\\x7fELF", found=repr(bytes(mv[:4])), **where)
     cls, data_enc = mv[4], mv[5]
@@ -280,7 +280,7 @@ def _read_symbols(info: ElfInfo, mv: memoryview, e: str) -> None:
         if sec.type == SHT_DYNSYM:
             # names starting with AOTInductor: find them in the string table, then keep
             # those a defined symbol points at
-            starts = []
+            starts: list[int] = []
             pos = blob.find(b"AOTInductor")
             while pos >= 0 and len(starts) < 100_000:
                 if pos == 0 or blob[pos - 1] == 0:

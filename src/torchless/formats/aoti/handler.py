@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...container.zip import is_zip
 from ...core.dtypes import DTYPES
@@ -21,8 +21,12 @@ from ..base import Artifact, Capabilities, FormatHandler, Probe, summarize_tenso
 from ..registry import register
 from .constants import ALIGN_BYTES, ARCHIVE_FORMAT_PATH, ARCHIVE_FORMAT_VALUE, METADATA_KEYS, WEIGHTS_DIR, is_aoti_records
 
-_read = LazyModule("torchless.formats.aoti.read")
-_elf = LazyModule("torchless.formats.aoti.elf")
+if TYPE_CHECKING:  # the real modules, imported on first use at run time
+    from . import elf as _elf
+    from . import read as _read
+else:
+    _read = LazyModule("torchless.formats.aoti.read")
+    _elf = LazyModule("torchless.formats.aoti.elf")
 
 __all__ = ["AotiArtifact", "AotiHandler"]
 
@@ -68,7 +72,7 @@ class AotiArtifact(Artifact):
         out["note"] = "the compute graph is compiled C++ (wrapper.so); torchless lists it but never loads or runs it"
         return out
 
-    def load(self, *, weights_only: bool = True) -> Any:
+    def load(self, *, weights_only: bool | None = None) -> Any:
         """What the archive models, never a bare tensor dict.
 
         A ``.pt2`` that holds ExportedPrograms (``models/<name>.json``) next to its
@@ -218,26 +222,26 @@ def _verify_model(pkg: _read.AotiPackage, m: _read.AotiModel, used_weights: set[
                 why = m.weight_errors.get(fqn, "it holds no plain tensor")
                 err("weight", f"weight {fqn!r} could not be read from {rec}: {why}", rec)
                 continue
-            c = by_fqn.get(fqn)
-            if c is not None:
-                if tuple(spec[1]) != c.shape or tuple(spec[2]) != c.stride or spec[3] != c.offset:
+            const = by_fqn.get(fqn)
+            if const is not None:
+                if tuple(spec[1]) != const.shape or tuple(spec[2]) != const.stride or spec[3] != const.offset:
                     err(
                         "weight",
                         f"weights_config for {fqn!r} (shape {spec[1]}, stride {spec[2]}, "
                         f"offset {spec[3]}) differs from the wrapper's constant table (shape "
-                        f"{list(c.shape)}, stride {list(c.stride)}, offset {c.offset})",
+                        f"{list(const.shape)}, stride {list(const.stride)}, offset {const.offset})",
                         cfg_name,
                     )
-                if DTYPES.get(c.dtype) is not None and t.dtype is not DTYPES[c.dtype]:
-                    err("weight", f"{rec} holds {t.dtype.name}, the constant table says {c.dtype} for {fqn!r}", rec)
+                if DTYPES.get(const.dtype) is not None and t.dtype is not DTYPES[const.dtype]:
+                    err("weight", f"{rec} holds {t.dtype.name}, the constant table says {const.dtype} for {fqn!r}", rec)
                 if t.storage is not None:
                     # data_size is the storage size rounded up to 64 bytes on CPU
                     n = t.storage.nbytes
-                    padded = n if c.device_type == "cuda" else (n + ALIGN_BYTES - 1) // ALIGN_BYTES * ALIGN_BYTES
-                    if padded != c.data_size:
+                    padded = n if const.device_type == "cuda" else (n + ALIGN_BYTES - 1) // ALIGN_BYTES * ALIGN_BYTES
+                    if padded != const.data_size:
                         err(
                             "weight",
-                            f"{rec} stores {n} bytes, the constant table says {c.data_size} (64-byte aligned) for {fqn!r}",
+                            f"{rec} stores {n} bytes, the constant table says {const.data_size} (64-byte aligned) for {fqn!r}",
                             rec,
                         )
         missing = [c.fqn for c in m.constants if not c.from_folded and c.fqn not in m.weights_config]
@@ -265,7 +269,7 @@ class AotiHandler(FormatHandler):
     name = "aoti"
     # ".pt2" belongs to the pt2 handler (writers are chosen by extension); this one is
     # found by sniffing the records
-    extensions: tuple[str, ...] = ()
+    extensions = ()
     priority = 15
     description = "AOTInductor package (aoti_compile_and_package): sources, .so, metadata, weights"
     capabilities = Capabilities(open_options=("limits",))

@@ -205,13 +205,15 @@ def _exports(info: ElfInfo, mv: memoryview, rva: int, where: dict[str, Any]) -> 
     nnames, _funcs, names_rva = struct.unpack_from("<I", mv, off + 24)[0], 0, struct.unpack_from("<I", mv, off + 32)[0]
     if nnames > MAX_EXPORTS:
         raise LimitError("too many PE exports", expected=f"<= {MAX_EXPORTS}", found=nnames, **where)
-    table = _rva_to_offset(info, names_rva) if nnames else None
-    if nnames and (table is None or table + 4 * nnames > len(mv)):
+    if not nnames:
+        return []
+    table = _rva_to_offset(info, names_rva)
+    if table is None or table + 4 * nnames > len(mv):
         info.problems.append("the export name table lies outside the file's sections")
         return []
     out = []
     for i in range(nnames):
-        (nrva,) = struct.unpack_from("<I", mv, table + 4 * i)  # type: ignore[operator]
+        (nrva,) = struct.unpack_from("<I", mv, table + 4 * i)
         p = _rva_to_offset(info, nrva)
         if p is None:
             continue

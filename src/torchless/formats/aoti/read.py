@@ -416,16 +416,16 @@ def _read_model(pkg: AotiPackage, name: str, files: list[PackageFile], limits: L
     ws = model.file("wrapper_source")
     if ws:
         model.wrapper = ws[0].name
-        e = zr.get(ws[0].name)
-        if e.size > MAX_WRAPPER_BYTES:
-            model.notes.append(f"wrapper source is {e.size} bytes; its constant table was not read")
+        entry = zr.get(ws[0].name)
+        if entry.size > MAX_WRAPPER_BYTES:
+            model.notes.append(f"wrapper source is {entry.size} bytes; its constant table was not read")
         else:
-            text = zr.read_bytes(e).decode("utf-8", "replace")
+            text = zr.read_bytes(entry).decode("utf-8", "replace")
             model.constants = parse_constant_table(text, model)
     for f in model.file("shared_object") + model.file("object"):
-        e = zr.get(f.name)
+        entry = zr.get(f.name)
         try:
-            model.elf[f.name] = parse_binary(zr.read(e), name=zr.path, member=e.name)
+            model.elf[f.name] = parse_binary(zr.read(entry), name=zr.path, member=entry.name)
         except TorchlessError as err:
             model.elf[f.name] = str(err)
     _locate_weights(pkg, model, limits)

@@ -36,7 +36,7 @@ def _url(p: Any) -> bool:
     return isinstance(p, str) and "://" in p and __import__("torchless.core.remote", fromlist=["is_url"]).is_url(p)
 
 
-def _NotFound() -> type:  # noqa: N802
+def _NotFound() -> type[Exception]:  # noqa: N802
     from ...core.errors import NotFoundError
 
     return NotFoundError

@@ -296,13 +296,13 @@ def _run(data: bytes) -> Any:  # noqa: C901 - one dispatch loop by design
             s = data[pos : pos + k].decode("utf-8", "surrogatepass")
             pos += k
             if pos < n and data[pos] == 0x94:
-                hit = entries.tsm(data, pos + 1)
-                if hit is not None:
+                tsm = entries.tsm(data, pos + 1)
+                if tsm is not None:
                     stack.append(s)
                     memo.append(s)
-                    stack.append(hit[0])
-                    memo.extend([_OPAQUE] * hit[1])
-                    pos = hit[2]
+                    stack.append(tsm[0])
+                    memo.extend([_OPAQUE] * tsm[1])
+                    pos = tsm[2]
                     continue
             stack.append(s)
         elif op == 0x29:  # EMPTY_TUPLE

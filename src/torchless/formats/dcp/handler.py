@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...core.lazy import LazyModule
 from ..base import Capabilities, FormatHandler, Probe
 from ..registry import register
 from .constants import has_metadata, is_hf_dir
 
-_artifact = LazyModule("torchless.formats.dcp.artifact")
+if TYPE_CHECKING:  # the real module, imported on first use at run time
+    from . import artifact as _artifact
+else:
+    _artifact = LazyModule("torchless.formats.dcp.artifact")
 
 
 @register
 class DCPHandler(FormatHandler):
     name = "dcp"
-    extensions: tuple[str, ...] = ()
+    extensions = ()
     priority = 20
     description = "torch.distributed.checkpoint directory (.metadata + __R_N.distcp, or DCP-sharded safetensors)"
     capabilities = Capabilities()

@@ -177,7 +177,7 @@ def plan(source: Any, ranks: int, *, plan: str | Plan | None = None, format: str
     try:
         tasks, _md = plan_reshard(src, "<plan>", ranks, p, format=format)
         indexes: dict[str, _Index] = {}
-        out = []
+        out: list[dict[str, Any]] = []
         for t in tasks:
             written = read = reads = 0
             files: set[str] = set()

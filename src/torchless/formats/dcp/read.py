@@ -15,6 +15,7 @@ import re
 import struct
 import sys
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -34,9 +35,18 @@ from ...container.zip import (
     ZipReader,
 )
 from ...core import jsonsafe
-from ...core.errors import FormatError, NotFoundError, TorchlessError, TruncatedError, UnsupportedError, UsageError, short_repr
+from ...core.errors import (
+    FormatError,
+    NotFoundError,
+    TorchlessError,
+    TruncatedError,
+    UnsupportedError,
+    UsageError,
+    WhereAt,
+    short_repr,
+)
 from ...core.paths import confine
-from ...core.source import BytesSource, MmapSource
+from ...core.source import ByteSource, BytesSource, MmapSource
 from ...core.tensor import Storage, Tensor
 from ...core.values import StorageType
 from ...pickle.fastpath import FALLBACK, fast_load
@@ -54,7 +64,7 @@ BOUNCE = 64 << 20
 _RELEASE_BATCH = 8 << 20
 
 
-def pread_into(fd: int, mv: memoryview, offset: int, *, path: Any = None) -> None:
+def pread_into(fd: int | ByteSource, mv: memoryview, offset: int, *, path: Any = None) -> None:
     """Fill ``mv`` from ``fd`` at ``offset``; a short file raises TruncatedError."""
     mv = mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
     if not isinstance(fd, int):  # a remote file (RemoteSource): one ranged read
@@ -431,7 +441,7 @@ class DCPReader:
         self._by_key: dict[tuple[str, Any], StorageInfo] = {(k.fqn, k.offset): v for k, v in md.storage_data.items()}
         self._chunks: dict[str, list[ChunkRef]] = {}
         self._fds: dict[str, int] = {}
-        self._maps: dict[str, MmapSource] = {}
+        self._maps: dict[str, ByteSource] = {}
         self._blobs: dict[tuple[str, int], Any] = {}
         for key, info in md.storage_data.items():  # every file named, before any is opened
             self.real_path(info.relative_path, key.fqn)
@@ -478,11 +488,10 @@ class DCPReader:
     def real_path(self, rel: str, member: str | None = None) -> str:
         """The confined real path of storage file ``rel`` (LinkEscapeError when it, or a
         symbolic link on the way, leaves the checkpoint folder)."""
-        real = self.__dict__.setdefault("_real", {}).get(rel)
+        cache: dict[str, str] = self.__dict__.setdefault("_real", {})
+        real = cache.get(rel)
         if real is None:
-            real = self._real[rel] = (
-                _remote_relpath(rel, self.path, member) if self.remote else _safe_relpath(rel, self.path, member)
-            )
+            real = cache[rel] = _remote_relpath(rel, self.path, member) if self.remote else _safe_relpath(rel, self.path, member)
         return real
 
     def _shown(self, rel: str) -> str:
@@ -493,13 +502,13 @@ class DCPReader:
             p = shown[rel] = os.path.join(self.path, rel)
         return p
 
-    def _file(self, rel: str) -> MmapSource:
+    def _file(self, rel: str) -> ByteSource:
         m = self._maps.get(rel)
         if m is None:
             if self.remote:
                 from ...core.remote import RemoteSource
 
-                m = self._maps[rel] = RemoteSource(self.real_path(rel))  # type: ignore[assignment]
+                m = self._maps[rel] = RemoteSource(self.real_path(rel))
                 return m
             m = MmapSource(self.real_path(rel))
             # only the small zip structures are read through the map: no read-around, so
@@ -510,10 +519,10 @@ class DCPReader:
             self._maps[rel] = m
         return m
 
-    def _fd(self, rel: str) -> int:
+    def _fd(self, rel: str) -> int | ByteSource:
         fd = self._fds.get(rel)
         if fd is None and self.remote:
-            return self._file(rel)  # type: ignore[return-value]
+            return self._file(rel)  # pread_into reads a remote file through its source
         if fd is None:
             p = self.real_path(rel)
             try:
@@ -601,7 +610,7 @@ class DCPReader:
         f = self._file(info.relative_path)
         if info.offset < 0 or info.length < 0 or info.offset + info.length > f.size:
             self._item_source(info, f"chunk of {ref.fqn}")  # raises the bounds error
-        where = dict(path=self._shown(info.relative_path), member=ref.fqn, offset=info.offset)
+        where: WhereAt = {"path": self._shown(info.relative_path), "member": ref.fqn, "offset": info.offset}
         if is_safetensors_blob(
             f.read_at(info.offset, max(0, min(9, f.size - info.offset)))
         ):  # may pass the item: a 1-element chunk
@@ -644,7 +653,7 @@ class DCPReader:
             raise TruncatedError("chunk payload runs past its item", **where)
         return ref
 
-    def _locate_safetensors(self, ref: ChunkRef, tmd: TensorStorageMetadata, where: dict[str, Any]) -> ChunkRef:
+    def _locate_safetensors(self, ref: ChunkRef, tmd: TensorStorageMetadata, where: WhereAt) -> ChunkRef:
         """A chunk written by ``FileSystemWriter(serialization_format=SAFETENSORS)``: the
         rank file's tensors are one safetensors blob after its bytes items, and every
         tensor's storage entry points at the blob's start (spec ``dcp.md`` §5)."""
@@ -721,7 +730,7 @@ class DCPReader:
                     out = np.empty(tmd.nbytes, dtype=np.uint8)
                     pread_into(
                         self._fd(ref.info.relative_path),
-                        memoryview(out),
+                        out.data,
                         ref.data_offset,
                         path=self._shown(ref.info.relative_path),
                     )
@@ -785,12 +794,12 @@ class DCPReader:
         path = self._shown(ref.info.relative_path)
         nd = len(c.sizes)
         if nd == 0:
-            pread_into(fd, memoryview(flat), ref.data_offset, path=path)
+            pread_into(fd, flat.data, ref.data_offset, path=path)
             return
         if not ref.contiguous:
             # rare: a strided chunk (torch keeps views' strides when the storage is compact)
             buf = np.empty(ref.storage_nbytes, dtype=np.uint8)
-            pread_into(fd, memoryview(buf), ref.data_offset, path=path)
+            pread_into(fd, buf.data, ref.data_offset, path=path)
             src = np.lib.stride_tricks.as_strided(
                 buf, shape=tuple(c.sizes) + (isz,), strides=tuple(s * isz for s in ref.stride) + (1,), writeable=False
             )
@@ -807,7 +816,7 @@ class DCPReader:
         inner_full_block = all(l == o and h == o + s for l, h, o, s in zip(lo[1:], hi[1:], boff[1:], bsize[1:], strict=False))
         if inner_full_chunk and inner_full_block:
             start = (lo[0] - boff[0]) * row
-            pread_into(fd, memoryview(flat)[start : start + (r1 - r0) * row], ref.data_offset + r0 * row, path=path)
+            pread_into(fd, flat.data[start : start + (r1 - r0) * row], ref.data_offset + r0 * row, path=path)
             return
         rows_per = max(1, BOUNCE // max(row, 1))
         inner_src = tuple(slice(l - o, h - o) for l, h, o in zip(lo[1:], hi[1:], c.offsets[1:], strict=False))
@@ -816,7 +825,7 @@ class DCPReader:
         for a in range(r0, r1, rows_per):
             b = min(a + rows_per, r1)
             part = bounce[: (b - a) * row]
-            pread_into(fd, memoryview(part), ref.data_offset + a * row, path=path)
+            pread_into(fd, part.data, ref.data_offset + a * row, path=path)
             src = part.reshape((b - a,) + tuple(c.sizes[1:]) + (isz,))
             d0 = a + c.offsets[0] - boff[0]
             dst[(slice(d0, d0 + b - a),) + inner_dst] = src[(slice(None),) + inner_src]
@@ -827,7 +836,7 @@ class DCPReader:
         if not isinstance(tmd, TensorStorageMetadata):
             raise NotFoundError(f"no tensor named {fqn!r}", path=self.path)
         dt = tmd.dtype
-        st = BlockStorage(fqn, tmd.nbytes, dt, "cpu", loader=lambda f=fqn: self.read_block(f), origin=f"{self.path}:{fqn}")
+        st = BlockStorage(fqn, tmd.nbytes, dt, "cpu", loader=partial(self.read_block, fqn), origin=f"{self.path}:{fqn}")
         return Tensor(st, dt, tmd.size, requires_grad=tmd.properties.requires_grad)
 
     def close(self) -> None:

@@ -23,6 +23,7 @@ import os
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -309,8 +310,8 @@ def _copy_range(src_path: str, info: StorageInfo, out: Any) -> None:
         done = 0
         while done < info.length:
             n = min(len(buf), info.length - done)
-            pread_into(fd, memoryview(buf)[:n], info.offset + done, path=src_path)
-            out.write(memoryview(buf)[:n])
+            pread_into(fd, buf.data[:n], info.offset + done, path=src_path)
+            out.write(buf.data[:n])
             done += n
     finally:
         os.close(fd)
@@ -383,12 +384,12 @@ def _run_hf_task(task: FileTask, src: Any) -> list[WrittenItem]:
     items = []
     info = {}
     for it in task.items:
-        if it.offsets is None:
+        if it.offsets is None or it.sizes is None:  # a bytes item
             continue
         tmd = src.entries[it.fqn]
         dt = tmd.dtype
         nbytes = numel(it.sizes) * dt.itemsize
-        st = _BlockStorage(it.fqn, nbytes, dt, "cpu", loader=lambda f=it.fqn, o=it.offsets, z=it.sizes: src.read_block(f, o, z))
+        st = _BlockStorage(it.fqn, nbytes, dt, "cpu", loader=partial(src.read_block, it.fqn, it.offsets, it.sizes))
         items.append((it.fqn, Tensor(st, dt, it.sizes)))
         info[it.fqn] = {"saved_offsets": list(it.offsets)}
     meta = {"format": "pt", SHARDING_KEY: json.dumps(info), VERSION_KEY: "1.0"}

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...core.lazy import LazyModule
 from ..base import Capabilities, FormatHandler, Probe
 from ..registry import register
 from .layout import INDEX_SUFFIX, is_hf_folder, is_index_file
 
-_read = LazyModule("torchless.formats.hf.read")
-_write = LazyModule("torchless.formats.hf.write")
+if TYPE_CHECKING:  # the real modules, imported on first use at run time
+    from . import read as _read
+    from . import write as _write
+else:
+    _read = LazyModule("torchless.formats.hf.read")
+    _write = LazyModule("torchless.formats.hf.write")
 
 
 @register

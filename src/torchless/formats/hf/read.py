@@ -175,7 +175,7 @@ class HFArtifact(Artifact):
     def _shard_tensors(self, name: str) -> list[tuple[str, Any]]:
         art = self.shard(name)
         if self.serialization == "bin":
-            return list(iter_tensors(art.load()))  # type: ignore[attr-defined]
+            return list(iter_tensors(art.load()))
         return list(art.tensors())
 
     def _collect(self) -> dict[str, Any]:
@@ -300,7 +300,7 @@ class HFArtifact(Artifact):
             from ...core.tree import iter_leaves
 
             for shard in self.shard_files:
-                for key, v in iter_leaves(self.shard(shard).load()):  # type: ignore[attr-defined]
+                for key, v in iter_leaves(self.shard(shard).load()):
                     dropped.append({"key": key, "type": type(v).__name__ if not hasattr(v, "class_name") else v.class_name})
         return convert_tensors(
             list(self.tensors()), dst, format=format, progress=progress, strict=strict, dropped=dropped, source=self.path, **kw

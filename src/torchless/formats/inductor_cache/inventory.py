@@ -150,7 +150,7 @@ class CacheEntry:
 
     def to_dict(self, now: float | None = None) -> dict[str, Any]:
         now = time.time() if now is None else now
-        out = {
+        out: dict[str, Any] = {
             "id": self.id,
             "kind": self.kind,
             "key": self.key,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...core.errors import TorchlessError
 from ...core.findings import Problem
@@ -11,8 +11,12 @@ from ...core.lazy import LazyModule
 from ..base import Artifact, Capabilities, FormatHandler, Probe
 from ..registry import register
 
-_read = LazyModule("torchless.formats.onnx.read")
-_summary = LazyModule("torchless.formats.onnx.summary")
+if TYPE_CHECKING:  # the real modules, imported on first use at run time
+    from . import read as _read
+    from . import summary as _summary
+else:
+    _read = LazyModule("torchless.formats.onnx.read")
+    _summary = LazyModule("torchless.formats.onnx.summary")
 
 __all__ = ["OnnxArtifact", "OnnxHandler", "looks_like_model"]
 
@@ -120,6 +124,9 @@ class OnnxArtifact(Artifact):
             try:
                 t = r.tensor
                 t._check_bounds()
+                if t.storage is None:
+                    problems.append(Problem("tensor", "tensor has no data", r.name))
+                    continue
                 data = t.storage.bytes()
             except TorchlessError as e:
                 problems.append(Problem("tensor", str(e), r.name))

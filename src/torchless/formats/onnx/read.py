@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ...core.dtypes import DTYPES
-from ...core.errors import FormatError, LimitError, TorchlessError, TruncatedError, UnsupportedError
+from ...core.errors import FormatError, InternalError, LimitError, TorchlessError, TruncatedError, UnsupportedError
 from ...core.paths import confined_file
 from ...core.source import ByteSource, MmapSource, open_source
 from ...core.tensor import Storage, Tensor
@@ -380,7 +380,7 @@ def _typed_bytes(tp: Any, otype: OnnxType, numel: int) -> bytes:
             arr = words.view(np.int32)
         elif otype.bits == 6:  # one 6-bit code per entry; storage keeps the packed stream
             return pack_bits((words & 0x3F).astype(np.uint8), 6)
-        elif otype.bits or otype.dtype.itemsize == 1:  # type: ignore[union-attr]
+        elif otype.bits or (otype.dtype is not None and otype.dtype.itemsize == 1):
             arr = words.astype(np.uint8)
         else:
             arr = words.astype(np.uint16)
@@ -558,10 +558,13 @@ class OnnxModel:
         nbytes = otype.nbytes(numel)
         dense = lambda: _densify(values.tensor, indices.tensor, dims, nbytes, name=name, path=self.path)  # noqa: E731
         name = self._unique(name)
-        storage = Storage(name, nbytes, otype.dtype, "cpu", loader=dense, origin=name)  # type: ignore[arg-type]
+        dtype = otype.dtype
+        if dtype is None:  # _add lists value types without a dtype apart (returned above)
+            raise InternalError(f"sparse values of {otype.name} were read as a tensor")
+        storage = Storage(name, nbytes, dtype, "cpu", loader=dense, origin=name)
         self.records.append(
-            TensorRecord(name, proto_name, kind, scope, otype, dims, "sparse", Tensor(storage, otype.dtype, dims), None, None)
-        )  # type: ignore[arg-type]
+            TensorRecord(name, proto_name, kind, scope, otype, dims, "sparse", Tensor(storage, dtype, dims), None, None)
+        )
 
     def _add(self, tp: Any, name: str, proto_name: str, kind: str, scope: str, span: tuple[int, int] | None = None) -> None:
         name = self._unique(name)
@@ -605,12 +608,14 @@ class OnnxModel:
             loader = lambda t=tp, o=otype, n=numel: _typed_bytes(t, o, n)  # noqa: E731
             how = "typed"
         st_dtype = DTYPES["uint8"] if otype.packed else otype.dtype
+        if st_dtype is None:  # types without a dtype are listed as unsupported before this
+            raise InternalError(f"ONNX type {otype.name} has no dtype but was read as a tensor")
         off = ext.offset if ext else (file_offset if how == "raw" else None)
-        storage = Storage(name, nbytes, st_dtype, "cpu", loader=loader, origin=name, file_offset=off)  # type: ignore[arg-type]
+        storage = Storage(name, nbytes, st_dtype, "cpu", loader=loader, origin=name, file_offset=off)
         if otype.packed:
             tensor: Tensor = PackedTensor(storage, otype, dims)
         else:
-            tensor = Tensor(storage, otype.dtype, dims)  # type: ignore[arg-type]
+            tensor = Tensor(storage, st_dtype, dims)
         # plain tensors, as in a state dict: ONNX does not tell parameters from buffers
         self.records.append(TensorRecord(name, proto_name, kind, scope, otype, dims, how, tensor, ext, tp))
 

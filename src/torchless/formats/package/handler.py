@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...core.lazy import LazyModule
 from ..base import Capabilities, FormatHandler, Probe
 from ..registry import register
 
-_read = LazyModule("torchless.formats.package.read")
+if TYPE_CHECKING:  # the real modules, imported on first use at run time
+    from . import read as _read
+else:
+    _read = LazyModule("torchless.formats.package.read")
 
 
 @register
 class PackageHandler(FormatHandler):
     name = "package"
-    extensions: tuple[str, ...] = ()
+    extensions = ()
     priority = 45  # a torch zip without data.pkl: before the plain checkpoint handler
     description = "torch.package archive (PackageExporter): interned/extern/mocked modules, pickles, tensors"
     capabilities = Capabilities()

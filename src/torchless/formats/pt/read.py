@@ -429,7 +429,7 @@ def _tar_members(source: ByteSource) -> tuple[tarfile.TarFile, dict[str, tarfile
     """Every member by name, the last of each name winning (``TarFile.getmember``)."""
     import tarfile
 
-    tf = tarfile.open(fileobj=SourceFile(source), mode="r:", format=tarfile.PAX_FORMAT)  # type: ignore[call-overload]
+    tf = tarfile.open(fileobj=SourceFile(source), mode="r:", format=tarfile.PAX_FORMAT)
     members: dict[str, tarfile.TarInfo] = {}
     n = 0
     while True:

@@ -35,7 +35,7 @@ import numpy as np
 
 from ...container.zip import TorchZipWriter, iter_chunks
 from ...core.dtypes import DType, from_numpy
-from ...core.errors import UnsupportedError, UsageError
+from ...core.errors import InternalError, UnsupportedError, UsageError
 from ...core.source import PathLike
 from ...core.tensor import NestedTensor, SparseTensor, Storage, Tensor, as_tensor, is_torch_tensor
 from ...core.values import Device, Layout, MemoryFormat, Namespace, QScheme, Size, StateDict, TorchVersion
@@ -109,9 +109,10 @@ class CheckpointPickler:
                 hint="save a copy of one of them (torch.save refuses this object too)",
             )
         location = st.location if st.location and st.location != "meta" else "cpu"
-        if v3:
+        legacy = dtype.legacy_storage
+        if v3 or legacy is None:  # v3: the dtype has no typed storage class
             return ("storage", Global("torch.storage", "UntypedStorage"), key, location, st.nbytes)
-        return ("storage", Global("torch", dtype.legacy_storage), key, location, st.nbytes // dtype.itemsize)
+        return ("storage", Global("torch", legacy), key, location, st.nbytes // dtype.itemsize)
 
     def _plain_tensor(self, t: Tensor) -> tuple[Global, tuple]:
         """The rebuild function and arguments of ``t`` without Parameter or attributes."""
@@ -293,7 +294,10 @@ class CheckpointPickler:
         if isinstance(obj, (datetime.datetime, datetime.date, datetime.time, datetime.timedelta)):
             if getattr(obj, "tzinfo", None) is not None:
                 raise UsageError("datetime values with a time zone cannot be saved", found=repr(obj)[:60])
-            cls, args = obj.__reduce__()[:2]
+            red = obj.__reduce__()
+            if isinstance(red, str):  # a name: only singletons reduce so, never these types
+                raise InternalError(f"{type(obj).__name__}.__reduce__ returned a name")
+            cls, args = red[:2]
             return Reduce(Global("datetime", cls.__name__), tuple(args))
         if isinstance(obj, decimal.Decimal):
             return Reduce(Global("decimal", "Decimal"), (str(obj),))

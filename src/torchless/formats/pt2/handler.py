@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...core.findings import Problem
 from ...core.lazy import LazyModule
@@ -11,8 +11,12 @@ from ..base import Artifact, Capabilities, FormatHandler, Probe, summarize_tenso
 from ..registry import register
 from .constants import is_pt2
 
-_verifier = LazyModule("torchless.graph.verifier")
-_read = LazyModule("torchless.formats.pt2.read")
+if TYPE_CHECKING:  # the real modules, imported on first use at run time
+    from ...graph import verifier as _verifier
+    from . import read as _read
+else:
+    _verifier = LazyModule("torchless.graph.verifier")
+    _read = LazyModule("torchless.formats.pt2.read")
 
 __all__ = ["Pt2Artifact", "Pt2Handler", "program_info"]
 

@@ -165,10 +165,10 @@ def signature_from_schema(sig: S.GraphSignature) -> Signature:
         else:
             ins.append(InputSpec("USER_INPUT", _arg_name(v.arg)))
     outs = []
-    for u in sig.output_specs:
-        v = u.value
+    for ou in sig.output_specs:
+        v = ou.value
         target = getattr(v, "buffer_name", None) or getattr(v, "parameter_name", None) or getattr(v, "user_input_name", None)
-        outs.append(OutputSpec(OUTPUT_KINDS[u.kind], _arg_name(v.arg), target))
+        outs.append(OutputSpec(OUTPUT_KINDS[ou.kind], _arg_name(v.arg), target))
     return Signature(tuple(ins), tuple(outs))
 
 

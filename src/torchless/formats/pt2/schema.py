@@ -201,7 +201,7 @@ class Union:
         raise AttributeError(name)
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.kind == self.kind and other.value == self.value  # type: ignore[attr-defined]
+        return isinstance(other, Union) and type(other) is type(self) and other.kind == self.kind and other.value == self.value
 
     def __hash__(self) -> int:
         return hash((type(self).__name__, self.kind, repr(self.value)))
@@ -221,10 +221,7 @@ def _union_fields(cls: type) -> dict[str, Any]:
     return got
 
 
-_D = dataclass(frozen=True, slots=True)
-
-
-@_D
+@dataclass(frozen=True, slots=True)
 class Device:
     type: str
     index: int | None = None
@@ -237,7 +234,7 @@ class SymExprHint(Union):
     as_float: float
 
 
-@_D
+@dataclass(frozen=True, slots=True)
 class SymExpr:
     expr_str: str
     hint: SymExprHint | None = None
@@ -261,7 +258,7 @@ class SymBool(Union):
     as_bool: bool
 
 
-@_D
+@dataclass(frozen=True, slots=True)
 class TensorMeta:
     dtype: ScalarType
     sizes: list[SymInt]
@@ -290,12 +287,12 @@ class SymBoolArgument(Union):
     as_bool: bool
 
 
-@_D
+@dataclass(frozen=True, slots=True)
 class TensorArgument:
     name: str
 
 
-@_D
+@dataclass(frozen=True, slots=True)
 class TokenArgument:
     name: str
 
@@ -306,19 +303,19 @@ class OptionalTensorArgument(Union):
     as_none: bool
 
 
-@_D
+@dataclass(frozen=True, slots=True)
 class CustomObjArgument:
     name: str
     class_fqn: str
 
 
-@_D
+@dataclass(frozen=True, slots=True)
 class GraphArgument:
     name: str
     graph: Graph
 
 
-@_D
+@dataclass(frozen=True, slots=True)
 class ComplexValue:
     real: float
     imag: float
@@ -368,14 +365,14 @@ class ConstantValue(Union):
     as_bool: bool
 
 
-@_D
+@dataclass(frozen=True, slots=True)
 class NamedArgument:
     name: str
     arg: Argument
     kind: ArgumentKind | None = None
 
 
-@_D
+@dataclass(frozen=True, slots=True)
 class Node:
     target: str
     inputs: list[NamedArgument]
@@ -385,7 +382,7 @@ class Node:
     name: str | None = None
 
 
-@_D
+@dataclass(frozen=True, slots=True)
 class Graph:
     inputs: list[Argument]
     outputs: list[Argument]
@@ -398,42 +395,42 @@ class Graph:
     sym_float_values: dict[str, SymFloat] = field(default_factory=dict)
 
 
-@_D
+@dataclass(frozen=True, slots=True)
 class UserInputSpec:
     arg: Argument
 
 
-@_D
+@dataclass(frozen=True, slots=True)
 class InputToParameterSpec:
     arg: TensorArgument
     parameter_name: str
 
 
-@_D
+@dataclass(frozen=True, slots=True)
 class InputToBufferSpec:
     arg: TensorArgument
     buffer_name: str
     persistent: bool
 
 
-@_D
+@dataclass(frozen=True, slots=True)
 class InputToTensorConstantSpec:
     arg: TensorArgument
     tensor_constant_name: str
 
 
-@_D
+@dataclass(frozen=True, slots=True)
 class InputToCustomObjSpec:
     arg: CustomObjArgument
     custom_obj_name: str
 
 
-@_D
+@dataclass(frozen=True, slots=True)
 class InputTokenSpec:
     arg: TokenArgument
 
 
-@_D
+@dataclass(frozen=True, slots=True)
 class InputToConstantInputSpec:
     name: str
     value: ConstantValue
@@ -450,47 +447,47 @@ class InputSpec(Union):
     constant_input: InputToConstantInputSpec
 
 
-@_D
+@dataclass(frozen=True, slots=True)
 class UserOutputSpec:
     arg: Argument
 
 
-@_D
+@dataclass(frozen=True, slots=True)
 class LossOutputSpec:
     arg: TensorArgument
 
 
-@_D
+@dataclass(frozen=True, slots=True)
 class BufferMutationSpec:
     arg: TensorArgument
     buffer_name: str
 
 
-@_D
+@dataclass(frozen=True, slots=True)
 class ParameterMutationSpec:
     arg: TensorArgument
     parameter_name: str
 
 
-@_D
+@dataclass(frozen=True, slots=True)
 class GradientToParameterSpec:
     arg: TensorArgument
     parameter_name: str
 
 
-@_D
+@dataclass(frozen=True, slots=True)
 class GradientToUserInputSpec:
     arg: TensorArgument
     user_input_name: str
 
 
-@_D
+@dataclass(frozen=True, slots=True)
 class UserInputMutationSpec:
     arg: TensorArgument
     user_input_name: str
 
 
-@_D
+@dataclass(frozen=True, slots=True)
 class OutputTokenSpec:
     arg: TokenArgument
 
@@ -507,19 +504,19 @@ class OutputSpec(Union):
     parameter_mutation: ParameterMutationSpec
 
 
-@_D
+@dataclass(frozen=True, slots=True)
 class GraphSignature:
     input_specs: list[InputSpec]
     output_specs: list[OutputSpec]
 
 
-@_D
+@dataclass(frozen=True, slots=True)
 class RangeConstraint:
     min_val: int | None
     max_val: int | None
 
 
-@_D
+@dataclass(frozen=True, slots=True)
 class ModuleCallSignature:
     inputs: list[Argument]
     outputs: list[Argument]
@@ -528,18 +525,18 @@ class ModuleCallSignature:
     forward_arg_names: list[str] | None = None
 
 
-@_D
+@dataclass(frozen=True, slots=True)
 class ModuleCallEntry:
     fqn: str
     signature: ModuleCallSignature | None = None
 
 
-@_D
+@dataclass(frozen=True, slots=True)
 class NamedTupleDef:
     field_names: list[str]
 
 
-@_D
+@dataclass(frozen=True, slots=True)
 class GraphModule:
     graph: Graph
     signature: GraphSignature
@@ -548,13 +545,13 @@ class GraphModule:
     treespec_namedtuple_fields: dict[str, NamedTupleDef] = field(default_factory=dict)
 
 
-@_D
+@dataclass(frozen=True, slots=True)
 class SchemaVersion:
     major: int
     minor: int
 
 
-@_D
+@dataclass(frozen=True, slots=True)
 class ExportedProgram:
     graph_module: GraphModule
     opset_version: dict[str, int]
@@ -565,7 +562,7 @@ class ExportedProgram:
     guards_code: list[str] = field(default_factory=list)
 
 
-@_D
+@dataclass(frozen=True, slots=True)
 class PayloadMeta:
     path_name: str
     is_param: bool
@@ -573,7 +570,7 @@ class PayloadMeta:
     tensor_meta: TensorMeta | None
 
 
-@_D
+@dataclass(frozen=True, slots=True)
 class PayloadConfig:
     config: dict[str, PayloadMeta]
 
@@ -657,7 +654,7 @@ def from_json(tp: Any, obj: Any, where: str = "$") -> Any:
         if k not in fields:
             raise _bad(where, f"a {tp.__name__} variant (" + ", ".join(fields) + ")", k)
         return tp(k, from_json(fields[k], v, f"{where}.{k}"))
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if not isinstance(obj, dict):
             raise _bad(where, f"a {tp.__name__} object", obj)
         kw = {}
@@ -665,7 +662,7 @@ def from_json(tp: Any, obj: Any, where: str = "$") -> Any:
         for f in dataclasses.fields(tp):
             if f.name in obj:
                 kw[f.name] = from_json(hints[f.name], obj[f.name], f"{where}.{f.name}")
-            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:  # type: ignore[misc]
+            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 raise _bad(where, f"field {f.name!r} of {tp.__name__}", "nothing")
         return tp(**kw)
     raise UnsupportedError(f"schema type {tp!r} is not supported")
@@ -675,6 +672,7 @@ class _IntFloat(float):
     """A float field that the file spelled as a JSON integer (kept so it re-encodes as ``1``)."""
 
     __slots__ = ("_int",)
+    _int: int
 
     def __new__(cls, v: int) -> _IntFloat:
         obj = super().__new__(cls, v)

@@ -94,7 +94,7 @@ def _write_payload(
             mv = t.storage.bytes()
             if t.storage.byteorder != sys.byteorder and t.dtype.itemsize > 1:
                 arr = np.frombuffer(mv, dtype=t.dtype.storage.newbyteorder(">" if t.storage.byteorder == "big" else "<"))
-                mv = memoryview(arr.astype(t.dtype.storage.newbyteorder("=")).view(np.uint8))
+                mv = arr.astype(t.dtype.storage.newbyteorder("=")).view(np.uint8).data
             zw.write(folder + path, mv)
         is_param = bool(getattr(t, "is_parameter", False)) or fqn in params
         config[fqn] = S.PayloadMeta(path, is_param, False, _meta(t))
@@ -169,18 +169,18 @@ def signature_to_schema(sig: Signature, graph: Graph) -> S.GraphSignature:
         "GRADIENT_TO_USER_INPUT": ("gradient_to_user_input", S.GradientToUserInputSpec),
         "USER_INPUT_MUTATION": ("user_input_mutation", S.UserInputMutationSpec),
     }
-    for s in sig.output_specs:
-        if s.kind == "USER_OUTPUT":
-            outs.append(S.OutputSpec("user_output", S.UserOutputSpec(user_arg(s.arg, outs_vals.get(s.arg or "")))))
-        elif s.kind == "LOSS_OUTPUT":
-            outs.append(S.OutputSpec("loss_output", S.LossOutputSpec(S.TensorArgument(s.arg or ""))))
-        elif s.kind == "TOKEN":
-            outs.append(S.OutputSpec("token", S.OutputTokenSpec(S.TokenArgument(s.arg or ""))))
-        elif s.kind in rev:
-            k, cls = rev[s.kind]
-            outs.append(S.OutputSpec(k, cls(S.TensorArgument(s.arg or ""), s.target or "")))
+    for o in sig.output_specs:
+        if o.kind == "USER_OUTPUT":
+            outs.append(S.OutputSpec("user_output", S.UserOutputSpec(user_arg(o.arg, outs_vals.get(o.arg or "")))))
+        elif o.kind == "LOSS_OUTPUT":
+            outs.append(S.OutputSpec("loss_output", S.LossOutputSpec(S.TensorArgument(o.arg or ""))))
+        elif o.kind == "TOKEN":
+            outs.append(S.OutputSpec("token", S.OutputTokenSpec(S.TokenArgument(o.arg or ""))))
+        elif o.kind in rev:
+            k, cls = rev[o.kind]
+            outs.append(S.OutputSpec(k, cls(S.TensorArgument(o.arg or ""), o.target or "")))
         else:
-            raise UnsupportedError(f"output kind {s.kind!r} cannot be serialized")
+            raise UnsupportedError(f"output kind {o.kind!r} cannot be serialized")
     return S.GraphSignature(ins, outs)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...container.zip import is_zip
 from ...core.errors import TorchlessError
@@ -18,7 +18,10 @@ from ..base import Artifact, Capabilities, FormatHandler, Probe, summarize_tenso
 from ..registry import register
 from . import spec
 
-_read = LazyModule("torchless.formats.torchscript.read")
+if TYPE_CHECKING:  # the real modules, imported on first use at run time
+    from . import read as _read
+else:
+    _read = LazyModule("torchless.formats.torchscript.read")
 
 __all__ = ["TorchScriptArtifact", "TorchScriptHandler", "module_tree", "iter_all_tensors", "render_code", "find_module"]
 

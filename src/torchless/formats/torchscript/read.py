@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from ...container.zip import ZipEntry, ZipReader
@@ -281,8 +282,8 @@ class TorchScriptResolver:
                 # enums are written as GLOBAL '__torch__ <Enum>' <value> REDUCE: a bare argument
                 rb = Rebuilder(
                     qual,
-                    lambda args, q=qual: ScriptObject(q, args),
-                    lambda args, kw, q=qual: ScriptObject(q, args),
+                    partial(ScriptObject, qual),
+                    lambda args, kw: ScriptObject(qual, args),
                     wraps_single_arg=True,
                 )
                 self._classes[qual] = rb
@@ -410,6 +411,11 @@ class TorchScriptArchive:
             self.zip.source.close()
 
 
+def _head(st: Storage, n: int) -> memoryview:
+    """The first ``n`` bytes of ``st`` (a storage record read as a shorter storage)."""
+    return st.bytes()[:n]
+
+
 def load_pickle(
     zr: ZipReader,
     name: str,
@@ -465,7 +471,7 @@ def load_pickle(
                     nbytes,
                     dtype,
                     location,
-                    loader=lambda st=st, n=nbytes: st.bytes()[:n],
+                    loader=partial(_head, st, nbytes),
                     byteorder=byteorder,
                     origin=entry.name,
                 )

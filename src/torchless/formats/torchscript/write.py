@@ -191,12 +191,14 @@ def _save(
     art: TorchScriptArtifact, dst: Any, tensors: Any, extra_files: Any, remove_extra: set[str], strict: bool, progress: Any
 ) -> dict[str, Any]:
     archive = art.archive
-    zr: ZipReader = archive.zip  # type: ignore[assignment]
+    zr = archive.zip
+    if zr is None:  # read_archive always sets it; an archive built by hand may not
+        raise UnsupportedError("the TorchScript archive has no zip file to rewrite")
     items = list(tensors.items()) if isinstance(tensors, Mapping) else list(tensors or [])
     sd = art.state_dict()
     known: dict[str, Tensor] = dict(sd.items())
-    for n, t in art.all_tensors():
-        known.setdefault(n, t)
+    for n, other in art.all_tensors():
+        known.setdefault(n, other)
     if strict:
         missing = [n for n in sd if n not in {k for k, _ in items}]
         if missing:

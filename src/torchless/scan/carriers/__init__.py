@@ -42,7 +42,7 @@ from .zips import ZipCarrier
 __all__ = ["Scanner", "scan_file", "MAX_DEPTH"]
 
 
-class Scanner(ScannerBase, PickleCarrier, NestedCarrier, ZipCarrier, TarCarrier, DcpCarrier, NumpyCarrier, CompressedCarrier):
+class Scanner(PickleCarrier, NestedCarrier, ZipCarrier, TarCarrier, DcpCarrier, NumpyCarrier, CompressedCarrier, ScannerBase):
     """Scan one file; findings accumulate in :attr:`report`.
 
     Args:

@@ -6,7 +6,7 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...core.errors import TorchlessError
 from ...core.findings import Finding
@@ -15,6 +15,9 @@ from ...core.source import ByteSource, BytesSource, MmapSource, open_source
 from ..findings import FileReport
 from .common import MAX_DEPTH
 from .recognize import MODEL_SUFFIXES, NPY_MAGIC, ZIP_MAGICS, compressor_of, opens_as_tar, probe_pickle
+
+if TYPE_CHECKING:
+    from ..analysis import StreamResult
 
 __all__ = ["ScannerBase", "Budget", "MAX_FINDINGS"]
 
@@ -81,6 +84,48 @@ class ScannerBase:
         self._kinds: set[tuple[str, str]] = set()
         self.budget = Budget(0)
         self.loader_ctx: str | None = None  # the loader of the carrier being walked (Finding.loader)
+
+    if TYPE_CHECKING:  # the carriers' entry points, implemented by the mixins of carriers.Scanner
+
+        def analyse_stream(
+            self,
+            data: bytes,
+            start: int,
+            member: str | None,
+            base: int | None,
+            depth: int,
+            *,
+            torchscript: bool = False,
+            report_errors: bool = True,
+            torch_load: bool = False,
+        ) -> StreamResult: ...
+
+        def scan_pickles(
+            self,
+            src: ByteSource,
+            member: str | None,
+            base: int | None,
+            depth: int,
+            *,
+            strict: bool,
+            torch_load: bool | None = None,
+            torchscript: bool = False,
+        ) -> None: ...
+
+        def follow_nested(self, res: StreamResult, member: str | None, base: int | None, depth: int) -> None: ...
+        def check_polyglot(self, src: ByteSource, member: str | None, depth: int) -> None: ...
+        def scan_zip(self, src: ByteSource, member: str | None, base: int | None, depth: int) -> None: ...
+        def scan_tar(self, src: ByteSource, member: str | None, base: int | None, depth: int) -> None: ...
+        def dcp_items(self, src: ByteSource | None) -> list[tuple[int, int]] | None: ...
+        def check_dcp_metadata(self) -> None: ...
+        def scan_distcp(self, src: ByteSource, items: list[tuple[int, int]] | None = None) -> None: ...
+        def scan_npy(
+            self, src: ByteSource, member: str | None, base: int | None, depth: int, total: int | None = None
+        ) -> None: ...
+        def scan_npz(self, src: ByteSource, member: str | None, base: int | None, depth: int) -> None: ...
+        def scan_compressed(
+            self, src: ByteSource, kind: str, member: str | None, depth: int, *, who: str = "joblib.load"
+        ) -> bool: ...
 
     @contextmanager
     def loading(self, loader: str | None) -> Iterator[None]:

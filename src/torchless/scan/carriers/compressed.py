@@ -12,10 +12,15 @@ import bz2
 import lzma
 import os
 import zlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...core.source import ByteSource
 from .recognize import probe_pickle
+
+if TYPE_CHECKING:  # the mixins see the scanner they are mixed into
+    from .base import ScannerBase as _Host
+else:
+    _Host = object
 
 __all__ = ["CompressedCarrier"]
 
@@ -48,7 +53,7 @@ class _Done:
     unused_data = b""
 
 
-class CompressedCarrier:
+class CompressedCarrier(_Host):
     """Mixin of :class:`~torchless.scan.carriers.Scanner`: compressed streams."""
 
     def scan_compressed(self, src: ByteSource, kind: str, member: str | None, depth: int, *, who: str = "joblib.load") -> bool:

@@ -15,19 +15,24 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...core.paths import within
 from ...core.source import ByteSource
 from ..analysis import Sym, analyse, describe
 from .common import _EOCD_SIG, _ZIP_SIG, walks
 
+if TYPE_CHECKING:  # the mixins see the scanner they are mixed into
+    from .base import ScannerBase as _Host
+else:
+    _Host = object
+
 __all__ = ["DcpCarrier", "split_zips"]
 
 _DCP = "torch.distributed.checkpoint.load"
 
 
-class DcpCarrier:
+class DcpCarrier(_Host):
     """Mixin of :class:`~torchless.scan.carriers.Scanner`: DCP item files and ``.metadata``."""
 
     def dcp_items(self, src: ByteSource | None) -> list[tuple[int, int]] | None:

@@ -20,10 +20,15 @@ import hashlib
 import lzma
 import os
 import zlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..analysis import StreamResult, Sym, describe
 from ..policy import NESTED_LOADERS
+
+if TYPE_CHECKING:  # the mixins see the scanner they are mixed into
+    from .base import ScannerBase as _Host
+else:
+    _Host = object
 
 __all__ = ["NestedCarrier", "concrete_bytes"]
 
@@ -104,7 +109,7 @@ def concrete_bytes(v: Any, depth: int = 0) -> tuple[bytes | None, str]:
     return None, f"the result of {describe(v)}, computed at load time"
 
 
-class NestedCarrier:
+class NestedCarrier(_Host):
     """Mixin of :class:`~torchless.scan.carriers.Scanner`: follows nested-loader edges."""
 
     def follow_nested(self, res: StreamResult, member: str | None, base: int | None, depth: int) -> None:

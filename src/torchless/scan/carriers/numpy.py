@@ -25,13 +25,18 @@ import os
 import struct
 import zipfile
 import zlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...core.errors import TorchlessError
 from ...core.npyheader import parse_header_literal
 from ...core.source import ByteSource, BytesSource, SourceFile
 from .common import walks
 from .recognize import NPY_MAGIC
+
+if TYPE_CHECKING:  # the mixins see the scanner they are mixed into
+    from .base import ScannerBase as _Host
+else:
+    _Host = object
 
 __all__ = ["NumpyCarrier", "read_npy_header"]
 
@@ -96,7 +101,7 @@ def read_npy_header(src: ByteSource, total: int | None = None) -> tuple[str, Any
     return "plain", None
 
 
-class NumpyCarrier:
+class NumpyCarrier(_Host):
     """Mixin of :class:`~torchless.scan.carriers.Scanner`: ``.npy`` and ``.npz``."""
 
     @walks(_LOADER)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ...core.errors import TruncatedError
 from ...core.source import ByteSource
-from ..analysis import StreamResult, Sym, analyse, describe, disassemble, other_readers_go_on
+from ..analysis import CallEvent, StreamResult, Sym, analyse, describe, disassemble, other_readers_go_on
 from ..findings import AllowNote
 from ..policy import torch_allows
 from .common import _HIGHER_ORDER, _WINDOW, LEGACY_MAGIC
@@ -12,7 +14,13 @@ from .common import _HIGHER_ORDER, _WINDOW, LEGACY_MAGIC
 __all__ = ["PickleCarrier"]
 
 
-class PickleCarrier:
+if TYPE_CHECKING:  # the mixins see the scanner they are mixed into
+    from .base import ScannerBase as _Host
+else:
+    _Host = object
+
+
+class PickleCarrier(_Host):
     """Mixin of :class:`~torchless.scan.carriers.Scanner`: pickle streams."""
 
     def analyse_stream(
@@ -49,7 +57,7 @@ class PickleCarrier:
         self.budget.ops -= len(res.op_offsets)
         if res.end is None and (cut or len(res.op_offsets) >= ops_left):
             self.spend("ops" if len(res.op_offsets) >= ops_left else "pickle", 1, member, "running pickle streams")
-            res.budget_cut = True  # type: ignore[attr-defined]  # a larger window would not help
+            res.budget_cut = True  # a larger window would not help
         return res
 
     def report_stream(
@@ -69,7 +77,7 @@ class PickleCarrier:
         def dis(off: int) -> list[str]:
             return disassemble(data, off, res.op_offsets)
 
-        calls_at: dict[int, list] = {}  # global offset -> its calls (no quadratic scan per global)
+        calls_at: dict[int, list[CallEvent]] = {}  # global offset -> its calls (no quadratic scan per global)
         for c in res.calls:
             if c.callee.kind == "global":
                 calls_at.setdefault(c.callee.pos, []).append(c)
@@ -261,9 +269,9 @@ class PickleCarrier:
                 None,
                 disassemble(data, off, res.op_offsets),
             )
-            if res.error is not None and "FRAME declares" in str(res.error) and not getattr(res, "short_frames", False):
+            if res.error is not None and "FRAME declares" in str(res.error) and not res.short_frames:
                 more = analyse(data, start=res.start, short_frames=True)
-                more.short_frames = True  # type: ignore[attr-defined]
+                more.short_frames = True
                 cut = off
                 more.globals = [g for g in more.globals if g.offset >= cut]
                 more.calls = [c for c in more.calls if c.offset >= cut]
@@ -271,7 +279,7 @@ class PickleCarrier:
                 with self.loading("joblib.load"):
                     self.report_stream(more, data, member, base, depth, report_errors=False, torch_load=torch_load)
             return
-        if engine.engine_enabled() and not getattr(res, "budget_cut", False) and not getattr(res, "short_frames", False):
+        if engine.engine_enabled() and not res.budget_cut and not res.short_frames:
             diff = differential.second_opinion(data, res.start, res.end, res)
             if diff is not None:
                 self.add(
@@ -312,7 +320,7 @@ class PickleCarrier:
                     and window < size
                     and isinstance(r.error, TruncatedError)
                     and looks_like_pickle
-                    and not getattr(r, "budget_cut", False)
+                    and not r.budget_cut
                 ):
                     window = min(size, window * 8)
                     continue
@@ -330,11 +338,13 @@ class PickleCarrier:
         legacy = first.end is not None and type(first.value) is int and first.value == LEGACY_MAGIC
         if legacy and member is None:
             self.report.kind = "legacy"
-        label = (
-            (lambda i: f"{member + ' > ' if member else ''}legacy pickle #{i}")
-            if legacy
-            else (lambda i: member if i == 1 else f"{member + ' > ' if member else ''}pickle #{i}")
-        )
+        pre = f"{member} > " if member else ""
+
+        def label(i: int) -> str | None:
+            if legacy:
+                return f"{pre}legacy pickle #{i}"
+            return member if i == 1 else f"{pre}pickle #{i}"
+
         self.report_stream(first, data, label(1), base, depth, torch_load=bool(torch_load) if torch_load is not None else False)
         pos = first.end
         if pos is None:

@@ -23,12 +23,18 @@ from __future__ import annotations
 
 import struct
 import tarfile
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ...core.dtypes import STORAGE_NAMES
 from ...core.source import ByteSource, SourceFile
-from ..analysis import Sym, describe
+from ..analysis import StreamResult, Sym, describe
 from .common import walks
+
+if TYPE_CHECKING:  # the mixins see the scanner they are mixed into
+    from .base import ScannerBase as _Host
+else:
+    _Host = object
 
 __all__ = ["TarCarrier"]
 
@@ -36,7 +42,7 @@ _LOADER = "torch.load(weights_only=False)"
 _LEGACY_NAMES = ("storages", "tensors", "pickle")
 
 
-class TarCarrier:
+class TarCarrier(_Host):
     """Mixin of :class:`~torchless.scan.carriers.Scanner`: legacy torch tar files."""
 
     @walks(_LOADER)
@@ -74,10 +80,10 @@ class TarCarrier:
         if member is None:
             self.report.kind = "tar"
         for name in _LEGACY_NAMES:
-            m = last.get(name)
-            if m is None:
+            tm = last.get(name)
+            if tm is None:
                 continue
-            data = self._tar_member_bytes(tf, m, pre + name)
+            data = self._tar_member_bytes(tf, tm, pre + name)
             if data is None:
                 continue
             if name == "storages":
@@ -155,7 +161,7 @@ class TarCarrier:
             )
         return data
 
-    def _count(self, res, loc: str, what: str) -> int | None:  # type: ignore[no-untyped-def]
+    def _count(self, res: StreamResult, loc: str, what: str) -> int | None:
         """``range(value)`` as torch runs it: an int or a bool; None where torch stops."""
         if res.end is None:
             return None  # the pickle itself failed: torch stops there (malformed-pickle reported)
@@ -182,7 +188,15 @@ class TarCarrier:
             )
         return None
 
-    def _walk_tar_records(self, data: bytes, loc: str, base: int | None, depth: int, what: str, after: Any) -> int | None:
+    def _walk_tar_records(
+        self,
+        data: bytes,
+        loc: str,
+        base: int | None,
+        depth: int,
+        what: str,
+        after: Callable[[int, int, StreamResult], int | None],
+    ) -> int | None:
         """torch's loop over a legacy-tar member: a count pickle, then per record a pickle
         followed by raw bytes that ``after(i, n, result)`` skips (returning the offset
         after them, or None where torch stops). Returns the offset after the last record."""
@@ -191,6 +205,8 @@ class TarCarrier:
         if n is None:
             return None
         pos = res.end
+        if pos is None:
+            return None
         for i in range(n):
             if pos >= len(data):
                 self.add(
@@ -211,7 +227,7 @@ class TarCarrier:
         return pos
 
     def _walk_tar_storages(self, data: bytes, loc: str, base: int | None, depth: int) -> None:
-        def skip_bytes(i: int, n: int, r: Any) -> int | None:
+        def skip_bytes(i: int, n: int, r: StreamResult) -> int | None:
             v = r.value
             st = v[2] if isinstance(v, (tuple, list)) and len(v) == 3 else None
             short = st.qualname.rsplit(".", 1)[-1] if isinstance(st, Sym) and st.kind == "global" else None
@@ -238,12 +254,14 @@ class TarCarrier:
                 return None
             itemsize = STORAGE_NAMES[short].itemsize
             pos = r.end
+            if pos is None:  # _walk_tar_records stops before calling
+                return None
             if pos + 8 > len(data):
                 self.add(
                     "trailing-data", "info", "storage size cut short: torch's read fails and stops", loc, pos, loader=_LOADER
                 )
                 return None
-            (count,) = struct.unpack_from("<q", data, pos)
+            count: int = struct.unpack_from("<q", data, pos)[0]
             if count < 0 or pos + 8 + count * itemsize > len(data):
                 self.add(
                     "trailing-data",
@@ -272,8 +290,10 @@ class TarCarrier:
         self.analyse_stream(data, pos, loc, base, depth)
 
     def _walk_tar_tensors(self, data: bytes, loc: str, base: int | None, depth: int) -> None:
-        def skip_header(i: int, n: int, r: Any) -> int | None:
+        def skip_header(i: int, n: int, r: StreamResult) -> int | None:
             pos = r.end
+            if pos is None:  # _walk_tar_records stops before calling
+                return None
             if pos + 8 > len(data):
                 self.add(
                     "trailing-data",
@@ -284,7 +304,7 @@ class TarCarrier:
                     loader=_LOADER,
                 )
                 return None
-            (ndim,) = struct.unpack_from("<i", data, pos)
+            ndim: int = struct.unpack_from("<i", data, pos)[0]
             need = 8 + 16 * ndim + 8
             if ndim < 0 or pos + need > len(data):
                 self.add(
@@ -301,7 +321,7 @@ class TarCarrier:
         self._walk_tar_records(data, loc, base, depth, "tensor", skip_header)
 
 
-def _bs(data: bytes, name: str):  # type: ignore[no-untyped-def]
+def _bs(data: bytes, name: str) -> ByteSource:
     from ...core.source import BytesSource
 
     return BytesSource(data, name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import struct
 import zlib
+from typing import TYPE_CHECKING
 
 from ...container.differentials import zip_differentials
 from ...container.zip import ZipEntry, ZipReader
@@ -13,6 +14,11 @@ from ...core.source import ByteSource, BytesSource
 from .common import _EOCD_SIG, _KNOWN_RECORDS, _OK_FLAGS, _STORAGE_RECORD, _ZIP_SIG, MAX_MEMBER, walks
 from .dcp import split_zips as _split_zips
 from .recognize import NPY_MAGIC
+
+if TYPE_CHECKING:  # the mixins see the scanner they are mixed into
+    from .base import ScannerBase as _Host
+else:
+    _Host = object
 
 __all__ = ["ZipCarrier"]
 
@@ -32,7 +38,7 @@ def _head(zr: ZipReader, e: ZipEntry, n: int = 16) -> bytes:
         return b""
 
 
-class ZipCarrier:
+class ZipCarrier(_Host):
     """Mixin of :class:`~torchless.scan.carriers.Scanner`: zip archives (torch zips,
     TorchScript, ``.pt2``, ``.npz``), archives appended to other bytes, TorchScript code."""
 
