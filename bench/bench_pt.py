@@ -62,28 +62,28 @@ torch.save(sd, path)
 CODE = {
     "torchless_open": """
 import torchless
-t = time.perf_counter()
+t = start()
 with torchless.open(P) as a:
     rows = [(n, x.dtype.name, tuple(x.shape)) for n, x in a.tensors()]
 done(time.perf_counter() - t)
 """,
     "torch_open_mmap": """
 import torch
-t = time.perf_counter()
+t = start()
 sd = torch.load(P, mmap=True, weights_only=True)
 rows = [(n, x.dtype, tuple(x.shape)) for n, x in sd.items()]
 done(time.perf_counter() - t)
 """,
     "torchless_read": """
 import torchless
-t = time.perf_counter()
+t = start()
 sd = torchless.load(P, mmap=False)
 arrs = [x.storage.bytes() for x in sd.values()]
 done(time.perf_counter() - t)
 """,
     "numpy_fromfile": """
 import numpy as np
-t = time.perf_counter()
+t = start()
 buf = np.fromfile(P, dtype=np.uint8)
 done(time.perf_counter() - t)
 """,
@@ -94,7 +94,7 @@ import os, torchless
 sd = torchless.load(ARGS[0], mmap=False)
 for x in sd.values():
     x.storage.bytes()
-t = time.perf_counter()
+t = start()
 torchless.save(sd, ARGS[1])
 done(time.perf_counter() - t)
 os.unlink(ARGS[1])
@@ -103,7 +103,7 @@ os.unlink(ARGS[1])
 import os, torchless
 sd = torchless.load(ARGS[0], mmap=False)
 bufs = [x.storage.bytes() for x in sd.values()]
-t = time.perf_counter()
+t = start()
 with open(ARGS[1], "wb") as f:
     for b in bufs:
         f.write(b)
@@ -113,7 +113,7 @@ os.unlink(ARGS[1])
     "torch_save": """
 import os, torch
 sd = torch.load(ARGS[0], weights_only=True)
-t = time.perf_counter()
+t = start()
 torch.save(sd, ARGS[1])
 done(time.perf_counter() - t)
 os.unlink(ARGS[1])
@@ -132,6 +132,7 @@ def main() -> None:
     ap.add_argument("--llm-scale", type=float, default=1.0)
     ap.add_argument("--data", default=os.path.join(ROOT, "bench", "_data"))
     ap.add_argument("--md", default=None, help="also write the Markdown tables here")
+    ap.add_argument("--out-dir", default=None, help="where the save cases write (default: the fixture folder)")
     a = ap.parse_args()
     cases = set(a.cases.split(","))
     os.makedirs(a.data, exist_ok=True)
@@ -143,7 +144,7 @@ def main() -> None:
         if not os.path.exists(path):
             print(f"generating {path} ...", file=sys.stderr, flush=True)
             subprocess.run([PY, "-c", GEN, name, path, str(a.llm_scale)], check=True)
-        out = path + ".out"
+        out = os.path.join(a.out_dir, os.path.basename(path) + ".out") if a.out_dir else path + ".out"
         goal_read, goal_save = (1.2, 1.15) if name == "llm" else (2.5, 4)
 
         def c(case: str, *, args: list[str] | None = None, tag: str = tag, path: str = path) -> str:
@@ -156,11 +157,13 @@ def main() -> None:
         if "read" in cases:
             x, y = c("torchless_read"), c("numpy_fromfile")
             h.ratio(f"{tag}: eager read vs numpy.fromfile", x, y, goal=goal_read)
+            h.ratio(f"{tag}: eager read vs numpy.fromfile (CPU seconds)", x, y, goal=goal_read, key="cpu")
         if "save" in cases or "tsave" in cases:
             x = c("torchless_save", args=[path, out])
             if "save" in cases:
                 y = c("raw_write", args=[path, out])
                 h.ratio(f"{tag}: save vs raw write()", x, y, goal=goal_save)
+                h.ratio(f"{tag}: save vs raw write() (CPU seconds)", x, y, goal=goal_save, key="cpu")
             if "tsave" in cases:
                 y = c("torch_save", args=[path, out])
                 h.ratio(f"{tag}: save vs torch.save", x, y, better="higher")

@@ -39,12 +39,20 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 PY = sys.executable
 
-#: put at the top of every child program: ``P`` (argv[1]), ``ARGS``, ``done(t, **more)``
+#: put at the top of every child program: ``P`` (argv[1]), ``ARGS``, ``t = start()`` (wall
+#: clock; also marks the CPU clock), ``done(t, **more)`` (reports ``t`` and, after
+#: ``start()``, the CPU seconds as ``cpu``)
 PRELUDE = r"""
 import json, sys, time
 ARGS = sys.argv[1:]
 P = ARGS[0] if ARGS else None
+def start():
+    global _CPU0
+    _CPU0 = time.process_time()
+    return time.perf_counter()
 def done(t, **more):
+    if "_CPU0" in globals():  # CPU seconds since start(), every thread (user + system)
+        more.setdefault("cpu", time.process_time() - _CPU0)
     more["t"] = t
     sys.stdout.write("\nBENCH " + json.dumps(more) + "\n")
     sys.stdout.flush()
@@ -102,12 +110,16 @@ def run_child(case: Case) -> dict[str, float]:
         out, err = fo.read(), fe.read()
     if p.returncode != 0:
         raise RuntimeError(f"{case.name} failed ({p.returncode}):\n{err.decode(errors='replace')[-3000:]}")
-    res: dict[str, float] = {"wall": wall, "rss": rss}
+    # CPU seconds of the whole process (user + system, every thread): on a shared machine
+    # far steadier than wall time, which waits for the other jobs' turns on the cores
+    res: dict[str, float] = {"wall": wall, "rss": rss, "proc_cpu": ru.ru_utime + ru.ru_stime}
     for line in out.decode(errors="replace").splitlines():
         if line.startswith("BENCH "):
             res.update(json.loads(line[6:]))
     if case.whole_process or "t" not in res:
         res["t"] = wall
+    if case.whole_process:
+        res["cpu"] = res["proc_cpu"]
     return res
 
 
@@ -190,14 +202,14 @@ class Harness:
     def markdown(self) -> str:
         """The cases and ratios as Markdown tables."""
         out = [f"Run {self.started}; {self.machine()}; {self.rounds} rounds (+{self.warmup} warm-up), medians.", ""]
-        out.append("| case | seconds (median) | min | max | peak RSS MiB |")
-        out.append("|---|---|---|---|---|")
+        out.append("| case | seconds (median) | min | max | CPU seconds (median) | peak RSS MiB |")
+        out.append("|---|---|---|---|---|---|")
         for c in self.cases.values():
             ts = [r["t"] for r in c.results]
-            out.append(
-                f"| {c.name} | {statistics.median(ts):.3f} | {min(ts):.3f} | {max(ts):.3f} "
-                f"| {statistics.median(r['rss'] for r in c.results) / 2**20:.0f} |"
-            )
+            cpu = [r["cpu"] for r in c.results if "cpu" in r]
+            cpu_s = f"{statistics.median(cpu):.3f}" if cpu and len(cpu) == len(ts) else ""
+            rss = statistics.median(r["rss"] for r in c.results) / 2**20
+            out.append(f"| {c.name} | {statistics.median(ts):.3f} | {min(ts):.3f} | {max(ts):.3f} | {cpu_s} | {rss:.0f} |")
         out += ["", "| ratio | value | goal | met |", "|---|---|---|---|"]
         for rt in self.ratios:
             v = self.ratio_value(rt)

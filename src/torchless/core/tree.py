@@ -94,7 +94,8 @@ def iter_tensors(obj: Any, prefix: str = "", *, max_nodes: int = 50_000_000) -> 
             if count > max_nodes:
                 raise LimitError("object tree too large to walk", expected=f"<= {max_nodes} nodes")
             if isinstance(v, tensor_types):
-                yield _path_name(prefix, (path, k)), v
+                # a top-level key is its own name (the common flat state dict)
+                yield k if path is None and not prefix else _path_name(prefix, (path, k)), v
                 continue
             if isinstance(v, leaf_types) or id(v) in seen:
                 continue
