@@ -56,14 +56,15 @@ def main() -> None:
     h.run()
     rows = [
         "| tensors | file MB | list, us/tensor | eager read, us/tensor | safetensors listing, us/tensor"
-        " | list / safetensors | peak RSS list / read MiB |",
-        "|---|---|---|---|---|---|---|",
+        " | list / safetensors | CPU us/tensor: list / read / safetensors | peak RSS list / read MiB |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for n in counts:
         size = os.path.getsize(os.path.join(a.data, f"scale_{n}", "scale.pt")) / 1e6
         li, rd, sf = (h.median(f"{k}_{n}") / n * 1e6 for k in ("list", "read", "safetensors_list"))
+        cpu = " / ".join(f"{h.median(f'{k}_{n}', 'cpu') / n * 1e6:.1f}" for k in ("list", "read", "safetensors_list"))
         rss = "%.0f / %.0f" % (h.median(f"list_{n}", "rss") / 2**20, h.median(f"read_{n}", "rss") / 2**20)
-        rows.append(f"| {n:,} | {size:.0f} | {li:.1f} | {rd:.1f} | {sf:.1f} | {li / sf:.2f}x | {rss} |")
+        rows.append(f"| {n:,} | {size:.0f} | {li:.1f} | {rd:.1f} | {sf:.1f} | {li / sf:.2f}x | {cpu} | {rss} |")
     md = h.markdown() + "\n\n" + "\n".join(rows)
     print(md)
     if a.md:

@@ -1041,9 +1041,9 @@ class TorchZipWriter:
             return
         cd_off = self._pos
         put = self._put
-        for c in self._central:
-            put(c)
-        cd_size = sum(len(c) for c in self._central)
+        central = b"".join(self._central)
+        put(central)
+        cd_size = len(central)
         n = len(self._central)
         eocd64_off = cd_off + cd_size
         put(_EOCD64.pack(EOCD64_SIG, 44, 0x031E, 0x002D, 0, 0, n, n, cd_size, cd_off))

@@ -348,8 +348,12 @@ class Pickler2:
                 self.out += b"s"
             else:
                 self.out += b"("
+                fast_keys = FAST_TENSORS and depth + 1 <= self.max_depth
                 for k, v in chunk:
-                    self._save(k, depth + 1)
+                    if fast_keys and type(k) is str:
+                        self._save_str(k)  # what _save does with a str
+                    else:
+                        self._save(k, depth + 1)
                     self._save(v, depth + 1)
                 self.out += b"u"
 
