@@ -524,3 +524,26 @@ def test_known_lazy_back_edges_are_still_lazy_and_still_needed():
                 seen.add(v)
                 todo += graph.get(v, ())
         assert src in seen, f"{src} -> {dst} closes no cycle any more: drop it from KNOWN_LAZY_BACK_EDGES"
+
+
+def test_one_lazy_import_mechanism():
+    """Deferred imports of torchless modules go through core/lazy.py: no other module calls
+    importlib.import_module or __import__, and a package's PEP 562 ``__getattr__`` only
+    delegates to ``lazy_exports``. (torchless.testing imports third-party oracles by name.)"""
+    bad = []
+    for name, path in modules(SRC).items():
+        if name in ("torchless.core.lazy", "torchless.testing._builtin"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                f = node.func
+                fname = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+                if fname in ("import_module", "__import__"):
+                    bad.append(f"{name}:{node.lineno} calls {fname}")
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name == "__getattr__":
+                body = ast.unparse(node.body[-1]) if len(node.body) == 1 else ""
+                if not body.startswith("return _lazy("):
+                    bad.append(f"{name}:{node.lineno} has its own module __getattr__ (use core.lazy.lazy_exports)")
+    assert not bad, "\n".join(bad)

@@ -33,7 +33,11 @@ RANK_METADATA = re.compile(r"^__(\d+)\.metadata$")
 
 
 def _url(p: Any) -> bool:
-    return isinstance(p, str) and "://" in p and __import__("torchless.core.remote", fromlist=["is_url"]).is_url(p)
+    if not (isinstance(p, str) and "://" in p):
+        return False
+    from ...core.remote import is_url  # only for URL-looking strings: detection stays light
+
+    return is_url(p)
 
 
 def _NotFound() -> type[Exception]:  # noqa: N802
