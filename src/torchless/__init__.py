@@ -11,8 +11,8 @@ Example:
     >>> sd["layer.weight"].numpy()                      # doctest: +SKIP
 """
 
-from __future__ import annotations
-
+# first, before any other import: a Ctrl-C while `torchless` starts prints no traceback
+# (no `from __future__` line either: it is one more module to find before the handler)
 from ._start import quiet_interrupts as _quiet
 from ._start import running_as_cli as _is_cli
 

@@ -9,8 +9,11 @@ own handler once the command starts, so interrupted writes unwind and clean up.
 
 from __future__ import annotations
 
+# _signal, not signal: the interpreter has already imported this builtin, while ``signal``
+# would first build its enums (several milliseconds on a loaded machine), and a Ctrl-C in
+# that time still gets Python's traceback. ``signal`` is a thin wrapper over the same calls.
+import _signal
 import os
-import signal
 import sys
 
 __all__ = ["quiet_interrupts", "running_as_cli"]
@@ -35,7 +38,7 @@ def _interrupted(signum: int, frame: object) -> None:
 def quiet_interrupts() -> None:
     """Make SIGINT end the process quietly (status 130) until the command starts."""
     try:
-        signal.signal(signal.SIGINT, _interrupted)
+        _signal.signal(_signal.SIGINT, _interrupted)
     except (ValueError, OSError):  # not the main thread
         pass
 
@@ -43,7 +46,7 @@ def quiet_interrupts() -> None:
 def command_starts() -> None:
     """Give SIGINT back to Python (KeyboardInterrupt) for the command itself."""
     try:
-        if signal.getsignal(signal.SIGINT) is _interrupted:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+        if _signal.getsignal(_signal.SIGINT) is _interrupted:
+            _signal.signal(_signal.SIGINT, _signal.default_int_handler)
     except (ValueError, OSError):
         pass
