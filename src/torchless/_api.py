@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .core.errors import UsageError
+from .core.remote import accepts_storage_options as _remote_opts
 from .formats.base import Artifact, check_options
 from .formats.dispatch import open_artifact, tensor_writer, writable_formats
 from .formats.dispatch import write_tensors as _write_tensors
@@ -18,6 +19,7 @@ __all__ = ["capabilities", "convert", "detect", "load", "open", "save", "writabl
 _open = open
 
 
+@_remote_opts
 def detect(path: Any) -> str:
     """The format name of the artifact at ``path`` (``"pt"``, ``"safetensors"``...).
 
@@ -30,6 +32,7 @@ def detect(path: Any) -> str:
     return _detect(path).name
 
 
+@_remote_opts
 def open(path: Any, *, format: str | None = None, **kw: Any) -> Artifact:  # noqa: A001
     """Open any artifact lazily: tensors are listed without reading their bytes.
 
@@ -56,6 +59,7 @@ def open(path: Any, *, format: str | None = None, **kw: Any) -> Artifact:  # noq
     return open_artifact(path, format=format, **kw)
 
 
+@_remote_opts
 def load(path: Any, *, weights_only: bool = True, format: str | None = None, **kw: Any) -> Any:
     """Load an artifact's object tree (for checkpoints: what ``torch.load`` returns).
 
@@ -81,6 +85,7 @@ def _writer(path: Any, format: str | None) -> Any:
     return h if h is not None else handler("pt")  # like torch.save: any other name is a checkpoint
 
 
+@_remote_opts
 def save(obj: Any, path: Any, *, format: str | None = None, **kw: Any) -> None:
     """Save ``obj``: a torch checkpoint by default, or by ``format``/extension.
 
@@ -102,6 +107,7 @@ def save(obj: Any, path: Any, *, format: str | None = None, **kw: Any) -> None:
     write_tensors(obj.items(), path, format=h.name, **kw)
 
 
+@_remote_opts
 def write_tensors(
     items: Iterable[tuple[str, Any]],
     path: Any,
@@ -134,6 +140,7 @@ def _non_tensor_leaves(obj: Any, max_items: int = 10_000) -> list[dict[str, str]
     return out
 
 
+@_remote_opts
 def convert(
     src: Any,
     dst: Any,

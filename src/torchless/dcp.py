@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .core.remote import accepts_storage_options as _remote_opts
 from .formats.dcp.artifact import DCPArtifact
 from .formats.dcp.consolidate import consolidate
 from .formats.dcp.metadata import DCP_ALLOWLIST, dump_metadata, parse_metadata, read_metadata
@@ -63,11 +64,13 @@ __all__ = [
 ]
 
 
+@_remote_opts
 def open(path: Any, *, weights_only: bool = True) -> DCPArtifact:  # noqa: A001
     """Open a DCP directory lazily (nothing but ``.metadata`` is read)."""
     return DCPArtifact(path, weights_only=weights_only)
 
 
+@_remote_opts
 def load(path: Any, *, keys: Any = None, weights_only: bool = True, materialize: bool = False) -> Any:
     """The nested state dict. Tensors are lazy unless ``materialize`` (then NumPy arrays);
     ``keys`` (flattened names) selects what to read."""
@@ -90,6 +93,7 @@ def load(path: Any, *, keys: Any = None, weights_only: bool = True, materialize:
     return obj
 
 
+@_remote_opts
 def layout(path: Any) -> dict[str, Any]:
     """Everything ``.metadata`` records: keys, shapes, dtypes, chunks with their files and
     byte ranges, bytes items, planner data and storage metadata (JSON-ready)."""

@@ -286,3 +286,27 @@ def test_sharded_safetensors_on_s3_read_back(s3, tmp_path, capsys):
     got = torchless.load(url)
     for k, t in _sd(4000).items():
         assert got[k].numpy().tobytes() == t.contiguous().view(torch.uint8).numpy().tobytes()
+
+
+def test_storage_options_keyword(s3, tmp_path, monkeypatch):
+    """storage_options= on the API reaches the files opened later too (an index's shards)."""
+    base, client = s3
+    opts = {"endpoint_url": os.environ["AWS_ENDPOINT_URL"]}
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()
+    sd = _sd(4000)
+    _put_s3(client, f"{base}/m.pt", _saved(sd))
+    remote._BY_LOCATION.clear()
+    try:
+        assert torchless.detect(f"{base}/m.pt", storage_options=opts) == "pt"
+        torchless.convert(f"{base}/m.pt", f"{base}/kw/o.safetensors", max_shard_size=100000, storage_options=opts)
+        remote._SHARED.clear()
+        got = torchless.load(f"{base}/kw/o.safetensors.index.json", storage_options=opts)
+        for k, t in sd.items():
+            assert got[k].numpy().tobytes() == t.contiguous().view(torch.uint8).numpy().tobytes()
+        with pytest.raises(torchless.core.errors.UsageError):
+            torchless.detect(f"{base}/m.pt", storage_options="x")
+    finally:
+        remote._BY_LOCATION.clear()

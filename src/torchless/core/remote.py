@@ -111,7 +111,7 @@ _DEFAULT_OPTIONS: dict[str, Any] = {}
 
 
 @contextmanager
-def storage_options(opts: dict[str, Any] | None) -> Iterator[None]:
+def storage_options_ctx(opts: dict[str, Any] | None) -> Iterator[None]:
     """Use ``opts`` (fsspec storage options: ``{"endpoint_url": ..., "key": ...}``) for
     the filesystems opened inside the block."""
     if opts is not None and not isinstance(opts, dict):
@@ -121,6 +121,39 @@ def storage_options(opts: dict[str, Any] | None) -> Iterator[None]:
         yield
     finally:
         _OPTIONS.reset(tok)
+
+
+#: storage options given for a bucket (scheme + first component): files opened later (a
+#: shard named by an index, a tensor read lazily) reach it the same way
+_BY_LOCATION: dict[str, dict[str, Any]] = {}
+
+
+def _location(url: str) -> str:
+    scheme, _, rest = url.partition("://")
+    return scheme.lower() + "://" + rest.split("/", 1)[0]
+
+
+def accepts_storage_options(fn: Any) -> Any:
+    """Decorator: the function takes ``storage_options=`` (a dict of fsspec options for
+    the URLs it opens: ``{"endpoint_url": ..., "key": ..., "secret": ...}``)."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, storage_options: dict[str, Any] | None = None, **kw: Any) -> Any:
+        if storage_options is None:
+            return fn(*args, **kw)
+        if not isinstance(storage_options, dict):
+            raise UsageError("storage_options must be a dict", found=type(storage_options).__name__)
+        for a in list(args[:2]) + [kw.get(k) for k in ("path", "src", "dst")]:
+            if is_url(a):
+                _BY_LOCATION[_location(a)] = dict(storage_options)
+        with storage_options_ctx(storage_options):
+            return fn(*args, **kw)
+
+    return wrapper
+
+
+storage_options = storage_options_ctx  # the public name (a context manager)
 
 
 def set_default_options(opts: dict[str, Any]) -> None:
@@ -147,6 +180,7 @@ def filesystem(url: str) -> tuple[Any, str]:
     """
     fsspec = _fsspec()
     opts = dict(_DEFAULT_OPTIONS)
+    opts.update(_BY_LOCATION.get(_location(url)) or {})
     opts.update(_OPTIONS.get() or {})
     try:
         fs, inner = fsspec.core.url_to_fs(url, **opts)

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..core.errors import NotFoundError, UsageError
 from ..core.findings import Finding
+from ..core.remote import accepts_storage_options as _remote_opts
 from .carriers import Scanner, scan_file
 from .findings import RULES, SEVERITIES, AllowNote, FileReport, ScanReport
 from .policy import SAFE, classify
@@ -130,6 +131,7 @@ def _unreadable(path: str, error: str) -> FileReport:
     return fr
 
 
+@_remote_opts
 def scan(
     path: os.PathLike[str] | str | Sequence[os.PathLike[str] | str], *, unknown_severity: str = "medium", jobs: int | None = None
 ) -> ScanReport:

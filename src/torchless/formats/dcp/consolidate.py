@@ -14,12 +14,14 @@ from collections.abc import Callable
 from typing import Any
 
 from ...core.errors import UsageError
+from ...core.remote import accepts_storage_options as _remote_opts
 from .read import DCPReader, unflatten
 from .readers import open_reader
 
 __all__ = ["consolidate"]
 
 
+@_remote_opts
 def consolidate(
     src: Any,
     dst: Any,

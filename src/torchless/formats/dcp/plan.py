@@ -17,6 +17,7 @@ from typing import Any
 
 from ...core.dtypes import by_name
 from ...core.errors import UsageError
+from ...core.remote import accepts_storage_options as _remote_opts
 from .reshard import Plan, parse_plan, plan_reshard
 from .spec import (
     BytesStorageMetadata,
@@ -140,6 +141,7 @@ def _index(chunks: list[tuple[ChunkStorageMetadata, StorageInfo]]) -> _Index:
     return _Index(cs, starts, max_len)
 
 
+@_remote_opts
 def plan(source: Any, ranks: int, *, plan: str | Plan | None = None, format: str = "torch_save") -> dict[str, Any]:
     """The reshard plan of ``source`` to ``ranks`` rank files, from metadata alone.
 

@@ -31,6 +31,7 @@ import numpy as np
 from ...core import remote
 from ...core.atomic import AtomicDir, AtomicFile, atomic_write_bytes, holding_signals
 from ...core.errors import NotFoundError, UnsupportedError, UsageError
+from ...core.remote import accepts_storage_options as _remote_opts
 from ...core.tensor import Storage, Tensor
 from .metadata import dump_metadata
 from .read import BlockStorage as _BlockStorage
@@ -491,6 +492,7 @@ def _check_dest(dst: str) -> None:
             )
 
 
+@_remote_opts
 def reshard(
     src: Any,
     dst: Any,
