@@ -25,9 +25,9 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from .errors import NotFoundError, TruncatedError, UsageError
 from .source import ByteSource
@@ -133,7 +133,10 @@ def _location(url: str) -> str:
     return scheme.lower() + "://" + rest.split("/", 1)[0]
 
 
-def accepts_storage_options(fn: Any) -> Any:
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def accepts_storage_options(fn: _F) -> _F:
     """Decorator: the function takes ``storage_options=`` (a dict of fsspec options for
     the URLs it opens: ``{"endpoint_url": ..., "key": ..., "secret": ...}``)."""
     import functools
@@ -150,7 +153,7 @@ def accepts_storage_options(fn: Any) -> Any:
         with storage_options_ctx(storage_options):
             return fn(*args, **kw)
 
-    return wrapper
+    return cast(_F, wrapper)
 
 
 storage_options = storage_options_ctx  # the public name (a context manager)
