@@ -94,6 +94,10 @@ def run_child(case: Case) -> dict[str, float]:
     warm(case.warm)
     env = dict(os.environ)
     env.setdefault("PYTHONPATH", os.path.join(ROOT, "src"))
+    # NumPy's BLAS threads spin for a while after import and charge CPU seconds to a
+    # process that does no linear algebra: one thread each, for every case alike
+    for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        env.setdefault(k, "1")
     env.update(case.env)
     argv = case.argv if case.argv is not None else [PY, "-c", PRELUDE + case.code, *case.args]
     with tempfile.TemporaryFile() as fo, tempfile.TemporaryFile() as fe:

@@ -69,6 +69,25 @@ class Storage:
         self.origin = origin
         self.file_offset = file_offset
 
+    @classmethod
+    def _lazy(
+        cls, key: str, nbytes: int, dtype: DType, location: str, loader: Callable[[], Any], byteorder: str, origin: str
+    ) -> Storage:
+        """``Storage(key, nbytes, dtype, location, loader=..., byteorder=..., origin=...)``
+        for an int ``nbytes``, without the keyword handling (one per tensor when a
+        checkpoint is parsed)."""
+        self = cls.__new__(cls)
+        self.key = key
+        self.nbytes = nbytes
+        self.dtype = dtype
+        self.location = location
+        self._data = None
+        self._loader = loader
+        self.byteorder = byteorder
+        self.origin = origin
+        self.file_offset = None
+        return self
+
     @property
     def loaded(self) -> bool:
         return self._data is not None

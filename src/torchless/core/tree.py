@@ -22,7 +22,17 @@ def is_tensor(x: Any) -> bool:
     return isinstance(x, TENSOR_TYPES)
 
 
+_STR = {str}
+
+
 def _children(obj: Any) -> Iterator[tuple[str, Any]]:
+    """``(name, child)`` for each child of a container, in its order."""
+    if isinstance(obj, dict) and set(map(type, obj)) <= _STR:
+        return iter(obj.items())  # str keys are their own names: no per-item Python step
+    return _children_gen(obj)
+
+
+def _children_gen(obj: Any) -> Iterator[tuple[str, Any]]:
     if isinstance(obj, dict):
         for k, v in obj.items():
             yield str(k), v

@@ -251,7 +251,7 @@ def read_zip_checkpoint(
                 return batch.read(entry, nbytes)
 
         location = str(location)
-        st = Storage(key, nbytes, dtype, location, loader=loader, byteorder=order, origin=entry.name)
+        st = Storage._lazy(key, nbytes, dtype, location, loader, order, entry.name)
         if nbytes and not location.startswith("meta"):
             loaded[pkey] = st
         if key not in storages:
@@ -561,7 +561,8 @@ def _check_all_records(zr: ZipReader) -> None:
     size = zr.source.size
     for e in zr.entries:
         try:
-            e.raw_name.decode("utf-8")
+            if not e.name.isascii():  # an ASCII name (decoded without escapes) is valid UTF-8
+                e.raw_name.decode("utf-8")
         except UnicodeDecodeError:
             raise FormatError(
                 "archive member name is not UTF-8", path=zr.path, offset=e.central_offset, found=short_repr(e.raw_name, 60)
