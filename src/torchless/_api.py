@@ -211,7 +211,9 @@ def convert(
                 if meta and "metadata" not in kw:
                     kw["metadata"] = meta
             elif meta:
-                dropped = [{"key": "__metadata__", "type": "dict"}]
+                from .formats.safetensors_spec import METADATA_KEY
+
+                dropped = [{"key": METADATA_KEY, "type": "dict"}]
         elif art.format in ("npz", "hf"):  # tensors, and for .npz other members np.load returns as bytes
             obj_kept = h.name == art.format
             if art.format == "npz":

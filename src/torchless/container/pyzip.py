@@ -29,7 +29,7 @@ from typing import Any
 
 from ..core.errors import ChecksumError, FormatError, LimitError, TruncatedError, UnsupportedError
 from ..core.source import ByteSource, open_source
-from .zip import check_inflate, inflate_into
+from .zip import CENTRAL_SIG, EOCD64_SIG, EOCD_SIG, LOC64_SIG, LOCAL_SIG, check_inflate, inflate_into
 
 __all__ = ["PyZipEntry", "PyZipReader"]
 
@@ -86,11 +86,11 @@ class PyZipReader:
         if size < _EOCD.size:
             raise self._bad("file too small to be a zip archive")
         last = src.read_at(size - _EOCD.size, _EOCD.size)
-        if last[:4] == b"PK\x05\x06" and last[-2:] == b"\x00\x00":
+        if last[:4] == EOCD_SIG and last[-2:] == b"\x00\x00":
             return list(_EOCD.unpack(last)), size - _EOCD.size
         start = max(size - (1 << 16) - _EOCD.size, 0)
         data = src.read_at(start, size - start)
-        pos = data.rfind(b"PK\x05\x06")
+        pos = data.rfind(EOCD_SIG)
         if pos < 0:
             raise self._bad("no end-of-central-directory record")
         if pos + _EOCD.size > len(data):
@@ -102,7 +102,7 @@ class PyZipReader:
         if eocd < _LOC64.size:
             return rec
         loc = _LOC64.unpack(self.source.read_at(eocd - _LOC64.size, _LOC64.size))
-        if loc[0] != b"PK\x06\x07":
+        if loc[0] != LOC64_SIG:
             return rec
         if loc[1] != 0 or loc[3] > 1:
             raise self._bad("zip archives that span several disks", eocd - _LOC64.size)
@@ -110,7 +110,7 @@ class PyZipReader:
         if at < 0:  # the seek before the file's start raises OSError -> BadZipFile
             raise self._bad("zip64 locator without room for a zip64 record", eocd - _LOC64.size)
         r = _EOCD64.unpack(self.source.read_at(at, _EOCD64.size))
-        if r[0] != b"PK\x06\x06":
+        if r[0] != EOCD64_SIG:
             return rec
         self.zip64 = True
         self.eocd64_offset = at
@@ -141,7 +141,7 @@ class PyZipReader:
             if p + _CENTRAL.size > len(cd):
                 raise self._bad("truncated central directory", start + p)
             f = _CENTRAL.unpack_from(cd, p)
-            if f[0] != b"PK\x01\x02":
+            if f[0] != CENTRAL_SIG:
                 raise self._bad("bad magic number for the central directory", start + p)
             flags, method, crc, csize, usize = f[5], f[6], f[9], f[10], f[11]
             nlen, xlen, clen, hoff = f[12], f[13], f[14], f[18]
@@ -183,7 +183,7 @@ class PyZipReader:
         if e.header_offset < 0 or e.header_offset + _LOCAL.size > src.size:
             raise self._bad("truncated file header", e.header_offset)
         h = _LOCAL.unpack(src.read_at(e.header_offset, _LOCAL.size))
-        if h[0] != b"PK\x03\x04":
+        if h[0] != LOCAL_SIG:
             raise self._bad("bad magic number for a file header", e.header_offset)
         nlen, xlen = h[10], h[11]
         fname = src.read_at(e.header_offset + _LOCAL.size, min(nlen, max(0, src.size - e.header_offset - _LOCAL.size)))

@@ -32,33 +32,12 @@ from ..core.tree import iter_tensors
 from ..pickle.globals import GlobalRef, PickledObject
 from ..pickle.machine import Limits, Unpickler
 from .base import Artifact, Capabilities, FormatHandler, Probe, summarize_tensors
+from .joblib_spec import EXTENSIONS, MARKER, WRAPPER, ZFILE_HEADER, compression_of
 from .registry import register
 
 __all__ = ["JoblibArtifact", "read_joblib", "compression_of", "WRAPPER"]
 
-WRAPPER = ("joblib.numpy_pickle", "NumpyArrayWrapper")
-MARKER = b"joblib.numpy_pickle"
-#: joblib 1.x prefix table (order matters: ``_detect_compressor``)
-PREFIXES = (
-    (b"\x1f\x8b", "gzip"),
-    (b"BZ", "bz2"),
-    (b"\xfd7zXZ", "xz"),
-    (b"]\x00", "lzma"),
-    (b"\x04\x22\x4d\x18", "lz4"),
-    (b"x", "zlib"),
-)
-EXTENSIONS = (".joblib", ".jbl")
 MAX_ARRAYS = 1 << 20
-
-
-def compression_of(head: bytes) -> str | None:
-    """joblib's compressor for a file starting with ``head`` (None: a plain pickle)."""
-    if head[:2] == b"ZF":
-        return "zfile"  # joblib < 0.10: b"ZF" + hex length + zlib
-    for prefix, name in PREFIXES:
-        if head.startswith(prefix):
-            return name
-    return None
 
 
 def _decompress(data: bytes | memoryview, kind: str, limit: int, *, path: Any = None, partial: bool = False) -> bytes:
@@ -68,7 +47,7 @@ def _decompress(data: bytes | memoryview, kind: str, limit: int, *, path: Any = 
     if kind == "lz4":
         raise UnsupportedError("lz4-compressed joblib file", path=path, hint="the lz4 package is not a torchless dependency")
     if kind == "zfile":
-        raw = raw[2 + 19 :]
+        raw = raw[ZFILE_HEADER:]
         kind = "zlib"
     if kind == "zlib":
         d: Any = zlib.decompressobj()

@@ -36,15 +36,12 @@ from ..core.npyheader import parse_npy_header
 from ..core.source import ByteSource, BytesSource, open_source
 from ..core.tensor import Storage, Tensor, as_tensor
 from .base import Artifact, Capabilities, FormatHandler, Probe
+from .npz_spec import DTYPE_COMMENT, DTYPES_MEMBER, NPY_MAGIC, NPY_SUFFIX, is_npy, is_npz_head, member_key
 from .registry import register
 
 __all__ = ["NpzArtifact", "write_npz", "parse_npy"]
 
-DTYPES_MEMBER = "__torchless_dtypes__.json"  # older torchless versions' side member
-DTYPE_COMMENT = b"torchless.dtype="
 
-
-NPY_MAGIC = b"\x93NUMPY"
 MAX_HEADER = 10000  # np.load's default max_header_size (allow_pickle=False)
 
 
@@ -123,15 +120,15 @@ class NpzArtifact(Artifact):
         self._tensors: dict[str, Tensor] = {}
         self._other: dict[str, bytes] = {}
         head = self.source.read_at(0, min(6, self.source.size))
-        if head[:4] in (b"PK\x03\x04", b"PK\x05\x06"):  # np.load's test for a zip
+        if is_npz_head(head):  # np.load's test for a zip
             self._read_zip()
-        elif head == NPY_MAGIC:
+        elif is_npy(head):
             self._tensors["array"] = _tensor_from_npy(self.source, 0, self.source.size, "array", None)
         else:
             raise FormatError(
                 "not a NumPy file (np.load would try to unpickle it)",
                 path=self.path,
-                expected="PK\\x03\\x04 or \\x93NUMPY",
+                expected="a zip or .npy magic number",
                 found=repr(head),
             )
 
@@ -142,7 +139,7 @@ class NpzArtifact(Artifact):
         # NpzFile: key = name without ".npy"; a member named exactly like the key wins
         keys: dict[str, str] = {}
         for n in names:
-            keys[n.removesuffix(".npy")] = n
+            keys[member_key(n)] = n
         keys.update({n: n for n in names})
         overrides: dict[str, str] = {}
         meta = zr.getinfo(DTYPES_MEMBER)
@@ -152,7 +149,7 @@ class NpzArtifact(Artifact):
                 raise FormatError(f"bad {DTYPES_MEMBER}: expected an object of dtype names", path=self.path)
         done: set[str] = set()
         for n in names:
-            key = n.removesuffix(".npy")
+            key = member_key(n)
             if key in done:
                 continue
             done.add(key)
@@ -214,7 +211,7 @@ class NpzArtifact(Artifact):
         return problems + [
             p
             for p in super().verify()
-            if not any(q.member and p.member and q.member.removesuffix(".npy") == p.member for q in problems)
+            if not any(q.member and p.member and q.member.removesuffix(NPY_SUFFIX) == p.member for q in problems)
         ]
 
     def close(self) -> None:
@@ -247,7 +244,7 @@ def write_npz(
         for name, t in items:
             t = as_tensor(t, name=name)
             arr, real = npz_array(t)
-            info = zipfile.ZipInfo(name + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
+            info = zipfile.ZipInfo(name + NPY_SUFFIX, date_time=(1980, 1, 1, 0, 0, 0))
             info.compress_type = method
             if real is not None:
                 info.comment = DTYPE_COMMENT + real.encode("ascii")
@@ -268,13 +265,13 @@ class NpzHandler(FormatHandler):
     def sniff(self, probe: Probe) -> bool:
         if probe.is_dir:
             return False
-        if probe.head[:6] == b"\x93NUMPY":
+        if is_npy(probe.head):
             return True
-        if probe.head[:4] in (b"PK\x03\x04", b"PK\x05\x06") and probe.suffix == ".npz":
+        if is_npz_head(probe.head) and probe.suffix == ".npz":
             return True  # np.load reads any zip named .npz, with zipfile's rules
         if is_zip(probe.head):
             recs = probe.zip_records() or []
-            return bool(recs) and all(r.endswith(".npy") or r == DTYPES_MEMBER for r in recs) and probe.suffix == ".npz"
+            return bool(recs) and all(r.endswith(NPY_SUFFIX) or r == DTYPES_MEMBER for r in recs) and probe.suffix == ".npz"
         return False
 
     def open(self, path: Any, *, weights_only: bool = True) -> NpzArtifact:

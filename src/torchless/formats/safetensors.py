@@ -17,49 +17,19 @@ from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from typing import Any
 
-from ..core import jsonsafe
 from ..core.atomic import AtomicFile, shard_set
 from ..core.dtypes import DTYPES, DType
-from ..core.errors import FormatError, LimitError, TruncatedError, UnsupportedError, short_repr
+from ..core.errors import UnsupportedError
 from ..core.findings import Problem
 from ..core.source import open_source
 from ..core.tensor import Storage, Tensor, as_tensor
 from .base import Artifact, Capabilities, FormatHandler, Probe
 from .registry import register
+from .safetensors_spec import METADATA_KEY, ST_DTYPES, is_safetensors_head, parse_header
 
 __all__ = ["SafetensorsArtifact", "read_safetensors", "write_safetensors", "write_safetensors_sharded", "parse_size", "ST_DTYPES"]
 
-#: safetensors dtype code -> torch dtype name
-ST_DTYPES = {
-    "BOOL": "bool",
-    "U8": "uint8",
-    "I8": "int8",
-    "I16": "int16",
-    "U16": "uint16",
-    "F16": "float16",
-    "BF16": "bfloat16",
-    "I32": "int32",
-    "U32": "uint32",
-    "F32": "float32",
-    "F64": "float64",
-    "I64": "int64",
-    "U64": "uint64",
-    "C64": "complex64",
-    "F8_E4M3": "float8_e4m3fn",
-    "F8_E5M2": "float8_e5m2",
-    "F8_E8M0": "float8_e8m0fnu",
-}
 _TO_ST = {v: k for k, v in ST_DTYPES.items()}
-MAX_HEADER = 100 * 1024 * 1024
-
-
-def _no_dups(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in pairs:
-        if k in out:
-            raise FormatError(f"duplicate tensor name {k!r} in the safetensors header")
-        out[k] = v
-    return out
 
 
 class SafetensorsArtifact(Artifact):
@@ -95,57 +65,11 @@ def read_safetensors(source: Any) -> tuple[dict[str, str], dict[str, Tensor], in
         TruncatedError, FormatError, LimitError: malformed or hostile headers.
     """
     src = open_source(source)
-    path = src.name
-    src.check(0, 8, what="header length")
-    (n,) = struct.unpack("<Q", src.read_at(0, 8))
-    if n > MAX_HEADER:
-        raise LimitError("safetensors header too large", path=path, offset=0, expected=f"<= {MAX_HEADER}", found=n)
-    src.check(8, n, what="safetensors header")
-    header = jsonsafe.loads(
-        src.view(8, n),
-        what="safetensors header",
-        path=path,
-        offset=8,
-        max_bytes=MAX_HEADER,
-        max_depth=8,
-        object_pairs_hook=_no_dups,
-    )
-    if not isinstance(header, dict):
-        raise FormatError("header is not a JSON object", path=path, offset=8)
-    meta = header.pop("__metadata__", None) or {}
-    if not isinstance(meta, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
-        raise FormatError("__metadata__ must map strings to strings", path=path, offset=8)
+    meta, entries, n = parse_header(src)
     base = 8 + n
-    data_len = src.size - base
-    spans = []
     out: dict[str, Tensor] = {}
-    for name, info in header.items():
-        if not isinstance(info, dict) or set(info) - {"dtype", "shape", "data_offsets"}:
-            raise FormatError(f"bad header entry for {name!r}", path=path, member=name)
-        code = info.get("dtype")
-        if not isinstance(code, str) or code not in ST_DTYPES:
-            raise UnsupportedError(f"safetensors dtype {short_repr(code, 40)}", path=path, member=name)
+    for name, code, shape, offs in entries:
         dt = DTYPES[ST_DTYPES[code]]
-        shape = info.get("shape")
-        offs = info.get("data_offsets")
-        if not isinstance(shape, list) or not all(type(s) is int and s >= 0 for s in shape):
-            raise FormatError("bad shape", path=path, member=name, found=short_repr(shape, 60))
-        if not isinstance(offs, list) or len(offs) != 2 or not all(type(o) is int for o in offs) or not 0 <= offs[0] <= offs[1]:
-            raise FormatError("bad data_offsets", path=path, member=name, found=short_repr(offs, 60))
-        numel = 1
-        for s in shape:
-            numel *= s
-        if offs[1] - offs[0] != numel * dt.itemsize:
-            raise FormatError(
-                "tensor size does not match its shape",
-                path=path,
-                member=name,
-                expected=numel * dt.itemsize,
-                found=offs[1] - offs[0],
-            )
-        if offs[1] > data_len:
-            raise TruncatedError("tensor data runs past the end of the file", path=path, member=name, offset=base + offs[0])
-        spans.append((offs[0], offs[1], name))
         st = Storage(
             name,
             offs[1] - offs[0],
@@ -157,16 +81,8 @@ def read_safetensors(source: Any) -> tuple[dict[str, str], dict[str, Tensor], in
             file_offset=base + offs[0],
         )
         out[name] = Tensor(st, dt, shape)
-    spans.sort()
-    pos = 0
-    for b, e, name in spans:
-        if b != pos:
-            raise FormatError("tensor data has a hole or overlap", path=path, member=name, offset=base + b, expected=pos, found=b)
-        pos = e
-    if pos != data_len:
-        raise FormatError("trailing bytes after the last tensor", path=path, offset=base + pos, expected=data_len, found=pos)
     # keep the file's order of tensors by offset (the header order is arbitrary JSON order)
-    ordered = {name: out[name] for _b, _e, name in spans}
+    ordered = {e[0]: out[e[0]] for e in entries}
     return meta, ordered, n
 
 
@@ -223,7 +139,7 @@ def write_safetensors(
         entries.append((name, t, t.dtype))
     header: dict[str, Any] = {}
     if metadata:
-        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+        header[METADATA_KEY] = {str(k): str(v) for k, v in metadata.items()}
     off = 0
     for name, t, dt in entries:
         header[name] = {"dtype": _TO_ST[dt.name], "shape": list(t.shape), "data_offsets": [off, off + t.nbytes]}
@@ -349,10 +265,7 @@ class SafetensorsHandler(FormatHandler):
     capabilities = Capabilities(write_tensors=True, write_options=("metadata", "max_shard_size"))
 
     def sniff(self, probe: Probe) -> bool:
-        if probe.is_dir or len(probe.head) < 10:
-            return False
-        (n,) = struct.unpack("<Q", probe.head[:8])
-        return 2 <= n <= MAX_HEADER and probe.head[8:9] == b"{"
+        return not probe.is_dir and len(probe.head) >= 10 and is_safetensors_head(probe.head)
 
     def open(self, path: Any, *, weights_only: bool = True) -> SafetensorsArtifact:
         art = SafetensorsArtifact(path)

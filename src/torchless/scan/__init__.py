@@ -114,7 +114,7 @@ def _walk_url(url: str) -> list[tuple[str, str | None, str | None, bool]]:
 
 def _index_shards(p: str) -> list[tuple[str, str | None, str | None, bool]]:
     """A Hugging Face index given alone: the shards it names are what a loader reads."""
-    from ..formats.hf.layout import index_shards, is_index_file
+    from ..formats.hf.spec import index_shards, is_index_file
 
     if not is_index_file(os.path.basename(p)):
         return []

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.errors import TorchlessError
+from ..formats.npz_spec import is_npy
+from ..formats.pt.spec import ZIP_MAGIC
 from ..pickle.globals import Rebuilder, is_python2_name, python2_name
 from ..pickle.machine import Limits, Unpickler
 from ..pickle.opcodes import OPCODE_NAMES
@@ -278,7 +280,7 @@ class _Analyser:
         if isinstance(value, (bytes, bytearray)):
             if (
                 len(value) >= 2
-                and (value[:1] == b"\x80" or value[:4] == b"PK\x03\x04" or value[:6] == b"\x93NUMPY")
+                and (value[:1] == b"\x80" or value[:4] == ZIP_MAGIC or is_npy(value))
                 and id(value) not in self._nested_seen
             ):
                 self._nested_seen.add(id(value))

@@ -33,26 +33,15 @@ from typing import Any
 
 from ..container.zip import ZipReader
 from ..core.errors import TorchlessError
+from ..formats.aoti.spec import AOTINDUCTOR_DIR as AOTI_DIR
+from ..formats.aoti.spec import COMPILE_FLAGS_SUFFIX, CONSTANTS_DIR, LINKER_FLAGS_SUFFIX, aoti_models
 
 __all__ = ["report_aoti", "aoti_models", "compile_command", "MAX_FLAGS_BYTES"]
 
-AOTI_DIR = "data/aotinductor/"
-CONSTANTS_DIR = "data/constants"
 MAX_FLAGS_BYTES = 1 << 20  # a flags JSON larger than this is not rendered
 _GPU_EXT = (".cubin", ".fatbin", ".hsaco", ".spv", ".ptx")
 _LOADER = "torch.export.load"
 _KEYS = ("compiler", "definitions", "cflags", "include_dirs", "passthrough_args", "ldflags", "libraries", "libraries_dirs")
-
-
-def aoti_models(records: list[str]) -> list[str]:
-    """Model names ``load_pt2`` finds: the path component after ``data/aotinductor/``."""
-    out: list[str] = []
-    for r in records:
-        if r.startswith(AOTI_DIR):
-            name = r[len(AOTI_DIR) :].replace("\\", "/").split("/", 1)[0]
-            if name not in out:
-                out.append(name)
-    return out
 
 
 def compile_command(flags: Any, sources: list[str], target: str) -> str:
@@ -98,7 +87,7 @@ def _folder_of(name: str) -> tuple[str, str] | None:
     if i >= 0:
         model = n[i + len(AOTI_DIR) :].split("/", 1)[0]
         return n[: i + len(AOTI_DIR)] + model, model
-    if n.find(CONSTANTS_DIR + "/") >= 0:
+    if n.find(CONSTANTS_DIR) >= 0:
         return "*", "*"
     return None
 
@@ -176,7 +165,7 @@ def report_aoti(scanner: Any, zr: ZipReader, member: str | None) -> None:
 def _report_compile(scanner: Any, zr: ZipReader, cpp: str, objs: list[str], model: str, pre: str, nested: str) -> None:
     stem = cpp[: cpp.rfind(".")]
     out_o = stem + ".o"
-    for suffix, sources, target in (("_compile_flags.json", [cpp], out_o), ("_linker_flags.json", objs + [out_o], stem + ".so")):
+    for suffix, sources, target in ((COMPILE_FLAGS_SUFFIX, [cpp], out_o), (LINKER_FLAGS_SUFFIX, objs + [out_o], stem + ".so")):
         fname = stem + suffix
         try:
             # the loader reads the extracted file; each name is extracted through

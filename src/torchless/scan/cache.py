@@ -55,6 +55,8 @@ from typing import Any
 
 from ..core.errors import TorchlessError
 from ..core.source import ByteSource
+from ..formats.joblib_spec import compression_of
+from ..formats.pt.spec import ZIP_MAGIC
 from .policy import Verdict
 
 __all__ = [
@@ -750,7 +752,7 @@ def scan_if_cache(scanner: Any, src: ByteSource) -> bool:
         # the name says source or library; bytes that are not (a pickle, an archive
         # named .py) are also scanned as whatever other loaders would read them as
         head = bytes(src.view(0, min(src.size, 512)))
-        text_like = kind in ("py", "cpp") and b"\0" not in head and not head.startswith((b"\x80", b"PK", b"\x1f\x8b"))
+        text_like = kind in ("py", "cpp") and b"\0" not in head and not head.startswith((b"\x80", ZIP_MAGIC[:2])) and compression_of(head) != "gzip"
         if not text_like and head[:4] != b"\x7fELF":
             return False
     return True

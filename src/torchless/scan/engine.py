@@ -561,7 +561,7 @@ class EngineWorker:
             self.close()
             return None
 
-    def probe(self, data: bytes, complete: bool, kind: str = "c") -> tuple[str, str, bool, int] | None:
+    def probe(self, data: bytes, complete: bool, kind: str = "c") -> tuple[str, str, int | None, int] | None:
         """:func:`probe_readers` of ``data`` in the child; None if it died or timed out."""
         if not self.submit(data, (2 if kind == "py" else 0) | (1 if complete else 0), probe=True):
             return None
@@ -696,10 +696,14 @@ class _PyProbe(pickle._Unpickler):
         raise _PidMet()
 
 
-LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
+def _small_int(value: Any) -> int | None:
+    """A complete pickle's value when it is a small int (the parent compares it with the
+    legacy stream's magic number, which lives in the pt spec: this file runs alone in the
+    child and imports nothing from torchless)."""
+    return value if type(value) is int and value.bit_length() <= 128 else None
 
 
-def _probe_one(cls: type, data: bytes, reader: str, complete: bool, who: str) -> tuple[str, str, bool, int]:
+def _probe_one(cls: type, data: bytes, reader: str, complete: bool, who: str) -> tuple[str, str, int | None, int]:
     f = _WholeReader(data) if reader == "bytes" else _open(data, reader)
     copyreg._extension_cache.clear()  # type: ignore[attr-defined]  # private to copyreg, not in typeshed
 
@@ -714,29 +718,30 @@ def _probe_one(cls: type, data: bytes, reader: str, complete: bool, who: str) ->
     try:
         value = cls(f, encoding="latin1").load()
     except _Found as e:
-        return ("resolves", f"imports {e}{who}", False, pos())
+        return ("resolves", f"imports {e}{who}", None, pos())
     except _PidMet:
-        return ("stops", "a persistent id, which plain pickle.load refuses", False, pos())
+        return ("stops", "a persistent id, which plain pickle.load refuses", None, pos())
     except (MemoryError, RecursionError) as e:
-        return ("undecided", type(e).__name__ + who, False, pos())
+        return ("undecided", type(e).__name__ + who, None, pos())
     except Exception as e:  # noqa: BLE001 - the unpickler's own refusal, whatever its type
         msg = str(e)[:120]
         if not complete and (
             isinstance(e, EOFError) or "truncated" in msg or "ran out of input" in msg.lower() or "exhausted" in msg
         ):
-            return ("undecided", "the stream runs past the probe window", False, pos())
-        return ("stops", f"{type(e).__name__}: {msg} (at about byte {pos()}){who}", False, pos())
+            return ("undecided", "the stream runs past the probe window", None, pos())
+        return ("stops", f"{type(e).__name__}: {msg} (at about byte {pos()}){who}", None, pos())
     finally:
         copyreg._extension_cache.clear()  # type: ignore[attr-defined]  # private to copyreg, not in typeshed
-    return ("data", f"a complete pickle of {type(value).__name__}{who}", type(value) is int and value == LEGACY_MAGIC, pos())
+    return ("data", f"a complete pickle of {type(value).__name__}{who}", _small_int(value), pos())
 
 
-def probe_readers(data: bytes, complete: bool, kind: str) -> tuple[str, str, bool, int]:
+def probe_readers(data: bytes, complete: bool, kind: str) -> tuple[str, str, int | None, int]:
     """Whether a loader would import something from the stream at byte 0: ``kind``
     ``"c"``: the C unpickler through each reader (bytes, io.BytesIO, buffered file, zip
     member), ``"py"``: the pure-Python unpickler (joblib's). Returns ``(outcome, detail,
-    legacy, pos)``: ``resolves`` / ``undecided`` (any reader) win, then ``data``, then
-    ``stops`` (``pos``: the most bytes a reader consumed).
+    value, pos)``: ``resolves`` / ``undecided`` (any reader) win, then ``data``, then
+    ``stops`` (``pos``: the most bytes a reader consumed; ``value``: a ``data`` pickle's
+    value when it is a small int, else None).
 
     Meant for the engine's child process: the real unpicklers allocate what the stream
     asks for."""
@@ -757,5 +762,6 @@ def probe_readers(data: bytes, complete: bool, kind: str) -> tuple[str, str, boo
                 return c
     datas = [c for c in cs if c[0] == "data"]
     if datas:
-        return ("data", datas[0][1], any(c[2] for c in datas), max(c[3] for c in datas))
-    return (cs[0][0], cs[0][1], False, max(c[3] for c in cs))
+        ints = [c[2] for c in datas if c[2] is not None]
+        return ("data", datas[0][1], ints[0] if ints else None, max(c[3] for c in datas))
+    return (cs[0][0], cs[0][1], None, max(c[3] for c in cs))

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ..core.errors import FormatError, LimitError
+from ..formats.torchscript import spec as ts_spec
 from .torchscript_ops import BUILTIN_CLASSES, RISKY_OPS, RISKY_PYTHON
 
 __all__ = [
@@ -720,7 +721,7 @@ def report_archive(
 
 # -- flatbuffer modules (``save_jit_module_to_flatbuffer``; ``PTMF`` at byte 4) -----------
 
-FLATBUFFER_ID = b"PTMF"
+FLATBUFFER_ID = ts_spec.FLATBUFFER_ID
 MAX_FB_ITEMS = 4_000_000  # tables visited in one flatbuffer module
 # IValueUnion index of Function; TypeType values (mobile_bytecode.fbs)
 _FB_FUNCTION = 16

@@ -19,7 +19,15 @@ from ...core.lazy import LazyModule
 from ...pickle.machine import Limits
 from ..base import Artifact, Capabilities, FormatHandler, Probe, summarize_tensors
 from ..registry import register
-from .constants import ALIGN_BYTES, ARCHIVE_FORMAT_PATH, ARCHIVE_FORMAT_VALUE, METADATA_KEYS, WEIGHTS_DIR, is_aoti_records
+from .spec import (
+    ALIGN_BYTES,
+    AOTINDUCTOR_DIR,
+    ARCHIVE_FORMAT_PATH,
+    ARCHIVE_FORMAT_VALUE,
+    METADATA_KEYS,
+    WEIGHTS_DIR,
+    is_aoti_records,
+)
 
 if TYPE_CHECKING:  # the real modules, imported on first use at run time
     from . import elf as _elf
@@ -85,7 +93,7 @@ class AotiArtifact(Artifact):
         ``aoti_load_package`` compiles into a callable: models, metadata, constant
         tables and lazy weights).
         """
-        from ..pt2.constants import is_pt2
+        from ..pt2.spec import is_pt2
 
         if is_pt2(self.package.zip.records()):
             from ..pt2.read import Pt2Archive
@@ -127,7 +135,7 @@ class AotiArtifact(Artifact):
 
 def _verify_model(pkg: _read.AotiPackage, m: _read.AotiModel, used_weights: set[str]) -> list[Problem]:
     out: list[Problem] = []
-    where = f"data/aotinductor/{m.name}/"
+    where = f"{AOTINDUCTOR_DIR}{m.name}/"
 
     def err(code: str, msg: str, member: str | None = None, severity: str = "error") -> None:
         out.append(Problem(code, msg, member or where, None, severity))

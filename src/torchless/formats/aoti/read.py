@@ -34,18 +34,17 @@ from ...core.source import BytesSource, open_source
 from ...core.tensor import Storage, Tensor
 from ...pickle.machine import Limits
 from ..pt.read import read_zip_checkpoint
+from ..pt2.spec import RECORDS as PT2_RECORDS
 from .binary import parse_binary
-from .constants import (
+from .elf import ElfInfo
+from .spec import (
     ALIGN_BYTES,
     AOTINDUCTOR_DIR,
-    ARCHIVE_FORMAT_PATH,
-    ARCHIVE_VERSION_PATH,
     DTYPE_NAMES,
     WEIGHTS_DIR,
     file_kind,
     is_aoti_records,  # noqa: F401 - re-exported
 )
-from .elf import ElfInfo
 
 __all__ = [
     "AotiModel",
@@ -619,7 +618,7 @@ def read_package(src: Any, *, limits: Limits = Limits()) -> AotiPackage:
     zr = ZipReader(source, require_prefix=False)
     pkg = AotiPackage(zr)
     try:
-        for rec in (ARCHIVE_FORMAT_PATH, ARCHIVE_VERSION_PATH, ".data/version", "byteorder", ".data/serialization_id"):
+        for rec in PT2_RECORDS:
             e = zr.lookup(rec)
             if e is not None and e.size <= 64:
                 pkg.records[rec] = zr.read_bytes(e).decode("ascii", "replace")

@@ -14,6 +14,7 @@ __all__ = [
     "SHARDING_KEY",
     "VERSION_KEY",
     "is_hf_dir",
+    "is_metadata_name",
     "rank_metadata_names",
     "has_metadata",
 ]
@@ -29,7 +30,13 @@ VERSION_KEY = "DCP_VERSION"
 SAVED_OFFSETS = "saved_offsets"
 
 #: ``dcp.save(..., use_collectives=False)``: every rank writes its own ``__<rank>.metadata``
-RANK_METADATA = re.compile(r"^__(\d+)\.metadata$")
+RANK_METADATA = re.compile(r"^__(\d+)" + re.escape(METADATA_NAME) + "$")
+
+
+def is_metadata_name(name: str) -> bool:
+    """A file ``dcp.load`` could read as metadata: ``.metadata`` or any ``*.metadata``
+    (per-rank files, and names a reader could be pointed at)."""
+    return name.endswith(METADATA_NAME)
 
 
 def _url(p: Any) -> bool:

@@ -31,8 +31,16 @@ from ...core.dtypes import DType
 from ...core.values import Layout
 from ...pickle.globals import Rebuilder, python2_name
 from ...pickle.machine import Limits
-from .metadata import DCP_ALLOWLIST, MD_MOD, _MemFormat, _Shell, to_metadata
-from .spec import MEM_FORMATS, ChunkStorageMetadata, MetadataIndex, StorageInfo, TensorProperties, TensorStorageMetadata
+from .metadata import DCP_ALLOWLIST, FS_MOD, MD_MOD, _MemFormat, _Shell, to_metadata
+from .spec import (
+    MEM_FORMATS,
+    STORAGE_INFO_NAME,
+    ChunkStorageMetadata,
+    MetadataIndex,
+    StorageInfo,
+    TensorProperties,
+    TensorStorageMetadata,
+)
 
 __all__ = ["fast_metadata"]
 
@@ -52,7 +60,7 @@ _TSM = _target(f"{MD_MOD}.TensorStorageMetadata")
 _TP = _target(f"{MD_MOD}.TensorProperties")
 _CSM = _target(f"{MD_MOD}.ChunkStorageMetadata")
 _MI = _target(f"{MD_MOD}.MetadataIndex")
-_SI = _target("torch.distributed.checkpoint.filesystem._StorageInfo")
+_SI = _target(f"{FS_MOD}.{STORAGE_INFO_NAME}")
 _SIZE = _target("torch.Size")
 
 #: a memo slot the fast path filled with a value nothing in a torch-written file fetches

@@ -30,7 +30,13 @@ from ...pickle.machine import Limits, Unpickler
 from ...pickle.torch_globals import DEFAULT_ALLOWLIST, TORCH_ALLOWLIST
 from ...pickle.writer import Global, Pickler2, Reduce
 from .spec import (
+    CLASSES,
+    FIELDS,
+    FILESYSTEM_MODULE,
     MEM_FORMATS,
+    METADATA_MODULE,
+    METADATA_NAME,
+    STORAGE_INFO_NAME,
     BytesStorageMetadata,
     ChunkStorageMetadata,
     Metadata,
@@ -39,24 +45,16 @@ from .spec import (
     StorageMeta,
     TensorProperties,
     TensorStorageMetadata,
+    storage_info_location,
 )
 
 __all__ = ["DCP_ALLOWLIST", "parse_metadata", "read_metadata", "merge_rank_metadata", "dump_metadata"]
 
-MD_MOD = "torch.distributed.checkpoint.metadata"
-FS_MOD = "torch.distributed.checkpoint.filesystem"
+MD_MOD = METADATA_MODULE
+FS_MOD = FILESYSTEM_MODULE
 
 #: DCP class name -> spec kind
-_CLASSES = {
-    f"{MD_MOD}.Metadata": "Metadata",
-    f"{MD_MOD}.TensorStorageMetadata": "TensorStorageMetadata",
-    f"{MD_MOD}.BytesStorageMetadata": "BytesStorageMetadata",
-    f"{MD_MOD}.ChunkStorageMetadata": "ChunkStorageMetadata",
-    f"{MD_MOD}.TensorProperties": "TensorProperties",
-    f"{MD_MOD}.MetadataIndex": "MetadataIndex",
-    f"{MD_MOD}.StorageMeta": "StorageMeta",
-    f"{FS_MOD}._StorageInfo": "StorageInfo",
-}
+_CLASSES = CLASSES
 
 
 class _Shell:
@@ -161,7 +159,7 @@ def _ints(x: Any, what: str) -> tuple[int, ...]:
     return tuple(x)
 
 
-def _state_dict(sh: _Shell, allowed: set[str]) -> dict[str, Any]:
+def _state_dict(sh: _Shell, allowed: frozenset[str] | set[str]) -> dict[str, Any]:
     st = sh.state
     if st is None:
         st = {}
@@ -197,8 +195,8 @@ def _properties(x: Any) -> TensorProperties:
 
 
 def _chunk(x: Any) -> ChunkStorageMetadata:
-    st = _state_dict(_expect(x, "ChunkStorageMetadata"), {"offsets", "sizes"})
-    if set(st) != {"offsets", "sizes"}:
+    st = _state_dict(_expect(x, "ChunkStorageMetadata"), FIELDS["ChunkStorageMetadata"])
+    if set(st) != FIELDS["ChunkStorageMetadata"]:
         raise _err("ChunkStorageMetadata needs offsets and sizes")
     offs, sizes = _ints(st["offsets"], "chunk offsets"), _ints(st["sizes"], "chunk sizes")
     if len(offs) != len(sizes):
@@ -207,8 +205,8 @@ def _chunk(x: Any) -> ChunkStorageMetadata:
 
 
 def _tensor_md(sh: _Shell, fqn: str) -> TensorStorageMetadata:
-    st = _state_dict(sh, {"properties", "size", "chunks"})
-    if set(st) != {"properties", "size", "chunks"} or not isinstance(st["chunks"], list):
+    st = _state_dict(sh, FIELDS["TensorStorageMetadata"])
+    if set(st) != FIELDS["TensorStorageMetadata"] or not isinstance(st["chunks"], list):
         raise _err("TensorStorageMetadata needs properties, size and a list of chunks", member=fqn)
     size = _ints(st["size"], "tensor size")
     chunks = [_chunk(c) for c in st["chunks"]]
@@ -226,7 +224,7 @@ def _tensor_md(sh: _Shell, fqn: str) -> TensorStorageMetadata:
 def _index(x: Any) -> MetadataIndex:
     if type(x) is MetadataIndex:  # built and checked by the fast decoder (.fastmeta)
         return x
-    st = _state_dict(_expect(x, "MetadataIndex"), {"fqn", "offset", "index"})
+    st = _state_dict(_expect(x, "MetadataIndex"), FIELDS["MetadataIndex"])
     fqn = st.get("fqn")
     if not isinstance(fqn, str):
         raise _err("MetadataIndex.fqn must be a string", found=short_repr(fqn, 40))
@@ -240,10 +238,11 @@ def _index(x: Any) -> MetadataIndex:
 def _storage_info(x: Any) -> StorageInfo:
     if type(x) is StorageInfo:  # built and checked by the fast decoder (.fastmeta)
         return x
-    st = _state_dict(_expect(x, "StorageInfo"), {"relative_path", "offset", "length", "transform_descriptors"})
-    rp, off, ln = st.get("relative_path"), st.get("offset"), st.get("length")
-    if not isinstance(rp, str) or type(off) is not int or type(ln) is not int or off < 0 or ln < 0:
+    st = _state_dict(_expect(x, "StorageInfo"), FIELDS["StorageInfo"])
+    loc = storage_info_location(st)
+    if loc is None:
         raise _err("_StorageInfo needs relative_path, offset and length", found=short_repr(st, 80))
+    rp, off, ln = loc
     td = st.get("transform_descriptors")
     if td is not None:
         if not isinstance(td, (list, tuple)) or not all(isinstance(s, str) for s in td):
@@ -281,7 +280,7 @@ def _plain(x: Any, where: str) -> Any:
 
 def to_metadata(obj: Any) -> Metadata:
     """Validate the unpickled shells and build :class:`~.spec.Metadata`."""
-    st = _state_dict(_expect(obj, "Metadata"), {"state_dict_metadata", "planner_data", "storage_data", "storage_meta", "version"})
+    st = _state_dict(_expect(obj, "Metadata"), FIELDS["Metadata"])
     sdm = st.get("state_dict_metadata")
     if not isinstance(sdm, dict):
         raise _err("state_dict_metadata must be a dict")
@@ -341,7 +340,7 @@ def parse_metadata(data: Any, *, path: Any = None, limits: Limits = Limits()) ->
     res = _Resolver()
     gc_was_enabled = gc.isenabled()
     try:
-        obj = Unpickler(data, resolver=res, limits=limits, path=path, member=".metadata").load()
+        obj = Unpickler(data, resolver=res, limits=limits, path=path, member=METADATA_NAME).load()
         # tens of thousands of small spec objects that all live on: generational GC
         # passes over them would find nothing to free
         gc.disable()
@@ -355,7 +354,7 @@ def parse_metadata(data: Any, *, path: Any = None, limits: Limits = Limits()) ->
             gc.enable()
 
 
-def read_metadata(directory: Any, name: str = ".metadata") -> Metadata:
+def read_metadata(directory: Any, name: str = METADATA_NAME) -> Metadata:
     """Read ``<directory>/.metadata``; without one, the per-rank ``__<rank>.metadata``
     files of ``dcp.save(..., use_collectives=False)`` merged (:func:`merge_rank_metadata`)."""
     from ...core.errors import NotFoundError
@@ -365,7 +364,7 @@ def read_metadata(directory: Any, name: str = ".metadata") -> Metadata:
     if _is_url(os.fspath(directory)):
         return _read_remote_metadata(os.fspath(directory), name)
     p = os.path.join(os.fspath(directory), name)
-    if not os.path.isfile(p) and name == ".metadata":
+    if not os.path.isfile(p) and name == METADATA_NAME:
         ranks = rank_metadata_names(directory)
         if ranks:
             return merge_rank_metadata([(n, read_metadata(directory, n)) for n in ranks], path=directory)
@@ -393,7 +392,7 @@ def _read_remote_metadata(directory: str, name: str) -> Metadata:
     try:
         src = remote.RemoteSource(p)
     except NotFoundError:
-        ranks = rank_metadata_names(directory) if name == ".metadata" else []
+        ranks = rank_metadata_names(directory) if name == METADATA_NAME else []
         if ranks:
             return merge_rank_metadata([(n, read_metadata(directory, n)) for n in ranks], path=directory)
         raise NotFoundError("not a DCP checkpoint: no .metadata file", path=directory) from None
@@ -506,7 +505,7 @@ def _translate(obj: Any) -> Any:
         st = {"relative_path": obj.relative_path, "offset": int(obj.offset), "length": int(obj.length)}
         if obj.transform_descriptors is not None:
             st["transform_descriptors"] = list(obj.transform_descriptors)
-        return _new(FS_MOD, "_StorageInfo", st)
+        return _new(FS_MOD, STORAGE_INFO_NAME, st)
     if isinstance(obj, StorageMeta):
         cid = obj.checkpoint_id
         return _new(

@@ -52,6 +52,8 @@ from ...core.values import StorageType
 from ...pickle.fastpath import FALLBACK, fast_load
 from ...pickle.globals import AllowlistResolver
 from ...pickle.torch_globals import DEFAULT_ALLOWLIST
+from ..pt.spec import BYTEORDER, DATA_PKL, METADATA_RECORDS
+from ..safetensors_spec import is_safetensors_head
 from .constants import SAVED_OFFSETS, SHARDING_KEY
 from .metadata import read_metadata
 from .spec import BytesStorageMetadata, ChunkStorageMetadata, Metadata, StorageInfo, TensorStorageMetadata, numel
@@ -122,15 +124,11 @@ class ChunkRef:
         return True
 
 
-def is_safetensors_blob(head: bytes) -> bool:
-    """True when ``head`` starts a safetensors blob (a u64 header length, then ``{``)
-    rather than a ``torch.save`` zip: DCP's ``SerializationFormat.SAFETENSORS``."""
-    if len(head) < 9 or head[:4] == b"PK\x03\x04" or head[8:9] != b"{":
-        return False
-    return 2 <= int.from_bytes(head[:8], "little") <= 100 * 1024 * 1024
+#: DCP's ``SerializationFormat.SAFETENSORS`` items: a safetensors blob, not a torch.save zip
+is_safetensors_blob = is_safetensors_head
 
 
-_ITEM_RECORDS = ("version", ".data/version", "byteorder", ".format_version", ".storage_alignment", ".data/serialization_id")
+_ITEM_RECORDS = METADATA_RECORDS
 
 
 def _fast_item(mv: memoryview) -> tuple[Tensor, int, str, int] | None:
@@ -330,11 +328,11 @@ def _fast_item_or_none(mv: memoryview) -> tuple[Tensor, int, str, int] | None:
         rec = record(rel)
         if rec is not None and rec[2] <= 64:
             off = data_at(rec)
-            if rel == "byteorder":
+            if rel == BYTEORDER:
                 byteorder = bytes(mv[off : off + rec[2]]).decode("ascii", "replace")
     if byteorder not in ("little", "big"):
         return None
-    pkl = record("data.pkl")
+    pkl = record(DATA_PKL)
     if pkl is None:
         return None
     off = data_at(pkl)

@@ -14,10 +14,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...core.dtypes import DType
-from .constants import HF_SUFFIX, METADATA_NAME, is_hf_dir  # noqa: F401 - re-exported
+from .constants import (  # noqa: F401 - re-exported
+    HF_SUFFIX,
+    METADATA_NAME,
+    is_hf_dir,
+    is_metadata_name,  # noqa: F401 - re-exported
+)
 
 __all__ = [
     "METADATA_NAME",
+    "DISTCP_SUFFIX",
+    "METADATA_MODULE",
+    "FILESYSTEM_MODULE",
+    "CLASSES",
+    "FIELDS",
+    "STORAGE_INFO_NAME",
+    "is_metadata_name",
+    "storage_info_location",
     "CURRENT_DCP_VERSION",
     "MEM_FORMATS",
     "TensorProperties",
@@ -36,6 +49,43 @@ CURRENT_DCP_VERSION = "1.0.0"
 DISTCP_SUFFIX = ".distcp"
 #: ``_MEM_FORMAT_ENCODING`` values -> memory format names
 MEM_FORMATS = {0: "contiguous_format", 1: "channels_last", 2: "preserve_format"}
+
+#: where torch defines the classes of a ``.metadata`` pickle
+METADATA_MODULE = "torch.distributed.checkpoint.metadata"
+FILESYSTEM_MODULE = "torch.distributed.checkpoint.filesystem"
+#: ``FileSystemReader``'s byte-range record (``storage_data`` values)
+STORAGE_INFO_NAME = "_StorageInfo"
+#: DCP class qualname -> the dataclass of this module that mirrors it
+CLASSES = {
+    f"{METADATA_MODULE}.Metadata": "Metadata",
+    f"{METADATA_MODULE}.TensorStorageMetadata": "TensorStorageMetadata",
+    f"{METADATA_MODULE}.BytesStorageMetadata": "BytesStorageMetadata",
+    f"{METADATA_MODULE}.ChunkStorageMetadata": "ChunkStorageMetadata",
+    f"{METADATA_MODULE}.TensorProperties": "TensorProperties",
+    f"{METADATA_MODULE}.MetadataIndex": "MetadataIndex",
+    f"{METADATA_MODULE}.StorageMeta": "StorageMeta",
+    f"{FILESYSTEM_MODULE}.{STORAGE_INFO_NAME}": "StorageInfo",
+}
+#: the fields each class's pickled state may hold (its dataclass fields)
+FIELDS = {
+    "Metadata": frozenset({"state_dict_metadata", "planner_data", "storage_data", "storage_meta", "version"}),
+    "StorageInfo": frozenset({"relative_path", "offset", "length", "transform_descriptors"}),
+    "ChunkStorageMetadata": frozenset({"offsets", "sizes"}),
+    "TensorStorageMetadata": frozenset({"properties", "size", "chunks"}),
+    "MetadataIndex": frozenset({"fqn", "offset", "index"}),
+}
+
+
+def storage_info_location(state: Any) -> tuple[str, int, int] | None:
+    """``(relative_path, offset, length)`` of a ``_StorageInfo``'s pickled state (a dict),
+    or None when those fields are missing or malformed. ``FileSystemReader`` reads
+    ``[offset, offset + length)`` of ``<checkpoint>/<relative_path>``."""
+    if not isinstance(state, dict):
+        return None
+    rp, off, ln = state.get("relative_path"), state.get("offset"), state.get("length")
+    if not isinstance(rp, str) or type(off) is not int or type(ln) is not int or off < 0 or ln < 0:
+        return None
+    return rp, off, ln
 
 
 def numel(shape: tuple[int, ...]) -> int:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ...core.lazy import LazyModule
 from ..base import Capabilities, FormatHandler, Probe
 from ..registry import register
-from .layout import INDEX_SUFFIX, is_hf_folder, is_index_file
+from .spec import INDEX_SUFFIX, is_hf_folder, is_index_file
 
 if TYPE_CHECKING:  # the real modules, imported on first use at run time
     from . import read as _read

@@ -25,7 +25,7 @@ from ...core.paths import confined_file
 from ...core.remote import is_url
 from ...core.tree import iter_tensors
 from ..base import Artifact, summarize_tensors
-from .layout import KINDS, SHARD_RE, SINGLE_FILES, index_names, is_index_file
+from .spec import KINDS, SHARD_RE, SINGLE_FILES, index_names, is_index_file
 
 __all__ = ["HFArtifact", "MAX_INDEX_BYTES", "MAX_SHARDS"]
 

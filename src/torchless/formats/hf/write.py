@@ -24,7 +24,7 @@ from ...core.atomic import AtomicFile, shard_set
 from ...core.errors import UsageError
 from ...core.tensor import as_tensor
 from ...core.values import StateDict
-from .layout import INDEX_SUFFIX, shard_name
+from .spec import INDEX_SUFFIX, shard_name
 
 __all__ = ["DEFAULT_MAX_SHARD_SIZE", "convert_tensors", "dedupe_aliases", "write_bin_sharded", "write_sharded"]
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from ...core.lazy import LazyModule
 from ..base import Capabilities, FormatHandler, Probe
 from ..registry import register
+from .spec import is_package_records
 
 if TYPE_CHECKING:  # the real modules, imported on first use at run time
     from . import read as _read
@@ -23,8 +24,7 @@ class PackageHandler(FormatHandler):
     capabilities = Capabilities()
 
     def sniff(self, probe: Probe) -> bool:
-        recs = probe.zip_records()
-        return recs is not None and ".data/extern_modules" in recs and "data.pkl" not in recs
+        return is_package_records(probe.zip_records())
 
     def open(self, path: Any, *, weights_only: bool = True) -> Any:
         return _read.PackageArtifact(path, weights_only=weights_only)

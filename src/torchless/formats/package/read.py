@@ -30,50 +30,10 @@ from ...core.findings import Problem
 from ...core.source import open_source
 from ...core.tree import iter_tensors
 from ..base import Artifact, summarize_tensors
+from .spec import MOCK_STUB, classify_record, is_package_records, package_modules
+from .spec import VERSION_RECORDS as _INFO_RECORDS
 
 __all__ = ["PackageArtifact", "is_package_records", "MOCK_STUB", "package_modules"]
-
-EXTERN_RECORD = ".data/extern_modules"
-#: the first line of a mocked module's stub source (torch/package/package_exporter.py)
-MOCK_STUB = b"from _mock import MockedObject"
-MAX_TEXT = 16 << 20
-
-
-def is_package_records(recs: list[str] | set[str]) -> bool:
-    """A torch.package archive: an ``.data/extern_modules`` record and no ``data.pkl``."""
-    s = set(recs)
-    return EXTERN_RECORD in s and "data.pkl" not in s
-
-
-def _module_of(rec: str) -> str | None:
-    if not rec.endswith(".py") or rec.startswith(".data/"):
-        return None
-    parts = rec[: -len(".py")].split("/")
-    if parts[-1] == "__init__":
-        parts = parts[:-1]
-    return ".".join(parts) if parts and all(parts) else None
-
-
-def package_modules(zr: ZipReader) -> dict[str, Any]:
-    """``{"interned": {module: record}, "mocked": [...], "extern": [...]}`` from the
-    records (no source is run; a mocked module is recognized by its stub)."""
-    interned: dict[str, str] = {}
-    mocked: list[str] = []
-    for rec in zr.records():
-        mod = _module_of(rec)
-        if mod is None or rec == "_mock.py":
-            continue
-        e = zr.lookup(rec)
-        head = bytes(zr.read(e, max_size=MAX_TEXT)[: len(MOCK_STUB)]) if e is not None and e.size >= len(MOCK_STUB) else b""
-        if head == MOCK_STUB:
-            mocked.append(mod)
-        else:
-            interned[mod] = rec
-    extern: list[str] = []
-    e = zr.lookup(EXTERN_RECORD)
-    if e is not None:
-        extern = [ln.strip() for ln in bytes(zr.read(e, max_size=MAX_TEXT)).decode("utf-8", "replace").splitlines() if ln.strip()]
-    return {"interned": dict(sorted(interned.items())), "mocked": sorted(mocked), "extern": extern}
 
 
 class PackageArtifact(Artifact):
@@ -98,7 +58,7 @@ class PackageArtifact(Artifact):
             self.pickles: list[str] = []
             self.resources: list[str] = []
             for rec in self.zip.records():
-                if rec.startswith(".data/") or rec in ("byteorder", "version", "_mock.py") or _module_of(rec) is not None:
+                if classify_record(rec) != "other":
                     continue
                 e = self.zip.lookup(rec)
                 head = bytes(self.zip.read(e)[:2]) if e is not None and e.size >= 2 else b""
@@ -153,7 +113,7 @@ class PackageArtifact(Artifact):
 
     def info(self) -> dict[str, Any]:
         out: dict[str, Any] = {"format": self.format, "path": self.path}
-        for name in (".data/version", ".data/python_version"):
+        for name in _INFO_RECORDS:
             e = self.zip.lookup(name)
             if e is not None and e.size <= 64:
                 out[name.split("/")[-1]] = bytes(self.zip.read(e)).decode("ascii", "replace").strip()

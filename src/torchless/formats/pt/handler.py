@@ -12,19 +12,10 @@ from ...core.tree import describe, iter_tensors
 from ...pickle.machine import Limits
 from ..base import Artifact, Capabilities, FormatHandler, Probe, summarize_tensors
 from ..registry import register
+from . import spec
 from .read import Checkpoint, read_checkpoint
 
 __all__ = ["PtArtifact", "PtHandler"]
-
-_LEGACY_HEADS = (b"\x80\x02\x8a\x0a", b"\x80\x01\x8a\x0a", b"\x80\x03\x8a\x0a")
-
-
-def _is_legacy_stream(head: bytes) -> bool:
-    """The legacy format's first pickle (the magic number as a LONG1 of 10 bytes), with
-    any protocol ``torch.save(pickle_protocol=...)`` writes: 4 and 5 frame it."""
-    if head[:4] in _LEGACY_HEADS:
-        return True
-    return head[:1] == b"\x80" and head[1:2] in (b"\x04", b"\x05") and head[2:3] == b"\x95" and head[11:13] == b"\x8a\x0a"
 
 
 def writer_generation(cp: Checkpoint) -> str:
@@ -34,11 +25,11 @@ def writer_generation(cp: Checkpoint) -> str:
     if cp.layout == "legacy":
         return "torch 0.1.10-1.5, or _use_new_zipfile_serialization=False"
     r = cp.records
-    if ".data/serialization_id" in r and ".storage_alignment" in r:
+    if spec.SERIALIZATION_ID in r and spec.STORAGE_ALIGNMENT in r:
         return "torch >= 2.6 zip"
-    if ".data/serialization_id" in r:
+    if spec.SERIALIZATION_ID in r:
         return "torch 2.2-2.5 zip"
-    if "byteorder" in r:
+    if spec.BYTEORDER in r:
         return "torch 2.1 zip"
     return "torch 1.6-2.0 zip"
 
@@ -138,15 +129,12 @@ class PtHandler(FormatHandler):
             return False
         head = probe.head
         if is_zip(head):
-            recs = probe.zip_records()
-            return recs is not None and "data.pkl" in recs and "constants.pkl" not in recs
-        if _is_legacy_stream(head):
+            return spec.is_checkpoint_zip(probe.zip_records())
+        if spec.is_legacy_stream(head):
             return True
         if probe.suffix not in (".tar", ".pt", ".pth"):
             return False
-        from .read import is_tar_header  # tarfile's own test: ustar, GNU and v7 headers
-
-        return is_tar_header(head)
+        return spec.is_tar_header(head)  # tarfile's own test: ustar, GNU and v7 headers
 
     def open(self, path: Any, **kw: Any) -> PtArtifact:
         return PtArtifact(path, **kw)

@@ -17,12 +17,15 @@ from typing import TYPE_CHECKING, Any
 from ...container.zip import ZipReader, is_zip
 from ...core.dtypes import DTYPES, DType
 from ...core.errors import FormatError, LimitError, TorchlessError, TruncatedError, UnsupportedError, short_repr
-from ...core.source import ByteSource, MmapSource, SourceFile, open_source
+from ...core.source import ByteSource, MmapSource, open_source
 from ...core.tensor import Storage
 from ...core.values import StorageType
 from ...pickle.globals import Allowlist, AllowlistResolver, Rebuilder
 from ...pickle.machine import Limits, Unpickler
 from ...pickle.torch_globals import DEFAULT_ALLOWLIST
+from ..torchscript.spec import CONSTANTS_PKL
+from . import spec
+from .spec import LEGACY_MAGIC, LEGACY_PROTOCOL, is_tar_header
 
 if TYPE_CHECKING:
     import tarfile
@@ -30,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CHECKPOINT_ALLOWLIST",
     "LEGACY_MAGIC",
+    "is_tar_header",
     "Checkpoint",
     "detect_layout",
     "read_checkpoint",
@@ -39,8 +43,6 @@ __all__ = [
     "make_resolver",
 ]
 
-LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
-LEGACY_PROTOCOL = 1001
 _UINT8 = DTYPES["uint8"]
 
 
@@ -78,20 +80,6 @@ def make_resolver(
     return AllowlistResolver(allowlist or CHECKPOINT_ALLOWLIST, weights_only=weights_only, extra=dict(extra or {}))
 
 
-def is_tar_header(head: bytes) -> bool:
-    """True when ``head`` starts with a tar header ``tarfile`` accepts (ustar, GNU and
-    pre-POSIX v7 headers alike: tarfile checks the checksum, not the magic)."""
-    if len(head) < 512:
-        return False
-    import tarfile  # only here and for tar checkpoints: most runs never need it
-
-    try:
-        tarfile.TarInfo.frombuf(head[:512], "utf-8", "surrogateescape")
-    except (tarfile.TarError, ValueError, UnicodeError):
-        return False
-    return True
-
-
 def detect_layout(source: ByteSource) -> str:
     """``"zip"``, ``"tar"``, ``"legacy"`` or ``"unknown"`` from the first bytes.
 
@@ -103,9 +91,9 @@ def detect_layout(source: ByteSource) -> str:
         return "zip"
     if is_tar_header(head):
         return "tar"
-    if head[:2] in (b"\x80\x02", b"\x80\x01", b"\x80\x03", b"\x80\x04", b"\x80\x05") or head[:1] == b"\x8a":
+    if head[:2] in spec.PICKLE_PROTOCOL_HEADS or head[:1] == b"\x8a":
         return "legacy"
-    if head[:8] == b"PYTORCH1":
+    if head[:8] == spec.PREVIEW_MAGIC:
         return "preview"
     return "unknown"
 
@@ -139,8 +127,8 @@ def read_zip_checkpoint(
     weights_only: bool = True,
     resolver: AllowlistResolver | None = None,
     limits: Limits = Limits(),
-    pickle_name: str = "data.pkl",
-    data_dir: str = "data",
+    pickle_name: str = spec.DATA_PKL,
+    data_dir: str = spec.DATA_DIR,
     encoding: str = "utf-8",
     mmap: bool = True,
     record_suffix: str = "",
@@ -163,16 +151,16 @@ def read_zip_checkpoint(
             expected="entries named '<prefix>/...'",
         )
     records: dict[str, str] = {}
-    for name in ("version", ".data/version", "byteorder", ".format_version", ".storage_alignment", ".data/serialization_id"):
+    for name in spec.METADATA_RECORDS:
         e = zr.lookup(name)
         if e is not None and e.size <= 64:
             records[name] = zr.read_bytes(e).decode("ascii", "replace")
-    byteorder = records.get("byteorder", "little")
+    byteorder = records.get(spec.BYTEORDER, "little")
     if byteorder not in ("little", "big"):
         raise FormatError(
             "unknown byte order record",
             path=zr.path,
-            member="byteorder",
+            member=spec.BYTEORDER,
             expected="'little' or 'big'",
             found=short_repr(byteorder),
         )
@@ -391,6 +379,7 @@ class TarFallback(Exception):
     ``TarError`` and reads the file as a legacy pickle stream instead."""
 
 
+_STORAGES, _TENSORS, _PICKLE = spec.LEGACY_TAR_MEMBERS
 MAX_TAR_MEMBERS = 100_000
 MAX_SPARSE_MEMBER = 1 << 30
 
@@ -427,9 +416,7 @@ def read_legacy_tar(
 
 def _tar_members(source: ByteSource) -> tuple[tarfile.TarFile, dict[str, tarfile.TarInfo]]:
     """Every member by name, the last of each name winning (``TarFile.getmember``)."""
-    import tarfile
-
-    tf = tarfile.open(fileobj=SourceFile(source), mode="r:", format=tarfile.PAX_FORMAT)
+    tf = spec.open_legacy_tar(source)
     members: dict[str, tarfile.TarInfo] = {}
     n = 0
     while True:
@@ -448,7 +435,7 @@ def _read_legacy_tar(source: ByteSource, *, weights_only: bool, resolver: Allowl
 
     path = source.name
     tf, members = _tar_members(source)
-    for need in ("storages", "tensors", "pickle"):
+    for need in spec.LEGACY_TAR_MEMBERS:
         if need not in members:
             raise FormatError("legacy tar checkpoint lacks a member", path=path, member=need)
         if not members[need].isfile():
@@ -484,22 +471,22 @@ def _read_legacy_tar(source: ByteSource, *, weights_only: bool, resolver: Allowl
         v = up.load()
         return v, up.end
 
-    data, base = span("storages")
-    n, pos = run(data, 0, simple, "storages")
+    data, base = span(_STORAGES)
+    n, pos = run(data, 0, simple, _STORAGES)
     if type(n) is not int or n < 0:
-        raise FormatError("storage count is not an int", path=path, member="storages")
+        raise FormatError("storage count is not an int", path=path, member=_STORAGES)
     for _ in range(n):
-        (key, location, stype), pos = run(data, pos, resolver, "storages")
+        (key, location, stype), pos = run(data, pos, resolver, _STORAGES)
         if not isinstance(stype, StorageType):
-            raise FormatError("storage entry does not name a storage class", path=path, member="storages")
+            raise FormatError("storage entry does not name a storage class", path=path, member=_STORAGES)
         if pos + 8 > len(data):
-            raise TruncatedError("storage size missing", path=path, member="storages", offset=pos)
+            raise TruncatedError("storage size missing", path=path, member=_STORAGES, offset=pos)
         (count,) = struct.unpack_from("<q", data, pos)
         pos += 8
         dtype = _storage_dtype(stype)
         nbytes = count * dtype.itemsize
         if count < 0 or pos + nbytes > len(data):
-            raise TruncatedError("storage data runs past the member", path=path, member="storages", offset=pos)
+            raise TruncatedError("storage data runs past the member", path=path, member=_STORAGES, offset=pos)
         objects[str(key)] = Storage(
             str(key),
             nbytes,
@@ -509,23 +496,23 @@ def _read_legacy_tar(source: ByteSource, *, weights_only: bool, resolver: Allowl
             origin=f"storages#{key}",
         )
         pos += nbytes
-    views, pos = run(data, pos, simple, "storages")
+    views, pos = run(data, pos, simple, _STORAGES)
     for target, root, offset, numel in views or []:
         rs = objects[str(root)]
         isz = rs.dtype.itemsize
         objects[str(target)] = Storage(
             str(target), numel * isz, rs.dtype, rs.location, data=rs.bytes()[offset * isz : (offset + numel) * isz]
         )
-    data, _ = span("tensors")
-    n, pos = run(data, 0, simple, "tensors")
+    data, _ = span(_TENSORS)
+    n, pos = run(data, 0, simple, _TENSORS)
     for _ in range(int(n)):
-        (key, skey, ttype), pos = run(data, pos, resolver, "tensors")
+        (key, skey, ttype), pos = run(data, pos, resolver, _TENSORS)
         if pos + 8 > len(data):
-            raise TruncatedError("tensor header missing", path=path, member="tensors", offset=pos)
+            raise TruncatedError("tensor header missing", path=path, member=_TENSORS, offset=pos)
         (ndim,) = struct.unpack_from("<i", data, pos)
         pos += 8
         if ndim < 0 or ndim > 64 or pos + 8 * (2 * ndim + 1) > len(data):
-            raise FormatError("bad tensor header", path=path, member="tensors", offset=pos)
+            raise FormatError("bad tensor header", path=path, member=_TENSORS, offset=pos)
         sizes = struct.unpack_from(f"<{ndim}q", data, pos)
         pos += 8 * ndim
         strides = struct.unpack_from(f"<{ndim}q", data, pos)
@@ -534,7 +521,7 @@ def _read_legacy_tar(source: ByteSource, *, weights_only: bool, resolver: Allowl
         pos += 8
         st = objects.get(str(skey))
         if st is None:
-            raise FormatError("tensor refers to an unknown storage", path=path, member="tensors", found=skey)
+            raise FormatError("tensor refers to an unknown storage", path=path, member=_TENSORS, found=skey)
         dtype = ttype.dtype if isinstance(ttype, TensorType) and ttype.dtype else st.dtype
         objects[str(key)] = Tensor(st, dtype, sizes, strides, soff)
 
@@ -545,11 +532,11 @@ def _read_legacy_tar(source: ByteSource, *, weights_only: bool, resolver: Allowl
             return objects[str(int(saved_id))]
         except (KeyError, ValueError):
             raise FormatError(
-                "pickle refers to an unknown tensor or storage", path=path, member="pickle", found=short_repr(saved_id, 40)
+                "pickle refers to an unknown tensor or storage", path=path, member=_PICKLE, found=short_repr(saved_id, 40)
             ) from None
 
-    data, _ = span("pickle")
-    obj, _ = run(data, 0, resolver, "pickle", persistent_load)
+    data, _ = span(_PICKLE)
+    obj, _ = run(data, 0, resolver, _PICKLE, persistent_load)
     storages = {k: v for k, v in objects.items() if isinstance(v, Storage)}
     return Checkpoint(obj, "tar", storages, {}, "little", 2, "", list(resolver.seen))
 
@@ -596,9 +583,9 @@ def _check_all_records(zr: ZipReader) -> None:
                 member=e.name,
             )
     # the container version record is required and must be a number torch reads (1..10)
-    ver = zr.lookup(".data/version") or zr.lookup("version")
+    ver = zr.lookup(spec.DATA_VERSION) or zr.lookup(spec.VERSION)
     if ver is None:
-        raise FormatError("archive has no version record", path=zr.path, expected="'version' or '.data/version'")
+        raise FormatError("archive has no version record", path=zr.path, expected=f"{spec.VERSION!r} or {spec.DATA_VERSION!r}")
     text = zr.read_bytes(ver, max_size=64).strip() if ver.size <= 64 else b""
     if not text.isdigit() or not 1 <= int(text) <= 10:
         raise FormatError(
@@ -608,7 +595,7 @@ def _check_all_records(zr: ZipReader) -> None:
             expected="an integer 1..10",
             found=short_repr(text, 20),
         )
-    al = zr.lookup(".storage_alignment")
+    al = zr.lookup(spec.STORAGE_ALIGNMENT)
     if al is not None and not (al.size <= 20 and zr.read_bytes(al).strip().isdigit()):
         raise FormatError("cannot parse the storage alignment record", path=zr.path, member=al.name)
 
@@ -635,7 +622,7 @@ def read_checkpoint(
     try:
         if layout == "zip":
             zr = ZipReader.cached(source.name) if isinstance(source, MmapSource) else ZipReader(source)
-            if zr.lookup("constants.pkl") is not None:
+            if zr.lookup(CONSTANTS_PKL) is not None:
                 raise FormatError(
                     "this is a TorchScript archive, not an eager checkpoint",
                     path=source.name,

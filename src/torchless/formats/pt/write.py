@@ -40,6 +40,7 @@ from ...core.source import PathLike
 from ...core.tensor import NestedTensor, SparseTensor, Storage, Tensor, as_tensor, is_torch_tensor
 from ...core.values import Device, Layout, MemoryFormat, Namespace, QScheme, Size, StateDict, TorchVersion
 from ...pickle.writer import Global, Persistent, Pickler2, Reduce, TensorCall
+from . import spec
 
 __all__ = ["save_checkpoint", "CheckpointPickler"]
 
@@ -526,18 +527,18 @@ def save_checkpoint(
     if data is None:
         data = Pickler2(cp.translate).dumps(obj)
     with TorchZipWriter(target, prefix, alignment=alignment, compute_crc=compute_crc) as zw:
-        zw.write("data.pkl", data)
-        zw.write(".format_version", b"1")
-        zw.write(".storage_alignment", str(alignment).encode())
-        zw.write("byteorder", sys.byteorder.encode())
+        zw.write(spec.DATA_PKL, data)
+        zw.write(spec.FORMAT_VERSION, b"1")
+        zw.write(spec.STORAGE_ALIGNMENT, str(alignment).encode())
+        zw.write(spec.BYTEORDER, sys.byteorder.encode())
         for key, st in cp.storages:
             mv = memoryview(st.native_bytes())  # written in host order, as the byteorder record says
             if mv.nbytes < _SMALL:
-                zw.write_small("data/" + key, mv)
+                zw.write_small(f"{spec.DATA_DIR}/{key}", mv)
             else:
-                zw.write_chunks(f"data/{key}", iter_chunks(mv), len(mv))
+                zw.write_chunks(f"{spec.DATA_DIR}/{key}", iter_chunks(mv), len(mv))
             if progress is not None:
                 progress(len(mv))
             del mv  # release an assembled (non-mmap) buffer before the next one is built
-        zw.write("version", b"3\n")
-        zw.write(".data/serialization_id", zw.serialization_id())
+        zw.write(spec.VERSION, b"3\n")
+        zw.write(spec.SERIALIZATION_ID, zw.serialization_id())

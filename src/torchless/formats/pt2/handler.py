@@ -9,7 +9,7 @@ from ...core.findings import Problem
 from ...core.lazy import LazyModule
 from ..base import Artifact, Capabilities, FormatHandler, Probe, summarize_tensors
 from ..registry import register
-from .constants import is_pt2
+from .spec import ARCHIVE_VERSION_PATH, is_pt2
 
 if TYPE_CHECKING:  # the real modules, imported on first use at run time
     from ...graph import verifier as _verifier
@@ -75,7 +75,7 @@ class Pt2Artifact(Artifact):
         return {
             "format": "pt2",
             "path": self.path,
-            "archive_version": self.archive.archive_version,
+            ARCHIVE_VERSION_PATH: self.archive.archive_version,
             "models": list(progs),
             **summarize_tensors(self.tensors()),
             "programs": progs,

@@ -28,10 +28,10 @@ from ...core.source import BytesSource, open_source
 from ...core.tensor import Storage, Tensor
 from ...graph.ir import Graph, SymValue
 from ...graph.symbolic import free_symbols
-from . import constants as C
 from . import schema as S
-from .constants import is_pt2  # noqa: F401 - re-exported
+from . import spec as C
 from .serde import deserialize_graph
+from .spec import is_pt2  # noqa: F401 - re-exported
 
 __all__ = [
     "Pt2Archive",

@@ -30,8 +30,8 @@ from ...container.zip import TorchZipWriter
 from ...core.errors import UnsupportedError, UsageError
 from ...core.tensor import Tensor, as_tensor
 from ...graph.ir import Graph, SymValue, TensorValue
-from . import constants as C
 from . import schema as S
+from . import spec as C
 from .read import OpaqueObject, Program, Signature
 from .serde import serialize_graph
 
@@ -251,6 +251,6 @@ def save_pt2(
             zw.write(C.EXTRA_DIR + k, v.encode("utf-8") if isinstance(v, str) else v)
         zw.write(C.ARCHIVE_FORMAT_PATH, C.ARCHIVE_FORMAT_VALUE)
         zw.write(C.ARCHIVE_VERSION_PATH, C.ARCHIVE_VERSION_VALUE)
-        zw.write(".data/version", f"{C.CONTAINER_MIN_VERSION}\n".encode())
-        zw.write("byteorder", sys.byteorder.encode())
-        zw.write(".data/serialization_id", zw.serialization_id())
+        zw.write(C.DATA_VERSION, f"{C.CONTAINER_MIN_VERSION}\n".encode())
+        zw.write(C.BYTEORDER, sys.byteorder.encode())
+        zw.write(C.SERIALIZATION_ID, zw.serialization_id())

@@ -432,14 +432,14 @@ def load_pickle(
     (``bytecode.pkl`` and ``constants.pkl``) share the Storage.
     """
     byteorder = "little"
-    bo = zr.lookup("byteorder")
+    bo = zr.lookup(spec.BYTEORDER)
     if bo is not None and bo.size <= 16:
         byteorder = zr.read_bytes(bo).decode("ascii", "replace").strip() or "little"
         if byteorder not in ("little", "big"):
             raise FormatError(
                 "unknown byte order record",
                 path=zr.path,
-                member="byteorder",
+                member=spec.BYTEORDER,
                 expected="'little' or 'big'",
                 found=short_repr(byteorder),
             )
@@ -511,7 +511,7 @@ class _NoData(Storage):
 
 def _small_records(zr: ZipReader) -> dict[str, str]:
     out: dict[str, str] = {}
-    for name in ("version", ".data/version", "byteorder", ".data/serialization_id", "producer_info"):
+    for name in spec.SMALL_RECORDS:
         e = zr.lookup(name)
         if e is not None and e.size <= 256:
             out[name] = zr.read_bytes(e).decode("utf-8", "replace")

@@ -7,6 +7,17 @@ as ``torch.save`` (``pt.md`` §1.3) with these records under the archive folder.
 from __future__ import annotations
 
 from ...core.dtypes import DTYPES, DType
+from ..pt.spec import (
+    BYTEORDER,
+    DATA_DIR,
+    DATA_PKL,
+    DATA_VERSION,
+    METADATA_RECORDS,
+    SERIALIZATION_ID,
+    VERSION,
+    VERSION_RECORDS,
+    is_storage_record,
+)
 
 __all__ = [
     "DATA_PKL",
@@ -21,6 +32,15 @@ __all__ = [
     "EXTRA_DIR",
     "DEBUG_SUFFIX",
     "VERSION_RECORDS",
+    "PICKLES",
+    "SMALL_RECORDS",
+    "BYTEORDER",
+    "SERIALIZATION_ID",
+    "FLATBUFFER_ID",
+    "is_flatbuffer",
+    "is_torchscript_zip",
+    "may_be_torchscript",
+    "classify_record",
     "MIN_FILE_FORMAT_VERSION",
     "MAX_FILE_FORMAT_VERSION",
     "MIN_BYTECODE_VERSION",
@@ -31,9 +51,8 @@ __all__ = [
     "module_of_code_record",
 ]
 
-#: the module object tree (§2)
-DATA_PKL = "data.pkl"
-DATA_DIR = "data"
+#: the module object tree (§2): the same record as ``torch.save``'s (``pt.md`` §1)
+#: (``DATA_PKL``, ``DATA_DIR`` are imported from :mod:`..pt.spec`)
 #: tensor and other constants referenced as ``CONSTANTS.cN`` in code (§3)
 CONSTANTS_PKL = "constants.pkl"
 CONSTANTS_DIR = "constants"
@@ -49,8 +68,20 @@ CODE_DIR = "code/"
 EXTRA_DIR = "extra/"
 #: source-range tables next to each code file (§4)
 DEBUG_SUFFIX = ".debug_pkl"
-#: the file format version record (``.data/version`` from version 6 on)
-VERSION_RECORDS = ("version", ".data/version")
+#: the file format version record (``.data/version`` from version 6 on): ``VERSION_RECORDS``
+#: from :mod:`..pt.spec`
+#: the pickles torch.jit.load unpickles by name (each with its storage folder)
+PICKLES = (
+    (DATA_PKL, DATA_DIR),
+    (CONSTANTS_PKL, CONSTANTS_DIR),
+    (BYTECODE_PKL, BYTECODE_DIR),
+    (TRACED_INPUTS_PKL, TRACED_INPUTS_DIR),
+)
+#: the small records ``info`` reports (``producer_info``: written by some exporters)
+SMALL_RECORDS = (VERSION, DATA_VERSION, BYTEORDER, SERIALIZATION_ID, "producer_info")
+#: a flatbuffer module (``save_jit_module_to_flatbuffer``, ``.ptl``): this file identifier
+#: at byte 4; ``torch.jit.load`` reads such a file by content
+FLATBUFFER_ID = b"PTMF"
 
 #: caffe2/serialize/versions.h (§1, Versioning)
 MIN_FILE_FORMAT_VERSION = 1
@@ -130,3 +161,35 @@ def module_of_code_record(record: str) -> str | None:
 def is_torchscript_zip(records: list[str] | None) -> bool:
     """True for the record list of a TorchScript archive (torch's own test, §1)."""
     return records is not None and (CONSTANTS_PKL in records or (BYTECODE_PKL in records and DATA_PKL in records))
+
+
+def may_be_torchscript(records: list[str]) -> bool:
+    """Whether ``torch.jit.load`` could be the loader meant for these records: any record
+    only TorchScript writes, looked up case-insensitively as miniz does. Wider than
+    :func:`is_torchscript_zip` (the scanner's rule: it must not miss an archive whose
+    records a writer renamed in case, or that holds only code)."""
+    for r in records:
+        low = r.lower()
+        if low in (CONSTANTS_PKL, BYTECODE_PKL) or low.startswith(CODE_DIR):
+            return True
+    return False
+
+
+def is_flatbuffer(head: bytes) -> bool:
+    """A flatbuffer TorchScript module (the ``PTMF`` identifier at byte 4)."""
+    return head[4:8] == FLATBUFFER_ID
+
+
+def classify_record(rel: str) -> str:
+    """``pickle``, ``storage``, ``code``, ``metadata`` or ``other`` for a record name
+    relative to the archive folder (case-insensitive, as torch looks records up)."""
+    low = rel.lower()
+    if low.startswith(CODE_DIR) and low.endswith(".py"):
+        return "code"
+    if low.endswith(".pkl") or low.endswith(DEBUG_SUFFIX):
+        return "pickle"
+    if is_storage_record(rel):
+        return "storage"
+    if low in METADATA_RECORDS:
+        return "metadata"
+    return "other"

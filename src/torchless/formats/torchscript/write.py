@@ -254,7 +254,7 @@ def _save(
             zw.write(spec.EXTRA_DIR + name, data)
             written_extra.append(name)
         for rec in zr.records():
-            if rec.startswith(spec.EXTRA_DIR) or rec == ".data/serialization_id":
+            if rec.startswith(spec.EXTRA_DIR) or rec == spec.SERIALIZATION_ID:
                 continue
             e = zr.get(rec)
             if rec in new_bytes:
@@ -263,7 +263,7 @@ def _save(
                 _copy(zr, zw, rec, e)
             if progress is not None:
                 progress(e.size)
-        zw.write(".data/serialization_id", zw.serialization_id())
+        zw.write(spec.SERIALIZATION_ID, zw.serialization_id())
     return {"replaced": replaced, "storages": len(new_bytes), "extra_files": written_extra}
 
 

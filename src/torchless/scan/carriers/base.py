@@ -12,9 +12,13 @@ from ...core.errors import TorchlessError
 from ...core.findings import Finding
 from ...core.remote import is_url as _is_url
 from ...core.source import ByteSource, BytesSource, MmapSource, open_source
+from ...formats.dcp.spec import is_metadata_name
+from ...formats.npz_spec import is_npy, is_npz_head
+from ...formats.pt.spec import ZIP_MAGIC, opens_as_tar
+from ...formats.torchscript.spec import is_flatbuffer
 from ..findings import FileReport
 from .common import MAX_DEPTH
-from .recognize import MODEL_SUFFIXES, NPY_MAGIC, ZIP_MAGICS, compressor_of, opens_as_tar, probe_pickle
+from .recognize import MODEL_SUFFIXES, compressor_of, probe_pickle
 
 if TYPE_CHECKING:
     from ..analysis import StreamResult
@@ -216,7 +220,7 @@ class ScannerBase:
             from ..cache import scan_if_cache
 
             items = self.dcp_items(src)
-            if os.path.basename(self.path).endswith(".metadata"):
+            if is_metadata_name(os.path.basename(self.path)):
                 self.check_dcp_metadata()
             if scan_if_cache(self, src):  # a TORCHINDUCTOR_CACHE_DIR entry: judged as torch.compile loads it
                 pass
@@ -283,19 +287,19 @@ class ScannerBase:
             return
         head = src.read_at(0, min(src.size, 512))
         kinds: list[str] = []
-        if head[:4] == ZIP_MAGICS[0]:
+        if head[:4] == ZIP_MAGIC:
             kinds.append("zip")
             self.scan_zip(src, member, base, depth)
-        if head[:4] in ZIP_MAGICS:
+        if is_npz_head(head):
             kinds.append("npz")
             self.scan_npz(src, member, base, depth)
-        if head[:6] == NPY_MAGIC:
+        if is_npy(head):
             kinds.append("npy")
             self.scan_npy(src, member, base, depth)
         comp = compressor_of(head)
         if comp is not None and self.scan_compressed(src, comp[0], member, depth, who=comp[1]):
             kinds.append(f"{comp[0]}-compressed")
-        if head[4:8] == b"PTMF":  # flatbuffer TorchScript module: torch.jit.load reads it by content
+        if is_flatbuffer(head):  # flatbuffer TorchScript module: torch.jit.load reads it by content
             from ..torchscript import report_flatbuffer
 
             kinds.append("torchscript-flatbuffer")

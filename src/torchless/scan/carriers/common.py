@@ -3,37 +3,31 @@
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
+
+from ...formats.pt import spec as pt_spec
+from ...formats.pt.spec import LEGACY_MAGIC
+from ...formats.pt2 import spec as pt2_spec
+from ...formats.torchscript import spec as ts_spec
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = ["LEGACY_MAGIC", "MAX_DEPTH", "MAX_MEMBER", "walks"]
 
-LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 MAX_DEPTH = 6  # nesting of carriers (zip in pickle in zip ...)
 MAX_MEMBER = 1 << 31  # bytes of one pickle-carrying member read for analysis
 _WINDOW = 1 << 22  # bytes of a raw file analysed before deciding whether it is a pickle
 
-_STORAGE_RECORD = re.compile(
-    r"^(?:.*/)?(?:data|constants|tensors)/\d+$|^(?:.*/)?data/weights/weight_\d+$|^(?:.*/)?data/constants/tensor_\d+$|^(?:.*/)?xl_model_weights/"
-)
-_KNOWN_RECORDS = (
-    "data.pkl",
-    "constants.pkl",
-    "bytecode.pkl",
-    "traced_inputs.pkl",
-    "version",
-    "byteorder",
-    ".data/version",
-    ".format_version",
-    ".storage_alignment",
-    ".data/serialization_id",
-    "archive_format",
-)
-_ZIP_SIG = b"PK\x03\x04"
-_EOCD_SIG = b"PK\x05\x06"
+
+def _is_storage_record(rel: str) -> bool:
+    """Raw tensor bytes of any torch zip flavour (never unpickled by name): the pt /
+    TorchScript storage folders and the PT2 weights and constants."""
+    return pt_spec.is_storage_record(rel) or pt2_spec.is_storage_record(rel)
+
+
+#: records torch reads by exact (case-insensitive) name in some zip flavour
+_KNOWN_RECORDS = tuple(p for p, _d in ts_spec.PICKLES) + pt_spec.METADATA_RECORDS + (pt2_spec.ARCHIVE_FORMAT_PATH,)
 _OK_FLAGS = 0x0808 | 0x0006  # data descriptor, UTF-8 names, deflate speed bits
 
 

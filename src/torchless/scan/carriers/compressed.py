@@ -15,6 +15,7 @@ import zlib
 from typing import TYPE_CHECKING, Any
 
 from ...core.source import ByteSource
+from ...formats.joblib_spec import compression_of
 from .recognize import probe_pickle
 
 if TYPE_CHECKING:  # the mixins see the scanner they are mixed into
@@ -167,7 +168,11 @@ class CompressedCarrier(_Host):
                     # gzip.open, bz2.open and lzma.open go on with a further stream (member)
                     # after the first: model them too (joblib stops at the first)
                     rest = d.unused_data or (bytes(src.view(pos, min(_CHUNK, src.size - pos))) if pos < src.size else b"")
-                    if kind not in ("gzip", "bz2", "xz", "lzma") or not rest or (kind == "gzip" and rest[:2] != b"\x1f\x8b"):
+                    if (
+                        kind not in ("gzip", "bz2", "xz", "lzma")
+                        or not rest
+                        or (kind == "gzip" and compression_of(rest) != "gzip")
+                    ):
                         break
                     if streams >= _MAX_STREAMS:  # bound the count (a finding: the rest is not analysed)
                         limited = True

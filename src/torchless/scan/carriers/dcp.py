@@ -17,10 +17,15 @@ import struct
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from ...container.zip import EOCD_SIG as _EOCD_SIG
+from ...container.zip import LOCAL_SIG as _ZIP_SIG
+from ...core.errors import TorchlessError
 from ...core.paths import within
-from ...core.source import ByteSource
+from ...core.source import ByteSource, BytesSource
+from ...formats.dcp.spec import STORAGE_INFO_NAME, is_metadata_name, storage_info_location
+from ...formats.safetensors_spec import is_safetensors_head, parse_header
 from ..analysis import Sym, analyse, describe
-from .common import _EOCD_SIG, _ZIP_SIG, walks
+from .common import walks
 
 if TYPE_CHECKING:  # the mixins see the scanner they are mixed into
     from .base import ScannerBase as _Host
@@ -193,17 +198,12 @@ def _with_safetensors_blob(src: ByteSource, ranges: list[tuple[int, int]]) -> li
     every tensor item of a rank file points at one safetensors blob that runs to the end
     of the file; when that blob parses, it is one item (the tensor items inside it do not
     overlap and nothing trails). The slices are still scanned as dcp.load reads them."""
-    from ...core.errors import TorchlessError
-    from ...core.source import BytesSource
-    from ...formats.dcp.read import is_safetensors_blob
-    from ...formats.safetensors import read_safetensors
-
     starts = sorted({off for off, _ln in ranges})
     for off in starts:
-        if off + 9 > src.size or not is_safetensors_blob(bytes(src.view(off, 9))):
+        if off + 9 > src.size or not is_safetensors_head(bytes(src.view(off, 9))):
             continue
         try:
-            read_safetensors(BytesSource(src.view(off, src.size - off)))
+            parse_header(BytesSource(src.view(off, src.size - off)))
         except TorchlessError:
             return ranges
         return sorted([r for r in ranges if r[0] != off] + [(off, src.size - off)])
@@ -214,6 +214,18 @@ _RECORDS: dict[tuple[str, int, int], tuple[list[tuple[str, int, int, Any]], list
 
 
 def _parse_records(meta: str) -> tuple[list[tuple[str, int, int, Any]], list[str]]:
+    """Every ``_StorageInfo`` of a ``.metadata`` pickle, found in the symbolic result of
+    :func:`~torchless.scan.analysis.analyse` (the pickle machine's symbolic mode: nothing
+    is resolved, imported or called), with the record's description (class name, fields,
+    validity) taken from :mod:`torchless.formats.dcp.spec`.
+
+    Why not the reader (:func:`torchless.formats.dcp.metadata.parse_metadata`): it builds
+    the whole ``Metadata`` through an allowlist and refuses the file at the first foreign
+    global or malformed record. A hostile ``.metadata`` is exactly what the scanner must
+    read further: ``dcp.load``'s plain ``pickle.load`` would run its globals *and* read
+    every item it locates, so the item ranges are wanted from a file the reader refuses,
+    and each malformed record is reported on its own (``problems``) rather than failing
+    the lot. The walk is the scanner's; the layout is the spec's."""
     out: list[tuple[str, int, int, Any]] = []
     problems: list[str] = []
     try:
@@ -225,13 +237,13 @@ def _parse_records(meta: str) -> tuple[list[tuple[str, int, int, Any]], list[str
     syms: list[Sym] = []
     _walk_syms(res.value, syms, set())
     for s in syms:
-        if s.kind == "result" and s.callee is not None and s.callee.qualname.endswith("_StorageInfo"):
+        # any module's class of that name: dcp.load imports whatever the pickle names
+        if s.kind == "result" and s.callee is not None and s.callee.qualname.endswith(STORAGE_INFO_NAME):
             st = s.state
-            if isinstance(st, dict):
-                rp, off, ln = st.get("relative_path"), st.get("offset"), st.get("length")
-                if isinstance(rp, str) and type(off) is int and type(ln) is int and off >= 0 and ln >= 0:
-                    out.append((rp, off, ln, st.get("transform_descriptors")))
-                    continue
+            loc = storage_info_location(st)
+            if loc is not None:
+                out.append((*loc, st.get("transform_descriptors")))
+                continue
             problems.append(describe(st))
     return out, problems
 
@@ -246,9 +258,7 @@ def _metadata_files(d: str) -> list[str]:
     return [
         os.path.join(d, n)
         for n in names
-        if (n == ".metadata" or n.endswith(".metadata"))
-        and os.path.isfile(os.path.join(d, n))
-        and within(os.path.realpath(os.path.join(d, n)), home)
+        if is_metadata_name(n) and os.path.isfile(os.path.join(d, n)) and within(os.path.realpath(os.path.join(d, n)), home)
     ]
 
 

@@ -23,11 +23,14 @@ payload that a user's ``pickle.loads(lzma.decompress(...))`` would run is still 
 from __future__ import annotations
 
 import lzma
-import tarfile
 import zlib
 from dataclasses import dataclass
 
-from ...core.source import ByteSource, SourceFile
+from ...core.npyheader import MAGIC as NPY_MAGIC
+from ...core.source import ByteSource
+from ...formats.joblib_spec import COMPRESSOR_PREFIXES as JOBLIB_PREFIXES
+from ...formats.npz_spec import ZIP_MAGICS
+from ...formats.pt.spec import LEGACY_MAGIC, opens_as_tar
 
 __all__ = [
     "Probe",
@@ -40,19 +43,9 @@ __all__ = [
     "JOBLIB_PREFIXES",
 ]
 
-NPY_MAGIC = b"\x93NUMPY"
-ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")  # numpy.load's test; torch tests the first only
-
-#: joblib 1.x ``_detect_compressor``: (prefix, compressor), tried in this order after ``ZF``.
-JOBLIB_PREFIXES: tuple[tuple[bytes, str], ...] = (
-    (b"ZF", "zfile"),
-    (b"\x78", "zlib"),
-    (b"\x1f\x8b", "gzip"),
-    (b"BZ", "bz2"),
-    (b"\x5d\x00", "lzma"),
-    (b"\xfd\x37\x7a\x58\x5a", "xz"),
-    (b"\x04\x22\x4d\x18", "lz4"),
-)
+# NPY_MAGIC (core.npyheader), ZIP_MAGICS (numpy.load's test; torch tests the first only:
+# formats.npz_spec), JOBLIB_PREFIXES (joblib's prefix table: formats.joblib_spec) and the
+# tar sniff (formats.pt.spec) are the formats' own facts, imported.
 
 #: names that say "a pickle-based model": such a file that no carrier recognises is
 #: reported UNANALYSABLE even when no supported loader would run anything from it.
@@ -122,8 +115,8 @@ def _one(kind: str, data: bytes, complete: bool) -> Probe:
     got = engine.shared_worker().probe(bytes(data), complete, kind)
     if got is None:
         return Probe("undecided", "the real unpicklers ran out of their memory or time limits on it")
-    outcome, detail, legacy, pos = got
-    return Probe(outcome, detail, legacy=bool(legacy), pos=int(pos))
+    outcome, detail, value, pos = got
+    return Probe(outcome, detail, legacy=value == LEGACY_MAGIC, pos=int(pos))
 
 
 def probe_pickle(src: ByteSource, *, window: int = _PROBE_WINDOW, py_limit: int = _PROBE_WINDOW) -> Probe:
@@ -186,15 +179,3 @@ def compressor_of(head: bytes) -> tuple[str, str] | None:
         except zlib.error:
             pass
     return None
-
-
-def opens_as_tar(src: ByteSource) -> bool:
-    """Whether ``tarfile.open(fileobj=f, mode="r:")`` accepts the file, as torch.load tries."""
-    if src.size < 512:
-        return False
-    try:
-        tf = tarfile.open(fileobj=SourceFile(src), mode="r:", format=tarfile.PAX_FORMAT)
-    except (tarfile.TarError, EOFError, OSError, ValueError, UnicodeError, OverflowError):
-        return False
-    tf.close()
-    return True

@@ -27,7 +27,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ...core.dtypes import STORAGE_NAMES
-from ...core.source import ByteSource, SourceFile
+from ...core.source import ByteSource
+from ...formats.pt.spec import LEGACY_TAR_MEMBERS, open_legacy_tar, tar_errors
 from ..analysis import StreamResult, Sym, describe
 from .common import walks
 
@@ -39,7 +40,8 @@ else:
 __all__ = ["TarCarrier"]
 
 _LOADER = "torch.load(weights_only=False)"
-_LEGACY_NAMES = ("storages", "tensors", "pickle")
+_LEGACY_NAMES = LEGACY_TAR_MEMBERS
+_STORAGES, _TENSORS, _PICKLE = LEGACY_TAR_MEMBERS
 
 
 class TarCarrier(_Host):
@@ -49,8 +51,8 @@ class TarCarrier(_Host):
     def scan_tar(self, src: ByteSource, member: str | None, base: int | None, depth: int) -> None:
         pre = f"{member} > " if member else ""
         try:
-            tf = tarfile.open(fileobj=SourceFile(src), mode="r:", format=tarfile.PAX_FORMAT)
-        except (tarfile.TarError, EOFError, OSError, ValueError, UnicodeError, OverflowError) as e:
+            tf = open_legacy_tar(src)
+        except tar_errors() as e:
             self.add(
                 "unrecognized",
                 "info",
@@ -65,7 +67,7 @@ class TarCarrier(_Host):
                 members.append(m)
                 if not self.spend("nodes", 1, member, "listing tar members", _LOADER):
                     break
-        except (tarfile.TarError, EOFError, OSError, ValueError, UnicodeError, OverflowError) as e:
+        except tar_errors() as e:
             # torch's extract() reads the member list up to the name it wants: a broken
             # header after the legacy members may or may not be reached
             self.add(
@@ -86,9 +88,9 @@ class TarCarrier(_Host):
             data = self._tar_member_bytes(tf, tm, pre + name)
             if data is None:
                 continue
-            if name == "storages":
+            if name == _STORAGES:
                 self._walk_tar_storages(data, pre + name, None, depth)
-            elif name == "tensors":
+            elif name == _TENSORS:
                 self._walk_tar_tensors(data, pre + name, None, depth)
             else:
                 self.scan_pickles(_bs(data, pre + name), pre + name, None, depth, strict=True, torch_load=True)

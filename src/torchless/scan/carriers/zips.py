@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
-import re
 import struct
 import zlib
 from typing import TYPE_CHECKING
 
 from ...container.differentials import zip_differentials
-from ...container.zip import ZipEntry, ZipReader
+from ...container.zip import CENTRAL_SIG, LOC64_SIG, ZipEntry, ZipReader
+from ...container.zip import EOCD_SIG as _EOCD_SIG
+from ...container.zip import LOCAL_SIG as _ZIP_SIG
 from ...core.errors import TorchlessError
 from ...core.source import ByteSource, BytesSource
-from .common import _EOCD_SIG, _KNOWN_RECORDS, _OK_FLAGS, _STORAGE_RECORD, _ZIP_SIG, MAX_MEMBER, walks
+from ...formats.aoti.spec import AOTINDUCTOR_DIR
+from ...formats.npz_spec import NPY_SUFFIX, is_npy
+from ...formats.package.spec import is_package_records, package_modules
+from ...formats.pt.spec import DATA_PKL
+from ...formats.pt2.spec import is_pt2_records, is_torch_loaded
+from ...formats.torchscript import spec as ts_spec
+from .common import _KNOWN_RECORDS, _OK_FLAGS, MAX_MEMBER, _is_storage_record, walks
 from .dcp import split_zips as _split_zips
-from .recognize import NPY_MAGIC
 
 if TYPE_CHECKING:  # the mixins see the scanner they are mixed into
     from .base import ScannerBase as _Host
@@ -21,9 +27,6 @@ else:
     _Host = object
 
 __all__ = ["ZipCarrier"]
-
-#: storage-named records of a ``.pt2`` that torch.load()s (pickle_weights, constants)
-_PT2_LOADED = re.compile(r"^data/(?:weights|constants)/")
 
 
 def _head(zr: ZipReader, e: ZipEntry, n: int = 16) -> bytes:
@@ -64,7 +67,7 @@ class ZipCarrier(_Host):
             cd_size, cd_off = struct.unpack_from("<II", tail, pos + 12)
             eocd = n - len(tail) + pos
             delta = eocd - cd_size - cd_off
-            if pos >= 20 and tail[pos - 20 : pos - 16] == b"PK\x06\x07":
+            if pos >= 20 and tail[pos - 20 : pos - 16] == LOC64_SIG:
                 e64_off = struct.unpack_from("<Q", tail, pos - 12)[0]
                 delta = (eocd - 20 - 56) - e64_off  # the zip64 end record sits right before
             if delta <= 0:
@@ -114,11 +117,9 @@ class ZipCarrier(_Host):
     def _scan_zip_reader(self, zr: ZipReader, member: str | None, base: int | None, depth: int) -> None:
         recs = zr.records()
         lowered = {r.lower() for r in recs}
-        torchscript = (
-            ("constants.pkl" in lowered) or ("bytecode.pkl" in lowered) or any(r.lower().startswith("code/") for r in recs)
-        )
-        is_pt2 = "archive_format" in lowered
-        package = ".data/extern_modules" in recs and "data.pkl" not in lowered  # torch.package
+        torchscript = ts_spec.may_be_torchscript(recs)
+        is_pt2 = is_pt2_records(recs)
+        package = is_package_records(recs) and DATA_PKL not in lowered  # torch.package
         if member is None:
             self.report.kind = (
                 "torch-package"
@@ -128,7 +129,7 @@ class ZipCarrier(_Host):
                 else (
                     "pt2"
                     if is_pt2
-                    else ("torch-zip" if "data.pkl" in lowered else ("npz" if any(r.endswith(".npy") for r in recs) else "zip"))
+                    else ("torch-zip" if DATA_PKL in lowered else ("npz" if any(r.endswith(NPY_SUFFIX) for r in recs) else "zip"))
                 )
             )
         loader = (
@@ -147,8 +148,6 @@ class ZipCarrier(_Host):
         """torch.package: a global naming an interned module makes ``PackageImporter``
         compile and run that module's source from the package (and a mocked one runs the
         package's ``_mock.py``). Python source is not analysed: each is reported."""
-        from ...formats.package.read import package_modules
-
         mods = package_modules(zr)
         interned, mocked = mods["interned"], set(mods["mocked"])
         pre = f"{member} > " if member else ""
@@ -210,12 +209,12 @@ class ZipCarrier(_Host):
             except TorchlessError:
                 continue
             fbase = None if base is None or e.method != 0 else base + off
-            storage = bool(_STORAGE_RECORD.match(rel))
+            storage = _is_storage_record(rel)
             if storage or (e.size > (64 << 20) and not rel.endswith(".pkl")):
                 # tensor payload: never unpickled by torch; only a nested archive matters
                 # (and, for big members that are not storage records, a pickle head)
                 peek = bytes(src.view(off, 4)) if e.method == 0 and e.compressed_size >= 4 else b""
-                if storage and _PT2_LOADED.match(rel):
+                if storage and is_torch_loaded(rel):
                     # torch.load()ed by torch.export.load / the AOTI loader: any pickle
                     # or archive head is analysed, stored or deflated
                     peek = _head(zr, e)
@@ -257,18 +256,17 @@ class ZipCarrier(_Host):
                         fbase,
                     )
             low = rel.lower()
-            if low.startswith("code/") and low.endswith(".py"):
+            kind = ts_spec.classify_record(rel)  # code / pickle (.pkl, .debug_pkl: by name) / other
+            if kind == "code":
                 code_texts.append((loc, data.decode("utf-8", "replace")))
                 continue
-            if low.endswith(".debug_pkl"):
-                # read by torch's C++ unpickler into tuples only; still scanned for globals
-                pass
-            if torchscript and low in ("bytecode.pkl", "constants.pkl"):
+            # a .debug_pkl is read by torch's C++ unpickler into tuples only; still scanned for globals
+            if torchscript and low in (ts_spec.BYTECODE_PKL, ts_spec.CONSTANTS_PKL):
                 bytecode.append((loc, data))
-            torch_load = member is None and low == "data.pkl" and not torchscript
-            if data[:6] == NPY_MAGIC:
+            torch_load = member is None and low == DATA_PKL and not torchscript
+            if is_npy(data):
                 continue  # only numpy.load reads .npy members, through zipfile: scan_npz
-            if low.endswith(".pkl") or low.endswith("debug_pkl"):
+            if kind == "pickle":
                 # records torch unpickles by name, whatever their first bytes
                 self.scan_pickles(
                     BytesSource(data), loc, fbase, depth, strict=True, torch_load=torch_load, torchscript=torchscript
@@ -279,7 +277,7 @@ class ZipCarrier(_Host):
                 self.scan_bytes(data, loc, fbase, depth + 1)
         if code_texts or bytecode:
             self.scan_torchscript_code(code_texts, bytecode)
-        if is_pt2 or any(r.startswith("data/aotinductor/") for r in recs):
+        if is_pt2 or any(r.startswith(AOTINDUCTOR_DIR) for r in recs):
             from ..aoti import report_aoti
 
             report_aoti(self, zr, member)
@@ -391,7 +389,7 @@ class ZipCarrier(_Host):
                 nlen, xlen, clen = struct.unpack_from("<HHH", bytes(src.view(last.central_offset + 28, 6)))
                 after = last.central_offset + 46 + nlen + xlen + clen
                 cd_end = zr.cd_offset + zr.cd_size
-                if after + 4 <= cd_end and bytes(src.view(after, 4)) == b"PK\x01\x02":
+                if after + 4 <= cd_end and bytes(src.view(after, 4)) == CENTRAL_SIG:
                     self.add(
                         "zip-reader-differential",
                         "high",
@@ -426,7 +424,7 @@ class ZipCarrier(_Host):
         # entries zipfile would add: scan their data with the local header's sizes
         while (
             pos + 46 <= end
-            and bytes(src.view(pos, 4)) == b"PK\x01\x02"
+            and bytes(src.view(pos, 4)) == CENTRAL_SIG
             and self.spend("nodes", 1, member, "visiting uncounted zip entries")
         ):
             f = struct.unpack_from("<4sHHHHHHIIIHHHHHII", bytes(src.view(pos, 46)))
