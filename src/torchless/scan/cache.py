@@ -752,7 +752,8 @@ def scan_if_cache(scanner: Any, src: ByteSource) -> bool:
         # the name says source or library; bytes that are not (a pickle, an archive
         # named .py) are also scanned as whatever other loaders would read them as
         head = bytes(src.view(0, min(src.size, 512)))
-        text_like = kind in ("py", "cpp") and b"\0" not in head and not head.startswith((b"\x80", ZIP_MAGIC[:2])) and compression_of(head) != "gzip"
+        binary_head = head.startswith((b"\x80", ZIP_MAGIC[:2])) or compression_of(head) == "gzip"
+        text_like = kind in ("py", "cpp") and b"\0" not in head and not binary_head
         if not text_like and head[:4] != b"\x7fELF":
             return False
     return True
