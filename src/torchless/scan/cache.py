@@ -55,6 +55,7 @@ from typing import Any
 
 from ..core.errors import TorchlessError
 from ..core.source import ByteSource
+from ..formats.inductor_cache.spec import loaded_kind as cache_kind
 from ..formats.joblib_spec import compression_of
 from ..formats.pt.spec import ZIP_MAGIC
 from .policy import Verdict
@@ -73,12 +74,6 @@ __all__ = [
 MAX_SOURCE_BYTES = 32 << 20
 MAX_PROBLEMS = 200  # problems listed per source
 _LOADER = "torch.compile (inductor cache)"
-_B32 = "[a-z2-7]{51}"
-_FX = re.compile(rf"(?:^|/)fxgraph/[a-z2-7]{{2}}/f{_B32}/[a-z2-7]{{51,52}}$")
-_AOT = re.compile(rf"(?:^|/)aotautograd/[a-z2-7]{{2}}/a{_B32}/[a-z2-7]{{51,52}}$|(?:^|/)aotautograd/a{_B32}/[a-z2-7]{{51,52}}$")
-_TRITON_BIN = re.compile(r"(?:^|/)triton/[0-9]+/[A-Za-z0-9_=-]+/[^/]+\.(?:so|cubin|hsaco|spv|fatbin)$")
-_PGO = re.compile(r"(?:^|/)dynamo/code_state_[^/]*\.pkl$")
-_CODE = re.compile(rf"(?:^|/)([a-z2-7]{{2}})/(c{_B32})(\.main)?\.(py|cpp|so)$")
 
 #: globals torch's cache pickles name, safe to rebuild (NEWOBJ/REDUCE + BUILD of plain
 #: records: dataclasses, enums, holders); qualname -> reason
@@ -379,25 +374,6 @@ _CPP_INCLUDE = re.compile(r"^\s*#\s*include\b.*$", re.M)
 _CPP_RISKY = re.compile(
     r"\b(system|popen|execl|execlp|execle|execv|execvp|execve|fork|vfork|posix_spawn|dlopen|dlsym|fopen|freopen|open|openat|creat|socket|connect|unlink|rename|chmod|setenv|putenv|ptrace|syscall)\s*[(\[]|\b(asm|__asm__|__asm)\b|\b(constructor|destructor|init_priority)\b"
 )
-
-
-def cache_kind(path: str) -> str | None:
-    """The cache file kind torch loads ``path`` as (from its place in the cache layout):
-    ``fxgraph``, ``aotautograd``, ``pgo``, ``py``, ``cpp``, ``so``, ``triton-binary``;
-    None for other files."""
-    p = path.replace(os.sep, "/")
-    if _FX.search(p):
-        return "fxgraph"
-    if _AOT.search(p):
-        return "aotautograd"
-    if _PGO.search(p):
-        return "pgo"
-    if _TRITON_BIN.search(p):
-        return "triton-binary"
-    m = _CODE.search(p)
-    if m:
-        return m.group(4)
-    return None
 
 
 # -- Python ---------------------------------------------------------------------------

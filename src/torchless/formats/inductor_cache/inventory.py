@@ -46,6 +46,7 @@ from ...core.errors import LimitError, NotFoundError, TorchlessError, UsageError
 from ...pickle.globals import AllowlistResolver, GlobalRef, PickledObject
 from ...pickle.machine import Limits, Unpickler
 from ...pickle.torch_globals import DEFAULT_ALLOWLIST
+from .spec import CPP_EXT, GPU_EXT, PICKLED_KINDS, classify
 
 __all__ = [
     "KINDS",
@@ -79,10 +80,7 @@ KINDS = (
 )
 
 #: ``"c"`` + 51 lower-case base32 characters (``cache_key.py``)
-_CODE_KEY = re.compile(r"^c[a-z2-7]{51}")
-_FX_KEY = re.compile(r"^f[a-z2-7]{51}$")
-_GPU_EXT = (".cubin", ".ptx", ".hsaco", ".spv", ".fatbin", ".json")
-_CPP_EXT = (".cpp", ".so", ".h", ".o", ".hpp")
+_CPP_EXT, _GPU_EXT = CPP_EXT, GPU_EXT
 #: pickles larger than this are listed but not parsed
 MAX_PICKLE_BYTES = 256 << 20
 #: files read to classify a ``.py`` (Triton or not)
@@ -250,39 +248,7 @@ def _walk(root: str, max_files: int) -> Iterator[tuple[str, os.stat_result, bool
                 yield r, st, False
 
 
-def _classify(rel: str) -> tuple[str, str, str | None]:
-    """``(kind, entry id, key)`` of a regular file from its path alone."""
-    parts = rel.split("/")
-    top = parts[0]
-    n = len(parts)
-    if top == "fxgraph" and n == 4:
-        return "fxgraph", rel, parts[2]
-    if top == "aotautograd" and n >= 3:
-        # torch 2.13 writes aotautograd/<key>/<content hash> (no <key[1:3]> shard folder,
-        # unlike fxgraph/); the sharded form is accepted too
-        return "aotautograd", rel, parts[1] if n == 3 else parts[2]
-    if top == "locks":
-        return "lock", rel, parts[-1].rsplit(".", 1)[0]
-    if top == "triton" and n >= 4:
-        return "triton_cache", "/".join(parts[:3]), parts[2]
-    if top == "cache":
-        return "autotune", rel, parts[1] if n > 1 else None
-    if top == "precompiled_headers":
-        return "precompiled_header", rel, None
-    if top == "aoti_eager":
-        return "aoti_eager", rel, None
-    if top == "dynamo":
-        return "dynamo", rel, None
-    if top == "gcc":
-        return "build_temp", rel, None
-    if n == 2 and len(top) == 2 and _CODE_KEY.match(parts[1]):
-        stem = parts[1][:52]
-        if parts[1].endswith(".best_config"):
-            return "autotune", rel, stem
-        return "code", f"{top}/{stem}", stem  # refined from the group's files
-    if n >= 2 and _CODE_KEY.match(top) and len(top) == 52:
-        return "aoti_build", top, top
-    return "other", rel, None
+_classify = classify
 
 
 def _code_kind(root: str, files: list[CacheFile], detail: dict[str, Any]) -> str:
@@ -370,7 +336,7 @@ def inventory(
                     if f.rel.endswith((".cubin", ".hsaco", ".spv", ".ptx", ".ttir"))
                 }
             )
-        if parse_pickles and ent.kind in ("fxgraph", "aotautograd"):
+        if parse_pickles and ent.kind in PICKLED_KINDS:
             ent.detail.update(describe_pickle(os.path.join(root, ent.files[0].rel), limits=limits))
     inv.entries = sorted(groups.values(), key=lambda e: e.id)
     return inv
@@ -477,7 +443,7 @@ def entry_source(inv: CacheInventory, ident: str, *, max_bytes: int = 64 << 20) 
     ent = inv.get(ident)
     ident_n = ident.replace(os.sep, "/").strip("/")
     chosen = next((f for f in ent.files if f.rel == ident_n or ident_n.endswith("/" + f.rel)), None)
-    if ent.kind in ("fxgraph", "aotautograd") and (chosen is None or chosen == ent.files[0]):
+    if ent.kind in PICKLED_KINDS and (chosen is None or chosen == ent.files[0]):
         obj, _res, _p = _load_pickle(os.path.join(inv.root, ent.files[0].rel), None)
         src = _find_source(obj)
         if src is None:
