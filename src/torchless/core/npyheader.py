@@ -22,9 +22,11 @@ import numpy as np
 
 from .errors import FormatError, LimitError
 
-__all__ = ["NpyHeader", "parse_npy_header", "parse_header_literal", "MAGIC", "MAX_HEADER_SIZE"]
+__all__ = ["NpyHeader", "parse_npy_header", "parse_header_literal", "MAGIC", "VERSIONS", "MAX_HEADER_SIZE"]
 
 MAGIC = b"\x93NUMPY"
+#: format version -> (header length field, header text encoding)
+VERSIONS = {(1, 0): ("<H", "latin1"), (2, 0): ("<I", "latin1"), (3, 0): ("<I", "utf8")}
 #: NumPy's default ``max_header_size`` is 10000; torchless accepts the larger headers of
 #: wide structured dtypes up to this size
 MAX_HEADER_SIZE = 65536
@@ -173,16 +175,13 @@ def parse_npy_header(head: bytes | memoryview, *, max_header_size: int = MAX_HEA
     if len(head) < 10 or not head.startswith(MAGIC):
         raise FormatError("not a .npy file", offset=0, expected="\\x93NUMPY magic", found=repr(head[:6]))
     version = (head[6], head[7])
-    if version == (1, 0):
-        (hlen,) = struct.unpack_from("<H", head, 8)
-        start = 10
-    elif version in ((2, 0), (3, 0)):
-        if len(head) < 12:
-            raise FormatError(".npy header length is cut off", offset=8)
-        (hlen,) = struct.unpack_from("<I", head, 8)
-        start = 12
-    else:
+    if version not in VERSIONS:
         raise FormatError("unknown .npy format version", offset=6, expected="1.0, 2.0 or 3.0", found=f"{version[0]}.{version[1]}")
+    fmt, encoding = VERSIONS[version]
+    start = 8 + struct.calcsize(fmt)
+    if len(head) < start:
+        raise FormatError(".npy header length is cut off", offset=8)
+    (hlen,) = struct.unpack_from(fmt, head, 8)
     if hlen > max_header_size:
         raise LimitError(".npy header too large", offset=8, expected=f"<= {max_header_size} bytes", found=f"{hlen} bytes")
     if start + hlen > len(head):
@@ -194,7 +193,7 @@ def parse_npy_header(head: bytes | memoryview, *, max_header_size: int = MAX_HEA
         )
     raw = head[start : start + hlen]
     try:
-        text = raw.decode("utf-8" if version == (3, 0) else "latin1")
+        text = raw.decode(encoding)
     except UnicodeDecodeError as e:
         raise FormatError(".npy header is not UTF-8", offset=start + e.start) from None
     try:

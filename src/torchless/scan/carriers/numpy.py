@@ -28,10 +28,11 @@ import zlib
 from typing import TYPE_CHECKING, Any
 
 from ...core.errors import TorchlessError
+from ...core.npyheader import VERSIONS as _VERSIONS
 from ...core.npyheader import parse_header_literal
 from ...core.source import ByteSource, BytesSource, SourceFile
+from ...formats.npz_spec import NPY_MAGIC
 from .common import walks
-from .recognize import NPY_MAGIC
 
 if TYPE_CHECKING:  # the mixins see the scanner they are mixed into
     from .base import ScannerBase as _Host
@@ -42,7 +43,6 @@ __all__ = ["NumpyCarrier", "read_npy_header"]
 
 MAX_HEADER = 1 << 20  # header bytes parsed (NumPy has no limit under allow_pickle=True)
 MAX_DEPTH = 64  # nesting of the header literal
-_VERSIONS = {(1, 0): ("<H", "latin1"), (2, 0): ("<I", "latin1"), (3, 0): ("<I", "utf8")}
 _LOADER = "numpy.load(allow_pickle=True)"
 _DIGITS = frozenset("0123456789")
 
