@@ -127,8 +127,11 @@ def check_options(h: Any, kind: str, given: Mapping[str, Any], *, path: Any = No
 class Probe:
     """What detection looks at: the path, the first bytes, and (lazily) zip record names.
 
+    A probe is made of a path (:meth:`of`) or of any byte source (:meth:`of_source`: bytes,
+    a zip member, a DCP item), so the same sniffers run on nested members.
+
     Attributes:
-        path: the file or directory.
+        path: the file or directory (for a byte source, its name).
         is_dir: True for directories (DCP checkpoints, caches, unpacked packages).
         head: the first 4096 bytes of a file (empty for directories).
     """
@@ -138,7 +141,7 @@ class Probe:
     head: bytes
     _zip: Any = field(default=None, repr=False)
     _zip_done: bool = field(default=False, repr=False)
-    _source: Any = field(default=None, repr=False)  # a remote object's source, shared with the zip reader
+    _source: Any = field(default=None, repr=False)  # a byte source's bytes (remote, nested), shared with the zip reader
 
     @classmethod
     def of(cls, path: Any) -> Probe:
@@ -165,6 +168,15 @@ class Probe:
             return cls(remote.RemotePath(url), True, b"")  # type: ignore[arg-type]
         src = remote.RemoteSource(url)
         return cls(remote.RemotePath(url), False, src.read_at(0, min(4096, src.size)), _source=src)  # type: ignore[arg-type]
+
+    @classmethod
+    def of_source(cls, data: Any, name: str = "<bytes>") -> Probe:
+        """A probe of bytes, a memoryview or a :class:`~torchless.core.source.ByteSource`
+        (``name``: what the suffix rules see, e.g. the member name)."""
+        from ..core.source import open_source
+
+        src = open_source(data)
+        return cls(Path(name), False, src.read_at(0, min(src.size, 4096)), _source=src)
 
     @property
     def suffix(self) -> str:
