@@ -151,9 +151,10 @@ def _literal_sites() -> dict[object, set[str]]:
                         sites[m].add(rel)
             elif type(v) is int and v in wanted_ints:
                 sites[v].add(rel)
-            elif isinstance(v, str):
-                if v in wanted_str or v in words and id(node) in record_uses and (rel, v) not in NOT_RECORDS:
-                    sites[v].add(rel)
+            elif isinstance(v, str) and (
+                v in wanted_str or (v in words and id(node) in record_uses and (rel, v) not in NOT_RECORDS)
+            ):
+                sites[v].add(rel)
     return sites
 
 
