@@ -149,11 +149,12 @@ def _literal_sites() -> dict[object, set[str]]:
                 for m in wanted_bytes:
                     if v == m or (len(m) >= 4 and v.startswith(m)):
                         sites[m].add(rel)
-            elif type(v) is int and v in wanted_ints:
-                sites[v].add(rel)
-            elif isinstance(v, str) and (
+                continue
+            is_int = type(v) is int and v in wanted_ints
+            is_name = isinstance(v, str) and (
                 v in wanted_str or (v in words and id(node) in record_uses and (rel, v) not in NOT_RECORDS)
-            ):
+            )
+            if is_int or is_name:
                 sites[v].add(rel)
     return sites
 
