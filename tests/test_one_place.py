@@ -350,5 +350,5 @@ def test_specs_sniff_any_byte_source() -> None:
 
     recs = [n.split("/", 1)[1] for n in zipfile.ZipFile(io.BytesIO(b.getvalue())).namelist()]
     assert ts_spec.is_torchscript_zip(recs) and ts_spec.may_be_torchscript(recs)
-    assert not pt_spec.is_checkpoint_zip(recs)
+    assert not ts_spec.is_checkpoint_zip(recs)
     assert {ts_spec.classify_record(r) for r in recs} >= {"code", "pickle", "metadata"}

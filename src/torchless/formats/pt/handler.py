@@ -12,6 +12,7 @@ from ...core.tree import describe, iter_tensors
 from ...pickle.machine import Limits
 from ..base import Artifact, Capabilities, FormatHandler, Probe, summarize_tensors
 from ..registry import register
+from ..torchscript.spec import is_checkpoint_zip
 from . import spec
 from .read import Checkpoint, read_checkpoint
 
@@ -129,7 +130,7 @@ class PtHandler(FormatHandler):
             return False
         head = probe.head
         if is_zip(head):
-            return spec.is_checkpoint_zip(probe.zip_records())
+            return is_checkpoint_zip(probe.zip_records())
         if spec.is_legacy_stream(head):
             return True
         if probe.suffix not in (".tar", ".pt", ".pth"):

@@ -44,7 +44,6 @@ __all__ = [
     "opens_as_tar",
     "is_storage_record",
     "classify_record",
-    "is_checkpoint_zip",
 ]
 
 #: torch.load's zip test (``_is_zipfile``): the first local file header
@@ -155,10 +154,3 @@ def classify_record(rel: str) -> str:
     if rel in METADATA_RECORDS:
         return "metadata"
     return "other"
-
-
-def is_checkpoint_zip(records: list[str] | None) -> bool:
-    """The record list of a ``torch.save`` zip (a ``data.pkl`` and no TorchScript constants)."""
-    from ..torchscript.spec import CONSTANTS_PKL
-
-    return records is not None and DATA_PKL in records and CONSTANTS_PKL not in records

@@ -39,6 +39,7 @@ __all__ = [
     "FLATBUFFER_ID",
     "is_flatbuffer",
     "is_torchscript_zip",
+    "is_checkpoint_zip",
     "may_be_torchscript",
     "classify_record",
     "MIN_FILE_FORMAT_VERSION",
@@ -161,6 +162,12 @@ def module_of_code_record(record: str) -> str | None:
 def is_torchscript_zip(records: list[str] | None) -> bool:
     """True for the record list of a TorchScript archive (torch's own test, §1)."""
     return records is not None and (CONSTANTS_PKL in records or (BYTECODE_PKL in records and DATA_PKL in records))
+
+
+def is_checkpoint_zip(records: list[str] | None) -> bool:
+    """The record list of a ``torch.save`` zip: a ``data.pkl`` and no ``constants.pkl``
+    (torch.load's own test for "not TorchScript"; here, where both record names live)."""
+    return records is not None and DATA_PKL in records and CONSTANTS_PKL not in records
 
 
 def may_be_torchscript(records: list[str]) -> bool:
