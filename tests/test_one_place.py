@@ -131,14 +131,14 @@ def _record_word_uses(tree: ast.Module) -> set[int]:
     return ids
 
 
-def _literal_sites() -> dict[object, set[str]]:
+def _literal_sites(modules: list[tuple[str, ast.Module]] | None = None) -> dict[object, set[str]]:
     """literal -> the modules spelling it."""
     wanted_bytes = set(MAGIC_BYTES)
     wanted_ints = set(MAGIC_INTS)
     wanted_str = set(RECORD_NAMES)
     words = set(RECORD_WORDS)
     sites: dict[object, set[str]] = defaultdict(set)
-    for rel, tree in _modules():
+    for rel, tree in modules if modules is not None else _modules():
         docs = _docstrings(tree)
         record_uses = _record_word_uses(tree)
         for node in ast.walk(tree):
@@ -168,6 +168,21 @@ def test_legacy_tar_member_names_spelled_once() -> None:
                 if names >= TAR_MEMBERS:
                     where.add(rel)
     assert len(where) == 1, f"the legacy tar layout {sorted(TAR_MEMBERS)} is spelled in {sorted(where)}"
+
+
+def test_the_checker_sees_a_second_spelling() -> None:
+    fake = [
+        (
+            "torchless/formats/x/spec.py",
+            ast.parse('"""doc: data.pkl"""\nMAGIC = b"PTMF"\nREC = "data.pkl"\nV = ("version", "x")\n'),
+        ),
+        ("torchless/scan/y.py", ast.parse('def f(h):\n    """data.pkl"""\n    return h[4:8] == b"PTMF" or h == "data.pkl"\n')),
+        ("torchless/cli/z.py", ast.parse('D = {"version": 1}\nG = lookup("version")\n')),
+    ]
+    sites = _literal_sites(fake)
+    assert sites[b"PTMF"] == {"torchless/formats/x/spec.py", "torchless/scan/y.py"}
+    assert sites["data.pkl"] == {"torchless/formats/x/spec.py", "torchless/scan/y.py"}  # docstrings are prose
+    assert sites["version"] == {"torchless/formats/x/spec.py", "torchless/cli/z.py"}  # a dict key is not a record use
 
 
 def test_the_checker_finds_literals() -> None:
