@@ -34,12 +34,12 @@ DTYPES_MEMBER = "__torchless_dtypes__.json"
 DTYPE_COMMENT = b"torchless.dtype="
 
 
-def is_npy(head: bytes) -> bool:
+def is_npy(head: bytes | bytearray | memoryview) -> bool:
     """``numpy.load`` reads these bytes as an ``.npy`` array."""
     return head[: len(NPY_MAGIC)] == NPY_MAGIC
 
 
-def is_npz_head(head: bytes) -> bool:
+def is_npz_head(head: bytes | bytearray | memoryview) -> bool:
     """``numpy.load`` reads these bytes as an ``.npz`` through ``zipfile``."""
     return head[:4] in ZIP_MAGICS
 
