@@ -16,7 +16,7 @@ import _signal
 import os
 import sys
 
-__all__ = ["quiet_interrupts", "running_as_cli"]
+__all__ = ["command_ends", "quiet_interrupts", "running_as_cli"]
 
 
 def running_as_cli() -> bool:
@@ -43,10 +43,45 @@ def quiet_interrupts() -> None:
         pass
 
 
+def _lost_interrupt_hook(unraisable: object) -> None:
+    """A KeyboardInterrupt raised where Python cannot propagate it (a weakref callback of
+    the import system, an at-fork hook, a finalizer) is printed as "Exception ignored" with
+    a traceback and dropped. The command line delivers it again instead, at the next point
+    where it can unwind."""
+    exc_type = getattr(unraisable, "exc_type", None)
+    if isinstance(exc_type, type) and issubclass(exc_type, KeyboardInterrupt):
+        import _thread
+
+        _thread.interrupt_main()
+        return
+    _previous_unraisablehook(unraisable)
+
+
+_previous_unraisablehook = sys.unraisablehook
+
+
 def command_starts() -> None:
     """Give SIGINT back to Python (KeyboardInterrupt) for the command itself."""
+    global _previous_unraisablehook
+    if sys.unraisablehook is not _lost_interrupt_hook:
+        _previous_unraisablehook = sys.unraisablehook
+        sys.unraisablehook = _lost_interrupt_hook
     try:
         if _signal.getsignal(_signal.SIGINT) is _interrupted:
             _signal.signal(_signal.SIGINT, _signal.default_int_handler)
+    except (ValueError, OSError):
+        pass
+
+
+def _exit_quietly(signum: int, frame: object) -> None:
+    os._exit(130 if signum == _signal.SIGINT else 128 + signum)
+
+
+def command_ends() -> None:
+    """The command has answered: a Ctrl-C while the interpreter shuts down (joining
+    worker threads and processes) ends it with status 130 and no second message, never
+    with a traceback or a death by signal."""
+    try:
+        _signal.signal(_signal.SIGINT, _exit_quietly)
     except (ValueError, OSError):
         pass

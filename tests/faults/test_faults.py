@@ -364,15 +364,19 @@ def test_parallel_reshard_ctrl_c_to_the_group(tmp_path, source):
     if p.returncode == 0:  # finished before the signal: complete output
         _valid_dcp(str(dst))
         return
-    assert p.returncode == 130 and "Traceback" not in err, err
+    # 130, or death by SIGINT: CPython marks a KeyboardInterrupt that lands inside an
+    # eval() of a string (namedtuple does one while a module imports) as unhandled even
+    # when the program handled it, and then ends itself with SIGINT after exiting 130.
+    # A shell reports 130 for both.
+    assert p.returncode in (130, -signal.SIGINT) and "Traceback" not in err, err
     assert not dst.exists() and temporaries(str(tmp_path)) == []
 
 
 def test_lost_keyboard_interrupt_never_publishes(tmp_path, monkeypatch):
     """Python loses the KeyboardInterrupt a signal handler raises inside an at-fork hook
-    or a finalizer ("Exception ignored in ..."); the clean-up has already run. A commit
-    after that refuses, and the CLI reports the run as interrupted (130), not as the
-    write error the clean-up caused. This is the race a Ctrl-C during a parallel reshard
+    or a finalizer ("Exception ignored in ..."), and the program goes on. A commit after
+    that refuses and removes its temporary, and the CLI reports the run as interrupted
+    (130), not as whatever error followed. This is the race a Ctrl-C during a parallel reshard
     hit in CI."""
     from torchless.cli import main as cli_main
     from torchless.core import atomic
@@ -384,12 +388,11 @@ def test_lost_keyboard_interrupt_never_publishes(tmp_path, monkeypatch):
     (open(os.path.join(d.tmp, "a"), "wb")).close()
     with pytest.raises(KeyboardInterrupt):  # what the handler raises...
         atomic._on_signal(signal.SIGINT, None)
-    # ...and what Python swallowed: the program goes on, its temporaries gone
-    assert not os.path.exists(d.tmp)
+    # ...and what Python swallowed: the program goes on
     assert atomic.interrupted() == signal.SIGINT
     with pytest.raises(KeyboardInterrupt):
         d.commit()
-    assert not dst.exists()
+    assert not dst.exists() and not os.path.exists(d.tmp)
 
     f = atomic.AtomicFile(str(tmp_path / "x.bin"))
     f.file.write(b"data")

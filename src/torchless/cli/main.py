@@ -93,6 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{st['uploads']} uploads, {st['bytes_uploaded']} bytes uploaded"
             )
     except KeyboardInterrupt:
+        _interrupted_cleanup()
         _say("interrupted")
         return 130
 
@@ -123,6 +124,8 @@ def _run(args: argparse.Namespace) -> int:
         )
         return 2
     except Exception as e:  # noqa: BLE001 - the last line of defence: a bug, said once
+        if (code := _lost_interrupt()) is not None:  # e.g. a KeyError from an interrupted import
+            return code
         _say(f"error: {InternalError.wrap(e, f'running {args.command!r}')}")
         return 2
 
@@ -176,8 +179,17 @@ def _lost_interrupt() -> int | None:
     sig = interrupted()
     if sig is None:
         return None
+    _interrupted_cleanup()
     _say("interrupted")
     return 128 + int(sig)
+
+
+def _interrupted_cleanup() -> None:
+    """Remove what the interrupted command still had in progress (writers abort as the
+    interrupt unwinds; this catches any that did not)."""
+    from ..core.atomic import interrupted_cleanup
+
+    interrupted_cleanup()
 
 
 def _say(text: str) -> None:
@@ -191,10 +203,17 @@ def _say(text: str) -> None:
 
 def entry() -> None:
     """Console-script wrapper."""
+    code = 130
     try:
-        code = main()
-    except KeyboardInterrupt:  # between main's handlers and the exit
-        _say("interrupted")
+        try:
+            code = main()
+        except KeyboardInterrupt:  # between main's handlers and the exit
+            _say("interrupted")
+            code = 130
+        from .._start import command_ends
+
+        command_ends()
+    except KeyboardInterrupt:  # a replayed or second Ctrl-C after the answer: said once already
         code = 130
     sys.exit(code)
 

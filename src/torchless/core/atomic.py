@@ -30,6 +30,7 @@ fail the creation of every output instead (a read-only destination).
 
 from __future__ import annotations
 
+import atexit
 import errno
 import os
 import signal
@@ -167,10 +168,18 @@ def _remove(path: str, is_dir: bool) -> None:
     try:
         if is_dir:
             _rmtree(path, ignore_errors=True)
+            if os.path.isdir(path):  # a file appeared while the tree was removed
+                _rmtree(path, ignore_errors=True)
         else:
             os.unlink(path)
     except OSError:
         pass
+
+
+def interrupted_cleanup() -> None:
+    """Remove this process's temporaries still tracked after an interrupt unwound (the
+    CLI calls it when it reports "interrupted"; an exit hook calls it too)."""
+    _cleanup_own()
 
 
 def _cleanup_own() -> None:
@@ -188,13 +197,28 @@ def _on_signal(signum: int, frame: Any) -> None:
     if _held:
         _pending.append(signum)
         return
+    if signum == signal.SIGINT:
+        # Python unwinds (KeyboardInterrupt) and every writer on the way aborts, removing
+        # its temporary after its worker processes stopped. Removing files here, in the
+        # middle of whatever the main thread was doing, raced with workers still writing
+        # into a staging folder (an empty folder was left behind) and made the handler's
+        # window long. What unwinding misses, interrupted_cleanup() (the CLI) and the
+        # exit hook remove.
+        _fired.append(signum)
+        _restore_handlers()
+        if callable(prev):
+            prev(signum, frame)  # Python's own handler raises KeyboardInterrupt
+        else:
+            raise KeyboardInterrupt
+        _fired.remove(signum)  # a handler of the application's chose to go on
+        if _active:
+            _install_handlers()
+        return
     _fired.append(signum)
     _cleanup_own()
     _restore_handlers()
     if callable(prev):
         prev(signum, frame)
-    elif signum == signal.SIGINT:
-        raise KeyboardInterrupt
     else:  # default action (terminate): re-deliver with the default disposition
         os.kill(os.getpid(), signum)
 
@@ -210,16 +234,17 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_cleanup_own)  # a write an interrupt left unfinished is never left behind
 
 
 def interrupted() -> int | None:
-    """The signal whose clean-up already ran in this process, or None.
+    """The signal that interrupted this process, or None.
 
     Python can lose the ``KeyboardInterrupt`` a handler raises: when the signal lands in
     an at-fork hook, a finalizer or a weakref callback, the exception is printed as
-    "ignored" and the program goes on, its temporaries already removed. Code that
-    unwinds or publishes asks this first: a commit after a lost interrupt refuses, and
-    an error caused by the clean-up is reported as the interrupt it is.
+    "ignored" and the program goes on; inside the import system it can even surface as a
+    ``KeyError``. Code that publishes asks this first: a commit after a lost interrupt
+    refuses, and an error that follows it is reported as the interrupt it is.
     """
     return _fired[0] if _fired else None
 
@@ -393,12 +418,13 @@ class AtomicFile:
                 raise WriteError("cannot write: the destination is a folder", path=self.dest)
         clean_stale(folder)
         self.tmp = _temp_path(folder, "file")
-        try:
-            _fault_create()
-            fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
-        except OSError as e:
-            raise _write_error(e, self.dest) from None
-        _track(self, self.tmp, False)
+        with holding_signals():  # created and tracked as one step: an interrupt never falls between
+            try:
+                _fault_create()
+                fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
+            except OSError as e:
+                raise _write_error(e, self.dest) from None
+            _track(self, self.tmp, False)
         self._raw: BinaryIO = os.fdopen(fd, "wb", buffering=1 << 20)
         self.file: BinaryIO = _Guarded(self._raw, self.dest)  # type: ignore[assignment]
         self._done = False
@@ -494,12 +520,13 @@ class AtomicDir:
             parent = tempfile.gettempdir()
             clean_stale(parent)
             self.tmp = _temp_path(parent, "dir")
-            try:
-                _fault_create()
-                os.mkdir(self.tmp, 0o700)
-            except OSError as e:
-                raise _write_error(e, self.path) from None
-            _track(self, self.tmp, True)
+            with holding_signals():  # created and tracked as one step
+                try:
+                    _fault_create()
+                    os.mkdir(self.tmp, 0o700)
+                except OSError as e:
+                    raise _write_error(e, self.path) from None
+                _track(self, self.tmp, True)
             self._done = False
             return
         parent = os.path.dirname(os.path.abspath(self.path))
@@ -511,12 +538,13 @@ class AtomicDir:
         if os.path.isdir(self.path):
             clean_stale(self.path)
         self.tmp = _temp_path(parent, "dir")
-        try:
-            _fault_create()
-            os.mkdir(self.tmp, 0o777)
-        except OSError as e:
-            raise _write_error(e, self.path) from None
-        _track(self, self.tmp, True)
+        with holding_signals():  # created and tracked as one step: an interrupt never falls between
+            try:
+                _fault_create()
+                os.mkdir(self.tmp, 0o777)
+            except OSError as e:
+                raise _write_error(e, self.path) from None
+            _track(self, self.tmp, True)
         self._done = False
 
     def commit(self, last: Sequence[str] = ()) -> None:
