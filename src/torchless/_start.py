@@ -43,13 +43,12 @@ def quiet_interrupts() -> None:
         pass
 
 
-def _lost_interrupt_hook(unraisable: object) -> None:
+def _lost_interrupt_hook(unraisable: sys.UnraisableHookArgs) -> None:
     """A KeyboardInterrupt raised where Python cannot propagate it (a weakref callback of
     the import system, an at-fork hook, a finalizer) is printed as "Exception ignored" with
     a traceback and dropped. The command line delivers it again instead, at the next point
     where it can unwind."""
-    exc_type = getattr(unraisable, "exc_type", None)
-    if isinstance(exc_type, type) and issubclass(exc_type, KeyboardInterrupt):
+    if issubclass(unraisable.exc_type, KeyboardInterrupt):
         import _thread
 
         _thread.interrupt_main()
