@@ -38,7 +38,7 @@ from .core.errors import (
 from .core.lazy import lazy_exports as _lazy_exports
 from .core.tensor import NestedTensor, SparseTensor, Storage, Tensor, tensor
 from .core.version import __version__ as __version__
-from .formats.base import Artifact, Capabilities
+from .formats.base import Artifact, Capabilities, LoadPolicy
 from .pickle.globals import GlobalRef, PickledObject
 from .pickle.machine import Limits
 
@@ -53,6 +53,7 @@ __all__ = [
     "LimitError",
     "Limits",
     "LinkEscapeError",
+    "LoadPolicy",
     "NestedTensor",
     "NotFoundError",
     "PickledObject",

@@ -8,7 +8,7 @@ from typing import Any
 
 from .core.errors import UsageError
 from .core.remote import accepts_storage_options as _remote_opts
-from .formats.base import Artifact, check_options
+from .formats.base import Artifact, LoadPolicy, check_options
 from .formats.dispatch import open_artifact, tensor_writer, writable_formats
 from .formats.dispatch import write_tensors as _write_tensors
 from .formats.registry import capabilities, handler, handler_for_path, require
@@ -33,51 +33,54 @@ def detect(path: Any) -> str:
 
 
 @_remote_opts
-def open(path: Any, *, format: str | None = None, **kw: Any) -> Artifact:  # noqa: A001
+def open(path: Any, *, format: str | None = None, policy: LoadPolicy | None = None, **kw: Any) -> Artifact:  # noqa: A001
     """Open any artifact lazily: tensors are listed without reading their bytes.
 
     Args:
-        path: a file or directory (DCP checkpoints, caches).
+        path: a file or directory (DCP checkpoints, caches), or the bytes of a checkpoint.
         format: skip detection and use this handler.
-        **kw: handler options. Every handler takes ``weights_only`` (default True; formats
-            that hold no pickles ignore it); the others are listed by
-            :func:`torchless.formats.base.accepted_options`.
+        policy: the :class:`~torchless.formats.base.LoadPolicy` (``weights_only``, ``limits``,
+            ``allowed_globals``, ``mmap``, ``encoding``), decided here once.
+        **kw: the policy's fields as keywords (they must agree with ``policy`` when both
+            are given), and the format's own options (``torchless formats --json`` lists
+            them: ``base_dir`` for ONNX...).
 
     Returns:
         An :class:`~torchless.formats.base.Artifact`; iterate ``tensors()`` or index it
-        by tensor name; use it as a context manager. Its ``load()`` honours the
-        ``weights_only`` given here and refuses the other policy.
+        by tensor name; use it as a context manager. Its ``load()`` holds to the policy
+        given here and refuses the other ``weights_only``.
 
     Raises:
-        UsageError: an option the handler does not take (the message lists the ones it does).
+        UsageError: an option the format does not take (the message lists the ones it
+            does), or one that contradicts ``policy``.
 
     Example:
         >>> with torchless.open("model.pt") as ckpt:          # doctest: +SKIP
         ...     for name, t in ckpt.tensors():
         ...         print(name, t.dtype, t.shape)
     """
-    return open_artifact(path, format=format, **kw)
+    return open_artifact(path, format=format, policy=policy, **kw)
 
 
 @_remote_opts
-def load(path: Any, *, weights_only: bool = True, format: str | None = None, **kw: Any) -> Any:
+def load(path: Any, *, format: str | None = None, policy: LoadPolicy | None = None, **kw: Any) -> Any:
     """Load an artifact's object tree (for checkpoints: what ``torch.load`` returns).
 
     Tensors in the result are :class:`~torchless.core.tensor.Tensor` views over the
-    memory-mapped file; ``numpy()`` reads them.
+    memory-mapped file; ``numpy()`` reads them. Takes what :func:`open` takes.
 
     Args:
-        weights_only: refuse any global not on torchless's allowlist (the default, as in
-            torch). With False, unknown globals become inert
-            :class:`~torchless.pickle.globals.PickledObject` placeholders. Nothing a file
-            names is imported or called either way.
+        policy: the load policy; ``weights_only`` (default True, as in torch) refuses any
+            global not on torchless's allowlist. With ``weights_only=False``, unknown
+            globals become inert :class:`~torchless.pickle.globals.PickledObject`
+            placeholders. Nothing a file names is imported or called either way.
 
     Raises:
-        UnsafeGlobalError: ``weights_only=True`` and the pickle names a global that is
-            not allowed (the message names it).
+        UnsafeGlobalError: ``weights_only`` and the pickle names a global that is not
+            allowed (the message names it).
         UsageError: an option the format does not take.
     """
-    return open(path, format=format, weights_only=weights_only, **kw).load(weights_only=weights_only)
+    return open(path, format=format, policy=policy, **kw).load()
 
 
 def _writer(path: Any, format: str | None) -> Any:

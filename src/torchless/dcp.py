@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from .core.remote import accepts_storage_options as _remote_opts
+from .formats.base import LoadPolicy
 from .formats.dcp.artifact import DCPArtifact
 from .formats.dcp.consolidate import consolidate
 from .formats.dcp.metadata import DCP_ALLOWLIST, dump_metadata, parse_metadata, read_metadata
@@ -67,15 +68,15 @@ __all__ = [
 @_remote_opts
 def open(path: Any, *, weights_only: bool = True) -> DCPArtifact:  # noqa: A001
     """Open a DCP directory lazily (nothing but ``.metadata`` is read)."""
-    return DCPArtifact(path, weights_only=weights_only)
+    return DCPArtifact(path, LoadPolicy(weights_only=weights_only))
 
 
 @_remote_opts
 def load(path: Any, *, keys: Any = None, weights_only: bool = True, materialize: bool = False) -> Any:
     """The nested state dict. Tensors are lazy unless ``materialize`` (then NumPy arrays);
     ``keys`` (flattened names) selects what to read."""
-    art = DCPArtifact(path, weights_only=weights_only)
-    obj = art.load(weights_only=weights_only, keys=keys)
+    art = DCPArtifact(path, LoadPolicy(weights_only=weights_only))
+    obj = art.load(keys=keys)
     if materialize:
         from .core.tensor import Tensor
 

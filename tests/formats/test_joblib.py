@@ -13,6 +13,7 @@ import pytest
 import torchless
 from torchless.cli.main import main
 from torchless.core.errors import FormatError, LimitError, TorchlessError, TruncatedError, UnsafeGlobalError
+from torchless.formats.base import LoadPolicy
 from torchless.formats.joblib import JoblibArtifact
 from torchless.pickle.machine import Limits
 
@@ -167,7 +168,7 @@ def test_hostile(tmp_path):
     bomb = tmp_path / "bomb.joblib"
     bomb.write_bytes(zlib.compress(raw + b"\0" * (1 << 20)))
     with pytest.raises(LimitError):
-        JoblibArtifact(bomb, limits=Limits(max_input=1 << 16))
+        JoblibArtifact(bomb, LoadPolicy(limits=Limits(max_input=1 << 16)))
     (tmp_path / "junk.joblib").write_bytes(b"x\x9c" + os.urandom(64))
     with pytest.raises(TorchlessError):
         JoblibArtifact(tmp_path / "junk.joblib")

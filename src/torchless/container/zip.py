@@ -125,37 +125,30 @@ class ZipReader:
             if gc_was_enabled:
                 gc.enable()
         first = self.entries[0].name if self.entries else ""
-        if "/" in first:
-            self.prefix = first.split("/", 1)[0]
-        elif require_prefix:
+        self.prefix = first.split("/", 1)[0] if "/" in first else ""
+        self._in_folder = "/" in first
+        if require_prefix:
+            self.check_prefix()
+        self._by_lower: dict[bytes, list[ZipEntry]] = {}
+        for e in self.entries:
+            self._by_lower.setdefault(e.raw_name.lower(), []).append(e)
+        self._sorted: list[int] | None = None
+
+    def check_prefix(self) -> ZipReader:
+        """``self`` when the first entry is inside a folder (torch's rule).
+
+        Raises:
+            FormatError: the first entry is not inside a folder, or there are no entries.
+        """
+        if not self._in_folder:
+            first = self.entries[0].name if self.entries else ""
             raise FormatError(
                 "first archive entry is not inside a folder" if self.entries else "archive has no entries",
                 path=self.path,
                 expected="entries named '<prefix>/...'",
                 found=repr(first),
             )
-        else:
-            self.prefix = ""
-        self._by_lower: dict[bytes, list[ZipEntry]] = {}
-        for e in self.entries:
-            self._by_lower.setdefault(e.raw_name.lower(), []).append(e)
-        self._sorted: list[int] | None = None
-
-    @classmethod
-    def cached(cls, path: PathLike) -> ZipReader:
-        """A reader for ``path``, reusing the last one opened for the same unchanged file.
-
-        Detection reads the central directory to tell zip flavours apart; the handler
-        that then opens the file gets the same parsed directory instead of a second parse.
-        """
-        global _CACHE
-        st = os.stat(path)  # (the reader is built with require_prefix=False; check .prefix)
-        key = (os.path.realpath(path), st.st_size, st.st_mtime_ns)
-        if _CACHE is not None and _CACHE[0] == key:
-            return _CACHE[1]
-        zr = cls(path, require_prefix=False)
-        _CACHE = (key, zr)
-        return zr
+        return self
 
     def data_index(self, folder: str) -> EntryIndex:
         """``{name relative to prefix/folder/: entry}`` for the records under a folder.
@@ -581,9 +574,6 @@ class ZipReader:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-_CACHE: tuple[Any, ZipReader] | None = None
 
 
 class EntryIndex(Protocol):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -18,6 +18,8 @@ from ..container.zip import ZipReader, is_zip
 from ..core.errors import NotFoundError, TorchlessError, UsageError
 from ..core.findings import Problem
 from ..core.tensor import Tensor
+from ..pickle.globals import GlobalRef
+from ..pickle.machine import Limits
 
 __all__ = [
     "CAPABILITIES",
@@ -25,6 +27,7 @@ __all__ = [
     "Artifact",
     "Capabilities",
     "FormatHandler",
+    "LoadPolicy",
     "Probe",
     "Problem",
     "accepted_options",
@@ -32,8 +35,68 @@ __all__ = [
     "summarize_tensors",
 ]
 
-#: what every handler's ``open`` accepts (formats without pickles ignore it)
-OPEN_OPTIONS: tuple[str, ...] = ("weights_only",)
+
+@dataclass(frozen=True)
+class LoadPolicy:
+    """How an artifact is read: decided once, when it is opened, and held to after.
+
+    Give it to :func:`torchless.open` / :func:`torchless.load` as ``policy=``, or give its
+    fields as keyword options (``weights_only=False``); both at once must agree. Every
+    format takes every field; a format without pickles has nothing to apply
+    ``weights_only``, ``allowed_globals`` or ``encoding`` to, and one that is not memory
+    mapped ignores ``mmap``.
+
+    Attributes:
+        weights_only: refuse (``UnsafeGlobalError``) any global not on torchless's
+            allowlist; with False, unknown globals become inert placeholders. Nothing a
+            file names is imported or called either way.
+        limits: bounds for every pickle read (:class:`~torchless.pickle.machine.Limits`).
+        allowed_globals: ``"module.name"`` globals to accept under ``weights_only`` as
+            inert placeholders (:class:`~torchless.pickle.globals.GlobalRef`) instead of
+            refusing them, like torch's ``add_safe_globals`` without importing anything.
+        mmap: map storages from the file (True) or read each into its own buffer.
+        encoding: how Python-2 ``str`` pickles are decoded (``torch.load(encoding=)``).
+
+    Raises:
+        UsageError: a field of the wrong type.
+    """
+
+    weights_only: bool = True
+    limits: Limits = field(default_factory=Limits)
+    allowed_globals: frozenset[str] = frozenset()
+    mmap: bool = True
+    encoding: str = "utf-8"
+
+    def __post_init__(self) -> None:
+        for k in ("weights_only", "mmap"):
+            if type(getattr(self, k)) is not bool:
+                raise UsageError(f"{k} must be True or False", found=repr(getattr(self, k))[:40])
+        if not isinstance(self.limits, Limits):
+            raise UsageError("limits must be a torchless.Limits", found=type(self.limits).__name__)
+        if not isinstance(self.encoding, str):
+            raise UsageError("encoding must be a str", found=type(self.encoding).__name__)
+        names = self.allowed_globals
+        if isinstance(names, (str, bytes)) or not isinstance(names, Iterable):
+            raise UsageError('allowed_globals must be a collection of "module.name" strings', found=repr(names)[:40])
+        names = frozenset(names)
+        bad = sorted(repr(n)[:40] for n in names if not isinstance(n, str) or "." not in n.strip("."))
+        if bad:
+            raise UsageError('allowed_globals holds names that are not "module.name"', found=", ".join(bad[:4]))
+        object.__setattr__(self, "allowed_globals", names)
+
+    def extra_globals(self) -> dict[str, Any]:
+        """``{"module.name": placeholder}`` for the pickle resolver's ``extra``."""
+        out: dict[str, Any] = {}
+        for qual in self.allowed_globals:
+            module, _, name = qual.rpartition(".")
+            out[qual] = GlobalRef(module, name)
+        return out
+
+
+#: the policy's field names: every handler's ``open`` accepts them
+LOAD_POLICY_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(LoadPolicy))
+#: what every handler's ``open`` accepts: the policy's fields
+OPEN_OPTIONS: tuple[str, ...] = LOAD_POLICY_FIELDS
 #: what every writer (``save`` / ``write_tensors``) accepts
 WRITE_OPTIONS: tuple[str, ...] = ("progress",)
 
@@ -105,6 +168,38 @@ def accepted_options(h: Any, kind: str) -> tuple[str, ...]:
     return tuple(sorted(set(common) | set(own)))
 
 
+def resolve_policy(
+    h: Any, policy: LoadPolicy | None, given: Mapping[str, Any], *, path: Any = None
+) -> tuple[LoadPolicy, dict[str, Any]]:
+    """The one :class:`LoadPolicy` of an ``open`` call, and the handler's own options.
+
+    ``given`` are the keyword options of the call: the policy's fields, and the options
+    handler ``h`` declares (``capabilities.open_options``).
+
+    Raises:
+        UsageError: an option ``h`` does not take (naming the accepted ones), a policy
+            that is not a :class:`LoadPolicy`, or a keyword option that contradicts the
+            ``policy`` given with it.
+    """
+    check_options(h, "open", given, path=path)
+    fields_given = {k: v for k, v in given.items() if k in LOAD_POLICY_FIELDS}
+    own = {k: v for k, v in given.items() if k not in LOAD_POLICY_FIELDS}
+    if policy is None:
+        return LoadPolicy(**fields_given), own
+    if not isinstance(policy, LoadPolicy):
+        raise UsageError("policy must be a torchless.LoadPolicy", path=path, found=type(policy).__name__)
+    merged = replace(policy, **fields_given)
+    conflicts = [k for k in fields_given if getattr(merged, k) != getattr(policy, k)]
+    if conflicts:
+        shown = ", ".join(f"{k}={fields_given[k]!r}" for k in conflicts)
+        raise UsageError(
+            f"{shown} conflicts with the policy given ({', '.join(f'{k}={getattr(policy, k)!r}' for k in conflicts)})",
+            path=path,
+            hint="give the load policy once: policy=LoadPolicy(...) or keyword options",
+        )
+    return policy, own
+
+
 def check_options(h: Any, kind: str, given: Mapping[str, Any], *, path: Any = None) -> None:
     """Refuse options handler ``h`` does not take, naming them and the accepted ones.
 
@@ -139,7 +234,8 @@ class Probe:
     path: Path
     is_dir: bool
     head: bytes
-    _zip: Any = field(default=None, repr=False)
+    _reader: ZipReader | None = field(default=None, repr=False)
+    _records: list[str] | None = field(default=None, repr=False)
     _zip_done: bool = field(default=False, repr=False)
     _source: Any = field(default=None, repr=False)  # a byte source's bytes (remote, nested), shared with the zip reader
 
@@ -182,18 +278,44 @@ class Probe:
     def suffix(self) -> str:
         return self.path.suffix.lower()
 
-    def zip_records(self) -> list[str] | None:
-        """Record names relative to the archive folder, or None when not a zip."""
+    def _parse_zip(self) -> None:
         if not self._zip_done:
             self._zip_done = True
             if not self.is_dir and is_zip(self.head):
                 try:
-                    src = self._source
-                    zr = ZipReader(src, require_prefix=False) if src is not None else ZipReader.cached(self.path)
-                    self._zip = zr.records()
+                    src = self._source  # a remote object's source, or None: map the file
+                    self._reader = ZipReader(src if src is not None else self.path, require_prefix=False)
+                    self._records = self._reader.records()
                 except TorchlessError:
-                    self._zip = None
-        return self._zip
+                    self._reader = None
+
+    def zip_records(self) -> list[str] | None:
+        """Record names relative to the archive folder, or None when not a zip (the
+        central directory is parsed once, on the first call)."""
+        self._parse_zip()
+        return self._records
+
+    def take_zip(self, *, require_prefix: bool = True) -> ZipReader | None:
+        """The parsed archive, handed over to the caller (who closes it), or None when the
+        probe parsed none (not a zip, or detection never looked inside).
+
+        Raises:
+            FormatError: ``require_prefix`` and the first entry is not inside a folder.
+        """
+        zr, self._reader = self._reader, None
+        if zr is not None and require_prefix:
+            try:
+                zr.check_prefix()
+            except BaseException:
+                zr.close()
+                raise
+        return zr
+
+    def close(self) -> None:
+        """Release the parsed archive unless it was handed over."""
+        zr, self._reader = self._reader, None
+        if zr is not None:
+            zr.close()
 
 
 #: how an error message says what a capability does
@@ -240,11 +362,35 @@ class FormatHandler:
     def sniff(self, probe: Probe) -> bool:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def open(self, path: Any, *args: Any, **kw: Any) -> Artifact:  # pragma: no cover - abstract
-        """Open ``path`` lazily. ``kw`` always may hold ``weights_only`` (ignored by
-        formats without pickles) besides the handler's own options.
+    def open(self, path: Any, policy: LoadPolicy | None = None, /, *, probe: Probe | None = None, **options: Any) -> Artifact:
+        """Open ``path`` lazily under one :class:`LoadPolicy`.
 
-        (``*args, **kw`` here let each handler spell out its own keyword options.)"""
+        Args:
+            policy: the load policy (default: ``LoadPolicy()`` updated by ``options``).
+            probe: the :class:`Probe` detection already made of ``path`` (its parsed zip
+                directory is reused, not read again); the artifact takes it over.
+            **options: the policy's fields (``weights_only``, ``limits``...) and the
+                handler's own declared ``capabilities.open_options``.
+
+        Raises:
+            UsageError: an option the handler does not take (naming the accepted ones),
+                or one contradicting ``policy``.
+        """
+        try:
+            pol, own = resolve_policy(
+                self, policy, options, path=None if isinstance(path, (bytes, bytearray, memoryview)) else path
+            )
+        except BaseException:
+            if probe is not None:
+                probe.close()
+            raise
+        art = self._open(path, pol, probe, **own)
+        art.policy = pol
+        return art
+
+    def _open(self, path: Any, policy: LoadPolicy, probe: Probe | None) -> Artifact:  # pragma: no cover - abstract
+        """Open ``path`` under ``policy``; handlers add their declared open options as
+        keyword parameters. ``probe`` (may be None) is detection's look at ``path``."""
         raise NotImplementedError
 
     def write_tensors(
@@ -287,11 +433,17 @@ class Artifact:
 
     format: str = "?"
     #: the load policy, decided once when the artifact is opened
-    weights_only: bool = True
+    policy: LoadPolicy = LoadPolicy()
 
-    def __init__(self, path: Any) -> None:
+    def __init__(self, path: Any, policy: LoadPolicy | None = None) -> None:
         self.path = os.fspath(path)
+        self.policy = policy if policy is not None else LoadPolicy()
         self._index: dict[str, Any] | None = None
+
+    @property
+    def weights_only(self) -> bool:
+        """The policy's ``weights_only``: what :meth:`load` returns was read under it."""
+        return self.policy.weights_only
 
     def load_policy(self, weights_only: bool | None) -> bool:
         """The ``weights_only`` policy for a :meth:`load` call: the one the artifact was

@@ -13,27 +13,24 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..core.errors import UsageError
-from .base import Artifact, FormatHandler, check_options
-from .registry import detect, formats_that, handler, handler_for_path, require
+from .base import Artifact, FormatHandler, LoadPolicy, check_options
+from .registry import formats_that, handler, handler_for_path, probe_and_detect, require
 
 __all__ = ["open_artifact", "tensor_writer", "writable_formats", "write_tensors"]
 
 
-def open_artifact(path: Any, *, format: str | None = None, **kw: Any) -> Artifact:
-    """Open ``path`` lazily with its handler (``format``, or detection); see :func:`torchless.open`.
+def open_artifact(path: Any, *, format: str | None = None, policy: LoadPolicy | None = None, **kw: Any) -> Artifact:
+    """Open ``path`` lazily with its handler (``format``, or detection) under one load
+    policy; see :func:`torchless.open`. Detection's probe (with the parsed zip directory)
+    goes to the handler, so the file's directory is parsed once.
 
     Raises:
-        UsageError: an option the handler does not take, or a ``weights_only`` that is not a bool.
+        UsageError: an option the handler does not take, or one contradicting ``policy``.
     """
-    raw = isinstance(path, (bytes, bytearray, memoryview))
-    h = handler(format or "pt") if raw else detect(path, format)
-    check_options(h, "open", kw, path=None if raw else path)
-    weights_only = kw.get("weights_only", True)
-    if type(weights_only) is not bool:
-        raise UsageError("weights_only must be True or False", found=repr(weights_only)[:40])
-    art = h.open(path, **kw)
-    art.weights_only = weights_only  # the policy, decided once: load() holds to it
-    return art
+    if isinstance(path, (bytes, bytearray, memoryview)):
+        return handler(format or "pt").open(path, policy, **kw)
+    h, probe = probe_and_detect(path, format)
+    return h.open(path, policy, probe=probe, **kw)  # the handler takes the probe over (or closes it)
 
 
 def writable_formats() -> list[str]:

@@ -31,7 +31,7 @@ from ..core.source import open_source
 from ..core.tree import iter_tensors
 from ..pickle.globals import GlobalRef, PickledObject
 from ..pickle.machine import Limits, Unpickler
-from .base import Artifact, Capabilities, FormatHandler, Probe, summarize_tensors
+from .base import Artifact, Capabilities, FormatHandler, LoadPolicy, Probe, summarize_tensors
 from .joblib_spec import EXTENSIONS, MARKER, WRAPPER, ZFILE_HEADER, compression_of
 from .registry import register
 
@@ -92,7 +92,12 @@ class _Resolver:
 
 
 def read_joblib(
-    data: Any, *, weights_only: bool = True, path: Any = None, limits: Limits = Limits()
+    data: Any,
+    *,
+    weights_only: bool = True,
+    path: Any = None,
+    limits: Limits = Limits(),
+    extra_globals: dict[str, Any] | None = None,
 ) -> tuple[Any, list[dict[str, Any]]]:
     """Unpickle a (decompressed) joblib stream: ``(object, arrays)`` where each array
     entry is ``{"offset", "shape", "dtype", "order", "value"}``.
@@ -103,7 +108,7 @@ def read_joblib(
     """
     from .pt.read import make_resolver
 
-    resolver = _Resolver(make_resolver(weights_only))
+    resolver = _Resolver(make_resolver(weights_only, extra=extra_globals))
     arrays: list[dict[str, Any]] = []
     buf = data
 
@@ -178,9 +183,9 @@ class JoblibArtifact(Artifact):
 
     format = "joblib"
 
-    def __init__(self, path: Any, *, weights_only: bool = True, limits: Limits = Limits()) -> None:
-        super().__init__(path if not isinstance(path, (bytes, bytearray, memoryview)) else "<bytes>")
-        self.weights_only = bool(weights_only)
+    def __init__(self, path: Any, policy: LoadPolicy | None = None) -> None:
+        super().__init__(path if not isinstance(path, (bytes, bytearray, memoryview)) else "<bytes>", policy)
+        limits = self.policy.limits
         self.source = open_source(path)
         try:
             head = self.source.read_at(0, min(32, self.source.size))
@@ -189,7 +194,9 @@ class JoblibArtifact(Artifact):
                 data: Any = self.source.searchable()
             else:
                 data = _decompress(self.source.view(0, self.source.size), self.compression, limits.max_input, path=self.path)
-            self.obj, self.arrays = read_joblib(data, weights_only=self.weights_only, path=self.path, limits=limits)
+            self.obj, self.arrays = read_joblib(
+                data, weights_only=self.weights_only, path=self.path, limits=limits, extra_globals=self.policy.extra_globals()
+            )
         except BaseException:
             self.source.close()
             raise
@@ -222,7 +229,7 @@ class JoblibHandler(FormatHandler):
     extensions = EXTENSIONS
     priority = 60  # a pickle naming joblib's array wrapper, plain or compressed
     description = "joblib.dump file (pickle + NumPy arrays after their wrappers; zlib/gzip/bz2/xz/lzma)"
-    capabilities = Capabilities(open_options=("limits",))
+    capabilities = Capabilities()
 
     def sniff(self, probe: Probe) -> bool:
         if probe.is_dir:
@@ -241,5 +248,7 @@ class JoblibHandler(FormatHandler):
             return False
         return inflated[:1] == b"\x80" and MARKER in inflated
 
-    def open(self, path: Any, **kw: Any) -> JoblibArtifact:
-        return JoblibArtifact(path, **kw)
+    def _open(self, path: Any, policy: LoadPolicy, probe: Probe | None) -> JoblibArtifact:
+        if probe is not None:
+            probe.close()
+        return JoblibArtifact(path, policy)

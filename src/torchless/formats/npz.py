@@ -35,7 +35,7 @@ from ..core.findings import Problem
 from ..core.npyheader import parse_npy_header
 from ..core.source import ByteSource, BytesSource, open_source
 from ..core.tensor import Storage, Tensor, as_tensor
-from .base import Artifact, Capabilities, FormatHandler, Probe
+from .base import Artifact, Capabilities, FormatHandler, LoadPolicy, Probe
 from .npz_spec import DTYPE_COMMENT, DTYPES_MEMBER, NPY_MAGIC, NPY_SUFFIX, is_npy, is_npz_head, member_key
 from .registry import register
 
@@ -114,8 +114,8 @@ class NpzArtifact(Artifact):
 
     format = "npz"
 
-    def __init__(self, path: Any) -> None:
-        super().__init__(path)
+    def __init__(self, path: Any, policy: LoadPolicy | None = None) -> None:
+        super().__init__(path, policy)
         self.source = open_source(path)
         self._tensors: dict[str, Tensor] = {}
         self._other: dict[str, bytes] = {}
@@ -183,6 +183,7 @@ class NpzArtifact(Artifact):
     def load(self, *, weights_only: bool | None = None) -> Any:
         """What ``dict(np.load(path))`` holds: arrays as tensors, other members as bytes
         (torchless's own dtype record excepted)."""
+        self.load_policy(weights_only)
         out: dict[str, Any] = dict(self._tensors)
         out.update(self._other)
         return out
@@ -274,10 +275,10 @@ class NpzHandler(FormatHandler):
             return bool(recs) and all(r.endswith(NPY_SUFFIX) or r == DTYPES_MEMBER for r in recs) and probe.suffix == ".npz"
         return False
 
-    def open(self, path: Any, *, weights_only: bool = True) -> NpzArtifact:
-        art = NpzArtifact(path)
-        art.weights_only = weights_only
-        return art
+    def _open(self, path: Any, policy: LoadPolicy, probe: Probe | None) -> NpzArtifact:
+        if probe is not None:
+            probe.close()
+        return NpzArtifact(path, policy)
 
     def write_tensors(
         self,

@@ -21,6 +21,7 @@ __all__ = [
     "capabilities",
     "detect",
     "formats_that",
+    "probe_and_detect",
     "handler",
     "handler_for_path",
     "handlers",
@@ -144,20 +145,40 @@ def detect(path: Any, format: str | None = None) -> FormatHandler:
         NotFoundError: the path does not exist.
         FormatError: nothing recognizes it.
     """
+    h, probe = probe_and_detect(path, format)
+    if probe is not None:
+        probe.close()
+    return h
+
+
+def probe_and_detect(path: Any, format: str | None = None) -> tuple[FormatHandler, Probe | None]:
+    """:func:`detect`, and the :class:`Probe` it made (None when ``format`` was given).
+
+    The caller hands the probe to the handler's ``open`` (which reuses its parsed zip
+    directory) or closes it.
+
+    Raises:
+        NotFoundError: the path does not exist.
+        FormatError: nothing recognizes it.
+    """
     if format:
-        return handler(format)
+        return handler(format), None
     probe = Probe.of(path)
-    if not probe.is_dir and not probe.head:
-        raise FormatError("the file is empty (0 bytes)", path=path, hint="an interrupted download or copy?")
-    for h in handlers():
-        if h.sniff(probe):
-            return h
-    by_ext = handler_for_path(path)
-    if by_ext is not None and not probe.is_dir:
-        return by_ext
-    raise FormatError(
-        "unrecognized artifact",
-        path=path,
-        expected="one of: " + ", ".join(h.name for h in handlers()),
-        found=repr(probe.head[:8]) if not probe.is_dir else "a directory",
-    )
+    try:
+        if not probe.is_dir and not probe.head:
+            raise FormatError("the file is empty (0 bytes)", path=path, hint="an interrupted download or copy?")
+        for h in handlers():
+            if h.sniff(probe):
+                return h, probe
+        by_ext = handler_for_path(path)
+        if by_ext is not None and not probe.is_dir:
+            return by_ext, probe
+        raise FormatError(
+            "unrecognized artifact",
+            path=path,
+            expected="one of: " + ", ".join(h.name for h in handlers()),
+            found=repr(probe.head[:8]) if not probe.is_dir else "a directory",
+        )
+    except BaseException:
+        probe.close()
+        raise

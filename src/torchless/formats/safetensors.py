@@ -23,7 +23,7 @@ from ..core.errors import UnsupportedError
 from ..core.findings import Problem
 from ..core.source import open_source
 from ..core.tensor import Storage, Tensor, as_tensor
-from .base import Artifact, Capabilities, FormatHandler, Probe
+from .base import Artifact, Capabilities, FormatHandler, LoadPolicy, Probe
 from .registry import register
 from .safetensors_spec import METADATA_KEY, ST_DTYPES, is_safetensors_head, parse_header
 
@@ -37,8 +37,8 @@ class SafetensorsArtifact(Artifact):
 
     format = "safetensors"
 
-    def __init__(self, path: Any) -> None:
-        super().__init__(path if not isinstance(path, (bytes, bytearray, memoryview)) else "<bytes>")
+    def __init__(self, path: Any, policy: LoadPolicy | None = None) -> None:
+        super().__init__(path if not isinstance(path, (bytes, bytearray, memoryview)) else "<bytes>", policy)
         self.source = open_source(path)
         self.metadata, self._tensors, self.header_size = read_safetensors(self.source)
 
@@ -267,10 +267,10 @@ class SafetensorsHandler(FormatHandler):
     def sniff(self, probe: Probe) -> bool:
         return not probe.is_dir and len(probe.head) >= 10 and is_safetensors_head(probe.head)
 
-    def open(self, path: Any, *, weights_only: bool = True) -> SafetensorsArtifact:
-        art = SafetensorsArtifact(path)
-        art.weights_only = weights_only
-        return art
+    def _open(self, path: Any, policy: LoadPolicy, probe: Probe | None) -> SafetensorsArtifact:
+        if probe is not None:
+            probe.close()
+        return SafetensorsArtifact(path, policy)
 
     def write_tensors(
         self,

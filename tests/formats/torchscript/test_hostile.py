@@ -10,6 +10,7 @@ from tl_testutil import only_torchless_errors
 import torchless
 from torchless.container.zip import TorchZipWriter, ZipReader
 from torchless.core.errors import TorchlessError, UnsafeGlobalError
+from torchless.formats.base import LoadPolicy
 from torchless.formats.torchscript.handler import TorchScriptArtifact
 from torchless.formats.torchscript.read import ScriptObject
 from torchless.pickle.globals import PickledObject
@@ -53,7 +54,7 @@ def test_dangerous_global_refused(ts_files, tmp_path, canary, record):
     with pytest.raises(UnsafeGlobalError):
         torchless.load(path)
     # weights_only=False: an inert placeholder, never a call
-    with TorchScriptArtifact(path, weights_only=False) as art:
+    with TorchScriptArtifact(path, LoadPolicy(weights_only=False)) as art:
         obj = art.archive.module if record == "data.pkl" else art.archive.constants
         assert isinstance(obj, PickledObject) and obj.class_name == "posix.system"
         assert obj.args == (f"touch {canary}",)
@@ -64,7 +65,7 @@ def test_dangerous_global_inside_module(ts_files, tmp_path, canary):
     path = _replace(ts_files["scripted"], str(tmp_path / "evil2.pt"), {"data.pkl": _module_with(_evil_call(canary))})
     with pytest.raises(UnsafeGlobalError, match="posix.system"):
         torchless.open(path)
-    with TorchScriptArtifact(path, weights_only=False) as art:
+    with TorchScriptArtifact(path, LoadPolicy(weights_only=False)) as art:
         root = art.load()
         assert isinstance(root, ScriptObject) and isinstance(root.x, PickledObject)
         assert list(art.tensors()) == []

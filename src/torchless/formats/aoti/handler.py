@@ -16,8 +16,7 @@ from ...core.dtypes import DTYPES
 from ...core.errors import TorchlessError
 from ...core.findings import Problem
 from ...core.lazy import LazyModule
-from ...pickle.machine import Limits
-from ..base import Artifact, Capabilities, FormatHandler, Probe, summarize_tensors
+from ..base import Artifact, Capabilities, FormatHandler, LoadPolicy, Probe, summarize_tensors
 from ..registry import register
 from .spec import (
     ALIGN_BYTES,
@@ -51,12 +50,21 @@ class AotiArtifact(Artifact):
 
     format = "aoti"
 
-    def __init__(self, path: Any, *, limits: Limits = Limits(), weights_only: bool = True) -> None:
-        super().__init__(path if not isinstance(path, (bytes, bytearray, memoryview)) else "<bytes>")
-        # weights_only is accepted for API symmetry: weight pickles are always read with
-        # the allowlist (torch.load in the AOTI loader uses weights_only=True too)
-        self.weights_only = bool(weights_only)
-        self.package: _read.AotiPackage = _read.read_package(path, limits=limits)
+    def __init__(self, path: Any, policy: LoadPolicy | None = None, *, probe: Probe | None = None) -> None:
+        super().__init__(path if not isinstance(path, (bytes, bytearray, memoryview)) else "<bytes>", policy)
+        # the policy's weights_only is held for API symmetry: weight pickles are always read
+        # with the allowlist (torch.load in the AOTI loader uses weights_only=True too)
+        try:
+            zr = probe.take_zip(require_prefix=False) if probe is not None else None
+        finally:
+            if probe is not None:
+                probe.close()
+        try:
+            self.package: _read.AotiPackage = _read.read_package(zr if zr is not None else path, limits=self.policy.limits)
+        except BaseException:
+            if zr is not None:
+                zr.close()
+            raise
 
     def tensors(self) -> Iterator[tuple[str, Any]]:
         return iter(self.package.tensors())
@@ -95,6 +103,7 @@ class AotiArtifact(Artifact):
         """
         from ..pt2.spec import is_pt2
 
+        self.load_policy(weights_only)
         if is_pt2(self.package.zip.records()):
             from ..pt2.read import Pt2Archive
 
@@ -280,15 +289,15 @@ class AotiHandler(FormatHandler):
     extensions = ()
     priority = 15
     description = "AOTInductor package (aoti_compile_and_package): sources, .so, metadata, weights"
-    capabilities = Capabilities(open_options=("limits",))
+    capabilities = Capabilities()
 
     def sniff(self, probe: Probe) -> bool:
         if probe.is_dir or not is_zip(probe.head):
             return False
         return is_aoti_records(probe.zip_records())
 
-    def open(self, path: Any, **kw: Any) -> AotiArtifact:
-        return AotiArtifact(path, **kw)
+    def _open(self, path: Any, policy: LoadPolicy, probe: Probe | None) -> AotiArtifact:
+        return AotiArtifact(path, policy, probe=probe)
 
 
 def is_aoti_package(path: Any) -> bool:

@@ -610,12 +610,15 @@ def read_package(src: Any, *, limits: Limits = Limits()) -> AotiPackage:
         FormatError: not a zip, or no ``data/aotinductor/<model>/`` records.
         UnsafeGlobalError: a weight pickle names a global outside the allowlist.
     """
-    source = open_source(src)
-    if not is_zip(source.read_at(0, min(4, source.size))):
-        raise FormatError(
-            "not a zip archive", path=source.name, expected="PK\\x03\\x04", found=repr(source.read_at(0, min(4, source.size)))
-        )
-    zr = ZipReader(source, require_prefix=False)
+    if isinstance(src, ZipReader):  # parsed already (by detection)
+        zr = src
+    else:
+        source = open_source(src)
+        if not is_zip(source.read_at(0, min(4, source.size))):
+            raise FormatError(
+                "not a zip archive", path=source.name, expected="PK\\x03\\x04", found=repr(source.read_at(0, min(4, source.size)))
+            )
+        zr = ZipReader(source, require_prefix=False)
     pkg = AotiPackage(zr)
     try:
         for rec in PT2_RECORDS:

@@ -7,7 +7,7 @@ from typing import Any
 
 from ...core.errors import NotFoundError, TorchlessError
 from ...core.findings import Problem
-from ..base import Artifact, summarize_tensors
+from ..base import Artifact, LoadPolicy, summarize_tensors
 from .consolidate import consolidate
 from .read import unflatten
 from .readers import open_reader
@@ -21,10 +21,9 @@ class DCPArtifact(Artifact):
 
     format = "dcp"
 
-    def __init__(self, path: Any, *, weights_only: bool = True) -> None:
-        super().__init__(path)
+    def __init__(self, path: Any, policy: LoadPolicy | None = None) -> None:
+        super().__init__(path, policy)
         self.reader = open_reader(path)
-        self.weights_only = weights_only
 
     @property
     def metadata(self) -> Metadata:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ...core.lazy import LazyModule
-from ..base import Capabilities, FormatHandler, Probe
+from ..base import Capabilities, FormatHandler, LoadPolicy, Probe
 from ..registry import register
 from .constants import has_metadata, is_hf_dir
 
@@ -28,5 +28,7 @@ class DCPHandler(FormatHandler):
             return False
         return has_metadata(probe.path) or is_hf_dir(probe.path)
 
-    def open(self, path: Any, **kw: Any) -> _artifact.DCPArtifact:
-        return _artifact.DCPArtifact(path, **kw)
+    def _open(self, path: Any, policy: LoadPolicy, probe: Probe | None) -> _artifact.DCPArtifact:
+        if probe is not None:
+            probe.close()
+        return _artifact.DCPArtifact(path, policy)

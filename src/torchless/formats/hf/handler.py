@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from ...core.lazy import LazyModule
-from ..base import Capabilities, FormatHandler, Probe
+from ..base import Capabilities, FormatHandler, LoadPolicy, Probe
 from ..registry import register
 from .spec import INDEX_SUFFIX, is_hf_folder, is_index_file
 
@@ -32,8 +32,10 @@ class HFHandler(FormatHandler):
             return is_hf_folder(probe.path)
         return is_index_file(os.path.basename(str(probe.path))) and probe.head.lstrip()[:1] == b"{"
 
-    def open(self, path: Any, *, weights_only: bool = True) -> Any:
-        return _read.HFArtifact(path, weights_only=weights_only)
+    def _open(self, path: Any, policy: LoadPolicy, probe: Probe | None) -> Any:
+        if probe is not None:
+            probe.close()
+        return _read.HFArtifact(path, policy)
 
     def write_tensors(
         self,

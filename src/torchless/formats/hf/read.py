@@ -24,7 +24,7 @@ from ...core.findings import Problem
 from ...core.paths import confined_file
 from ...core.remote import is_url
 from ...core.tree import iter_tensors
-from ..base import Artifact, summarize_tensors
+from ..base import Artifact, LoadPolicy, summarize_tensors
 from .spec import KINDS, SHARD_RE, SINGLE_FILES, index_names, is_index_file
 
 __all__ = ["HFArtifact", "MAX_INDEX_BYTES", "MAX_SHARDS"]
@@ -55,9 +55,8 @@ class HFArtifact(Artifact):
 
     format = "hf"
 
-    def __init__(self, path: Any, *, weights_only: bool = True) -> None:
-        super().__init__(path)
-        self.weights_only = bool(weights_only)
+    def __init__(self, path: Any, policy: LoadPolicy | None = None) -> None:
+        super().__init__(path, policy)
         p = os.fspath(path)
         self.remote = is_url(p)
         if remote.isdir(p) if self.remote else os.path.isdir(p):
@@ -164,11 +163,11 @@ class HFArtifact(Artifact):
             if _kind(name) == "safetensors":
                 from ..safetensors import SafetensorsArtifact
 
-                art = SafetensorsArtifact(real)
+                art = SafetensorsArtifact(real, self.policy)
             else:
                 from ..pt.handler import PtArtifact
 
-                art = PtArtifact(real, weights_only=self.weights_only)
+                art = PtArtifact(real, self.policy)
             self._shards[name] = art
         return art
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from ...core.errors import TorchlessError
 from ...core.findings import Problem
 from ...core.lazy import LazyModule
-from ..base import Artifact, Capabilities, FormatHandler, Probe
+from ..base import Artifact, Capabilities, FormatHandler, LoadPolicy, Probe
 from ..registry import register
 
 if TYPE_CHECKING:  # the real modules, imported on first use at run time
@@ -78,9 +78,11 @@ class OnnxArtifact(Artifact):
 
     format = "onnx"
 
-    def __init__(self, path: Any, *, base_dir: str | None = None, include_constants: bool = True) -> None:
+    def __init__(
+        self, path: Any, policy: LoadPolicy | None = None, *, base_dir: str | None = None, include_constants: bool = True
+    ) -> None:
         self.om = _read.OnnxModel(path, base_dir=base_dir, include_constants=include_constants)
-        super().__init__(self.om.path)
+        super().__init__(self.om.path, policy)
         self.model = self.om.model
 
     @property
@@ -189,7 +191,9 @@ class OnnxHandler(FormatHandler):
     def sniff(self, probe: Probe) -> bool:
         return not probe.is_dir and probe.suffix == ".onnx" and looks_like_model(probe.head)
 
-    def open(self, path: Any, *, weights_only: bool = True, **kw: Any) -> OnnxArtifact:
-        art = OnnxArtifact(path, **kw)
-        art.weights_only = weights_only
-        return art
+    def _open(
+        self, path: Any, policy: LoadPolicy, probe: Probe | None, *, base_dir: str | None = None, include_constants: bool = True
+    ) -> OnnxArtifact:
+        if probe is not None:
+            probe.close()
+        return OnnxArtifact(path, policy, base_dir=base_dir, include_constants=include_constants)

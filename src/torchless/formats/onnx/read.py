@@ -669,6 +669,6 @@ def _densify(values: Tensor, indices: Tensor, dims: tuple[int, ...], nbytes: int
     return out.tobytes()
 
 
-def read_model(path: Any, **kw: Any) -> OnnxModel:
+def read_model(path: Any, *, base_dir: str | None = None, include_constants: bool = True) -> OnnxModel:
     """Open an ONNX model; see :class:`OnnxModel`."""
-    return OnnxModel(path, **kw)
+    return OnnxModel(path, base_dir=base_dir, include_constants=include_constants)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ...core.lazy import LazyModule
-from ..base import Capabilities, FormatHandler, Probe
+from ..base import Capabilities, FormatHandler, LoadPolicy, Probe
 from ..registry import register
 from .spec import is_package_records
 
@@ -26,5 +26,10 @@ class PackageHandler(FormatHandler):
     def sniff(self, probe: Probe) -> bool:
         return is_package_records(probe.zip_records())
 
-    def open(self, path: Any, *, weights_only: bool = True) -> Any:
-        return _read.PackageArtifact(path, weights_only=weights_only)
+    def _open(self, path: Any, policy: LoadPolicy, probe: Probe | None) -> Any:
+        try:
+            zr = probe.take_zip(require_prefix=False) if probe is not None else None
+        finally:
+            if probe is not None:
+                probe.close()
+        return _read.PackageArtifact(path, policy, zip_reader=zr)

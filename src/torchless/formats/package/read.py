@@ -29,7 +29,7 @@ from ...core.errors import TorchlessError
 from ...core.findings import Problem
 from ...core.source import open_source
 from ...core.tree import iter_tensors
-from ..base import Artifact, summarize_tensors
+from ..base import Artifact, LoadPolicy, summarize_tensors
 from .spec import MOCK_STUB, classify_record, is_package_records, package_modules
 from .spec import VERSION_RECORDS as _INFO_RECORDS
 
@@ -48,12 +48,11 @@ class PackageArtifact(Artifact):
 
     format = "package"
 
-    def __init__(self, path: Any, *, weights_only: bool = True) -> None:
-        super().__init__(path if not isinstance(path, (bytes, bytearray, memoryview)) else "<bytes>")
-        self.weights_only = bool(weights_only)
-        self.source = open_source(path)
+    def __init__(self, path: Any, policy: LoadPolicy | None = None, *, zip_reader: ZipReader | None = None) -> None:
+        super().__init__(path if not isinstance(path, (bytes, bytearray, memoryview)) else "<bytes>", policy)
+        self.source = zip_reader.source if zip_reader is not None else open_source(path)
         try:
-            self.zip = ZipReader(self.source)
+            self.zip = zip_reader.check_prefix() if zip_reader is not None else ZipReader(self.source)
             self.modules = package_modules(self.zip)
             self.pickles: list[str] = []
             self.resources: list[str] = []
@@ -74,10 +73,17 @@ class PackageArtifact(Artifact):
         machine under the artifact's ``weights_only`` policy; tensors lazy."""
         obj = self._objs.get(record)
         if obj is None and record not in self._objs:
-            from ..pt.read import read_zip_checkpoint
+            from ..pt.read import make_resolver, read_zip_checkpoint
 
+            pol = self.policy
             cp = read_zip_checkpoint(
-                self.zip, weights_only=self.weights_only, pickle_name=record, data_dir=".data", record_suffix=".storage"
+                self.zip,
+                weights_only=pol.weights_only,
+                resolver=make_resolver(pol.weights_only, extra=pol.extra_globals()) if pol.allowed_globals else None,
+                limits=pol.limits,
+                pickle_name=record,
+                data_dir=".data",
+                record_suffix=".storage",
             )
             obj = self._objs[record] = cp.obj
             self._globals[record] = list(cp.globals_seen)

@@ -9,12 +9,11 @@ from ...container.zip import is_zip
 from ...core.findings import Problem
 from ...core.source import open_source
 from ...core.tree import describe, iter_tensors
-from ...pickle.machine import Limits
-from ..base import Artifact, Capabilities, FormatHandler, Probe, summarize_tensors
+from ..base import Artifact, Capabilities, FormatHandler, LoadPolicy, Probe, summarize_tensors
 from ..registry import register
 from ..torchscript.spec import is_checkpoint_zip
 from . import spec
-from .read import Checkpoint, read_checkpoint
+from .read import Checkpoint, make_resolver, read_checkpoint
 
 __all__ = ["PtArtifact", "PtHandler"]
 
@@ -45,13 +44,26 @@ class PtArtifact(Artifact):
 
     format = "pt"
 
-    def __init__(
-        self, path: Any, *, weights_only: bool = True, limits: Limits = Limits(), encoding: str = "utf-8", mmap: bool = True
-    ) -> None:
-        super().__init__(path if not isinstance(path, (bytes, bytearray, memoryview)) else "<bytes>")
-        self.weights_only = bool(weights_only)
-        self.source = open_source(path)
-        self.checkpoint = read_checkpoint(self.source, weights_only=weights_only, limits=limits, encoding=encoding, mmap=mmap)
+    def __init__(self, path: Any, policy: LoadPolicy | None = None, *, probe: Probe | None = None) -> None:
+        super().__init__(path if not isinstance(path, (bytes, bytearray, memoryview)) else "<bytes>", policy)
+        pol = self.policy
+        zr = probe.take_zip(require_prefix=False) if probe is not None else None
+        if probe is not None:
+            probe.close()
+        self.source = zr.source if zr is not None else open_source(path)
+        try:
+            self.checkpoint = read_checkpoint(
+                self.source,
+                weights_only=pol.weights_only,
+                resolver=make_resolver(pol.weights_only, extra=pol.extra_globals()) if pol.allowed_globals else None,
+                limits=pol.limits,
+                encoding=pol.encoding,
+                mmap=pol.mmap,
+                zip_reader=zr,
+            )
+        except BaseException:
+            self.source.close()
+            raise
 
     @property
     def obj(self) -> Any:
@@ -121,7 +133,6 @@ class PtHandler(FormatHandler):
     capabilities = Capabilities(
         write_tensors=True,
         write_objects=True,
-        open_options=("limits", "encoding", "mmap"),
         write_options=("alignment", "compute_crc", "prefix"),
     )
 
@@ -137,8 +148,8 @@ class PtHandler(FormatHandler):
             return False
         return spec.is_tar_header(head)  # tarfile's own test: ustar, GNU and v7 headers
 
-    def open(self, path: Any, **kw: Any) -> PtArtifact:
-        return PtArtifact(path, **kw)
+    def _open(self, path: Any, policy: LoadPolicy, probe: Probe | None) -> PtArtifact:
+        return PtArtifact(path, policy, probe=probe)
 
     def save(
         self,

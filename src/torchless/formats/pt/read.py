@@ -608,11 +608,14 @@ def read_checkpoint(
     limits: Limits = Limits(),
     encoding: str = "utf-8",
     mmap: bool = True,
+    zip_reader: ZipReader | None = None,
 ) -> Checkpoint:
     """Parse any eager checkpoint layout (detected from the bytes).
 
     Args:
         source: a path, bytes, or a :class:`~torchless.core.source.ByteSource`.
+        zip_reader: the archive of ``source`` already parsed (by detection), read
+            instead of parsing its central directory again.
 
     Raises:
         FormatError: unknown layout, or TorchScript archives (use the TorchScript reader).
@@ -621,7 +624,7 @@ def read_checkpoint(
     layout = detect_layout(source)
     try:
         if layout == "zip":
-            zr = ZipReader.cached(source.name) if isinstance(source, MmapSource) else ZipReader(source)
+            zr = zip_reader if zip_reader is not None else ZipReader(source, require_prefix=not isinstance(source, MmapSource))
             if zr.lookup(CONSTANTS_PKL) is not None:
                 raise FormatError(
                     "this is a TorchScript archive, not an eager checkpoint",

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...core.findings import Problem
 from ...core.lazy import LazyModule
-from ..base import Artifact, Capabilities, FormatHandler, Probe, summarize_tensors
+from ..base import Artifact, Capabilities, FormatHandler, LoadPolicy, Probe, summarize_tensors
 from ..registry import register
 from .spec import ARCHIVE_VERSION_PATH, is_pt2
 
@@ -53,9 +53,19 @@ class Pt2Artifact(Artifact):
 
     format = "pt2"
 
-    def __init__(self, path: Any) -> None:
-        super().__init__(path if not isinstance(path, (bytes, bytearray, memoryview)) else "<bytes>")
-        self.archive = _read.Pt2Archive(path)
+    def __init__(self, path: Any, policy: LoadPolicy | None = None, *, probe: Probe | None = None) -> None:
+        super().__init__(path if not isinstance(path, (bytes, bytearray, memoryview)) else "<bytes>", policy)
+        try:
+            zr = probe.take_zip(require_prefix=False) if probe is not None else None
+        finally:
+            if probe is not None:
+                probe.close()
+        try:
+            self.archive = _read.Pt2Archive(zr if zr is not None else path)
+        except BaseException:
+            if zr is not None:
+                zr.close()
+            raise
 
     @property
     def programs(self) -> dict[str, _read.Program]:
@@ -117,10 +127,8 @@ class Pt2Handler(FormatHandler):
             return False
         return is_pt2(probe.zip_records())
 
-    def open(self, path: Any, *, weights_only: bool = True) -> Pt2Artifact:
-        art = Pt2Artifact(path)
-        art.weights_only = weights_only
-        return art
+    def _open(self, path: Any, policy: LoadPolicy, probe: Probe | None) -> Pt2Artifact:
+        return Pt2Artifact(path, policy, probe=probe)
 
     def save(
         self,

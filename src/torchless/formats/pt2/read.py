@@ -350,10 +350,11 @@ class Pt2Archive:
     """
 
     def __init__(self, source: Any, *, path: str | None = None) -> None:
-        self.source = open_source(source)
+        parsed = source if isinstance(source, ZipReader) else None  # parsed already (by detection)
+        self.source = parsed.source if parsed is not None else open_source(source)
         self.path = path or self.source.name
         try:
-            self.zip = ZipReader(self.source)
+            self.zip = parsed.check_prefix() if parsed is not None else ZipReader(self.source)
         except TorchlessError as e:
             e.with_context(path=self.path)
             raise

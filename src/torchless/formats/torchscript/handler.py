@@ -12,9 +12,8 @@ from ...core.lazy import LazyModule
 from ...core.source import open_source
 from ...core.tensor import Tensor
 from ...core.tree import describe
-from ...pickle.machine import Limits
 from ...pickle.torch_globals import TORCH_ALLOWLIST
-from ..base import Artifact, Capabilities, FormatHandler, Probe, summarize_tensors
+from ..base import Artifact, Capabilities, FormatHandler, LoadPolicy, Probe, summarize_tensors
 from ..registry import register
 from . import spec
 
@@ -166,12 +165,22 @@ class TorchScriptArtifact(Artifact):
 
     format = "torchscript"
 
-    def __init__(self, path: Any, *, weights_only: bool = True, limits: Limits = Limits()) -> None:
-        super().__init__(path if not isinstance(path, (bytes, bytearray, memoryview)) else "<bytes>")
-        self.weights_only = bool(weights_only)
-        self.source = open_source(path)
+    def __init__(self, path: Any, policy: LoadPolicy | None = None, *, probe: Probe | None = None) -> None:
+        super().__init__(path if not isinstance(path, (bytes, bytearray, memoryview)) else "<bytes>", policy)
+        pol = self.policy
         try:
-            self.archive: _read.TorchScriptArchive = _read.read_archive(self.source, weights_only=weights_only, limits=limits)
+            zr = probe.take_zip() if probe is not None else None
+        finally:
+            if probe is not None:
+                probe.close()
+        self.source = zr.source if zr is not None else open_source(path)
+        try:
+            self.archive: _read.TorchScriptArchive = _read.read_archive(
+                zr if zr is not None else self.source,
+                weights_only=pol.weights_only,
+                limits=pol.limits,
+                extra_globals=pol.extra_globals(),
+            )
         except BaseException:
             self.source.close()
             raise
@@ -322,12 +331,12 @@ class TorchScriptHandler(FormatHandler):
     extensions = (".ptl", ".torchscript")
     priority = 10  # before the plain zip checkpoint handler
     description = "TorchScript archive (torch.jit.save, _save_for_lite_interpreter)"
-    capabilities = Capabilities(edit=True, open_options=("limits",))
+    capabilities = Capabilities(edit=True)
 
     def sniff(self, probe: Probe) -> bool:
         if probe.is_dir or not is_zip(probe.head):
             return False
         return spec.is_torchscript_zip(probe.zip_records())
 
-    def open(self, path: Any, **kw: Any) -> TorchScriptArtifact:
-        return TorchScriptArtifact(path, **kw)
+    def _open(self, path: Any, policy: LoadPolicy, probe: Probe | None) -> TorchScriptArtifact:
+        return TorchScriptArtifact(path, policy, probe=probe)

@@ -21,6 +21,7 @@ import numpy as np
 from ...container.zip import TorchZipWriter, ZipEntry, ZipReader
 from ...core.errors import NotFoundError, UnsupportedError, UsageError
 from ...core.tensor import Tensor, as_tensor, is_torch_tensor
+from ..base import LoadPolicy
 from ..weights import match_weights, weight_items
 from . import spec
 from .handler import TorchScriptArtifact
@@ -119,7 +120,7 @@ def save_edited(
         UsageError: wrong shape or dtype, or (``strict``) missing names.
     """
     own = not isinstance(src, TorchScriptArtifact)
-    art = TorchScriptArtifact(src, weights_only=weights_only) if own else src
+    art = TorchScriptArtifact(src, LoadPolicy(weights_only=weights_only)) if own else src
     try:
         return _save(art, dst, tensors, extra_files, set(remove_extra), strict, progress)
     finally:
