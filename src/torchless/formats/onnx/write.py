@@ -24,7 +24,7 @@ import numpy as np
 
 from ...core.atomic import AtomicFile, publish
 from ...core.errors import LimitError, UnsupportedError, UsageError
-from ...core.tensor import Tensor, as_tensor, is_torch_tensor
+from ...core.tensor import as_tensor
 from ..weights import WeightMatch, match_weights, weight_items
 from .dtypes import PackedTensor, numel_of, onnx_type, pack_bits
 from .read import EXTERNAL, PROTOBUF_LIMIT, ExternalData, OnnxModel, text
@@ -50,23 +50,15 @@ _DATA_FIELDS = (
 
 def _new_bytes(name: str, value: Any, rec: Any) -> Any:
     """Check ``value`` against the initializer ``rec`` and return its little-endian bytes."""
-    if is_torch_tensor(value):
-        value = as_tensor(value, name=name)  # the writers' one coercion
     if isinstance(value, PackedTensor):
         got_dtype, shape = value.dtype.name, value.shape
-    elif isinstance(value, Tensor):
+    elif isinstance(value, np.ndarray) and rec.onnx.packed and value.dtype == rec.onnx.element:
+        got_dtype, shape = rec.tensor.dtype.name, value.shape  # int4/uint4/float4 elements, packed below
+    else:
+        value = as_tensor(value, name=name)  # the writers' one coercion
         got_dtype, shape = value.dtype.name, value.shape
         if value.quantizer is not None:
             raise UnsupportedError("quantized tensors cannot replace ONNX initializers", member=name, hint="dequantize first")
-    elif hasattr(value, "shape") and hasattr(value, "dtype"):
-        arr = np.asarray(value)
-        if rec.onnx.packed and arr.dtype == rec.onnx.element:
-            got_dtype, shape = rec.tensor.dtype.name, arr.shape
-        else:
-            value = Tensor.from_numpy(arr)
-            got_dtype, shape = value.dtype.name, value.shape
-    else:
-        raise UsageError(f"weight {name!r} is not a tensor", found=type(value).__name__)
     want_dtype = rec.tensor.dtype.name
     if got_dtype != want_dtype:
         raise UsageError(

@@ -20,7 +20,7 @@ import numpy as np
 
 from ...container.zip import TorchZipWriter, ZipEntry, ZipReader
 from ...core.errors import NotFoundError, UnsupportedError, UsageError
-from ...core.tensor import Tensor, as_tensor, is_torch_tensor
+from ...core.tensor import Tensor, as_tensor
 from ..base import LoadPolicy
 from ..weights import match_weights, weight_items
 from . import spec
@@ -32,34 +32,32 @@ __all__ = ["save_edited", "set_weights", "replacement_array"]
 def replacement_array(target: Tensor, value: Any, name: str = "") -> np.ndarray:
     """``value`` as a NumPy array in ``target``'s stored element type, checked.
 
-    Accepts a torchless :class:`~torchless.core.tensor.Tensor` of the same dtype, a NumPy
-    array of the matching NumPy dtype (bfloat16/float8 through ``ml_dtypes``), or a
-    ``torch.Tensor`` (converted through :mod:`torchless.interop.torch`).
+    Accepts what every writer accepts (:func:`~torchless.core.tensor.as_tensor`: torchless
+    tensors, NumPy arrays with bfloat16/float8 through ``ml_dtypes``, torch tensors and
+    Parameters) of the same dtype, or a NumPy array of the stored element type holding
+    the bits (``uint16`` words for bfloat16).
 
     Raises:
         UsageError: a different shape or dtype.
     """
-    if is_torch_tensor(value):
-        value = as_tensor(value, name=name)  # the writers' one coercion
     want = target.dtype
-    if isinstance(value, Tensor):
+    stored = np.dtype(want.storage)
+    if (
+        isinstance(value, np.ndarray)
+        and value.dtype.newbyteorder("=") == stored
+        and (want.numpy is None or np.dtype(want.numpy) != stored)
+    ):
+        arr = value  # the stored bits themselves (a bfloat16 tensor's uint16 words)
+    else:
+        value = as_tensor(value, name=name)  # the writers' one coercion
         if value.dtype.name != want.name:
             raise UsageError(
                 f"tensor {name!r}: dtype {value.dtype.name} given, the archive has {want.name}",
+                expected=want.name
+                + (f" (or {stored} holding its bits)" if want.numpy is None or np.dtype(want.numpy) != stored else ""),
                 hint="cast before replacing; shapes and dtypes are part of the compiled code",
             )
-        arr = value.numpy(raw=True)
-        if want.numpy is not None:
-            arr = value.numpy()
-    else:
-        arr = np.asarray(value)
-        ok = {np.dtype(want.storage)} | ({np.dtype(want.numpy)} if want.numpy is not None else set())
-        if arr.dtype.newbyteorder("=") not in ok:
-            raise UsageError(
-                f"tensor {name!r}: NumPy dtype {arr.dtype} given, the archive has {want.name}",
-                expected=" or ".join(sorted(map(str, ok))),
-                hint="cast before replacing",
-            )
+        arr = value.numpy() if want.numpy is not None else value.numpy(raw=True)
     if tuple(arr.shape) != tuple(target.shape):
         raise UsageError(f"tensor {name!r}: shape {list(arr.shape)} given, the archive has {list(target.shape)}")
     return arr
