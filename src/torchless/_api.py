@@ -176,14 +176,15 @@ def convert(
         UsageError: an option that does not apply, or ``strict`` and something would be
             dropped.
     """
+    from .formats.pt.handler import PtArtifact
+
     h = tensor_writer(dst, dst_format)
     check_options(h, "write", {k: v for k, v in kw.items() if v is not None}, path=dst)  # before any work
     # weights_only=False: unknown classes become placeholders whose tensors still convert;
     # nothing is imported or run either way
     with open(src, format=src_format, weights_only=False) as art:
-        export = getattr(art, "convert_to", None)  # formats with their own streaming export (dcp)
-        if export is not None:
-            res = export(dst, format=h.name, progress=progress, strict=strict, **kw)
+        res = art.convert_to(dst, format=h.name, progress=progress, strict=strict, options=kw)  # dcp, hf: their own export
+        if res is not None:
             res.setdefault("dropped", [{"key": k, "type": "non-tensor value"} for k in res.pop("skipped", [])])
             res.setdefault("object_kept", h.name == "pt")
             res.setdefault("files", [os.fspath(dst)])
@@ -192,8 +193,6 @@ def convert(
         total = {"tensors": len(items), "bytes": sum(t.nbytes for _, t in items)}
         obj_kept = False
         dropped: list[dict[str, str]] = []
-        from .formats.pt.handler import PtArtifact
-
         if isinstance(art, PtArtifact) and h.name == "pt":
             cp = art.checkpoint
             refused = sorted({g for g, ok in cp.globals_seen if not ok})

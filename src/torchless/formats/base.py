@@ -478,6 +478,22 @@ class Artifact:
         self.load_policy(weights_only)
         return dict(self.tensors())
 
+    def convert_to(
+        self,
+        dst: Any,
+        *,
+        format: str,
+        progress: Callable[[int], None] | None = None,
+        strict: bool = False,
+        options: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any] | None:
+        """Write this artifact into ``dst`` its own streaming way (DCP, Hugging Face
+        checkpoints), or None: :func:`torchless.convert`'s generic conversion applies.
+
+        ``options`` are the destination writer's options, already checked against its
+        declaration."""
+        return None
+
     def verify(self) -> list[Problem]:
         """Problems found by reading every structure and payload (empty: sound)."""
         problems: list[Problem] = []

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ...core.errors import NotFoundError, TorchlessError
@@ -97,9 +97,17 @@ class DCPArtifact(Artifact):
                 problems.append(Problem("bytes", str(e), fqn))
         return problems
 
-    def convert_to(self, dst: Any, *, format: str | None = None, progress: Any = None, **kw: Any) -> dict[str, Any]:
+    def convert_to(
+        self,
+        dst: Any,
+        *,
+        format: str,
+        progress: Any = None,
+        strict: bool = False,
+        options: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """Consolidate into one file (``torchless convert`` on a DCP directory)."""
-        return consolidate(self.reader, dst, format=format, progress=progress, **kw)
+        return consolidate(self.reader, dst, format=format, progress=progress, strict=strict, **dict(options or {}))
 
     def close(self) -> None:
         self.reader.close()

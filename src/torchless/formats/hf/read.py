@@ -15,7 +15,7 @@ a tensor the index does not list, ``metadata.total_size`` matches the shards.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ...core import jsonsafe, remote
@@ -288,7 +288,13 @@ class HFArtifact(Artifact):
         return problems
 
     def convert_to(
-        self, dst: Any, *, format: str | None = None, progress: Any = None, strict: bool = False, **kw: Any
+        self,
+        dst: Any,
+        *,
+        format: str,
+        progress: Any = None,
+        strict: bool = False,
+        options: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Stream the tensors into ``dst`` (sharded with ``max_shard_size``; shared
         tensors written once, see :func:`~.write.dedupe_aliases`)."""
@@ -302,7 +308,14 @@ class HFArtifact(Artifact):
                 for key, v in iter_leaves(self.shard(shard).load()):
                     dropped.append({"key": key, "type": type(v).__name__ if not hasattr(v, "class_name") else v.class_name})
         return convert_tensors(
-            list(self.tensors()), dst, format=format, progress=progress, strict=strict, dropped=dropped, source=self.path, **kw
+            list(self.tensors()),
+            dst,
+            format=format,
+            progress=progress,
+            strict=strict,
+            dropped=dropped,
+            source=self.path,
+            **dict(options or {}),
         )
 
     def close(self) -> None:
