@@ -128,8 +128,8 @@ def test_close_check_catches_a_leaked_file(suite: Suite, monkeypatch: pytest.Mon
     leak: list = []
     real_init = SafetensorsArtifact.__init__
 
-    def init(self, path):  # noqa: ANN001
-        real_init(self, path)
+    def init(self, path, policy=None):  # noqa: ANN001
+        real_init(self, path, policy)
         leak.append(self)  # a global keeps every artifact: a leak only the release check sees
 
     monkeypatch.setattr(SafetensorsArtifact, "__init__", init)
