@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from torchless.container.zip import ZipReader
 from torchless.formats.registry import handler, handlers
 from torchless.testing import CHECKS, ConformanceSkip, Expected, missing_entries, run_check
 from torchless.testing import handlers as handlers_mod
@@ -34,14 +33,6 @@ KNOWN: dict[tuple[str, str], tuple[bool, str]] = {
     **{
         (name, "close"): (True, _CLOSE_KEEPS_MAPPING)
         for name in ("pt", "safetensors", "npz", "joblib", "onnx", "torchscript", "hf", "package", "aoti", "pt2")
-    },
-    **{
-        (name, "release"): (
-            hasattr(ZipReader, "cached"),
-            "the process-global ZipReader cache (ZipReader.cached) keeps the last zip checkpoint (a .pt, a .bin "
-            "shard) mapped and open after close(); issue 13 item 4 removes it",
-        )
-        for name in ("pt", "hf")
     },
 }
 
