@@ -18,7 +18,7 @@ from ..container.zip import ZipReader, is_zip
 from ..core.errors import NotFoundError, TorchlessError, UsageError
 from ..core.findings import Problem
 from ..core.tensor import Tensor
-from ..pickle.globals import GlobalRef
+from ..core.values import GlobalRef
 from ..pickle.machine import Limits
 
 __all__ = [
