@@ -164,7 +164,7 @@ def set_weights(
         >>> set_weights("model.pt", "finetuned.safetensors", "new.pt")  # doctest: +SKIP
     """
     own = not isinstance(model, TorchScriptArtifact)
-    art = TorchScriptArtifact(model, weights_only=False) if own else model
+    art = TorchScriptArtifact(model, LoadPolicy(weights_only=False)) if own else model
     try:
         if weights is None:
             # extra files only: no tensor gets a value, so ``strict`` does not apply
