@@ -648,17 +648,22 @@ def suite_handler_extensions(name: str) -> tuple[str, ...]:
 
 
 def check_options(suite: Suite, name: str) -> None:
-    """An option the handler does not take is a UsageError, at open and at write."""
+    """An option the handler does not take is a UsageError, at open (through the API and
+    on the handler itself) and at write."""
     import torchless
 
     h = suite.handler(name)
     s = suite.samples(name)[0]
-    try:
-        _open(s, name, no_such_option=1).close()
-    except UsageError:
-        pass
-    else:
-        raise AssertionError(f"{name}: open accepted an unknown option")
+    for how, call in (
+        ("torchless.open", lambda: _open(s, name, no_such_option=1)),
+        (f"{type(h).__name__}.open", lambda: h.open(s.path, no_such_option=1)),
+    ):
+        try:
+            call().close()
+        except UsageError:
+            pass
+        else:
+            raise AssertionError(f"{name}: {how} accepted an unknown option")
     caps = capabilities(h)
     out = suite.scratch(f"{name}-options")
     if "write_tensors" in caps:
