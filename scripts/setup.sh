@@ -9,4 +9,12 @@ if [ ! -x .venv/bin/python ]; then
   "$py" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null 2>&1 || true
+case ",${extras}," in
+  *,test,* | *,torch,*)
+    # torch first, as a top-level requirement: pip then takes the CPU build this machine
+    # keeps on disk (2.13.0+cpu). Left to the extra's metadata alone, a recent pip resolving
+    # the whole test extra chose the multi-GB CUDA build of the same version.
+    .venv/bin/python -m pip install -q --disable-pip-version-check "torch==2.13.0"
+    ;;
+esac
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[${extras}]"
