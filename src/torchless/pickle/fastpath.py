@@ -108,7 +108,9 @@ _TENSOR_RE = re.compile(
 )  # fmt: skip
 
 
-def _int_at(tok: bytes, p: int) -> tuple[int, int]:
+def int_token(tok: bytes, p: int = 0) -> tuple[int, int]:
+    """The int that the BININT1/BININT2/BININT/LONG1 token at ``tok[p:]`` pushes, and the
+    position after it (the token was matched by a pattern already: no bounds checks)."""
     op = tok[p]
     if op == 0x4B:
         return tok[p + 1], p + 2
@@ -127,7 +129,7 @@ def _tuple_of(tok: bytes) -> tuple[int, ...]:
     p = 1 if tok[0] == 0x28 else 0
     out = []
     while tok[p] in (0x4B, 0x4D, 0x4A, 0x8A):
-        v, p = _int_at(tok, p)
+        v, p = int_token(tok, p)
         out.append(v)
     return tuple(out)
 
@@ -150,13 +152,13 @@ def _tensor_pickle(data: bytes, resolver: Any, persistent_load: Callable[[Any], 
     if k2 not in FAST_GLOBALS:
         return FALLBACK
     stype = resolver.resolve(*k2)
-    pid = ("storage", stype, key.decode("ascii"), loc.decode("ascii"), _int_at(numel, 0)[0])
+    pid = ("storage", stype, key.decode("ascii"), loc.decode("ascii"), int_token(numel, 0)[0])
     storage = persistent_load(pid)
     odict = resolver.resolve(*python2_name("collections", "OrderedDict", torch_subset=True))
     if type(odict) is not Rebuilder or type(rebuild) is not Rebuilder:
         return FALLBACK
     hooks = odict._call(())
-    args = (storage, _int_at(off, 0)[0], _tuple_of(size), _tuple_of(stride), rg == b"\x88", hooks)
+    args = (storage, int_token(off, 0)[0], _tuple_of(size), _tuple_of(stride), rg == b"\x88", hooks)
     return rebuild._call(args)
 
 

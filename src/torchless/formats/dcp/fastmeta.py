@@ -29,6 +29,7 @@ from typing import Any
 
 from ...core.dtypes import DType
 from ...core.values import Layout
+from ...pickle.fastpath import int_token
 from ...pickle.globals import Rebuilder, python2_name
 from ...pickle.machine import Limits
 from .metadata import DCP_ALLOWLIST, FS_MOD, MD_MOD, _MemFormat, _Shell, to_metadata
@@ -45,8 +46,6 @@ from .spec import (
 __all__ = ["fast_metadata"]
 
 _unpack_I = struct.Struct("<I").unpack_from
-_unpack_H = struct.Struct("<H").unpack_from
-_unpack_i = struct.Struct("<i").unpack_from
 _unpack_Q = struct.Struct("<Q").unpack_from
 
 
@@ -188,19 +187,6 @@ _TSM_RE = _tsm_pattern()
 _SD_RE = _sd_pattern()
 
 
-def _int(tok: bytes, p: int = 0) -> tuple[int, int]:
-    """The int the token at ``tok[p:]`` pushes and the position after it."""
-    op = tok[p]
-    if op == 0x4B:
-        return tok[p + 1], p + 2
-    if op == 0x4D:
-        return _unpack_H(tok, p + 1)[0], p + 3
-    if op == 0x4A:
-        return _unpack_i(tok, p + 1)[0], p + 5
-    k = tok[p + 1]
-    return int.from_bytes(tok[p + 2 : p + 2 + k], "little", signed=True), p + 2 + k
-
-
 def _dims(tok: bytes) -> tuple[tuple[int, ...], int]:
     """The dims of a ``_SZ`` match and the memo entries it made (_Bail if one is negative)."""
     if tok == b")":
@@ -209,7 +195,7 @@ def _dims(tok: bytes) -> tuple[tuple[int, ...], int]:
     end = len(tok) - 2  # the TUPLEn (or TUPLE) and its MEMOIZE
     out = []
     while p < end:
-        v, p = _int(tok, p)
+        v, p = int_token(tok, p)
         if v < 0:
             raise _Bail
         out.append(v)
@@ -393,7 +379,7 @@ def _run(data: bytes) -> Any:  # noqa: C901 - one dispatch loop by design
         elif op == 0x4B or op == 0x4D or op == 0x4A or op == 0x8A:  # BININT1/2, BININT, LONG1
             if pos >= n or pos + (1 if op == 0x4B else 2 if op == 0x4D else 4 if op == 0x4A else 1 + data[pos]) > n:
                 return None
-            v, pos = _int(data, pos - 1)
+            v, pos = int_token(data, pos - 1)
             stack.append(v)
         elif op == 0x95:  # FRAME: framing changes nothing for a reader of the whole stream
             if pos + 8 > n or pos + 8 + _unpack_Q(data, pos)[0] > n:
@@ -565,10 +551,10 @@ class _Entries:
             raise _Bail
         index, ot, offt, lnt = m.group("index", "offs", "off", "length")
         offs, o1 = self._dims(ot)
-        off = _int(offt)[0]
-        ln = _int(lnt)[0]
+        off = int_token(offt)[0]
+        ln = int_token(lnt)[0]
         if off < 0 or ln < 0:
             raise _Bail
         # memo: MI shell, its dict, the Size (dims, args, value); SI shell, its dict
-        key = MetadataIndex(fqn, offs, None if index == b"N" else _int(index)[0])
+        key = MetadataIndex(fqn, offs, None if index == b"N" else int_token(index)[0])
         return key, StorageInfo(rp, off, ln, None), 2 + o1 + 2 + 2, m.end()
