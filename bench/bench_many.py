@@ -25,7 +25,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import PY, ROOT, Harness  # noqa: E402
+from harness import PY, ROOT, SHARED_CASES, Harness  # noqa: E402
 
 GEN = r"""
 import sys, warnings, torch, torch.distributed.checkpoint as dcp
@@ -45,6 +45,7 @@ torch.save({"a": torch.zeros(3), "b": torch.ones(2, 2), "c": torch.arange(4)}, f
 """
 
 CODE = {
+    **SHARED_CASES,  # torchless_read, numpy_fromfile, torchless_save, raw_write
     "torchless_list": """
 import torchless, torchless.formats.registry as reg
 reg.handlers()  # import-time work (the format handlers), outside the timing like the yardstick's imports
@@ -59,41 +60,6 @@ t = start()
 with safe_open(P, framework="numpy") as f:
     rows = [(k, f.get_slice(k).get_dtype(), tuple(f.get_slice(k).get_shape())) for k in f.keys()]
 done(time.perf_counter() - t, n=len(rows))
-""",
-    "torchless_read": """
-import torchless, torchless.formats.registry as reg
-reg.handlers()  # import-time work (the format handlers), outside the timing like the yardstick's imports
-t = start()
-sd = torchless.load(P, mmap=False)
-arrs = [x.storage.bytes() for x in sd.values()]
-done(time.perf_counter() - t)
-""",
-    "numpy_fromfile": """
-import numpy as np
-t = start()
-buf = np.fromfile(P, dtype=np.uint8)
-done(time.perf_counter() - t)
-""",
-    "torchless_save": """
-import os, torchless
-sd = torchless.load(ARGS[0], mmap=False)
-for x in sd.values():
-    x.storage.bytes()
-t = start()
-torchless.save(sd, ARGS[1])
-done(time.perf_counter() - t)
-os.unlink(ARGS[1])
-""",
-    "raw_write": """
-import os, torchless
-sd = torchless.load(ARGS[0], mmap=False)
-bufs = [x.storage.bytes() for x in sd.values()]
-t = start()
-with open(ARGS[1], "wb") as f:
-    for b in bufs:
-        f.write(b)
-done(time.perf_counter() - t)
-os.unlink(ARGS[1])
 """,
     "torchless_dcp": """
 import os

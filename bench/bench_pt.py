@@ -27,7 +27,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import PY, ROOT, Harness  # noqa: E402
+from harness import PY, ROOT, SHARED_CASES, Harness  # noqa: E402
 
 GEN = r"""
 import sys, torch
@@ -60,6 +60,7 @@ torch.save(sd, path)
 """
 
 CODE = {
+    **SHARED_CASES,  # torchless_read, numpy_fromfile, torchless_save, raw_write
     "torchless_open": """
 import torchless, torchless.formats.registry as reg
 reg.handlers()  # import-time work (the format handlers), outside the timing like `import torch`
@@ -74,43 +75,6 @@ t = start()
 sd = torch.load(P, mmap=True, weights_only=True)
 rows = [(n, x.dtype, tuple(x.shape)) for n, x in sd.items()]
 done(time.perf_counter() - t)
-""",
-    "torchless_read": """
-import torchless, torchless.formats.registry as reg
-reg.handlers()  # import-time work (the format handlers), outside the timing like `import torch`
-t = start()
-sd = torchless.load(P, mmap=False)
-arrs = [x.storage.bytes() for x in sd.values()]
-done(time.perf_counter() - t)
-""",
-    "numpy_fromfile": """
-import numpy as np
-t = start()
-buf = np.fromfile(P, dtype=np.uint8)
-done(time.perf_counter() - t)
-""",
-    # save: the state dict is read eagerly and touched first, so both cases write bytes
-    # that are already in memory
-    "torchless_save": """
-import os, torchless
-sd = torchless.load(ARGS[0], mmap=False)
-for x in sd.values():
-    x.storage.bytes()
-t = start()
-torchless.save(sd, ARGS[1])
-done(time.perf_counter() - t)
-os.unlink(ARGS[1])
-""",
-    "raw_write": """
-import os, torchless
-sd = torchless.load(ARGS[0], mmap=False)
-bufs = [x.storage.bytes() for x in sd.values()]
-t = start()
-with open(ARGS[1], "wb") as f:
-    for b in bufs:
-        f.write(b)
-done(time.perf_counter() - t)
-os.unlink(ARGS[1])
 """,
     "torch_save": """
 import os, torch
