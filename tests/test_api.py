@@ -74,3 +74,14 @@ def test_save_to_file_object_and_torch_reads_it():
     buf = io.BytesIO()
     torchless.save({"x": np.ones((2, 2), np.float16)}, buf)
     assert torch.load(io.BytesIO(buf.getvalue()), weights_only=True)["x"].dtype == torch.float16
+
+
+def test_open_and_load_refuse_a_file_object_clearly():
+    """A file object (or anything that is not a path) is a UsageError naming what was
+    given, never a bare TypeError from deep inside detection."""
+    import io
+
+    for fn in (torchless.open, torchless.load, torchless.detect):
+        with pytest.raises(torchless.UsageError, match="expected a path") as ei:
+            fn(io.BytesIO(b"PK\x03\x04"))
+        assert ei.value.found == "BytesIO"

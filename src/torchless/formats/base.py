@@ -241,6 +241,12 @@ class Probe:
 
     @classmethod
     def of(cls, path: Any) -> Probe:
+        if not isinstance(path, (str, os.PathLike)):  # a file object, bytes of a name, None...
+            raise UsageError(
+                "expected a path or a URL",
+                expected="str or os.PathLike (torchless.open also takes a checkpoint's bytes)",
+                found=type(path).__name__,
+            )
         if isinstance(path, str) and "://" in path:
             from ..core.remote import is_url, local_path
 
