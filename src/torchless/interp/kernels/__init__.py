@@ -1,0 +1,1 @@
+"""Kernels, one module per family, each listed in :data:`torchless.interp.registry.KERNEL_MODULES`."""

@@ -1,0 +1,84 @@
+"""One NumPy kernel per operator: the registry the interpreter dispatches through.
+
+Keys are :attr:`torchless.graph.ir.OpRef.key` strings: ``aten.add.Tensor``,
+``aten.relu.default``, ``higher_order.cond``, ``_operator.add``, ``math.trunc``,
+``torch.sym_int``. A kernel registers itself with :func:`kernel`; the modules named in
+:data:`KERNEL_MODULES` are imported (by :func:`load_kernels`) the first time the
+interpreter needs a kernel, so ``import torchless`` pays nothing. A new kernel module is
+added to that list.
+
+The calling convention (the same for every kernel):
+
+* A kernel is called with the node's ``args`` and ``kwargs`` as the graph records them,
+  each graph value replaced by what it computed. Defaults the graph omits are the
+  schema's defaults, spelled as Python defaults of the kernel.
+* A tensor is a ``numpy.ndarray`` of the torch dtype's NumPy type (``ml_dtypes`` for
+  bfloat16 and the float8 types). A 0-d ``ndarray`` is a tensor; a Python ``bool``/``int``/
+  ``float``/``complex`` is a Scalar or SymInt/SymFloat/SymBool. The two promote differently
+  (torch's rules), so a kernel never returns a NumPy scalar (``np.float32(1)``) where the
+  schema says ``Tensor``: the interpreter converts one with ``np.asarray`` and counts it a
+  bug to fix in the kernel.
+* ``ScalarType`` arguments arrive as :class:`torchless.core.dtypes.DType`; ``Device``,
+  ``Layout`` and ``MemoryFormat`` as the value types of :mod:`torchless.core.values`.
+* A view op returns a NumPy view where torch returns a view, so in-place ops on a view
+  (``copy_``, ``add_`` in training IR) write through as they do in torch.
+* A kernel that cannot honour an argument raises :class:`~torchless.core.errors.UnsupportedError`
+  naming the op and the argument, never a wrong answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..core.errors import InternalError, UnsupportedError
+from ..core.lazy import import_modules
+
+#: the kernel modules, each registering its kernels when imported.
+KERNEL_MODULES: list[str] = []
+
+Kernel = Callable[..., Any]
+
+_KERNELS: dict[str, Kernel] = {}
+_LOADED = False
+
+
+def kernel(*keys: str) -> Callable[[Kernel], Kernel]:
+    """Register the decorated function as the kernel of each of ``keys``."""
+
+    def register(fn: Kernel) -> Kernel:
+        for key in keys:
+            if key in _KERNELS and _KERNELS[key] is not fn:
+                raise InternalError(f"two kernels for {key}: {_KERNELS[key].__module__} and {fn.__module__}")
+            _KERNELS[key] = fn
+        return fn
+
+    return register
+
+
+def load_kernels() -> None:
+    """Import every module of :data:`KERNEL_MODULES` (each registers its kernels)."""
+    global _LOADED
+    if not _LOADED:
+        import_modules(KERNEL_MODULES)
+        _LOADED = True
+
+
+def lookup(key: str) -> Kernel | None:
+    """The kernel of ``key``, or None."""
+    load_kernels()
+    return _KERNELS.get(key)
+
+
+def require(key: str) -> Kernel:
+    """The kernel of ``key``, or an UnsupportedError naming the operator."""
+    fn = lookup(key)
+    if fn is None:
+        raise UnsupportedError(f"the interpreter has no kernel for {key}")
+    return fn
+
+
+def supported() -> frozenset[str]:
+    """Every key with a kernel."""
+    load_kernels()
+    return frozenset(_KERNELS)
