@@ -85,3 +85,30 @@ def test_open_and_load_refuse_a_file_object_clearly():
         with pytest.raises(torchless.UsageError, match="expected a path") as ei:
             fn(io.BytesIO(b"PK\x03\x04"))
         assert ei.value.found == "BytesIO"
+
+
+def test_write_tensors_takes_a_mapping_and_refuses_bad_items_clearly(tmp_path):
+    """A dict of tensors is what most callers hold: it writes like its items. A swapped
+    argument order, or an entry that is not a (name, tensor) pair, is a one-line UsageError
+    with a bounded description (never the repr of every tensor, never a bare ValueError),
+    and nothing is left at the destination."""
+    arrays = {"w": np.arange(1000, dtype=np.float32), "b": np.ones(3, np.int64)}
+    torchless.write_tensors(arrays, tmp_path / "m.safetensors")
+    with torchless.open(tmp_path / "m.safetensors") as a:
+        got = dict(a.tensors())
+        assert sorted(got) == ["b", "w"]
+        np.testing.assert_array_equal(got["w"].numpy(), arrays["w"])
+
+    with pytest.raises(torchless.UsageError, match="write_tensors\\(items, path\\)") as ei:
+        torchless.write_tensors(tmp_path / "x.safetensors", arrays)
+    assert len(str(ei.value)) < 300
+
+    with pytest.raises(torchless.UsageError, match="entry 0 .* not a \\(name, tensor\\) pair"):
+        torchless.write_tensors([np.zeros(2)], tmp_path / "y.safetensors")
+    assert not (tmp_path / "y.safetensors").exists()
+
+
+def test_error_path_is_bounded_for_non_path_values():
+    """An error given something that is not a path as its path shows a bounded repr."""
+    e = torchless.UsageError("bad", path={"w": np.arange(100_000)})
+    assert len(str(e)) < 100

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .core.errors import UsageError
@@ -112,14 +112,14 @@ def save(obj: Any, path: Any, *, format: str | None = None, **kw: Any) -> None:
 
 @_remote_opts
 def write_tensors(
-    items: Iterable[tuple[str, Any]],
+    items: Mapping[str, Any] | Iterable[tuple[str, Any]],
     path: Any,
     *,
     format: str | None = None,
     progress: Callable[[int], None] | None = None,
     **kw: Any,
 ) -> list[str]:
-    """Write ``(name, tensor)`` pairs in the format of ``path``'s extension (or ``format``).
+    """Write tensors (a mapping, or ``(name, tensor)`` pairs) in the format of ``path``'s extension (or ``format``).
 
     Returns the files written (several for sharded safetensors: the shards, then the
     index).

@@ -35,6 +35,7 @@ deep or huge input.
 
 from __future__ import annotations
 
+import os
 from typing import Any, TypedDict
 
 __all__ = [
@@ -95,7 +96,7 @@ class TorchlessError(Exception):
     ) -> None:
         super().__init__(message)
         self.message = message
-        self.path = None if path is None else str(path)
+        self.path = _path_text(path)
         self.member = member
         self.offset = offset
         self.expected = expected
@@ -105,7 +106,7 @@ class TorchlessError(Exception):
     def with_context(self, *, path: Any = None, member: str | None = None) -> TorchlessError:
         """Fill in ``path``/``member`` where the raiser did not know them; returns self."""
         if self.path is None and path is not None:
-            self.path = str(path)
+            self.path = _path_text(path)
         if self.member is None and member is not None:
             self.member = member
         return self
@@ -144,6 +145,18 @@ class TorchlessError(Exception):
             "found": str(self.found) if _is_set(self.found) else None,
             "hint": self.hint,
         }
+
+
+def _path_text(path: Any) -> str | None:
+    """A path as text; anything that is not a path (a caller's swapped argument: a dict of
+    tensors, an array) is shown as a bounded repr, never its full ``str()``."""
+    if path is None:
+        return None
+    if isinstance(path, str):
+        return path
+    if isinstance(path, os.PathLike):
+        return str(os.fspath(path))
+    return short_repr(path)
 
 
 def _is_set(v: Any) -> bool:

@@ -9,10 +9,10 @@ the layers (``docs/architecture.md``).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from ..core.errors import UsageError
+from ..core.errors import UsageError, short_repr
 from .base import Artifact, FormatHandler, LoadPolicy, check_options
 from .registry import formats_that, handler, handler_for_path, probe_and_detect, require
 
@@ -44,6 +44,13 @@ def tensor_writer(path: Any, format: str | None) -> FormatHandler:
     Raises:
         UsageError: no writable format for ``path``.
     """
+    if not format and not isinstance(path, (str, os.PathLike)):
+        raise UsageError(
+            "expected a destination path or URL",
+            expected="str or os.PathLike (or format= for a file object)",
+            found=type(path).__name__,
+            hint="the call is write_tensors(items, path)" if isinstance(path, (dict, list, tuple)) else None,
+        )
     h = handler(format) if format else handler_for_path(path)
     if h is None:
         exts = ", ".join(e for name in writable_formats() for e in handler(name).extensions)
@@ -55,8 +62,28 @@ def tensor_writer(path: Any, format: str | None) -> FormatHandler:
     return require(h, "write_tensors", path=path)
 
 
+def _pairs(items: Any, path: Any) -> Iterator[tuple[str, Any]]:
+    """``items`` as ``(name, tensor)`` pairs: a mapping gives its items; anything that is not
+    a pair with a str name is a UsageError naming the entry (not a bare unpacking error)."""
+    if isinstance(items, Mapping):
+        items = items.items()
+    elif isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+        raise UsageError(
+            "expected tensors to write", path=path, expected="a mapping or (name, tensor) pairs", found=type(items).__name__
+        )
+    for i, entry in enumerate(items):
+        if not (isinstance(entry, (tuple, list)) and len(entry) == 2 and isinstance(entry[0], str)):
+            raise UsageError(
+                f"entry {i} of the tensors to write is not a (name, tensor) pair",
+                path=path,
+                expected="(str, tensor)",
+                found=short_repr(entry),
+            )
+        yield entry[0], entry[1]
+
+
 def write_tensors(
-    items: Iterable[tuple[str, Any]],
+    items: Mapping[str, Any] | Iterable[tuple[str, Any]],
     path: Any,
     *,
     format: str | None = None,
@@ -67,7 +94,7 @@ def write_tensors(
     see :func:`torchless.write_tensors`. Returns the files written."""
     h = tensor_writer(path, format)
     check_options(h, "write", kw, path=path)
-    res = h.write_tensors(items, path, progress=progress, **kw)
+    res = h.write_tensors(_pairs(items, path), path, progress=progress, **kw)
     return (
         list(res) if isinstance(res, (list, tuple)) else [os.fspath(path) if isinstance(path, (str, os.PathLike)) else "<file>"]
     )
