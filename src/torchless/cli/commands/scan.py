@@ -33,7 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Find every pickle stream in every carrier (raw pickles, torch zips, legacy and tar "
         "checkpoints, TorchScript, .pt2, DCP, .npy/.npz, compressed joblib-style files), run each "
         "symbolically (nothing is imported) and report dangerous or unknown globals and container "
-        "differentials. Unrecognised bytes are never CLEAN. Exit codes: 0 every file CLEAN; 1 a file "
+        "differentials. Bytes no carrier recognises are CLEAN only when the real unpicklers refuse them "
+        "before importing anything and the name claims no model (a README, an image); named like a model, "
+        "never. Exit codes: 0 every file CLEAN; 1 a file "
         "SUSPICIOUS, UNANALYSABLE or DANGEROUS; 2 a file or folder could not be read, or nothing to scan.",
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="files or directories (recursive)")
