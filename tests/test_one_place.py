@@ -367,3 +367,14 @@ def test_specs_sniff_any_byte_source() -> None:
     assert ts_spec.is_torchscript_zip(recs) and ts_spec.may_be_torchscript(recs)
     assert not ts_spec.is_checkpoint_zip(recs)
     assert {ts_spec.classify_record(r) for r in recs} >= {"code", "pickle", "metadata"}
+
+
+def test_the_version_lives_in_one_place():
+    """pyproject.toml takes the version from core/version.py (setuptools reads the literal
+    without importing the package); no second copy to drift."""
+    import tomllib
+
+    meta = tomllib.loads((SRC.parents[1] / "pyproject.toml").read_text(encoding="utf-8"))
+    assert "version" not in meta["project"]
+    assert "version" in meta["project"]["dynamic"]
+    assert meta["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "torchless.core.version.__version__"}
