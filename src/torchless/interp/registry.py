@@ -35,7 +35,11 @@ from ..core.errors import InternalError, UnsupportedError
 from ..core.lazy import import_modules
 
 #: the kernel modules, each registering its kernels when imported.
-KERNEL_MODULES: list[str] = []
+KERNEL_MODULES: list[str] = [
+    "torchless.interp.kernels.python_ops",
+    "torchless.interp.kernels.symbolic",
+    "torchless.interp.kernels.control_flow",
+]
 
 Kernel = Callable[..., Any]
 

@@ -221,6 +221,7 @@ class Program:
     weights_config: S.PayloadConfig | None = None
     constants_config: S.PayloadConfig | None = None
     _archive: Any = field(default=None, repr=False)
+    _module: Any = field(default=None, repr=False, compare=False)
 
     @property
     def schema_version(self) -> tuple[int, int]:
@@ -256,6 +257,26 @@ class Program:
                         {"input": n.name, "dim": d, "expr": str(s), "symbols": syms, "range": rng[0] if len(rng) == 1 else rng}
                     )
         return out
+
+    def module(self, *, check_guards: bool = True) -> Any:
+        """A callable running this program on NumPy, like ``torch.export.load(p).module()``:
+        ``m(*args, **kwargs)`` takes arrays (or torchless Tensors, Python scalars) as the
+        exported ``forward`` did and returns its output pytree with NumPy arrays. Each call
+        of ``module()`` gives a new module with its own copy of the buffers.
+
+        Raises:
+            UnsupportedError: an operator has no kernel (all of them named), before anything runs.
+        """
+        from .run import ExportedModule
+
+        return ExportedModule(self, check_guards=check_guards)
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        """``self.module()(*args, **kwargs)`` with one module kept by the program (buffer
+        mutations persist across calls)."""
+        if self._module is None:
+            self._module = self.module()
+        return self._module(*args, **kwargs)
 
     def op_histogram(self) -> dict[str, int]:
         """Operator -> count over the graph and all subgraphs."""

@@ -1,1 +1,2 @@
-"""Kernels, one module per family, each listed in :data:`torchless.interp.registry.KERNEL_MODULES`."""
+"""The interpreter's kernels, one module per family; each registers its kernels on import
+(the modules are listed in :data:`torchless.interp.registry.KERNEL_MODULES`)."""

@@ -1,0 +1,108 @@
+"""``Program.module()``: an exported program as a callable on NumPy, like
+``torch.export.load(p).module()``.
+
+The call's ``(args, kwargs)`` are flattened by the program's ``in_spec`` (its root
+``module_call_graph`` entry), the user inputs checked and run by
+:class:`torchless.interp.program.ProgramRunner`, and the user outputs folded back by the
+``out_spec``. Tensor inputs may be NumPy arrays, torchless :class:`~torchless.core.tensor.Tensor`
+objects, or anything ``numpy.asarray`` takes; results are NumPy arrays (and Python
+scalars where the program returns SymInts).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ...core.errors import FormatError, TorchlessError, UsageError
+from ...interp.program import ProgramRunner
+from . import treespec
+
+__all__ = ["ExportedModule", "call_specs"]
+
+
+def call_specs(program: Any) -> tuple[treespec.TreeSpec | None, treespec.TreeSpec | None, list[str] | None]:
+    """``(in_spec, out_spec, forward_arg_names)`` of the program's root module, or Nones."""
+    for entry in program.module_call_graph or ():
+        if getattr(entry, "fqn", None) == "" and getattr(entry, "signature", None) is not None:
+            sig = entry.signature
+            try:
+                ins = treespec.loads(sig.in_spec) if sig.in_spec else None
+                outs = treespec.loads(sig.out_spec) if sig.out_spec else None
+            except TorchlessError as e:
+                e.with_context(member=f"models/{program.name}.json")
+                raise
+            return ins, outs, list(sig.forward_arg_names) if sig.forward_arg_names else None
+    return None, None, None
+
+
+def _array(v: Any) -> Any:
+    if isinstance(v, (np.ndarray, bool, int, float, complex, str)) or v is None:
+        return v
+    if hasattr(v, "numpy") or hasattr(v, "__array__"):
+        return np.asarray(v.numpy() if hasattr(v, "numpy") and not isinstance(v, np.generic) else v)
+    return v
+
+
+class ExportedModule:
+    """A callable running one program; buffer mutations update :attr:`buffers`.
+
+    Example:
+        >>> m = torchless.load("mlp.pt2").module()          # doctest: +SKIP
+        >>> y = m(np.ones((2, 4), np.float32))              # doctest: +SKIP
+    """
+
+    def __init__(self, program: Any, *, check_guards: bool = True) -> None:
+        self.program = program
+        self.runner = ProgramRunner(program, check_guards=check_guards)
+        self.in_spec, self.out_spec, self.arg_names = call_specs(program)
+
+    @property
+    def buffers(self) -> dict[str, np.ndarray]:
+        """Buffer FQN -> current value."""
+        return self.runner.buffers
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Parameters and buffers, as ``module.state_dict()`` (current buffer values)."""
+        return {**self.runner.params, **self.runner.buffers}
+
+    def _names(self, paths: list[str]) -> list[str]:
+        out = []
+        for p in paths:
+            # "[0][1]" -> "x[1]" with the forward's argument names; "[1]['k']" -> "k"
+            if p.startswith("[0][") and self.arg_names:
+                i, _, rest = p[4:].partition("]")
+                if i.isdigit() and int(i) < len(self.arg_names):
+                    out.append(self.arg_names[int(i)] + rest)
+                    continue
+                out.append(f"args[{i}]{rest}")
+            elif p.startswith("[1]["):
+                key, _, rest = p[4:].partition("]")
+                out.append(key.strip("'\"") + rest)
+            else:
+                out.append(p or "input")
+        return out
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.in_spec is not None:
+            flat = self.in_spec.flatten((tuple(args), dict(kwargs)))
+            paths = [p for p, _ in flat]
+            leaves = [_array(v) for _, v in flat]
+            names = self._names(paths)
+        else:
+            if kwargs:
+                raise UsageError("this program records no in_spec: pass its inputs by position")
+            leaves = [_array(v) for v in args]
+            names = None
+        outs = self.runner.run(leaves, names)
+        if self.out_spec is not None:
+            if self.out_spec.num_leaves != len(outs):
+                raise FormatError(
+                    "out_spec does not match the program's outputs", expected=self.out_spec.num_leaves, found=len(outs)
+                )
+            return self.out_spec.unflatten(outs)
+        return tuple(outs)
+
+    def __repr__(self) -> str:
+        return f"ExportedModule({self.program.name!r}, {len(self.program.graph.nodes)} nodes)"

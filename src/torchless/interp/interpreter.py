@@ -1,0 +1,209 @@
+"""Run a :class:`~torchless.graph.ir.Graph` node by node on NumPy.
+
+:func:`run_graph` binds the placeholders to the given values, evaluates every
+``call_function`` node through its kernel (:mod:`.registry`), and returns the output
+node's value. Each graph is compiled once into a :class:`Plan`: the kernel of every node,
+resolved before anything runs (:func:`check_kernels` names *every* operator without a
+kernel in one :class:`~torchless.core.errors.UnsupportedError`), and for each node the
+values whose last use it is, so that intermediate arrays are released as soon as nothing
+reads them (peak memory close to torch's).
+
+A ``get_attr`` node naming a subgraph (the body of a higher-order op) evaluates to a
+:class:`GraphFunction`, a callable that runs that subgraph; the higher-order ops' kernels
+(``higher_order.cond``, ``while_loop``, ``map_impl``, ``scan``...) receive it like any other
+argument and call it. A ``get_attr`` naming another attribute gives its value (a tensor
+as a NumPy array).
+
+Example:
+    >>> from torchless.graph.ir import Graph, OpRef
+    >>> g = Graph()
+    >>> a, b = g.placeholder("a"), g.placeholder("b")
+    >>> _ = g.output((g.call_function(OpRef("_operator.add"), (a, b)),))
+    >>> run_graph(g, [2, 3])
+    (5,)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..core.errors import InternalError, TorchlessError, UnsupportedError, UsageError
+from ..graph.ir import Graph, Node, OpRef, iter_nodes, map_arg
+from . import registry
+
+__all__ = ["GraphFunction", "Plan", "check_kernels", "missing_kernels", "node_key", "plan", "run_graph", "to_array"]
+
+
+def node_key(n: Node) -> str:
+    """The registry key of a ``call_function`` node's target."""
+    t = n.target
+    return t.key if isinstance(t, OpRef) else str(t)
+
+
+def missing_kernels(graph: Graph) -> dict[str, int]:
+    """Operator key -> number of nodes, for every operator of ``graph`` and its subgraphs
+    that has no kernel."""
+    out: dict[str, int] = {}
+    for _path, g in graph.walk():
+        for n in g.nodes:
+            if n.op == "call_function":
+                k = node_key(n)
+                if registry.lookup(k) is None:
+                    out[k] = out.get(k, 0) + 1
+            elif n.op in ("call_module", "call_method"):
+                k = f"{n.op}:{n.target}"
+                out[k] = out.get(k, 0) + 1
+    return out
+
+
+def check_kernels(graph: Graph) -> None:
+    """Refuse, before anything runs, a graph with operators the interpreter lacks.
+
+    Raises:
+        UnsupportedError: naming every missing operator (with its node count).
+    """
+    miss = missing_kernels(graph)
+    if miss:
+        listed = ", ".join(f"{k} (x{c})" if c > 1 else k for k, c in sorted(miss.items()))
+        raise UnsupportedError(
+            f"the interpreter has no kernel for {len(miss)} operator{'s' if len(miss) > 1 else ''}: {listed}",
+            hint="see docs/interpreter.md, Coverage",
+        )
+
+
+def to_array(v: Any) -> np.ndarray:
+    """A tensor-like value (NumPy array, torchless Tensor, anything with ``__array__``) as an ndarray."""
+    if isinstance(v, np.ndarray):
+        return v
+    numpy = getattr(v, "numpy", None)
+    if callable(numpy) and not isinstance(v, np.generic):
+        return np.asarray(numpy())
+    return np.asarray(v)
+
+
+class GraphFunction:
+    """A subgraph as a callable: ``f(*args)`` runs it and returns its output value (the
+    tuple/list the subgraph returns, as FX's ``GraphModule`` does)."""
+
+    __slots__ = ("graph", "name")
+
+    def __init__(self, graph: Graph, name: str = "") -> None:
+        self.graph = graph
+        self.name = name
+
+    def __call__(self, *args: Any) -> Any:
+        return run_graph(self.graph, list(args))
+
+    def __repr__(self) -> str:
+        return f"GraphFunction({self.name!r})"
+
+
+class Plan:
+    """A graph compiled for running: per node, its kernel and the values freed after it.
+
+    Attributes:
+        graph: the graph.
+        placeholders: the placeholder nodes, in order.
+        steps: ``(index, node, kernel, free)`` for every non-placeholder node; ``kernel`` is
+            None for ``get_attr`` and ``output``; ``free`` lists the indices of the values
+            whose last reader is this node.
+    """
+
+    def __init__(self, graph: Graph) -> None:
+        check_kernels(graph)
+        self.graph = graph
+        index = {id(n): i for i, n in enumerate(graph.nodes)}
+        self.index = index
+        last: dict[int, int] = {}
+        for i, n in enumerate(graph.nodes):
+            for a in iter_nodes((n.args, n.kwargs)):
+                j = index.get(id(a))
+                if j is None:
+                    raise InternalError(f"node {n.name!r} reads {a.name!r}, which is not in its graph")
+                last[j] = i
+        frees: dict[int, list[int]] = {}
+        for j, i in last.items():
+            frees.setdefault(i, []).append(j)
+        self.placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+        self.steps: list[tuple[int, Node, Any, tuple[int, ...]]] = []
+        for i, n in enumerate(graph.nodes):
+            if n.op == "placeholder":
+                continue
+            fn = registry.require(node_key(n)) if n.op == "call_function" else None
+            # a value nothing reads is dropped right after it is computed
+            free = tuple(frees.get(i, ())) + (() if i in last or n.op == "output" else (i,))
+            self.steps.append((i, n, fn, free))
+
+
+_PLANS: dict[int, tuple[Graph, Plan]] = {}
+
+
+def plan(graph: Graph) -> Plan:
+    """The :class:`Plan` of ``graph`` (compiled once per graph object and cached)."""
+    hit = _PLANS.get(id(graph))
+    if hit is not None and hit[0] is graph:
+        return hit[1]
+    p = Plan(graph)
+    if len(_PLANS) > 256:
+        _PLANS.clear()
+    _PLANS[id(graph)] = (graph, p)
+    return p
+
+
+def _get_attr(graph: Graph, n: Node) -> Any:
+    t = n.target
+    if t in graph.subgraphs:
+        return GraphFunction(graph.subgraphs[t], str(t))
+    if t in graph.attributes:
+        v = graph.attributes[t]
+        return to_array(v) if hasattr(v, "numpy") or hasattr(v, "__array__") else v
+    raise UsageError(f"get_attr {n.name!r} names unknown attribute {t!r}")
+
+
+def run_graph(graph: Graph, inputs: list[Any]) -> Any:
+    """Run ``graph`` with ``inputs`` bound to its placeholders, in order; returns the
+    output node's value (``args[0]``, with every node replaced by its value).
+
+    Raises:
+        UnsupportedError: an operator has no kernel (raised before any node runs), or a
+            kernel cannot honour an argument.
+        UsageError: wrong number of inputs; a runtime assertion of the graph failed.
+    """
+    p = plan(graph)
+    if len(inputs) != len(p.placeholders):
+        raise UsageError("wrong number of graph inputs", expected=str(len(p.placeholders)), found=str(len(inputs)))
+    env: list[Any] = [None] * len(graph.nodes)
+    for ph, v in zip(p.placeholders, inputs, strict=True):
+        env[p.index[id(ph)]] = v
+
+    def value(a: Node) -> Any:
+        return env[p.index[id(a)]]
+
+    result: Any = None
+    for i, n, fn, free in p.steps:
+        if fn is not None:
+            args = map_arg(n.args, value) if n.args else ()
+            kwargs = map_arg(n.kwargs, value) if n.kwargs else {}
+            try:
+                out = fn(*args, **kwargs)
+            except TorchlessError as e:
+                if not getattr(e, "_interp_node", None):
+                    e._interp_node = n.name  # type: ignore[attr-defined]
+                    e.message = f"{e.message} (at node {n.name!r}, {node_key(n)})"
+                raise
+            except (ValueError, TypeError, IndexError, ZeroDivisionError, OverflowError, FloatingPointError) as e:
+                raise InternalError(f"kernel {node_key(n)} failed at node {n.name!r}: {type(e).__name__}: {e}") from e
+            if isinstance(out, np.generic):
+                out = np.asarray(out)
+            env[i] = out
+        elif n.op == "get_attr":
+            env[i] = _get_attr(graph, n)
+        elif n.op == "output":
+            result = map_arg(n.args[0], value) if n.args else None
+        else:
+            raise UnsupportedError(f"the interpreter does not run {n.op} nodes ({n.name!r})")
+        for j in free:
+            env[j] = None
+    return result

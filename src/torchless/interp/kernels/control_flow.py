@@ -1,0 +1,136 @@
+"""Kernels of the higher-order operators: control flow and wrappers around subgraphs.
+
+A subgraph argument arrives as a :class:`~torchless.interp.interpreter.GraphFunction`
+(calling it runs the subgraph and returns its output tuple). The semantics are those of
+the ops' dense (eager) implementations in ``torch/_higher_order_ops``:
+
+* ``cond(pred, true_fn, false_fn, operands)``: one branch, chosen by ``pred``.
+* ``while_loop(cond_fn, body_fn, carried_inputs, additional_inputs)``: ``body_fn`` while
+  ``cond_fn`` is true; returns the final carried values.
+* ``map_impl(f, xs, pos_args)``: ``f`` on each slice ``xs[i]``; the outputs stacked.
+* ``scan(combine_fn, init, xs, additional_inputs)``: ``combine_fn(*carry, *x[i], *add)``
+  gives ``(*carry, *y)``; returns ``[*final_carry, *stacked_ys]``.
+* ``wrap_with_set_grad_enabled`` / ``invoke_subgraph``: the subgraph, called (no autograd
+  here). ``wrap_with_autocast``: the subgraph when autocast is disabled; an enabled region
+  is refused (its dtypes differ from the graph's).
+* ``out_dtype(op, dtype, *args)``: ``op`` computed with its inputs in ``dtype``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ...core.errors import UnsupportedError, UsageError
+from .. import registry
+from ..registry import kernel
+
+
+def _pred(v: Any) -> bool:
+    if isinstance(v, (tuple, list)):
+        if len(v) != 1:
+            raise UsageError("a predicate must be one value", found=f"{len(v)} values")
+        v = v[0]
+    if isinstance(v, np.ndarray):
+        if v.size != 1:
+            raise UsageError("a predicate must be a one-element tensor", found=f"shape {list(v.shape)}")
+        return bool(v.reshape(()))
+    return bool(v)
+
+
+def _tuple(v: Any) -> tuple[Any, ...]:
+    return tuple(v) if isinstance(v, (tuple, list)) else (v,)
+
+
+@kernel("higher_order.cond")
+def cond(pred: Any, true_fn: Any, false_fn: Any, operands: Any = ()) -> Any:
+    return (true_fn if _pred(pred) else false_fn)(*operands)
+
+
+@kernel("higher_order.while_loop")
+def while_loop(cond_fn: Any, body_fn: Any, carried_inputs: Any, additional_inputs: Any = (), **_kw: Any) -> tuple[Any, ...]:
+    carried = tuple(carried_inputs)
+    extra = tuple(additional_inputs)
+    while _pred(cond_fn(*carried, *extra)):
+        out = _tuple(body_fn(*carried, *extra))
+        if len(out) != len(carried):
+            raise UsageError("while_loop body returned the wrong number of values", expected=len(carried), found=len(out))
+        carried = out
+    # torch's results never alias the inputs
+    return tuple(np.array(c, copy=True) if isinstance(c, np.ndarray) else c for c in carried)
+
+
+def _length(xs: list[Any], op: str) -> int:
+    if not xs:
+        raise UsageError(f"{op} needs at least one tensor to iterate over")
+    n = int(np.shape(xs[0])[0]) if np.ndim(xs[0]) else -1
+    for x in xs:
+        if np.ndim(x) == 0 or np.shape(x)[0] != n:
+            raise UsageError(f"{op}: the tensors iterated over differ in their leading dimension")
+    return n
+
+
+def _stack(rows: list[tuple[Any, ...]], what: str) -> list[Any]:
+    if not rows:
+        raise UnsupportedError(f"{what} over zero elements (the output shapes are unknown)")
+    return [np.stack([np.asarray(r[k]) for r in rows]) for k in range(len(rows[0]))]
+
+
+@kernel("higher_order.map_impl")
+def map_impl(f: Any, xs: Any, pos_args: Any = ()) -> list[Any]:
+    xs = list(xs)
+    n = _length(xs, "map")
+    extra = tuple(pos_args)
+    rows = [_tuple(f(*(x[i] for x in xs), *extra)) for i in range(n)]
+    return _stack(rows, "map")
+
+
+@kernel("higher_order.scan")
+def scan(combine_fn: Any, init: Any, xs: Any, additional_inputs: Any = ()) -> list[Any]:
+    carry = tuple(init)
+    xs = list(xs)
+    extra = tuple(additional_inputs)
+    n = _length(xs, "scan") if xs else 0
+    ys: list[tuple[Any, ...]] = []
+    k = len(carry)
+    for i in range(n):
+        out = _tuple(combine_fn(*carry, *(x[i] for x in xs), *extra))
+        carry, y = out[:k], out[k:]
+        ys.append(y)
+    if n == 0:
+        return list(carry)
+    stacked = [np.stack([np.asarray(r[j]) for r in ys]) for j in range(len(ys[0]))]
+    return [*(np.array(c, copy=True) if isinstance(c, np.ndarray) else c for c in carry), *stacked]
+
+
+@kernel("higher_order.wrap_with_set_grad_enabled")
+def wrap_with_set_grad_enabled(enable_grad: Any, fn: Any, *args: Any) -> Any:
+    return fn(*args)
+
+
+@kernel("higher_order.wrap_with_autocast")
+def wrap_with_autocast(device_type: Any, dtype: Any, enabled: Any, cache_enabled: Any, fn: Any, *args: Any) -> Any:
+    if enabled:
+        raise UnsupportedError(
+            "an enabled autocast region (higher_order.wrap_with_autocast) is not run: its ops compute in "
+            f"{getattr(dtype, 'name', dtype)}, not the graph's dtypes",
+            hint="export with autocast disabled, or run_decompositions() first",
+        )
+    return fn(*args)
+
+
+@kernel("higher_order.invoke_subgraph")
+def invoke_subgraph(subgraph: Any, identifier: Any, *operands: Any) -> Any:
+    return subgraph(*operands)
+
+
+@kernel("higher_order.out_dtype")
+def out_dtype(op: Any, dtype: Any, *args: Any) -> Any:
+    key = getattr(op, "key", None) or str(op)
+    fn = registry.require(key)
+    npd = getattr(dtype, "numpy", None)
+    if npd is None:
+        raise UnsupportedError(f"out_dtype to {dtype} has no NumPy dtype")
+    cast = [a.astype(npd) if isinstance(a, np.ndarray) else a for a in args]
+    return np.asarray(fn(*cast)).astype(npd, copy=False)

@@ -1,0 +1,118 @@
+"""The interpreter's loop on hand-built graphs (no torch): binding, dispatch, freeing,
+subgraphs, and the refusal of a graph with operators that have no kernel."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import numpy as np
+import pytest
+
+from torchless.core.errors import UnsupportedError, UsageError
+from torchless.graph.ir import Graph, OpRef
+from torchless.interp import registry
+from torchless.interp.interpreter import GraphFunction, check_kernels, missing_kernels, plan, run_graph
+
+ADD = OpRef("_operator.add")
+MUL = OpRef("_operator.mul")
+GETITEM = OpRef("_operator.getitem")
+
+
+def test_scalars_follow_python_rules():
+    g = Graph()
+    a, b = g.placeholder("a"), g.placeholder("b")
+    fd = g.call_function(OpRef("_operator.floordiv"), (a, b))
+    md = g.call_function(OpRef("_operator.mod"), (a, b))
+    td = g.call_function(OpRef("_operator.truediv"), (a, b))
+    c = g.call_function(OpRef("math.ceil"), (td,))
+    si = g.call_function(OpRef("torch.sym_int"), (td,))
+    mx = g.call_function(OpRef("torch.sym_max"), (a, b))
+    ite = g.call_function(OpRef("torch.sym_ite"), (g.call_function(OpRef("_operator.lt"), (a, b)), a, b))
+    g.output((fd, md, td, c, si, mx, ite))
+    for x, y in [(-7, 2), (7, -2), (9, 4)]:
+        assert run_graph(g, [x, y]) == (x // y, x % y, x / y, -(-x // y), int(x / y), max(x, y), x if x < y else y)
+
+
+def test_missing_kernels_are_all_named_before_anything_runs():
+    g = Graph()
+    x = g.placeholder("x")
+    sub = Graph()
+    sx = sub.placeholder("x")
+    sub.output((sub.call_function(OpRef("aten.no_such_op_b.default"), (sx,)),))
+    g.subgraphs["body"] = sub
+    key = "_operator.pos"
+    fn = registry.require(key)
+    g.call_function(OpRef(key), (x,))
+    g.call_function(OpRef("aten.no_such_op_a.default"), (x,))
+    g.call_function(OpRef("aten.no_such_op_a.default"), (x,))
+    g.output((x,))
+    assert missing_kernels(g) == {"aten.no_such_op_a.default": 2, "aten.no_such_op_b.default": 1}
+    with pytest.raises(UnsupportedError) as e:
+        run_graph(g, [1])
+    assert "aten.no_such_op_a.default (x2)" in str(e.value) and "aten.no_such_op_b.default" in str(e.value)
+    assert registry.require(key) is fn
+    with pytest.raises(UnsupportedError):
+        check_kernels(g)
+
+
+def test_values_are_freed_after_their_last_use(monkeypatch):
+    """An intermediate array is released once its last reader ran (checked with a weakref)."""
+    alive = []
+
+    class Arr(np.ndarray):
+        pass
+
+    def make(x):
+        out = np.asarray(x).copy().view(Arr)
+        alive.append(weakref.ref(out))
+        return out
+
+    def probe(x):
+        gc.collect()
+        return np.asarray([r() is not None for r in alive])
+
+    monkeypatch.setitem(registry._KERNELS, "test.make", make)
+    monkeypatch.setitem(registry._KERNELS, "test.probe", probe)
+    g = Graph()
+    x = g.placeholder("x")
+    a = g.call_function(OpRef("test.make"), (x,))
+    b = g.call_function(OpRef("_operator.neg"), (a,))  # last use of a
+    p = g.call_function(OpRef("test.probe"), (b,))
+    g.output((p,))
+    (flags,) = run_graph(g, [np.ones(3)])
+    assert flags.tolist() == [False]
+
+
+def test_subgraphs_are_callables_and_getitem_picks_outputs():
+    body = Graph()
+    u, v = body.placeholder("u"), body.placeholder("v")
+    body.output((body.call_function(ADD, (u, v)), body.call_function(MUL, (u, v))))
+    g = Graph()
+    g.subgraphs["body_graph_0"] = body
+    x = g.placeholder("x")
+    f = g.get_attr("body_graph_0")
+    c = g.call_function(OpRef("higher_order.invoke_subgraph"), (f, "id", x, 5))
+    g.output((g.call_function(GETITEM, (c, 0)), g.call_function(GETITEM, (c, 1))))
+    assert run_graph(g, [3]) == (8, 15)
+    assert isinstance(GraphFunction(body), GraphFunction) and GraphFunction(body)(2, 2) == (4, 4)
+
+
+def test_plan_is_cached_and_wrong_arity_refused():
+    g = Graph()
+    a = g.placeholder("a")
+    g.output((g.call_function(OpRef("_operator.neg"), (a,)),))
+    assert plan(g) is plan(g)
+    with pytest.raises(UsageError):
+        run_graph(g, [])
+
+
+def test_failed_runtime_assertion_is_a_usage_error():
+    g = Graph()
+    a = g.placeholder("a")
+    ok = g.call_function(OpRef("_operator.ge"), (a, 2))
+    g.call_function(OpRef("aten._assert_scalar.default"), (ok, "Runtime assertion failed for expression u0 >= 2"))
+    g.output((a,))
+    assert run_graph(g, [3]) == (3,)
+    with pytest.raises(UsageError, match="u0 >= 2"):
+        run_graph(g, [1])
