@@ -4,6 +4,7 @@ a one-element change in big checkpoints checked against NumPy."""
 from __future__ import annotations
 
 import math
+import pathlib
 
 import ml_dtypes
 import numpy as np
@@ -11,6 +12,8 @@ import pytest
 
 import torchless
 import torchless.diff as tdiff
+
+SAMPLES = pathlib.Path(__file__).resolve().parents[1] / "samples"
 
 
 def _save(tmp_path, name, sd):
@@ -134,3 +137,83 @@ def test_damaged_payload_not_compared(tmp_path, monkeypatch):
         assert r == tdiff.compare_tensors(bad, bad)
         assert r["status"] == "not_compared"
         assert tdiff.compare_tensors(tx["u8"], ty["u8"])["status"] == "same"
+
+
+# -- what is not a tensor is compared too ----------------------------------------------
+
+
+def test_diff_compares_plain_values_of_checkpoints(tmp_path):
+    """Two checkpoints with equal tensors but another learning rate or config are not
+    identical (torch.save writes them; torch.load reads back the values we expect)."""
+    torch = pytest.importorskip("torch", reason="differential: torch writes the checkpoints")
+    from torchless.diff import diff
+
+    w = torch.arange(6, dtype=torch.float32)
+    torch.save({"w": w, "lr": 0.1, "cfg": {"a": 1}, "tag": "x"}, tmp_path / "a.pt")
+    torch.save({"w": w, "lr": 0.2, "cfg": {"a": 1, "b": "z"}}, tmp_path / "b.pt")
+    res = diff(tmp_path / "a.pt", tmp_path / "b.pt")
+    assert res["same"] == 1 and not res["changed"]
+    assert res["values_added"] == ["cfg.b"] and res["values_removed"] == ["tag"]
+    assert res["values_changed"] == [{"name": "lr", "a": "0.1", "b": "0.2"}]
+    assert not res["identical"]
+    assert diff(tmp_path / "a.pt", tmp_path / "a.pt")["identical"]
+
+
+def test_diff_of_a_checkpoint_and_its_flat_conversion_names_the_dropped_values(tmp_path, capsys):
+    """convert to .safetensors drops the optimizer settings; diff says so and exits 1."""
+    from torchless.cli.main import main
+
+    src = SAMPLES / "checkpoint.pt"
+    out = tmp_path / "c.safetensors"
+    dropped = torchless.convert(src, out)["dropped"]
+    res = tdiff.diff(src, out)
+    assert not res["changed"] and not res["added"] and not res["removed"]
+    assert res["values_removed"] == sorted(d["key"] for d in dropped)
+    assert main(["diff", str(src), str(out)]) == 1
+    text = capsys.readouterr().out
+    assert f"other values: 0 added, {len(dropped)} removed, 0 changed" in text
+
+
+def test_diff_compares_code_and_graphs(tmp_path):
+    """TorchScript code and .pt2 graphs are compared: the same weights under other code
+    differ (torch writes both files)."""
+    torch = pytest.importorskip("torch", reason="differential: torch writes the modules")
+    from torchless.diff import diff
+
+    class A(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 2)
+
+        def forward(self, x):
+            return self.lin(x).relu()
+
+    class B(A):
+        def forward(self, x):
+            return self.lin(x).sigmoid()
+
+    torch.manual_seed(0)
+    a = A()
+    b = B()
+    b.load_state_dict(a.state_dict())
+    torch.jit.save(torch.jit.script(a), tmp_path / "a.pt")
+    torch.jit.save(torch.jit.script(b), tmp_path / "b.pt")
+    res = diff(tmp_path / "a.pt", tmp_path / "b.pt")
+    assert res["same"] == 2 and not res["changed"]
+    assert "code" in [c["name"] for c in res["values_changed"]] and not res["identical"]
+
+    x = (torch.randn(4, 3),)
+    torch.export.save(torch.export.export(a, x), tmp_path / "a.pt2")
+    torch.export.save(torch.export.export(b, x), tmp_path / "b.pt2")
+    res = diff(tmp_path / "a.pt2", tmp_path / "b.pt2")
+    assert res["same"] == 2 and "model:graph" in [c["name"] for c in res["values_changed"]]
+    assert diff(tmp_path / "a.pt2", tmp_path / "a.pt2")["identical"]
+
+
+def test_diff_never_calls_unmodelled_content_identical():
+    """An AOTInductor package's compiled code is not compared: diff says so, exit 1."""
+    from torchless.diff import diff
+
+    res = diff(SAMPLES / "mlp_aoti.pt2", SAMPLES / "mlp_aoti.pt2")
+    assert not res["identical"]
+    assert any("not the rest of it" in c["reason"] for c in res["not_compared"])

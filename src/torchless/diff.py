@@ -1,4 +1,5 @@
-"""Comparing the tensors of two artifacts by name (``torchless diff``).
+"""Comparing two artifacts (``torchless diff``): their tensors by name, and everything
+else they hold (:func:`artifact_values`).
 
 Every tensor present on both sides ends in exactly one bucket: ``same`` (every element
 equal, or within ``atol``/``rtol``), ``changed`` (dtype, shape or values differ) or
@@ -12,6 +13,14 @@ bytes first, chunk by chunk: equal bytes are equal values (or the same NaN), so 
 chunk whose bytes differ is turned into numbers; the pages of each compared chunk are
 dropped from the process right after (they stay in the page cache), so memory stays flat
 however large the files are.
+
+What is not a tensor is compared too, because two checkpoints whose tensors match but
+whose ``epoch``, learning rate or TorchScript code differ are not the same: every plain
+value of the object tree (numbers, strings, placeholders of unknown classes by class
+name), ``.safetensors`` metadata, DCP's non-tensor items, TorchScript code and attributes,
+each ``.pt2`` program's graph code, signature and ranges, and an ONNX graph's code. A
+format whose non-tensor content diff does not model (an AOTInductor package's compiled
+code, an inductor cache) gets a ``not_compared`` entry: it is never reported identical.
 """
 
 from __future__ import annotations
@@ -22,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from .core.errors import TorchlessError
+from .core.errors import TorchlessError, short_repr
 
-__all__ = ["diff", "diff_artifacts", "diff_bytes", "compare_tensors", "CHUNK_ELEMENTS"]
+__all__ = ["diff", "diff_artifacts", "diff_bytes", "compare_tensors", "artifact_values", "CHUNK_ELEMENTS"]
 
 #: elements compared at a time (bounds memory: about 16 bytes each on both sides)
 CHUNK_ELEMENTS = 1 << 22
@@ -228,9 +237,10 @@ def diff_artifacts(
     """Compare the tensors of two opened artifacts by name.
 
     Returns ``{"added": [names], "removed": [names], "changed": [{name, reason,
-    max_abs_diff}], "not_compared": [{name, reason}], "same": n, "identical": bool}``;
+    max_abs_diff}], "not_compared": [{name, reason}], "same": n, "values_added": [keys],
+    "values_removed": [keys], "values_changed": [{name, a, b}], "identical": bool}``;
     ``identical`` is True only when nothing was added, removed, changed or left
-    uncompared.
+    uncompared, tensors and other values alike (:func:`artifact_values`).
     """
     ta = dict(a.tensors())
     tb = dict(b.tensors())
@@ -248,15 +258,112 @@ def diff_artifacts(
             changed.append({"name": name, "reason": r["reason"], "max_abs_diff": r["max_abs_diff"]})
         else:
             not_compared.append({"name": name, "reason": r["reason"]})
-    identical = not (added or removed or changed or not_compared)
+    va, skipped_a = artifact_values(a)
+    vb, skipped_b = artifact_values(b)
+    not_compared += [{"name": f"a: {s['name']}", "reason": s["reason"]} for s in skipped_a]
+    not_compared += [{"name": f"b: {s['name']}", "reason": s["reason"]} for s in skipped_b]
+    values_added = sorted(set(vb) - set(va))
+    values_removed = sorted(set(va) - set(vb))
+    values_changed = [{"name": k, "a": _shown(va[k]), "b": _shown(vb[k])} for k in sorted(set(va) & set(vb)) if va[k] != vb[k]]
+    identical = not (added or removed or changed or not_compared or values_added or values_removed or values_changed)
     return {
         "added": added,
         "removed": removed,
         "changed": changed,
         "not_compared": not_compared,
         "same": same,
+        "values_added": values_added,
+        "values_removed": values_removed,
+        "values_changed": values_changed,
         "identical": identical,
     }
+
+
+def _shown(c: Any) -> str:
+    """A changed value for the report: short, and for code only its size."""
+    kind, v = c
+    if kind == "code":
+        return f"<{len(v.splitlines())} lines of code>"
+    return short_repr(v) if kind != "json" else short_repr(v, limit=120)
+
+
+#: formats whose every non-tensor part artifact_values models (the rest: a not_compared entry)
+_TENSORS_ONLY = ("hf", "npy")
+
+
+def _canon(v: Any) -> Any:
+    """A comparable stand-in for one leaf value: builtins by type and value (NaN equal to
+    NaN), anything else by its class (placeholders by the class the file names)."""
+    if v is None or isinstance(v, (bool, int, str, bytes)):
+        return (type(v).__name__, v)
+    if isinstance(v, float):
+        return ("float", "nan" if v != v else v)
+    if isinstance(v, complex):
+        return ("complex", repr(v))
+    if isinstance(v, (list, tuple, dict, set, frozenset)) and not v:
+        return (type(v).__name__, ())
+    name = getattr(v, "class_name", None) or getattr(v, "qualname", None)
+    if isinstance(v, np.generic):
+        return (v.dtype.str, v.tobytes())
+    return ("object", str(name) if name else type(v).__name__)
+
+
+def _leaves(obj: Any, prefix: str = "") -> dict[str, Any]:
+    from .core.tree import iter_leaves
+
+    return {f"{prefix}{k}": _canon(v) for k, v in iter_leaves(obj)}
+
+
+def artifact_values(art: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """What :func:`diff_artifacts` compares beside the tensors: ``{key: comparable}`` for
+    every non-tensor part of ``art``, and ``not_compared`` entries for what it cannot model.
+
+    Keys are dotted names of the object tree's plain values (as ``convert`` names what it
+    drops), ``__metadata__.<key>`` for safetensors, ``<program>:graph`` /
+    ``<program>:signature`` / ``<program>:range_constraints`` for ``.pt2``, ``code`` for
+    TorchScript and ONNX.
+    """
+    fmt = getattr(art, "format", "")
+    out: dict[str, Any] = {}
+    skipped: list[dict[str, Any]] = []
+    try:
+        if hasattr(art, "checkpoint"):  # eager .pt: the whole pickled object
+            out.update(_leaves(art.checkpoint.obj))
+        elif fmt in ("joblib",):
+            out.update(_leaves(art.load()))
+        elif fmt == "npz":
+            out.update({str(k): _canon(v) for k, v in art.load().items() if not isinstance(v, np.ndarray)})
+        elif fmt == "safetensors":
+            for k, v in sorted((getattr(art, "metadata", None) or {}).items()):
+                out[f"__metadata__.{k}"] = _canon(v)
+        elif fmt == "dcp":
+            out.update(_leaves(art.values()))
+        elif fmt == "torchscript":
+            out.update(_leaves(art.load()))
+            out["code"] = ("code", art.code())
+        elif fmt == "pt2":
+            for name, prog in art.programs.items():
+                out[f"{name}:graph"] = ("code", prog.graph.python_code())
+                out[f"{name}:signature"] = ("json", repr(prog.signature.to_dict()))
+                out[f"{name}:range_constraints"] = ("json", repr(sorted(prog.range_constraints.items())))
+                for k, v in prog.constants.items():
+                    if not hasattr(v, "dtype"):
+                        out[f"{name}:constants.{k}"] = _canon(v)
+        elif fmt == "onnx":
+            info = art.info()
+            out["code"] = ("code", art.graph().python_code())
+            for k in ("ir_version", "opsets", "producer", "inputs", "outputs"):
+                out[k] = ("json", repr(info.get(k)))
+        elif fmt not in _TENSORS_ONLY:
+            skipped.append(
+                {
+                    "name": "(non-tensor content)",
+                    "reason": f"diff compares the tensors of this {fmt} artifact, not the rest of it",
+                }
+            )
+    except TorchlessError as e:
+        skipped.append({"name": "(non-tensor content)", "reason": f"could not be read: {e}"})
+    return out, skipped
 
 
 def diff_bytes(a: Any, b: Any) -> int:

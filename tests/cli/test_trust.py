@@ -109,6 +109,9 @@ def test_sharded_output_message_names_a_file_that_exists(capsys, tmp_path):
 
 # -- item 10: diff never counts what it could not compare as the same ----------------------
 class _Art:
+    format = "safetensors"  # a tensor file with no metadata: nothing but tensors to compare
+    metadata = None
+
     def __init__(self, items):
         self.items = items
 

@@ -141,8 +141,13 @@ def format_diff(res: dict[str, Any]) -> str:
         extra = f" (max abs diff {c['max_abs_diff']:.6g})" if c["max_abs_diff"] is not None else ""
         lines.append(f"~ {c['name']}: {c['reason']}{extra}")
     lines += [f"? {c['name']}: not compared: {c['reason']}" for c in res["not_compared"]]
+    lines += [f"+ value {n}" for n in res["values_added"]] + [f"- value {n}" for n in res["values_removed"]]
+    lines += [f"~ value {c['name']}: {c['a']} -> {c['b']}" for c in res["values_changed"]]
     counts = [f"{len(res['added'])} added", f"{len(res['removed'])} removed", f"{len(res['changed'])} changed"]
     lines.append(", ".join([*counts, f"{len(res['not_compared'])} not compared", f"{res['same']} same"]))
+    nv = [len(res["values_added"]), len(res["values_removed"]), len(res["values_changed"])]
+    if any(nv):
+        lines.append(f"other values: {nv[0]} added, {nv[1]} removed, {nv[2]} changed")
     return "\n".join(lines)
 
 
@@ -265,7 +270,8 @@ def register(sub: Any) -> None:
     p = add(
         "diff",
         cmd_diff,
-        "compare tensors of two artifacts: added, removed, changed (max abs difference), not compared; exit 1 unless identical",
+        "compare two artifacts: tensors added, removed, changed (max abs difference), not compared, and every other value "
+        "(config, optimizer settings, code, graphs); exit 1 unless identical",
     )
     p.add_argument("a")
     p.add_argument("b")

@@ -128,6 +128,9 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "changed": _arr(_obj({"name": _STR, "reason": _STR, "max_abs_diff": {"anyOf": [_NUM_OR_TEXT, {"type": "null"}]}})),
             "not_compared": _arr(_obj({"name": _STR, "reason": _STR})),
             "same": _INT,
+            "values_added": _arr(_STR),
+            "values_removed": _arr(_STR),
+            "values_changed": _arr(_obj({"name": _STR, "a": _STR, "b": _STR})),
             "identical": _BOOL,
         }
     ),
