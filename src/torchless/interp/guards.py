@@ -167,34 +167,34 @@ def check_inputs(slots: list[InputSlot], range_constraints: dict[str, tuple[Any,
     env: dict[str, Any] = {}
     origin: dict[str, str] = {}
     # bind the symbols that are a whole dimension, then solve linear expressions for the rest
-    for d in dims:
-        if isinstance(d.expr, Expr) and d.expr.func == "Symbol":
-            name = str(d.expr.args[0])
-            if name in env and env[name] != d.actual:
+    for dm in dims:
+        if isinstance(dm.expr, Expr) and dm.expr.func == "Symbol":
+            name = str(dm.expr.args[0])
+            if name in env and env[name] != dm.actual:
                 raise UsageError(
-                    f"input {d.where} must equal {origin[name]} (both are {name})", expected=env[name], found=d.actual
+                    f"input {dm.where} must equal {origin[name]} (both are {name})", expected=env[name], found=dm.actual
                 )
             if name not in env:
-                _check_range(name, d.actual, d.where, range_constraints)
-            env.setdefault(name, d.actual)
-            origin.setdefault(name, d.where)
-    for d in dims:
-        syms = _symbols(d.expr, set()) - set(env)
+                _check_range(name, dm.actual, dm.where, range_constraints)
+            env.setdefault(name, dm.actual)
+            origin.setdefault(name, dm.where)
+    for dm in dims:
+        syms = _symbols(dm.expr, set()) - set(env)
         if len(syms) == 1:
             (name,) = syms
-            sol = _solve(d.expr, name, env, d.actual)
+            sol = _solve(dm.expr, name, env, dm.actual)
             if sol is not None:
                 env[name] = sol
-                origin[name] = d.where
+                origin[name] = dm.where
     for name, value in env.items():
         _check_range(name, value, origin[name], range_constraints)
-    for d in dims:
+    for dm in dims:
         try:
-            want = evaluate(d.expr, env)
+            want = evaluate(dm.expr, env)
         except (Unbound, ValueError, ZeroDivisionError, TypeError):
             continue
-        if want != d.actual:
-            raise UsageError(f"input {d.where} must equal {d.text}", expected=want, found=d.actual)
+        if want != dm.actual:
+            raise UsageError(f"input {dm.where} must equal {dm.text}", expected=want, found=dm.actual)
     return env
 
 
