@@ -210,10 +210,48 @@ def test_diff_compares_code_and_graphs(tmp_path):
     assert diff(tmp_path / "a.pt2", tmp_path / "a.pt2")["identical"]
 
 
-def test_diff_never_calls_unmodelled_content_identical():
-    """An AOTInductor package's compiled code is not compared: diff says so, exit 1."""
+def test_diff_compares_aoti_records_by_crc(tmp_path):
+    """Every record of an AOTInductor package but the weights is compared by size and
+    CRC-32: a package whose compiled code changed (one byte of the wrapper) differs."""
+    import shutil
+
     from torchless.diff import diff
 
-    res = diff(SAMPLES / "mlp_aoti.pt2", SAMPLES / "mlp_aoti.pt2")
+    src = SAMPLES / "mlp_aoti.pt2"
+    assert diff(src, src)["identical"]
+    with torchless.open(src) as a:
+        z = a.package.zip
+        e = next(e for e in z.entries if e.name.endswith(".cpp") and e.method == 0 and e.size > 100)
+        start = z.data_offset(e) if callable(getattr(z, "data_offset", None)) else None
+    assert start is not None
+    bad = tmp_path / "bad.pt2"
+    shutil.copy(src, bad)
+    data = bytearray(bad.read_bytes())
+    data[start + 50] ^= 0x20
+    # keep the stored CRC consistent with the edit, as a rebuilt package would be
+    import struct
+    import zlib
+
+    crc = zlib.crc32(bytes(data[start : start + e.size]))
+    struct.pack_into("<I", data, e.header_offset + 14, crc)
+    struct.pack_into("<I", data, e.central_offset + 16, crc)
+    bad.write_bytes(bytes(data))
+    res = diff(src, bad)
+    assert not res["identical"]
+    assert [c["name"] for c in res["values_changed"]] == ["record:" + e.name.split("/", 1)[1]]
+
+
+def test_diff_never_calls_unmodelled_content_identical(tmp_path):
+    """A format whose non-tensor content diff does not model is 'not compared' (exit 1),
+    never identical: a stand-in artifact of an unmodelled format shows the rule."""
+    from torchless.diff import diff_artifacts
+
+    class Unmodelled:
+        format = "inductor_cache"
+
+        def tensors(self):
+            return iter(())
+
+    res = diff_artifacts(Unmodelled(), Unmodelled())
     assert not res["identical"]
     assert any("not the rest of it" in c["reason"] for c in res["not_compared"])

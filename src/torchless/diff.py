@@ -18,9 +18,10 @@ What is not a tensor is compared too, because two checkpoints whose tensors matc
 whose ``epoch``, learning rate or TorchScript code differ are not the same: every plain
 value of the object tree (numbers, strings, placeholders of unknown classes by class
 name), ``.safetensors`` metadata, DCP's non-tensor items, TorchScript code and attributes,
-each ``.pt2`` program's graph code, signature and ranges, and an ONNX graph's code. A
-format whose non-tensor content diff does not model (an AOTInductor package's compiled
-code, an inductor cache) gets a ``not_compared`` entry: it is never reported identical.
+each ``.pt2`` program's graph code, signature and ranges, an ONNX graph's code, and every
+record of an AOTInductor package (compiled code, configs) by size and CRC-32. A format
+whose non-tensor content diff does not model (an inductor cache, a torch.package) gets a
+``not_compared`` entry: it is never reported identical.
 """
 
 from __future__ import annotations
@@ -281,7 +282,9 @@ def diff_artifacts(
 
 def _shown(c: Any) -> str:
     """A changed value for the report: short, and for code only its size."""
-    kind, v = c
+    kind, v = c[0], c[1]
+    if kind == "record":
+        return f"{c[1]} bytes, CRC-32 {c[2]:08x}"
     if kind == "code":
         return f"<{len(v.splitlines())} lines of code>"
     return short_repr(v) if kind != "json" else short_repr(v, limit=120)
@@ -354,6 +357,14 @@ def artifact_values(art: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
             out["code"] = ("code", art.graph().python_code())
             for k in ("ir_version", "opsets", "producer", "inputs", "outputs"):
                 out[k] = ("json", repr(info.get(k)))
+        elif fmt == "aoti":  # compiled code and configs: every record by size and CRC-32
+            pkg = art.package
+            weights = {getattr(w, "name", w) for w in (pkg.weight_files or [])}
+            prefix = f"{pkg.zip.prefix}/" if pkg.zip.prefix else ""
+            for e in pkg.zip.entries:
+                name = e.name[len(prefix) :] if e.name.startswith(prefix) else e.name
+                if name not in weights and not name.endswith("serialization_id"):
+                    out[f"record:{name}"] = ("record", e.size, e.crc)
         elif fmt not in _TENSORS_ONLY:
             skipped.append(
                 {
