@@ -53,10 +53,6 @@ KNOWN_LAZY_BACK_EDGES = {
         "open_source hands a URL to RemoteSource (a ByteSource subclass); the remote module, "
         "and fsspec behind it, is imported only when a URL is opened"
     ),
-    ("torchless.formats.dcp.metadata", "torchless.formats.dcp.fastmeta"): (
-        "parse_metadata tries the fast decoder first; the fast decoder builds metadata's own "
-        "classes and falls back to the general machine in metadata"
-    ),
 }
 
 

@@ -148,8 +148,19 @@ def test_refuses_globals_outside_its_set_and_limits():
     r = make_resolver(True)
     assert fast_load(b"\x80\x02cos\nsystem\nX\x01\x00\x00\x00x\x85R.", r, _pl)[0] is FALLBACK
     assert r.seen == []
-    # protocol other than 2, and limits lower than the fast path's own: FALLBACK
-    assert fast_load(pickle.dumps({"a": 1}, protocol=4), make_resolver(True), _pl)[0] is FALLBACK
-    small = Limits(max_memo=3)
-    assert fast_load(b"\x80\x02}q\x00.", make_resolver(True), _pl, small)[0] is FALLBACK
+    # protocols 2 and 4 (DCP .metadata) only: FALLBACK for the others
+    assert _check(pickle.dumps({"a": 1, "b": [1, (2, 3)]}, protocol=4))
+    for proto in (0, 1, 3, 5):
+        assert fast_load(pickle.dumps({"a": 1}, protocol=proto), make_resolver(True), _pl)[0] is FALLBACK
+    # the caller's limits: the fast path steps aside before the machine would refuse
+    two = b"\x80\x02}q\x00}q\x01\x86."  # two memo entries
+    for max_memo in (1, 2, 3):
+        lim = Limits(max_memo=max_memo)
+        fast = fast_load(two, make_resolver(True), _pl, lim)[0]
+        try:
+            machine = Unpickler(two, resolver=make_resolver(True), persistent_load=_pl, limits=lim).load()
+        except TorchlessError:
+            machine = FALLBACK
+        assert fast is FALLBACK or fast == machine, max_memo
+    assert fast_load(two, make_resolver(True), _pl, Limits(max_memo=1))[0] is FALLBACK
     assert fast_load(b"\x80\x02}q\x00.", make_resolver(True), _pl, Limits())[0] == {}

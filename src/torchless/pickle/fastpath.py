@@ -1,4 +1,4 @@
-"""A fast path for the pickles ``torch.save`` writes for tensors and state dicts.
+"""A fast path for the pickles torch writes: state dicts, DCP items, DCP ``.metadata``.
 
 Most checkpoints hold one pickle shape over and over: a dict (or ``OrderedDict``) of
 ``torch._utils._rebuild_tensor_v2(<storage persistent id>, offset, size, stride,
@@ -7,12 +7,15 @@ those, the general :class:`~torchless.pickle.machine.Unpickler` pays a per-run s
 and a dispatch over the whole opcode set. :func:`fast_load` runs only the small subset
 of opcodes these pickles use, with *the same semantics as the machine* for each of them,
 and gives up (returns :data:`FALLBACK`) on anything else, so the caller runs the general
-machine instead.
+machine instead. The same loop reads the protocol-4 ``.metadata`` pickles of
+``torch.distributed.checkpoint`` (MEMOIZE, STACK_GLOBAL, NEWOBJ, BUILD, lists): their
+caller widens the globals to its own allowlist and passes :class:`EntryHooks` that
+match the two entry shapes repeated once per tensor with one regular expression each.
 
 It is exactly as safe as the machine, by construction:
 
-- a GLOBAL is resolved only if its (Python-2-renamed) name is one of :data:`FAST_GLOBALS`,
-  and then through the caller's resolver, as the machine does (so the allowlist decides,
+- a GLOBAL is resolved only if its (Python-2-renamed) name is one of :data:`FAST_GLOBALS`
+  (or the caller's ``allowed`` set), and then through the caller's resolver, as the machine does (so the allowlist decides,
   and ``resolver.seen`` records it in the same order);
 - REDUCE only calls a :class:`~torchless.pickle.globals.Rebuilder` the resolver returned,
   with a tuple, as the machine's REDUCE does; persistent ids go to the caller's
@@ -34,8 +37,9 @@ from collections.abc import Callable
 from typing import Any
 
 from .globals import Rebuilder, python2_name
+from .machine import Limits
 
-__all__ = ["FALLBACK", "FAST_GLOBALS", "fast_load"]
+__all__ = ["FALLBACK", "FAST_GLOBALS", "OPAQUE", "EntryHooks", "fast_load", "int_token"]
 
 #: returned when the pickle is not one of the recognised shapes: run the general machine
 FALLBACK: Any = object()
@@ -65,11 +69,23 @@ FAST_GLOBALS = frozenset(
 _unpack_i = struct.Struct("<i").unpack_from
 _unpack_I = struct.Struct("<I").unpack_from
 _unpack_H = struct.Struct("<H").unpack_from
+_unpack_Q = struct.Struct("<Q").unpack_from
 
-#: the fast path handles pickles up to this size (bigger ones are rare and not per-item)
-MAX_FAST = 1 << 26
-#: memo entries and MARK depth the fast path allows before leaving it to the machine
-_MAX_MEMO = 1 << 20
+_DEFAULT_LIMITS = Limits()
+
+#: dict key types SETITEM(S) takes by default
+_KEYS = frozenset({str, int})
+
+#: a memo slot an :class:`EntryHooks` filled with a value nothing fetches again in the
+#: files it recognises (a fetch of it hands the pickle to the machine)
+OPAQUE: Any = object()
+
+#: the fast path handles pickles up to this size (a DCP ``.metadata`` of a million
+#: tensors is about 200 MB)
+MAX_FAST = 1 << 30
+#: memo entries, MARK depth and string size the fast path allows (and never more than
+#: the machine's limits) before leaving it to the machine
+_MAX_MEMO = 1 << 26
 _MAX_MARKS = 64
 _MAX_STR = 1 << 20
 
@@ -162,75 +178,169 @@ def _tensor_pickle(data: bytes, resolver: Any, persistent_load: Callable[[Any], 
     return rebuild._call(args)
 
 
-def fast_load(data: Any, resolver: Any, persistent_load: Callable[[Any], Any] | None, limits: Any = None) -> tuple[Any, int]:
-    """Run ``data`` if it is a recognised tensor/state-dict pickle.
+def fast_load(
+    data: Any,
+    resolver: Any,
+    persistent_load: Callable[[Any], Any] | None,
+    limits: Any = None,
+    *,
+    allowed: Any = FAST_GLOBALS,
+    hooks: Any = None,
+    buildable: tuple[type, ...] = (),
+    key_types: frozenset[type] = _KEYS,
+) -> tuple[Any, int]:
+    """Run ``data`` if it is a recognised pickle.
 
-    ``limits`` (a :class:`~torchless.pickle.machine.Limits`): the fast path only runs when
-    every bound it could come near is at least its own, so the machine's limits always
-    apply; otherwise FALLBACK.
+    ``limits`` (a :class:`~torchless.pickle.machine.Limits`; its defaults when None): the
+    fast path leaves the pickle to the machine before any of them is reached, so the
+    machine's limits always apply.
+
+    The other arguments let one caller widen the subset for its own files, never past
+    the machine: ``allowed`` the ``(module, name)`` globals it may resolve (through
+    ``resolver`` still); ``buildable`` the types BUILD may act on (through their
+    ``__torchless_build__``, as the machine does); ``key_types`` the dict key types
+    SETITEM(S) may use; ``hooks`` an :class:`EntryHooks` that matches whole repeated
+    entries at once (DCP ``.metadata``).
 
     Returns:
         ``(obj, seen_added)``: the object the machine would return, or ``FALLBACK``; and
         how many entries were appended to ``resolver.seen`` (to undo on FALLBACK).
     """
-    if limits is not None and (
-        limits.max_memo < _MAX_MEMO
-        or limits.max_marks < _MAX_MARKS
-        or limits.max_object_bytes < _MAX_STR
-        or limits.max_input < min(len(data), MAX_FAST + 1)
-    ):
+    if limits is None:
+        limits = _DEFAULT_LIMITS
+    if limits.max_input < len(data) or len(data) > MAX_FAST:
         return FALLBACK, 0
     if not isinstance(data, bytes):
         data = bytes(data)
     seen = getattr(resolver, "seen", None)
     seen0 = len(seen) if seen is not None else 0
     try:
-        obj = _tensor_pickle(data, resolver, persistent_load) if len(data) < 512 else None
+        obj = None
+        if len(data) < 512 and hooks is None and allowed is FAST_GLOBALS:
+            obj = _tensor_pickle(data, resolver, persistent_load)
         if obj is None:
-            obj = _run(data, resolver, persistent_load)
+            obj = _run(data, resolver, persistent_load, limits, allowed, hooks, buildable, key_types)
     except Exception:  # noqa: BLE001 - whatever went wrong, the machine decides
         obj = FALLBACK
     return obj, (len(seen) - seen0 if seen is not None else 0)
 
 
-def _run(data: bytes, resolver: Any, persistent_load: Callable[[Any], Any] | None) -> Any:  # noqa: C901
+class EntryHooks:
+    """Recognises whole entries that a caller's files repeat (one regular expression
+    each) and builds their values directly: the fast path asks at every memo fetch
+    (``on_get``) and every string (``on_str``). Each returns None (run the opcodes), or
+    ``(values pushed, values memoized in order, position after the entry)``: exactly
+    what running the entry's opcodes would leave. A memo entry that nothing in the
+    recognised files fetches again may be :data:`OPAQUE` (a later fetch of it is a
+    FALLBACK)."""
+
+    def on_get(self, value: Any, data: bytes, pos: int, memo: list[Any]) -> tuple[tuple, list, int] | None:
+        """At the BINGET/LONG_BINGET at ``pos`` that fetched ``value``."""
+        return None
+
+    def on_str(self, value: str, data: bytes, pos: int, memo: list[Any]) -> tuple[tuple, list, int] | None:
+        """After the string ``value`` whose opcode ends at ``pos``."""
+        return None
+
+
+def _run(  # noqa: C901 - one dispatch loop by design
+    data: bytes,
+    resolver: Any,
+    persistent_load: Callable[[Any], Any] | None,
+    limits: Any,
+    allowed: Any,
+    hooks: EntryHooks | None,
+    buildable: tuple[type, ...],
+    key_types: frozenset[type],
+) -> Any:
     n = len(data)
-    if n > MAX_FAST or n < 3 or data[0] != 0x80 or data[1] != 2:
+    if n < 3 or data[0] != 0x80 or data[1] not in (2, 4):
         return FALLBACK
+    max_memo = min(limits.max_memo, _MAX_MEMO)
+    max_marks = min(limits.max_marks, _MAX_MARKS)
+    max_str = min(limits.max_object_bytes, _MAX_STR)
     stack: list[Any] = []
     metastack: list[list[Any]] = []
-    memo: dict[int, Any] = {}
+    # the memo as the machine's would be when its indices are dense (MEMOIZE, or BINPUT
+    # at the next index or an existing one); any other BINPUT: FALLBACK
+    memo: list[Any] = []
+    on_get = hooks.on_get if hooks is not None else None
+    on_str = hooks.on_str if hooks is not None else None
     pos = 2
     while pos < n:
         op = data[pos]
         pos += 1
-        if op == 0x71:  # q BINPUT
+        if op == 0x94:  # MEMOIZE
+            if len(memo) >= max_memo:
+                return FALLBACK
+            memo.append(stack[-1])
+        elif op == 0x68 or op == 0x6A:  # h BINGET / j LONG_BINGET
+            if op == 0x68:
+                idx = data[pos]
+                nxt = pos + 1
+            else:
+                if pos + 4 > n:
+                    return FALLBACK
+                idx = _unpack_I(data, pos)[0]
+                nxt = pos + 4
+            if idx >= len(memo):
+                return FALLBACK
+            v = memo[idx]
+            if v is OPAQUE:
+                return FALLBACK
+            if on_get is not None:
+                hit = on_get(v, data, pos - 1, memo)
+                if hit is not None:
+                    stack.extend(hit[0])
+                    memo.extend(hit[1])
+                    if len(memo) >= max_memo:
+                        return FALLBACK
+                    pos = hit[2]
+                    continue
+            stack.append(v)
+            pos = nxt
+        elif op == 0x71 or op == 0x72:  # q BINPUT / r LONG_BINPUT
             if not stack:
                 return FALLBACK
-            memo[data[pos]] = stack[-1]
-            pos += 1
-        elif op == 0x72:  # r LONG_BINPUT
-            if not stack or pos + 4 > n:
+            if op == 0x71:
+                idx = data[pos]
+                pos += 1
+            else:
+                if pos + 4 > n:
+                    return FALLBACK
+                idx = _unpack_I(data, pos)[0]
+                pos += 4
+            if idx == len(memo):
+                if idx >= max_memo:
+                    return FALLBACK
+                memo.append(stack[-1])
+            elif idx < len(memo):
+                memo[idx] = stack[-1]
+            else:
                 return FALLBACK
-            idx = _unpack_I(data, pos)[0]
-            pos += 4
-            if len(memo) >= _MAX_MEMO and idx not in memo:
+        elif op == 0x8C or op == 0x58:  # SHORT_BINUNICODE / X BINUNICODE
+            if op == 0x8C:
+                k = data[pos]
+                pos += 1
+            else:
+                if pos + 4 > n:
+                    return FALLBACK
+                k = _unpack_I(data, pos)[0]
+                pos += 4
+            if k > max_str or pos + k > n:
                 return FALLBACK
-            memo[idx] = stack[-1]
-        elif op == 0x68:  # h BINGET
-            v = memo.get(data[pos], memo)
-            if v is memo:
-                return FALLBACK
-            stack.append(v)
-            pos += 1
-        elif op == 0x6A:  # j LONG_BINGET
-            if pos + 4 > n:
-                return FALLBACK
-            v = memo.get(_unpack_I(data, pos)[0], memo)
-            if v is memo:
-                return FALLBACK
-            stack.append(v)
-            pos += 4
+            s = str(data[pos : pos + k], "utf-8", "surrogatepass")
+            pos += k
+            if on_str is not None:
+                hit = on_str(s, data, pos, memo)
+                if hit is not None:
+                    stack.extend(hit[0])
+                    memo.extend(hit[1])
+                    if len(memo) >= max_memo:
+                        return FALLBACK
+                    pos = hit[2]
+                    continue
+            stack.append(s)
         elif op == 0x4B:  # K BININT1
             stack.append(data[pos])
             pos += 1
@@ -252,7 +362,7 @@ def _run(data: bytes, resolver: Any, persistent_load: Callable[[Any], Any] | Non
             stack.append(int.from_bytes(data[pos : pos + k], "little", signed=True))
             pos += k
         elif op == 0x28:  # ( MARK
-            if len(metastack) >= _MAX_MARKS:
+            if len(metastack) >= max_marks:
                 return FALLBACK
             metastack.append(stack)
             stack = []
@@ -273,15 +383,6 @@ def _run(data: bytes, resolver: Any, persistent_load: Callable[[Any], Any] | Non
             stack[-1] = (stack[-1], b, c)
         elif op == 0x29:  # ) EMPTY_TUPLE
             stack.append(())
-        elif op == 0x58:  # X BINUNICODE
-            if pos + 4 > n:
-                return FALLBACK
-            k = _unpack_I(data, pos)[0]
-            pos += 4
-            if k > _MAX_STR or pos + k > n:
-                return FALLBACK
-            stack.append(str(data[pos : pos + k], "utf-8", "surrogatepass"))
-            pos += k
         elif op == 0x89:  # NEWFALSE
             stack.append(False)
         elif op == 0x88:  # NEWTRUE
@@ -298,30 +399,68 @@ def _run(data: bytes, resolver: Any, persistent_load: Callable[[Any], Any] | Non
             if type(args) is not tuple or type(func) is not Rebuilder:
                 return FALLBACK
             stack[-1] = func._call(args)
-        elif op == 0x63:  # c GLOBAL
-            e1 = data.find(b"\n", pos, pos + 64)
-            e2 = data.find(b"\n", e1 + 1, e1 + 65) if e1 > pos else -1
-            if e2 <= e1 + 1:
+        elif op == 0x81:  # NEWOBJ
+            args = stack.pop()
+            cls = stack[-1]
+            if type(args) is not tuple or type(cls) is not Rebuilder:
                 return FALLBACK
-            key = python2_name(str(data[pos:e1], "utf-8", "strict"), str(data[e1 + 1 : e2], "utf-8", "strict"), torch_subset=True)
-            pos = e2 + 1
-            if key not in FAST_GLOBALS:
+            stack[-1] = cls.new(args, {})
+        elif op == 0x62:  # b BUILD
+            state = stack.pop()
+            inst = stack[-1]
+            if type(inst) not in buildable:
                 return FALLBACK
+            inst.__torchless_build__(state)
+        elif op == 0x63 or op == 0x93:  # c GLOBAL / STACK_GLOBAL
+            if op == 0x63:
+                e1 = data.find(b"\n", pos, pos + 64)
+                e2 = data.find(b"\n", e1 + 1, e1 + 65) if e1 > pos else -1
+                if e2 <= e1 + 1:
+                    return FALLBACK
+                mod, nm = str(data[pos:e1], "utf-8", "strict"), str(data[e1 + 1 : e2], "utf-8", "strict")
+                pos = e2 + 1
+            else:
+                nm = stack.pop()
+                mod = stack.pop()
+                if type(nm) is not str or type(mod) is not str:
+                    return FALLBACK
+            key = python2_name(mod, nm, torch_subset=True)
+            if key not in allowed:
+                return FALLBACK  # the machine refuses it (or not), with its own message
             stack.append(resolver.resolve(*key))
         elif op == 0x7D:  # } EMPTY_DICT
             stack.append({})
+        elif op == 0x5D:  # ] EMPTY_LIST
+            stack.append([])
         elif op == 0x75:  # u SETITEMS
             if not metastack:
                 return FALLBACK
             items = stack
             stack = metastack.pop()
-            if not _setitems(stack[-1], items):
+            if not _setitems(stack[-1], items, key_types):
                 return FALLBACK
         elif op == 0x73:  # s SETITEM
             v = stack.pop()
             k = stack.pop()
-            if not _setitems(stack[-1], [k, v]):
+            if not _setitems(stack[-1], [k, v], key_types):
                 return FALLBACK
+        elif op == 0x61:  # a APPEND
+            v = stack.pop()
+            if type(stack[-1]) is not list:
+                return FALLBACK
+            stack[-1].append(v)
+        elif op == 0x65:  # e APPENDS
+            if not metastack:
+                return FALLBACK
+            items = stack
+            stack = metastack.pop()
+            if type(stack[-1]) is not list:
+                return FALLBACK
+            stack[-1].extend(items)
+        elif op == 0x95:  # FRAME: framing changes nothing for a reader of the whole stream
+            if pos + 8 > n or pos + 8 + _unpack_Q(data, pos)[0] > n:
+                return FALLBACK
+            pos += 8
         elif op == 0x2E:  # . STOP
             if len(stack) != 1 or metastack:
                 return FALLBACK
@@ -331,14 +470,14 @@ def _run(data: bytes, resolver: Any, persistent_load: Callable[[Any], Any] | Non
     return FALLBACK
 
 
-def _setitems(target: Any, items: list[Any]) -> bool:
-    """The machine's SETITEM(S) on a dict, for str/int keys only (its key check is then a
-    no-op); False for anything else."""
+def _setitems(target: Any, items: list[Any], key_types: frozenset[type]) -> bool:
+    """The machine's SETITEM(S) on a dict (or OrderedDict), for keys of ``key_types`` only (types
+    whose key check in the machine is a no-op); False for anything else."""
     if not isinstance(target, dict) or len(items) % 2:
         return False
-    for i in range(0, len(items), 2):
-        k = items[i]
-        if type(k) is not str and type(k) is not int:
+    keys = items[0::2]
+    for k in keys:
+        if type(k) not in key_types:
             return False
-        target[k] = items[i + 1]
+    target.update(zip(keys, items[1::2], strict=True))
     return True

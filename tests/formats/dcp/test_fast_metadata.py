@@ -1,4 +1,5 @@
-"""The ``.metadata`` fast decoder (``fastmeta.fast_metadata``) against the general pickle
+"""The ``.metadata`` fast path (``metadata.fast_metadata``: the pickle fast path with the
+DCP entry hooks) against the general pickle
 machine: equal results on checkpoints torch wrote, and on mutated files the fast decoder
 either returns exactly what the general path returns or leaves the file to it (so every
 error still comes from the general machine)."""
@@ -14,8 +15,7 @@ import pytest
 
 import torchless.formats.dcp.metadata as mdmod
 from torchless.core.errors import TorchlessError
-from torchless.formats.dcp import fastmeta
-from torchless.formats.dcp.fastmeta import fast_metadata
+from torchless.formats.dcp.metadata import fast_metadata
 from torchless.pickle.machine import Limits
 
 GEN = r"""
@@ -75,7 +75,7 @@ def _outcome(parse, data: bytes):
 def hits(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """Counts of entries the two templates decoded."""
     count = {"tsm": 0, "sd": 0}
-    tsm, sd = fastmeta._Entries.tsm, fastmeta._Entries.sd
+    tsm, sd = mdmod._Entries.tsm, mdmod._Entries.sd
 
     def tsm_hit(self, data, pos):
         r = tsm(self, data, pos)
@@ -87,8 +87,8 @@ def hits(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
         count["sd"] += r is not None
         return r
 
-    monkeypatch.setattr(fastmeta._Entries, "tsm", tsm_hit)
-    monkeypatch.setattr(fastmeta._Entries, "sd", sd_hit)
+    monkeypatch.setattr(mdmod._Entries, "tsm", tsm_hit)
+    monkeypatch.setattr(mdmod._Entries, "sd", sd_hit)
     return count
 
 
@@ -110,11 +110,13 @@ def test_equal_to_general_multi_rank(saved2):
 
 
 def test_torchless_written_metadata(many_dcp):
-    """torchless writes protocol 2 (GLOBAL, BINPUT): outside the subset, the general
-    machine reads it."""
+    """torchless writes protocol 2 (GLOBAL, BINPUT, ``copyreg.__newobj__``): the one fast
+    path reads that too (opcode by opcode, no entry templates), equal to the general
+    machine."""
     md = _general(_raw(many_dcp))
     again = mdmod.dump_metadata(md)
-    assert fast_metadata(again) is None
+    assert _general(again) == md
+    assert fast_metadata(again) == md
     assert mdmod.parse_metadata(again) == md
 
 

@@ -19,12 +19,15 @@ from __future__ import annotations
 import gc
 import os
 import pathlib
+import re
+import struct
 from typing import Any
 
 from ...core.dtypes import DType
 from ...core.errors import FormatError, TorchlessError, short_repr
 from ...core.source import open_source
 from ...core.values import Layout, Size
+from ...pickle.fastpath import FALLBACK, OPAQUE, EntryHooks, fast_load, int_token
 from ...pickle.globals import Allowlist, Rebuilder
 from ...pickle.machine import Limits, Unpickler
 from ...pickle.torch_globals import DEFAULT_ALLOWLIST, TORCH_ALLOWLIST
@@ -222,7 +225,7 @@ def _tensor_md(sh: _Shell, fqn: str) -> TensorStorageMetadata:
 
 
 def _index(x: Any) -> MetadataIndex:
-    if type(x) is MetadataIndex:  # built and checked by the fast decoder (.fastmeta)
+    if type(x) is MetadataIndex:  # built and checked by the fast path (fast_metadata)
         return x
     st = _state_dict(_expect(x, "MetadataIndex"), FIELDS["MetadataIndex"])
     fqn = st.get("fqn")
@@ -236,7 +239,7 @@ def _index(x: Any) -> MetadataIndex:
 
 
 def _storage_info(x: Any) -> StorageInfo:
-    if type(x) is StorageInfo:  # built and checked by the fast decoder (.fastmeta)
+    if type(x) is StorageInfo:  # built and checked by the fast path (fast_metadata)
         return x
     st = _state_dict(_expect(x, "StorageInfo"), FIELDS["StorageInfo"])
     loc = storage_info_location(st)
@@ -289,7 +292,7 @@ def to_metadata(obj: Any) -> Metadata:
         if not isinstance(fqn, str):
             raise _err("state_dict_metadata keys must be strings", found=short_repr(fqn, 40))
         sh = md if isinstance(md, _Shell) else None
-        if type(md) is TensorStorageMetadata:  # built and checked by the fast decoder (.fastmeta)
+        if type(md) is TensorStorageMetadata:  # built and checked by the fast path (fast_metadata)
             items[fqn] = md
         elif sh is not None and sh.kind == "TensorStorageMetadata":
             items[fqn] = _tensor_md(sh, fqn)
@@ -316,15 +319,392 @@ def to_metadata(obj: Any) -> Metadata:
     )
 
 
+# -- the fast path's hooks for .metadata ---------------------------------------------------
+# A checkpoint of 20,000 tensors has a 4 MB ``.metadata`` of two million opcodes; run by the
+# general machine it costs seconds. Almost all of it is two entry shapes repeated once per
+# tensor: a ``state_dict_metadata`` entry (the fqn, a ``TensorStorageMetadata`` with its
+# ``TensorProperties``, ``torch.Size`` and one ``ChunkStorageMetadata``) and a
+# ``storage_data`` entry (a ``MetadataIndex`` and its ``_StorageInfo``), written with every
+# class and field name fetched from the memo. :func:`fast_metadata` runs the pickle fast
+# path (:mod:`torchless.pickle.fastpath`: the general machine's semantics for each opcode,
+# globals resolved through the same :data:`DCP_ALLOWLIST`) with :class:`_Entries` as its
+# hooks: each entry shape is one compiled regular expression whose match builds the
+# finished spec objects directly, after the checks :func:`to_metadata` makes. Anything else
+# (an opcode outside the subset, a memo entry of the wrong kind, a failed check, a limit
+# approached, any exception) returns None, and the general machine runs from the start and
+# accepts or refuses the file with its own errors. Tests compare the two on torch-written
+# and mutated files.
+
+_unpack_I = struct.Struct("<I").unpack_from
+
+
+def _target(qual: str) -> Any:
+    e = DCP_ALLOWLIST.get(qual)
+    assert e is not None
+    return e.target
+
+
+_TSM = _target(f"{MD_MOD}.TensorStorageMetadata")
+_TP = _target(f"{MD_MOD}.TensorProperties")
+_CSM = _target(f"{MD_MOD}.ChunkStorageMetadata")
+_MI = _target(f"{MD_MOD}.MetadataIndex")
+_SI = _target(f"{FS_MOD}.{STORAGE_INFO_NAME}")
+_SIZE = _target("torch.Size")
+
+#: the (module, name) of every global the fast path may resolve: the allowlist's
+_FAST_ALLOWED = frozenset(tuple(q.rsplit(".", 1)) for q, _e in DCP_ALLOWLIST.items())
+_FAST_KEYS = frozenset({str, _Shell, MetadataIndex})
+
+_INT = rb"(?:K.|M..|J.{4}|\x8a(?:\x01.|\x02.{2}|\x03.{3}|\x04.{4}|\x05.{5}|\x06.{6}|\x07.{7}|\x08.{8}))"
+#: the argument tuple of torch.Size: the dims tuple (memoized unless empty), TUPLE1, MEMOIZE
+_SZ = rb"\)|" + _INT + rb"\x85\x94|" + _INT + rb"{2}\x86\x94|" + _INT + rb"{3}\x87\x94|\(" + _INT + rb"*t\x94"
+_NEW = rb"\)\x81\x94"  # EMPTY_TUPLE NEWOBJ MEMOIZE
+
+#: the memo fetches of an entry that name classes, field names and shared values: the
+#: same bytes in every entry of a file, so after one entry passed every check a
+#: pattern with them spelled out matches the next ones (checked by the match itself)
+_TSM_CONST = (
+    "tsm",
+    "k_properties",
+    "tp",
+    "dtype",
+    "layout",
+    "memfmt",
+    "k_size",
+    "size_cls",
+    "k_chunks",
+    "csm",
+    "k_offsets",
+    "size_cls2",
+    "k_sizes",
+    "size_cls3",
+)
+_SD_CONST = ("mi", "k_fqn", "k_index", "k_offset", "size_cls", "si", "k_relative_path", "rp", "k_offset2", "k_length")
+
+
+def _tsm_pattern(lit: dict[str, bytes] | None = None) -> re.Pattern:
+    """After an fqn key and its MEMOIZE: TensorStorageMetadata with one chunk."""
+
+    def g(name: str) -> bytes:
+        if lit is not None:
+            return re.escape(lit[name])
+        return rb"(?:h(?P<%sa>.)|j(?P<%sb>.{4}))" % (name.encode(), name.encode())
+
+    return re.compile(
+        g("tsm")
+        + _NEW
+        + rb"\}\x94\("  # TSM class; its state dict
+        + g("k_properties")
+        + g("tp")
+        + _NEW
+        + rb"\("
+        + g("dtype")
+        + g("layout")
+        + rb"(?P<rg>[\x88\x89])"
+        + g("memfmt")
+        + rb"(?P<pin>[\x88\x89])t\x94b"  # TensorProperties
+        + g("k_size")
+        + g("size_cls")
+        + rb"(?P<size>"
+        + _SZ
+        + rb")\x85\x94R\x94"  # 'size': torch.Size(...)
+        + g("k_chunks")
+        + rb"\]\x94"  # 'chunks': []
+        + g("csm")
+        + _NEW
+        + rb"\}\x94\("
+        + g("k_offsets")
+        + g("size_cls2")
+        + rb"(?P<offs>"
+        + _SZ
+        + rb")\x85\x94R\x94"
+        + g("k_sizes")
+        + g("size_cls3")
+        + rb"(?P<sizes>"
+        + _SZ
+        + rb")\x85\x94R\x94ub"  # one chunk
+        + rb"aub",
+        re.DOTALL,
+    )
+
+
+def _sd_pattern(lit: dict[str, bytes] | None = None) -> re.Pattern:
+    """A storage_data entry: MetadataIndex(fqn, index, offset) -> _StorageInfo(relative_path, offset, length)."""
+
+    def g(name: str) -> bytes:
+        if lit is not None:
+            return re.escape(lit[name])
+        return rb"(?:h(?P<%sa>.)|j(?P<%sb>.{4}))" % (name.encode(), name.encode())
+
+    return re.compile(
+        g("mi")
+        + _NEW
+        + rb"\}\x94\("
+        + g("k_fqn")
+        + rb"(?:h(?P<fqna>.)|j(?P<fqnb>.{4}))"
+        + g("k_index")
+        + rb"(?P<index>N|"
+        + _INT
+        + rb")"
+        + g("k_offset")
+        + g("size_cls")
+        + rb"(?P<offs>"
+        + _SZ
+        + rb")\x85\x94R\x94ub"
+        + g("si")
+        + _NEW
+        + rb"\}\x94\("
+        + g("k_relative_path")
+        + g("rp")
+        + g("k_offset2")
+        + rb"(?P<off>"
+        + _INT
+        + rb")"
+        + g("k_length")
+        + rb"(?P<length>"
+        + _INT
+        + rb")ub",
+        re.DOTALL,
+    )
+
+
+#: a planner_data entry of a flat state dict: fqn -> (1 to 3 path parts), all fetched from the memo
+_PLAN_RE = re.compile(rb"(?:h(.)|j(.{4}))((?:h.|j.{4}){1,3})([\x85\x86\x87])\x94", re.DOTALL)
+_TUPLE_N = {0x85: 1, 0x86: 2, 0x87: 3}
+
+_TSM_RE = _tsm_pattern()
+_SD_RE = _sd_pattern()
+
+
+def _dims(tok: bytes) -> tuple[tuple[int, ...], int]:
+    """The dims of a ``_SZ`` match and the memo entries it made (_Bail if one is negative)."""
+    if tok == b")":
+        return (), 0
+    p = 1 if tok[0] == 0x28 else 0
+    end = len(tok) - 2  # the TUPLEn (or TUPLE) and its MEMOIZE
+    out = []
+    while p < end:
+        v, p = int_token(tok, p)
+        if v < 0:
+            raise _Bail
+        out.append(v)
+    return tuple(out), 1
+
+
+class _Bail(Exception):
+    """Leave the fast path: the general machine decides."""
+
+
+def _plan_parts(m: re.Match, memo: list[Any]) -> tuple[Any, ...] | None:
+    """The path tuple of a planner_data entry (None: not all its parts are plain values)."""
+    raw, op = m.group(3, 4)
+    out = []
+    p = 0
+    while p < len(raw):
+        if raw[p] == 0x68:
+            v = memo[raw[p + 1]]
+            p += 2
+        else:
+            v = memo[_unpack_I(raw, p + 1)[0]]
+            p += 5
+        if type(v) is not str and type(v) is not int:
+            return None
+        out.append(v)
+    if len(out) != _TUPLE_N[op[0]]:
+        return None
+    return tuple(out)
+
+
+class _Entries(EntryHooks):
+    """Matches the two entry shapes at a position; checks and builds what they hold (the
+    fast path's hooks for ``.metadata``)."""
+
+    def __init__(self) -> None:
+        self.memo: list[Any] = []
+        self.dims: dict[bytes, tuple[tuple[int, ...], int]] = {}
+        self.tsm_special: list[tuple[re.Pattern, DType, str, str]] = []
+        self.sd_special: list[tuple[re.Pattern, str]] = []
+
+    def on_get(self, value: Any, data: bytes, pos: int, memo: list[Any]) -> tuple[tuple, list, int] | None:
+        self.memo = memo
+        if value is _MI:
+            hit = self.sd(data, pos)
+            if hit is not None:
+                return (hit[0], hit[1]), [OPAQUE] * hit[2], hit[3]
+        elif type(value) is str:
+            m = _PLAN_RE.match(data, pos)
+            if m is not None:
+                parts = _plan_parts(m, memo)
+                if parts is not None:
+                    return (value, parts), [parts], m.end()
+        return None
+
+    def on_str(self, value: str, data: bytes, pos: int, memo: list[Any]) -> tuple[tuple, list, int] | None:
+        if pos < len(data) and data[pos] == 0x94:  # the fqn key of a tensor entry, memoized
+            self.memo = memo
+            hit = self.tsm(data, pos + 1)
+            if hit is not None:
+                return (value, hit[0]), [value] + [OPAQUE] * hit[1], hit[2]
+        return None
+
+    def _dims(self, tok: bytes) -> tuple[tuple[int, ...], int]:
+        d = self.dims.get(tok)
+        if d is None:
+            d = self.dims[tok] = _dims(tok)
+        return d
+
+    def _ref(self, m: re.Match, name: str) -> tuple[Any, bytes]:
+        a = m.group(name + "a")
+        if a is not None:
+            return self.memo[a[0]], b"h" + a
+        b = m.group(name + "b")
+        return self.memo[_unpack_I(b)[0]], b"j" + b
+
+    def _consts(self, m: re.Match, names: tuple[str, ...], want: dict[str, Any]) -> tuple[dict[str, bytes], dict[str, Any]]:
+        lit: dict[str, bytes] = {}
+        val: dict[str, Any] = {}
+        for name in names:
+            v, raw = self._ref(m, name)
+            w = want.get(name)
+            if w is None:
+                pass  # checked by the caller
+            elif isinstance(w, str):
+                if type(v) is not str or v != w:
+                    raise _Bail
+            elif v is not w:
+                raise _Bail
+            lit[name] = raw
+            val[name] = v
+        return lit, val
+
+    def tsm(self, data: bytes, pos: int) -> tuple[TensorStorageMetadata, int, int] | None:
+        """(value, memo entries after the key's, end) of a tensor entry at ``pos``."""
+        for pat, dtype, layout, mf in self.tsm_special:
+            m = pat.match(data, pos)
+            if m is not None:
+                return self._tsm(m, dtype, layout, mf)
+        m = _TSM_RE.match(data, pos)
+        if m is None:
+            return None
+        want = {
+            "tsm": _TSM,
+            "k_properties": "properties",
+            "tp": _TP,
+            "k_size": "size",
+            "size_cls": _SIZE,
+            "k_chunks": "chunks",
+            "csm": _CSM,
+            "k_offsets": "offsets",
+            "size_cls2": _SIZE,
+            "k_sizes": "sizes",
+            "size_cls3": _SIZE,
+        }
+        lit, val = self._consts(m, _TSM_CONST, want)
+        dtype, layout, mf = val["dtype"], val["layout"], val["memfmt"]
+        if not isinstance(dtype, DType) or not isinstance(layout, Layout) or not isinstance(mf, _MemFormat):
+            raise _Bail
+        out = self._tsm(m, dtype, str(layout), MEM_FORMATS[int(mf)])
+        if len(self.tsm_special) < 16:
+            self.tsm_special.append((_tsm_pattern(lit), dtype, str(layout), MEM_FORMATS[int(mf)]))
+        return out
+
+    def _tsm(self, m: re.Match, dtype: DType, layout: str, mf: str) -> tuple[TensorStorageMetadata, int, int]:
+        st, ot, zt, rg, pin = m.group("size", "offs", "sizes", "rg", "pin")
+        size, s1 = self._dims(st)
+        offs, o1 = self._dims(ot)
+        sizes, z1 = self._dims(zt)
+        if len(offs) != len(size) or len(sizes) != len(size):
+            raise _Bail
+        for o, z, d in zip(offs, sizes, size, strict=True):
+            if o + z > d:
+                raise _Bail
+        props = TensorProperties(dtype, layout, rg == b"\x88", mf, pin == b"\x88")
+        # memo: TSM shell, its dict, TP shell, TP state, Size (dims, args, value), the
+        # list, CSM shell, its dict, two Sizes
+        k = 2 + 2 + (s1 + 2) + 1 + 2 + (o1 + 2) + (z1 + 2)
+        return TensorStorageMetadata(props, size, [ChunkStorageMetadata(offs, sizes)]), k, m.end()
+
+    def sd(self, data: bytes, pos: int) -> tuple[MetadataIndex, StorageInfo, int, int] | None:
+        """(key, value, memo entries, end) of a storage_data entry at ``pos``."""
+        for pat, rp in self.sd_special:
+            m = pat.match(data, pos)
+            if m is not None:
+                return self._sd(m, rp)
+        m = _SD_RE.match(data, pos)
+        if m is None:
+            return None
+        want = {
+            "mi": _MI,
+            "k_fqn": "fqn",
+            "k_index": "index",
+            "k_offset": "offset",
+            "size_cls": _SIZE,
+            "si": _SI,
+            "k_relative_path": "relative_path",
+            "k_offset2": "offset",
+            "k_length": "length",
+        }
+        lit, val = self._consts(m, _SD_CONST, want)
+        rp = val["rp"]
+        if type(rp) is not str:
+            raise _Bail
+        out = self._sd(m, rp)
+        if len(self.sd_special) < 16:
+            self.sd_special.append((_sd_pattern(lit), rp))
+        return out
+
+    def _sd(self, m: re.Match, rp: str) -> tuple[MetadataIndex, StorageInfo, int, int]:
+        fqn, _raw = self._ref(m, "fqn")
+        if type(fqn) is not str:
+            raise _Bail
+        index, ot, offt, lnt = m.group("index", "offs", "off", "length")
+        offs, o1 = self._dims(ot)
+        off = int_token(offt)[0]
+        ln = int_token(lnt)[0]
+        if off < 0 or ln < 0:
+            raise _Bail
+        # memo: MI shell, its dict, the Size (dims, args, value); SI shell, its dict
+        key = MetadataIndex(fqn, offs, None if index == b"N" else int_token(index)[0])
+        return key, StorageInfo(rp, off, ln, None), 2 + o1 + 2 + 2, m.end()
+
+
+def fast_metadata(data: Any, limits: Limits | None = None) -> Metadata | None:
+    """The :class:`~.spec.Metadata` of a ``.metadata`` pickle through the fast path, or
+    None when the general machine must decide (anything outside the recognised subset)."""
+    if limits is not None and limits != Limits():
+        return None
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        obj, _seen = fast_load(
+            data,
+            _Resolver(),
+            None,
+            limits,
+            allowed=_FAST_ALLOWED,
+            hooks=_Entries(),
+            buildable=(_Shell,),
+            key_types=_FAST_KEYS,
+        )
+        if obj is FALLBACK:
+            return None
+        return to_metadata(obj)
+    except Exception:  # noqa: BLE001 - whatever went wrong, the general machine decides
+        return None
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
 #: run only the general pickle machine (tests set it to compare the two paths); by
-#: default the fast decoder of :mod:`.fastmeta` is tried first
+#: default the fast path (:func:`fast_metadata`) is tried first
 GENERAL_ONLY = False
 
 
 def parse_metadata(data: Any, *, path: Any = None, limits: Limits = Limits()) -> Metadata:
     """Parse the bytes of a ``.metadata`` file.
 
-    The fast decoder (:func:`~.fastmeta.fast_metadata`) is tried first; on anything it
+    The fast path (:func:`fast_metadata`) is tried first; on anything it
     does not recognise the general pickle machine runs, and decides.
 
     Raises:
@@ -332,8 +712,6 @@ def parse_metadata(data: Any, *, path: Any = None, limits: Limits = Limits()) ->
         FormatError: malformed pickle or metadata.
     """
     if not GENERAL_ONLY:
-        from .fastmeta import fast_metadata
-
         md = fast_metadata(data, limits)
         if md is not None:
             return md
