@@ -27,6 +27,7 @@ COMMAND_MODULES = [
     "torchless.cli.commands.graph",
     "torchless.cli.commands.aoti",
     "torchless.cli.commands.cache",
+    "torchless.cli.commands.run",
 ]
 
 

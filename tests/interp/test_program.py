@@ -1,0 +1,276 @@
+"""Exported programs run in torchless and in torch give the same outputs: ``Program.module()``,
+``Program.run``, control flow (cond, while_loop, map, scan), buffer mutation in the training
+IR and after ``run_decompositions()``, dynamic dims and their guards, refusal of a program
+with unsupported operators before anything runs, the ``run`` command, and a ``.pt2`` whose
+weights torchless replaced.
+
+Operators whose kernels live elsewhere (the ATen kernels of ``interp/kernels``) get a plain
+NumPy stand-in here only while no kernel is registered for them, so these tests exercise
+the real kernels once they exist.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import torchless
+from torchless.cli.main import main
+from torchless.core.errors import UnsupportedError, UsageError
+from torchless.interp import registry
+
+torch = pytest.importorskip("torch", reason="torch exports the programs and is the oracle")
+
+
+def _sum(a, dim=None, keepdim=False, dtype=None):
+    return np.asarray(np.sum(a, axis=None if not dim else tuple(dim), keepdims=keepdim))
+
+
+STAND_INS = {
+    "aten.linear.default": lambda x, w, b=None: np.asarray(x @ w.T + (0 if b is None else b)),
+    "aten.addmm.default": lambda b, x, w, beta=1, alpha=1: np.asarray(b + x @ w),
+    "aten.permute.default": lambda x, dims: np.transpose(x, dims),
+    "aten.relu.default": lambda x: np.maximum(x, 0),
+    "aten.sin.default": np.sin,
+    "aten.cos.default": np.cos,
+    "aten.gt.Scalar": lambda a, b: np.asarray(a > b),
+    "aten.lt.Scalar": lambda a, b: np.asarray(a < b),
+    "aten.sum.default": lambda a, dtype=None: np.asarray(a.sum()),
+    "aten.sum.dim_IntList": _sum,
+    "aten.add.Tensor": lambda a, b, alpha=1: np.asarray(np.add(a, b, dtype=np.result_type(a, b) if np.ndim(b) else None)),
+    "aten.mul.Tensor": lambda a, b: np.asarray(np.multiply(a, b)),
+    "aten.add_.Tensor": lambda a, b, alpha=1: np.add(a, b, out=a, casting="unsafe"),
+    "aten.zeros.default": lambda size, dtype=None, layout=None, device=None, pin_memory=None: np.zeros(size, np.float32),
+    "aten.full.default": lambda size, v, dtype=None, layout=None, device=None, pin_memory=None: np.full(size, v, np.float32),
+}
+
+
+@pytest.fixture(autouse=True)
+def stand_ins(monkeypatch):
+    registry.load_kernels()
+    for k, fn in STAND_INS.items():
+        if registry.lookup(k) is None:
+            monkeypatch.setitem(registry._KERNELS, k, fn)
+
+
+class MLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l1 = torch.nn.Linear(4, 8)
+        self.l2 = torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.l2(torch.relu(self.l1(x)))
+
+
+class Cond(torch.nn.Module):
+    def forward(self, x):
+        return torch.cond(x.sum() > 0, lambda x: x.sin(), lambda x: x.cos(), (x,))
+
+
+class While(torch.nn.Module):
+    def forward(self, i, x):
+        from torch._higher_order_ops import while_loop
+
+        return while_loop(lambda i, x: i < 5, lambda i, x: (i + 1, x * 2), (i, x))
+
+
+class Map(torch.nn.Module):
+    def forward(self, xs, y):
+        from torch._higher_order_ops import map as hop_map
+
+        return hop_map(lambda x, y: x * y + 1, xs, y)
+
+
+class Scan(torch.nn.Module):
+    def forward(self, xs):
+        from torch._higher_order_ops.scan import scan
+
+        def combine(c, x):
+            n = c + x
+            return n, n * 2
+
+        return scan(combine, torch.zeros(3), xs)
+
+
+class Counter(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("total", torch.zeros(2))
+
+    def forward(self, x, *, scale):
+        self.total.add_(x.sum())
+        return {"y": x * scale, "n": [x.shape[0] * 2]}
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """name -> (path of the .pt2, the ExportedProgram): each model exported once."""
+    d = tmp_path_factory.mktemp("interp")
+    torch.manual_seed(0)
+    batch = torch.export.Dim("batch", min=2, max=16)
+    cases = {
+        "mlp": (MLP(), (torch.randn(2, 4),), {}, {"x": {0: batch}}),
+        "cond": (Cond(), (torch.randn(3),), {}, None),
+        "while": (While(), (torch.tensor(0), torch.ones(2)), {}, None),
+        "map": (Map(), (torch.randn(3, 2), torch.randn(2)), {}, None),
+        "scan": (Scan(), (torch.randn(4, 3),), {}, None),
+        "counter": (Counter(), (torch.randn(4, 2),), {"scale": torch.tensor(3.0)}, {"x": {0: batch}, "scale": None}),
+    }
+    out = {}
+    for name, (m, args, kwargs, dyn) in cases.items():
+        ep = torch.export.export(m, args, kwargs, dynamic_shapes=dyn)
+        for tag, prog in (("", ep), ("_dec", ep.run_decompositions()) if name in ("mlp", "counter", "cond") else (None, None)):
+            if tag is None:
+                continue
+            path = d / f"{name}{tag}.pt2"
+            torch.export.save(prog, path)
+            out[name + tag] = (path, prog)
+    return out
+
+
+def _np(t):
+    return t.detach().numpy() if isinstance(t, torch.Tensor) else t
+
+
+def _check(ours, theirs, rtol=1e-5, atol=1e-6):
+    theirs = torch.utils._pytree.tree_map(_np, theirs)
+    if isinstance(theirs, (tuple, list)):
+        assert isinstance(ours, (tuple, list)) and len(ours) == len(theirs)
+        for a, b in zip(ours, theirs, strict=True):
+            _check(a, b, rtol, atol)
+    elif isinstance(theirs, dict):
+        assert isinstance(ours, dict) and list(ours) == list(theirs)
+        for k in theirs:
+            _check(ours[k], theirs[k], rtol, atol)
+    elif isinstance(theirs, np.ndarray):
+        assert isinstance(ours, np.ndarray) and ours.dtype == theirs.dtype and ours.shape == theirs.shape
+        np.testing.assert_allclose(ours, theirs, rtol=rtol, atol=atol)
+    else:
+        assert ours == theirs
+
+
+@pytest.mark.parametrize("name", ["mlp", "mlp_dec"])
+def test_mlp_matches_torch_with_a_dynamic_batch(saved, name):
+    path, ep = saved[name]
+    m = torchless.load(path).module()
+    for n in (2, 5, 16):
+        x = torch.randn(n, 4)
+        _check(m(x.numpy()), ep.module()(x))
+    with pytest.raises(UsageError, match=r"x\.shape\[0\].*(<= 16|\b17\b)") as e:
+        m(np.zeros((17, 4), np.float32))
+    assert "17" in str(e.value)
+    with pytest.raises(Exception, match="17|<= 16"):
+        ep.module()(torch.zeros(17, 4))  # torch refuses it too
+    with pytest.raises(UsageError, match=r"x\.shape\[1\]"):
+        m(np.zeros((3, 5), np.float32))
+    with pytest.raises(UsageError, match="dtype"):
+        m(np.zeros((3, 4)))  # float64
+
+
+@pytest.mark.parametrize("name", ["cond", "cond_dec"])
+def test_cond_takes_either_branch(saved, name):
+    path, ep = saved[name]
+    prog = torchless.load(path)
+    for x in (torch.ones(3), -torch.ones(3), torch.randn(3)):
+        _check(prog.run(x.numpy()), ep.module()(x))
+
+
+def test_while_loop(saved):
+    path, ep = saved["while"]
+    m = torchless.load(path).module()
+    for i in (0, 3, 7):
+        args = (torch.tensor(i), torch.arange(2, dtype=torch.float32))
+        _check(m(*(a.numpy() for a in args)), ep.module()(*args))
+
+
+def test_map(saved):
+    path, ep = saved["map"]
+    m = torchless.load(path).module()
+    xs, y = torch.randn(3, 2), torch.randn(2)
+    _check(m(xs.numpy(), y.numpy()), ep.module()(xs, y))
+
+
+def test_scan(saved):
+    path, ep = saved["scan"]
+    m = torchless.load(path).module()
+    xs = torch.randn(4, 3)
+    _check(m(xs.numpy()), ep.module()(xs))
+
+
+@pytest.mark.parametrize("name", ["counter", "counter_dec"])
+def test_buffer_mutation_updates_the_modules_buffers(saved, name):
+    path, ep = saved[name]
+    prog = torchless.load(path)
+    ours, theirs = prog.module(), torch.export.load(path).module()  # a fresh buffer (ep's are shared)
+    for n in (4, 3):
+        x = torch.randn(n, 2)
+        # kwargs by name, a torchless Tensor as an input, an int inside the output pytree
+        _check(
+            ours(torchless.Tensor.from_numpy(x.numpy()), scale=np.float32(3.0) * np.ones((), np.float32)),
+            theirs(x, scale=torch.tensor(3.0)),
+        )
+        np.testing.assert_allclose(ours.buffers["total"], theirs.total.numpy(), rtol=1e-6)
+    assert prog.module().buffers["total"].tolist() == [0.0, 0.0]  # a new module starts from the stored buffers
+    with pytest.raises(UsageError, match="keys"):
+        ours(np.ones((4, 2), np.float32))
+
+
+def test_missing_kernels_refused_before_running(saved, monkeypatch):
+    path, _ep = saved["counter"]
+    prog = torchless.load(path)
+    for k in ("aten.mul.Tensor", "aten.sum.default"):
+        monkeypatch.delitem(registry._KERNELS, k, raising=False)
+    with pytest.raises(UnsupportedError) as e:
+        prog.module()
+    assert "aten.mul.Tensor" in str(e.value) and "aten.sum.default" in str(e.value) and "2 operators" in str(e.value)
+
+
+def test_cli_run(saved, tmp_path, capsys):
+    path, ep = saved["mlp"]
+    x = torch.randn(3, 4)
+    np.savez(tmp_path / "in.npz", arg0=x.numpy())
+    out = tmp_path / "out.npz"
+    assert main(["run", str(path), "--inputs", str(tmp_path / "in.npz"), "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    want = ep.module()(x).detach().numpy()
+    assert "out" in text and "float32" in text and "[3, 3]" in text
+    with np.load(out) as z:
+        np.testing.assert_allclose(z["out"], want, rtol=1e-5, atol=1e-6)
+    assert main(["run", str(path), "--inputs", str(tmp_path / "in.npz"), "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    (row,) = res["outputs"]
+    assert row["shape"] == [3, 3] and row["dtype"] == "float32"
+    assert row["max"] == pytest.approx(float(want.max()), rel=1e-5) and row["mean"] == pytest.approx(float(want.mean()), rel=1e-4)
+    np.savez(tmp_path / "bad.npz", arg0=np.zeros((3, 4)))
+    assert main(["run", str(path), "--inputs", str(tmp_path / "bad.npz")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "dtype" in err
+
+
+def test_cli_run_sample_inputs(saved, capsys):
+    path, ep = saved["counter"]
+    assert main(["run", str(path), "--sample-inputs", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert [r["name"] for r in res["outputs"]] == ["out['y']", "out['n'][0]"]
+    assert res["outputs"][1]["min"] == 8  # x.shape[0] * 2 for the (4, 2) sample
+
+
+def test_edited_weights_run_the_same_in_torch_and_torchless(saved, tmp_path):
+    from torchless.formats.pt2 import save_pt2
+
+    path, _ep = saved["mlp"]
+    prog = torchless.load(path)
+    rng = np.random.default_rng(0)
+    for k in list(prog.state_dict):
+        shape = prog.state_dict[k].shape
+        prog.state_dict[k] = torchless.Tensor.from_numpy(rng.standard_normal(shape).astype(np.float32))
+    new = tmp_path / "edited.pt2"
+    save_pt2(new, prog)
+    x = torch.randn(5, 4)
+    theirs = torch.export.load(new).module()(x)
+    ours = torchless.load(new).module()(x.numpy())
+    _check(ours, theirs)
+    assert not np.allclose(ours, saved["mlp"][1].module()(x).detach().numpy())  # the new weights count
