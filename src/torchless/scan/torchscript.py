@@ -723,58 +723,10 @@ def report_archive(
 
 FLATBUFFER_ID = ts_spec.FLATBUFFER_ID
 MAX_FB_ITEMS = 4_000_000  # tables visited in one flatbuffer module
-# IValueUnion index of Function; TypeType values (mobile_bytecode.fbs)
-_FB_FUNCTION = 16
-_FB_CUSTOM_CLASS, _FB_CLASS_WITH_SETSTATE = 2, 3
-
-
-class _FlatBuffer:
-    """Bounds-checked reads of a flatbuffer (little-endian, offsets relative to the field)."""
-
-    def __init__(self, buf: bytes, name: str) -> None:
-        self.b = buf
-        self.name = name
-
-    def _int(self, pos: int, size: int, signed: bool = False) -> int:
-        if pos < 0 or pos + size > len(self.b):
-            raise FormatError("flatbuffer offset out of bounds", path=self.name, offset=pos, expected=f"< {len(self.b)}")
-        return int.from_bytes(self.b[pos : pos + size], "little", signed=signed)
-
-    def field(self, table: int, index: int) -> int | None:
-        vt = table - self._int(table, 4, True)
-        vsize = self._int(vt, 2)
-        slot = 4 + 2 * index
-        if slot + 2 > vsize:
-            return None
-        off = self._int(vt + slot, 2)
-        return table + off if off else None
-
-    def ref(self, pos: int) -> int:
-        return pos + self._int(pos, 4)
-
-    def u8(self, table: int, index: int) -> int | None:
-        f = self.field(table, index)
-        return None if f is None else self._int(f, 1)
-
-    def string(self, table: int, index: int) -> str | None:
-        f = self.field(table, index)
-        if f is None:
-            return None
-        p = self.ref(f)
-        n = self._int(p, 4)
-        if p + 4 + n > len(self.b):
-            raise FormatError("flatbuffer string runs past the end", path=self.name, offset=p)
-        return self.b[p + 4 : p + 4 + n].decode("utf-8", "replace")
-
-    def tables(self, table: int, index: int) -> list[int]:
-        f = self.field(table, index)
-        if f is None:
-            return []
-        p = self.ref(f)
-        n = self._int(p, 4)
-        if n > (len(self.b) - p) // 4:
-            raise FormatError("flatbuffer vector longer than the buffer", path=self.name, offset=p, found=n)
-        return [self.ref(p + 4 + 4 * i) for i in range(n)]
+_FB = ts_spec.FB
+_FB_FUNCTION = ts_spec.FB_IVALUE["Function"]
+_FB_CUSTOM_CLASS = ts_spec.FB_TYPE_KINDS.index("CUSTOM_CLASS")
+_FB_CLASS_WITH_SETSTATE = ts_spec.FB_TYPE_KINDS.index("CLASS_WITH_SETSTATE")
 
 
 def analyse_flatbuffer(data: bytes, *, name: str = "<flatbuffer>") -> tuple[list[tuple[str, str]], BytecodeReport]:
@@ -787,29 +739,34 @@ def analyse_flatbuffer(data: bytes, *, name: str = "<flatbuffer>") -> tuple[list
         FormatError: offsets outside the buffer.
         LimitError: more than :data:`MAX_FB_ITEMS` tables.
     """
-    fb = _FlatBuffer(data, name)
-    root = fb.ref(0)
+    from ..container.flatbuffer import FlatBuffer
+
+    fb = FlatBuffer(data, name, what="flatbuffer module")
+    root = fb.root()
     budget = MAX_FB_ITEMS
     sources: list[tuple[str, str]] = []
-    for ef in fb.tables(root, 8):  # jit_sources: [ExtraFile]
-        sources.append((fb.string(ef, 0) or "?", fb.string(ef, 1) or ""))
+    for ef in root.tables(_FB.MODULE_JIT_SOURCES):
+        sources.append((ef.string(_FB.EXTRA_NAME) or "?", ef.string(_FB.EXTRA_CONTENT) or ""))
     functions: list[tuple[str, tuple[Any, ...], None]] = []
-    ivalues = fb.tables(root, 4)
-    if len(ivalues) > budget:
-        raise LimitError("flatbuffer module has too many values", path=name, expected=f"at most {budget}", found=len(ivalues))
-    for iv in ivalues:
-        if fb.u8(iv, 0) != _FB_FUNCTION:
+    vec = root.vector_pos(_FB.MODULE_IVALUES, 4)
+    if vec is not None and vec[1] > budget:
+        raise LimitError("flatbuffer module has too many values", path=name, expected=f"at most {budget}", found=vec[1])
+    for iv in root.tables(_FB.MODULE_IVALUES):
+        kind, pos = iv.union(_FB.IVALUE_TYPE)
+        if kind != _FB_FUNCTION or pos is None:
             continue
-        f = fb.field(iv, 1)
-        if f is None:
-            continue
-        fn = fb.ref(f)
-        ops = tuple((fb.string(op, 0) or "", fb.string(op, 1) or "", 0) for op in fb.tables(fn, 2))
+        fn = fb.table_at(pos, "Function")
+        ops = tuple(
+            (op.string(_FB.OPERATOR_NAME) or "", op.string(_FB.OPERATOR_OVERLOAD) or "", 0)
+            for op in fn.tables(_FB.FUNCTION_OPERATORS)
+        )
         budget -= len(ops) + 1
         if budget < 0:
             raise LimitError("flatbuffer module has too many operators", path=name, expected=f"at most {MAX_FB_ITEMS}")
-        functions.append((fb.string(fn, 0) or "", (("operators", ops),), None))
-    classes: list[tuple[str, int]] = [(fb.string(ot, 0) or "", fb.u8(ot, 1) or 0) for ot in fb.tables(root, 7)]
+        functions.append((fn.string(_FB.FUNCTION_QN) or "", (("operators", ops),), None))
+    classes: list[tuple[str, int]] = [
+        (ot.string(_FB.OBJTYPE_NAME) or "", ot.scalar(_FB.OBJTYPE_KIND, "B", 0)) for ot in root.tables(_FB.MODULE_OBJECT_TYPES)
+    ]
     rep = analyse_bytecode(tuple(functions))
     for tname, kind in classes:
         if kind == _FB_CLASS_WITH_SETSTATE:

@@ -187,6 +187,19 @@ def build_all(d: str) -> dict[str, str]:
     p = os.path.join(d, "lite_const.ptl")
     tr._save_for_lite_interpreter(p)
     out["lite_const"] = p
+    # flatbuffer mobile modules (PTMF) of the same modules, and their pickled .ptl twins
+    for base, mod in (
+        ("scripted", m),
+        ("traced", tr),
+        ("quantized", torch.jit.script(Quant())),
+        ("exotic", torch.jit.script(Exotic())),
+    ):
+        q = os.path.join(d, f"{base}.ff")
+        torch.jit.save_jit_module_to_flatbuffer(mod, q, _extra_files={"meta.json": b'{"v": 2}'} if base == "scripted" else None)
+        out[f"ff_{base}"] = q
+        q = os.path.join(d, f"{base}_twin.ptl")
+        mod._save_for_lite_interpreter(q)
+        out[f"ff_{base}_twin"] = q
     from torch.jit.mobile import _backport_for_mobile
 
     for v in (4, 5, 6, 7):

@@ -18,11 +18,22 @@ from ..registry import register
 from . import spec
 
 if TYPE_CHECKING:  # the real modules, imported on first use at run time
+    from . import flatbuffer as _fb
     from . import read as _read
 else:
     _read = LazyModule("torchless.formats.torchscript.read")
+    _fb = LazyModule("torchless.formats.torchscript.flatbuffer")
 
-__all__ = ["TorchScriptArtifact", "TorchScriptHandler", "module_tree", "iter_all_tensors", "render_code", "find_module"]
+__all__ = [
+    "TorchScriptArtifact",
+    "FlatbufferArtifact",
+    "TorchScriptHandler",
+    "open_torchscript",
+    "module_tree",
+    "iter_all_tensors",
+    "render_code",
+    "find_module",
+]
 
 
 def _tensor_summary(t: Tensor) -> str:
@@ -225,6 +236,7 @@ class TorchScriptArtifact(Artifact):
         out: dict[str, Any] = {
             "format": "torchscript",
             "path": self.path,
+            "container": "zip",
             "archive_prefix": a.prefix,
             "kind": "lite interpreter (.ptl)" if a.is_lite else "TorchScript",
             "file_format_version": a.file_format_version,
@@ -323,20 +335,153 @@ class TorchScriptArtifact(Artifact):
         self.source.close()
 
 
+class FlatbufferArtifact(Artifact):
+    """A TorchScript mobile module in the flatbuffer container (``PTMF`` at byte 4;
+    ``save_jit_module_to_flatbuffer``, ``_save_for_lite_interpreter(...,
+    _use_flatbuffer=True)``).
+
+    The same surface as :class:`TorchScriptArtifact`: ``tensors()`` is what
+    ``torch.jit.load(path).state_dict()`` gives, ``all_tensors()`` adds the others,
+    ``archive`` is the parsed :class:`~torchless.formats.torchscript.flatbuffer.FlatbufferModule`
+    (module tree, ``jit_sources`` code, constants, extra files, ``bytecode()``).
+    Tensors are zero-copy views of the file. Editing is not supported (no zip to rewrite).
+    """
+
+    format = "torchscript"
+
+    def __init__(self, path: Any, policy: LoadPolicy | None = None, *, probe: Probe | None = None) -> None:
+        super().__init__(path if not isinstance(path, (bytes, bytearray, memoryview)) else "<bytes>", policy)
+        if probe is not None:
+            probe.close()
+        self.source = open_source(path)
+        try:
+            name = self.path if isinstance(self.path, str) else str(self.path)
+            self.archive: _fb.FlatbufferModule = _fb.read_flatbuffer(self.source.view(0, self.source.size), name)
+        except TorchlessError as e:
+            self.source.close()
+            e.with_context(path=self.path)
+            raise
+        except BaseException:
+            self.source.close()
+            raise
+
+    @property
+    def module(self) -> Any:
+        return self.archive.module
+
+    def load(self, *, weights_only: bool | None = None) -> Any:
+        """The root module (the flatbuffer holds no pickle: nothing to refuse)."""
+        self.load_policy(weights_only)
+        return self.archive.module
+
+    def state_dict(self) -> Any:
+        m = self.archive.module
+        if not isinstance(m, _read.ScriptObject):
+            from ...core.values import StateDict
+
+            return StateDict()
+        return m.state_dict()
+
+    def tensors(self) -> Iterator[tuple[str, Any]]:
+        return iter(self.state_dict().items())
+
+    def all_tensors(self) -> Iterator[tuple[str, Tensor]]:
+        """Every tensor of the module tree, then of ``jit_constants`` (``CONSTANTS.cN``)."""
+        yield from iter_all_tensors(self.archive.module)
+        for i, c in enumerate(self.archive.constants):
+            yield from iter_all_tensors(c, f"CONSTANTS.c{i}")
+
+    def code(self, method: str | None = None, module: str | None = None) -> str:
+        """TorchScript source from ``jit_sources``: one method, or every source."""
+        return render_code(self.archive, method=method, module=module)  # type: ignore[arg-type]
+
+    def info(self) -> dict[str, Any]:
+        a = self.archive
+        root = a.module
+        bc = a.bytecode()
+        out: dict[str, Any] = {
+            "format": "torchscript",
+            "path": self.path,
+            "container": "flatbuffer",
+            "kind": "mobile module, flatbuffer (PTMF)",
+            "bytecode_version": a.bytecode_version,
+            "operator_version": a.operator_version,
+            "root_class": root.qualified_name if isinstance(root, _read.ScriptObject) else type(root).__name__,
+        }
+        out.update(summarize_tensors(self.tensors()))
+        everything = list(self.all_tensors())
+        out["all_tensors"] = len(everything)
+        out["all_tensor_bytes"] = sum(t.nbytes for _, t in everything)
+        out["storages"] = a.storage_count
+        out["constants"] = len(a.constants)
+        out["extra_files"] = {k: e.size for k, e in a.extra.items()}
+        out["code_files"] = {rec[len(spec.CODE_DIR) :]: len(cf.text) for rec, cf in a.code.items()}
+        out["methods"] = {m.qualified_name: len(m.instructions) for m in bc.methods}
+        out["operators"] = sorted({o.full_name for m in bc.methods for o in m.operators})
+        out["object_types"] = {n: k for n, k, _ in a.object_types}
+        out["tree"] = module_tree(root) if isinstance(root, _read.ScriptObject) else describe(root)
+        return out
+
+    def verify(self) -> list[Problem]:
+        problems: list[Problem] = []
+        for name, t in self.all_tensors():
+            try:
+                if t.storage is not None:
+                    t._check_bounds()
+            except TorchlessError as e:
+                problems.append(Problem("tensor", str(e), name))
+        for m in self.archive.bytecode().methods:
+            for i, ins in enumerate(m.instructions):
+                table = {"OP": m.operators, "OPN": m.operators, "LOADC": m.constants}.get(ins.op)
+                if table is not None and not 0 <= ins.x < len(table):
+                    problems.append(
+                        Problem(
+                            "bytecode",
+                            f"instruction {i} ({ins.op} {ins.x}) indexes past its table ({len(table)})",
+                            m.qualified_name,
+                        )
+                    )
+        return problems
+
+    def close(self) -> None:
+        self.source.close()
+
+
+def open_torchscript(path: Any, policy: LoadPolicy | None = None) -> TorchScriptArtifact | FlatbufferArtifact:
+    """A TorchScript zip archive or flatbuffer module, whichever ``path`` holds."""
+    if not isinstance(path, (bytes, bytearray, memoryview)):
+        with open(path, "rb") as f:
+            head = f.read(8)
+    else:
+        head = bytes(path[:8])
+    if spec.is_flatbuffer(head):
+        return FlatbufferArtifact(path, policy)
+    return TorchScriptArtifact(path, policy)
+
+
 @register
 class TorchScriptHandler(FormatHandler):
-    """TorchScript archives (``torch.jit.save``) and lite-interpreter ``.ptl`` files."""
+    """TorchScript archives (``torch.jit.save``), lite-interpreter ``.ptl`` files and
+    flatbuffer mobile modules (``PTMF``)."""
 
     name = "torchscript"
-    extensions = (".ptl", ".torchscript")
+    extensions = (".ptl", ".torchscript", ".ff")
     priority = 10  # before the plain zip checkpoint handler
     description = "TorchScript archive (torch.jit.save, _save_for_lite_interpreter)"
     capabilities = Capabilities(edit=True)
 
     def sniff(self, probe: Probe) -> bool:
-        if probe.is_dir or not is_zip(probe.head):
+        if probe.is_dir:
+            return False
+        if spec.is_flatbuffer(probe.head):
+            return True
+        if not is_zip(probe.head):
             return False
         return spec.is_torchscript_zip(probe.zip_records())
 
-    def _open(self, path: Any, policy: LoadPolicy, probe: Probe | None) -> TorchScriptArtifact:
+    def _open(self, path: Any, policy: LoadPolicy, probe: Probe | None) -> TorchScriptArtifact | FlatbufferArtifact:
+        if probe is not None and spec.is_flatbuffer(probe.head):
+            return FlatbufferArtifact(path, policy, probe=probe)
+        if probe is None:
+            return open_torchscript(path, policy)
         return TorchScriptArtifact(path, policy, probe=probe)

@@ -38,6 +38,12 @@ __all__ = [
     "SERIALIZATION_ID",
     "FLATBUFFER_ID",
     "is_flatbuffer",
+    "FB",
+    "FB_IVALUE",
+    "FB_TYPE_KINDS",
+    "OPCODES",
+    "QSCHEMES",
+    "C10_SCALAR_TYPES",
     "is_torchscript_zip",
     "is_checkpoint_zip",
     "may_be_torchscript",
@@ -83,6 +89,78 @@ SMALL_RECORDS = (VERSION, DATA_VERSION, BYTEORDER, SERIALIZATION_ID, "producer_i
 #: a flatbuffer module (``save_jit_module_to_flatbuffer``, ``.ptl``): this file identifier
 #: at byte 4; ``torch.jit.load`` reads such a file by content
 FLATBUFFER_ID = b"PTMF"
+
+
+class FB:
+    """Field indices of ``mobile_bytecode.fbs`` (torch 2.13), ``TABLE_FIELD``: the index
+    in declaration order that the table's vtable uses (a union takes two: type, value)."""
+
+    # table Module (the root)
+    MODULE_BYTECODE_VERSION, MODULE_EXTRA_FILES, MODULE_METHODS, MODULE_STATE_OBJ = 0, 1, 2, 3
+    MODULE_IVALUES, MODULE_STORAGE_DATA_SIZE, MODULE_STORAGE_DATA, MODULE_OBJECT_TYPES = 4, 5, 6, 7
+    MODULE_JIT_SOURCES, MODULE_JIT_CONSTANTS, MODULE_OPERATOR_VERSION = 8, 9, 10
+    # table ExtraFile {name, content}; table IValue {val: IValueUnion}
+    EXTRA_NAME, EXTRA_CONTENT = 0, 1
+    IVALUE_TYPE = 0  # the union's type; its value is field 1
+    # table Function
+    FUNCTION_QN, FUNCTION_INSTRUCTIONS, FUNCTION_OPERATORS, FUNCTION_CONSTANTS = 0, 1, 2, 3
+    FUNCTION_TYPES, FUNCTION_REGISTER_SIZE, FUNCTION_SCHEMA, FUNCTION_DEBUG_INFO, FUNCTION_CLASS_TYPE = 4, 5, 6, 7, 8
+    # table Operator {name, overload_name, num_args_serialized = -1}
+    OPERATOR_NAME, OPERATOR_OVERLOAD, OPERATOR_NUM_ARGS = 0, 1, 2
+    # table Schema {arguments, returns}; table Arg {name, type, default_value}
+    SCHEMA_ARGUMENTS, SCHEMA_RETURNS = 0, 1
+    ARG_NAME, ARG_TYPE, ARG_DEFAULT = 0, 1, 2
+    # struct Instruction {op: byte; n: ushort; x: int}: 8 bytes, op at 0, n at 2, x at 4
+    INSTRUCTION_SIZE = 8
+    # table TensorMetadata
+    TENSOR_STORAGE, TENSOR_SCALAR_TYPE, TENSOR_OFFSET, TENSOR_SIZES, TENSOR_STRIDES = 0, 1, 2, 3, 4
+    TENSOR_REQUIRES_GRAD, TENSOR_QUANTIZED = 5, 6
+    # table QuantizedSchema {qscheme, scale, zero_point, scales, zero_points, axis}
+    Q_QSCHEME, Q_SCALE, Q_ZERO_POINT, Q_SCALES, Q_ZERO_POINTS, Q_AXIS = 0, 1, 2, 3, 4, 5
+    # table StorageData {data: [ubyte] (force_align: 16)}
+    STORAGE_DATA = 0
+    # List {items, annotation_str}; Tuple {items}; Dict {keys, values, annotation_str}
+    LIST_ITEMS, LIST_ANNOTATION = 0, 1
+    DICT_KEYS, DICT_VALUES, DICT_ANNOTATION = 0, 1, 2
+    # ObjectType {type_name, type, attr_names}; Object {type_index, state, attrs, setstate_func}
+    OBJTYPE_NAME, OBJTYPE_KIND, OBJTYPE_ATTRS = 0, 1, 2
+    OBJECT_TYPE, OBJECT_STATE, OBJECT_ATTRS, OBJECT_SETSTATE = 0, 1, 2, 3
+    # String {data}; Device {str}; EnumValue {type_name, value}; Int/Bool/Double lists {items}
+    STRING_DATA = DEVICE_STR = ITEMS = 0
+    ENUM_TYPE_NAME, ENUM_VALUE = 0, 1
+
+
+#: IValueUnion member -> its type index (0 is NONE: the value None)
+FB_IVALUE = {
+    name: i + 1
+    for i, name in enumerate(
+        (
+            "Int", "Bool", "Double", "ComplexDouble", "TensorMetadata", "String", "List", "Tuple",
+            "Dict", "Object", "IntList", "DoubleList", "BoolList", "Device", "EnumValue", "Function",
+        )
+    )
+}  # fmt: skip
+#: c10::QScheme in enum order (QuantizedSchema.qscheme)
+QSCHEMES = (
+    "per_tensor_affine",
+    "per_channel_affine",
+    "per_tensor_symmetric",
+    "per_channel_symmetric",
+    "per_channel_affine_float_qparams",
+)
+#: enum TypeType (ObjectType.type)
+FB_TYPE_KINDS = ("UNSET", "CLASS_WITH_FIELD", "CUSTOM_CLASS", "CLASS_WITH_SETSTATE", "NON_OBJ")
+
+#: the interpreter's opcodes in enum order (torch/csrc/jit/runtime/instruction.h): a
+#: flatbuffer Instruction stores the index, bytecode.pkl the name
+OPCODES = (
+    "OP", "OPN", "LOAD", "MOVE", "STOREN", "STORE", "DROP", "DROPR", "LOADC", "JF", "JMP", "LOOP", "RET", "WAIT",
+    "CALL", "GUARD", "TYPECHECK", "FAIL_GUARD", "PROFILE_OP", "TAIL_CALL", "INTERFACE_CALL", "GET_ATTR", "SET_ATTR",
+    "LIST_UNPACK", "TUPLE_CONSTRUCT", "NAMED_TUPLE_CONSTRUCT", "LIST_CONSTRUCT", "DICT_CONSTRUCT", "CREATE_OBJECT",
+    "ISINSTANCE", "TUPLE_SLICE", "TUPLE_INDEX", "RAISE_EXCEPTION", "DICT_INDEX", "UNCHECKED_CAST", "__IS__",
+    "UN_INITIALIZED", "__ISNOT__", "FORMAT", "DEVICE", "DTYPE", "DIM", "__NOT__", "TO_LIST", "NUM_TO_TENSOR",
+    "IS_CUDA", "FORK", "WARN", "ENTER", "EXIT", "AWAITABLE",
+)  # fmt: skip
 
 #: caffe2/serialize/versions.h (§1, Versioning)
 MIN_FILE_FORMAT_VERSION = 1
@@ -131,6 +209,16 @@ _SCALAR_TYPES = {
 for _n in range(1, 8):
     _SCALAR_TYPES[f"UInt{_n}"] = f"uint{_n}"
     _SCALAR_TYPES[f"Int{_n}"] = f"int{_n}"
+
+#: c10::ScalarType in enum order (c10/core/ScalarType.h): the number a flatbuffer
+#: TensorMetadata (and ExecuTorch's ScalarType) stores -> dtype name
+C10_SCALAR_TYPES: tuple[str, ...] = (
+    *[_SCALAR_TYPES[k] for k in list(_SCALAR_TYPES)[: list(_SCALAR_TYPES).index("UInt64") + 1]],
+    *[f"uint{n}" for n in range(1, 8)],
+    *[f"int{n}" for n in range(1, 8)],
+    "float8_e8m0fnu",
+    "float4_e2m1fn_x2",
+)
 
 #: ``<ScalarTypeName>Storage`` -> DType, for every storage class the C++ pickler writes.
 SCALAR_TYPE_DTYPES: dict[str, DType] = {f"{k}Storage": DTYPES[v] for k, v in _SCALAR_TYPES.items() if v in DTYPES}
