@@ -97,6 +97,7 @@ FIXTURES = {
         "model.ptl": "scripted_module.ptl",
     },
     "docs/pt2.md": {"model.pt2": "mlp.pt2", "mlp.pt2": "mlp.pt2"},
+    "docs/interpreter.md": {"mlp.pt2": "mlp.pt2"},
     "docs/aoti.md": {"model.pt2": "mlp_aoti.pt2"},
     "docs/onnx.md": {"model.onnx": "mlp.onnx", "a.onnx": "mlp.onnx", "b.onnx": "mlp.onnx"},
     "docs/dcp.md": {"ckpt": _dcp},

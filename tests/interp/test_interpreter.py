@@ -116,3 +116,70 @@ def test_failed_runtime_assertion_is_a_usage_error():
     assert run_graph(g, [3]) == (3,)
     with pytest.raises(UsageError, match="u0 >= 2"):
         run_graph(g, [1])
+
+
+def test_guards_bind_solve_and_range_check():
+    from torchless.core.dtypes import by_name
+    from torchless.graph.ir import SymValue, TensorValue
+    from torchless.interp.guards import InputSlot, check_inputs
+
+    s0 = "Symbol('s0', integer=True, positive=True)"
+    plus1 = SymValue("int", f"Add({s0}, Integer(1))")
+    twice = SymValue("int", f"Mul(Integer(2), {s0})")
+    f32 = by_name("float32")
+    only_derived = TensorValue(f32, (plus1, 3), (3, 1))
+    doubled = TensorValue(f32, (twice,), (1,))
+    rc = {"s0": (2, 10)}
+
+    def slots(a, b):
+        return [InputSlot("a", only_derived, a), InputSlot("b", doubled, b)]
+
+    # s0 appears in no dimension by itself: solved from s0 + 1 == 5
+    env = check_inputs(slots(np.zeros((5, 3), np.float32), np.zeros(8, np.float32)), rc)
+    assert env == {"s0": 4}
+    with pytest.raises(UsageError, match=r"b\.shape\[0\] must equal 2\*s0"):
+        check_inputs(slots(np.zeros((5, 3), np.float32), np.zeros(9, np.float32)), rc)
+    with pytest.raises(UsageError, match=r"a\.shape\[0\].*s0") as e:
+        check_inputs(slots(np.zeros((12, 3), np.float32), np.zeros(22, np.float32)), rc)
+    assert "<= 10" in str(e.value) and "11" in str(e.value)
+    with pytest.raises(UsageError, match="number of dimensions"):
+        check_inputs(slots(np.zeros(5, np.float32), np.zeros(8, np.float32)), rc)
+    sym_in = SymValue("int", s0)
+    assert check_inputs([InputSlot("n", sym_in, 3)], rc) == {"s0": 3}
+    with pytest.raises(UsageError, match=">= 2"):
+        check_inputs([InputSlot("n", sym_in, 1)], rc)
+    with pytest.raises(UsageError, match="must equal the value"):
+        check_inputs([InputSlot("flag", 3, 4)], rc)
+
+
+def test_treespec_round_trip():
+    import json
+
+    from torchless.formats.pt2 import treespec
+
+    leaf = {"type": None, "context": None, "children_spec": []}
+    spec = treespec.loads(
+        json.dumps(
+            [
+                1,
+                {
+                    "type": "builtins.tuple",
+                    "context": "null",
+                    "children_spec": [
+                        {"type": "builtins.list", "context": "null", "children_spec": [leaf, leaf]},
+                        {"type": "builtins.dict", "context": '["k", "j"]', "children_spec": [leaf, leaf]},
+                    ],
+                },
+            ]
+        )
+    )
+    assert spec.num_leaves == 4
+    tree = ([1, 2], {"k": 3, "j": 4})
+    flat = spec.flatten(tree)
+    assert [v for _, v in flat] == [1, 2, 3, 4] and flat[2][0] == "[1]['k']"
+    assert spec.flatten(([1, 2], {"j": 4, "k": 3}))[2][1] == 3  # keys in the spec's order
+    assert spec.unflatten([1, 2, 3, 4]) == tree
+    with pytest.raises(UsageError, match="keys"):
+        spec.flatten(([1, 2], {"k": 3}))
+    with pytest.raises(UsageError, match="length"):
+        spec.flatten(([1], {"k": 3, "j": 4}))

@@ -105,6 +105,20 @@ class Counter(torch.nn.Module):
         return {"y": x * scale, "n": [x.shape[0] * 2]}
 
 
+class NoGrad(torch.nn.Module):
+    def forward(self, x):
+        with torch.no_grad():
+            y = x * 2
+        with torch.autocast("cpu", enabled=False):
+            z = y * 3
+        return z + 1
+
+
+class Derived(torch.nn.Module):
+    def forward(self, x, y):
+        return torch.cat([x, y]) * 2
+
+
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     """name -> (path of the .pt2, the ExportedProgram): each model exported once."""
@@ -117,6 +131,8 @@ def saved(tmp_path_factory):
         "while": (While(), (torch.tensor(0), torch.ones(2)), {}, None),
         "map": (Map(), (torch.randn(3, 2), torch.randn(2)), {}, None),
         "scan": (Scan(), (torch.randn(4, 3),), {}, None),
+        "nograd": (NoGrad(), (torch.randn(3),), {}, None),
+        "derived": (Derived(), (torch.randn(4, 2), torch.randn(8, 2)), {}, {"x": {0: batch}, "y": {0: 2 * batch}}),
         "counter": (Counter(), (torch.randn(4, 2),), {"scale": torch.tensor(3.0)}, {"x": {0: batch}, "scale": None}),
     }
     out = {}
@@ -184,6 +200,31 @@ def test_while_loop(saved):
     for i in (0, 3, 7):
         args = (torch.tensor(i), torch.arange(2, dtype=torch.float32))
         _check(m(*(a.numpy() for a in args)), ep.module()(*args))
+
+
+def test_grad_and_autocast_wrappers_run_their_subgraphs(saved):
+    path, ep = saved["nograd"]
+    prog = torchless.load(path)
+    assert {"higher_order.wrap_with_set_grad_enabled", "higher_order.wrap_with_autocast"} <= set(prog.op_histogram())
+    x = torch.randn(3)
+    _check(prog.module()(x.numpy()), ep.module()(x))
+
+
+def test_derived_dims_are_checked(saved, monkeypatch):
+    def cat(tensors, dim=0):
+        return np.concatenate(tensors, axis=dim)
+
+    if registry.lookup("aten.cat.default") is None:
+        monkeypatch.setitem(registry._KERNELS, "aten.cat.default", cat)
+    path, ep = saved["derived"]
+    m = torchless.load(path).module()
+    x, y = torch.randn(3, 2), torch.randn(6, 2)
+    _check(m(x.numpy(), y.numpy()), ep.module()(x, y))
+    with pytest.raises(UsageError, match=r"y\.shape\[0\] must equal 2\*") as e:
+        m(x.numpy(), np.zeros((7, 2), np.float32))
+    assert "expected 6, found 7" in str(e.value)
+    with pytest.raises(Exception):  # noqa: B017 - torch raises its own error type
+        ep.module()(x, torch.zeros(7, 2))
 
 
 def test_map(saved):
