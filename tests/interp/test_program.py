@@ -119,6 +119,46 @@ class Derived(torch.nn.Module):
         return torch.cat([x, y]) * 2
 
 
+@torch.library.custom_op("tl_interp_test::add_one_", mutates_args=("x",))
+def add_one_(x: torch.Tensor) -> None:
+    x.add_(1)
+
+
+@torch.library.custom_op("tl_interp_test::scale", mutates_args=("y",))
+def scale_(x: torch.Tensor, y: torch.Tensor, k: float) -> torch.Tensor:
+    y.mul_(k)
+    return x * k
+
+
+@scale_.register_fake
+def _scale_fake(x, y, k):
+    return torch.empty_like(x)
+
+
+def _add_one_kernel(x):
+    np.add(x, 1, out=x)
+
+
+def _scale_kernel(x, y, k):
+    np.multiply(y, k, out=y, casting="unsafe")
+    return np.asarray(x * np.float32(k))
+
+
+class Mutating(torch.nn.Module):
+    """A custom op mutating a slice of a buffer, an in-place op on a user input, a custom op
+    mutating another user input: mutations in place (training IR) or through
+    auto_functionalized_v2 and USER_INPUT_MUTATION outputs (ATen IR)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("b", torch.ones(4))
+
+    def forward(self, x, z):
+        add_one_(self.b[1:3])
+        x.add_(2)
+        return scale_(x, z, 3.0) + self.b.sum()
+
+
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     """name -> (path of the .pt2, the ExportedProgram): each model exported once."""
@@ -133,12 +173,16 @@ def saved(tmp_path_factory):
         "scan": (Scan(), (torch.randn(4, 3),), {}, None),
         "nograd": (NoGrad(), (torch.randn(3),), {}, None),
         "derived": (Derived(), (torch.randn(4, 2), torch.randn(8, 2)), {}, {"x": {0: batch}, "y": {0: 2 * batch}}),
+        "mutating": (Mutating(), (torch.ones(4), torch.ones(4)), {}, None),
         "counter": (Counter(), (torch.randn(4, 2),), {"scale": torch.tensor(3.0)}, {"x": {0: batch}, "scale": None}),
     }
     out = {}
     for name, (m, args, kwargs, dyn) in cases.items():
         ep = torch.export.export(m, args, kwargs, dynamic_shapes=dyn)
-        for tag, prog in (("", ep), ("_dec", ep.run_decompositions()) if name in ("mlp", "counter", "cond") else (None, None)):
+        for tag, prog in (
+            ("", ep),
+            ("_dec", ep.run_decompositions()) if name in ("mlp", "counter", "cond", "mutating") else (None, None),
+        ):
             if tag is None:
                 continue
             path = d / f"{name}{tag}.pt2"
@@ -257,6 +301,32 @@ def test_buffer_mutation_updates_the_modules_buffers(saved, name):
     assert prog.module().buffers["total"].tolist() == [0.0, 0.0]  # a new module starts from the stored buffers
     with pytest.raises(UsageError, match="keys"):
         ours(np.ones((4, 2), np.float32))
+
+
+@pytest.mark.parametrize("name", ["mutating", "mutating_dec"])
+def test_mutations_of_inputs_buffers_and_views(saved, name, monkeypatch):
+    def slice_(x, dim=0, start=None, end=None, step=1):
+        return x[(slice(None),) * dim + (slice(start, end, step),)]
+
+    for key, fn in {
+        "tl_interp_test.add_one_.default": _add_one_kernel,
+        "tl_interp_test.scale.default": _scale_kernel,
+        "aten.slice.Tensor": slice_,
+    }.items():
+        if registry.lookup(key) is None:
+            monkeypatch.setitem(registry._KERNELS, key, fn)
+    path, _ep = saved[name]
+    prog = torchless.load(path)
+    if name.endswith("_dec"):
+        assert "higher_order.auto_functionalized_v2" in prog.op_histogram()
+    ours, theirs = prog.module(), torch.export.load(path).module()
+    for _ in range(2):
+        x, z = torch.randn(4), torch.randn(4)
+        xn, zn = x.numpy().copy(), z.numpy().copy()
+        _check(ours(xn, zn), theirs(x, z))
+        np.testing.assert_allclose(xn, x.numpy(), rtol=1e-6)  # the caller's arrays are mutated like torch's tensors
+        np.testing.assert_allclose(zn, z.numpy(), rtol=1e-6)
+        np.testing.assert_allclose(ours.buffers["b"], theirs.b.numpy())
 
 
 def test_missing_kernels_refused_before_running(saved, monkeypatch):

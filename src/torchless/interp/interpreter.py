@@ -52,6 +52,10 @@ def missing_kernels(graph: Graph) -> dict[str, int]:
                 k = node_key(n)
                 if registry.lookup(k) is None:
                     out[k] = out.get(k, 0) + 1
+                # operators passed as arguments (auto_functionalized_v2, with_effects, out_dtype)
+                for a in (*n.args, *n.kwargs.values()):
+                    if isinstance(a, OpRef) and registry.lookup(a.key) is None:
+                        out[a.key] = out.get(a.key, 0) + 1
             elif n.op in ("call_module", "call_method"):
                 k = f"{n.op}:{n.target}"
                 out[k] = out.get(k, 0) + 1

@@ -14,6 +14,10 @@ the ops' dense (eager) implementations in ``torch/_higher_order_ops``:
   here). ``wrap_with_autocast``: the subgraph when autocast is disabled; an enabled region
   is refused (its dtypes differ from the graph's).
 * ``out_dtype(op, dtype, *args)``: ``op`` computed with its inputs in ``dtype``.
+* ``auto_functionalized_v2(op, _all_bases=[...], **kwargs)``: the bases copied, each
+  mutable argument re-created as its view of a copy (whole base, alias, slice or
+  ``as_strided``), ``op`` run in place on them; returns ``(*op_outputs, *new_bases)``.
+* ``with_effects(token, op, *args)``: ``op`` run; returns ``(token, *outputs)``.
 """
 
 from __future__ import annotations
@@ -134,3 +138,61 @@ def out_dtype(op: Any, dtype: Any, *args: Any) -> Any:
         raise UnsupportedError(f"out_dtype to {dtype} has no NumPy dtype")
     cast = [a.astype(npd) if isinstance(a, np.ndarray) else a for a in args]
     return np.asarray(fn(*cast)).astype(npd, copy=False)
+
+
+# -- functionalized mutation of (custom) operators ---------------------------------------
+
+
+def _op_kernel(op: Any) -> Any:
+    return registry.require(getattr(op, "key", None) or str(op))
+
+
+def _regenerate_view(prefix: str, kw: dict[str, Any], bases: list[Any]) -> Any:
+    """The view ``auto_functionalized_v2`` describes with ``<prefix>_*`` keys (popped from
+    ``kw``), taken of the new bases (torch's ``read_view_information_from_args``)."""
+    index = kw.pop(f"{prefix}_base_index")
+    if index is None:
+        return None
+    base = bases[index]
+    if f"{prefix}_alias" in kw:
+        kw.pop(f"{prefix}_alias")
+        return base
+    if f"{prefix}_storage_offset" in kw:
+        size, stride, offset = kw.pop(f"{prefix}_size"), kw.pop(f"{prefix}_stride"), kw.pop(f"{prefix}_storage_offset")
+        flat = base.reshape(-1)  # the new bases are C-contiguous copies
+        item = base.itemsize
+        return np.lib.stride_tricks.as_strided(
+            flat[int(offset) :], shape=tuple(int(s) for s in size), strides=tuple(int(s) * item for s in stride)
+        )
+    if f"{prefix}_slice_dim" in kw:
+        dim, start, end = kw.pop(f"{prefix}_slice_dim"), kw.pop(f"{prefix}_slice_start"), kw.pop(f"{prefix}_slice_end")
+        dim = int(dim) % max(base.ndim, 1)
+        return base[(slice(None),) * dim + (slice(start, end),)]
+    return base
+
+
+@kernel("higher_order.auto_functionalized_v2")
+def auto_functionalized_v2(_mutable_op: Any, **kwargs: Any) -> tuple[Any, ...]:
+    kw = dict(kwargs)
+    kw.pop("_only_clone_these_bases", None)
+    bases = [None if b is None else np.array(b, copy=True, order="C") for b in kw.pop("_all_bases", [])]
+    if any(k.startswith("_") and k.endswith(("_dtype", "_device")) for k in kw):
+        raise UnsupportedError(f"auto_functionalized_v2 of an out= operator ({_mutable_op}) is not supported")
+    lists = [k[1 : -len("_length")] for k in list(kw) if k.startswith("_") and k.endswith("_length")]
+    new: dict[str, Any] = {}
+    for name in lists:
+        length = kw.pop(f"_{name}_length")
+        new[name] = None if length is None else [_regenerate_view(f"_{name}_{i}", kw, bases) for i in range(int(length))]
+    for k in [k for k in kw if k.startswith("_") and k.endswith("_base_index")]:
+        name = k[1 : -len("_base_index")]
+        new[name] = _regenerate_view(f"_{name}", kw, bases)
+    out = _op_kernel(_mutable_op)(**kw, **new)
+    return (*out, *bases) if isinstance(out, tuple) else (out, *bases)
+
+
+@kernel("higher_order.with_effects")
+def with_effects(token: Any, op: Any, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+    out = _op_kernel(op)(*args, **kwargs)
+    if out is None:
+        return (token,)
+    return (token, *out) if isinstance(out, tuple) else (token, out)
