@@ -159,6 +159,11 @@ class Mutating(torch.nn.Module):
         return scale_(x, z, 3.0) + self.b.sum()
 
 
+class Ints(torch.nn.Module):
+    def forward(self, x, n: int, f: float = 2.0):
+        return x * n + x.shape[0], n + 1
+
+
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     """name -> (path of the .pt2, the ExportedProgram): each model exported once."""
@@ -173,6 +178,7 @@ def saved(tmp_path_factory):
         "scan": (Scan(), (torch.randn(4, 3),), {}, None),
         "nograd": (NoGrad(), (torch.randn(3),), {}, None),
         "derived": (Derived(), (torch.randn(4, 2), torch.randn(8, 2)), {}, {"x": {0: batch}, "y": {0: 2 * batch}}),
+        "ints": (Ints(), (torch.ones(2), 3, 2.0), {}, {"x": None, "n": torch.export.Dim.DYNAMIC, "f": None}),
         "mutating": (Mutating(), (torch.ones(4), torch.ones(4)), {}, None),
         "counter": (Counter(), (torch.randn(4, 2),), {"scale": torch.tensor(3.0)}, {"x": {0: batch}, "scale": None}),
     }
@@ -269,6 +275,17 @@ def test_derived_dims_are_checked(saved, monkeypatch):
     assert "expected 6, found 7" in str(e.value)
     with pytest.raises(Exception):  # noqa: B017 - torch raises its own error type
         ep.module()(x, torch.zeros(7, 2))
+
+
+def test_symint_and_constant_inputs(saved):
+    path, ep = saved["ints"]
+    m = torchless.load(path).module()
+    for n in (3, 7):
+        _check(m(np.ones(2, np.float32), n, 2.0), ep.module()(torch.ones(2), n, 2.0))
+    with pytest.raises(UsageError, match="input f must equal the value"):
+        m(np.ones(2, np.float32), 3, 2.5)
+    with pytest.raises(Exception, match="f == 2.0"):
+        ep.module()(torch.ones(2), 3, 2.5)
 
 
 def test_map(saved):
@@ -385,3 +402,22 @@ def test_edited_weights_run_the_same_in_torch_and_torchless(saved, tmp_path):
     ours = torchless.load(new).module()(x.numpy())
     _check(ours, theirs)
     assert not np.allclose(ours, saved["mlp"][1].module()(x).detach().numpy())  # the new weights count
+
+
+def test_cli_run_keyword_inputs_and_errors(saved, tmp_path, capsys):
+    path, _ep = saved["counter"]
+    np.savez(tmp_path / "in.npz", arg0=np.ones((3, 2), np.float32), scale=np.asarray(2.5, np.float32))
+    assert main(["run", str(path), "--inputs", str(tmp_path / "in.npz"), "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert [r["name"] for r in res["inputs"]] == ["arg0", "scale"]
+    assert res["outputs"][0]["max"] == 2.5 and res["outputs"][1]["min"] == 6
+    np.savez(tmp_path / "gap.npz", arg1=np.ones((3, 2), np.float32))
+    for argv in (
+        ["run", str(path), "--inputs", str(tmp_path / "gap.npz")],  # arg1 without arg0
+        ["run", str(path)],  # neither --inputs nor --sample-inputs
+        ["run", str(tmp_path / "in.npz"), "--sample-inputs"],  # not a .pt2
+        ["run", str(path), "--inputs", str(tmp_path / "in.npz"), "--model", "nope"],
+    ):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, (argv, err)
