@@ -225,6 +225,9 @@ def test_mlp_matches_torch_with_a_dynamic_batch(saved, name):
     for n in (2, 5, 16):
         x = torch.randn(n, 4)
         _check(m(x.numpy()), ep.module()(x))
+    x = torch.randn(3, 4)
+    _check(m(x.numpy().astype(">f4")), ep.module()(x))  # big-endian input
+    _check(m(x.clone().requires_grad_()), ep.module()(x))  # a torch tensor that requires grad
     with pytest.raises(UsageError, match=r"x\.shape\[0\].*(<= 16|\b17\b)") as e:
         m(np.zeros((17, 4), np.float32))
     assert "17" in str(e.value)

@@ -81,6 +81,9 @@ def to_array(v: Any) -> np.ndarray:
     """A tensor-like value (NumPy array, torchless Tensor, anything with ``__array__``) as an ndarray."""
     if isinstance(v, np.ndarray):
         return v
+    detach = getattr(v, "detach", None)  # a torch tensor that requires grad
+    if callable(detach) and not isinstance(v, np.generic):
+        v = detach()
     numpy = getattr(v, "numpy", None)
     if callable(numpy) and not isinstance(v, np.generic):
         return np.asarray(numpy())

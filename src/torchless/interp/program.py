@@ -88,7 +88,10 @@ class ProgramRunner:
         ph = self.placeholders.get(spec.arg) if spec.arg else None
         exp = ph.meta.get("val") if ph is not None else spec.value
         if isinstance(exp, TensorValue):
-            return to_array(value)
+            arr = to_array(value)
+            if arr.dtype.byteorder == ">" or (arr.dtype.byteorder == "<" and np.little_endian is False):
+                arr = arr.astype(arr.dtype.newbyteorder("="))  # kernels see native byte order
+            return arr
         if isinstance(exp, SymValue) and isinstance(value, np.ndarray) and value.ndim == 0:
             return value.item()
         return value

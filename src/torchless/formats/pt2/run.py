@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ...core.errors import FormatError, TorchlessError, UsageError
+from ...interp.interpreter import to_array
 from ...interp.program import ProgramRunner
 from . import treespec
 
@@ -41,7 +42,7 @@ def _array(v: Any) -> Any:
     if isinstance(v, (np.ndarray, bool, int, float, complex, str)) or v is None:
         return v
     if hasattr(v, "numpy") or hasattr(v, "__array__"):
-        return np.asarray(v.numpy() if hasattr(v, "numpy") and not isinstance(v, np.generic) else v)
+        return to_array(v)
     return v
 
 
