@@ -39,7 +39,7 @@ from typing import Any
 from .globals import Rebuilder, python2_name
 from .machine import Limits
 
-__all__ = ["FALLBACK", "FAST_GLOBALS", "OPAQUE", "EntryHooks", "fast_load", "int_token"]
+__all__ = ["FALLBACK", "FAST_GLOBALS", "OPAQUE", "EntryHooks", "OnceResolver", "fast_load", "fast_tensor", "int_token"]
 
 #: returned when the pickle is not one of the recognised shapes: run the general machine
 FALLBACK: Any = object()
@@ -150,32 +150,96 @@ def _tuple_of(tok: bytes) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _tensor_pickle(data: bytes, resolver: Any, persistent_load: Callable[[Any], Any] | None) -> Any:
-    """The one-tensor pickle through one regular expression (None: not that shape)."""
+_K_REBUILD = python2_name("torch._utils", "_rebuild_tensor_v2", torch_subset=True)
+_K_ODICT = python2_name("collections", "OrderedDict", torch_subset=True)
+
+
+#: what :func:`_tensor_parts` found in a one-tensor pickle, by its bytes (items of one
+#: shape and dtype have the same pickle); cleared when it grows past _PARTS_MAX
+_PARTS: dict[bytes, Any] = {}
+_PARTS_MAX = 1 << 16
+
+
+def _tensor_parts(data: bytes) -> tuple[Any, ...] | None:
+    """The fields of a one-tensor pickle matched by ``_TENSOR_RE`` (None: not that shape):
+    ``(storage global key or None, key, location, numel, offset, size, stride, requires_grad)``."""
     m = _TENSOR_RE.match(data)
-    if m is None or persistent_load is None:
+    if m is None:
         return None
     cls, kl, key, ll, loc, numel, off, size, stride, rg = m.group(
         "cls", "kl", "key", "ll", "loc", "numel", "off", "size", "stride", "rg"
     )
     if kl[0] != len(key) or ll[0] != len(loc):
         return None
+    k2 = python2_name("torch", cls.decode("ascii"), torch_subset=True)
+    return (
+        k2 if k2 in FAST_GLOBALS else None,
+        key.decode("ascii"),
+        loc.decode("ascii"),
+        int_token(numel, 0)[0],
+        int_token(off, 0)[0],
+        _tuple_of(size),
+        _tuple_of(stride),
+        rg == b"\x88",
+    )
+
+
+def _tensor_pickle(data: bytes, resolver: Any, persistent_load: Callable[[Any], Any] | None) -> Any:
+    """The one-tensor pickle through one regular expression (None: not that shape)."""
+    parts = _PARTS.get(data)
+    if parts is None:
+        parts = _tensor_parts(data)
+        if parts is None:
+            return None
+        if len(_PARTS) >= _PARTS_MAX:
+            _PARTS.clear()
+        _PARTS[data] = parts
+    if persistent_load is None:
+        return None
+    k2, key, loc, numel, off, size, stride, rg = parts
     # the machine's order: the GLOBALs as they come, persistent_load at BINPERSID, the
     # OrderedDict REDUCE, then the tensor's REDUCE
-    k1 = python2_name("torch._utils", "_rebuild_tensor_v2", torch_subset=True)
-    rebuild = resolver.resolve(*k1)
-    k2 = python2_name("torch", cls.decode("ascii"), torch_subset=True)
-    if k2 not in FAST_GLOBALS:
+    rebuild = resolver.resolve(*_K_REBUILD)
+    if k2 is None:
         return FALLBACK
     stype = resolver.resolve(*k2)
-    pid = ("storage", stype, key.decode("ascii"), loc.decode("ascii"), int_token(numel, 0)[0])
-    storage = persistent_load(pid)
-    odict = resolver.resolve(*python2_name("collections", "OrderedDict", torch_subset=True))
+    storage = persistent_load(("storage", stype, key, loc, numel))
+    odict = resolver.resolve(*_K_ODICT)
     if type(odict) is not Rebuilder or type(rebuild) is not Rebuilder:
         return FALLBACK
-    hooks = odict._call(())
-    args = (storage, int_token(off, 0)[0], _tuple_of(size), _tuple_of(stride), rg == b"\x88", hooks)
-    return rebuild._call(args)
+    return rebuild._call((storage, off, size, stride, rg, odict._call(())))
+
+
+class OnceResolver:
+    """Asks ``inner`` once per global and repeats its answer: for the many DCP items of one
+    checkpoint, whose pickles name the same three globals. Only what ``inner`` accepted is
+    kept (a refusal raises again at every ask), so nothing resolves here that ``inner``
+    would not resolve."""
+
+    __slots__ = ("inner", "_got")
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self._got: dict[tuple[str, str], Any] = {}
+
+    def resolve(self, module: str, name: str) -> Any:
+        v = self._got.get((module, name), self)
+        if v is self:
+            v = self._got[(module, name)] = self.inner.resolve(module, name)
+        return v
+
+
+def fast_tensor(data: bytes, resolver: Any, persistent_load: Callable[[Any], Any]) -> Any:
+    """The one-tensor pickle of a DCP item (``_rebuild_tensor_v2`` of one storage) through
+    one regular expression: what the machine returns for it, or ``FALLBACK`` for anything
+    else (including any error: the machine then decides)."""
+    if len(data) >= 512:
+        return FALLBACK
+    try:
+        obj = _tensor_pickle(data, resolver, persistent_load)
+    except Exception:  # noqa: BLE001 - whatever went wrong, the machine decides
+        return FALLBACK
+    return FALLBACK if obj is None else obj
 
 
 def fast_load(
@@ -234,11 +298,11 @@ class EntryHooks:
     recognised files fetches again may be :data:`OPAQUE` (a later fetch of it is a
     FALLBACK)."""
 
-    def on_get(self, value: Any, data: bytes, pos: int, memo: list[Any]) -> tuple[tuple, list, int] | None:
+    def on_get(self, value: Any, data: bytes, pos: int, memo: list[Any]) -> tuple[tuple[Any, ...], list[Any], int] | None:
         """At the BINGET/LONG_BINGET at ``pos`` that fetched ``value``."""
         return None
 
-    def on_str(self, value: str, data: bytes, pos: int, memo: list[Any]) -> tuple[tuple, list, int] | None:
+    def on_str(self, value: str, data: bytes, pos: int, memo: list[Any]) -> tuple[tuple[Any, ...], list[Any], int] | None:
         """After the string ``value`` whose opcode ends at ``pos``."""
         return None
 

@@ -58,6 +58,8 @@ def consolidate(
         names = [n for n in reader.tensor_names() if want is None or n in want]
         values = [n for n in reader.bytes_names() if want is None or n in want]
         total = sum(reader.entries[n].nbytes for n in names)
+        # every chunk located up front, the items of each file together in file order
+        reader.locate_many([r for n in names for r in reader.chunks(n)])
         if h.name == "pt":
             from ..pt.write import save_checkpoint
 
@@ -65,7 +67,7 @@ def consolidate(
             name_set, value_set = set(names), set(values)  # membership per entry: no quadratic scan
             for fqn in reader.entries:
                 if fqn in name_set:
-                    flat[fqn] = reader.tensor(fqn)
+                    flat[fqn] = reader.tensor(fqn, view=True)
                 elif fqn in value_set:
                     flat[fqn] = reader.value(fqn, weights_only=weights_only)
             if kw.get("max_shard_size"):

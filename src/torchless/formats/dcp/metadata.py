@@ -525,7 +525,7 @@ class _Entries(EntryHooks):
         self.tsm_special: list[tuple[re.Pattern, DType, str, str]] = []
         self.sd_special: list[tuple[re.Pattern, str]] = []
 
-    def on_get(self, value: Any, data: bytes, pos: int, memo: list[Any]) -> tuple[tuple, list, int] | None:
+    def on_get(self, value: Any, data: bytes, pos: int, memo: list[Any]) -> tuple[tuple[Any, ...], list[Any], int] | None:
         self.memo = memo
         if value is _MI:
             hit = self.sd(data, pos)
@@ -539,7 +539,7 @@ class _Entries(EntryHooks):
                     return (value, parts), [parts], m.end()
         return None
 
-    def on_str(self, value: str, data: bytes, pos: int, memo: list[Any]) -> tuple[tuple, list, int] | None:
+    def on_str(self, value: str, data: bytes, pos: int, memo: list[Any]) -> tuple[tuple[Any, ...], list[Any], int] | None:
         if pos < len(data) and data[pos] == 0x94:  # the fqn key of a tensor entry, memoized
             self.memo = memo
             hit = self.tsm(data, pos + 1)

@@ -49,7 +49,7 @@ from ...core.paths import confine
 from ...core.source import ByteSource, BytesSource, MmapSource
 from ...core.tensor import Storage, Tensor
 from ...core.values import StorageType
-from ...pickle.fastpath import FALLBACK, fast_load
+from ...pickle.fastpath import FALLBACK, OnceResolver, fast_load, fast_tensor
 from ...pickle.globals import AllowlistResolver
 from ...pickle.torch_globals import DEFAULT_ALLOWLIST
 from ..pt.spec import BYTEORDER, DATA_PKL, METADATA_RECORDS
@@ -226,7 +226,7 @@ class _Template:
     one item passed :func:`_directory_full`, the next ones are checked with one pattern
     match (the fixed bytes) and one unpack (the variable fields)."""
 
-    __slots__ = ("length", "pattern", "fields", "names", "first")
+    __slots__ = ("length", "pattern", "fields", "names", "first", "tail", "var")
 
     def __init__(self, tail: bytes, cd_size: int, by_lower: dict[bytes, tuple[str, int, int]], first: str) -> None:
         self.length = len(tail)
@@ -247,6 +247,8 @@ class _Template:
             fmt += "x" * (off - at) + ("I" if k == 4 else "Q")
             at = off + k
         pat += re.escape(tail[at:])
+        self.tail = tail
+        self.var = var
         self.pattern = re.compile(pat, re.DOTALL)
         self.fields = struct.Struct(fmt)
         self.names = [(raw.lower(), by_lower[raw.lower()][0]) for raw in order]
@@ -365,6 +367,83 @@ def _fast_item_or_none(mv: memoryview) -> tuple[Tensor, int, str, int] | None:
     return t, base, byteorder, base + size
 
 
+#: rows of item ends gathered at once by :func:`_batch_items` (bounds its memory)
+_BATCH_ROWS = 4096
+
+
+def _gather(buf: np.ndarray, pos: np.ndarray, k: int) -> np.ndarray:
+    """Rows of ``k`` bytes of ``buf`` at ``pos`` (clipped to the buffer: rows of items
+    already refused may read anything)."""
+    return buf[np.minimum(pos[:, None] + np.arange(k), len(buf) - 1)]
+
+
+def _le(cols: np.ndarray) -> np.ndarray:
+    """Little-endian unsigned ints from the byte columns ``cols`` (rows x 2, 4 or 8)."""
+    k = cols.shape[1]
+    return np.ascontiguousarray(cols).view({2: "<u2", 4: "<u4", 8: "<u8"}[k]).ravel().astype(np.int64)
+
+
+def _batch_items(buf: np.ndarray, offs: np.ndarray, lens: np.ndarray, t: _Template) -> dict[str, Any] | None:
+    """The zip structure of many DCP items of one file checked at once against the end
+    template ``t``: every check :func:`_fast_item_or_none` makes on an item's end records,
+    central directory and local headers (and the local headers of every record, which it
+    checks only for the ones it reads: stricter, never looser), as array operations.
+
+    Returns ``{"ok": bool per item, "rec": {lower-case name: (data offset, size) arrays},
+    "prefix": ..., "byteorder": str per item or None}``; None when the template's names
+    are not torch's shape."""
+    if "/" not in t.first:
+        return None
+    n_items = len(offs)
+    L = t.length
+    ok = (offs >= 0) & (lens >= L) & (offs + lens <= len(buf))
+    tail = np.frombuffer(t.tail, dtype=np.uint8)
+    fixed = np.ones(L, dtype=bool)
+    for off, k in t.var:
+        fixed[off : off + k] = False
+    fixed_idx = np.nonzero(fixed)[0]
+    fields = np.zeros((n_items, len(t.var)), dtype=np.int64)
+    ar = np.arange(L)
+    idx = np.nonzero(ok)[0]
+    for b0 in range(0, len(idx), _BATCH_ROWS):
+        rows = idx[b0 : b0 + _BATCH_ROWS]
+        starts = offs[rows] + lens[rows] - L
+        m = buf[starts[:, None] + ar]
+        good = (m[:, fixed_idx] == tail[fixed_idx]).all(axis=1)
+        ok[rows] &= good
+        for j, (off, k) in enumerate(t.var):
+            fields[rows, j] = _le(m[:, off : off + k])
+    start = lens - L
+    ok &= (fields[:, -3] == start) & (fields[:, -1] == start)
+    ok &= fields[:, -2] == lens - _EOCD.size - _LOC64.size - _EOCD64.size
+    safe = np.where(ok, offs, 0)
+    # an item starts with a local header (so it is no safetensors blob)
+    ok &= _le(_gather(buf, safe, 4)) == int.from_bytes(LOCAL_SIG, "little")
+    rec: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+    for i, (low, _name) in enumerate(t.names):
+        csize, usize, hoff = fields[:, 1 + 4 * i], fields[:, 2 + 4 * i], fields[:, 3 + 4 * i]
+        ok &= (csize == usize) & (csize != MAX32) & (hoff != MAX32) & (hoff + _LOCAL.size + csize <= lens)
+        h = np.where(ok, offs + hoff, 0)
+        head = _gather(buf, h, _LOCAL.size)
+        ok &= _le(head[:, :4]) == int.from_bytes(LOCAL_SIG, "little")
+        data = hoff + _LOCAL.size + _le(head[:, 26:28]) + _le(head[:, 28:30])
+        ok &= data + csize <= lens
+        rec[low] = (data, csize)
+    prefix = t.first.split("/", 1)[0]
+    bo = rec.get(f"{prefix}/{BYTEORDER}".encode("utf-8", "surrogateescape").lower())
+    byteorder: list[str] | None = None
+    if bo is not None:
+        # only "little" (or "big") of torch's writer: anything else is left to the per-item path
+        data, size = bo
+        pos = np.where(ok, offs + data, 0)
+        word = _gather(buf, pos, 6)
+        little = (size == 6) & (word == np.frombuffer(b"little", np.uint8)).all(axis=1)
+        big = (size == 3) & (word[:, :3] == np.frombuffer(b"big", np.uint8)).all(axis=1)
+        ok &= little | big
+        byteorder = np.where(big, "big", "little").tolist()
+    return {"ok": ok, "rec": rec, "prefix": prefix, "byteorder": byteorder}
+
+
 def _is_url(p: Any) -> bool:
     from ...core.remote import is_url
 
@@ -426,6 +505,9 @@ class DCPReader:
     general_only = False
     #: a checkpoint at a URL (read by ranges through :mod:`torchless.core.remote`)
     remote = False
+    #: :meth:`locate_many` checks the items of a file as arrays from this many on (tests
+    #: set 0 to run the batch on every call)
+    batch_min = 16
 
     def __init__(self, path: Any, *, metadata: Metadata | None = None) -> None:
         self.path = os.fspath(path)
@@ -441,8 +523,11 @@ class DCPReader:
         self._fds: dict[str, int] = {}
         self._maps: dict[str, ByteSource] = {}
         self._blobs: dict[tuple[str, int], Any] = {}
+        checked: set[str] = set()
         for key, info in md.storage_data.items():  # every file named, before any is opened
-            self.real_path(info.relative_path, key.fqn)
+            if info.relative_path not in checked:  # (its first entry names it in the error)
+                self.real_path(info.relative_path, key.fqn)
+                checked.add(info.relative_path)
         for fqn, item in md.state_dict_metadata.items():
             if isinstance(item, TensorStorageMetadata):
                 refs = []
@@ -459,8 +544,7 @@ class DCPReader:
                             member=fqn,
                             found=",".join(info.transform_descriptors),
                         )
-                    self.real_path(info.relative_path, fqn)
-                    refs.append(ChunkRef(fqn, c, info, i))
+                    refs.append(ChunkRef(fqn, c, info, i))  # (its file was checked above)
                 self._chunks[fqn] = refs
 
     # -- what is in it ------------------------------------------------------------------
@@ -651,6 +735,125 @@ class DCPReader:
             raise TruncatedError("chunk payload runs past its item", **where)
         return ref
 
+    def locate_many(self, refs: Any) -> None:
+        """:meth:`locate` every chunk of ``refs``, the items of each file together in file
+        order: their zip ends, directories and local headers checked as arrays
+        (:func:`_batch_items`), their one-tensor pickles through
+        :func:`~torchless.pickle.fastpath.fast_tensor` with each global resolved once.
+        Every item the batch does not accept in full goes through :meth:`locate` (which
+        raises its errors), so the outcome for each chunk is :meth:`locate`'s."""
+        todo = [r for r in refs if r.data_offset < 0]
+        if self.general_only or self.remote or len(todo) < self.batch_min:
+            for r in todo:
+                self.locate(r)
+            return
+        by_file: dict[str, list[ChunkRef]] = {}
+        for r in todo:
+            by_file.setdefault(r.info.relative_path, []).append(r)
+        for rel, rs in by_file.items():
+            rs.sort(key=lambda r: r.info.offset)
+            for r in self._locate_batch(rel, rs):
+                self.locate(r)
+
+    def _locate_batch(self, rel: str, rs: list[ChunkRef]) -> list[ChunkRef]:  # noqa: C901 - locate's checks, in order
+        """Locate what the batch accepts; return the rest."""
+        f = self._file(rel)
+        if getattr(f, "_map", None) is None or not f.size:
+            return rs
+        mv = f.view(0, f.size)
+        first = rs[0].info
+        if first.offset < 0 or first.length < 0 or first.offset + first.length > f.size:
+            return rs
+        item0 = mv[first.offset : first.offset + first.length]
+        try:
+            if _directory(item0) is None:  # (a first item that passes makes the template)
+                return rs
+            t = next((t for t in _TEMPLATES if t.directory(item0) is not None), None)
+            if t is None:
+                return rs
+            buf = np.frombuffer(mv, dtype=np.uint8)
+            offs = np.fromiter((r.info.offset for r in rs), dtype=np.int64, count=len(rs))
+            lens = np.fromiter((r.info.length for r in rs), dtype=np.int64, count=len(rs))
+            got = _batch_items(buf, offs, lens, t)
+        except (struct.error, UnicodeError, IndexError, ValueError, TypeError, OverflowError, TorchlessError):
+            return rs  # the per-item path decides, with its errors
+        if got is None:
+            return rs
+        prefix = got["prefix"]
+        rec = got["rec"]
+        pkl = rec.get(f"{prefix}/{DATA_PKL}".encode("utf-8", "surrogateescape").lower())
+        if pkl is None:
+            return rs
+        ok = got["ok"].tolist()
+        byteorders = got["byteorder"]
+        pkl_at, pkl_size = pkl[0].tolist(), pkl[1].tolist()
+        data_keys: dict[str, tuple[list[int], list[int]] | None] = {}
+        resolver = OnceResolver(AllowlistResolver(DEFAULT_ALLOWLIST, weights_only=True))
+        entries = self.entries
+        rest: list[ChunkRef] = []
+        found: list[tuple[Storage, str]] = []
+        i = 0
+        byteorder = "little"
+
+        def persistent_load(pid: Any) -> Storage:
+            if found or not (
+                type(pid) is tuple
+                and len(pid) == 5
+                and pid[0] == "storage"
+                and type(pid[1]) is StorageType
+                and type(pid[2]) is str
+                and type(pid[4]) is int
+                and pid[4] >= 0
+            ):
+                raise ValueError("not the one storage of a DCP item")
+            key = pid[2]
+            dtype = pid[1].dtype
+            if key not in data_keys:
+                name = f"{prefix}/data/{key}".encode("utf-8", "surrogateescape").lower()
+                r = rec.get(name)
+                data_keys[key] = None if r is None else (r[0].tolist(), r[1].tolist())
+            r = data_keys[key]
+            if dtype is None or r is None or r[1][i] != pid[4] * dtype.itemsize:
+                raise ValueError("storage record")
+            st = Storage(key, r[1][i], dtype, str(pid[3]), byteorder=byteorder, origin=f"{prefix}/data/{key}")
+            found.append((st, key))
+            return st
+
+        for i, ref in enumerate(rs):
+            if not ok[i]:
+                rest.append(ref)
+                continue
+            byteorder = byteorders[i] if byteorders is not None else "little"
+            found.clear()
+            o = ref.info.offset
+            tn = fast_tensor(bytes(mv[o + pkl_at[i] : o + pkl_at[i] + pkl_size[i]]), resolver, persistent_load)
+            tmd = entries[ref.fqn]
+            if tn is FALLBACK or type(tn) is not Tensor or not found or tn.storage is not found[0][0]:
+                rest.append(ref)
+                continue
+            if tn.dtype.name != tmd.dtype.name or tuple(tn.shape) != tuple(ref.chunk.sizes):
+                rest.append(ref)
+                continue
+            try:
+                tn._check_bounds()
+            except TorchlessError:
+                rest.append(ref)
+                continue
+            st = tn.storage
+            dr = data_keys[found[0][1]]
+            assert dr is not None and st is not None
+            base = dr[0][i]
+            isz = tn.dtype.itemsize
+            if (byteorder != sys.byteorder and isz > 1) or base + st.nbytes > ref.info.length:
+                rest.append(ref)
+                continue
+            ref.data_offset = o + base + tn.storage_offset() * isz
+            ref.stride = tuple(tn.stride())
+            ref.storage_nbytes = st.nbytes - tn.storage_offset() * isz
+            ref.byteorder = byteorder
+            self._release(ref.info)
+        return rest
+
     def _locate_safetensors(self, ref: ChunkRef, tmd: TensorStorageMetadata, where: WhereAt) -> ChunkRef:
         """A chunk written by ``FileSystemWriter(serialization_format=SAFETENSORS)``: the
         rank file's tensors are one safetensors blob after its bytes items, and every
@@ -828,14 +1031,42 @@ class DCPReader:
             d0 = a + c.offsets[0] - boff[0]
             dst[(slice(d0, d0 + b - a),) + inner_dst] = src[(slice(None),) + inner_src]
 
-    def tensor(self, fqn: str) -> Tensor:
-        """A lazy tensor whose bytes are assembled from the chunks on each access."""
+    def tensor(self, fqn: str, *, view: bool = False) -> Tensor:
+        """A lazy tensor whose bytes are assembled from the chunks on each access.
+
+        Args:
+            view: a tensor saved whole in one contiguous chunk gives a read-only view of
+                the file's map instead of a copy (for one pass over the tensors, as
+                consolidation makes: each one's pages are dropped from the process when
+                the next one is asked for).
+        """
         tmd = self.entries.get(fqn)
         if not isinstance(tmd, TensorStorageMetadata):
             raise NotFoundError(f"no tensor named {fqn!r}", path=self.path)
         dt = tmd.dtype
-        st = BlockStorage(fqn, tmd.nbytes, dt, "cpu", loader=partial(self.read_block, fqn), origin=f"{self.path}:{fqn}")
+        load = partial(self._view_block if view else self.read_block, fqn)
+        st = BlockStorage(fqn, tmd.nbytes, dt, "cpu", loader=load, origin=f"{self.path}:{fqn}")
         return Tensor(st, dt, tmd.size, requires_grad=tmd.properties.requires_grad)
+
+    def _view_block(self, fqn: str) -> Any:
+        prev = self.__dict__.pop("_viewed", None)
+        if prev is not None:
+            self._release(prev)
+        refs = self._chunks.get(fqn)
+        if self.remote or refs is None or len(refs) != 1:
+            return self.read_block(fqn)
+        ref = refs[0]
+        tmd = self.entries[fqn]
+        nbytes = tmd.nbytes
+        if not nbytes or ref.chunk.sizes != tmd.size or any(ref.chunk.offsets):
+            return self.read_block(fqn)
+        if ref.data_offset < 0:
+            self.locate(ref)
+        f = self._maps.get(ref.info.relative_path) or self._file(ref.info.relative_path)
+        if getattr(f, "_map", None) is None or ref.data_offset + nbytes > f.size or not ref.contiguous:
+            return self.read_block(fqn)
+        self.__dict__["_viewed"] = ref.info
+        return f.view(ref.data_offset, nbytes)
 
     def close(self) -> None:
         pending = self.__dict__.pop("_pending", {})
