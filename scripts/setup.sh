@@ -18,3 +18,14 @@ case ",${extras}," in
     ;;
 esac
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[${extras}]"
+case ",${extras}," in
+  *,test,*)
+    # the viewer's browser tests drive Debian's chromium (tests/view/): install it when
+    # missing, as root with apt-get (CI runs as root on a fresh Debian machine); never
+    # `playwright install`, which downloads a browser build of its own
+    if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) ||
+        echo "setup.sh: could not install chromium; the browser tests will skip" >&2
+    fi
+    ;;
+esac

@@ -98,6 +98,7 @@ FIXTURES = {
     },
     "docs/pt2.md": {"model.pt2": "mlp.pt2", "mlp.pt2": "mlp.pt2"},
     "docs/interpreter.md": {"mlp.pt2": "mlp.pt2"},
+    "docs/view.md": {"model.pt": "checkpoint.pt", "other.pt": "state_dict.pt", "model.pt2": "mlp.pt2", "model.onnx": "mlp.onnx"},
     "docs/aoti.md": {"model.pt2": "mlp_aoti.pt2"},
     "docs/onnx.md": {"model.onnx": "mlp.onnx", "a.onnx": "mlp.onnx", "b.onnx": "mlp.onnx"},
     "docs/dcp.md": {"ckpt": _dcp},

@@ -76,6 +76,7 @@ __all__ = [
     "scan",
     "tensor",
     "to_torch",
+    "view",
     "write_tensors",
 ]
 
@@ -94,9 +95,9 @@ def from_torch(t: object) -> Tensor:
     return _from(t)
 
 
-# ``torchless.scan`` is a callable module (``torchless.scan(path)``), imported on first use
-# so that ``import torchless`` does not pay for the scanner.
-_lazy = _lazy_exports(__name__, {"scan": ".scan"})
+# ``torchless.scan`` and ``torchless.view`` are callable modules (``torchless.scan(path)``),
+# imported on first use so that ``import torchless`` does not pay for them.
+_lazy = _lazy_exports(__name__, {"scan": ".scan", "view": ".view"})
 
 
 def __getattr__(name: str) -> object:

@@ -62,6 +62,8 @@ def _cases(tmp: str) -> list[tuple[str, list[str]]]:
         ("ts-bytecode", ["ts", "bytecode", s("scripted_module.ptl"), "--json"]),
         ("ls", ["ts", "tensors", s("scripted_module.pt"), "--all", "--json"]),
         ("scan", ["scan", s("checkpoint.pt"), "--json"]),
+        *[("view", ["view", s(n), "--json"]) for n in ("mlp.pt2", "mlp.onnx", "scripted_module.pt", "checkpoint.pt")],
+        ("view", ["view", s("checkpoint.pt"), s("state_dict.pt"), "--json", "--no-scan"]),
         ("cache", ["cache", f"{tmp}/cache", "--json"]),
         ("cache-prune", ["cache", "prune", f"{tmp}/cache", "--older-than", "1d", "--json"]),
     ]

@@ -28,6 +28,7 @@ COMMAND_MODULES = [
     "torchless.cli.commands.aoti",
     "torchless.cli.commands.cache",
     "torchless.cli.commands.run",
+    "torchless.cli.commands.view",
 ]
 
 

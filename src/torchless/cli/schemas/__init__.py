@@ -65,6 +65,61 @@ _TREE = {
     ]
 }
 
+#: ``torchless view --json``: the viewer's data model (:mod:`torchless.view.model`)
+_VIEW_NODE = _obj(
+    {
+        "name": _STR,
+        "op": _STR,
+        "target": _STR,
+        "group": _arr(_STR),
+        "val": _STR,
+        "args": _ARG,
+        "kwargs": _ARG,
+        "schema": _STR,
+        "stack": _STR,
+        "doc": _STR,
+        "subgraph": _INT,
+        "meta": {"type": "object"},
+    },
+    optional=("val", "args", "kwargs", "schema", "stack", "doc", "subgraph", "meta"),
+)
+_VIEW_ARTIFACT = _obj(
+    {
+        "name": _STR,
+        "format": _STR,
+        "tensors": _arr(
+            _obj(
+                {
+                    "name": _STR,
+                    "dtype": _STR,
+                    "shape": _arr({"anyOf": [_INT, _STR]}),
+                    "numel": _INT,
+                    "nbytes": _INT,
+                    "param": _BOOL,
+                    "storage": {"type": ["integer", "null"]},
+                    "kind": _STR,
+                    "shared": _BOOL,
+                }
+            )
+        ),
+        "graphs": _arr(
+            _obj(
+                {
+                    "id": _INT,
+                    "title": _STR,
+                    "parent": {"type": ["integer", "null"]},
+                    "nodes": _arr(_VIEW_NODE),
+                    "edges": _arr({"type": "array", "items": {"type": ["integer", "string"]}}),
+                }
+            )
+        ),
+        "code": {"type": "object", "additionalProperties": _STR},
+        "notes": _arr(_STR),
+        "info": {"type": "object"},
+        "findings": {"type": ["object", "null"]},
+    }
+)
+
 SCHEMAS: dict[str, dict[str, Any]] = {
     "info": {
         "type": "object",
@@ -259,6 +314,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "propertyNames": _KEY,
         "additionalProperties": False,
     },
+    "view": _obj({"version": _INT, "artifacts": _arr(_VIEW_ARTIFACT), "diff": {"type": ["object", "null"]}}),
     "scan": {
         "type": "object",
         "properties": {

@@ -1,0 +1,436 @@
+// Graphs: a layered DAG laid out by dagre, grouped and collapsible by module hierarchy
+// (nn_module_stack for .pt2, name scopes for ONNX, the module tree for TorchScript).
+// Only what is visible is laid out and drawn: a collapsed group is one box, so a graph of
+// 10,000 nodes starts as a handful of boxes.
+import dagre from "@dagrejs/dagre";
+import { h, s, clear, kvTable, pre } from "./dom.js";
+
+const OPEN_ALL_BELOW = 300; // graphs this small start fully expanded
+const CHUNK_ABOVE = 400; // a graph without module groups is chunked into groups of CHUNK
+const CHUNK = 100;
+const MAX_VISIBLE = 2500; // refuse to lay out more boxes at once than this
+const EDGE_LABELS_BELOW = 1500;
+const RESULTS = 100;
+
+function shortTarget(n) {
+  const t = n.target || "";
+  if (n.op === "call_function" || n.op === "call_method") {
+    const parts = t.split(".");
+    if (parts[0] === "aten" && parts.length >= 2) return parts[1];
+    if (parts[0] === "onnx") return parts.slice(1).join(".");
+    return parts.length > 2 ? parts.slice(-2).join(".") : t;
+  }
+  if (n.op === "module") return t.split(".").pop();
+  return n.op;
+}
+
+function prepare(g) {
+  const n = g.nodes.length;
+  const hasGroups = g.nodes.some((x) => x.group && x.group.length);
+  const groupOf = new Array(n);
+  for (let i = 0; i < n; i++) {
+    if (!hasGroups && n > CHUNK_ABOVE) {
+      const lo = Math.floor(i / CHUNK) * CHUNK;
+      groupOf[i] = ["nodes " + lo + "–" + Math.min(n - 1, lo + CHUNK - 1)];
+    } else groupOf[i] = g.nodes[i].group || [];
+  }
+  const groups = new Map();
+  for (let i = 0; i < n; i++) {
+    const grp = groupOf[i];
+    for (let k = 0; k < grp.length; k++) {
+      let e = groups.get(grp[k]);
+      if (!e) {
+        e = { path: grp[k], parent: k ? grp[k - 1] : null, count: 0 };
+        groups.set(grp[k], e);
+      }
+      e.count++;
+    }
+  }
+  const byName = new Map();
+  g.nodes.forEach((x, i) => byName.set(x.name, i));
+  const users = Array.from({ length: n }, () => []);
+  const inputs = Array.from({ length: n }, () => []);
+  for (const [a, b] of g.edges) {
+    users[a].push(b);
+    inputs[b].push(a);
+  }
+  return { g, n, groupOf, groups, byName, users, inputs };
+}
+
+function groupLabel(path) {
+  const seps = ["/", "."];
+  let cut = -1;
+  for (const c of seps) cut = Math.max(cut, path.lastIndexOf(c));
+  return cut >= 0 && cut < path.length - 1 ? path.slice(cut + 1) : path;
+}
+
+function visibleItems(p, expanded) {
+  const rep = new Array(p.n);
+  const items = new Map();
+  for (let i = 0; i < p.n; i++) {
+    const grp = p.groupOf[i];
+    let key = null;
+    let parent = null;
+    for (const path of grp) {
+      if (!expanded.has(path)) {
+        key = "g:" + path;
+        break;
+      }
+      parent = path;
+    }
+    if (key === null) {
+      key = "n:" + i;
+      items.set(key, { key, kind: "node", index: i, parent });
+    } else if (!items.has(key)) {
+      items.set(key, { key, kind: "group", path: key.slice(2), parent });
+    }
+    rep[i] = key;
+  }
+  const edges = new Map();
+  for (const [a, b, label] of p.g.edges) {
+    const ra = rep[a];
+    const rb = rep[b];
+    if (ra === rb) continue;
+    const k = ra + "\u0000" + rb;
+    const e = edges.get(k);
+    if (e) e.count++;
+    else edges.set(k, { from: ra, to: rb, label, count: 1 });
+  }
+  const clusters = new Set();
+  for (const it of items.values()) {
+    let c = it.parent;
+    while (c !== null && c !== undefined && !clusters.has(c)) {
+      clusters.add(c);
+      c = p.groups.get(c).parent;
+    }
+  }
+  return { items, edges, clusters, rep };
+}
+
+function nodeLabel(p, it) {
+  if (it.kind === "node") {
+    const n = p.g.nodes[it.index];
+    return [shortTarget(n), n.name];
+  }
+  const grp = p.groups.get(it.path);
+  return [groupLabel(it.path), grp.count + " nodes"];
+}
+
+export function graphView(app, ai) {
+  const art = app.model.artifacts[ai];
+  const graphs = art.graphs;
+  const prepared = new Map();
+  const expandedBy = new Map();
+  let gi = 0;
+  let p = null;
+  let expanded = null;
+  let selected = null; // node index
+  let layout = null;
+  const view = { x: 0, y: 0, k: 1 };
+
+  const svg = s("svg", { class: "graph-svg" });
+  const defs = s(
+    "defs",
+    null,
+    s("marker", { id: "arrow", viewBox: "0 0 10 10", refX: "10", refY: "5", markerWidth: "6", markerHeight: "6", orient: "auto" }, s("path", { d: "M 0 0 L 10 5 L 0 10 z", class: "arrowhead" })),
+  );
+  const port = s("g", { class: "viewport" });
+  svg.append(defs, port);
+  const canvas = h("div", { class: "graph-canvas" }, svg);
+  const panel = h("div", { class: "panel" }, h("p", { class: "hint" }, "Click a node for its schema, arguments and stack trace; click a group to expand it."));
+  const select = h("select", { class: "graph-select", "aria-label": "graph" });
+  graphs.forEach((g, i) => {
+    const label = g.title + " (" + g.nodes.length + " nodes)" + (g.parent !== null && g.parent !== undefined ? " — subgraph" : "");
+    select.appendChild(h("option", { value: String(i) }, label));
+  });
+  const search = h("input", { type: "search", class: "search", placeholder: "search nodes (name, op)", "aria-label": "search nodes" });
+  const results = h("div", { class: "results" });
+  const status = h("span", { class: "count" });
+
+  function applyView() {
+    port.setAttribute("transform", "translate(" + view.x + "," + view.y + ") scale(" + view.k + ")");
+  }
+
+  function fit() {
+    if (!layout) return;
+    const W = canvas.clientWidth || 900;
+    const H = canvas.clientHeight || 600;
+    const gw = layout.width || 1;
+    const gh = layout.height || 1;
+    view.k = Math.min(1.5, Math.min(W / gw, H / gh) * 0.95);
+    view.x = (W - gw * view.k) / 2;
+    view.y = Math.max(5, (H - gh * view.k) / 2);
+    applyView();
+  }
+
+  function centerOn(key) {
+    const node = layout && layout.nodes.get(key);
+    if (!node) return;
+    const W = canvas.clientWidth || 900;
+    const H = canvas.clientHeight || 600;
+    view.k = Math.max(view.k, 0.8);
+    view.x = W / 2 - node.x * view.k;
+    view.y = H / 2 - node.y * view.k;
+    applyView();
+  }
+
+  function setGraph(i) {
+    gi = i;
+    select.value = String(i);
+    if (!prepared.has(i)) {
+      const pp = prepare(graphs[i]);
+      prepared.set(i, pp);
+      const ex = new Set();
+      if (pp.n <= OPEN_ALL_BELOW) for (const k of pp.groups.keys()) ex.add(k);
+      expandedBy.set(i, ex);
+    }
+    p = prepared.get(i);
+    expanded = expandedBy.get(i);
+    selected = null;
+    render(true);
+  }
+
+  function render(refit) {
+    const vis = visibleItems(p, expanded);
+    clear(port);
+    if (vis.items.size > MAX_VISIBLE) {
+      status.textContent = vis.items.size + " boxes: too many to lay out at once; collapse groups";
+      layout = null;
+      return;
+    }
+    const G = new dagre.graphlib.Graph({ compound: true });
+    G.setGraph({ rankdir: "TB", nodesep: 18, ranksep: 28, edgesep: 8, marginx: 16, marginy: 16 });
+    G.setDefaultEdgeLabel(() => ({}));
+    for (const it of vis.items.values()) {
+      const [a, b] = nodeLabel(p, it);
+      const w = Math.max(60, 7 * Math.max(a.length, b.length) + 18);
+      G.setNode(it.key, { width: Math.min(w, 320), height: 36 });
+    }
+    for (const c of vis.clusters) G.setNode("c:" + c, { paddingTop: 22, paddingLeft: 8, paddingRight: 8, paddingBottom: 8 });
+    for (const it of vis.items.values()) if (it.parent !== null && it.parent !== undefined) G.setParent(it.key, "c:" + it.parent);
+    for (const c of vis.clusters) {
+      const par = p.groups.get(c).parent;
+      if (par !== null && par !== undefined) G.setParent("c:" + c, "c:" + par);
+    }
+    for (const e of vis.edges.values()) G.setEdge(e.from, e.to);
+    dagre.layout(G);
+    const gg = G.graph();
+    layout = { width: gg.width, height: gg.height, nodes: new Map() };
+
+    // clusters (expanded groups), outermost first
+    const clusterEls = [];
+    for (const c of vis.clusters) {
+      const nd = G.node("c:" + c);
+      if (!nd) continue;
+      let depth = 0;
+      for (let q = p.groups.get(c).parent; q !== null && q !== undefined; q = p.groups.get(q).parent) depth++;
+      const head = s(
+        "g",
+        { class: "cluster", "data-kind": "group", "data-name": c, "data-state": "expanded" },
+        s("rect", { x: nd.x - nd.width / 2, y: nd.y - nd.height / 2, width: nd.width, height: nd.height, rx: 6 }),
+        s("text", { x: nd.x - nd.width / 2 + 8, y: nd.y - nd.height / 2 + 15, class: "clabel" }, "▾ " + groupLabel(c)),
+      );
+      head.addEventListener("click", (ev) => {
+        ev.stopPropagation();
+        expanded.delete(c);
+        for (const k of [...expanded]) if (k.startsWith(c + ".") || k.startsWith(c + "/")) expanded.delete(k);
+        render(false);
+      });
+      head.appendChild(s("title", null, c + " (" + p.groups.get(c).count + " nodes): click to collapse"));
+      clusterEls.push([depth, head]);
+    }
+    clusterEls.sort((a, b) => a[0] - b[0]);
+    for (const [, el] of clusterEls) port.appendChild(el);
+
+    const edgeLayer = s("g", { class: "edges" });
+    const showLabels = vis.edges.size <= EDGE_LABELS_BELOW;
+    for (const e of vis.edges.values()) {
+      const ed = G.edge(e.from, e.to);
+      if (!ed || !ed.points) continue;
+      const d = ed.points.map((pt, i) => (i ? "L" : "M") + pt.x.toFixed(1) + " " + pt.y.toFixed(1)).join(" ");
+      edgeLayer.appendChild(s("path", { d, class: "edge", "marker-end": "url(#arrow)" }));
+      if (showLabels && e.label) {
+        const mid = ed.points[Math.floor(ed.points.length / 2)];
+        edgeLayer.appendChild(s("text", { x: mid.x + 4, y: mid.y - 2, class: "elabel" }, e.label + (e.count > 1 ? " ×" + e.count : "")));
+      }
+    }
+    port.appendChild(edgeLayer);
+
+    const nodeLayer = s("g", { class: "nodes" });
+    for (const it of vis.items.values()) {
+      const nd = G.node(it.key);
+      layout.nodes.set(it.key, nd);
+      const [a, b] = nodeLabel(p, it);
+      const x = nd.x - nd.width / 2;
+      const y = nd.y - nd.height / 2;
+      let el;
+      if (it.kind === "node") {
+        const n = p.g.nodes[it.index];
+        el = s(
+          "g",
+          { class: "gnode op-" + n.op.replace(/[^a-z_]/g, "") + (selected === it.index ? " selected" : ""), "data-kind": "node", "data-name": n.name },
+          s("rect", { x, y, width: nd.width, height: nd.height, rx: 4 }),
+          s("text", { x: nd.x, y: y + 15, "text-anchor": "middle", class: "l1" }, a),
+          s("text", { x: nd.x, y: y + 29, "text-anchor": "middle", class: "l2" }, b),
+          s("title", null, n.name + ": " + (n.target || n.op) + (n.val ? " -> " + n.val : "")),
+        );
+        el.addEventListener("click", (ev) => {
+          ev.stopPropagation();
+          selectNode(it.index, false);
+        });
+      } else {
+        el = s(
+          "g",
+          { class: "ggroup", "data-kind": "group", "data-name": it.path, "data-state": "collapsed" },
+          s("rect", { x, y, width: nd.width, height: nd.height, rx: 8 }),
+          s("text", { x: nd.x, y: y + 15, "text-anchor": "middle", class: "l1" }, "▸ " + a),
+          s("text", { x: nd.x, y: y + 29, "text-anchor": "middle", class: "l2" }, b),
+          s("title", null, it.path + ": click to expand"),
+        );
+        el.addEventListener("click", (ev) => {
+          ev.stopPropagation();
+          expanded.add(it.path);
+          render(false);
+        });
+      }
+      nodeLayer.appendChild(el);
+    }
+    port.appendChild(nodeLayer);
+    let shown = 0;
+    for (const it of vis.items.values()) if (it.kind === "node") shown++;
+    status.textContent = p.n + " nodes, " + shown + " shown, " + (vis.items.size - shown) + " collapsed groups";
+    if (refit) fit();
+    else applyView();
+  }
+
+  function reveal(i) {
+    for (const path of p.groupOf[i]) expanded.add(path);
+  }
+
+  function selectNode(i, center) {
+    selected = i;
+    reveal(i);
+    render(false);
+    if (center) centerOn("n:" + i);
+    showNode(i);
+  }
+
+  function nodeLink(i) {
+    const n = p.g.nodes[i];
+    return h("button", { class: "link", "data-kind": "nodelink", "data-name": n.name, on: { click: () => selectNode(i, true) } }, n.name);
+  }
+
+  function showNode(i) {
+    const n = p.g.nodes[i];
+    clear(panel);
+    panel.appendChild(h("h3", { class: "title" }, n.name));
+    panel.appendChild(
+      kvTable([
+        ["op", n.op],
+        ["target", n.target],
+        ["value", n.val],
+        ["module", (n.group || []).join(" › ")],
+        ["schema", n.schema ? pre(n.schema, "code small") : null],
+      ]),
+    );
+    if (n.subgraph !== undefined && n.subgraph !== null && graphs[n.subgraph]) {
+      panel.appendChild(h("button", { class: "btn", "data-action": "open-subgraph", on: { click: () => setGraph(n.subgraph) } }, "open subgraph " + graphs[n.subgraph].title));
+    }
+    const ins = p.inputs[i];
+    const outs = p.users[i];
+    if (ins.length) panel.append(h("h4", null, "Inputs"), h("div", { class: "links" }, ins.map(nodeLink)));
+    if (outs.length) panel.append(h("h4", null, "Users"), h("div", { class: "links" }, outs.slice(0, 200).map(nodeLink)));
+    if (n.args !== undefined) panel.append(h("h4", null, "Arguments"), pre(JSON.stringify(n.args, null, 1), "code small"));
+    if (n.kwargs !== undefined) panel.append(h("h4", null, "Keyword arguments"), pre(JSON.stringify(n.kwargs, null, 1), "code small"));
+    if (n.doc) panel.append(h("h4", null, "Doc string"), pre(n.doc, "code small"));
+    if (n.stack) panel.append(h("h4", null, "Stack trace"), pre(n.stack, "code small"));
+    if (n.meta) panel.append(h("h4", null, "Metadata"), pre(JSON.stringify(n.meta, null, 1), "code small"));
+  }
+
+  function doSearch() {
+    clear(results);
+    const q = search.value.trim().toLowerCase();
+    if (!q) return;
+    let found = 0;
+    for (let i = 0; i < p.n && found < RESULTS; i++) {
+      const n = p.g.nodes[i];
+      if (n.name.toLowerCase().includes(q) || (n.target || "").toLowerCase().includes(q)) {
+        results.appendChild(h("button", { class: "result", "data-kind": "result", "data-name": n.name, on: { click: () => selectNode(i, true) } }, n.name + "  " + shortTarget(n)));
+        found++;
+      }
+    }
+    if (!found) results.appendChild(h("span", { class: "dim" }, "no match"));
+  }
+  search.addEventListener("input", doSearch);
+  search.addEventListener("keydown", (e) => {
+    if (e.key === "Enter") {
+      const first = results.querySelector("button.result");
+      if (first) first.click();
+    }
+  });
+  select.addEventListener("change", () => setGraph(Number(select.value)));
+
+  // pan and zoom
+  let drag = null;
+  svg.addEventListener("mousedown", (e) => {
+    drag = { x: e.clientX, y: e.clientY, vx: view.x, vy: view.y };
+  });
+  window.addEventListener("mousemove", (e) => {
+    if (!drag) return;
+    view.x = drag.vx + e.clientX - drag.x;
+    view.y = drag.vy + e.clientY - drag.y;
+    applyView();
+  });
+  window.addEventListener("mouseup", () => {
+    drag = null;
+  });
+  svg.addEventListener(
+    "wheel",
+    (e) => {
+      e.preventDefault();
+      const r = svg.getBoundingClientRect();
+      const mx = e.clientX - r.left;
+      const my = e.clientY - r.top;
+      const k2 = Math.min(4, Math.max(0.02, view.k * Math.exp(-e.deltaY * 0.0015)));
+      view.x = mx - ((mx - view.x) * k2) / view.k;
+      view.y = my - ((my - view.y) * k2) / view.k;
+      view.k = k2;
+      applyView();
+    },
+    { passive: false },
+  );
+
+  const expandAll = () => {
+    if (p.n > MAX_VISIBLE) {
+      status.textContent = p.n + " nodes: too many to expand at once; expand groups one by one";
+      return;
+    }
+    for (const k of p.groups.keys()) expanded.add(k);
+    render(true);
+  };
+  const collapseAll = () => {
+    expanded.clear();
+    render(true);
+  };
+  const bar = h(
+    "div",
+    { class: "toolbar" },
+    select,
+    search,
+    h("button", { class: "btn", "data-action": "expand-all", on: { click: expandAll } }, "Expand all"),
+    h("button", { class: "btn", "data-action": "collapse-all", on: { click: collapseAll } }, "Collapse all"),
+    h("button", { class: "btn", "data-action": "fit", on: { click: fit } }, "Fit"),
+    status,
+  );
+  const el = h("div", { class: "split" }, h("div", { class: "left" }, bar, results, canvas), panel);
+  let started = false;
+  return {
+    el,
+    afterShow: () => {
+      if (!started) {
+        started = true;
+        setGraph(0);
+      } else fit();
+    },
+  };
+}
