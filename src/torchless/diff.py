@@ -285,6 +285,10 @@ def _shown(c: Any) -> str:
     kind, v = c[0], c[1]
     if kind == "record":
         return f"{c[1]} bytes, CRC-32 {c[2]:08x}"
+    if kind == "array":
+        return f"array {c[1]} sha256 {c[2][:12]}"
+    if kind == "object" and len(c) == 3:
+        return f"{c[1]} sha256 {c[2][:12]}"
     if kind == "code":
         return f"<{len(v.splitlines())} lines of code>"
     return short_repr(v) if kind != "json" else short_repr(v, limit=120)
@@ -306,8 +310,13 @@ def _canon(v: Any) -> Any:
     if isinstance(v, (list, tuple, dict, set, frozenset)) and not v:
         return (type(v).__name__, ())
     name = getattr(v, "class_name", None) or getattr(v, "qualname", None)
-    if isinstance(v, np.generic):
-        return (v.dtype.str, v.tobytes())
+    if callable(getattr(v, "digest", None)):  # bytes torchless keeps but does not model (an object array)
+        return ("object", str(name), v.digest())
+    if isinstance(v, (np.generic, np.ndarray)):  # arrays torch has no dtype for: strings, records
+        import hashlib
+
+        a = np.array(v, order="C", copy=None)
+        return ("array", f"{a.dtype.str}{list(a.shape)}", hashlib.sha256(a.tobytes()).hexdigest())
     return ("object", str(name) if name else type(v).__name__)
 
 
@@ -335,7 +344,8 @@ def artifact_values(art: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         elif fmt in ("joblib",):
             out.update(_leaves(art.load()))
         elif fmt == "npz":
-            out.update({str(k): _canon(v) for k, v in art.load().items() if not isinstance(v, np.ndarray)})
+            tensors = {k for k, _ in art.tensors()}
+            out.update({str(k): _canon(v) for k, v in art.load().items() if k not in tensors})
         elif fmt == "safetensors":
             for k, v in sorted((getattr(art, "metadata", None) or {}).items()):
                 out[f"__metadata__.{k}"] = _canon(v)

@@ -159,11 +159,11 @@ def test_npz_reference_files_and_round_trip(tmp_path):
     back = dict(torchless.open(out).tensors())
     assert back["bf16"].dtype.name == "bfloat16" and back["f8"].dtype.name == "float8_e5m2"
     assert back["bf16"].numpy().tobytes() == extra["bf16"].tobytes()
-    # object arrays are pickles: refused
+    # object arrays are pickles: never loaded (a placeholder, as np.load refuses that member)
     obj = tmp_path / "obj.npz"
     np.savez(obj, o=np.array([{"a": 1}], dtype=object))
-    with pytest.raises(UnsupportedError):
-        torchless.open(obj)
+    with torchless.open(obj) as a:
+        assert list(a.tensors()) == [] and type(a.load()["o"]).__name__ == "ObjectArray"
 
 
 def test_npz_hostile(tmp_path):
@@ -180,3 +180,35 @@ def test_npz_hostile(tmp_path):
     q.write_bytes(bad2)
     with pytest.raises(FormatError):
         torchless.open(q)
+
+
+def test_npz_with_string_and_object_members_opens_like_np_load(tmp_path):
+    """np.load(allow_pickle=False) opens an .npz holding a string array and an object array,
+    gives the string array, and refuses only the object member. torchless does the same:
+    the numeric arrays are tensors, the string array is a value equal to NumPy's, the
+    object array a placeholder that is never unpickled; info lists them, convert names
+    them as dropped, diff compares them."""
+    import torchless
+    from torchless.diff import diff
+    from torchless.formats.npz import ObjectArray
+
+    path = tmp_path / "m.npz"
+    np.savez(path, w=np.arange(6.0).reshape(2, 3), names=np.array(["cat", "dog"]), o=np.array([{"x": 1}], dtype=object))
+    ref = np.load(path, allow_pickle=False)
+    with torchless.open(path) as a:
+        assert [n for n, _ in a.tensors()] == ["w"]
+        np.testing.assert_array_equal(dict(a.tensors())["w"].numpy(), ref["w"])
+        got = a.load()
+        np.testing.assert_array_equal(got["names"], ref["names"])
+        assert got["names"].dtype == ref["names"].dtype
+        with pytest.raises(ValueError):
+            ref["o"]  # numpy refuses the pickle ...
+        assert isinstance(got["o"], ObjectArray)  # ... and torchless never unpickles it
+        assert set(a.info()["other_members"]) == {"names", "o"}
+    res = torchless.convert(path, tmp_path / "m.safetensors")
+    assert sorted(d["key"] for d in res["dropped"]) == ["names", "o"]
+    assert diff(path, path)["identical"]
+    other = tmp_path / "n.npz"
+    np.savez(other, w=np.arange(6.0).reshape(2, 3), names=np.array(["cat", "cow"]), o=np.array([{"x": 2}], dtype=object))
+    res = diff(path, other)
+    assert res["same"] == 1 and sorted(c["name"] for c in res["values_changed"]) == ["names", "o"]

@@ -69,7 +69,7 @@ class FlatBuffer:
 
     def uoffset(self, pos: int, what: str = "offset") -> int:
         """The position a ``uoffset`` stored at ``pos`` points to."""
-        return pos + self.scalar(pos, "I", what)
+        return pos + int(self.scalar(pos, "I", what))
 
     def root(self, identifier: bytes | None = None) -> Table:
         """The root table (after checking the file identifier, when given)."""
@@ -113,7 +113,7 @@ class Table:
             raise self.fb._err(
                 f"field {index} of {self.what} lies outside its table", self.vt + slot, expected=f"< {self.tsize}", found=off
             )
-        return self.pos + off
+        return int(self.pos + off)
 
     def has(self, index: int) -> bool:
         return self.field(index, 1) is not None

@@ -5,9 +5,14 @@ rules (:class:`~torchless.container.pyzip.PyZipReader`: end record, ``concat`` o
 shift, last entry of a name, CRC-32), a key is a member name without ``.npy`` (the member
 named exactly wins), a member is an array when it starts with the ``.npy`` magic, and
 headers are parsed by NumPy's own (safe, literal) header reader with ``np.load``'s header
-size limit. Stored arrays are views of the memory map; object arrays are refused (they
-are pickles: ``torchless scan`` looks at those). Members that are not arrays are returned
-as ``bytes`` by :meth:`NpzArtifact.load`, as NumPy does.
+size limit. Stored arrays are views of the memory map. Arrays of a dtype torch has no
+counterpart for (strings, bytes, datetimes, structured records) are not tensors: they are
+values, read as read-only NumPy arrays by :meth:`NpzArtifact.load` (as ``np.load`` gives
+them) and listed by ``info``, compared by ``diff`` and named as dropped by ``convert``.
+Object arrays are pickles: they are never loaded (:class:`ObjectArray` stands in for
+one, as ``np.load(allow_pickle=False)`` refuses only that member; ``torchless scan``
+looks inside). Members that are not arrays are returned as ``bytes`` by
+:meth:`NpzArtifact.load`, as NumPy does.
 
 Dtypes NumPy cannot name (bfloat16, float8, complex32, the ``bits`` types) are written
 the way ``np.save`` writes the same ml_dtypes array: opaque ``V<itemsize>`` elements
@@ -39,14 +44,41 @@ from .base import Artifact, Capabilities, FormatHandler, LoadPolicy, Probe
 from .npz_spec import DTYPE_COMMENT, DTYPES_MEMBER, NPY_MAGIC, NPY_SUFFIX, is_npy, is_npz_head, member_key
 from .registry import register
 
-__all__ = ["NpzArtifact", "write_npz", "parse_npy"]
+__all__ = ["NpzArtifact", "ObjectArray", "write_npz", "parse_npy"]
 
 
 MAX_HEADER = 10000  # np.load's default max_header_size (allow_pickle=False)
 
 
+class ObjectArray:
+    """An object array of a ``.npz``/``.npy``: a pickle, never loaded (what
+    ``np.load(allow_pickle=False)`` refuses for that member alone)."""
+
+    __slots__ = ("member", "shape", "_data")
+
+    def __init__(self, member: str, shape: tuple[int, ...], data: Callable[[], Any] | None = None) -> None:
+        self.member = member
+        self.shape = shape
+        self._data = data
+
+    def digest(self) -> str:
+        """SHA-256 of the pickled bytes (what ``diff`` compares; nothing is unpickled)."""
+        import hashlib
+
+        if self._data is None:
+            raise UnsupportedError("the object array's bytes are not available", member=self.member)
+        return hashlib.sha256(self._data()).hexdigest()
+
+    @property
+    def class_name(self) -> str:
+        return "numpy object array (a pickle; not loaded)"
+
+    def __repr__(self) -> str:
+        return f"ObjectArray({self.member!r}, shape={self.shape})"
+
+
 def parse_npy(
-    src: ByteSource, offset: int, size: int, name: str, *, max_header: int = MAX_HEADER
+    src: ByteSource, offset: int, size: int, name: str, *, max_header: int = MAX_HEADER, allow_object: bool = False
 ) -> tuple[np.dtype, tuple[int, ...], bool, int]:
     """``(dtype, shape, fortran_order, data_offset)`` of an ``.npy`` at ``offset``: version
     1, 2 and 3 headers under ``np.load``'s size limit, read with NumPy's rules by a strict
@@ -60,7 +92,7 @@ def parse_npy(
         e.with_context(path=src.name, member=name)
         raise
     dtype = h.dtype
-    if dtype.hasobject:
+    if dtype.hasobject and not allow_object:
         raise UnsupportedError(
             "object arrays are pickles; torchless does not load them",
             path=src.name,
@@ -109,6 +141,43 @@ def _tensor_from_npy(
     return Tensor(st, dt, shape)
 
 
+def _member_from_npy(
+    src: ByteSource, off: int, size: int, name: str, override: str | None, check: Callable[[], None] | None = None
+) -> Tensor | np.ndarray | ObjectArray:
+    """A tensor when torch has the dtype; else the read-only NumPy array ``np.load`` gives
+    (strings, datetimes, records), or an :class:`ObjectArray` for a pickle."""
+    dtype, shape, fortran, data_off = parse_npy(src, off, size, name, allow_object=True)
+    if dtype.hasobject:
+
+        def pickled() -> Any:
+            if check is not None:
+                check()
+            return src.view(data_off, off + size - data_off)
+
+        return ObjectArray(name, shape, pickled)
+    if override is None:
+        try:
+            from_numpy(dtype)
+        except UnsupportedError:
+            count = 1
+            for s in shape:
+                count *= s
+            nbytes = count * dtype.itemsize
+            if data_off + nbytes > off + size:
+                raise FormatError(
+                    ".npy data shorter than its header says",
+                    path=src.name,
+                    member=name,
+                    expected=nbytes,
+                    found=off + size - data_off,
+                ) from None
+            if check is not None:
+                check()
+            arr = np.frombuffer(src.view(data_off, nbytes), dtype=dtype, count=count)
+            return arr.reshape(shape, order="F" if fortran else "C")
+    return _tensor_from_npy(src, off, size, name, override, check)
+
+
 class NpzArtifact(Artifact):
     """An opened ``.npz`` archive or ``.npy`` file."""
 
@@ -118,12 +187,12 @@ class NpzArtifact(Artifact):
         super().__init__(path, policy)
         self.source = open_source(path)
         self._tensors: dict[str, Tensor] = {}
-        self._other: dict[str, bytes] = {}
+        self._other: dict[str, Any] = {}
         head = self.source.read_at(0, min(6, self.source.size))
         if is_npz_head(head):  # np.load's test for a zip
             self._read_zip()
         elif is_npy(head):
-            self._tensors["array"] = _tensor_from_npy(self.source, 0, self.source.size, "array", None)
+            self._add("array", _member_from_npy(self.source, 0, self.source.size, "array", None))
         else:
             raise FormatError(
                 "not a NumPy file (np.load would try to unpickle it)",
@@ -170,7 +239,7 @@ class NpzArtifact(Artifact):
                 def check(e: Any = e) -> None:
                     zr.read(e)  # stored: a view; raises ChecksumError on a bad CRC-32
 
-                self._tensors[key] = _tensor_from_npy(src, off, size, member, overrides.get(key), check)
+                self._add(key, _member_from_npy(src, off, size, member, overrides.get(key), check))
             else:
                 data = zr.read(e)
                 if bytes(data[:6]) != NPY_MAGIC:
@@ -178,7 +247,13 @@ class NpzArtifact(Artifact):
                         self._other[key] = bytes(data)
                     continue
                 sub = BytesSource(data, f"{self.path}:{member}")  # the inflated buffer itself: no copy
-                self._tensors[key] = _tensor_from_npy(sub, 0, len(data), member, overrides.get(key))
+                self._add(key, _member_from_npy(sub, 0, len(data), member, overrides.get(key)))
+
+    def _add(self, key: str, value: Any) -> None:
+        if isinstance(value, Tensor):
+            self._tensors[key] = value
+        else:
+            self._other[key] = value
 
     def load(self, *, weights_only: bool | None = None) -> Any:
         """What ``dict(np.load(path))`` holds: arrays as tensors, other members as bytes
@@ -190,6 +265,13 @@ class NpzArtifact(Artifact):
 
     def tensors(self) -> Iterator[tuple[str, Any]]:
         return iter(self._tensors.items())
+
+    def info(self) -> dict[str, Any]:
+        """The tensor summary, plus every member that is not a tensor, described."""
+        out = super().info()
+        if self._other:
+            out["other_members"] = {k: _describe(v) for k, v in self._other.items()}
+        return out
 
     def verify(self) -> list[Problem]:
         """Every member's CRC-32, as ``np.load`` checks them (arrays and other members
@@ -217,6 +299,14 @@ class NpzArtifact(Artifact):
 
     def close(self) -> None:
         self.source.close()
+
+
+def _describe(v: Any) -> str:
+    if isinstance(v, np.ndarray):
+        return f"array {v.dtype.str}{list(v.shape)} (no torch dtype)"
+    if isinstance(v, ObjectArray):
+        return f"object array {list(v.shape)} (a pickle; not loaded)"
+    return f"{len(v)} bytes (not an array)"
 
 
 def npz_array(t: Tensor) -> tuple[np.ndarray, str | None]:
