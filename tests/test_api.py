@@ -112,3 +112,23 @@ def test_error_path_is_bounded_for_non_path_values():
     """An error given something that is not a path as its path shows a bounded repr."""
     e = torchless.UsageError("bad", path={"w": np.arange(100_000)})
     assert len(str(e)) < 100
+
+
+@pytest.mark.parametrize("ext", ["safetensors", "npz", "pt", "bin.index.json", "safetensors.index.json"])
+def test_every_tensor_writer_refuses_two_tensors_of_one_name(tmp_path, ext):
+    """Two tensors of one name, given directly or by a checkpoint whose nested keys flatten
+    to one dotted name, are a UsageError in every writer; nothing is written (npz and .pt
+    kept the last one silently)."""
+    dst = tmp_path / f"out.{ext}"
+    with pytest.raises(torchless.UsageError, match="two tensors are named 'a'"):
+        torchless.write_tensors([("a", np.zeros(2)), ("a", np.ones(2))], dst)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_convert_refuses_names_that_collide_when_flattened(tmp_path):
+    torch = pytest.importorskip("torch", reason="differential: torch writes the checkpoint")
+    torch.save({"a.b": torch.zeros(2), "a": {"b": torch.ones(2)}}, tmp_path / "c.pt")
+    for ext in ("safetensors", "npz"):
+        with pytest.raises(torchless.UsageError, match="two tensors are named 'a.b'"):
+            torchless.convert(tmp_path / "c.pt", tmp_path / f"c.{ext}")
+        assert not (tmp_path / f"c.{ext}").exists()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal
 
 import numpy as np
@@ -23,7 +23,7 @@ import numpy as np
 from .dtypes import DType, by_name, from_numpy
 from .errors import FormatError, UnsupportedError, UsageError
 
-__all__ = ["Storage", "Tensor", "SparseTensor", "NestedTensor", "as_tensor", "is_torch_tensor", "tensor"]
+__all__ = ["Storage", "Tensor", "SparseTensor", "NestedTensor", "as_tensor", "is_torch_tensor", "tensor", "unique_names"]
 
 _HOST_ORDER = sys.byteorder
 #: sub-byte quantized dtypes: elements packed per byte (torch's int_repr gives the bytes)
@@ -608,3 +608,22 @@ def as_tensor(obj: Any, *, share: dict[Any, Any] | None = None, name: str | None
     raise UsageError(
         "not a tensor", member=name, expected="a torchless Tensor, NumPy array or torch tensor", found=type(obj).__qualname__
     )
+
+
+def unique_names(items: Iterable[tuple[str, Any]], path: Any = None) -> Iterator[tuple[str, Any]]:
+    """``items`` as given, refusing a name seen before: every tensor writer takes its input
+    through this, so two tensors of one name (or two object paths that flatten to one
+    dotted name, ``{"a.b": x, "a": {"b": y}}``) are a UsageError, never one silently lost."""
+    from .errors import UsageError
+
+    seen: set[str] = set()
+    for name, t in items:
+        if name in seen:
+            raise UsageError(
+                f"two tensors are named {name!r}",
+                path=path,
+                expected="unique names",
+                hint="rename one (dotted names of nested containers can collide with a key that contains a dot)",
+            )
+        seen.add(name)
+        yield name, t

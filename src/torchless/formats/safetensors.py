@@ -22,7 +22,7 @@ from ..core.dtypes import DTYPES, DType
 from ..core.errors import UnsupportedError
 from ..core.findings import Problem
 from ..core.source import open_source
-from ..core.tensor import Storage, Tensor, as_tensor
+from ..core.tensor import Storage, Tensor, as_tensor, unique_names
 from .base import Artifact, Capabilities, FormatHandler, LoadPolicy, Probe
 from .registry import register
 from .safetensors_spec import METADATA_KEY, ST_DTYPES, is_safetensors_head, parse_header
@@ -124,15 +124,9 @@ def write_safetensors(
         UnsupportedError: a dtype safetensors cannot express (quantized, complex32...).
         UsageError: duplicate names.
     """
-    from ..core.errors import UsageError
-
     entries: list[tuple[str, Tensor, DType]] = []
-    names: set[str] = set()
-    for name, t in items:
+    for name, t in unique_names(items, path):
         t = as_tensor(t, name=name)
-        if name in names:
-            raise UsageError(f"duplicate tensor name {name!r}")
-        names.add(name)
         code = _TO_ST.get(t.dtype.name)
         if code is None or t.quantizer is not None:
             raise UnsupportedError(f"safetensors cannot store dtype {t.dtype.name}", member=name, hint="convert to .pt instead")

@@ -145,11 +145,13 @@ def write_sharded(
     Raises:
         UsageError: a destination that is neither, or shared views safetensors refuses.
     """
+    from ...core.tensor import unique_names
     from ..safetensors import write_safetensors_sharded
 
     p = os.fspath(path)
     base = p[: -len(INDEX_SUFFIX)] if p.endswith(INDEX_SUFFIX) else p
     limit = max_shard_size or DEFAULT_MAX_SHARD_SIZE
+    items = unique_names(items, p)
     if base.endswith(".safetensors"):
         kept, aliases = dedupe_aliases(items)
         return write_safetensors_sharded(kept, base, limit, metadata={"format": "pt"}, progress=progress), aliases

@@ -176,10 +176,11 @@ class PtHandler(FormatHandler):
         prefix: str | None = None,
     ) -> None:
         """Write named tensors as a state dict (an OrderedDict, like ``state_dict()``)."""
+        from ...core.tensor import unique_names
         from ...core.values import StateDict
 
         sd = StateDict()
-        for name, t in items:
+        for name, t in unique_names(items, path):
             sd[name] = t
         self.save(sd, path, progress=progress, alignment=alignment, compute_crc=compute_crc, prefix=prefix)
 
