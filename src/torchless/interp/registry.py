@@ -39,6 +39,12 @@ KERNEL_MODULES: list[str] = [
     "torchless.interp.kernels.python_ops",
     "torchless.interp.kernels.symbolic",
     "torchless.interp.kernels.control_flow",
+    "torchless.interp.kernels.elementwise",
+    "torchless.interp.kernels.reduce",
+    "torchless.interp.kernels.shape",
+    "torchless.interp.kernels.index",
+    "torchless.interp.kernels.create",
+    "torchless.interp.kernels.linalg",
 ]
 
 Kernel = Callable[..., Any]

@@ -1,0 +1,607 @@
+"""Elementwise kernels: unary math, arithmetic, comparisons, logic, bitwise, activations, softmax.
+
+Each promotes as torch does (:mod:`torchless.interp.promote`), computes float16/bfloat16
+in float32 and rounds once, broadcasts as NumPy does (the same rules as torch), and
+propagates NaN where torch does (``maximum``/``minimum``/``clamp``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .. import promote
+from ..promote import COMPLEX_TO_FLOAT, INT_TO_FLOAT, NO_OPMATH
+from ..registry import kernel
+from ._common import bad, binary, quiet, refuse, tensor, unary
+
+# -- erf, vectorised to double precision (NumPy has none) ---------------------------------
+
+_ERF_TERMS = 42
+_ERF_COEF = np.array(
+    [(-1) ** n / (math.factorial(n) * (2 * n + 1)) * 2 / math.sqrt(math.pi) for n in range(_ERF_TERMS)], dtype=np.float64
+)
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """erf to about 1 ulp of float64: Maclaurin series below |x| = 2, erfc's continued fraction above."""
+    x = np.asarray(x, dtype=np.float64)
+    out = np.empty_like(x)
+    ax = np.abs(x)
+    small = ax < 2.0
+    xs = x[small]
+    z = xs * xs
+    acc = np.full_like(xs, _ERF_COEF[-1])
+    for c in _ERF_COEF[-2::-1]:
+        acc = acc * z + c
+    out[small] = acc * xs
+    big = ~small
+    xb = ax[big]
+    with np.errstate(all="ignore"):
+        t = xb.copy()
+        for k in range(60, 0, -1):
+            t = xb + (k / 2.0) / t
+        erfc = np.exp(-xb * xb) / math.sqrt(math.pi) / t
+        erfc = np.where(xb > 27.0, 0.0, erfc)
+    out[big] = np.copysign(1.0 - erfc, x[big])
+    out[np.isnan(x)] = np.nan
+    return out
+
+
+def _erf_any(x: np.ndarray) -> np.ndarray:
+    if x.dtype == np.float32:
+        return erf(x).astype(np.float32)
+    if x.dtype.kind == "c":
+        raise refuse("aten.erf", "complex input")
+    return erf(x)
+
+
+# -- unary ---------------------------------------------------------------------------------
+
+
+def _unary_float(name: str, fn: Any) -> None:
+    @kernel(f"aten.{name}.default")
+    def k(self: np.ndarray) -> np.ndarray:
+        return unary(fn, tensor(self), INT_TO_FLOAT)
+
+    k.__name__ = name
+
+
+for _name, _fn in {
+    "acos": np.arccos,
+    "acosh": np.arccosh,
+    "asin": np.arcsin,
+    "asinh": np.arcsinh,
+    "atan": np.arctan,
+    "atanh": np.arctanh,
+    "cos": np.cos,
+    "cosh": np.cosh,
+    "sin": np.sin,
+    "sinh": np.sinh,
+    "tan": np.tan,
+    "tanh": np.tanh,
+    "exp": np.exp,
+    "exp2": np.exp2,
+    "expm1": np.expm1,
+    "log": np.log,
+    "log10": np.log10,
+    "log1p": np.log1p,
+    "log2": np.log2,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1 / np.sqrt(x),
+    "reciprocal": lambda x: 1 / x,
+    "erf": _erf_any,
+    "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+}.items():
+    _unary_float(_name, _fn)
+
+
+@kernel("aten.abs.default")
+def abs_(self: np.ndarray) -> np.ndarray:
+    x = tensor(self)
+    if x.dtype == np.bool_:
+        return x.copy()
+    return unary(np.abs, x, COMPLEX_TO_FLOAT)
+
+
+@kernel("aten.neg.default")
+def neg(self: np.ndarray) -> np.ndarray:
+    x = tensor(self)
+    if x.dtype == np.bool_:
+        raise bad("aten.neg", "negation, the `-` operator, on a bool tensor is not supported")
+    return unary(np.negative, x)
+
+
+def _rounding(name: str, fn: Any) -> None:
+    @kernel(f"aten.{name}.default")
+    def k(self: np.ndarray) -> np.ndarray:
+        x = tensor(self)
+        if promote.category(x.dtype) <= promote.INT:
+            return x.copy()
+        return unary(fn, x)
+
+    k.__name__ = name
+
+
+for _name, _fn in {"ceil": np.ceil, "floor": np.floor, "trunc": np.trunc, "round": np.round}.items():
+    _rounding(_name, _fn)
+
+
+@kernel("aten.round.decimals")
+def round_decimals(self: np.ndarray, *, decimals: int = 0) -> np.ndarray:
+    x = tensor(self)
+    if promote.category(x.dtype) <= promote.INT:
+        return x.copy()
+    scale = 10.0**decimals
+
+    def fn(v: np.ndarray) -> np.ndarray:
+        if decimals >= 0:
+            return np.round(v * v.dtype.type(scale)) / v.dtype.type(scale)
+        return np.round(v / v.dtype.type(10.0**-decimals)) * v.dtype.type(10.0**-decimals)
+
+    return unary(fn, x)
+
+
+@kernel("aten.sign.default")
+def sign(self: np.ndarray) -> np.ndarray:
+    x = tensor(self)
+    if x.dtype == np.bool_:
+        return x.copy()
+    if x.dtype.kind == "c":
+        raise refuse("aten.sign", "complex input (torch uses sgn)")
+    # torch: (0 < x) - (x < 0), so sign(nan) is 0
+    return unary(lambda v: (v > 0).astype(v.dtype) - (v < 0).astype(v.dtype), x)
+
+
+@kernel("aten.sgn.default")
+def sgn(self: np.ndarray) -> np.ndarray:
+    x = tensor(self)
+    if x.dtype.kind != "c":
+        return sign(x)
+
+    def fn(v: np.ndarray) -> np.ndarray:
+        a = np.abs(v)
+        return np.where(a == 0, 0, v / np.where(a == 0, 1, a))
+
+    return unary(fn, x)
+
+
+@kernel("aten.isnan.default")
+def isnan(self: np.ndarray) -> np.ndarray:
+    x = tensor(self)
+    if promote.category(x.dtype) <= promote.INT:
+        return np.zeros(x.shape, np.bool_)
+    return np.asarray(np.isnan(x.astype(promote.opmath(x.dtype))))
+
+
+@kernel("aten.isinf.default")
+def isinf(self: np.ndarray) -> np.ndarray:
+    x = tensor(self)
+    if promote.category(x.dtype) <= promote.INT:
+        return np.zeros(x.shape, np.bool_)
+    return np.asarray(np.isinf(x.astype(promote.opmath(x.dtype))))
+
+
+@kernel("aten.isfinite.default")
+def isfinite(self: np.ndarray) -> np.ndarray:
+    x = tensor(self)
+    if promote.category(x.dtype) <= promote.INT:
+        return np.ones(x.shape, np.bool_)
+    return np.asarray(np.isfinite(x.astype(promote.opmath(x.dtype))))
+
+
+@kernel("aten.logical_not.default")
+def logical_not(self: np.ndarray) -> np.ndarray:
+    return np.asarray(tensor(self) == 0)
+
+
+@kernel("aten.bitwise_not.default")
+def bitwise_not(self: np.ndarray) -> np.ndarray:
+    x = tensor(self)
+    if promote.category(x.dtype) > promote.INT:
+        raise refuse("aten.bitwise_not", f"not implemented for {x.dtype}")
+    return np.asarray(np.invert(x))
+
+
+# -- binary arithmetic ---------------------------------------------------------------------
+
+
+def _scaled(b: Any, alpha: Any) -> Any:
+    return b if alpha == 1 else (b, alpha)
+
+
+def _check_alpha(op: str, a: Any, b: Any, alpha: Any) -> None:
+    if alpha == 1:
+        return
+    rt = promote.result_type(a, b)
+    if isinstance(alpha, float) and promote.category(rt) <= promote.INT:
+        raise bad(op, "for integral input tensors, argument alpha must not be a floating point number")
+    if isinstance(alpha, bool) is False and rt == np.bool_ and alpha not in (0, 1):
+        raise bad(op, "for bool input tensors, alpha must be a bool")
+
+
+def _add(a: Any, b: Any, alpha: Any, sign_: int, op: str) -> np.ndarray:
+    _check_alpha(op, a, b, alpha)
+    if promote.result_type(a, b) == np.bool_:
+        if sign_ < 0:
+            raise bad(op, "subtraction, the `-` operator, with two bool tensors is not supported")
+        return np.asarray(np.logical_or(tensor(a), np.logical_and(tensor(b), bool(alpha))))
+
+    def fn(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        if alpha != 1:
+            y = y * np.asarray(alpha).astype(y.dtype)
+        return x + y if sign_ > 0 else x - y
+
+    return binary(fn, a, b, op=op)
+
+
+@kernel("aten.add.Tensor", "aten.add.Scalar")
+def add(self: Any, other: Any, alpha: Any = 1) -> np.ndarray:
+    return _add(self, other, alpha, 1, "aten.add")
+
+
+@kernel("aten.sub.Tensor", "aten.sub.Scalar")
+def sub(self: Any, other: Any, alpha: Any = 1) -> np.ndarray:
+    return _add(self, other, alpha, -1, "aten.sub")
+
+
+@kernel("aten.rsub.Tensor", "aten.rsub.Scalar")
+def rsub(self: Any, other: Any, alpha: Any = 1) -> np.ndarray:
+    # other - alpha * self
+    _check_alpha("aten.rsub", self, other, alpha)
+
+    def fn(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        if alpha != 1:
+            x = x * np.asarray(alpha).astype(x.dtype)
+        return y - x
+
+    if promote.result_type(self, other) == np.bool_:
+        raise bad("aten.rsub", "subtraction, the `-` operator, with two bool tensors is not supported")
+    return binary(fn, self, other, op="aten.rsub")
+
+
+@kernel("aten.mul.Tensor", "aten.mul.Scalar")
+def mul(self: Any, other: Any) -> np.ndarray:
+    if promote.result_type(self, other) == np.bool_:
+        return np.asarray(np.logical_and(tensor(self), tensor(other)))
+    return binary(np.multiply, self, other, op="aten.mul")
+
+
+def _int_zero_check(op: str, b: Any, dt: np.dtype) -> None:
+    if promote.category(dt) <= promote.INT and np.any(np.asarray(b) == 0):
+        raise bad(op, "ZeroDivisionError (integer division by zero)")
+
+
+def _trunc_div_int(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    q = np.floor_divide(x, y)
+    fix = (np.remainder(x, y) != 0) & ((x < 0) != (y < 0))
+    return q + fix.astype(q.dtype)
+
+
+@kernel("aten.div.Tensor", "aten.div.Scalar")
+def div(self: Any, other: Any) -> np.ndarray:
+    return binary(np.true_divide, self, other, INT_TO_FLOAT, op="aten.div")
+
+
+@kernel("aten.div.Tensor_mode", "aten.div.Scalar_mode")
+def div_mode(self: Any, other: Any, *, rounding_mode: str | None = None) -> np.ndarray:
+    if rounding_mode is None:
+        return div(self, other)
+    rt = promote.result_type(self, other)
+    if rounding_mode not in ("trunc", "floor"):
+        raise bad("aten.div", f"rounding_mode must be None, 'trunc' or 'floor', not {rounding_mode!r}")
+    if promote.category(rt) <= promote.INT:
+        _int_zero_check("aten.div", other, rt)
+        if rt == np.bool_:
+            return binary(lambda x, y: np.floor_divide(x.astype(np.int64), y.astype(np.int64)), self, other, op="aten.div")
+        fn = _trunc_div_int if rounding_mode == "trunc" else np.floor_divide
+        return binary(fn, self, other, op="aten.div")
+    if rounding_mode == "trunc":
+        return binary(lambda x, y: np.trunc(x / y), self, other, op="aten.div")
+
+    def floor_div(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        # torch's div_floor: Python's algorithm (NumPy's floor_divide), and a/b where b == 0
+        return np.where(y == 0, x / y, np.floor_divide(x, y))
+
+    return binary(floor_div, self, other, op="aten.div")
+
+
+@kernel("aten.floor_divide.default", "aten.floor_divide.Scalar")
+def floor_divide(self: Any, other: Any) -> np.ndarray:
+    return div_mode(self, other, rounding_mode="floor")
+
+
+@kernel("aten.remainder.Tensor", "aten.remainder.Scalar")
+def remainder(self: Any, other: Any) -> np.ndarray:
+    rt = promote.result_type(self, other)
+    _int_zero_check("aten.remainder", other, rt)
+    return binary(np.remainder, self, other, op="aten.remainder")
+
+
+@kernel("aten.remainder.Scalar_Tensor")
+def remainder_scalar_tensor(self: Any, other: np.ndarray) -> np.ndarray:
+    return remainder(self, other)
+
+
+@kernel("aten.fmod.Tensor", "aten.fmod.Scalar")
+def fmod(self: Any, other: Any) -> np.ndarray:
+    rt = promote.result_type(self, other)
+    _int_zero_check("aten.fmod", other, rt)
+    return binary(np.fmod, self, other, op="aten.fmod")
+
+
+def _int_pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    neg = y < 0
+    if not np.any(neg):
+        return np.power(x, y)
+    # torch: 1 ** -n = 1, (-1) ** -n = +-1, otherwise 0
+    out = np.power(x, np.where(neg, 0, y))
+    negres = np.where(x == 1, 1, np.where(x == -1, np.where(y % 2 == 0, 1, -1), 0)).astype(out.dtype)
+    return np.where(neg, negres, out)
+
+
+def _pow(a: Any, b: Any) -> np.ndarray:
+    rt = promote.result_type(a, b)
+    if rt == np.bool_:
+        rt_fn = lambda x, y: _int_pow(x.astype(np.int64), y.astype(np.int64))  # noqa: E731
+        return binary(rt_fn, a, b, op="aten.pow")
+    if promote.category(rt) == promote.INT:
+        return binary(_int_pow, a, b, op="aten.pow")
+    return binary(np.power, a, b, op="aten.pow")
+
+
+@kernel("aten.pow.Tensor_Tensor", "aten.pow.Tensor_Scalar")
+def pow_(self: Any, exponent: Any) -> np.ndarray:
+    return _pow(self, exponent)
+
+
+@kernel("aten.pow.Scalar")
+def pow_scalar(self: Any, exponent: np.ndarray) -> np.ndarray:
+    return _pow(self, exponent)
+
+
+@kernel("aten.atan2.default")
+def atan2(self: Any, other: Any) -> np.ndarray:
+    return binary(np.arctan2, self, other, INT_TO_FLOAT, op="aten.atan2")
+
+
+@kernel("aten.atan2.out")
+def atan2_out(self: Any, other: Any, *, out: np.ndarray) -> np.ndarray:
+    res = atan2(self, other)
+    if out.shape != res.shape:
+        out.resize(res.shape, refcheck=False)
+    out[...] = promote.cast(res, out.dtype)
+    return out
+
+
+def _minmax(fn: Any, name: str) -> None:
+    @kernel(f"aten.{name}.default")
+    def k(self: np.ndarray, other: np.ndarray) -> np.ndarray:
+        if promote.result_type(self, other).kind == "c":
+            raise refuse(f"aten.{name}", "complex input")
+        return binary(fn, self, other, NO_OPMATH, op=f"aten.{name}")
+
+    k.__name__ = name
+
+
+_minmax(np.maximum, "maximum")
+_minmax(np.minimum, "minimum")
+_minmax(np.fmax, "fmax")
+_minmax(np.fmin, "fmin")
+
+
+@kernel("aten.clamp.default", "aten.clamp.Tensor")
+def clamp(self: np.ndarray, min: Any = None, max: Any = None) -> np.ndarray:  # noqa: A002
+    if min is None and max is None:
+        raise bad("aten.clamp", "at least one of 'min' or 'max' must not be None")
+    compute, result = promote.elementwise_dtypes(self, min, max, kind=NO_OPMATH)
+    with quiet():
+        x = promote.cast(self, compute)
+        if min is not None:
+            x = np.maximum(x, promote.cast(min, compute))
+        if max is not None:
+            x = np.minimum(x, promote.cast(max, compute))
+        return promote.cast(x, result)
+
+
+@kernel("aten.clamp_min.default", "aten.clamp_min.Tensor")
+def clamp_min(self: np.ndarray, min: Any) -> np.ndarray:  # noqa: A002
+    return clamp(self, min, None)
+
+
+@kernel("aten.clamp_max.default", "aten.clamp_max.Tensor")
+def clamp_max(self: np.ndarray, max: Any) -> np.ndarray:  # noqa: A002
+    return clamp(self, None, max)
+
+
+# -- comparisons, logic, bitwise -----------------------------------------------------------
+
+
+def _compare(name: str, fn: Any) -> None:
+    @kernel(f"aten.{name}.Tensor", f"aten.{name}.Scalar")
+    def k(self: Any, other: Any) -> np.ndarray:
+        compute, _ = promote.elementwise_dtypes(self, other, kind=NO_OPMATH)
+        if compute.kind == "c" and name not in ("eq", "ne"):
+            raise refuse(f"aten.{name}", "complex input")
+        with quiet():
+            return np.asarray(fn(promote.cast(self, compute), promote.cast(other, compute)))
+
+    k.__name__ = name
+
+
+for _name, _fn in {
+    "eq": np.equal,
+    "ne": np.not_equal,
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+}.items():
+    _compare(_name, _fn)
+
+
+def _logical(name: str, fn: Any) -> None:
+    @kernel(f"aten.{name}.default")
+    def k(self: np.ndarray, other: np.ndarray) -> np.ndarray:
+        return np.asarray(fn(tensor(self) != 0, tensor(other) != 0))
+
+    k.__name__ = name
+
+
+_logical("logical_and", np.logical_and)
+_logical("logical_or", np.logical_or)
+_logical("logical_xor", np.logical_xor)
+
+
+def _bitwise(name: str, fn: Any) -> None:
+    @kernel(f"aten.{name}.Tensor", f"aten.{name}.Scalar")
+    def k(self: Any, other: Any) -> np.ndarray:
+        rt = promote.result_type(self, other)
+        if promote.category(rt) > promote.INT:
+            raise refuse(f"aten.{name}", f"not implemented for {rt}")
+        return np.asarray(fn(promote.cast(self, rt), promote.cast(other, rt)))
+
+    k.__name__ = name
+
+
+_bitwise("bitwise_and", np.bitwise_and)
+_bitwise("bitwise_or", np.bitwise_or)
+_bitwise("bitwise_xor", np.bitwise_xor)
+
+
+@kernel("aten.bitwise_and.Scalar_Tensor")
+def bitwise_and_st(self: Any, other: np.ndarray) -> np.ndarray:
+    return np.asarray(np.bitwise_and(*(promote.cast(v, promote.result_type(self, other)) for v in (self, other))))
+
+
+@kernel("aten.where.self")
+def where(condition: np.ndarray, self: Any, other: Any) -> np.ndarray:
+    rt = promote.result_type(self, other)
+    return np.asarray(np.where(tensor(condition) != 0, promote.cast(self, rt), promote.cast(other, rt)))
+
+
+@kernel("aten.where.ScalarOther", "aten.where.ScalarSelf", "aten.where.Scalar")
+def where_scalar(condition: np.ndarray, self: Any, other: Any) -> np.ndarray:
+    return where(condition, self, other)
+
+
+@kernel("aten.masked_fill.Scalar", "aten.masked_fill.Tensor")
+def masked_fill(self: np.ndarray, mask: np.ndarray, value: Any) -> np.ndarray:
+    x = tensor(self)
+    v = promote.cast(value, x.dtype)
+    return np.asarray(np.where(tensor(mask), v, x))
+
+
+# -- activations ---------------------------------------------------------------------------
+
+
+@kernel("aten.relu.default")
+def relu(self: np.ndarray) -> np.ndarray:
+    x = tensor(self)
+    if x.dtype == np.bool_:
+        raise refuse("aten.relu", "bool input")
+    return unary(lambda v: np.where(v > 0, v, np.zeros((), v.dtype)) if v.dtype.kind in "iu" else np.maximum(v, 0), x)
+
+
+@kernel("aten.leaky_relu.default")
+def leaky_relu(self: np.ndarray, negative_slope: Any = 0.01) -> np.ndarray:
+    return unary(lambda v: np.where(v > 0, v, v * v.dtype.type(negative_slope)), tensor(self))
+
+
+@kernel("aten.hardtanh.default")
+def hardtanh(self: np.ndarray, min_val: Any = -1, max_val: Any = 1) -> np.ndarray:
+    x = tensor(self)
+    if x.dtype == np.bool_:
+        raise refuse("aten.hardtanh", "bool input")
+
+    def fn(v: np.ndarray) -> np.ndarray:
+        t = v.dtype.type
+        return np.minimum(np.maximum(v, t(min_val)), t(max_val))
+
+    return unary(fn, x)
+
+
+@kernel("aten.elu.default")
+def elu(self: np.ndarray, alpha: Any = 1, scale: Any = 1, input_scale: Any = 1) -> np.ndarray:
+    def fn(v: np.ndarray) -> np.ndarray:
+        t = v.dtype.type
+        return np.where(v > 0, v * t(scale), np.expm1(v * t(input_scale)) * t(alpha) * t(scale))
+
+    return unary(fn, tensor(self))
+
+
+@kernel("aten.gelu.default")
+def gelu(self: np.ndarray, *, approximate: str = "none") -> np.ndarray:
+    if approximate not in ("none", "tanh"):
+        raise bad("aten.gelu", f"approximate must be 'none' or 'tanh', not {approximate!r}")
+
+    def fn(v: np.ndarray) -> np.ndarray:
+        t = v.dtype.type
+        if approximate == "tanh":
+            inner = t(math.sqrt(2 / math.pi)) * (v + t(0.044715) * v * v * v)
+            return t(0.5) * v * (t(1) + np.tanh(inner))
+        return (t(0.5) * v * (t(1) + _erf_any(v * t(1 / math.sqrt(2))))).astype(v.dtype)
+
+    return unary(fn, tensor(self))
+
+
+@kernel("aten.silu.default")
+def silu(self: np.ndarray) -> np.ndarray:
+    return unary(lambda v: v / (1 + np.exp(-v)), tensor(self))
+
+
+@kernel("aten.hardsigmoid.default")
+def hardsigmoid(self: np.ndarray) -> np.ndarray:
+    return unary(lambda v: np.minimum(np.maximum(v + 3, 0), 6) / 6, tensor(self))
+
+
+@kernel("aten.hardswish.default")
+def hardswish(self: np.ndarray) -> np.ndarray:
+    return unary(lambda v: v * np.minimum(np.maximum(v + 3, 0), 6) / 6, tensor(self))
+
+
+# -- softmax -------------------------------------------------------------------------------
+
+
+def _softmax_dtypes(x: np.ndarray, half_to_float: bool, op: str) -> tuple[np.dtype, np.dtype]:
+    if promote.category(x.dtype) != promote.FLOAT:
+        raise refuse(op, f"not implemented for {x.dtype}")
+    if half_to_float and x.dtype not in (np.float16,) and x.dtype.name != "bfloat16":
+        raise bad(op, "conversion from a half to a float is only supported for half inputs")
+    result = np.dtype(np.float32) if half_to_float else x.dtype
+    return promote.opmath(x.dtype), result
+
+
+@kernel("aten._softmax.default")
+def softmax(self: np.ndarray, dim: int, half_to_float: bool) -> np.ndarray:
+    from ._common import norm_dim
+
+    x = tensor(self)
+    compute, result = _softmax_dtypes(x, half_to_float, "aten._softmax")
+    if x.ndim == 0:
+        return promote.cast(np.ones((), compute), result)
+    d = norm_dim(dim, x.ndim, "aten._softmax")
+    with quiet():
+        v = x.astype(compute)
+        m = np.max(v, axis=d, keepdims=True) if v.size else v
+        e = np.exp(v - m)
+        return promote.cast(e / np.sum(e, axis=d, keepdims=True), result)
+
+
+@kernel("aten._log_softmax.default")
+def log_softmax(self: np.ndarray, dim: int, half_to_float: bool) -> np.ndarray:
+    from ._common import norm_dim
+
+    x = tensor(self)
+    compute, result = _softmax_dtypes(x, half_to_float, "aten._log_softmax")
+    if x.ndim == 0:
+        return promote.cast(np.zeros((), compute), result)
+    d = norm_dim(dim, x.ndim, "aten._log_softmax")
+    with quiet():
+        v = x.astype(compute)
+        m = np.max(v, axis=d, keepdims=True) if v.size else v
+        m = np.where(np.isfinite(m), m, 0)
+        s = v - m
+        return promote.cast(s - np.log(np.sum(np.exp(s), axis=d, keepdims=True)), result)

@@ -1,0 +1,266 @@
+"""Indexing kernels: gather/scatter, advanced indexing, index_put, masked_scatter, nonzero.
+
+An index out of range is a :class:`~torchless.core.errors.UsageError`, as torch refuses it.
+Where torch leaves the order of duplicate writes unspecified (``scatter``, ``index_put``
+without ``accumulate``), the last write wins here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import promote
+from ..registry import kernel
+from ._common import bad, norm_dim, quiet, refuse, tensor
+
+
+def _check_range(op: str, idx: np.ndarray, n: int, allow_negative: bool = False) -> np.ndarray:
+    if idx.dtype.kind not in "iu":
+        raise bad(op, f"expected an int64 index tensor, got {idx.dtype}")
+    lo = -n if allow_negative else 0
+    if idx.size and (idx.min() < lo or idx.max() >= n):
+        bad_v = idx.min() if idx.min() < lo else idx.max()
+        raise bad(op, f"index {int(bad_v)} is out of bounds for dimension with size {n}")
+    return idx
+
+
+def _scatter_positions(op: str, x: np.ndarray, dim: int, index: np.ndarray) -> tuple[int, tuple[np.ndarray, ...]]:
+    """(dim, a tuple indexing x) for gather/scatter with ``index``: index values along dim, positions elsewhere."""
+    idx = tensor(index)
+    if x.ndim == 0:
+        d = norm_dim(dim, 0, op)
+        _check_range(op, idx, 1)
+        return d, ()
+    d = norm_dim(dim, x.ndim, op)
+    if idx.ndim != x.ndim and idx.size:
+        raise bad(op, f"index tensor must have the same number of dimensions as self ({x.ndim}), got {idx.ndim}")
+    _check_range(op, idx, x.shape[d])
+    if idx.ndim != x.ndim:  # an empty index of other rank
+        return d, tuple(np.zeros((0,), np.int64) for _ in range(x.ndim))
+    grids = list(np.indices(idx.shape, sparse=True))
+    grids[d] = idx.astype(np.intp)
+    return d, tuple(grids)
+
+
+@kernel("aten.gather.default")
+def gather(self: np.ndarray, dim: int, index: np.ndarray, *, sparse_grad: bool = False) -> np.ndarray:
+    x = tensor(self)
+    d, pos = _scatter_positions("aten.gather", x, dim, index)
+    if x.ndim == 0:
+        return np.broadcast_to(x, tensor(index).shape).copy()
+    return np.asarray(x[pos])
+
+
+def _src_values(src: Any, index: np.ndarray, dt: np.dtype) -> np.ndarray:
+    s = tensor(src)
+    if s.ndim == 0 or not isinstance(src, np.ndarray):
+        return np.broadcast_to(promote.cast(s, dt), index.shape)
+    if s.ndim != index.ndim:
+        raise bad("aten.scatter", "src must have the same number of dimensions as index")
+    return promote.cast(s[tuple(slice(0, n) for n in index.shape)], dt)
+
+
+@kernel("aten.scatter.src", "aten.scatter.value")
+def scatter(self: np.ndarray, dim: int, index: np.ndarray, src: Any = None, *, value: Any = None) -> np.ndarray:
+    x = tensor(self)
+    src = value if src is None else src
+    out = x.copy()
+    idx = tensor(index)
+    d, pos = _scatter_positions("aten.scatter", x, dim, idx)
+    if x.ndim == 0:
+        if idx.size:
+            out[...] = _src_values(src, idx, x.dtype).reshape(-1)[-1]
+        return out
+    out[pos] = _src_values(src, idx, x.dtype)
+    return out
+
+
+@kernel("aten.scatter.reduce", "aten.scatter.value_reduce")
+def scatter_reduce_legacy(self: np.ndarray, dim: int, index: np.ndarray, src: Any, *, reduce: str) -> np.ndarray:
+    mode = {"add": "sum", "multiply": "prod"}.get(reduce)
+    if mode is None:
+        raise bad("aten.scatter", f"reduce argument must be 'add' or 'multiply', not {reduce!r}")
+    return scatter_reduce(self, dim, index, src, mode, include_self=True)
+
+
+@kernel("aten.scatter_add.default")
+def scatter_add(self: np.ndarray, dim: int, index: np.ndarray, src: np.ndarray) -> np.ndarray:
+    return scatter_reduce(self, dim, index, src, "sum", include_self=True)
+
+
+_UFUNC = {"sum": np.add, "prod": np.multiply, "mean": np.add, "amax": np.maximum, "amin": np.minimum}
+
+
+def _identity(reduce: str, dt: np.dtype) -> Any:
+    if reduce in ("sum", "mean"):
+        return 0
+    if reduce == "prod":
+        return 1
+    if dt.kind == "f":
+        return -np.inf if reduce == "amax" else np.inf
+    if dt == np.bool_:
+        return reduce == "amin"
+    info = np.iinfo(dt)
+    return info.min if reduce == "amax" else info.max
+
+
+@kernel("aten.scatter_reduce.two")
+def scatter_reduce(
+    self: np.ndarray, dim: int, index: np.ndarray, src: np.ndarray, reduce: str, *, include_self: bool = True
+) -> np.ndarray:
+    if reduce not in _UFUNC:
+        raise bad("aten.scatter_reduce", f"reduce argument must be one of sum, prod, mean, amax, amin, not {reduce!r}")
+    x = tensor(self)
+    if x.dtype.kind == "c" and reduce in ("amax", "amin"):
+        raise refuse("aten.scatter_reduce", "complex input with amax/amin")
+    idx = tensor(index)
+    acc = promote.opmath(x.dtype)
+    out = x.astype(acc, copy=True)
+    d, pos = _scatter_positions("aten.scatter_reduce", x, dim, idx)
+    if x.ndim == 0:
+        out = out.reshape(1)
+        pos = (np.zeros(idx.shape, np.intp),)
+    vals = _src_values(src, idx, acc)
+    with quiet():
+        hit = np.zeros(out.shape, np.int64)
+        np.add.at(hit, pos, 1)
+        if not include_self:
+            out[hit > 0] = _identity(reduce, acc)
+        _UFUNC[reduce].at(out, pos, vals)
+        if reduce == "mean":
+            count = hit + (1 if include_self else 0)
+            count = np.maximum(count, 1)
+            if acc.kind in "iub":
+                out = np.floor_divide(out, count.astype(acc))
+            else:
+                out = out / count.astype(acc)
+    return promote.cast(out.reshape(x.shape), x.dtype)
+
+
+@kernel("aten.index_select.default")
+def index_select(self: np.ndarray, dim: int, index: np.ndarray) -> np.ndarray:
+    x = tensor(self)
+    idx = tensor(index)
+    if idx.ndim > 1:
+        raise bad("aten.index_select", "index must be a 1-d or 0-d tensor")
+    if x.ndim == 0:
+        _check_range("aten.index_select", idx, 1)
+        return x.reshape(-1)[idx.reshape(-1)].reshape(idx.shape if idx.ndim else ())
+    d = norm_dim(dim, x.ndim, "aten.index_select")
+    _check_range("aten.index_select", idx, x.shape[d])
+    return np.take(x, idx.reshape(-1), axis=d)
+
+
+def _index_tuple(op: str, x: np.ndarray, indices: Sequence[Any]) -> tuple[Any, ...]:
+    if len(indices) > x.ndim:
+        raise bad(op, f"too many indices for a tensor of dimension {x.ndim} (got {len(indices)})")
+    out: list[Any] = []
+    d = 0
+    for ix in indices:
+        if ix is None:
+            out.append(slice(None))
+            d += 1
+            continue
+        t = tensor(ix)
+        if t.dtype in (np.bool_, np.uint8):
+            t = t.astype(np.bool_)
+            for k in range(t.ndim):
+                if t.shape[k] != x.shape[d + k]:
+                    raise bad(op, f"the shape of the mask {list(t.shape)} does not match the shape of the indexed tensor")
+            out.append(t)
+            d += t.ndim
+            continue
+        _check_range(op, t, x.shape[d], allow_negative=True)
+        out.append(t.astype(np.intp))
+        d += 1
+    return tuple(out)
+
+
+@kernel("aten.index.Tensor")
+def index(self: np.ndarray, indices: Sequence[Any]) -> np.ndarray:
+    x = tensor(self)
+    return np.asarray(x[_index_tuple("aten.index", x, indices)]).copy()
+
+
+def _index_put(out: np.ndarray, indices: Sequence[Any], values: np.ndarray, accumulate: bool) -> np.ndarray:
+    key = _index_tuple("aten.index_put", out, indices)
+    v = promote.cast(values, out.dtype)
+    if accumulate:
+        if out.dtype == np.bool_:
+            np.logical_or.at(out, key, v)
+        else:
+            target_shape = out[key].shape
+            with quiet():
+                np.add.at(out, key, np.broadcast_to(v, target_shape))
+    else:
+        out[key] = v
+    return out
+
+
+@kernel("aten.index_put.default")
+def index_put(self: np.ndarray, indices: Sequence[Any], values: np.ndarray, accumulate: bool = False) -> np.ndarray:
+    return _index_put(tensor(self).copy(), indices, values, accumulate)
+
+
+@kernel("aten.index_put_.default", "aten._index_put_impl_.default")
+def index_put_(
+    self: np.ndarray, indices: Sequence[Any], values: np.ndarray, accumulate: bool = False, unsafe: bool = False
+) -> np.ndarray:
+    return _index_put(tensor(self), indices, values, accumulate)
+
+
+@kernel("aten.masked_scatter.default")
+def masked_scatter(self: np.ndarray, mask: np.ndarray, source: np.ndarray) -> np.ndarray:
+    x, m = tensor(self), tensor(mask).astype(np.bool_)
+    shape = np.broadcast_shapes(x.shape, m.shape)
+    out = np.broadcast_to(x, shape).copy()
+    m = np.broadcast_to(m, shape)
+    n = int(m.sum())
+    src = tensor(source).reshape(-1)
+    if src.size < n:
+        raise bad("aten.masked_scatter", f"the source has {src.size} elements, the mask selects {n}")
+    out[m] = promote.cast(src[:n], x.dtype)
+    return out
+
+
+@kernel("aten.nonzero.default")
+def nonzero(self: np.ndarray) -> np.ndarray:
+    x = tensor(self)
+    return np.asarray(np.argwhere(x != 0), np.int64).reshape(-1, x.ndim)
+
+
+@kernel("aten.select_scatter.default")
+def select_scatter(self: np.ndarray, src: np.ndarray, dim: int, index: int) -> np.ndarray:
+    from .shape import select
+
+    out = tensor(self).copy()
+    view = select(out, dim, index)
+    view[...] = promote.cast(src, out.dtype)
+    return out
+
+
+@kernel("aten.slice_scatter.default")
+def slice_scatter(
+    self: np.ndarray, src: np.ndarray, dim: int = 0, start: int | None = None, end: int | None = None, step: int = 1
+) -> np.ndarray:
+    from .shape import slice_
+
+    out = tensor(self).copy()
+    view = slice_(out, dim, start, end, step)
+    s = tensor(src)
+    if s.shape != view.shape:
+        raise bad("aten.slice_scatter", f"src shape {list(s.shape)} does not match the slice's {list(view.shape)}")
+    view[...] = promote.cast(s, out.dtype)
+    return out
+
+
+@kernel("aten.diagonal_scatter.default")
+def diagonal_scatter(self: np.ndarray, src: np.ndarray, offset: int = 0, dim1: int = 0, dim2: int = 1) -> np.ndarray:
+    from .shape import diagonal
+
+    out = tensor(self).copy()
+    diagonal(out, offset, dim1, dim2)[...] = promote.cast(src, out.dtype)
+    return out
