@@ -299,7 +299,8 @@ def div_mode(self: Any, other: Any, *, rounding_mode: str | None = None) -> np.n
         fn = _trunc_div_int if rounding_mode == "trunc" else np.floor_divide
         return binary(fn, self, other, op="aten.div")
     if rounding_mode == "trunc":
-        return binary(lambda x, y: np.trunc(x / y), self, other, op="aten.div")
+        # torch's CPU kernel truncates the quotient rounded to the result dtype (bf16/fp16 included)
+        return binary(lambda x, y: np.trunc(promote.cast(x / y, rt).astype(x.dtype)), self, other, op="aten.div")
 
     def floor_div(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         # torch's div_floor: Python's algorithm (NumPy's floor_divide), and a/b where b == 0
@@ -370,8 +371,8 @@ def atan2(self: Any, other: Any) -> np.ndarray:
 @kernel("aten.atan2.out")
 def atan2_out(self: Any, other: Any, *, out: np.ndarray) -> np.ndarray:
     res = atan2(self, other)
-    if out.shape != res.shape:
-        out.resize(res.shape, refcheck=False)
+    if out.shape != res.shape:  # torch resizes out; a NumPy view cannot grow, so the result is a new array
+        return promote.cast(res, out.dtype).copy()
     out[...] = promote.cast(res, out.dtype)
     return out
 

@@ -49,8 +49,11 @@ def _scatter_positions(op: str, x: np.ndarray, dim: int, index: np.ndarray) -> t
 def gather(self: np.ndarray, dim: int, index: np.ndarray, *, sparse_grad: bool = False) -> np.ndarray:
     x = tensor(self)
     d, pos = _scatter_positions("aten.gather", x, dim, index)
-    if x.ndim == 0:
-        return np.broadcast_to(x, tensor(index).shape).copy()
+    idx = tensor(index)
+    if x.ndim == 0 or idx.size == 0:
+        return (
+            np.broadcast_to(x.reshape(-1)[:1] if x.size else x, idx.shape).copy() if x.ndim == 0 else np.empty(idx.shape, x.dtype)
+        )
     return np.asarray(x[pos])
 
 
@@ -148,7 +151,7 @@ def index_select(self: np.ndarray, dim: int, index: np.ndarray) -> np.ndarray:
         raise bad("aten.index_select", "index must be a 1-d or 0-d tensor")
     if x.ndim == 0:
         _check_range("aten.index_select", idx, 1)
-        return x.reshape(-1)[idx.reshape(-1)].reshape(idx.shape if idx.ndim else ())
+        return x.reshape(-1)[idx.reshape(-1)].reshape(())
     d = norm_dim(dim, x.ndim, "aten.index_select")
     _check_range("aten.index_select", idx, x.shape[d])
     return np.take(x, idx.reshape(-1), axis=d)
@@ -229,7 +232,7 @@ def masked_scatter(self: np.ndarray, mask: np.ndarray, source: np.ndarray) -> np
 @kernel("aten.nonzero.default")
 def nonzero(self: np.ndarray) -> np.ndarray:
     x = tensor(self)
-    return np.asarray(np.argwhere(x != 0), np.int64).reshape(-1, x.ndim)
+    return np.asarray(np.argwhere(x != 0), np.int64)
 
 
 @kernel("aten.select_scatter.default")
