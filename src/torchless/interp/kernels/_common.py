@@ -21,7 +21,7 @@ class quiet(np.errstate):
     def __init__(self) -> None:
         super().__init__(all="ignore")
 
-    def __enter__(self) -> None:  # type: ignore[override]
+    def __enter__(self) -> None:
         super().__enter__()
         self._w = warnings.catch_warnings()
         self._w.__enter__()

@@ -226,7 +226,7 @@ def local_scalar_dense(self: np.ndarray) -> Any:
 
 @kernel("aten.rand.default")
 def rand(size: Sequence[int], *, dtype: Any = None, layout: Any = None, device: Any = None, pin_memory: Any = None) -> np.ndarray:
-    dt = np_dtype(dtype, promote.DEFAULT_FLOAT)
+    dt = np.dtype(np_dtype(dtype, promote.DEFAULT_FLOAT))
     return promote.cast(_RNG.random(_shape(size)), dt)
 
 
@@ -234,7 +234,7 @@ def rand(size: Sequence[int], *, dtype: Any = None, layout: Any = None, device: 
 def randn(
     size: Sequence[int], *, dtype: Any = None, layout: Any = None, device: Any = None, pin_memory: Any = None
 ) -> np.ndarray:
-    dt = np_dtype(dtype, promote.DEFAULT_FLOAT)
+    dt = np.dtype(np_dtype(dtype, promote.DEFAULT_FLOAT))
     if dt.kind == "c":
         s = _shape(size)
         return ((_RNG.standard_normal(s) + 1j * _RNG.standard_normal(s)) / math.sqrt(2)).astype(dt)

@@ -40,7 +40,7 @@ def _scatter_positions(op: str, x: np.ndarray, dim: int, index: np.ndarray) -> t
     _check_range(op, idx, x.shape[d])
     if idx.ndim != x.ndim:  # an empty index of other rank
         return d, tuple(np.zeros((0,), np.int64) for _ in range(x.ndim))
-    grids = list(np.indices(idx.shape, sparse=True))
+    grids: list[Any] = list(np.indices(idx.shape, sparse=True))
     grids[d] = idx.astype(np.intp)
     return d, tuple(grids)
 

@@ -121,8 +121,8 @@ def pdist(self: np.ndarray, p: float = 2.0) -> np.ndarray:
 
 
 # torch's fft_norm_mode: 0 none, 1 by 1/sqrt(n), 2 by 1/n; the scaling goes on this transform
-_FORWARD_NORM = {0: "backward", 1: "ortho", 2: "forward"}
-_INVERSE_NORM = {0: "forward", 1: "ortho", 2: "backward"}
+_FORWARD_NORM: dict[int, Any] = {0: "backward", 1: "ortho", 2: "forward"}
+_INVERSE_NORM: dict[int, Any] = {0: "forward", 1: "ortho", 2: "backward"}
 
 
 def _fft_dims(x: np.ndarray, dim: Sequence[int], op: str) -> list[int]:

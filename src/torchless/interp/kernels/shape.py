@@ -21,7 +21,7 @@ from ._common import bad, norm_dim, tensor
 def _reshape_view(x: np.ndarray, shape: Sequence[int]) -> np.ndarray:
     shape = tuple(int(s) for s in shape)
     try:
-        return np.reshape(x, shape, copy=False)  # type: ignore[call-overload]
+        return np.reshape(x, shape, copy=False)
     except TypeError:  # NumPy < 2.1: no copy= argument
         y = x.view()
         try:
