@@ -164,6 +164,20 @@ class Ints(torch.nn.Module):
         return x * n + x.shape[0], n + 1
 
 
+class Autocast(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = self.lin(x)  # a lower-precision op: bfloat16
+            z = torch.cat([y, x])  # a promote op: float32
+            loss = torch.nn.functional.mse_loss(y, x)  # an fp32 op
+            w = y * 2  # no policy: stays bfloat16
+        return y, z, loss, w
+
+
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     """name -> (path of the .pt2, the ExportedProgram): each model exported once."""
@@ -179,6 +193,7 @@ def saved(tmp_path_factory):
         "nograd": (NoGrad(), (torch.randn(3),), {}, None),
         "derived": (Derived(), (torch.randn(4, 2), torch.randn(8, 2)), {}, {"x": {0: batch}, "y": {0: 2 * batch}}),
         "ints": (Ints(), (torch.ones(2), 3, 2.0), {}, {"x": None, "n": torch.export.Dim.DYNAMIC, "f": None}),
+        "autocast": (Autocast(), (torch.randn(2, 4),), {}, None),
         "mutating": (Mutating(), (torch.ones(4), torch.ones(4)), {}, None),
         "counter": (Counter(), (torch.randn(4, 2),), {"scale": torch.tensor(3.0)}, {"x": {0: batch}, "scale": None}),
     }
@@ -261,6 +276,29 @@ def test_grad_and_autocast_wrappers_run_their_subgraphs(saved):
     assert {"higher_order.wrap_with_set_grad_enabled", "higher_order.wrap_with_autocast"} <= set(prog.op_histogram())
     x = torch.randn(3)
     _check(prog.module()(x.numpy()), ep.module()(x))
+
+
+def test_enabled_cpu_autocast_casts_like_torch(saved, monkeypatch):
+    def linear(x, w, b=None):
+        out = x.astype(np.float32) @ w.T.astype(np.float32) + (0 if b is None else b.astype(np.float32))
+        return np.asarray(out.astype(x.dtype))
+
+    extra = {
+        "aten.linear.default": linear,
+        "aten.cat.default": lambda tensors, dim=0: np.concatenate(tensors, axis=dim),
+        "aten.broadcast_tensors.default": lambda tensors: list(np.broadcast_arrays(*tensors)),
+        "aten.mse_loss.default": lambda a, b, reduction=1: np.asarray(((a - b) ** 2).mean(), a.dtype),
+    }
+    for key, fn in extra.items():
+        if registry.lookup(key) in (None, STAND_INS.get(key)):  # this file's float32-only stand-in
+            monkeypatch.setitem(registry._KERNELS, key, fn)
+    path, ep = saved["autocast"]
+    x = torch.randn(2, 4)
+    ours, theirs = torchless.load(path).module()(x.numpy()), ep.module()(x)
+    assert [str(o.dtype) for o in ours] == [str(t.dtype).replace("torch.", "") for t in theirs]
+    assert [str(o.dtype) for o in ours] == ["bfloat16", "float32", "float32", "bfloat16"]
+    for a, b in zip(ours, theirs, strict=True):
+        np.testing.assert_allclose(a.astype(np.float32), b.detach().float().numpy(), rtol=1e-2, atol=1e-2)
 
 
 def test_derived_dims_are_checked(saved, monkeypatch):

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..core.errors import InternalError, TorchlessError, UnsupportedError, UsageError
 from ..graph.ir import Graph, Node, OpRef, iter_nodes, map_arg
-from . import registry
+from . import autocast, registry
 
 __all__ = ["GraphFunction", "Plan", "check_kernels", "missing_kernels", "node_key", "plan", "run_graph", "to_array"]
 
@@ -189,10 +189,13 @@ def run_graph(graph: Graph, inputs: list[Any]) -> Any:
         return env[p.index[id(a)]]
 
     result: Any = None
+    autocast_dtype = autocast.STATE.get()
     for i, n, fn, free in p.steps:
         if fn is not None:
             args = map_arg(n.args, value) if n.args else ()
             kwargs = map_arg(n.kwargs, value) if n.kwargs else {}
+            if autocast_dtype is not None and isinstance(n.target, OpRef):
+                args, kwargs = autocast.cast_args(n.target.op_name, args, kwargs, autocast_dtype)
             try:
                 out = fn(*args, **kwargs)
             except TorchlessError as e:

@@ -11,8 +11,8 @@ the ops' dense (eager) implementations in ``torch/_higher_order_ops``:
 * ``scan(combine_fn, init, xs, additional_inputs)``: ``combine_fn(*carry, *x[i], *add)``
   gives ``(*carry, *y)``; returns ``[*final_carry, *stacked_ys]``.
 * ``wrap_with_set_grad_enabled`` / ``invoke_subgraph``: the subgraph, called (no autograd
-  here). ``wrap_with_autocast``: the subgraph when autocast is disabled; an enabled region
-  is refused (its dtypes differ from the graph's).
+  here). ``wrap_with_autocast``: the subgraph, with CPU autocast's casts applied to its
+  operators while enabled (:mod:`..autocast`); another device's enabled region is refused.
 * ``out_dtype(op, dtype, *args)``: ``op`` computed with its inputs in ``dtype``.
 * ``auto_functionalized_v2(op, _all_bases=[...], **kwargs)``: the bases copied, each
   mutable argument re-created as its view of a copy (whole base, alias, slice or
@@ -24,10 +24,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from ...core.errors import UnsupportedError, UsageError
-from .. import registry
+from .. import autocast, registry
 from ..registry import kernel
 
 
@@ -115,13 +116,21 @@ def wrap_with_set_grad_enabled(enable_grad: Any, fn: Any, *args: Any) -> Any:
 
 @kernel("higher_order.wrap_with_autocast")
 def wrap_with_autocast(device_type: Any, dtype: Any, enabled: Any, cache_enabled: Any, fn: Any, *args: Any) -> Any:
-    if enabled:
-        raise UnsupportedError(
-            "an enabled autocast region (higher_order.wrap_with_autocast) is not run: its ops compute in "
-            f"{getattr(dtype, 'name', dtype)}, not the graph's dtypes",
-            hint="export with autocast disabled, or run_decompositions() first",
-        )
-    return fn(*args)
+    if not enabled:
+        token = autocast.STATE.set(None)
+    else:
+        if str(device_type) != "cpu":
+            raise UnsupportedError(
+                f"an enabled {device_type} autocast region is not run: only CPU autocast's casting policy is implemented"
+            )
+        npd = getattr(dtype, "numpy", None) if dtype is not None else np.dtype(ml_dtypes.bfloat16)
+        if npd is None:
+            raise UnsupportedError(f"autocast to {dtype} has no NumPy dtype")
+        token = autocast.STATE.set(np.dtype(npd))
+    try:
+        return fn(*args)
+    finally:
+        autocast.STATE.reset(token)
 
 
 @kernel("higher_order.invoke_subgraph")
