@@ -203,7 +203,9 @@ def run_graph(graph: Graph, inputs: list[Any]) -> Any:
                     e._interp_node = n.name  # type: ignore[attr-defined]
                     e.message = f"{e.message} (at node {n.name!r}, {node_key(n)})"
                 raise
-            except (ValueError, TypeError, IndexError, ZeroDivisionError, OverflowError, FloatingPointError) as e:
+            except IndexError as e:  # an index tensor out of range (torch raises IndexError too)
+                raise UsageError(f"index out of range at node {n.name!r} ({node_key(n)}): {e}") from e
+            except Exception as e:  # noqa: BLE001 - any other failure of a kernel is a torchless bug
                 raise InternalError(f"kernel {node_key(n)} failed at node {n.name!r}: {type(e).__name__}: {e}") from e
             if isinstance(out, np.generic):
                 out = np.asarray(out)
