@@ -28,7 +28,7 @@ from torchless.core.dtypes import by_name, from_numpy
 from torchless.interp import registry
 
 #: the dtypes every op is tried in (where torch supports them)
-DTYPES = ["float32", "float64", "int64", "int32", "bool", "bfloat16", "float16"]
+DTYPES = ["float32", "float64", "int64", "int32", "bool", "bfloat16", "float16", "complex64"]
 
 #: (rtol, atol) per result dtype for floating point results
 TOL = {

@@ -107,3 +107,30 @@ def test_views_write_through() -> None:
     ):
         v = _k(key)(x, *args)
         assert np.shares_memory(v, x), key
+
+
+@pytest.mark.parametrize(
+    ("key", "args"),
+    [
+        ("aten.add_.Tensor", (np.ones((2, 3), np.float32), 2.0)),
+        ("aten.mul_.Scalar", (np.arange(6, dtype=np.int64).reshape(2, 3), 3)),
+        ("aten.clamp_.default", (np.linspace(-2, 2, 6, dtype=np.float32), -1.0, 1.0)),
+        ("aten.gt_.Scalar", (np.linspace(-2, 2, 6, dtype=np.float32), 0.5)),
+        ("aten.div_.Tensor_mode", (np.arange(-3, 3, dtype=np.int32), 2)),
+    ],
+)
+def test_inplace_variants_write_into_self(key: str, args: tuple) -> None:
+    x = args[0].copy()
+    kwargs = {"rounding_mode": "floor"} if "mode" in key else {}
+    out = _k(key)(x, *args[1:], **kwargs)
+    assert out is x
+    t = torch.from_numpy(args[0].copy())
+    getattr(torch.ops.aten, key.split(".")[1]).__getattr__(key.split(".")[2])(t, *args[1:], **kwargs)
+    np.testing.assert_array_equal(x, t.numpy())
+
+
+def test_inplace_refuses_a_wider_result() -> None:
+    with pytest.raises(UsageError, match="can't be cast"):
+        _k("aten.add_.Tensor")(np.zeros(3, np.int64), 0.5)
+    with pytest.raises(UsageError, match="broadcast shape"):
+        _k("aten.add_.Tensor")(np.zeros(3, np.float32), np.zeros((2, 3), np.float32))

@@ -606,3 +606,44 @@ def log_softmax(self: np.ndarray, dim: int, half_to_float: bool) -> np.ndarray:
         m = np.where(np.isfinite(m), m, 0)
         s = v - m
         return promote.cast(s - np.log(np.sum(np.exp(s), axis=d, keepdims=True)), result)
+
+
+# -- in-place variants (training IR and buffer updates keep a few: add_, mul_, clamp_ ...) ---------
+
+
+def _inplace(key: str) -> None:
+    from ..registry import _KERNELS
+
+    out_of_place = _KERNELS[key]
+    _, name, overload = key.split(".")
+
+    @kernel(f"aten.{name}_.{overload}")
+    def k(self: np.ndarray, *args: Any, **kwargs: Any) -> np.ndarray:
+        r = tensor(out_of_place(self, *args, **kwargs))
+        if promote.category(r.dtype) > promote.category(self.dtype) and not (
+            name in ("eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "logical_not")
+        ):
+            raise bad(f"aten.{name}_", f"result type {r.dtype} can't be cast to the desired output type {self.dtype}")
+        if r.shape != self.shape:
+            raise bad(f"aten.{name}_", f"output with shape {list(self.shape)} doesn't match the broadcast shape {list(r.shape)}")
+        self[...] = promote.cast(r, self.dtype)
+        return self
+
+    k.__name__ = f"{name}_"
+
+
+for _key in (
+    "aten.add.Tensor aten.add.Scalar aten.sub.Tensor aten.sub.Scalar aten.mul.Tensor aten.mul.Scalar "
+    "aten.div.Tensor aten.div.Scalar aten.div.Tensor_mode aten.div.Scalar_mode aten.remainder.Tensor "
+    "aten.remainder.Scalar aten.fmod.Tensor aten.fmod.Scalar aten.pow.Tensor_Tensor aten.pow.Tensor_Scalar "
+    "aten.clamp.default aten.clamp.Tensor aten.clamp_min.default aten.clamp_max.default aten.relu.default "
+    "aten.leaky_relu.default aten.hardtanh.default aten.elu.default aten.gelu.default aten.sigmoid.default "
+    "aten.tanh.default aten.exp.default aten.log.default aten.sqrt.default aten.rsqrt.default aten.neg.default "
+    "aten.abs.default aten.floor.default aten.ceil.default aten.round.default aten.trunc.default aten.sin.default "
+    "aten.cos.default aten.reciprocal.default aten.erf.default aten.sign.default aten.masked_fill.Scalar "
+    "aten.masked_fill.Tensor aten.bitwise_and.Tensor aten.bitwise_or.Tensor aten.bitwise_xor.Tensor "
+    "aten.bitwise_not.default aten.logical_not.default aten.logical_and.default aten.logical_or.default "
+    "aten.eq.Tensor aten.eq.Scalar aten.ne.Tensor aten.ne.Scalar aten.lt.Tensor aten.lt.Scalar aten.le.Tensor "
+    "aten.le.Scalar aten.gt.Tensor aten.gt.Scalar aten.ge.Tensor aten.ge.Scalar aten.atan2.default"
+).split():
+    _inplace(_key)
