@@ -228,7 +228,7 @@ def _visit_everything(p: Page) -> None:
             for kind in ("leaf", "branch"):  # a tensor's statistics; zooming into a module
                 cells = p.page.locator(f"[data-kind='treemap'].{kind}")
                 if cells.count():
-                    cells.first.click()
+                    cells.first.click(position={"x": 4, "y": 4})  # a module's header strip (its children fill the rest)
     p.page.wait_for_timeout(100)
 
 
@@ -272,3 +272,27 @@ def test_hostile_names_render_as_text(browser, view_files, tmp_path, kind):
             p.close()
             if served:
                 srv.close()
+
+
+def test_findings_in_place(browser, tmp_path):
+    import pickle
+
+    class Evil:
+        def __reduce__(self):
+            import os
+
+            return (os.system, ("echo pwned",))
+
+    path = tmp_path / "evil.pt"
+    path.write_bytes(pickle.dumps({"w": Evil()}, protocol=2))
+    rep = torchless.scan(path)
+    want = [f.rule for fr in rep.files for f in fr.findings]
+    p = Page(browser, html_file([path], tmp_path / "evil.html"))
+    try:
+        p.tab("findings")
+        assert p.names("[data-kind='finding']") == want and "dangerous-global" in want
+        text = p.page.locator(".findings").text_content()
+        assert "posix.system" in text and "REDUCE" in text  # what would be called, and the disassembly
+        assert not p.errors, p.errors
+    finally:
+        p.close()

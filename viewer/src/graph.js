@@ -11,6 +11,7 @@ const CHUNK = 100;
 const MAX_VISIBLE = 2500; // refuse to lay out more boxes at once than this
 const EDGE_LABELS_BELOW = 1500;
 const RESULTS = 100;
+const RANKER_SIMPLEX_BELOW = 120;
 
 function shortTarget(n) {
   const t = n.target || "";
@@ -28,10 +29,19 @@ function prepare(g) {
   const n = g.nodes.length;
   const hasGroups = g.nodes.some((x) => x.group && x.group.length);
   const groupOf = new Array(n);
+  // no module groups: runs of CHUNK nodes, in runs of 10 * CHUNK ... while that is too many
+  const sizes = [CHUNK];
+  while (n > sizes[sizes.length - 1] * 10) sizes.push(sizes[sizes.length - 1] * 10);
+  sizes.reverse();
   for (let i = 0; i < n; i++) {
     if (!hasGroups && n > CHUNK_ABOVE) {
-      const lo = Math.floor(i / CHUNK) * CHUNK;
-      groupOf[i] = ["nodes " + lo + "–" + Math.min(n - 1, lo + CHUNK - 1)];
+      const path = [];
+      for (const size of sizes) {
+        const lo = Math.floor(i / size) * size;
+        const name = "nodes " + lo + "–" + Math.min(n - 1, lo + size - 1);
+        if (path[path.length - 1] !== name) path.push(name);
+      }
+      groupOf[i] = path;
     } else groupOf[i] = g.nodes[i].group || [];
   }
   const groups = new Map();
@@ -116,6 +126,135 @@ function nodeLabel(p, it) {
   return [groupLabel(it.path), grp.count + " nodes"];
 }
 
+function boxSize(p, it) {
+  const [a, b] = nodeLabel(p, it);
+  return { width: Math.min(320, Math.max(60, 7 * Math.max(a.length, b.length) + 18)), height: 36 };
+}
+
+const PAD = { top: 24, side: 10, bottom: 10 };
+
+/** Lay out each expanded group on its own (dagre, one small graph per group, innermost
+ * first) and place it as one box in its parent's layout: dagre's compound mode grows far
+ * faster than the sum of these small layouts. Returns absolute centres and sizes of the
+ * boxes (``boxes``: item key -> {x, y, width, height}) and frames (``frames``: group path ->
+ * {x, y, width, height, depth}), and ``edgePoints(from, to)``: dagre's route when both ends
+ * share a layout, else the two box ends to join with a curve. */
+function nestedLayout(p, vis) {
+  const ROOT = "\u0000root";
+  const kids = new Map(); // container -> child keys ("n:i", "g:path", "c:path")
+  const parentOf = new Map(); // child key -> container
+  const add = (container, key) => {
+    const c = container === null || container === undefined ? ROOT : container;
+    if (!kids.has(c)) kids.set(c, []);
+    kids.get(c).push(key);
+    parentOf.set(key, c);
+  };
+  for (const it of vis.items.values()) add(it.parent, it.key);
+  for (const c of vis.clusters) add(p.groups.get(c).parent, "c:" + c);
+  const depthOf = (c) => {
+    let d = 0;
+    for (let q = c; q !== ROOT; q = parentOf.get("c:" + q)) d++;
+    return d;
+  };
+  // the chain of containers above a key, innermost first
+  const chain = (key) => {
+    const out = [];
+    for (let c = parentOf.get(key); c !== undefined; c = c === ROOT ? undefined : parentOf.get("c:" + c)) out.push(c);
+    return out;
+  };
+  // each edge goes into the layout of the lowest container holding both ends
+  const local = new Map(); // container -> Map "a\0b" -> [childA, childB]
+  const chains = new Map();
+  const getChain = (k) => {
+    let c = chains.get(k);
+    if (!c) chains.set(k, (c = chain(k)));
+    return c;
+  };
+  for (const e of vis.edges.values()) {
+    const ca = getChain(e.from);
+    const cb = getChain(e.to);
+    const inB = new Set(cb);
+    let lca = ROOT;
+    for (const c of ca) {
+      if (inB.has(c)) {
+        lca = c;
+        break;
+      }
+    }
+    const childUnder = (key, ch) => {
+      let k = key;
+      for (const c of ch) {
+        if (c === lca) return k;
+        k = "c:" + c;
+      }
+      return k;
+    };
+    const a = childUnder(e.from, ca);
+    const b = childUnder(e.to, cb);
+    if (a === b) continue;
+    if (!local.has(lca)) local.set(lca, new Map());
+    local.get(lca).set(a + "\u0000" + b, [a, b]);
+  }
+  const sizes = new Map(); // child key -> {width, height}
+  for (const it of vis.items.values()) sizes.set(it.key, boxSize(p, it));
+  const rel = new Map(); // container -> {width, height, pos: Map key -> {x, y}, edges: Map}
+  let dagreMs = 0;
+  const order = [...kids.keys()].sort((x, y) => (y === ROOT ? -1 : x === ROOT ? 1 : depthOf(y) - depthOf(x)));
+  for (const c of order) {
+    const G = new dagre.graphlib.Graph();
+    const n = kids.get(c).length;
+    G.setGraph({ rankdir: "TB", nodesep: 18, ranksep: 28, edgesep: 8, marginx: 0, marginy: 0, ranker: n > RANKER_SIMPLEX_BELOW ? "tight-tree" : "network-simplex" });
+    G.setDefaultEdgeLabel(() => ({}));
+    for (const k of kids.get(c)) G.setNode(k, { ...sizes.get(k) });
+    for (const [a, b] of (local.get(c) || new Map()).values()) G.setEdge(a, b);
+    const t = performance.now();
+    dagre.layout(G);
+    dagreMs += performance.now() - t;
+    const g = G.graph();
+    const pos = new Map();
+    for (const k of kids.get(c)) pos.set(k, G.node(k));
+    const edges = new Map();
+    for (const [a, b] of (local.get(c) || new Map()).values()) edges.set(a + "\u0000" + b, G.edge(a, b).points);
+    rel.set(c, { width: g.width || 0, height: g.height || 0, pos, edges });
+    if (c !== ROOT) sizes.set("c:" + c, { width: (g.width || 0) + 2 * PAD.side, height: (g.height || 0) + PAD.top + PAD.bottom });
+  }
+  // absolute positions, outermost first
+  const boxes = new Map();
+  const frames = new Map();
+  const origin = new Map([[ROOT, { x: 16, y: 16 }]]);
+  for (const c of [...order].reverse()) {
+    const o = origin.get(c);
+    const r = rel.get(c);
+    for (const [k, nd] of r.pos) {
+      const abs = { x: o.x + nd.x, y: o.y + nd.y, width: nd.width, height: nd.height };
+      if (k.startsWith("c:")) {
+        frames.set(k.slice(2), { ...abs, depth: depthOf(k.slice(2)) });
+        origin.set(k.slice(2), { x: abs.x - abs.width / 2 + PAD.side, y: abs.y - abs.height / 2 + PAD.top });
+      } else boxes.set(k, abs);
+    }
+  }
+  const root = rel.get(ROOT) || { width: 0, height: 0 };
+  function edgePoints(from, to) {
+    const ca = getChain(from);
+    const cb = getChain(to);
+    if (ca[0] === cb[0]) {
+      const pts = rel.get(ca[0]).edges.get(from + "\u0000" + to);
+      if (pts) {
+        const o = origin.get(ca[0]);
+        return pts.map((q) => ({ x: o.x + q.x, y: o.y + q.y }));
+      }
+    }
+    const a = boxes.get(from);
+    const b = boxes.get(to);
+    if (!a || !b) return null;
+    return [
+      { x: a.x, y: a.y + a.height / 2 },
+      { x: b.x, y: b.y - b.height / 2 },
+    ];
+  }
+  return { width: root.width + 32, height: root.height + 32, boxes, frames, edgePoints, dagreMs };
+}
+
 export function graphView(app, ai) {
   const art = app.model.artifacts[ai];
   const graphs = art.graphs;
@@ -157,9 +296,10 @@ export function graphView(app, ai) {
     const H = canvas.clientHeight || 600;
     const gw = layout.width || 1;
     const gh = layout.height || 1;
-    view.k = Math.min(1.5, Math.min(W / gw, H / gh) * 0.95);
-    view.x = (W - gw * view.k) / 2;
-    view.y = Math.max(5, (H - gh * view.k) / 2);
+    // the whole graph when it fits at a readable scale, else its top at that scale
+    view.k = Math.min(1.5, Math.max(0.4, Math.min(W / gw, H / gh) * 0.95));
+    view.x = gw * view.k <= W ? (W - gw * view.k) / 2 : 10;
+    view.y = gh * view.k <= H ? (H - gh * view.k) / 2 : 5;
     applyView();
   }
 
@@ -191,6 +331,7 @@ export function graphView(app, ai) {
   }
 
   function render(refit) {
+    const t0 = performance.now();
     const vis = visibleItems(p, expanded);
     clear(port);
     if (vis.items.size > MAX_VISIBLE) {
@@ -198,32 +339,16 @@ export function graphView(app, ai) {
       layout = null;
       return;
     }
-    const G = new dagre.graphlib.Graph({ compound: true });
-    G.setGraph({ rankdir: "TB", nodesep: 18, ranksep: 28, edgesep: 8, marginx: 16, marginy: 16 });
-    G.setDefaultEdgeLabel(() => ({}));
-    for (const it of vis.items.values()) {
-      const [a, b] = nodeLabel(p, it);
-      const w = Math.max(60, 7 * Math.max(a.length, b.length) + 18);
-      G.setNode(it.key, { width: Math.min(w, 320), height: 36 });
-    }
-    for (const c of vis.clusters) G.setNode("c:" + c, { paddingTop: 22, paddingLeft: 8, paddingRight: 8, paddingBottom: 8 });
-    for (const it of vis.items.values()) if (it.parent !== null && it.parent !== undefined) G.setParent(it.key, "c:" + it.parent);
-    for (const c of vis.clusters) {
-      const par = p.groups.get(c).parent;
-      if (par !== null && par !== undefined) G.setParent("c:" + c, "c:" + par);
-    }
-    for (const e of vis.edges.values()) G.setEdge(e.from, e.to);
-    dagre.layout(G);
-    const gg = G.graph();
-    layout = { width: gg.width, height: gg.height, nodes: new Map() };
+    const L = nestedLayout(p, vis);
+    const t2 = performance.now();
+    const t1 = t2 - L.dagreMs;
+    layout = { width: L.width, height: L.height, nodes: L.boxes };
 
     // clusters (expanded groups), outermost first
     const clusterEls = [];
     for (const c of vis.clusters) {
-      const nd = G.node("c:" + c);
+      const nd = L.frames.get(c);
       if (!nd) continue;
-      let depth = 0;
-      for (let q = p.groups.get(c).parent; q !== null && q !== undefined; q = p.groups.get(q).parent) depth++;
       const head = s(
         "g",
         { class: "cluster", "data-kind": "group", "data-name": c, "data-state": "expanded" },
@@ -237,7 +362,7 @@ export function graphView(app, ai) {
         render(false);
       });
       head.appendChild(s("title", null, c + " (" + p.groups.get(c).count + " nodes): click to collapse"));
-      clusterEls.push([depth, head]);
+      clusterEls.push([nd.depth, head]);
     }
     clusterEls.sort((a, b) => a[0] - b[0]);
     for (const [, el] of clusterEls) port.appendChild(el);
@@ -245,12 +370,18 @@ export function graphView(app, ai) {
     const edgeLayer = s("g", { class: "edges" });
     const showLabels = vis.edges.size <= EDGE_LABELS_BELOW;
     for (const e of vis.edges.values()) {
-      const ed = G.edge(e.from, e.to);
-      if (!ed || !ed.points) continue;
-      const d = ed.points.map((pt, i) => (i ? "L" : "M") + pt.x.toFixed(1) + " " + pt.y.toFixed(1)).join(" ");
+      const pts = L.edgePoints(e.from, e.to);
+      if (!pts) continue;
+      let d;
+      if (pts.length === 2) {
+        // across groups: a curve from the bottom of one box to the top of the other
+        const [a, b] = pts;
+        const dy = Math.max(20, Math.abs(b.y - a.y) / 2);
+        d = "M" + a.x.toFixed(1) + " " + a.y.toFixed(1) + " C" + a.x.toFixed(1) + " " + (a.y + dy).toFixed(1) + " " + b.x.toFixed(1) + " " + (b.y - dy).toFixed(1) + " " + b.x.toFixed(1) + " " + b.y.toFixed(1);
+      } else d = pts.map((pt, i) => (i ? "L" : "M") + pt.x.toFixed(1) + " " + pt.y.toFixed(1)).join(" ");
       edgeLayer.appendChild(s("path", { d, class: "edge", "marker-end": "url(#arrow)" }));
       if (showLabels && e.label) {
-        const mid = ed.points[Math.floor(ed.points.length / 2)];
+        const mid = pts.length === 2 ? { x: (pts[0].x + pts[1].x) / 2, y: (pts[0].y + pts[1].y) / 2 } : pts[Math.floor(pts.length / 2)];
         edgeLayer.appendChild(s("text", { x: mid.x + 4, y: mid.y - 2, class: "elabel" }, e.label + (e.count > 1 ? " ×" + e.count : "")));
       }
     }
@@ -258,8 +389,7 @@ export function graphView(app, ai) {
 
     const nodeLayer = s("g", { class: "nodes" });
     for (const it of vis.items.values()) {
-      const nd = G.node(it.key);
-      layout.nodes.set(it.key, nd);
+      const nd = L.boxes.get(it.key);
       const [a, b] = nodeLabel(p, it);
       const x = nd.x - nd.width / 2;
       const y = nd.y - nd.height / 2;
@@ -301,6 +431,11 @@ export function graphView(app, ai) {
     status.textContent = p.n + " nodes, " + shown + " shown, " + (vis.items.size - shown) + " collapsed groups";
     if (refit) fit();
     else applyView();
+    // for benchmarks and tests: when the latest layout was drawn (ms since navigation start)
+    // and where its time went
+    window.__tlGraphRendered = performance.now();
+    window.__tlGraphTimes = { visible: t1 - t0, layout: t2 - t1, draw: window.__tlGraphRendered - t2, boxes: vis.items.size };
+    void t1;
   }
 
   function reveal(i) {

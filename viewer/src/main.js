@@ -196,7 +196,8 @@ function start() {
     head.appendChild(b);
   });
   root.append(head, tabBar, body);
-  renderTabs(null);
+  // a tab named in the URL's fragment (#graph, #diff ...) opens first
+  renderTabs(/^#[a-z]+$/.test(location.hash) ? location.hash.slice(1) : null);
   document.body.setAttribute("data-ready", "1");
 }
 

@@ -271,12 +271,29 @@ function squarify(items, x, y, w, hgt, out) {
   }
 }
 
+/** The tree by bytes of storage: a storage shared by several tensors (tied weights, views)
+ * counts once, for the first tensor that uses it, so the blocks add up to the file's data. */
+function storageTree(tensors) {
+  const seen = new Set();
+  const weighted = tensors.map((t) => {
+    if (t.storage === null || t.storage === undefined) return t;
+    if (seen.has(t.storage)) return { ...t, nbytes: 0 };
+    seen.add(t.storage);
+    return t;
+  });
+  return buildTree(weighted);
+}
+
 export function treemapView(app, ai) {
   const art = app.model.artifacts[ai];
-  const tree = buildTree(art.tensors);
+  const tree = storageTree(art.tensors);
   const box = h("div", { class: "treemap" });
   const crumbs = h("div", { class: "crumbs" });
-  const panel = h("div", { class: "panel" }, h("p", { class: "hint" }, "Bytes by module path: click a block to zoom in, a tensor to see its statistics."));
+  const panel = h(
+    "div",
+    { class: "panel" },
+    h("p", { class: "hint" }, "Bytes by module path (a shared storage counts once): click a module to zoom in, a tensor to see its statistics."),
+  );
   let cur = tree;
   const stack = [];
 
@@ -285,6 +302,52 @@ export function treemapView(app, ai) {
     for (const k of node.kids.values()) items.push({ value: k.bytes, node: k, label: k.seg });
     for (const t of node.leaves) items.push({ value: t.nbytes, tensor: t, label: t.name.split(".").pop() });
     return items.filter((i) => i.value > 0).sort((a, b) => b.value - a.value);
+  }
+
+  function cellFor(it, r, total, depth) {
+    const pct = ((100 * it.value) / total).toFixed(1);
+    const label = it.label + " " + fmtBytes(it.value) + " (" + pct + "%)";
+    const cell = h(
+      "div",
+      {
+        class: "cell " + (it.tensor ? "leaf" : "branch") + " d" + Math.min(depth, 3),
+        "data-kind": "treemap",
+        "data-name": it.tensor ? it.tensor.name : it.node.path,
+        title: (it.tensor ? it.tensor.name : it.node.path) + ": " + fmtBytes(it.value) + " (" + pct + "% of this view)",
+      },
+      r.w > 40 && r.h > 14 ? h("span", null, label) : null,
+    );
+    cell.style.left = r.x + "px";
+    cell.style.top = r.y + "px";
+    cell.style.width = Math.max(0, r.w - 1) + "px";
+    cell.style.height = Math.max(0, r.h - 1) + "px";
+    cell.addEventListener("click", (ev) => {
+      ev.stopPropagation();
+      if (it.node) {
+        // the crumbs: every module from the top down to this one
+        stack.length = 0;
+        let n = tree;
+        for (const seg of it.node.path.split(".")) {
+          n = n.kids.get(seg);
+          stack.push(n);
+        }
+        cur = it.node;
+        render();
+      } else showTensor(app, ai, it.tensor, panel);
+    });
+    return cell;
+  }
+
+  // nested: a module's block holds its children's blocks, while there is room
+  function place(node, x, y, w, hgt, depth, total, count) {
+    const rects = [];
+    squarify(children(node).slice(0, 300), x, y, w, hgt, rects);
+    for (const r of rects) {
+      if (count.n++ > 3000) return;
+      const it = r.item;
+      box.appendChild(cellFor(it, r, total, depth));
+      if (it.node && depth < 3 && r.w > 60 && r.h > 44) place(it.node, r.x + 3, r.y + 17, r.w - 7, r.h - 21, depth + 1, total, count);
+    }
   }
 
   function render() {
@@ -298,36 +361,7 @@ export function treemapView(app, ai) {
     crumbs.appendChild(h("span", { class: "dim" }, "  " + fmtBytes(cur.bytes)));
     const W = box.clientWidth || 800;
     const H = box.clientHeight || 480;
-    const rects = [];
-    squarify(children(cur).slice(0, 400), 0, 0, W, H, rects);
-    const total = cur.bytes || 1;
-    for (const r of rects) {
-      const it = r.item;
-      const pct = ((100 * it.value) / total).toFixed(1);
-      const label = it.label + " " + fmtBytes(it.value) + " (" + pct + "%)";
-      const cell = h(
-        "div",
-        {
-          class: "cell " + (it.tensor ? "leaf" : "branch"),
-          "data-kind": "treemap",
-          "data-name": it.tensor ? it.tensor.name : it.node.path,
-          title: (it.tensor ? it.tensor.name : it.node.path) + ": " + fmtBytes(it.value) + " (" + pct + "%)",
-        },
-        r.w > 40 && r.h > 14 ? h("span", null, label) : null,
-      );
-      cell.style.left = r.x + "px";
-      cell.style.top = r.y + "px";
-      cell.style.width = Math.max(0, r.w - 1) + "px";
-      cell.style.height = Math.max(0, r.h - 1) + "px";
-      cell.addEventListener("click", () => {
-        if (it.node) {
-          stack.push(it.node);
-          cur = it.node;
-          render();
-        } else showTensor(app, ai, it.tensor, panel);
-      });
-      box.appendChild(cell);
-    }
+    place(cur, 0, 0, W, H, 0, cur.bytes || 1, { n: 0 });
   }
   const view = h("div", { class: "split" }, h("div", { class: "left" }, crumbs, box), panel);
   return { el: view, refresh: render, afterShow: render };
