@@ -611,6 +611,9 @@ def log_softmax(self: np.ndarray, dim: int, half_to_float: bool) -> np.ndarray:
 # -- in-place variants (training IR and buffer updates keep a few: add_, mul_, clamp_ ...) ---------
 
 
+_BOOL_RESULT = frozenset(["eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "logical_not"])
+
+
 def _inplace(key: str) -> None:
     from ..registry import _KERNELS
 
@@ -620,9 +623,7 @@ def _inplace(key: str) -> None:
     @kernel(f"aten.{name}_.{overload}")
     def k(self: np.ndarray, *args: Any, **kwargs: Any) -> np.ndarray:
         r = tensor(out_of_place(self, *args, **kwargs))
-        if promote.category(r.dtype) > promote.category(self.dtype) and not (
-            name in ("eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "logical_not")
-        ):
+        if promote.category(r.dtype) > promote.category(self.dtype) and name not in _BOOL_RESULT:
             raise bad(f"aten.{name}_", f"result type {r.dtype} can't be cast to the desired output type {self.dtype}")
         if r.shape != self.shape:
             raise bad(f"aten.{name}_", f"output with shape {list(self.shape)} doesn't match the broadcast shape {list(r.shape)}")
@@ -632,18 +633,16 @@ def _inplace(key: str) -> None:
     k.__name__ = f"{name}_"
 
 
-for _key in (
-    "aten.add.Tensor aten.add.Scalar aten.sub.Tensor aten.sub.Scalar aten.mul.Tensor aten.mul.Scalar "
-    "aten.div.Tensor aten.div.Scalar aten.div.Tensor_mode aten.div.Scalar_mode aten.remainder.Tensor "
-    "aten.remainder.Scalar aten.fmod.Tensor aten.fmod.Scalar aten.pow.Tensor_Tensor aten.pow.Tensor_Scalar "
-    "aten.clamp.default aten.clamp.Tensor aten.clamp_min.default aten.clamp_max.default aten.relu.default "
-    "aten.leaky_relu.default aten.hardtanh.default aten.elu.default aten.gelu.default aten.sigmoid.default "
-    "aten.tanh.default aten.exp.default aten.log.default aten.sqrt.default aten.rsqrt.default aten.neg.default "
-    "aten.abs.default aten.floor.default aten.ceil.default aten.round.default aten.trunc.default aten.sin.default "
-    "aten.cos.default aten.reciprocal.default aten.erf.default aten.sign.default aten.masked_fill.Scalar "
-    "aten.masked_fill.Tensor aten.bitwise_and.Tensor aten.bitwise_or.Tensor aten.bitwise_xor.Tensor "
-    "aten.bitwise_not.default aten.logical_not.default aten.logical_and.default aten.logical_or.default "
-    "aten.eq.Tensor aten.eq.Scalar aten.ne.Tensor aten.ne.Scalar aten.lt.Tensor aten.lt.Scalar aten.le.Tensor "
-    "aten.le.Scalar aten.gt.Tensor aten.gt.Scalar aten.ge.Tensor aten.ge.Scalar aten.atan2.default"
-).split():
-    _inplace(_key)
+_INPLACE = {
+    "Tensor": "add sub mul div remainder fmod clamp masked_fill bitwise_and bitwise_or bitwise_xor eq ne lt le gt ge",
+    "Scalar": "add sub mul div remainder fmod masked_fill eq ne lt le gt ge",
+    "Tensor_mode": "div",
+    "Scalar_mode": "div",
+    "Tensor_Tensor": "pow",
+    "Tensor_Scalar": "pow",
+    "default": "clamp clamp_min clamp_max relu leaky_relu hardtanh elu gelu sigmoid tanh exp log sqrt rsqrt neg abs floor ceil "
+    "round trunc sin cos reciprocal erf sign bitwise_not logical_not logical_and logical_or atan2",
+}
+for _ov, _names in _INPLACE.items():
+    for _n in _names.split(" "):
+        _inplace(f"aten.{_n}.{_ov}")
