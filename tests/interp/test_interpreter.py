@@ -183,3 +183,27 @@ def test_treespec_round_trip():
         spec.flatten(([1, 2], {"k": 3}))
     with pytest.raises(UsageError, match="length"):
         spec.flatten(([1], {"k": 3, "j": 4}))
+
+
+def test_guard_code_is_evaluated_never_executed():
+    from torchless.interp.guards import check_guards_code, eval_guard, guard_env
+
+    env = guard_env({"x": np.zeros((6, 4)), "n": 3, "kw": {"m": np.zeros(2)}})
+    assert eval_guard("L['x'].size()[0] % 2 == 0 and L['x'].size(1) == 4", env) is True
+    assert eval_guard("max(1, L['x'].size()[0] // 4) != 1", env) is False
+    assert eval_guard("2 <= L['n'] <= 5 and L['kw']['m'].size()[0] == 2 and L['x'].stride()[0] == 4", env) is True
+    assert eval_guard("math.floor(L['x'].numel() / 5) == 4", env) is True
+    for hostile in (
+        "__import__('os').system('true')",
+        "L.__class__",
+        "(1).__class__.__mro__",
+        "2 ** 10 ** 10 > 0",
+        "1 << 10 ** 9",
+        "L['missing'].size()[0] == 1",
+        "(" * 500 + "1" + ")" * 500,
+        "lambda: 1",
+    ):
+        assert eval_guard(hostile, env) is None, hostile
+    assert check_guards_code(["L['x'].size()[0] == 6", "open('f')"], env) == ["open('f')"]
+    with pytest.raises(UsageError, match=r"x\.size\(\)\[0\] == 5"):
+        check_guards_code(["L['x'].size()[0] == 5"], env)

@@ -18,6 +18,7 @@ import pytest
 
 import torchless
 from torchless.cli.main import main
+from torchless.cli.schemas import SCHEMAS, validate
 from torchless.core.errors import UnsupportedError, UsageError
 from torchless.interp import registry
 
@@ -178,6 +179,17 @@ class Autocast(torch.nn.Module):
         return y, z, loss, w
 
 
+class SymOps(torch.nn.Module):
+    """SymInt arithmetic (``//``, ``%``, neg, sym_max, sym_float, sym_int, sym_sqrt) and a
+    program whose ``guards_code`` excludes some sizes (``max(1, n // 2) != 1``)."""
+
+    def forward(self, x):
+        n = x.shape[0]
+        a = torch.sym_max(n // 2, 1)
+        c = torch.sym_int(torch.sym_float(n) * 0.5)
+        return x[:a].sum() + (n // 3 + 1) + c, n % 3, -n, torch.sym_sqrt(n)
+
+
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     """name -> (path of the .pt2, the ExportedProgram): each model exported once."""
@@ -194,6 +206,7 @@ def saved(tmp_path_factory):
         "derived": (Derived(), (torch.randn(4, 2), torch.randn(8, 2)), {}, {"x": {0: batch}, "y": {0: 2 * batch}}),
         "ints": (Ints(), (torch.ones(2), 3, 2.0), {}, {"x": None, "n": torch.export.Dim.DYNAMIC, "f": None}),
         "autocast": (Autocast(), (torch.randn(2, 4),), {}, None),
+        "symops": (SymOps(), (torch.randn(7, 2),), {}, {"x": {0: torch.export.Dim.AUTO}}),
         "mutating": (Mutating(), (torch.ones(4), torch.ones(4)), {}, None),
         "counter": (Counter(), (torch.randn(4, 2),), {"scale": torch.tensor(3.0)}, {"x": {0: batch}, "scale": None}),
     }
@@ -329,6 +342,22 @@ def test_symint_and_constant_inputs(saved):
         ep.module()(torch.ones(2), 3, 2.5)
 
 
+def test_symint_arithmetic_and_guards_code(saved):
+    path, ep = saved["symops"]
+    prog = torchless.load(path)
+    assert prog.guards_code  # the program carries Python guards over its inputs
+    m = prog.module()
+    for n in (7, 31):
+        x = torch.randn(n, 2)
+        _check(m(x.numpy()), ep.module()(x))
+    assert m.unchecked_guards == []
+    for n in (2, 3):  # n // 2 == 1: outside what the program was exported for
+        with pytest.raises(UsageError, match=r"guard.*x\.size\(\)\[0\] // 2"):
+            m(np.zeros((n, 2), np.float32))
+        with pytest.raises(AssertionError, match="Guard failed"):
+            ep.module()(torch.zeros(n, 2))
+
+
 def test_map(saved):
     path, ep = saved["map"]
     m = torchless.load(path).module()
@@ -410,6 +439,7 @@ def test_cli_run(saved, tmp_path, capsys):
         np.testing.assert_allclose(z["out"], want, rtol=1e-5, atol=1e-6)
     assert main(["run", str(path), "--inputs", str(tmp_path / "in.npz"), "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
+    validate(res, SCHEMAS["run"])
     (row,) = res["outputs"]
     assert row["shape"] == [3, 3] and row["dtype"] == "float32"
     assert row["max"] == pytest.approx(float(want.max()), rel=1e-5) and row["mean"] == pytest.approx(float(want.mean()), rel=1e-4)

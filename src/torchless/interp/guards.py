@@ -14,7 +14,9 @@ Expressions are ``sympy.srepr`` text (:mod:`torchless.graph.symbolic` parses the
 
 from __future__ import annotations
 
+import ast
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +26,7 @@ from ..core.errors import UsageError
 from ..graph.ir import SymValue, TensorValue
 from ..graph.symbolic import Expr, parse_srepr, pretty
 
-__all__ = ["InputSlot", "check_inputs", "evaluate", "Unbound"]
+__all__ = ["InputSlot", "check_inputs", "evaluate", "Unbound", "check_guards_code", "eval_guard", "guard_env"]
 
 
 class Unbound(KeyError):
@@ -233,3 +235,227 @@ def _solve(expr: Any, name: str, env: dict[str, Any], actual: int) -> int | None
         return sol if evaluate(expr, {**env, name: sol}) == actual else None
     except (ValueError, ZeroDivisionError, TypeError):
         return None
+
+
+# -- the program's guards_code ---------------------------------------------------------
+#
+# ``ExportedProgram._guards_code`` holds Python expressions over the inputs
+# (``max(1, L['x'].size()[0] // 2) != 1``, ``L['x'].size()[0] % 2 == 0``) that torch's
+# unlifted module compiles and asserts. The text comes from the file, so it is never
+# executed: :func:`eval_guard` walks its AST and evaluates only arithmetic, comparisons,
+# boolean logic, a few pure functions and the input accessors, with bounded powers and
+# shifts; anything else leaves that guard unevaluated.
+
+
+class _Unknown(Exception):
+    """The guard uses something the evaluator does not support."""
+
+
+class _TensorView:
+    """What a guard may ask of a tensor input: sizes, strides (contiguous), offset."""
+
+    def __init__(self, a: np.ndarray) -> None:
+        self.a = a
+
+    def size(self, dim: int | None = None) -> Any:
+        return tuple(int(s) for s in self.a.shape) if dim is None else int(self.a.shape[dim])
+
+    def stride(self, dim: int | None = None) -> Any:
+        out, acc = [], 1
+        for s in reversed(self.a.shape):
+            out.append(acc)
+            acc *= max(int(s), 1)
+        st = tuple(reversed(out))
+        return st if dim is None else st[dim]
+
+    def storage_offset(self) -> int:
+        return 0
+
+    def dim(self) -> int:
+        return int(self.a.ndim)
+
+    def numel(self) -> int:
+        return int(self.a.size)
+
+
+def _floordiv(a: Any, b: Any) -> Any:
+    return a // b
+
+
+_GUARD_FUNCS: dict[str, Any] = {
+    "max": max,
+    "min": min,
+    "abs": abs,
+    "int": int,
+    "float": float,
+    "bool": bool,
+    "round": round,
+    "Max": max,
+    "Min": min,
+    "Abs": abs,
+    "FloorDiv": _floordiv,
+    "CleanDiv": _floordiv,
+    "Mod": lambda a, b: a % b,
+    "PythonMod": lambda a, b: a % b,
+    "IntTrueDiv": lambda a, b: a / b,
+    "FloatTrueDiv": lambda a, b: a / b,
+    "TruncToInt": math.trunc,
+    "FloorToInt": math.floor,
+    "CeilToInt": math.ceil,
+    "RoundToInt": round,
+    "ToFloat": float,
+    "floor": math.floor,
+    "ceiling": math.ceil,
+    "Eq": lambda a, b: a == b,
+    "Ne": lambda a, b: a != b,
+}
+_MATH_FUNCS = {"floor", "ceil", "trunc", "sqrt", "log", "log2", "exp", "fabs", "isnan", "isinf"}
+_TENSOR_METHODS = {"size", "stride", "storage_offset", "dim", "numel"}
+_BINOPS: dict[type, Any] = {
+    ast.Add: lambda a, b: a + b,
+    ast.Sub: lambda a, b: a - b,
+    ast.Mult: lambda a, b: a * b,
+    ast.Div: lambda a, b: a / b,
+    ast.FloorDiv: lambda a, b: a // b,
+    ast.Mod: lambda a, b: a % b,
+    ast.BitAnd: lambda a, b: a & b,
+    ast.BitOr: lambda a, b: a | b,
+}
+_CMPOPS: dict[type, Any] = {
+    ast.Eq: lambda a, b: a == b,
+    ast.NotEq: lambda a, b: a != b,
+    ast.Lt: lambda a, b: a < b,
+    ast.LtE: lambda a, b: a <= b,
+    ast.Gt: lambda a, b: a > b,
+    ast.GtE: lambda a, b: a >= b,
+}
+
+
+def _small(v: Any) -> Any:
+    if isinstance(v, int) and abs(v) > 1 << 4096:
+        raise _Unknown("value too large")
+    return v
+
+
+def _ev(node: ast.AST, env: dict[str, Any], depth: int = 0) -> Any:
+    if depth > 100:
+        raise _Unknown("too deep")
+    d = depth + 1
+    if isinstance(node, ast.Expression):
+        return _ev(node.body, env, d)
+    if (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, (int, float, bool, str))
+        or (isinstance(node, ast.Constant) and node.value is None)
+    ):
+        return node.value
+    if isinstance(node, ast.Name):
+        if node.id == "L":
+            return env
+        if node.id in ("inf", "oo"):
+            return math.inf
+        raise _Unknown(node.id)
+    if isinstance(node, ast.Subscript):
+        base = _ev(node.value, env, d)
+        key = _ev(node.slice, env, d)
+        if isinstance(base, _TensorView) or not isinstance(base, (dict, list, tuple)):
+            raise _Unknown("subscript")
+        try:
+            return base[key]
+        except (KeyError, IndexError, TypeError) as e:
+            raise _Unknown("no such input") from e
+    if isinstance(node, ast.BinOp):
+        a, b = _ev(node.left, env, d), _ev(node.right, env, d)
+        if isinstance(node.op, ast.Pow):
+            if not isinstance(b, (int, float)) or abs(b) > 64:
+                raise _Unknown("power")
+            return _small(a**b)
+        if isinstance(node.op, (ast.LShift, ast.RShift)):
+            if not isinstance(b, int) or not 0 <= b <= 64:
+                raise _Unknown("shift")
+            return a << b if isinstance(node.op, ast.LShift) else a >> b
+        fn = _BINOPS.get(type(node.op))
+        if fn is None:
+            raise _Unknown(type(node.op).__name__)
+        return _small(fn(a, b))
+    if isinstance(node, ast.UnaryOp):
+        v = _ev(node.operand, env, d)
+        if isinstance(node.op, ast.Not):
+            return not v
+        if isinstance(node.op, ast.USub):
+            return -v
+        if isinstance(node.op, ast.UAdd):
+            return +v
+        raise _Unknown("unary")
+    if isinstance(node, ast.BoolOp):
+        vals = (_ev(v, env, d) for v in node.values)
+        return all(vals) if isinstance(node.op, ast.And) else any(vals)
+    if isinstance(node, ast.Compare):
+        left = _ev(node.left, env, d)
+        for op, right_node in zip(node.ops, node.comparators, strict=True):
+            right = _ev(right_node, env, d)
+            fn = _CMPOPS.get(type(op))
+            if fn is None:
+                raise _Unknown("comparison")
+            if not fn(left, right):
+                return False
+            left = right
+        return True
+    if isinstance(node, ast.Tuple):
+        return tuple(_ev(e, env, d) for e in node.elts)
+    if isinstance(node, ast.Call) and not node.keywords:
+        args = [_ev(a, env, d) for a in node.args]
+        f = node.func
+        if isinstance(f, ast.Name) and f.id in _GUARD_FUNCS:
+            return _GUARD_FUNCS[f.id](*args)
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "math" and f.attr in _MATH_FUNCS:
+            return getattr(math, f.attr)(*args)
+        if isinstance(f, ast.Attribute) and f.attr in _TENSOR_METHODS:
+            obj = _ev(f.value, env, d)
+            if isinstance(obj, _TensorView):
+                return getattr(obj, f.attr)(*args)
+        raise _Unknown("call")
+    raise _Unknown(type(node).__name__)
+
+
+def guard_env(tree: Any) -> Any:
+    """The ``L`` a guard reads: the inputs by name with each array wrapped for ``.size()``."""
+    if isinstance(tree, dict):
+        return {k: guard_env(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return [guard_env(v) for v in tree]
+    if isinstance(tree, np.ndarray):
+        return _TensorView(tree) if tree.ndim else tree.item()
+    return tree
+
+
+def eval_guard(text: str, env: dict[str, Any]) -> bool | None:
+    """The truth of one guard over ``env`` (:func:`guard_env`), or None when the guard
+    uses something torchless does not evaluate."""
+    if len(text) > 10_000:
+        return None
+    try:
+        tree = ast.parse(text, mode="eval")
+        return bool(_ev(tree, env))
+    except (_Unknown, SyntaxError, ValueError, TypeError, ZeroDivisionError, OverflowError, RecursionError, MemoryError):
+        return None
+
+
+_L_REF = re.compile(r"L\[(['\"])([^'\"]+)\1\]")
+
+
+def check_guards_code(guards: list[str], env: dict[str, Any]) -> list[str]:
+    """Assert every guard that can be evaluated; returns those that could not.
+
+    Raises:
+        UsageError: a guard is false (named as torch names it: ``x.size()[0] // 2 != 1``).
+    """
+    skipped = []
+    for g in guards:
+        ok = eval_guard(g, env)
+        if ok is None:
+            skipped.append(g)
+        elif not ok:
+            shown = _L_REF.sub(lambda m: m.group(2), g)
+            raise UsageError(f"the inputs fail a guard the program was exported under: {shown}")
+    return skipped

@@ -96,8 +96,10 @@ class ProgramRunner:
             return value.item()
         return value
 
-    def run(self, user_inputs: list[Any], names: list[str] | None = None) -> list[Any]:
+    def run(self, user_inputs: list[Any], names: list[str] | None = None, *, extra_check: Any = None) -> list[Any]:
         """Run with the flat user inputs (in signature order); returns the flat user outputs.
+        ``extra_check(values)`` runs after the input checks, before the graph (the module's
+        ``guards_code``).
 
         Raises:
             UsageError: wrong number of inputs, or an input the program was not exported for.
@@ -112,6 +114,8 @@ class ProgramRunner:
                 ph = self.placeholders.get(s.arg) if s.arg else None
                 slots.append(InputSlot(n, ph.meta.get("val") if ph is not None else s.value, v))
             check_inputs(slots, dict(self.program.range_constraints))
+            if extra_check is not None:
+                extra_check(values)
         by_arg: dict[str, Any] = {}
         graph_inputs: list[Any] = []
         it = iter(values)

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ...core.errors import FormatError, TorchlessError, UsageError
+from ...interp.guards import check_guards_code, guard_env
 from ...interp.interpreter import to_array
 from ...interp.program import ProgramRunner
 from . import treespec
@@ -56,8 +57,22 @@ class ExportedModule:
 
     def __init__(self, program: Any, *, check_guards: bool = True) -> None:
         self.program = program
+        self.check_guards = check_guards
         self.runner = ProgramRunner(program, check_guards=check_guards)
         self.in_spec, self.out_spec, self.arg_names = call_specs(program)
+        self.guards_code = [g for g in getattr(program, "guards_code", []) or [] if isinstance(g, str)]
+        #: guards of ``guards_code`` torchless could not evaluate (on the last call)
+        self.unchecked_guards: list[str] = []
+
+    def _guards(self, leaves: list[Any]) -> None:
+        """Assert the program's ``guards_code`` over the inputs (by ``forward``'s names)."""
+        if not self.guards_code or self.in_spec is None:
+            return
+        args, kwargs = self.in_spec.unflatten(list(leaves))
+        env: dict[str, Any] = dict(kwargs)
+        for i, a in enumerate(args):
+            env[self.arg_names[i] if self.arg_names and i < len(self.arg_names) else f"args_{i}"] = a
+        self.unchecked_guards = check_guards_code(self.guards_code, guard_env(env))
 
     @property
     def buffers(self) -> dict[str, np.ndarray]:
@@ -96,7 +111,7 @@ class ExportedModule:
                 raise UsageError("this program records no in_spec: pass its inputs by position")
             leaves = [_array(v) for v in args]
             names = None
-        outs = self.runner.run(leaves, names)
+        outs = self.runner.run(leaves, names, extra_check=self._guards if self.check_guards else None)
         if self.out_spec is not None:
             if self.out_spec.num_leaves != len(outs):
                 raise FormatError(
