@@ -134,3 +134,17 @@ def test_inplace_refuses_a_wider_result() -> None:
         _k("aten.add_.Tensor")(np.zeros(3, np.int64), 0.5)
     with pytest.raises(UsageError, match="broadcast shape"):
         _k("aten.add_.Tensor")(np.zeros(3, np.float32), np.zeros((2, 3), np.float32))
+
+
+def test_erf_against_math_erf() -> None:
+    import math
+
+    from torchless.interp.kernels.elementwise import erf
+
+    x = np.concatenate([np.linspace(-8, 8, 40001), [0.0, -0.0, 1e-30, 2.5, -2.5, 6.0, np.inf, -np.inf]])
+    want = np.array([math.erf(v) for v in x])
+    np.testing.assert_allclose(erf(x), want, rtol=1e-13, atol=0)
+    x32 = x.astype(np.float32)
+    want32 = np.array([math.erf(v) for v in x32.astype(np.float64)])
+    np.testing.assert_allclose(erf(x32), want32, rtol=3e-6, atol=0)
+    assert np.isnan(erf(np.array([np.nan]))[0])

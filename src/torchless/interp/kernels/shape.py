@@ -269,7 +269,8 @@ def clone(self: np.ndarray, *, memory_format: Any = None) -> np.ndarray:
 
 @kernel("aten.contiguous.default")
 def contiguous(self: np.ndarray, *, memory_format: Any = None) -> np.ndarray:
-    return np.ascontiguousarray(tensor(self))
+    x = tensor(self)
+    return x if x.flags.c_contiguous else x.copy(order="C")
 
 
 @kernel("aten.copy.default")
