@@ -15,6 +15,7 @@ Expressions are ``sympy.srepr`` text (:mod:`torchless.graph.symbolic` parses the
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -429,13 +430,18 @@ def guard_env(tree: Any) -> Any:
     return tree
 
 
+@functools.lru_cache(maxsize=1024)
+def _parse(text: str) -> ast.Expression:
+    return ast.parse(text, mode="eval")
+
+
 def eval_guard(text: str, env: dict[str, Any]) -> bool | None:
     """The truth of one guard over ``env`` (:func:`guard_env`), or None when the guard
     uses something torchless does not evaluate."""
     if len(text) > 10_000:
         return None
     try:
-        tree = ast.parse(text, mode="eval")
+        tree = _parse(text)
         return bool(_ev(tree, env))
     except (_Unknown, SyntaxError, ValueError, TypeError, ZeroDivisionError, OverflowError, RecursionError, MemoryError):
         return None
