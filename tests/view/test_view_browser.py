@@ -138,12 +138,15 @@ def test_artifact_page(browser, view_files, cond_pt2, tmp_path, kind):
     path = cond_pt2 if kind == "pt2" else view_files[kind]
     names, counts = listing(path)
     url = html_file([path], tmp_path / "v.html")
-    p = Page(browser, url)
+    p = Page(browser, url, offline=True)  # the --html file: nothing but itself
     try:
         check_tensors(p, names)
         check_stats(p)
         if counts:
             check_graphs(p, counts)
+        if kind == "onnx":
+            with torchless.open(path) as art:
+                check_search(p, art.graph().nodes[-2].name)
         if kind == "pt2":
             assert len(counts) == 3  # the graph and cond's two branches
             check_search(p, _first_grouped_node(path))
@@ -154,6 +157,7 @@ def test_artifact_page(browser, view_files, cond_pt2, tmp_path, kind):
         for tab in ("treemap", "info", "findings"):
             p.tab(tab)
         assert p.count("[data-kind='treemap']") == 0  # the findings tab replaced the treemap
+        assert all(u.startswith(("file:", "data:")) for u in p.requests), p.requests
         assert not p.errors, p.errors
     finally:
         p.close()
@@ -296,3 +300,26 @@ def test_findings_in_place(browser, tmp_path):
         assert not p.errors, p.errors
     finally:
         p.close()
+
+
+def test_served_heatmap_slices(browser, tmp_path):
+    import numpy as np
+
+    from torchless.view.model import build
+    from torchless.view.server import TensorSource, ViewServer
+
+    path = tmp_path / "cube.safetensors"
+    torchless.write_tensors([("cube", np.arange(60, dtype=np.float32).reshape(3, 4, 5))], path)
+    model, arts = build([path], scan=False)
+    with ViewServer(model, TensorSource(arts)).start() as srv:
+        p = Page(browser, srv.url)
+        try:
+            p.page.locator("[data-kind='tensor'][data-name='cube']").click()
+            p.page.wait_for_selector("text=slice [0, :, :] of [3, 4, 5]")
+            p.page.fill("input[aria-label='index of dimension 0']", "2")
+            p.page.dispatch_event("input[aria-label='index of dimension 0']", "change")
+            p.page.wait_for_selector("text=slice [2, :, :] of [3, 4, 5]")
+            assert "blue 40 → red 59" in p.page.locator(".heat").text_content()  # the values of cube[2]
+            assert not p.errors, p.errors
+        finally:
+            p.close()

@@ -21,8 +21,8 @@ export function getStats(app, ai, name) {
   return embedded(app, "stats", ai + ":" + name);
 }
 
-export function getHeatmap(app, ai, name) {
-  if (app.config.api) return ask(app, "heatmap", { a: String(ai), name });
+export function getHeatmap(app, ai, name, index) {
+  if (app.config.api) return ask(app, "heatmap", { a: String(ai), name, index: (index || []).join(",") });
   return embedded(app, "heatmaps", ai + ":" + name);
 }
 

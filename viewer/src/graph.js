@@ -486,15 +486,22 @@ export function graphView(app, ai) {
     clear(results);
     const q = search.value.trim().toLowerCase();
     if (!q) return;
-    let found = 0;
-    for (let i = 0; i < p.n && found < RESULTS; i++) {
+    // exact names first, then names starting with the text, then any match of name or op
+    const rank = [[], [], []];
+    for (let i = 0; i < p.n; i++) {
       const n = p.g.nodes[i];
-      if (n.name.toLowerCase().includes(q) || (n.target || "").toLowerCase().includes(q)) {
-        results.appendChild(h("button", { class: "result", "data-kind": "result", "data-name": n.name, on: { click: () => selectNode(i, true) } }, n.name + "  " + shortTarget(n)));
-        found++;
-      }
+      const name = n.name.toLowerCase();
+      if (name === q) rank[0].push(i);
+      else if (name.startsWith(q)) rank[1].push(i);
+      else if (name.includes(q) || (n.target || "").toLowerCase().includes(q)) rank[2].push(i);
     }
-    if (!found) results.appendChild(h("span", { class: "dim" }, "no match"));
+    const found = rank[0].concat(rank[1], rank[2]);
+    for (const i of found.slice(0, RESULTS)) {
+      const n = p.g.nodes[i];
+      results.appendChild(h("button", { class: "result", "data-kind": "result", "data-name": n.name, on: { click: () => selectNode(i, true) } }, n.name + "  " + shortTarget(n)));
+    }
+    if (found.length > RESULTS) results.appendChild(h("span", { class: "dim" }, "… " + (found.length - RESULTS) + " more"));
+    if (!found.length) results.appendChild(h("span", { class: "dim" }, "no match"));
   }
   search.addEventListener("input", doSearch);
   search.addEventListener("keydown", (e) => {

@@ -203,16 +203,28 @@ export function showTensor(app, ai, t, panel) {
     );
     drawHistogram(hist, st.hist);
   });
-  getHeatmap(app, ai, t.name).then((hm) => {
-    clear(heat);
-    if (!hm) {
-      heat.appendChild(h("p", { class: "hint" }, "no heatmap embedded for this tensor"));
-    } else if (hm.error) {
-      heat.appendChild(h("p", { class: "hint" }, hm.error));
-    } else {
-      heat.appendChild(drawHeatmap(hm));
+  const lead = (t.shape || []).length - 2;
+  const maps = h("div", null);
+  const showSlice = (index) =>
+    getHeatmap(app, ai, t.name, index).then((hm) => {
+      clear(maps);
+      if (!hm) maps.appendChild(h("p", { class: "hint" }, "no heatmap embedded for this tensor"));
+      else if (hm.error) maps.appendChild(h("p", { class: "hint" }, hm.error));
+      else maps.appendChild(drawHeatmap(hm));
+    });
+  if (lead > 0 && app.config.api) {
+    // the leading indices of the 2-D slice (the server reads any slice on request)
+    const inputs = t.shape.slice(0, lead).map((n, d) =>
+      h("input", { type: "number", class: "idx", value: "0", "aria-label": "index of dimension " + d, title: "0 … " + (Number(n) - 1) }),
+    );
+    for (const inp of inputs) {
+      inp.min = "0";
+      inp.addEventListener("change", () => showSlice(inputs.map((x) => Math.max(0, Math.floor(Number(x.value) || 0)))));
     }
-  });
+    heat.appendChild(h("div", { class: "slice" }, "slice [", inputs.map((x, i) => [i ? ", " : "", x]), ", :, :]"));
+  }
+  heat.appendChild(maps);
+  showSlice([]);
 }
 
 // -- treemap of bytes by module path -------------------------------------------------------
