@@ -293,3 +293,28 @@ def test_shipped_build_matches_the_sources():
         for name, ver in deps.items():
             assert re.fullmatch(r"\d+\.\d+\.\d+", ver), f"{name} is not pinned: {ver}"
             assert lock["packages"][f"node_modules/{name}"]["version"] == ver
+
+
+def test_cli_serves_until_interrupted(view_files):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src"))
+    cmd = [sys.executable, "-m", "torchless", "view", str(view_files["pt"]), "--no-browser", "--no-scan"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = proc.stdout.readline()
+        m = re.fullmatch(r"torchless view: (http://127\.0\.0\.1:(\d+)/\?token=\S+)\n", line)
+        assert m, line
+        with urllib.request.urlopen(m.group(1), timeout=10) as r:
+            assert r.status == 200 and b'id="tl-data"' in r.read()
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=20)
+        assert proc.returncode in (0, 130) and "Traceback" not in err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
