@@ -369,6 +369,8 @@ def _fast_item_or_none(mv: memoryview) -> tuple[Tensor, int, str, int] | None:
 
 #: rows of item ends gathered at once by :func:`_batch_items` (bounds its memory)
 _BATCH_ROWS = 4096
+#: items :meth:`DCPReader.locate_many` checks together
+_BATCH_ITEMS = 512
 
 
 def _gather(buf: np.ndarray, pos: np.ndarray, k: int) -> np.ndarray:
@@ -755,7 +757,7 @@ class DCPReader:
             for r in self._locate_batch(rel, rs):
                 self.locate(r)
 
-    def _locate_batch(self, rel: str, rs: list[ChunkRef]) -> list[ChunkRef]:  # noqa: C901 - locate's checks, in order
+    def _locate_batch(self, rel: str, rs: list[ChunkRef]) -> list[ChunkRef]:
         """Locate what the batch accepts; return the rest."""
         f = self._file(rel)
         if getattr(f, "_map", None) is None or not f.size:
@@ -771,11 +773,25 @@ class DCPReader:
             t = next((t for t in _TEMPLATES if t.directory(item0) is not None), None)
             if t is None:
                 return rs
-            buf = np.frombuffer(mv, dtype=np.uint8)
+        except (struct.error, UnicodeError, IndexError, ValueError, TypeError, OverflowError, TorchlessError):
+            return rs  # the per-item path decides, with its errors
+        buf = np.frombuffer(mv, dtype=np.uint8)
+        resolver = OnceResolver(AllowlistResolver(DEFAULT_ALLOWLIST, weights_only=True))
+        rest: list[ChunkRef] = []
+        # a few hundred items at a time: their map pages are dropped (``_release``) before
+        # the next ones are touched, so the process never holds the whole file
+        for c0 in range(0, len(rs), _BATCH_ITEMS):
+            rest += self._locate_chunk(mv, buf, t, rs[c0 : c0 + _BATCH_ITEMS], resolver)
+        return rest
+
+    def _locate_chunk(  # noqa: C901 - locate's checks, in order
+        self, mv: memoryview, buf: np.ndarray, t: _Template, rs: list[ChunkRef], resolver: OnceResolver
+    ) -> list[ChunkRef]:
+        try:
             offs = np.fromiter((r.info.offset for r in rs), dtype=np.int64, count=len(rs))
             lens = np.fromiter((r.info.length for r in rs), dtype=np.int64, count=len(rs))
             got = _batch_items(buf, offs, lens, t)
-        except (struct.error, UnicodeError, IndexError, ValueError, TypeError, OverflowError, TorchlessError):
+        except (IndexError, ValueError, TypeError, OverflowError):
             return rs  # the per-item path decides, with its errors
         if got is None:
             return rs
@@ -788,7 +804,6 @@ class DCPReader:
         byteorders = got["byteorder"]
         pkl_at, pkl_size = pkl[0].tolist(), pkl[1].tolist()
         data_keys: dict[str, tuple[list[int], list[int]] | None] = {}
-        resolver = OnceResolver(AllowlistResolver(DEFAULT_ALLOWLIST, weights_only=True))
         entries = self.entries
         rest: list[ChunkRef] = []
         found: list[tuple[Storage, str]] = []
