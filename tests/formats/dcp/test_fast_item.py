@@ -211,19 +211,54 @@ def test_locate_many_all_items_at_once(small_dcp, tmp_path, monkeypatch):
         general.close()
 
 
-def test_consolidate_bytes_equal_general(small_dcp, tmp_path, monkeypatch):
-    """consolidate to .pt with every fast path (metadata, batch locate, map views, direct
-    pickle) writes the same bytes as with none of them."""
+FLAT = r"""
+import sys, warnings, torch, torch.distributed.checkpoint as dcp
+g = torch.Generator().manual_seed(1)
+sd = {f"layer.{i}.w": torch.randn(1 + i % 5, 3, generator=g) for i in range(30)}
+sd.update({
+    "bf16": torch.randn(3, 4, generator=g).to(torch.bfloat16),
+    "i64": torch.arange(11),
+    "bool": torch.tensor([True, False]),
+    "scalar": torch.tensor(2.5),
+    "empty": torch.zeros(0, 4),
+    "grad": torch.nn.Parameter(torch.randn(4, 2, generator=g)),
+    "strided": torch.randn(6, 6, generator=g).t(),
+    "0": torch.ones(2),  # a one-character name (CPython shares those str objects)
+    "cpu": torch.ones(3),
+})
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    dcp.save(sd, checkpoint_id=sys.argv[1], no_dist=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def flat_dcp(tmp_path_factory: pytest.TempPathFactory) -> str:
+    pytest.importorskip("torch", reason="torch writes the DCP fixture; not installed")
+    d = str(tmp_path_factory.mktemp("flatdcp") / "ckpt")
+    subprocess.run([sys.executable, "-c", FLAT, d], check=True, capture_output=True)
+    return d
+
+
+@pytest.mark.parametrize("which", ["small", "flat"])
+def test_consolidate_bytes_equal_general(which, small_dcp, flat_dcp, tmp_path, monkeypatch):
+    """consolidate to .pt with every fast path (metadata, batch locate, map views, the
+    row writer of a flat state dict) writes the same bytes as with none of them."""
     import torchless.formats.dcp.metadata as mdmod
     import torchless.formats.pt.write as ptw
     from torchless.formats.dcp.consolidate import consolidate
 
+    src = small_dcp if which == "small" else flat_dcp
     os.makedirs(tmp_path / "fast")
     os.makedirs(tmp_path / "general")
-    consolidate(small_dcp, str(tmp_path / "fast" / "out.pt"))
+    rows = []
+    plain = ptw.save_plain_tensors
+    monkeypatch.setattr(ptw, "save_plain_tensors", lambda *a, **k: rows.append(plain(*a, **k)) or rows[-1])
+    consolidate(src, str(tmp_path / "fast" / "out.pt"))
+    assert rows == ([True] if which == "flat" else [])  # the flat one took the row writer
     monkeypatch.setattr(mdmod, "GENERAL_ONLY", True)
     monkeypatch.setattr(DCPReader, "general_only", True)
     monkeypatch.setattr(ptw, "FAST_PICKLE", False)
-    consolidate(small_dcp, str(tmp_path / "general" / "out.pt"))
+    consolidate(src, str(tmp_path / "general" / "out.pt"))
     with open(tmp_path / "fast" / "out.pt", "rb") as a, open(tmp_path / "general" / "out.pt", "rb") as b:
         assert a.read() == b.read()

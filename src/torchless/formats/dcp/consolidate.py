@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from ...core.errors import UsageError
 from ...core.remote import accepts_storage_options as _remote_opts
-from .read import DCPReader, unflatten
+from .read import BlockStorage, DCPReader, unflatten
 from .readers import open_reader
 
 __all__ = ["consolidate"]
@@ -61,8 +62,12 @@ def consolidate(
         # every chunk located up front, the items of each file together in file order
         reader.locate_many([r for n in names for r in reader.chunks(n)])
         if h.name == "pt":
-            from ..pt.write import save_checkpoint
+            from ..pt.write import save_checkpoint, save_plain_tensors
 
+            if kw.get("max_shard_size"):
+                raise UsageError("option 'max_shard_size' does not apply to pt output", expected="no options for pt output")
+            if not values and _save_flat(reader, names, dst, progress, save_plain_tensors):
+                return {"tensors": len(names), "bytes": total, "skipped": [], "files": [os.fspath(dst)]}
             flat: dict[str, Any] = {}
             name_set, value_set = set(names), set(values)  # membership per entry: no quadratic scan
             for fqn in reader.entries:
@@ -70,8 +75,6 @@ def consolidate(
                     flat[fqn] = reader.tensor(fqn, view=True)
                 elif fqn in value_set:
                     flat[fqn] = reader.value(fqn, weights_only=weights_only)
-            if kw.get("max_shard_size"):
-                raise UsageError("option 'max_shard_size' does not apply to pt output", expected="no options for pt output")
             save_checkpoint(unflatten(flat, reader.metadata.planner_data), os.fspath(dst), progress=progress)
             return {"tensors": len(names), "bytes": total, "skipped": [], "files": [os.fspath(dst)]}
         if strict and values:
@@ -87,3 +90,23 @@ def consolidate(
     finally:
         if not isinstance(src, DCPReader):
             reader.close()
+
+
+def _save_flat(reader: DCPReader, names: list[str], dst: Any, progress: Any, save_plain_tensors: Any) -> bool:
+    """A state dict of tensors only that stays flat: written from rows (no tensor objects),
+    the same bytes as through the tensors; False when it is anything else."""
+    want = set(names)
+    order = [n for n in reader.entries if n in want]
+    tree = unflatten({n: n for n in order}, reader.metadata.planner_data)
+    if len(tree) != len(order) or not all(type(v) is str for v in tree.values()):
+        return False  # nested: the general writer
+    entries = reader.entries
+    rows = []
+    for key, fqn in tree.items():
+        tmd = entries[fqn]
+        st = BlockStorage(
+            fqn, tmd.nbytes, tmd.dtype, "cpu", loader=partial(reader._view_block, fqn), origin=f"{reader.path}:{fqn}"
+        )
+        # a tuple of its own for each size, as a tensor makes (the pickle memo is by identity)
+        rows.append((key, st, tuple([int(d) for d in tmd.size]), bool(tmd.properties.requires_grad)))
+    return bool(save_plain_tensors(tree, rows, os.fspath(dst), progress=progress))

@@ -810,6 +810,14 @@ class DCPReader:
         i = 0
         byteorder = "little"
 
+        def record_of(key: str) -> tuple[list[int], list[int]] | None:
+            """(data offsets, sizes) of record ``data/<key>`` in every item of the chunk."""
+            if key not in data_keys:
+                name = f"{prefix}/data/{key}".encode("utf-8", "surrogateescape").lower()
+                r = rec.get(name)
+                data_keys[key] = None if r is None else (r[0].tolist(), r[1].tolist())
+            return data_keys[key]
+
         def persistent_load(pid: Any) -> Storage:
             if found or not (
                 type(pid) is tuple
@@ -823,48 +831,69 @@ class DCPReader:
                 raise ValueError("not the one storage of a DCP item")
             key = pid[2]
             dtype = pid[1].dtype
-            if key not in data_keys:
-                name = f"{prefix}/data/{key}".encode("utf-8", "surrogateescape").lower()
-                r = rec.get(name)
-                data_keys[key] = None if r is None else (r[0].tolist(), r[1].tolist())
-            r = data_keys[key]
+            r = record_of(key)
             if dtype is None or r is None or r[1][i] != pid[4] * dtype.itemsize:
                 raise ValueError("storage record")
             st = Storage(key, r[1][i], dtype, str(pid[3]), byteorder=byteorder, origin=f"{prefix}/data/{key}")
             found.append((st, key))
             return st
 
+        # what an item's pickle gives depends on its bytes alone (and the allowlist): a
+        # pickle seen before (same dtype, shape and strides) repeats its checked facts
+        facts: dict[bytes, tuple[Any, ...]] = self.__dict__.setdefault("_item_facts", {})
         for i, ref in enumerate(rs):
             if not ok[i]:
                 rest.append(ref)
                 continue
             byteorder = byteorders[i] if byteorders is not None else "little"
-            found.clear()
             o = ref.info.offset
-            tn = fast_tensor(bytes(mv[o + pkl_at[i] : o + pkl_at[i] + pkl_size[i]]), resolver, persistent_load)
+            pk = bytes(mv[o + pkl_at[i] : o + pkl_at[i] + pkl_size[i]])
             tmd = entries[ref.fqn]
-            if tn is FALLBACK or type(tn) is not Tensor or not found or tn.storage is not found[0][0]:
+            fc = facts.get(pk)
+            if fc is None:
+                found.clear()
+                tn = fast_tensor(pk, resolver, persistent_load)
+                if tn is FALLBACK or type(tn) is not Tensor or not found or tn.storage is not found[0][0]:
+                    rest.append(ref)
+                    continue
+                try:
+                    tn._check_bounds()
+                except TorchlessError:
+                    rest.append(ref)
+                    continue
+                st = tn.storage
+                assert st is not None
+                fc = (
+                    found[0][1],
+                    st.nbytes,
+                    tn.dtype.name,
+                    tuple(tn.shape),
+                    tuple(tn.stride()),
+                    tn.storage_offset(),
+                    tn.dtype.itemsize,
+                )
+                if len(facts) < 1 << 16:
+                    facts[pk] = fc
+            key, nbytes, dname, shape, stride, offset, isz = fc
+            dr = data_keys.get(key)
+            if dr is None:
+                dr = record_of(key)
+                if dr is None or dr[1][i] != nbytes:
+                    rest.append(ref)
+                    continue
+            elif dr[1][i] != nbytes:
                 rest.append(ref)
                 continue
-            if tn.dtype.name != tmd.dtype.name or tuple(tn.shape) != tuple(ref.chunk.sizes):
+            if dname != tmd.dtype.name or shape != tuple(ref.chunk.sizes):
                 rest.append(ref)
                 continue
-            try:
-                tn._check_bounds()
-            except TorchlessError:
-                rest.append(ref)
-                continue
-            st = tn.storage
-            dr = data_keys[found[0][1]]
-            assert dr is not None and st is not None
             base = dr[0][i]
-            isz = tn.dtype.itemsize
-            if (byteorder != sys.byteorder and isz > 1) or base + st.nbytes > ref.info.length:
+            if (byteorder != sys.byteorder and isz > 1) or base + nbytes > ref.info.length:
                 rest.append(ref)
                 continue
-            ref.data_offset = o + base + tn.storage_offset() * isz
-            ref.stride = tuple(tn.stride())
-            ref.storage_nbytes = st.nbytes - tn.storage_offset() * isz
+            ref.data_offset = o + base + offset * isz
+            ref.stride = stride
+            ref.storage_nbytes = nbytes - offset * isz
             ref.byteorder = byteorder
             self._release(ref.info)
         return rest

@@ -37,7 +37,7 @@ from ...container.zip import TorchZipWriter, iter_chunks
 from ...core.dtypes import DType, from_numpy
 from ...core.errors import InternalError, UnsupportedError, UsageError
 from ...core.source import PathLike
-from ...core.tensor import NestedTensor, SparseTensor, Storage, Tensor, as_tensor, is_torch_tensor
+from ...core.tensor import NestedTensor, SparseTensor, Storage, Tensor, _contiguous_strides, as_tensor, is_torch_tensor
 from ...core.values import Device, Layout, MemoryFormat, Namespace, QScheme, Size, StateDict, TorchVersion
 from ...pickle.writer import Global, Persistent, Pickler2, Reduce, TensorCall
 from . import spec
@@ -378,6 +378,22 @@ def _fast_pickle(obj: Any, cp: CheckpointPickler) -> bytes | None:  # noqa: C901
             return None
         tensor_ids.add(id(t))
         storage_ids.add(id(st))
+    rows = [
+        (k, t.dtype.legacy_storage, t.storage.location, t.storage.nbytes // t.dtype.itemsize, t.storage_offset(),
+         tuple(t.shape), tuple(t.stride()), t.requires_grad, t.storage, t.dtype.name)
+        for k, t in items
+    ]  # fmt: skip
+    data = _emit_rows(obj, rows, cp)
+    if data is not None:
+        cp._alive.extend(t for _k, t in items)
+    return data
+
+
+def _emit_rows(obj: dict[str, Any], rows: list[tuple[Any, ...]], cp: CheckpointPickler) -> bytes | None:  # noqa: C901 - one emitter by design
+    """The bytes of :func:`_fast_pickle` for ``obj`` from its rows, one per entry in order:
+    ``(key, legacy storage class, location, numel, storage offset, size, stride,
+    requires_grad, storage, dtype name)``, each value the very object the tensor gives
+    (the memo is by identity). The caller has checked what :func:`_fast_pickle` checks."""
     out = bytearray(b"\x80\x02")
     count = 0
     memo_id: dict[int, int] = {}  # str/tuple/dict objects by identity, as Pickler2 keeps them
@@ -450,29 +466,28 @@ def _fast_pickle(obj: Any, cp: CheckpointPickler) -> bytes | None:  # noqa: C901
     put()
     storages: list[tuple[str, Storage, str]] = []
     try:
-        for b0 in range(0, len(items), 1000):
-            chunk = items[b0 : b0 + 1000]
+        for b0 in range(0, len(rows), 1000):
+            chunk = rows[b0 : b0 + 1000]
             if len(chunk) > 1:
                 out.extend(b"(")
-            for k, t in chunk:
+            for k, legacy, location, numel, offset, shape, stride, rg, st, dtype_name in chunk:
                 text(k)
-                st = t.storage
                 glob(_UTILS, "_rebuild_tensor_v2")
                 out.extend(b"((")  # the argument tuple, the persistent id tuple
                 text("storage")
-                glob("torch", t.dtype.legacy_storage)
+                glob("torch", legacy)
                 key = str(len(cp.storage_keys) + len(storages))
-                storages.append((key, st, t.dtype.name))
+                storages.append((key, st, dtype_name))
                 text(key)
-                text(st.location if st.location and st.location != "meta" else "cpu")
-                integer(st.nbytes // t.dtype.itemsize)
+                text(location if location and location != "meta" else "cpu")
+                integer(numel)
                 out.extend(b"t")
                 put()  # the pid tuple is a new object: no memo hit possible
                 out.extend(b"Q")
-                integer(t.storage_offset())
-                ints(tuple(t.shape))
-                ints(tuple(t.stride()))
-                out.extend(b"\x88" if t.requires_grad else b"\x89")
+                integer(offset)
+                ints(shape)
+                ints(stride)
+                out.extend(b"\x88" if rg else b"\x89")
                 glob("collections", "OrderedDict")
                 out.extend(b")R")
                 put()
@@ -490,7 +505,6 @@ def _fast_pickle(obj: Any, cp: CheckpointPickler) -> bytes | None:  # noqa: C901
         cp.storages.append((key, st))
         cp._dtype_of[id(st)] = dtype_name
         cp._alive.append(st)
-    cp._alive.extend(t for _k, t in items)
     cp._alive.extend(keep)
     return bytes(out)
 
@@ -526,6 +540,60 @@ def save_checkpoint(
     data = _fast_pickle(obj, cp) if FAST_PICKLE else None
     if data is None:
         data = Pickler2(cp.translate).dumps(obj)
+    _write_archive(data, cp, target, alignment=alignment, compute_crc=compute_crc, prefix=prefix, progress=progress)
+
+
+def save_plain_tensors(
+    obj: dict[str, Any],
+    rows: list[tuple[Any, ...]],
+    target: PathLike | Any,
+    *,
+    progress: Callable[[int], None] | None = None,
+) -> bool:
+    """:func:`save_checkpoint` of a dict of plain tensors given as rows instead of
+    :class:`~torchless.core.tensor.Tensor` objects (DCP consolidation: no tensor objects
+    to build and walk): one row per entry of ``obj``, in order, ``(key, storage)`` with
+    ``storage`` a :class:`~torchless.core.tensor.Storage` of the tensor's dtype holding
+    exactly the tensor (offset 0, contiguous), and the tensor's ``size`` (a tuple made for
+    it, as a tensor's is) and ``requires_grad``: ``(key, storage, size, requires_grad)``.
+    The bytes are those :func:`save_checkpoint` writes for the same tensors. False (nothing
+    written) when the rows are not all such tensors of a dtype with a typed storage."""
+    if not FAST_PICKLE:
+        return False
+    full = []
+    seen: set[int] = set()
+    for key, st, size, rg in rows:
+        dt = st.dtype
+        legacy = dt.legacy_storage
+        if (
+            type(key) is not str
+            or legacy is None
+            or type(rg) is not bool
+            or type(st.location) is not str
+            or st.location == "meta"
+            or id(st) in seen
+        ):
+            return False
+        seen.add(id(st))
+        full.append((key, legacy, st.location, st.nbytes // dt.itemsize, 0, size, _contiguous_strides(size), rg, st, dt.name))
+    cp = CheckpointPickler()
+    data = _emit_rows(obj, full, cp)
+    if data is None:
+        return False
+    _write_archive(data, cp, target, progress=progress)
+    return True
+
+
+def _write_archive(
+    data: bytes,
+    cp: CheckpointPickler,
+    target: PathLike | Any,
+    *,
+    alignment: int = 64,
+    compute_crc: bool = True,
+    prefix: str | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> None:
     with TorchZipWriter(target, prefix, alignment=alignment, compute_crc=compute_crc) as zw:
         zw.write(spec.DATA_PKL, data)
         zw.write(spec.FORMAT_VERSION, b"1")
