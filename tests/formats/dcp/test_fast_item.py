@@ -80,6 +80,18 @@ def _batch_always(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(DCPReader, "batch_min", 0)
 
 
+@pytest.fixture
+def fast_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fast paths on (TORCHLESS_GENERAL_PATHS=1 turns them off for the rest of the suite;
+    these tests compare them with the general code themselves)."""
+    import torchless.formats.dcp.metadata as mdmod
+    import torchless.formats.pt.write as ptw
+
+    monkeypatch.setattr(mdmod, "GENERAL_ONLY", False)
+    monkeypatch.setattr(DCPReader, "general_only", False)
+    monkeypatch.setattr(ptw, "FAST_PICKLE", True)
+
+
 def _compare_all(path: str) -> int:
     fast, general = open_reader(path), open_reader(path)
     general.general_only = True
@@ -97,7 +109,7 @@ def _compare_all(path: str) -> int:
     return used
 
 
-def test_fast_item_matches_general_single_rank(small_dcp):
+def test_fast_item_matches_general_single_rank(small_dcp, fast_paths):
     used = _compare_all(small_dcp)
     r = open_reader(small_dcp)
     n = sum(len(r.chunks(f)) for f in r.tensor_names())
@@ -105,19 +117,19 @@ def test_fast_item_matches_general_single_rank(small_dcp):
     assert used == n  # every item torch wrote takes the fast path
 
 
-def test_fast_item_matches_general_multi_rank(saved2):
+def test_fast_item_matches_general_multi_rank(saved2, fast_paths):
     ckpt, _ref = saved2
     assert _compare_all(ckpt) > 0
 
 
-def test_fast_item_values_equal_general(small_dcp):
+def test_fast_item_values_equal_general(small_dcp, fast_paths):
     fast, general = open_reader(small_dcp), open_reader(small_dcp)
     general.general_only = True
     for fqn in fast.tensor_names():
         assert bytes(fast.read_block(fqn)) == bytes(general.read_block(fqn)), fqn
 
 
-def test_fast_item_mutations_never_differ(small_dcp, tmp_path):
+def test_fast_item_mutations_never_differ(small_dcp, tmp_path, fast_paths):
     """Flip bytes all over a few items (zip structures and pickle alike): the fast
     reader's outcome equals the general reader's every time."""
     d = str(tmp_path / "ckpt")
@@ -164,7 +176,7 @@ def test_fast_item_refuses_non_items():
     assert _fast_item(memoryview(bytes(200))) is None
 
 
-def test_locate_many_all_items_at_once(small_dcp, tmp_path, monkeypatch):
+def test_locate_many_all_items_at_once(small_dcp, tmp_path, monkeypatch, fast_paths):
     """Every chunk of the checkpoint in one locate_many (one batch per file), with one item
     damaged in its pickle: the others are located as locate finds them, the damaged one
     raises what locate raises."""
@@ -241,7 +253,7 @@ def flat_dcp(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @pytest.mark.parametrize("which", ["small", "flat"])
-def test_consolidate_bytes_equal_general(which, small_dcp, flat_dcp, tmp_path, monkeypatch):
+def test_consolidate_bytes_equal_general(which, small_dcp, flat_dcp, tmp_path, monkeypatch, fast_paths):
     """consolidate to .pt with every fast path (metadata, batch locate, map views, the
     row writer of a flat state dict) writes the same bytes as with none of them."""
     import torchless.formats.dcp.metadata as mdmod
