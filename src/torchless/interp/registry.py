@@ -48,6 +48,8 @@ KERNEL_MODULES: list[str] = [
     "torchless.interp.kernels.nn_conv",
     "torchless.interp.kernels.nn_pool",
     "torchless.interp.kernels.nn_norm",
+    "torchless.interp.kernels.nn_misc",
+    "torchless.interp.kernels.nn_rnn",
 ]
 
 Kernel = Callable[..., Any]

@@ -1,0 +1,741 @@
+"""nn kernels besides convolution, pooling and normalisation: embeddings, padding,
+upsampling, ``grid_sampler_2d``, dropout, the activations of the nn family (SiLU,
+hardswish, hardsigmoid, mish, softplus), ``linear``/``matmul``, scaled dot-product
+attention, ``flatten``/``unflatten``, and the losses training IR keeps
+(``cross_entropy_loss``, ``nll_loss*``, ``mse_loss``, ``l1_loss``, binary cross-entropy).
+
+Random kernels (dropout in train mode, attention dropout) draw from :data:`RNG`, a NumPy
+generator: the same distribution as torch, never the same bits (torch's CPU generator is
+a Mersenne Twister consumed in its own order). :func:`seed` reseeds it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from ...core.errors import UnsupportedError, UsageError
+from ..registry import kernel
+from ._nn_util import compute, compute_dtype, finish, require_float
+
+#: the generator of the nn family's random kernels (dropout); see :func:`seed`.
+RNG = np.random.default_rng()
+
+
+def seed(value: int | None) -> None:
+    """Reseed :data:`RNG` (``None``: fresh entropy)."""
+    global RNG
+    RNG = np.random.default_rng(value)
+
+
+def _check_index(op: str, idx: np.ndarray, n: int) -> None:
+    if idx.dtype.kind not in "iu":
+        raise UsageError(f"{op}: indices must be an integer tensor, not {idx.dtype}")
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        raise UsageError(f"{op}: index out of range", expected=f"0 <= index < {n}", found=f"{idx.min()}..{idx.max()}")
+
+
+# -- embeddings ---------------------------------------------------------------------------
+
+
+@kernel("aten.embedding.default")
+def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    _check_index("embedding", indices, weight.shape[0])
+    return np.take(weight, indices, axis=0)
+
+
+@kernel("aten.embedding_dense_backward.default")
+def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
+    num_weights = int(num_weights)
+    idx = indices.reshape(-1).astype(np.int64)
+    _check_index("embedding_dense_backward", idx, num_weights)
+    g = compute(grad_output).reshape(idx.size, -1)
+    if scale_grad_by_freq:
+        counts = np.bincount(idx, minlength=num_weights)
+        g = g / counts[idx][:, None].astype(g.dtype)
+    if padding_idx is not None and padding_idx >= 0:
+        keep = idx != padding_idx
+        idx, g = idx[keep], g[keep]
+    out = np.zeros((num_weights, g.shape[1]), dtype=g.dtype)
+    np.add.at(out, idx, g)
+    return finish(out, grad_output.dtype)
+
+
+@kernel("aten._embedding_bag.default", "aten._embedding_bag_forward_only.default")
+def embedding_bag(
+    weight,
+    indices,
+    offsets,
+    scale_grad_by_freq=False,
+    mode=0,
+    sparse=False,
+    per_sample_weights=None,
+    include_last_offset=False,
+    padding_idx=-1,
+):
+    """(output, offset2bag, bag_size, max_indices). ``output`` is torch's; the other three
+    have torch's meaning (the bag of each index, the bag's count of non-padding indices,
+    each output element's source row in max mode, else the bag size) rather than the
+    placeholders torch's CPU kernel leaves in some modes."""
+    if indices.ndim != 1:
+        raise UnsupportedError("_embedding_bag: 2-D indices (the functional flattens them first)")
+    idx = indices.astype(np.int64)
+    _check_index("_embedding_bag", idx, weight.shape[0])
+    off = offsets.astype(np.int64)
+    nbags = len(off) - 1 if include_last_offset else len(off)
+    starts = off[:nbags]
+    pos = np.arange(idx.size)
+    offset2bag = np.clip(np.searchsorted(starts, pos, side="right") - 1, 0, max(nbags - 1, 0))
+    # (the last bag runs to the end of indices, include_last_offset or not, as in torch)
+    valid = idx != padding_idx if padding_idx is not None and padding_idx >= 0 else np.ones(idx.size, dtype=bool)
+    w = compute(weight)
+    rows = w[idx]
+    if per_sample_weights is not None:
+        if mode != 0:
+            raise UsageError("_embedding_bag: per_sample_weights need mode 'sum'")
+        rows = rows * compute(per_sample_weights)[:, None]
+    d = w.shape[1]
+    bag_size = np.bincount(offset2bag[valid], minlength=nbags).astype(np.int64)[:nbags]
+    if mode in (0, 1):
+        out = np.zeros((nbags, d), dtype=w.dtype)
+        np.add.at(out, offset2bag[valid], rows[valid])
+        if mode == 1:
+            out = out / np.maximum(bag_size, 1)[:, None].astype(w.dtype)
+        max_indices = bag_size.copy()
+    elif mode == 2:
+        out = np.full((nbags, d), -np.inf, dtype=w.dtype)
+        np.maximum.at(out, offset2bag[valid], rows[valid])
+        empty = bag_size == 0
+        out[empty] = 0
+        # the row each maximum came from: the first index of the bag holding it
+        vi = np.nonzero(valid)[0]
+        hit = rows[vi] == out[offset2bag[vi]]
+        max_indices = np.full((nbags, d), -1, dtype=np.int64)
+        bags = np.broadcast_to(offset2bag[vi][:, None], hit.shape)
+        cols = np.broadcast_to(np.arange(d)[None, :], hit.shape)
+        src = np.broadcast_to(idx[vi][:, None], hit.shape)
+        order = np.arange(len(vi))[::-1]  # earliest index last, so it wins the assignment
+        sel = hit[order]
+        max_indices[bags[order][sel], cols[order][sel]] = src[order][sel]
+        max_indices[empty] = 0
+    else:
+        raise UsageError(f"_embedding_bag: mode {mode} (0 sum, 1 mean, 2 max)")
+    return finish(out, weight.dtype), offset2bag.astype(np.int64), bag_size, max_indices
+
+
+# -- padding ------------------------------------------------------------------------------
+
+
+def _pad(op: str, x: np.ndarray, padding: Sequence[int], mode: str, value=0) -> np.ndarray:
+    padding = [int(p) for p in padding]
+    if len(padding) % 2 or len(padding) // 2 > x.ndim:
+        raise UsageError(f"{op}: padding {padding} for an input of {x.ndim} dims")
+    nd = len(padding) // 2
+    widths = [(0, 0)] * (x.ndim - nd) + [(padding[2 * i], padding[2 * i + 1]) for i in reversed(range(nd))]
+    crop = tuple(slice(max(-a, 0), x.shape[i] - max(-b, 0)) for i, (a, b) in enumerate(widths))
+    x = x[crop]
+    pos = [(max(a, 0), max(b, 0)) for a, b in widths]
+    if mode == "reflect":
+        for i, (a, b) in enumerate(pos):
+            if (a or b) and (a >= x.shape[i] or b >= x.shape[i]):
+                raise UsageError(f"{op}: padding ({a}, {b}) must be less than the dimension {x.shape[i]}")
+        return np.pad(x, pos, mode="reflect")
+    if mode == "edge":
+        if any((a or b) and x.shape[i] == 0 for i, (a, b) in enumerate(pos)):
+            raise UsageError(f"{op}: cannot replicate an empty dimension")
+        return np.pad(x, pos, mode="edge")
+    if mode == "circular":
+        return np.pad(x, pos, mode="wrap")
+    return np.pad(x, pos, constant_values=value)
+
+
+@kernel("aten.reflection_pad1d.default", "aten.reflection_pad2d.default", "aten.reflection_pad3d.default")
+def reflection_pad(self, padding):
+    return _pad("reflection_pad", self, padding, "reflect")
+
+
+@kernel("aten.replication_pad1d.default", "aten.replication_pad2d.default", "aten.replication_pad3d.default")
+def replication_pad(self, padding):
+    return _pad("replication_pad", self, padding, "edge")
+
+
+@kernel("aten.constant_pad_nd.default")
+def constant_pad_nd(self, pad, value=0):
+    if self.dtype.kind in "iub" and isinstance(value, float) and not float(value).is_integer():
+        raise UsageError(f"constant_pad_nd: value {value} for an integer tensor")
+    return _pad("constant_pad_nd", self, pad, "constant", np.asarray(value).astype(self.dtype))
+
+
+@kernel("aten.pad.default")
+def pad(self, pad, mode="constant", value=None):
+    modes = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "circular"}
+    if mode not in modes:
+        raise UnsupportedError(f"pad: mode {mode!r}")
+    v = np.asarray(0 if value is None else value).astype(self.dtype)
+    return _pad("pad", self, pad, modes[mode], v)
+
+
+# -- upsampling ---------------------------------------------------------------------------
+
+
+def _scale_value(scale: float | None, n_in: int, n_out: int, dt) -> np.ndarray:
+    """torch's ``compute_scales_value``: 1/scale when given (> 0), else in/out, in ``dt``."""
+    if scale is not None and scale > 0:
+        return dt.type(1.0 / scale)
+    return dt.type(n_in) / dt.type(n_out)
+
+
+def _nearest_index(n_in: int, n_out: int, scale: float | None, exact: bool) -> np.ndarray:
+    i = np.arange(n_out)
+    if not exact:
+        if n_out == n_in:
+            return i
+        if n_out == 2 * n_in:
+            return i >> 1
+    f32 = np.dtype(np.float32)
+    s = _scale_value(scale, n_in, n_out, f32)
+    src = np.floor((i.astype(np.float32) + np.float32(0.5 if exact else 0.0)) * s).astype(np.int64)
+    return np.minimum(src, n_in - 1)
+
+
+def _linear_scale(n_in: int, n_out: int, align_corners: bool, scale: float | None, dt) -> np.ndarray:
+    if align_corners:
+        return dt.type(n_in - 1) / dt.type(n_out - 1) if n_out > 1 else dt.type(0)
+    return _scale_value(scale, n_in, n_out, dt)
+
+
+def _source_index(scale, n_out: int, align_corners: bool, cubic: bool, dt) -> np.ndarray:
+    i = np.arange(n_out).astype(dt)
+    if align_corners:
+        return scale * i
+    src = scale * (i + dt.type(0.5)) - dt.type(0.5)
+    return src if cubic else np.maximum(src, dt.type(0))
+
+
+def _cubic_coeffs(t: np.ndarray) -> list[np.ndarray]:
+    a = t.dtype.type(-0.75)
+    one = t.dtype.type(1)
+
+    def c1(x):  # |x| <= 1
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+
+    def c2(x):  # 1 < |x| < 2
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+
+    return [c2(t + one), c1(t), c1(one - t), c2(2 * one - t)]
+
+
+def _interp_axis(x: np.ndarray, axis: int, n_out: int, mode: str, align_corners: bool, scale: float | None) -> np.ndarray:
+    n_in = x.shape[axis]
+    shape = [1] * x.ndim
+    shape[axis] = n_out
+    if mode in ("nearest", "nearest-exact"):
+        return np.take(x, _nearest_index(n_in, n_out, scale, mode == "nearest-exact"), axis=axis)
+    dt = np.dtype(compute_dtype(x.dtype))
+    s = _linear_scale(n_in, n_out, align_corners, scale, dt)
+    if mode == "linear":
+        src = _source_index(s, n_out, align_corners, False, dt)
+        i0 = src.astype(np.int64)
+        i1 = i0 + (i0 < n_in - 1)
+        l1 = np.clip(src - i0.astype(dt), 0, 1)
+        l0 = dt.type(1) - l1
+        return np.take(x, i0, axis=axis) * l0.reshape(shape) + np.take(x, i1, axis=axis) * l1.reshape(shape)
+    src = _source_index(s, n_out, align_corners, True, dt)
+    f = np.floor(src)
+    i0 = f.astype(np.int64)
+    t = src - f
+    out = None
+    for j, c in enumerate(_cubic_coeffs(t)):
+        term = np.take(x, np.clip(i0 - 1 + j, 0, n_in - 1), axis=axis) * c.reshape(shape)
+        out = term if out is None else out + term
+    return out
+
+
+def _upsample(op: str, nd: int, x, output_size, scales, mode: str, align_corners: bool = False):
+    if x.ndim != nd + 2:
+        raise UsageError(f"{op}: input of {x.ndim} dims (expected {nd + 2})")
+    spatial = x.shape[2:]
+    scales = list(scales) if scales is not None else [None] * nd
+    if output_size is None or len(output_size) == 0:
+        if any(s is None for s in scales):
+            raise UsageError(f"{op}: needs output_size or scale_factors")
+        output_size = [int(math.floor(n * float(s))) for n, s in zip(spatial, scales, strict=True)]
+    output_size = [int(o) for o in output_size]
+    if len(output_size) != nd or any(o <= 0 for o in output_size):
+        raise UsageError(f"{op}: output size {output_size}")
+    if mode != "nearest" and mode != "nearest-exact":
+        require_float(op, x)
+    y = compute(x) if mode not in ("nearest", "nearest-exact") else x
+    for i in range(nd):
+        y = _interp_axis(y, 2 + i, output_size[i], mode, align_corners, scales[i])
+    return finish(np.ascontiguousarray(y), x.dtype)
+
+
+def _vec(nd, mode, op):
+    if mode in ("nearest", "nearest-exact"):
+
+        def fn(input, output_size, scale_factors):
+            return _upsample(op, nd, input, output_size, scale_factors, mode)
+
+    else:
+
+        def fn(input, output_size, align_corners, scale_factors):
+            return _upsample(op, nd, input, output_size, scale_factors, mode, align_corners)
+
+    return fn
+
+
+for _nd, _dim in ((1, "1d"), (2, "2d"), (3, "3d")):
+    kernel(f"aten.upsample_nearest{_dim}.vec")(_vec(_nd, "nearest", f"upsample_nearest{_dim}"))
+    kernel(f"aten._upsample_nearest_exact{_dim}.vec")(_vec(_nd, "nearest-exact", f"_upsample_nearest_exact{_dim}"))
+kernel("aten.upsample_linear1d.vec")(_vec(1, "linear", "upsample_linear1d"))
+kernel("aten.upsample_bilinear2d.vec")(_vec(2, "linear", "upsample_bilinear2d"))
+kernel("aten.upsample_trilinear3d.vec")(_vec(3, "linear", "upsample_trilinear3d"))
+kernel("aten.upsample_bicubic2d.vec")(_vec(2, "cubic", "upsample_bicubic2d"))
+
+
+@kernel("aten.upsample_nearest1d.default")
+def upsample_nearest1d(self, output_size, scales=None):
+    return _upsample("upsample_nearest1d", 1, self, output_size, [scales], "nearest")
+
+
+@kernel("aten.upsample_nearest2d.default")
+def upsample_nearest2d(self, output_size, scales_h=None, scales_w=None):
+    return _upsample("upsample_nearest2d", 2, self, output_size, [scales_h, scales_w], "nearest")
+
+
+@kernel("aten.upsample_nearest3d.default")
+def upsample_nearest3d(self, output_size, scales_d=None, scales_h=None, scales_w=None):
+    return _upsample("upsample_nearest3d", 3, self, output_size, [scales_d, scales_h, scales_w], "nearest")
+
+
+@kernel("aten.upsample_linear1d.default")
+def upsample_linear1d(self, output_size, align_corners, scales=None):
+    return _upsample("upsample_linear1d", 1, self, output_size, [scales], "linear", align_corners)
+
+
+@kernel("aten.upsample_bilinear2d.default")
+def upsample_bilinear2d(self, output_size, align_corners, scales_h=None, scales_w=None):
+    return _upsample("upsample_bilinear2d", 2, self, output_size, [scales_h, scales_w], "linear", align_corners)
+
+
+@kernel("aten.upsample_trilinear3d.default")
+def upsample_trilinear3d(self, output_size, align_corners, scales_d=None, scales_h=None, scales_w=None):
+    return _upsample("upsample_trilinear3d", 3, self, output_size, [scales_d, scales_h, scales_w], "linear", align_corners)
+
+
+@kernel("aten.upsample_bicubic2d.default")
+def upsample_bicubic2d(self, output_size, align_corners, scales_h=None, scales_w=None):
+    return _upsample("upsample_bicubic2d", 2, self, output_size, [scales_h, scales_w], "cubic", align_corners)
+
+
+# -- grid_sampler_2d ----------------------------------------------------------------------
+
+
+def _reflect(c: np.ndarray, twice_low: int, twice_high: int) -> np.ndarray:
+    if twice_low == twice_high:
+        return np.zeros_like(c)
+    lo = c.dtype.type(twice_low / 2)
+    span = c.dtype.type((twice_high - twice_low) / 2)
+    c = np.abs(c - lo)
+    extra = np.fmod(c, span)
+    flips = np.floor(c / span)
+    return np.where(flips % 2 == 0, extra + lo, span - extra + lo)
+
+
+def _grid_coords(c: np.ndarray, size: int, padding_mode: int, align_corners: bool) -> np.ndarray:
+    one = c.dtype.type(1)
+    if align_corners:
+        c = (c + one) / 2 * (size - 1)
+    else:
+        c = ((c + one) * size - one) / 2
+    return _apply_padding(c, size, padding_mode, align_corners)
+
+
+def _apply_padding(c: np.ndarray, size: int, padding_mode: int, align_corners: bool) -> np.ndarray:
+    if padding_mode == 1:  # border
+        c = np.clip(c, 0, size - 1)
+    elif padding_mode == 2:  # reflection
+        c = _reflect(c, 0, 2 * (size - 1)) if align_corners else _reflect(c, -1, 2 * size - 1)
+        c = np.clip(c, 0, size - 1)
+    return c
+
+
+@kernel("aten.grid_sampler_2d.default")
+def grid_sampler_2d(input, grid, interpolation_mode, padding_mode, align_corners):
+    require_float("grid_sampler_2d", input, grid)
+    if input.ndim != 4 or grid.ndim != 4 or grid.shape[-1] != 2 or grid.shape[0] != input.shape[0]:
+        raise UsageError(f"grid_sampler_2d: input {tuple(input.shape)} and grid {tuple(grid.shape)}")
+    x = compute(input)
+    g = compute(grid).astype(x.dtype)
+    n, c, h, w = x.shape
+    nidx = np.arange(n)[:, None, None]
+
+    def gather(iy: np.ndarray, ix: np.ndarray) -> np.ndarray:
+        """(N, C, Ho, Wo) of x at integer coords, 0 outside."""
+        inb = (ix >= 0) & (ix < w) & (iy >= 0) & (iy < h)
+        v = x[nidx, :, np.clip(iy, 0, h - 1), np.clip(ix, 0, w - 1)]  # (N, Ho, Wo, C)
+        v = np.where(inb[..., None], v, 0)
+        return v.transpose(0, 3, 1, 2)
+
+    if interpolation_mode == 2:  # bicubic: unnormalise without padding, pad each tap
+        one = x.dtype.type(1)
+        ux, uy = g[..., 0], g[..., 1]
+        if align_corners:
+            ux, uy = (ux + one) / 2 * (w - 1), (uy + one) / 2 * (h - 1)
+        else:
+            ux, uy = ((ux + one) * w - one) / 2, ((uy + one) * h - one) / 2
+        fx, fy = np.floor(ux), np.floor(uy)
+        cx, cy = _cubic_coeffs(ux - fx), _cubic_coeffs(uy - fy)
+        out = np.zeros((n, c, *g.shape[1:3]), dtype=x.dtype)
+        for j in range(4):
+            ty = _apply_padding(fy - 1 + j, h, padding_mode, align_corners).astype(np.int64)
+            for i in range(4):
+                tx = _apply_padding(fx - 1 + i, w, padding_mode, align_corners).astype(np.int64)
+                out += gather(ty, tx) * (cy[j] * cx[i])[:, None]
+        return finish(out, input.dtype)
+    ix = _grid_coords(g[..., 0], w, padding_mode, align_corners)
+    iy = _grid_coords(g[..., 1], h, padding_mode, align_corners)
+    if interpolation_mode == 1:  # nearest (round half to even, as nearbyint)
+        return finish(gather(np.rint(iy).astype(np.int64), np.rint(ix).astype(np.int64)), input.dtype)
+    if interpolation_mode != 0:
+        raise UsageError(f"grid_sampler_2d: interpolation_mode {interpolation_mode} (0 bilinear, 1 nearest, 2 bicubic)")
+    x0, y0 = np.floor(ix), np.floor(iy)
+    tx, ty = ix - x0, iy - y0
+    x0i, y0i = x0.astype(np.int64), y0.astype(np.int64)
+    one = x.dtype.type(1)
+    out = (
+        gather(y0i, x0i) * ((one - tx) * (one - ty))[:, None]
+        + gather(y0i, x0i + 1) * (tx * (one - ty))[:, None]
+        + gather(y0i + 1, x0i) * ((one - tx) * ty)[:, None]
+        + gather(y0i + 1, x0i + 1) * (tx * ty)[:, None]
+    )
+    return finish(out, input.dtype)
+
+
+# -- dropout ------------------------------------------------------------------------------
+
+
+def _dropout(x: np.ndarray, p: float) -> tuple[np.ndarray, np.ndarray]:
+    if not 0 <= p <= 1:
+        raise UsageError(f"dropout: probability {p} is not in [0, 1]")
+    keep = RNG.random(x.shape) < (1.0 - p)
+    scale = 0.0 if p == 1 else 1.0 / (1.0 - p)
+    xc = compute(x)
+    return finish(xc * keep * xc.dtype.type(scale), x.dtype), keep
+
+
+@kernel("aten.native_dropout.default")
+def native_dropout(input, p, train):
+    if train is None or train:
+        return _dropout(input, p)
+    return input.copy(), np.ones(input.shape, dtype=bool)
+
+
+@kernel(
+    "aten.dropout.default", "aten.feature_dropout.default", "aten.alpha_dropout.default", "aten.feature_alpha_dropout.default"
+)
+def dropout(input, p, train):
+    if not train or p == 0:
+        return input
+    return _dropout(input, p)[0]
+
+
+@kernel("aten.dropout_.default", "aten.feature_dropout_.default")
+def dropout_(input, p, train):
+    if train and p != 0:
+        input[...] = _dropout(input, p)[0]
+    return input
+
+
+# -- activations --------------------------------------------------------------------------
+
+
+def _unary(op: str, x: np.ndarray, fn) -> np.ndarray:
+    require_float(op, x)
+    return finish(fn(compute(x)), x.dtype)
+
+
+def _hardsigmoid(x):
+    return np.minimum(np.maximum(x + x.dtype.type(3), x.dtype.type(0)), x.dtype.type(6)) / x.dtype.type(6)
+
+
+def _hardswish(x):
+    return x * np.minimum(np.maximum(x + x.dtype.type(3), x.dtype.type(0)), x.dtype.type(6)) / x.dtype.type(6)
+
+
+def _silu(x):
+    with np.errstate(over="ignore"):
+        return x / (x.dtype.type(1) + np.exp(-x))
+
+
+def _softplus(x, beta=1.0, threshold=20.0):
+    b = x.dtype.type(beta)
+    with np.errstate(over="ignore"):
+        return np.where(x * b > threshold, x, np.log1p(np.exp(x * b)) / b)
+
+
+def _mish(x):
+    return x * np.tanh(_softplus(x))
+
+
+_ACTS = {"hardsigmoid": _hardsigmoid, "hardswish": _hardswish, "silu": _silu, "mish": _mish}
+
+
+def _register_act(name: str, fn) -> None:
+    kernel(f"aten.{name}.default")(lambda self: _unary(name, self, fn))
+
+    def inplace(self):
+        self[...] = _unary(name, self, fn)
+        return self
+
+    kernel(f"aten.{name}_.default")(inplace)
+
+
+for _name, _fn in _ACTS.items():
+    _register_act(_name, _fn)
+
+
+@kernel("aten.softplus.default")
+def softplus(self, beta=1, threshold=20):
+    return _unary("softplus", self, lambda x: _softplus(x, beta, threshold))
+
+
+# -- linear algebra of the nn family ------------------------------------------------------
+
+
+def _same_dtype(op: str, *xs) -> None:
+    dts = {x.dtype for x in xs if x is not None}
+    if len(dts) > 1:
+        raise UsageError(f"{op}: expected all tensors of one dtype, found {sorted(str(d) for d in dts)}")
+
+
+@kernel("aten.linear.default")
+def linear(input, weight, bias=None):
+    _same_dtype("linear", input, weight, bias)
+    y = np.matmul(compute(input), compute(weight).T)
+    if bias is not None:
+        y = y + compute(bias)
+    return finish(y, input.dtype)
+
+
+@kernel("aten.matmul.default")
+def matmul(self, other):
+    _same_dtype("matmul", self, other)
+    if self.ndim == 0 or other.ndim == 0:
+        raise UsageError("matmul: both arguments need at least 1 dimension")
+    return finish(np.matmul(compute(self), compute(other)), self.dtype)
+
+
+@kernel("aten.flatten.using_ints")
+def flatten(self, start_dim=0, end_dim=-1):
+    if self.ndim == 0:
+        return self.reshape(1)
+    s, e = start_dim % self.ndim, end_dim % self.ndim
+    if s > e:
+        raise UsageError(f"flatten: start_dim {start_dim} after end_dim {end_dim}")
+    return self.reshape(
+        *self.shape[:s], -1 if self.size == 0 and e > s else math.prod(self.shape[s : e + 1]), *self.shape[e + 1 :]
+    )
+
+
+@kernel("aten.unflatten.int")
+def unflatten(self, dim, sizes):
+    d = dim % self.ndim
+    return self.reshape(*self.shape[:d], *[int(s) for s in sizes], *self.shape[d + 1 :])
+
+
+# -- attention ----------------------------------------------------------------------------
+
+
+def _softmax_safe(s: np.ndarray) -> np.ndarray:
+    """softmax over the last axis; a row that is all -inf gives zeros (torch's
+    ``_safe_softmax`` in its math attention)."""
+    m = s.max(axis=-1, keepdims=True)
+    dead = np.isneginf(m)
+    e = np.exp(s - np.where(dead, 0, m))
+    tot = e.sum(axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p = e / tot
+    return np.where(dead, 0, p)
+
+
+@kernel("aten.scaled_dot_product_attention.default")
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    require_float("scaled_dot_product_attention", query, key, value)
+    q, k, v = compute(query), compute(key), compute(value)
+    e = q.shape[-1]
+    length, s = q.shape[-2], k.shape[-2]
+    if enable_gqa and q.ndim >= 3 and k.shape[-3] != q.shape[-3]:
+        if q.shape[-3] % k.shape[-3]:
+            raise UsageError(f"scaled_dot_product_attention: {q.shape[-3]} query heads for {k.shape[-3]} key heads")
+        rep = q.shape[-3] // k.shape[-3]
+        k, v = np.repeat(k, rep, axis=-3), np.repeat(v, rep, axis=-3)
+    sc = q.dtype.type(1.0 / math.sqrt(e) if scale is None else scale)
+    scores = np.matmul(q, np.swapaxes(k, -1, -2)) * sc
+    if is_causal:
+        if attn_mask is not None:
+            raise UsageError("scaled_dot_product_attention: attn_mask and is_causal together")
+        keep = np.tril(np.ones((length, s), dtype=bool))
+        scores = np.where(keep, scores, -np.inf)
+    if attn_mask is not None:
+        if attn_mask.dtype == np.bool_:
+            scores = np.where(attn_mask, scores, -np.inf)
+        else:
+            scores = scores + compute(attn_mask).astype(scores.dtype)
+    p = _softmax_safe(scores)
+    if dropout_p > 0:
+        p = p * (RNG.random(p.shape) >= dropout_p) / p.dtype.type(1 - dropout_p)
+    return finish(np.matmul(p, v), query.dtype)
+
+
+# -- losses -------------------------------------------------------------------------------
+
+_REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}
+
+
+def _reduce(loss: np.ndarray, reduction: int) -> np.ndarray:
+    if reduction == 0:
+        return loss
+    if reduction == 1:
+        return np.asarray(loss.mean())
+    if reduction == 2:
+        return np.asarray(loss.sum())
+    raise UsageError(f"loss reduction {reduction} (0 none, 1 mean, 2 sum)")
+
+
+def _log_softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    m = x.max(axis=axis, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0)
+    z = x - m
+    return z - np.log(np.exp(z).sum(axis=axis, keepdims=True))
+
+
+def _nll(logp: np.ndarray, target: np.ndarray, weight, reduction: int, ignore_index: int) -> tuple[np.ndarray, np.ndarray]:
+    """(loss, total_weight) of nll over class axis 1 (axis 0 for a 1-D input)."""
+    cls_axis = 0 if logp.ndim == 1 else 1
+    nc = logp.shape[cls_axis]
+    t = target.astype(np.int64)
+    ignored = t == ignore_index
+    tt = np.where(ignored, 0, t)
+    _check_index("nll_loss", tt, nc)
+    picked = np.take_along_axis(logp, np.expand_dims(tt, cls_axis), axis=cls_axis).squeeze(cls_axis)
+    w = compute(weight)[tt] if weight is not None else np.ones(tt.shape, dtype=logp.dtype)
+    w = np.where(ignored, 0, w).astype(logp.dtype)
+    loss = -picked * w
+    total = np.asarray(w.sum())
+    if reduction == 0:
+        return loss, np.asarray(0, dtype=logp.dtype)
+    if reduction == 2:
+        return np.asarray(loss.sum()), total
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.asarray(loss.sum() / total), total
+
+
+@kernel("aten.nll_loss_forward.default", "aten.nll_loss2d_forward.default")
+def nll_loss_forward(self, target, weight, reduction, ignore_index):
+    require_float("nll_loss", self)
+    loss, total = _nll(compute(self), target, weight, reduction, ignore_index)
+    return finish(loss, self.dtype), finish(total, self.dtype)
+
+
+@kernel("aten.nll_loss.default", "aten.nll_loss_nd.default", "aten.nll_loss2d.default")
+def nll_loss(self, target, weight=None, reduction=1, ignore_index=-100):
+    return nll_loss_forward(self, target, weight, reduction, ignore_index)[0]
+
+
+@kernel("aten.cross_entropy_loss.default")
+def cross_entropy_loss(self, target, weight=None, reduction=1, ignore_index=-100, label_smoothing=0.0):
+    require_float("cross_entropy_loss", self)
+    x = compute(self)
+    cls_axis = 0 if x.ndim == 1 else 1
+    nc = x.shape[cls_axis]
+    logp = _log_softmax(x, cls_axis)
+    wshape = [1] * x.ndim
+    wshape[cls_axis] = nc
+    wv = compute(weight).reshape(wshape) if weight is not None else None
+    if target.dtype.kind == "f" or compute_dtype(target.dtype) != target.dtype:  # class probabilities
+        tp = compute(target).astype(x.dtype)
+        if label_smoothing > 0:
+            tp = tp * x.dtype.type(1 - label_smoothing) + x.dtype.type(label_smoothing / nc)
+        prod = logp * tp if wv is None else logp * tp * wv
+        if reduction == 1:
+            out = np.asarray(-prod.sum() / x.dtype.type(x.size / nc))
+        elif reduction == 2:
+            out = np.asarray(-prod.sum())
+        else:
+            out = -prod.sum(axis=cls_axis)
+        return finish(out, self.dtype)
+    nll, _total = _nll(logp, target, weight, reduction, ignore_index)
+    if label_smoothing <= 0:
+        return finish(nll, self.dtype)
+    ignored = target == ignore_index
+    smooth = -(logp * wv).sum(axis=cls_axis) if wv is not None else -logp.sum(axis=cls_axis)
+    smooth = np.where(ignored, 0, smooth)
+    if reduction == 1:
+        if weight is not None:
+            denom = compute(weight)[target[~ignored].astype(np.int64)].sum()
+        else:
+            denom = (~ignored).sum()
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ret = np.asarray(smooth.sum() / x.dtype.type(denom))
+    elif reduction == 2:
+        ret = np.asarray(smooth.sum())
+    else:
+        ret = smooth
+    ls = x.dtype.type(label_smoothing)
+    return finish((1 - ls) * nll + ret * (ls / x.dtype.type(nc)), self.dtype)
+
+
+@kernel("aten.mse_loss.default")
+def mse_loss(self, target, reduction=1):
+    d = compute(self) - compute(target)
+    return finish(_reduce(d * d, reduction), self.dtype)
+
+
+@kernel("aten.l1_loss.default")
+def l1_loss(self, target, reduction=1):
+    return finish(_reduce(np.abs(compute(self) - compute(target)), reduction), self.dtype)
+
+
+@kernel("aten.smooth_l1_loss.default")
+def smooth_l1_loss(self, target, reduction=1, beta=1.0):
+    d = np.abs(compute(self) - compute(target))
+    loss = d - 0.5 * beta if beta == 0 else np.where(d < beta, 0.5 * d * d / beta, d - 0.5 * beta)
+    return finish(_reduce(loss.astype(d.dtype), reduction), self.dtype)
+
+
+@kernel("aten.huber_loss.default")
+def huber_loss(self, target, reduction=1, delta=1.0):
+    d = np.abs(compute(self) - compute(target))
+    loss = np.where(d < delta, 0.5 * d * d, delta * (d - 0.5 * delta)).astype(d.dtype)
+    return finish(_reduce(loss, reduction), self.dtype)
+
+
+@kernel("aten.binary_cross_entropy.default")
+def binary_cross_entropy(self, target, weight=None, reduction=1):
+    x, t = compute(self), compute(target)
+    with np.errstate(divide="ignore"):
+        lx = np.maximum(np.log(x), -100)
+        l1x = np.maximum(np.log1p(-x), -100)
+    loss = (t - 1) * l1x - t * lx
+    if weight is not None:
+        loss = loss * compute(weight)
+    return finish(_reduce(loss, reduction), self.dtype)
+
+
+@kernel("aten.binary_cross_entropy_with_logits.default")
+def binary_cross_entropy_with_logits(self, target, weight=None, pos_weight=None, reduction=1):
+    x, t = compute(self), compute(target)
+    # log(sigmoid(x)) and log(1 - sigmoid(x)) without overflow
+    log_sig = -np.logaddexp(0, -x)
+    log_one_minus = -np.logaddexp(0, x)
+    if pos_weight is not None:
+        loss = -(compute(pos_weight) * t * log_sig + (1 - t) * log_one_minus)
+    else:
+        loss = -(t * log_sig + (1 - t) * log_one_minus)
+    if weight is not None:
+        loss = loss * compute(weight)
+    return finish(_reduce(loss.astype(x.dtype), reduction), self.dtype)
