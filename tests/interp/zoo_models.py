@@ -288,9 +288,18 @@ def _tokens(g, b=4, s=12, vocab=100):
 ZOO: list[ZooCase] = [
     ZooCase("mlp", MLP, lambda g: (_randn(8, 64, g=g),), bench_inputs=lambda g: (_randn(256, 64, g=g),)),
     ZooCase("cnn_bn", CNNBN, lambda g: (_randn(2, 3, 16, 16, g=g),), bench_inputs=lambda g: (_randn(16, 3, 32, 32, g=g),)),
-    ZooCase("resnet_block", BasicBlock, lambda g: (_randn(2, 16, 16, 16, g=g),), bench_inputs=lambda g: (_randn(16, 16, 32, 32, g=g),)),
-    ZooCase("mobilenet_block", MobileBlock, lambda g: (_randn(2, 16, 12, 12, g=g),), bench_inputs=lambda g: (_randn(16, 16, 32, 32, g=g),)),
-    ZooCase("transformer_encoder", Encoder, lambda g: (_randn(2, 10, 64, g=g),), bench_inputs=lambda g: (_randn(16, 64, 64, g=g),)),
+    ZooCase(
+        "resnet_block", BasicBlock, lambda g: (_randn(2, 16, 16, 16, g=g),), bench_inputs=lambda g: (_randn(16, 16, 32, 32, g=g),)
+    ),
+    ZooCase(
+        "mobilenet_block",
+        MobileBlock,
+        lambda g: (_randn(2, 16, 12, 12, g=g),),
+        bench_inputs=lambda g: (_randn(16, 16, 32, 32, g=g),),
+    ),
+    ZooCase(
+        "transformer_encoder", Encoder, lambda g: (_randn(2, 10, 64, g=g),), bench_inputs=lambda g: (_randn(16, 64, 64, g=g),)
+    ),
     ZooCase("causal_decoder", Decoder, lambda g: (_randn(2, 12, 64, g=g),), bench_inputs=lambda g: (_randn(16, 64, 64, g=g),)),
     ZooCase("lstm", LSTMModel, lambda g: (_randn(3, 7, 16, g=g),), bench_inputs=lambda g: (_randn(32, 32, 16, g=g),)),
     ZooCase("gru", GRUModel, lambda g: (_randn(3, 7, 16, g=g),), bench_inputs=lambda g: (_randn(32, 32, 16, g=g),)),

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ...core.errors import UnsupportedError
+from ...core.errors import UnsupportedError, UsageError
 from ..registry import kernel
 from ._nn_util import compute, expand_param, finish, pad_spatial, require_float, windows
 
@@ -159,21 +159,24 @@ def conv_weight_grad(
     return np.matmul(g2, cols).reshape(cout, cg, *kshape)
 
 
-def _batchify(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, bool]:
-    if x.ndim == w.ndim - 1:  # unbatched (C, *S)
+def _batchify(x: np.ndarray, w: np.ndarray, unbatched_ok: bool = True) -> tuple[np.ndarray, bool]:
+    """``x`` with a batch dim; conv1d/2d/3d take an unbatched ``(C, *S)`` input, the
+    ``convolution`` op does not."""
+    if x.ndim == w.ndim - 1 and unbatched_ok:
         return x[None], True
     if x.ndim != w.ndim:
-        raise UnsupportedError(f"convolution: input of {x.ndim} dims for a weight of {w.ndim}")
+        raise UsageError(f"convolution: input of {x.ndim} dims for a weight of {w.ndim}")
     return x, False
 
 
-def _convolution(x, w, bias, stride, padding, dilation, transposed, output_padding, groups) -> np.ndarray:
-    require_float("convolution", x, w)
+def _convolution(x, w, bias, stride, padding, dilation, transposed, output_padding, groups, unbatched_ok=False) -> np.ndarray:
+    if x.dtype.kind == "b":
+        raise UnsupportedError("convolution: torch has no CPU kernel for bool")
     nd = w.ndim - 2
     if nd < 1:
         raise UnsupportedError(f"convolution: weight of {w.ndim} dims")
     dtype = x.dtype
-    xb, unbatched = _batchify(compute(x), w)
+    xb, unbatched = _batchify(compute(x), w, unbatched_ok)
     wc = compute(w)
     stride = expand_param(stride, nd, 1)
     dilation = expand_param(dilation, nd, 1)
@@ -224,12 +227,12 @@ def _convolution_legacy(input, weight, bias, stride, padding, dilation, transpos
     "aten.conv3d.padding",
 )
 def conv_nd(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    return _convolution(input, weight, bias, stride, padding, dilation, False, 0, groups)
+    return _convolution(input, weight, bias, stride, padding, dilation, False, 0, groups, unbatched_ok=True)
 
 
 @kernel("aten.conv_transpose1d.default", "aten.conv_transpose2d.input", "aten.conv_transpose3d.input")
 def conv_transpose_nd(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
-    return _convolution(input, weight, bias, stride, padding, dilation, True, output_padding, groups)
+    return _convolution(input, weight, bias, stride, padding, dilation, True, output_padding, groups, unbatched_ok=True)
 
 
 @kernel("aten.convolution_backward.default")
@@ -243,8 +246,8 @@ def convolution_backward(
     dilation = expand_param(dilation, nd, 1)
     output_padding = expand_param(output_padding, nd, 0)
     groups = int(groups)
-    gy, unbatched = _batchify(compute(grad_output), weight)
-    x, _ = _batchify(compute(input), weight)
+    gy, unbatched = _batchify(compute(grad_output), weight, False)
+    x, _ = _batchify(compute(input), weight, False)
     w = compute(weight)
     k = w.shape[2:]
     gi = gw = gb = None

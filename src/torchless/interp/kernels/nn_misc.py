@@ -42,6 +42,8 @@ def _check_index(op: str, idx: np.ndarray, n: int) -> None:
 
 @kernel("aten.embedding.default")
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    if weight.ndim != 2:
+        raise UsageError(f"embedding: weight must be 2-D, found {weight.ndim}-D")
     _check_index("embedding", indices, weight.shape[0])
     return np.take(weight, indices, axis=0)
 
@@ -129,6 +131,8 @@ def embedding_bag(
 
 
 def _pad(op: str, x: np.ndarray, padding: Sequence[int], mode: str, value=0) -> np.ndarray:
+    if mode == "edge":
+        return _replicate(op, x, padding)
     padding = [int(p) for p in padding]
     if len(padding) % 2 or len(padding) // 2 > x.ndim:
         raise UsageError(f"{op}: padding {padding} for an input of {x.ndim} dims")
@@ -142,10 +146,6 @@ def _pad(op: str, x: np.ndarray, padding: Sequence[int], mode: str, value=0) -> 
             if (a or b) and (a >= x.shape[i] or b >= x.shape[i]):
                 raise UsageError(f"{op}: padding ({a}, {b}) must be less than the dimension {x.shape[i]}")
         return np.pad(x, pos, mode="reflect")
-    if mode == "edge":
-        if any((a or b) and x.shape[i] == 0 for i, (a, b) in enumerate(pos)):
-            raise UsageError(f"{op}: cannot replicate an empty dimension")
-        return np.pad(x, pos, mode="edge")
     if mode == "circular":
         return np.pad(x, pos, mode="wrap")
     return np.pad(x, pos, constant_values=value)
@@ -156,9 +156,25 @@ def reflection_pad(self, padding):
     return _pad("reflection_pad", self, padding, "reflect")
 
 
+def _replicate(op: str, x: np.ndarray, padding: Sequence[int]) -> np.ndarray:
+    """out[j] = in[clamp(j - left, 0, n - 1)] along each padded dim (negative amounts too)."""
+    padding = [int(p) for p in padding]
+    if len(padding) % 2 or len(padding) // 2 > x.ndim:
+        raise UsageError(f"{op}: padding {padding} for an input of {x.ndim} dims")
+    for i in range(len(padding) // 2):
+        axis = x.ndim - 1 - i
+        left, right = padding[2 * i], padding[2 * i + 1]
+        n = x.shape[axis]
+        size = n + left + right
+        if n == 0 or size < 0:
+            raise UsageError(f"{op}: padding ({left}, {right}) of a dimension of size {n}")
+        x = np.take(x, np.clip(np.arange(size) - left, 0, n - 1), axis=axis)
+    return x
+
+
 @kernel("aten.replication_pad1d.default", "aten.replication_pad2d.default", "aten.replication_pad3d.default")
 def replication_pad(self, padding):
-    return _pad("replication_pad", self, padding, "edge")
+    return _replicate("replication_pad", self, padding)
 
 
 @kernel("aten.constant_pad_nd.default")

@@ -29,6 +29,10 @@ def _channel_shape(x: np.ndarray) -> tuple[int, ...]:
     return (1, x.shape[1]) + (1,) * (x.ndim - 2) if x.ndim > 1 else (-1,)
 
 
+def _channels(x: np.ndarray) -> int:
+    return x.shape[1] if x.ndim > 1 else x.shape[0]
+
+
 def _affine(y: np.ndarray, weight, bias, shape) -> np.ndarray:
     if weight is not None:
         y = y * compute(weight).reshape(shape)
@@ -43,16 +47,20 @@ def _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, 
     require_float("batch_norm", x)
     xc = compute(x)
     shape = _channel_shape(x)
-    axes = tuple(i for i in range(x.ndim) if i != 1)
+    axes = tuple(i for i in range(x.ndim) if i != 1) if x.ndim > 1 else ()
     stat_dtype = running_mean.dtype if running_mean is not None else x.dtype
     new_rm, new_rv = running_mean, running_var
+    if training and x.size == 0:
+        c = _channels(x)
+        save = np.full((c,), np.nan, dtype=stat_dtype)
+        return finish(_affine(xc, weight, bias, shape), x.dtype), save, save.copy(), running_mean, running_var
     if training:
         mean, var = _stats(xc, axes)
         invstd = 1.0 / np.sqrt(var + eps)
         y = (xc - mean) * invstd
         save_mean, save_invstd = mean.reshape(-1), invstd.reshape(-1)
         if running_mean is not None and running_var is not None:
-            n = x.size // x.shape[1]
+            n = x.size // _channels(x)
             unbiased = var.reshape(-1) * (n / (n - 1) if n > 1 else math.inf)
             rm = compute(running_mean) * (1 - momentum) + save_mean * momentum
             rv = compute(running_var) * (1 - momentum) + unbiased * momentum

@@ -1,6 +1,6 @@
 """Recurrent kernels training IR keeps whole: ``lstm.input`` (with ``proj_size``),
 ``gru.input``, ``rnn_tanh.input``, ``rnn_relu.input``; multi-layer, bidirectional,
-``batch_first``, unbatched inputs.
+``batch_first``.
 
 The input projection of every time step is one matrix product per layer and direction;
 only the recurrence (``h @ W_hh``) runs step by step, as it must. Weights come in torch's
@@ -26,10 +26,9 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 def _run(kind: str, input, hx: list, params: list, has_biases, num_layers, dropout, train, bidirectional, batch_first):
     require_float(kind, input)
     x = compute(input)
-    unbatched = x.ndim == 2
-    if unbatched:
-        x = x[:, None]
-    elif batch_first:
+    if x.ndim != 3:
+        raise UsageError(f"{kind}: input of {x.ndim} dims (the aten op takes (seq, batch, feature); nn modules unsqueeze)")
+    if batch_first:
         x = x.swapaxes(0, 1)
     d_count = 2 if bidirectional else 1
     nl = int(num_layers)
@@ -37,7 +36,7 @@ def _run(kind: str, input, hx: list, params: list, has_biases, num_layers, dropo
         raise UsageError(f"{kind}: {len(params)} weights for {nl} layers x {d_count} directions")
     per = len(params) // (nl * d_count)
     has_proj = per == (5 if has_biases else 3)
-    states = [compute(h)[:, None] if unbatched else compute(h) for h in hx]
+    states = [compute(h) for h in hx]
     out_h, out_c = [], []
     layer_in = x
     steps = x.shape[0]
@@ -84,13 +83,12 @@ def _run(kind: str, input, hx: list, params: list, has_biases, num_layers, dropo
         layer_in = np.concatenate(outs, axis=-1) if d_count == 2 else outs[0]
         if train and dropout > 0 and layer < nl - 1:
             layer_in = compute(nn_misc._dropout(layer_in, dropout)[0])
-    out = layer_in[:, 0] if unbatched else layer_in.swapaxes(0, 1) if batch_first else layer_in
+    out = layer_in.swapaxes(0, 1) if batch_first else layer_in
     hy = np.stack(out_h)
-    hy = hy[:, 0] if unbatched else hy
     res = [finish(np.ascontiguousarray(out), input.dtype), finish(hy, input.dtype)]
     if kind == "lstm":
         cy = np.stack(out_c)
-        res.append(finish(cy[:, 0] if unbatched else cy, input.dtype))
+        res.append(finish(cy, input.dtype))
     return tuple(res)
 
 
