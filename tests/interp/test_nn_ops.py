@@ -293,8 +293,6 @@ ADAPTERS = {
     ("nn.functional.rms_norm", ""): _kw_after(
         "aten.rms_norm.default", [("normalized_shape", None), ("weight", None), ("eps", None)]
     ),
-    ("constant_pad_nd", ""): _direct("aten.constant_pad_nd.default"),
-    ("nn.functional.pad", "constant"): lambda s: _pad(s, "constant"),
     ("nn.functional.pad", "reflect"): lambda s: _pad(s, "reflect"),
     ("nn.functional.pad", "replicate"): lambda s: _pad(s, "replicate"),
     ("nn.functional.pad", "replicate_negative"): lambda s: _pad(s, "replicate"),
@@ -302,9 +300,9 @@ ADAPTERS = {
     ("nn.functional.scaled_dot_product_attention", ""): _sdpa,
     ("nn.functional.grid_sample", ""): _gridsample,
     ("grid_sampler_2d", ""): _direct("aten.grid_sampler_2d.default"),
-    ("nn.functional.hardswish", ""): _act("aten.hardswish.default"),
-    ("nn.functional.hardsigmoid", ""): _act("aten.hardsigmoid.default"),
-    ("nn.functional.silu", ""): _act("aten.silu.default"),
+    ("nn.functional.hardswish", ""): _act("aten.hardswish_.default"),
+    ("nn.functional.hardsigmoid", ""): _act("aten.hardsigmoid_.default"),
+    ("nn.functional.silu", ""): _act("aten.silu_.default"),
     ("nn.functional.mish", ""): _act("aten.mish.default"),
     ("nn.functional.softplus", ""): _kw_after("aten.softplus.default", [("beta", 1), ("threshold", 20)]),
     ("flatten", ""): _kw_after("aten.flatten.using_ints", [("start_dim", 0), ("end_dim", -1)]),
@@ -536,7 +534,7 @@ def test_padding_and_upsampling_overloads():
     check("aten.reflection_pad3d.default", x5, [1, 2, 1, 0, 1, 1])
     check("aten.replication_pad2d.default", x, [1, 2, 3, 0])
     check("aten.replication_pad3d.default", x5, [1, 2, 3, 0, 1, 1])
-    check("aten.constant_pad_nd.default", x, [1, -2, 3, 0], 1.5)
+    check("aten.pad.default", x, [1, -2, 3, 0], "constant", 1.5)
     for mode in ("constant", "reflect", "replicate", "circular"):
         check("aten.pad.default", x, [1, 2, 2, 1], mode)
     for ac in (False, True):
@@ -579,10 +577,11 @@ def test_attention_and_activations():
     check("aten.scaled_dot_product_attention.default", q, k[:, :1], v[:, :1], enable_gqa=True)
     check("aten.scaled_dot_product_attention.default", q.bfloat16(), k.bfloat16(), v.bfloat16(), is_causal=True)
     y = _t(50, dtype=torch.float32) * 5
+    check("aten.mish.default", y)
+    check("aten.mish.default", y.bfloat16())
     for name in ("hardswish", "hardsigmoid", "silu", "mish"):
-        check(f"aten.{name}.default", y)
-        check(f"aten.{name}.default", y.bfloat16())
         check(f"aten.{name}_.default", y.clone())
+        check(f"aten.{name}_.default", y.bfloat16())
 
 
 def test_rnns():
@@ -651,7 +650,6 @@ NN_CORE = [
     "avg_pool2d_backward.default",
     "avg_pool3d.default",
     "col2im.default",
-    "constant_pad_nd.default",
     "convolution.default",
     "convolution_backward.default",
     "embedding.default",
@@ -674,7 +672,8 @@ NN_CORE = [
     "upsample_nearest2d.vec",
 ]
 
-#: what torch.export leaves in training IR for the model zoo (gelu is the elementwise family's)
+#: what torch.export leaves in training IR for the model zoo (gelu, hardswish, silu, constant_pad_nd: the
+#: elementwise and shape families')
 TRAINING_IR = [
     "linear.default",
     "conv1d.default",
@@ -688,9 +687,8 @@ TRAINING_IR = [
     "group_norm.default",
     "dropout.default",
     "scaled_dot_product_attention.default",
-    "hardswish.default",
-    "hardsigmoid.default",
-    "silu.default",
+    "hardswish_.default",
+    "silu_.default",
     "rms_norm.default",
     "lstm.input",
     "gru.input",

@@ -66,7 +66,7 @@ def conv_forward(
         y = np.zeros((n, c, *out), dtype=np.result_type(x.dtype, w.dtype))
         bshape = (1, c) + (1,) * nd
         for i, pos in enumerate(np.ndindex(*k)):
-            y += win[(Ellipsis, *pos)] * wf[:, i].reshape(bshape)
+            y += win[(Ellipsis,) + tuple(pos)] * wf[:, i].reshape(bshape)
         return y
     win = win.reshape(n, g, cg, *out, *k)
     perm = (1, 0, *range(3, 3 + nd), 2, *range(3 + nd, 3 + 2 * nd))
@@ -92,7 +92,7 @@ def scatter_windows(
     buf = np.zeros((*lead, *full), dtype=cols.dtype)
     for pos in np.ndindex(*k):
         sl = tuple(slice(p * d, p * d + (b - 1) * s + 1, s) for p, d, b, s in zip(pos, dilation, blocks, stride, strict=False))
-        buf[(Ellipsis, *sl)] += cols[(Ellipsis, *pos) + (slice(None),) * nd]
+        buf[(Ellipsis,) + sl] += cols[(Ellipsis,) + tuple(pos) + (slice(None),) * nd]
     return buf
 
 
@@ -129,7 +129,7 @@ def conv_transpose(
     if any(o <= 0 for o in out):
         raise UnsupportedError(f"conv_transpose: output size {tuple(out)} is not positive")
     buf = scatter_windows(cols, nd, k, inner, full, stride, dilation)
-    buf = buf[(Ellipsis, *(slice(p, p + o) for p, o in zip(padding, out, strict=False)))]
+    buf = buf[(Ellipsis,) + tuple(slice(p, p + o) for p, o in zip(padding, out, strict=False))]
     return np.ascontiguousarray(buf).reshape(n, g * og, *out)
 
 
@@ -185,7 +185,7 @@ def _convolution(x, w, bias, stride, padding, dilation, transposed, output_paddi
             raise UnsupportedError(f"conv_transpose: padding={padding!r}")
         lo, hi = _padding_mode(padding, wc.shape[2:], dilation, stride)
     else:
-        lo = hi = expand_param(padding, nd, 0)
+        lo = hi = list(expand_param(padding, nd, 0))
     groups = int(groups)
     if transposed:
         y = conv_transpose(xb, wc, stride, lo, dilation, expand_param(output_padding, nd, 0), groups)

@@ -1,6 +1,7 @@
-"""nn kernels besides convolution, pooling and normalisation: embeddings, padding,
-upsampling, ``grid_sampler_2d``, dropout, the activations of the nn family (SiLU,
-hardswish, hardsigmoid, mish, softplus), ``linear``/``matmul``, scaled dot-product
+"""nn kernels besides convolution, pooling and normalisation: embeddings, padding
+(reflection, replication, ``pad``; ``constant_pad_nd`` is the shape family's),
+upsampling, ``grid_sampler_2d``, dropout, the activations of the nn family (mish,
+softplus, the in-place SiLU/hardswish/hardsigmoid), ``linear``/``matmul``, scaled dot-product
 attention, ``flatten``/``unflatten``, and the losses training IR keeps
 (``cross_entropy_loss``, ``nll_loss*``, ``mse_loss``, ``l1_loss``, binary cross-entropy).
 
@@ -12,7 +13,7 @@ a Mersenne Twister consumed in its own order). :func:`seed` reseeds it.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -177,13 +178,6 @@ def replication_pad(self, padding):
     return _replicate("replication_pad", self, padding)
 
 
-@kernel("aten.constant_pad_nd.default")
-def constant_pad_nd(self, pad, value=0):
-    if self.dtype.kind in "iub" and isinstance(value, float) and not float(value).is_integer():
-        raise UsageError(f"constant_pad_nd: value {value} for an integer tensor")
-    return _pad("constant_pad_nd", self, pad, "constant", np.asarray(value).astype(self.dtype))
-
-
 @kernel("aten.pad.default")
 def pad(self, pad, mode="constant", value=None):
     modes = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "circular"}
@@ -262,11 +256,8 @@ def _interp_axis(x: np.ndarray, axis: int, n_out: int, mode: str, align_corners:
     f = np.floor(src)
     i0 = f.astype(np.int64)
     t = src - f
-    out = None
-    for j, c in enumerate(_cubic_coeffs(t)):
-        term = np.take(x, np.clip(i0 - 1 + j, 0, n_in - 1), axis=axis) * c.reshape(shape)
-        out = term if out is None else out + term
-    return out
+    terms = [np.take(x, np.clip(i0 - 1 + j, 0, n_in - 1), axis=axis) * c.reshape(shape) for j, c in enumerate(_cubic_coeffs(t))]
+    return terms[0] + terms[1] + terms[2] + terms[3]
 
 
 def _upsample(op: str, nd: int, x, output_size, scales, mode: str, align_corners: bool = False):
@@ -289,18 +280,14 @@ def _upsample(op: str, nd: int, x, output_size, scales, mode: str, align_corners
     return finish(np.ascontiguousarray(y), x.dtype)
 
 
-def _vec(nd, mode, op):
-    if mode in ("nearest", "nearest-exact"):
+def _vec(nd: int, mode: str, op: str) -> Callable[..., np.ndarray]:
+    def nearest(input, output_size, scale_factors):
+        return _upsample(op, nd, input, output_size, scale_factors, mode)
 
-        def fn(input, output_size, scale_factors):
-            return _upsample(op, nd, input, output_size, scale_factors, mode)
+    def interpolating(input, output_size, align_corners, scale_factors):
+        return _upsample(op, nd, input, output_size, scale_factors, mode, align_corners)
 
-    else:
-
-        def fn(input, output_size, align_corners, scale_factors):
-            return _upsample(op, nd, input, output_size, scale_factors, mode, align_corners)
-
-    return fn
+    return nearest if mode in ("nearest", "nearest-exact") else interpolating
 
 
 for _nd, _dim in ((1, "1d"), (2, "2d"), (3, "3d")):
@@ -500,8 +487,11 @@ def _mish(x):
 _ACTS = {"hardsigmoid": _hardsigmoid, "hardswish": _hardswish, "silu": _silu, "mish": _mish}
 
 
-def _register_act(name: str, fn) -> None:
-    kernel(f"aten.{name}.default")(lambda self: _unary(name, self, fn))
+def _register_act(name: str, fn, functional: bool) -> None:
+    """The in-place kernel of ``name`` (and the functional one where the elementwise family
+    has none: hardswish, hardsigmoid and silu live in ``elementwise``)."""
+    if functional:
+        kernel(f"aten.{name}.default")(lambda self: _unary(name, self, fn))
 
     def inplace(self):
         self[...] = _unary(name, self, fn)
@@ -511,7 +501,7 @@ def _register_act(name: str, fn) -> None:
 
 
 for _name, _fn in _ACTS.items():
-    _register_act(_name, _fn)
+    _register_act(_name, _fn, functional=_name == "mish")
 
 
 @kernel("aten.softplus.default")

@@ -109,7 +109,7 @@ def _avg_pool_backward(op, nd, grad_output, x, kernel_size, stride, padding, cei
     cols = np.broadcast_to(g.reshape(*lead, *(1,) * nd, *out), (*lead, *k, *out))
     full = [n + pp + h for n, pp, h in zip(spatial, p, hi, strict=True)]
     buf = scatter_windows(cols, nd, k, out, full, s, (1,) * nd)
-    buf = buf[(Ellipsis, *(slice(pp, pp + n) for pp, n in zip(p, spatial, strict=True)))]
+    buf = buf[(Ellipsis,) + tuple(slice(pp, pp + n) for pp, n in zip(p, spatial, strict=True))]
     return finish(np.ascontiguousarray(buf), grad_output.dtype)
 
 

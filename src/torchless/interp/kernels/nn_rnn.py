@@ -87,7 +87,7 @@ def _run(kind: str, input, hx: list, params: list, has_biases, num_layers, dropo
     hy = np.stack(out_h)
     res = [finish(np.ascontiguousarray(out), input.dtype), finish(hy, input.dtype)]
     if kind == "lstm":
-        cy = np.stack(out_c)
+        cy = np.stack([c for c in out_c if c is not None])
         res.append(finish(cy, input.dtype))
     return tuple(res)
 
