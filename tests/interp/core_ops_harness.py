@@ -55,6 +55,7 @@ class Spec:
     check: str = "values"  # "values", "meta" (shape/dtype only), "sort" (values, indices by gather)
     loose: bool = False
     dtypes: tuple[str, ...] = tuple(DTYPES)
+    gen_cap: int = MAX_SAMPLES + 2  # generated samples compared per dtype
 
 
 def _default(s: Any) -> tuple[tuple, dict]:
@@ -152,7 +153,21 @@ def _gen_copy(dt: torch.dtype) -> Iterator:
 
 def _gen_to_copy(dt: torch.dtype) -> Iterator:
     x = _t((3, 5), dt)
-    for out in (torch.float32, torch.float64, torch.int64, torch.int32, torch.bool, torch.bfloat16, torch.float16, torch.uint8):
+    if dt.is_floating_point:  # with values beyond float8's range
+        yield (x * 300,), {"dtype": torch.float8_e4m3fn}
+        yield (x * 3e4,), {"dtype": torch.float8_e5m2}
+    for out in (
+        torch.float32,
+        torch.float64,
+        torch.int64,
+        torch.int32,
+        torch.bool,
+        torch.bfloat16,
+        torch.float16,
+        torch.uint8,
+        torch.float8_e4m3fn,
+        torch.float8_e5m2,
+    ):
         yield (x,), {"dtype": out}
     yield (x,), {}
 
@@ -553,7 +568,7 @@ _spec("aten.randperm.default", gen=_gen_randperm, check="perm", dtypes=("int64",
 _spec("aten.mm.default", "mm", loose=True)
 _spec("aten.bmm.default", "bmm", loose=True)
 _spec("aten.addmm.default", "addmm", loose=True)
-_spec("aten._to_copy.default", gen=_gen_to_copy)
+_spec("aten._to_copy.default", gen=_gen_to_copy, gen_cap=13)
 _spec("aten._local_scalar_dense.default", gen=_gen_local_scalar)
 _spec("aten._cdist_forward.default", "cdist", adapt=_cdist_adapt, loose=True)
 _spec("aten._pdist_forward.default", "nn.functional.pdist", adapt=_pdist_adapt, loose=True)
@@ -613,6 +628,8 @@ def to_numpy(v: Any) -> Any:
         t = v.detach().resolve_conj().resolve_neg()
         if t.dtype == torch.bfloat16:
             return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        if str(t.dtype).startswith("torch.float8"):
+            return t.view(torch.uint8).numpy().view(getattr(ml_dtypes, str(t.dtype).removeprefix("torch.")))
         return t.numpy()
     if isinstance(v, (list, tuple)):
         return type(v)(to_numpy(x) for x in v)
@@ -722,7 +739,7 @@ def samples(spec: Spec, dtype: str) -> Iterator[tuple[tuple, dict]]:
                 continue
             yield b
             n += 1
-            if n >= MAX_SAMPLES + 2:
+            if n >= spec.gen_cap:
                 break
 
 

@@ -68,6 +68,7 @@ _FLOAT8 = frozenset(
     for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu")
     if hasattr(ml_dtypes, n)
 )
+_E4M3FN = np.dtype(ml_dtypes.float8_e4m3fn)
 _BAREBONES_UNSIGNED = frozenset(np.dtype(t) for t in (np.uint16, np.uint32, np.uint64))
 _SIGNED = (np.dtype(np.int8), np.dtype(np.int16), np.dtype(np.int32), _I64)
 _FLOATS_BY_RANK = {_F16: 1, _BF16: 1, _F32: 2, _F64: 3}
@@ -295,6 +296,9 @@ def cast(x: Any, dt: Any) -> np.ndarray:
             arr = arr.astype(_F32)  # ml_dtypes floats: go through float32 for int casts
         if dt.kind in "iu" and arr.dtype.kind == "f":
             arr = np.trunc(arr)
+        if dt == _E4M3FN and arr.dtype != _BOOL:
+            # torch saturates float8_e4m3fn conversions (inf too) at +-448; NaN stays NaN
+            arr = np.clip(arr.astype(_F64 if arr.dtype == _F64 else _F32), -448.0, 448.0)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             return np.asarray(arr.astype(dt))

@@ -201,7 +201,7 @@ def to_copy(
 ) -> np.ndarray:
     x = tensor(self)
     dt = np_dtype(dtype) or x.dtype
-    return np.array(promote.cast(x, dt), copy=True)
+    return x.copy() if dt == x.dtype else promote.cast(x, dt)
 
 
 @kernel("aten.lift_fresh_copy.default")
