@@ -12,6 +12,7 @@ the real kernels once they exist.
 from __future__ import annotations
 
 import json
+from collections import namedtuple
 
 import numpy as np
 import pytest
@@ -189,6 +190,16 @@ class SymOps(torch.nn.Module):
         return x[:a].sum() + (n // 3 + 1) + c, n % 3, -n, torch.sym_sqrt(n)
 
 
+Pair = namedtuple("Pair", ["a", "b"])
+torch.utils._pytree._register_namedtuple(Pair, serialized_type_name="tl_interp_test.Pair")
+
+
+class Nested(torch.nn.Module):
+    def forward(self, xs, d, *, scale=2.0):
+        a, b = xs
+        return Pair(a * scale + d["k"], [b - d["j"], {"z": a.sum()}])
+
+
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     """name -> (path of the .pt2, the ExportedProgram): each model exported once."""
@@ -206,6 +217,12 @@ def saved(tmp_path_factory):
         "ints": (Ints(), (torch.ones(2), 3, 2.0), {}, {"x": None, "n": torch.export.Dim.DYNAMIC, "f": None}),
         "autocast": (Autocast(), (torch.randn(2, 4),), {}, None),
         "symops": (SymOps(), (torch.randn(7, 2),), {}, {"x": {0: torch.export.Dim.AUTO}}),
+        "nested": (
+            Nested(),
+            ((torch.randn(3), torch.randn(3)), {"k": torch.randn(3), "j": torch.randn(3)}),
+            {"scale": 2.0},
+            None,
+        ),
         "mutating": (Mutating(), (torch.ones(4), torch.ones(4)), {}, None),
         "counter": (Counter(), (torch.randn(4, 2),), {"scale": torch.tensor(3.0)}, {"x": {0: batch}, "scale": None}),
     }
@@ -355,6 +372,19 @@ def test_symint_arithmetic_and_guards_code(saved):
             m(np.zeros((n, 2), np.float32))
         with pytest.raises(AssertionError, match="Guard failed"):
             ep.module()(torch.zeros(n, 2))
+
+
+def test_nested_inputs_and_outputs_follow_the_tree_specs(saved):
+    path, ep = saved["nested"]
+    m = torchless.load(path).module()
+    xs, d = (torch.randn(3), torch.randn(3)), {"j": torch.randn(3), "k": torch.randn(3)}  # another key order
+    ours = m(tuple(t.numpy() for t in xs), {k: v.numpy() for k, v in d.items()}, scale=2.0)
+    theirs = ep.module()(xs, d, scale=2.0)
+    _check(ours, tuple(theirs))  # a namedtuple comes back as a tuple: the spec names only its type
+    with pytest.raises(UsageError, match="args has the wrong length"):
+        m(xs, d, None, scale=2.0)
+    with pytest.raises(UsageError, match=r"d has the wrong keys"):
+        m(xs, {"k": d["k"]}, scale=2.0)
 
 
 def test_map(saved):

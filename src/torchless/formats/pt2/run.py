@@ -83,29 +83,29 @@ class ExportedModule:
         """Parameters and buffers, as ``module.state_dict()`` (current buffer values)."""
         return {**self.runner.params, **self.runner.buffers}
 
-    def _names(self, paths: list[str]) -> list[str]:
-        out = []
-        for p in paths:
-            # "[0][1]" -> "x[1]" with the forward's argument names; "[1]['k']" -> "k"
-            if p.startswith("[0][") and self.arg_names:
-                i, _, rest = p[4:].partition("]")
-                if i.isdigit() and int(i) < len(self.arg_names):
-                    out.append(self.arg_names[int(i)] + rest)
-                    continue
-                out.append(f"args[{i}]{rest}")
-            elif p.startswith("[1]["):
-                key, _, rest = p[4:].partition("]")
-                out.append(key.strip("'\"") + rest)
-            else:
-                out.append(p or "input")
-        return out
+    def _name(self, p: str) -> str:
+        """An input path as the caller wrote it: ``[0][1]`` -> ``y`` (the forward's second
+        argument), ``[1]['k']`` -> ``k``, ``[0]`` -> ``args``, ``[1]`` -> ``kwargs``."""
+        if p == "[0]":
+            return "args"
+        if p == "[1]":
+            return "kwargs"
+        if p.startswith("[0]["):
+            i, _, rest = p[4:].partition("]")
+            if i.isdigit() and self.arg_names and int(i) < len(self.arg_names):
+                return self.arg_names[int(i)] + rest
+            return f"args[{i}]{rest}"
+        if p.startswith("[1]["):
+            key, _, rest = p[4:].partition("]")
+            return key.strip("'\"") + rest
+        return p or "input"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.in_spec is not None:
-            flat = self.in_spec.flatten((tuple(args), dict(kwargs)))
+            flat = self.in_spec.flatten((tuple(args), dict(kwargs)), namer=self._name)
             paths = [p for p, _ in flat]
             leaves = [_array(v) for _, v in flat]
-            names = self._names(paths)
+            names = [self._name(p) for p in paths]
         else:
             if kwargs:
                 raise UsageError("this program records no in_spec: pass its inputs by position")

@@ -46,8 +46,9 @@ class TreeSpec:
     def num_leaves(self) -> int:
         return 1 if self.is_leaf else sum(c.num_leaves for c in self.children)
 
-    def flatten(self, tree: Any, path: str = "") -> list[tuple[str, Any]]:
-        """``(path, leaf)`` pairs of ``tree`` laid out as this spec says.
+    def flatten(self, tree: Any, path: str = "", namer: Any = None) -> list[tuple[str, Any]]:
+        """``(path, leaf)`` pairs of ``tree`` laid out as this spec says; ``namer(path)``
+        gives the name an error shows for a path (default: the path itself).
 
         Raises:
             UsageError: ``tree`` does not have this structure (naming where).
@@ -55,26 +56,27 @@ class TreeSpec:
         if self.is_leaf:
             return [(path, tree)]
         t = self.type
+        where = (namer(path) if namer is not None else path) or "the input"
         kids: list[tuple[str, Any]]
         if t in _NONE:
             if tree is not None:
-                raise UsageError(f"{path or 'the input'} must be None", found=type(tree).__name__)
+                raise UsageError(f"{where} must be None", found=type(tree).__name__)
             return []
         if t in _TUPLE or t in _LIST or t in _NT:
             if not isinstance(tree, (tuple, list)):
-                raise UsageError(f"{path or 'the input'} must be a sequence", found=type(tree).__name__)
+                raise UsageError(f"{where} must be a sequence", found=type(tree).__name__)
             if len(tree) != len(self.children):
-                raise UsageError(f"{path or 'the input'} has the wrong length", expected=len(self.children), found=len(tree))
+                raise UsageError(f"{where} has the wrong length", expected=len(self.children), found=len(tree))
             kids = [(f"{path}[{i}]", v) for i, v in enumerate(tree)]
         elif t in _DICT or t in _ODICT or t in _DDICT:
             keys = self._keys()
             if not isinstance(tree, dict):
-                raise UsageError(f"{path or 'the input'} must be a dict", found=type(tree).__name__)
+                raise UsageError(f"{where} must be a dict", found=type(tree).__name__)
             missing = [k for k in keys if k not in tree]
             extra = [k for k in tree if k not in keys]
             if missing or extra:
                 raise UsageError(
-                    f"{path or 'the input'} has the wrong keys",
+                    f"{where} has the wrong keys",
                     expected=", ".join(map(repr, keys)),
                     found=", ".join(map(repr, tree)),
                 )
@@ -83,7 +85,7 @@ class TreeSpec:
             raise UnsupportedError(f"pytree node type {t} is not supported")
         out: list[tuple[str, Any]] = []
         for spec, (p, v) in zip(self.children, kids, strict=True):
-            out.extend(spec.flatten(v, p))
+            out.extend(spec.flatten(v, p, namer))
         return out
 
     def _keys(self) -> list[Any]:
