@@ -233,7 +233,13 @@ def compare_tensors(
 
 
 def diff_artifacts(
-    a: Any, b: Any, *, rtol: float = 0.0, atol: float = 0.0, progress: Callable[[int], None] | None = None
+    a: Any,
+    b: Any,
+    *,
+    rtol: float = 0.0,
+    atol: float = 0.0,
+    progress: Callable[[int], None] | None = None,
+    tensors_only: bool = False,
 ) -> dict[str, Any]:
     """Compare the tensors of two opened artifacts by name.
 
@@ -241,7 +247,9 @@ def diff_artifacts(
     max_abs_diff}], "not_compared": [{name, reason}], "same": n, "values_added": [keys],
     "values_removed": [keys], "values_changed": [{name, a, b}], "identical": bool}``;
     ``identical`` is True only when nothing was added, removed, changed or left
-    uncompared, tensors and other values alike (:func:`artifact_values`).
+    uncompared, tensors and other values alike (:func:`artifact_values`), or, with
+    ``tensors_only``, when the tensors are (the other values are then not looked at and
+    the ``values_*`` lists are empty).
     """
     ta = dict(a.tensors())
     tb = dict(b.tensors())
@@ -259,8 +267,8 @@ def diff_artifacts(
             changed.append({"name": name, "reason": r["reason"], "max_abs_diff": r["max_abs_diff"]})
         else:
             not_compared.append({"name": name, "reason": r["reason"]})
-    va, skipped_a = artifact_values(a)
-    vb, skipped_b = artifact_values(b)
+    va, skipped_a = artifact_values(a) if not tensors_only else ({}, [])
+    vb, skipped_b = artifact_values(b) if not tensors_only else ({}, [])
     not_compared += [{"name": f"a: {s['name']}", "reason": s["reason"]} for s in skipped_a]
     not_compared += [{"name": f"b: {s['name']}", "reason": s["reason"]} for s in skipped_b]
     values_added = sorted(set(vb) - set(va))
@@ -408,10 +416,11 @@ def diff(
     rtol: float = 0.0,
     atol: float = 0.0,
     progress: Callable[[int], None] | None = None,
+    tensors_only: bool = False,
 ) -> dict[str, Any]:
-    """Compare the tensors of the artifacts at paths ``a`` and ``b`` (see
-    :func:`diff_artifacts`). Nothing is executed: unknown classes are placeholders."""
+    """Compare the artifacts at paths ``a`` and ``b`` (see :func:`diff_artifacts`).
+    Nothing is executed: unknown classes are placeholders."""
     from ._api import open as open_artifact
 
     with open_artifact(a, format=format, weights_only=False) as x, open_artifact(b, format=format, weights_only=False) as y:
-        return diff_artifacts(x, y, rtol=rtol, atol=atol, progress=progress)
+        return diff_artifacts(x, y, rtol=rtol, atol=atol, progress=progress, tensors_only=tensors_only)

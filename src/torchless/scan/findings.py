@@ -41,6 +41,7 @@ LOADERS = (
     "joblib.load",
     "torch.compile (inductor cache)",
     "torch.package.PackageImporter",
+    "onnx.load",
 )
 
 #: rule id -> one-line description (also the SARIF rule table).

@@ -10,6 +10,7 @@ from ...core.findings import Problem
 from ...core.lazy import LazyModule
 from ..base import Artifact, Capabilities, FormatHandler, LoadPolicy, Probe
 from ..registry import register
+from .spec import ONNX_SUFFIX, looks_like_model
 
 if TYPE_CHECKING:  # the real modules, imported on first use at run time
     from . import read as _read
@@ -19,48 +20,6 @@ else:
     _summary = LazyModule("torchless.formats.onnx.summary")
 
 __all__ = ["OnnxArtifact", "OnnxHandler", "looks_like_model"]
-
-# ModelProto field number -> protobuf wire type (onnx.proto); used to sanity-check a head
-_MODEL_FIELDS = {1: 0, 2: 2, 3: 2, 4: 2, 5: 0, 6: 2, 7: 2, 8: 2, 14: 2, 20: 2, 25: 2, 26: 2}
-
-
-def _varint(buf: bytes, pos: int) -> tuple[int, int] | None:
-    value = 0
-    for shift in range(0, 70, 7):
-        if pos >= len(buf):
-            return None
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-    return None
-
-
-def looks_like_model(head: bytes) -> bool:
-    """True when ``head`` starts like a serialized ModelProto: every field that fits in
-    it has a ModelProto field number and the right wire type, and ``ir_version`` (when
-    present) is plausible."""
-    pos = 0
-    fields = 0
-    while pos < len(head):
-        r = _varint(head, pos)
-        if r is None:
-            break
-        tag, pos = r
-        num, wire = tag >> 3, tag & 7
-        if _MODEL_FIELDS.get(num) != wire:
-            return False
-        r = _varint(head, pos)
-        if r is None:
-            break
-        value, pos = r
-        if num == 1 and not 1 <= value <= 100:
-            return False
-        if wire == 2:
-            pos += value
-        fields += 1
-    return fields > 0
 
 
 class OnnxArtifact(Artifact):
@@ -183,13 +142,13 @@ class OnnxArtifact(Artifact):
 @register
 class OnnxHandler(FormatHandler):
     name = "onnx"
-    extensions = (".onnx",)
+    extensions = (ONNX_SUFFIX,)
     priority = 40
     description = "ONNX model (protobuf; initializers, Constant nodes, external data)"
     capabilities = Capabilities(edit=True, open_options=("base_dir", "include_constants"))
 
     def sniff(self, probe: Probe) -> bool:
-        return not probe.is_dir and probe.suffix == ".onnx" and looks_like_model(probe.head)
+        return not probe.is_dir and probe.suffix == ONNX_SUFFIX and looks_like_model(probe.head)
 
     def _open(
         self, path: Any, policy: LoadPolicy, probe: Probe | None, *, base_dir: str | None = None, include_constants: bool = True

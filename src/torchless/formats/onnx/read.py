@@ -39,6 +39,7 @@ from ...core.paths import confined_file
 from ...core.source import ByteSource, MmapSource, open_source
 from ...core.tensor import Storage, Tensor
 from .dtypes import ONNX_TYPES, OnnxType, PackedTensor, numel_of, onnx_type, pack_bits
+from .spec import raw_data_spans
 
 __all__ = [
     "EXTERNAL_KEYS",
@@ -112,66 +113,6 @@ def parse_model(source: Any, name: str | None = None) -> Any:
 
 
 # -- locating raw_data in the file -------------------------------------------------------------
-
-
-def _varint(buf: Any, pos: int, end: int) -> tuple[int, int]:
-    value = 0
-    shift = 0
-    while True:
-        if pos >= end or shift > 63:
-            raise ValueError("bad varint")
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
-
-
-def _fields(buf: Any, start: int, end: int) -> Iterator[tuple[int, int, int, int]]:
-    """``(field number, wire type, payload start, payload end)`` of one message's fields."""
-    pos = start
-    while pos < end:
-        tag, pos = _varint(buf, pos, end)
-        num, wire = tag >> 3, tag & 7
-        if wire == 0:
-            _v, nxt = _varint(buf, pos, end)
-        elif wire == 1:
-            nxt = pos + 8
-        elif wire == 2:
-            n, pos = _varint(buf, pos, end)
-            nxt = pos + n
-        elif wire == 5:
-            nxt = pos + 4
-        else:  # groups (3, 4) do not occur in onnx.proto
-            raise ValueError("unexpected wire type")
-        if nxt > end:
-            raise ValueError("field runs past its message")
-        yield num, wire, pos, nxt
-        pos = nxt
-
-
-def raw_data_spans(buf: Any) -> list[tuple[int, int] | None] | None:
-    """Where each main-graph initializer's ``raw_data`` lies in the serialized model:
-    ``(offset, length)`` per initializer in order (None for one without raw_data), or
-    None when the bytes cannot be walked. This lets in-file tensors be views of the
-    memory map instead of copies out of the parsed message."""
-    spans: list[tuple[int, int] | None] = []
-    try:
-        for num, wire, gs, ge in _fields(buf, 0, len(buf)):
-            if num != 7 or wire != 2:  # ModelProto.graph (repeated occurrences merge)
-                continue
-            for gnum, gwire, ts, te in _fields(buf, gs, ge):
-                if gnum != 5 or gwire != 2:  # GraphProto.initializer
-                    continue
-                found = None
-                for tnum, twire, rs, re_ in _fields(buf, ts, te):
-                    if tnum == 9 and twire == 2:  # TensorProto.raw_data (last one wins)
-                        found = (rs, re_ - rs)
-                spans.append(found)
-    except ValueError:
-        return None
-    return spans
 
 
 # -- external data ------------------------------------------------------------------------

@@ -35,6 +35,7 @@ from .compressed import CompressedCarrier
 from .dcp import DcpCarrier
 from .nested import NestedCarrier
 from .numpy import NumpyCarrier
+from .onnx import OnnxCarrier
 from .pickles import PickleCarrier
 from .tar import TarCarrier
 from .zips import ZipCarrier
@@ -42,7 +43,9 @@ from .zips import ZipCarrier
 __all__ = ["Scanner", "scan_file", "MAX_DEPTH"]
 
 
-class Scanner(PickleCarrier, NestedCarrier, ZipCarrier, TarCarrier, DcpCarrier, NumpyCarrier, CompressedCarrier, ScannerBase):
+class Scanner(
+    PickleCarrier, NestedCarrier, ZipCarrier, TarCarrier, DcpCarrier, NumpyCarrier, OnnxCarrier, CompressedCarrier, ScannerBase
+):
     """Scan one file; findings accumulate in :attr:`report`.
 
     Args:

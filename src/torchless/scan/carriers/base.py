@@ -14,6 +14,7 @@ from ...core.remote import is_url as _is_url
 from ...core.source import ByteSource, BytesSource, MmapSource, open_source
 from ...formats.dcp.spec import is_metadata_name
 from ...formats.npz_spec import is_npy, is_npz_head
+from ...formats.onnx.spec import is_onnx_file
 from ...formats.pt.spec import ZIP_MAGIC, opens_as_tar
 from ...formats.torchscript.spec import is_flatbuffer
 from ..findings import FileReport
@@ -127,6 +128,7 @@ class ScannerBase:
             self, src: ByteSource, member: str | None, base: int | None, depth: int, total: int | None = None
         ) -> None: ...
         def scan_npz(self, src: ByteSource, member: str | None, base: int | None, depth: int) -> None: ...
+        def scan_onnx(self, src: ByteSource, member: str | None) -> None: ...
         def scan_compressed(
             self, src: ByteSource, kind: str, member: str | None, depth: int, *, who: str = "joblib.load"
         ) -> bool: ...
@@ -304,6 +306,9 @@ class ScannerBase:
 
             kinds.append("torchscript-flatbuffer")
             report_flatbuffer(self, bytes(src.view(0, src.size)), member)
+        if context == "file" and member is None and is_onnx_file(head, self.path):
+            kinds.append("onnx")
+            self.scan_onnx(src, member)
         if context == "file" and opens_as_tar(src):
             kinds.append("tar")
             self.scan_tar(src, member, base, depth)

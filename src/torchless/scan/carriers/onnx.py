@@ -1,0 +1,85 @@
+"""ONNX models: no pickle and no code a loader runs, but external data paths.
+
+``onnx.load`` (and onnxruntime) read every tensor whose ``data_location`` is EXTERNAL
+from the file its ``location`` names, relative to the model's folder. A location that
+is absolute, climbs out with ``..``, or resolves through a symlink to somewhere else
+reads a file outside the model (``/etc/passwd``, a key file) into a tensor: older
+``onnx`` releases followed such paths, and the scanner reports each one
+(``link-escape``, high). The real loaders are the oracle of the tests: every location the
+scanner flags is one that current ``onnx.load`` and onnxruntime refuse by their own path
+checks, and every model they load is clean. The walk is the format's own (:mod:`formats.onnx.spec`): the
+``onnx`` package is not needed. A model whose bytes cannot be walked is reported
+``unanalysable``: it is never called clean on a guess.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from ...core.source import ByteSource
+from ...formats.onnx.spec import external_locations, fields
+
+if TYPE_CHECKING:  # the mixins see the scanner they are mixed into
+    from .base import ScannerBase as _Host
+else:
+    _Host = object
+
+__all__ = ["OnnxCarrier"]
+
+_LOADER = "onnx.load"
+
+
+def _escapes(root: str, location: str) -> str | None:
+    """Why ``location`` leaves ``root`` (the model's folder), or None."""
+    if not location or "\x00" in location:
+        return "an empty or NUL-containing path"
+    if os.path.isabs(location) or location.startswith(("/", "\\")) or (len(location) > 1 and location[1] == ":"):
+        return "an absolute path"
+    parts = location.replace("\\", "/").split("/")
+    if ".." in parts:
+        return "a path that climbs out with '..'"
+    real = os.path.realpath(os.path.join(root, location))
+    home = os.path.realpath(root)
+    try:
+        inside = os.path.commonpath([real, home]) == home
+    except ValueError:
+        inside = False
+    if not inside:
+        return f"a link that resolves to {real}"
+    return None
+
+
+class OnnxCarrier(_Host):
+    """Mixin of :class:`~.Scanner`: the ONNX view of a file."""
+
+    def scan_onnx(self, src: ByteSource, member: str | None) -> None:
+        buf = src.view(0, src.size)
+        try:
+            for _ in fields(buf, 0, src.size):  # the whole file must tile as one message
+                pass
+            locations = external_locations(buf)
+        except ValueError as e:
+            self.add(
+                "unanalysable",
+                "high",
+                f"named .onnx and starts like a ModelProto, but its bytes do not parse as one ({e}); "
+                "where its tensors come from is unknown",
+                member,
+                loader=_LOADER,
+            )
+            return
+        root = os.path.dirname(os.path.abspath(self.path))
+        for loc in locations:
+            why = _escapes(root, loc.location)
+            if why is not None:
+                self.add(
+                    "link-escape",
+                    "high",
+                    f"external data of tensor {loc.tensor!r} is read from {loc.location!r}, {why}: a loader that "
+                    "follows it reads a file outside the model's folder into the tensor (current onnx and "
+                    "onnxruntime refuse the model; older releases read the file)",
+                    member,
+                    file_offset=loc.offset,
+                    loader=_LOADER,
+                )
