@@ -318,3 +318,24 @@ def test_cli_serves_until_interrupted(view_files):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_self_contained_file_embeds_bounded_statistics(tmp_path):
+    from torchless import view as V
+
+    rng = np.random.default_rng(2)
+    items = [(f"m{i}.w", rng.standard_normal((20, 30)).astype(np.float32)) for i in range(V.EMBED_HEATMAPS + 30)]
+    path = tmp_path / "many.safetensors"
+    torchless.write_tensors(items, path)
+    model, arts = build([path], scan=False)
+    try:
+        V.embed_stats(model, arts, limit=V.EMBED_HEATMAPS + 10)
+    finally:
+        for a in arts:
+            a.close()
+    emb = model["embedded"]
+    assert len(emb["stats"]) == V.EMBED_HEATMAPS + 10 and len(emb["heatmaps"]) == V.EMBED_HEATMAPS
+    hm = emb["heatmaps"]["0:m0.w"]
+    a = items[0][1].astype(np.float64)
+    want = [[float(f"{x:.{V.EMBED_DIGITS}g}") for x in a[r, hm["cols"]]] for r in hm["rows"]]
+    assert hm["values"] == want

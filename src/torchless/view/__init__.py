@@ -34,8 +34,10 @@ __all__ = ["view", "View", "build", "embed_stats", "write_html", "html_page", "E
 EMBED_TENSORS = 1000
 #: elements sampled per tensor for a self-contained file's statistics
 EMBED_SAMPLE = 1 << 16
-#: heatmap side in a self-contained file
+#: heatmaps a self-contained file carries (the first tensors'), their side and digits
+EMBED_HEATMAPS = 200
 EMBED_HEATMAP = 48
+EMBED_DIGITS = 3
 
 
 def embed_stats(model: dict[str, Any], arts: list[Any], *, limit: int = EMBED_TENSORS, sample: int = EMBED_SAMPLE) -> None:
@@ -45,13 +47,14 @@ def embed_stats(model: dict[str, Any], arts: list[Any], *, limit: int = EMBED_TE
     src = TensorSource(arts)
     emb: dict[str, Any] = {"stats": {}, "heatmaps": {}, "diffstats": {}, "limit": limit, "sample": sample}
     for ai, a in enumerate(model["artifacts"]):
-        for e in a["tensors"][:limit]:
+        for i, e in enumerate(a["tensors"][:limit]):
             t = src.get(ai, e["name"])
             if t is None:
                 continue
             key = f"{ai}:{e['name']}"
             emb["stats"][key] = tensor_stats(t, sample=sample)
-            emb["heatmaps"][key] = heatmap(t, side=EMBED_HEATMAP)
+            if i < min(limit, EMBED_HEATMAPS):
+                emb["heatmaps"][key] = heatmap(t, side=EMBED_HEATMAP, digits=EMBED_DIGITS)
     d = model.get("diff")
     if d:
         for c in d.get("changed", [])[:limit]:

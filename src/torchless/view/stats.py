@@ -103,9 +103,10 @@ def tensor_stats(t: Any, *, sample: int = SAMPLE_ELEMENTS, bins: int = HIST_BINS
     return {"numel": int(flat.size), "sample": int(v.size), "sampled": sampled, **_summary(v, bins)}
 
 
-def heatmap(t: Any, *, side: int = HEATMAP_SIDE, index: tuple[int, ...] = ()) -> dict[str, Any]:
+def heatmap(t: Any, *, side: int = HEATMAP_SIDE, index: tuple[int, ...] = (), digits: int | None = None) -> dict[str, Any]:
     """A 2-D slice of ``t`` as at most ``side`` x ``side`` cells (rows and columns picked
-    evenly): ``{"rows", "cols", "shape", "index", "values": [[float|None]], "min", "max"}``.
+    evenly): ``{"rows", "cols", "shape", "index", "values": [[float|None]], "min", "max"}``;
+    ``digits`` rounds the cells to that many significant digits (a smaller page).
 
     ``index`` fixes the leading dimensions of a tensor of more than two (default: zeros);
     a 1-D tensor is one row. ``{"error": text}`` when there is no 2-D slice to show.
@@ -136,7 +137,11 @@ def heatmap(t: Any, *, side: int = HEATMAP_SIDE, index: tuple[int, ...] = ()) ->
     except _READ_ERRORS as e:
         return {"error": str(e) or type(e).__name__}
     fin = v[np.isfinite(v)]
-    vals = [[_num(x) for x in row] for row in v.tolist()]
+    if digits is None:
+        vals = [[_num(x) for x in row] for row in v.tolist()]
+    else:
+        fmt = f"{{:.{digits}g}}"
+        vals = [[float(fmt.format(x)) if np.isfinite(x) else None for x in row] for row in v.tolist()]
     return {
         "shape": list(shape),
         "index": list(index),
