@@ -30,7 +30,7 @@ function buildTree(tensors) {
   return root;
 }
 
-function tensorRow(t, label, onSelect) {
+function tensorRow(t, label, rows) {
   const row = h(
     "div",
     { class: "row tensor", "data-kind": "tensor", "data-name": t.name, tabindex: "0", title: t.name },
@@ -41,10 +41,7 @@ function tensorRow(t, label, onSelect) {
     t.param ? h("span", { class: "badge param", title: "parameter" }, "param") : null,
     t.shared ? h("span", { class: "badge shared", title: "storage shared with another tensor (#" + t.storage + ")" }, "shared") : null,
   );
-  row.addEventListener("click", () => onSelect(t, row));
-  row.addEventListener("keydown", (e) => {
-    if (e.key === "Enter") onSelect(t, row);
-  });
+  rows.set(row, t); // one listener on the list serves every row (big trees)
   return row;
 }
 
@@ -57,6 +54,18 @@ export function tensorsView(app, ai) {
   let selectedRow = null;
 
   const list = h("div", { class: "tree", role: "tree" });
+  const rows = new WeakMap(); // row element -> its tensor, or a group row's toggle
+  const activate = (e) => {
+    const row = e.target.closest(".row");
+    const what = row && rows.get(row);
+    if (!what) return;
+    if (typeof what === "function") what();
+    else select(what, row);
+  };
+  list.addEventListener("click", activate);
+  list.addEventListener("keydown", (e) => {
+    if (e.key === "Enter") activate(e);
+  });
   const panel = h("div", { class: "panel" }, h("p", { class: "hint" }, "Select a tensor to see its statistics."));
   const search = h("input", { type: "search", class: "search", placeholder: "search tensors (name, dtype)", "aria-label": "search tensors" });
   const count = h("span", { class: "count" });
@@ -94,10 +103,7 @@ export function tensorsView(app, ai) {
         fill(kids, node, depth + 1);
       }
     };
-    row.addEventListener("click", toggle);
-    row.addEventListener("keydown", (e) => {
-      if (e.key === "Enter") toggle();
-    });
+    rows.set(row, toggle);
     if (isOpen) fill(kids, node, depth + 1);
     return wrap;
   }
@@ -106,7 +112,7 @@ export function tensorsView(app, ai) {
     const frag = document.createDocumentFragment();
     for (const k of node.kids.values()) frag.appendChild(groupRow(k, depth));
     for (const t of node.leaves) {
-      const r = tensorRow(t, t.name.split(".").pop(), select);
+      const r = tensorRow(t, t.name.split(".").pop(), rows);
       r.style.setProperty("--depth", depth);
       frag.appendChild(r);
     }
@@ -125,7 +131,7 @@ export function tensorsView(app, ai) {
     const frag = document.createDocumentFragment();
     for (const t of tensors) {
       if (t.name.toLowerCase().includes(q) || t.dtype.toLowerCase() === q) {
-        if (n < SEARCH_LIMIT) frag.appendChild(tensorRow(t, t.name, select));
+        if (n < SEARCH_LIMIT) frag.appendChild(tensorRow(t, t.name, rows));
         n++;
       }
     }
