@@ -617,6 +617,19 @@ def test_rnns():
                 check("aten.rnn_relu.input", x, h0, params, bias, nl, 0.0, False, bi, bf)
 
 
+def test_softmax_int():
+    torch.manual_seed(10)
+    x = _t(3, 4, 5, dtype=torch.float32)
+    x[0, 0] = float("-inf")
+    for key in ("aten.softmax.int", "aten.log_softmax.int"):
+        for dim in (0, -1, 1):
+            check(key, x, dim)
+        check(key, x, 1, torch.float64)
+        check(key, x.bfloat16(), 2)
+        check(key, x.bfloat16(), 2, torch.float32)
+        check(key, torch.tensor(1.5), 0)
+
+
 def test_losses_grid():
     torch.manual_seed(9)
     logits, t, w = _t(6, 5, dtype=torch.float32), torch.randint(0, 5, (6,)), torch.rand(5)
@@ -697,6 +710,7 @@ TRAINING_IR = [
     "max_pool2d.default",
     "adaptive_avg_pool2d.default",
     "flatten.using_ints",
+    "softmax.int",
     "matmul.default",
     "_native_batch_norm_legit_functional.default",
     "upsample_bilinear2d.vec",

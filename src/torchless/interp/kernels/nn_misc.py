@@ -553,6 +553,35 @@ def unflatten(self, dim, sizes):
     return self.reshape(*self.shape[:d], *[int(s) for s in sizes], *self.shape[d + 1 :])
 
 
+# -- softmax as training IR keeps it (F.softmax / F.log_softmax) ---------------------------
+
+
+def _softmax_args(op: str, x: np.ndarray, dtype) -> tuple[np.ndarray, np.dtype]:
+    out_dtype = np.dtype(dtype.numpy) if dtype is not None else x.dtype
+    if dtype is not None:
+        x = x.astype(out_dtype)
+    require_float(op, x)
+    return compute(x), out_dtype
+
+
+@kernel("aten.softmax.int")
+def softmax_int(self, dim, dtype=None):
+    x, out_dtype = _softmax_args("softmax", self, dtype)
+    if x.ndim == 0:
+        return finish(np.exp(x - x), out_dtype)
+    m = x.max(axis=dim, keepdims=True)
+    e = np.exp(x - np.where(np.isfinite(m), m, 0))
+    return finish(e / e.sum(axis=dim, keepdims=True), out_dtype)
+
+
+@kernel("aten.log_softmax.int")
+def log_softmax_int(self, dim, dtype=None):
+    x, out_dtype = _softmax_args("log_softmax", self, dtype)
+    if x.ndim == 0:
+        return finish(x - x, out_dtype)
+    return finish(_log_softmax(x, dim), out_dtype)
+
+
 # -- attention ----------------------------------------------------------------------------
 
 
