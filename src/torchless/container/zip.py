@@ -899,8 +899,11 @@ class TorchZipWriter:
         mv = memoryview(raw).cast("B")
         return self._write_record(name, [mv], size, len(mv), crc, method=8, precomputed_crc=True)
 
-    def write_chunks(self, name: str, chunks: Iterable[Any], size: int) -> int:
-        """Stream one stored record of exactly ``size`` bytes from ``chunks``."""
+    def write_chunks(self, name: str, chunks: Iterable[Any], size: int, *, crc: int | None = None) -> int:
+        """Stream one stored record of exactly ``size`` bytes from ``chunks``; ``crc``: its
+        CRC-32 when already known (the chunks are then not read for it)."""
+        if crc is not None:
+            return self._write_record(name, chunks, size, size, crc & MAX32, method=0, precomputed_crc=True)
         return self._write_record(name, chunks, size, size, 0, method=0, precomputed_crc=False)
 
     def write_small(self, name: str, data: Any) -> int:

@@ -131,15 +131,7 @@ def write_safetensors(
         if code is None or t.quantizer is not None:
             raise UnsupportedError(f"safetensors cannot store dtype {t.dtype.name}", member=name, hint="convert to .pt instead")
         entries.append((name, t, t.dtype))
-    header: dict[str, Any] = {}
-    if metadata:
-        header[METADATA_KEY] = {str(k): str(v) for k, v in metadata.items()}
-    off = 0
-    for name, t, dt in entries:
-        header[name] = {"dtype": _TO_ST[dt.name], "shape": list(t.shape), "data_offsets": [off, off + t.nbytes]}
-        off += t.nbytes
-    raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    raw += b" " * ((-len(raw)) % 8)
+    raw = safetensors_header([(name, dt, tuple(t.shape), t.nbytes) for name, t, dt in entries], metadata)[8:]
     if _defer is not None:  # a shard: written now, published with its siblings
         af = AtomicFile(path)
         try:
@@ -152,6 +144,24 @@ def write_safetensors(
         return
     with AtomicFile(path) as f:
         _write_body(f.file, raw, entries, progress)
+
+
+def safetensors_header(entries: Iterable[tuple[str, DType, tuple[int, ...], int]], metadata: dict[str, str] | None) -> bytes:
+    """The 8-byte length and JSON header of a safetensors file holding ``(name, dtype,
+    shape, nbytes)`` entries laid out in that order (what :func:`write_safetensors` writes)."""
+    header: dict[str, Any] = {}
+    if metadata:
+        header[METADATA_KEY] = {str(k): str(v) for k, v in metadata.items()}
+    off = 0
+    for name, dt, shape, nbytes in entries:
+        code = _TO_ST.get(dt.name)
+        if code is None:
+            raise UnsupportedError(f"safetensors cannot store dtype {dt.name}", member=name, hint="convert to .pt instead")
+        header[name] = {"dtype": code, "shape": list(shape), "data_offsets": [off, off + nbytes]}
+        off += nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    raw += b" " * ((-len(raw)) % 8)
+    return struct.pack("<Q", len(raw)) + raw
 
 
 def _write_body(f: Any, raw: bytes, entries: list[tuple[str, Tensor, DType]], progress: Callable[[int], None] | None) -> None:

@@ -503,6 +503,9 @@ def reshard(
     weights_only: bool = True,
     format: str = "torch_save",
     progress: Callable[[int], None] | None = None,
+    executor: Any = None,
+    max_task_bytes: int | None = None,
+    resume: bool = False,
 ) -> dict[str, Any]:
     """Write a DCP directory of ``ranks`` rank files from a DCP directory or one file.
 
@@ -514,13 +517,30 @@ def reshard(
         format: ``"torch_save"`` (``__R_0.distcp`` + ``.metadata``, torch's default) or
             ``"hf"`` (per-rank safetensors with ``DCP_SHARDING_INFO``, read by
             ``HuggingFaceStorageReader``; non-tensor values are skipped).
+        executor: where the tasks run: ``"local:N"`` (processes), ``"dask://HOST:PORT"``
+            or a ``distributed.Client`` (see :mod:`torchless.core.executor`). With an
+            executor, ``max_task_bytes`` or ``resume``, the job runs as range tasks
+            (:mod:`torchless.formats.ranged`); otherwise one task per rank file in
+            ``jobs`` processes.
+        max_task_bytes: the most bytes one task writes (a rank file larger than that is
+            written by several tasks into the pre-sized staged file); bounds a
+            worker's memory.
+        resume: pick up the staging an interrupted job left for ``dst`` (files it
+            completed are verified by size and CRC-32, and kept), and keep this job's
+            staging if it is interrupted.
 
-    Returns ``{"files": [...], "tensors": n, "chunks": n, "bytes_items": n, "skipped": [...]}``.
+    Returns ``{"files": [...], "tensors": n, "chunks": n, "bytes_items": n, "skipped": [...]}``
+    (with an executor also ``"tasks"``, ``"resumed"`` and ``"peak_rss"``).
     """
     p = plan if isinstance(plan, Plan) else parse_plan(plan)
     dst = remote.local_path(os.fspath(dst))
     _check_dest(dst)
     source = open_source_checkpoint(src, weights_only=weights_only)
+    if executor is not None or max_task_bytes is not None or resume:
+        try:
+            return _reshard_ranged(source, dst, ranks, p, weights_only, format, executor, jobs, max_task_bytes, resume, progress)
+        finally:
+            source.close()
     try:
         # the rank files and .metadata are built in a hidden folder beside ``dst`` and
         # published by one rename (or moved in, .metadata last, into an existing folder)
@@ -552,7 +572,11 @@ def reshard(
 
 
 def _finish_metadata(
-    folder: str, tasks: list[FileTask], md: Metadata, results: list[list[WrittenItem]], format: str
+    folder: str | Callable[[bytes], None],
+    tasks: list[FileTask],
+    md: Metadata,
+    results: list[list[WrittenItem]],
+    format: str,
 ) -> dict[str, Any]:
     n_t = sum(1 for v in md.state_dict_metadata.values() if isinstance(v, TensorStorageMetadata))
     n_c = sum(len(v.chunks) for v in md.state_dict_metadata.values() if isinstance(v, TensorStorageMetadata))
@@ -570,7 +594,10 @@ def _finish_metadata(
             w = where[(fqn, None)]
             storage[MetadataIndex(fqn, None, None)] = StorageInfo(w.relative_path, w.offset, w.length)
     md.storage_data = storage
-    atomic_write_bytes(os.path.join(folder, METADATA_NAME), dump_metadata(md))
+    if callable(folder):
+        folder(dump_metadata(md))
+    else:
+        atomic_write_bytes(os.path.join(folder, METADATA_NAME), dump_metadata(md))
     return {
         "files": [t.name for t in tasks],
         "tensors": n_t,
@@ -632,3 +659,200 @@ def _worker_start() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+# -- range tasks on an executor (local processes, Dask) -------------------------------------------
+def _reshard_ranged(
+    source: Any,
+    dst: str,
+    ranks: int,
+    p: Plan,
+    weights_only: bool,
+    format: str,
+    executor: Any,
+    jobs: int,
+    max_task_bytes: int | None,
+    resume: bool,
+    progress: Callable[[int], None] | None,
+) -> dict[str, Any]:
+    from ...core.executor import parse_executor
+    from ..ranged import LocalDirStaging, RemoteStaging, close_sources, pt_item_template, write_outputs
+
+    ex = parse_executor(executor, jobs=jobs, where=dst)
+    staging: Any = None
+    try:
+        staging = RemoteStaging(dst, resume=resume) if remote.is_url(dst) else LocalDirStaging(dst, resume=resume)
+        tasks, md = plan_reshard(source, "<staged>", ranks, p, weights_only=weights_only, format=format)
+        md.storage_meta = StorageMeta(
+            checkpoint_id=dst if remote.is_url(dst) else os.path.abspath(dst),
+            save_id=md.storage_meta.save_id if md.storage_meta else str(uuid.uuid4()),
+        )
+        files, results = _ranged_layout(source, tasks, format, max_task_bytes)
+        info = write_outputs(
+            files,
+            staging,
+            ex,
+            max_task_bytes=max_task_bytes,
+            source_kind="checkpoint",
+            weights_only=weights_only,
+            fingerprint={"source": os.fspath(source.path), "ranks": ranks, "format": format},
+            progress=progress,
+            seal=lambda piece, crc: pt_item_template(piece.dtype, piece.sizes, crc)[2],
+        )
+        summary = _finish_metadata(lambda data: staging.put(METADATA_NAME, data), tasks, md, results, format)
+        staging.publish(last=(METADATA_NAME,))
+    except BaseException as e:
+        if staging is not None:
+            staging.abort(e)
+        raise
+    finally:
+        close_sources()
+        ex.close()
+    summary.update({"tasks": info["tasks"], "resumed": info["resumed"], "peak_rss": max(info["rss"], default=0)})
+    summary["executor"] = ex.name
+    return summary
+
+
+def _ranged_layout(
+    source: Any, tasks: list[FileTask], format: str, budget: int | None
+) -> tuple[list[Any], list[list[WrittenItem]]]:
+    """Every rank file as pieces at known offsets, and where each item lands (for
+    ``.metadata``); computed from metadata alone (non-tensor values of a single-file
+    source are pickled here: they are small)."""
+    from ..ranged import OutputFile, Piece, pt_item_template, split_rows
+
+    files: list[OutputFile] = []
+    results: list[list[WrittenItem]] = []
+    src_path = os.fspath(source.path)
+    item_no = 0
+    for t in tasks:
+        pieces: list[Piece] = []
+        written: list[WrittenItem] = []
+        pos = 0
+        if format == "hf":
+            hdr, entries = _hf_header(source, t)
+            pieces.append(Piece(0, len(hdr), "bytes", data=hdr))
+            pos = len(hdr)
+            for it, dt, n in entries:
+                for offs, sizes in split_rows(it.offsets, it.sizes, dt.itemsize, budget) if budget else [(it.offsets, it.sizes)]:
+                    m = numel(sizes) * dt.itemsize
+                    pieces.append(Piece(pos, m, "rows", src=src_path, fqn=it.fqn, offsets=offs, sizes=sizes))
+                    pos += m
+                written.append(WrittenItem(it.fqn, it.offsets, t.name, 0, 0))
+            files.append(OutputFile(t.name, pos, pieces))
+            results.append(written)
+            continue
+        for it in t.items:
+            start = pos
+            if it.offsets is None:
+                info = _bytes_info(source, it.fqn)
+                if info is not None:
+                    path, off, n = info
+                    pieces.append(Piece(pos, n, "copy", src=path, src_offset=off))
+                else:
+                    data = source.raw_item(it.fqn)
+                    n = len(data)
+                    pieces.append(Piece(pos, n, "bytes", data=data))
+                pos += n
+                written.append(WrittenItem(it.fqn, None, t.name, start, n))
+                continue
+            assert it.sizes is not None
+            exact = source.exact_chunk(it.fqn, it.offsets, it.sizes)
+            if exact is not None:
+                real = source.reader.real_path(exact.relative_path)
+                step = budget or exact.length
+                for a in range(0, exact.length, step):
+                    n = min(step, exact.length - a)
+                    pieces.append(Piece(pos, n, "copy", src=real, src_offset=exact.offset + a))
+                    pos += n
+                written.append(WrittenItem(it.fqn, it.offsets, t.name, start, exact.length))
+                continue
+            dt = source.entries[it.fqn].dtype
+            payload = numel(it.sizes) * dt.itemsize
+            if budget is None or payload + 4096 <= budget or payload < (1 << 18):
+                n = _pt_item_length(dt.name, it.sizes)
+                pieces.append(
+                    Piece(pos, n, "ptitem", src=src_path, fqn=it.fqn, offsets=it.offsets, sizes=it.sizes, dtype=dt.name)
+                )
+                pos += n
+            else:  # larger than a task: header, payload rows, then a seal once the payload's CRC is known
+                head, plen, tail = pt_item_template(dt.name, it.sizes)
+                pieces.append(Piece(pos, len(head), "bytes", data=head))
+                pos += len(head)
+                for offs, sizes in split_rows(it.offsets, it.sizes, dt.itemsize, budget):
+                    m = numel(sizes) * dt.itemsize
+                    pieces.append(Piece(pos, m, "rows", src=src_path, fqn=it.fqn, offsets=offs, sizes=sizes, item=item_no))
+                    pos += m
+                pieces.append(Piece(pos, len(tail), "seal", fqn=it.fqn, sizes=it.sizes, dtype=dt.name, item=item_no))
+                pos += len(tail)
+                item_no += 1
+            written.append(WrittenItem(it.fqn, it.offsets, t.name, start, pos - start))
+        files.append(OutputFile(t.name, pos, pieces))
+        results.append(written)
+    return files, results
+
+
+def _bytes_info(source: Any, fqn: str) -> tuple[str, int, int] | None:
+    """A DCP source's stored bytes item as ``(file, offset, length)`` (copied as is)."""
+    reader = getattr(source, "reader", None)
+    if reader is None:
+        return None
+    info = reader._by_key.get((fqn, None))
+    if info is None:
+        return None
+    return reader.real_path(info.relative_path), info.offset, info.length
+
+
+_ITEM_LENGTHS: dict[tuple[str, tuple[int, ...]], int] = {}
+
+
+def _pt_item_length(dtype: str, sizes: tuple[int, ...]) -> int:
+    """The length of the ``torch.save`` stream of one tensor (computed without its data)."""
+    key = (dtype, tuple(sizes))
+    n = _ITEM_LENGTHS.get(key)
+    if n is not None:
+        return n
+    from ...core.dtypes import by_name
+
+    dt = by_name(dtype)
+    nbytes = numel(sizes) * dt.itemsize
+    if nbytes >= 1 << 18:
+        from ..ranged import pt_item_template
+
+        head, plen, tail = pt_item_template(dtype, sizes)
+        n = len(head) + plen + len(tail)
+    else:
+        from ..pt.write import save_checkpoint
+
+        counter = _Counting(_Null())
+        zeros = np.zeros(nbytes, dtype=np.uint8)
+        save_checkpoint(Tensor(Storage("0", nbytes, dt, "cpu", data=zeros), dt, tuple(sizes)), counter)
+        n = counter.n
+    if len(_ITEM_LENGTHS) < 4096:
+        _ITEM_LENGTHS[key] = n
+    return n
+
+
+class _Null:
+    def write(self, b: Any) -> int:
+        return len(memoryview(b).cast("B"))
+
+
+def _hf_header(source: Any, task: FileTask) -> tuple[bytes, list[tuple[WriteItem, Any, int]]]:
+    """The safetensors header of one ``hf`` rank file (what :func:`_run_hf_task` writes)."""
+    import json
+
+    from ..safetensors import safetensors_header
+    from .constants import SHARDING_KEY, VERSION_KEY
+
+    entries = []
+    info = {}
+    for it in task.items:
+        if it.offsets is None or it.sizes is None:
+            continue
+        dt = source.entries[it.fqn].dtype
+        entries.append((it, dt, numel(it.sizes) * dt.itemsize))
+        info[it.fqn] = {"saved_offsets": list(it.offsets)}
+    meta = {"format": "pt", SHARDING_KEY: json.dumps(info), VERSION_KEY: "1.0"}
+    hdr = safetensors_header([(it.fqn, dt, tuple(it.sizes or ()), n) for it, dt, n in entries], meta)
+    return hdr, entries

@@ -521,6 +521,7 @@ def save_checkpoint(
     compute_crc: bool = True,
     prefix: str | None = None,
     progress: Callable[[int], None] | None = None,
+    storage_crc: int | None = None,
 ) -> None:
     """Write ``obj`` as a torch zip checkpoint.
 
@@ -531,6 +532,8 @@ def save_checkpoint(
         compute_crc: write CRC-32s (torch's default) or zeros.
         prefix: archive folder name; defaults to the file stem like torch.
         progress: called with the number of payload bytes written after each storage.
+        storage_crc: the CRC-32 of the one storage's bytes, when known (a tensor written
+            in byte ranges by several tasks: the record's bytes are then not read for it).
 
     Raises:
         UsageError: an object torch's weights_only loader could not read back, or two
@@ -601,7 +604,9 @@ def _write_archive(
         zw.write(spec.BYTEORDER, sys.byteorder.encode())
         for key, st in cp.storages:
             mv = memoryview(st.native_bytes())  # written in host order, as the byteorder record says
-            if mv.nbytes < _SMALL:
+            if storage_crc is not None:
+                zw.write_chunks(f"{spec.DATA_DIR}/{key}", iter_chunks(mv), len(mv), crc=storage_crc)
+            elif mv.nbytes < _SMALL:
                 zw.write_small(f"{spec.DATA_DIR}/{key}", mv)
             else:
                 zw.write_chunks(f"{spec.DATA_DIR}/{key}", iter_chunks(mv), len(mv))

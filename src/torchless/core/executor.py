@@ -1,0 +1,277 @@
+"""Where independent write tasks run: this process, a local process pool, or a Dask cluster.
+
+A task is a small picklable object handed to a module-level function; it reads its
+inputs straight from storage and writes its output range itself, and returns only small
+metadata (bytes written, a CRC-32, peak memory). No payload byte passes through the
+coordinator, the Dask scheduler or the client.
+
+* ``local:N`` (or ``None``, or an int): ``N`` worker processes on this machine (``N`` <= 1:
+  in this process), as ``--jobs N`` does.
+* ``dask://HOST:PORT`` (or ``tcp://...``): an existing Dask distributed cluster; or a
+  ``distributed.Client`` given in Python. Tasks are submitted with ``retries``, so a task
+  whose worker died runs again elsewhere: every task is idempotent (a retry rewrites the
+  same bytes at the same place).
+
+Progress comes from task completions. ``dask[distributed]`` is the optional extra
+``torchless[dask]``; it is imported only when a Dask executor is asked for.
+
+Fault injection for tests: ``TORCHLESS_FAULT_KILL_TASK=PATH`` makes the first task that
+creates ``PATH`` (exclusively) kill its own process with SIGKILL, as a lost worker would.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .errors import UsageError, WriteError
+
+__all__ = ["Executor", "LocalExecutor", "DaskExecutor", "parse_executor", "crc32_combine", "task_fault", "peak_rss"]
+
+DASK_HINT = "install the dask extra: pip install 'torchless[dask]'"
+KILL_ENV = "TORCHLESS_FAULT_KILL_TASK"
+
+
+class Executor:
+    """Runs ``fn(task)`` for every task and returns the results in task order."""
+
+    name = "executor"
+    workers = 1
+
+    def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any], *, progress: Callable[[Any], None] | None = None) -> list[Any]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class LocalExecutor(Executor):
+    """``jobs`` processes on this machine (``jobs`` <= 1: this process)."""
+
+    def __init__(self, jobs: int = 1, *, where: str = "") -> None:
+        self.workers = max(1, int(jobs))
+        self.name = f"local:{self.workers}"
+        self.where = where  # the destination errors name
+
+    def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any], *, progress: Callable[[Any], None] | None = None) -> list[Any]:
+        if self.workers <= 1 or len(tasks) <= 1:
+            out = []
+            for t in tasks:
+                r = fn(t)
+                out.append(r)
+                if progress is not None:
+                    progress(r)
+            return out
+        return _pool_map(fn, tasks, self.workers, progress, self.where)
+
+
+def _pool_map(
+    fn: Callable[[Any], Any], tasks: Sequence[Any], jobs: int, progress: Callable[[Any], None] | None, where: str
+) -> list[Any]:
+    """A process pool whose workers ignore SIGINT (the coordinator alone unwinds); a worker
+    that dies fails the run instead of leaving it waiting."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
+    from .atomic import holding_signals
+
+    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context("spawn")
+    out: list[Any] = [None] * len(tasks)
+    pool = ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=ctx, initializer=_ignore_sigint)
+    try:
+        with holding_signals():  # the forks happen in submit(): no Ctrl-C lost inside at-fork hooks
+            futures = {pool.submit(fn, t): i for i, t in enumerate(tasks)}
+        for fut in as_completed(futures):
+            r = fut.result()
+            out[futures[fut]] = r
+            if progress is not None:
+                progress(r)
+    except BrokenProcessPool:
+        _stop(pool)
+        raise WriteError("cannot write: a worker process died (killed, or out of memory)", path=where or None) from None
+    except BaseException:
+        _stop(pool)
+        raise
+    pool.shutdown(wait=True)
+    return out
+
+
+def _stop(pool: Any) -> None:
+    procs = list(getattr(pool, "_processes", {}).values())  # no public API before Python 3.14
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(timeout=10)
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class DaskExecutor(Executor):
+    """Tasks on a Dask distributed cluster (a ``distributed.Client``).
+
+    Args:
+        client: the client; closed by :meth:`close` only when this executor opened it.
+        retries: how often a failed task (a lost worker included) is run again.
+    """
+
+    def __init__(self, client: Any, *, retries: int = 3, own: bool = False) -> None:
+        self.client = client
+        self.retries = retries
+        self.own = own
+        try:
+            self.workers = max(1, len(client.scheduler_info().get("workers", {})))
+        except Exception:  # noqa: BLE001 - a scheduler that does not answer now: counted when tasks run
+            self.workers = 1
+        self.name = f"dask:{getattr(client, 'scheduler', None) and client.scheduler.address}"
+
+    def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any], *, progress: Callable[[Any], None] | None = None) -> list[Any]:
+        if not tasks:
+            return []
+        from distributed import as_completed
+
+        # pure=False: two equal tasks are still two runs; each future keyed by its index
+        futures = self.client.map(fn, list(tasks), pure=False, retries=self.retries)
+        index = {f.key: i for i, f in enumerate(futures)}
+        out: list[Any] = [None] * len(tasks)
+        try:
+            for fut in as_completed(futures):
+                try:
+                    r = fut.result()
+                except Exception as e:  # noqa: BLE001
+                    raise _dask_error(e) from None
+                out[index[fut.key]] = r
+                if progress is not None:
+                    progress(r)
+        except BaseException:
+            self.client.cancel(futures)
+            raise
+        return out
+
+    def close(self) -> None:
+        if self.own:
+            try:
+                self.client.close()
+            except Exception:  # noqa: BLE001 - closing a client whose scheduler is gone
+                pass
+
+
+def _dask_error(e: BaseException) -> BaseException:
+    from .errors import TorchlessError
+
+    if isinstance(e, TorchlessError):
+        return e
+    name = type(e).__name__
+    if name == "KilledWorker":
+        return WriteError(f"cannot write: a task failed on every retry, each time its Dask worker died ({e})")
+    return WriteError(f"cannot write: a Dask task failed: {name}: {e}")
+
+
+def parse_executor(spec: Any, *, jobs: int = 1, where: str = "") -> Executor:
+    """An :class:`Executor` from ``"local:N"``, ``"dask://HOST:PORT"``, a
+    ``distributed.Client``, an :class:`Executor`, or None (``jobs`` local processes).
+
+    Raises:
+        UsageError: an unknown spelling, or a Dask address without ``dask[distributed]``.
+    """
+    if spec is None:
+        return LocalExecutor(jobs, where=where)
+    if isinstance(spec, Executor):
+        return spec
+    if isinstance(spec, int):
+        return LocalExecutor(spec, where=where)
+    if isinstance(spec, str):
+        s = spec.strip()
+        if s == "local" or s.startswith("local:"):
+            n = s.partition(":")[2] or "1"
+            if not n.isdigit() or int(n) < 1:
+                raise UsageError("cannot read this executor", found=spec, expected="local:N with N >= 1")
+            return LocalExecutor(int(n), where=where)
+        for scheme in ("dask://", "tcp://", "tls://"):
+            if s.startswith(scheme):
+                addr = "tcp://" + s[len(scheme) :] if scheme == "dask://" else s
+                try:
+                    from distributed import Client
+                except ImportError:
+                    raise UsageError("a Dask executor needs dask[distributed]", hint=DASK_HINT) from None
+                try:
+                    client = Client(addr, timeout=30)
+                except OSError as e:
+                    raise UsageError(f"cannot reach the Dask scheduler: {e}", found=spec) from None
+                return DaskExecutor(client, own=True)
+        raise UsageError("cannot read this executor", found=spec, expected="local:N or dask://HOST:PORT")
+    if type(spec).__name__ == "Client" and hasattr(spec, "map") and hasattr(spec, "scheduler_info"):
+        return DaskExecutor(spec)
+    raise UsageError("cannot use this executor", found=type(spec).__name__, expected="'local:N', 'dask://HOST:PORT' or a Client")
+
+
+# -- CRC-32 of a concatenation from the parts' CRCs (zlib's crc32_combine) -------------------------
+def _gf2_times(mat: list[int], vec: int) -> int:
+    s = 0
+    i = 0
+    while vec:
+        if vec & 1:
+            s ^= mat[i]
+        vec >>= 1
+        i += 1
+    return s
+
+
+def _gf2_square(mat: list[int]) -> list[int]:
+    return [_gf2_times(mat, mat[n]) for n in range(32)]
+
+
+def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
+    """CRC-32 of ``A + B`` from ``crc32(A)``, ``crc32(B)`` and ``len(B)`` (zlib's
+    ``crc32_combine``, which Python's zlib does not expose): tasks writing ranges of
+    one file each return their range's CRC, and the coordinator joins them."""
+    if len2 <= 0:
+        return crc1
+    odd = [0xEDB88320] + [1 << n for n in range(31)]  # the operator for one zero bit
+    even = _gf2_square(odd)  # two zero bits
+    odd = _gf2_square(even)  # four zero bits
+    while True:
+        even = _gf2_square(odd)
+        if len2 & 1:
+            crc1 = _gf2_times(even, crc1)
+        len2 >>= 1
+        if not len2:
+            break
+        odd = _gf2_square(even)
+        if len2 & 1:
+            crc1 = _gf2_times(odd, crc1)
+        len2 >>= 1
+        if not len2:
+            break
+    return (crc1 ^ crc2) & 0xFFFFFFFF
+
+
+def task_fault() -> None:
+    """The test hook (see the module doc): kill this process, once per marker file."""
+    marker = os.environ.get(KILL_ENV)
+    if not marker:
+        return
+    try:
+        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    os.close(fd)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def peak_rss() -> int:
+    """This process's peak resident set size in bytes (0 where unknown)."""
+    try:
+        import resource
+        import sys
+
+        r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return int(r if sys.platform == "darwin" else r * 1024)
+    except (ImportError, OSError):
+        return 0

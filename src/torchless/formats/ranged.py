@@ -1,0 +1,830 @@
+"""Multi-file outputs written by independent range tasks, on any executor.
+
+An output (a DCP folder of rank files, a set of safetensors shards) is laid out in full
+by the coordinator before any byte is read: every output file is a list of
+:class:`Piece` objects at known offsets (literal header bytes, a byte range copied from a
+source file, rows of a tensor block, one whole ``torch.save`` item). The file's byte
+range is then cut into :class:`RangeTask` objects of at most ``max_task_bytes`` each; a
+task reads its sources itself (local paths or URLs) and writes its range into the
+staged file (``pwrite`` at the range's offset, into a file pre-sized by the coordinator)
+or, for a URL destination, as one part object that the coordinator composes when the
+file is complete. A task returns only its range's CRC-32 and length (and peak memory), so
+no payload byte passes through the coordinator, and a task run twice writes the same
+bytes at the same place (Dask's retries on a lost worker are safe).
+
+A ``torch.save`` item larger than a task (a DCP chunk of a big tensor) is split too: its
+zip header is known before its payload (torch's records carry their CRC-32 in a data
+descriptor after the payload), so tasks write the header and payload rows, each returns
+the CRC-32 of its rows, and one small sealing task per item writes the descriptor and
+central directory once :func:`~torchless.core.executor.crc32_combine` has joined them.
+
+Staging and publication: files are built under a staging name (a hidden folder beside a
+local destination, a ``.torchless-staging`` prefix beside a remote one) and published
+only when all are complete, the index / ``.metadata`` last. A manifest in the staging
+area records each completed file's size and CRC-32: a resumed job (``resume=True``)
+verifies and keeps those and runs only the rest; :func:`cleanup` removes what an
+interrupted job left.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..core import remote
+from ..core.errors import InternalError, UsageError
+from ..core.executor import Executor, crc32_combine, peak_rss, task_fault
+
+__all__ = [
+    "Piece",
+    "OutputFile",
+    "RangeTask",
+    "run_range_task",
+    "split_rows",
+    "close_sources",
+    "pt_item_template",
+    "write_outputs",
+    "cleanup",
+    "MIN_TASK_BYTES",
+]
+
+#: the smallest ``max_task_bytes`` accepted (a task always holds a whole small piece)
+MIN_TASK_BYTES = 1 << 20
+STAGING = ".torchless-staging"
+MANIFEST = ".torchless-manifest.json"
+
+
+@dataclass
+class Piece:
+    """``length`` bytes at ``offset`` of an output file.
+
+    ``kind``: ``"bytes"`` (``data``), ``"copy"`` (``length`` bytes of file ``src`` at
+    ``src_offset``), ``"rows"`` (the C-order bytes of block ``offsets``/``sizes`` of tensor
+    ``fqn`` of checkpoint ``src``: a row range of a larger block when split), ``"ptitem"``
+    (the block written as one whole ``torch.save`` stream), ``"seal"`` (the tail of a
+    split ``torch.save`` item: filled in once its payload's CRC-32 is known).
+    """
+
+    offset: int
+    length: int
+    kind: str
+    data: bytes = b""
+    src: str = ""
+    src_offset: int = 0
+    fqn: str = ""
+    offsets: tuple[int, ...] = ()
+    sizes: tuple[int, ...] = ()
+    dtype: str = ""
+    item: int = -1  # a split item's number: its payload rows' CRCs are joined by item
+
+    def key(self) -> tuple:
+        return (self.offset, self.length, self.kind, self.src, self.src_offset, self.fqn, self.offsets, self.sizes)
+
+
+@dataclass
+class OutputFile:
+    name: str
+    size: int
+    pieces: list[Piece]
+
+
+@dataclass
+class RangeTask:
+    """Write ``[offset, offset + length)`` of output file ``name`` from ``pieces``."""
+
+    name: str
+    offset: int
+    length: int
+    pieces: list[Piece]
+    target: str  # the staged file (local) or the part object's URL
+    part: bool  # a part object (a URL destination) rather than a pwrite into ``target``
+    source_kind: str = "checkpoint"  # how ``rows`` sources are opened: checkpoint | tensors
+    weights_only: bool = True
+    options: dict[str, Any] = field(default_factory=dict)  # storage options for the worker
+
+
+# -- worker side ------------------------------------------------------------------------------
+_OPEN: dict[tuple[str, str], Any] = {}
+
+
+def _source(kind: str, path: str, weights_only: bool) -> Any:
+    """A checkpoint opened once per worker process (tasks of one job share it)."""
+    key = (kind, path)
+    src = _OPEN.get(key)
+    if src is None:
+        if kind == "tensors":
+            src = _TensorSource(path)
+        else:
+            from .dcp.reshard import open_source_checkpoint
+
+            src = open_source_checkpoint(path, weights_only=weights_only)
+        while len(_OPEN) >= 4:
+            old = _OPEN.pop(next(iter(_OPEN)))
+            try:
+                old.close()
+            except Exception:  # noqa: BLE001 - closing a source another task no longer needs
+                pass
+        _OPEN[key] = src
+    return src
+
+
+def close_sources() -> None:
+    """Close the checkpoints this process opened for tasks (after an in-process job)."""
+    while _OPEN:
+        src = _OPEN.pop(next(iter(_OPEN)))
+        try:
+            src.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+class _TensorSource:
+    """Blocks of the tensors of any checkpoint (a DCP folder through its reader, any
+    other file through its artifact), by the names ``tensors()`` gives."""
+
+    def __init__(self, path: str) -> None:
+        from .dispatch import open_artifact
+
+        p = remote.local_path(path)
+        isdir = remote.isdir(p) if remote.is_url(p) else os.path.isdir(p)
+        if isdir:
+            from .dcp.readers import open_reader
+
+            self.reader: Any = open_reader(p)
+            self.art = None
+            return
+        self.reader = None
+        self.art = open_artifact(p, weights_only=False)
+        self.tensors = dict(self.art.tensors())
+
+    def read_block(self, fqn: str, offsets: tuple[int, ...], sizes: tuple[int, ...]) -> np.ndarray:
+        if self.reader is not None:
+            return self.reader.read_block(fqn, offsets, sizes)  # type: ignore[no-any-return]
+        arr = self.tensors[fqn].numpy(raw=True)
+        block = np.ascontiguousarray(arr[tuple(slice(o, o + s) for o, s in zip(offsets, sizes, strict=False))])
+        if block.dtype.byteorder == ">":
+            block = block.astype(block.dtype.newbyteorder("<"))
+        return block.reshape(-1).view(np.uint8)
+
+    def close(self) -> None:
+        if self.reader is not None:
+            self.reader.close()
+        if self.art is not None:
+            self.art.close()
+
+
+class _Sink:
+    """Where a task's bytes go: a pwrite at increasing offsets, or a part object; every
+    byte is counted into the range's CRC-32."""
+
+    def __init__(self, task: RangeTask) -> None:
+        self.task = task
+        self.pos = task.offset
+        self.crc = 0
+        self.af: Any = None
+        self.fd = -1
+        if task.part:
+            from ..core.atomic import AtomicFile
+
+            self.af = AtomicFile(task.target)
+        else:
+            self.fd = os.open(task.target, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+
+    def write(self, b: Any) -> int:
+        mv = memoryview(b).cast("B")
+        n = len(mv)
+        if not n:
+            return 0
+        self.crc = zlib.crc32(mv, self.crc)
+        if self.af is not None:
+            self.af.file.write(mv)
+        else:
+            done = 0
+            while done < n:
+                done += os.pwrite(self.fd, mv[done:], self.pos + done)
+        self.pos += n
+        return n
+
+    def flush(self) -> None:
+        pass
+
+    def close(self, ok: bool) -> None:
+        if self.af is not None:
+            if ok:
+                self.af.commit()
+            else:
+                self.af.abort()
+        elif self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def run_range_task(task: RangeTask) -> dict[str, Any]:
+    """Write one task's range (runs on a worker). Returns ``{"name", "offset", "length",
+    "crc", "items": {item: [crc, length]}, "rss"}``: metadata only."""
+    from ..core.errors import WriteError
+    from ..core.remote import storage_options_ctx
+
+    task_fault()
+    opts = task.options or {}
+    if opts.get("default"):
+        remote.set_default_options(opts["default"])
+    for loc, o in (opts.get("by_location") or {}).items():
+        remote._BY_LOCATION.setdefault(loc, o)
+    with storage_options_ctx(opts.get("ctx")):
+        sink = _Sink(task)
+        ok = False
+        items: dict[int, list[int]] = {}
+        try:
+            for p in task.pieces:
+                start = sink.pos
+                if start != p.offset:
+                    raise InternalError(f"range task out of order at {p.offset} (at {start})")
+                _write_piece(task, p, sink, items)
+                if sink.pos - start != p.length:
+                    raise WriteError(
+                        f"a piece of {p.length} bytes came out as {sink.pos - start} (the source changed?)",
+                        path=task.name,
+                        offset=p.offset,
+                    )
+            ok = True
+        finally:
+            sink.close(ok)
+    return {
+        "name": task.name,
+        "offset": task.offset,
+        "length": task.length,
+        "crc": sink.crc & 0xFFFFFFFF,
+        "items": items,
+        "rss": peak_rss(),
+    }
+
+
+def _write_piece(task: RangeTask, p: Piece, sink: _Sink, items: dict[int, list[int]]) -> None:
+    if p.kind in ("bytes", "seal"):
+        sink.write(p.data)
+    elif p.kind == "copy":
+        _copy(p.src, p.src_offset, p.length, sink)
+    elif p.kind == "rows":
+        block = _source(task.source_kind, p.src, task.weights_only).read_block(p.fqn, p.offsets, p.sizes)
+        if p.item >= 0:
+            c, n = items.get(p.item, [0, 0])
+            items[p.item] = [zlib.crc32(block, c) & 0xFFFFFFFF, n + block.nbytes]
+        sink.write(block)
+        del block
+    elif p.kind == "ptitem":
+        from ..core.dtypes import by_name
+        from ..core.tensor import Storage, Tensor
+        from .pt.write import save_checkpoint
+
+        dt = by_name(p.dtype)
+        block = _source(task.source_kind, p.src, task.weights_only).read_block(p.fqn, p.offsets, p.sizes)
+        st = Storage("0", block.nbytes, dt, "cpu", data=block)
+        save_checkpoint(Tensor(st, dt, p.sizes), sink)
+        del block, st
+    else:
+        raise InternalError(f"unknown piece kind {p.kind!r}")
+
+
+def _copy(src: str, offset: int, length: int, sink: _Sink) -> None:
+    step = 16 << 20
+    if remote.is_url(src):
+        rs = remote.RemoteSource(src)
+        for done in range(0, length, step):
+            sink.write(rs.read_at(offset + done, min(step, length - done), what="chunk"))
+        return
+    from .dcp.read import pread_into
+
+    fd = os.open(src, os.O_RDONLY)
+    try:
+        buf = np.empty(min(length, step), dtype=np.uint8)
+        done = 0
+        while done < length:
+            n = min(len(buf), length - done)
+            pread_into(fd, buf.data[:n], offset + done, path=src)
+            sink.write(buf.data[:n])
+            done += n
+    finally:
+        os.close(fd)
+
+
+# -- torch.save items split over tasks ----------------------------------------------------------
+class _HeadTail:
+    """A write-only sink keeping the first and last 64 KiB of what passes through."""
+
+    KEEP = 1 << 16
+
+    def __init__(self) -> None:
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.n = 0
+
+    def write(self, b: Any) -> int:
+        mv = memoryview(b).cast("B")
+        n = len(mv)
+        if len(self.head) < self.KEEP:
+            self.head += mv[: self.KEEP - len(self.head)]
+        if n >= self.KEEP:
+            self.tail = bytearray(mv[n - self.KEEP :])
+        else:
+            self.tail += mv
+            del self.tail[: max(0, len(self.tail) - self.KEEP)]
+        self.n += n
+        return n
+
+    def flush(self) -> None:
+        pass
+
+
+def pt_item_template(dtype: str, sizes: tuple[int, ...], crc: int = 0) -> tuple[bytes, int, bytes]:
+    """``(header, payload length, tail)`` of the ``torch.save`` stream of one tensor of
+    ``dtype``/``sizes`` whose payload has CRC-32 ``crc``: the bytes before and after the
+    payload, computed without the payload (a zero-filled buffer that is never touched)."""
+    from ..core.dtypes import by_name
+    from ..core.tensor import Storage, Tensor
+    from .dcp.spec import numel
+    from .pt.write import save_checkpoint
+
+    dt = by_name(dtype)
+    n = numel(sizes) * dt.itemsize
+    if n < 2 * _HeadTail.KEEP:
+        raise InternalError("pt_item_template is for items larger than 128 KiB")
+    zeros = np.zeros(n, dtype=np.uint8)  # calloc'd: pages stay unmapped as nothing reads them
+    sink = _HeadTail()
+    save_checkpoint(Tensor(Storage("0", n, dt, "cpu", data=zeros), dt, sizes), sink, storage_crc=crc)
+    head = bytes(sink.head)
+    name = b"archive/data/0"
+    at = head.find(name)
+    if at < 30 or head[at - 30 : at - 26] != b"PK\x03\x04":
+        raise InternalError("cannot find the payload record in a torch.save template")
+    nlen = int.from_bytes(head[at - 4 : at - 2], "little")
+    xlen = int.from_bytes(head[at - 2 : at], "little")
+    start = at + nlen + xlen
+    tail_len = sink.n - start - n
+    if tail_len <= 0 or tail_len > _HeadTail.KEEP or start > _HeadTail.KEEP:
+        raise InternalError("unexpected torch.save template layout")
+    return head[:start], n, bytes(sink.tail[len(sink.tail) - tail_len :])
+
+
+def split_rows(offsets: tuple[int, ...], sizes: tuple[int, ...], itemsize: int, budget: int) -> list[tuple[tuple, tuple]]:
+    """Cut block ``offsets``/``sizes`` into row ranges of at most ``budget`` bytes each
+    (one row at least); each range is contiguous in the block's C-order bytes."""
+    if not sizes or sizes[0] <= 1:
+        return [(offsets, sizes)]
+    row = itemsize
+    for s in sizes[1:]:
+        row *= s
+    per = max(1, budget // max(row, 1))
+    out = []
+    for a in range(0, sizes[0], per):
+        b = min(sizes[0], a + per)
+        out.append(((offsets[0] + a, *offsets[1:]), (b - a, *sizes[1:])))
+    return out
+
+
+# -- cutting files into tasks -------------------------------------------------------------------
+def _segments(pieces: list[Piece], budget: int | None) -> list[list[Piece]]:
+    segs: list[list[Piece]] = []
+    cur: list[Piece] = []
+    size = 0
+    for p in pieces:
+        if p.kind == "seal":  # written in the second phase, in a segment of its own
+            if cur:
+                segs.append(cur)
+            segs.append([p])
+            cur, size = [], 0
+            continue
+        if cur and budget is not None and size + p.length > budget:
+            segs.append(cur)
+            cur, size = [], 0
+        cur.append(p)
+        size += p.length
+    if cur:
+        segs.append(cur)
+    return segs
+
+
+def _fingerprint(files: list[OutputFile], extra: Any) -> str:
+    h = hashlib.sha256(json.dumps(extra, sort_keys=True, default=str).encode())
+    for f in files:
+        h.update(json.dumps([f.name, f.size, [list(map(str, p.key())) for p in f.pieces if p.kind != "seal"]]).encode())
+    return h.hexdigest()[:32]
+
+
+# -- staging areas -----------------------------------------------------------------------------
+class _Staging:
+    """Where files are built before they are published (see the module doc)."""
+
+    remote = False
+
+    def target(self, name: str, offset: int) -> str:
+        raise NotImplementedError
+
+    def presize(self, f: OutputFile) -> None:
+        pass
+
+    def complete(self, f: OutputFile, segments: list[dict[str, Any]]) -> None:
+        pass
+
+    def read_manifest(self) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+    def write_manifest(self, m: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def staged_path(self, name: str) -> str:
+        raise NotImplementedError
+
+    def drop(self, name: str) -> None:
+        pass
+
+
+class LocalDirStaging(_Staging):
+    """A hidden folder beside a local destination folder (an :class:`AtomicDir`)."""
+
+    def __init__(self, dst: str, *, resume: bool) -> None:
+        from ..core.atomic import AtomicDir, _temp_path, _untrack
+
+        self.dst = os.path.abspath(dst)
+        parent = os.path.dirname(self.dst)
+        adopted = _adopt_local(parent, self.dst) if resume else None
+        if adopted is not None:  # renamed to a name of this process's before AtomicDir sweeps stale ones
+            mine = _temp_path(parent, "dir")
+            os.rename(adopted, mine)
+            adopted = mine
+        self.out = AtomicDir(dst, merge=True)
+        self.root = self.out.tmp
+        self.keep = resume
+        if resume:  # an interrupted resumable job keeps its staging folder for the next --resume
+            _untrack(self.out)
+        if adopted is not None:
+            for n in os.listdir(adopted):
+                os.replace(os.path.join(adopted, n), os.path.join(self.root, n))
+            import shutil
+
+            shutil.rmtree(adopted, ignore_errors=True)
+
+    def target(self, name: str, offset: int) -> str:
+        return os.path.join(self.root, name)
+
+    def staged_path(self, name: str) -> str:
+        return os.path.join(self.root, name)
+
+    def presize(self, f: OutputFile) -> None:
+        p = os.path.join(self.root, f.name)
+        with open(p, "ab") as fh:
+            fh.truncate(f.size)
+
+    def read_manifest(self) -> dict[str, Any] | None:
+        try:
+            with open(os.path.join(self.root, MANIFEST), "rb") as fh:
+                return json.loads(fh.read())  # type: ignore[no-any-return]
+        except (OSError, ValueError):
+            return None
+
+    def write_manifest(self, m: dict[str, Any]) -> None:
+        tmp = os.path.join(self.root, MANIFEST + ".new")
+        with open(tmp, "w") as fh:
+            json.dump(m, fh)
+        os.replace(tmp, os.path.join(self.root, MANIFEST))
+
+    def put(self, name: str, data: bytes) -> None:
+        with open(os.path.join(self.root, name), "wb") as fh:
+            fh.write(data)
+
+    def publish(self, last: tuple[str, ...]) -> None:
+        try:
+            os.unlink(os.path.join(self.root, MANIFEST))
+        except OSError:
+            pass
+        from ..core.atomic import _track
+
+        if self.keep:
+            _track(self.out, self.out.tmp, True)
+        self.out.commit(last=last)
+
+    def abort(self, e: BaseException | None = None) -> None:
+        if self.keep:
+            return
+        self.out.abort()
+        if e is not None:
+            self.out.public(e)
+
+
+def _adopt_local(parent: str, dst: str) -> str | None:
+    """The staging folder an interrupted job (its process gone) left for ``dst``."""
+    from ..core.atomic import TEMP_PREFIX, TEMP_SUFFIX, _alive, _host, _owner
+
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return None
+    for n in sorted(names):
+        if not (n.startswith(TEMP_PREFIX) and n.endswith(TEMP_SUFFIX)):
+            continue
+        who = _owner(n)
+        if who is None or who[1] != _host() or (who[0] != os.getpid() and _alive(who[0])):
+            continue
+        p = os.path.join(parent, n)
+        try:
+            with open(os.path.join(p, MANIFEST), "rb") as fh:
+                m = json.loads(fh.read())
+        except (OSError, ValueError):
+            continue
+        if m.get("destination") == dst:
+            return p
+    return None
+
+
+class RemoteStaging(_Staging):
+    """A ``.torchless-staging-<name>`` prefix beside a remote destination: parts, then
+    each complete file, then a server-side move into place on publication."""
+
+    remote = True
+
+    def __init__(self, dst: str, *, resume: bool, folder: bool = True) -> None:
+        self.dst = dst.rstrip("/")
+        self.folder = folder  # a destination folder (DCP) or files beside a path (shards)
+        base = self.dst if folder else remote.dirname(self.dst)
+        self.base = base
+        self.root = remote.join(base, f"{STAGING}-{remote.basename(self.dst)}")
+        self.keep = resume
+        self.fs, self.inner = remote.filesystem(self.root)
+        if not resume:
+            self._rm_all()
+
+    def _rm_all(self) -> None:
+        try:
+            if self.fs.exists(self.inner):
+                self.fs.rm(self.inner, recursive=True)
+        except Exception:  # noqa: BLE001 - best effort
+            pass
+
+    def target(self, name: str, offset: int) -> str:
+        return remote.join(self.root, f"parts/{name}.{offset:020d}")
+
+    def staged_path(self, name: str) -> str:
+        return remote.join(self.root, f"files/{name}")
+
+    def complete(self, f: OutputFile, segments: list[dict[str, Any]]) -> None:
+        """Join the file's part objects into one staged object (server-side on S3 when
+        every part but the last has S3's 5 MiB minimum; through this process otherwise)."""
+        parts = [self.target(f.name, s["offset"]) for s in sorted(segments, key=lambda s: s["offset"])]
+        inner = [remote.filesystem(p)[1] for p in parts]
+        dest = remote.filesystem(self.staged_path(f.name))[1]
+        sizes = [s["length"] for s in sorted(segments, key=lambda s: s["offset"])]
+        proto = remote._protocol(self.fs)
+        if len(inner) == 1:
+            self.fs.mv(inner[0], dest)
+        elif proto in ("s3", "s3a") and all(n >= 5 << 20 for n in sizes[:-1]) and hasattr(self.fs, "merge"):
+            self.fs.merge(dest, inner)
+            self.fs.rm(inner)
+        else:
+            from ..core.atomic import AtomicFile
+
+            with AtomicFile(self.staged_path(f.name)) as af:
+                for p in parts:
+                    rs = remote.RemoteSource(p)
+                    for done in range(0, rs.size, 16 << 20):
+                        af.file.write(rs.read_at(done, min(16 << 20, rs.size - done)))
+            self.fs.rm(inner)
+        remote.forget(self.staged_path(f.name))
+
+    def read_manifest(self) -> dict[str, Any] | None:
+        try:
+            return json.loads(remote.read_bytes(remote.join(self.root, "manifest.json")))  # type: ignore[no-any-return]
+        except Exception:  # noqa: BLE001 - none, or unreadable: start afresh
+            return None
+
+    def write_manifest(self, m: dict[str, Any]) -> None:
+        from ..core.atomic import atomic_write_bytes
+
+        atomic_write_bytes(remote.join(self.root, "manifest.json"), json.dumps(m).encode())
+
+    def put(self, name: str, data: bytes) -> None:
+        from ..core.atomic import atomic_write_bytes
+
+        atomic_write_bytes(self.staged_path(name), data)
+
+    def drop(self, name: str) -> None:
+        remote.remove(self.staged_path(name))
+
+    def publish(self, last: tuple[str, ...]) -> None:
+        """Move every staged file into place, those named in ``last`` after all others."""
+        names = sorted(remote.listdir(remote.join(self.root, "files")), key=lambda n: (n in last, n))
+        for n in names:
+            src = remote.filesystem(self.staged_path(n))[1]
+            dst = remote.filesystem(remote.join(self.base, n))[1]
+            self.fs.mv(src, dst)
+            remote.forget(remote.join(self.base, n))
+        self._rm_all()
+
+    def abort(self, e: BaseException | None = None) -> None:
+        if not self.keep:
+            self._rm_all()
+
+
+def cleanup(dst: Any, *, folder: bool = True) -> list[str]:
+    """Remove what interrupted jobs left for destination ``dst`` (their staging folders
+    or prefixes, never a published file). Returns what was removed."""
+    d = remote.local_path(os.fspath(dst))
+    removed: list[str] = []
+    if remote.is_url(d):
+        d = d.rstrip("/")
+        base = d if folder else remote.dirname(d)
+        root = remote.join(base, f"{STAGING}-{remote.basename(d)}")
+        fs, inner = remote.filesystem(root)
+        try:
+            if fs.exists(inner):
+                fs.rm(inner, recursive=True)
+                removed.append(root)
+        except FileNotFoundError:
+            pass
+        return removed
+    import shutil
+
+    d = os.path.abspath(d)
+    while True:
+        p = _adopt_local(os.path.dirname(d), d)
+        if p is None:
+            break
+        shutil.rmtree(p, ignore_errors=True)
+        removed.append(p)
+    return removed
+
+
+# -- the job ------------------------------------------------------------------------------------
+def _worker_options() -> dict[str, Any]:
+    return {
+        "default": dict(remote._DEFAULT_OPTIONS),
+        "by_location": dict(remote._BY_LOCATION),
+        "ctx": remote._OPTIONS.get(),
+    }
+
+
+def _verify_staged(args: tuple[str, int, int, dict[str, Any]]) -> bool:
+    """A worker's check of a file a previous run completed: its size and CRC-32."""
+    path, size, crc, opts = args
+    from ..core.remote import storage_options_ctx
+
+    with storage_options_ctx(opts.get("ctx")):
+        try:
+            if remote.is_url(path):
+                rs: Any = remote.RemoteSource(path)
+                if rs.size != size:
+                    return False
+                c = 0
+                for done in range(0, size, 16 << 20):
+                    c = zlib.crc32(rs.read_at(done, min(16 << 20, size - done)), c)
+                return (c & 0xFFFFFFFF) == crc
+            if os.path.getsize(path) != size:
+                return False
+            c = 0
+            with open(path, "rb") as fh:
+                while True:
+                    b = fh.read(16 << 20)
+                    if not b:
+                        break
+                    c = zlib.crc32(b, c)
+            return (c & 0xFFFFFFFF) == crc
+        except Exception:  # noqa: BLE001 - unreadable: not complete
+            return False
+
+
+def write_outputs(
+    files: list[OutputFile],
+    staging: Any,
+    executor: Executor,
+    *,
+    max_task_bytes: int | None,
+    source_kind: str = "checkpoint",
+    weights_only: bool = True,
+    fingerprint: Any = None,
+    progress: Callable[[int], None] | None = None,
+    seal: Callable[[Piece, int], bytes] | None = None,
+) -> dict[str, Any]:
+    """Build every file of ``files`` in ``staging`` with ``executor``; the caller then
+    adds its index / metadata and publishes. Returns ``{"tasks", "resumed": [names],
+    "rss": [peak RSS per task], "crc": {name: crc32}}``."""
+    if max_task_bytes is not None and max_task_bytes < MIN_TASK_BYTES:
+        raise UsageError("max_task_bytes is too small", found=max_task_bytes, expected=f">= {MIN_TASK_BYTES}")
+    fp = _fingerprint(files, fingerprint)
+    opts = _worker_options()
+    manifest = {"version": 1, "destination": getattr(staging, "dst", ""), "fingerprint": fp, "files": {}}
+    resumed: list[str] = []
+    old = staging.read_manifest()
+    if old and old.get("fingerprint") == fp:
+        by_name = {f.name: f for f in files}
+        cands = [(n, v) for n, v in (old.get("files") or {}).items() if n in by_name and by_name[n].size == v.get("size")]
+        checks = executor.map(_verify_staged, [(staging.staged_path(n), v["size"], v["crc32"], opts) for n, v in cands])
+        for (n, v), ok in zip(cands, checks, strict=False):
+            if ok:
+                manifest["files"][n] = v
+                resumed.append(n)
+    staging.write_manifest(manifest)
+    todo = [f for f in files if f.name not in manifest["files"]]
+    for f in todo:
+        staging.drop(f.name)
+        if not staging.remote:
+            staging.presize(f)
+    # phase 1: every piece but the seals; phase 2: the seals, once their items' CRCs are known
+    tasks1: list[RangeTask] = []
+    seals: list[tuple[OutputFile, Piece]] = []
+    for f in todo:
+        for seg in _segments(f.pieces, max_task_bytes):
+            if seg[0].kind == "seal":
+                seals.append((f, seg[0]))
+                continue
+            off = seg[0].offset
+            tasks1.append(
+                RangeTask(
+                    f.name,
+                    off,
+                    sum(p.length for p in seg),
+                    seg,
+                    staging.target(f.name, off),
+                    staging.remote,
+                    source_kind,
+                    weights_only,
+                    opts,
+                )
+            )
+    done_segments: dict[str, list[dict[str, Any]]] = {f.name: [] for f in todo}
+    need = {f.name: 0 for f in todo}
+    for t in tasks1:
+        need[t.name] += 1
+    for _f, _p in seals:
+        need[_f.name] += 1
+    rss: list[int] = []
+
+    def finished(r: dict[str, Any]) -> None:
+        done_segments[r["name"]].append(r)
+        rss.append(int(r.get("rss", 0)))
+        if progress is not None:
+            progress(int(r["length"]))
+        if len(done_segments[r["name"]]) == need[r["name"]]:
+            _file_done(r["name"])
+
+    by_name = {f.name: f for f in todo}
+
+    def _file_done(name: str) -> None:
+        segs = sorted(done_segments[name], key=lambda s: s["offset"])
+        crc = 0
+        for s in segs:
+            crc = crc32_combine(crc, s["crc"], s["length"])
+        f = by_name[name]
+        if sum(s["length"] for s in segs) != f.size:
+            raise InternalError(f"file {name}: segments do not cover it")
+        staging.complete(f, segs)
+        manifest["files"][name] = {"size": f.size, "crc32": crc}
+        staging.write_manifest(manifest)
+
+    res1 = executor.map(run_range_task, tasks1, progress=finished)
+    n_tasks = len(tasks1)
+    if seals:
+        if seal is None:
+            raise InternalError("seal pieces without a sealer")
+        item_crc: dict[int, list[int]] = {}
+        parts: dict[int, list[tuple[int, int, int]]] = {}
+        for r in res1:
+            for item, (c, n) in r["items"].items():
+                parts.setdefault(int(item), []).append((r["offset"], c, n))
+        for item, lst in parts.items():
+            c = 0
+            for _off, ci, ni in sorted(lst):
+                c = crc32_combine(c, ci, ni)
+            item_crc[item] = [c, sum(x[2] for x in lst)]
+        tasks2 = []
+        for f, p in seals:
+            data = seal(p, item_crc[p.item][0])
+            if len(data) != p.length:
+                raise InternalError("a seal's length differs from the planned one")
+            q = Piece(p.offset, p.length, "bytes", data=data)
+            tasks2.append(
+                RangeTask(
+                    f.name,
+                    p.offset,
+                    p.length,
+                    [q],
+                    staging.target(f.name, p.offset),
+                    staging.remote,
+                    source_kind,
+                    weights_only,
+                    opts,
+                )
+            )
+        executor.map(run_range_task, tasks2, progress=finished)
+        n_tasks += len(tasks2)
+    return {
+        "tasks": n_tasks,
+        "resumed": sorted(resumed),
+        "rss": rss,
+        "crc": {n: v["crc32"] for n, v in manifest["files"].items()},
+    }
