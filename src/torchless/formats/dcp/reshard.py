@@ -733,7 +733,7 @@ def _ranged_layout(
             hdr, entries = _hf_header(source, t)
             pieces.append(Piece(0, len(hdr), "bytes", data=hdr))
             pos = len(hdr)
-            for it, dt, n in entries:
+            for it, dt, _n in entries:
                 for offs, sizes in split_rows(it.offsets, it.sizes, dt.itemsize, budget) if budget else [(it.offsets, it.sizes)]:
                     m = numel(sizes) * dt.itemsize
                     pieces.append(Piece(pos, m, "rows", src=src_path, fqn=it.fqn, offsets=offs, sizes=sizes))
