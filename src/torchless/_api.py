@@ -179,11 +179,19 @@ def convert(
     from .formats.pt.handler import PtArtifact
 
     h = tensor_writer(dst, dst_format)
+    # range tasks on an executor (sharded safetensors): not options of the format
+    ranged = {k: kw.pop(k) for k in ("executor", "max_task_bytes", "resume") if kw.get(k) not in (None, False)}
+    kw = {k: v for k, v in kw.items() if k not in ("executor", "max_task_bytes", "resume")}
+    if ranged and h.name != "safetensors":
+        raise UsageError("an executor writes safetensors output only", found=h.name, hint="write .safetensors")
     check_options(h, "write", {k: v for k, v in kw.items() if v is not None}, path=dst)  # before any work
     # weights_only=False: unknown classes become placeholders whose tensors still convert;
     # nothing is imported or run either way
     with open(src, format=src_format, weights_only=False) as art:
-        res = art.convert_to(dst, format=h.name, progress=progress, strict=strict, options=kw)  # dcp, hf: their own export
+        if ranged and art.format == "hf":
+            raise UsageError("an executor does not apply to Hugging Face checkpoint folders yet", path=src)
+        opts = {**kw, **ranged} if art.format == "dcp" else kw
+        res = art.convert_to(dst, format=h.name, progress=progress, strict=strict, options=opts)  # dcp, hf: their own export
         if res is not None:
             res.setdefault("dropped", [{"key": k, "type": "non-tensor value"} for k in res.pop("skipped", [])])
             res.setdefault("object_kept", h.name == "pt")
@@ -251,5 +259,11 @@ def convert(
                 path=src,
                 hint="write .pt to keep the whole object, or leave out --strict to convert the tensors only",
             )
-        files = write_tensors(items, dst, format=h.name, progress=progress, **kw)
+        if ranged:  # range tasks: the workers read the source themselves
+            from .formats.ranged import write_shards
+
+            ents = [(n, t.dtype, tuple(t.shape), t.nbytes) for n, t in items]
+            files = write_shards(os.fspath(src), ents, dst, progress=progress, **kw, **ranged)
+        else:
+            files = write_tensors(items, dst, format=h.name, progress=progress, **kw)
     return {**total, "files": files, "object_kept": obj_kept, "dropped": dropped}

@@ -52,6 +52,8 @@ def _cases(tmp: str) -> list[tuple[str, list[str]]]:
         ("convert", ["convert", s("checkpoint.pt"), f"{tmp}/c.pt", "--json"]),
         ("convert", ["convert", s("state_dict.pt"), f"{tmp}/sh.safetensors", "--max-shard-size", "10KB", "--json"]),
         ("reshard", ["reshard", s("checkpoint.pt"), f"{tmp}/dcp", "--ranks", "2", "--json"]),
+        ("reshard", ["reshard", s("checkpoint.pt"), f"{tmp}/dcp2", "--ranks", "2", "--executor", "local:1", "--json"]),
+        ("cleanup", ["reshard", s("checkpoint.pt"), f"{tmp}/dcp2", "--ranks", "2", "--cleanup", "--json"]),
         ("reshard-plan", ["reshard", s("dcp_ckpt"), "--ranks", "3", "--plan-only", "--json"]),
         ("dcp-layout", ["dcp-layout", s("dcp_ckpt"), "--json"]),
         ("code", ["code", s("scripted_module.pt"), "--json"]),

@@ -51,6 +51,7 @@ __all__ = [
     "close_sources",
     "pt_item_template",
     "write_outputs",
+    "write_shards",
     "cleanup",
     "MIN_TASK_BYTES",
 ]
@@ -828,3 +829,134 @@ def write_outputs(
         "rss": rss,
         "crc": {n: v["crc32"] for n, v in manifest["files"].items()},
     }
+
+
+# -- sharded safetensors (consolidate, convert) -----------------------------------------------------
+class LocalFilesStaging(LocalDirStaging):
+    """A hidden folder inside the destination's folder; published by renaming each file
+    into that folder, the index last (the folder itself is not replaced)."""
+
+    def __init__(self, dst: str, *, resume: bool) -> None:
+        from ..core.atomic import _temp_path, _track, _untrack, clean_stale
+
+        self.dst = os.path.abspath(dst)
+        self.folder = os.path.dirname(self.dst)
+        adopted = _adopt_local(self.folder, self.dst) if resume else None
+        clean_stale(self.folder)
+        if adopted is not None:
+            self.root = _temp_path(self.folder, "dir")
+            os.rename(adopted, self.root)
+        else:
+            self.root = _temp_path(self.folder, "dir")
+            os.mkdir(self.root, 0o777)
+        self.keep = resume
+        self.out = self
+        if not resume:
+            _track(self, self.root, True)
+        self._untrack = _untrack
+
+    def publish(self, last: tuple[str, ...]) -> None:
+        import shutil
+
+        from ..core.atomic import holding_signals
+
+        try:
+            os.unlink(os.path.join(self.root, MANIFEST))
+        except OSError:
+            pass
+        with holding_signals():
+            for n in sorted(os.listdir(self.root), key=lambda n: (n in last, n)):
+                os.replace(os.path.join(self.root, n), os.path.join(self.folder, n))
+            shutil.rmtree(self.root, ignore_errors=True)
+            self._untrack(self)
+
+    def abort(self, e: BaseException | None = None) -> None:
+        import shutil
+
+        if self.keep:
+            return
+        shutil.rmtree(self.root, ignore_errors=True)
+        self._untrack(self)
+
+
+def write_shards(
+    src: str,
+    entries: list[tuple[str, Any, tuple[int, ...], int]],
+    dst: Any,
+    *,
+    max_shard_size: Any = None,
+    metadata: dict[str, str] | None = None,
+    executor: Any = None,
+    max_task_bytes: int | None = None,
+    resume: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> list[str]:
+    """Write the tensors ``entries`` (``(name, dtype, shape, nbytes)``) of checkpoint
+    ``src`` as safetensors at ``dst`` (Hugging Face shards + index with
+    ``max_shard_size``, laid out as :func:`~torchless.formats.safetensors.write_safetensors_sharded`
+    does), by range tasks on ``executor``. Returns the files written, the index last."""
+    from ..core.executor import parse_executor
+    from .safetensors import parse_size, safetensors_header
+
+    d = remote.local_path(os.fspath(dst))
+    groups: list[list[tuple[str, Any, tuple[int, ...], int]]] = [[]]
+    size = total = 0
+    limit = parse_size(max_shard_size) if max_shard_size else None
+    for e in entries:
+        if groups[-1] and limit is not None and size + e[3] > limit:
+            groups.append([])
+            size = 0
+        groups[-1].append(e)
+        size += e[3]
+        total += e[3]
+    base = remote.basename(d) if remote.is_url(d) else os.path.basename(d)
+    stem = base[: -len(".safetensors")] if base.endswith(".safetensors") else base
+    n = len(groups)
+    names = [base] if n == 1 else [f"{stem}-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
+    files: list[OutputFile] = []
+    weight_map: dict[str, str] = {}
+    for fname, group in zip(names, groups, strict=False):
+        hdr = safetensors_header(group, metadata)
+        pieces = [Piece(0, len(hdr), "bytes", data=hdr)]
+        pos = len(hdr)
+        for name, dt, shape, _nb in group:
+            zero = (0,) * len(shape)
+            cuts = split_rows(zero, tuple(shape), dt.itemsize, max_task_bytes) if max_task_bytes else [(zero, tuple(shape))]
+            for offs, sizes in cuts:
+                m = dt.itemsize
+                for s in sizes:
+                    m *= s
+                pieces.append(Piece(pos, m, "rows", src=src, fqn=name, offsets=offs, sizes=sizes))
+                pos += m
+            weight_map[name] = fname
+        files.append(OutputFile(fname, pos, pieces))
+    ex = parse_executor(executor, where=d)
+    staging: Any = None
+    index = base + ".index.json"
+    try:
+        if remote.is_url(d):
+            staging = RemoteStaging(d, resume=resume, folder=False)
+        else:
+            staging = LocalFilesStaging(d, resume=resume)
+        write_outputs(
+            files,
+            staging,
+            ex,
+            max_task_bytes=max_task_bytes,
+            source_kind="tensors",
+            fingerprint={"source": src, "shards": n, "metadata": metadata},
+            progress=progress,
+        )
+        if n > 1:
+            staging.put(index, json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2).encode())
+        staging.publish(last=(index,))
+    except BaseException as e:
+        if staging is not None:
+            staging.abort(e)
+        raise
+    finally:
+        close_sources()
+        ex.close()
+    folder = remote.dirname(d) if remote.is_url(d) else os.path.dirname(d)
+    out = [remote.join(folder, f.name) if remote.is_url(d) else os.path.join(folder, f.name) for f in files]
+    return out + ([remote.join(folder, index) if remote.is_url(d) else os.path.join(folder, index)] if n > 1 else [])

@@ -40,9 +40,18 @@ def cmd_reshard(args: argparse.Namespace) -> int:
         from ...core.errors import UsageError
 
         raise UsageError("reshard needs a destination (or --plan-only)")
-
+    if args.cleanup:
+        return cleanup_command(args.dst, folder=True, as_json=args.json)
+    ranged = ranged_options(args)
     res = reshard(
-        args.src, args.dst, args.ranks, plan=args.plan, jobs=args.jobs, weights_only=not args.unsafe_values, format=args.storage
+        args.src,
+        args.dst,
+        args.ranks,
+        plan=args.plan,
+        jobs=args.jobs,
+        weights_only=not args.unsafe_values,
+        format=args.storage,
+        **ranged,
     )
     if args.json:
         emit_json("reshard", {"source": args.src, "destination": args.dst, "ranks": args.ranks, **res})
@@ -54,6 +63,48 @@ def cmd_reshard(args: argparse.Namespace) -> int:
     if res["skipped"]:
         print(f"skipped {len(res['skipped'])} non-tensor items (safetensors holds tensors only): {', '.join(res['skipped'][:8])}")
     return 0
+
+
+def ranged_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``executor``, ``max_task_bytes``, ``resume`` from the flags (only those given)."""
+    out: dict[str, Any] = {}
+    if getattr(args, "executor", None):
+        out["executor"] = args.executor
+    if getattr(args, "max_task_bytes", None):
+        from ...formats.dcp.plan import parse_size
+
+        out["max_task_bytes"] = parse_size(args.max_task_bytes)
+    if getattr(args, "resume", False):
+        out["resume"] = True
+    return out
+
+
+def cleanup_command(dst: str, *, folder: bool, as_json: bool) -> int:
+    from ...formats.ranged import cleanup
+
+    removed = cleanup(dst, folder=folder)
+    if as_json:
+        emit_json("cleanup", {"destination": dst, "removed": removed})
+    else:
+        print(f"removed {len(removed)} staging leftover(s) of interrupted jobs for {dst}")
+    return 0
+
+
+def add_executor_flags(p: Any) -> None:
+    """``--executor``, ``--max-task-bytes``, ``--resume``, ``--cleanup`` (range tasks)."""
+    p.add_argument(
+        "--executor",
+        help="where tasks run: local:N (N processes) or dask://HOST:PORT (a Dask distributed scheduler); "
+        "runs the job as range tasks",
+    )
+    p.add_argument("--max-task-bytes", help="the most bytes one task writes (e.g. 256MB): bounds a worker's memory")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the job an interrupted run left (its completed files verified and kept); keep this run's staging "
+        "if it is interrupted",
+    )
+    p.add_argument("--cleanup", action="store_true", help="remove the staging an interrupted run left for DST, and exit")
 
 
 def _plan_only(args: argparse.Namespace) -> int:
@@ -130,6 +181,7 @@ def register(sub: Any) -> None:
         action="store_true",
         help="print the task list (bytes read and written per task, the critical path) from the metadata alone; write nothing",
     )
+    add_executor_flags(p)
     p.add_argument("--json", action="store_true", help="machine-readable result (schema: docs/cli.md)")
     p.set_defaults(func=cmd_reshard)
     p = sub.add_parser("dcp-layout", help="show a DCP checkpoint's layout: keys, shapes, dtypes, chunks, files and byte ranges")

@@ -107,11 +107,17 @@ def _progress_wanted(args: argparse.Namespace) -> bool:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
+    from .dcp import cleanup_command, ranged_options
+
+    if args.cleanup:
+        return cleanup_command(args.dst, folder=False, as_json=args.json)
+    ranged = ranged_options(args)
     with _open(args.src, args.format) as art:
         total = sum(t.nbytes for _, t in art.tensors())
     prog = Progress(total, f"convert {args.dst}", force=_progress_wanted(args))
     try:
-        extra = {"max_shard_size": args.max_shard_size} if args.max_shard_size else {}
+        extra: dict[str, Any] = {"max_shard_size": args.max_shard_size} if args.max_shard_size else {}
+        extra.update(ranged)
         res = convert(args.src, args.dst, src_format=args.format, dst_format=args.to, progress=prog, strict=args.strict, **extra)
     finally:
         prog.close()
@@ -266,6 +272,9 @@ def register(sub: Any) -> None:
         "--strict", action="store_true", help="refuse when the destination cannot hold a value of the source (nothing is written)"
     )
     p.add_argument("--progress", action="store_true", help="show progress on stderr even when it is not a terminal")
+    from .dcp import add_executor_flags
+
+    add_executor_flags(p)
     p.add_argument("--json", action="store_true", help="machine-readable result, with every dropped value (schema: docs/cli.md)")
     p = add(
         "diff",

@@ -202,8 +202,14 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "chunks": _INT,
             "bytes_items": _INT,
             "skipped": _arr(_STR),
-        }
+            "tasks": _INT,
+            "resumed": _arr(_STR),
+            "peak_rss": _INT,
+            "executor": _STR,
+        },
+        optional=("tasks", "resumed", "peak_rss", "executor"),  # with --executor / --max-task-bytes / --resume
     ),
+    "cleanup": _obj({"destination": _STR, "removed": _arr(_STR)}),
     "reshard-plan": _obj(
         {
             "source": _STR,

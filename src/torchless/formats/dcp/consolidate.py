@@ -41,7 +41,9 @@ def consolidate(
         weights_only: how non-tensor values are unpickled (``.pt`` output only).
         keys: only these flattened keys.
         strict: refuse (before writing) when a non-tensor value would be dropped.
-        **kw: passed to the writer (``max_shard_size`` for safetensors).
+        **kw: passed to the writer (``max_shard_size`` for safetensors); ``executor``,
+            ``max_task_bytes`` and ``resume`` (safetensors output) write it as range tasks
+            (see :func:`torchless.formats.ranged.write_shards`).
 
     Returns:
         ``{"tensors": n, "bytes": total, "skipped": [non-tensor keys not written],
@@ -84,6 +86,15 @@ def consolidate(
                 path=reader.path,
                 hint="write .pt to keep them, or leave out --strict",
             )
+        ranged = {k: kw.pop(k) for k in ("executor", "max_task_bytes", "resume") if kw.get(k) not in (None, False)}
+        if ranged:  # range tasks on an executor: workers read the chunks themselves
+            if h.name != "safetensors":
+                raise UsageError("an executor writes safetensors output only", found=h.name, hint="write .safetensors")
+            from ..ranged import write_shards
+
+            ents = [(n, reader.entries[n].dtype, tuple(reader.entries[n].size), reader.entries[n].nbytes) for n in names]
+            files = write_shards(reader.path, ents, dst, progress=progress, **kw, **ranged)
+            return {"tensors": len(names), "bytes": total, "skipped": values, "files": files}
         items = ((n, reader.tensor(n)) for n in names)
         files = write_tensors(items, dst, format=h.name, progress=progress, **kw)
         return {"tensors": len(names), "bytes": total, "skipped": values, "files": files}
