@@ -28,7 +28,16 @@ from typing import Any
 
 from .errors import UsageError, WriteError
 
-__all__ = ["Executor", "LocalExecutor", "DaskExecutor", "parse_executor", "crc32_combine", "task_fault", "peak_rss"]
+__all__ = [
+    "Executor",
+    "LocalExecutor",
+    "DaskExecutor",
+    "parse_executor",
+    "crc32_combine",
+    "task_fault",
+    "peak_rss",
+    "current_rss",
+]
 
 DASK_HINT = "install the dask extra: pip install 'torchless[dask]'"
 KILL_ENV = "TORCHLESS_FAULT_KILL_TASK"
@@ -134,7 +143,9 @@ class DaskExecutor(Executor):
     def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any], *, progress: Callable[[Any], None] | None = None) -> list[Any]:
         if not tasks:
             return []
-        from distributed import as_completed
+        import importlib
+
+        as_completed: Any = importlib.import_module("distributed").as_completed
 
         # pure=False: two equal tasks are still two runs; each future keyed by its index
         futures = self.client.map(fn, list(tasks), pure=False, retries=self.retries)
@@ -197,7 +208,9 @@ def parse_executor(spec: Any, *, jobs: int = 1, where: str = "") -> Executor:
             if s.startswith(scheme):
                 addr = "tcp://" + s[len(scheme) :] if scheme == "dask://" else s
                 try:
-                    from distributed import Client
+                    import importlib
+
+                    Client: Any = importlib.import_module("distributed").Client  # noqa: N806 - the class
                 except ImportError:
                     raise UsageError("a Dask executor needs dask[distributed]", hint=DASK_HINT) from None
                 try:
@@ -274,4 +287,20 @@ def peak_rss() -> int:
         r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return int(r if sys.platform == "darwin" else r * 1024)
     except (ImportError, OSError):
+        return 0
+
+
+def current_rss() -> int:
+    """This process's resident set size now, in bytes (0 where unknown). (A worker
+    process's ``ru_maxrss`` is useless here: a forked child starts with its parent's.)"""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import psutil
+
+        return int(psutil.Process().memory_info().rss)
+    except Exception:  # noqa: BLE001 - no psutil, or no permission
         return 0

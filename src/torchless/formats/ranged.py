@@ -40,7 +40,7 @@ import numpy as np
 
 from ..core import remote
 from ..core.errors import InternalError, UsageError
-from ..core.executor import Executor, crc32_combine, peak_rss, task_fault
+from ..core.executor import Executor, crc32_combine, current_rss, task_fault
 
 __all__ = [
     "Piece",
@@ -167,7 +167,7 @@ class _TensorSource:
 
     def read_block(self, fqn: str, offsets: tuple[int, ...], sizes: tuple[int, ...]) -> np.ndarray:
         if self.reader is not None:
-            return self.reader.read_block(fqn, offsets, sizes)  # type: ignore[no-any-return]
+            return self.reader.read_block(fqn, offsets, sizes)
         arr = self.tensors[fqn].numpy(raw=True)
         block = np.ascontiguousarray(arr[tuple(slice(o, o + s) for o, s in zip(offsets, sizes, strict=False))])
         if block.dtype.byteorder == ">":
@@ -243,12 +243,13 @@ def run_range_task(task: RangeTask) -> dict[str, Any]:
         sink = _Sink(task)
         ok = False
         items: dict[int, list[int]] = {}
+        rss = [current_rss()]
         try:
             for p in task.pieces:
                 start = sink.pos
                 if start != p.offset:
                     raise InternalError(f"range task out of order at {p.offset} (at {start})")
-                _write_piece(task, p, sink, items)
+                _write_piece(task, p, sink, items, rss)
                 if sink.pos - start != p.length:
                     raise WriteError(
                         f"a piece of {p.length} bytes came out as {sink.pos - start} (the source changed?)",
@@ -264,11 +265,11 @@ def run_range_task(task: RangeTask) -> dict[str, Any]:
         "length": task.length,
         "crc": sink.crc & 0xFFFFFFFF,
         "items": items,
-        "rss": peak_rss(),
+        "rss": max(rss),  # the largest resident size seen while a piece was in memory
     }
 
 
-def _write_piece(task: RangeTask, p: Piece, sink: _Sink, items: dict[int, list[int]]) -> None:
+def _write_piece(task: RangeTask, p: Piece, sink: _Sink, items: dict[int, list[int]], rss: list[int]) -> None:
     if p.kind in ("bytes", "seal"):
         sink.write(p.data)
     elif p.kind == "copy":
@@ -279,6 +280,7 @@ def _write_piece(task: RangeTask, p: Piece, sink: _Sink, items: dict[int, list[i
             c, n = items.get(p.item, [0, 0])
             items[p.item] = [zlib.crc32(block, c) & 0xFFFFFFFF, n + block.nbytes]
         sink.write(block)
+        rss.append(current_rss())
         del block
     elif p.kind == "ptitem":
         from ..core.dtypes import by_name
@@ -289,6 +291,7 @@ def _write_piece(task: RangeTask, p: Piece, sink: _Sink, items: dict[int, list[i
         block = _source(task.source_kind, p.src, task.weights_only).read_block(p.fqn, p.offsets, p.sizes)
         st = Storage("0", block.nbytes, dt, "cpu", data=block)
         save_checkpoint(Tensor(st, dt, p.sizes), sink)
+        rss.append(current_rss())
         del block, st
     else:
         raise InternalError(f"unknown piece kind {p.kind!r}")
@@ -486,7 +489,7 @@ class LocalDirStaging(_Staging):
     def read_manifest(self) -> dict[str, Any] | None:
         try:
             with open(os.path.join(self.root, MANIFEST), "rb") as fh:
-                return json.loads(fh.read())  # type: ignore[no-any-return]
+                return json.loads(fh.read())
         except (OSError, ValueError):
             return None
 
@@ -600,7 +603,7 @@ class RemoteStaging(_Staging):
 
     def read_manifest(self) -> dict[str, Any] | None:
         try:
-            return json.loads(remote.read_bytes(remote.join(self.root, "manifest.json")))  # type: ignore[no-any-return]
+            return json.loads(remote.read_bytes(remote.join(self.root, "manifest.json")))
         except Exception:  # noqa: BLE001 - none, or unreadable: start afresh
             return None
 
@@ -718,7 +721,7 @@ def write_outputs(
         raise UsageError("max_task_bytes is too small", found=max_task_bytes, expected=f">= {MIN_TASK_BYTES}")
     fp = _fingerprint(files, fingerprint)
     opts = _worker_options()
-    manifest = {"version": 1, "destination": getattr(staging, "dst", ""), "fingerprint": fp, "files": {}}
+    manifest: dict[str, Any] = {"version": 1, "destination": getattr(staging, "dst", ""), "fingerprint": fp, "files": {}}
     resumed: list[str] = []
     old = staging.read_manifest()
     if old and old.get("fingerprint") == fp:
@@ -850,7 +853,7 @@ class LocalFilesStaging(LocalDirStaging):
             self.root = _temp_path(self.folder, "dir")
             os.mkdir(self.root, 0o777)
         self.keep = resume
-        self.out = self
+        self.out = self  # type: ignore[assignment]
         if not resume:
             _track(self, self.root, True)
         self._untrack = _untrack

@@ -734,6 +734,7 @@ def _ranged_layout(
             pieces.append(Piece(0, len(hdr), "bytes", data=hdr))
             pos = len(hdr)
             for it, dt, _n in entries:
+                assert it.offsets is not None and it.sizes is not None
                 for offs, sizes in split_rows(it.offsets, it.sizes, dt.itemsize, budget) if budget else [(it.offsets, it.sizes)]:
                     m = numel(sizes) * dt.itemsize
                     pieces.append(Piece(pos, m, "rows", src=src_path, fqn=it.fqn, offsets=offs, sizes=sizes))
