@@ -10,6 +10,10 @@ bench/harness.py:
 * ``read_local`` / ``read_s3``: assemble every tensor (``numpy()``) from the local folder /
   from ``s3://``: the remote reader's throughput against the page cache;
 * ``reshard_local`` / ``reshard_s3``: reshard 4 -> 3 ranks, local to local / S3 to S3;
+* ``reshard_local1`` / ``reshard_local2`` / ``reshard_dask2``: reshard 4 -> 3 ranks, local
+  to local, as range tasks of ``--max-task-bytes`` on the local executor (1 process, 2
+  processes) and on a Dask ``LocalCluster`` of 2 worker processes (started before the
+  clock, as an existing cluster would be);
 * ``plan_1tb``: ``reshard --plan-only`` of a synthetic 1 TB, 1,024-rank checkpoint onto 768.
 
 The figures are one machine's; moto keeps objects in its own process memory, so S3 here
@@ -49,6 +53,23 @@ dt = time.perf_counter() - t0
 done(dt, mb_s=float(ARGS[2]) / dt / 1e6)
 """
 
+RESHARD_EX = r"""
+import torchless.dcp
+dst, nbytes, ex, mtb = ARGS[1], float(ARGS[2]), ARGS[3], int(ARGS[4]) or None
+executor = ex
+if ex.startswith("dask"):  # a LocalCluster started before the clock: an existing cluster's case
+    import distributed
+    cluster = distributed.LocalCluster(
+        n_workers=int(ex[4:]), processes=True, threads_per_worker=1, dashboard_address=None, silence_logs=50
+    )
+    executor = distributed.Client(cluster)
+    executor.run(lambda: __import__("torchless.formats.ranged"))
+t0 = start()
+res = torchless.dcp.reshard(P, dst, 3, executor=executor, max_task_bytes=mtb)
+dt = time.perf_counter() - t0
+done(dt, mb_s=nbytes / dt / 1e6, tasks=res["tasks"])
+"""
+
 PLAN = r"""
 from torchless.formats.dcp.plan import plan, synthetic
 t0 = time.perf_counter()
@@ -71,6 +92,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--data", default=os.path.join(ROOT, "bench", "_data"))
     ap.add_argument("--md", default=None)
+    ap.add_argument("--cases", default="", help="comma-separated case names to run (default: all)")
+    ap.add_argument("--max-task-bytes", type=int, default=32 << 20, help="for the executor cases")
     a = ap.parse_args()
 
     import boto3
@@ -124,15 +147,27 @@ def main() -> None:
             "reshard_local", RESHARD, args=[src, os.path.join(tmp, "out"), str(nbytes)], warm=[src], env=env, before=clear_local
         )
         h.case("reshard_s3", RESHARD, args=["s3://bench/src", "s3://bench/out", str(nbytes)], env=env, before=clear_s3)
+        out = os.path.join(tmp, "out")
+        mtb = str(a.max_task_bytes)
+        for name, ex in (("reshard_local1", "local:1"), ("reshard_local2", "local:2"), ("reshard_dask2", "dask2")):
+            h.case(name, RESHARD_EX, args=[src, out, str(nbytes), ex, mtb], warm=[src], env=env, before=clear_local)
         h.case("plan_1tb", PLAN, env=env)
         h.ratio("remote read, S3 vs local", "read_s3", "read_local")
         h.ratio("reshard, S3 to S3 vs local", "reshard_s3", "reshard_local")
+        h.ratio("reshard, 2 Dask workers vs local executor (1 process)", "reshard_dask2", "reshard_local1")
+        h.ratio("reshard, 2 Dask workers vs 2 local processes", "reshard_dask2", "reshard_local2")
+        if a.cases:
+            keep = set(a.cases.split(","))
+            h.cases = {k: v for k, v in h.cases.items() if k in keep}
+            h.ratios = [r for r in h.ratios if r.a in keep and r.b in keep]
         h.run()
         md = h.markdown()
         md += "\n\n| case | MB/s (median) |\n|---|---|\n"
-        for name in ("read_local", "read_s3", "reshard_local", "reshard_s3"):
-            md += f"| {name} | {h.median(name, 'mb_s'):.0f} |\n"
-        md += f"\nplan_1tb balance (largest task / mean): {h.median('plan_1tb', 'balance'):.4f}\n"
+        for name in ("read_local", "read_s3", "reshard_local", "reshard_s3", "reshard_local1", "reshard_local2", "reshard_dask2"):
+            if name in h.cases:
+                md += f"| {name} | {h.median(name, 'mb_s'):.0f} |\n"
+        if "plan_1tb" in h.cases:
+            md += f"\nplan_1tb balance (largest task / mean): {h.median('plan_1tb', 'balance'):.4f}\n"
         print(md)
         if a.md:
             with open(a.md, "a") as f:

@@ -133,7 +133,9 @@ def test_scan_fetch_is_bounded(http_root, capsys):
         code, out, err = _cli(capsys, "scan", f"{base}/s{n}.pt")
         assert code == 0, err
         sent.append(handler.sent)
-    assert abs(sent[0] - sent[1]) < 1 << 16 and sent[1] < 2 << 20
+    # the probe of the bytes as a plain pickle stream stops inside the first 64 KiB block,
+    # which detection fetched already: less than 1 MB in all, whatever the payload
+    assert abs(sent[0] - sent[1]) < 1 << 16 and sent[1] < 10**6
 
 
 def test_missing_object_is_one_line(s3, capsys):

@@ -16,7 +16,8 @@ Progress comes from task completions. ``dask[distributed]`` is the optional extr
 ``torchless[dask]``; it is imported only when a Dask executor is asked for.
 
 Fault injection for tests: ``TORCHLESS_FAULT_KILL_TASK=PATH`` makes the first task that
-creates ``PATH`` (exclusively) kill its own process with SIGKILL, as a lost worker would.
+creates ``PATH`` (exclusively) kill its own process with SIGKILL, as a lost worker would;
+``PATH:N`` waits for the N-th task of the process (an interrupted job with N-1 tasks done).
 """
 
 from __future__ import annotations
@@ -265,10 +266,19 @@ def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
     return (crc1 ^ crc2) & 0xFFFFFFFF
 
 
+_tasks_seen = 0
+
+
 def task_fault() -> None:
-    """The test hook (see the module doc): kill this process, once per marker file."""
-    marker = os.environ.get(KILL_ENV)
-    if not marker:
+    """The test hook (see the module doc): kill this process, once per marker file
+    (``PATH:N``: at the N-th task this process runs)."""
+    global _tasks_seen
+    spec = os.environ.get(KILL_ENV)
+    if not spec:
+        return
+    _tasks_seen += 1
+    marker, _, nth = spec.rpartition(":") if spec.rpartition(":")[2].isdigit() else (spec, "", "")
+    if nth and _tasks_seen < int(nth):
         return
     try:
         fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

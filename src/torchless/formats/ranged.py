@@ -845,13 +845,12 @@ class LocalFilesStaging(LocalDirStaging):
         self.dst = os.path.abspath(dst)
         self.folder = os.path.dirname(self.dst)
         adopted = _adopt_local(self.folder, self.dst) if resume else None
-        clean_stale(self.folder)
-        if adopted is not None:
-            self.root = _temp_path(self.folder, "dir")
+        self.root = _temp_path(self.folder, "dir")
+        if adopted is not None:  # renamed to this process's name before stale ones are swept
             os.rename(adopted, self.root)
         else:
-            self.root = _temp_path(self.folder, "dir")
             os.mkdir(self.root, 0o777)
+        clean_stale(self.folder)
         self.keep = resume
         self.out = self  # type: ignore[assignment]
         if not resume:

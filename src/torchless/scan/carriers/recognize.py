@@ -74,6 +74,8 @@ MODEL_SUFFIXES = (
 )
 
 _PROBE_WINDOW = 1 << 20  # bytes the real unpicklers probe
+_FIRST_WINDOW = 1 << 16  # probed first (the block detection reads); see probe_pickle
+_PY_MARGIN = 4096  # bytes past the C unpickler's stop the pure-Python one is run over
 _LINE_OPS = frozenset(
     b"cFgILPpSVi"
 )  # opcodes whose argument is a line of text (GLOBAL, FLOAT, GET, INT, LONG, PERSID, PUT, STRING, UNICODE, INST)
@@ -126,7 +128,33 @@ def probe_pickle(src: ByteSource, *, window: int = _PROBE_WINDOW, py_limit: int 
 
     The pure-Python unpickler runs only to confirm a stop of the C one, on the bytes the C
     one consumed (plus a margin) and at most ``py_limit`` bytes (the scan's budget): when
-    it cannot confirm, the outcome is ``undecided`` (the stream is then analysed)."""
+    it cannot confirm, the outcome is ``undecided`` (the stream is then analysed).
+
+    The unpicklers first get the first 64 KiB (the block detection already read: a remote
+    file is not fetched again); their answer stands when they ended more than the
+    pure-Python margin before that window's end, where the rest of the window could not
+    have changed it (they read sequentially, and no line they read was cut by the
+    window). Otherwise the whole window is probed."""
+    if src.size > _FIRST_WINDOW and window > _FIRST_WINDOW:
+        data = src.read_at(0, _FIRST_WINDOW)
+        c = _one("c", data, False)
+        if c.outcome in ("resolves", "data", "stops") and c.pos + _PY_MARGIN <= _FIRST_WINDOW:
+            if c.outcome != "stops":
+                return c
+            m = c.pos + _PY_MARGIN
+            if m <= py_limit:
+                py = _one("py", data[:m], False)
+                if py.outcome == "resolves":
+                    return Probe(py.outcome, py.detail + " (pure-Python unpickler, which joblib uses)", py_cost=m)
+                if py.outcome == "data":
+                    return Probe("data", py.detail + " (pure-Python unpickler, which joblib uses)", legacy=py.legacy, py_cost=m)
+                if py.outcome == "stops":
+                    c.py_cost = m
+                    return c
+    return _probe_window(src, window, py_limit)
+
+
+def _probe_window(src: ByteSource, window: int, py_limit: int) -> Probe:
     n = min(src.size, window)
     data = src.read_at(0, n)
     complete = n == src.size
@@ -146,7 +174,7 @@ def probe_pickle(src: ByteSource, *, window: int = _PROBE_WINDOW, py_limit: int 
             c = _one("c", data, complete)
     if c.outcome != "stops":
         return c  # resolves / undecided: analysed; data: analysed by the machine anyway
-    m = min(n, c.pos + 4096)
+    m = min(n, c.pos + _PY_MARGIN)
     if m - long_line > py_limit:
         return Probe("undecided", f"{c.detail}; the pure-Python unpickler was not run (budget)")
     py = _one("py", data[:m], complete and m == n)
