@@ -106,7 +106,7 @@ class RangeTask:
     pieces: list[Piece]
     target: str  # the staged file (local) or the part object's URL
     part: bool  # a part object (a URL destination) rather than a pwrite into ``target``
-    source_kind: str = "checkpoint"  # how ``rows`` sources are opened: checkpoint | tensors
+    opener: Any = None  # opens ``rows`` sources: f(path, weights_only) (module-level: pickled by name)
     weights_only: bool = True
     options: dict[str, Any] = field(default_factory=dict)  # storage options for the worker
 
@@ -115,17 +115,12 @@ class RangeTask:
 _OPEN: dict[tuple[str, str], Any] = {}
 
 
-def _source(kind: str, path: str, weights_only: bool) -> Any:
+def _source(opener: Any, path: str, weights_only: bool) -> Any:
     """A checkpoint opened once per worker process (tasks of one job share it)."""
-    key = (kind, path)
+    key = (getattr(opener, "__qualname__", "tensors"), path)
     src = _OPEN.get(key)
     if src is None:
-        if kind == "tensors":
-            src = _TensorSource(path)
-        else:
-            from .dcp.reshard import open_source_checkpoint
-
-            src = open_source_checkpoint(path, weights_only=weights_only)
+        src = opener(path, weights_only=weights_only) if opener is not None else _TensorSource(path)
         while len(_OPEN) >= 4:
             old = _OPEN.pop(next(iter(_OPEN)))
             try:
@@ -275,7 +270,7 @@ def _write_piece(task: RangeTask, p: Piece, sink: _Sink, items: dict[int, list[i
     elif p.kind == "copy":
         _copy(p.src, p.src_offset, p.length, sink)
     elif p.kind == "rows":
-        block = _source(task.source_kind, p.src, task.weights_only).read_block(p.fqn, p.offsets, p.sizes)
+        block = _source(task.opener, p.src, task.weights_only).read_block(p.fqn, p.offsets, p.sizes)
         if p.item >= 0:
             c, n = items.get(p.item, [0, 0])
             items[p.item] = [zlib.crc32(block, c) & 0xFFFFFFFF, n + block.nbytes]
@@ -288,7 +283,7 @@ def _write_piece(task: RangeTask, p: Piece, sink: _Sink, items: dict[int, list[i
         from .pt.write import save_checkpoint
 
         dt = by_name(p.dtype)
-        block = _source(task.source_kind, p.src, task.weights_only).read_block(p.fqn, p.offsets, p.sizes)
+        block = _source(task.opener, p.src, task.weights_only).read_block(p.fqn, p.offsets, p.sizes)
         st = Storage("0", block.nbytes, dt, "cpu", data=block)
         save_checkpoint(Tensor(st, dt, p.sizes), sink)
         rss.append(current_rss())
@@ -708,7 +703,7 @@ def write_outputs(
     executor: Executor,
     *,
     max_task_bytes: int | None,
-    source_kind: str = "checkpoint",
+    opener: Any = None,
     weights_only: bool = True,
     fingerprint: Any = None,
     progress: Callable[[int], None] | None = None,
@@ -755,7 +750,7 @@ def write_outputs(
                     seg,
                     staging.target(f.name, off),
                     staging.remote,
-                    source_kind,
+                    opener,
                     weights_only,
                     opts,
                 )
@@ -819,7 +814,7 @@ def write_outputs(
                     [q],
                     staging.target(f.name, p.offset),
                     staging.remote,
-                    source_kind,
+                    opener,
                     weights_only,
                     opts,
                 )
@@ -945,7 +940,6 @@ def write_shards(
             staging,
             ex,
             max_task_bytes=max_task_bytes,
-            source_kind="tensors",
             fingerprint={"source": src, "shards": n, "metadata": metadata},
             progress=progress,
         )

@@ -693,7 +693,7 @@ def _reshard_ranged(
             staging,
             ex,
             max_task_bytes=max_task_bytes,
-            source_kind="checkpoint",
+            opener=open_source_checkpoint,
             weights_only=weights_only,
             fingerprint={"source": os.fspath(source.path), "ranks": ranks, "format": format},
             progress=progress,
