@@ -222,6 +222,16 @@ class _Sink:
             self.fd = -1
 
 
+def _install_options(opts: dict[str, Any] | None) -> dict[str, Any]:
+    """The job's storage options, in a worker process (a coordinator's own are kept)."""
+    opts = opts or {}
+    if opts.get("default") and not remote._DEFAULT_OPTIONS:
+        remote.set_default_options(opts["default"])
+    for loc, o in (opts.get("by_location") or {}).items():
+        remote._BY_LOCATION.setdefault(loc, o)
+    return opts
+
+
 def run_range_task(task: RangeTask) -> dict[str, Any]:
     """Write one task's range (runs on a worker). Returns ``{"name", "offset", "length",
     "crc", "items": {item: [crc, length]}, "rss"}``: metadata only."""
@@ -229,11 +239,7 @@ def run_range_task(task: RangeTask) -> dict[str, Any]:
     from ..core.remote import storage_options_ctx
 
     task_fault()
-    opts = task.options or {}
-    if opts.get("default"):
-        remote.set_default_options(opts["default"])
-    for loc, o in (opts.get("by_location") or {}).items():
-        remote._BY_LOCATION.setdefault(loc, o)
+    opts = _install_options(task.options)
     with storage_options_ctx(opts.get("ctx")):
         sink = _Sink(task)
         ok = False
@@ -389,7 +395,11 @@ def split_rows(offsets: tuple[int, ...], sizes: tuple[int, ...], itemsize: int, 
 
 
 # -- cutting files into tasks -------------------------------------------------------------------
-def _segments(pieces: list[Piece], budget: int | None) -> list[list[Piece]]:
+def _segments(pieces: list[Piece], budget: int | None, min_part: int = 0) -> list[list[Piece]]:
+    """Consecutive pieces in task ranges of about ``budget`` bytes (a task holds one piece
+    in memory at a time, and no piece is larger than the budget once split); a range is
+    closed only once it holds ``min_part`` bytes (S3's smallest multipart part, for parts
+    joined server-side); a seal is a range of its own."""
     segs: list[list[Piece]] = []
     cur: list[Piece] = []
     size = 0
@@ -400,7 +410,7 @@ def _segments(pieces: list[Piece], budget: int | None) -> list[list[Piece]]:
             segs.append([p])
             cur, size = [], 0
             continue
-        if cur and budget is not None and size + p.length > budget:
+        if cur and budget is not None and size + p.length > budget and size >= min_part:
             segs.append(cur)
             cur, size = [], 0
         cur.append(p)
@@ -429,8 +439,10 @@ class _Staging:
     def presize(self, f: OutputFile) -> None:
         pass
 
-    def complete(self, f: OutputFile, segments: list[dict[str, Any]]) -> None:
-        pass
+    def complete(self, f: OutputFile, segments: list[dict[str, Any]]) -> tuple[list[str], str] | None:
+        """Finish a file whose segments are all written; or ``(parts, staged URL)`` to be
+        joined by a worker (:func:`compose_parts`)."""
+        return None
 
     def read_manifest(self) -> dict[str, Any] | None:
         raise NotImplementedError
@@ -572,13 +584,16 @@ class RemoteStaging(_Staging):
     def staged_path(self, name: str) -> str:
         return remote.join(self.root, f"files/{name}")
 
-    def complete(self, f: OutputFile, segments: list[dict[str, Any]]) -> None:
-        """Join the file's part objects into one staged object (server-side on S3 when
-        every part but the last has S3's 5 MiB minimum; through this process otherwise)."""
-        parts = [self.target(f.name, s["offset"]) for s in sorted(segments, key=lambda s: s["offset"])]
+    def complete(self, f: OutputFile, segments: list[dict[str, Any]]) -> tuple[list[str], str] | None:
+        """Join the file's part objects into one staged object: a server-side move (one
+        part) or multipart copy (S3, when every part but the last has S3's 5 MiB minimum);
+        otherwise ``(parts, staged URL)``, joined by a worker (:func:`compose_parts`), so
+        no payload byte passes through the coordinator either way."""
+        segs = sorted(segments, key=lambda s: s["offset"])
+        parts = [self.target(f.name, s["offset"]) for s in segs]
         inner = [remote.filesystem(p)[1] for p in parts]
         dest = remote.filesystem(self.staged_path(f.name))[1]
-        sizes = [s["length"] for s in sorted(segments, key=lambda s: s["offset"])]
+        sizes = [s["length"] for s in segs]
         proto = remote._protocol(self.fs)
         if len(inner) == 1:
             self.fs.mv(inner[0], dest)
@@ -586,15 +601,9 @@ class RemoteStaging(_Staging):
             self.fs.merge(dest, inner)
             self.fs.rm(inner)
         else:
-            from ..core.atomic import AtomicFile
-
-            with AtomicFile(self.staged_path(f.name)) as af:
-                for p in parts:
-                    rs = remote.RemoteSource(p)
-                    for done in range(0, rs.size, 16 << 20):
-                        af.file.write(rs.read_at(done, min(16 << 20, rs.size - done)))
-            self.fs.rm(inner)
+            return parts, self.staged_path(f.name)
         remote.forget(self.staged_path(f.name))
+        return None
 
     def read_manifest(self) -> dict[str, Any] | None:
         try:
@@ -673,6 +682,7 @@ def _verify_staged(args: tuple[str, int, int, dict[str, Any]]) -> bool:
     path, size, crc, opts = args
     from ..core.remote import storage_options_ctx
 
+    opts = _install_options(opts)
     with storage_options_ctx(opts.get("ctx")):
         try:
             if remote.is_url(path):
@@ -695,6 +705,27 @@ def _verify_staged(args: tuple[str, int, int, dict[str, Any]]) -> bool:
             return (c & 0xFFFFFFFF) == crc
         except Exception:  # noqa: BLE001 - unreadable: not complete
             return False
+
+
+def compose_parts(args: tuple[list[str], str, dict[str, Any]]) -> int:
+    """A worker joins part objects into one object (read and uploaded in 16 MiB pieces),
+    then removes the parts. Returns the bytes written."""
+    parts, dest, opts = args
+    from ..core.atomic import AtomicFile
+    from ..core.remote import storage_options_ctx
+
+    opts = _install_options(opts)
+    with storage_options_ctx(opts.get("ctx")):
+        n = 0
+        with AtomicFile(dest) as af:
+            for p in parts:
+                rs = remote.RemoteSource(p)
+                for done in range(0, rs.size, 16 << 20):
+                    af.file.write(rs.read_at(done, min(16 << 20, rs.size - done)))
+                n += rs.size
+        for p in parts:
+            remote.remove(p)
+    return n
 
 
 def write_outputs(
@@ -737,7 +768,7 @@ def write_outputs(
     tasks1: list[RangeTask] = []
     seals: list[tuple[OutputFile, Piece]] = []
     for f in todo:
-        for seg in _segments(f.pieces, max_task_bytes):
+        for seg in _segments(f.pieces, max_task_bytes, (5 << 20) if staging.remote else 0):
             if seg[0].kind == "seal":
                 seals.append((f, seg[0]))
                 continue
@@ -772,6 +803,7 @@ def write_outputs(
             _file_done(r["name"])
 
     by_name = {f.name: f for f in todo}
+    composing: list[tuple[str, tuple[list[str], str], int]] = []
 
     def _file_done(name: str) -> None:
         segs = sorted(done_segments[name], key=lambda s: s["offset"])
@@ -781,7 +813,10 @@ def write_outputs(
         f = by_name[name]
         if sum(s["length"] for s in segs) != f.size:
             raise InternalError(f"file {name}: segments do not cover it")
-        staging.complete(f, segs)
+        join = staging.complete(f, segs)
+        if join is not None:  # a worker joins the parts (below), then the file counts as complete
+            composing.append((name, join, crc))
+            return
         manifest["files"][name] = {"size": f.size, "crc32": crc}
         staging.write_manifest(manifest)
 
@@ -821,6 +856,12 @@ def write_outputs(
             )
         executor.map(run_range_task, tasks2, progress=finished)
         n_tasks += len(tasks2)
+    if composing:
+        executor.map(compose_parts, [(parts, dest, opts) for _n, (parts, dest), _c in composing])
+        n_tasks += len(composing)
+        for name, _join, crc in composing:
+            manifest["files"][name] = {"size": by_name[name].size, "crc32": crc}
+        staging.write_manifest(manifest)
     return {
         "tasks": n_tasks,
         "resumed": sorted(resumed),
