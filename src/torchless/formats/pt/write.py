@@ -543,7 +543,9 @@ def save_checkpoint(
     data = _fast_pickle(obj, cp) if FAST_PICKLE else None
     if data is None:
         data = Pickler2(cp.translate).dumps(obj)
-    _write_archive(data, cp, target, alignment=alignment, compute_crc=compute_crc, prefix=prefix, progress=progress)
+    _write_archive(
+        data, cp, target, alignment=alignment, compute_crc=compute_crc, prefix=prefix, progress=progress, storage_crc=storage_crc
+    )
 
 
 def save_plain_tensors(
@@ -596,6 +598,7 @@ def _write_archive(
     compute_crc: bool = True,
     prefix: str | None = None,
     progress: Callable[[int], None] | None = None,
+    storage_crc: int | None = None,
 ) -> None:
     with TorchZipWriter(target, prefix, alignment=alignment, compute_crc=compute_crc) as zw:
         zw.write(spec.DATA_PKL, data)
