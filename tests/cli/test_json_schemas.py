@@ -58,6 +58,7 @@ def _cases(tmp: str) -> list[tuple[str, list[str]]]:
         ("dcp-layout", ["dcp-layout", s("dcp_ckpt"), "--json"]),
         ("code", ["code", s("scripted_module.pt"), "--json"]),
         ("graph", ["graph", s("mlp.pt2"), "--json"]),
+        ("run", ["run", s("mlp.pt2"), "--sample-inputs", "-o", f"{tmp}/out.npz", "--json"]),
         ("onnx-graph", ["onnx", "graph", s("mlp.onnx"), "--json"]),
         ("extract", ["extract", s("mlp_aoti.pt2"), f"{tmp}/ex", "--json"]),
         ("ts-extra", ["ts", "extra", s("scripted_module.pt"), "--json"]),

@@ -19,6 +19,7 @@ import pytest
 
 import torchless
 from torchless.cli.main import main
+from torchless.cli.schemas import SCHEMAS, validate
 from torchless.core.errors import UnsupportedError, UsageError
 from torchless.interp import registry
 
@@ -468,6 +469,7 @@ def test_cli_run(saved, tmp_path, capsys):
         np.testing.assert_allclose(z["out"], want, rtol=1e-5, atol=1e-6)
     assert main(["run", str(path), "--inputs", str(tmp_path / "in.npz"), "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
+    validate(res, SCHEMAS["run"])
     (row,) = res["outputs"]
     assert row["shape"] == [3, 3] and row["dtype"] == "float32"
     assert row["max"] == pytest.approx(float(want.max()), rel=1e-5) and row["mean"] == pytest.approx(float(want.mean()), rel=1e-4)

@@ -21,6 +21,8 @@ _INT = {"type": "integer", "minimum": 0}
 _BOOL = {"type": "boolean"}
 _NUM_OR_TEXT = {"anyOf": [{"type": "number"}, {"enum": ["nan", "inf", "-inf"]}]}
 _KEY = {"pattern": r"^\S+$"}  # field names never hold spaces
+#: a summary statistic of ``run``: a number (bool for bool scalars), "nan"/"inf", or null when it does not apply
+_STAT = {"anyOf": [{"type": ["number", "boolean", "null"]}, {"enum": ["nan", "inf", "-inf"]}]}
 
 
 def _obj(props: dict[str, Any], *, optional: tuple[str, ...] = (), extra: Any = False) -> dict[str, Any]:
@@ -250,6 +252,26 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "code": _obj({"path": _STR, "method": {"type": ["string", "null"]}, "module": {"type": ["string", "null"]}, "code": _STR}),
     "graph": _obj({"path": _STR, "models": _arr(_obj({"name": _STR, "dialect": _STR, "graphs": _arr(_GRAPH)}))}),
     "onnx-graph": _obj({"path": _STR, "graphs": _arr(_GRAPH)}),
+    "run": _obj(
+        {
+            "path": _STR,
+            "model": _STR,
+            "inputs": _arr(_obj({"name": _STR, "dtype": _STR, "shape": _arr(_INT)})),
+            "outputs": _arr(
+                _obj(
+                    {
+                        "name": _STR,
+                        "dtype": _STR,
+                        "shape": _arr(_INT),
+                        "min": _STAT,
+                        "max": _STAT,
+                        "mean": _STAT,
+                    }
+                )
+            ),
+            "output_file": {"type": ["string", "null"]},
+        }
+    ),
     "onnx-set-weights": {
         "type": "object",
         "properties": {
