@@ -3,10 +3,8 @@
 IR and after ``run_decompositions()``, dynamic dims and their guards, refusal of a program
 with unsupported operators before anything runs, the ``run`` command, and a ``.pt2`` whose
 weights torchless replaced.
-
-Operators whose kernels live elsewhere (the ATen kernels of ``interp/kernels``) get a plain
-NumPy stand-in here only while no kernel is registered for them, so these tests exercise
-the real kernels once they exist.
+The ATen kernels are the real ones (``interp/kernels``); only the test's own custom
+operators get NumPy kernels here.
 """
 
 from __future__ import annotations
@@ -24,37 +22,6 @@ from torchless.core.errors import UnsupportedError, UsageError
 from torchless.interp import registry
 
 torch = pytest.importorskip("torch", reason="torch exports the programs and is the oracle")
-
-
-def _sum(a, dim=None, keepdim=False, dtype=None):
-    return np.asarray(np.sum(a, axis=None if not dim else tuple(dim), keepdims=keepdim))
-
-
-STAND_INS = {
-    "aten.linear.default": lambda x, w, b=None: np.asarray(x @ w.T + (0 if b is None else b)),
-    "aten.addmm.default": lambda b, x, w, beta=1, alpha=1: np.asarray(b + x @ w),
-    "aten.permute.default": lambda x, dims: np.transpose(x, dims),
-    "aten.relu.default": lambda x: np.maximum(x, 0),
-    "aten.sin.default": np.sin,
-    "aten.cos.default": np.cos,
-    "aten.gt.Scalar": lambda a, b: np.asarray(a > b),
-    "aten.lt.Scalar": lambda a, b: np.asarray(a < b),
-    "aten.sum.default": lambda a, dtype=None: np.asarray(a.sum()),
-    "aten.sum.dim_IntList": _sum,
-    "aten.add.Tensor": lambda a, b, alpha=1: np.asarray(np.add(a, b, dtype=np.result_type(a, b) if np.ndim(b) else None)),
-    "aten.mul.Tensor": lambda a, b: np.asarray(np.multiply(a, b)),
-    "aten.add_.Tensor": lambda a, b, alpha=1: np.add(a, b, out=a, casting="unsafe"),
-    "aten.zeros.default": lambda size, dtype=None, layout=None, device=None, pin_memory=None: np.zeros(size, np.float32),
-    "aten.full.default": lambda size, v, dtype=None, layout=None, device=None, pin_memory=None: np.full(size, v, np.float32),
-}
-
-
-@pytest.fixture(autouse=True)
-def stand_ins(monkeypatch):
-    registry.load_kernels()
-    for k, fn in STAND_INS.items():
-        if registry.lookup(k) is None:
-            monkeypatch.setitem(registry._KERNELS, k, fn)
 
 
 class MLP(torch.nn.Module):
@@ -309,19 +276,8 @@ def test_grad_and_autocast_wrappers_run_their_subgraphs(saved):
 
 
 def test_enabled_cpu_autocast_casts_like_torch(saved, monkeypatch):
-    def linear(x, w, b=None):
-        out = x.astype(np.float32) @ w.T.astype(np.float32) + (0 if b is None else b.astype(np.float32))
-        return np.asarray(out.astype(x.dtype))
-
-    extra = {
-        "aten.linear.default": linear,
-        "aten.cat.default": lambda tensors, dim=0: np.concatenate(tensors, axis=dim),
-        "aten.broadcast_tensors.default": lambda tensors: list(np.broadcast_arrays(*tensors)),
-        "aten.mse_loss.default": lambda a, b, reduction=1: np.asarray(((a - b) ** 2).mean(), a.dtype),
-    }
-    for key, fn in extra.items():
-        if registry.lookup(key) in (None, STAND_INS.get(key)):  # this file's float32-only stand-in
-            monkeypatch.setitem(registry._KERNELS, key, fn)
+    if registry.lookup("aten.broadcast_tensors.default") is None:  # mse_loss's training IR; not a core op
+        monkeypatch.setitem(registry._KERNELS, "aten.broadcast_tensors.default", lambda ts: list(np.broadcast_arrays(*ts)))
     path, ep = saved["autocast"]
     x = torch.randn(2, 4)
     ours, theirs = torchless.load(path).module()(x.numpy()), ep.module()(x)
@@ -331,12 +287,7 @@ def test_enabled_cpu_autocast_casts_like_torch(saved, monkeypatch):
         np.testing.assert_allclose(a.astype(np.float32), b.detach().float().numpy(), rtol=1e-2, atol=1e-2)
 
 
-def test_derived_dims_are_checked(saved, monkeypatch):
-    def cat(tensors, dim=0):
-        return np.concatenate(tensors, axis=dim)
-
-    if registry.lookup("aten.cat.default") is None:
-        monkeypatch.setitem(registry._KERNELS, "aten.cat.default", cat)
+def test_derived_dims_are_checked(saved):
     path, ep = saved["derived"]
     m = torchless.load(path).module()
     x, y = torch.randn(3, 2), torch.randn(6, 2)
@@ -422,13 +373,9 @@ def test_buffer_mutation_updates_the_modules_buffers(saved, name):
 
 @pytest.mark.parametrize("name", ["mutating", "mutating_dec"])
 def test_mutations_of_inputs_buffers_and_views(saved, name, monkeypatch):
-    def slice_(x, dim=0, start=None, end=None, step=1):
-        return x[(slice(None),) * dim + (slice(start, end, step),)]
-
     for key, fn in {
         "tl_interp_test.add_one_.default": _add_one_kernel,
         "tl_interp_test.scale.default": _scale_kernel,
-        "aten.slice.Tensor": slice_,
     }.items():
         if registry.lookup(key) is None:
             monkeypatch.setitem(registry._KERNELS, key, fn)
