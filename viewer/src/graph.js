@@ -311,6 +311,8 @@ export function graphView(app, ai) {
     view.k = Math.max(view.k, 0.8);
     view.x = W / 2 - node.x * view.k;
     view.y = H / 2 - node.y * view.k;
+    // a frame taller than the screen: show its top
+    if (node.height * view.k > H) view.y = 20 - (node.y - node.height / 2) * view.k;
     applyView();
   }
 
@@ -342,7 +344,8 @@ export function graphView(app, ai) {
     const L = nestedLayout(p, vis);
     const t2 = performance.now();
     const t1 = t2 - L.dagreMs;
-    layout = { width: L.width, height: L.height, nodes: L.boxes };
+    layout = { width: L.width, height: L.height, nodes: new Map(L.boxes) };
+    for (const [c, f] of L.frames) layout.nodes.set("c:" + c, f);
 
     // clusters (expanded groups), outermost first
     const clusterEls = [];
@@ -421,6 +424,7 @@ export function graphView(app, ai) {
           ev.stopPropagation();
           expanded.add(it.path);
           render(false);
+          centerOn("c:" + it.path); // the group just opened, where it now is
         });
       }
       nodeLayer.appendChild(el);
