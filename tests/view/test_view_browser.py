@@ -323,3 +323,21 @@ def test_served_heatmap_slices(browser, tmp_path):
             assert not p.errors, p.errors
         finally:
             p.close()
+
+
+def test_notebook_inline_render(browser, view_files):
+    v = torchless.view(view_files["pt"], serve=False)  # what Jupyter shows: no server
+    assert v.url is None
+    ctx = browser.new_context(offline=True)
+    try:
+        page = ctx.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.set_content(v._repr_html_())
+        frame = page.frame_locator("iframe")
+        frame.locator("body[data-ready='1']").wait_for(timeout=10_000)
+        frame.locator("[data-action='expand-all']").click()
+        assert frame.locator("[data-kind='tensor']").count() == len(listing(view_files["pt"])[0])
+        assert not errors, errors
+    finally:
+        ctx.close()
