@@ -434,6 +434,22 @@ def test_cli_run_sample_inputs(saved, capsys):
     assert res["outputs"][1]["min"] == 8  # x.shape[0] * 2 for the (4, 2) sample
 
 
+def test_an_edited_graph_runs_as_edited(saved):
+    from torchless.graph.ir import OpRef
+
+    path, ep = saved["mlp"]
+    prog = torchless.load(path)
+    x = np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32)
+    before = prog.module()(x)
+    (relu,) = [n for n in prog.graph.nodes if str(n.target) == "aten.relu.default"]
+    relu.target = OpRef("aten.sigmoid.default")  # a replaced op: the next module runs it
+    after = prog.module()(x)
+    sd = {k: v.numpy() for k, v in prog.state_dict.items()}
+    h = x @ sd["l1.weight"].T + sd["l1.bias"]
+    np.testing.assert_allclose(after, (1 / (1 + np.exp(-h))) @ sd["l2.weight"].T + sd["l2.bias"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(before, np.maximum(h, 0) @ sd["l2.weight"].T + sd["l2.bias"], rtol=1e-5, atol=1e-6)
+
+
 def test_edited_weights_run_the_same_in_torch_and_torchless(saved, tmp_path):
     from torchless.formats.pt2 import save_pt2
 

@@ -2,7 +2,8 @@
 
 :func:`run_graph` binds the placeholders to the given values, evaluates every
 ``call_function`` node through its kernel (:mod:`.registry`), and returns the output
-node's value. Each graph is compiled once into a :class:`Plan`: the kernel of every node,
+node's value. Each graph is compiled into a :class:`Plan` (a module keeps its plans across
+calls): the kernel of every node,
 resolved before anything runs (:func:`check_kernels` names *every* operator without a
 kernel in one :class:`~torchless.core.errors.UnsupportedError`), and for each node the
 values whose last use it is, so that intermediate arrays are released as soon as nothing
@@ -94,14 +95,15 @@ class GraphFunction:
     """A subgraph as a callable: ``f(*args)`` runs it and returns its output value (the
     tuple/list the subgraph returns, as FX's ``GraphModule`` does)."""
 
-    __slots__ = ("graph", "name")
+    __slots__ = ("graph", "name", "plans")
 
-    def __init__(self, graph: Graph, name: str = "") -> None:
+    def __init__(self, graph: Graph, name: str = "", plans: dict[int, Plan] | None = None) -> None:
         self.graph = graph
         self.name = name
+        self.plans = plans if plans is not None else {}
 
     def __call__(self, *args: Any) -> Any:
-        return run_graph(self.graph, list(args))
+        return run_graph(self.graph, list(args), self.plans)
 
     def __repr__(self) -> str:
         return f"GraphFunction({self.name!r})"
@@ -144,41 +146,43 @@ class Plan:
             self.steps.append((i, n, fn, free))
 
 
-_PLANS: dict[int, tuple[Graph, Plan]] = {}
-
-
-def plan(graph: Graph) -> Plan:
-    """The :class:`Plan` of ``graph`` (compiled once per graph object and cached)."""
-    hit = _PLANS.get(id(graph))
-    if hit is not None and hit[0] is graph:
-        return hit[1]
+def plan(graph: Graph, plans: dict[int, Plan] | None = None) -> Plan:
+    """The :class:`Plan` of ``graph``: from ``plans`` (a cache keyed by ``id(graph)``, held
+    by whoever runs the graph repeatedly, such as a module) or compiled now and stored there.
+    A plan reflects the graph when it was made: edit the graph, then make a new module."""
+    if plans is not None:
+        hit = plans.get(id(graph))
+        if hit is not None and hit.graph is graph:
+            return hit
     p = Plan(graph)
-    if len(_PLANS) > 256:
-        _PLANS.clear()
-    _PLANS[id(graph)] = (graph, p)
+    if plans is not None:
+        plans[id(graph)] = p
     return p
 
 
-def _get_attr(graph: Graph, n: Node) -> Any:
+def _get_attr(graph: Graph, n: Node, plans: dict[int, Plan]) -> Any:
     t = n.target
     if t in graph.subgraphs:
-        return GraphFunction(graph.subgraphs[t], str(t))
+        return GraphFunction(graph.subgraphs[t], str(t), plans)
     if t in graph.attributes:
         v = graph.attributes[t]
         return to_array(v) if hasattr(v, "numpy") or hasattr(v, "__array__") else v
     raise UsageError(f"get_attr {n.name!r} names unknown attribute {t!r}")
 
 
-def run_graph(graph: Graph, inputs: list[Any]) -> Any:
+def run_graph(graph: Graph, inputs: list[Any], plans: dict[int, Plan] | None = None) -> Any:
     """Run ``graph`` with ``inputs`` bound to its placeholders, in order; returns the
-    output node's value (``args[0]``, with every node replaced by its value).
+    output node's value (``args[0]``, with every node replaced by its value). ``plans``
+    caches the compiled graph and its subgraphs across calls (see :func:`plan`).
 
     Raises:
         UnsupportedError: an operator has no kernel (raised before any node runs), or a
             kernel cannot honour an argument.
         UsageError: wrong number of inputs; a runtime assertion of the graph failed.
     """
-    p = plan(graph)
+    if plans is None:
+        plans = {}
+    p = plan(graph, plans)
     if len(inputs) != len(p.placeholders):
         raise UsageError("wrong number of graph inputs", expected=str(len(p.placeholders)), found=str(len(inputs)))
     env: list[Any] = [None] * len(graph.nodes)
@@ -211,7 +215,7 @@ def run_graph(graph: Graph, inputs: list[Any]) -> Any:
                 out = np.asarray(out)
             env[i] = out
         elif n.op == "get_attr":
-            env[i] = _get_attr(graph, n)
+            env[i] = _get_attr(graph, n, plans)
         elif n.op == "output":
             result = map_arg(n.args[0], value) if n.args else None
         else:

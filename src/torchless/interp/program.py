@@ -51,7 +51,8 @@ class ProgramRunner:
         self.graph = program.graph
         self.signature = program.signature
         self.check_guards = check_guards
-        plan(self.graph)  # every operator has a kernel, or nothing runs
+        self.plans: dict[int, Any] = {}
+        plan(self.graph, self.plans)  # every operator has a kernel, or nothing runs
         sd, consts = program.state_dict, program.constants
         self.params: dict[str, np.ndarray] = {}
         self.buffers: dict[str, np.ndarray] = {}
@@ -133,7 +134,7 @@ class ProgramRunner:
             if s.arg:
                 by_arg[s.arg] = v
             graph_inputs.append(v)
-        out = run_graph(self.graph, graph_inputs)
+        out = run_graph(self.graph, graph_inputs, self.plans)
         outs = list(out) if isinstance(out, (tuple, list)) else [out]
         if len(outs) != len(self.signature.output_specs):
             raise UsageError(
