@@ -137,3 +137,18 @@ def test_remote_interrupted_job_resumes(source, tmp_path, monkeypatch):
         assert fs.cat(f"/resume-test/out/{n}") == data
     assert sorted(n.rsplit("/", 1)[-1] for n in fs.ls("/resume-test/out", detail=False)) == sorted(os.listdir(want))
     fs.rm("/resume-test", recursive=True)
+
+
+@pytest.mark.parametrize("fmt", ["torch_save", "hf"])
+def test_range_tasks_write_the_default_paths_bytes(source, tmp_path, fmt):
+    """Range tasks small enough to split tensors (1 MiB) write the bytes of the default
+    path, both storage flavours (a 1.2 MiB tensor: its torch.save item is sealed with the
+    joined CRC-32 of its rows)."""
+    big = tmp_path / "big.pt"
+    torchless.save({"w": np.arange(640 * 512, dtype=np.float32).reshape(640, 512), "b": np.ones(3, np.float32)}, big)
+    for src in (source, str(big)):
+        a, b = tmp_path / f"a-{fmt}-{os.path.basename(src)}", tmp_path / f"b-{fmt}-{os.path.basename(src)}"
+        tdcp.reshard(src, a, 1, format=fmt)
+        res = tdcp.reshard(src, b, 1, format=fmt, executor="local:1", max_task_bytes=1 << 20)
+        assert res["tasks"] >= (2 if src == str(big) else 1)
+        assert _files(a) == _files(b)
