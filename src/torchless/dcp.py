@@ -11,6 +11,8 @@ Example:
     >>> dcp.consolidate("ckpt/", "model.safetensors", max_shard_size="5GB")
     >>> dcp.reshard("ckpt/", "ckpt8/", ranks=8, plan="*.bias=replicate,row", jobs=4)
     >>> dcp.reshard("model.pt", "ckpt4/", ranks=4)      # one file -> 4 ranks
+    >>> dcp.reshard("s3://b/ckpt", "s3://b/ckpt8", 8, executor="dask://sched:8786", max_task_bytes=2**28)
+    >>> dcp.cleanup("s3://b/ckpt8")                      # what an interrupted job left
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from .formats.dcp.spec import (
     TensorProperties,
     TensorStorageMetadata,
 )
+from .formats.ranged import cleanup
 
 __all__ = [
     "BytesStorageMetadata",
@@ -50,6 +53,7 @@ __all__ = [
     "StorageMeta",
     "TensorProperties",
     "TensorStorageMetadata",
+    "cleanup",
     "consolidate",
     "dump_metadata",
     "layout",

@@ -639,9 +639,15 @@ class RemoteStaging(_Staging):
             self._rm_all()
 
 
+@remote.accepts_storage_options
 def cleanup(dst: Any, *, folder: bool = True) -> list[str]:
     """Remove what interrupted jobs left for destination ``dst`` (their staging folders
-    or prefixes, never a published file). Returns what was removed."""
+    or prefixes, never a published file). Returns what was removed.
+
+    Args:
+        dst: the destination the job wrote: a DCP folder (``folder=True``) or a file
+            (shards are staged beside it: ``folder=False``); a path or a URL.
+    """
     d = remote.local_path(os.fspath(dst))
     removed: list[str] = []
     if remote.is_url(d):
