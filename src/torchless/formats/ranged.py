@@ -232,6 +232,12 @@ def _install_options(opts: dict[str, Any] | None) -> dict[str, Any]:
     return opts
 
 
+def _who() -> str:
+    import socket
+
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
 def run_range_task(task: RangeTask) -> dict[str, Any]:
     """Write one task's range (runs on a worker). Returns ``{"name", "offset", "length",
     "crc", "items": {item: [crc, length]}, "rss"}``: metadata only."""
@@ -240,6 +246,7 @@ def run_range_task(task: RangeTask) -> dict[str, Any]:
 
     task_fault()
     opts = _install_options(task.options)
+    before = remote.STATS.to_dict()
     with storage_options_ctx(opts.get("ctx")):
         sink = _Sink(task)
         ok = False
@@ -267,6 +274,8 @@ def run_range_task(task: RangeTask) -> dict[str, Any]:
         "crc": sink.crc & 0xFFFFFFFF,
         "items": items,
         "rss": max(rss),  # the largest resident size seen while a piece was in memory
+        "pid": _who(),
+        "stats": {k: v - before[k] for k, v in remote.STATS.to_dict().items()},  # this task's remote traffic
     }
 
 
@@ -800,7 +809,16 @@ def write_outputs(
         need[_f.name] += 1
     rss: list[int] = []
 
+    me = _who()
+
     def finished(r: dict[str, Any]) -> None:
+        if r.get("pid") != me:  # a worker's remote traffic, for --stats (this process counts its own)
+            st = r.get("stats") or {}
+            with remote.STATS.lock:
+                remote.STATS.requests += int(st.get("requests", 0))
+                remote.STATS.bytes_fetched += int(st.get("bytes_fetched", 0))
+                remote.STATS.uploads += int(st.get("uploads", 0))
+                remote.STATS.bytes_uploaded += int(st.get("bytes_uploaded", 0))
         done_segments[r["name"]].append(r)
         rss.append(int(r.get("rss", 0)))
         if progress is not None:

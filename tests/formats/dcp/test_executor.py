@@ -156,10 +156,16 @@ def test_dask_reshard_on_s3(cluster, saved4, s3_env, tmp_path):
     base, opts, fetch = s3_env
     tdcp.reshard(ckpt, tmp_path / "local", 3)
     tdcp.reshard(ckpt, f"{base}/src", 4, storage_options=opts)
+    from torchless.core.remote import STATS
+
+    STATS.reset()
     res = tdcp.reshard(f"{base}/src", f"{base}/r3", 3, executor=client, max_task_bytes=MiB, storage_options=opts)
     assert res["tasks"] >= 3
-    for n, data in _files(str(tmp_path / "local")).items():
+    want = _files(str(tmp_path / "local"))
+    for n, data in want.items():
         assert fetch(f"r3/{n}") == data, n
+    # the workers' traffic is reported to this process (--stats): every payload byte was uploaded by them
+    assert STATS.bytes_uploaded >= sum(len(d) for d in want.values()) and STATS.bytes_fetched > 0
     keys = fetch(None)
     assert ".metadata" in [k.rsplit("/", 1)[-1] for k in keys if k.startswith("r3/")]
     assert not [k for k in keys if ".torchless-staging" in k]
