@@ -17,6 +17,7 @@ import pytest
 
 import torchless
 from torchless.cli.main import main as cli_main
+from torchless.diff import diff as diff_paths
 from torchless.view import stats as S
 from torchless.view.model import build, dumps
 from torchless.view.server import TensorSource, ViewServer
@@ -99,7 +100,7 @@ def test_model_diff(view_files):
     model, arts = build([a, b], scan=False)
     for x in arts:
         x.close()
-    assert model["diff"] == json.loads(json.dumps(torchless.diff.diff(a, b)))
+    assert model["diff"] == json.loads(json.dumps(diff_paths(a, b)))
 
 
 def test_model_findings_of_a_dangerous_pickle(tmp_path):

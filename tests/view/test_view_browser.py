@@ -16,6 +16,7 @@ import pytest
 
 import torchless
 from torchless.cli.main import main as cli_main
+from torchless.diff import diff as diff_paths
 
 from .conftest import XSS_NAMES
 
@@ -197,7 +198,7 @@ def test_served_page(browser, cond_pt2):
 
 def test_diff_page(browser, view_files, tmp_path):
     a, b = view_files["diff_a"], view_files["diff_b"]
-    d = torchless.diff.diff(a, b)
+    d = diff_paths(a, b)
     url = html_file([a, b], tmp_path / "diff.html")
     p = Page(browser, url)
     try:
@@ -341,3 +342,25 @@ def test_notebook_inline_render(browser, view_files):
         assert not errors, errors
     finally:
         ctx.close()
+
+
+def test_diff_page_shows_other_values(browser, tmp_path):
+    from .conftest import SAMPLES
+
+    a, b = SAMPLES / "checkpoint.pt", SAMPLES / "state_dict.pt"
+    d = diff_paths(a, b)
+    want = {("value changed", str(c["name"])) for c in d.get("values_changed", [])}
+    want |= {("value added", str(n)) for n in d.get("values_added", [])} | {
+        ("value removed", str(n)) for n in d.get("values_removed", [])
+    }
+    p = Page(browser, html_file([a, b], tmp_path / "values.html"), offline=True)
+    try:
+        rows = p.page.locator("[data-kind='diffvalue']")
+        got = set(
+            zip(rows.evaluate_all("els => els.map(e => e.dataset.status)"), p.names("[data-kind='diffvalue']"), strict=True)
+        )
+        assert got == want
+        assert p.count("[data-kind='diff']") == len(d["changed"]) + len(d["added"]) + len(d["removed"]) + len(d["not_compared"])
+        assert not p.errors, p.errors
+    finally:
+        p.close()

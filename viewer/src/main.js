@@ -68,6 +68,11 @@ function findingsView(model) {
   return { el: box };
 }
 
+function valuesNote(d) {
+  if (!("values_changed" in d)) return "";
+  return "; other values: " + (d.values_changed || []).length + " changed, " + (d.values_added || []).length + " added, " + (d.values_removed || []).length + " removed";
+}
+
 function diffView(app) {
   const d = app.model.diff;
   const [A, B] = app.model.artifacts;
@@ -93,6 +98,15 @@ function diffView(app) {
   for (const n of d.added || []) row("added", n, "");
   for (const n of d.removed || []) row("removed", n, "");
   for (const c of d.not_compared || []) row("not compared", c.name, c.reason);
+  // values that are not tensors (configs, hyperparameters, metadata), when the diff has them
+  const valueRow = (status, name, a, b) =>
+    table.appendChild(
+      h("tr", { class: "d-value", "data-kind": "diffvalue", "data-name": name, "data-status": status }, h("td", null, status), h("td", null, name), h("td", null, a), h("td", null, b), h("td", null, "")),
+    );
+  const shown = (v) => (v === undefined ? "" : typeof v === "string" ? v : JSON.stringify(v));
+  for (const c of d.values_changed || []) valueRow("value changed", String(c.name), shown(c.a), shown(c.b));
+  for (const n of d.values_added || []) valueRow("value added", String(n), "", "");
+  for (const n of d.values_removed || []) valueRow("value removed", String(n), "", "");
 
   function showDiff(name, a, b) {
     clear(panel);
@@ -120,7 +134,7 @@ function diffView(app) {
   const summary = h(
     "div",
     { class: "toolbar" },
-    h("span", { class: "count" }, (d.identical ? "identical: " : "") + (d.changed || []).length + " changed, " + (d.added || []).length + " added, " + (d.removed || []).length + " removed, " + (d.not_compared || []).length + " not compared, " + d.same + " same"),
+    h("span", { class: "count" }, (d.identical ? "identical: " : "") + (d.changed || []).length + " changed, " + (d.added || []).length + " added, " + (d.removed || []).length + " removed, " + (d.not_compared || []).length + " not compared, " + d.same + " same" + valuesNote(d)),
   );
   return { el: h("div", { class: "split" }, h("div", { class: "left scroll" }, summary, table), panel) };
 }
