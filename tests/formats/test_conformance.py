@@ -32,7 +32,7 @@ _CLOSE_KEEPS_MAPPING = (
 KNOWN: dict[tuple[str, str], tuple[bool, str]] = {
     **{
         (name, "close"): (True, _CLOSE_KEEPS_MAPPING)
-        for name in ("pt", "safetensors", "npz", "joblib", "onnx", "torchscript", "hf", "package", "aoti", "pt2")
+        for name in ("pt", "safetensors", "npz", "joblib", "onnx", "torchscript", "hf", "package", "aoti", "pt2", "executorch")
     },
 }
 

@@ -42,6 +42,7 @@ HANDLER_MODULES = [
     "torchless.formats.torchscript.handler",
     "torchless.formats.hf.handler",
     "torchless.formats.package.handler",
+    "torchless.formats.executorch.handler",
     "torchless.formats.dcp.handler",
     "torchless.formats.aoti.handler",
     "torchless.formats.pt2.handler",

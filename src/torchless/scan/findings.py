@@ -42,6 +42,7 @@ LOADERS = (
     "torch.compile (inductor cache)",
     "torch.package.PackageImporter",
     "onnx.load",
+    "executorch Program::load",
 )
 
 #: rule id -> one-line description (also the SARIF rule table).

@@ -284,7 +284,17 @@ register_conformance(Conformance("onnx", _build_onnx, oracle=_onnx_load, edit=_o
 # ------------------------------------------------------------------------ torchscript
 def _jit_load(path: Path) -> dict[str, Expected]:
     torch = _need("torch")
-    return {k: Expected.from_torch(v) for k, v in torch.jit.load(str(path), map_location="cpu").state_dict().items()}
+    module = torch.jit.load(str(path), map_location="cpu")  # held: a flatbuffer module's tensors view its buffer
+    out = {k: Expected.from_torch(v) for k, v in module.state_dict().items()}
+    del module
+    return out
+
+
+def _break_flatbuffer_root(path: Path) -> None:
+    """Point a flatbuffer's root offset past the end of the file."""
+    data = bytearray(path.read_bytes())
+    data[0:4] = (len(data) + 64).to_bytes(4, "little")
+    path.write_bytes(bytes(data))
 
 
 def _jit_oracle(path: Path) -> Callable[[], dict[str, Expected]]:
@@ -303,6 +313,10 @@ def _build_torchscript(out: Path, samples_dir: Path | None) -> list[Sample]:
     for name in ("scripted_module.pt", "scripted_module.ptl"):
         p = _copy_in(_committed(samples_dir, name), out)
         samples.append(Sample(p, _jit_oracle(p), corrupt=flip_in_largest_zip_member))
+    ff = out / "scripted_module.ff"  # the same module as a flatbuffer (PTMF), written by torch
+    torch = _need("torch")
+    torch.jit.save_jit_module_to_flatbuffer(torch.jit.load(str(samples[0].path), map_location="cpu"), str(ff))
+    samples.append(Sample(ff, _jit_oracle(ff), corrupt=_break_flatbuffer_root, label="scripted_module.ff"))
     return samples
 
 
@@ -439,6 +453,41 @@ def _build_aoti(out: Path, samples_dir: Path | None) -> list[Sample]:
 
 
 register_conformance(Conformance("aoti", _build_aoti))
+
+
+# ------------------------------------------------------------------------- executorch
+#: c10 ScalarType numbers of the dtypes the committed programs hold (the oracle's own table)
+_ET_DTYPES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32", 7: "float64", 11: "bool"}
+
+
+def _executorch_expected(pte: Path) -> Callable[[], dict[str, Expected]]:
+    """The constant tensors as executorch 1.5.1's deserializer read them from ``pte``
+    (recorded by ``samples/gen_executorch.py`` in the ``.json`` beside it)."""
+
+    def oracle() -> dict[str, Expected]:
+        exp = json.loads(pte.with_suffix(".json").read_text())
+        out: dict[str, Expected] = {}
+        for plan in exp["plans"]:
+            for c in plan["constants"]:
+                dtype = _ET_DTYPES[c["scalar_type"]]
+                numel = int(np.prod(c["sizes"], dtype=np.int64)) if c["sizes"] else 1
+                raw = bytes.fromhex(c["hex"])[: numel * np.dtype(dtype).itemsize]
+                out[c["name"] or f"{plan['name']}.values.{c['value']}"] = Expected(dtype, tuple(c["sizes"]), raw)
+        return out
+
+    return oracle
+
+
+def _build_executorch(out: Path, samples_dir: Path | None) -> list[Sample]:
+    samples = []
+    for name in ("mlp", "dynamic", "xnnpack"):
+        p = _copy_in(_committed(samples_dir, f"executorch/{name}.pte"), out)
+        _copy_in(_committed(samples_dir, f"executorch/{name}.json"), out)
+        samples.append(Sample(p, _executorch_expected(p), label=f"{name}.pte"))
+    return samples
+
+
+register_conformance(Conformance("executorch", _build_executorch))
 
 
 # -------------------------------------------------------------------------------- pt2

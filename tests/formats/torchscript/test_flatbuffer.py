@@ -219,3 +219,18 @@ def test_self_referencing_value_refused(ts_files):
     fb2 = FlatBuffer(bytes(data), "x.ff")
     with pytest.raises(FormatError, match="itself"):
         _Decoder(fb2, fb2.root()).value(i)
+
+
+def test_edit_weights_loads_in_torch(ts_files, torch, tmp_path):
+    from torchless.formats.torchscript.write import save_edited
+
+    src = ts_files["ff_traced"]
+    dst = tmp_path / "edited.ff"
+    new = np.arange(9, dtype=np.float32).reshape(3, 3)
+    res = save_edited(src, dst, tensors={"lin.weight": new})
+    assert res["replaced"] == ["lin.weight"]
+    ref = _jit_state(torch, str(dst))
+    assert np.array_equal(ref["lin.weight"].numpy(), new)
+    assert torch.equal(ref["lin.bias"], _jit_state(torch, src)["lin.bias"])
+    with pytest.raises(TorchlessError, match="extra files"):
+        save_edited(src, tmp_path / "x.ff", extra_files={"a": b"b"})

@@ -233,9 +233,10 @@ class _Decoder:
         if st is None:
             if si >= len(self.storage_vec):
                 raise self.err("tensor storage index out of range", t.pos, expected=f"< {len(self.storage_vec)}", found=si)
-            data = self.storage_vec[si].bytes(FB.STORAGE_DATA)
-            data = data if data is not None else memoryview(b"")
-            st = Storage(str(si), len(data), dtype, "cpu", data=data, origin=f"storage_data[{si}]")
+            vec = self.storage_vec[si].vector_pos(FB.STORAGE_DATA, 1)
+            start, n = vec if vec is not None else (0, 0)
+            data = memoryview(self.fb.b)[start : start + n]
+            st = Storage(str(si), n, dtype, "cpu", data=data, origin=f"storage_data[{si}]", file_offset=start)
             self.storages[si] = st
         q = None
         qt = t.table(FB.TENSOR_QUANTIZED, "QuantizedSchema")
@@ -269,7 +270,9 @@ class _Decoder:
                 quantizer=q,
             )
             if st.dtype is not dtype:  # one storage viewed as two dtypes: reinterpret the bytes
-                out.storage = Storage(st.key, st.nbytes, dtype, "cpu", data=st.bytes(), origin=st.origin)
+                out.storage = Storage(
+                    st.key, st.nbytes, dtype, "cpu", data=st.bytes(), origin=st.origin, file_offset=st.file_offset
+                )
             out._check_bounds()
         except FormatError as e:
             e.with_context(path=self.fb.name)

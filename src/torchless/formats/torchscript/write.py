@@ -24,7 +24,7 @@ from ...core.tensor import Tensor, as_tensor
 from ..base import LoadPolicy
 from ..weights import match_weights, weight_items
 from . import spec
-from .handler import TorchScriptArtifact
+from .handler import FlatbufferArtifact, TorchScriptArtifact, open_torchscript
 
 __all__ = ["save_edited", "set_weights", "replacement_array"]
 
@@ -117,13 +117,51 @@ def save_edited(
         NotFoundError: a name that is not a tensor of the archive.
         UsageError: wrong shape or dtype, or (``strict``) missing names.
     """
-    own = not isinstance(src, TorchScriptArtifact)
-    art = TorchScriptArtifact(src, LoadPolicy(weights_only=weights_only)) if own else src
+    own = not isinstance(src, (TorchScriptArtifact, FlatbufferArtifact))
+    art = open_torchscript(src, LoadPolicy(weights_only=weights_only)) if own else src
     try:
+        if isinstance(art, FlatbufferArtifact):
+            if extra_files or remove_extra:
+                raise UnsupportedError("a flatbuffer module's extra files cannot be edited (only tensor values)")
+            return _save_flatbuffer(art, dst, tensors, strict)
         return _save(art, dst, tensors, extra_files, set(remove_extra), strict, progress)
     finally:
         if own:
             art.close()
+
+
+def _save_flatbuffer(art: FlatbufferArtifact, dst: Any, tensors: Any, strict: bool) -> dict[str, Any]:
+    """A copy of a flatbuffer module with tensor bytes replaced in place: the buffer's
+    layout (every offset) is unchanged, so only ``storage_data`` bytes differ."""
+    items = list(tensors.items()) if isinstance(tensors, Mapping) else list(tensors or [])
+    sd = art.state_dict()
+    known: dict[str, Tensor] = dict(sd.items())
+    for n, other in art.all_tensors():
+        known.setdefault(n, other)
+    if strict:
+        missing = [n for n in sd if n not in {k for k, _ in items}]
+        if missing:
+            raise UsageError(f"{len(missing)} state_dict entries have no new value", found=", ".join(missing[:8]))
+    out = bytearray(art.source.view(0, art.source.size))
+    replaced = []
+    storages: set[int] = set()
+    for name, value in items:
+        t = known.get(name)
+        if t is None:
+            raise NotFoundError(f"the module has no tensor {name!r}", path=art.path, hint="see `torchless ls` or all_tensors()")
+        st = t.storage
+        if st is None or st.file_offset is None:
+            raise UnsupportedError(f"tensor {name!r} has no bytes in the buffer to rewrite")
+        arr = replacement_array(t, value, name)
+        buf = bytearray(out[st.file_offset : st.file_offset + st.nbytes])
+        _write_into(buf, t, arr)
+        out[st.file_offset : st.file_offset + st.nbytes] = buf
+        replaced.append(name)
+        storages.add(st.file_offset)
+    from ...core.atomic import atomic_write_bytes
+
+    atomic_write_bytes(os.fspath(dst), bytes(out))
+    return {"replaced": replaced, "storages": len(storages), "extra_files": list(art.archive.extra)}
 
 
 def set_weights(
@@ -163,8 +201,8 @@ def set_weights(
     Example:
         >>> set_weights("model.pt", "finetuned.safetensors", "new.pt")  # doctest: +SKIP
     """
-    own = not isinstance(model, TorchScriptArtifact)
-    art = TorchScriptArtifact(model, LoadPolicy(weights_only=False)) if own else model
+    own = not isinstance(model, (TorchScriptArtifact, FlatbufferArtifact))
+    art = open_torchscript(model, LoadPolicy(weights_only=False)) if own else model
     try:
         if weights is None:
             # extra files only: no tensor gets a value, so ``strict`` does not apply

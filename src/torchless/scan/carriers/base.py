@@ -13,6 +13,7 @@ from ...core.findings import Finding
 from ...core.remote import is_url as _is_url
 from ...core.source import ByteSource, BytesSource, MmapSource, open_source
 from ...formats.dcp.spec import is_metadata_name
+from ...formats.executorch.spec import is_pte
 from ...formats.npz_spec import is_npy, is_npz_head
 from ...formats.onnx.spec import is_onnx_file
 from ...formats.pt.spec import ZIP_MAGIC, opens_as_tar
@@ -309,6 +310,11 @@ class ScannerBase:
         if context == "file" and member is None and is_onnx_file(head, self.path):
             kinds.append("onnx")
             self.scan_onnx(src, member)
+        if is_pte(head):  # ExecuTorch program: a flatbuffer, no pickle
+            from ..executorch import report_pte
+
+            kinds.append("executorch")
+            report_pte(self, src.view(0, src.size), member)
         if context == "file" and opens_as_tar(src):
             kinds.append("tar")
             self.scan_tar(src, member, base, depth)

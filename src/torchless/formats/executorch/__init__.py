@@ -1,0 +1,1 @@
+"""ExecuTorch programs (``.pte``): the FlatBuffers program and its data segments."""
