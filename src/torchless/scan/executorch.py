@@ -13,7 +13,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..container.flatbuffer import FlatBuffer
 from ..core.errors import TorchlessError
+from ..formats.executorch.spec import P
 
 __all__ = ["report_pte"]
 
@@ -22,11 +24,19 @@ _LOADER = "executorch Program::load"
 
 def report_pte(scanner: Any, data: Any, member: str | None) -> None:
     """The :class:`~torchless.scan.carriers.Scanner` hook for ``ET..`` buffers."""
-    from ..formats.executorch.read import read_program
-
     loc = member or os.path.basename(scanner.path)
     try:
-        prog = read_program(data, loc)
+        fb = FlatBuffer(data, loc, what="ExecuTorch program")
+        root = fb.root()
+        ident = bytes(fb.b[4:8]).decode("latin-1")
+        plans = root.tables(P.PROGRAM_PLANS, "ExecutionPlan")
+        ops: set[str] = set()
+        delegates: list[str] = []
+        for plan in plans:
+            for o in plan.tables(P.PLAN_OPERATORS, "Operator"):
+                name, overload = o.string(P.OP_NAME) or "", o.string(P.OP_OVERLOAD) or ""
+                ops.add(f"{name}.{overload}" if overload else name)
+            delegates += [d.string(P.DELEGATE_ID) or "?" for d in plan.tables(P.PLAN_DELEGATES, "BackendDelegate")]
     except TorchlessError as e:
         scanner.add(
             "unanalysable",
@@ -37,16 +47,10 @@ def report_pte(scanner: Any, data: Any, member: str | None) -> None:
             loader=_LOADER,
         )
         return
-    delegates = [d for p in prog.plans for d in p.delegates]
-    ops = sorted({f"{n}.{o}" if o else n for p in prog.plans for n, o in p.operators})
-    msg = (
-        f"ExecuTorch program ({prog.identifier}): no pickle; {len(prog.plans)} execution plan(s) calling "
-        f"{len(ops)} registered operator(s)"
-    )
+    msg = f"ExecuTorch program ({ident}): no pickle; {len(plans)} execution plan(s) calling {len(ops)} registered operator(s)"
     if delegates:
-        ids = sorted({d.id for d in delegates})
         msg += (
-            f"; {len(delegates)} delegate blob(s) for {', '.join(ids)} ({sum(len(d.blob) for d in delegates)} bytes) "
-            "are parsed by those backends' native code and not analysed here"
+            f"; {len(delegates)} delegate blob(s) for {', '.join(sorted(set(delegates)))} are parsed by those "
+            "backends' native code and not analysed here"
         )
     scanner.add("unrecognized", "info", msg, member, loader=_LOADER)
