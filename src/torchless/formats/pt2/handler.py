@@ -9,7 +9,7 @@ from ...core.findings import Problem
 from ...core.lazy import LazyModule
 from ..base import Artifact, Capabilities, FormatHandler, LoadPolicy, Probe, summarize_tensors
 from ..registry import register
-from .spec import ARCHIVE_VERSION_PATH, is_pt2
+from .spec import ARCHIVE_VERSION_PATH, is_legacy_pt2, is_pt2
 
 if TYPE_CHECKING:  # the real modules, imported on first use at run time
     from ...graph import verifier as _verifier
@@ -125,7 +125,8 @@ class Pt2Handler(FormatHandler):
     def sniff(self, probe: Probe) -> bool:
         if probe.is_dir:
             return False
-        return is_pt2(probe.zip_records())
+        records = probe.zip_records()
+        return is_pt2(records) or is_legacy_pt2(records)
 
     def _open(self, path: Any, policy: LoadPolicy, probe: Probe | None) -> Pt2Artifact:
         return Pt2Artifact(path, policy, probe=probe)

@@ -375,19 +375,34 @@ class Pt2Archive:
         self.source = parsed.source if parsed is not None else open_source(source)
         self.path = path or self.source.name
         try:
-            self.zip = parsed.check_prefix() if parsed is not None else ZipReader(self.source)
+            zr = parsed if parsed is not None else ZipReader(self.source, require_prefix=False)
+            self.legacy = C.is_legacy_pt2(zr.records()) and zr.lookup(C.ARCHIVE_FORMAT_PATH) is None
+            self.zip = zr if self.legacy else zr.check_prefix()
         except TorchlessError as e:
             e.with_context(path=self.path)
             raise
         zr = self.zip
         self.records = zr.records()
+        self._samples: dict[str, Any] = {}
+        self.extra_files: dict[str, str] = {}
+        if self.legacy:
+            self.archive_version = None
+            self.programs: dict[str, Program] = {}
+            try:
+                self.programs["model"] = self._legacy_program()
+            except TorchlessError as e:
+                e.with_context(path=self.path)
+                raise
+            return
         fmt = zr.lookup(C.ARCHIVE_FORMAT_PATH)
         if fmt is None:
             if zr.lookup(C.LEGACY_EP_JSON) is not None:
-                raise UnsupportedError(
-                    "pre-2.8 ExportedProgram archive (serialized_exported_program.json)",
+                raise FormatError(
+                    "pre-2.8 ExportedProgram archive without its state dict",
                     path=self.path,
-                    hint="load and re-save it with torch.export in torch >= 2.8",
+                    member=C.LEGACY_STATE_DICT,
+                    expected="serialized_exported_program.json with serialized_state_dict.pt",
+                    found="no serialized_state_dict.pt",
                 )
             raise FormatError(
                 "not a PT2 archive",
@@ -405,7 +420,7 @@ class Pt2Archive:
         self.archive_version = (
             zr.read_bytes(ver, max_size=64).decode("ascii", "replace") if ver is not None and ver.size <= 64 else None
         )
-        self.programs: dict[str, Program] = {}
+        self.programs = {}
         for rec in self.records:
             if rec.startswith(C.MODELS_DIR) and rec.endswith(".json") and rec.count("/") == 1:
                 name = rec[len(C.MODELS_DIR) : -5]
@@ -416,11 +431,9 @@ class Pt2Archive:
                     raise
         if not self.programs:
             raise FormatError("PT2 archive holds no models/<name>.json", path=self.path, member=C.MODELS_DIR)
-        self.extra_files: dict[str, str] = {}
         for rec in self.records:
             if rec.startswith(C.EXTRA_DIR) and not rec.endswith("/"):
                 self.extra_files[rec[len(C.EXTRA_DIR) :]] = bytes(self.zip.read(rec)).decode("utf-8", "replace")
-        self._samples: dict[str, Any] = {}
 
     def _config(self, rec: str) -> S.PayloadConfig | None:
         e = self.zip.lookup(rec)
@@ -453,6 +466,43 @@ class Pt2Archive:
         rc = {k: (v.min_val, v.max_val) for k, v in ep.range_constraints.items()}
         return Program(name, graph, sig, sd, consts, rc, list(gm.module_call_graph), dialect_of(ep.verifiers), ep, wc, cc, self)
 
+    def _legacy_checkpoint(self, rec: str) -> Any:
+        """One ``torch.save`` archive of a pre-2.8 layout, read weights-only (None if absent)."""
+        from ..pt.read import read_checkpoint
+
+        e = self.zip.lookup(rec)
+        if e is None or e.size == 0:
+            return None
+        try:
+            return read_checkpoint(BytesSource(bytes(self.zip.read(e)), name=f"{self.path}:{rec}"), weights_only=True).obj
+        except TorchlessError as err:
+            err.with_context(member=rec)
+            raise
+
+    def _legacy_program(self) -> Program:
+        """The program of a pre-2.8 archive (torch 2.5-2.7): its schema 5.x-7.x JSON is
+        upgraded to the current schema (:func:`~.schema.loads_program` with ``legacy``)."""
+        rec = C.LEGACY_EP_JSON
+        ep = S.loads_program(bytes(self.zip.read(rec)), member=rec, legacy=True)
+        gm = ep.graph_module
+        sig = signature_from_schema(gm.signature)
+        graph = deserialize_graph(gm.graph, member=rec, input_names=[s.arg or "" for s in sig.input_specs])
+
+        def tensors(rec: str) -> dict[str, Any]:
+            obj = self._legacy_checkpoint(rec)
+            if obj is None:
+                return {}
+            if not isinstance(obj, dict):
+                raise FormatError(f"{rec} does not hold a dict", path=self.path, member=rec, found=type(obj).__name__)
+            return {str(k): v for k, v in obj.items()}
+
+        sd = tensors(C.LEGACY_STATE_DICT)
+        consts = tensors(C.LEGACY_CONSTANTS)
+        rc = {k: (v.min_val, v.max_val) for k, v in ep.range_constraints.items()}
+        return Program(
+            "model", graph, sig, sd, consts, rc, list(gm.module_call_graph), dialect_of(ep.verifiers), ep, None, None, self
+        )
+
     def sample_inputs(self, name: str = "model") -> Any:
         """``(args, kwargs)`` of model ``name``'s sample inputs (lazy tensors), or None.
 
@@ -460,6 +510,8 @@ class Pt2Archive:
             FormatError / UnsafeGlobalError: the pickle is malformed or names globals that
                 the weights-only allowlist refuses.
         """
+        if name not in self._samples and self.legacy:
+            self._samples[name] = self._legacy_checkpoint(C.LEGACY_EXAMPLE_INPUTS)
         if name not in self._samples:
             rec = C.SAMPLE_INPUTS_FILENAME_FORMAT.format(name)
             e = self.zip.lookup(rec)

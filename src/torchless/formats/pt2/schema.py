@@ -732,8 +732,53 @@ def check_version(major: int, minor: int, *, member: str | None = None) -> None:
         )
 
 
-def loads_program(text: str | bytes, *, member: str | None = None) -> ExportedProgram:
+def upgrade_legacy(obj: dict[str, Any]) -> dict[str, Any]:
+    """Rewrite the ExportedProgram JSON of a pre-2.8 archive (schema 5.x-8.x, torch 2.5-2.7)
+    in place into the current schema's shape. Only what changed between those schemas and 8.x is touched:
+
+    * ``Argument.as_none``: older schemas wrote an empty list (``[]``, the unit type),
+      8.x a bool (``true``);
+    * the single ``verifier`` string became the ``verifiers`` list;
+    * ``NamedArgument.kind`` did not exist: those torches passed an operator's argument
+      positionally when its schema gives it no default and it is not keyword-only, and by
+      keyword otherwise; the upgrade writes that ``kind`` for ``torch.ops`` targets whose
+      schema torchless knows (others stay positional);
+    * ``schema_version`` is kept as written (``Program.schema_version`` tells the file's).
+    """
+    from ...graph.schema import registry
+
+    reg = registry()
+    if "verifiers" not in obj and isinstance(obj.get("verifier"), str):
+        obj["verifiers"] = [obj["verifier"]]
+    stack: list[Any] = [obj]
+    seen = 0
+    while stack:
+        x = stack.pop()
+        seen += 1
+        if seen > 50_000_000:
+            raise FormatError("ExportedProgram JSON too large to upgrade")
+        if isinstance(x, dict):
+            if x.get("as_none") == []:
+                x["as_none"] = True
+            target, inputs = x.get("target"), x.get("inputs")
+            if isinstance(target, str) and isinstance(inputs, list) and target.startswith("torch.ops."):
+                op = reg.find(target)
+                if op is not None:
+                    keyword = {a.name for a in op.arguments if a.default is not None or a.kwarg_only}
+                    for ia in inputs:
+                        if isinstance(ia, dict) and "kind" not in ia:
+                            ia["kind"] = int(ArgumentKind.KEYWORD if ia.get("name") in keyword else ArgumentKind.POSITIONAL)
+            stack.extend(v for v in x.values() if isinstance(v, (dict, list)))
+        elif isinstance(x, list):
+            stack.extend(v for v in x if isinstance(v, (dict, list)))
+    return obj
+
+
+def loads_program(text: str | bytes, *, member: str | None = None, legacy: bool = False) -> ExportedProgram:
     """Parse ``models/<name>.json`` into an :class:`ExportedProgram`, checking the version.
+
+    ``legacy``: the JSON of a pre-2.8 archive; majors in ``LEGACY_SCHEMA_MAJORS`` are
+    accepted and upgraded (:func:`upgrade_legacy`).
 
     Raises:
         FormatError: not JSON, or not an ExportedProgram.
@@ -746,7 +791,12 @@ def loads_program(text: str | bytes, *, member: str | None = None) -> ExportedPr
     if isinstance(sv, dict):
         ma, mi = sv.get("major"), sv.get("minor")
         if isinstance(ma, int) and isinstance(mi, int):
-            check_version(ma, mi, member=member)
+            from .spec import LEGACY_SCHEMA_MAJORS
+
+            if not (legacy and ma in LEGACY_SCHEMA_MAJORS):
+                check_version(ma, mi, member=member)
+    if legacy:  # torch 2.6-2.7 wrote 8.x in this layout, still without NamedArgument.kind
+        obj = upgrade_legacy(obj)
     try:
         return from_json(ExportedProgram, obj)
     except FormatError as e:

@@ -32,6 +32,11 @@ __all__ = [
     "CONTAINER_MIN_VERSION",
     "LEGACY_EP_JSON",
     "LEGACY_VERSION_PATH",
+    "LEGACY_STATE_DICT",
+    "LEGACY_CONSTANTS",
+    "LEGACY_EXAMPLE_INPUTS",
+    "LEGACY_SCHEMA_MAJORS",
+    "is_legacy_pt2",
     "XL_MODEL_WEIGHTS_DIR",
     "RECORDS",
     "is_pt2",
@@ -61,9 +66,18 @@ EXTRA_DIR = "extra/"
 AOTINDUCTOR_DIR = "data/aotinductor/"
 #: PT2ArchiveWriter calls set_min_version(6): ``.data/version`` is ``6\n``.
 CONTAINER_MIN_VERSION = 6
-#: pre-2.8 archives (no ``archive_format``)
+#: pre-2.8 archives (no ``archive_format``): ``torch.export.save`` of torch 2.5-2.7 wrote a
+#: zip without an archive folder holding the program JSON (schema 7.x or earlier), the
+#: state dict, constants and example inputs each as one ``torch.save`` archive, and the
+#: schema version as text (``7.3``) in ``version``
 LEGACY_EP_JSON = "serialized_exported_program.json"
+LEGACY_STATE_DICT = "serialized_state_dict.pt"
+LEGACY_CONSTANTS = "serialized_constants.pt"
+LEGACY_EXAMPLE_INPUTS = "serialized_example_inputs.pt"
 LEGACY_VERSION_PATH = VERSION  # as in torch.save's zip
+#: the schema majors of those archives torchless reads (upgraded to the current schema;
+#: torch 2.5 wrote 7.3, torch 2.6 8.2, torch 2.7 8.7, in this layout)
+LEGACY_SCHEMA_MAJORS = (5, 6, 7, 8)
 #: weights stored outside the archive's pickles (``XL_MODEL_WEIGHTS_DIR``)
 XL_MODEL_WEIGHTS_DIR = "xl_model_weights/"
 #: the small records ``PT2ArchiveWriter`` writes besides the models and data
@@ -85,6 +99,11 @@ def is_pt2(records: list[str] | None) -> bool:
     if not records:
         return False
     return ARCHIVE_FORMAT_PATH in records and any(r.startswith(MODELS_DIR) and r.endswith(".json") for r in records)
+
+
+def is_legacy_pt2(records: list[str] | None) -> bool:
+    """Record names of a pre-2.8 ``torch.export.save`` archive (no archive folder)."""
+    return bool(records) and LEGACY_EP_JSON in records and LEGACY_STATE_DICT in records  # type: ignore[operator]
 
 
 def is_pt2_records(records: list[str]) -> bool:
