@@ -6,7 +6,8 @@
 
 ``scripted_module.pt`` is a small scripted model (submodules, a bfloat16 buffer, a
 non-parameter tensor attribute, a list of tensors, an extra file);
-``scripted_module.ptl`` is the same model saved for the lite interpreter.
+``scripted_module.ptl`` is the same model saved for the lite interpreter, and
+``scripted_module.ff`` the same model as a flatbuffer mobile module (``PTMF``).
 """
 
 from __future__ import annotations
@@ -86,6 +87,9 @@ def main() -> None:
     pt = os.path.join(HERE, "scripted_module.pt")
     torch.jit.save(m, pt, _extra_files={"config.json": b'{"name": "tiny-net", "classes": 3}'})
     m._save_for_lite_interpreter(os.path.join(HERE, "scripted_module.ptl"))
+    torch.jit.save_jit_module_to_flatbuffer(
+        m, os.path.join(HERE, "scripted_module.ff"), _extra_files={"config.json": b'{"name": "tiny-net", "classes": 3}'}
+    )
     print(f"wrote {pt} ({os.path.getsize(pt)} bytes)")
 
 
