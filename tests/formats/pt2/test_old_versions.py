@@ -64,6 +64,7 @@ def test_graph_code_and_nodes(version, name):
 def test_signature_tensors_ranges(version, name):
     e = _expected(version, name)
     with torchless.open(ROOT / version / f"{name}.pt2") as art:
+        assert art.format == "pt2" and art.info()["layout"].startswith("pre-2.8")
         prog = art.archive.program
         assert [[s.kind, s.arg, s.target] for s in prog.signature.input_specs] == e["inputs"]
         assert [[s.kind, s.arg, s.target] for s in prog.signature.output_specs] == e["outputs"]

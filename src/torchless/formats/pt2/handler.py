@@ -86,6 +86,7 @@ class Pt2Artifact(Artifact):
             "format": "pt2",
             "path": self.path,
             ARCHIVE_VERSION_PATH: self.archive.archive_version,
+            "layout": "pre-2.8 (torch 2.5-2.7: serialized_exported_program.json)" if self.archive.legacy else "pt2 archive",
             "models": list(progs),
             **summarize_tensors(self.tensors()),
             "programs": progs,
