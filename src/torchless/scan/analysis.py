@@ -20,7 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.errors import TorchlessError
+from ..core.errors import FormatError, TorchlessError, short_repr
+from ..formats.joblib_spec import WRAPPER as JOBLIB_WRAPPER
 from ..formats.npz_spec import is_npy
 from ..formats.pt.spec import ZIP_MAGIC
 from ..pickle.globals import Rebuilder, is_python2_name, python2_name
@@ -180,6 +181,9 @@ class StreamResult:
     short_frames: bool = False
     #: the scan's opcode budget stopped the walk (a larger window would not help)
     budget_cut: bool = False
+    #: with ``joblib=True``: ``(offset, length)`` of every array's bytes skipped after its
+    #: NumpyArrayWrapper BUILD, as ``joblib.load`` skips them
+    skips: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def finished(self) -> bool:
@@ -332,6 +336,7 @@ def analyse(
     record: bool = False,
     short_frames: bool = False,
     max_ops: int | None = None,
+    joblib: bool = False,
 ) -> StreamResult:
     """Symbolically run the pickle stream that starts at ``start`` in ``data``.
 
@@ -342,8 +347,23 @@ def analyse(
     the real unpickler, :mod:`torchless.scan.engine`); ``short_frames`` reads a FRAME
     longer than the data as the pure-Python unpickler does. ``max_ops`` bounds the
     opcodes run (a ``LimitError`` as the error when reached: the scan's budget).
+    ``joblib`` reads the stream as ``joblib.load`` does: after the BUILD of each
+    ``NumpyArrayWrapper`` the array's bytes (with their alignment padding) are skipped
+    (:func:`joblib_array_bytes`); a wrapper it cannot size (object arrays, whose bytes are a
+    further pickle; a state that is not concrete) stops the run with an error.
     """
     an = _Analyser(data, torchscript, record)
+    skips: list[tuple[int, int]] = []
+
+    def after_build(obj: Any, pos: int) -> tuple[int, Any] | None:
+        if not (isinstance(obj, Sym) and obj.kind == "result" and obj.callee is not None):
+            return None
+        if obj.callee.kind != "global" or obj.callee.qualname != _JOBLIB_WRAPPER:
+            return None
+        n = joblib_array_bytes(obj.state, data, pos)
+        skips.append((pos, n))
+        return n, obj
+
     trace: Callable[[int, str, Any], None] = an.trace
     if max_ops is not None:  # the scan's opcode budget: stop with a LimitError when it runs out
         ops, step, budget = an.ops, an.trace, max_ops
@@ -367,6 +387,7 @@ def analyse(
         encoding="latin1",
         strict=True,
         short_frames=short_frames,
+        after_build=after_build if joblib else None,
     )
     err: TorchlessError | None = None
     value: Any = None
@@ -409,11 +430,68 @@ def analyse(
         up.info.frame_hazards,
         an.events,
     )
+    out.skips = skips
     if record and err is None:
         out.value_norm = an.norm(value)
     if record:
         out.norm_exhausted = an.ids.budget <= 0
     return out
+
+
+_JOBLIB_WRAPPER = ".".join(JOBLIB_WRAPPER)
+
+
+def joblib_array_bytes(state: Any, data: bytes, pos: int) -> int:
+    """How many bytes ``joblib.load`` reads at ``pos`` for a NumpyArrayWrapper whose BUILD
+    state is ``state`` (joblib 1.x ``NumpyArrayWrapper.read_array``): one padding-length
+    byte and that many bytes (whatever the alignment says: joblib does not check it) when
+    the state's ``numpy_array_alignment_bytes`` is not None, then
+    ``prod(shape) * itemsize`` bytes. The dtype must be ``numpy.dtype(<str>, False, True)``
+    with its BUILD state (the element size is the state's ``elsize`` when set).
+
+    Raises:
+        FormatError: a state the scanner does not size (object dtypes: joblib unpickles
+            a further stream there; anything not concrete), or bytes past the end.
+    """
+    import numpy as np
+
+    def bad(why: str) -> FormatError:
+        return FormatError(f"joblib array not modelled: {why}", offset=pos)
+
+    if not isinstance(state, dict):
+        raise bad("the wrapper's state is not a dict")
+    shape, order, dt = state.get("shape"), state.get("order", "C"), state.get("dtype")
+    if not isinstance(shape, tuple) or not all(type(d) is int and d >= 0 for d in shape) or order not in ("C", "F"):
+        raise bad(f"shape {short_repr(shape, 40)} / order {short_repr(order, 10)}")
+    if not (isinstance(dt, Sym) and dt.kind == "result" and dt.callee is not None and dt.callee.qualname == "numpy.dtype"):
+        raise bad("the dtype is not a numpy.dtype(...) call")
+    args = dt.args if isinstance(dt.args, tuple) else ()
+    if not args or type(args[0]) is not str or len(args[0]) > 32:
+        raise bad("the dtype's type string is not concrete")
+    try:
+        npd = np.dtype(args[0])
+    except (TypeError, ValueError):
+        raise bad(f"numpy does not know the dtype {args[0]!r}") from None
+    if npd.hasobject or npd.fields is not None or npd.subdtype is not None:
+        raise bad(f"dtype {args[0]!r} (object, structured or sub-array arrays are read by a further unpickling)")
+    itemsize = npd.itemsize
+    st = dt.state
+    if isinstance(st, tuple) and len(st) >= 6 and type(st[5]) is int and st[5] > 0:
+        itemsize = st[5]  # flexible types (U, S, V): the element size is in the state
+    elif npd.itemsize == 0:
+        raise bad(f"dtype {args[0]!r} without an element size")
+    skip = 0
+    if state.get("numpy_array_alignment_bytes") is not None:  # joblib reads any padding length byte
+        if pos >= len(data):
+            raise FormatError("joblib array padding byte past the end of the stream", offset=pos)
+        skip = 1 + data[pos]
+    count = 1
+    for d in shape:
+        count *= d
+    n = skip + count * itemsize
+    if pos + n > len(data):
+        raise FormatError("joblib array bytes run past the end of the stream", offset=pos, expected=f"{n} bytes")
+    return n
 
 
 # -- disassembly -----------------------------------------------------------------------

@@ -168,9 +168,12 @@ class NestedCarrier(_Host):
                 member,
                 c.offset,
             )
+        skipped = {p for p, _n in res.skips}  # joblib view: these wrappers' bytes were modelled
         for b in res.builds:
             t = b.callee
             cls = t.callee if t.kind == "result" and t.callee is not None else t
+            if b.offset + 1 in skipped:
+                continue
             if cls.kind == "global" and cls.qualname in NESTED_LOADERS and NESTED_LOADERS[cls.qualname][1] is None:
                 loader, _i, what = NESTED_LOADERS[cls.qualname]
                 self.add(

@@ -11,6 +11,8 @@ from ..findings import AllowNote
 from ..policy import torch_allows
 from .common import _HIGHER_ORDER, _WINDOW, LEGACY_MAGIC
 
+_JOBLIB_WRAPPER = "joblib.numpy_pickle.NumpyArrayWrapper"
+
 __all__ = ["PickleCarrier"]
 
 
@@ -37,8 +39,70 @@ class PickleCarrier(_Host):
     ) -> StreamResult:
         res = self.analyse_budgeted(data, start, len(data), member, torchscript=torchscript)
         self.report.streams += 1
+        view = None if torchscript else self.joblib_view(res, data, start)
+        if view is not None:
+            jres, jdata = view
+            self.report_joblib(jres, res, jdata, member, base, depth, report_errors=report_errors, torch_load=torch_load)
+            return jres
         self.report_stream(res, data, member, base, depth, report_errors=report_errors, torch_load=torch_load)
         return res
+
+    def joblib_view(
+        self, res: StreamResult, data: bytes, start: int, src: ByteSource | None = None
+    ) -> tuple[StreamResult, bytes] | None:
+        """The stream as ``joblib.load`` reads it, when that is the whole story: the plain
+        run (``pickle.load``) names joblib's NumpyArrayWrapper and stops at the first
+        array's bytes without naming or calling anything there, and the joblib run
+        (array bytes skipped, :func:`~torchless.scan.analysis.joblib_array_bytes`) reaches
+        its STOP. Returns that run and the bytes it read (the whole source when ``data``
+        was a window of it), or None: the plain run is then reported as it is (fail closed)."""
+        if res.error is None or res.budget_cut or not any(g.qualname == _JOBLIB_WRAPPER for g in res.globals):
+            return None
+        if src is not None and len(data) < src.size:
+            if src.size - start > max(0, self.budget.pickle):
+                return None
+            data = bytes(src.view(0, src.size))
+        left = max(0, self.budget.ops)
+        jres = analyse(data, start=start, joblib=True, max_ops=left)
+        self.budget.ops -= len(jres.op_offsets)
+        if jres.error is not None or not jres.skips or jres.end is None:
+            return None
+        self.budget.pickle -= jres.end - start
+        first = jres.skips[0][0]
+        if (
+            any(g.offset >= first for g in res.globals)
+            or any(c.offset >= first for c in res.calls)
+            or any(b.offset >= first for b in res.builds)
+        ):
+            return None  # pickle.load reads the array bytes as opcodes that do something: report that run
+        return jres, data
+
+    def report_joblib(
+        self,
+        jres: StreamResult,
+        plain: StreamResult,
+        data: bytes,
+        member: str | None,
+        base: int | None,
+        depth: int,
+        *,
+        report_errors: bool = True,
+        torch_load: bool = False,
+    ) -> None:
+        """Report a stream by its joblib view (see :meth:`joblib_view`)."""
+        first = jres.skips[0][0]
+        self.add(
+            "nested-loader",
+            "info",
+            f"followed: joblib file: the bytes of {len(jres.skips)} array(s) follow their NumpyArrayWrapper and are skipped "
+            "as joblib.load skips them; pickle.load stops with an error at the first array, having run nothing "
+            "beyond what is analysed here",
+            member,
+            first,
+            None if base is None else base + first,
+            loader="joblib.load",
+        )
+        self.report_stream(jres, data, member, base, depth, report_errors=report_errors, torch_load=torch_load, readers=plain)
 
     def analyse_budgeted(
         self, buf: bytes, start: int, size: int, member: str | None, *, torchscript: bool = False
@@ -70,7 +134,12 @@ class PickleCarrier(_Host):
         *,
         report_errors: bool = True,
         torch_load: bool = False,
+        readers: StreamResult | None = None,
     ) -> None:
+        """Findings for one analysed stream. ``readers``: the run the other-readers checks
+        and the engine's second opinion look at, when ``res`` is the joblib view (the real
+        unpicklers read the stream without skipping array bytes)."""
+
         def fo(off: int | None) -> int | None:
             return None if base is None or off is None else base + off
 
@@ -185,6 +254,7 @@ class PickleCarrier(_Host):
         # frames: every FRAME must end where an opcode begins, and the last at STOP's end
         if res.frames:
             starts = set(res.op_offsets)
+            skipped = {p for p, _n in res.skips}  # joblib: array bytes written after a frame ends
             end = res.end if res.end is not None else len(data)
             for fpos, flen in res.frames:
                 fend = fpos + 9 + flen
@@ -199,7 +269,7 @@ class PickleCarrier(_Host):
                         None,
                         dis(fpos),
                     )
-                elif fend != end and fend not in starts:
+                elif fend != end and fend not in starts and fend not in skipped:
                     self.add(
                         "frame-length",
                         "high",
@@ -242,7 +312,7 @@ class PickleCarrier(_Host):
                 None,
                 dis(off) if off is not None else [],
             )
-        self.check_other_readers(res, data, member, base, depth, torch_load=torch_load)
+        self.check_other_readers(readers or res, data, member, base, depth, torch_load=torch_load)
         self.follow_nested(res, member, base, depth)
 
     def check_other_readers(
@@ -327,6 +397,7 @@ class PickleCarrier(_Host):
                 return r, buf
 
         first, data = run(0)
+        run_plain = first
         if (
             not strict
             and first.end is None
@@ -345,7 +416,14 @@ class PickleCarrier(_Host):
                 return f"{pre}legacy pickle #{i}"
             return member if i == 1 else f"{pre}pickle #{i}"
 
-        self.report_stream(first, data, label(1), base, depth, torch_load=bool(torch_load) if torch_load is not None else False)
+        view = None if torchscript or legacy else self.joblib_view(first, data, 0, src)
+        if view is not None:
+            first, data = view[0], view[1]
+            self.report_joblib(first, run_plain, data, label(1), base, depth, torch_load=bool(torch_load))
+        else:
+            self.report_stream(
+                first, data, label(1), base, depth, torch_load=bool(torch_load) if torch_load is not None else False
+            )
         pos = first.end
         if pos is None:
             return
