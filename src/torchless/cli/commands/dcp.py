@@ -43,16 +43,28 @@ def cmd_reshard(args: argparse.Namespace) -> int:
     if args.cleanup:
         return cleanup_command(args.dst, folder=True, as_json=args.json)
     ranged = ranged_options(args)
-    res = reshard(
-        args.src,
-        args.dst,
-        args.ranks,
-        plan=args.plan,
-        jobs=args.jobs,
-        weights_only=not args.unsafe_values,
-        format=args.storage,
-        **ranged,
-    )
+    prog = None
+    if args.progress:
+        from ..._api import open as open_artifact
+        from ..progress import Progress
+
+        with open_artifact(args.src) as art:
+            prog = Progress(sum(t.nbytes for _, t in art.tensors()), f"reshard {args.dst}", force=True)
+    try:
+        res = reshard(
+            args.src,
+            args.dst,
+            args.ranks,
+            plan=args.plan,
+            jobs=args.jobs,
+            weights_only=not args.unsafe_values,
+            format=args.storage,
+            progress=prog,
+            **ranged,
+        )
+    finally:
+        if prog is not None:
+            prog.close()
     if args.json:
         emit_json("reshard", {"source": args.src, "destination": args.dst, "ranks": args.ranks, **res})
         return 0
@@ -182,6 +194,7 @@ def register(sub: Any) -> None:
         help="print the task list (bytes read and written per task, the critical path) from the metadata alone; write nothing",
     )
     add_executor_flags(p)
+    p.add_argument("--progress", action="store_true", help="show progress on stderr (bytes of finished tasks)")
     p.add_argument("--json", action="store_true", help="machine-readable result (schema: docs/cli.md)")
     p.set_defaults(func=cmd_reshard)
     p = sub.add_parser("dcp-layout", help="show a DCP checkpoint's layout: keys, shapes, dtypes, chunks, files and byte ranges")

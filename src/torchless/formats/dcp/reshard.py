@@ -514,6 +514,8 @@ def reshard(
             ``.pt``/``.safetensors``/``.npz`` file.
         plan: sharding rules (see the module doc); default ``auto``.
         jobs: processes writing rank files in parallel.
+        progress: called with the bytes each finished task wrote (a rank file, or a
+            range task's range).
         format: ``"torch_save"`` (``__R_0.distcp`` + ``.metadata``, torch's default) or
             ``"hf"`` (per-rank safetensors with ``DCP_SHARDING_INFO``, read by
             ``HuggingFaceStorageReader``; non-tensor values are skipped).
@@ -557,7 +559,7 @@ def reshard(
                 for t in tasks:
                     results.append(run_task(t, source))
                     if progress is not None:
-                        progress(1)
+                        progress(sum(w.length for w in results[-1]))
             else:
                 results = _run_parallel(tasks, jobs, progress)
             summary = _finish_metadata(out.tmp, tasks, md, results, format)
@@ -631,7 +633,7 @@ def _run_parallel(tasks: list[FileTask], jobs: int, progress: Callable[[int], No
         for fut in as_completed(futures):
             out[futures[fut]] = fut.result()
             if progress is not None:
-                progress(1)
+                progress(sum(w.length for w in out[futures[fut]] or []))
     except BrokenProcessPool:
         _stop(pool)
         raise WriteError(
