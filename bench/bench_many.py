@@ -126,6 +126,14 @@ def main() -> None:
         h.case("torchless_dcp", CODE["torchless_dcp"], args=[dc, out], warm=[dc])
         h.case("torch_dcp_to_torch_save", CODE["torch_dcp_to_torch_save"], args=[dc, out], warm=[dc])
         h.ratio("DCP consolidate to .pt", "torchless_dcp", "torch_dcp_to_torch_save", goal=10, better="higher")
+        h.ratio(
+            "DCP consolidate to .pt (CPU seconds)",
+            "torchless_dcp",
+            "torch_dcp_to_torch_save",
+            goal=10,
+            better="higher",
+            key="cpu",
+        )
     if "info" in only:
         compileall.compile_dir(os.path.join(ROOT, "src", "torchless"), quiet=1)  # as an installed package runs
         h.case("torchless_info", argv=[PY, "-m", "torchless.cli.main", "info", small], warm=[small], whole_process=True)
