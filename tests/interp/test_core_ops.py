@@ -148,3 +148,14 @@ def test_erf_against_math_erf() -> None:
     want32 = np.array([math.erf(v) for v in x32.astype(np.float64)])
     np.testing.assert_allclose(erf(x32), want32, rtol=3e-6, atol=0)
     assert np.isnan(erf(np.array([np.nan]))[0])
+
+
+@pytest.mark.parametrize("name", ["int32", "int16", "uint8", "float64", "bfloat16"])
+def test_view_dtype_reads_the_same_bytes(name: str) -> None:
+    from torchless.core.dtypes import by_name
+
+    x = torch.randn(3, 4)
+    want = x.view(getattr(torch, name))
+    got = _k("aten.view.dtype")(x.numpy(), by_name(name))
+    assert got.shape == tuple(want.shape)
+    assert np.array_equal(got.view(np.uint8), want.view(torch.uint8).numpy())

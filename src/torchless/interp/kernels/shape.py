@@ -45,6 +45,25 @@ def alias(self: np.ndarray) -> np.ndarray:
     return tensor(self).view()
 
 
+@kernel("aten.alias_copy.default")
+def alias_copy(self: np.ndarray) -> np.ndarray:
+    return tensor(self).copy()
+
+
+@kernel("aten.view.dtype")
+def view_dtype(self: np.ndarray, dtype: Any) -> np.ndarray:
+    """The same bytes read as ``dtype`` (the last dim rescaled when the element sizes differ)."""
+    from ._common import np_dtype
+
+    x = tensor(self)
+    dt = np.dtype(np_dtype(dtype))
+    if dt.itemsize == x.dtype.itemsize:
+        return x.view(dt)
+    if x.ndim == 0 or (x.shape[-1] * x.dtype.itemsize) % dt.itemsize or (x.ndim and x.strides[-1] != x.dtype.itemsize):
+        raise bad("aten.view", f"cannot view a {x.dtype} tensor of shape {list(x.shape)} as {dt}")
+    return x.view(dt)
+
+
 def _storage(x: np.ndarray) -> tuple[np.ndarray, int]:
     """(the array owning x's memory as 1-d, x's element offset in it)."""
     root = x
