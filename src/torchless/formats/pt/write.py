@@ -389,6 +389,29 @@ def _fast_pickle(obj: Any, cp: CheckpointPickler) -> bytes | None:  # noqa: C901
     return data
 
 
+def _int_bytes(v: int) -> bytes:
+    """The opcode Pickler2 writes for the int ``v``."""
+    if 0 <= v < 256:
+        return _BININT1[v]
+    if 0 <= v < 65536:
+        return b"M" + _pack_H(v)
+    if -(2**31) <= v < 2**31:
+        return b"J" + _pack_i(v)
+    raw = v.to_bytes((v.bit_length() + 8) // 8, "little", signed=True)
+    while len(raw) > 1 and ((raw[-1] == 0 and raw[-2] < 0x80) or (raw[-1] == 0xFF and raw[-2] >= 0x80)):
+        raw = raw[:-1]
+    return b"\x8a" + bytes((len(raw),)) + raw if len(raw) < 256 else b"\x8b" + _pack_i(len(raw)) + raw
+
+
+def _get_bytes(idx: int) -> bytes:
+    """BINGET / LONG_BINGET of memo entry ``idx``."""
+    return _BINGET[idx] if idx < 256 else b"j" + _pack_I(idx)
+
+
+#: the literal the emitter memoizes (one object, so its memo entry is found by identity)
+_STORAGE = "storage"
+
+
 def _emit_rows(obj: dict[str, Any], rows: list[tuple[Any, ...]], cp: CheckpointPickler) -> bytes | None:  # noqa: C901 - one emitter by design
     """The bytes of :func:`_fast_pickle` for ``obj`` from its rows, one per entry in order:
     ``(key, legacy storage class, location, numel, storage offset, size, stride,
@@ -429,17 +452,7 @@ def _emit_rows(obj: dict[str, Any], rows: list[tuple[Any, ...]], cp: CheckpointP
         put()
 
     def integer(v: int) -> None:
-        if 0 <= v < 256:
-            out.extend(_BININT1[v])
-        elif 0 <= v < 65536:
-            out.extend(b"M" + _pack_H(v))
-        elif -(2**31) <= v < 2**31:
-            out.extend(b"J" + _pack_i(v))
-        else:
-            raw = v.to_bytes((v.bit_length() + 8) // 8, "little", signed=True)
-            while len(raw) > 1 and ((raw[-1] == 0 and raw[-2] < 0x80) or (raw[-1] == 0xFF and raw[-2] >= 0x80)):
-                raw = raw[:-1]
-            out.extend(b"\x8a" + bytes((len(raw),)) + raw if len(raw) < 256 else b"\x8b" + _pack_i(len(raw)) + raw)
+        out.extend(_BININT1[v] if 0 <= v < 256 else _int_bytes(v))
 
     def ints(tup: tuple) -> None:
         if not tup:
@@ -465,6 +478,9 @@ def _emit_rows(obj: dict[str, Any], rows: list[tuple[Any, ...]], cp: CheckpointP
     memo_id[id(obj)] = count
     put()
     storages: list[tuple[str, Storage, str]] = []
+    head: bytes | None = None  # the fetches of _rebuild_tensor_v2 and 'storage', once memoized
+    tail: bytes | None = None  # the fetch of OrderedDict and its empty call
+    n_keys = len(cp.storage_keys)
     try:
         for b0 in range(0, len(rows), 1000):
             chunk = rows[b0 : b0 + 1000]
@@ -472,28 +488,37 @@ def _emit_rows(obj: dict[str, Any], rows: list[tuple[Any, ...]], cp: CheckpointP
                 out.extend(b"(")
             for k, legacy, location, numel, offset, shape, stride, rg, st, dtype_name in chunk:
                 text(k)
-                glob(_UTILS, "_rebuild_tensor_v2")
-                out.extend(b"((")  # the argument tuple, the persistent id tuple
-                text("storage")
+                if head is None:
+                    glob(_UTILS, "_rebuild_tensor_v2")
+                    out.extend(b"((")  # the argument tuple, the persistent id tuple
+                    text(_STORAGE)
+                    # both memoized from now on: the same fetches for every later tensor
+                    head = memo_g[(_UTILS, "_rebuild_tensor_v2")] + b"((" + _get_bytes(memo_id[id(_STORAGE)])
+                else:
+                    out += head
                 glob("torch", legacy)
-                key = str(len(cp.storage_keys) + len(storages))
+                key = str(n_keys + len(storages))
                 storages.append((key, st, dtype_name))
                 text(key)
                 text(location if location and location != "meta" else "cpu")
-                integer(numel)
-                out.extend(b"t")
+                out += _BININT1[numel] if 0 <= numel < 256 else _int_bytes(numel)
+                out += b"t"
                 put()  # the pid tuple is a new object: no memo hit possible
-                out.extend(b"Q")
-                integer(offset)
+                out += b"Q"
+                out += _BININT1[offset] if 0 <= offset < 256 else _int_bytes(offset)
                 ints(shape)
                 ints(stride)
-                out.extend(b"\x88" if rg else b"\x89")
-                glob("collections", "OrderedDict")
-                out.extend(b")R")
+                out += b"\x88" if rg else b"\x89"
+                if tail is None:
+                    glob("collections", "OrderedDict")
+                    tail = memo_g[("collections", "OrderedDict")] + b")R"
+                    out += b")R"
+                else:
+                    out += tail
                 put()
-                out.extend(b"t")
+                out += b"t"
                 put()
-                out.extend(b"R")
+                out += b"R"
                 put()
             out.extend(b"u" if len(chunk) > 1 else b"s")
     except _NotFast:
