@@ -68,13 +68,22 @@ def conv_forward(
         for i, pos in enumerate(np.ndindex(*k)):
             y += win[(Ellipsis,) + tuple(pos)] * wf[:, i].reshape(bshape)
         return y
+    cols = _im2col(win, g, cg, nd)  # (G, Cg*KK, N*P)
+    y = np.matmul(w.reshape(g, og, cg * kk), cols)  # (G, Og, N*P)
+    y = y.reshape(cout, n, npos)
+    if n > 1:
+        y = np.ascontiguousarray(y.transpose(1, 0, 2))
+    return y.reshape(n, cout, *out)
+
+
+def _im2col(win: np.ndarray, g: int, cg: int, nd: int) -> np.ndarray:
+    """The windows ``(N, C, *O, *K)`` as columns ``(G, Cg*KK, N*P)``: one copy whose inner
+    loop runs along the output positions (contiguous rows of the input for stride 1)."""
+    n = win.shape[0]
+    out, k = win.shape[2 : 2 + nd], win.shape[2 + nd :]
     win = win.reshape(n, g, cg, *out, *k)
-    perm = (1, 0, *range(3, 3 + nd), 2, *range(3 + nd, 3 + 2 * nd))
-    cols = win.transpose(perm).reshape(g, n * npos, cg * kk)
-    wm = w.reshape(g, og, cg * kk).transpose(0, 2, 1)
-    y = np.matmul(cols, wm)  # (G, N*P, Og)
-    y = y.reshape(g, n, npos, og).transpose(1, 0, 3, 2)
-    return np.ascontiguousarray(y).reshape(n, cout, *out)
+    perm = (1, 2, *range(3 + nd, 3 + 2 * nd), 0, *range(3, 3 + nd))
+    return win.transpose(perm).reshape(g, cg * math.prod(k), n * math.prod(out))
 
 
 def scatter_windows(
@@ -150,13 +159,10 @@ def conv_weight_grad(
     cg, og = c // g, cout // g
     out = gy.shape[2:]
     npos = math.prod(out)
-    kk = math.prod(kshape)
     xp = pad_spatial(x, padding, padding)
-    win = windows(xp, kshape, stride, dilation, out).reshape(n, g, cg, *out, *kshape)
-    perm = (1, 0, *range(3, 3 + nd), 2, *range(3 + nd, 3 + 2 * nd))
-    cols = win.transpose(perm).reshape(g, n * npos, cg * kk)
+    cols = _im2col(windows(xp, kshape, stride, dilation, out), g, cg, nd)  # (G, Cg*KK, N*P)
     g2 = gy.reshape(n, g, og, npos).transpose(1, 2, 0, 3).reshape(g, og, n * npos)
-    return np.matmul(g2, cols).reshape(cout, cg, *kshape)
+    return np.matmul(g2, cols.transpose(0, 2, 1)).reshape(cout, cg, *kshape)
 
 
 def _batchify(x: np.ndarray, w: np.ndarray, unbatched_ok: bool = True) -> tuple[np.ndarray, bool]:

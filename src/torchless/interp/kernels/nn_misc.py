@@ -5,9 +5,10 @@ softplus, the in-place SiLU/hardswish/hardsigmoid), ``linear``/``matmul``, scale
 attention, ``flatten``/``unflatten``, and the losses training IR keeps
 (``cross_entropy_loss``, ``nll_loss*``, ``mse_loss``, ``l1_loss``, binary cross-entropy).
 
-Random kernels (dropout in train mode, attention dropout) draw from :data:`RNG`, a NumPy
-generator: the same distribution as torch, never the same bits (torch's CPU generator is
-a Mersenne Twister consumed in its own order). :func:`seed` reseeds it.
+Random kernels (dropout in train mode, attention dropout) draw from the generator of the
+creation kernels (``kernels.create``, reseeded by ``create.seed(n)``): the same
+distribution as torch, never the same bits (torch's CPU generator is a Mersenne Twister
+consumed in its own order).
 """
 
 from __future__ import annotations
@@ -19,16 +20,13 @@ import numpy as np
 
 from ...core.errors import UnsupportedError, UsageError
 from ..registry import kernel
+from . import create
 from ._nn_util import compute, compute_dtype, finish, require_float
 
-#: the generator of the nn family's random kernels (dropout); see :func:`seed`.
-RNG = np.random.default_rng()
 
-
-def seed(value: int | None) -> None:
-    """Reseed :data:`RNG` (``None``: fresh entropy)."""
-    global RNG
-    RNG = np.random.default_rng(value)
+def _rng() -> np.random.Generator:
+    """The interpreter's one generator (``create.seed`` replaces it, so look it up per call)."""
+    return create._RNG
 
 
 def _check_index(op: str, idx: np.ndarray, n: int) -> None:
@@ -424,7 +422,7 @@ def grid_sampler_2d(input, grid, interpolation_mode, padding_mode, align_corners
 def _dropout(x: np.ndarray, p: float) -> tuple[np.ndarray, np.ndarray]:
     if not 0 <= p <= 1:
         raise UsageError(f"dropout: probability {p} is not in [0, 1]")
-    keep = RNG.random(x.shape) < (1.0 - p)
+    keep = _rng().random(x.shape) < (1.0 - p)
     scale = 0.0 if p == 1 else 1.0 / (1.0 - p)
     xc = compute(x)
     return finish(xc * keep * xc.dtype.type(scale), x.dtype), keep
@@ -523,7 +521,7 @@ def linear(input, weight, bias=None):
     _same_dtype("linear", input, weight, bias)
     y = np.matmul(compute(input), compute(weight).T)
     if bias is not None:
-        y = y + compute(bias)
+        y += compute(bias)  # (matmul's result is a fresh array)
     return finish(y, input.dtype)
 
 
@@ -586,15 +584,20 @@ def log_softmax_int(self, dim, dtype=None):
 
 
 def _softmax_safe(s: np.ndarray) -> np.ndarray:
-    """softmax over the last axis; a row that is all -inf gives zeros (torch's
-    ``_safe_softmax`` in its math attention)."""
+    """softmax over the last axis, in place on ``s`` (a fresh array); a row that is all
+    -inf gives zeros (torch's ``_safe_softmax`` in its math attention)."""
     m = s.max(axis=-1, keepdims=True)
     dead = np.isneginf(m)
-    e = np.exp(s - np.where(dead, 0, m))
-    tot = e.sum(axis=-1, keepdims=True)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        p = e / tot
-    return np.where(dead, 0, p)
+    any_dead = bool(dead.any())
+    if any_dead:
+        m[dead] = 0
+    s -= m
+    np.exp(s, out=s)
+    tot = s.sum(axis=-1, keepdims=True)
+    if any_dead:
+        tot[dead] = 1  # the row is all zeros after exp(-inf)
+    s /= tot
+    return s
 
 
 @kernel("aten.scaled_dot_product_attention.default")
@@ -609,20 +612,22 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         rep = q.shape[-3] // k.shape[-3]
         k, v = np.repeat(k, rep, axis=-3), np.repeat(v, rep, axis=-3)
     sc = q.dtype.type(1.0 / math.sqrt(e) if scale is None else scale)
-    scores = np.matmul(q, np.swapaxes(k, -1, -2)) * sc
+    scores = np.matmul(q, np.swapaxes(k, -1, -2))  # a fresh array: masked and normalised in place
+    scores *= sc
     if is_causal:
         if attn_mask is not None:
             raise UsageError("scaled_dot_product_attention: attn_mask and is_causal together")
-        keep = np.tril(np.ones((length, s), dtype=bool))
-        scores = np.where(keep, scores, -np.inf)
+        np.copyto(scores, -np.inf, where=~np.tril(np.ones((length, s), dtype=bool)))
     if attn_mask is not None:
         if attn_mask.dtype == np.bool_:
-            scores = np.where(attn_mask, scores, -np.inf)
+            if scores.shape != np.broadcast_shapes(scores.shape, attn_mask.shape):
+                scores = np.broadcast_to(scores, np.broadcast_shapes(scores.shape, attn_mask.shape)).copy()
+            np.copyto(scores, -np.inf, where=~attn_mask)
         else:
             scores = scores + compute(attn_mask).astype(scores.dtype)
     p = _softmax_safe(scores)
     if dropout_p > 0:
-        p = p * (RNG.random(p.shape) >= dropout_p) / p.dtype.type(1 - dropout_p)
+        p = p * (_rng().random(p.shape) >= dropout_p) / p.dtype.type(1 - dropout_p)
     return finish(np.matmul(p, v), query.dtype)
 
 

@@ -72,10 +72,17 @@ def _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, 
     else:
         if running_mean is None or running_var is None:
             raise UnsupportedError("batch_norm: evaluation mode needs running_mean and running_var")
-        mean = compute(running_mean).reshape(shape)
-        invstd = 1.0 / np.sqrt(compute(running_var).reshape(shape) + eps)
-        y = (xc - mean) * invstd
-        save_mean = save_invstd = np.empty((0,), dtype=stat_dtype)
+        # one scale and one shift per channel, as torch's inference kernel folds them
+        invstd = 1.0 / np.sqrt(compute(running_var) + eps)
+        scale = invstd * compute(weight) if weight is not None else invstd
+        shift = -compute(running_mean) * scale
+        if bias is not None:
+            shift = shift + compute(bias)
+        dt = xc.dtype
+        y = xc * scale.astype(dt, copy=False).reshape(shape)
+        y += shift.astype(dt, copy=False).reshape(shape)
+        empty = np.empty((0,), dtype=stat_dtype)
+        return finish(y, x.dtype), empty, empty.copy(), new_rm, new_rv
     y = _affine(y, weight, bias, shape)
     return finish(y, x.dtype), save_mean, save_invstd, new_rm, new_rv
 

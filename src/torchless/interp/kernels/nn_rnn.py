@@ -5,7 +5,7 @@
 The input projection of every time step is one matrix product per layer and direction;
 only the recurrence (``h @ W_hh``) runs step by step, as it must. Weights come in torch's
 flat order: per layer, per direction ``w_ih, w_hh[, b_ih, b_hh][, w_hr]``. Dropout between
-layers (``train`` with ``dropout > 0``) draws from :data:`.nn_misc.RNG`.
+layers (``train`` with ``dropout > 0``) draws from the interpreter's generator (``create.seed``).
 """
 
 from __future__ import annotations
