@@ -184,7 +184,7 @@ class ZipReader:
             )
         eocd = locate_eocd(src)
         if eocd is None:
-            if bytes(src.view(0, 4)) == b"PK\x03\x04":  # it starts as a zip: the end is missing
+            if bytes(src.view(0, 4)) == LOCAL_SIG:  # it starts as a zip: the end is missing
                 raise TruncatedError(
                     "truncated zip archive: it has no end-of-central-directory record",
                     path=self.path,

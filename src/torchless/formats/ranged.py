@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from ..container.zip import LOCAL_SIG
 from ..core import remote
 from ..core.errors import InternalError, UsageError
 from ..core.executor import Executor, crc32_combine, current_rss, task_fault
@@ -376,7 +377,7 @@ def pt_item_template(dtype: str, sizes: tuple[int, ...], crc: int = 0) -> tuple[
     head = bytes(sink.head)
     name = b"archive/data/0"
     at = head.find(name)
-    if at < 30 or head[at - 30 : at - 26] != b"PK\x03\x04":
+    if at < 30 or head[at - 30 : at - 26] != LOCAL_SIG:
         raise InternalError("cannot find the payload record in a torch.save template")
     nlen = int.from_bytes(head[at - 4 : at - 2], "little")
     xlen = int.from_bytes(head[at - 2 : at], "little")
