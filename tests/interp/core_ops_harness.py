@@ -392,6 +392,14 @@ def _gen_nonzero(dt: torch.dtype) -> Iterator:
     yield (torch.zeros((2, 3), dtype=dt),), {}
 
 
+def _gen_erfinv(dt: torch.dtype) -> Iterator:
+    if dt.is_floating_point:
+        yield (_t((50,), dt, low=-1, high=1),), {}
+        yield (torch.tensor([-1.0, 1.0, 0.0, 0.999999, -0.5, 1.5], dtype=dt),), {}
+    else:
+        yield (_t((3, 4), dt, low=-1, high=2),), {}
+
+
 def _gen_div_mode(dt: torch.dtype) -> Iterator:
     a = _t((4, 5), dt, low=-9, high=9)
     b = _t((4, 5), dt, low=-9, high=9, exclude_zero=True)
@@ -574,6 +582,14 @@ _spec("aten._cdist_forward.default", "cdist", adapt=_cdist_adapt, loose=True)
 _spec("aten._pdist_forward.default", "nn.functional.pdist", adapt=_pdist_adapt, loose=True)
 _spec("aten._fft_r2c.default", gen=_gen_fft_r2c, loose=True, dtypes=("float32", "float64"))
 _spec("aten._fft_c2r.default", gen=_gen_fft_c2r, loose=True, dtypes=("float32", "float64"))
+# common non-core operators that run_decompositions() leaves in a graph
+_spec("aten.hypot.default", "hypot")
+_spec("aten.erfinv.default", "erfinv", gen=_gen_erfinv, loose=True)
+_spec("aten.median.dim", "median", check="indexed")
+_spec("aten.kthvalue.default", "kthvalue", check="indexed")
+_spec("aten.unfold.default", "unfold")
+_spec("aten.linalg_vector_norm.default", "linalg.vector_norm", loose=True)
+_spec("aten.bincount.default", "bincount")
 
 
 # -- running ---------------------------------------------------------------------------------
@@ -711,6 +727,21 @@ def _compare_sorted(want: Any, got: Any, inputs: tuple, spec: Spec, where: str) 
         compare(want[0], picked, spec, where + "[values at indices]")
 
 
+def _compare_indexed(want: Any, got: Any, inputs: tuple, spec: Spec, where: str) -> None:
+    """(values, indices) of a selection along a dim (median, kthvalue): values equal, indices pick them."""
+    compare(want[0], got[0], spec, where + "[values]")
+    assert isinstance(got[1], np.ndarray) and got[1].dtype == np.int64 and got[1].shape == tuple(want[1].shape), where
+    x = inputs[0]
+    if x.ndim == 0:
+        return
+    pos = 1 if spec.key.startswith("aten.median") else 2
+    dim = inputs[pos] if len(inputs) > pos else -1
+    keepdim = inputs[pos + 1] if len(inputs) > pos + 1 else False
+    idx = got[1] if keepdim else np.expand_dims(got[1], dim)
+    picked = np.take_along_axis(x, idx, axis=dim)
+    compare(want[0], picked if keepdim else np.squeeze(picked, dim), spec, where + "[values at indices]")
+
+
 def samples(spec: Spec, dtype: str) -> Iterator[tuple[tuple, dict]]:
     """(args, kwargs) in graph form, at most MAX_SAMPLES per source."""
     tdt = getattr(torch, dtype)
@@ -758,6 +789,8 @@ def run(spec: Spec, dtype: str) -> int:
         got = fn(*np_args, **np_kwargs)
         if spec.check == "sort":
             _compare_sorted(want, got, np_args, spec, where)
+        elif spec.check == "indexed":
+            _compare_indexed(want, got, np_args, spec, where)
         elif spec.check == "perm":
             compare(want, got, Spec(spec.key, check="meta"), where)
             assert sorted(got.tolist()) == sorted(want.tolist()), where

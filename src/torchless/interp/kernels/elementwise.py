@@ -683,3 +683,34 @@ _INPLACE = {
 for _ov, _names in _INPLACE.items():
     for _n in _names.split(" "):
         _inplace(f"aten.{_n}.{_ov}")
+
+
+@kernel("aten.hypot.default")
+def hypot(self: np.ndarray, other: np.ndarray) -> np.ndarray:
+    if promote.category(promote.result_type(self, other)) != promote.FLOAT:
+        raise refuse("aten.hypot", "only floating point inputs")
+    return binary(np.hypot, self, other, op="aten.hypot")
+
+
+def _erfinv64(y: np.ndarray) -> np.ndarray:
+    # Winitzki's closed form as the start (~2e-3), then Newton steps on erf (quadratic)
+    y = np.asarray(y, np.float64)
+    a = 0.147
+    ln = np.log1p(-y * y)
+    t = 2 / (np.pi * a) + ln / 2
+    x = np.copysign(np.sqrt(np.sqrt(t * t - ln / a) - t), y)
+    inner = np.abs(y) < 1
+    for _ in range(4):
+        xi = np.where(inner, x, 0.0)
+        step = (erf(xi) - np.where(inner, y, 0.0)) / (2 / math.sqrt(math.pi) * np.exp(-xi * xi))
+        x = np.where(inner, x - step, x)
+    x = np.where(np.abs(y) == 1, np.copysign(np.inf, y), x)
+    return np.where(np.abs(y) > 1, np.nan, x)
+
+
+@kernel("aten.erfinv.default")
+def erfinv(self: np.ndarray) -> np.ndarray:
+    x = tensor(self)
+    if x.dtype.kind == "c":
+        raise refuse("aten.erfinv", "complex input")
+    return unary(lambda v: _erfinv64(v).astype(v.dtype), x, INT_TO_FLOAT)

@@ -267,3 +267,15 @@ def diagonal_scatter(self: np.ndarray, src: np.ndarray, offset: int = 0, dim1: i
     out = tensor(self).copy()
     diagonal(out, offset, dim1, dim2)[...] = promote.cast(src, out.dtype)
     return out
+
+
+@kernel("aten.bincount.default")
+def bincount(self: np.ndarray, weights: np.ndarray | None = None, minlength: int = 0) -> np.ndarray:
+    x = tensor(self)
+    if x.ndim != 1 or x.dtype.kind not in "iu" or (x.size and x.min() < 0):
+        raise bad("aten.bincount", "expects a 1-d tensor of non-negative integers")
+    if weights is None:
+        return np.bincount(x, minlength=minlength).astype(np.int64)
+    w = tensor(weights)
+    out = w.dtype if w.dtype in (np.float32, np.float64) else np.dtype(np.float64)
+    return np.bincount(x, weights=w.astype(np.float64), minlength=minlength).astype(out)

@@ -163,3 +163,31 @@ def fft_c2c(self: np.ndarray, dim: Sequence[int], normalization: int, forward: b
     else:
         r = np.fft.ifftn(x, axes=dims, norm=_INVERSE_NORM[int(normalization)])
     return np.asarray(r).astype(x.dtype)
+
+
+@kernel("aten.linalg_vector_norm.default")
+def vector_norm(self: np.ndarray, ord: Any = 2, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> np.ndarray:  # noqa: A002
+    from ._common import norm_dims, np_dtype
+
+    x = tensor(self)
+    out = np_dtype(dtype) or promote.to_real(x.dtype)
+    if promote.category(x.dtype) <= promote.INT:
+        raise refuse("aten.linalg_vector_norm", f"expected a floating point or complex tensor, got {x.dtype}")
+    dims = norm_dims(dim, x.ndim, "aten.linalg_vector_norm")
+    compute = promote.opmath(promote.to_real(out))
+    with quiet():
+        a = np.abs(x).astype(compute)
+        p = float(ord)
+        if p == np.inf:
+            r = np.max(a, axis=dims, keepdims=keepdim) if a.size else np.zeros(())
+        elif p == -np.inf:
+            r = np.min(a, axis=dims, keepdims=keepdim)
+        elif p == 0:
+            r = np.sum(a != 0, axis=dims, keepdims=keepdim).astype(compute)
+        elif p == 1:
+            r = np.sum(a, axis=dims, keepdims=keepdim)
+        elif p == 2:
+            r = np.sqrt(np.sum(a * a, axis=dims, keepdims=keepdim))
+        else:
+            r = np.sum(a**p, axis=dims, keepdims=keepdim) ** (1.0 / p)
+    return promote.cast(r, out)

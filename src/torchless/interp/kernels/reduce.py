@@ -323,3 +323,45 @@ def topk(self: np.ndarray, k: int, dim: int = -1, largest: bool = True, sorted: 
 @kernel("aten.argsort.default")
 def argsort(self: np.ndarray, dim: int = -1, descending: bool = False) -> np.ndarray:
     return sort(self, dim, descending)[1]
+
+
+def _order_stat(x: np.ndarray, d: int, pick: Any, keepdim: bool, op: str) -> tuple[np.ndarray, np.ndarray]:
+    """Value and index of the element of rank ``pick(n)`` along ``d`` (NaN ranks last; a NaN in a slice wins)."""
+    if x.ndim == 0:
+        return x.copy(), np.zeros((), np.int64)
+    n = x.shape[d]
+    if n == 0:
+        raise bad(op, "cannot compute on a zero-size dimension")
+    k = pick(n)
+    if not 0 <= k < n:
+        raise bad(op, f"selected number k out of range for dimension {d} of size {n}")
+    idx = np.take(_argsort(x, d, False), [k], axis=d)
+    work = _comparable(x, op)
+    if work.dtype.kind == "f":
+        has_nan = np.isnan(work).any(axis=d, keepdims=True)
+        first_nan = np.argmax(np.isnan(work), axis=d, keepdims=True)
+        idx = np.where(has_nan, first_nan, idx)
+    vals = np.take_along_axis(x, idx, axis=d)
+    if not keepdim:
+        vals, idx = np.squeeze(vals, d), np.squeeze(idx, d)
+    return np.asarray(vals), np.asarray(idx, np.int64)
+
+
+@kernel("aten.median.dim")
+def median_dim(self: np.ndarray, dim: int, keepdim: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    x = tensor(self)
+    return _order_stat(x, norm_dim(dim, x.ndim, "aten.median"), lambda n: (n - 1) // 2, keepdim, "aten.median")
+
+
+@kernel("aten.median.default")
+def median_all(self: np.ndarray) -> np.ndarray:
+    x = tensor(self)
+    if x.size == 0:
+        return np.full((), np.nan, x.dtype) if x.dtype.kind == "f" else np.zeros((), x.dtype)
+    return median_dim(x.reshape(-1), 0)[0]
+
+
+@kernel("aten.kthvalue.default")
+def kthvalue(self: np.ndarray, k: int, dim: int = -1, keepdim: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    x = tensor(self)
+    return _order_stat(x, norm_dim(dim, x.ndim, "aten.kthvalue"), lambda n: k - 1, keepdim, "aten.kthvalue")

@@ -393,3 +393,19 @@ def resize_(self: np.ndarray, size: Sequence[int], *, memory_format: Any = None)
     src = np.ascontiguousarray(x).reshape(-1)[:n]
     flat[: src.size] = src
     return flat.reshape(size)
+
+
+@kernel("aten.unfold.default", "aten.unfold_copy.default")
+def unfold(self: np.ndarray, dimension: int, size: int, step: int) -> np.ndarray:
+    x = tensor(self)
+    if x.ndim == 0:
+        return x.reshape(1)
+    d = norm_dim(dimension, x.ndim, "aten.unfold")
+    n = x.shape[d]
+    if size > n or step <= 0 or size < 0:
+        raise bad("aten.unfold", f"size {size} and step {step} do not fit dimension {d} of size {n}")
+    count = (n - size) // step + 1
+    shape = list(x.shape)
+    strides = list(x.strides)
+    shape[d], strides[d] = count, x.strides[d] * step
+    return _np_as_strided(x, shape + [size], strides + [x.strides[d]], writeable=x.flags.writeable)
