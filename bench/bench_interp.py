@@ -148,9 +148,8 @@ def main() -> None:
     print("| model | torch eager ms | training IR ms | ATen IR ms |")
     print("|---|---|---|---|")
     for n in names:
-        print(
-            f"| {n} | {1e3 * h.median('torch', n):.2f} | {1e3 * h.median('tl_train', n):.2f} | {1e3 * h.median('tl_aten', n):.2f} |"
-        )
+        ms = [1e3 * h.median(k, n) for k in ("torch", "tl_train", "tl_aten")]
+        print(f"| {n} | {ms[0]:.2f} | {ms[1]:.2f} | {ms[2]:.2f} |")
     if a.json:
         h.dump(a.json)
 
