@@ -590,6 +590,7 @@ _spec("aten.kthvalue.default", "kthvalue", check="indexed")
 _spec("aten.unfold.default", "unfold")
 _spec("aten.linalg_vector_norm.default", "linalg.vector_norm", loose=True)
 _spec("aten.bincount.default", "bincount")
+_spec("aten.dist.default", "dist", loose=True)
 
 
 # -- running ---------------------------------------------------------------------------------

@@ -191,3 +191,13 @@ def vector_norm(self: np.ndarray, ord: Any = 2, dim: Any = None, keepdim: bool =
         else:
             r = np.sum(a**p, axis=dims, keepdims=keepdim) ** (1.0 / p)
     return promote.cast(r, out)
+
+
+@kernel("aten.dist.default")
+def dist(self: np.ndarray, other: np.ndarray, p: Any = 2) -> np.ndarray:
+    rt = promote.result_type(self, other)
+    if promote.category(rt) < promote.FLOAT:
+        raise refuse("aten.dist", f"expected floating point inputs, got {rt}")
+    with quiet():
+        diff = promote.cast(self, promote.opmath(rt)) - promote.cast(other, promote.opmath(rt))
+    return promote.cast(vector_norm(diff, p), promote.to_real(rt))
