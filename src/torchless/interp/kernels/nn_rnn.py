@@ -48,29 +48,37 @@ def _run(kind: str, input, hx: list, params: list, has_biases, num_layers, dropo
             b_ih, b_hh = (p[2], p[3]) if has_biases else (None, None)
             w_hr = p[-1] if has_proj else None
             xs = layer_in if d == 0 else layer_in[::-1]
-            gi = np.matmul(xs, w_ih.T)
+            hidden = w_hh.shape[1]
+            gi = np.matmul(xs, w_ih.T)  # every step's input projection at once
             if b_ih is not None:
-                gi = gi + b_ih
+                gi += b_ih
+            if b_hh is not None:  # fold the recurrent bias in, except GRU's n gate (inside r * (...))
+                if kind == "gru":
+                    gi[..., : 2 * hidden] += b_hh[: 2 * hidden]
+                else:
+                    gi += b_hh
+            b_hn = b_hh[2 * hidden :] if (kind == "gru" and b_hh is not None) else None
+            w_hh_t = np.ascontiguousarray(w_hh.T)
             h = states[0][layer * d_count + d]
             c = states[1][layer * d_count + d] if kind == "lstm" else None
             ys = []
             for t in range(steps):
-                gh = np.matmul(h, w_hh.T)
-                if b_hh is not None:
-                    gh = gh + b_hh
+                gh = np.matmul(h, w_hh_t)
                 if kind == "lstm":
-                    i, f, g, o = np.split(gi[t] + gh, 4, axis=-1)
-                    c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
-                    h = _sigmoid(o) * np.tanh(c)
+                    gates = gi[t] + gh
+                    hs = gates.shape[-1] // 4
+                    sg = _sigmoid(gates)
+                    c = sg[..., hs : 2 * hs] * c + sg[..., :hs] * np.tanh(gates[..., 2 * hs : 3 * hs])
+                    h = sg[..., 3 * hs :] * np.tanh(c)
                     if w_hr is not None:
                         h = np.matmul(h, w_hr.T)
                 elif kind == "gru":
-                    xr, xz, xn = np.split(gi[t], 3, axis=-1)
-                    hr, hz, hn = np.split(gh, 3, axis=-1)
-                    r = _sigmoid(xr + hr)
-                    z = _sigmoid(xz + hz)
-                    n = np.tanh(xn + r * hn)
-                    h = (1 - z) * n + z * h
+                    hs = gh.shape[-1] // 3
+                    rz = _sigmoid(gi[t][..., : 2 * hs] + gh[..., : 2 * hs])
+                    hn = gh[..., 2 * hs :] if b_hn is None else gh[..., 2 * hs :] + b_hn
+                    n = np.tanh(gi[t][..., 2 * hs :] + rz[..., :hs] * hn)
+                    z = rz[..., hs:]
+                    h = n + z * (h - n)
                 elif kind == "rnn_tanh":
                     h = np.tanh(gi[t] + gh)
                 else:
