@@ -737,3 +737,22 @@ def test_nn_family_covers_its_core_and_training_ir_ops():
     assert not missing_core, f"not core ops (fix the list): {missing_core}"
     missing = [k for k in NN_CORE + TRAINING_IR if "aten." + k not in have]
     assert not missing, f"no kernel for {missing}"
+
+
+def test_float16_upcasts_like_torch():
+    """float16 is computed in float32 and rounded once, as torch's CPU kernels do."""
+    torch.manual_seed(11)
+    h = torch.float16
+    x = _t(2, 4, 9, 9, dtype=h)
+    check("aten.convolution.default", x, _t(6, 2, 3, 3, dtype=h), _t(6, dtype=h), [1, 1], [1, 1], [1, 1], False, [0, 0], 2)
+    check("aten.native_layer_norm.default", x, [9, 9], _t(9, 9, dtype=h), None, 1e-5)
+    check("aten.native_group_norm.default", x, None, None, 2, 4, 81, 2, 1e-5)
+    check("aten.avg_pool2d.default", x, [3, 3], [2, 2], [1, 1], True, False)
+    check("aten.max_pool2d_with_indices.default", x, [3, 3], [2, 2], [1, 1])
+    check("aten._adaptive_avg_pool2d.default", x, [4, 5])
+    check("aten.upsample_bilinear2d.vec", x, [13, 17], False, None)
+    check("aten.upsample_nearest2d.vec", x, None, [2.0, 1.5])
+    q = _t(2, 3, 5, 8, dtype=h)
+    check("aten.scaled_dot_product_attention.default", q, _t(2, 3, 7, 8, dtype=h), _t(2, 3, 7, 4, dtype=h), is_causal=True)
+    check("aten.linear.default", _t(5, 8, dtype=h), _t(3, 8, dtype=h), _t(3, dtype=h))
+    check("aten.rms_norm.default", x, [9], _t(9, dtype=h))
