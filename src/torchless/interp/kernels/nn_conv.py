@@ -33,7 +33,7 @@ def _out_sizes(
 ) -> list[int]:
     out = [(n + a + b - dd * (kk - 1) - 1) // ss + 1 for n, kk, ss, a, b, dd in zip(spatial, k, s, p_lo, p_hi, d, strict=False)]
     if any(o <= 0 for o in out):
-        raise UnsupportedError(f"{op}: the (padded) input {tuple(spatial)} is smaller than the kernel {tuple(k)}")
+        raise UsageError(f"{op}: the (padded) input {tuple(spatial)} is smaller than the kernel {tuple(k)}")
     return out
 
 
@@ -54,7 +54,7 @@ def conv_forward(
     k = w.shape[2:]
     g = groups
     if c != cg * g or cout % g:
-        raise UnsupportedError(f"convolution: input channels {c} and weight {tuple(w.shape)} do not fit groups={g}")
+        raise UsageError(f"convolution: input channels {c} and weight {tuple(w.shape)} do not fit groups={g}")
     og = cout // g
     out = _out_sizes("convolution", x.shape[2:], k, stride, pad_lo, pad_hi, dilation)
     xp = pad_spatial(x, pad_lo, pad_hi)
@@ -121,7 +121,7 @@ def conv_transpose(
     k = w.shape[2:]
     g = groups
     if cin != w.shape[0] or cin % g:
-        raise UnsupportedError(f"conv_transpose: input channels {cin} and weight {tuple(w.shape)} do not fit groups={g}")
+        raise UsageError(f"conv_transpose: input channels {cin} and weight {tuple(w.shape)} do not fit groups={g}")
     cg = cin // g
     inner = x.shape[2:]
     npos = math.prod(inner)
@@ -136,7 +136,7 @@ def conv_transpose(
     ]
     out = [f - 2 * p for f, p in zip(full, padding, strict=False)]
     if any(o <= 0 for o in out):
-        raise UnsupportedError(f"conv_transpose: output size {tuple(out)} is not positive")
+        raise UsageError(f"conv_transpose: output size {tuple(out)} is not positive")
     buf = scatter_windows(cols, nd, k, inner, full, stride, dilation)
     buf = buf[(Ellipsis,) + tuple(slice(p, p + o) for p, o in zip(padding, out, strict=False))]
     return np.ascontiguousarray(buf).reshape(n, g * og, *out)
@@ -180,7 +180,7 @@ def _convolution(x, w, bias, stride, padding, dilation, transposed, output_paddi
         raise UnsupportedError("convolution: torch has no CPU kernel for bool")
     nd = w.ndim - 2
     if nd < 1:
-        raise UnsupportedError(f"convolution: weight of {w.ndim} dims")
+        raise UsageError(f"convolution: weight of {w.ndim} dims")
     dtype = x.dtype
     xb, unbatched = _batchify(compute(x), w, unbatched_ok)
     wc = compute(w)
@@ -206,9 +206,9 @@ def _padding_mode(mode: str, k: Sequence[int], dilation: Sequence[int], stride: 
     if mode == "valid":
         return [0] * len(k), [0] * len(k)
     if mode != "same":
-        raise UnsupportedError(f"convolution: padding={mode!r} (torch knows 'valid' and 'same')")
+        raise UsageError(f"convolution: padding={mode!r} (torch knows 'valid' and 'same')")
     if any(s != 1 for s in stride):
-        raise UnsupportedError("convolution: padding='same' needs stride 1 (as in torch)")
+        raise UsageError("convolution: padding='same' needs stride 1 (as in torch)")
     total = [d * (kk - 1) for d, kk in zip(dilation, k, strict=False)]
     lo = [t // 2 for t in total]
     return lo, [t - a for t, a in zip(total, lo, strict=False)]
@@ -295,7 +295,7 @@ def col2im(input, output_size, kernel_size, dilation, padding, stride):
     kk = k[0] * k[1]
     blocks = [(o + 2 * pp - dd * (kk_ - 1) - 1) // ss + 1 for o, pp, dd, kk_, ss in zip(osz, p, d, k, s, strict=False)]
     if ckk % kk or length != blocks[0] * blocks[1]:
-        raise UnsupportedError(f"col2im: input {tuple(input.shape)} does not fit kernel {k} and {blocks[0]}x{blocks[1]} blocks")
+        raise UsageError(f"col2im: input {tuple(input.shape)} does not fit kernel {k} and {blocks[0]}x{blocks[1]} blocks")
     cols = x.reshape(n, ckk // kk, *k, *blocks)
     full = [o + 2 * pp for o, pp in zip(osz, p, strict=False)]
     buf = scatter_windows(cols, 2, k, blocks, full, s, d)

@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from ...core.errors import UnsupportedError
+from ...core.errors import UsageError
 from ..registry import kernel
 from ._nn_util import compute, finish, require_float
 
@@ -71,7 +71,7 @@ def _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, 
         save_mean, save_invstd = finish(save_mean, stat_dtype), finish(save_invstd, stat_dtype)
     else:
         if running_mean is None or running_var is None:
-            raise UnsupportedError("batch_norm: evaluation mode needs running_mean and running_var")
+            raise UsageError("batch_norm: evaluation mode needs running_mean and running_var")
         # one scale and one shift per channel, as torch's inference kernel folds them
         invstd = 1.0 / np.sqrt(compute(running_var) + eps)
         scale = invstd * compute(weight) if weight is not None else invstd
@@ -143,7 +143,7 @@ def _layer_norm(x, normalized_shape, weight, bias, eps):
     require_float("layer_norm", x)
     k = len(normalized_shape)
     if tuple(x.shape[x.ndim - k :]) != tuple(normalized_shape):
-        raise UnsupportedError(f"layer_norm: normalized_shape {list(normalized_shape)} does not end input {list(x.shape)}")
+        raise UsageError(f"layer_norm: normalized_shape {list(normalized_shape)} does not end input {list(x.shape)}")
     xc = compute(x)
     axes = tuple(range(x.ndim - k, x.ndim))
     mean, var = _stats(xc, axes)
@@ -193,7 +193,7 @@ def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, we
 def _group_norm(x, weight, bias, n, c, hxw, group, eps):
     require_float("group_norm", x)
     if c % group:
-        raise UnsupportedError(f"group_norm: {c} channels do not split into {group} groups")
+        raise UsageError(f"group_norm: {c} channels do not split into {group} groups")
     xc = compute(x).reshape(n, group, -1)
     mean, var = _stats(xc, (2,))
     rstd = 1.0 / np.sqrt(var + eps)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ...core.errors import UnsupportedError
+from ...core.errors import UnsupportedError, UsageError
 from ..registry import kernel
 from ._nn_util import compute, compute_dtype, expand_param, finish, pad_spatial, windows
 from .nn_conv import scatter_windows
@@ -37,13 +37,13 @@ def _params(op: str, x: np.ndarray, nd: int, kernel_size, stride, padding, dilat
     p = expand_param(padding, nd, 0)
     d = expand_param(dilation, nd, 1)
     if x.ndim not in (nd + 1, nd + 2):
-        raise UnsupportedError(f"{op}: input of {x.ndim} dims (expected {nd + 1} or {nd + 2})")
+        raise UsageError(f"{op}: input of {x.ndim} dims (expected {nd + 1} or {nd + 2})")
     if any(pp * 2 > kk for pp, kk in zip(p, k, strict=True)):
-        raise UnsupportedError(f"{op}: padding {p} is more than half the kernel {k} (torch refuses it)")
+        raise UsageError(f"{op}: padding {p} is more than half the kernel {k} (torch refuses it)")
     spatial = x.shape[x.ndim - nd :]
     out = [pool_out(n, kk, pp, ss, dd, bool(ceil_mode)) for n, kk, pp, ss, dd in zip(spatial, k, p, s, d, strict=True)]
     if any(o <= 0 for o in out):
-        raise UnsupportedError(f"{op}: output size {tuple(out)} is not positive for input {tuple(x.shape)}")
+        raise UsageError(f"{op}: output size {tuple(out)} is not positive for input {tuple(x.shape)}")
     # right padding so that every window fits (ceil_mode windows may run past the padding)
     hi = [
         max((o - 1) * ss + dd * (kk - 1) + 1 - n - pp, 0) for o, ss, dd, kk, n, pp in zip(out, s, d, k, spatial, p, strict=True)
@@ -236,7 +236,7 @@ def _apply_dims(x: np.ndarray, mats: Sequence[np.ndarray]) -> np.ndarray:
 
 def _adaptive_avg(op: str, nd: int, x: np.ndarray, output_size) -> np.ndarray:
     if x.ndim not in (nd + 1, nd + 2):
-        raise UnsupportedError(f"{op}: input of {x.ndim} dims (expected {nd + 1} or {nd + 2})")
+        raise UsageError(f"{op}: input of {x.ndim} dims (expected {nd + 1} or {nd + 2})")
     osz = expand_param(output_size, nd)
     xc = compute(x)
     if xc.dtype.kind not in "fc":
