@@ -164,6 +164,9 @@ def convert(
     streamed one at a time from the source's memory map.
 
     Args:
+        src: a path (opened here, detected once, closed after), or an
+            :class:`~torchless.formats.base.Artifact` already open (used as it is and left
+            open: the caller that opened it closes it).
         strict: refuse (before writing anything) when the conversion would drop a value.
         **kw: options of the destination format (``max_shard_size`` for safetensors);
             an option the destination does not take is an error.
@@ -185,11 +188,15 @@ def convert(
     if ranged and h.name != "safetensors":
         raise UsageError("an executor writes safetensors output only", found=h.name, hint="write .safetensors")
     check_options(h, "write", {k: v for k, v in kw.items() if v is not None}, path=dst)  # before any work
+    own = not isinstance(src, Artifact)
+    if not own and src_format is not None and src_format != src.format:
+        raise UsageError(f"src_format={src_format!r} given with an open {src.format} artifact", path=src.path)
     # weights_only=False: unknown classes become placeholders whose tensors still convert;
     # nothing is imported or run either way
-    with open(src, format=src_format, weights_only=False) as art:
+    art = open(src, format=src_format, weights_only=False) if own else src
+    try:
         if ranged and art.format == "hf":
-            raise UsageError("an executor does not apply to Hugging Face checkpoint folders yet", path=src)
+            raise UsageError("an executor does not apply to Hugging Face checkpoint folders yet", path=art.path)
         opts = {**kw, **ranged} if art.format == "dcp" else kw
         res = art.convert_to(dst, format=h.name, progress=progress, strict=strict, options=opts)  # dcp, hf: their own export
         if res is not None:
@@ -256,14 +263,17 @@ def convert(
             shown = ", ".join(d["key"] or d["type"] for d in dropped[:8]) + (" ..." if len(dropped) > 8 else "")
             raise UsageError(
                 f"converting to {h.name} would drop {len(dropped)} value(s) that are not tensors: {shown}",
-                path=src,
+                path=src if own else art.path,
                 hint="write .pt to keep the whole object, or leave out --strict to convert the tensors only",
             )
         if ranged:  # range tasks: the workers read the source themselves
             from .formats.ranged import write_shards
 
             ents = [(n, t.dtype, tuple(t.shape), t.nbytes) for n, t in items]
-            files = write_shards(os.fspath(src), ents, dst, progress=progress, **kw, **ranged)
+            files = write_shards(os.fspath(src if own else art.path), ents, dst, progress=progress, **kw, **ranged)
         else:
             files = write_tensors(items, dst, format=h.name, progress=progress, **kw)
+    finally:
+        if own:
+            art.close()
     return {**total, "files": files, "object_kept": obj_kept, "dropped": dropped}

@@ -23,18 +23,7 @@ HANDLERS = [h.name for h in handlers()]
 
 #: (handler, check) -> reason: known failures, each an xfail(strict=True) while its cause
 #: is present (the condition), so the fix turns it into a plain pass
-_CLOSE_KEEPS_MAPPING = (
-    "close() leaves the file mapped while the artifact object is referenced: MmapSource.close() keeps its mmap "
-    "(and the descriptor mmap holds), and loaded storages keep views into it, so only garbage collection "
-    "releases the file; the fix (close unmaps, storages drop their views, reads after close are refused) "
-    "changes what tensors read after close() do, in every handler"
-)
-KNOWN: dict[tuple[str, str], tuple[bool, str]] = {
-    **{
-        (name, "close"): (True, _CLOSE_KEEPS_MAPPING)
-        for name in ("pt", "safetensors", "npz", "joblib", "onnx", "torchscript", "hf", "package", "aoti", "pt2", "executorch")
-    },
-}
+KNOWN: dict[tuple[str, str], tuple[bool, str]] = {}
 
 
 @pytest.fixture(scope="session")

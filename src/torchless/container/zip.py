@@ -474,8 +474,9 @@ class ZipReader:
             )
         return crc & MAX32
 
-    def read_bytes(self, name: str | ZipEntry, **kw: Any) -> bytes:
-        return bytes(self.read(name, **kw))
+    def read_bytes(self, name: str | ZipEntry, *, max_size: int | None = None) -> bytes:
+        """:meth:`read` as ``bytes`` (a copy)."""
+        return bytes(self.read(name, max_size=max_size))
 
     # -- checks ------------------------------------------------------------------------
     def verify(self, *, crc: bool = True) -> list[Problem]:

@@ -91,35 +91,38 @@ def confine(
     return real
 
 
-def confined_file(root: Any, name: str, **kw: Any) -> str:
+def confined_file(
+    root: Any, name: str, *, what: str = "file", path: Any = None, member: str | None = None, subdirs: bool = False
+) -> str:
     """:func:`confine`, then require an existing regular file (never a FIFO or device).
 
     Raises:
         LinkEscapeError: as :func:`confine`, or not a regular file.
         NotFoundError: the file does not exist.
     """
-    real = confine(root, name, **kw)
+    real = confine(root, name, what=what, path=path, member=member, subdirs=subdirs)
+    where = path if path is not None else os.fspath(root)
     try:
         st = os.stat(real)
     except FileNotFoundError:
         raise NotFoundError(
-            f"{kw.get('what', 'file')} not found",
-            path=kw.get("path", os.fspath(root)),
-            member=kw.get("member"),
+            f"{what} not found",
+            path=where,
+            member=member,
             found=repr(name)[:120],
         ) from None
     except OSError as e:
         raise LinkEscapeError(
-            f"refused {kw.get('what', 'file')}: cannot stat ({e.strerror})",
-            path=kw.get("path", os.fspath(root)),
-            member=kw.get("member"),
+            f"refused {what}: cannot stat ({e.strerror})",
+            path=where,
+            member=member,
             found=repr(name)[:120],
         ) from None
     if not stat.S_ISREG(st.st_mode):
         raise FormatError(
-            f"refused {kw.get('what', 'file')}: not a regular file",
-            path=kw.get("path", os.fspath(root)),
-            member=kw.get("member"),
+            f"refused {what}: not a regular file",
+            path=where,
+            member=member,
             found=repr(name)[:120],
         )
     return real

@@ -17,9 +17,16 @@ from typing import Any, Union
 
 from .errors import NotFoundError, TruncatedError, UsageError
 
-__all__ = ["ByteSource", "BytesSource", "MmapSource", "PathLike", "SourceFile", "open_source"]
+__all__ = ["ByteSource", "BytesSource", "MmapSource", "PathLike", "SourceFile", "is_mapped", "open_source"]
 
 PathLike = Union[str, "os.PathLike[str]"]
+
+
+def is_mapped(buf: object) -> bool:
+    """True when ``buf`` is a zero-copy view of a file mapping (what :meth:`MmapSource.view`
+    returns). Such a view must not be kept past the read that asked for it (cache the
+    source and the range instead), or ``close()`` cannot unmap the file."""
+    return type(buf) is memoryview and type(buf.obj) is mmap.mmap
 
 
 class ByteSource:
@@ -79,7 +86,8 @@ class ByteSource:
         raise NotImplementedError
 
     def close(self) -> None:
-        """Release the mapping; views handed out keep it alive until they are dropped."""
+        """Release what the source holds (a file's mapping: :meth:`MmapSource.close`);
+        nothing to do for bytes in memory."""
 
     def __enter__(self) -> ByteSource:
         return self
@@ -101,10 +109,20 @@ class BytesSource(ByteSource):
 
 
 class MmapSource(ByteSource):
-    """A read-only memory map of a whole file (empty files get an empty buffer)."""
+    """A read-only memory map of a whole file (empty files get an empty buffer).
+
+    :meth:`close` releases the file: the mapping is unmapped (and the descriptor the
+    mapping holds is closed) at once when nothing else uses it. Arrays already handed out
+    over the mapping (``Tensor.numpy()`` results the caller still holds) stay readable:
+    they keep the pages mapped until the last of them is dropped, as torch's ``mmap=True``
+    tensors do, and the mapping then goes with them. Any read through the source after
+    ``close`` (``view``, ``read_at``, ``copy``, ``searchable``) raises
+    :class:`~torchless.core.errors.UsageError`.
+    """
 
     def __init__(self, path: PathLike) -> None:
         self.name = os.fspath(path)
+        self._closed = False
         try:
             fd = os.open(self.name, os.O_RDONLY | getattr(os, "O_BINARY", 0))
         except FileNotFoundError:
@@ -121,20 +139,34 @@ class MmapSource(ByteSource):
                     self._map: mmap.mmap | None = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
                 except (OSError, ValueError) as e:
                     raise UsageError(f"cannot memory-map this file: {e}", path=self.name) from None
-                self._mv = memoryview(self._map)
+                self._mv: memoryview | None = memoryview(self._map)
             else:
                 self._map = None
                 self._mv = memoryview(b"")
         finally:
             os.close(fd)
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _refuse_closed(self) -> UsageError:
+        return UsageError("the file was closed: reopen it to read its data", path=self.name)
+
     def _buffer(self) -> memoryview:
-        return self._mv
+        mv = self._mv
+        if mv is None:
+            raise self._refuse_closed()
+        return mv
 
     def searchable(self) -> bytes | mmap.mmap:
+        if self._closed:
+            raise self._refuse_closed()
         return self._map if self._map is not None else b""
 
     def copy(self, offset: int, length: int, *, what: str = "data") -> memoryview:
+        if self._closed:
+            raise self._refuse_closed()
         self.check(offset, length, what=what)
         import numpy as np
 
@@ -153,9 +185,22 @@ class MmapSource(ByteSource):
         return mv
 
     def close(self) -> None:
-        # Views handed to tensors keep the mapping alive (mmap refuses to close with
-        # exports), so dropping our reference is all we do.
-        self._mv = memoryview(b"") if self._map is None else self._mv
+        """Release the file: unmap now, or, while arrays over the mapping are still held
+        elsewhere, drop this source's references so the last of them unmaps it. Reads
+        through this source raise UsageError from here on. Idempotent."""
+        self._closed = True
+        mv, self._mv = self._mv, None
+        m, self._map = self._map, None
+        if mv is not None:
+            try:
+                mv.release()
+            except BufferError:  # something took a buffer from the whole view: it keeps it
+                pass
+        if m is not None:
+            try:
+                m.close()
+            except BufferError:  # views handed out still export the map: they unmap it when dropped
+                pass
 
 
 class SourceFile(io.RawIOBase):

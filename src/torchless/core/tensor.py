@@ -22,6 +22,7 @@ import numpy as np
 
 from .dtypes import DType, by_name, from_numpy
 from .errors import FormatError, UnsupportedError, UsageError
+from .source import is_mapped
 
 __all__ = ["Storage", "Tensor", "SparseTensor", "NestedTensor", "as_tensor", "is_torch_tensor", "tensor", "unique_names"]
 
@@ -90,11 +91,21 @@ class Storage:
 
     @property
     def loaded(self) -> bool:
+        """True when the bytes are held in memory (given, or copied by the loader);
+        False for a storage read lazily, or through a file mapping on each access."""
         return self._data is not None
 
     def bytes(self) -> memoryview:
-        """The storage's bytes (a zero-copy view when the source is memory-mapped)."""
-        if self._data is None:
+        """The storage's bytes (a zero-copy view when the source is memory-mapped).
+
+        Bytes the loader copied into memory of their own (inflated, fetched, read eagerly)
+        are kept for the next call. A view of a memory-mapped file is not kept: it is
+        asked of the source on each call (a slice, no copy), so closing the artifact can
+        unmap the file, and a read after ``close()`` raises UsageError instead of holding
+        the mapping. The arrays a caller already has keep their own view.
+        """
+        data = self._data
+        if data is None:
             if self._loader is None:
                 raise UnsupportedError(f"storage {self.key!r} has no data (meta or skipped)")
             data = memoryview(self._loader()).cast("B")
@@ -105,8 +116,9 @@ class Storage:
                     expected=f"{self.nbytes} bytes",
                     found=f"{len(data)} bytes",
                 )
-            self._data = data
-        return self._data
+            if not is_mapped(data):
+                self._data = data
+        return data
 
     @property
     def swap_unit(self) -> int:

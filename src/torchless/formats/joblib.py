@@ -20,7 +20,8 @@ from __future__ import annotations
 import bz2
 import lzma
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,7 @@ import numpy as np
 from ..core.errors import FormatError, LimitError, TorchlessError, UnsupportedError
 from ..core.findings import Problem
 from ..core.source import open_source
+from ..core.tensor import Storage, as_tensor
 from ..core.tree import iter_tensors
 from ..pickle.globals import GlobalRef, PickledObject
 from ..pickle.machine import Limits, Unpickler
@@ -98,9 +100,14 @@ def read_joblib(
     path: Any = None,
     limits: Limits = Limits(),
     extra_globals: dict[str, Any] | None = None,
+    view_of: Callable[..., memoryview] | None = None,
 ) -> tuple[Any, list[dict[str, Any]]]:
     """Unpickle a (decompressed) joblib stream: ``(object, arrays)`` where each array
     entry is ``{"offset", "shape", "dtype", "order", "value"}``.
+
+    ``view_of`` (a :meth:`~torchless.core.source.ByteSource.view` of the source ``data``
+    was read from, for an uncompressed file) makes the arrays' tensors read through the
+    source on each access rather than hold views of ``data``.
 
     Raises:
         FormatError / TruncatedError: a malformed wrapper state or array past the end.
@@ -160,11 +167,19 @@ def read_joblib(
         arr = np.frombuffer(buf, dtype=dtype, count=count, offset=pos + skip).reshape(shape, order=order)
         value: Any = arr
         try:
-            from ..core.tensor import as_tensor
-
             value = as_tensor(arr)
         except TorchlessError:
-            pass  # a dtype torch has no name for (strings, datetimes, records): kept as an array
+            # a dtype torch has no name for (strings, datetimes, records): kept as an array,
+            # a copy when it would be a view of the file mapping (close() unmaps the file)
+            if view_of is not None:
+                value = arr.copy()
+        else:
+            st = value.storage
+            if view_of is not None and st is not None and nbytes and arr.flags.c_contiguous and arr.dtype.isnative:
+                # a zero-copy view of the mapped file: read through the source on each
+                # access instead of holding the view, so close() can release the file
+                loader = partial(view_of, pos + skip, nbytes, what=f"array @{pos + skip}")
+                value.storage = Storage._lazy(st.key, nbytes, st.dtype, st.location, loader, st.byteorder, f"array @{pos + skip}")
         arrays.append({"offset": pos + skip, "shape": shape, "dtype": str(dtype), "order": order, "value": value})
         return skip + nbytes, value
 
@@ -195,7 +210,12 @@ class JoblibArtifact(Artifact):
             else:
                 data = _decompress(self.source.view(0, self.source.size), self.compression, limits.max_input, path=self.path)
             self.obj, self.arrays = read_joblib(
-                data, weights_only=self.weights_only, path=self.path, limits=limits, extra_globals=self.policy.extra_globals()
+                data,
+                weights_only=self.weights_only,
+                path=self.path,
+                limits=limits,
+                extra_globals=self.policy.extra_globals(),
+                view_of=self.source.view if self.compression is None else None,
             )
         except BaseException:
             self.source.close()

@@ -18,7 +18,6 @@ import os
 import sys
 import types
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 from ..core.errors import NotFoundError, UsageError
 from ..core.findings import Finding
@@ -180,8 +179,14 @@ class _CallableModule(types.ModuleType):
     than re-binding it to the function) keeps ``import torchless.scan.policy`` working.
     """
 
-    def __call__(self, path: Any, **kw: Any) -> ScanReport:
-        return scan(path, **kw)
+    def __call__(
+        self,
+        path: os.PathLike[str] | str | Sequence[os.PathLike[str] | str],
+        *,
+        unknown_severity: str = "medium",
+        jobs: int | None = None,
+    ) -> ScanReport:
+        return scan(path, unknown_severity=unknown_severity, jobs=jobs)
 
 
 sys.modules[__name__].__class__ = _CallableModule

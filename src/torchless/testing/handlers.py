@@ -21,7 +21,9 @@ The checks (:data:`CHECKS`, each ``check(suite, name)`` raising ``AssertionError
   handler writes).
 * ``close``: after ``close`` no file descriptor or memory mapping of the sample remains,
   though the artifact object is still referenced; ``release``: none remains once it is
-  dropped either (no cache or global holds the file).
+  dropped either (no cache or global holds the file); ``after-close``: arrays taken before
+  ``close`` stay valid (and the file goes with the last of them); a tensor read only after
+  it raises a ``TorchlessError`` or gives its right values.
 * ``roundtrip``: what the handler writes reads back equal (tensors, or whole objects),
   in torchless and in the oracle.
 * ``edit``: a handler that edits replaces a sample's tensors in a new file.
@@ -753,6 +755,42 @@ def check_release(suite: Suite, name: str) -> None:
         assert not held, f"{s.label}: still open after close() and collection: {held[:4]}"
 
 
+def check_after_close(suite: Suite, name: str) -> None:
+    """What ``close`` does to values: arrays taken before it stay readable and correct
+    (they keep their pages mapped, as torch's ``mmap=True`` tensors do) and the file goes
+    once the last of them is dropped; a tensor read only after ``close`` raises a
+    ``TorchlessError`` (the file is closed) or gives its right values (bytes the handler
+    had already copied into memory), nothing else."""
+    if not os.path.isdir("/proc/self/fd"):
+        raise ConformanceSkip("needs /proc (Linux)")
+    for s in suite.samples(name):
+        p = _copy(s, suite.scratch(f"{name}-after-close"))
+        _read_around_close(s, name, p)
+        gc.collect()
+        left = _held(_held_paths(s, p))
+        assert not left, f"{s.label}: still open once the arrays taken before close() are dropped: {left[:4]}"
+
+
+def _read_around_close(s: Sample, name: str, p: Path) -> None:
+    """Take every other tensor's array, close, check them and read the others (the
+    arrays go when this returns)."""
+    with _open(s, name, p) as ref:
+        want = {n: Expected.from_torchless(t) for n, t in ref.tensors() if getattr(t, "storage", None) is not None}
+    art = _open(s, name, p)
+    tensors = [(n, t) for n, t in art.tensors() if n in want]
+    held = {n: t.numpy(raw=True) for n, t in tensors[::2]}
+    art.close()
+    gc.collect()
+    for n, a in held.items():
+        assert np.ascontiguousarray(a).tobytes() == want[n].data, f"{s.label}: {n}: an array taken before close() changed"
+    for n, t in tensors[1::2]:
+        try:
+            got = t.tobytes()
+        except TorchlessError:
+            continue
+        assert got == want[n].data, f"{s.label}: {n}: read after close() gives wrong values"
+
+
 def check_roundtrip(suite: Suite, name: str) -> None:
     """Tensors written by the handler read back equal; objects saved by it keep their tensors."""
     import torchless
@@ -854,6 +892,7 @@ CHECKS: dict[str, Callable[[Suite, str], None]] = {
     "options": check_options,
     "close": check_close,
     "release": check_release,
+    "after-close": check_after_close,
     "roundtrip": check_roundtrip,
     "edit": check_edit,
     "cli": check_cli,

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...core.errors import UsageError
 
-__all__ = ["require_format", "COMMAND_FOR"]
+if TYPE_CHECKING:
+    from ...formats.base import Artifact, LoadPolicy
+
+__all__ = ["open_required", "COMMAND_FOR"]
 
 #: the format-specific command for each format (generic ones: info, ls, verify, diff)
 COMMAND_FOR = {
@@ -32,19 +35,24 @@ _WHAT = {
 }
 
 
-def require_format(path: Any, wanted: tuple[str, ...], command: str) -> str:
-    """The detected format of ``path`` if it is one of ``wanted``.
+def open_required(path: Any, wanted: tuple[str, ...], command: str, *, policy: LoadPolicy | None = None) -> Artifact:
+    """``path`` opened by its handler if its detected format is one of ``wanted``: one
+    detection, whose probe (with the parsed zip directory) the handler takes over, so the
+    file is parsed once.
 
     Raises:
         UsageError: another kind of artifact; the message names what it is and which
             command fits it.
         NotFoundError, FormatError: missing or unrecognized.
     """
-    from ..._api import detect
+    from ...formats.registry import probe_and_detect
 
-    fmt = detect(path)
-    if fmt in wanted:
-        return fmt
+    h, probe = probe_and_detect(path)
+    if h.name in wanted:
+        return h.open(path, policy, probe=probe)
+    if probe is not None:
+        probe.close()
+    fmt = h.name
     need = " or ".join(_WHAT.get(w, w) for w in wanted)
     fits = COMMAND_FOR.get(fmt)
     raise UsageError(

@@ -112,15 +112,15 @@ def cmd_convert(args: argparse.Namespace) -> int:
     if args.cleanup:
         return cleanup_command(args.dst, folder=False, as_json=args.json)
     ranged = ranged_options(args)
-    with _open(args.src, args.format) as art:
+    with _open(args.src, args.format) as art:  # one detection, one parse: convert takes the open artifact
         total = sum(t.nbytes for _, t in art.tensors())
-    prog = Progress(total, f"convert {args.dst}", force=_progress_wanted(args))
-    try:
-        extra: dict[str, Any] = {"max_shard_size": args.max_shard_size} if args.max_shard_size else {}
-        extra.update(ranged)
-        res = convert(args.src, args.dst, src_format=args.format, dst_format=args.to, progress=prog, strict=args.strict, **extra)
-    finally:
-        prog.close()
+        prog = Progress(total, f"convert {args.dst}", force=_progress_wanted(args))
+        try:
+            extra: dict[str, Any] = {"max_shard_size": args.max_shard_size} if args.max_shard_size else {}
+            extra.update(ranged)
+            res = convert(art, args.dst, dst_format=args.to, progress=prog, strict=args.strict, **extra)
+        finally:
+            prog.close()
     res = {"source": args.src, "destination": args.dst, **res}
     if args.json:
         emit_json("convert", res)

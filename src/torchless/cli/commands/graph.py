@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ...core.errors import NotFoundError
+from ...core.errors import InternalError, NotFoundError
 
 __all__ = ["register", "format_graph", "graph_json"]
 
@@ -54,11 +54,13 @@ def format_graph(graph: Any, *, table: bool = False, name: str = "forward") -> s
 
 
 def cmd_graph(args: argparse.Namespace) -> int:
-    from ...formats.pt2.read import read_pt2
-    from ._fit import require_format
+    from ...formats.pt2.handler import Pt2Artifact
+    from ._fit import open_required
 
-    require_format(args.path, ("pt2",), "graph")
-    with read_pt2(args.path) as arc:
+    with open_required(args.path, ("pt2",), "graph") as art:
+        if not isinstance(art, Pt2Artifact):  # the pt2 handler opened it
+            raise InternalError(f"the pt2 handler opened {type(art).__name__}")
+        arc = art.archive
         if args.model is None:
             progs = arc.programs
         elif args.model in arc.programs:

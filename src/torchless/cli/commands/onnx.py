@@ -48,14 +48,12 @@ def cmd_set_weights(args: argparse.Namespace) -> int:
 
 
 def cmd_graph(args: argparse.Namespace) -> int:
-    from ..._api import open as open_artifact
     from ...formats.onnx.handler import OnnxArtifact
-    from ._fit import require_format
+    from ._fit import open_required
     from .graph import format_graph
 
-    require_format(args.model, ("onnx",), "onnx graph")
-    with open_artifact(args.model, format="onnx") as art:
-        if not isinstance(art, OnnxArtifact):  # format="onnx" opens with the ONNX handler
+    with open_required(args.model, ("onnx",), "onnx graph") as art:
+        if not isinstance(art, OnnxArtifact):  # the ONNX handler opened it
             raise InternalError(f"the onnx handler opened {type(art).__name__}")
         graph = art.graph()
     if args.json:

@@ -13,11 +13,9 @@ __all__ = ["register", "format_set_weights", "format_bytecode"]
 
 def _open(path: str, command: str = "ts") -> Any:
     from ...formats.base import LoadPolicy
-    from ...formats.torchscript.handler import open_torchscript
-    from ._fit import require_format
+    from ._fit import open_required
 
-    require_format(path, ("torchscript",), command)
-    return open_torchscript(path, LoadPolicy(weights_only=False))
+    return open_required(path, ("torchscript",), command, policy=LoadPolicy(weights_only=False))
 
 
 def cmd_code(args: argparse.Namespace) -> int:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +31,7 @@ from ...container.zip import ZipEntry, ZipReader, is_zip
 from ...core import jsonsafe
 from ...core.dtypes import DTYPES, DType
 from ...core.errors import FormatError, LimitError, NotFoundError, TorchlessError
-from ...core.source import BytesSource, open_source
+from ...core.source import BytesSource, is_mapped, open_source
 from ...core.tensor import Storage, Tensor
 from ...pickle.machine import Limits
 from ..pt.read import read_zip_checkpoint
@@ -488,6 +489,15 @@ def _locate_weights(pkg: AotiPackage, model: AotiModel, limits: Limits) -> None:
     _from_linked_record(pkg, model, so_name, info, cpp_only=False)
 
 
+def _slicer(zr: ZipReader, e: ZipEntry, data: memoryview) -> Callable[[int, int], memoryview]:
+    """``(offset, length) -> bytes`` of record ``e`` whose bytes are ``data``: read through
+    the archive again when ``data`` is a view of the file mapping (so closing the package
+    unmaps the file), sliced from ``data`` when it was inflated into memory of its own."""
+    if is_mapped(data):
+        return lambda o, n: zr.read(e)[o : o + n]
+    return lambda o, n: data[o : o + n]
+
+
 def _from_linked_record(pkg: AotiPackage, model: AotiModel, rec: str, info: ElfInfo, *, cpp_only: bool) -> None:
     """Weights from the record linked between the blob symbols of ``rec`` (a .so or .o)."""
     assert info.blob is not None
@@ -519,13 +529,13 @@ def _from_linked_record(pkg: AotiPackage, model: AotiModel, rec: str, info: ElfI
                 )
                 return
             model.blob = (bins[0].name, 0, blob_len)
-            _blob_tensors(model, lambda o, n, d=bdata: d[o : o + n], be.name, 0, blob_len)
+            _blob_tensors(model, _slicer(zr, be, bdata), be.name, 0, blob_len)
             return
         if tail_magic != magic or blob_len < 0 or start < info.end_of_elf:
             model.notes.append(f"{rec}: mmap weights record does not match the bytes appended to the file; not extracted")
             return
         model.blob = (rec, start, blob_len)
-        _blob_tensors(model, lambda o, n, d=data: d[o : o + n], e.name, start, blob_len)
+        _blob_tensors(model, _slicer(zr, e, data), e.name, start, blob_len)
         return
     if size == 8 and need != 8:
         (declared,) = struct.unpack_from("<q", data, off)
@@ -535,7 +545,7 @@ def _from_linked_record(pkg: AotiPackage, model: AotiModel, rec: str, info: ElfI
     model.weights_layout = "embedded"
     model.blob = (rec, off, size)
     if stored:
-        _blob_tensors(model, lambda o, n, d=data: d[o : o + n], e.name, off, size)
+        _blob_tensors(model, _slicer(zr, e, data), e.name, off, size)
 
 
 def _pickle_weights(pkg: AotiPackage, model: AotiModel, cfg_file: PackageFile, limits: Limits) -> None:

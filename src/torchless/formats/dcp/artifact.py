@@ -107,7 +107,7 @@ class DCPArtifact(Artifact):
         options: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Consolidate into one file (``torchless convert`` on a DCP directory)."""
-        return consolidate(self.reader, dst, format=format, progress=progress, strict=strict, **dict(options or {}))
+        return consolidate(self.reader, dst, format=format, progress=progress, strict=strict, options=options)
 
     def close(self) -> None:
         self.reader.close()

@@ -10,7 +10,7 @@ dropped before the next, so peak memory is about the largest tensor.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
@@ -20,6 +20,9 @@ from .read import BlockStorage, DCPReader, unflatten
 from .readers import open_reader
 
 __all__ = ["consolidate"]
+
+#: the keywords of range tasks on an executor (safetensors output)
+_RANGED = ("executor", "max_task_bytes", "resume")
 
 
 @_remote_opts
@@ -32,7 +35,11 @@ def consolidate(
     weights_only: bool = True,
     keys: Any = None,
     strict: bool = False,
-    **kw: Any,
+    max_shard_size: int | str | None = None,
+    options: Mapping[str, Any] | None = None,
+    executor: Any = None,
+    max_task_bytes: int | None = None,
+    resume: bool = False,
 ) -> dict[str, Any]:
     """Write the DCP checkpoint ``src`` (a directory or a :class:`DCPReader`) as ``dst``.
 
@@ -41,22 +48,43 @@ def consolidate(
         weights_only: how non-tensor values are unpickled (``.pt`` output only).
         keys: only these flattened keys.
         strict: refuse (before writing) when a non-tensor value would be dropped.
-        **kw: passed to the writer (``max_shard_size`` for safetensors); ``executor``,
-            ``max_task_bytes`` and ``resume`` (safetensors output) write it as range tasks
-            (see :func:`torchless.formats.ranged.write_shards`).
+        max_shard_size: shard a ``.safetensors`` destination (``"5GB"``, or bytes).
+        options: the destination writer's other options (``metadata`` for safetensors,
+            ``compress`` for npz, ``alignment``/``compute_crc``/``prefix`` for pt;
+            ``torchless formats --json`` lists them).
+        executor, max_task_bytes, resume: write safetensors output as range tasks on an
+            executor (see :func:`torchless.formats.ranged.write_shards`); they may also
+            come in ``options``.
 
     Returns:
         ``{"tensors": n, "bytes": total, "skipped": [non-tensor keys not written],
         "files": [written paths]}``.
+
+    Raises:
+        UsageError: an option the destination's writer does not take (the message names
+            the ones it does), checked before anything is read.
     """
+    from ..base import check_options
     from ..dispatch import write_tensors
     from ..registry import handler, handler_for_path
 
+    h = handler(format) if format else handler_for_path(dst)
+    if h is None:
+        raise UsageError("cannot tell the output format from the file name", path=dst, expected=".pt, .safetensors, .npz ...")
+    opts = {k: v for k, v in (options or {}).items() if v is not None}  # None: the writer's default
+    if max_shard_size is not None:
+        if opts.get("max_shard_size", max_shard_size) != max_shard_size:
+            raise UsageError("max_shard_size given twice, with different values", path=dst)
+        opts["max_shard_size"] = max_shard_size
+    # range tasks on an executor: how the output is written, not options of the format
+    ranged = {k: opts.pop(k) for k in _RANGED if k in opts}
+    ranged.update({k: v for k, v in zip(_RANGED, (executor, max_task_bytes, resume), strict=True) if v not in (None, False)})
+    ranged = {k: v for k, v in ranged.items() if v not in (None, False)}
+    check_options(h, "write", opts, path=dst)
+    if ranged and h.name != "safetensors":
+        raise UsageError("an executor writes safetensors output only", found=h.name, hint="write .safetensors")
     reader = src if isinstance(src, DCPReader) else open_reader(src)
     try:
-        h = handler(format) if format else handler_for_path(dst)
-        if h is None:
-            raise UsageError("cannot tell the output format from the file name", path=dst, expected=".pt, .safetensors, .npz ...")
         want = None if keys is None else set(keys)
         names = [n for n in reader.tensor_names() if want is None or n in want]
         values = [n for n in reader.bytes_names() if want is None or n in want]
@@ -66,9 +94,7 @@ def consolidate(
         if h.name == "pt":
             from ..pt.write import save_checkpoint, save_plain_tensors
 
-            if kw.get("max_shard_size"):
-                raise UsageError("option 'max_shard_size' does not apply to pt output", expected="no options for pt output")
-            if not values and _save_flat(reader, names, dst, progress, save_plain_tensors):
+            if not values and not opts and _save_flat(reader, names, dst, progress, save_plain_tensors):
                 return {"tensors": len(names), "bytes": total, "skipped": [], "files": [os.fspath(dst)]}
             flat: dict[str, Any] = {}
             name_set, value_set = set(names), set(values)  # membership per entry: no quadratic scan
@@ -77,7 +103,7 @@ def consolidate(
                     flat[fqn] = reader.tensor(fqn, view=True)
                 elif fqn in value_set:
                     flat[fqn] = reader.value(fqn, weights_only=weights_only)
-            save_checkpoint(unflatten(flat, reader.metadata.planner_data), os.fspath(dst), progress=progress)
+            save_checkpoint(unflatten(flat, reader.metadata.planner_data), os.fspath(dst), progress=progress, **opts)
             return {"tensors": len(names), "bytes": total, "skipped": [], "files": [os.fspath(dst)]}
         if strict and values:
             shown = ", ".join(values[:8]) + (" ..." if len(values) > 8 else "")
@@ -86,17 +112,14 @@ def consolidate(
                 path=reader.path,
                 hint="write .pt to keep them, or leave out --strict",
             )
-        ranged = {k: kw.pop(k) for k in ("executor", "max_task_bytes", "resume") if kw.get(k) not in (None, False)}
         if ranged:  # range tasks on an executor: workers read the chunks themselves
-            if h.name != "safetensors":
-                raise UsageError("an executor writes safetensors output only", found=h.name, hint="write .safetensors")
             from ..ranged import write_shards
 
             ents = [(n, reader.entries[n].dtype, tuple(reader.entries[n].size), reader.entries[n].nbytes) for n in names]
-            files = write_shards(reader.path, ents, dst, progress=progress, **kw, **ranged)
+            files = write_shards(reader.path, ents, dst, progress=progress, **opts, **ranged)
             return {"tensors": len(names), "bytes": total, "skipped": values, "files": files}
         items = ((n, reader.tensor(n)) for n in names)
-        files = write_tensors(items, dst, format=h.name, progress=progress, **kw)
+        files = write_tensors(items, dst, format=h.name, progress=progress, **opts)
         return {"tensors": len(names), "bytes": total, "skipped": values, "files": files}
     finally:
         if not isinstance(src, DCPReader):

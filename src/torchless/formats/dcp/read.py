@@ -510,6 +510,8 @@ class DCPReader:
     #: :meth:`locate_many` checks the items of a file as arrays from this many on (tests
     #: set 0 to run the batch on every call)
     batch_min = 16
+    #: set by close(): reads that need a file raise UsageError from then on
+    _closed = False
 
     def __init__(self, path: Any, *, metadata: Metadata | None = None) -> None:
         self.path = os.fspath(path)
@@ -586,9 +588,14 @@ class DCPReader:
             p = shown[rel] = os.path.join(self.path, rel)
         return p
 
+    def _refuse_closed(self) -> UsageError:
+        return UsageError("the checkpoint was closed: reopen it to read its data", path=self.path)
+
     def _file(self, rel: str) -> ByteSource:
         m = self._maps.get(rel)
         if m is None:
+            if self._closed:
+                raise self._refuse_closed()
             if self.remote:
                 from ...core.remote import RemoteSource
 
@@ -608,6 +615,8 @@ class DCPReader:
         if fd is None and self.remote:
             return self._file(rel)  # pread_into reads a remote file through its source
         if fd is None:
+            if self._closed:
+                raise self._refuse_closed()
             p = self.real_path(rel)
             try:
                 fd = os.open(p, os.O_RDONLY | getattr(os, "O_BINARY", 0))
@@ -1113,6 +1122,9 @@ class DCPReader:
         return f.view(ref.data_offset, nbytes)
 
     def close(self) -> None:
+        """Close every storage file; tensors read after this raise UsageError (arrays
+        taken before stay valid). Idempotent."""
+        self._closed = True
         pending = self.__dict__.pop("_pending", {})
         for rel, pend in pending.items():
             if pend is not None:

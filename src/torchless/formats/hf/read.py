@@ -315,7 +315,7 @@ class HFArtifact(Artifact):
             strict=strict,
             dropped=dropped,
             source=self.path,
-            **dict(options or {}),
+            options=options,
         )
 
     def close(self) -> None:

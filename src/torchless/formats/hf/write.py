@@ -17,7 +17,7 @@ both.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ...core.atomic import AtomicFile, shard_set
@@ -169,10 +169,29 @@ def convert_tensors(
     strict: bool = False,
     dropped: list[dict[str, str]] | None = None,
     source: Any = None,
-    **kw: Any,
+    max_shard_size: int | str | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``torchless convert`` from a Hugging Face checkpoint: sharded outputs for
-    ``.safetensors`` and ``.index.json`` destinations, one file otherwise."""
+    ``.safetensors`` and ``.index.json`` destinations, one file otherwise.
+
+    Args:
+        max_shard_size: the shard size of a sharded destination (``"5GB"``, or bytes).
+        options: the destination writer's options (``max_shard_size`` may be given here);
+            a sharded destination takes ``max_shard_size`` only.
+
+    Raises:
+        UsageError: an option the destination does not take (the message names the
+            ones it does), checked before anything is written.
+    """
+    from ..base import check_options
+    from ..registry import handler
+
+    opts = {k: v for k, v in (options or {}).items() if v is not None}  # None: the writer's default
+    if max_shard_size is not None:
+        if opts.get("max_shard_size", max_shard_size) != max_shard_size:
+            raise UsageError("max_shard_size given twice, with different values", path=dst)
+        opts["max_shard_size"] = max_shard_size
     dropped = list(dropped or [])
     total = {"tensors": len(items), "bytes": sum(t.nbytes for _, t in items)}
     sharded = format in ("safetensors", "hf")
@@ -188,6 +207,7 @@ def convert_tensors(
             )
 
     if sharded:
+        check_options(handler("hf"), "write", opts, path=dst)  # a sharded set: the Hugging Face writer's options
         p = os.fspath(dst)
         if format == "safetensors" or p.endswith(".safetensors" + INDEX_SUFFIX):
             _kept, aliases = dedupe_aliases(items)  # refuse before writing anything
@@ -196,11 +216,11 @@ def convert_tensors(
             )
         else:
             refuse_if_strict([])
-        files, aliases = write_sharded(items, dst, kw.get("max_shard_size"), progress=progress)
+        files, aliases = write_sharded(items, dst, opts.get("max_shard_size"), progress=progress)
         dropped += [{"key": a, "type": f"alias of {k} (one storage; safetensors stores it once)"} for a, k in aliases.items()]
     else:
         refuse_if_strict([])
         from ..dispatch import write_tensors
 
-        files = write_tensors(items, dst, format=format, progress=progress, **kw)
+        files = write_tensors(items, dst, format=format, progress=progress, **opts)
     return {**total, "files": files, "object_kept": False, "dropped": dropped}
