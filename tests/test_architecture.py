@@ -48,12 +48,7 @@ LAZY_CALLS = {"LazyModule", "lazy_exports", "import_modules"}
 
 #: lazy back edges kept on purpose, each with its reason; any other lazy cycle fails. (A
 #: module-level cycle is never allowed.) Remove an entry when its cycle goes.
-KNOWN_LAZY_BACK_EDGES = {
-    ("torchless.core.source", "torchless.core.remote"): (
-        "open_source hands a URL to RemoteSource (a ByteSource subclass); the remote module, "
-        "and fsspec behind it, is imported only when a URL is opened"
-    ),
-}
+KNOWN_LAZY_BACK_EDGES: dict[tuple[str, str], str] = {}
 
 
 #: deferred imports of a higher layer kept on purpose, each with its reason; any other

@@ -5,10 +5,10 @@ Every path torchless takes may be a URL (``s3://``, ``gs://``, ``az://``, ``hf:/
 fsspec side: :func:`is_url` is a string test, and fsspec (the optional extra
 ``torchless[remote]``) is imported only when a URL is opened.
 
-* :class:`RemoteSource` - a :class:`~torchless.core.source.ByteSource` over a remote
-  object that fetches only the ranges asked for: small reads go through a block cache
-  (neighbouring missing blocks are fetched in one request), large reads (a tensor's
-  storage) are fetched exactly, once.
+* :func:`filesystem`, :func:`join`, :func:`isdir`... - URLs as fsspec filesystems and paths;
+  the byte source over a remote object (ranged reads through a block cache shared by the
+  objects of this module) is :class:`torchless.core.source.RemoteSource`, which builds on
+  this module (this module imports nothing of ``source``).
 * :data:`STATS` - bytes fetched and requests made by this process (``--stats``).
 * :func:`storage_options` - credentials and endpoints for the filesystems opened inside
   it (on top of each filesystem's own configuration: ``AWS_ENDPOINT_URL``, profiles...).
@@ -29,13 +29,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar, cast
 
-from .errors import NotFoundError, TruncatedError, UsageError
-from .source import ByteSource
+from .errors import NotFoundError, UsageError
 
 __all__ = [
-    "RemoteSource",
     "RemotePath",
-    "SliceSource",
     "STATS",
     "Stats",
     "is_url",
@@ -206,7 +203,7 @@ def join(base: str, name: str) -> str:
     return os.path.join(base, name)
 
 
-def _missing(e: BaseException) -> bool:
+def is_missing(e: BaseException) -> bool:
     return isinstance(e, (FileNotFoundError, KeyError))
 
 
@@ -280,18 +277,27 @@ def basename(url: str) -> str:
 
 
 def read_bytes(url: str) -> bytes:
-    """The whole object (for small files: an index, a config)."""
-    src = RemoteSource(url)
-    return src.read_at(0, src.size)
+    """The whole object (for small files: an index, a config), in one request."""
+    fs, p = filesystem(url)
+    try:
+        data = fs.cat_file(p)
+    except Exception as e:  # noqa: BLE001 - each filesystem raises its own kind
+        if is_missing(e):
+            raise NotFoundError("no such file", path=url) from None
+        raise UsageError(f"cannot read this URL: {type(e).__name__}: {e}", path=url) from None
+    STATS.fetched(len(data))
+    return bytes(data)
 
 
-_SHARED: dict[tuple[str, int, int, str], tuple[OrderedDict[int, bytes], threading.Lock]] = {}
+#: the block caches of :class:`~torchless.core.source.RemoteSource`, one per object (by URL,
+#: size, block size and version): the same object opened again shares what was fetched
+SHARED_BLOCKS: dict[tuple[str, int, int, str], tuple[OrderedDict[int, bytes], threading.Lock]] = {}
 
 
 def forget(url: str) -> None:
     """Drop cached blocks of ``url`` (after this process wrote it)."""
-    for k in [k for k in _SHARED if k[0] == url]:
-        _SHARED.pop(k, None)
+    for k in [k for k in SHARED_BLOCKS if k[0] == url]:
+        SHARED_BLOCKS.pop(k, None)
 
 
 class RemotePath(str):
@@ -318,162 +324,6 @@ class RemotePath(str):
 
     def is_file(self) -> bool:
         return exists(self) and not isdir(self)
-
-
-class RemoteSource(ByteSource):
-    """A remote object read by byte ranges.
-
-    Args:
-        url: the object's URL.
-        block: cache block size; reads smaller than ``direct`` are served from blocks.
-        cache_blocks: how many blocks the LRU cache keeps.
-        direct: reads of at least this many bytes are fetched exactly and not cached.
-
-    Raises:
-        NotFoundError: no such object.
-        UsageError: the URL names a folder.
-    """
-
-    def __init__(self, url: str, *, block: int = 1 << 16, cache_blocks: int = 256, direct: int = 1 << 20) -> None:
-        self.name = url
-        self.fs, self.path = filesystem(url)
-        try:
-            info = self.fs.info(self.path)
-        except Exception as e:  # noqa: BLE001 - each filesystem raises its own kind
-            if _missing(e):
-                raise NotFoundError("no such file", path=url) from None
-            raise UsageError(f"cannot open this URL: {type(e).__name__}: {e}", path=url) from None
-        if info.get("type") == "directory":
-            raise UsageError("expected a file, got a directory", path=url)
-        size = info.get("size")
-        if size is None:
-            raise UsageError("the server does not tell this object's size", path=url)
-        self.size = int(size)
-        self.block = block
-        self.cache_blocks = cache_blocks
-        self.direct = direct
-        # the same unchanged object opened again in this process (detection, then the
-        # handler) shares the blocks already fetched
-        key = (url, self.size, block, str(info.get("ETag") or info.get("etag") or info.get("mtime") or info.get("LastModified")))
-        shared = _SHARED.get(key)
-        if shared is None:
-            shared = (OrderedDict(), threading.Lock())
-            _SHARED[key] = shared
-            while len(_SHARED) > 8:
-                _SHARED.pop(next(iter(_SHARED)))
-        self._blocks: OrderedDict[int, bytes] = shared[0]
-        self._lock = shared[1]
-        self._all: bytes | None = None
-
-    # -- fetching -----------------------------------------------------------------------
-    def _fetch(self, start: int, end: int) -> bytes:
-        try:
-            data = self.fs.cat_file(self.path, start=start, end=end)
-        except Exception as e:  # noqa: BLE001
-            if _missing(e):
-                raise NotFoundError("the object disappeared while reading", path=self.name) from None
-            raise UsageError(f"cannot read this URL: {type(e).__name__}: {e}", path=self.name, offset=start) from None
-        STATS.fetched(len(data))
-        if len(data) != end - start:
-            raise TruncatedError(
-                "the server returned a short range (the object changed?)",
-                path=self.name,
-                offset=start,
-                expected=f"{end - start} bytes",
-                found=f"{len(data)} bytes",
-            )
-        return bytes(data)
-
-    def _ranged(self, offset: int, length: int) -> bytes:
-        if self._all is not None:
-            return self._all[offset : offset + length]
-        if length >= self.direct:
-            return self._fetch(offset, offset + length)
-        bs = self.block
-        first, last = offset // bs, (offset + length - 1) // bs
-        with self._lock:
-            missing = [b for b in range(first, last + 1) if b not in self._blocks]
-            # coalesce runs of neighbouring missing blocks into one request each
-            runs: list[list[int]] = []
-            for b in missing:
-                if runs and runs[-1][-1] == b - 1:
-                    runs[-1].append(b)
-                else:
-                    runs.append([b])
-            for run in runs:
-                start = run[0] * bs
-                end = min(self.size, (run[-1] + 1) * bs)
-                data = self._fetch(start, end)
-                for i, b in enumerate(run):
-                    self._blocks[b] = data[i * bs : (i + 1) * bs]
-            parts = []
-            for b in range(first, last + 1):
-                self._blocks.move_to_end(b)
-                parts.append(self._blocks[b])
-            while len(self._blocks) > max(self.cache_blocks, last - first + 1):
-                self._blocks.popitem(last=False)
-        joined = parts[0] if len(parts) == 1 else b"".join(parts)
-        lo = offset - first * bs
-        return joined[lo : lo + length]
-
-    # -- ByteSource ---------------------------------------------------------------------
-    def view(self, offset: int, length: int, *, what: str = "data") -> memoryview:
-        self.check(offset, length, what=what)
-        if length == 0:
-            return memoryview(b"")
-        return memoryview(self._ranged(offset, length))
-
-    def read_at(self, offset: int, length: int, *, what: str = "data") -> bytes:
-        self.check(offset, length, what=what)
-        return self._ranged(offset, length) if length else b""
-
-    def copy(self, offset: int, length: int, *, what: str = "data") -> memoryview:
-        import numpy as np
-
-        data = self.read_at(offset, length, what=what)
-        out = np.empty(length, dtype=np.uint8)
-        out[:] = np.frombuffer(data, dtype=np.uint8)
-        return out.data
-
-    def searchable(self) -> bytes:
-        """The whole object (formats that are one pickle stream need it all)."""
-        if self._all is None:
-            self._all = self._fetch(0, self.size) if self.size else b""
-            self._blocks.clear()
-        return self._all
-
-    def _buffer(self) -> memoryview:
-        return memoryview(self.searchable())
-
-
-class SliceSource(ByteSource):
-    """``[offset, offset+length)`` of another source, read through it (no copy, no fetch
-    until asked): an item inside a remote DCP file parsed by ranges."""
-
-    def __init__(self, parent: ByteSource, offset: int, length: int, *, name: str | None = None) -> None:
-        parent.check(offset, length)
-        self.parent = parent
-        self.base = offset
-        self.size = length
-        self.name = name or f"{parent.name}@{offset}"
-
-    def view(self, offset: int, length: int, *, what: str = "data") -> memoryview:
-        self.check(offset, length, what=what)
-        return self.parent.view(self.base + offset, length, what=what)
-
-    def read_at(self, offset: int, length: int, *, what: str = "data") -> bytes:
-        self.check(offset, length, what=what)
-        return self.parent.read_at(self.base + offset, length, what=what)
-
-    def copy(self, offset: int, length: int, *, what: str = "data") -> memoryview:
-        self.check(offset, length, what=what)
-        return self.parent.copy(self.base + offset, length, what=what)
-
-    def searchable(self) -> bytes:
-        return self.read_at(0, self.size)
-
-    def _buffer(self) -> memoryview:
-        return memoryview(self.searchable())
 
 
 def upload(local: str, url: str) -> int:

@@ -268,7 +268,9 @@ class Probe:
 
         if remote.isdir(url):
             return cls(remote.RemotePath(url), True, b"")  # type: ignore[arg-type]
-        src = remote.RemoteSource(url)
+        from ..core.source import RemoteSource
+
+        src = RemoteSource(url)
         return cls(remote.RemotePath(url), False, src.read_at(0, min(4096, src.size)), _source=src)  # type: ignore[arg-type]
 
     @classmethod

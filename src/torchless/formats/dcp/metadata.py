@@ -25,7 +25,7 @@ from typing import Any
 
 from ...core.dtypes import DType
 from ...core.errors import FormatError, TorchlessError, short_repr
-from ...core.source import open_source
+from ...core.source import RemoteSource, open_source
 from ...core.values import Layout, Size
 from ...pickle.fastpath import FALLBACK, OPAQUE, EntryHooks, fast_load, int_token
 from ...pickle.globals import Allowlist, Rebuilder
@@ -768,7 +768,7 @@ def _read_remote_metadata(directory: str, name: str) -> Metadata:
 
     p = remote.join(directory, name)
     try:
-        src = remote.RemoteSource(p)
+        src = RemoteSource(p)
     except NotFoundError:
         ranks = rank_metadata_names(directory) if name == METADATA_NAME else []
         if ranks:

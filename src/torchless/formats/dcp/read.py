@@ -46,7 +46,7 @@ from ...core.errors import (
     short_repr,
 )
 from ...core.paths import confine
-from ...core.source import ByteSource, BytesSource, MmapSource
+from ...core.source import ByteSource, BytesSource, MmapSource, RemoteSource, SliceSource
 from ...core.tensor import Storage, Tensor
 from ...core.values import StorageType
 from ...pickle.fastpath import FALLBACK, OnceResolver, fast_load, fast_tensor
@@ -597,8 +597,6 @@ class DCPReader:
             if self._closed:
                 raise self._refuse_closed()
             if self.remote:
-                from ...core.remote import RemoteSource
-
                 m = self._maps[rel] = RemoteSource(self.real_path(rel))
                 return m
             m = MmapSource(self.real_path(rel))
@@ -625,13 +623,11 @@ class DCPReader:
             self._fds[rel] = fd
         return fd
 
-    def _item_source(self, info: StorageInfo, what: str) -> BytesSource:
+    def _item_source(self, info: StorageInfo, what: str) -> ByteSource:
         src = self._file(info.relative_path)
         src.check(info.offset, info.length, what=f"{what} in {info.relative_path}")
         if self.remote:  # only the ranges the item's parser asks for are fetched
-            from ...core.remote import SliceSource
-
-            return SliceSource(src, info.offset, info.length, name=f"{self._shown(info.relative_path)}@{info.offset}")  # type: ignore[return-value]
+            return SliceSource(src, info.offset, info.length, name=f"{self._shown(info.relative_path)}@{info.offset}")
         return BytesSource(
             src.view(info.offset, info.length), name=f"{os.path.join(self.path, info.relative_path)}@{info.offset}"
         )

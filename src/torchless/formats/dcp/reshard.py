@@ -32,6 +32,7 @@ from ...core import remote
 from ...core.atomic import AtomicDir, AtomicFile, atomic_write_bytes, holding_signals
 from ...core.errors import NotFoundError, UnsupportedError, UsageError
 from ...core.remote import accepts_storage_options as _remote_opts
+from ...core.source import RemoteSource
 from ...core.tensor import Storage, Tensor
 from .metadata import dump_metadata
 from .read import BlockStorage as _BlockStorage
@@ -301,7 +302,7 @@ class WrittenItem:
 
 def _copy_range(src_path: str, info: StorageInfo, out: Any) -> None:
     if remote.is_url(src_path):  # a saved chunk of a remote checkpoint: its range, in 64 MiB requests
-        rs = remote.RemoteSource(src_path)
+        rs = RemoteSource(src_path)
         for done in range(0, info.length, 64 << 20):
             out.write(rs.read_at(info.offset + done, min(64 << 20, info.length - done), what="chunk"))
         return

@@ -23,6 +23,7 @@ from ...core.errors import FormatError, LimitError, NotFoundError, TorchlessErro
 from ...core.findings import Problem
 from ...core.paths import confined_file
 from ...core.remote import is_url
+from ...core.source import RemoteSource
 from ...core.tree import iter_tensors
 from ..base import Artifact, LoadPolicy, summarize_tensors
 from .spec import KINDS, SHARD_RE, SINGLE_FILES, index_names, is_index_file
@@ -104,7 +105,7 @@ class HFArtifact(Artifact):
         assert self.index is not None
         if self.remote:
             where = remote.child(self.folder, self.index, what="index file")
-            src = remote.RemoteSource(where)
+            src = RemoteSource(where)
             size = src.size
         else:
             where = os.path.join(self.folder, self.index)

@@ -81,9 +81,9 @@ def has_dcp_sharding(path: str) -> bool:
     """True when the safetensors file's header names ``DCP_SHARDING_INFO`` (DCP's
     per-rank flavour). Reads only the header (at most 16 MiB)."""
     if is_url(path):
-        try:
-            from ...core.remote import RemoteSource
+        from ...core.source import RemoteSource
 
+        try:
             src = RemoteSource(path)
             if src.size < 8:
                 return False
@@ -132,10 +132,11 @@ def index_shards(index_path: Any, *, max_bytes: int = 256 << 20) -> list[tuple[s
     p = os.fspath(index_path)
     if is_url(p):
         from ...core import remote
+        from ...core.source import RemoteSource
 
         folder = remote.dirname(p)
         try:
-            src = remote.RemoteSource(p)
+            src = RemoteSource(p)
             if src.size > max_bytes:
                 return []
             data = json.loads(src.read_at(0, src.size))
