@@ -11,6 +11,7 @@ for the start-up row. Rows (torchless vs its yardstick, the goal is the issue's)
   read     load(mmap=False) + all bytes vs numpy.fromfile of the file      <= 2.5x
   save     torchless.save               vs raw write() of the same bytes   <= 4x
   dcp      consolidate DCP -> .pt       vs dcp_to_torch_save               >= 10x faster
+  mmap     load (mapped) + every numpy()  vs torch.load(mmap=True) + numpy()   (no goal)
   info     `torchless info` small file  vs python -c 'import numpy'        <= +0.1 s
 
 The start-up row compares whole-process wall times with bytecode compiled beforehand.
@@ -61,6 +62,21 @@ with safe_open(P, framework="numpy") as f:
     rows = [(k, f.get_slice(k).get_dtype(), tuple(f.get_slice(k).get_shape())) for k in f.keys()]
 done(time.perf_counter() - t, n=len(rows))
 """,
+    "torchless_mmap_read": """
+import torchless, torchless.formats.registry as reg
+reg.handlers()
+t = start()
+sd = torchless.load(P)  # mapped: every numpy() is a view of the file's pages
+s = sum(int(x.numpy()[-1:].view("u4").sum()) for x in sd.values())  # touch each tensor's last page
+done(time.perf_counter() - t)
+""",
+    "torch_mmap_read": """
+import torch
+t = start()
+sd = torch.load(P, mmap=True, weights_only=True)
+s = sum(int(x.numpy()[-1:].view("u4").sum()) for x in sd.values())
+done(time.perf_counter() - t)
+""",
     "torchless_dcp": """
 import os
 from torchless.formats.dcp.consolidate import consolidate
@@ -80,7 +96,7 @@ os.unlink(ARGS[1])
 """,
 }
 
-ROWS = ["list", "read", "save", "dcp", "info"]
+ROWS = ["list", "read", "save", "dcp", "info", "mmap"]
 
 
 def main() -> None:
@@ -117,6 +133,11 @@ def main() -> None:
         h.case("numpy_fromfile", CODE["numpy_fromfile"], args=[pt], warm=[pt])
         h.ratio("eager read of every tensor", "torchless_read", "numpy_fromfile", goal=2.5)
         h.ratio("eager read of every tensor (CPU seconds)", "torchless_read", "numpy_fromfile", goal=2.5, key="cpu")
+    if "mmap" in only:
+        h.case("torchless_mmap_read", CODE["torchless_mmap_read"], args=[pt], warm=[pt])
+        h.case("torch_mmap_read", CODE["torch_mmap_read"], args=[pt], warm=[pt])
+        h.ratio("mapped read of every tensor", "torchless_mmap_read", "torch_mmap_read", goal=None)
+        h.ratio("mapped read of every tensor (CPU seconds)", "torchless_mmap_read", "torch_mmap_read", goal=None, key="cpu")
     if "save" in only:
         h.case("torchless_save", CODE["torchless_save"], args=[pt, out], warm=[pt])
         h.case("raw_write", CODE["raw_write"], args=[pt, out], warm=[pt])

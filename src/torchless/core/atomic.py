@@ -426,6 +426,8 @@ class AtomicFile:
                 raise _write_error(e, self.dest) from None
             _track(self, self.tmp, False)
         self._raw: BinaryIO = os.fdopen(fd, "wb", buffering=1 << 20)
+        # _Guarded forwards the file methods writers call (write, flush, tell...) without
+        # subclassing BinaryIO, whose abstract interface is far wider than what is used
         self.file: BinaryIO = _Guarded(self._raw, self.dest)  # type: ignore[assignment]
         self._done = False
         self._finished = False

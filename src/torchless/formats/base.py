@@ -266,12 +266,14 @@ class Probe:
     def _of_url(cls, url: str) -> Probe:
         from ..core import remote
 
+        # a RemotePath stands where detection expects a Path: it has the Path members that
+        # sniffers use (name, suffix, /, is_dir, exists) but is a str, not a Path
         if remote.isdir(url):
-            return cls(remote.RemotePath(url), True, b"")  # type: ignore[arg-type]
+            return cls(remote.RemotePath(url), True, b"")  # type: ignore[arg-type]  # a RemotePath for a Path
         from ..core.source import RemoteSource
 
         src = RemoteSource(url)
-        return cls(remote.RemotePath(url), False, src.read_at(0, min(4096, src.size)), _source=src)  # type: ignore[arg-type]
+        return cls(remote.RemotePath(url), False, src.read_at(0, min(4096, src.size)), _source=src)  # type: ignore[arg-type]  # a RemotePath for a Path
 
     @classmethod
     def of_source(cls, data: Any, name: str = "<bytes>") -> Probe:
@@ -515,7 +517,14 @@ class Artifact:
         return problems
 
     def close(self) -> None:
-        pass
+        """Release every file descriptor and memory map this artifact opened (idempotent).
+
+        Arrays already taken with ``Tensor.numpy()`` stay valid: they keep the pages they
+        view mapped until they are dropped, as torch's ``mmap=True`` tensors do. Reading a
+        tensor's values after ``close`` raises :class:`~torchless.core.errors.UsageError`
+        unless its bytes were already copied into memory (inflated, fetched). Handlers
+        override this; the conformance checks ``close``, ``release`` and ``after-close``
+        hold every handler to it."""
 
     def keys(self) -> list[str]:
         return list(self._names())

@@ -789,6 +789,13 @@ def _read_around_close(s: Sample, name: str, p: Path) -> None:
         except TorchlessError:
             continue
         assert got == want[n].data, f"{s.label}: {n}: read after close() gives wrong values"
+    for what, call in (("info", art.info), ("verify", art.verify), ("tensors", lambda: list(art.tensors()))):
+        try:
+            call()
+        except TorchlessError:
+            pass  # refused: the file is closed
+        except Exception as e:  # noqa: BLE001 - the check: nothing but a TorchlessError
+            raise AssertionError(f"{s.label}: {what}() after close() raised {type(e).__name__}: {e}") from e
 
 
 def check_roundtrip(suite: Suite, name: str) -> None:
