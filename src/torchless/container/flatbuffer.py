@@ -106,7 +106,7 @@ class Table:
         slot = 4 + 2 * index
         if slot + 2 > self.vsize:
             return None
-        off = self.fb.scalar(self.vt + slot, "H")
+        off = int(self.fb.scalar(self.vt + slot, "H"))
         if not off:
             return None
         if off + size > self.tsize:

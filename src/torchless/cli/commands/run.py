@@ -6,7 +6,7 @@ import argparse
 import re
 from typing import Any
 
-from ...core.errors import NotFoundError, UsageError
+from ...core.errors import InternalError, NotFoundError, UsageError
 
 __all__ = ["register", "flatten_outputs", "summarize"]
 
@@ -80,13 +80,15 @@ def _read_inputs(path: str) -> tuple[list[Any], dict[str, Any]]:
 def cmd_run(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from ...formats.pt2.read import read_pt2
-    from ._fit import require_format
+    from ...formats.pt2.handler import Pt2Artifact
+    from ._fit import open_required
 
-    require_format(args.path, ("pt2",), "run")
-    if bool(args.inputs) == bool(args.sample_inputs):
-        raise UsageError("give either --inputs IN.npz or --sample-inputs")
-    with read_pt2(args.path) as arc:
+    with open_required(args.path, ("pt2",), "run") as art:
+        if not isinstance(art, Pt2Artifact):  # the pt2 handler opened it
+            raise InternalError(f"the pt2 handler opened {type(art).__name__}")
+        if bool(args.inputs) == bool(args.sample_inputs):
+            raise UsageError("give either --inputs IN.npz or --sample-inputs")
+        arc = art.archive
         if args.model is None:
             prog = arc.program
         elif args.model in arc.programs:
