@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch", reason="torch is the oracle of these tests"
 
 
 def _cli(capsys, *argv: str) -> tuple[int, str, str]:
-    remote._SHARED.clear()  # every command starts cold, as a new process does
+    remote.SHARED_BLOCKS.clear()  # every command starts cold, as a new process does
     capsys.readouterr()
     code = main(list(argv))
     out, err = capsys.readouterr()
@@ -115,7 +115,7 @@ def test_http_tensor_reads_its_range(http_root):
     root, base, handler = http_root
     sd = {"a": torch.randn(1 << 18), "b": torch.randn(1 << 18), "c": torch.arange(10)}
     torch.save(sd, root / "m.pt")
-    remote._SHARED.clear()
+    remote.SHARED_BLOCKS.clear()
     with torchless.open(f"{base}/m.pt") as art:
         handler.sent = 0
         b = art["b"].numpy()
@@ -304,7 +304,7 @@ def test_storage_options_keyword(s3, tmp_path, monkeypatch):
     try:
         assert torchless.detect(f"{base}/m.pt", storage_options=opts) == "pt"
         torchless.convert(f"{base}/m.pt", f"{base}/kw/o.safetensors", max_shard_size=100000, storage_options=opts)
-        remote._SHARED.clear()
+        remote.SHARED_BLOCKS.clear()
         got = torchless.load(f"{base}/kw/o.safetensors.index.json", storage_options=opts)
         for k, t in sd.items():
             assert got[k].numpy().tobytes() == t.contiguous().view(torch.uint8).numpy().tobytes()
