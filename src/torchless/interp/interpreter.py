@@ -204,7 +204,7 @@ def run_graph(graph: Graph, inputs: list[Any], plans: dict[int, Plan] | None = N
                 out = fn(*args, **kwargs)
             except TorchlessError as e:
                 if not getattr(e, "_interp_node", None):
-                    e._interp_node = n.name  # type: ignore[attr-defined]
+                    e._interp_node = n.name  # type: ignore[attr-defined]  # a marker set on the exception once, for the outermost node
                     e.message = f"{e.message} (at node {n.name!r}, {node_key(n)})"
                 raise
             except IndexError as e:  # an index tensor out of range (torch raises IndexError too)

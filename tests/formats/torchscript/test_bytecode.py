@@ -18,26 +18,26 @@ def test_bytecode_matches_mobile(ts_files, torch, name, version):
 
     path = ts_files[name]
     assert _get_model_bytecode_version(path) == version
-    with torchless.open(path) as art:
+    with torchless.open(path) as art:  # tensors are read while it is open: close() releases the file
         bc = art.archive.bytecode()
-    assert bc.version == version and bc.supported_by_torch
-    ops = {o.full_name for m in bc.methods for o in m.operators}
-    assert ops == set(_export_operator_list(_load_for_lite_interpreter(path)))
-    fwd = bc.method("forward")
-    assert fwd.instructions[-1].op == "RET" and fwd.register_size > 0
-    assert fwd.arguments[0].name == "self" and fwd.arguments[1].type == "Tensor"
-    assert fwd.returns[0].type == "Tensor"
-    if version >= 6:
-        assert all(o.num_args is not None for o in fwd.operators)
-    else:
-        assert all(o.num_args is None for o in fwd.operators)
-    if name.startswith("lite_const"):
-        # the traced constant tensor lives in constants/ (bytecode/ before v5)
-        tensors = [c for c in fwd.constants if isinstance(c, Tensor)]
-        assert len(tensors) == 1 and tensors[0].numpy().tolist() == 2
-        assert tensors[0].storage.origin.split("/", 1)[1].startswith("bytecode/" if version == 4 else "constants/")
-    else:
-        assert {m.qualified_name.rsplit(".", 1)[1] for m in bc.methods} >= {"forward", "helper", "other"}
+        assert bc.version == version and bc.supported_by_torch
+        ops = {o.full_name for m in bc.methods for o in m.operators}
+        assert ops == set(_export_operator_list(_load_for_lite_interpreter(path)))
+        fwd = bc.method("forward")
+        assert fwd.instructions[-1].op == "RET" and fwd.register_size > 0
+        assert fwd.arguments[0].name == "self" and fwd.arguments[1].type == "Tensor"
+        assert fwd.returns[0].type == "Tensor"
+        if version >= 6:
+            assert all(o.num_args is not None for o in fwd.operators)
+        else:
+            assert all(o.num_args is None for o in fwd.operators)
+        if name.startswith("lite_const"):
+            # the traced constant tensor lives in constants/ (bytecode/ before v5)
+            tensors = [c for c in fwd.constants if isinstance(c, Tensor)]
+            assert len(tensors) == 1 and tensors[0].numpy().tolist() == 2
+            assert tensors[0].storage.origin.split("/", 1)[1].startswith("bytecode/" if version == 4 else "constants/")
+        else:
+            assert {m.qualified_name.rsplit(".", 1)[1] for m in bc.methods} >= {"forward", "helper", "other"}
 
 
 def test_parse_bytecode_rejects_bad_structure():

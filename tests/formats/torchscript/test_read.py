@@ -100,16 +100,16 @@ def test_quantized_packed_params(ts_files, torch):
     path = ts_files["quantized"]
     loaded = torch.jit.load(path)
     w, b = loaded.q._packed_params._weight_bias()
-    with torchless.open(path) as art:
+    with torchless.open(path) as art:  # values are read while it is open: close() releases the file
         assert list(art.tensors()) == []  # torch's state_dict is empty too
         allt = dict(art.all_tensors())
-    packed = art.module.q._packed_params._packed_params
-    assert packed.qualified_name == "__torch__.torch.classes.quantized.LinearPackedParamsBase"
-    qw, qb = packed.state
-    assert qw.dtype.name == "qint8" and qw.quantizer["qscheme"] == "per_tensor_affine"
-    np.testing.assert_array_equal(qw.numpy(), w.int_repr().numpy())
-    np.testing.assert_array_equal(qw.dequantize(), w.dequantize().numpy())
-    np.testing.assert_array_equal(qb.numpy(), b.detach().numpy())
+        packed = art.module.q._packed_params._packed_params
+        assert packed.qualified_name == "__torch__.torch.classes.quantized.LinearPackedParamsBase"
+        qw, qb = packed.state
+        assert qw.dtype.name == "qint8" and qw.quantizer["qscheme"] == "per_tensor_affine"
+        np.testing.assert_array_equal(qw.numpy(), w.int_repr().numpy())
+        np.testing.assert_array_equal(qw.dequantize(), w.dequantize().numpy())
+        np.testing.assert_array_equal(qb.numpy(), b.detach().numpy())
     assert len(allt) == 2
 
 

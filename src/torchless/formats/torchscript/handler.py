@@ -393,7 +393,7 @@ class FlatbufferArtifact(Artifact):
 
     def code(self, method: str | None = None, module: str | None = None) -> str:
         """TorchScript source from ``jit_sources``: one method, or every source."""
-        return render_code(self.archive, method=method, module=module)  # type: ignore[arg-type]
+        return render_code(self.archive, method=method, module=module)  # type: ignore[arg-type]  # duck-typed: a FlatbufferModule has the members render_code reads
 
     def info(self) -> dict[str, Any]:
         a = self.archive
