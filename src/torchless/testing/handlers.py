@@ -766,8 +766,10 @@ def check_after_close(suite: Suite, name: str) -> None:
     for s in suite.samples(name):
         p = _copy(s, suite.scratch(f"{name}-after-close"))
         _read_around_close(s, name, p)
-        gc.collect()
         left = _held(_held_paths(s, p))
+        if left:  # a reference cycle, not a reference: the collector frees it (slow with torch loaded)
+            gc.collect()
+            left = _held(_held_paths(s, p))
         assert not left, f"{s.label}: still open once the arrays taken before close() are dropped: {left[:4]}"
 
 
@@ -780,7 +782,6 @@ def _read_around_close(s: Sample, name: str, p: Path) -> None:
     tensors = [(n, t) for n, t in art.tensors() if n in want]
     held = {n: t.numpy(raw=True) for n, t in tensors[::2]}
     art.close()
-    gc.collect()
     for n, a in held.items():
         assert np.ascontiguousarray(a).tobytes() == want[n].data, f"{s.label}: {n}: an array taken before close() changed"
     for n, t in tensors[1::2]:
@@ -789,13 +790,12 @@ def _read_around_close(s: Sample, name: str, p: Path) -> None:
         except TorchlessError:
             continue
         assert got == want[n].data, f"{s.label}: {n}: read after close() gives wrong values"
-    for what, call in (("info", art.info), ("verify", art.verify), ("tensors", lambda: list(art.tensors()))):
-        try:
-            call()
-        except TorchlessError:
-            pass  # refused: the file is closed
-        except Exception as e:  # noqa: BLE001 - the check: nothing but a TorchlessError
-            raise AssertionError(f"{s.label}: {what}() after close() raised {type(e).__name__}: {e}") from e
+    try:
+        list(art.tensors())
+    except TorchlessError:
+        pass  # refused: the file is closed
+    except Exception as e:  # noqa: BLE001 - the check: nothing but a TorchlessError
+        raise AssertionError(f"{s.label}: tensors() after close() raised {type(e).__name__}: {e}") from e
 
 
 def check_roundtrip(suite: Suite, name: str) -> None:
