@@ -72,7 +72,7 @@ class ViewServer:
         self.token = secrets.token_urlsafe(24)
         self.httpd = ThreadingHTTPServer((host, port), _Handler)
         self.httpd.daemon_threads = True
-        self.httpd.view = self  # type: ignore[attr-defined]
+        self.httpd.view = self  # type: ignore[attr-defined]  # the handler finds its ViewServer on the HTTP server
         self.host = host
         self.port = int(self.httpd.server_address[1])
         self.allowed_hosts = {f"127.0.0.1:{self.port}", f"localhost:{self.port}"}
@@ -121,7 +121,7 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def _send(self, code: int, body: bytes, ctype: str) -> None:
-        view: ViewServer = self.server.view  # type: ignore[attr-defined]
+        view: ViewServer = self.server.view  # type: ignore[attr-defined]  # set by ViewServer on its HTTP server
         self.send_response(code)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
@@ -143,7 +143,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(code, why.encode("utf-8"), "text/plain; charset=utf-8")
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        view: ViewServer = self.server.view  # type: ignore[attr-defined]
+        view: ViewServer = self.server.view  # type: ignore[attr-defined]  # set by ViewServer on its HTTP server
         host = self.headers.get("Host", "")
         if host not in view.allowed_hosts:
             return self._refuse(403, "forbidden: unexpected Host header")
