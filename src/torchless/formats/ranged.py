@@ -42,6 +42,7 @@ from ..container.zip import LOCAL_SIG
 from ..core import remote
 from ..core.errors import InternalError, UsageError
 from ..core.executor import Executor, crc32_combine, current_rss, task_fault
+from ..core.source import RemoteSource
 
 __all__ = [
     "Piece",
@@ -311,7 +312,7 @@ def _write_piece(task: RangeTask, p: Piece, sink: _Sink, items: dict[int, list[i
 def _copy(src: str, offset: int, length: int, sink: _Sink) -> None:
     step = 16 << 20
     if remote.is_url(src):
-        rs = remote.RemoteSource(src)
+        rs = RemoteSource(src)
         for done in range(0, length, step):
             sink.write(rs.read_at(offset + done, min(step, length - done), what="chunk"))
         return
@@ -702,7 +703,7 @@ def _verify_staged(args: tuple[str, int, int, dict[str, Any]]) -> bool:
     with storage_options_ctx(opts.get("ctx")):
         try:
             if remote.is_url(path):
-                rs: Any = remote.RemoteSource(path)
+                rs: Any = RemoteSource(path)
                 if rs.size != size:
                     return False
                 c = 0
@@ -735,7 +736,7 @@ def compose_parts(args: tuple[list[str], str, dict[str, Any]]) -> int:
         n = 0
         with AtomicFile(dest) as af:
             for p in parts:
-                rs = remote.RemoteSource(p)
+                rs = RemoteSource(p)
                 for done in range(0, rs.size, 16 << 20):
                     af.file.write(rs.read_at(done, min(16 << 20, rs.size - done)))
                 n += rs.size
