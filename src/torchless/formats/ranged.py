@@ -914,7 +914,7 @@ class LocalFilesStaging(LocalDirStaging):
             os.mkdir(self.root, 0o777)
         clean_stale(self.folder)
         self.keep = resume
-        self.out = self  # type: ignore[assignment]
+        self.out = self  # type: ignore[assignment]  # this staging publishes its files itself (no AtomicDir)
         if not resume:
             _track(self, self.root, True)
         self._untrack = _untrack

@@ -103,7 +103,7 @@ def is_pt2(records: list[str] | None) -> bool:
 
 def is_legacy_pt2(records: list[str] | None) -> bool:
     """Record names of a pre-2.8 ``torch.export.save`` archive (no archive folder)."""
-    return bool(records) and LEGACY_EP_JSON in records and LEGACY_STATE_DICT in records  # type: ignore[operator]
+    return records is not None and LEGACY_EP_JSON in records and LEGACY_STATE_DICT in records
 
 
 def is_pt2_records(records: list[str]) -> bool:
