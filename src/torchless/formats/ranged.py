@@ -363,7 +363,6 @@ def pt_item_template(dtype: str, sizes: tuple[int, ...], crc: int = 0) -> tuple[
     """``(header, payload length, tail)`` of the ``torch.save`` stream of one tensor of
     ``dtype``/``sizes`` whose payload has CRC-32 ``crc``: the bytes before and after the
     payload, computed without the payload (a zero-filled buffer that is never touched)."""
-    from ..container.zip import LOCAL_SIG
     from ..core.dtypes import by_name
     from ..core.tensor import Storage, Tensor
     from .dcp.spec import numel
