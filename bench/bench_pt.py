@@ -14,6 +14,7 @@ Cases and ratios (goals from the foundation issue and issue 12):
   open     torchless.open + list            vs torch.load(mmap=True) + list        >= 4x faster
   read     torchless.load(mmap=False) + bytes vs numpy.fromfile                    <= 1.2x (llm)
   save     torchless.save                   vs raw write() of the same buffers     <= 1.15x (llm)
+           (--zlib-crc: also with TORCHLESS_CRC=zlib, the CRC-32s from CPython's zlib)
   tsave    torchless.save                   vs torch.save                           (faster is better)
   info     `torchless info` (CLI)           vs python -c "import torch; torch.load(P, mmap=True)"  >= 10x faster
 """
@@ -99,6 +100,7 @@ def main() -> None:
     ap.add_argument("--data", default=os.path.join(ROOT, "bench", "_data"))
     ap.add_argument("--md", default=None, help="also write the Markdown tables here")
     ap.add_argument("--out-dir", default=None, help="where the save cases write (default: the fixture folder)")
+    ap.add_argument("--zlib-crc", action="store_true", help="also time save with TORCHLESS_CRC=zlib (no libdeflate)")
     a = ap.parse_args()
     cases = set(a.cases.split(","))
     os.makedirs(a.data, exist_ok=True)
@@ -130,6 +132,11 @@ def main() -> None:
                 y = c("raw_write", args=[path, out])
                 h.ratio(f"{tag}: save vs raw write()", x, y, goal=goal_save)
                 h.ratio(f"{tag}: save vs raw write() (CPU seconds)", x, y, goal=goal_save, key="cpu")
+                if a.zlib_crc:  # the same save with CPython's zlib computing the CRC-32s
+                    z = f"{tag}:torchless_save_zlib_crc"
+                    h.case(z, CODE["torchless_save"], args=[path, out], warm=[path], env={"TORCHLESS_CRC": "zlib"})
+                    h.ratio(f"{tag}: save with zlib's CRC vs raw write()", z, y, goal=goal_save)
+                    h.ratio(f"{tag}: save with zlib's CRC vs raw write() (CPU seconds)", z, y, goal=goal_save, key="cpu")
             if "tsave" in cases:
                 y = c("torch_save", args=[path, out])
                 h.ratio(f"{tag}: save vs torch.save", x, y, better="higher")

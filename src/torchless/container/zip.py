@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Protocol
 
 from ..core.atomic import AtomicFile
+from ..core.crc import crc32 as fast_crc32
 from ..core.errors import FormatError, LimitError, NotFoundError, TruncatedError, UnsupportedError, UsageError
 from ..core.findings import Problem
 from ..core.source import ByteSource, PathLike, open_source
@@ -968,12 +969,12 @@ class TorchZipWriter:
                 self._flush()
                 if want_crc and n >= _PARALLEL_CRC:
                     # CRC-32 and the write both release the GIL: overlap them on two cores
-                    fut = _crc_pool().submit(zlib.crc32, mv, running)
+                    fut = _crc_pool().submit(fast_crc32, mv, running)
                     self._f.write(mv)
                     running = fut.result()
                 else:
                     if want_crc:
-                        running = zlib.crc32(mv, running)
+                        running = fast_crc32(mv, running)
                     self._f.write(mv)
             else:
                 if want_crc:
