@@ -48,10 +48,11 @@ def _load_libdeflate() -> Callable[[int, int, int], int] | None:
     fn.restype = ctypes.c_uint32
     fn.argtypes = [ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t]
     # trust it only when it agrees with zlib (a library of that name that is something else)
-    probe = np.frombuffer(bytes(range(256)) * 300, np.uint8)
-    if fn(7, probe.ctypes.data, probe.nbytes) != zlib.crc32(probe, 7):
+    raw = bytes(range(256)) * 300
+    probe = np.frombuffer(raw, np.uint8)
+    if fn(7, probe.ctypes.data, probe.nbytes) != zlib.crc32(raw, 7):
         return None
-    return fn  # type: ignore[no-any-return]
+    return fn
 
 
 _UNSET: Any = object()
