@@ -63,7 +63,8 @@ def _native() -> Callable[[int, int, int], int] | None:
     global _NATIVE
     if _NATIVE is _UNSET:
         _NATIVE = _load_libdeflate()
-    return _NATIVE  # type: ignore[no-any-return]
+    fn: Callable[[int, int, int], int] | None = _NATIVE
+    return fn
 
 
 def backend() -> str:
