@@ -255,3 +255,32 @@ def test_diff_never_calls_unmodelled_content_identical(tmp_path):
     res = diff_artifacts(Unmodelled(), Unmodelled())
     assert not res["identical"]
     assert any("not the rest of it" in c["reason"] for c in res["not_compared"])
+
+
+def test_diff_compares_dtypes_and_devices_and_refuses_values_it_cannot_model(tmp_path):
+    """A checkpoint's dtype and device values are compared by what they are (torch writes
+    them; float32 vs bfloat16 was reported the same), and a leaf of a type diff does not
+    model is 'not compared', never silently equal."""
+    torch = pytest.importorskip("torch", reason="differential: torch writes the checkpoints")
+    from torchless.diff import diff, diff_artifacts
+
+    torch.save({"dev": torch.device("cpu"), "dt": torch.float32}, tmp_path / "a.pt")
+    torch.save({"dev": torch.device("cuda", 0), "dt": torch.bfloat16}, tmp_path / "b.pt")
+    res = diff(tmp_path / "a.pt", tmp_path / "b.pt")
+    assert sorted(c["name"] for c in res["values_changed"]) == ["dev", "dt"]
+    assert diff(tmp_path / "a.pt", tmp_path / "a.pt")["identical"]
+
+    class Opaque:
+        pass
+
+    class Art:
+        format = "joblib"
+
+        def tensors(self):
+            return iter(())
+
+        def load(self):
+            return {"x": Opaque()}
+
+    res = diff_artifacts(Art(), Art())
+    assert not res["identical"] and [c["name"] for c in res["not_compared"]] == ["a: x", "b: x"]

@@ -295,10 +295,14 @@ def _shown(c: Any) -> str:
         return f"{c[1]} bytes, CRC-32 {c[2]:08x}"
     if kind == "array":
         return f"array {c[1]} sha256 {c[2][:12]}"
-    if kind == "object" and len(c) == 3:
+    if kind == "pickled":
         return f"{c[1]} sha256 {c[2][:12]}"
+    if kind == "object" and len(c) == 3:
+        return c[2][:120]
     if kind == "code":
         return f"<{len(v.splitlines())} lines of code>"
+    if isinstance(v, str) and type(v) is not str:  # a str subclass (Device, Layout): its repr says what it is
+        return repr(v)[:120]
     return short_repr(v) if kind != "json" else short_repr(v, limit=120)
 
 
@@ -319,13 +323,22 @@ def _canon(v: Any) -> Any:
         return (type(v).__name__, ())
     name = getattr(v, "class_name", None) or getattr(v, "qualname", None)
     if callable(getattr(v, "digest", None)):  # bytes torchless keeps but does not model (an object array)
-        return ("object", str(name), v.digest())
+        return ("pickled", str(name), v.digest())
     if isinstance(v, (np.generic, np.ndarray)):  # arrays torch has no dtype for: strings, records
         import hashlib
 
         a = np.array(v, order="C", copy=None)
         return ("array", f"{a.dtype.str}{list(a.shape)}", hashlib.sha256(a.tobytes()).hexdigest())
-    return ("object", str(name) if name else type(v).__name__)
+    if name:  # a placeholder: the class the file names is all it holds
+        return ("object", str(name))
+    t = type(v)
+    if t.__module__.startswith("torchless.") and "__repr__" in vars(t):
+        return ("object", t.__name__, repr(v)[:1000])  # torchless's value types (DType, Layout...)
+    return (_UNMODELLED, t.__name__)
+
+
+#: the first element of _canon's answer for a value it cannot compare
+_UNMODELLED = "unmodelled"
 
 
 def _leaves(obj: Any, prefix: str = "") -> dict[str, Any]:
@@ -392,6 +405,8 @@ def artifact_values(art: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
             )
     except TorchlessError as e:
         skipped.append({"name": "(non-tensor content)", "reason": f"could not be read: {e}"})
+    for key in [k for k, c in out.items() if c[0] == _UNMODELLED]:  # never "same" on a guess
+        skipped.append({"name": key, "reason": f"a {out.pop(key)[1]} value diff cannot compare"})
     return out, skipped
 
 
