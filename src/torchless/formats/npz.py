@@ -102,10 +102,21 @@ def parse_npy(
     return dtype, h.shape, h.fortran_order, offset + h.data_offset
 
 
-def _tensor_from_npy(
+def _member_from_npy(
     src: ByteSource, off: int, size: int, name: str, override: str | None, check: Callable[[], None] | None = None
-) -> Tensor:
-    dtype, shape, fortran, data_off = parse_npy(src, off, size, name)
+) -> Tensor | np.ndarray | ObjectArray:
+    """The ``.npy`` at ``off`` (header parsed once): a lazy tensor when torch has the dtype
+    (or ``override`` names it); else the read-only NumPy array ``np.load`` gives (strings,
+    datetimes, records), or an :class:`ObjectArray` for a pickle."""
+    dtype, shape, fortran, data_off = parse_npy(src, off, size, name, allow_object=True)
+    if dtype.hasobject:
+
+        def pickled() -> Any:
+            if check is not None:
+                check()
+            return src.view(data_off, off + size - data_off)
+
+        return ObjectArray(name, shape, pickled)
     count = 1
     for s in shape:
         count *= s
@@ -114,7 +125,16 @@ def _tensor_from_npy(
         raise FormatError(
             ".npy data shorter than its header says", path=src.name, member=name, expected=nbytes, found=off + size - data_off
         )
-    dt = by_name(override) if override else from_numpy(dtype)
+    if override:
+        dt = by_name(override)
+    else:
+        try:
+            dt = from_numpy(dtype)
+        except UnsupportedError:  # no torch dtype: a value, as np.load gives it
+            if check is not None:
+                check()
+            arr = np.frombuffer(src.view(data_off, nbytes), dtype=dtype, count=count)
+            return arr.reshape(shape, order="F" if fortran else "C")
     if dt.itemsize != dtype.itemsize:
         raise FormatError(
             "recorded dtype does not match the stored element size",
@@ -139,43 +159,6 @@ def _tensor_from_npy(
             acc *= s
         return Tensor(st, dt, shape, strides)
     return Tensor(st, dt, shape)
-
-
-def _member_from_npy(
-    src: ByteSource, off: int, size: int, name: str, override: str | None, check: Callable[[], None] | None = None
-) -> Tensor | np.ndarray | ObjectArray:
-    """A tensor when torch has the dtype; else the read-only NumPy array ``np.load`` gives
-    (strings, datetimes, records), or an :class:`ObjectArray` for a pickle."""
-    dtype, shape, fortran, data_off = parse_npy(src, off, size, name, allow_object=True)
-    if dtype.hasobject:
-
-        def pickled() -> Any:
-            if check is not None:
-                check()
-            return src.view(data_off, off + size - data_off)
-
-        return ObjectArray(name, shape, pickled)
-    if override is None:
-        try:
-            from_numpy(dtype)
-        except UnsupportedError:
-            count = 1
-            for s in shape:
-                count *= s
-            nbytes = count * dtype.itemsize
-            if data_off + nbytes > off + size:
-                raise FormatError(
-                    ".npy data shorter than its header says",
-                    path=src.name,
-                    member=name,
-                    expected=nbytes,
-                    found=off + size - data_off,
-                ) from None
-            if check is not None:
-                check()
-            arr = np.frombuffer(src.view(data_off, nbytes), dtype=dtype, count=count)
-            return arr.reshape(shape, order="F" if fortran else "C")
-    return _tensor_from_npy(src, off, size, name, override, check)
 
 
 class NpzArtifact(Artifact):
