@@ -297,6 +297,20 @@ def _directory(mv: memoryview) -> tuple[dict[bytes, tuple[str, int, int]], str] 
     return by_lower, first
 
 
+def _item_pid(pid: Any) -> bool:
+    """A persistent id of the one storage a DCP item may name: ``("storage", <storage
+    type>, key, location, numel >= 0)`` (both item readers check it here)."""
+    return (
+        type(pid) is tuple
+        and len(pid) == 5
+        and pid[0] == "storage"
+        and type(pid[1]) is StorageType
+        and type(pid[2]) is str
+        and type(pid[4]) is int
+        and pid[4] >= 0
+    )
+
+
 def _fast_item_or_none(mv: memoryview) -> tuple[Tensor, int, str, int] | None:
     n = len(mv)
     got = _directory(mv)
@@ -341,15 +355,7 @@ def _fast_item_or_none(mv: memoryview) -> tuple[Tensor, int, str, int] | None:
     found: list[tuple[Storage, int, int]] = []
 
     def persistent_load(pid: Any) -> Storage:
-        if found or not (
-            type(pid) is tuple
-            and len(pid) == 5
-            and pid[0] == "storage"
-            and type(pid[1]) is StorageType
-            and type(pid[2]) is str
-            and type(pid[4]) is int
-            and pid[4] >= 0
-        ):
+        if found or not _item_pid(pid):
             raise ValueError("not the one storage of a DCP item")
         stype, key, location, numel = pid[1], pid[2], pid[3], pid[4]
         dtype = stype.dtype
@@ -824,15 +830,7 @@ class DCPReader:
             return data_keys[key]
 
         def persistent_load(pid: Any) -> Storage:
-            if found or not (
-                type(pid) is tuple
-                and len(pid) == 5
-                and pid[0] == "storage"
-                and type(pid[1]) is StorageType
-                and type(pid[2]) is str
-                and type(pid[4]) is int
-                and pid[4] >= 0
-            ):
+            if found or not _item_pid(pid):
                 raise ValueError("not the one storage of a DCP item")
             key = pid[2]
             dtype = pid[1].dtype
