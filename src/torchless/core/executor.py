@@ -38,6 +38,8 @@ __all__ = [
     "task_fault",
     "peak_rss",
     "current_rss",
+    "stop_pool",
+    "ignore_sigint",
 ]
 
 DASK_HINT = "install the dask extra: pip install 'torchless[dask]'"
@@ -90,7 +92,7 @@ def _pool_map(
 
     ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context("spawn")
     out: list[Any] = [None] * len(tasks)
-    pool = ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=ctx, initializer=_ignore_sigint)
+    pool = ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=ctx, initializer=ignore_sigint)
     try:
         with holding_signals():  # the forks happen in submit(): no Ctrl-C lost inside at-fork hooks
             futures = {pool.submit(fn, t): i for i, t in enumerate(tasks)}
@@ -100,16 +102,18 @@ def _pool_map(
             if progress is not None:
                 progress(r)
     except BrokenProcessPool:
-        _stop(pool)
+        stop_pool(pool)
         raise WriteError("cannot write: a worker process died (killed, or out of memory)", path=where or None) from None
     except BaseException:
-        _stop(pool)
+        stop_pool(pool)
         raise
     pool.shutdown(wait=True)
     return out
 
 
-def _stop(pool: Any) -> None:
+def stop_pool(pool: Any) -> None:
+    """Stop a process pool's workers now, without waiting for their tasks (they remove
+    their own temporaries on SIGTERM)."""
     procs = list(getattr(pool, "_processes", {}).values())  # no public API before Python 3.14
     pool.shutdown(wait=False, cancel_futures=True)
     for p in procs:
@@ -119,7 +123,8 @@ def _stop(pool: Any) -> None:
         p.join(timeout=10)
 
 
-def _ignore_sigint() -> None:
+def ignore_sigint() -> None:
+    """A pool worker's initializer: Ctrl-C is the coordinator's to handle."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 

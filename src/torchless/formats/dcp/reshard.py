@@ -622,10 +622,11 @@ def _run_parallel(tasks: list[FileTask], jobs: int, progress: Callable[[int], No
     from concurrent.futures.process import BrokenProcessPool
 
     from ...core.errors import WriteError
+    from ...core.executor import ignore_sigint, stop_pool
 
     ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context("spawn")
     out: list[list[WrittenItem] | None] = [None] * len(tasks)
-    pool = ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=ctx, initializer=_worker_start)
+    pool = ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=ctx, initializer=ignore_sigint)
     try:
         # submit() forks the workers; a Ctrl-C landing inside the at-fork hooks would be
         # printed as "ignored" and lost, so signals wait until the forks are done
@@ -636,32 +637,15 @@ def _run_parallel(tasks: list[FileTask], jobs: int, progress: Callable[[int], No
             if progress is not None:
                 progress(sum(w.length for w in out[futures[fut]] or []))
     except BrokenProcessPool:
-        _stop(pool)
+        stop_pool(pool)
         raise WriteError(
             "cannot write: a worker process writing rank files died (killed, or out of memory)", path=tasks[0].dst_dir
         ) from None
     except BaseException:  # an error in a task, Ctrl-C, SIGTERM: do not wait for the others
-        _stop(pool)
+        stop_pool(pool)
         raise
     pool.shutdown(wait=True)
     return [r or [] for r in out]
-
-
-def _stop(pool: Any) -> None:
-    """Stop the workers now (they remove their own temporaries on SIGTERM)."""
-    procs = list(getattr(pool, "_processes", {}).values())  # no public API before Python 3.14
-    pool.shutdown(wait=False, cancel_futures=True)
-    for p in procs:
-        if p.is_alive():
-            p.terminate()
-    for p in procs:
-        p.join(timeout=10)
-
-
-def _worker_start() -> None:
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 # -- range tasks on an executor (local processes, Dask) -------------------------------------------
