@@ -208,3 +208,31 @@ def test_guard_code_is_evaluated_never_executed():
     assert check_guards_code(["L['x'].size()[0] == 6", "open('f')"], env) == ["open('f')"]
     with pytest.raises(UsageError, match=r"x\.size\(\)\[0\] == 5"):
         check_guards_code(["L['x'].size()[0] == 5"], env)
+
+
+def test_first_element_only_variant_runs_when_the_rest_is_never_read():
+    # max pooling's indices cost more than its values: a node read only at [0] (or by a
+    # getitem nothing reads) runs the values-only variant; one whose indices are read does not
+    key = "aten.max_pool2d_with_indices.default"
+    x = np.random.default_rng(0).standard_normal((2, 3, 6, 6)).astype(np.float32)
+    x[0, 1, 2, 3] = np.nan
+    full_vals, full_idx = registry.require(key)(x, [2, 2])
+
+    def build(read_indices: bool) -> Graph:
+        g = Graph()
+        p = g.placeholder("x")
+        mp = g.call_function(OpRef(key), (p, [2, 2]))
+        v = g.call_function(GETITEM, (mp, 0))
+        i = g.call_function(GETITEM, (mp, 1))  # read by the output, or by nothing
+        g.output((v, i) if read_indices else (v,))
+        return g
+
+    lean = build(False)
+    (vals,) = run_graph(lean, [x])
+    np.testing.assert_array_equal(vals, full_vals)
+    assert [fn for _i, n, fn, _f in plan(lean).steps if n.op == "call_function"][0] is registry.lookup_first_only(key)
+    both = build(True)
+    vals, idx = run_graph(both, [x])
+    np.testing.assert_array_equal(vals, full_vals)
+    np.testing.assert_array_equal(idx, full_idx)
+    assert [fn for _i, n, fn, _f in plan(both).steps if n.op == "call_function"][0] is registry.require(key)

@@ -132,6 +132,15 @@ class Plan:
                 if j is None:
                     raise InternalError(f"node {n.name!r} reads {a.name!r}, which is not in its graph")
                 last[j] = i
+        # values read other than by `getitem(value, 0)` or by a getitem nothing reads: the
+        # others may run their kernel's first-element-only variant (registry.first_only)
+        whole: set[int] = set()
+        for i, n in enumerate(graph.nodes):
+            item = n.op == "call_function" and node_key(n) == "_operator.getitem" and len(n.args) == 2
+            lean = item and (n.args[1] == 0 or i not in last)
+            for a in iter_nodes((n.args, n.kwargs)):
+                if not (lean and n.args[0] is a):
+                    whole.add(index[id(a)])
         frees: dict[int, list[int]] = {}
         for j, i in last.items():
             frees.setdefault(i, []).append(j)
@@ -141,6 +150,8 @@ class Plan:
             if n.op == "placeholder":
                 continue
             fn = registry.require(node_key(n)) if n.op == "call_function" else None
+            if fn is not None and i not in whole and i in last:
+                fn = registry.lookup_first_only(node_key(n)) or fn
             # a value nothing reads is dropped right after it is computed
             free = tuple(frees.get(i, ())) + (() if i in last or n.op == "output" else (i,))
             self.steps.append((i, n, fn, free))

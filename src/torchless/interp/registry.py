@@ -55,6 +55,9 @@ KERNEL_MODULES: list[str] = [
 Kernel = Callable[..., Any]
 
 _KERNELS: dict[str, Kernel] = {}
+#: key -> a cheaper kernel for nodes whose tuple result is only ever read at index 0 (such as
+#: max pooling's values without its indices); it returns the same tuple with None elsewhere
+_FIRST_ONLY: dict[str, Kernel] = {}
 _LOADED = False
 
 
@@ -69,6 +72,24 @@ def kernel(*keys: str) -> Callable[[Kernel], Kernel]:
         return fn
 
     return register
+
+
+def first_only(*keys: str) -> Callable[[Kernel], Kernel]:
+    """Register the decorated function as the variant of each of ``keys`` that the
+    interpreter runs when only element 0 of the node's tuple result is read."""
+
+    def register(fn: Kernel) -> Kernel:
+        for key in keys:
+            _FIRST_ONLY[key] = fn
+        return fn
+
+    return register
+
+
+def lookup_first_only(key: str) -> Kernel | None:
+    """The variant of ``key`` for nodes read only at index 0, or None."""
+    load_kernels()
+    return _FIRST_ONLY.get(key)
 
 
 def load_kernels() -> None:

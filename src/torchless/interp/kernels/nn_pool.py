@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ...core.errors import UnsupportedError, UsageError
-from ..registry import kernel
+from ..registry import first_only, kernel
 from ._nn_util import compute, compute_dtype, expand_param, finish, pad_spatial, windows
 from .nn_conv import scatter_windows
 
@@ -134,30 +134,48 @@ def _lowest(dt: np.dtype):
     return -np.inf if dt.kind == "f" else np.iinfo(dt).min if dt.kind in "iu" else False
 
 
-def _max_pool(op: str, nd: int, x, kernel_size, stride, padding, dilation, ceil_mode) -> tuple[np.ndarray, np.ndarray]:
+def _max_pool(
+    op: str, nd: int, x, kernel_size, stride, padding, dilation, ceil_mode, indices: bool = True
+) -> tuple[np.ndarray, np.ndarray | None]:
     k, s, p, d, out, hi = _params(op, x, nd, kernel_size, stride, padding, dilation, ceil_mode)
     xc = compute(x)
     spatial = x.shape[x.ndim - nd :]
     xp = pad_spatial(xc, p, hi, _lowest(xc.dtype))
     win = windows(xp, k, s, d, out)
-    lead = win.shape[: win.ndim - nd]
-    flat = win.reshape(*lead, math.prod(k))
-    arg = flat.argmax(axis=-1)
-    if xc.dtype.kind == "f":
-        nan = np.isnan(flat)
-        has = nan.any(axis=-1)
-        if has.any():
-            last = flat.shape[-1] - 1 - nan[..., ::-1].argmax(axis=-1)
-            arg = np.where(has, last, arg)
-    vals = np.take_along_axis(flat, arg[..., None], axis=-1)[..., 0]
-    # the window position -> the input's flat (per plane) index
-    kpos = np.unravel_index(arg, k)
-    index = np.zeros(arg.shape, dtype=np.int64)
+    # one pass per window position over output-sized strided views (no copy of the windows):
+    # a later position wins when it is greater or NaN (torch's `val > max || isnan(val)` scan:
+    # the first maximum, or the last NaN)
+    positions = list(np.ndindex(*k))
+    vals = win[(Ellipsis,) + positions[0]].copy()
+    if not indices:
+        for pos in positions[1:]:
+            np.maximum(vals, win[(Ellipsis,) + pos], out=vals)
+        return finish(vals, x.dtype), None
+    # masked writes (np.where, copyto(where=)) cost 10x an arithmetic pass on random masks:
+    # the values are a running np.maximum (which propagates NaN: the same value as torch's
+    # scan), the window position the running max of upd * position (positions only grow)
+    arg = np.zeros(vals.shape, dtype=np.int64)
+    upd = np.empty(vals.shape, dtype=bool)
+    nan = np.empty(vals.shape, dtype=bool)
+    take = np.empty(vals.shape, dtype=np.int64)
+    for p_i, pos in enumerate(positions[1:], 1):
+        v = win[(Ellipsis,) + pos]
+        np.greater(v, vals, out=upd)
+        if xc.dtype.kind == "f":
+            np.logical_or(upd, np.not_equal(v, v, out=nan), out=upd)
+        np.multiply(upd, p_i, out=take)
+        np.maximum(arg, take, out=arg)
+        np.maximum(vals, v, out=vals)
+    # the input's flat (per plane) index: the window start's plus the window position's offset
+    # (a table over positions, taken by arg: cheaper than unravelling arg)
+    plane_strides = [math.prod(spatial[i + 1 :]) for i in range(nd)]
+    offs = np.array([sum(q * d[i] * plane_strides[i] for i, q in enumerate(pos)) for pos in positions], dtype=np.int64)
+    index = offs.take(arg)
     for i in range(nd):
         shape = [1] * arg.ndim
         shape[arg.ndim - nd + i] = out[i]
         start = (np.arange(out[i], dtype=np.int64) * s[i] - p[i]).reshape(shape)
-        index = index * spatial[i] + start + kpos[i] * d[i]
+        index += start * plane_strides[i]
     return finish(vals, x.dtype), index
 
 
@@ -178,17 +196,32 @@ def max_pool1d_with_indices(self, kernel_size, stride=(), padding=0, dilation=1,
 
 @kernel("aten.max_pool1d.default")
 def max_pool1d(self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
-    return _max_pool("max_pool1d", 1, self, kernel_size, stride, padding, dilation, ceil_mode)[0]
+    return _max_pool("max_pool1d", 1, self, kernel_size, stride, padding, dilation, ceil_mode, indices=False)[0]
+
+
+@first_only("aten.max_pool1d_with_indices.default")
+def max_pool1d_values(self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    return _max_pool("max_pool1d_with_indices", 1, self, kernel_size, stride, padding, dilation, ceil_mode, indices=False)
 
 
 @kernel("aten.max_pool2d.default")
 def max_pool2d(self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
-    return _max_pool("max_pool2d", 2, self, kernel_size, stride, padding, dilation, ceil_mode)[0]
+    return _max_pool("max_pool2d", 2, self, kernel_size, stride, padding, dilation, ceil_mode, indices=False)[0]
+
+
+@first_only("aten.max_pool2d_with_indices.default")
+def max_pool2d_values(self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    return _max_pool("max_pool2d_with_indices", 2, self, kernel_size, stride, padding, dilation, ceil_mode, indices=False)
 
 
 @kernel("aten.max_pool3d.default")
 def max_pool3d(self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
-    return _max_pool("max_pool3d", 3, self, kernel_size, stride, padding, dilation, ceil_mode)[0]
+    return _max_pool("max_pool3d", 3, self, kernel_size, stride, padding, dilation, ceil_mode, indices=False)[0]
+
+
+@first_only("aten.max_pool3d_with_indices.default")
+def max_pool3d_values(self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    return _max_pool("max_pool3d_with_indices", 3, self, kernel_size, stride, padding, dilation, ceil_mode, indices=False)
 
 
 def _max_pool_backward(nd: int, grad_output, x, indices) -> np.ndarray:
