@@ -637,6 +637,31 @@ def test_softmax_int():
         check(key, torch.tensor(1.5), 0)
 
 
+def test_softmax_rows_with_nan_and_inf():
+    # the kernels subtract a NaN-skipping row max (np.fmax): a NaN must still spread to its
+    # whole row, as it does through torch's NaN max
+    nan, inf = float("nan"), float("inf")
+    rows = [
+        [0.5, nan, -1.0, 2.0],
+        [nan, nan, nan, nan],
+        [inf, 1.0, nan, 0.0],
+        [inf, 1.0, -inf, 0.0],
+        [-inf, -inf, -inf, -inf],
+        [-inf, 3.0, -inf, -2.0],
+        [1e30, -1e30, 0.0, 1.0],
+    ]
+    x = torch.tensor(rows, dtype=torch.float32)
+    for key in ("aten.softmax.int", "aten.log_softmax.int"):
+        check(key, x, -1)
+        check(key, x.T.contiguous(), 0)
+    for key in ("aten._softmax.default", "aten._log_softmax.default"):
+        check(key, x, -1, False)
+        check(key, x.T.contiguous(), 0, False)
+    mask = torch.ones(1, 1, 4, 4, dtype=torch.bool)
+    q = torch.tensor(rows[:4], dtype=torch.float32).reshape(1, 1, 4, 4)
+    check("aten.scaled_dot_product_attention.default", q, q, q, mask)
+
+
 def test_losses_grid():
     torch.manual_seed(9)
     logits, t, w = _t(6, 5, dtype=torch.float32), torch.randint(0, 5, (6,)), torch.rand(5)

@@ -15,7 +15,7 @@ import numpy as np
 from .. import promote
 from ..promote import COMPLEX_TO_FLOAT, INT_TO_FLOAT, NO_OPMATH
 from ..registry import kernel
-from ._common import bad, binary, quiet, refuse, tensor, unary
+from ._common import bad, binary, quiet, refuse, row_max, tensor, unary
 
 # -- erf, vectorised (NumPy has none) ----------------------------------------------------------
 #
@@ -622,10 +622,13 @@ def softmax(self: np.ndarray, dim: int, half_to_float: bool) -> np.ndarray:
         return promote.cast(np.ones((), compute), result)
     d = norm_dim(dim, x.ndim, "aten._softmax")
     with quiet():
-        v = x.astype(compute)
-        m = np.max(v, axis=d, keepdims=True) if v.size else v
-        e = np.exp(v - m)
-        return promote.cast(e / np.sum(e, axis=d, keepdims=True), result)
+        v = x.astype(compute, copy=False)
+        if not v.size:
+            return promote.cast(np.exp(v), result)
+        e = np.subtract(v, row_max(v, d))  # a fresh array: exponentiated and normalised in place
+        np.exp(e, out=e)
+        np.divide(e, np.add.reduce(e, axis=d, keepdims=True), out=e)
+        return promote.cast(e, result)
 
 
 @kernel("aten._log_softmax.default")
@@ -638,9 +641,8 @@ def log_softmax(self: np.ndarray, dim: int, half_to_float: bool) -> np.ndarray:
         return promote.cast(np.zeros((), compute), result)
     d = norm_dim(dim, x.ndim, "aten._log_softmax")
     with quiet():
-        v = x.astype(compute)
-        m = np.max(v, axis=d, keepdims=True) if v.size else v
-        m = np.where(np.isfinite(m), m, 0)
+        v = x.astype(compute, copy=False)
+        m = row_max(v, d) if v.size else v  # a row holding +inf or only -inf is NaN, as torch's
         s = v - m
         return promote.cast(s - np.log(np.sum(np.exp(s), axis=d, keepdims=True)), result)
 

@@ -21,6 +21,7 @@ import numpy as np
 from ...core.errors import UnsupportedError, UsageError
 from ..registry import kernel
 from . import create
+from ._common import row_max
 from ._nn_util import compute, compute_dtype, finish, require_float
 
 
@@ -567,9 +568,11 @@ def softmax_int(self, dim, dtype=None):
     x, out_dtype = _softmax_args("softmax", self, dtype)
     if x.ndim == 0:
         return finish(np.exp(x - x), out_dtype)
-    m = x.max(axis=dim, keepdims=True)
-    e = np.exp(x - np.where(np.isfinite(m), m, 0))
-    return finish(e / e.sum(axis=dim, keepdims=True), out_dtype)
+    # a row holding +inf is NaN, as torch's (x - max is NaN there)
+    e = np.subtract(x, row_max(x, dim))  # a fresh array: finished in place
+    np.exp(e, out=e)
+    np.divide(e, e.sum(axis=dim, keepdims=True), out=e)
+    return finish(e, out_dtype)
 
 
 @kernel("aten.log_softmax.int")
@@ -586,7 +589,7 @@ def log_softmax_int(self, dim, dtype=None):
 def _softmax_safe(s: np.ndarray) -> np.ndarray:
     """softmax over the last axis, in place on ``s`` (a fresh array); a row that is all
     -inf gives zeros (torch's ``_safe_softmax`` in its math attention)."""
-    m = s.max(axis=-1, keepdims=True)
+    m = row_max(s, -1)
     dead = np.isneginf(m)
     any_dead = bool(dead.any())
     if any_dead:
@@ -647,9 +650,7 @@ def _reduce(loss: np.ndarray, reduction: int) -> np.ndarray:
 
 
 def _log_softmax(x: np.ndarray, axis: int) -> np.ndarray:
-    m = x.max(axis=axis, keepdims=True)
-    m = np.where(np.isfinite(m), m, 0)
-    z = x - m
+    z = x - row_max(x, axis)  # a row holding +inf or only -inf is NaN, as torch's
     return z - np.log(np.exp(z).sum(axis=axis, keepdims=True))
 
 
