@@ -253,6 +253,30 @@ def test_write_small_writes_what_write_writes():
     assert zf.testzip() is None and zf.read("arch/data/7") == recs[7][1]
 
 
+@pytest.mark.parametrize("crc", [True, False])
+def test_write_small_many_writes_what_write_small_writes(crc):
+    rng = np.random.default_rng(1)
+    recs = [(f"data/{i}", memoryview(rng.bytes(int(rng.integers(0, 9000))))) for i in range(400)]
+    outs = []
+    for many in (True, False):
+        buf = io.BytesIO()
+        with TorchZipWriter(buf, "arch", alignment=64 if crc else 512, compute_crc=crc) as zw:
+            zw.write("data.pkl", b"x" * 37)
+            if many:
+                zw.write_small_many([n for n, _ in recs[:250]], [v for _, v in recs[:250]])
+                zw.write_small_many([n for n, _ in recs[250:]], [v for _, v in recs[250:]])
+            else:
+                for name, body in recs:
+                    zw.write_small(name, body)
+            zw.write("version", b"3\n")
+            zw.write("serialization_id", zw.serialization_id())
+        outs.append(buf.getvalue())
+    assert outs[0] == outs[1]
+    if crc:  # zipfile checks the CRC-32s
+        zf = zipfile.ZipFile(io.BytesIO(outs[0]))
+        assert zf.testzip() is None and zf.read("arch/data/9") == bytes(recs[9][1])
+
+
 def test_eager_runs_read_the_bytes_of_each_record(tmp_path):
     sd = {f"t{i}": torch.arange(i % 50 + 1, dtype=torch.float32) + i for i in range(500)}
     sd["big"] = torch.ones(400_000)  # read on its own

@@ -943,6 +943,57 @@ class TorchZipWriter:
             self._flush()
         return data_off
 
+    def write_small_many(self, names: list[str], views: list[memoryview]) -> None:
+        """:meth:`write_small` of each ``(name, view)`` in turn, in one loop (the same
+        bytes): many small records, such as the storages of thousands of small tensors.
+        ``views`` are byte memoryviews (format ``B``, one dimension)."""
+        total = sum(len(v) for v in views)
+        if (
+            self._closed
+            or self._pos + total + 200 * len(views) + sum(len(n) for n in names) >= MAX32 - (1 << 20)
+            or any(len(v) >= _DIRECT_WRITE for v in views)
+        ):
+            for name, mv in zip(names, views, strict=True):
+                self.write_small(name, mv)
+            return
+        pos = self._pos
+        align = self.alignment
+        pre = (self.prefix + "/").encode()
+        central = self._central
+        crcs = self._crcs
+        local_pack = _LOCAL.pack
+        central_pack = _CENTRAL.pack
+        desc_pack = _DESC32.pack
+        crc32 = zlib.crc32 if self.compute_crc else None
+        fb = _FB
+        buf = self._buf
+        for name, mv in zip(names, views, strict=True):
+            full = pre + name.encode()
+            nlen = len(full)
+            pad = (-(pos + 34 + nlen)) % align
+            extra = fb[pad] if pad < 64 else b"FB" + struct.pack("<H", pad) + b"Z" * pad
+            n = len(mv)
+            crc = crc32(mv) & MAX32 if crc32 is not None else 0
+            gp = 0x0808 if n else 0x0800
+            buf += local_pack(LOCAL_SIG, 0, gp, 0, 0, 0, 0, 0, 0, nlen, len(extra))
+            buf += full
+            buf += extra
+            central.append(central_pack(CENTRAL_SIG, 0, 0, gp, 0, 0, 0, crc, n, n, nlen, 0, 0, 0, 0, 0, pos) + full)
+            crcs.append(crc)
+            pos += 30 + nlen + len(extra)
+            if n:
+                buf += mv
+                buf += desc_pack(DESC_SIG, crc, n, n)
+                pos += n + 16
+            if len(buf) >= _WRITE_BUFFER:
+                self._pos = pos
+                self._flush()
+                buf = self._buf
+        self._pos = pos
+        self._names.extend(names)
+        if len(buf) >= _WRITE_BUFFER:
+            self._flush()
+
     def _write_record(
         self, name: str, chunks: Iterable[Any], usize: int, csize: int, crc: int, *, method: int, precomputed_crc: bool
     ) -> int:

@@ -136,11 +136,16 @@ def _save_flat(reader: DCPReader, names: list[str], dst: Any, progress: Any, sav
         return False  # nested: the general writer
     entries = reader.entries
     rows = []
+    lazy = BlockStorage._lazy
+    view = reader._view_block
+    path = reader.path
     for key, fqn in tree.items():
         tmd = entries[fqn]
-        st = BlockStorage(
-            fqn, tmd.nbytes, tmd.dtype, "cpu", loader=partial(reader._view_block, fqn), origin=f"{reader.path}:{fqn}"
-        )
+        st = lazy(fqn, tmd.nbytes, tmd.dtype, "cpu", partial(view, fqn), "little", f"{path}:{fqn}")
         # a tuple of its own for each size, as a tensor makes (the pickle memo is by identity)
         rows.append((key, st, tuple([int(d) for d in tmd.size]), bool(tmd.properties.requires_grad)))
-    return bool(save_plain_tensors(tree, rows, os.fspath(dst), progress=progress))
+
+    def blocks(storages: list[Any]) -> list[memoryview | None]:
+        return reader._view_blocks([st.key for st in storages])
+
+    return bool(save_plain_tensors(tree, rows, os.fspath(dst), progress=progress, blocks=blocks))

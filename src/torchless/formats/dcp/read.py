@@ -1115,6 +1115,48 @@ class DCPReader:
         self.__dict__["_viewed"] = ref.info
         return f.view(ref.data_offset, nbytes)
 
+    def _view_blocks(self, fqns: list[str]) -> list[memoryview | None]:
+        """What :meth:`_view_block` gives for each of ``fqns`` where that is a view of a
+        file's map (or empty), None for the others; the previous batch's pages are
+        released."""
+        prev = self.__dict__.pop("_viewed_many", None)
+        if prev is not None:
+            for info in prev:
+                self._release(info)
+        if self.remote:
+            return [None] * len(fqns)
+        chunks, entries, maps = self._chunks, self.entries, self._maps
+        out: list[memoryview | None] = []
+        infos = []
+        bufs: dict[str, memoryview] = {}
+        for fqn in fqns:
+            refs = chunks.get(fqn)
+            tmd = entries.get(fqn)
+            if refs is None or len(refs) != 1 or not isinstance(tmd, TensorStorageMetadata):
+                out.append(None)
+                continue
+            ref = refs[0]
+            nbytes = tmd.nbytes
+            off = ref.data_offset
+            if not nbytes or off < 0 or ref.chunk.sizes != tmd.size or any(ref.chunk.offsets) or not ref.contiguous:
+                out.append(None)
+                continue
+            rel = ref.info.relative_path
+            mv = bufs.get(rel)
+            if mv is None:
+                f = maps.get(rel)
+                if f is None or getattr(f, "_map", None) is None:
+                    out.append(None)
+                    continue
+                mv = bufs[rel] = f.view(0, f.size)
+            if off + nbytes > len(mv):
+                out.append(None)
+                continue
+            out.append(mv[off : off + nbytes])
+            infos.append(ref.info)
+        self.__dict__["_viewed_many"] = infos
+        return out
+
     def close(self) -> None:
         """Close every storage file; tensors read after this raise UsageError (arrays
         taken before stay valid). Idempotent."""

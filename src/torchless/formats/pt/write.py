@@ -534,6 +534,54 @@ def _emit_rows(obj: dict[str, Any], rows: list[tuple[Any, ...]], cp: CheckpointP
     return bytes(out)
 
 
+def _write_blocks(
+    zw: TorchZipWriter,
+    storages: list[tuple[str, Any]],
+    blocks: Callable[[list[Any]], list[memoryview | None]],
+    progress: Any,
+) -> None:
+    """Write the storages a batch at a time: the small ones ``blocks`` gives bytes for
+    together (the same records as one :meth:`TorchZipWriter.write_small` each), the
+    others one at a time as :func:`_write_archive` does."""
+    for b0 in range(0, len(storages), _BLOCK_BATCH):
+        batch = storages[b0 : b0 + _BLOCK_BATCH]
+        views = blocks([st for _, st in batch])
+        if len(views) != len(batch):
+            raise ValueError("blocks gave a view per storage")
+        names: list[str] = []
+        run: list[memoryview] = []
+        for (key, st), v in zip(batch, views, strict=True):
+            if v is not None and len(v) == st.nbytes and len(v) < _SMALL and not st.needs_swap:
+                names.append(f"{spec.DATA_DIR}/{key}")
+                run.append(v)
+                continue
+            if run:
+                zw.write_small_many(names, run)
+                names, run = [], []
+            _write_storage(zw, key, st, None)
+        if run:
+            zw.write_small_many(names, run)
+        if progress is not None:
+            for _, st in batch:
+                progress(st.nbytes)
+        del views, run
+
+
+def _write_storage(zw: TorchZipWriter, key: str, st: Any, storage_crc: int | None) -> int:
+    mv = memoryview(st.native_bytes())  # written in host order, as the byteorder record says
+    if storage_crc is not None:
+        zw.write_chunks(f"{spec.DATA_DIR}/{key}", iter_chunks(mv), len(mv), crc=storage_crc)
+    elif mv.nbytes < _SMALL:
+        zw.write_small(f"{spec.DATA_DIR}/{key}", mv)
+    else:
+        zw.write_chunks(f"{spec.DATA_DIR}/{key}", iter_chunks(mv), len(mv))
+    return len(mv)  # an assembled (non-mmap) buffer is released on return
+
+
+#: storages written together by _write_blocks
+_BLOCK_BATCH = 256
+
+
 class _NotFast(Exception):
     pass
 
@@ -579,6 +627,7 @@ def save_plain_tensors(
     target: PathLike | Any,
     *,
     progress: Callable[[int], None] | None = None,
+    blocks: Callable[[list[Any]], list[memoryview | None]] | None = None,
 ) -> bool:
     """:func:`save_checkpoint` of a dict of plain tensors given as rows instead of
     :class:`~torchless.core.tensor.Tensor` objects (DCP consolidation: no tensor objects
@@ -587,7 +636,9 @@ def save_plain_tensors(
     exactly the tensor (offset 0, contiguous), and the tensor's ``size`` (a tuple made for
     it, as a tensor's is) and ``requires_grad``: ``(key, storage, size, requires_grad)``.
     The bytes are those :func:`save_checkpoint` writes for the same tensors. False (nothing
-    written) when the rows are not all such tensors of a dtype with a typed storage."""
+    written) when the rows are not all such tensors of a dtype with a typed storage.
+    ``blocks``: given some of the rows' storages, their bytes (what ``native_bytes()``
+    gives) in one call, None for one it does not give (then read as any storage)."""
     if not FAST_PICKLE:
         return False
     full = []
@@ -610,7 +661,7 @@ def save_plain_tensors(
     data = _emit_rows(obj, full, cp)
     if data is None:
         return False
-    _write_archive(data, cp, target, progress=progress)
+    _write_archive(data, cp, target, progress=progress, blocks=blocks)
     return True
 
 
@@ -624,22 +675,19 @@ def _write_archive(
     prefix: str | None = None,
     progress: Callable[[int], None] | None = None,
     storage_crc: int | None = None,
+    blocks: Callable[[list[Any]], list[memoryview | None]] | None = None,
 ) -> None:
     with TorchZipWriter(target, prefix, alignment=alignment, compute_crc=compute_crc) as zw:
         zw.write(spec.DATA_PKL, data)
         zw.write(spec.FORMAT_VERSION, b"1")
         zw.write(spec.STORAGE_ALIGNMENT, str(alignment).encode())
         zw.write(spec.BYTEORDER, sys.byteorder.encode())
-        for key, st in cp.storages:
-            mv = memoryview(st.native_bytes())  # written in host order, as the byteorder record says
-            if storage_crc is not None:
-                zw.write_chunks(f"{spec.DATA_DIR}/{key}", iter_chunks(mv), len(mv), crc=storage_crc)
-            elif mv.nbytes < _SMALL:
-                zw.write_small(f"{spec.DATA_DIR}/{key}", mv)
-            else:
-                zw.write_chunks(f"{spec.DATA_DIR}/{key}", iter_chunks(mv), len(mv))
-            if progress is not None:
-                progress(len(mv))
-            del mv  # release an assembled (non-mmap) buffer before the next one is built
+        if blocks is not None and storage_crc is None:
+            _write_blocks(zw, cp.storages, blocks, progress)
+        else:
+            for key, st in cp.storages:
+                n = _write_storage(zw, key, st, storage_crc)
+                if progress is not None:
+                    progress(n)
         zw.write(spec.VERSION, b"3\n")
         zw.write(spec.SERIALIZATION_ID, zw.serialization_id())
