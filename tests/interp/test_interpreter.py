@@ -236,3 +236,29 @@ def test_first_element_only_variant_runs_when_the_rest_is_never_read():
     np.testing.assert_array_equal(vals, full_vals)
     np.testing.assert_array_equal(idx, full_idx)
     assert [fn for _i, n, fn, _f in plan(both).steps if n.op == "call_function"][0] is registry.require(key)
+
+
+def _while_graph(op: str, **kwargs):
+    """``op(cond, body, (i, x), ())`` with cond ``i < 3`` and body ``(i + 1, x * 2)``."""
+    cond, body = Graph(), Graph()
+    ci, _cx = cond.placeholder("i"), cond.placeholder("x")
+    cond.output(cond.call_function(OpRef("_operator.lt"), (ci, 3)))
+    bi, bx = body.placeholder("i"), body.placeholder("x")
+    body.output((body.call_function(ADD, (bi, 1)), body.call_function(MUL, (bx, 2))))
+    g = Graph()
+    g.subgraphs["cond_graph_0"], g.subgraphs["body_graph_0"] = cond, body
+    i, x = g.placeholder("i"), g.placeholder("x")
+    c, b = g.get_attr("cond_graph_0"), g.get_attr("body_graph_0")
+    w = g.call_function(OpRef(op), (c, b, (i, x), ()), kwargs)
+    g.output((g.call_function(GETITEM, (w, 0)), g.call_function(GETITEM, (w, 1))))
+    return g
+
+
+def test_while_loop_keyword_arguments():
+    x = np.ones(2, np.float32)
+    # the one keyword torch's while_loop defines annotates the subgraphs; the loop is the same
+    i, y = run_graph(_while_graph("higher_order.while_loop", mutated_arg_indices="1"), [0, x])
+    assert i == 3 and np.array_equal(y, x * 8) and not np.shares_memory(y, x)
+    with pytest.raises(UnsupportedError, match="unknown keyword arguments not_a_flag, stack_output") as e:
+        run_graph(_while_graph("higher_order.while_loop", stack_output=True, not_a_flag=1), [0, x])
+    assert "higher_order.while_loop" in str(e.value)

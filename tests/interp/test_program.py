@@ -485,3 +485,28 @@ def test_cli_run_keyword_inputs_and_errors(saved, tmp_path, capsys):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, (argv, err)
+
+
+@pytest.mark.parametrize("start", [0, 2, 5])
+def test_while_loop_stack_output_matches_torch(start):
+    """``while_loop_stack_output`` (the loop autograd records) stacks every iteration's carried
+    values; with no iteration, the initial values with a leading dimension of 1."""
+    from torch._higher_order_ops.while_loop import while_loop_stack_output_op
+
+    def cond(i, x, w):
+        return i < 4
+
+    def body(i, x, w):
+        return i + 1, x @ w
+
+    i0, x0, w = torch.tensor(start), torch.randn(2, 3), torch.randn(3, 3)
+    want = while_loop_stack_output_op(cond, body, (i0, x0), (w,))
+
+    def np_cond(i, x, w):
+        return np.asarray(i < 4)
+
+    def np_body(i, x, w):
+        return np.asarray(i + 1), x @ w
+
+    got = registry.require("higher_order.while_loop_stack_output")(np_cond, np_body, (i0.numpy(), x0.numpy()), (w.numpy(),))
+    _check(tuple(got), tuple(want))

@@ -5,8 +5,11 @@ A subgraph argument arrives as a :class:`~torchless.interp.interpreter.GraphFunc
 the ops' dense (eager) implementations in ``torch/_higher_order_ops``:
 
 * ``cond(pred, true_fn, false_fn, operands)``: one branch, chosen by ``pred``.
-* ``while_loop(cond_fn, body_fn, carried_inputs, additional_inputs)``: ``body_fn`` while
-  ``cond_fn`` is true; returns the final carried values.
+* ``while_loop(cond_fn, body_fn, carried_inputs, additional_inputs, *, mutated_arg_indices)``:
+  ``body_fn`` while ``cond_fn`` is true; returns the final carried values
+  (``mutated_arg_indices`` only annotates the subgraphs; any other keyword is refused).
+  ``while_loop_stack_output``: the same loop returning each carried value of every
+  iteration stacked (the initial ones, unsqueezed, when the loop never runs).
 * ``map_impl(f, xs, pos_args)``: ``f`` on each slice ``xs[i]``; the outputs stacked.
 * ``scan(combine_fn, init, xs, additional_inputs)``: ``combine_fn(*carry, *x[i], *add)``
   gives ``(*carry, *y)``; returns ``[*final_carry, *stacked_ys]``.
@@ -53,17 +56,46 @@ def cond(pred: Any, true_fn: Any, false_fn: Any, operands: Any = ()) -> Any:
     return (true_fn if _pred(pred) else false_fn)(*operands)
 
 
-@kernel("higher_order.while_loop")
-def while_loop(cond_fn: Any, body_fn: Any, carried_inputs: Any, additional_inputs: Any = (), **_kw: Any) -> tuple[Any, ...]:
+def _loop(cond_fn: Any, body_fn: Any, carried_inputs: Any, additional_inputs: Any, stack: bool) -> tuple[Any, ...]:
     carried = tuple(carried_inputs)
     extra = tuple(additional_inputs)
+    rows: list[tuple[Any, ...]] = []
     while _pred(cond_fn(*carried, *extra)):
         out = _tuple(body_fn(*carried, *extra))
         if len(out) != len(carried):
             raise UsageError("while_loop body returned the wrong number of values", expected=len(carried), found=len(out))
         carried = out
+        if stack:
+            rows.append(out)
+    if stack:
+        if not rows:  # no iteration: each carried input with a leading dimension of 1
+            return tuple(np.expand_dims(np.array(c, copy=True), 0) for c in carried)
+        return tuple(_stack(rows, "while_loop_stack_output"))
     # torch's results never alias the inputs
     return tuple(np.array(c, copy=True) if isinstance(c, np.ndarray) else c for c in carried)
+
+
+def _no_unknown_kwargs(op: str, kw: dict[str, Any]) -> None:
+    if kw:
+        raise UnsupportedError(f"{op}: unknown keyword argument{'s' if len(kw) > 1 else ''} {', '.join(sorted(kw))}")
+
+
+@kernel("higher_order.while_loop")
+def while_loop(
+    cond_fn: Any, body_fn: Any, carried_inputs: Any, additional_inputs: Any = (), *, mutated_arg_indices: str = "", **kw: Any
+) -> tuple[Any, ...]:
+    # ``mutated_arg_indices`` (which carried inputs the body mutates in place) only describes
+    # the subgraphs for functionalization; the eager loop ignores it, and so does this one
+    _no_unknown_kwargs("higher_order.while_loop", kw)
+    return _loop(cond_fn, body_fn, carried_inputs, additional_inputs, stack=False)
+
+
+@kernel("higher_order.while_loop_stack_output")
+def while_loop_stack_output(
+    cond_fn: Any, body_fn: Any, carried_inputs: Any, additional_inputs: Any = (), **kw: Any
+) -> tuple[Any, ...]:
+    _no_unknown_kwargs("higher_order.while_loop_stack_output", kw)
+    return _loop(cond_fn, body_fn, carried_inputs, additional_inputs, stack=True)
 
 
 def _length(xs: list[Any], op: str) -> int:
