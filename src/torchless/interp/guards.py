@@ -27,7 +27,7 @@ from ..core.errors import UsageError
 from ..graph.ir import SymValue, TensorValue
 from ..graph.symbolic import Expr, parse_srepr, pretty
 
-__all__ = ["InputSlot", "check_inputs", "evaluate", "Unbound", "check_guards_code", "eval_guard", "guard_env"]
+__all__ = ["InputSlot", "check_inputs", "evaluate", "Unbound", "check_guards_code", "eval_guard", "guard_env", "parse_plain"]
 
 
 class Unbound(KeyError):
@@ -218,7 +218,47 @@ def _dim(where: str, size: SymValue, actual: int) -> _Dim:
         expr = parse_srepr(size.expr)
     except (ValueError, RecursionError, IndexError):
         expr = None
+    if not isinstance(expr, Expr):  # schema 7.x (torch 2.5) stores the printed form: ``s0``, ``2*s0 + 1``
+        expr = parse_plain(size.expr)
     return _Dim(where, expr, pretty(size.expr), actual)
+
+
+_PLAIN_BIN: dict[type, str] = {ast.Add: "Add", ast.Mult: "Mul", ast.FloorDiv: "FloorDiv", ast.Mod: "Mod", ast.Pow: "Pow"}
+
+
+def parse_plain(text: Any) -> Expr | None:
+    """A printed size expression (``s0``, ``2*s0 + 1``, ``s0 - 1``, ``(s0//2)``) as an
+    :class:`Expr` tree; None when it uses anything else (the dimension is then not checked).
+    The text comes from the file: it is parsed, never executed."""
+    if not isinstance(text, str) or len(text) > 1000:
+        return None
+    try:
+        tree = ast.parse(text.strip(), mode="eval").body
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+
+    def conv(n: ast.AST, depth: int) -> Expr:
+        if depth > 100:
+            raise ValueError("too deep")
+        if isinstance(n, ast.Name):
+            return Expr("Symbol", (n.id,))
+        if isinstance(n, ast.Constant) and type(n.value) is int:
+            return Expr("Integer", (n.value,))
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub):
+            return Expr("Mul", (Expr("Integer", (-1,)), conv(n.operand, depth + 1)))
+        if isinstance(n, ast.BinOp):
+            a, b = conv(n.left, depth + 1), conv(n.right, depth + 1)
+            if isinstance(n.op, ast.Sub):
+                return Expr("Add", (a, Expr("Mul", (Expr("Integer", (-1,)), b))))
+            f = _PLAIN_BIN.get(type(n.op))
+            if f is not None:
+                return Expr(f, (a, b))
+        raise ValueError("unsupported")
+
+    try:
+        return conv(tree, 0)
+    except (ValueError, RecursionError):
+        return None
 
 
 def _solve(expr: Any, name: str, env: dict[str, Any], actual: int) -> int | None:
