@@ -9,6 +9,7 @@ operators get NumPy kernels here.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import namedtuple
 
@@ -168,6 +169,29 @@ class Nested(torch.nn.Module):
         return Pair(a * scale + d["k"], [b - d["j"], {"z": a.sum()}])
 
 
+@dataclasses.dataclass
+class Batch:
+    x: torch.Tensor
+    mask: torch.Tensor | None
+
+
+@dataclasses.dataclass
+class Result:
+    logits: torch.Tensor
+    extra: torch.Tensor | None
+    mean: torch.Tensor
+
+
+torch.utils._pytree.register_dataclass(Batch, serialized_type_name="tl_interp_test.Batch")
+torch.utils._pytree.register_dataclass(Result, serialized_type_name="tl_interp_test.Result")
+
+
+class Dataclasses(torch.nn.Module):
+    def forward(self, batch):
+        y = batch.x * 2
+        return Result(y, None, y.mean()), Pair(batch.x + 1, batch.x - 1)
+
+
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     """name -> (path of the .pt2, the ExportedProgram): each model exported once."""
@@ -191,6 +215,7 @@ def saved(tmp_path_factory):
             {"scale": 2.0},
             None,
         ),
+        "dataclasses": (Dataclasses(), (Batch(torch.randn(3), None),), {}, None),
         "mutating": (Mutating(), (torch.ones(4), torch.ones(4)), {}, None),
         "counter": (Counter(), (torch.randn(4, 2),), {"scale": torch.tensor(3.0)}, {"x": {0: batch}, "scale": None}),
     }
@@ -332,7 +357,10 @@ def test_nested_inputs_and_outputs_follow_the_tree_specs(saved):
     xs, d = (torch.randn(3), torch.randn(3)), {"j": torch.randn(3), "k": torch.randn(3)}  # another key order
     ours = m(tuple(t.numpy() for t in xs), {k: v.numpy() for k, v in d.items()}, scale=2.0)
     theirs = ep.module()(xs, d, scale=2.0)
-    _check(ours, tuple(theirs))  # a namedtuple comes back as a tuple: the spec names only its type
+    _check(ours, theirs)
+    # the namedtuple is rebuilt with its name and fields (the program's treespec_namedtuple_fields)
+    assert type(theirs).__name__ == type(ours).__name__ == "Pair" and ours._fields == theirs._fields == ("a", "b")
+    assert isinstance(ours.b[1], dict) and list(ours.b[1]) == ["z"]
     with pytest.raises(UsageError, match="args has the wrong length"):
         m(xs, d, None, scale=2.0)
     with pytest.raises(UsageError, match=r"d has the wrong keys"):
@@ -510,3 +538,25 @@ def test_while_loop_stack_output_matches_torch(start):
 
     got = registry.require("higher_order.while_loop_stack_output")(np_cond, np_body, (i0.numpy(), x0.numpy()), (w.numpy(),))
     _check(tuple(got), tuple(want))
+
+
+def test_dataclass_inputs_and_outputs_keep_their_fields(saved):
+    """A ``register_dataclass`` input is flattened by its fields; a dataclass output comes back
+    as a namedtuple of its class name and fields (a field that was None stays None), a
+    namedtuple output with its fields: what torch's module returns, field for field."""
+    path, ep = saved["dataclasses"]
+    m = torchless.load(path).module()
+    x = torch.randn(3)
+    ours = m(Batch(x.numpy(), None))
+    theirs = ep.module()(Batch(x, None))
+    res, pair = ours
+    assert type(res).__name__ == "Result" and res._fields == ("logits", "mean", "extra")
+    assert res.extra is None and theirs[0].extra is None
+    for f in ("logits", "mean"):
+        _check(getattr(res, f), getattr(theirs[0], f))
+    assert type(pair).__name__ == "Pair" and pair._fields == ("a", "b")
+    _check(pair.a, theirs[1].a)
+    _check(pair.b, theirs[1].b)
+    _check(m({"x": x.numpy(), "mask": None})[1].a, theirs[1].a)  # a mapping of the fields works too
+    with pytest.raises(UsageError, match="must have the fields x"):
+        m((x.numpy(),))

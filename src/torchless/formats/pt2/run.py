@@ -26,12 +26,16 @@ __all__ = ["ExportedModule", "call_specs"]
 
 def call_specs(program: Any) -> tuple[treespec.TreeSpec | None, treespec.TreeSpec | None, list[str] | None]:
     """``(in_spec, out_spec, forward_arg_names)`` of the program's root module, or Nones."""
+    gm = getattr(getattr(program, "schema", None), "graph_module", None)
+    nt = {
+        k: list(getattr(v, "field_names", None) or []) for k, v in (getattr(gm, "treespec_namedtuple_fields", None) or {}).items()
+    }
     for entry in program.module_call_graph or ():
         if getattr(entry, "fqn", None) == "" and getattr(entry, "signature", None) is not None:
             sig = entry.signature
             try:
-                ins = treespec.loads(sig.in_spec) if sig.in_spec else None
-                outs = treespec.loads(sig.out_spec) if sig.out_spec else None
+                ins = treespec.loads(sig.in_spec, nt) if sig.in_spec else None
+                outs = treespec.loads(sig.out_spec, nt) if sig.out_spec else None
             except TorchlessError as e:
                 e.with_context(member=f"models/{program.name}.json")
                 raise

@@ -7,10 +7,18 @@ JSON, protocol 1: ``[1, node]`` with ``node = {"type": <qualified name or null>,
 it into :class:`TreeSpec`; :meth:`TreeSpec.flatten` and :meth:`TreeSpec.unflatten` do
 what pytree does for the built-in containers (tuple, list, dict, OrderedDict,
 defaultdict, namedtuple, None).
+
+A namedtuple's node names only its registered type (``"mymod.Out"``); its field names are
+in the program's ``treespec_namedtuple_fields``, which :func:`loads` takes. A dataclass
+registered with ``register_dataclass`` is a node of its own type whose context lists its
+fields (``[[fields], [fields that were None]]``). torchless cannot build the user's
+classes, so both come back as a namedtuple of the class's name and the same fields
+(attribute access and unpacking work as on the original).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import OrderedDict, defaultdict, namedtuple
 from dataclasses import dataclass, field
@@ -68,6 +76,14 @@ class TreeSpec:
             if len(tree) != len(self.children):
                 raise UsageError(f"{where} has the wrong length", expected=len(self.children), found=len(tree))
             kids = [(f"{path}[{i}]", v) for i, v in enumerate(tree)]
+        elif t not in _KNOWN and _dataclass_fields(self.context) is not None:
+            flat, _none = _dataclass_fields(self.context)  # type: ignore[misc]
+            if all(hasattr(tree, f) for f in flat):
+                kids = [(f"{path}.{f}", getattr(tree, f)) for f in flat]
+            elif isinstance(tree, dict) and all(f in tree for f in flat):
+                kids = [(f"{path}[{f!r}]", tree[f]) for f in flat]
+            else:
+                raise UsageError(f"{where} must have the fields {', '.join(flat)}", found=type(tree).__name__)
         elif t in _DICT or t in _ODICT or t in _DDICT:
             keys = self._keys()
             if not isinstance(tree, dict):
@@ -125,13 +141,42 @@ class TreeSpec:
         if t in _NT:
             fields = (self.context or {}).get("fields") if isinstance(self.context, dict) else None
             if fields and len(fields) == len(kids):
-                name = str(self.context.get("class_name") or "namedtuple").rsplit(".", 1)[-1]
-                try:
-                    return namedtuple(name, fields)(*kids)  # noqa: PYI024 - rebuilt from the spec
-                except (TypeError, ValueError):
-                    pass
+                built = _namedtuple(self.context.get("class_name"), list(fields), kids)
+                if built is not None:
+                    return built
             return tuple(kids)
+        dc = _dataclass_fields(self.context)
+        if dc is not None and len(dc[0]) == len(kids):
+            built = _namedtuple(t, dc[0] + dc[1], kids + [None] * len(dc[1]))
+            if built is not None:
+                return built
         raise UnsupportedError(f"pytree node type {t} is not supported")
+
+
+def _namedtuple(type_name: Any, fields: list[str], values: list[Any]) -> Any:
+    """A namedtuple of the last part of ``type_name`` holding ``values``; None if the
+    names are not identifiers."""
+    name = str(type_name or "namedtuple").rsplit(".", 1)[-1]
+    try:
+        return _nt_class(name, tuple(fields))(*values)
+    except (TypeError, ValueError):
+        return None
+
+
+@functools.lru_cache(maxsize=256)
+def _nt_class(name: str, fields: tuple[str, ...]) -> Any:
+    return namedtuple(name, fields)  # noqa: PYI024 - rebuilt from the spec
+
+
+def _dataclass_fields(ctx: Any) -> tuple[list[str], list[str]] | None:
+    """``(fields, fields that were None)`` of a ``register_dataclass`` node's context, or None."""
+    if (
+        isinstance(ctx, list)
+        and len(ctx) == 2
+        and all(isinstance(part, list) and all(isinstance(f, str) for f in part) for part in ctx)
+    ):
+        return list(ctx[0]), list(ctx[1])
+    return None
 
 
 _END = object()
@@ -140,7 +185,7 @@ _END = object()
 LEAF = TreeSpec(None)
 
 
-def _node(d: Any, depth: int = 0) -> TreeSpec:
+def _node(d: Any, depth: int = 0, nt_fields: dict[str, list[str]] | None = None) -> TreeSpec:
     if depth > 500:
         raise FormatError("tree spec nests too deeply")
     if not isinstance(d, dict) or "children_spec" not in d:
@@ -157,12 +202,15 @@ def _node(d: Any, depth: int = 0) -> TreeSpec:
         ctx = ctx_text
     if t is not None and t not in _KNOWN and not isinstance(t, str):
         raise FormatError("malformed tree spec type", found=repr(t)[:80])
-    kids = tuple(_node(c, depth + 1) for c in d["children_spec"] or ())
+    kids = tuple(_node(c, depth + 1, nt_fields) for c in d["children_spec"] or ())
+    if t in _NT and isinstance(ctx, str) and nt_fields and ctx in nt_fields:
+        ctx = {"class_name": ctx, "fields": list(nt_fields[ctx])}
     return TreeSpec(t, ctx, kids)
 
 
-def loads(text: str) -> TreeSpec:
-    """Read ``treespec_dumps`` text.
+def loads(text: str, namedtuple_fields: dict[str, list[str]] | None = None) -> TreeSpec:
+    """Read ``treespec_dumps`` text; ``namedtuple_fields`` (serialized type name -> field
+    names, the program's ``treespec_namedtuple_fields``) names the fields of namedtuples.
 
     Raises:
         FormatError: not a protocol-1 tree spec.
@@ -173,4 +221,4 @@ def loads(text: str) -> TreeSpec:
         raise FormatError("tree spec is not JSON", found=str(e)) from None
     if not (isinstance(obj, list) and len(obj) == 2 and obj[0] == 1):
         raise FormatError("unsupported tree spec protocol", expected="[1, {...}]", found=str(obj)[:40])
-    return _node(obj[1])
+    return _node(obj[1], 0, namedtuple_fields)
