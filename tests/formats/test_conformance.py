@@ -23,16 +23,7 @@ HANDLERS = [h.name for h in handlers()]
 
 #: (handler, check) -> reason: known failures, each an xfail(strict=True) while its cause
 #: is present (the condition), so the fix turns it into a plain pass
-_FLATBUFFER_KEEPS_VIEWS = (
-    "the flatbuffer readers (ExecuTorch .pte, TorchScript mobile .ff) parse from a view of the whole mapped file and "
-    "keep it (FlatBuffer.b, segment views, storages built with data=view) in the parsed program the artifact holds, "
-    "so close() cannot unmap while the artifact object is referenced; the fix: storages read through the source "
-    "(loader=partial(source.view, ...)) and the program drops its buffer on close"
-)
-KNOWN: dict[tuple[str, str], tuple[bool, str]] = {
-    ("executorch", "close"): (True, _FLATBUFFER_KEEPS_VIEWS),
-    ("torchscript", "close"): (True, _FLATBUFFER_KEEPS_VIEWS),
-}
+KNOWN: dict[tuple[str, str], tuple[bool, str]] = {}
 
 
 @pytest.fixture(scope="session")

@@ -161,11 +161,16 @@ class Table:
 
     def bytes(self, index: int, *, kind: str = "byte vector") -> memoryview | None:
         """A ``[ubyte]`` vector (or a string's bytes) as a zero-copy view."""
-        v = self._vector(index, 1, f"{kind} field {index} of {self.what}")
+        v = self.span(index, kind=kind)
         if v is None:
             return None
         start, n = v
         return memoryview(self.fb.b)[start : start + n]
+
+    def span(self, index: int, *, kind: str = "byte vector") -> tuple[int, int] | None:
+        """``(position, length)`` of a ``[ubyte]`` vector, checked: where its bytes lie,
+        for a reader that takes them from its source later instead of keeping a view."""
+        return self._vector(index, 1, f"{kind} field {index} of {self.what}")
 
     def vector_pos(self, index: int, item: int = 1) -> tuple[int, int] | None:
         """``(position of the first item, count)`` of a vector field, checked."""

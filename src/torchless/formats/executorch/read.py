@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from ...container.flatbuffer import FlatBuffer, Table
 from ...core.dtypes import DTYPES
 from ...core.errors import FormatError, LimitError, TorchlessError, TruncatedError, UnsupportedError
 from ...core.findings import Problem
-from ...core.source import open_source
+from ...core.source import ByteSource, BytesSource, open_source
 from ...core.tensor import Storage, Tensor
 from ..base import Artifact, LoadPolicy, Probe, summarize_tensors
 from ..torchscript.spec import C10_SCALAR_TYPES
@@ -55,13 +56,22 @@ class Instruction:
 
 @dataclass
 class Delegate:
-    """A lowered subgraph: backend id, where its processed blob is, compile specs."""
+    """A lowered subgraph: backend id, where its processed blob is (``offset``, ``size``
+    in the file), compile specs. ``blob`` reads the bytes through the artifact's source
+    on each access (a zero-copy view of a mapped file), so the parsed program keeps no
+    view of the file and closing the artifact releases it."""
 
     id: str
     location: str
     index: int
     compile_specs: dict[str, bytes]
-    blob: memoryview
+    offset: int
+    size: int
+    source: ByteSource = field(repr=False, compare=False)
+
+    @property
+    def blob(self) -> memoryview:
+        return self.source.view(self.offset, self.size, what=f"delegate {self.id!r} blob")
 
 
 @dataclass
@@ -121,8 +131,13 @@ def _ints(t: Table, index: int, fmt: str = "i") -> list[int]:
 
 
 class _Reader:
-    def __init__(self, buf: Any, name: str) -> None:
+    """Parses the flatbuffer from ``buf`` (a view of the whole file); every byte range a
+    parsed value reads later (constant tensors, delegate blobs) is taken from ``source``
+    when it is read, so nothing parsed keeps a view of ``buf``."""
+
+    def __init__(self, buf: Any, name: str, source: ByteSource) -> None:
         self.fb = FlatBuffer(buf, name, what="ExecuTorch program")
+        self.source = source
         self.name = name
         self.size = self.fb.size
 
@@ -191,7 +206,6 @@ class _Reader:
                 )
             segments.append((start, size))
         self.segments = segments
-        self.whole = memoryview(fb.b) if not isinstance(fb.b, bytes) else memoryview(fb.b)
         self.const_inline = root.tables(P.PROGRAM_CONSTANT_BUFFER, "Buffer")
         cs = root.table(P.PROGRAM_CONSTANT_SEGMENT, "SubsegmentOffsets")
         self.const_seg = self._subsegment(cs) if cs is not None else None
@@ -301,19 +315,18 @@ class _Reader:
         if loc == 0:
             if idx >= len(self.delegate_inline):
                 raise self.err("delegate data index out of range", d.pos, expected=f"< {len(self.delegate_inline)}", found=idx)
-            blob = self.delegate_inline[idx].bytes(P.BUFFER_DATA) or memoryview(b"")
+            start, size = self.delegate_inline[idx].span(P.BUFFER_DATA) or (0, 0)
         elif loc == 1:
             if idx >= len(self.segments):
                 raise self.err("delegate segment index out of range", d.pos, expected=f"< {len(self.segments)}", found=idx)
             start, size = self.segments[idx]
-            blob = self.whole[start : start + size]
         else:
             raise self.err("unknown delegate data location", d.pos, expected="0 (inline) or 1 (segment)", found=loc)
         specs = {}
         for cs in d.tables(P.DELEGATE_SPECS, "CompileSpec"):
             v = cs.bytes(P.SPEC_VALUE)
             specs[cs.string(P.SPEC_KEY) or ""] = bytes(v) if v is not None else b""
-        return Delegate(d.string(P.DELEGATE_ID) or "", spec.DATA_LOCATIONS[loc], idx, specs, blob)
+        return Delegate(d.string(P.DELEGATE_ID) or "", spec.DATA_LOCATIONS[loc], idx, specs, start, size, self.source)
 
     def value(self, ev: Table, plan: str, vi: int) -> Any:
         kind, pos = ev.union(P.UNION_TYPE)
@@ -376,28 +389,38 @@ class _Reader:
         location = extra.scalar(P.EXTRA_LOCATION, "b", 0) if extra is not None else 0
         dyn = t.scalar(P.TENSOR_DYNAMISM, "b", 0)
         dynamism = spec.DYNAMISM[dyn] if 0 <= dyn < len(spec.DYNAMISM) else str(dyn)
-        storage = None
+        data_offset = None
         if location == 1:
             kind = "external"
         elif idx == 0:
             kind = "activation"
         elif alloc is None:
             kind = "constant"
-            storage = self.constant_bytes(idx, nbytes, t.pos, plan, vi)
+            data_offset = self.constant_bytes(idx, nbytes, t.pos, plan, vi)
         else:
             kind = "mutable"
             mi = extra.scalar(P.EXTRA_MUTABLE_IDX, "Q", 0) if extra is not None else 0
             if mi < len(self.mutable):
-                storage = self.sub_bytes(self.mutable[mi], idx, nbytes, t.pos, f"mutable data segment {mi}")
+                data_offset = self.sub_bytes(self.mutable[mi], idx, nbytes, t.pos, f"mutable data segment {mi}")
         st = None
-        if storage is not None:
-            st = Storage(f"{plan}.{vi}", nbytes, dtype, "cpu", data=storage, origin=f"{plan} value {vi}")
+        if data_offset is not None:
+            what = f"{plan} value {vi}"
+            st = Storage(
+                f"{plan}.{vi}",
+                nbytes,
+                dtype,
+                "cpu",
+                loader=partial(self.source.view, data_offset, nbytes, what=what),
+                origin=what,
+                file_offset=data_offset,
+            )
         tensor = Tensor(st, dtype, sizes, strides, 0, requires_grad=bool(t.scalar(P.TENSOR_REQUIRES_GRAD, "B", 0)))
         if st is None:
             tensor.device = "meta"
         return TensorValue(tensor, kind, idx, dynamism, fqn)
 
-    def constant_bytes(self, idx: int, nbytes: int, pos: int, plan: str, vi: int) -> memoryview:
+    def constant_bytes(self, idx: int, nbytes: int, pos: int, plan: str, vi: int) -> int:
+        """The file offset of constant ``idx``'s ``nbytes`` bytes (checked)."""
         if self.const_seg is not None and self.const_seg[1]:
             return self.sub_bytes(self.const_seg, idx, nbytes, pos, "constant segment")
         if idx >= len(self.const_inline):
@@ -407,18 +430,19 @@ class _Reader:
                 expected=f"< {len(self.const_inline)}",
                 found=idx,
             )
-        data = self.const_inline[idx].bytes(P.BUFFER_DATA) or memoryview(b"")
-        if len(data) < nbytes:
+        start, size = self.const_inline[idx].span(P.BUFFER_DATA) or (0, 0)
+        if size < nbytes:
             raise TruncatedError(
                 f"ExecuTorch program: constant buffer {idx} is smaller than its tensor",
                 path=self.name,
                 offset=pos,
                 expected=f"{nbytes} bytes",
-                found=len(data),
+                found=size,
             )
-        return data[:nbytes]
+        return start
 
-    def sub_bytes(self, sub: tuple[int, list[int]], idx: int, nbytes: int, pos: int, what: str) -> memoryview:
+    def sub_bytes(self, sub: tuple[int, list[int]], idx: int, nbytes: int, pos: int, what: str) -> int:
+        """The file offset of entry ``idx`` of a subsegment, checked to hold ``nbytes``."""
         si, offsets = sub
         if idx >= len(offsets):
             raise self.err(f"tensor names an entry past the {what}'s offsets", pos, expected=f"< {len(offsets)}", found=idx)
@@ -432,18 +456,20 @@ class _Reader:
                 expected=f"{nbytes} bytes",
                 found=max(size - off, 0),
             )
-        return self.whole[start + off : start + off + nbytes]
+        return start + off
 
 
-def read_program(buf: Any, name: str = "<pte>") -> Program:
-    """Parse a ``.pte`` (bytes or a memoryview over the file).
+def read_program(buf: Any, name: str = "<pte>", *, source: ByteSource | None = None) -> Program:
+    """Parse a ``.pte`` (bytes or a memoryview over the whole file). Tensor data and
+    delegate blobs are read later through ``source`` (the file's byte source; by default
+    one over ``buf``), so a source that is closed releases the file.
 
     Raises:
         FormatError / TruncatedError: offsets, sizes or indices outside the file or its tables.
         UnsupportedError: a file identifier other than ``ET12``.
         LimitError: more than :data:`MAX_VALUES` values in a plan.
     """
-    return _Reader(buf, name).read()
+    return _Reader(buf, name, source if source is not None else BytesSource(buf, name)).read()
 
 
 class ExecuTorchArtifact(Artifact):
@@ -459,7 +485,7 @@ class ExecuTorchArtifact(Artifact):
             probe.close()
         self.source = open_source(path)
         try:
-            self.program = read_program(self.source.view(0, self.source.size), str(self.path))
+            self.program = read_program(self.source.view(0, self.source.size), str(self.path), source=self.source)
         except TorchlessError as e:
             self.source.close()
             e.with_context(path=self.path)

@@ -16,11 +16,13 @@ shared); nothing is executed. Every offset is checked
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from ...container.flatbuffer import FlatBuffer, Table
 from ...core.dtypes import DTYPES
 from ...core.errors import FormatError, LimitError, NotFoundError
+from ...core.source import ByteSource, BytesSource
 from ...core.tensor import Storage, Tensor
 from ...core.values import Device
 from .bytecode import Argument, Bytecode, Instruction, MobileMethod, Operator
@@ -37,13 +39,17 @@ _IV = FB_IVALUE
 
 @dataclass(frozen=True)
 class ExtraFile:
-    """One ``_extra_files`` entry: its bytes (a view into the buffer) and size."""
+    """One ``_extra_files`` entry: where its bytes lie in the file. ``data`` reads them
+    through the module's source on each access (a zero-copy view of a mapped file), so
+    the parsed module keeps no view of the file and closing the artifact releases it."""
 
-    data: memoryview
+    offset: int
+    size: int
+    source: ByteSource = field(repr=False, compare=False)
 
     @property
-    def size(self) -> int:
-        return len(self.data)
+    def data(self) -> memoryview:
+        return self.source.view(self.offset, self.size, what="extra file")
 
 
 @dataclass
@@ -111,8 +117,9 @@ class FlatbufferModule:
 
 
 class _Decoder:
-    def __init__(self, fb: FlatBuffer, root: Table) -> None:
+    def __init__(self, fb: FlatBuffer, root: Table, source: ByteSource | None = None) -> None:
         self.fb = fb
+        self.source = source if source is not None else BytesSource(fb.b, fb.name)
         self.root = root
         self.ivalues = root.vector_pos(FB.MODULE_IVALUES, 4) or (0, 0)
         if self.ivalues[1] > MAX_VALUES:
@@ -235,8 +242,9 @@ class _Decoder:
                 raise self.err("tensor storage index out of range", t.pos, expected=f"< {len(self.storage_vec)}", found=si)
             vec = self.storage_vec[si].vector_pos(FB.STORAGE_DATA, 1)
             start, n = vec if vec is not None else (0, 0)
-            data = memoryview(self.fb.b)[start : start + n]
-            st = Storage(str(si), n, dtype, "cpu", data=data, origin=f"storage_data[{si}]", file_offset=start)
+            what = f"storage_data[{si}]"
+            load = partial(self.source.view, start, n, what=what)
+            st = Storage(str(si), n, dtype, "cpu", loader=load, origin=what, file_offset=start)
             self.storages[si] = st
         q = None
         qt = t.table(FB.TENSOR_QUANTIZED, "QuantizedSchema")
@@ -270,9 +278,9 @@ class _Decoder:
                 quantizer=q,
             )
             if st.dtype is not dtype:  # one storage viewed as two dtypes: reinterpret the bytes
-                out.storage = Storage(
-                    st.key, st.nbytes, dtype, "cpu", data=st.bytes(), origin=st.origin, file_offset=st.file_offset
-                )
+                assert st.file_offset is not None  # every storage here is a range of the file
+                load = partial(self.source.view, st.file_offset, st.nbytes, what=st.origin)
+                out.storage = Storage(st.key, st.nbytes, dtype, "cpu", loader=load, origin=st.origin, file_offset=st.file_offset)
             out._check_bounds()
         except FormatError as e:
             e.with_context(path=self.fb.name)
@@ -310,8 +318,10 @@ class _Decoder:
         return Argument(a.string(FB.ARG_NAME) or "", a.string(FB.ARG_TYPE) or "", self.value(a.scalar(FB.ARG_DEFAULT, "I")))
 
 
-def read_flatbuffer(data: Any, name: str = "<flatbuffer>") -> FlatbufferModule:
-    """Parse a flatbuffer mobile module (bytes or a memoryview over the file).
+def read_flatbuffer(data: Any, name: str = "<flatbuffer>", *, source: ByteSource | None = None) -> FlatbufferModule:
+    """Parse a flatbuffer mobile module (bytes or a memoryview over the whole file).
+    Tensor storages and extra files are read later through ``source`` (the file's byte
+    source; by default one over ``data``), so a source that is closed releases the file.
 
     Raises:
         FormatError / TruncatedError: offsets, lengths or indices outside the buffer.
@@ -319,11 +329,12 @@ def read_flatbuffer(data: Any, name: str = "<flatbuffer>") -> FlatbufferModule:
     """
     fb = FlatBuffer(data, name, what="flatbuffer module")
     root = fb.root(FLATBUFFER_ID)
-    dec = _Decoder(fb, root)
+    src = source if source is not None else BytesSource(data, name)
+    dec = _Decoder(fb, root, src)
     extra: dict[str, ExtraFile] = {}
     for ef in root.tables(FB.MODULE_EXTRA_FILES, "ExtraFile"):
-        b = ef.bytes(FB.EXTRA_CONTENT, kind="string")
-        extra[ef.string(FB.EXTRA_NAME) or ""] = ExtraFile(b if b is not None else memoryview(b""))
+        off, size = ef.span(FB.EXTRA_CONTENT, kind="string") or (0, 0)
+        extra[ef.string(FB.EXTRA_NAME) or ""] = ExtraFile(off, size, src)
     code: dict[str, CodeFile] = {}
     classes: dict[str, ClassSource] = {}
     for ef in root.tables(FB.MODULE_JIT_SOURCES, "ExtraFile"):

@@ -356,7 +356,9 @@ class FlatbufferArtifact(Artifact):
         self.source = open_source(path)
         try:
             name = self.path if isinstance(self.path, str) else str(self.path)
-            self.archive: _fb.FlatbufferModule = _fb.read_flatbuffer(self.source.view(0, self.source.size), name)
+            self.archive: _fb.FlatbufferModule = _fb.read_flatbuffer(
+                self.source.view(0, self.source.size), name, source=self.source
+            )
         except TorchlessError as e:
             self.source.close()
             e.with_context(path=self.path)
