@@ -30,6 +30,9 @@ from torchless.interp import registry
 #: the dtypes every op is tried in (where torch supports them)
 DTYPES = ["float32", "float64", "int64", "int32", "bool", "bfloat16", "float16", "complex64"]
 
+#: DTYPES without complex (ops torch does not define on complex numbers)
+_REAL = tuple(d for d in DTYPES if not d.startswith("complex"))
+
 #: (rtol, atol) per result dtype for floating point results
 TOL = {
     "float64": (1e-7, 1e-7),
@@ -432,6 +435,157 @@ def _gen_pow(dt: torch.dtype) -> Iterator:
     yield (b, 0.5), {}
 
 
+def _gen_to(dt: torch.dtype) -> Iterator:
+    x = _t((3, 4), dt)
+    for out in (torch.float32, torch.float64, torch.int64, torch.int32, torch.bool, torch.bfloat16, torch.float16, dt):
+        yield (x, out), {}
+        yield (x,), {"dtype": out}
+        yield (x, torch.device("cpu"), out), {}
+        yield (x, _t((2,), out)), {}
+    yield (x, dt, False, True), {}  # copy=True
+    yield (x,), {"dtype": dt, "copy": True, "layout": torch.strided, "device": torch.device("cpu")}
+
+
+def _gen_numpy_t(dt: torch.dtype) -> Iterator:
+    for sh in ((2, 3, 4), (5,), (), (2, 1, 3, 2)):
+        yield (_t(sh, dt),), {}
+
+
+def _broadcast_adapt(s: Any) -> tuple[tuple, dict]:
+    return ([s.input, *s.args],), {}
+
+
+def _gen_broadcast(dt: torch.dtype) -> Iterator:
+    yield ([_t((3, 1), dt), _t((4,), dt), _t((), dt)],), {}
+    yield ([_t((2, 1, 3), dt)],), {}
+
+
+def _with_nan_and_ties(dt: torch.dtype, shape: tuple = (4, 7)) -> torch.Tensor:
+    x = _t(shape, dt, low=-3, high=3) if dt != torch.bool else _t(shape, dt)
+    if dt.is_floating_point:
+        x = x.round()  # ties
+        x[0, 2] = float("nan")
+        x[0, 5] = float("nan")
+        x[1, 0] = float("nan")
+        x[2, 3] = float("inf")
+        x[3, 1] = float("-inf")
+    return x
+
+
+def _gen_cum_extreme(dt: torch.dtype) -> Iterator:
+    x = _with_nan_and_ties(dt)
+    yield (x, 1), {}
+    yield (x, 0), {}
+    yield (x, -1), {}
+    yield (_t((), dt), 0), {}
+    yield (_t((3, 0), dt), 1), {}
+
+
+def _gen_logcumsumexp(dt: torch.dtype) -> Iterator:
+    yield (_t((4, 6), dt), 1), {}
+    yield (_t((4, 6), dt) * 60, 0), {}  # large values: no overflow
+    if dt.is_floating_point:
+        x = _t((3, 5), dt)
+        x[0, :2] = float("-inf")
+        x[1, 1] = float("inf")
+        x[2, 3] = float("nan")
+        yield (x, 1), {}
+    if dt.is_complex:
+        x = _t((3, 5), dt) * 30
+        x[0, 0] = complex(float("-inf"), 0)
+        x[1, :2] = complex(float("-inf"), 0)
+        yield (x, 1), {}
+    yield (_t((), dt), 0), {}
+
+
+def _gen_moments(correction: bool) -> Callable[[torch.dtype], Iterator]:
+    def g(dt: torch.dtype) -> Iterator:
+        x = _t((4, 5, 6), dt)
+        if correction:
+            yield (x, [1]), {"correction": 0, "keepdim": True}
+            yield (x, None), {"correction": 2}
+            yield (x, [0, 2]), {}
+            yield (x,), {}
+            yield (_t((1, 3), dt), [0]), {}  # one element: NaN for correction 1
+        else:
+            yield (x, [1], True, True), {}
+            yield (x, [0, 2], False), {}
+            yield (x, None), {}
+            yield (x, False), {}
+            yield (x,), {}
+
+    return g
+
+
+def _sorted(shape: tuple, dt: torch.dtype) -> torch.Tensor:
+    return _t(shape, dt, low=-5, high=5).sort(-1).values
+
+
+def _gen_searchsorted(dt: torch.dtype) -> Iterator:
+    seq = _sorted((7,), dt)
+    seq[2] = seq[3]  # ties
+    v = _t((3, 4), dt, low=-6, high=6)
+    v.view(-1)[0] = seq[2]
+    yield (seq, v), {}
+    yield (seq, v), {"right": True}
+    yield (seq, v), {"side": "right", "out_int32": True}
+    yield (seq, v), {"side": "left"}
+    rows = _sorted((3, 6), dt)
+    yield (rows, _t((3, 5), dt, low=-6, high=6)), {}
+    perm = torch.randperm(7)
+    yield (seq[perm], v), {"sorter": perm.argsort()}
+    if dt.is_floating_point:
+        seqn = torch.cat([seq, torch.tensor([float("nan")], dtype=dt)])
+        vn = v.clone()
+        vn.view(-1)[1] = float("nan")
+        vn.view(-1)[2] = float("inf")
+        yield (seqn, vn), {}
+        yield (seqn, vn), {"right": True}
+    yield (seq, 1), {}
+    yield (seq, 2.5), {"right": True}
+
+
+def _gen_bucketize(dt: torch.dtype) -> Iterator:
+    b = _sorted((6,), dt)
+    x = _t((3, 4), dt, low=-6, high=6)
+    x.view(-1)[0] = b[1]
+    yield (x, b), {}
+    yield (x, b), {"right": True, "out_int32": True}
+    yield (1, b), {}
+    yield (_t((), dt, low=-6, high=6), b), {"right": True}
+
+
+def _gen_shift(dt: torch.dtype) -> Iterator:
+    a = _t((4, 6), dt, low=-100, high=100)
+    counts = torch.tensor([0, 1, 3, 7, 8, 15, 16, 31, 32, 63, 64, 70, -1, -5, 100, 2] * 2, dtype=torch.int64)[:24]
+    yield (a, counts.reshape(4, 6).to(dt)), {}
+    yield (a, 2), {}
+    yield (a, 40), {}
+    yield (a, -2), {}
+    yield (a, _t((6,), dt, low=0, high=9)), {}
+    yield (3, _t((4,), dt, low=0, high=9)), {}
+
+
+def _gen_view_as_real(dt: torch.dtype) -> Iterator:
+    yield (_t((3, 4), dt),), {}
+    yield (_t((), dt),), {}
+    yield (_t((4, 6), dt)[:, ::2],), {}
+
+
+def _gen_view_as_complex(dt: torch.dtype) -> Iterator:
+    yield (_t((3, 4, 2), dt),), {}
+    yield (_t((2,), dt),), {}
+    yield (_t((5, 2), dt)[::2],), {}
+
+
+def _gen_complex(dt: torch.dtype) -> Iterator:
+    yield (_t((3, 4), dt), _t((3, 4), dt)), {}
+    yield (_t((3, 1), dt), _t((4,), dt)), {}
+    if dt.is_floating_point:
+        r = torch.tensor([float("inf"), float("-inf"), float("nan"), 1.0, 0.0], dtype=dt)
+        yield (r, r.flip(0)), {}
+
+
 #: aten overload -> how it is tested
 SPECS: dict[str, Spec] = {}
 
@@ -582,6 +736,38 @@ _spec("aten._cdist_forward.default", "cdist", adapt=_cdist_adapt, loose=True)
 _spec("aten._pdist_forward.default", "nn.functional.pdist", adapt=_pdist_adapt, loose=True)
 _spec("aten._fft_r2c.default", gen=_gen_fft_r2c, loose=True, dtypes=("float32", "float64"))
 _spec("aten._fft_c2r.default", gen=_gen_fft_c2r, loose=True, dtypes=("float32", "float64"))
+_spec("aten.to.dtype", "to", gen=_gen_to, gen_cap=9)
+_spec("aten.to.dtype_layout", "to", gen=_gen_to, gen_cap=9)
+_spec("aten.to.device", "to", gen=_gen_to, gen_cap=9)
+_spec("aten.to.other", "to", gen=_gen_to, gen_cap=9)
+_spec("aten.numpy_T.default", "T", gen=_gen_numpy_t)
+_spec("aten.broadcast_tensors.default", "broadcast_tensors", adapt=_broadcast_adapt, gen=_gen_broadcast)
+_spec("aten.cummax.default", "cummax", gen=_gen_cum_extreme)
+_spec("aten.cummin.default", "cummin", gen=_gen_cum_extreme)
+_spec("aten.logcumsumexp.default", "logcumsumexp", gen=_gen_logcumsumexp, loose=True)
+_spec("aten.var_mean.correction", "var_mean", gen=_gen_moments(True), loose=True)
+_spec("aten.var_mean.dim", "var_mean/unbiased", gen=_gen_moments(False), loose=True)
+_spec("aten.var_mean.default", "var_mean/unbiased", gen=_gen_moments(False), loose=True)
+_spec("aten.std.correction", "std", gen=_gen_moments(True), loose=True)
+_spec("aten.std.dim", "std/unbiased", gen=_gen_moments(False), loose=True)
+_spec("aten.std.default", "std/unbiased", gen=_gen_moments(False), loose=True)
+_spec("aten.std_mean.correction", "std_mean", gen=_gen_moments(True), loose=True)
+_spec("aten.std_mean.dim", "std_mean/unbiased", gen=_gen_moments(False), loose=True)
+_spec("aten.std_mean.default", "std_mean/unbiased", gen=_gen_moments(False), loose=True)
+_spec("aten.searchsorted.Tensor", "searchsorted", gen=_gen_searchsorted, gen_cap=12, dtypes=_REAL)
+_spec("aten.searchsorted.Scalar", "searchsorted", gen=_gen_searchsorted, gen_cap=12, dtypes=_REAL)
+_spec("aten.bucketize.Tensor", "bucketize", gen=_gen_bucketize, dtypes=_REAL)
+_spec("aten.bucketize.Scalar", "bucketize", gen=_gen_bucketize, dtypes=_REAL)
+for _sh, _info in (("__lshift__", "bitwise_left_shift"), ("__rshift__", "bitwise_right_shift")):
+    _spec(f"aten.{_sh}.Tensor", _info, gen=_gen_shift)
+    _spec(f"aten.{_sh}.Scalar", _info, gen=_gen_shift)
+for _sh in ("bitwise_left_shift", "bitwise_right_shift"):
+    for _ov in ("Tensor", "Tensor_Scalar", "Scalar_Tensor"):
+        _spec(f"aten.{_sh}.{_ov}", _sh, gen=_gen_shift)
+# float16 in gives complex32 (chalf), which NumPy lacks: those are compared in test_core_ops.py
+_spec("aten.view_as_real.default", "view_as_real", gen=_gen_view_as_real, dtypes=("complex64", "complex128"))
+_spec("aten.view_as_complex.default", "view_as_complex", gen=_gen_view_as_complex, dtypes=("float32", "float64"))
+_spec("aten.complex.default", "complex", gen=_gen_complex, dtypes=("float32", "float64"))
 # common non-core operators that run_decompositions() leaves in a graph
 _spec("aten.hypot.default", "hypot")
 _spec("aten.erfinv.default", "erfinv", gen=_gen_erfinv, loose=True)

@@ -20,6 +20,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is the oracle of the differential tests")
 pytest.importorskip("expecttest", reason="torch's OpInfo database (op_db) imports expecttest")
 
+from torchless.core.dtypes import by_name  # noqa: E402
 from torchless.core.errors import UsageError  # noqa: E402
 from torchless.interp import registry  # noqa: E402
 
@@ -159,3 +160,48 @@ def test_view_dtype_reads_the_same_bytes(name: str) -> None:
     got = _k("aten.view.dtype")(x.numpy(), by_name(name))
     assert got.shape == tuple(want.shape)
     assert np.array_equal(got.view(np.uint8), want.view(torch.uint8).numpy())
+
+
+def test_to_is_an_alias_unless_it_converts_or_copies() -> None:
+    from torchless.core.values import Layout
+
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    t = torch.from_numpy(x.copy())
+    f32, other, tother = by_name("float32"), np.zeros(1, np.float32), torch.zeros(1)
+    # same dtype, no copy: torch returns self, and so does the kernel
+    assert harness._overload("aten.to.dtype")(t, torch.float32) is t
+    assert _k("aten.to.dtype")(x, f32) is x
+    assert harness._overload("aten.to.dtype_layout")(t, dtype=torch.float32) is t
+    assert _k("aten.to.dtype_layout")(x, dtype=f32) is x
+    assert harness._overload("aten.to.other")(t, tother) is t
+    assert _k("aten.to.other")(x, other) is x
+    # copy=True, or another dtype: a new tensor
+    assert harness._overload("aten.to.dtype")(t, torch.float32, False, True) is not t
+    assert not np.shares_memory(_k("aten.to.dtype")(x, f32, False, True), x)
+    assert not np.shares_memory(_k("aten.to.dtype_layout")(x, dtype=f32, copy=True), x)
+    got = _k("aten.to.dtype")(x, by_name("bfloat16"))
+    assert got.dtype == np.dtype("bfloat16") and not np.shares_memory(got, x)
+    with pytest.raises(UsageError, match="layout"):
+        _k("aten.to.dtype_layout")(x, layout=Layout("sparse_coo"))
+
+
+def test_complex_views_write_through() -> None:
+    z = np.array([[1 + 2j, 3 - 4j]], np.complex64)
+    r = _k("aten.view_as_real.default")(z)
+    r[0, 1, 1] = 9.0
+    assert z[0, 1] == 3 + 9j  # a view, as torch's
+    f = np.arange(8, dtype=np.float64).reshape(2, 2, 2)
+    c = _k("aten.view_as_complex.default")(f)
+    assert c.shape == (2, 2) and np.shares_memory(c, f)
+    assert all(np.shares_memory(b, a) for b, a in zip(_k("aten.broadcast_tensors.default")([f, f[0]]), [f, f[0]], strict=True))
+
+
+def test_half_to_complex_gives_complex64_with_torch_values() -> None:
+    """float16 in: torch gives complex32 (chalf), which NumPy lacks; the values match in complex64."""
+    a, b = torch.randn(3, 2).half(), torch.randn(3, 2).half()
+    want = torch.complex(a, b).to(torch.complex64).numpy()
+    got = _k("aten.complex.default")(a.numpy(), b.numpy())
+    assert got.dtype == np.complex64 and np.array_equal(got, want)
+    want = torch.view_as_complex(a).to(torch.complex64).numpy()
+    got = _k("aten.view_as_complex.default")(a.numpy())
+    assert got.dtype == np.complex64 and np.array_equal(got, want)

@@ -268,3 +268,57 @@ def bernoulli(self: np.ndarray, *, generator: Any = None) -> np.ndarray:
 def bernoulli_p(self: np.ndarray, p: float = 0.5, *, generator: Any = None) -> np.ndarray:
     x = tensor(self)
     return promote.cast(_RNG.random(x.shape) < p, x.dtype)
+
+
+# -- Tensor.to: an alias when nothing changes, else _to_copy -------------------------------
+
+
+def _to(op: str, x: np.ndarray, dt: Any, copy: bool, layout: Any = None, device: Any = None) -> np.ndarray:
+    if layout is not None and str(layout) not in ("strided", "torch.strided"):
+        raise bad(op, f"cannot convert to layout {layout}: the interpreter has strided tensors only")
+    # the device is not honoured: every tensor of the interpreter lives in host memory
+    target = np_dtype(dt) or x.dtype
+    if target == x.dtype and not copy:
+        return x  # torch returns self itself (an alias)
+    return x.copy() if target == x.dtype else promote.cast(x, target)
+
+
+@kernel("aten.to.dtype")
+def to_dtype(
+    self: np.ndarray, dtype: Any, non_blocking: bool = False, copy: bool = False, memory_format: Any = None
+) -> np.ndarray:
+    return _to("aten.to.dtype", tensor(self), dtype, copy)
+
+
+@kernel("aten.to.dtype_layout")
+def to_dtype_layout(
+    self: np.ndarray,
+    *,
+    dtype: Any = None,
+    layout: Any = None,
+    device: Any = None,
+    pin_memory: Any = None,
+    non_blocking: bool = False,
+    copy: bool = False,
+    memory_format: Any = None,
+) -> np.ndarray:
+    return _to("aten.to.dtype_layout", tensor(self), dtype, copy, layout, device)
+
+
+@kernel("aten.to.device")
+def to_device(
+    self: np.ndarray,
+    device: Any,
+    dtype: Any,
+    non_blocking: bool = False,
+    copy: bool = False,
+    memory_format: Any = None,
+) -> np.ndarray:
+    return _to("aten.to.device", tensor(self), dtype, copy, device=device)
+
+
+@kernel("aten.to.other")
+def to_other(
+    self: np.ndarray, other: np.ndarray, non_blocking: bool = False, copy: bool = False, memory_format: Any = None
+) -> np.ndarray:
+    return _to("aten.to.other", tensor(self), tensor(other).dtype, copy)

@@ -716,3 +716,64 @@ def erfinv(self: np.ndarray) -> np.ndarray:
     if x.dtype.kind == "c":
         raise refuse("aten.erfinv", "complex input")
     return unary(lambda v: _erfinv64(v).astype(v.dtype), x, INT_TO_FLOAT)
+
+
+@kernel("aten.complex.default")
+def complex_(real: Any, imag: Any) -> np.ndarray:
+    """``real + i*imag``, built part by part (so ``inf`` parts never make NaN)."""
+    a, b = tensor(real), tensor(imag)
+    if a.dtype != b.dtype:
+        raise bad("aten.complex", f"expected real and imag to have the same dtype, got {a.dtype} and {b.dtype}")
+    if promote.category(a.dtype) != promote.FLOAT:
+        raise bad("aten.complex", f"expected floating point real and imag, got {a.dtype}")
+    cdt = np.complex128 if a.dtype == np.float64 else np.complex64  # half: complex32, which NumPy lacks
+    a, b = np.broadcast_arrays(a, b)
+    out = np.empty(a.shape, cdt)
+    out.real = a
+    out.imag = b
+    return out
+
+
+# -- bit shifts: torch's rules for shift counts outside [0, bits) ---------------------------
+
+
+def _shift(op: str, self: Any, other: Any, left: bool) -> np.ndarray:
+    rt = promote.result_type(self, other)
+    if promote.category(rt) != promote.INT or rt == np.bool_:
+        raise bad(op, f"not implemented for {rt}")
+    a, b = promote.cast(self, rt), promote.cast(other, rt)
+    bits = rt.itemsize * 8
+    signed = rt.kind == "i"
+    # a count that is negative as a signed number, or >= the width, is out of range
+    counts = b if signed else b.view(np.dtype(f"i{rt.itemsize}"))
+    out_of_range = (counts < 0) | (b >= bits)
+    safe = np.where(out_of_range, 0, b).astype(rt)
+    with quiet():
+        if left:  # shifted as unsigned (no signed overflow), 0 when out of range
+            u = np.dtype(f"u{rt.itemsize}")
+            r = np.left_shift(a.astype(u), safe.astype(u)).astype(rt)
+            return np.asarray(np.where(out_of_range, np.zeros((), rt), r))
+        r = np.right_shift(a, safe)
+        # out of range: all the sign bits for a signed type, 0 for an unsigned one
+        fill = np.right_shift(a, bits - 1) if signed else np.zeros((), rt)
+        return np.asarray(np.where(out_of_range, fill, r))
+
+
+@kernel("aten.__lshift__.Tensor", "aten.__lshift__.Scalar")
+def lshift(self: Any, other: Any) -> np.ndarray:
+    return _shift("aten.__lshift__", self, other, True)
+
+
+@kernel("aten.__rshift__.Tensor", "aten.__rshift__.Scalar")
+def rshift(self: Any, other: Any) -> np.ndarray:
+    return _shift("aten.__rshift__", self, other, False)
+
+
+@kernel("aten.bitwise_left_shift.Tensor", "aten.bitwise_left_shift.Tensor_Scalar", "aten.bitwise_left_shift.Scalar_Tensor")
+def bitwise_left_shift(self: Any, other: Any) -> np.ndarray:
+    return _shift("aten.bitwise_left_shift", self, other, True)
+
+
+@kernel("aten.bitwise_right_shift.Tensor", "aten.bitwise_right_shift.Tensor_Scalar", "aten.bitwise_right_shift.Scalar_Tensor")
+def bitwise_right_shift(self: Any, other: Any) -> np.ndarray:
+    return _shift("aten.bitwise_right_shift", self, other, False)

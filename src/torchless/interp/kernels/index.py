@@ -279,3 +279,91 @@ def bincount(self: np.ndarray, weights: np.ndarray | None = None, minlength: int
     w = tensor(weights)
     out = w.dtype if w.dtype in (np.float32, np.float64) else np.dtype(np.float64)
     return np.bincount(x, weights=w.astype(np.float64), minlength=minlength).astype(out)
+
+
+# -- searchsorted / bucketize ------------------------------------------------------------
+
+
+def _bsearch(op: str, seq: np.ndarray, values: np.ndarray, right: bool, sorter: np.ndarray | None) -> np.ndarray:
+    """For every value, torch's binary search over its row of ``seq``: the first position
+    whose element is ``>=`` (left) or ``>`` (right) the value, comparisons as written (a NaN
+    value goes past every element, a NaN element compares false), vectorised over all values."""
+    n = seq.shape[-1]
+    if seq.ndim == 1:
+        rows = np.zeros(values.shape, np.intp)
+        table = seq.reshape(1, n)
+        order = None if sorter is None else sorter.reshape(1, n)
+    else:
+        if seq.shape[:-1] != values.shape[:-1]:
+            raise bad(
+                op,
+                f"the boundaries' leading dimensions {list(seq.shape[:-1])} must match the input's {list(values.shape[:-1])}",
+            )
+        lead = int(np.prod(seq.shape[:-1], dtype=np.int64))
+        table = seq.reshape(lead, n)
+        rows = np.broadcast_to(np.arange(lead, dtype=np.intp).reshape(seq.shape[:-1] + (1,)), values.shape)
+        order = None if sorter is None else sorter.reshape(lead, n)
+    lo = np.zeros(values.shape, np.int64)
+    hi = np.full(values.shape, n, np.int64)
+    with quiet():
+        while True:
+            active = lo < hi
+            if not active.any():
+                return lo
+            mid = (lo + hi) >> 1
+            at = np.minimum(mid, n - 1) if n else mid
+            if order is not None:
+                at = order[rows, at]
+            mv = table[rows, at]
+            past = ~(mv > values) if right else ~(mv >= values)
+            lo = np.where(active & past, mid + 1, lo)
+            hi = np.where(active & ~past, mid, hi)
+
+
+def _search(op: str, seq: Any, values: Any, out_int32: bool, right: bool, side: Any, sorter: Any) -> np.ndarray:
+    s = tensor(seq)
+    v = tensor(values)
+    if side is not None:
+        if side not in ("left", "right"):
+            raise bad(op, f"side can only be 'left' or 'right', got {side!r}")
+        if right and side == "left":
+            raise bad(op, "side and right can't be set to opposites, got side of left while right was True")
+        right = side == "right"
+    if s.ndim == 0:
+        raise bad(op, "the boundaries must have at least one dimension")
+    if s.ndim > 1 and v.ndim == 0:
+        raise bad(op, "a scalar input needs 1-d boundaries")
+    if s.dtype.kind == "c" or v.dtype.kind == "c":
+        raise bad(op, "not implemented for complex tensors")
+    order = None
+    if sorter is not None:
+        order = tensor(sorter)
+        if order.shape != s.shape or order.dtype != np.int64:
+            raise bad(op, "sorter must be an int64 tensor of the boundaries' shape")
+        if order.size and (order.min() < 0 or order.max() >= s.shape[-1]):
+            raise bad(op, "sorter index out of range")
+    ct = promote.result_type(s, values)  # a Scalar input promotes as a Python number
+    cmp = promote.opmath(ct) if promote.category(ct) == promote.FLOAT else ct
+    r = _bsearch(op, promote.cast(s, cmp), promote.cast(v, cmp), right, order)
+    return r.astype(np.int32 if out_int32 else np.int64)
+
+
+@kernel("aten.searchsorted.Tensor", "aten.searchsorted.Scalar")
+def searchsorted(
+    sorted_sequence: Any,
+    self: Any,
+    *,
+    out_int32: bool = False,
+    right: bool = False,
+    side: Any = None,
+    sorter: Any = None,
+) -> np.ndarray:
+    return _search("aten.searchsorted", sorted_sequence, self, out_int32, right, side, sorter)
+
+
+@kernel("aten.bucketize.Tensor", "aten.bucketize.Scalar")
+def bucketize(self: Any, boundaries: Any, *, out_int32: bool = False, right: bool = False) -> np.ndarray:
+    b = tensor(boundaries)
+    if b.ndim != 1:
+        raise bad("aten.bucketize", f"boundaries must be 1-d, got {b.ndim} dimensions")
+    return _search("aten.bucketize", b, self, out_int32, right, None, None)

@@ -206,7 +206,7 @@ def min_all(self: np.ndarray) -> np.ndarray:
     return promote.cast(np.min(_comparable(x, "aten.min")), x.dtype)
 
 
-def _var(x: np.ndarray, dims: tuple[int, ...], correction: float, keepdim: bool, op: str) -> np.ndarray:
+def _var(x: np.ndarray, dims: tuple[int, ...], correction: float, keepdim: bool, op: str, root: bool = False) -> np.ndarray:
     if promote.category(x.dtype) <= promote.INT:
         raise bad(op, f"var only supports floating point and complex dtypes, got {x.dtype}")
     out = promote.to_real(x.dtype)
@@ -220,6 +220,8 @@ def _var(x: np.ndarray, dims: tuple[int, ...], correction: float, keepdim: bool,
         dev = v - m
         ss = np.sum((dev * np.conj(dev)).real, axis=dims, keepdims=keepdim)
         r = ss / np.float64(max(0, n - correction))
+        if root:  # the standard deviation, rounded once
+            r = np.sqrt(r)
     return promote.cast(r, out)
 
 
@@ -365,3 +367,131 @@ def median_all(self: np.ndarray) -> np.ndarray:
 def kthvalue(self: np.ndarray, k: int, dim: int = -1, keepdim: bool = False) -> tuple[np.ndarray, np.ndarray]:
     x = tensor(self)
     return _order_stat(x, norm_dim(dim, x.ndim, "aten.kthvalue"), lambda n: k - 1, keepdim, "aten.kthvalue")
+
+
+# -- var_mean / std / std_mean -------------------------------------------------------------
+
+
+def _mean_like_var(x: np.ndarray, dims: tuple[int, ...], keepdim: bool) -> np.ndarray:
+    with quiet():
+        m = np.mean(x.astype(np.complex128 if x.dtype.kind == "c" else np.float64), axis=dims, keepdims=keepdim)
+    return promote.cast(m, x.dtype)
+
+
+def _moments(op: str, self: Any, dim: Any, correction: Any, keepdim: bool, root: bool, mean: bool) -> Any:
+    x = tensor(self)
+    dims = norm_dims(dim, x.ndim, op)
+    v = _var(x, dims, correction, keepdim, op, root)
+    return (v, _mean_like_var(x, dims, keepdim)) if mean else v
+
+
+def _correction(correction: Any) -> Any:
+    return 1 if correction is None else correction
+
+
+@kernel("aten.var_mean.correction")
+def var_mean_correction(self: Any, dim: Any = None, *, correction: Any = None, keepdim: bool = False) -> Any:
+    return _moments("aten.var_mean", self, dim, _correction(correction), keepdim, False, True)
+
+
+@kernel("aten.var_mean.dim")
+def var_mean_dim(self: Any, dim: Any = None, unbiased: bool = True, keepdim: bool = False) -> Any:
+    return _moments("aten.var_mean", self, dim, 1 if unbiased else 0, keepdim, False, True)
+
+
+@kernel("aten.var_mean.default")
+def var_mean_all(self: Any, unbiased: bool = True) -> Any:
+    return _moments("aten.var_mean", self, None, 1 if unbiased else 0, False, False, True)
+
+
+@kernel("aten.std.correction")
+def std_correction(self: Any, dim: Any = None, *, correction: Any = None, keepdim: bool = False) -> Any:
+    return _moments("aten.std", self, dim, _correction(correction), keepdim, True, False)
+
+
+@kernel("aten.std.dim")
+def std_dim(self: Any, dim: Any = None, unbiased: bool = True, keepdim: bool = False) -> Any:
+    return _moments("aten.std", self, dim, 1 if unbiased else 0, keepdim, True, False)
+
+
+@kernel("aten.std.default")
+def std_all(self: Any, unbiased: bool = True) -> Any:
+    return _moments("aten.std", self, None, 1 if unbiased else 0, False, True, False)
+
+
+@kernel("aten.std_mean.correction")
+def std_mean_correction(self: Any, dim: Any = None, *, correction: Any = None, keepdim: bool = False) -> Any:
+    return _moments("aten.std_mean", self, dim, _correction(correction), keepdim, True, True)
+
+
+@kernel("aten.std_mean.dim")
+def std_mean_dim(self: Any, dim: Any = None, unbiased: bool = True, keepdim: bool = False) -> Any:
+    return _moments("aten.std_mean", self, dim, 1 if unbiased else 0, keepdim, True, True)
+
+
+@kernel("aten.std_mean.default")
+def std_mean_all(self: Any, unbiased: bool = True) -> Any:
+    return _moments("aten.std_mean", self, None, 1 if unbiased else 0, False, True, True)
+
+
+# -- cummax / cummin / logcumsumexp -------------------------------------------------------
+
+
+def _cum_extreme(op: str, self: Any, dim: int, fn: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Running max/min along ``dim`` and where it was taken. As torch's CPU kernel: an
+    element equal to the running value takes over its index (the last of equal values
+    wins), and a NaN takes over from anything (later NaNs too) and stays."""
+    x = tensor(self)
+    d = norm_dim(dim, x.ndim, op)
+    if x.ndim == 0 or x.size == 0:
+        return x.copy(), np.zeros(x.shape, np.int64)
+    if x.dtype.kind == "c":
+        raise bad(op, "not implemented for complex tensors")
+    w = _comparable(x, op)
+    with quiet():
+        vals = fn.accumulate(w, axis=d) if w.shape[d] else w.copy()
+        taken = (w == vals) | (np.isnan(w) if w.dtype.kind == "f" else False)
+    pos = np.arange(x.shape[d], dtype=np.int64).reshape((-1,) + (1,) * (x.ndim - 1 - d))
+    idx = np.maximum.accumulate(np.where(taken, pos, 0), axis=d) if x.shape[d] else np.zeros(x.shape, np.int64)
+    return promote.cast(vals, x.dtype), np.asarray(idx, np.int64)
+
+
+@kernel("aten.cummax.default")
+def cummax(self: Any, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    return _cum_extreme("aten.cummax", self, dim, np.maximum)
+
+
+@kernel("aten.cummin.default")
+def cummin(self: Any, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    return _cum_extreme("aten.cummin", self, dim, np.minimum)
+
+
+def _logaddexp_complex(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``log(exp(a) + exp(b))`` for complex values, shifted by the one of larger real part."""
+    hi = np.where(a.real >= b.real, a, b)
+    lo = np.where(a.real >= b.real, b, a)
+    r = hi + np.log1p(np.exp(lo - hi))
+    # both parts -inf (exp is 0): the sum is 0 too, whose log is -inf
+    return np.where(np.isneginf(hi.real) & np.isneginf(lo.real), lo, r)
+
+
+@kernel("aten.logcumsumexp.default")
+def logcumsumexp(self: Any, dim: int) -> np.ndarray:
+    """``log(cumsum(exp(x)))`` along ``dim`` without overflow, in float64/complex128,
+    rounded to the input's dtype (integer and bool inputs are refused, as in torch)."""
+    x = tensor(self)
+    d = norm_dim(dim, x.ndim, "aten.logcumsumexp")
+    if promote.category(x.dtype) <= promote.INT:
+        raise bad("aten.logcumsumexp", f"not implemented for {x.dtype}")
+    out = x.dtype
+    if x.ndim == 0 or x.shape[d] == 0:
+        return x.copy()
+    with quiet():
+        if x.dtype.kind == "c":
+            v = np.moveaxis(x.astype(np.complex128), d, 0).copy()
+            for i in range(1, v.shape[0]):
+                v[i] = _logaddexp_complex(v[i - 1], v[i])
+            r = np.moveaxis(v, 0, d)
+        else:
+            r = np.logaddexp.accumulate(promote.cast(x, np.float64), axis=d)
+    return promote.cast(r, out)

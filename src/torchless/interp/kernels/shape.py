@@ -409,3 +409,52 @@ def unfold(self: np.ndarray, dimension: int, size: int, step: int) -> np.ndarray
     strides = list(x.strides)
     shape[d], strides[d] = count, x.strides[d] * step
     return _np_as_strided(x, shape + [size], strides + [x.strides[d]], writeable=x.flags.writeable)
+
+
+@kernel("aten.numpy_T.default", "aten.numpy_T.a")
+def numpy_t(self: np.ndarray) -> np.ndarray:
+    """Every dimension reversed (``Tensor.T``), a view."""
+    return tensor(self).transpose()
+
+
+@kernel("aten.broadcast_tensors.default")
+def broadcast_tensors(tensors: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Each tensor expanded (a view) to the common broadcast shape."""
+    arrays = [tensor(t) for t in tensors]
+    try:
+        shape = np.broadcast_shapes(*(a.shape for a in arrays))
+    except ValueError as e:
+        raise bad("aten.broadcast_tensors", f"the shapes do not broadcast: {[list(a.shape) for a in arrays]}") from e
+    return [np.broadcast_to(a, shape) for a in arrays]
+
+
+def _real_dtype(dt: np.dtype) -> np.dtype:
+    return np.dtype(np.float32) if dt == np.complex64 else np.dtype(np.float64)
+
+
+@kernel("aten.view_as_real.default")
+def view_as_real(self: np.ndarray) -> np.ndarray:
+    """A complex tensor's ``(real, imag)`` pairs as a trailing dimension of 2: a view
+    sharing the complex tensor's memory."""
+    x = tensor(self)
+    if x.dtype.kind != "c":
+        raise bad("aten.view_as_real", f"is only supported for complex tensors, got {x.dtype}")
+    # the trailing axis of size 1 is contiguous whatever x's strides: reinterpret it
+    return x[..., np.newaxis].view(_real_dtype(x.dtype))
+
+
+@kernel("aten.view_as_complex.default")
+def view_as_complex(self: np.ndarray) -> np.ndarray:
+    """Pairs of the last dimension (size 2) as complex numbers: a view when that dimension
+    is contiguous, else a copy with the same values (results never depend on strides)."""
+    x = tensor(self)
+    if x.dtype not in (np.float32, np.float64) and promote.category(x.dtype) != promote.FLOAT:
+        raise bad("aten.view_as_complex", f"is only supported for floating point tensors, got {x.dtype}")
+    if x.ndim == 0 or x.shape[-1] != 2:
+        raise bad("aten.view_as_complex", f"the last dimension must have size 2, got shape {list(x.shape)}")
+    if x.dtype not in (np.float32, np.float64):  # half: complex32, which NumPy lacks
+        x = x.astype(np.float32)
+    cdt = np.complex64 if x.dtype == np.float32 else np.complex128
+    if x.strides[-1] != x.itemsize:
+        x = np.ascontiguousarray(x)
+    return x.view(cdt)[..., 0]
