@@ -155,6 +155,36 @@ class Plan:
             # a value nothing reads is dropped right after it is computed
             free = tuple(frees.get(i, ())) + (() if i in last or n.op == "output" else (i,))
             self.steps.append((i, n, fn, free))
+        #: per step, how its arguments are gathered (see :func:`_arg_recipe`)
+        self.recipes = [_arg_recipe(n, index) if fn is not None else None for _i, n, fn, _f in self.steps]
+
+
+#: an argument recipe: (args template, (position, value index) per top-level node argument,
+#: kwargs template, (name, value index) per node keyword argument); None where a node sits
+#: inside a container (a list of tensors, a slice...), which :func:`map_arg` handles
+Recipe = tuple[tuple[Any, ...], tuple[tuple[int, int], ...], dict[str, Any], tuple[tuple[str, int], ...]] | None
+
+
+def _holds_node(a: Any) -> bool:
+    return next(iter_nodes(a), None) is not None
+
+
+def _arg_recipe(n: Node, index: dict[int, int]) -> Recipe:
+    """How to build the call arguments of ``n`` without walking them per call: constants
+    are kept as recorded and each top-level node argument is filled from its value slot."""
+    slots: list[tuple[int, int]] = []
+    for pos, a in enumerate(n.args):
+        if isinstance(a, Node):
+            slots.append((pos, index[id(a)]))
+        elif _holds_node(a):
+            return None
+    kw_slots: list[tuple[str, int]] = []
+    for k, a in n.kwargs.items():
+        if isinstance(a, Node):
+            kw_slots.append((k, index[id(a)]))
+        elif _holds_node(a):
+            return None
+    return tuple(n.args), tuple(slots), dict(n.kwargs), tuple(kw_slots)
 
 
 def plan(graph: Graph, plans: dict[int, Plan] | None = None) -> Plan:
@@ -205,10 +235,23 @@ def run_graph(graph: Graph, inputs: list[Any], plans: dict[int, Plan] | None = N
 
     result: Any = None
     autocast_dtype = autocast.STATE.get()
-    for i, n, fn, free in p.steps:
+    args: Any
+    kwargs: dict[str, Any]
+    for (i, n, fn, free), recipe in zip(p.steps, p.recipes, strict=True):
         if fn is not None:
-            args = map_arg(n.args, value) if n.args else ()
-            kwargs = map_arg(n.kwargs, value) if n.kwargs else {}
+            if recipe is None:
+                args = map_arg(n.args, value) if n.args else ()
+                kwargs = map_arg(n.kwargs, value) if n.kwargs else {}
+            else:
+                args, slots, kwargs, kw_slots = recipe
+                if slots:
+                    args = list(args)
+                    for pos, j in slots:
+                        args[pos] = env[j]
+                if kw_slots:
+                    kwargs = dict(kwargs)
+                    for k, j in kw_slots:
+                        kwargs[k] = env[j]
             if autocast_dtype is not None and isinstance(n.target, OpRef):
                 args, kwargs = autocast.cast_args(n.target.op_name, args, kwargs, autocast_dtype)
             try:

@@ -231,7 +231,8 @@ def isfinite(self: np.ndarray) -> np.ndarray:
 
 @kernel("aten.logical_not.default")
 def logical_not(self: np.ndarray) -> np.ndarray:
-    return np.asarray(tensor(self) == 0)
+    x = tensor(self)
+    return np.asarray(np.logical_not(x) if x.dtype == np.bool_ else x == 0)
 
 
 @kernel("aten.bitwise_not.default")
@@ -517,7 +518,20 @@ def bitwise_and_st(self: Any, other: np.ndarray) -> np.ndarray:
 @kernel("aten.where.self")
 def where(condition: np.ndarray, self: Any, other: Any) -> np.ndarray:
     rt = promote.result_type(self, other)
-    return np.asarray(np.where(tensor(condition) != 0, promote.cast(self, rt), promote.cast(other, rt)))
+    c = tensor(condition)
+    if c.dtype != np.bool_:
+        c = c != 0
+    a, b = promote.cast(self, rt), promote.cast(other, rt)
+    if c.size and c.size * 8 <= max(a.size, b.size):
+        # a condition much smaller than the operands (a broadcast row mask, such as the one
+        # decomposed attention uses for fully masked rows) that is all one value picks one
+        # side whole: a copy of it, broadcast, instead of a select per element
+        pick = b if not c.any() else a if c.all() else None
+        if pick is not None:
+            out = np.empty(np.broadcast_shapes(c.shape, a.shape, b.shape), rt)
+            np.copyto(out, pick)
+            return out
+    return np.asarray(np.where(c, a, b))
 
 
 @kernel("aten.where.ScalarOther", "aten.where.ScalarSelf", "aten.where.Scalar")

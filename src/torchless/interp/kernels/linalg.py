@@ -54,13 +54,17 @@ def addmm(self: np.ndarray, mat1: np.ndarray, mat2: np.ndarray, *, beta: Any = 1
         raise bad("aten.addmm", f"shapes {list(a.shape)} and {list(b.shape)} cannot be multiplied")
     compute, out = _mm_dtypes("aten.addmm", a, b, c)
     with quiet():
-        prod = np.matmul(a.astype(compute, copy=False), b.astype(compute, copy=False))
+        prod = np.matmul(a.astype(compute, copy=False), b.astype(compute, copy=False))  # fresh, C order
         if alpha != 1:
-            prod = prod * np.asarray(alpha).astype(compute)
-        res = np.broadcast_to(c, prod.shape).astype(compute)
-        # beta == 0 ignores self entirely (nan and inf in it do not propagate)
-        r = prod if beta == 0 else prod + (res if beta == 1 else res * np.asarray(beta).astype(compute))
-    return promote.cast(r, out)
+            np.multiply(prod, np.asarray(alpha).astype(compute), out=prod)
+        # beta == 0 ignores self entirely (nan and inf in it do not propagate); the bias is
+        # added in place, broadcast (a materialised copy of it would not be in C order)
+        if beta != 0:
+            res = np.broadcast_to(c, prod.shape)
+            if c.dtype != compute:
+                res = res.astype(compute, order="C")
+            np.add(prod, res if beta == 1 else res * np.asarray(beta).astype(compute), out=prod)
+    return promote.cast(prod, out)
 
 
 @kernel("aten.mv.default")

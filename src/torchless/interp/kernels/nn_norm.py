@@ -146,13 +146,25 @@ def _layer_norm(x, normalized_shape, weight, bias, eps):
         raise UsageError(f"layer_norm: normalized_shape {list(normalized_shape)} does not end input {list(x.shape)}")
     xc = compute(x)
     axes = tuple(range(x.ndim - k, x.ndim))
-    mean, var = _stats(xc, axes)
+    # the same operations as _stats and the normalisation below them, on one fresh array
+    # (x - mean), reused in place: squared into a scratch copy for the variance, then scaled
+    mean = xc.mean(axis=axes, keepdims=True)
+    y = np.subtract(xc, mean)
+    sq = np.square(y)
+    var = sq.mean(axis=axes, keepdims=True)
+    del sq
     rstd = 1.0 / np.sqrt(var + eps)
-    y = (xc - mean) * rstd
-    if weight is not None:
-        y = y * compute(weight)
-    if bias is not None:
-        y = y + compute(bias)
+    if y.dtype == np.result_type(y, rstd):
+        np.multiply(y, rstd, out=y)
+    else:
+        y = y * rstd
+    for p, op in ((weight, np.multiply), (bias, np.add)):
+        if p is not None:
+            pc = compute(p)
+            if y.dtype == np.result_type(y, pc) and y.shape == np.broadcast_shapes(y.shape, pc.shape):
+                op(y, pc, out=y)
+            else:
+                y = op(y, pc)
     return finish(y, x.dtype), finish(mean, x.dtype), finish(rstd, x.dtype)
 
 

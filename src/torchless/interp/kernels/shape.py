@@ -283,6 +283,10 @@ def stack(tensors: Sequence[np.ndarray], dim: int = 0) -> np.ndarray:
 
 @kernel("aten.clone.default")
 def clone(self: np.ndarray, *, memory_format: Any = None) -> np.ndarray:
+    # contiguous_format lays the copy out in C order, as torch does (a later view of it then
+    # needs no copy); preserve_format (the default) keeps the source's layout
+    if memory_format is not None and str(memory_format) == "contiguous_format":
+        return np.array(tensor(self), copy=True, order="C")
     return np.array(tensor(self), copy=True)
 
 
