@@ -262,3 +262,24 @@ def test_while_loop_keyword_arguments():
     with pytest.raises(UnsupportedError, match="unknown keyword arguments not_a_flag, stack_output") as e:
         run_graph(_while_graph("higher_order.while_loop", stack_output=True, not_a_flag=1), [0, x])
     assert "higher_order.while_loop" in str(e.value)
+
+
+def test_kernel_declares_the_arguments_it_mutates(monkeypatch):
+    monkeypatch.setattr(registry, "_KERNELS", dict(registry._KERNELS))
+    monkeypatch.setattr(registry, "_MUTATES", dict(registry._MUTATES))
+
+    @registry.kernel("tl_test.bump_.default", mutates=("buf",))
+    def bump_(x, buf):
+        np.add(buf, x, out=buf)
+        return x * 2
+
+    assert registry.mutable_args("tl_test.bump_.default") == ("buf",)
+    assert registry.mutable_args("tl_test.unknown.default") is None
+    g = Graph()
+    x, buf = g.placeholder("x"), g.placeholder("buf")
+    af = g.call_function(OpRef("higher_order.auto_functionalized"), (OpRef("tl_test.bump_.default"),), {"x": x, "buf": buf})
+    g.output((g.call_function(GETITEM, (af, 0)), g.call_function(GETITEM, (af, 1))))
+    b = np.zeros(3)
+    out, new_buf = run_graph(g, [np.ones(3), b])
+    assert np.array_equal(out, [2, 2, 2]) and np.array_equal(new_buf, [1, 1, 1])
+    assert np.array_equal(b, [0, 0, 0])  # v1 runs the operator on a copy: the input is untouched

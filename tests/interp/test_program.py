@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import namedtuple
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -231,6 +232,11 @@ def saved(tmp_path_factory):
             path = d / f"{name}{tag}.pt2"
             torch.export.save(prog, path)
             out[name + tag] = (path, prog)
+    # auto_functionalized v1: what export made before v2, and still makes with this switch off
+    with mock.patch.object(torch._export.config, "enable_auto_functionalized_v2_for_export", False):
+        prog = torch.export.export(Mutating(), (torch.ones(4), torch.ones(4))).run_decompositions()
+    torch.export.save(prog, d / "mutating_v1.pt2")
+    out["mutating_v1"] = (d / "mutating_v1.pt2", prog)
     return out
 
 
@@ -399,18 +405,25 @@ def test_buffer_mutation_updates_the_modules_buffers(saved, name):
         ours(np.ones((4, 2), np.float32))
 
 
-@pytest.mark.parametrize("name", ["mutating", "mutating_dec"])
+_CUSTOM = {
+    "tl_interp_test.add_one_.default": (_add_one_kernel, ("x",)),
+    "tl_interp_test.scale.default": (_scale_kernel, ("y",)),
+}
+
+
+@pytest.mark.parametrize("name", ["mutating", "mutating_dec", "mutating_v1"])
 def test_mutations_of_inputs_buffers_and_views(saved, name, monkeypatch):
-    for key, fn in {
-        "tl_interp_test.add_one_.default": _add_one_kernel,
-        "tl_interp_test.scale.default": _scale_kernel,
-    }.items():
+    for key, (fn, mutates) in _CUSTOM.items():
         if registry.lookup(key) is None:
             monkeypatch.setitem(registry._KERNELS, key, fn)
+            monkeypatch.setitem(registry._MUTATES, key, mutates)  # what kernel(key, mutates=...) records
     path, _ep = saved[name]
     prog = torchless.load(path)
     if name.endswith("_dec"):
         assert "higher_order.auto_functionalized_v2" in prog.op_histogram()
+    if name.endswith("_v1"):
+        hist = prog.op_histogram()
+        assert hist.get("higher_order.auto_functionalized") == 2 and "higher_order.auto_functionalized_v2" not in hist
     ours, theirs = prog.module(), torch.export.load(path).module()
     for _ in range(2):
         x, z = torch.randn(4), torch.randn(4)
@@ -560,3 +573,19 @@ def test_dataclass_inputs_and_outputs_keep_their_fields(saved):
     _check(m({"x": x.numpy(), "mask": None})[1].a, theirs[1].a)  # a mapping of the fields works too
     with pytest.raises(UsageError, match="must have the fields x"):
         m((x.numpy(),))
+
+
+def test_auto_functionalized_v1_needs_the_mutated_arguments(saved, monkeypatch):
+    """A custom operator's schema is not in the .pt2: without its kernel's ``mutates``
+    declaration, auto_functionalized (v1) cannot tell which results are the mutated
+    arguments, and refuses by name instead of guessing."""
+    for key, (fn, _mutates) in _CUSTOM.items():
+        if registry.lookup(key) is None:
+            monkeypatch.setitem(registry._KERNELS, key, fn)
+        monkeypatch.delitem(registry._MUTATES, key, raising=False)
+    m = torchless.load(saved["mutating_v1"][0]).module()
+    with pytest.raises(UnsupportedError, match=r"auto_functionalized of tl_interp_test\.add_one_\.default.*mutates="):
+        m(np.ones(4, np.float32), np.ones(4, np.float32))
+    # an ATen operator's mutable arguments come from its schema
+    assert registry.mutable_args("aten.add_.Tensor") == ("self",)
+    assert registry.mutable_args("aten.add.Tensor") == ()

@@ -24,11 +24,16 @@ The calling convention (the same for every kernel):
   (``copy_``, ``add_`` in training IR) write through as they do in torch.
 * A kernel that cannot honour an argument raises :class:`~torchless.core.errors.UnsupportedError`
   naming the op and the argument, never a wrong answer.
+* A kernel of a mutating operator writes into its mutable arguments in place. For a custom
+  operator (whose schema a ``.pt2`` does not hold), ``kernel(key, mutates=("x",))`` names
+  them, in schema order: ``auto_functionalized`` (v1) returns their new values after the
+  operator's outputs, so it needs to know which they are (ATen operators' come from their
+  schemas).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..core.errors import InternalError, UnsupportedError
@@ -58,20 +63,38 @@ _KERNELS: dict[str, Kernel] = {}
 #: key -> a cheaper kernel for nodes whose tuple result is only ever read at index 0 (such as
 #: max pooling's values without its indices); it returns the same tuple with None elsewhere
 _FIRST_ONLY: dict[str, Kernel] = {}
+#: key -> the arguments the operator mutates, as its kernel declared them (custom operators)
+_MUTATES: dict[str, tuple[str, ...]] = {}
 _LOADED = False
 
 
-def kernel(*keys: str) -> Callable[[Kernel], Kernel]:
-    """Register the decorated function as the kernel of each of ``keys``."""
+def kernel(*keys: str, mutates: Sequence[str] = ()) -> Callable[[Kernel], Kernel]:
+    """Register the decorated function as the kernel of each of ``keys``; ``mutates`` names
+    the arguments the operator writes in place (in schema order), for an operator whose
+    schema torchless does not have (a custom operator)."""
 
     def register(fn: Kernel) -> Kernel:
         for key in keys:
             if key in _KERNELS and _KERNELS[key] is not fn:
                 raise InternalError(f"two kernels for {key}: {_KERNELS[key].__module__} and {fn.__module__}")
             _KERNELS[key] = fn
+            if mutates:
+                _MUTATES[key] = tuple(mutates)
         return fn
 
     return register
+
+
+def mutable_args(key: str) -> tuple[str, ...] | None:
+    """The names of the arguments operator ``key`` mutates, in schema order: as its kernel
+    declared them, else from the ATen schema; None when neither is known."""
+    load_kernels()
+    if key in _MUTATES:
+        return _MUTATES[key]
+    from ..graph.schema import registry as schemas
+
+    s = schemas().find(key)
+    return None if s is None else tuple(a.name for a in s.arguments if a.is_write)
 
 
 def first_only(*keys: str) -> Callable[[Kernel], Kernel]:

@@ -20,6 +20,11 @@ the ops' dense (eager) implementations in ``torch/_higher_order_ops``:
 * ``auto_functionalized_v2(op, _all_bases=[...], **kwargs)``: the bases copied, each
   mutable argument re-created as its view of a copy (whole base, alias, slice or
   ``as_strided``), ``op`` run in place on them; returns ``(*op_outputs, *new_bases)``.
+* ``auto_functionalized(op, **kwargs)`` (v1, what export made before v2 and still makes
+  with ``torch._export.config.enable_auto_functionalized_v2_for_export = False``): each
+  mutable argument copied, ``op`` run in place on the copies; returns
+  ``(*op_outputs, *copies)``. The mutable arguments come from the ATen schema or, for a
+  custom operator, its kernel's ``mutates`` declaration.
 * ``with_effects(token, op, *args)``: ``op`` run; returns ``(token, *outputs)``.
 """
 
@@ -229,6 +234,31 @@ def auto_functionalized_v2(_mutable_op: Any, **kwargs: Any) -> tuple[Any, ...]:
         new[name] = _regenerate_view(f"_{name}", kw, bases)
     out = _op_kernel(_mutable_op)(**kw, **new)
     return (*out, *bases) if isinstance(out, tuple) else (out, *bases)
+
+
+@kernel("higher_order.auto_functionalized")
+def auto_functionalized(_mutable_op: Any, _only_clone_these_tensors: Any = None, **kwargs: Any) -> tuple[Any, ...]:
+    """The older form (v1): each mutable argument copied (all of them, or those
+    ``_only_clone_these_tensors`` names), the operator run in place on the copies;
+    returns ``(*op_outputs, *mutable_args)`` in the schema's order of the mutable arguments."""
+    key = getattr(_mutable_op, "key", None) or str(_mutable_op)
+    names = registry.mutable_args(key)
+    if names is None:
+        raise UnsupportedError(
+            f"auto_functionalized of {key}: which arguments the operator mutates is unknown "
+            f"(declare them with its kernel: registry.kernel({key!r}, mutates=(...)))"
+        )
+    only = None if _only_clone_these_tensors is None else set(_only_clone_these_tensors)
+    new = dict(kwargs)
+    mutated: list[Any] = []
+    for name in names:
+        v = kwargs.get(name)
+        if v is not None and (only is None or name in only):
+            v = [np.array(a, copy=True) for a in v] if isinstance(v, (list, tuple)) else np.array(v, copy=True)
+        new[name] = v
+        mutated.append(v)
+    out = _op_kernel(_mutable_op)(**new)
+    return (*out, *mutated) if isinstance(out, tuple) else (out, *mutated)
 
 
 @kernel("higher_order.with_effects")
