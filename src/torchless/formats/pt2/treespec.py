@@ -76,8 +76,8 @@ class TreeSpec:
             if len(tree) != len(self.children):
                 raise UsageError(f"{where} has the wrong length", expected=len(self.children), found=len(tree))
             kids = [(f"{path}[{i}]", v) for i, v in enumerate(tree)]
-        elif t not in _KNOWN and _dataclass_fields(self.context) is not None:
-            flat, _none = _dataclass_fields(self.context)  # type: ignore[misc]
+        elif t not in _KNOWN and (dc := _dataclass_fields(self.context)) is not None:
+            flat = dc[0]
             if all(hasattr(tree, f) for f in flat):
                 kids = [(f"{path}.{f}", getattr(tree, f)) for f in flat]
             elif isinstance(tree, dict) and all(f in tree for f in flat):
