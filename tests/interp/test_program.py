@@ -1,8 +1,8 @@
 """Exported programs run in torchless and in torch give the same outputs: ``Program.module()``,
 ``Program.run``, control flow (cond, while_loop, map, scan), buffer mutation in the training
 IR and after ``run_decompositions()``, dynamic dims and their guards, refusal of a program
-with unsupported operators before anything runs, the ``run`` command, and a ``.pt2`` whose
-weights torchless replaced.
+with unsupported operators before anything runs, the ``run`` command, and ``.pt2`` files
+whose weights and operators torchless replaced (saved by torchless, run by torch and by torchless).
 The ATen kernels are the real ones (``interp/kernels``); only the test's own custom
 operators get NumPy kernels here.
 """
@@ -589,3 +589,34 @@ def test_auto_functionalized_v1_needs_the_mutated_arguments(saved, monkeypatch):
     # an ATen operator's mutable arguments come from its schema
     assert registry.mutable_args("aten.add_.Tensor") == ("self",)
     assert registry.mutable_args("aten.add.Tensor") == ()
+
+
+@pytest.mark.parametrize("name", ["mlp", "mlp_dec"])
+def test_edited_weights_and_op_run_the_same_in_torch_and_torchless(saved, tmp_path, name):
+    """A .pt2 whose weights torchless replaced and whose relu it replaced by sigmoid, saved by
+    torchless: torch 2.13 loads and runs the edited file, and torchless gives its outputs;
+    both computed the edit (checked against the formula with the new weights)."""
+    from torchless.formats.pt2 import save_pt2
+    from torchless.graph.ir import OpRef
+
+    path, _ep = saved[name]
+    prog = torchless.load(path)
+    rng = np.random.default_rng(2)
+    new_sd = {k: rng.standard_normal(v.shape).astype(np.float32) for k, v in prog.state_dict.items()}
+    for k, v in new_sd.items():
+        prog.state_dict[k] = torchless.Tensor.from_numpy(v)
+    (relu,) = [n for n in prog.graph.nodes if str(n.target) == "aten.relu.default"]
+    relu.target = OpRef("aten.sigmoid.default")
+    new = tmp_path / "edited.pt2"
+    save_pt2(new, prog)
+    edited = torch.export.load(new)
+    targets = [str(n.target) for n in edited.graph.nodes if n.op == "call_function"]
+    assert "aten.sigmoid.default" in targets and "aten.relu.default" not in targets
+    for n in (2, 7):
+        x = torch.randn(n, 4)
+        theirs = edited.module()(x)
+        ours = torchless.load(new).module()(x.numpy())
+        _check(ours, theirs)
+        h = x.numpy() @ new_sd["l1.weight"].T + new_sd["l1.bias"]
+        want = (1 / (1 + np.exp(-h))) @ new_sd["l2.weight"].T + new_sd["l2.bias"]
+        np.testing.assert_allclose(theirs.detach().numpy(), want, rtol=1e-5, atol=1e-6)
