@@ -620,3 +620,36 @@ def test_edited_weights_and_op_run_the_same_in_torch_and_torchless(saved, tmp_pa
         h = x.numpy() @ new_sd["l1.weight"].T + new_sd["l1.bias"]
         want = (1 / (1 + np.exp(-h))) @ new_sd["l2.weight"].T + new_sd["l2.bias"]
         np.testing.assert_allclose(theirs.detach().numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+class NonCore(torch.nn.Module):
+    """Operators the training IR keeps that are not core ATen: Tensor.to, .T, cummax/cummin,
+    searchsorted/bucketize, shifts, complex views, var_mean/std, logcumsumexp, broadcast_tensors."""
+
+    def forward(self, x, seq, i):
+        a = x.to(torch.float16).to(torch.float32) + x.T.T
+        b = torch.cummax(x, 1).values + torch.cummin(x, 0).indices
+        c = torch.searchsorted(seq, x) + torch.bucketize(x, seq, right=True)
+        d = (i << 3) + (i >> 1) + torch.bitwise_left_shift(i, 2)
+        z = torch.view_as_complex(torch.stack([x, a], -1).contiguous())
+        e = torch.view_as_real(z * torch.complex(x, x)).sum(-1)
+        v, m = torch.var_mean(x, dim=1, correction=0)
+        s = torch.logcumsumexp(x, 1) + torch.std(x, 0)
+        p, q = torch.broadcast_tensors(x, seq[:4])
+        return a, b, c, d, e, v + m, s, p * q, x.to("cpu", torch.float64)
+
+
+def test_non_core_operators_of_the_training_ir_run_like_torch(tmp_path):
+    x, seq, i = torch.randn(3, 4), torch.linspace(-2, 2, 9), torch.randint(-50, 50, (3, 4))
+    ep = torch.export.export(NonCore(), (x, seq, i))
+    kept = {"aten.to.dtype", "aten.to.device", "aten.numpy_T.default", "aten.cummax.default", "aten.searchsorted.Tensor"}
+    kept |= {"aten.__lshift__.Scalar", "aten.view_as_real.default", "aten.var_mean.correction", "aten.broadcast_tensors.default"}
+    for tag, prog in (("train", ep), ("dec", ep.run_decompositions())):
+        path = tmp_path / f"{tag}.pt2"
+        torch.export.save(prog, path)
+        p = torchless.load(path)
+        if tag == "train":
+            assert kept <= set(p.op_histogram())
+        for _ in range(2):
+            _check(p.module()(x.numpy(), seq.numpy(), i.numpy()), prog.module()(x, seq, i), atol=1e-5)
+            x, i = torch.randn(3, 4) * 3, torch.randint(-1000, 1000, (3, 4))
