@@ -586,6 +586,12 @@ def _gen_complex(dt: torch.dtype) -> Iterator:
         yield (r, r.flip(0)), {}
 
 
+def _gen_angle(dt: torch.dtype) -> Iterator:
+    yield from _gen_unary()(dt)
+    if dt.is_floating_point:
+        yield (torch.tensor([-1.0, 0.0, -0.0, 2.0, float("nan"), float("-inf")], dtype=dt),), {}
+
+
 #: aten overload -> how it is tested
 SPECS: dict[str, Spec] = {}
 
@@ -768,6 +774,15 @@ for _sh in ("bitwise_left_shift", "bitwise_right_shift"):
 _spec("aten.view_as_real.default", "view_as_real", gen=_gen_view_as_real, dtypes=("complex64", "complex128"))
 _spec("aten.view_as_complex.default", "view_as_complex", gen=_gen_view_as_complex, dtypes=("float32", "float64"))
 _spec("aten.complex.default", "complex", gen=_gen_complex, dtypes=("float32", "float64"))
+_spec("aten.real.default", "real", gen=_gen_unary())
+_spec("aten.imag.default", "imag", gen=_gen_unary())
+_spec("aten.conj.default", "conj", gen=_gen_unary())
+_spec("aten._conj.default", "conj", gen=_gen_unary())
+_spec("aten.conj_physical.default", "conj_physical", gen=_gen_unary())
+_spec("aten.resolve_conj.default", "resolve_conj", gen=_gen_unary())
+_spec("aten.resolve_neg.default", "resolve_neg", gen=_gen_unary())
+_spec("aten.angle.default", "angle", gen=_gen_angle)
+_spec("aten.polar.default", "polar", dtypes=("float32", "float64"))
 # common non-core operators that run_decompositions() leaves in a graph
 _spec("aten.hypot.default", "hypot")
 _spec("aten.erfinv.default", "erfinv", gen=_gen_erfinv, loose=True)

@@ -639,6 +639,22 @@ class NonCore(torch.nn.Module):
         return a, b, c, d, e, v + m, s, p * q, x.to("cpu", torch.float64)
 
 
+class ComplexParts(torch.nn.Module):
+    def forward(self, x):
+        z = torch.view_as_complex(x)
+        return z.real * 2, z.imag + 1, torch.view_as_real(z.conj() * z), z.abs(), z.angle(), torch.polar(x[..., 0], x[..., 1])
+
+
+def test_complex_parts_run_like_torch(tmp_path):
+    x = torch.randn(5, 2)
+    ep = torch.export.export(ComplexParts(), (x,))
+    for tag, prog in (("train", ep), ("dec", ep.run_decompositions())):
+        torch.export.save(prog, tmp_path / f"{tag}.pt2")
+        p = torchless.load(tmp_path / f"{tag}.pt2")
+        assert tag == "dec" or {"aten.real.default", "aten.imag.default", "aten._conj.default"} <= set(p.op_histogram())
+        _check(p.module()(x.numpy()), prog.module()(x))
+
+
 def test_non_core_operators_of_the_training_ir_run_like_torch(tmp_path):
     x, seq, i = torch.randn(3, 4), torch.linspace(-2, 2, 9), torch.randint(-50, 50, (3, 4))
     ep = torch.export.export(NonCore(), (x, seq, i))

@@ -791,3 +791,65 @@ def bitwise_left_shift(self: Any, other: Any) -> np.ndarray:
 @kernel("aten.bitwise_right_shift.Tensor", "aten.bitwise_right_shift.Tensor_Scalar", "aten.bitwise_right_shift.Scalar_Tensor")
 def bitwise_right_shift(self: Any, other: Any) -> np.ndarray:
     return _shift("aten.bitwise_right_shift", self, other, False)
+
+
+# -- complex parts ------------------------------------------------------------------------
+
+
+@kernel("aten.real.default")
+def real(self: np.ndarray) -> np.ndarray:
+    """The real part: a view of a complex tensor; a real tensor itself."""
+    x = tensor(self)
+    return x.real if x.dtype.kind == "c" else x
+
+
+@kernel("aten.imag.default")
+def imag(self: np.ndarray) -> np.ndarray:
+    """The imaginary part of a complex tensor (a view)."""
+    x = tensor(self)
+    if x.dtype.kind != "c":
+        raise bad("aten.imag", f"imag is not implemented for tensors with non-complex dtypes ({x.dtype})")
+    return x.imag
+
+
+@kernel("aten.conj.default", "aten._conj.default", "aten.conj_physical.default", "aten._conj_physical.default")
+def conj(self: np.ndarray) -> np.ndarray:
+    """The complex conjugate, materialised (torch's lazy conjugate bit has no NumPy
+    counterpart); a real tensor itself."""
+    x = tensor(self)
+    return np.asarray(np.conj(x)) if x.dtype.kind == "c" else x
+
+
+@kernel("aten.resolve_conj.default", "aten.resolve_neg.default")
+def resolve_conj(self: np.ndarray) -> np.ndarray:
+    """Identity: the interpreter's conjugates and negations are never lazy."""
+    return tensor(self)
+
+
+@kernel("aten.angle.default")
+def angle(self: np.ndarray) -> np.ndarray:
+    """``atan2(imag, real)`` of a complex tensor; of a real one pi where negative, else 0
+    (NaN stays NaN); integers give float32."""
+    x = tensor(self)
+    if x.dtype.kind == "c":
+        with quiet():
+            return np.asarray(np.angle(x)).astype(promote.to_real(x.dtype))
+
+    def fn(v: np.ndarray) -> np.ndarray:
+        return np.where(np.isnan(v), v, np.where(v < 0, np.pi, 0.0).astype(v.dtype))
+
+    return unary(fn, x, INT_TO_FLOAT)
+
+
+@kernel("aten.polar.default")
+def polar(abs: np.ndarray, angle: np.ndarray) -> np.ndarray:  # noqa: A002 - the schema's names
+    """``abs * (cos(angle) + i sin(angle))``, built part by part."""
+    r, t = tensor(abs), tensor(angle)
+    if r.dtype != t.dtype or r.dtype not in (np.float32, np.float64):
+        raise bad("aten.polar", f"expected abs and angle of the same float or double dtype, got {r.dtype} and {t.dtype}")
+    r, t = np.broadcast_arrays(r, t)
+    out = np.empty(r.shape, np.complex128 if r.dtype == np.float64 else np.complex64)
+    with quiet():
+        out.real = r * np.cos(t)
+        out.imag = r * np.sin(t)
+    return out
