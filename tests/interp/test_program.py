@@ -187,6 +187,45 @@ torch.utils._pytree.register_dataclass(Batch, serialized_type_name="tl_interp_te
 torch.utils._pytree.register_dataclass(Result, serialized_type_name="tl_interp_test.Result")
 
 
+class ModelOutput(dict):
+    """A mapping output registered the way Hugging Face registers ModelOutput: the values
+    are the children, the keys the context."""
+
+    def __getattr__(self, name):
+        return self[name]
+
+
+torch.utils._pytree.register_pytree_node(
+    ModelOutput,
+    lambda o: (list(o.values()), list(o.keys())),
+    lambda values, keys: ModelOutput(zip(keys, values, strict=True)),
+    serialized_type_name="tl_interp_test.ModelOutput",
+)
+
+
+class Boxed:
+    def __init__(self, v, scale):
+        self.v, self.scale = v, scale
+
+
+torch.utils._pytree.register_pytree_node(
+    Boxed,
+    lambda b: ([b.v], {"scale": b.scale}),
+    lambda values, ctx: Boxed(values[0], ctx["scale"]),
+    serialized_type_name="tl_interp_test.Boxed",
+)
+
+
+class Mapping(torch.nn.Module):
+    def forward(self, x):
+        return ModelOutput(logits=x * 2, hidden=x + 1)
+
+
+class Odd(torch.nn.Module):
+    def forward(self, x):
+        return Boxed(x * 2, 3)
+
+
 class Dataclasses(torch.nn.Module):
     def forward(self, batch):
         y = batch.x * 2
@@ -217,6 +256,8 @@ def saved(tmp_path_factory):
             None,
         ),
         "dataclasses": (Dataclasses(), (Batch(torch.randn(3), None),), {}, None),
+        "mapping": (Mapping(), (torch.randn(3),), {}, None),
+        "odd": (Odd(), (torch.randn(3),), {}, None),
         "mutating": (Mutating(), (torch.ones(4), torch.ones(4)), {}, None),
         "counter": (Counter(), (torch.randn(4, 2),), {"scale": torch.tensor(3.0)}, {"x": {0: batch}, "scale": None}),
     }
@@ -669,3 +710,17 @@ def test_non_core_operators_of_the_training_ir_run_like_torch(tmp_path):
         for _ in range(2):
             _check(p.module()(x.numpy(), seq.numpy(), i.numpy()), prog.module()(x, seq, i), atol=1e-5)
             x, i = torch.randn(3, 4) * 3, torch.randint(-1000, 1000, (3, 4))
+
+
+def test_custom_mapping_outputs_come_back_as_mappings(saved):
+    """A custom pytree type whose context is its keys (Hugging Face's ModelOutput) comes back
+    as a dict of the class's name with those keys, readable as attributes too; a custom type
+    with another context is refused when the module is made, before anything runs."""
+    path, ep = saved["mapping"]
+    x = torch.randn(3)
+    ours, theirs = torchless.load(path).module()(x.numpy()), ep.module()(x)
+    assert isinstance(theirs, ModelOutput) and type(ours).__name__ == "ModelOutput"
+    _check(ours, dict(theirs))
+    _check(ours.logits, theirs.logits)
+    with pytest.raises(UnsupportedError, match="tl_interp_test.Boxed"):
+        torchless.load(saved["odd"][0]).module()

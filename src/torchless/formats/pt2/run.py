@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ...core.errors import FormatError, TorchlessError, UsageError
+from ...core.errors import FormatError, TorchlessError, UnsupportedError, UsageError
 from ...interp.guards import check_guards_code, guard_env
 from ...interp.interpreter import to_array
 from ...interp.program import ProgramRunner
@@ -64,6 +64,12 @@ class ExportedModule:
         self.check_guards = check_guards
         self.runner = ProgramRunner(program, check_guards=check_guards)
         self.in_spec, self.out_spec, self.arg_names = call_specs(program)
+        odd = [t for spec in (self.in_spec, self.out_spec) if spec is not None for t in spec.unsupported_types()]
+        if odd:  # refused before anything runs, not after the graph ran
+            raise UnsupportedError(
+                f"the program's inputs or outputs use pytree types torchless cannot rebuild: {', '.join(sorted(set(odd)))}",
+                hint="namedtuples, register_dataclass types and mappings whose context is their keys are supported",
+            )
         self.guards_code = [g for g in getattr(program, "guards_code", []) or [] if isinstance(g, str)]
         #: guards of ``guards_code`` torchless could not evaluate (on the last call)
         self.unchecked_guards: list[str] = []

@@ -13,7 +13,10 @@ in the program's ``treespec_namedtuple_fields``, which :func:`loads` takes. A da
 registered with ``register_dataclass`` is a node of its own type whose context lists its
 fields (``[[fields], [fields that were None]]``). torchless cannot build the user's
 classes, so both come back as a namedtuple of the class's name and the same fields
-(attribute access and unpacking work as on the original).
+(attribute access and unpacking work as on the original). A custom node whose context is
+the list of its keys (a mapping such as Hugging Face's ``ModelOutput``) comes back as a
+dict of the class's name with those keys, also readable as attributes. Any other custom
+node is refused (:meth:`TreeSpec.unsupported_types` lists them before anything runs).
 """
 
 from __future__ import annotations
@@ -84,6 +87,13 @@ class TreeSpec:
                 kids = [(f"{path}[{f!r}]", tree[f]) for f in flat]
             else:
                 raise UsageError(f"{where} must have the fields {', '.join(flat)}", found=type(tree).__name__)
+        elif t not in _KNOWN and (names := _key_names(self.context, len(self.children))) is not None:
+            if isinstance(tree, dict) and all(k in tree for k in names):
+                kids = [(f"{path}[{k!r}]", tree[k]) for k in names]
+            elif all(hasattr(tree, k) for k in names):
+                kids = [(f"{path}.{k}", getattr(tree, k)) for k in names]
+            else:
+                raise UsageError(f"{where} must have the keys {', '.join(names)}", found=type(tree).__name__)
         elif t in _DICT or t in _ODICT or t in _DDICT:
             keys = self._keys()
             if not isinstance(tree, dict):
@@ -150,7 +160,51 @@ class TreeSpec:
             built = _namedtuple(t, dc[0] + dc[1], kids + [None] * len(dc[1]))
             if built is not None:
                 return built
+        names = _key_names(self.context, len(kids))
+        if names is not None:
+            return _record_class(str(t).rsplit(".", 1)[-1])(zip(names, kids, strict=True))
         raise UnsupportedError(f"pytree node type {t} is not supported")
+
+    def unsupported_types(self) -> list[str]:
+        """The node types of this spec that :meth:`flatten`/:meth:`unflatten` cannot handle."""
+        out: list[str] = []
+        t = self.type
+        if (
+            t is not None
+            and t not in _KNOWN
+            and _dataclass_fields(self.context) is None
+            and _key_names(self.context, len(self.children)) is None
+        ):
+            out.append(t)
+        for c in self.children:
+            out.extend(t for t in c.unsupported_types() if t not in out)
+        return out
+
+
+def _key_names(ctx: Any, n: int) -> list[str] | None:
+    """The keys of a custom mapping node whose context is its list of keys (Hugging Face's
+    ``ModelOutput``: ``flatten`` gives ``(values, keys)``), or None."""
+    if isinstance(ctx, list) and len(ctx) == n and all(isinstance(k, str) for k in ctx) and len(set(ctx)) == n:
+        return list(ctx)
+    return None
+
+
+class _Record(dict[str, Any]):
+    """A mapping output of a custom pytree type: a dict whose keys are also attributes."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({dict.__repr__(self)})"
+
+
+@functools.lru_cache(maxsize=256)
+def _record_class(name: str) -> Any:
+    return type(name if name.isidentifier() else "Record", (_Record,), {"__slots__": ()})
 
 
 def _namedtuple(type_name: Any, fields: list[str], values: list[Any]) -> Any:
