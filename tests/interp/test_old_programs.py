@@ -3,10 +3,11 @@ interpreter with the outputs torch gives.
 
 Three oracles, each used where it exists: the output the writing torch recorded for the
 example input (``samples/old_pt2/<version>/expected.json``, from ``torch.export.load`` +
-``.module()`` in that torch); torch 2.13 loading the same archive (it refuses schema 7.3,
-and torch 2.6's ``cond`` archive fails its deserializer); and the model's ``forward``
-(``samples/make_old_pt2.py``) run in eager torch 2.13 with the archive's own weights, on
-more inputs than the recorded one (other batch sizes, both branches of ``cond``).
+``.module()`` in that torch; the archive's own sample inputs are that input); torch 2.13
+loading the same archive (it refuses schema 7.3, and torch 2.6's ``cond`` archive fails
+its deserializer); and the model's ``forward`` (``samples/make_old_pt2.py``) run in eager
+torch 2.13 with the archive's own weights, on more inputs than the recorded one (other
+batch sizes, both branches of ``cond``).
 """
 
 from __future__ import annotations
@@ -73,8 +74,12 @@ def test_old_program_runs_like_torch(version: str, name: str) -> None:
     assert ".".join(map(str, prog.schema_version)) == e["version_records"][next(iter(e["version_records"]))]
     m = prog.module()
     x0 = _array(e["example_input"][0])
-    # 1. the output the writing torch recorded
+    # 1. the output the writing torch recorded, for its example input, which the archive
+    # also stores as its sample inputs
     np.testing.assert_allclose(m(x0), _array(e["example_output"]), rtol=1e-5, atol=1e-6)
+    args, kwargs = prog.sample_inputs
+    assert not kwargs and len(args) == 1 and np.array_equal(np.asarray(args[0].numpy()), x0)
+    np.testing.assert_allclose(m(*args), _array(e["example_output"]), rtol=1e-5, atol=1e-6)
     # 2. torch 2.13 on the same archive, where it loads it
     tm = _torch_module(path)
     if version == "2.5" or (version, name) == ("2.6", "cond"):
