@@ -203,7 +203,9 @@ def check_inputs(slots: list[InputSlot], range_constraints: dict[str, tuple[Any,
 
 def _check_range(name: str, value: int, where: str, range_constraints: dict[str, tuple[Any, Any]]) -> None:
     lo, hi = range_constraints.get(name, (None, None))
-    if lo is not None and value < lo:
+    # as torch's unlifted module: a lower bound of 2 or less is not checked, sizes 0 and 1
+    # are let through (export's default minimum is 2 because it specializes 0 and 1)
+    if lo is not None and lo > 2 and value < lo:
         raise UsageError(
             f"input {where} is out of the range the program was exported for ({name})", expected=f">= {lo}", found=value
         )
