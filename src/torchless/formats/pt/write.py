@@ -339,6 +339,8 @@ _BINPUT = [b"q" + bytes((i,)) for i in range(256)]
 _BINGET = [b"h" + bytes((i,)) for i in range(256)]
 _BININT1 = [b"K" + bytes((i,)) for i in range(256)]
 _pack_i = struct.Struct("<i").pack
+#: LONG_BINPUT: ``pack(0x72, index)``
+_PUT_LONG = struct.Struct("<BI")
 #: write the common state dict (a dict of str -> plain tensors) with :func:`_fast_pickle`;
 #: tests turn it off to compare the bytes with the general pickler's
 FAST_PICKLE = True
@@ -403,11 +405,6 @@ def _int_bytes(v: int) -> bytes:
     return b"\x8a" + bytes((len(raw),)) + raw if len(raw) < 256 else b"\x8b" + _pack_i(len(raw)) + raw
 
 
-def _get_bytes(idx: int) -> bytes:
-    """BINGET / LONG_BINGET of memo entry ``idx``."""
-    return _BINGET[idx] if idx < 256 else b"j" + _pack_I(idx)
-
-
 #: the literal the emitter memoizes (one object, so its memo entry is found by identity)
 _STORAGE = "storage"
 
@@ -416,114 +413,147 @@ def _emit_rows(obj: dict[str, Any], rows: list[tuple[Any, ...]], cp: CheckpointP
     """The bytes of :func:`_fast_pickle` for ``obj`` from its rows, one per entry in order:
     ``(key, legacy storage class, location, numel, storage offset, size, stride,
     requires_grad, storage, dtype name)``, each value the very object the tensor gives
-    (the memo is by identity). The caller has checked what :func:`_fast_pickle` checks."""
-    out = bytearray(b"\x80\x02")
-    count = 0
-    memo_id: dict[int, int] = {}  # str/tuple/dict objects by identity, as Pickler2 keeps them
-    memo_g: dict[tuple[str, str], bytes] = {}  # -> the BINGET that fetches it
+    (the memo is by identity). The caller has checked what :func:`_fast_pickle` checks.
+
+    One loop with the pickler's steps written out (no call per opcode): the memo index
+    of each object, the opcodes and their order are those of :class:`Pickler2`."""
+    out = bytearray(b"\x80\x02}q\x00")  # the outer dict is memo entry 0
+    count = 1
+    memo_id: dict[int, int] = {id(obj): 0}  # str/tuple objects by identity, as Pickler2 keeps them
+    memo_get = memo_id.get
     keep: list[Any] = [obj]  # objects whose ids are in memo_id stay alive, as in Pickler2
-
-    def put() -> None:
-        nonlocal count
-        out.extend(_BINPUT[count] if count < 256 else b"r" + _pack_I(count))
-        count += 1
-
-    def get(idx: int) -> None:
-        out.extend(_BINGET[idx] if idx < 256 else b"j" + _pack_I(idx))
-
-    def glob(mod: str, name: str) -> None:
-        got = memo_g.get((mod, name))
-        if got is not None:
-            out.extend(got)
-            return
-        out.extend(b"c" + mod.encode() + b"\n" + name.encode() + b"\n")
-        memo_g[(mod, name)] = _BINGET[count] if count < 256 else b"j" + _pack_I(count)
-        put()
-
-    def text(s: str) -> None:
-        idx = memo_id.get(id(s))
-        if idx is not None:
-            get(idx)
-            return
-        raw = s.encode("utf-8", "surrogatepass")
-        out.extend(b"X" + _pack_I(len(raw)) + raw)
-        memo_id[id(s)] = count
-        keep.append(s)
-        put()
-
-    def integer(v: int) -> None:
-        out.extend(_BININT1[v] if 0 <= v < 256 else _int_bytes(v))
-
-    def ints(tup: tuple) -> None:
-        if not tup:
-            out.extend(b")")
-            return
-        idx = memo_id.get(id(tup))
-        if idx is not None:
-            get(idx)
-            return
-        n = len(tup)
-        if n > 3:
-            out.extend(b"(")
-        for v in tup:
-            if type(v) is not int:
-                raise _NotFast
-            integer(v)
-        out.extend((b"\x85", b"\x86", b"\x87")[n - 1] if n <= 3 else b"t")
-        memo_id[id(tup)] = count
-        keep.append(tup)
-        put()
-
-    out.extend(b"}")
-    memo_id[id(obj)] = count
-    put()
+    keep_add = keep.append
+    glob_of: dict[str, bytes] = {}  # legacy storage class -> the BINGET that fetches it
+    binput, binget, binint1 = _BINPUT, _BINGET, _BININT1
+    int_bytes, pack_i32, put_long = _int_bytes, _pack_I, _PUT_LONG.pack
     storages: list[tuple[str, Storage, str]] = []
-    head: bytes | None = None  # the fetches of _rebuild_tensor_v2 and 'storage', once memoized
-    tail: bytes | None = None  # the fetch of OrderedDict and its empty call
+    add_storage = storages.append
     n_keys = len(cp.storage_keys)
-    try:
-        for b0 in range(0, len(rows), 1000):
-            chunk = rows[b0 : b0 + 1000]
-            if len(chunk) > 1:
-                out.extend(b"(")
-            for k, legacy, location, numel, offset, shape, stride, rg, st, dtype_name in chunk:
-                text(k)
-                if head is None:
-                    glob(_UTILS, "_rebuild_tensor_v2")
-                    out.extend(b"((")  # the argument tuple, the persistent id tuple
-                    text(_STORAGE)
-                    # both memoized from now on: the same fetches for every later tensor
-                    head = memo_g[(_UTILS, "_rebuild_tensor_v2")] + b"((" + _get_bytes(memo_id[id(_STORAGE)])
+    fetch_rebuild = b""  # BINGET of _rebuild_tensor_v2, once memoized
+    fetch_storage = b""  # BINGET of 'storage'
+    tail = b""  # the fetch of OrderedDict and its empty call
+    for b0 in range(0, len(rows), 1000):
+        chunk = rows[b0 : b0 + 1000]
+        if len(chunk) > 1:
+            out += b"("
+        for k, legacy, location, numel, offset, shape, stride, rg, st, dtype_name in chunk:
+            # the key
+            idx = memo_get(id(k))
+            if idx is not None:
+                out += binget[idx] if idx < 256 else b"j" + pack_i32(idx)
+            else:
+                raw = k.encode("utf-8", "surrogatepass")
+                out += b"X"
+                out += pack_i32(len(raw))
+                out += raw
+                memo_id[id(k)] = count
+                keep_add(k)
+                out += binput[count] if count < 256 else put_long(0x72, count)
+                count += 1
+            # _rebuild_tensor_v2, the argument tuple, the persistent id tuple, 'storage'
+            if not fetch_rebuild:
+                out += b"ctorch._utils\n_rebuild_tensor_v2\n"
+                fetch_rebuild = binget[count] if count < 256 else b"j" + pack_i32(count)
+                out += binput[count] if count < 256 else put_long(0x72, count)
+                count += 1
+                out += b"(("
+                idx = memo_get(id(_STORAGE))
+                if idx is None:
+                    out += b"X\x07\x00\x00\x00storage"
+                    memo_id[id(_STORAGE)] = count
+                    keep_add(_STORAGE)
+                    idx = count
+                    out += binput[count] if count < 256 else put_long(0x72, count)
+                    count += 1
                 else:
-                    out += head
-                glob("torch", legacy)
-                key = str(n_keys + len(storages))
-                storages.append((key, st, dtype_name))
-                text(key)
-                text(location if location and location != "meta" else "cpu")
-                out += _BININT1[numel] if 0 <= numel < 256 else _int_bytes(numel)
-                out += b"t"
-                put()  # the pid tuple is a new object: no memo hit possible
-                out += b"Q"
-                out += _BININT1[offset] if 0 <= offset < 256 else _int_bytes(offset)
-                ints(shape)
-                ints(stride)
-                out += b"\x88" if rg else b"\x89"
-                if tail is None:
-                    glob("collections", "OrderedDict")
-                    tail = memo_g[("collections", "OrderedDict")] + b")R"
-                    out += b")R"
-                else:
-                    out += tail
-                put()
-                out += b"t"
-                put()
-                out += b"R"
-                put()
-            out.extend(b"u" if len(chunk) > 1 else b"s")
-    except _NotFast:
-        return None
-    out.extend(b".")
+                    out += binget[idx] if idx < 256 else b"j" + pack_i32(idx)
+                fetch_storage = binget[idx] if idx < 256 else b"j" + pack_i32(idx)
+            else:
+                out += fetch_rebuild
+                out += b"(("
+                out += fetch_storage
+            # the storage class
+            g = glob_of.get(legacy)
+            if g is not None:
+                out += g
+            else:
+                out += b"ctorch\n" + legacy.encode() + b"\n"
+                glob_of[legacy] = binget[count] if count < 256 else b"j" + pack_i32(count)
+                out += binput[count] if count < 256 else put_long(0x72, count)
+                count += 1
+            # the storage key (a one-character str is CPython's shared object: a key of the
+            # dict may be that very object, so the memo is asked as for any str)
+            skey = str(n_keys + len(storages))
+            add_storage((skey, st, dtype_name))
+            idx = memo_get(id(skey))
+            if idx is not None:
+                out += binget[idx] if idx < 256 else b"j" + pack_i32(idx)
+            else:
+                out += b"X"
+                out += pack_i32(len(skey))
+                out += skey.encode()
+                memo_id[id(skey)] = count
+                keep_add(skey)
+                out += binput[count] if count < 256 else put_long(0x72, count)
+                count += 1
+            # the location
+            loc = location if location and location != "meta" else "cpu"
+            idx = memo_get(id(loc))
+            if idx is not None:
+                out += binget[idx] if idx < 256 else b"j" + pack_i32(idx)
+            else:
+                raw = loc.encode("utf-8", "surrogatepass")
+                out += b"X"
+                out += pack_i32(len(raw))
+                out += raw
+                memo_id[id(loc)] = count
+                keep_add(loc)
+                out += binput[count] if count < 256 else put_long(0x72, count)
+                count += 1
+            out += binint1[numel] if 0 <= numel < 256 else int_bytes(numel)
+            out += b"t"  # the persistent id tuple: a new object, no memo hit possible
+            out += binput[count] if count < 256 else put_long(0x72, count)
+            count += 1
+            out += b"Q"
+            out += binint1[offset] if 0 <= offset < 256 else int_bytes(offset)
+            for tup in (shape, stride):
+                if not tup:
+                    out += b")"
+                    continue
+                idx = memo_get(id(tup))
+                if idx is not None:
+                    out += binget[idx] if idx < 256 else b"j" + pack_i32(idx)
+                    continue
+                n = len(tup)
+                if n > 3:
+                    out += b"("
+                for v in tup:
+                    if type(v) is not int:
+                        return None
+                    out += binint1[v] if 0 <= v < 256 else int_bytes(v)
+                out += b"\x85" if n == 1 else b"\x86" if n == 2 else b"\x87" if n == 3 else b"t"
+                memo_id[id(tup)] = count
+                keep_add(tup)
+                out += binput[count] if count < 256 else put_long(0x72, count)
+                count += 1
+            out += b"\x88" if rg else b"\x89"
+            if not tail:
+                out += b"ccollections\nOrderedDict\n"
+                tail = (binget[count] if count < 256 else b"j" + pack_i32(count)) + b")R"
+                out += binput[count] if count < 256 else put_long(0x72, count)
+                count += 1
+                out += b")R"
+            else:
+                out += tail
+            # the OrderedDict, the argument tuple, the tensor
+            out += binput[count] if count < 256 else put_long(0x72, count)
+            out += b"t"
+            out += binput[count + 1] if count + 1 < 256 else put_long(0x72, count + 1)
+            out += b"R"
+            out += binput[count + 2] if count + 2 < 256 else put_long(0x72, count + 2)
+            count += 3
+        out += b"u" if len(chunk) > 1 else b"s"
+    out += b"."
     # what CheckpointPickler._storage_pid and translate record, in the same order
     for key, st, dtype_name in storages:
         cp.storage_keys[id(st)] = key
@@ -580,10 +610,6 @@ def _write_storage(zw: TorchZipWriter, key: str, st: Any, storage_crc: int | Non
 
 #: storages written together by _write_blocks
 _BLOCK_BATCH = 256
-
-
-class _NotFast(Exception):
-    pass
 
 
 def save_checkpoint(
