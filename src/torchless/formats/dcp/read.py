@@ -411,12 +411,13 @@ def _batch_items(buf: np.ndarray, offs: np.ndarray, lens: np.ndarray, t: _Templa
         fixed[off : off + k] = False
     fixed_idx = np.nonzero(fixed)[0]
     fields = np.zeros((n_items, len(t.var)), dtype=np.int64)
-    ar = np.arange(L)
     idx = np.nonzero(ok)[0]
+    raw = buf.data  # the same bytes as a memoryview (slices of it are cheap)
     for b0 in range(0, len(idx), _BATCH_ROWS):
         rows = idx[b0 : b0 + _BATCH_ROWS]
         starts = offs[rows] + lens[rows] - L
-        m = buf[starts[:, None] + ar]
+        # the rows copied out by slices (one join), not gathered by an index per byte
+        m = np.frombuffer(b"".join([raw[s : s + L] for s in starts.tolist()]), dtype=np.uint8).reshape(len(rows), L)
         good = (m[:, fixed_idx] == tail[fixed_idx]).all(axis=1)
         ok[rows] &= good
         for j, (off, k) in enumerate(t.var):
@@ -643,8 +644,10 @@ class DCPReader:
         cache; later reads fault them back in). Keeps RSS flat over thousands of chunks.
         Items that follow each other in the file are released together, a few MiB at a
         time (one system call for hundreds of small items)."""
-        rel = info.relative_path
-        start, end = info.offset, info.offset + info.length
+        self._release_range(info.relative_path, info.offset, info.offset + info.length)
+
+    def _release_range(self, rel: str, start: int, end: int) -> None:
+        """:meth:`_release` of the items filling ``[start, end)`` of file ``rel``."""
         pending: dict[str, tuple[int, int] | None] = self.__dict__.setdefault("_pending", {})  # per file, not yet released
         pend = pending.get(rel)
         if pend is not None and pend[1] == start:
@@ -898,7 +901,10 @@ class DCPReader:
             ref.stride = stride
             ref.storage_nbytes = nbytes - offset * isz
             ref.byteorder = byteorder
-            self._release(ref.info)
+        # the chunk's items in one step (items the loop left are located, and released,
+        # one by one later: dropping their pages now only means faulting them back in)
+        last = rs[-1].info
+        self._release_range(rs[0].info.relative_path, rs[0].info.offset, last.offset + last.length)
         return rest
 
     def _locate_safetensors(self, ref: ChunkRef, tmd: TensorStorageMetadata, where: WhereAt) -> ChunkRef:
@@ -1120,9 +1126,18 @@ class DCPReader:
         file's map (or empty), None for the others; the previous batch's pages are
         released."""
         prev = self.__dict__.pop("_viewed_many", None)
-        if prev is not None:
+        if prev is not None:  # runs of items that follow each other in a file, each in one step
+            run: tuple[str, int, int] | None = None
             for info in prev:
-                self._release(info)
+                rel, start = info.relative_path, info.offset
+                if run is not None and run[0] == rel and run[2] == start:
+                    run = (rel, run[1], start + info.length)
+                    continue
+                if run is not None:
+                    self._release_range(*run)
+                run = (rel, start, start + info.length)
+            if run is not None:
+                self._release_range(*run)
         if self.remote:
             return [None] * len(fqns)
         chunks, entries, maps = self._chunks, self.entries, self._maps
