@@ -24,7 +24,7 @@ from typing import Any
 
 from .errors import FormatError, LinkEscapeError, NotFoundError, Where
 
-__all__ = ["confine", "confined_file", "within"]
+__all__ = ["confine", "confined_file", "name_parts", "within"]
 
 _DRIVE = re.compile(r"^[A-Za-z]:")
 
@@ -35,6 +35,46 @@ def within(real: str, real_root: str) -> bool:
         return os.path.commonpath([real, real_root]) == real_root
     except ValueError:  # different drives (Windows)
         return False
+
+
+def _refuser(name: object, what: str, subdirs: bool, where: Where) -> Any:
+    def refuse(reason: str, found: Any = None) -> LinkEscapeError:
+        return LinkEscapeError(
+            f"refused {what}: {reason}",
+            expected=f"a {'relative path' if subdirs else 'plain file name'} inside the artifact's folder",
+            found=repr(name)[:120] if found is None else found,
+            **where,
+        )
+
+    return refuse
+
+
+def name_parts(
+    name: object, *, what: str = "file", path: Any = None, member: str | None = None, subdirs: bool = False, url: bool = False
+) -> list[str]:
+    """The components of a name an artifact gives for a sibling file, or LinkEscapeError.
+
+    The checks of :func:`confine` that need no filesystem: not empty, no NUL byte, not
+    absolute (nor a drive letter), no ``..`` component, and one component unless
+    ``subdirs``. ``url``: the name is appended to a URL, so ``?``, ``#`` and ``%`` (a
+    query, a fragment, an escape such as ``%2e%2e`` a server would decode) are refused too.
+    Returns the components without empty and ``.`` ones.
+    """
+    refuse = _refuser(name, what, subdirs, {"path": path, "member": member})
+    if not isinstance(name, str) or not name:
+        raise refuse("empty or not a string name")
+    if "\x00" in name:
+        raise refuse("NUL byte in the name")
+    if name.startswith(("/", "\\")) or os.path.isabs(name) or _DRIVE.match(name):
+        raise refuse("absolute path")
+    parts = re.split(r"[/\\]", name)
+    if ".." in parts:
+        raise refuse("'..' in the path (path traversal)")
+    if not subdirs and (len(parts) != 1 or name in (".",)):
+        raise refuse("a path where a plain file name is expected")
+    if url and any(c in name for c in "?#%"):
+        raise refuse("'?', '#' or '%' in a name read from a URL (a query, a fragment or an escape)")
+    return [p for p in parts if p not in ("", ".")]
 
 
 def confine(
@@ -59,29 +99,11 @@ def confine(
             outside ``root`` (a symbolic link anywhere on the way that leaves it).
     """
     where: Where = {"path": os.fspath(root) if path is None else path, "member": member}
-
-    def refuse(reason: str, found: Any = None) -> LinkEscapeError:
-        return LinkEscapeError(
-            f"refused {what}: {reason}",
-            expected=f"a {'relative path' if subdirs else 'plain file name'} inside the artifact's folder",
-            found=repr(name)[:120] if found is None else found,
-            **where,
-        )
-
-    if not isinstance(name, str) or not name:
-        raise refuse("empty or not a string name")
-    if "\x00" in name:
-        raise refuse("NUL byte in the name")
-    if name.startswith(("/", "\\")) or os.path.isabs(name) or _DRIVE.match(name):
-        raise refuse("absolute path")
-    parts = re.split(r"[/\\]", name)
-    if ".." in parts:
-        raise refuse("'..' in the path (path traversal)")
-    if not subdirs and (len(parts) != 1 or name in (".",)):
-        raise refuse("a path where a plain file name is expected")
+    parts = name_parts(name, what=what, subdirs=subdirs, **where)
+    refuse = _refuser(name, what, subdirs, where)
     base = os.path.abspath(os.fspath(root))
     real_root = os.path.realpath(base)
-    full = os.path.join(base, *[p for p in parts if p not in ("", ".")])
+    full = os.path.join(base, *parts)
     real = os.path.realpath(full)
     if not within(real, real_root):
         raise refuse(

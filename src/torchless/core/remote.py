@@ -217,6 +217,12 @@ def isdir(url: str) -> bool:
         return False
 
 
+def listable(url: str) -> bool:
+    """False for filesystems that cannot list a folder (plain HTTP servers)."""
+    fs, _p = filesystem(url)
+    return _protocol(fs) not in ("http", "https")
+
+
 def exists(url: str) -> bool:
     fs, p = filesystem(url)
     try:
@@ -266,6 +272,26 @@ def child(root: str, name: str, *, what: str = "file", path: Any = None, member:
             found=repr(name)[:120],
         )
     return join(root, name)
+
+
+def confined(root: str, name: object, *, what: str = "file", path: Any = None, member: str | None = None) -> str:
+    """``root/name`` for a relative path an artifact gives (``/`` components allowed: an
+    ONNX external data location), under the rules of
+    :func:`~torchless.core.paths.confine` that need no filesystem (no absolute name, no
+    ``..``, no NUL) and no ``?``, ``#`` or ``%`` (a query, a fragment, an escape a server
+    would decode). A URL has no symbolic links to resolve: the joined path is the object.
+
+    Raises:
+        LinkEscapeError: a name that could leave ``root``.
+    """
+    from .paths import name_parts
+
+    parts = name_parts(name, what=what, path=root if path is None else path, member=member, subdirs=True, url=True)
+    if not parts:
+        from .errors import LinkEscapeError
+
+        raise LinkEscapeError(f"refused {what}: it names the folder itself", path=root if path is None else path, member=member)
+    return join(root, "/".join(parts))
 
 
 def dirname(url: str) -> str:

@@ -152,6 +152,26 @@ def detect(path: Any, format: str | None = None) -> FormatHandler:
     return h
 
 
+def _refuse_unlisted(url: str) -> None:
+    """UsageError for a folder URL whose server does not list it (plain HTTP): only the
+    folders that name their files (a DCP ``.metadata``) can be read there."""
+    from ..core import remote
+    from ..core.errors import NotFoundError, UsageError
+
+    if remote.listable(url):
+        return
+    try:
+        remote.listdir(url)
+    except NotFoundError:
+        raise UsageError(
+            "this HTTP server does not list folders, and the folder holds no DCP .metadata",
+            path=url,
+            hint="give the URL of a file (a model, a sharded checkpoint's index); a folder of files "
+            "(DCP in the Hugging Face layout) needs storage that lists folders (s3://, gs://, memory://...) "
+            "or a server that serves folder listings",
+        ) from None
+
+
 def probe_and_detect(path: Any, format: str | None = None) -> tuple[FormatHandler, Probe | None]:
     """:func:`detect`, and the :class:`Probe` it made (None when ``format`` was given).
 
@@ -174,6 +194,8 @@ def probe_and_detect(path: Any, format: str | None = None) -> tuple[FormatHandle
         by_ext = handler_for_path(path)
         if by_ext is not None and not probe.is_dir:
             return by_ext, probe
+        if probe.is_dir and isinstance(probe.path, str):  # a folder URL (a RemotePath)
+            _refuse_unlisted(probe.path)
         raise FormatError(
             "unrecognized artifact",
             path=path,

@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from ...core.errors import NotFoundError, UsageError
+from ...core.remote import local_path
 from ..render import emit_json, format_bytes, format_table
 
 __all__ = ["register", "format_inventory", "format_plan", "format_age"]
@@ -109,6 +110,11 @@ def cmd_cache(args: argparse.Namespace) -> int:
         if bad:
             raise UsageError(f"unknown cache entry kind {bad[0]!r}", expected=", ".join(KINDS))
     folder = target[0] if target else None
+    if folder is not None:
+        from ...formats.inductor_cache.inventory import resolve_cache_dir
+
+        resolve_cache_dir(folder)  # refuses URLs (the cache is a local folder)
+        folder = local_path(folder)
     if folder is not None and not os.path.isdir(folder):
         if os.path.exists(folder):
             raise UsageError(

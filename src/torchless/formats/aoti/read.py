@@ -31,7 +31,7 @@ from ...container.zip import ZipEntry, ZipReader, is_zip
 from ...core import jsonsafe
 from ...core.dtypes import DTYPES, DType
 from ...core.errors import FormatError, LimitError, NotFoundError, TorchlessError
-from ...core.source import BytesSource, is_mapped, open_source
+from ...core.source import BytesSource, RemoteSource, SliceSource, is_mapped, open_source
 from ...core.tensor import Storage, Tensor
 from ...pickle.machine import Limits
 from ..pt.read import read_zip_checkpoint
@@ -226,6 +226,19 @@ class AotiPackage:
     records: dict[str, str] = field(default_factory=dict)
     other_files: list[PackageFile] = field(default_factory=list)
     weight_files: dict[str, Any] = field(default_factory=dict)
+    #: records of a remote archive already fetched whole (a shared object: parsed, then
+    #: its linked weights sliced), so each is fetched once
+    fetched: dict[str, memoryview] = field(default_factory=dict, repr=False)
+
+    def read_once(self, e: ZipEntry) -> memoryview:
+        """Record ``e``'s bytes; a remote archive's are kept for the next reader (a local
+        one's are a view of the file mapping, not to be kept past the read)."""
+        got = self.fetched.get(e.name)
+        if got is None:
+            got = self.zip.read(e)
+            if isinstance(self.zip.source, RemoteSource):
+                self.fetched[e.name] = got
+        return got
 
     @property
     def path(self) -> str:
@@ -425,7 +438,7 @@ def _read_model(pkg: AotiPackage, name: str, files: list[PackageFile], limits: L
     for f in model.file("shared_object") + model.file("object"):
         entry = zr.get(f.name)
         try:
-            model.elf[f.name] = parse_binary(zr.read(entry), name=zr.path, member=entry.name)
+            model.elf[f.name] = parse_binary(pkg.read_once(entry), name=zr.path, member=entry.name)
         except TorchlessError as err:
             model.elf[f.name] = str(err)
     _locate_weights(pkg, model, limits)
@@ -445,7 +458,7 @@ def _locate_weights(pkg: AotiPackage, model: AotiModel, limits: Limits) -> None:
         model.weights_layout = "binary_blob"
         e = zr.get(blobs[0].name)
         model.blob = (blobs[0].name, 0, e.size)
-        _blob_tensors(model, lambda o, n, e=e: zr.read(e)[o : o + n], e.name, 0, e.size)
+        _blob_tensors(model, _record_slicer(zr, e), e.name, 0, e.size)
         return
     sos = [k for k, v in model.elf.items() if isinstance(v, ElfInfo) and v.type != "relocatable"]
     if not sos:
@@ -461,7 +474,7 @@ def _locate_weights(pkg: AotiPackage, model: AotiModel, limits: Limits) -> None:
                 model.notes.append(f"{bins[0].name} is shorter than its 8-byte magic number; weights not extracted")
                 return
             model.blob = (bins[0].name, 0, be.size - 8)
-            _blob_tensors(model, lambda o, n, e=be: zr.read(e)[o : o + n], be.name, 0, be.size - 8)
+            _blob_tensors(model, _record_slicer(zr, be), be.name, 0, be.size - 8)
             return
         if objs:
             info = model.elf[objs[0]]
@@ -489,12 +502,22 @@ def _locate_weights(pkg: AotiPackage, model: AotiModel, limits: Limits) -> None:
     _from_linked_record(pkg, model, so_name, info, cpp_only=False)
 
 
+def _record_slicer(zr: ZipReader, e: ZipEntry) -> Callable[[int, int], memoryview]:
+    """``(offset, length) -> bytes`` of record ``e``, read through the archive on each
+    call: a view of the file mapping, or, in a remote archive, that range only (a stored
+    record; a deflated one is inflated whole)."""
+    if e.method == 0 and isinstance(zr.source, RemoteSource):
+        start = zr.data_offset(e)
+        return lambda o, n: zr.source.view(start + o, max(0, min(n, e.size - o)), what=f"record {e.name}")
+    return lambda o, n: zr.read(e)[o : o + n]
+
+
 def _slicer(zr: ZipReader, e: ZipEntry, data: memoryview) -> Callable[[int, int], memoryview]:
     """``(offset, length) -> bytes`` of record ``e`` whose bytes are ``data``: read through
     the archive again when ``data`` is a view of the file mapping (so closing the package
     unmaps the file), sliced from ``data`` when it was inflated into memory of its own."""
     if is_mapped(data):
-        return lambda o, n: zr.read(e)[o : o + n]
+        return _record_slicer(zr, e)
     return lambda o, n: data[o : o + n]
 
 
@@ -503,7 +526,7 @@ def _from_linked_record(pkg: AotiPackage, model: AotiModel, rec: str, info: ElfI
     assert info.blob is not None
     zr = pkg.zip
     e = zr.get(rec)
-    data = zr.read(e)
+    data = pkg.read_once(e)
     off, size = info.blob
     need = blob_size(model.constants)
     stored = [c for c in model.constants if not c.from_folded]
@@ -601,7 +624,10 @@ def _weight_file_tensor(pkg: AotiPackage, fname: str, limits: Limits) -> Tensor 
     e = zr.lookup(rec)
     if e is None:
         raise NotFoundError("weights_config names a weight file that is not in the package", path=zr.path, member=rec)
-    inner = ZipReader(BytesSource(zr.read(e), f"{zr.path}:{e.name}"))
+    if e.method == 0 and isinstance(zr.source, RemoteSource):  # its ranges only: the storage is fetched when read
+        inner = ZipReader(SliceSource(zr.source, zr.data_offset(e), e.size, name=f"{zr.path}:{e.name}"))
+    else:
+        inner = ZipReader(BytesSource(zr.read(e), f"{zr.path}:{e.name}"))
     cp = read_zip_checkpoint(inner, weights_only=True, limits=limits)
     obj = cp.obj
     t = obj if isinstance(obj, Tensor) else None

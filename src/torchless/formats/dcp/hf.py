@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ...core import jsonsafe
+from ...core import jsonsafe, remote
 from ...core.errors import FormatError, NotFoundError, short_repr
 from ...core.source import MmapSource
 from ..safetensors import read_safetensors
@@ -55,6 +55,7 @@ class HFReader(DCPReader):
 
     def __init__(self, path: Any) -> None:  # noqa: D107 - parent's contract
         self.path = os.fspath(path)
+        self.remote = remote.is_url(self.path)  # a folder at a URL: listed, then read by ranges
         if not is_hf_dir(self.path):
             raise NotFoundError("no .safetensors files in the directory", path=self.path)
         self._fds = {}
@@ -63,13 +64,18 @@ class HFReader(DCPReader):
         sdm: dict[str, Any] = {}
         storage: dict[MetadataIndex, StorageInfo] = {}
         self._chunks = {}
-        for name in sorted(n for n in os.listdir(self.path) if n.endswith(SUFFIX)):
-            fp = os.path.join(self.path, name)
-            src = MmapSource(self.real_path(name))
-            try:
-                meta, tensors, _n = read_safetensors(src)
-            finally:
-                src.close()
+        names = remote.listdir(self.path) if self.remote else os.listdir(self.path)
+        for name in sorted(n for n in names if n.endswith(SUFFIX)):
+            if self.remote:  # the header only (by ranges); the source serves the payload reads later
+                fp = remote.join(self.path, name)
+                meta, tensors, _n = read_safetensors(self._file(name))
+            else:
+                fp = os.path.join(self.path, name)
+                src = MmapSource(self.real_path(name))
+                try:
+                    meta, tensors, _n = read_safetensors(src)
+                finally:
+                    src.close()
             info: dict[str, Any] = {}
             if SHARDING_KEY in meta:
                 info = jsonsafe.loads(meta[SHARDING_KEY], what=SHARDING_KEY, path=fp)

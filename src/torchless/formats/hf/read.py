@@ -271,7 +271,11 @@ class HFArtifact(Artifact):
                         )
                     )
             sets = {(m["stem"], m["ext"]) for m in map(SHARD_RE.match, self.shard_files) if m}
-            for n in sorted(remote.listdir(self.folder) if self.remote else os.listdir(self.folder)):
+            # (a folder over plain HTTP cannot be listed: no stray-shard check there)
+            listed: list[str] | None = [] if self.remote and not remote.listable(self.folder) else None
+            if listed is None:
+                listed = remote.listdir(self.folder) if self.remote else os.listdir(self.folder)
+            for n in sorted(listed):
                 m = SHARD_RE.match(n)
                 if m and (m["stem"], m["ext"]) in sets and n not in self.shard_files:
                     problems.append(

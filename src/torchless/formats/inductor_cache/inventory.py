@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...core.errors import LimitError, NotFoundError, TorchlessError, UsageError
+from ...core.remote import is_url, local_path
 from ...pickle.globals import AllowlistResolver, GlobalRef, PickledObject
 from ...pickle.machine import Limits, Unpickler
 from ...pickle.torch_globals import DEFAULT_ALLOWLIST
@@ -104,7 +105,15 @@ def resolve_cache_dir(path: Any = None) -> str:
     current folder); unlike it, nothing is created or exported.
     """
     if path is not None:
-        return os.path.abspath(os.fspath(path))
+        p = local_path(os.fspath(path))  # file:// URLs name a local folder
+        if is_url(p):
+            raise UsageError(
+                "the TorchInductor cache is a local folder: URLs are not read",
+                path=p,
+                hint="torch writes and reads it on the machine that compiles; copy it here first, "
+                "or give `torchless scan` / `info` the URL of one file in it",
+            )
+        return os.path.abspath(p)
     env = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     return os.path.abspath(env if env is not None else default_cache_dir())
 

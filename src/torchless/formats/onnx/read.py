@@ -33,10 +33,11 @@ from typing import Any
 
 import numpy as np
 
+from ...core import remote
 from ...core.dtypes import DTYPES
 from ...core.errors import FormatError, InternalError, LimitError, TorchlessError, TruncatedError, UnsupportedError
 from ...core.paths import confined_file
-from ...core.source import ByteSource, MmapSource, open_source
+from ...core.source import ByteSource, MmapSource, RemoteSource, open_source
 from ...core.tensor import Storage, Tensor
 from .dtypes import ONNX_TYPES, OnnxType, PackedTensor, numel_of, onnx_type, pack_bits
 from .spec import raw_data_spans
@@ -151,8 +152,13 @@ class ExternalData:
     """
 
     def __init__(self, base_dir: str | None, path: str) -> None:
-        self.base_dir = None if base_dir is None else os.path.abspath(base_dir)
-        self._real_base = None if base_dir is None else os.path.realpath(base_dir)
+        self.url = base_dir is not None and remote.is_url(base_dir)  # a remote folder: data read by ranges
+        if self.url:
+            self.base_dir: str | None = str(base_dir)
+            self._real_base: str | None = str(base_dir)
+        else:
+            self.base_dir = None if base_dir is None else os.path.abspath(base_dir)
+            self._real_base = None if base_dir is None else os.path.realpath(base_dir)
         self.path = path
         self._files: dict[str, ByteSource] = {}
 
@@ -172,12 +178,14 @@ class ExternalData:
                 member=tensor,
                 hint="open the model by path",
             )
+        if self.url:
+            return remote.confined(self.base_dir, location, what="external data location", path=self.path, member=tensor)
         return confined_file(self.base_dir, location, what="external data location", path=self.path, member=tensor, subdirs=True)
 
     def source(self, real: str) -> ByteSource:
         src = self._files.get(real)
         if src is None:
-            src = MmapSource(real)
+            src = RemoteSource(real) if self.url else MmapSource(real)
             self._files[real] = src
         return src
 
@@ -352,9 +360,13 @@ class OnnxModel:
             source = open_source(path)
             default_dir = None
         else:
-            self.path = os.fspath(path)
-            source = MmapSource(self.path)
-            default_dir = os.path.dirname(os.path.abspath(self.path))
+            self.path = remote.local_path(os.fspath(path))
+            if remote.is_url(self.path):  # the protobuf is fetched whole; external data by ranges
+                source = RemoteSource(self.path)
+                default_dir = remote.dirname(self.path)
+            else:
+                source = MmapSource(self.path)
+                default_dir = os.path.dirname(os.path.abspath(self.path))
         try:
             self.model = parse_model(source)
         except TorchlessError as e:
