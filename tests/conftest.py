@@ -21,6 +21,9 @@ if os.environ.get("TORCHLESS_GENERAL_PATHS") == "1":
 
     torchless.pickle.machine.FAST_TENSOR_CALLS = False
     torchless.pickle.writer.FAST_TENSORS = False
+    import torchless.container.zip
+
+    torchless.container.zip.FAST_DIRECTORY = False  # the central directory entry by entry
     # the DCP .metadata and item decoders, the state-dict pickle writer, diff's stored-bytes
     # path (their own tests compare each with the general code in every run)
     import torchless.diff

@@ -305,3 +305,38 @@ def test_a_damaged_record_in_a_run_fails_alone(tmp_path):
         mapped["t17"].numpy()
     assert str(e.value) == str(e2.value)
     assert eager["t30"].numpy().tolist() == [30.0] * 8
+
+
+def _directory_outcome(data: bytes, fast: bool, monkeypatch):
+    import torchless.container.zip as zipmod
+
+    monkeypatch.setattr(zipmod, "FAST_DIRECTORY", fast)
+    try:
+        zr = ZipReader(data)
+    except TorchlessError as e:
+        return ("error", type(e).__name__, e.offset, str(e))
+    return ("ok", zr.prefix, list(zr.entries), sorted(zr.duplicates()))
+
+
+def test_central_directory_runs_read_as_entry_by_entry(monkeypatch):
+    """Runs of same-sized central-directory entries parsed as NumPy rows
+    (``container.zip.FAST_DIRECTORY``) give the entries the loop gives, and the same
+    error on byte flips of the directory (sizes, offsets, name lengths, signatures,
+    disk numbers, flags, names)."""
+    data = _saved({f"w{i}": torch.ones(1 + i % 3) for i in range(300)})
+    fast = _directory_outcome(data, True, monkeypatch)
+    assert fast == _directory_outcome(data, False, monkeypatch)
+    assert fast[0] == "ok" and len(fast[2]) == 306
+    zr = ZipReader(data)
+    cd, end = zr.cd_offset, zr.cd_offset + zr.cd_size
+    rng = random.Random(5)
+    errors = 0
+    for i in range(300):
+        b = bytearray(data)
+        for _ in range(rng.randint(1, 3)):
+            pos = rng.randrange(cd, end)
+            b[pos] = rng.choice([0, 0xFF, 0x20, b[pos] ^ 1, rng.randrange(256)])
+        f = _directory_outcome(bytes(b), True, monkeypatch)
+        assert f == _directory_outcome(bytes(b), False, monkeypatch), f"mutation {i}"
+        errors += f[0] == "error"
+    assert 20 < errors < 290  # both outcomes were exercised

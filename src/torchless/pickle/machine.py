@@ -20,7 +20,6 @@ from __future__ import annotations
 import codecs
 import collections
 import copyreg
-import gc
 import mmap
 import re
 import struct
@@ -29,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.errors import FormatError, InternalError, LimitError, TorchlessError, TruncatedError, UnsafeGlobalError, short_repr
+from ..core.gcpause import GCPause
 from .globals import BUILDERS, GlobalRef, PickledObject, Rebuilder, Resolver, python2_name
 from .opcodes import OPCODE_NAMES, parse_float_line, parse_int_line, parse_long_line, parse_memo_line
 
@@ -149,6 +149,8 @@ _ENTRY = re.compile(
     re.S,
 )
 _TUPLE_OPS = {0x85: 1, 0x86: 2, 0x87: 3}
+#: the indices of 6, 7 or 8 LONG_BINPUTs in a row (an entry's memo stores)
+_LONG_PUTS = {k: struct.Struct("<" + "xI" * k).unpack for k in (6, 7, 8)}
 _tuples: dict[bytes, tuple[int, ...]] = {}
 
 
@@ -280,16 +282,12 @@ class Unpickler:
         # The run allocates many small objects (tuples, memo entries, tensors) that
         # live until it ends; generational GC passes over them cost a third of the
         # time on checkpoints with many tensors and can free nothing.
-        gc_was_enabled = gc.isenabled()
-        gc.disable()
         try:
-            return self._run()
+            with GCPause():
+                return self._run()
         except TorchlessError as e:
             e.with_context(path=self.path, member=self.member)
             raise
-        finally:
-            if gc_was_enabled:
-                gc.enable()
 
     def _run(self) -> Any:  # noqa: C901 - one dispatch loop by design
         data = self.data
@@ -566,109 +564,124 @@ class Unpickler:
         fast_calls = FAST_TENSOR_CALLS and trace is None and self.after_build is None
 
         fast_misses = [0]
+        # (len(memo), 1 + its largest key) when last computed: keys are only ever added,
+        # so an unchanged length means an unchanged key set
+        memo_top = [-1, 0]
+        unpack_I = _unpack_I
 
         def entries(p: int) -> int:
-            """Run a run of torch state-dict entries at ``p`` in one step; -1 if there is
+            """Run a run of torch state-dict entries at ``p`` in one pass; -1 if there is
             none (see :data:`_ENTRY`).
 
             Each entry is ``key PUT rebuild-function (( pid... ) ... REDUCE PUT`` exactly as
-            torch writes it. The entries are matched first, without any effect; then the
-            memo reads are checked (none may read what the run itself stores, all must
-            exist) along with the memo bounds, and only then does the run do exactly what
-            the loop would for those opcodes, in the same order: per entry the persistent
-            load at its BINPERSID offset and the two REDUCE calls at theirs, on the values
-            the memo holds; then the same memo stores, and the keys and results pushed.
-            Otherwise it returns -1 before any effect and the loop runs the bytes one
-            opcode at a time (raising its own errors).
+            torch writes it. The run only goes on while every memo read of its entries is
+            of a key stored before the run began and every store is of a key above all of
+            those (as torch writes them: new keys, counting up), so no entry reads what the
+            run stores and the memo stores can all be made after the effects. Each entry
+            is checked whole before its effects, which are exactly what the loop would do
+            for its opcodes, in the same order: the persistent load at its BINPERSID
+            offset, the OrderedDict REDUCE, the tensor REDUCE, on the values the memo
+            holds. The first entry that does not check out ends the run before any of its
+            effects, and the loop runs it opcode by opcode (raising its own errors).
             """
             if len(metastack) + 3 > max_marks or self.persistent_load is None:
                 return -1
+            if memo_top[0] != len(memo):
+                memo_top[0] = len(memo)
+                memo_top[1] = max(memo) + 1 if memo else 0
+            top = memo_top[1]
+            room = max_memo - len(memo)  # stores of new keys the limit still allows
             match = _ENTRY.match
-            refs: dict[bytes, int] = {}
-            parsed = []
+            tuples = _tuples
+            from ..core.tensor import Storage, Tensor
+            from ..core.values import StateDict
+            from .torch_globals import _ordered_dict, _rebuild_tensor_v2
+
+            pl = self._persistent
+            make = Tensor._make
+            # the five memo reads of an entry -> what they hold (fixed for the whole run)
+            fetched: dict[tuple[bytes, ...], list[Any]] = {}
+            storage_s = None
+            out: list[Any] = []
+            idx: list[int] = []
+            put: list[Any] = []
+            start = p
             while p + 5 <= n and data[p] == 0x58:
-                k = _unpack_I(data, p + 1)[0]
+                k = unpack_I(data, p + 1)[0]
                 e = p + 5 + k
                 if k > max_obj or e > n:
                     break
                 m = match(data, e)
                 if m is None:
                     break
-                g = m.groups()
-                if len(g[5]) != g[4][0]:
+                g0, g1, g2, g3, kl, kb, g6, g7, g8, g9, g10, g11, g12, g13, g14, rg, g16, g17, g18, g19 = m.groups()
+                if len(kb) != kl[0]:
                     break
-                size = _int_tuple(g[11])
-                stride = _int_tuple(g[13])
+                size = tuples.get(g11) or _int_tuple(g11)
+                stride = tuples.get(g13) or _int_tuple(g13)
                 if size is None or stride is None:
+                    break
+                got = fetched.get((g1, g2, g3, g7, g16))
+                if got is None:
+                    got = []
+                    for r in (g1, g2, g3, g7, g16):
+                        i = r[1] if len(r) == 2 else unpack_I(r, 1)[0]
+                        if i >= top or i not in memo:
+                            break
+                        got.append(memo[i])
+                    else:
+                        fetched[(g1, g2, g3, g7, g16)] = got
+                    if len(got) != 5:
+                        break
+                fn, storage_s, stype, loc, odfn = got
+                # the stores in the order of their opcodes
+                stores: tuple[bytes, ...] = (g0, g6, g9, g17, g18, g19)
+                if g12 is not None or g14 is not None:
+                    stores = (g0, g6, g9, *[x for x in (g12, g14) if x is not None], g17, g18, g19)
+                joined = b"".join(stores)
+                if len(joined) == 5 * len(stores):  # all LONG_BINPUT (past the first 256 stores)
+                    ids = _LONG_PUTS[len(stores)](joined)
+                else:
+                    ids = tuple([r[1] if len(r) == 2 else unpack_I(r, 1)[0] for r in stores])
+                if min(ids) < top or max(ids) >= _MEMO_INDEX_LIMIT or len(idx) + len(ids) > room:
                     break
                 try:
                     name = str(data[p + 5 : e], "utf-8", "surrogatepass")
                 except UnicodeError:
                     break
-                for r in (g[1], g[2], g[3], g[7], g[16]):
-                    if r not in refs:
-                        refs[r] = _ref(r)
-                parsed.append((m, g, name, size, stride))
-                p = m.end()
-            if not parsed:
-                fast_misses[0] += 1
-                return -1
-            stores: list[bytes] = []
-            for _m, g, _name, _size, _stride in parsed:
-                stores += (g[0], g[6], g[9])
-                if g[12] is not None:
-                    stores.append(g[12])
-                if g[14] is not None:
-                    stores.append(g[14])
-                stores += (g[17], g[18], g[19])
-            joined = b"".join(stores)
-            if len(joined) == 5 * len(stores):  # all LONG_BINPUT (past the first 256 stores)
-                idx = struct.unpack("<" + "xI" * len(stores), joined)
-            else:
-                idx = tuple(map(_ref, stores))
-            if not set(refs.values()).isdisjoint(idx) or max(idx) >= _MEMO_INDEX_LIMIT or len(memo) + len(idx) > max_memo:
-                return -1
-            try:
-                val = {r: memo[i] for r, i in refs.items()}
-            except KeyError:
-                return -1
-            # the effects, in the loop's order
-            from ..core.tensor import Storage, Tensor
-            from ..core.values import StateDict
-            from .torch_globals import _ordered_dict, _rebuild_tensor_v2
-
-            pl = self._persistent
-            out: list[Any] = []
-            put: list[Any] = []
-            make = Tensor._make
-            for m, g, name, size, stride in parsed:
-                key = g[5].decode("ascii")
-                pid = (val[g[2]], val[g[3]], key, val[g[7]], _int(g[8]))
+                idx += ids
+                # the effects, in the loop's order
+                key = kb.decode("ascii")
+                pid = (storage_s, stype, key, loc, _int(g8))
                 storage = pl(pid, m.start(11) - 1)
-                f = val[g[16]]
-                # the default allowlist's rebuilders, called directly (what they return for
-                # these arguments); any other function goes through ``call`` as in the loop
-                if type(f) is Rebuilder and f._call is _ordered_dict:
+                if type(odfn) is Rebuilder and odfn._call is _ordered_dict:
                     od = StateDict()
                 else:
-                    od = call(f, (), m.end(17) + 1, "REDUCE")
-                offset = _int(g[10])
-                args = (storage, offset, size, stride, g[15] == b"\x88", od)
-                f = val[g[1]]
-                if type(f) is Rebuilder and f._call is _rebuild_tensor_v2 and type(storage) is Storage:
-                    t = make(storage, storage.dtype, size, stride, offset, args[4], None)
+                    od = call(odfn, (), m.end(17) + 1, "REDUCE")
+                offset = _int(g10)
+                rgv = rg == b"\x88"
+                args = (storage, offset, size, stride, rgv, od)
+                if type(fn) is Rebuilder and fn._call is _rebuild_tensor_v2 and type(storage) is Storage:
+                    t = make(storage, storage.dtype, size, stride, offset, rgv, None)
                 else:
-                    t = call(f, args, m.start(20) - 2, "REDUCE")
+                    t = call(fn, args, m.start(20) - 1, "REDUCE")
                 out += (name, t)
-                put += (name, key, pid)
-                if g[12] is not None:
+                put += (name, key, pid)  # in the order of ``stores``
+                if g12 is not None:
                     put.append(size)
-                if g[14] is not None:
+                if g14 is not None:
                     put.append(stride)
                 put += (od, args, t)
-            memo.update(zip(idx, put, strict=True))
-            stack.extend(out)
-            info.fast_entries += len(parsed)
+                p = m.end()
+            if out:
+                memo.update(zip(idx, put, strict=True))
+                memo_top[0] = len(memo)
+                memo_top[1] = max(top, max(idx) + 1)
+                stack.extend(out)
+                info.fast_entries += len(out) >> 1
+            if p == start:
+                fast_misses[0] += 1
+                return -1
             return p
 
         ext_cache: dict[int, Any] = {}

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ...container.zip import ZipReader, is_zip
 from ...core.dtypes import DTYPES, DType
 from ...core.errors import FormatError, LimitError, TorchlessError, TruncatedError, UnsupportedError, short_repr
+from ...core.gcpause import GCPause
 from ...core.source import ByteSource, MmapSource, open_source
 from ...core.tensor import Storage
 from ...core.values import StorageType
@@ -198,7 +199,7 @@ def read_zip_checkpoint(
             return st
         dtype = stype.dtype if stype.dtype is not None else _UINT8
         nbytes = numel * dtype.itemsize
-        entry = data_index.get(f"{key}{record_suffix}")  # torch.package: .data/<key>.storage
+        entry = data_index.get(f"{key}{record_suffix}" if record_suffix else key)  # torch.package: .data/<key>.storage
         if entry is None:  # torch's record lookup ignores case (miniz)
             entry = zr.lookup(f"{data_dir}/{key}{record_suffix}")
         if entry is None:
@@ -207,7 +208,7 @@ def read_zip_checkpoint(
                 path=zr.path,
                 member=f"{zr.prefix}/{data_dir}/{key}{record_suffix}",
             )
-        if entry.size < nbytes:
+        if entry.size != nbytes and entry.size < nbytes:
             raise TruncatedError(
                 "storage record smaller than its declared size",
                 path=zr.path,
@@ -215,7 +216,7 @@ def read_zip_checkpoint(
                 expected=f"{nbytes} bytes",
                 found=f"{entry.size} bytes",
             )
-        if entry.size > nbytes:  # torch.load refuses this too ("record size ... does not match")
+        if entry.size != nbytes:  # larger: torch.load refuses this too ("record size ... does not match")
             raise FormatError(
                 "storage record larger than its declared size",
                 path=zr.path,
@@ -238,7 +239,8 @@ def read_zip_checkpoint(
             def loader(entry: Any = entry, nbytes: int = nbytes) -> memoryview:
                 return batch.read(entry, nbytes)
 
-        location = str(location)
+        if type(location) is not str:
+            location = str(location)
         st = Storage._lazy(key, nbytes, dtype, location, loader, order, entry.name)
         if nbytes and not location.startswith("meta"):
             loaded[pkey] = st
@@ -623,32 +625,44 @@ def read_checkpoint(
     source = open_source(source)
     layout = detect_layout(source)
     try:
-        if layout == "zip":
-            zr = zip_reader if zip_reader is not None else ZipReader(source, require_prefix=not isinstance(source, MmapSource))
-            if zr.lookup(CONSTANTS_PKL) is not None:
-                raise FormatError(
-                    "this is a TorchScript archive, not an eager checkpoint",
-                    path=source.name,
-                    hint="open it with torchless.open (format 'torchscript')",
-                )
-            _check_all_records(zr)
-            return read_zip_checkpoint(
-                zr, weights_only=weights_only, resolver=resolver, limits=limits, encoding=encoding, mmap=mmap
-            )
-        if layout == "tar" and isinstance(source, MmapSource):
-            # torch.load tries tarfile first on files (not on in-memory buffers) and reads
-            # a legacy stream when tarfile raises
-            try:
-                return read_legacy_tar(source, weights_only=weights_only, resolver=resolver, limits=limits)
-            except TarFallback:
-                layout = "legacy"
-        if layout == "legacy" or (layout == "tar" and not isinstance(source, MmapSource)):
-            return read_legacy_stream(source, weights_only=weights_only, resolver=resolver, limits=limits, encoding=encoding)
-        if layout == "preview":
-            raise UnsupportedError("file is an unsupported archive format from the preview release", path=source.name)
+        with GCPause():  # the promotion of what the read built happens once, at the end
+            return _read_checkpoint(source, layout, weights_only, resolver, limits, encoding, mmap, zip_reader)
     except TorchlessError as e:
         e.with_context(path=source.name)
         raise
+
+
+def _read_checkpoint(
+    source: ByteSource,
+    layout: str,
+    weights_only: bool,
+    resolver: AllowlistResolver | None,
+    limits: Limits,
+    encoding: str,
+    mmap: bool,
+    zip_reader: ZipReader | None,
+) -> Checkpoint:
+    if layout == "zip":
+        zr = zip_reader if zip_reader is not None else ZipReader(source, require_prefix=not isinstance(source, MmapSource))
+        if zr.lookup(CONSTANTS_PKL) is not None:
+            raise FormatError(
+                "this is a TorchScript archive, not an eager checkpoint",
+                path=source.name,
+                hint="open it with torchless.open (format 'torchscript')",
+            )
+        _check_all_records(zr)
+        return read_zip_checkpoint(zr, weights_only=weights_only, resolver=resolver, limits=limits, encoding=encoding, mmap=mmap)
+    if layout == "tar" and isinstance(source, MmapSource):
+        # torch.load tries tarfile first on files (not on in-memory buffers) and reads
+        # a legacy stream when tarfile raises
+        try:
+            return read_legacy_tar(source, weights_only=weights_only, resolver=resolver, limits=limits)
+        except TarFallback:
+            layout = "legacy"
+    if layout == "legacy" or (layout == "tar" and not isinstance(source, MmapSource)):
+        return read_legacy_stream(source, weights_only=weights_only, resolver=resolver, limits=limits, encoding=encoding)
+    if layout == "preview":
+        raise UnsupportedError("file is an unsupported archive format from the preview release", path=source.name)
     raise FormatError(
         "not a torch checkpoint",
         path=source.name,

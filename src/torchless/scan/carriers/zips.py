@@ -199,7 +199,7 @@ class ZipCarrier(_Host):
             rel = rel_of[e.index]
             loc = f"{pre}{e.name}"
             dup_note = ""
-            if len(zr._by_lower.get(e.raw_name.lower(), [])) > 1:
+            if e.raw_name.lower() in zr._dups:
                 dup_note = f" (copy #{e.index})"
             loc += dup_note
             if e.flags & 0x1 or e.method not in (0, 8):
