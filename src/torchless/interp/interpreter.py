@@ -33,6 +33,7 @@ import numpy as np
 from ..core.errors import InternalError, TorchlessError, UnsupportedError, UsageError
 from ..graph.ir import Graph, Node, OpRef, iter_nodes, map_arg
 from . import autocast, registry
+from .kernels._common import quiet
 
 __all__ = ["GraphFunction", "Plan", "check_kernels", "missing_kernels", "node_key", "plan", "run_graph", "to_array"]
 
@@ -237,43 +238,44 @@ def run_graph(graph: Graph, inputs: list[Any], plans: dict[int, Plan] | None = N
     autocast_dtype = autocast.STATE.get()
     args: Any
     kwargs: dict[str, Any]
-    for (i, n, fn, free), recipe in zip(p.steps, p.recipes, strict=True):
-        if fn is not None:
-            if recipe is None:
-                args = map_arg(n.args, value) if n.args else ()
-                kwargs = map_arg(n.kwargs, value) if n.kwargs else {}
+    with quiet():  # once for the graph: every kernel's own quiet() is then free
+        for (i, n, fn, free), recipe in zip(p.steps, p.recipes, strict=True):
+            if fn is not None:
+                if recipe is None:
+                    args = map_arg(n.args, value) if n.args else ()
+                    kwargs = map_arg(n.kwargs, value) if n.kwargs else {}
+                else:
+                    args, slots, kwargs, kw_slots = recipe
+                    if slots:
+                        args = list(args)
+                        for pos, j in slots:
+                            args[pos] = env[j]
+                    if kw_slots:
+                        kwargs = dict(kwargs)
+                        for k, j in kw_slots:
+                            kwargs[k] = env[j]
+                if autocast_dtype is not None and isinstance(n.target, OpRef):
+                    args, kwargs = autocast.cast_args(n.target.op_name, args, kwargs, autocast_dtype)
+                try:
+                    out = fn(*args, **kwargs)
+                except TorchlessError as e:
+                    if not getattr(e, "_interp_node", None):
+                        e._interp_node = n.name  # type: ignore[attr-defined]  # a marker set on the exception once, for the outermost node
+                        e.message = f"{e.message} (at node {n.name!r}, {node_key(n)})"
+                    raise
+                except IndexError as e:  # an index tensor out of range (torch raises IndexError too)
+                    raise UsageError(f"index out of range at node {n.name!r} ({node_key(n)}): {e}") from e
+                except Exception as e:  # noqa: BLE001 - any other failure of a kernel is a torchless bug
+                    raise InternalError(f"kernel {node_key(n)} failed at node {n.name!r}: {type(e).__name__}: {e}") from e
+                if isinstance(out, np.generic):
+                    out = np.asarray(out)
+                env[i] = out
+            elif n.op == "get_attr":
+                env[i] = _get_attr(graph, n, plans)
+            elif n.op == "output":
+                result = map_arg(n.args[0], value) if n.args else None
             else:
-                args, slots, kwargs, kw_slots = recipe
-                if slots:
-                    args = list(args)
-                    for pos, j in slots:
-                        args[pos] = env[j]
-                if kw_slots:
-                    kwargs = dict(kwargs)
-                    for k, j in kw_slots:
-                        kwargs[k] = env[j]
-            if autocast_dtype is not None and isinstance(n.target, OpRef):
-                args, kwargs = autocast.cast_args(n.target.op_name, args, kwargs, autocast_dtype)
-            try:
-                out = fn(*args, **kwargs)
-            except TorchlessError as e:
-                if not getattr(e, "_interp_node", None):
-                    e._interp_node = n.name  # type: ignore[attr-defined]  # a marker set on the exception once, for the outermost node
-                    e.message = f"{e.message} (at node {n.name!r}, {node_key(n)})"
-                raise
-            except IndexError as e:  # an index tensor out of range (torch raises IndexError too)
-                raise UsageError(f"index out of range at node {n.name!r} ({node_key(n)}): {e}") from e
-            except Exception as e:  # noqa: BLE001 - any other failure of a kernel is a torchless bug
-                raise InternalError(f"kernel {node_key(n)} failed at node {n.name!r}: {type(e).__name__}: {e}") from e
-            if isinstance(out, np.generic):
-                out = np.asarray(out)
-            env[i] = out
-        elif n.op == "get_attr":
-            env[i] = _get_attr(graph, n, plans)
-        elif n.op == "output":
-            result = map_arg(n.args[0], value) if n.args else None
-        else:
-            raise UnsupportedError(f"the interpreter does not run {n.op} nodes ({n.name!r})")
-        for j in free:
-            env[j] = None
+                raise UnsupportedError(f"the interpreter does not run {n.op} nodes ({n.name!r})")
+            for j in free:
+                env[j] = None
     return result

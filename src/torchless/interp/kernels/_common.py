@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -15,21 +16,33 @@ from .. import promote
 __all__ = ["row_max", "norm_dim", "norm_dims", "np_dtype", "tensor", "unary", "binary", "quiet", "refuse", "bad"]
 
 
+_QUIET = threading.local()
+
+
 class quiet(np.errstate):
-    """NumPy's floating point warnings off (torch produces inf/nan silently)."""
+    """NumPy's floating point warnings off (torch produces inf/nan silently).
+
+    Nested in another ``quiet`` of the same thread it does nothing (the interpreter runs a
+    whole graph in one, so each kernel's own costs no setup)."""
 
     def __init__(self) -> None:
         super().__init__(all="ignore")
 
     def __enter__(self) -> None:
-        super().__enter__()
-        self._w = warnings.catch_warnings()
-        self._w.__enter__()
-        warnings.simplefilter("ignore", RuntimeWarning)
+        depth = getattr(_QUIET, "depth", 0)
+        _QUIET.depth = depth + 1
+        self._outer = depth == 0
+        if self._outer:
+            super().__enter__()
+            self._w = warnings.catch_warnings()
+            self._w.__enter__()
+            warnings.simplefilter("ignore", RuntimeWarning)
 
     def __exit__(self, *exc: Any) -> None:
-        self._w.__exit__(*exc)
-        super().__exit__(*exc)
+        _QUIET.depth -= 1
+        if self._outer:
+            self._w.__exit__(*exc)
+            super().__exit__(*exc)
 
 
 def row_max(x: np.ndarray, axis: int) -> np.ndarray:

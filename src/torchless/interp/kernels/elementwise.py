@@ -59,9 +59,11 @@ _ERF_COEF = {
 
 
 def _horner(u: np.ndarray, coef: np.ndarray) -> np.ndarray:
-    acc = np.full_like(u, coef[-1])
-    for c in coef[-2::-1]:
-        np.multiply(acc, u, out=acc)
+    # (the first step, coef[-1] * u, is the same product as a filled array times u)
+    acc = np.multiply(u, coef[-1], out=np.empty_like(u)) if len(coef) > 1 else np.full_like(u, coef[-1])
+    for i, c in enumerate(coef[-2::-1]):
+        if i:
+            np.multiply(acc, u, out=acc)
         np.add(acc, c, out=acc)
     return acc
 
@@ -79,7 +81,7 @@ def erf(x: np.ndarray) -> np.ndarray:
     xc = np.clip(x, -_ERF_SPLIT, _ERF_SPLIT)
     out = _horner(xc * xc, ca)
     np.multiply(out, xc, out=out)
-    far = np.flatnonzero(~(np.abs(x) <= _ERF_SPLIT))  # beyond the split, and NaN
+    far = np.flatnonzero(xc != x)  # beyond the split (clipped), and NaN (never equal)
     if far.size:
         xf = x.reshape(-1)[far]
         af = np.abs(xf)
@@ -591,10 +593,25 @@ def gelu(self: np.ndarray, *, approximate: str = "none") -> np.ndarray:
 
     def fn(v: np.ndarray) -> np.ndarray:
         t = v.dtype.type
+        if v.ndim == 0:  # (NumPy gives scalars for 0-d operands without out=)
+            f = np.tanh(t(math.sqrt(2 / math.pi)) * (v + t(0.044715) * v * v * v)) if approximate == "tanh" else None
+            return t(0.5) * v * (t(1) + (f if f is not None else _erf_any(v * t(1 / math.sqrt(2)))))
+        # the same operations as 0.5 * v * (1 + f(...)), with fresh intermediates reused in place
         if approximate == "tanh":
-            inner = t(math.sqrt(2 / math.pi)) * (v + t(0.044715) * v * v * v)
-            return t(0.5) * v * (t(1) + np.tanh(inner))
-        return (t(0.5) * v * (t(1) + _erf_any(v * t(1 / math.sqrt(2))))).astype(v.dtype)
+            inner = t(0.044715) * v
+            np.multiply(inner, v, out=inner)
+            np.multiply(inner, v, out=inner)
+            np.add(v, inner, out=inner)
+            np.multiply(inner, t(math.sqrt(2 / math.pi)), out=inner)
+            e = np.tanh(inner, out=inner)
+        else:
+            e = _erf_any(v * t(1 / math.sqrt(2)))
+        if e.dtype != v.dtype or e.shape != v.shape:
+            return (t(0.5) * v * (t(1) + e)).astype(v.dtype, copy=False)
+        np.add(e, t(1), out=e)
+        h = t(0.5) * v
+        np.multiply(h, e, out=h)
+        return h
 
     return unary(fn, tensor(self))
 
