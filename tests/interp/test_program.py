@@ -724,3 +724,25 @@ def test_custom_mapping_outputs_come_back_as_mappings(saved):
     _check(ours.logits, theirs.logits)
     with pytest.raises(UnsupportedError, match="tl_interp_test.Boxed"):
         torchless.load(saved["odd"][0]).module()
+
+
+@pytest.mark.parametrize("only", [None, (), ("y",)])
+def test_auto_functionalized_v1_kernel_matches_torch(only, monkeypatch):
+    """The v1 kernel against torch's eager auto_functionalized on the same custom operator:
+    the outputs, the mutated argument's new value, and whether the caller's tensor was
+    written (only when ``_only_clone_these_tensors`` leaves it out)."""
+    from torchless.graph.ir import OpRef
+
+    key = "tl_interp_test.scale.default"
+    if registry.lookup(key) is None:
+        monkeypatch.setitem(registry._KERNELS, key, _scale_kernel)
+        monkeypatch.setitem(registry._MUTATES, key, ("y",))
+    x, y = torch.randn(3), torch.randn(3)
+    y0 = y.numpy().copy()
+    xn, yn = x.numpy().copy(), y.numpy().copy()
+    extra = {} if only is None else {"_only_clone_these_tensors": only}
+    want = torch.ops.higher_order.auto_functionalized(torch.ops.tl_interp_test.scale.default, x=x, y=y, k=3.0, **extra)
+    got = registry.require("higher_order.auto_functionalized")(OpRef(key), x=xn, y=yn, k=3.0, **extra)
+    _check(tuple(got), tuple(want))
+    np.testing.assert_allclose(yn, y.numpy(), rtol=1e-6)  # the caller's y: written exactly when torch wrote it
+    assert np.array_equal(y.numpy(), y0) == (only != ())  # only an empty clone list writes the caller's y
