@@ -230,6 +230,9 @@ class RemoteSource(ByteSource):
         UsageError: the URL names a folder.
     """
 
+    #: a direct read from offset 0 up to this size is kept (see ``_ranged``)
+    keep_head = 1 << 26
+
     def __init__(self, url: str, *, block: int = 1 << 16, cache_blocks: int = 256, direct: int = 1 << 20) -> None:
         self.name = url
         self.fs, self.path = remote.filesystem(url)
@@ -260,6 +263,7 @@ class RemoteSource(ByteSource):
         self._blocks: OrderedDict[int, bytes] = shared[0]
         self._lock = shared[1]
         self._all: bytes | None = None
+        self._head: bytes | None = None  # the largest prefix fetched by a direct read
 
     # -- fetching -----------------------------------------------------------------------
     def _fetch(self, start: int, end: int) -> bytes:
@@ -283,6 +287,14 @@ class RemoteSource(ByteSource):
     def _ranged(self, offset: int, length: int) -> bytes:
         if self._all is not None:
             return self._all[offset : offset + length]
+        head = self._head
+        if head is not None and offset + length <= len(head):
+            return head[offset : offset + length]
+        if offset == 0 and self.direct <= length <= self.keep_head:
+            # a large prefix (a pickle stream's window, read again by each unpickler the
+            # scanner runs): kept, the largest one only, so it is fetched once
+            self._head = self._fetch(0, length)
+            return self._head
         if length >= self.direct:
             return self._fetch(offset, offset + length)
         bs = self.block
