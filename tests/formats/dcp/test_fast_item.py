@@ -265,8 +265,8 @@ def test_consolidate_bytes_equal_general(which, small_dcp, flat_dcp, tmp_path, m
     os.makedirs(tmp_path / "fast")
     os.makedirs(tmp_path / "general")
     rows = []
-    plain = ptw.save_plain_tensors
-    monkeypatch.setattr(ptw, "save_plain_tensors", lambda *a, **k: rows.append(plain(*a, **k)) or rows[-1])
+    plain = ptw._save_rows
+    monkeypatch.setattr(ptw, "_save_rows", lambda *a, **k: rows.append(plain(*a, **k)) or rows[-1])
     many = []
     write_many = TorchZipWriter.write_small_many
     monkeypatch.setattr(TorchZipWriter, "write_small_many", lambda self, n, v: many.append(len(n)) or write_many(self, n, v))

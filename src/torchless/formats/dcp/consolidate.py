@@ -117,9 +117,9 @@ def _consolidate(
         # every chunk located up front, the items of each file together in file order
         reader.locate_many([r for n in names for r in reader.chunks(n)])
         if h.name == "pt":
-            from ..pt.write import save_checkpoint, save_plain_tensors
+            from ..pt.write import save_checkpoint
 
-            if not values and not opts and _save_flat(reader, names, dst, progress, save_plain_tensors):
+            if not values and not opts and _save_flat(reader, names, dst, progress):
                 return {"tensors": len(names), "bytes": total, "skipped": [], "files": [os.fspath(dst)]}
             flat: dict[str, Any] = {}
             name_set, value_set = set(names), set(values)  # membership per entry: no quadratic scan
@@ -151,26 +151,41 @@ def _consolidate(
             reader.close()
 
 
-def _save_flat(reader: DCPReader, names: list[str], dst: Any, progress: Any, save_plain_tensors: Any) -> bool:
+def _save_flat(reader: DCPReader, names: list[str], dst: Any, progress: Any) -> bool:
     """A state dict of tensors only that stays flat: written from rows (no tensor objects),
-    the same bytes as through the tensors; False when it is anything else."""
+    the same bytes as through the tensors (:func:`~torchless.formats.pt.write.save_plain_tensors`
+    rows, built here directly); False when it is anything else."""
+    from ..pt.write import _contiguous_strides, _save_rows
+
     want = set(names)
     order = [n for n in reader.entries if n in want]
     tree = unflatten({n: n for n in order}, reader.metadata.planner_data)
     if len(tree) != len(order) or not all(type(v) is str for v in tree.values()):
         return False  # nested: the general writer
     entries = reader.entries
-    rows = []
+    full = []
+    spans: dict[str, tuple[str, int, int, int] | None] = {}  # storage key -> where its bytes lie in a map
     lazy = BlockStorage._lazy
     view = reader._view_block
+    span = reader._direct_span
     path = reader.path
     for key, fqn in tree.items():
         tmd = entries[fqn]
-        st = lazy(fqn, tmd.nbytes, tmd.dtype, "cpu", partial(view, fqn), "little", f"{path}:{fqn}")
-        # a tuple of its own for each size, as a tensor makes (the pickle memo is by identity)
-        rows.append((key, st, tuple([int(d) for d in tmd.size]), bool(tmd.properties.requires_grad)))
+        dt = tmd.properties.dtype
+        legacy = dt.legacy_storage
+        rg = tmd.properties.requires_grad
+        if type(key) is not str or legacy is None or type(rg) is not bool:
+            return False
+        size = tuple([int(d) for d in tmd.size])  # a tuple of its own, as a tensor makes (the memo is by identity)
+        numel = 1
+        for d in size:
+            numel *= d
+        nbytes = numel * dt.itemsize
+        st = lazy(fqn, nbytes, dt, "cpu", partial(view, fqn), "little", f"{path}:{fqn}")
+        spans[fqn] = span(fqn, tmd, nbytes)
+        full.append((key, legacy, "cpu", numel, 0, size, _contiguous_strides(size), rg, st, dt.name))
 
     def blocks(storages: list[Any]) -> list[memoryview | None]:
-        return reader._view_blocks([st.key for st in storages])
+        return reader._view_spans([spans.get(st.key) for st in storages], [st.nbytes for st in storages])
 
-    return bool(save_plain_tensors(tree, rows, os.fspath(dst), progress=progress, blocks=blocks))
+    return bool(_save_rows(tree, full, os.fspath(dst), progress=progress, blocks=blocks))

@@ -1121,55 +1121,56 @@ class DCPReader:
         self.__dict__["_viewed"] = ref.info
         return f.view(ref.data_offset, nbytes)
 
-    def _view_blocks(self, fqns: list[str]) -> list[memoryview | None]:
-        """What :meth:`_view_block` gives for each of ``fqns`` where that is a view of a
-        file's map (or empty), None for the others; the previous batch's pages are
-        released."""
-        prev = self.__dict__.pop("_viewed_many", None)
-        if prev is not None:  # runs of items that follow each other in a file, each in one step
-            run: tuple[str, int, int] | None = None
-            for info in prev:
-                rel, start = info.relative_path, info.offset
-                if run is not None and run[0] == rel and run[2] == start:
-                    run = (rel, run[1], start + info.length)
+    def _direct_span(self, fqn: str, tmd: TensorStorageMetadata, nbytes: int) -> tuple[str, int, int, int] | None:
+        """Where the ``nbytes`` of located tensor ``fqn`` lie whole in a file's map, as
+        ``(file, offset, item start, item end)``; None where the bytes must be assembled or read
+        (not one contiguous chunk of the whole tensor, empty, not mapped)."""
+        refs = self._chunks.get(fqn)
+        if self.remote or refs is None or len(refs) != 1:
+            return None
+        ref = refs[0]
+        off = ref.data_offset
+        if not nbytes or off < 0 or ref.chunk.sizes != tmd.size or any(ref.chunk.offsets) or not ref.contiguous:
+            return None
+        info = ref.info
+        f = self._maps.get(info.relative_path)
+        if f is None or getattr(f, "_map", None) is None or off + nbytes > f.size:
+            return None
+        return info.relative_path, off, info.offset, info.offset + info.length
+
+    def _view_spans(self, spans: list[tuple[str, int, int, int] | None], sizes: list[int]) -> list[memoryview | None]:
+        """The views of :meth:`_direct_span` results (``sizes`` bytes each; None stays
+        None); the previous call's items are released (their pages dropped from this
+        process)."""
+        prev = self.__dict__.pop("_viewed_spans", None)
+        if prev:  # runs of items that follow each other in a file, each in one step
+            rel, start, end = prev[0][0], prev[0][2], prev[0][3]
+            for sp in prev[1:]:
+                if sp[0] == rel and sp[2] == end:
+                    end = sp[3]
                     continue
-                if run is not None:
-                    self._release_range(*run)
-                run = (rel, start, start + info.length)
-            if run is not None:
-                self._release_range(*run)
-        if self.remote:
-            return [None] * len(fqns)
-        chunks, entries, maps = self._chunks, self.entries, self._maps
+                self._release_range(rel, start, end)
+                rel, start, end = sp[0], sp[2], sp[3]
+            self._release_range(rel, start, end)
         out: list[memoryview | None] = []
-        infos = []
-        bufs: dict[str, memoryview] = {}
-        for fqn in fqns:
-            refs = chunks.get(fqn)
-            tmd = entries.get(fqn)
-            if refs is None or len(refs) != 1 or not isinstance(tmd, TensorStorageMetadata):
+        used = []
+        bufs: dict[str, memoryview | None] = {}
+        for sp, n in zip(spans, sizes, strict=True):
+            if sp is None:
                 out.append(None)
                 continue
-            ref = refs[0]
-            nbytes = tmd.nbytes
-            off = ref.data_offset
-            if not nbytes or off < 0 or ref.chunk.sizes != tmd.size or any(ref.chunk.offsets) or not ref.contiguous:
-                out.append(None)
-                continue
-            rel = ref.info.relative_path
+            rel = sp[0]
             mv = bufs.get(rel)
             if mv is None:
-                f = maps.get(rel)
-                if f is None or getattr(f, "_map", None) is None:
+                f = self._maps.get(rel)
+                if f is None or getattr(f, "_map", None) is None or self._closed:
                     out.append(None)
                     continue
                 mv = bufs[rel] = f.view(0, f.size)
-            if off + nbytes > len(mv):
-                out.append(None)
-                continue
-            out.append(mv[off : off + nbytes])
-            infos.append(ref.info)
-        self.__dict__["_viewed_many"] = infos
+            off = sp[1]
+            out.append(mv[off : off + n])
+            used.append(sp)
+        self.__dict__["_viewed_spans"] = used
         return out
 
     def close(self) -> None:

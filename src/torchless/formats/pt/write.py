@@ -683,6 +683,23 @@ def save_plain_tensors(
             return False
         seen.add(id(st))
         full.append((key, legacy, st.location, st.nbytes // dt.itemsize, 0, size, _contiguous_strides(size), rg, st, dt.name))
+    return _save_rows(obj, full, target, progress=progress, blocks=blocks)
+
+
+def _save_rows(
+    obj: dict[str, Any],
+    full: list[tuple[Any, ...]],
+    target: PathLike | Any,
+    *,
+    progress: Callable[[int], None] | None = None,
+    blocks: Callable[[list[Any]], list[memoryview | None]] | None = None,
+) -> bool:
+    """:func:`save_plain_tensors` from the emitter's rows (see :func:`_emit_rows`), which
+    the caller has checked as it checks its rows: a str key, a typed storage class, a str
+    location other than ``meta``, a bool ``requires_grad``, each storage once, holding
+    exactly its tensor, a size and a stride tuple made for it."""
+    if not FAST_PICKLE:
+        return False
     cp = CheckpointPickler()
     data = _emit_rows(obj, full, cp)
     if data is None:
