@@ -341,7 +341,8 @@ def test_file_url_cache_is_local(tmp_path, capsys):
     assert json.loads(out)["root"] == str(tmp_path / "c")
 
 
-def test_hf_dcp_reshard_and_consolidate_on_s3(arts, place, tmp_path, capsys):
+@pytest.mark.parametrize("executor", [None, "local:1"])  # local:1: the range tasks, run in this process
+def test_hf_dcp_reshard_and_consolidate_on_s3(arts, place, tmp_path, capsys, executor):
     """DCP in the Hugging Face layout on S3, resharded (1 -> 3 ranks) and consolidated
     there: the rank files are the local reshard's bytes, torch's FsspecReader loads the
     result, and the consolidated file is the local one's bytes."""
@@ -357,7 +358,8 @@ def test_hf_dcp_reshard_and_consolidate_on_s3(arts, place, tmp_path, capsys):
     s3 = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"])
     bucket = base[5:]
     assert _cli(capsys, "reshard", str(local), str(tmp_path / "r3"), "--ranks", "3")[0] == 0
-    code, out, err = _cli(capsys, "reshard", url, f"{base}/r3", "--ranks", "3")
+    extra = ["--executor", executor, "--max-task-bytes", "1MiB"] if executor else []
+    code, out, err = _cli(capsys, "reshard", url, f"{base}/r3", "--ranks", "3", *extra)
     assert code == 0, err
     keys = sorted(o["Key"][3:] for o in s3.list_objects_v2(Bucket=bucket, Prefix="r3/")["Contents"])
     assert keys == sorted(os.listdir(tmp_path / "r3"))
