@@ -79,7 +79,16 @@ def arts(tmp_path_factory) -> dict[str, Path]:
     out: dict[str, Path] = {}
     torch.manual_seed(0)
     m = _Model().eval()
-    for sub in ("ts", "lite", "ep", "aoti", "aoti_so", "aoti_pw", "legacy"):  # one folder each: a copy takes the folder
+    for sub in (
+        "ts",
+        "lite",
+        "ep",
+        "aoti",
+        "aoti_so",
+        "aoti_pw",
+        "legacy",
+        "package",
+    ):  # one folder each: a copy takes the folder
         (d / sub).mkdir()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -90,6 +99,13 @@ def arts(tmp_path_factory) -> dict[str, Path]:
     # a legacy (pre-zip) .pt: one pickle stream, fetched whole, once
     torch.save(m.state_dict(), str(d / "legacy" / "legacy.pt"), _use_new_zipfile_serialization=False)
     out["legacy"] = d / "legacy" / "legacy.pt"
+    from torch.package import PackageExporter
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with PackageExporter(str(d / "package" / "pkg.pt")) as exp:
+            exp.save_pickle("model", "state.pkl", m.state_dict())
+    out["package"] = d / "package" / "pkg.pt"
     # AOTInductor: synthetic packages (compiling one needs a C++ compiler and minutes)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from formats.aoti.synth import make_package, sample_consts
@@ -198,6 +214,7 @@ FILES = {
     # embedded: the constants lie inside the shared object, which info / ls parse whole
     # (fetched once); scan analyses it as native code
     "aoti_so": (),
+    "package": ("info", "ls"),  # torch.package: scan analyses its storage records too
     "legacy": (),  # one pickle stream: fetched whole (once, though scan reads it several times)
     "onnx": ALL,  # the protobuf, not the external data
     "hf": ALL,  # the index and the shards' headers
@@ -227,7 +244,9 @@ def test_cli_matches_local_and_fetch_is_bounded(arts, place, capsys, backend, na
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("name", ["torchscript", "lite", "pt2", "legacy", "aoti", "aoti_so", "aoti_pw", "onnx", "hf", "hfdcp"])
+@pytest.mark.parametrize(
+    "name", ["torchscript", "lite", "pt2", "legacy", "package", "aoti", "aoti_so", "aoti_pw", "onnx", "hf", "hfdcp"]
+)
 def test_convert_from_url_is_bit_exact(arts, place, tmp_path, capsys, backend, name):
     local = arts[name]
     if backend == "http" and name == "hfdcp":
