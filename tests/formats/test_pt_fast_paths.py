@@ -340,3 +340,35 @@ def test_central_directory_runs_read_as_entry_by_entry(monkeypatch):
         assert f == _directory_outcome(bytes(b), False, monkeypatch), f"mutation {i}"
         errors += f[0] == "error"
     assert 20 < errors < 290  # both outcomes were exercised
+
+
+def test_entries_found_together_match_the_one_by_one_path_and_the_loop(monkeypatch):
+    """The windowed tokeniser (``machine.SCAN_ENTRIES``: every candidate entry of a window
+    tokenised at once, then chained) against the regex one-entry path and the opcode
+    loop: the same outcome on uniform and mixed state dicts and on byte flips of them
+    (memo indices, int widths, tuple opcodes, keys)."""
+    uniform = {f"blocks.{i // 10}.p{i % 10}.weight": torch.ones(1 + (i * 37) % 400) for i in range(1500)}
+    rng = random.Random(7)
+    hits = 0
+    for obj in (uniform, _state_dict(400, seed=4)):
+        data = _pkl(_saved(obj))
+        for i in range(60):
+            b = bytearray(data)
+            if i:
+                for _ in range(rng.randint(1, 4)):
+                    b[rng.randrange(len(b))] = rng.choice([0x71, 0x72, 0x68, 0x6A, 0x4B, 0x4D, 0x4A, 0x28, 0x85, 0x58, 0x30])
+            outs = []
+            for scan in (True, False):
+                monkeypatch.setattr(machine, "SCAN_ENTRIES", scan)
+                outs.append(_run_pickle(bytes(b), True, monkeypatch))
+            slow = _run_pickle(bytes(b), False, monkeypatch)
+            assert outs[0][:2] == outs[1][:2] == slow[:2], f"mutation {i}"
+            monkeypatch.setattr(machine, "SCAN_ENTRIES", True)
+            monkeypatch.setattr(machine, "FAST_TENSOR_CALLS", True)
+            up = Unpickler(bytes(b), resolver=make_resolver(True), persistent_load=_pl)
+            try:
+                up.load()
+            except TorchlessError:
+                pass
+            hits += up.info.scanned_entries
+    assert hits > 30 * 1500  # the tokeniser ran most of the uniform dict's entries

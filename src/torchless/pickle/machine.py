@@ -78,6 +78,8 @@ class ProtocolInfo:
     frame_hazards: list[tuple[int, str]] = field(default_factory=list)
     #: state-dict entries the one-step path ran (the rest ran opcode by opcode)
     fast_entries: int = 0
+    #: of those, the ones found together by the windowed tokeniser (``SCAN_ENTRIES``)
+    scanned_entries: int = 0
 
 
 class _Stop(Exception):
@@ -149,6 +151,11 @@ _ENTRY = re.compile(
     re.S,
 )
 _TUPLE_OPS = {0x85: 1, 0x86: 2, 0x87: 3}
+#: find the entries of a window together (:mod:`torchless.pickle.entryscan`) when at
+#: least this many bytes are left; the tests turn it off to compare with the regex path
+SCAN_ENTRIES = True
+_SCAN_BYTES = 1 << 12
+_SCAN_WINDOW = 1 << 23
 #: the indices of 6, 7 or 8 LONG_BINPUTs in a row (an entry's memo stores)
 _LONG_PUTS = {k: struct.Struct("<" + "xI" * k).unpack for k in (6, 7, 8)}
 _tuples: dict[bytes, tuple[int, ...]] = {}
@@ -541,7 +548,9 @@ class Unpickler:
             elif op == "setitem":
                 if len(items) % 2:
                     raise self._fmt("SETITEMS with an odd number of items", p)
-                if isinstance(target, dict):  # dict, OrderedDict, Counter, torchless subclasses
+                if t is dict and all(type(k) is str for k in items[0::2]):  # str keys: nothing to check
+                    target.update(zip(items[0::2], items[1::2], strict=True))
+                elif isinstance(target, dict):  # dict, OrderedDict, Counter, torchless subclasses
                     for i in range(0, len(items), 2):
                         k = items[i]
                         check_key(k, p)
@@ -569,6 +578,135 @@ class Unpickler:
         memo_top = [-1, 0]
         unpack_I = _unpack_I
 
+        scan_cache: list[Any] = [None]  # (lo, hi, Scanned, chain breaks) of the last window
+
+        def scanned_run(p: int, top: int, room: int) -> int:
+            """The entries from ``p`` found together by :func:`~torchless.pickle.entryscan.scan`
+            (a window of the data), with the checks and effects of :func:`entries`; the
+            position after the last one run (``p`` when none)."""
+            import numpy as np
+
+            from ..core.tensor import Storage, Tensor
+            from ..core.values import StateDict
+            from .entryscan import scan
+            from .torch_globals import _ordered_dict, _rebuild_tensor_v2
+
+            got = scan_cache[0]
+            if got is None or not got[0] <= p < got[1]:
+                hi = min(n, p + _SCAN_WINDOW)
+                sc = scan(data, p, hi)
+                if sc is None:
+                    return p
+                starts, ends = sc.start, sc.end
+                count = len(starts)
+                nxt = np.searchsorted(starts, ends)
+                # where a candidate is not followed by the one starting where it ends
+                breaks = np.flatnonzero(~((nxt == np.arange(1, count + 1)) & (starts[np.minimum(nxt, count - 1)] == ends)))
+                got = scan_cache[0] = (p, hi, sc, breaks)
+            sc, breaks = got[2], got[3]
+            starts, ends = sc.start, sc.end
+            i0 = int(np.searchsorted(starts, p))
+            if i0 >= len(starts) or int(starts[i0]) != p:
+                return p
+            b = int(np.searchsorted(breaks, i0))
+            cnt = (int(breaks[b]) + 1 if b < len(breaks) else len(starts)) - i0
+            sl = slice(i0, i0 + cnt)
+            gets, puts = sc.gets[sl], sc.puts[sl]
+            stored = puts >= 0
+            bad = (gets >= top).any(axis=1)
+            bad |= (stored & ((puts < top) | (puts >= _MEMO_INDEX_LIMIT))).any(axis=1)
+            bad |= np.cumsum(stored.sum(axis=1)) > room
+            bad |= sc.kend[sl] - starts[sl] - 5 > max_obj
+            # the rows of memo reads, numbered (few distinct ones: the same five reads per dtype)
+            distinct = np.unique(gets)
+            if len(distinct) > 1000:
+                return p
+            lab = np.searchsorted(distinct, gets)
+            code = (((lab[:, 0] * 1000 + lab[:, 1]) * 1000 + lab[:, 2]) * 1000 + lab[:, 3]) * 1000 + lab[:, 4]
+            if (code == code[0]).all():
+                inv = np.zeros(cnt, dtype=np.int64)
+                firsts = [0]
+            else:
+                _u, firsts_a, inv = np.unique(code, return_index=True, return_inverse=True)
+                firsts = firsts_a.tolist()
+            combos: list[list[Any] | None] = []
+            for j, r in enumerate(firsts):
+                row = gets[r].tolist()
+                if all(i in memo for i in row):
+                    combos.append([memo[i] for i in row])
+                else:
+                    combos.append(None)
+                    bad |= inv.ravel() == j
+            if bad.any():
+                cnt = int(bad.argmax())
+            if not cnt:
+                return p
+            plf = self.persistent_load
+            make = Tensor._make
+            out: list[Any] = []
+            put: list[Any] = []
+            done = 0
+            sl = slice(i0, i0 + cnt)
+            rows = zip(
+                starts[sl].tolist(),
+                sc.kend[sl].tolist(),
+                sc.skey0[sl].tolist(),
+                sc.skey1[sl].tolist(),
+                sc.numel[sl].tolist(),
+                sc.offset[sl].tolist(),
+                sc.size[sl],
+                sc.stride[sl],
+                sc.rg[sl].tolist(),
+                inv.ravel()[:cnt].tolist(),
+                stored[:cnt, 3].tolist(),
+                stored[:cnt, 4].tolist(),
+                sc.at_q[sl].tolist(),
+                sc.at_od[sl].tolist(),
+                sc.at_t[sl].tolist(),
+                strict=True,
+            )
+            for s0, ke, k0, k1, numel, offset, size, stride, rgv, ci, has_size, has_stride, at_q, at_od, at_t in rows:
+                try:
+                    name = str(data[s0 + 5 : ke], "utf-8", "surrogatepass")
+                except UnicodeError:
+                    break
+                fn, storage_s, stype, loc, odfn = combos[ci]
+                key = str(data[k0:k1], "ascii")
+                pid = (storage_s, stype, key, loc, numel)
+                try:
+                    storage = plf(pid)  # type: ignore[misc]
+                except TorchlessError as e:  # as _persistent does
+                    if e.offset is None:
+                        e.offset = at_q
+                    raise
+                if type(odfn) is Rebuilder and odfn._call is _ordered_dict:
+                    od = StateDict()
+                else:
+                    od = call(odfn, (), at_od, "REDUCE")
+                args = (storage, offset, size, stride, rgv, od)
+                if type(fn) is Rebuilder and fn._call is _rebuild_tensor_v2 and type(storage) is Storage:
+                    t = make(storage, storage.dtype, size, stride, offset, rgv, None)
+                else:
+                    t = call(fn, args, at_t, "REDUCE")
+                out += (name, t)
+                put += (name, key, pid)  # in the order of the stores
+                if has_size:
+                    put.append(size)
+                if has_stride:
+                    put.append(stride)
+                put += (od, args, t)
+                done += 1
+            if not done:
+                return p
+            idx = puts[:done][stored[:done]].tolist()
+            memo.update(zip(idx, put, strict=True))
+            memo_top[0] = len(memo)
+            memo_top[1] = max(top, max(idx) + 1)
+            stack.extend(out)
+            info.fast_entries += done
+            info.scanned_entries += done
+            return int(ends[i0 + done - 1])
+
         def entries(p: int) -> int:
             """Run a run of torch state-dict entries at ``p`` in one pass; -1 if there is
             none (see :data:`_ENTRY`).
@@ -591,6 +729,12 @@ class Unpickler:
                 memo_top[1] = max(memo) + 1 if memo else 0
             top = memo_top[1]
             room = max_memo - len(memo)  # stores of new keys the limit still allows
+            one = False  # parse only one entry below (then the next call tries the scan again)
+            if SCAN_ENTRIES and n - p >= _SCAN_BYTES:
+                q = scanned_run(p, top, room)
+                if q > p:
+                    return q
+                one = True
             match = _ENTRY.match
             tuples = _tuples
             from ..core.tensor import Storage, Tensor
@@ -673,6 +817,8 @@ class Unpickler:
                     put.append(stride)
                 put += (od, args, t)
                 p = m.end()
+                if one:
+                    break
             if out:
                 memo.update(zip(idx, put, strict=True))
                 memo_top[0] = len(memo)

@@ -1,0 +1,209 @@
+"""Torch state-dict entries found and tokenised together, as NumPy columns.
+
+The pickle machine's one-pass entry run (:data:`torchless.pickle.machine._ENTRY`) matches
+one entry at a time with a regular expression. For thousands of entries in a row this
+module does the same tokenising for every candidate start in a window at once: every
+``X`` (BINUNICODE) byte is taken as the start of an entry, and all candidates step
+through the entry's grammar together (one array operation per token for all of them),
+each one marked invalid as soon as a byte is not what the grammar allows there. The
+caller then follows the chain of valid candidates from where it stands (each one
+starting exactly where the previous one ended), so a candidate that starts inside
+another entry's key can never be taken.
+
+The grammar is exactly the pattern's (see ``_ENTRY``): the same opcodes, int widths,
+tuple forms (with TUPLE1-3 counts checked), optional memo stores after tuples and a
+decimal storage key of the declared length. Nothing here has effects: the caller
+checks the memo reads and stores and runs the effects in the loop's order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Scanned", "scan"]
+
+_MAX_TUPLE = 64  # ints in a MARK ... TUPLE tuple (the pattern's bound)
+
+
+class Scanned:
+    """The valid candidates of a window, as columns (one row per entry, in file order).
+
+    ``start``/``end``: the entry's bytes; ``kend``: end of its key string; ``gets``: the
+    five memo reads (function, 'storage', storage class, location, OrderedDict);
+    ``puts``: the memo stores in opcode order (name, key, pid, size, stride, od, args,
+    tensor), -1 where an empty tuple was not stored; ``skey``: the storage key's bytes;
+    ``numel``, ``offset``; ``size``/``stride``: per entry the tuple of ints (Python
+    lists); ``rg``: requires_grad; ``at_q``/``at_od``/``at_t``: offsets of BINPERSID and
+    the two REDUCEs (for errors)."""
+
+    start: Any
+    end: Any
+    kend: Any
+    gets: Any
+    puts: Any
+    skey0: Any
+    skey1: Any
+    numel: Any
+    offset: Any
+    size: list[tuple[int, ...]]
+    stride: list[tuple[int, ...]]
+    rg: Any
+    at_q: Any
+    at_od: Any
+    at_t: Any
+
+
+_PAD = 2048  # zero bytes after the window: no token of an entry reaches further past it
+
+
+def scan(data: Any, lo: int, hi: int) -> Scanned | None:
+    """Every entry that starts at an ``X`` in ``data[lo:hi]`` and ends by ``hi``.
+
+    Positions are relative to ``lo`` inside; the window is copied with zero padding so
+    that reads past its end see zeros (which no entry ends with) instead of bounds checks."""
+    size = hi - lo
+    buf = bytes(data[lo:hi]) + bytes(_PAD)
+    w8 = np.frombuffer(buf, np.uint8)
+    span = len(buf) - 3
+    # unaligned little-endian views of every byte offset (no copies)
+    w16 = np.ndarray((span,), dtype="<u2", buffer=buf, strides=(1,))
+    w32 = np.ndarray((span,), dtype="<u4", buffer=buf, strides=(1,))
+    i32 = np.ndarray((span,), dtype="<i4", buffer=buf, strides=(1,))
+    start = np.flatnonzero(w8[:size] == 0x58)
+    if not len(start):
+        return None
+
+    def byte(p: Any) -> Any:
+        return w8[p]
+
+    ok = start + 5 <= size
+    k = w32[start + 1].astype(np.int64)
+    pos = start + 5 + k
+    ok &= pos <= size
+    pos = np.minimum(pos, size)
+    kend = pos + lo
+
+    def ref(p: Any, short: int, long: int) -> tuple[Any, Any]:
+        nonlocal ok
+        op = w8[p]
+        isshort = op == short
+        ok &= isshort | (op == long)
+        idx = np.where(isshort, w8[p + 1], w32[p + 1]).astype(np.int64)
+        return idx, p + np.where(isshort, 2, 5)
+
+    def fixed(p: Any, c: int) -> Any:
+        nonlocal ok
+        ok &= w8[p] == c
+        return p + 1
+
+    def integer(p: Any) -> tuple[Any, Any, Any]:
+        """(value, next position, is an int token) of K/M/J at p."""
+        op = w8[p]
+        isk, ism, isj = op == 0x4B, op == 0x4D, op == 0x4A
+        val = np.where(isk, w8[p + 1], np.where(ism, w16[p + 1], i32[p + 1])).astype(np.int64)
+        nxt = p + np.where(isk, 2, np.where(ism, 3, 5))
+        return val, nxt, isk | ism | isj
+
+    def tup(p: Any) -> tuple[list[Any], Any, Any, Any]:
+        """(list of value columns with their presence masks, count, next position, store)."""
+        nonlocal ok
+        op = byte(p)
+        empty = op == 0x29
+        mark = op == 0x28
+        q = np.where(empty, p + 1, np.where(mark, p + 1, p))
+        count = np.zeros(len(p), dtype=np.int64)
+        active = ~empty
+        cols = []
+        for _j in range(_MAX_TUPLE):
+            val, nxt, isint = integer(q)
+            take = active & isint & (mark | (count < 3))
+            if not take.any():
+                break
+            cols.append((val, take))
+            count += take
+            q = np.where(take, nxt, q)
+            active = take
+        end = byte(q)
+        good = empty | (mark & (end == 0x74)) | (~mark & ~empty & (count >= 1) & (end == 0x84 + count))
+        ok &= good
+        q = np.where(empty, q, q + 1)
+        op = byte(q)
+        has_put = (op == 0x71) | (op == 0x72)  # (after an empty tuple too, as the pattern allows)
+        saved = ok.copy()
+        idx, after = ref(q, 0x71, 0x72)  # an optional store: rows without one stay as they were
+        ok = np.where(has_put, ok, saved)
+        return cols, count, np.where(has_put, after, q), np.where(has_put, idx, -1)
+
+    p_name, pos = ref(pos, 0x71, 0x72)
+    g_fn, pos = ref(pos, 0x68, 0x6A)
+    pos = fixed(pos, 0x28)
+    pos = fixed(pos, 0x28)
+    g_st, pos = ref(pos, 0x68, 0x6A)
+    g_cls, pos = ref(pos, 0x68, 0x6A)
+    pos = fixed(pos, 0x58)
+    kl = w8[pos].astype(np.int64)
+    ok &= (kl >= 1) & (kl <= 19) & (byte(pos + 1) == 0) & (byte(pos + 2) == 0) & (byte(pos + 3) == 0)
+    skey0 = pos + 4
+    c = w8[skey0[:, None] + np.arange(19)]
+    ok &= ((np.arange(19) >= kl[:, None]) | ((c >= 0x30) & (c <= 0x39))).all(axis=1)
+    skey1 = skey0 + kl
+    pos = skey1
+    p_key, pos = ref(pos, 0x71, 0x72)
+    g_loc, pos = ref(pos, 0x68, 0x6A)
+    numel, pos, isint = integer(pos)
+    ok &= isint
+    pos = fixed(pos, 0x74)
+    p_pid, pos = ref(pos, 0x71, 0x72)
+    at_q = pos
+    pos = fixed(pos, 0x51)
+    offset, pos, isint = integer(pos)
+    ok &= isint
+    size_cols, size_n, pos, p_size = tup(pos)
+    stride_cols, stride_n, pos, p_stride = tup(pos)
+    rgb = w8[pos]
+    ok &= (rgb == 0x88) | (rgb == 0x89)
+    pos = pos + 1
+    g_od, pos = ref(pos, 0x68, 0x6A)
+    pos = fixed(pos, 0x29)
+    at_od = pos
+    pos = fixed(pos, 0x52)
+    p_od, pos = ref(pos, 0x71, 0x72)
+    pos = fixed(pos, 0x74)
+    p_args, pos = ref(pos, 0x71, 0x72)
+    at_t = pos
+    pos = fixed(pos, 0x52)
+    p_t, pos = ref(pos, 0x71, 0x72)
+    ok &= pos <= size
+    if not ok.any():
+        return None
+    s = Scanned()
+    sel = np.flatnonzero(ok)
+    s.start = start[sel] + lo
+    s.end = pos[sel] + lo
+    s.kend = kend[sel]
+    s.gets = np.stack([g_fn, g_st, g_cls, g_loc, g_od], axis=1)[sel]
+    s.puts = np.stack([p_name, p_key, p_pid, p_size, p_stride, p_od, p_args, p_t], axis=1)[sel]
+    s.skey0, s.skey1 = skey0[sel] + lo, skey1[sel] + lo
+    s.numel, s.offset = numel[sel], offset[sel]
+    s.size = _tuples(size_cols, size_n, sel)
+    s.stride = _tuples(stride_cols, stride_n, sel)
+    s.rg = rgb[sel] == 0x88
+    s.at_q, s.at_od, s.at_t = at_q[sel] + lo, at_od[sel] + lo, at_t[sel] + lo
+    return s
+
+
+def _tuples(cols: list[tuple[Any, Any]], count: Any, sel: Any) -> list[tuple[int, ...]]:
+    """Per selected row, the tuple of its ``count`` leading values."""
+    count = count[sel]
+    vals = [c[sel].tolist() for c, _m in cols]
+    if not vals:
+        return [()] * len(sel)
+    width = int(count.max()) if len(count) else 0
+    if width and int(count.min()) == width:
+        return list(zip(*vals[:width], strict=True))
+    out: list[tuple[int, ...]] = []
+    for i, c in enumerate(count.tolist()):
+        out.append(tuple(v[i] for v in vals[:c]))
+    return out
