@@ -47,6 +47,7 @@ from ..core.source import ByteSource, PathLike, open_source
 __all__ = ["ZipEntry", "ZipReader", "TorchZipWriter", "is_zip", "check_inflate", "locate_eocd", "zip64_record"]
 
 LOCAL_SIG = b"PK\x03\x04"
+_LOCAL_SIG_U32 = struct.unpack("<I", LOCAL_SIG)[0]
 CENTRAL_SIG = b"PK\x01\x02"
 EOCD_SIG = b"PK\x05\x06"
 EOCD64_SIG = b"PK\x06\x06"
@@ -1324,16 +1325,29 @@ class BatchReader:
         buf = self.zr.source.copy(start, span_end - start, what=f"records from {entry.name!r}")
         mine: memoryview | None = None
         ready, consumed = self._ready, self._consumed
-        for e in order[i:j]:
-            r = e.header_offset - start
-            sig, _need, _flags, _m, _t, _d, _crc, _cs, _us, nlen, xlen = _LOCAL.unpack_from(buf, r)
-            d = r + _LOCAL.size + nlen + xlen
-            if sig != LOCAL_SIG or d + e.size > len(buf):
+        run = order[i:j]
+        # the local headers of the whole run at once: signature, name and extra lengths
+        import numpy as np
+
+        raw = buf.obj if isinstance(buf.obj, np.ndarray) else np.frombuffer(buf, np.uint8)
+        span = len(raw) - 3
+        rel = np.fromiter((e.header_offset for e in run), np.int64, len(run)) - start
+        sizes = np.fromiter((e.size for e in run), np.int64, len(run))
+        head_ok = rel + _LOCAL.size <= len(raw)
+        relc = np.where(head_ok, rel, 0)
+        w16 = np.ndarray((span,), dtype="<u2", buffer=raw, strides=(1,)) if span > 0 else None
+        w32 = np.ndarray((span,), dtype="<u4", buffer=raw, strides=(1,)) if span > 0 else None
+        if w16 is None or w32 is None:
+            return None
+        d_arr = relc + _LOCAL.size + w16[relc + 26].astype(np.int64) + w16[relc + 28].astype(np.int64)
+        good = head_ok & (w32[relc] == _LOCAL_SIG_U32) & (d_arr + sizes <= len(raw))
+        for e, d, sz, g in zip(run, d_arr.tolist(), sizes.tolist(), good.tolist(), strict=True):
+            if not g:
                 continue  # read on its own when asked for (its error then comes from data_offset)
             e._data_offset = start + d
             if e is entry:
-                mine = buf[d : d + e.size]
+                mine = buf[d : d + sz]
             elif id(e) not in consumed:
-                ready[id(e)] = buf[d : d + e.size]
+                ready[id(e)] = buf[d : d + sz]
         consumed.add(id(entry))
         return mine
