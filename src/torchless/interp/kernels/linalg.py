@@ -34,6 +34,13 @@ def _matmul(op: str, a: np.ndarray, b: np.ndarray, nd: int) -> np.ndarray:
         raise bad(op, f"shapes {list(a.shape)} and {list(b.shape)} cannot be multiplied")
     compute, out = _mm_dtypes(op, a, b)
     with quiet():
+        if nd == 3 and a.shape[0] > 1 and b.strides[0] == 0 and a.strides[0] != 0:
+            # one matrix broadcast over the batch (a weight that ATen IR expands for a linear
+            # layer on 3-d input): one product of all the batch's rows instead of one per item
+            bsz, m, k = a.shape
+            flat = np.reshape(a, (bsz * m, k))  # a copy only when the rows do not line up
+            prod = np.matmul(flat.astype(compute, copy=False), b[0].astype(compute, copy=False))
+            return promote.cast(prod.reshape(bsz, m, b.shape[2]), out)
         return promote.cast(np.matmul(a.astype(compute, copy=False), b.astype(compute, copy=False)), out)
 
 
