@@ -25,6 +25,7 @@ from __future__ import annotations
 import collections
 import datetime
 import decimal
+import gc
 import pathlib
 import struct
 import sys
@@ -638,13 +639,36 @@ def save_checkpoint(
         UsageError: an object torch's weights_only loader could not read back, or two
             tensors viewing one storage with different element sizes.
     """
-    cp = CheckpointPickler()
-    data = _fast_pickle(obj, cp) if FAST_PICKLE else None
-    if data is None:
-        data = Pickler2(cp.translate).dumps(obj)
-    _write_archive(
-        data, cp, target, alignment=alignment, compute_crc=compute_crc, prefix=prefix, progress=progress, storage_crc=storage_crc
-    )
+    # the objects made per tensor (rows, memo entries, records) all live until the end:
+    # generational GC passes over them (and over the caller's tensors) free nothing
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        cp = CheckpointPickler()
+        data = _fast_pickle(obj, cp) if FAST_PICKLE else None
+        if data is None:
+            data = Pickler2(cp.translate).dumps(obj)
+        _write_archive(
+            data,
+            cp,
+            target,
+            alignment=alignment,
+            compute_crc=compute_crc,
+            prefix=prefix,
+            progress=progress,
+            storage_crc=storage_crc,
+            blocks=_small_views if FAST_PICKLE else None,
+        )
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _small_views(storages: list[Any]) -> list[memoryview | None]:
+    """The bytes of each small storage written in host order as it is (what
+    :func:`_write_storage` writes), None for the others: the ``blocks`` of
+    :func:`_write_blocks` for storages already in memory or mapped."""
+    return [None if st.nbytes >= _SMALL or st.needs_swap else memoryview(st.native_bytes()).cast("B") for st in storages]
 
 
 def save_plain_tensors(
