@@ -105,7 +105,7 @@ _amax(np.min, "amin")
 
 
 def _any(x: np.ndarray, dims: tuple[int, ...], keepdim: bool) -> np.ndarray:
-    r = np.any(x != 0, axis=dims, keepdims=keepdim)
+    r = np.any(x if x.dtype == np.bool_ else x != 0, axis=dims, keepdims=keepdim)  # (bool != 0 is slow)
     return np.asarray(r, dtype=np.uint8 if x.dtype == np.uint8 else np.bool_)
 
 
@@ -130,13 +130,13 @@ def any_dims(self: np.ndarray, dim: Any = None, keepdim: bool = False) -> np.nda
 @kernel("aten.all.default")
 def all_all(self: np.ndarray) -> np.ndarray:
     x = tensor(self)
-    return np.asarray(np.all(x != 0), dtype=np.uint8 if x.dtype == np.uint8 else np.bool_)
+    return np.asarray(np.all(x if x.dtype == np.bool_ else x != 0), dtype=np.uint8 if x.dtype == np.uint8 else np.bool_)
 
 
 @kernel("aten.all.dim", "aten.all.dims")
 def all_dim(self: np.ndarray, dim: Any = None, keepdim: bool = False) -> np.ndarray:
     x = tensor(self)
-    r = np.all(x != 0, axis=norm_dims(dim, x.ndim, "aten.all"), keepdims=keepdim)
+    r = np.all(x if x.dtype == np.bool_ else x != 0, axis=norm_dims(dim, x.ndim, "aten.all"), keepdims=keepdim)
     return np.asarray(r, dtype=np.uint8 if x.dtype == np.uint8 else np.bool_)
 
 
