@@ -99,3 +99,22 @@ def test_convert_to_pt_loads_in_torch(torch, onnx, tmp_path):
         assert sd[tp.name].numpy().tobytes() == onnx.numpy_helper.to_array(tp).tobytes()
     consts = [n.output[0] for n in model.graph.node if n.op_type == "Constant"]
     assert set(sd) == {t.name for t in model.graph.initializer} | set(consts)
+
+
+def test_a_model_is_recognised_by_content_whatever_its_name(onnx, tmp_path, capsys):
+    """onnx.load looks at no suffix: a model saved as ``.bin`` (its external data beside
+    it) opens as ONNX with the same tensors, as onnx reads them."""
+    import shutil
+
+    from onnx import numpy_helper
+
+    import torchless
+
+    shutil.copy(fixture_path("mlp_ext"), tmp_path / "model.bin")
+    shutil.copy(fixture_path("mlp_ext") + ".data", tmp_path / "mlp_ext.onnx.data")
+    rc, info = _json(capsys, ["info", str(tmp_path / "model.bin"), "--json"])
+    assert rc == 0 and info["format"] == "onnx"
+    want = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(tmp_path / "model.bin")).graph.initializer}
+    with torchless.open(tmp_path / "model.bin") as art:
+        got = {k: t.numpy() for k, t in art.tensors()}
+    assert set(got) == set(want) and all(np.array_equal(got[k], want[k]) for k in want)

@@ -172,7 +172,10 @@ class OnnxHandler(FormatHandler):
     capabilities = Capabilities(edit=True, open_options=("base_dir", "include_constants"))
 
     def sniff(self, probe: Probe) -> bool:
-        return not probe.is_dir and probe.suffix == ONNX_SUFFIX and looks_like_model(probe.head)
+        # onnx.load looks at no suffix: a model is recognised by its first fields too
+        if probe.is_dir:
+            return False
+        return looks_like_model(probe.head) if probe.suffix == ONNX_SUFFIX else looks_like_model(probe.head, strict=True)
 
     def _open(
         self, path: Any, policy: LoadPolicy, probe: Probe | None, *, base_dir: str | None = None, include_constants: bool = True

@@ -21,6 +21,7 @@ __all__ = [
     "fields",
     "looks_like_model",
     "is_onnx_file",
+    "parses_as_model",
     "raw_data_spans",
     "ExternalLocation",
     "external_locations",
@@ -30,6 +31,14 @@ ONNX_SUFFIX = ".onnx"
 
 #: ModelProto field number -> wire type (onnx.proto); a head whose fields all fit is a model
 MODEL_FIELDS = {1: 0, 2: 2, 3: 2, 4: 2, 5: 0, 6: 2, 7: 2, 8: 2, 14: 2, 20: 2, 25: 2, 26: 2}
+
+#: the largest protobuf field number (2**29 - 1); 0 and larger ones do not parse
+MAX_FIELD_NUMBER = (1 << 29) - 1
+#: groups nested deeper than this are refused (protobuf's own recursion limit is 100)
+MAX_GROUP_DEPTH = 100
+#: top-level fields :func:`parses_as_model` walks before it gives up (a ModelProto has
+#: a handful; past this the bytes may still be one, and the caller must not guess)
+MAX_TOP_FIELDS = 100_000
 
 # field numbers of onnx.proto used below
 MODEL_GRAPH = 7
@@ -74,34 +83,75 @@ def varint(buf: Any, pos: int, end: int) -> tuple[int, int]:
         shift += 7
 
 
+def _tag(buf: Any, pos: int, end: int) -> tuple[int, int, int]:
+    tag, pos = varint(buf, pos, end)
+    num, wire = tag >> 3, tag & 7
+    if not 1 <= num <= MAX_FIELD_NUMBER:
+        raise ValueError(f"field number {num} out of range")
+    return num, wire, pos
+
+
+def _skip_group(buf: Any, num: int, pos: int, end: int, depth: int) -> tuple[int, int, int]:
+    """``(content start, content end, position after the end-group tag)`` of a group
+    whose start tag (field ``num``) ended at ``pos``."""
+    if depth > MAX_GROUP_DEPTH:
+        raise ValueError("groups nested too deep")
+    start = pos
+    while True:
+        here = pos
+        inner, wire, pos = _tag(buf, pos, end)
+        if wire == 4:
+            if inner != num:
+                raise ValueError("end-group tag of another field")
+            return start, here, pos
+        pos = _payload(buf, inner, wire, pos, end, depth + 1)[2]
+
+
+def _payload(buf: Any, num: int, wire: int, pos: int, end: int, depth: int) -> tuple[int, int, int]:
+    """``(payload start, payload end, next field's position)`` of a field whose tag
+    ended at ``pos``."""
+    if wire == 0:
+        _v, nxt = varint(buf, pos, end)
+        return pos, nxt, nxt
+    if wire == 1:
+        nxt = pos + 8
+    elif wire == 2:
+        n, pos = varint(buf, pos, end)
+        nxt = pos + n
+    elif wire == 5:
+        nxt = pos + 4
+    elif wire == 3:
+        return _skip_group(buf, num, pos, end, depth)
+    else:  # 4 outside a group, or 6/7
+        raise ValueError(f"unexpected wire type {wire}")
+    if nxt > end:
+        raise ValueError("field runs past its message")
+    return pos, nxt, nxt
+
+
 def fields(buf: Any, start: int, end: int) -> Iterator[tuple[int, int, int, int]]:
     """``(field number, wire type, payload start, payload end)`` of one message's fields;
-    ValueError when they do not tile ``[start, end)`` exactly."""
+    ValueError when they do not tile ``[start, end)`` exactly.
+
+    The walk accepts what protobuf's parser accepts: any field number in range with any
+    wire type, groups (wire type 3, skipped to their end tag) included. A field whose wire
+    type is not the one ``onnx.proto`` declares for its number is an unknown field to
+    protobuf (it parses and is ignored), so callers match the number *and* the wire type."""
     pos = start
     while pos < end:
-        tag, pos = varint(buf, pos, end)
-        num, wire = tag >> 3, tag & 7
-        if wire == 0:
-            _v, nxt = varint(buf, pos, end)
-        elif wire == 1:
-            nxt = pos + 8
-        elif wire == 2:
-            n, pos = varint(buf, pos, end)
-            nxt = pos + n
-        elif wire == 5:
-            nxt = pos + 4
-        else:  # groups (3, 4) do not occur in onnx.proto
-            raise ValueError("unexpected wire type")
-        if nxt > end:
-            raise ValueError("field runs past its message")
-        yield num, wire, pos, nxt
-        pos = nxt
+        num, wire, pos = _tag(buf, pos, end)
+        start, stop, pos = _payload(buf, num, wire, pos, end, 0)
+        yield num, wire, start, stop
 
 
-def looks_like_model(head: bytes) -> bool:
+def looks_like_model(head: bytes, *, strict: bool = False) -> bool:
     """True when ``head`` starts like a serialized ModelProto: every field that fits in
     it has a ModelProto field number and the right wire type, and ``ir_version`` (when
-    present) is plausible."""
+    present) is plausible. ``strict`` (recognising a model by content alone, whatever
+    its name) also asks for what every exporter writes: ``ir_version`` first and at
+    least three such fields."""
+    if strict and not head.startswith(b"\x08"):
+        return False
     pos = 0
     count = 0
     end = len(head)
@@ -119,7 +169,32 @@ def looks_like_model(head: bytes) -> bool:
         if wire == 2:
             pos += value
         count += 1
-    return count > 0
+    return count >= 3 if strict else count > 0
+
+
+def parses_as_model(buf: Any) -> bool:
+    """True when ``buf`` as a whole parses as a protobuf message with a graph or a
+    function in it: what ``onnx.load`` takes for a model whatever the file is named (it
+    looks at no suffix and ignores unknown fields and fields of the wrong wire type).
+
+    Raises:
+        ValueError: more than :data:`MAX_TOP_FIELDS` top-level fields tile so far (the
+            bytes may be a model; the caller must not call them clean on a guess).
+    """
+    found = False
+    count = 0
+    try:
+        for num, wire, _s, _e in fields(buf, 0, len(buf)):
+            count += 1
+            if count > MAX_TOP_FIELDS:
+                raise OverflowError
+            if wire == 2 and num in (MODEL_GRAPH, MODEL_FUNCTIONS):
+                found = True
+    except OverflowError:
+        raise ValueError(f"more than {MAX_TOP_FIELDS} top-level protobuf fields") from None
+    except ValueError:
+        return False
+    return found
 
 
 def is_onnx_file(head: bytes, name: str) -> bool:
@@ -165,11 +240,19 @@ def _text(buf: Any, s: int, e: int) -> str:
     return bytes(buf[s:e]).decode("utf-8", "replace")
 
 
-def _tensor_location(buf: Any, s: int, e: int) -> ExternalLocation | None:
+def _fields_of(buf: Any, spans: list[tuple[int, int]]) -> Iterator[tuple[int, int, int, int]]:
+    """The fields of one message serialized in several pieces: protobuf merges every
+    occurrence of a singular message field into one message, which reads as the
+    concatenation of the pieces (later scalars win, repeated fields append)."""
+    for s, e in spans:
+        yield from fields(buf, s, e)
+
+
+def _tensor_location(buf: Any, spans: list[tuple[int, int]]) -> ExternalLocation | None:
     name = ""
     external = False
     location = None
-    for num, wire, ps, pe in fields(buf, s, e):
+    for num, wire, ps, pe in _fields_of(buf, spans):
         if num == TENSOR_NAME and wire == 2:
             name = _text(buf, ps, pe)
         elif num == TENSOR_DATA_LOCATION and wire == 0:
@@ -183,38 +266,58 @@ def _tensor_location(buf: Any, s: int, e: int) -> ExternalLocation | None:
                     value = _text(buf, ks, ke)
             if key == "location" and value is not None:
                 location = value
-    return ExternalLocation(name, location, s) if external and location is not None else None
+    # external without a location: the loader joins "" to the model's folder and fails;
+    # reported as the empty path it is, never skipped
+    return ExternalLocation(name, location or "", spans[0][0]) if external else None
 
 
 def external_locations(buf: Any) -> list[ExternalLocation]:
     """Every external-data location of the model in ``buf``: initializers, sparse
     initializers, tensors held by node attributes, in the main graph, every subgraph and
-    every function. ValueError when the bytes are not a walkable ModelProto."""
+    every function. ValueError when the bytes are not a walkable ModelProto.
+
+    A singular tensor field given more than once (``AttributeProto.t``,
+    ``sparse_tensor``, a sparse tensor's ``values``/``indices``) is one tensor merged from
+    its pieces, as protobuf parses it: a ``data_location`` in one piece and a
+    ``location`` in another make one external tensor."""
     out: list[ExternalLocation] = []
 
-    def tensor(s: int, e: int) -> None:
-        loc = _tensor_location(buf, s, e)
-        if loc is not None:
-            out.append(loc)
+    def tensor(spans: list[tuple[int, int]]) -> None:
+        if spans:
+            loc = _tensor_location(buf, spans)
+            if loc is not None:
+                out.append(loc)
 
-    def sparse(s: int, e: int) -> None:
-        for num, wire, ps, pe in fields(buf, s, e):
-            if num in (SPARSE_VALUES, SPARSE_INDICES) and wire == 2:
-                tensor(ps, pe)
+    def sparse(spans: list[tuple[int, int]]) -> None:
+        parts: dict[int, list[tuple[int, int]]] = {SPARSE_VALUES: [], SPARSE_INDICES: []}
+        for num, wire, ps, pe in _fields_of(buf, spans):
+            if num in parts and wire == 2:
+                parts[num].append((ps, pe))
+        tensor(parts[SPARSE_VALUES])
+        tensor(parts[SPARSE_INDICES])
 
     def node(s: int, e: int, depth: int) -> None:
         for num, wire, as_, ae in fields(buf, s, e):
             if num != NODE_ATTRIBUTE or wire != 2:
                 continue
+            single_t: list[tuple[int, int]] = []
+            single_sparse: list[tuple[int, int]] = []
             for anum, awire, ps, pe in fields(buf, as_, ae):
                 if awire != 2:
                     continue
-                if anum in (ATTR_T, ATTR_TENSORS):
-                    tensor(ps, pe)
-                elif anum in (ATTR_SPARSE_TENSOR, ATTR_SPARSE_TENSORS):
-                    sparse(ps, pe)
+                if anum == ATTR_T:
+                    single_t.append((ps, pe))
+                elif anum == ATTR_TENSORS:
+                    tensor([(ps, pe)])
+                elif anum == ATTR_SPARSE_TENSOR:
+                    single_sparse.append((ps, pe))
+                elif anum == ATTR_SPARSE_TENSORS:
+                    sparse([(ps, pe)])
                 elif anum in (ATTR_G, ATTR_GRAPHS):
                     graph(ps, pe, depth + 1)
+            tensor(single_t)
+            if single_sparse:
+                sparse(single_sparse)
 
     def graph(s: int, e: int, depth: int) -> None:
         if depth > MAX_GRAPH_DEPTH:
@@ -223,9 +326,9 @@ def external_locations(buf: Any) -> list[ExternalLocation]:
             if wire != 2:
                 continue
             if num == GRAPH_INITIALIZER:
-                tensor(ps, pe)
+                tensor([(ps, pe)])
             elif num == GRAPH_SPARSE_INITIALIZER:
-                sparse(ps, pe)
+                sparse([(ps, pe)])
             elif num == GRAPH_NODE:
                 node(ps, pe, depth)
 

@@ -15,7 +15,6 @@ from ...core.source import ByteSource, BytesSource, MmapSource, open_source
 from ...formats.dcp.spec import is_metadata_name
 from ...formats.executorch.spec import is_pte
 from ...formats.npz_spec import is_npy, is_npz_head
-from ...formats.onnx.spec import is_onnx_file
 from ...formats.pt.spec import ZIP_MAGIC, opens_as_tar
 from ...formats.torchscript.spec import is_flatbuffer
 from ..findings import FileReport
@@ -129,6 +128,7 @@ class ScannerBase:
             self, src: ByteSource, member: str | None, base: int | None, depth: int, total: int | None = None
         ) -> None: ...
         def scan_npz(self, src: ByteSource, member: str | None, base: int | None, depth: int) -> None: ...
+        def onnx_view(self, src: ByteSource, head: bytes) -> bool: ...
         def scan_onnx(self, src: ByteSource, member: str | None) -> None: ...
         def scan_compressed(
             self, src: ByteSource, kind: str, member: str | None, depth: int, *, who: str = "joblib.load"
@@ -307,7 +307,7 @@ class ScannerBase:
 
             kinds.append("torchscript-flatbuffer")
             report_flatbuffer(self, bytes(src.view(0, src.size)), member)
-        if context == "file" and member is None and is_onnx_file(head, self.path):
+        if context == "file" and member is None and self.onnx_view(src, head):
             kinds.append("onnx")
             self.scan_onnx(src, member)
         if is_pte(head):  # ExecuTorch program: a flatbuffer, no pickle

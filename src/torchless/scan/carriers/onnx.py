@@ -18,7 +18,7 @@ import os
 from typing import TYPE_CHECKING
 
 from ...core.source import ByteSource
-from ...formats.onnx.spec import external_locations, fields
+from ...formats.onnx.spec import external_locations, fields, is_onnx_file, parses_as_model
 
 if TYPE_CHECKING:  # the mixins see the scanner they are mixed into
     from .base import ScannerBase as _Host
@@ -52,6 +52,26 @@ def _escapes(root: str, location: str) -> str | None:
 
 class OnnxCarrier(_Host):
     """Mixin of :class:`~.Scanner`: the ONNX view of a file."""
+
+    def onnx_view(self, src: ByteSource, head: bytes) -> bool:
+        """Whether ``onnx.load`` would take this file for a model: named ``.onnx`` and
+        starting like one (a file that then does not parse is unanalysable), or, whatever
+        its name, parsing whole as a protobuf message with a graph or a function (the
+        loader ignores the suffix, unknown fields and fields of the wrong wire type). Bytes
+        too many fields long to decide are reported unanalysable, never passed over."""
+        if is_onnx_file(head, self.path):
+            return True
+        try:
+            return parses_as_model(src.view(0, src.size))
+        except ValueError as e:
+            self.add(
+                "unanalysable",
+                "high",
+                f"the bytes may be an ONNX model (onnx.load ignores the file name) but were not walked to the end ({e})",
+                None,
+                loader=_LOADER,
+            )
+            return False
 
     def scan_onnx(self, src: ByteSource, member: str | None) -> None:
         buf = src.view(0, src.size)
