@@ -9,13 +9,13 @@ dropped before the next, so peak memory is about the largest tensor.
 
 from __future__ import annotations
 
-import gc
 import os
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
 from ...core.errors import UsageError
+from ...core.gcpause import GCPause
 from ...core.remote import accepts_storage_options as _remote_opts
 from .read import BlockStorage, DCPReader, unflatten
 from .readers import open_reader
@@ -86,13 +86,8 @@ def consolidate(
     # tens of thousands of small objects (specs, chunk refs, storages, memo entries) that
     # live until the end: generational GC passes over them find nothing to free and cost
     # a sixth of the run on a checkpoint of many small tensors
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with GCPause():
         return _consolidate(src, dst, h, opts, ranged, progress, weights_only, keys, strict)
-    finally:
-        if gc_was_enabled:
-            gc.enable()
 
 
 def _consolidate(

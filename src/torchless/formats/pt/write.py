@@ -25,7 +25,6 @@ from __future__ import annotations
 import collections
 import datetime
 import decimal
-import gc
 import pathlib
 import struct
 import sys
@@ -37,6 +36,7 @@ import numpy as np
 from ...container.zip import TorchZipWriter, iter_chunks
 from ...core.dtypes import DType, from_numpy
 from ...core.errors import InternalError, UnsupportedError, UsageError
+from ...core.gcpause import GCPause
 from ...core.source import PathLike
 from ...core.tensor import NestedTensor, SparseTensor, Storage, Tensor, _contiguous_strides, as_tensor, is_torch_tensor
 from ...core.values import Device, Layout, MemoryFormat, Namespace, QScheme, Size, StateDict, TorchVersion
@@ -641,9 +641,7 @@ def save_checkpoint(
     """
     # the objects made per tensor (rows, memo entries, records) all live until the end:
     # generational GC passes over them (and over the caller's tensors) free nothing
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with GCPause():
         cp = CheckpointPickler()
         data = _fast_pickle(obj, cp) if FAST_PICKLE else None
         if data is None:
@@ -659,9 +657,6 @@ def save_checkpoint(
             storage_crc=storage_crc,
             blocks=_small_views if FAST_PICKLE else None,
         )
-    finally:
-        if gc_was_enabled:
-            gc.enable()
 
 
 def _small_views(storages: list[Any]) -> list[memoryview | None]:
