@@ -190,13 +190,34 @@ def _dask_error(e: BaseException) -> BaseException:
     return WriteError(f"cannot write: a Dask task failed: {name}: {e}")
 
 
-def parse_executor(spec: Any, *, jobs: int = 1, where: str = "") -> Executor:
+def parse_executor(spec: Any, *, jobs: int = 1, where: str = "", paths: Sequence[Any] = ()) -> Executor:
     """An :class:`Executor` from ``"local:N"``, ``"dask://HOST:PORT"``, a
     ``distributed.Client``, an :class:`Executor`, or None (``jobs`` local processes).
 
+    ``paths`` are the job's sources and destination: a ``memory://`` one is refused
+    unless the tasks run in this process (fsspec's memory filesystem lives in one
+    process; what a worker process wrote there would never reach this one).
+
     Raises:
-        UsageError: an unknown spelling, or a Dask address without ``dask[distributed]``.
+        UsageError: an unknown spelling, a Dask address without ``dask[distributed]``, or
+            worker processes for a ``memory://`` path.
     """
+    mem = next((str(p) for p in paths if isinstance(p, str) and p.startswith("memory://")), None)
+    if mem is not None:
+        local = spec is None or isinstance(spec, (int, LocalExecutor))
+        local = local or (isinstance(spec, str) and spec.strip().partition(":")[0] == "local")
+        ex = _parse_executor(spec, jobs, where) if local else None  # a Dask address is not dialled
+        if ex is None or ex.workers > 1:
+            raise UsageError(
+                "memory:// is per-process and cannot be shared with worker processes",
+                path=mem,
+                hint="use --executor local:1 (executor='local:1'), or a real store (s3://, a local folder ...)",
+            )
+        return ex
+    return _parse_executor(spec, jobs, where)
+
+
+def _parse_executor(spec: Any, jobs: int, where: str) -> Executor:
     if spec is None:
         return LocalExecutor(jobs, where=where)
     if isinstance(spec, Executor):

@@ -994,7 +994,7 @@ def write_shards(
                 pos += m
             weight_map[name] = fname
         files.append(OutputFile(fname, pos, pieces))
-    ex = parse_executor(executor, where=d)
+    ex = parse_executor(executor, where=d, paths=(src, d))
     staging: Any = None
     index = base + ".index.json"
     try:

@@ -665,7 +665,7 @@ def _reshard_ranged(
     from ...core.executor import parse_executor
     from ..ranged import LocalDirStaging, RemoteStaging, close_sources, pt_item_template, write_outputs
 
-    ex = parse_executor(executor, jobs=jobs, where=dst)
+    ex = parse_executor(executor, jobs=jobs, where=dst, paths=(getattr(source, "path", None), dst))
     staging: Any = None
     try:
         staging = RemoteStaging(dst, resume=resume) if remote.is_url(dst) else LocalDirStaging(dst, resume=resume)
