@@ -9,6 +9,7 @@ reported with their size and never interpreted. A ``.pte`` carries no pickle.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import partial
@@ -135,11 +136,13 @@ class _Reader:
     parsed value reads later (constant tensors, delegate blobs) is taken from ``source``
     when it is read, so nothing parsed keeps a view of ``buf``."""
 
-    def __init__(self, buf: Any, name: str, source: ByteSource) -> None:
+    def __init__(self, buf: Any, name: str, source: ByteSource, size: int | None = None) -> None:
         self.fb = FlatBuffer(buf, name, what="ExecuTorch program")
         self.source = source
         self.name = name
-        self.size = self.fb.size
+        # the file's size: ``buf`` may hold the flatbuffer program only (a remote file,
+        # whose segments are read by range when a tensor or blob is asked for)
+        self.size = self.fb.size if size is None else size
 
     def err(self, message: str, offset: int | None, **kw: Any) -> FormatError:
         return FormatError(message, path=self.name, offset=offset, **kw)
@@ -472,6 +475,24 @@ def read_program(buf: Any, name: str = "<pte>", *, source: ByteSource | None = N
     return _Reader(buf, name, source if source is not None else BytesSource(buf, name)).read()
 
 
+def _program_bytes(source: ByteSource) -> tuple[Any, int | None]:
+    """What to parse: the whole file, or for a remote file with a sound extended header
+    the flatbuffer program alone (``program_size`` bytes), so that opening it (``info``,
+    ``ls``) does not fetch the data segments. ``(buffer, file size or None)``."""
+    from ...core.source import RemoteSource
+
+    size = source.size
+    if not isinstance(source, RemoteSource) or size < spec.EH_FULL_LENGTH + 8:
+        return source.view(0, size), None
+    head = bytes(source.view(0, 8 + spec.EH_FULL_LENGTH))
+    if head[8:12] != spec.EH_MAGIC:
+        return source.view(0, size), None
+    length, prog = struct.unpack_from("<I", head, 12)[0], struct.unpack_from("<Q", head, 16)[0]
+    if length < spec.EH_MIN_LENGTH or not 8 + length <= prog <= size:
+        return source.view(0, size), None  # the checks of the whole-file parse name the fault
+    return source.view(0, prog), size
+
+
 class ExecuTorchArtifact(Artifact):
     """An opened ``.pte``: ``tensors()`` are the constant tensors (and mutable buffers'
     initial states), named by their fully qualified name when the program records one,
@@ -485,7 +506,8 @@ class ExecuTorchArtifact(Artifact):
             probe.close()
         self.source = open_source(path)
         try:
-            self.program = read_program(self.source.view(0, self.source.size), str(self.path), source=self.source)
+            buf, size = _program_bytes(self.source)
+            self.program = _Reader(buf, str(self.path), self.source, size).read()
         except TorchlessError as e:
             self.source.close()
             e.with_context(path=self.path)
