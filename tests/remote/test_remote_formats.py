@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import shutil
 import sys
 import warnings
@@ -339,18 +340,76 @@ def test_onnx_external_location_escape_refused(arts, place, tmp_path, capsys, ba
         assert code != 0 and "refused external data location" in err and "Traceback" not in err, (cmd, err)
 
 
+def _inductor_cache(root: Path) -> int:
+    """A TorchInductor cache folder (the layouts of tests/formats/inductor_cache) with a
+    4 MiB compiled kernel that inventorying must not fetch; its total size."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from formats.inductor_cache.test_inventory import key, synthetic_cache
+
+    synthetic_cache(root)
+    k = key("c", "big-kernel")
+    (root / k[1:3]).mkdir(exist_ok=True)
+    (root / k[1:3] / f"{k}.cpp").write_text('#include "/tmp/torchinductor_x/pi/cpi.h"\nextern "C" void kernel() {}\n')
+    (root / k[1:3] / f"{k}.so").write_bytes(b"\x7fELF" + bytes(range(256)) * (1 << 14))
+    fk = key("f", "graph")
+    fx = root / "fxgraph" / fk[1:3] / fk
+    fx.mkdir(parents=True)
+    (fx / key("", "content")).write_bytes(pickle.dumps({"source_code": "def call(args):\n    return args\n"}, protocol=4))
+    return _size(root)
+
+
+def _inventory_json(text: str) -> dict:
+    """``cache --json`` without what differs between copies: the root and the file times."""
+    d = json.loads(text)
+    d.pop("root")
+    for it in d["items"]:
+        it.pop("mtime"), it.pop("age_s")
+    return d
+
+
 @pytest.mark.parametrize("backend", ["memory", "s3"])
-def test_inductor_cache_url_is_a_usage_error(place, backend, capsys, tmp_path):
-    (tmp_path / "c" / "fxgraph").mkdir(parents=True)
-    (tmp_path / "c" / "fxgraph" / "x").write_bytes(b"x")
-    url, _base, _h = place(tmp_path / "c", backend)
-    for argv in (["cache", url], ["cache", "prune", url], ["cache", url, "--show", "x"]):
-        code, out, err = _cli(capsys, *argv)
-        assert code == 2 and "the TorchInductor cache is a local folder" in err and err.count("\n") == 1, err
+def test_inductor_cache_at_url_matches_local(place, backend, capsys, tmp_path):
+    local = tmp_path / "c"
+    total = _inductor_cache(local)
+    url, _base, _h = place(local, backend)
+    c1, o1, e1 = _cli(capsys, "cache", str(local), "--json")
+    c2, o2, e2 = _cli(capsys, "cache", url, "--json")
+    fetched = remote.STATS.bytes_fetched
+    assert c1 == c2 == 0, (e1, e2)
+    want = _inventory_json(o1)
+    assert want["files"] == len([f for f in local.rglob("*") if f.is_file()]) and want["bytes"] == total
+    assert _inventory_json(o2) == want
+    assert json.loads(o2)["root"] == url.rstrip("/")
+    # the heads of the sources and the pickles, never the 4 MiB shared object
+    assert 0 < fetched < (1 << 20) < total, (fetched, total)
+    for kind in ("fxgraph", "aotautograd", "output_code", "triton_kernel"):
+        ident = next(i["id"] for i in want["items"] if i["kind"] == kind)
+        c1, o1, e1 = _cli(capsys, "cache", str(local), "--show", ident)
+        c2, o2, e2 = _cli(capsys, "cache", url, "--show", ident)
+        assert c1 == c2 == 0 and o1 == o2 and o1.strip(), (kind, e1, e2)
+    c1, o1, e1 = _cli(capsys, "cache", str(local), "--show", "nope")
+    c2, o2, e2 = _cli(capsys, "cache", url, "--show", "nope")
+    assert c1 == c2 == 2
+    # scan walks the folder as it walks the local one (the verdicts are the same)
+    code, _fetched, err = _same(capsys, str(local) + "/", url, "scan")
+    code, fetched, err = _same(capsys, str(local) + "/", url, "scan", "--jobs", "1")  # counted in this process
+    assert 0 < fetched < (1 << 20), fetched  # the 4 MiB shared object's head only
+    assert code == 1 and "SUSPICIOUS" in _cli(capsys, "scan", str(local))[1], err  # the .so beside a foreign .cpp
+    # pruning removes local files only
+    code, out, err = _cli(capsys, "cache", "prune", url, "--max-size", "0")
+    assert code == 2 and "URLs are not pruned" in err and err.count("\n") == 1, err
     from torchless.formats.inductor_cache.inventory import inventory
 
-    with pytest.raises(torchless.core.errors.UsageError):
-        inventory(url)
+    assert inventory(url + "/absent").exists is False
+
+
+def test_inductor_cache_over_http_is_refused(place, capsys, tmp_path):
+    _inductor_cache(tmp_path / "c")
+    url, _base, handler = place(tmp_path / "c", "http")
+    for argv in (["cache", url], ["cache", url, "--json"], ["cache", url, "--show", "x"]):
+        code, out, err = _cli(capsys, *argv)
+        assert code == 2 and "does not list folders" in err and err.count("\n") == 1, err
+    assert handler.sent == 0
 
 
 def test_file_url_cache_is_local(tmp_path, capsys):

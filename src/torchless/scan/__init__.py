@@ -104,11 +104,17 @@ def _walk_url(url: str) -> list[tuple[str, str | None, str | None, bool]]:
     fs, base = remote.filesystem(url)
     base = base.rstrip("/")
     out: list[tuple[str, str | None, str | None, bool]] = []
-    for f in sorted(fs.find(base)):
-        rel = str(f)[len(base) :].lstrip("/")
-        if rel:
-            out.append((remote.join(url, rel), url, None, False))
+    rels = [str(f)[len(base) :].lstrip("/") for f in fs.find(base)]
+    for rel in sorted((r for r in rels if r), key=_walk_order):
+        out.append((remote.join(url, rel), url, None, False))
     return out
+
+
+def _walk_order(rel: str) -> tuple[tuple[int, str], ...]:
+    """The order of the local walk (``os.walk``, top-down, sorted): a folder's files
+    before its subfolders."""
+    *dirs, name = rel.split("/")
+    return (*((1, d) for d in dirs), (0, name))
 
 
 def _index_shards(p: str) -> list[tuple[str, str | None, str | None, bool]]:

@@ -694,7 +694,7 @@ def scan_cache_file(scanner: Any, src: ByteSource, kind: str) -> None:
             0,
             loader=_LOADER,
         )
-    elif os.path.isfile(cpp) and not os.path.islink(cpp):
+    elif _is_file(cpp):
         scanner.add(
             "native-code",
             "info",
@@ -712,6 +712,15 @@ def scan_cache_file(scanner: Any, src: ByteSource, kind: str) -> None:
             None,
             loader=_LOADER,
         )
+
+
+def _is_file(path: str) -> bool:
+    """A regular file (not a link) at ``path``; an object at a URL (a HEAD request)."""
+    from ..core import remote
+
+    if remote.is_url(path):
+        return remote.exists(path) and not remote.isdir(path)
+    return os.path.isfile(path) and not os.path.islink(path)
 
 
 def scan_if_cache(scanner: Any, src: ByteSource) -> bool:

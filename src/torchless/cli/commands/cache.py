@@ -94,6 +94,26 @@ def format_plan(plan: dict[str, Any], *, applied: dict[str, Any] | None = None) 
     return "\n".join(lines)
 
 
+def is_url_folder(folder: str) -> bool:
+    from ...core.remote import is_url
+
+    return is_url(folder)
+
+
+def _check_url_folder(url: str) -> None:
+    from ...core import remote
+
+    if remote.isdir(url):
+        return
+    if remote.exists(url):
+        raise UsageError(
+            "not a folder: `torchless cache` takes a TorchInductor cache folder",
+            path=url,
+            hint="for a single file use `torchless info` or `torchless scan`",
+        )
+    raise NotFoundError("no such cache folder", path=url)
+
+
 def cmd_cache(args: argparse.Namespace) -> int:
     from ...formats.inductor_cache.inventory import KINDS, entry_source, inventory
 
@@ -111,11 +131,20 @@ def cmd_cache(args: argparse.Namespace) -> int:
             raise UsageError(f"unknown cache entry kind {bad[0]!r}", expected=", ".join(KINDS))
     folder = target[0] if target else None
     if folder is not None:
+        from ...core.remote import is_url
         from ...formats.inductor_cache.inventory import resolve_cache_dir
 
-        resolve_cache_dir(folder)  # refuses URLs (the cache is a local folder)
         folder = local_path(folder)
-    if folder is not None and not os.path.isdir(folder):
+        if is_url(folder):
+            if prune:
+                raise UsageError(
+                    "`torchless cache prune` removes files of a local folder: URLs are not pruned",
+                    path=folder,
+                    hint="`torchless cache URL --json` lists the entries; remove objects with the store's own tools",
+                )
+            folder = resolve_cache_dir(folder)  # refuses a URL that cannot be listed (plain HTTP)
+            _check_url_folder(folder)
+    if folder is not None and not is_url_folder(folder) and not os.path.isdir(folder):
         if os.path.exists(folder):
             raise UsageError(
                 "not a folder: `torchless cache` takes a TorchInductor cache folder",
@@ -132,7 +161,7 @@ def cmd_cache(args: argparse.Namespace) -> int:
     inv = inventory(folder, parse_pickles=not args.no_pickles)
     if args.show:
         # a path relative to the current folder names a file of the cache too
-        show = os.path.abspath(args.show) if os.path.exists(args.show) else args.show
+        show = os.path.abspath(args.show) if not is_url_folder(inv.root) and os.path.exists(args.show) else args.show
         rel, text = entry_source(inv, show)
         if args.json:
             emit_json("cache", {"root": inv.root, "file": rel, "text": text})

@@ -25,6 +25,11 @@ symlink             a symbolic link anywhere (listed, never followed)
 other               anything else
 ==================  ===============================================================
 
+The folder may be a URL of a filesystem that lists folders (``s3://``, ``gs://``,
+``memory://`` ...): it is listed once, and only what the local walk reads is fetched (the
+head of each ``.py`` / ``.cpp`` and the pickles, by range). A plain HTTP server cannot
+list a folder: such a URL is a :class:`~torchless.core.errors.UsageError`.
+
 Pickled entries (``fxgraph``, ``aotautograd``) are read only through torchless's pickle
 machine with ``weights_only=False`` placeholders: every global becomes an inert
 :class:`~torchless.pickle.globals.GlobalRef`, nothing is imported or called.
@@ -107,12 +112,15 @@ def resolve_cache_dir(path: Any = None) -> str:
     if path is not None:
         p = local_path(os.fspath(path))  # file:// URLs name a local folder
         if is_url(p):
-            raise UsageError(
-                "the TorchInductor cache is a local folder: URLs are not read",
-                path=p,
-                hint="torch writes and reads it on the machine that compiles; copy it here first, "
-                "or give `torchless scan` / `info` the URL of one file in it",
-            )
+            from ...core import remote
+
+            if not remote.listable(p):
+                raise UsageError(
+                    "this HTTP server does not list folders: a TorchInductor cache at a URL must be listed",
+                    path=p,
+                    hint="serve it from a store that lists folders (s3://, gs://, ...), or copy it here first",
+                )
+            return p.rstrip("/")
         return os.path.abspath(p)
     env = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     return os.path.abspath(env if env is not None else default_cache_dir())
@@ -204,7 +212,9 @@ class CacheInventory:
 
     def get(self, ident: str) -> CacheEntry:
         """The entry with id ``ident``, or the one owning the file ``ident`` (relative path)."""
-        if os.path.isabs(ident):
+        if is_url(self.root) and ident.startswith(self.root + "/"):
+            ident = ident[len(self.root) + 1 :]
+        elif os.path.isabs(ident) and not is_url(self.root):
             rel = os.path.relpath(ident, self.root)
             if not rel.startswith(".."):
                 ident = rel
@@ -230,8 +240,12 @@ class CacheInventory:
 
 
 # -- walking ---------------------------------------------------------------------------------
-def _walk(root: str, max_files: int) -> Iterator[tuple[str, os.stat_result, bool]]:
-    """``(relative path, lstat, is_dir)`` for everything below ``root``, links not followed."""
+def _walk(root: str, max_files: int) -> Iterator[tuple[str, int, float, bool, bool]]:
+    """``(relative path, size, mtime, is_dir, is_link)`` for everything below ``root``,
+    links not followed; sorted by name within a folder."""
+    if is_url(root):
+        yield from _walk_url(root, max_files)
+        return
     stack = [""]
     count = 0
     while stack:
@@ -251,10 +265,45 @@ def _walk(root: str, max_files: int) -> Iterator[tuple[str, os.stat_result, bool
             except FileNotFoundError:  # removed while walking (a concurrent compile)
                 continue
             if stat.S_ISDIR(st.st_mode):
-                yield r, st, True
+                yield r, st.st_size, st.st_mtime, True, False
                 stack.append(r)
             else:
-                yield r, st, False
+                yield r, st.st_size, st.st_mtime, False, stat.S_ISLNK(st.st_mode)
+
+
+def _mtime(info: dict[str, Any]) -> float:
+    """A listing entry's modification time, in the key each filesystem uses."""
+    for k in ("mtime", "LastModified", "last_modified", "updated", "created", "modified"):
+        v = info.get(k)
+        if v is None:
+            continue
+        if hasattr(v, "timestamp"):
+            return float(v.timestamp())
+        try:
+            return float(v)
+        except (TypeError, ValueError):
+            continue
+    return 0.0
+
+
+def _walk_url(root: str, max_files: int) -> Iterator[tuple[str, int, float, bool, bool]]:
+    """:func:`_walk` for a URL: one recursive listing (object stores have no links)."""
+    from ...core import remote
+
+    fs, base = remote.filesystem(root)
+    base = base.rstrip("/")
+    try:
+        found = fs.find(base, withdirs=True, detail=True)
+    except FileNotFoundError:
+        return
+    out = []
+    for name, info in found.items():
+        rel = str(name).rstrip("/")[len(base) :].strip("/")
+        if rel:
+            out.append((rel, int(info.get("size") or 0), _mtime(info), info.get("type") == "directory", False))
+    if len(out) > max_files:
+        raise LimitError("cache folder has too many files to inventory", path=root, expected=f"<= {max_files}")
+    yield from sorted(out)
 
 
 _classify = classify
@@ -283,7 +332,26 @@ def _code_kind(root: str, files: list[CacheFile], detail: dict[str, Any]) -> str
     return "other"
 
 
+def _join(root: str, rel: str) -> str:
+    return root + "/" + rel if is_url(root) else os.path.join(root, rel)
+
+
+def _read_url(url: str, n: int) -> bytes:
+    """The first ``n`` bytes of object ``url`` (one range request), counted in ``--stats``."""
+    from ...core import remote
+
+    fs, p = remote.filesystem(url)
+    data = bytes(fs.cat_file(p, start=0, end=n))
+    remote.STATS.fetched(len(data))
+    return data
+
+
 def _read_head(root: str, rel: str, n: int = _SNIFF_BYTES) -> bytes:
+    if is_url(root):
+        try:
+            return _read_url(_join(root, rel), n)
+        except OSError:
+            return b""
     try:
         fd = os.open(os.path.join(root, rel), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     except OSError:
@@ -313,18 +381,25 @@ def inventory(
     """
     root = resolve_cache_dir(path)
     inv = CacheInventory(root, scanned_at=time.time())
-    if not os.path.exists(root):
+    if is_url(root):
+        from ...core import remote
+
+        if not remote.isdir(root):
+            if remote.exists(root):
+                raise UsageError("the cache path is not a folder", path=root)
+            inv.exists = False
+            return inv
+    elif not os.path.exists(root):
         inv.exists = False
         return inv
-    if not os.path.isdir(root):
+    elif not os.path.isdir(root):
         raise UsageError("the cache path is not a folder", path=root)
     groups: dict[str, CacheEntry] = {}
-    for rel, st, is_dir in _walk(root, max_files):
+    for rel, size, mtime, is_dir, link in _walk(root, max_files):
         if is_dir:
             inv.dirs.append(rel)
             continue
-        link = stat.S_ISLNK(st.st_mode)
-        f = CacheFile(rel, st.st_size, st.st_mtime, link)
+        f = CacheFile(rel, size, mtime, link)
         if link:
             groups[rel] = CacheEntry(rel, "symlink", [f], None, {"target": _readlink(root, rel)})
             continue
@@ -346,7 +421,7 @@ def inventory(
                 }
             )
         if parse_pickles and ent.kind in PICKLED_KINDS:
-            ent.detail.update(describe_pickle(os.path.join(root, ent.files[0].rel), limits=limits))
+            ent.detail.update(describe_pickle(_join(root, ent.files[0].rel), limits=limits, size=ent.files[0].size))
     inv.entries = sorted(groups.values(), key=lambda e: e.id)
     return inv
 
@@ -359,21 +434,32 @@ def _readlink(root: str, rel: str) -> str:
 
 
 # -- pickles ---------------------------------------------------------------------------------
-def _load_pickle(path: str, limits: Limits | None) -> tuple[Any, AllowlistResolver, int]:
-    size = os.lstat(path).st_size
+def _load_pickle(path: str, limits: Limits | None, size: int | None = None) -> tuple[Any, AllowlistResolver, int]:
+    url = is_url(path)
+    if size is None:
+        if url:
+            from ...core import remote
+
+            fs, p = remote.filesystem(path)
+            size = int(fs.info(p).get("size") or 0)
+        else:
+            size = os.lstat(path).st_size
     if size > MAX_PICKLE_BYTES:
         raise LimitError("pickle too large to summarize", path=path, expected=f"<= {MAX_PICKLE_BYTES} bytes", found=size)
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    with os.fdopen(fd, "rb") as fh:
-        # read() preallocates its argument: ask for the file's size, not the limit
-        data = fh.read(min(os.fstat(fh.fileno()).st_size, MAX_PICKLE_BYTES) + 1)
+    if url:
+        data = _read_url(path, size + 1)
+    else:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd, "rb") as fh:
+            # read() preallocates its argument: ask for the file's size, not the limit
+            data = fh.read(min(os.fstat(fh.fileno()).st_size, MAX_PICKLE_BYTES) + 1)
     resolver = AllowlistResolver(DEFAULT_ALLOWLIST, weights_only=False)
     up = Unpickler(data, resolver=resolver, limits=limits or Limits(max_input=MAX_PICKLE_BYTES), path=path)
     obj = up.load()
     return obj, resolver, up.info.protocol
 
 
-def describe_pickle(path: str, *, limits: Limits | None = None) -> dict[str, Any]:
+def describe_pickle(path: str, *, limits: Limits | None = None, size: int | None = None) -> dict[str, Any]:
     """What a pickled cache entry contains, without importing or calling anything.
 
     Returns a dict with ``object`` (the class the pickle would build), ``protocol``,
@@ -383,7 +469,7 @@ def describe_pickle(path: str, *, limits: Limits | None = None) -> dict[str, Any
     or ``{"error": ...}`` when the bytes are not a valid pickle.
     """
     try:
-        obj, resolver, protocol = _load_pickle(path, limits)
+        obj, resolver, protocol = _load_pickle(path, limits, size)
     except TorchlessError as e:
         return {"error": str(e)}
     except OSError as e:
@@ -453,7 +539,7 @@ def entry_source(inv: CacheInventory, ident: str, *, max_bytes: int = 64 << 20) 
     ident_n = ident.replace(os.sep, "/").strip("/")
     chosen = next((f for f in ent.files if f.rel == ident_n or ident_n.endswith("/" + f.rel)), None)
     if ent.kind in PICKLED_KINDS and (chosen is None or chosen == ent.files[0]):
-        obj, _res, _p = _load_pickle(os.path.join(inv.root, ent.files[0].rel), None)
+        obj, _res, _p = _load_pickle(_join(inv.root, ent.files[0].rel), None, ent.files[0].size)
         src = _find_source(obj)
         if src is None:
             raise UnsupportedError(
