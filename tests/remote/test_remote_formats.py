@@ -455,3 +455,34 @@ def test_hf_dcp_reshard_and_consolidate_on_s3(arts, place, tmp_path, capsys, exe
     assert _cli(capsys, "convert", str(local), str(tmp_path / "c.safetensors"))[0] == 0
     assert _cli(capsys, "convert", url, f"{base}/c.safetensors")[0] == 0
     assert s3.get_object(Bucket=bucket, Key="c.safetensors")["Body"].read() == (tmp_path / "c.safetensors").read_bytes()
+
+
+@pytest.mark.parametrize("backend", ["memory", "http"])
+def test_renamed_onnx_model_at_url_is_recognised_by_content(place, backend, capsys, tmp_path):
+    """scan reads only the top-level tags of a remote file to decide whether it parses as
+    a model (tests/remote/test_remote.py bounds what that costs), and still finds a model
+    whatever its name: a renamed one with an escaping location is SUSPICIOUS at a URL too."""
+    onnx = pytest.importorskip("onnx", reason="onnx writes the model (the oracle)")
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [numpy_helper.from_array(np.ones((4, 4), np.float32), "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    t = model.graph.initializer[0]
+    t.ClearField("raw_data")
+    t.data_location = TensorProto.EXTERNAL
+    e = t.external_data.add()
+    e.key, e.value = "location", "../../etc/passwd"
+    (tmp_path / "m").mkdir()
+    local = tmp_path / "m" / "weights.bin"
+    local.write_bytes(model.SerializeToString())
+    assert onnx.load_model_from_string(local.read_bytes()).graph.initializer[0].name == "w"
+    url, _base, _h = place(local, backend)
+    code, _fetched, err = _same(capsys, str(local), url, "scan")
+    assert code == 1, err
+    assert "link-escape" in _cli(capsys, "scan", url)[1]

@@ -50,6 +50,38 @@ def _escapes(root: str, location: str) -> str | None:
     return None
 
 
+class _LazyBytes:
+    """A remote file's bytes, fetched a block at a time where the walk looks: deciding
+    whether a file parses as a message reads its top-level tags and lengths only, so a
+    file that is no model costs a block, not the whole file."""
+
+    BLOCK = 1 << 16
+
+    def __init__(self, src: ByteSource) -> None:
+        self.src = src
+        self.lo = 0
+        self.block = b""
+
+    def __len__(self) -> int:
+        return self.src.size
+
+    def __getitem__(self, i: int) -> int:
+        j = i - self.lo
+        if 0 <= j < len(self.block):
+            return self.block[j]
+        if not 0 <= i < self.src.size:
+            raise IndexError(i)
+        self.lo = i - i % self.BLOCK
+        self.block = self.src.read_at(self.lo, min(self.BLOCK, self.src.size - self.lo))
+        return self.block[i - self.lo]
+
+
+def _bytes_where_looked(src: ByteSource) -> object:
+    from ...core.source import RemoteSource
+
+    return _LazyBytes(src) if isinstance(src, RemoteSource) else src.view(0, src.size)
+
+
 class OnnxCarrier(_Host):
     """Mixin of :class:`~.Scanner`: the ONNX view of a file."""
 
@@ -62,7 +94,7 @@ class OnnxCarrier(_Host):
         if is_onnx_file(head, self.path):
             return True
         try:
-            return parses_as_model(src.view(0, src.size))
+            return parses_as_model(_bytes_where_looked(src))
         except ValueError as e:
             self.add(
                 "unanalysable",
