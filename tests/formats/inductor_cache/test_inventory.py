@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import importlib
 import json
 import os
 import pickle
@@ -77,6 +78,53 @@ def test_real_cache_is_inventoried(cache_copy: Path) -> None:
     assert rel.endswith(".cpp") and 'extern "C"' in text
     with pytest.raises(UnsupportedError, match="binary"):
         entry_source(inv, next(f.rel for f in kernel.files if f.rel.endswith(".so")))
+
+
+@pytest.mark.slow
+@pytest.mark.differential
+def test_real_cache_at_a_url_is_the_local_inventory(
+    cache_copy: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cache torch.compile wrote, uploaded to memory://: the same entries, kinds,
+    sizes, pickle summaries and shown sources as the local folder; the .so files are
+    never fetched (docs/remote.md)."""
+    fsspec = pytest.importorskip("fsspec", reason="URLs need the remote extra")
+    from torchless.core import remote
+
+    fs = fsspec.filesystem("memory")
+    base = "/ic-" + hashlib.sha256(str(cache_copy).encode()).hexdigest()[:10]
+    for f in disk_files(cache_copy):
+        if not (cache_copy / f).is_symlink():
+            fs.pipe(f"{base}/{f}", (cache_copy / f).read_bytes())
+    url = f"memory://{base}"
+    inv_mod = importlib.import_module("torchless.formats.inductor_cache.inventory")  # (the package attribute is the function)
+
+    read, asked = inv_mod._read_url, []
+    monkeypatch.setattr(inv_mod, "_read_url", lambda u, n: (asked.append(u), read(u, n))[1])
+    try:
+
+        def inv_json(path: str) -> dict:
+            remote.STATS.reset()
+            assert main(["cache", path, "--json"]) == 0
+            d = json.loads(capsys.readouterr().out)
+            d.pop("root")
+            for it in d["items"]:
+                it.pop("mtime"), it.pop("age_s")
+            return d
+
+        want = inv_json(str(cache_copy))
+        got = inv_json(url)
+        assert got == want and want["files"] == len(disk_files(cache_copy))
+        assert 0 < remote.STATS.bytes_fetched < want["bytes"]
+        assert asked and not [u for u in asked if u.endswith(".so")]  # no shared object was fetched
+        fx = next(i["id"] for i in want["items"] if i["kind"] == "fxgraph")
+        for ident in (fx, next(i["id"] for i in want["items"] if i["kind"] == "output_code")):
+            assert main(["cache", str(cache_copy), "--show", ident]) == 0
+            local = capsys.readouterr().out
+            assert main(["cache", url, "--show", ident]) == 0
+            assert capsys.readouterr().out == local
+    finally:
+        fs.rm(base, recursive=True)
 
 
 @pytest.mark.slow
