@@ -9,7 +9,6 @@ reported with their size and never interpreted. A ``.pte`` carries no pickle.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import partial
@@ -475,24 +474,6 @@ def read_program(buf: Any, name: str = "<pte>", *, source: ByteSource | None = N
     return _Reader(buf, name, source if source is not None else BytesSource(buf, name)).read()
 
 
-def _program_bytes(source: ByteSource) -> tuple[Any, int | None]:
-    """What to parse: the whole file, or for a remote file with a sound extended header
-    the flatbuffer program alone (``program_size`` bytes), so that opening it (``info``,
-    ``ls``) does not fetch the data segments. ``(buffer, file size or None)``."""
-    from ...core.source import RemoteSource
-
-    size = source.size
-    if not isinstance(source, RemoteSource) or size < spec.EH_FULL_LENGTH + 8:
-        return source.view(0, size), None
-    head = bytes(source.view(0, 8 + spec.EH_FULL_LENGTH))
-    if head[8:12] != spec.EH_MAGIC:
-        return source.view(0, size), None
-    length, prog = struct.unpack_from("<I", head, 12)[0], struct.unpack_from("<Q", head, 16)[0]
-    if length < spec.EH_MIN_LENGTH or not 8 + length <= prog <= size:
-        return source.view(0, size), None  # the checks of the whole-file parse name the fault
-    return source.view(0, prog), size
-
-
 class ExecuTorchArtifact(Artifact):
     """An opened ``.pte``: ``tensors()`` are the constant tensors (and mutable buffers'
     initial states), named by their fully qualified name when the program records one,
@@ -506,7 +487,7 @@ class ExecuTorchArtifact(Artifact):
             probe.close()
         self.source = open_source(path)
         try:
-            buf, size = _program_bytes(self.source)
+            buf, size = spec.program_view(self.source)
             self.program = _Reader(buf, str(self.path), self.source, size).read()
         except TorchlessError as e:
             self.source.close()

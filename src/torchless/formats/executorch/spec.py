@@ -15,10 +15,14 @@ non-constant tensors. ScalarType values are c10's enum numbers.
 
 from __future__ import annotations
 
+import struct
+from typing import Any
+
 __all__ = [
     "IDENTIFIER_PREFIX",
     "KNOWN_IDENTIFIERS",
     "is_pte",
+    "program_view",
     "EH_MAGIC",
     "EH_MIN_LENGTH",
     "EH_FULL_LENGTH",
@@ -38,6 +42,25 @@ KNOWN_IDENTIFIERS = (b"ET12",)
 EH_MAGIC = b"eh00"
 EH_MIN_LENGTH = 24  # magic, length, program size, segment base offset
 EH_FULL_LENGTH = 32  # + segment data size
+
+
+def program_view(source: Any) -> tuple[Any, int | None]:
+    """What to parse of a ``.pte`` (a :class:`~torchless.core.source.ByteSource`): the
+    whole file, or, for a remote file whose extended header is sound, the flatbuffer
+    program alone (``program_size`` bytes), so that reading the program (``info``, ``ls``,
+    ``scan``) does not fetch the data segments. ``(buffer, the file's size or None)``."""
+    from ...core.source import RemoteSource
+
+    size = source.size
+    if not isinstance(source, RemoteSource) or size < EH_FULL_LENGTH + 8:
+        return source.view(0, size), None
+    head = bytes(source.view(0, 8 + EH_FULL_LENGTH))
+    if head[8:12] != EH_MAGIC:
+        return source.view(0, size), None
+    length, prog = struct.unpack_from("<I", head, 12)[0], struct.unpack_from("<Q", head, 16)[0]
+    if length < EH_MIN_LENGTH or not 8 + length <= prog <= size:
+        return source.view(0, size), None  # the checks of the whole-file parse name the fault
+    return source.view(0, prog), size
 
 
 def is_pte(head: bytes) -> bool:

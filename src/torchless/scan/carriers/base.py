@@ -311,10 +311,11 @@ class ScannerBase:
             kinds.append("onnx")
             self.scan_onnx(src, member)
         if is_pte(head):  # ExecuTorch program: a flatbuffer, no pickle
+            from ...formats.executorch.spec import program_view
             from ..executorch import report_pte
 
             kinds.append("executorch")
-            report_pte(self, src.view(0, src.size), member)
+            report_pte(self, program_view(src)[0], member)  # the program: a remote file's segments stay there
         if context == "file" and opens_as_tar(src):
             kinds.append("tar")
             self.scan_tar(src, member, base, depth)
