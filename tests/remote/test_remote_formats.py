@@ -395,6 +395,11 @@ def test_inductor_cache_at_url_matches_local(place, backend, capsys, tmp_path):
     code, fetched, err = _same(capsys, str(local) + "/", url, "scan", "--jobs", "1")  # counted in this process
     assert 0 < fetched < (1 << 20), fetched  # the 4 MiB shared object's head only
     assert code == 1 and "SUSPICIOUS" in _cli(capsys, "scan", str(local))[1], err  # the .so beside a foreign .cpp
+    # info / ls take a checkpoint, not a cache folder: the same one-line error as locally
+    for cmd in ("info", "ls"):
+        c1, _o1, e1 = _cli(capsys, cmd, str(local))
+        c2, _o2, e2 = _cli(capsys, cmd, url.rstrip("/"))
+        assert c1 == c2 == 2 and e1.replace(str(local), "<p>") == e2.replace(url.rstrip("/"), "<p>"), (e1, e2)
     # pruning removes local files only
     code, out, err = _cli(capsys, "cache", "prune", url, "--max-size", "0")
     assert code == 2 and "URLs are not pruned" in err and err.count("\n") == 1, err
