@@ -22,7 +22,10 @@ torch = pytest.importorskip("torch", reason="torch is the oracle of these tests"
 
 
 def _cli(capsys, *argv: str) -> tuple[int, str, str]:
+    """Run the CLI as a new process would (no cached blocks, no counted traffic) and
+    return its exit code, stdout and stderr. Every remote test module uses this one."""
     remote.SHARED_BLOCKS.clear()  # every command starts cold, as a new process does
+    remote.STATS.reset()
     capsys.readouterr()
     code = main(list(argv))
     out, err = capsys.readouterr()

@@ -9,17 +9,9 @@ import pytest
 
 import torchless
 import torchless.dcp
-from torchless.cli.main import main
-from torchless.core import remote
 from torchless.core.errors import UsageError
 
-
-def _cli(capsys, *argv: str) -> tuple[int, str, str]:
-    remote.SHARED_BLOCKS.clear()
-    capsys.readouterr()
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+from .test_remote import _cli
 
 
 @pytest.fixture

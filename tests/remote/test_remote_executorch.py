@@ -21,8 +21,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from torchless.cli.main import main
 from torchless.core import remote
+
+from .test_remote import _cli
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples" / "executorch"
 PAD = 4 << 20
@@ -96,15 +97,6 @@ def put(request):
         return f"{base}/{local.name}", None
 
     return place
-
-
-def _cli(capsys, *argv: str) -> tuple[int, str, str]:
-    remote.SHARED_BLOCKS.clear()  # every command starts cold, as a new process does
-    remote.STATS.reset()
-    capsys.readouterr()
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_grown_program_keeps_executorchs_constants(programs, tmp_path, capsys):

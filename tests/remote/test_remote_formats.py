@@ -24,21 +24,13 @@ import pytest
 
 import torchless
 import torchless.dcp
-from torchless.cli.main import main
 from torchless.core import remote
+
+from .test_remote import _cli
 
 torch = pytest.importorskip("torch", reason="torch writes the artifacts (the oracle)")
 
 BACKENDS = ("memory", "http", "s3")
-
-
-def _cli(capsys, *argv: str) -> tuple[int, str, str]:
-    remote.SHARED_BLOCKS.clear()  # every command starts cold, as a new process does
-    remote.STATS.reset()
-    capsys.readouterr()
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 class _Model(torch.nn.Module):
