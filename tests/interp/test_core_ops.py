@@ -205,3 +205,16 @@ def test_half_to_complex_gives_complex64_with_torch_values() -> None:
     want = torch.view_as_complex(a).to(torch.complex64).numpy()
     got = _k("aten.view_as_complex.default")(a.numpy())
     assert got.dtype == np.complex64 and np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+def test_relu_keeps_the_sign_of_zero_as_torch_does(dtype):
+    """Signed zeros compare equal, so the tolerance checks cannot see them: torch's relu
+    keeps -0.0 (and NaN); the kernel gives the same bits."""
+    values = [-0.0, 0.0, -1.5, 2.0, float("nan"), float("-inf")] * 300  # long enough for NumPy's SIMD loops
+    want = torch.relu(torch.tensor(values, dtype=getattr(torch, dtype))).float().numpy()
+    x = np.asarray(values, dtype=np.float64).astype(by_name(dtype).numpy)
+    got = np.asarray(registry.require("aten.relu.default")(x)).astype(np.float32)
+    assert got.dtype == want.dtype and np.array_equal(got, want, equal_nan=True)
+    num = ~np.isnan(want)  # a NaN's sign bit is not part of torch's contract
+    assert np.array_equal(np.signbit(got[num]), np.signbit(want[num]))

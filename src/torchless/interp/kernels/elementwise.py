@@ -556,7 +556,11 @@ def relu(self: np.ndarray) -> np.ndarray:
     x = tensor(self)
     if x.dtype == np.bool_:
         raise refuse("aten.relu", "bool input")
-    return unary(lambda v: np.where(v > 0, v, np.zeros((), v.dtype)) if v.dtype.kind in "iu" else np.maximum(v, 0), x)
+    # zero first: on a tie NumPy's maximum gives its second operand, so -0.0 stays -0.0 as
+    # torch's relu keeps it (tests/interp/test_core_ops.py checks the sign against torch)
+    return unary(
+        lambda v: np.where(v > 0, v, np.zeros((), v.dtype)) if v.dtype.kind in "iu" else np.maximum(np.zeros((), v.dtype), v), x
+    )
 
 
 @kernel("aten.leaky_relu.default")
