@@ -789,7 +789,7 @@ def inflate_into(raw: Any, size: int, path: str | None = None, member: str | Non
     n = 0
     for chunk in inflate_chunks(raw, size + 1):
         k = min(len(chunk), size - n)
-        out[n : n + k] = chunk[:k]
+        out[n : n + k] = chunk if k == len(chunk) else memoryview(chunk)[:k]  # no copy of the chunk
         n += len(chunk)
         if n > size:
             break

@@ -171,6 +171,9 @@ class NpzArtifact(Artifact):
         self.source = open_source(path)
         self._tensors: dict[str, Tensor] = {}
         self._other: dict[str, Any] = {}
+        #: members already read whole with their CRC-32 checked while opening (inflated
+        #: arrays, other members): verify does not inflate them a second time
+        self._crc_checked: set[str] = set()
         head = self.source.read_at(0, min(6, self.source.size))
         if is_npz_head(head):  # np.load's test for a zip
             self._read_zip()
@@ -217,6 +220,7 @@ class NpzArtifact(Artifact):
                 if bytes(src.view(off, min(6, size))) != NPY_MAGIC:
                     if member != DTYPES_MEMBER:
                         self._other[key] = bytes(zr.read(e))
+                        self._crc_checked.add(member)
                     continue
 
                 def check(e: Any = e) -> None:
@@ -224,7 +228,8 @@ class NpzArtifact(Artifact):
 
                 self._add(key, _member_from_npy(src, off, size, member, overrides.get(key), check))
             else:
-                data = zr.read(e)
+                data = zr.read(e)  # CRC-32 checked
+                self._crc_checked.add(member)
                 if bytes(data[:6]) != NPY_MAGIC:
                     if member != DTYPES_MEMBER:
                         self._other[key] = bytes(data)
@@ -263,6 +268,8 @@ class NpzArtifact(Artifact):
         zr = getattr(self, "zip", None)
         if zr is not None:
             for n in zr.names():
+                if n in self._crc_checked:
+                    continue
                 e = zr.getinfo(n)
                 try:
                     zr.read(e)

@@ -642,6 +642,8 @@ class Unpickler:
             if not cnt:
                 return p
             plf = self.persistent_load
+            if plf is None:  # no persistent ids allowed: the general loop refuses the entry
+                return p
             make = Tensor._make
             out: list[Any] = []
             put: list[Any] = []
@@ -674,7 +676,7 @@ class Unpickler:
                 key = str(data[k0:k1], "ascii")
                 pid = (storage_s, stype, key, loc, numel)
                 try:
-                    storage = plf(pid)  # type: ignore[misc]
+                    storage = plf(pid)
                 except TorchlessError as e:  # as _persistent does
                     if e.offset is None:
                         e.offset = at_q
