@@ -499,18 +499,14 @@ def _gen_logcumsumexp(dt: torch.dtype) -> Iterator:
 
 
 def _gen_moments(correction: bool) -> Callable[[torch.dtype], Iterator]:
+    """``var``'s samples (one element included: NaN for correction 1), and for the
+    ``unbiased`` forms also the ``default`` overload's ``(x, unbiased)`` and ``(x,)``."""
+    var_samples = _gen_var(correction)
+
     def g(dt: torch.dtype) -> Iterator:
-        x = _t((4, 5, 6), dt)
-        if correction:
-            yield (x, [1]), {"correction": 0, "keepdim": True}
-            yield (x, None), {"correction": 2}
-            yield (x, [0, 2]), {}
-            yield (x,), {}
-            yield (_t((1, 3), dt), [0]), {}  # one element: NaN for correction 1
-        else:
-            yield (x, [1], True, True), {}
-            yield (x, [0, 2], False), {}
-            yield (x, None), {}
+        yield from var_samples(dt)
+        if not correction:
+            x = _t((4, 5, 6), dt)
             yield (x, False), {}
             yield (x,), {}
 

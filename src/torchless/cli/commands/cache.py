@@ -227,7 +227,9 @@ def register(sub: Any) -> None:
         "target",
         nargs="*",
         metavar="[prune] [DIR]",
-        help="the cache folder (default: $TORCHINDUCTOR_CACHE_DIR, else <tmp>/torchinductor_<user>); 'prune' first to prune",
+        help="the cache folder, a path or a URL of storage that lists folders (s3://, memory://...; not plain "
+        "http, and prune is local only) (default: $TORCHINDUCTOR_CACHE_DIR, else <tmp>/torchinductor_<user>); "
+        "'prune' first to prune",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--kind", help="only entries of these kinds (comma-separated: fxgraph, cpp_kernel, triton_kernel ...)")

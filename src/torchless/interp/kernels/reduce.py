@@ -389,49 +389,25 @@ def _correction(correction: Any) -> Any:
     return 1 if correction is None else correction
 
 
-@kernel("aten.var_mean.correction")
-def var_mean_correction(self: Any, dim: Any = None, *, correction: Any = None, keepdim: bool = False) -> Any:
-    return _moments("aten.var_mean", self, dim, _correction(correction), keepdim, False, True)
+def _moment_overloads(op: str, root: bool, mean: bool) -> None:
+    """Register ``aten.<op>``'s three overloads (``correction``, ``dim`` with ``unbiased``,
+    ``default``): one computation, the schema's three argument forms."""
+
+    @kernel(f"aten.{op}.correction")
+    def by_correction(self: Any, dim: Any = None, *, correction: Any = None, keepdim: bool = False) -> Any:
+        return _moments(f"aten.{op}", self, dim, _correction(correction), keepdim, root, mean)
+
+    @kernel(f"aten.{op}.dim")
+    def by_dim(self: Any, dim: Any = None, unbiased: bool = True, keepdim: bool = False) -> Any:
+        return _moments(f"aten.{op}", self, dim, 1 if unbiased else 0, keepdim, root, mean)
+
+    @kernel(f"aten.{op}.default")
+    def whole(self: Any, unbiased: bool = True) -> Any:
+        return _moments(f"aten.{op}", self, None, 1 if unbiased else 0, False, root, mean)
 
 
-@kernel("aten.var_mean.dim")
-def var_mean_dim(self: Any, dim: Any = None, unbiased: bool = True, keepdim: bool = False) -> Any:
-    return _moments("aten.var_mean", self, dim, 1 if unbiased else 0, keepdim, False, True)
-
-
-@kernel("aten.var_mean.default")
-def var_mean_all(self: Any, unbiased: bool = True) -> Any:
-    return _moments("aten.var_mean", self, None, 1 if unbiased else 0, False, False, True)
-
-
-@kernel("aten.std.correction")
-def std_correction(self: Any, dim: Any = None, *, correction: Any = None, keepdim: bool = False) -> Any:
-    return _moments("aten.std", self, dim, _correction(correction), keepdim, True, False)
-
-
-@kernel("aten.std.dim")
-def std_dim(self: Any, dim: Any = None, unbiased: bool = True, keepdim: bool = False) -> Any:
-    return _moments("aten.std", self, dim, 1 if unbiased else 0, keepdim, True, False)
-
-
-@kernel("aten.std.default")
-def std_all(self: Any, unbiased: bool = True) -> Any:
-    return _moments("aten.std", self, None, 1 if unbiased else 0, False, True, False)
-
-
-@kernel("aten.std_mean.correction")
-def std_mean_correction(self: Any, dim: Any = None, *, correction: Any = None, keepdim: bool = False) -> Any:
-    return _moments("aten.std_mean", self, dim, _correction(correction), keepdim, True, True)
-
-
-@kernel("aten.std_mean.dim")
-def std_mean_dim(self: Any, dim: Any = None, unbiased: bool = True, keepdim: bool = False) -> Any:
-    return _moments("aten.std_mean", self, dim, 1 if unbiased else 0, keepdim, True, True)
-
-
-@kernel("aten.std_mean.default")
-def std_mean_all(self: Any, unbiased: bool = True) -> Any:
-    return _moments("aten.std_mean", self, None, 1 if unbiased else 0, False, True, True)
+for _op, _root, _mean in (("var_mean", False, True), ("std", True, False), ("std_mean", True, True)):
+    _moment_overloads(_op, _root, _mean)
 
 
 # -- cummax / cummin / logcumsumexp -------------------------------------------------------

@@ -115,7 +115,8 @@ class OnnxCarrier(_Host):
             self.add(
                 "unanalysable",
                 "high",
-                f"named .onnx and starts like a ModelProto, but its bytes do not parse as one ({e}); "
+                f"taken for an ONNX model (named .onnx and starting like one, or parsing at the top level as "
+                f"one), but its bytes do not parse as a ModelProto ({e}); "
                 "where its tensors come from is unknown",
                 member,
                 loader=_LOADER,
