@@ -340,3 +340,49 @@ def test_self_contained_file_embeds_bounded_statistics(tmp_path):
     a = items[0][1].astype(np.float64)
     want = [[float(f"{x:.{V.EMBED_DIGITS}g}") for x in a[r, hm["cols"]]] for r in hm["rows"]]
     assert hm["values"] == want
+
+
+class _Broken:
+    """A stand-in tensor whose read fails the way a file that went away does."""
+
+    shape = (4,)
+
+    def numpy(self) -> np.ndarray:
+        raise OSError(5, "Input/output error", "m.pt")
+
+
+class _Arts:
+    def __init__(self, tensors: dict) -> None:
+        self._t = tensors
+
+    def tensors(self):
+        if self._t is None:
+            raise torchless.ChecksumError("CRC-32 mismatch", path="m.pt", member="data.pkl")
+        return iter(self._t.items())
+
+    def close(self) -> None:
+        pass
+
+
+def test_server_answers_a_failed_read_in_one_line(capfd):
+    """A read that fails past what the statistics catch (an I/O error; a listing that
+    fails) is a 422 with the one-line reason the page shows, not a traceback on the
+    terminal and a dropped connection."""
+    good = Arr(np.arange(4, dtype=np.float32))
+    src = TensorSource([_Arts({"bad": _Broken(), "good": good}), _Arts(None)])
+    with ViewServer({"artifacts": []}, src).start() as srv:
+        t = srv.token
+        for q, why in (
+            ("stats?a=0&name=bad", "Input/output error"),
+            ("heatmap?a=0&name=bad", "Input/output error"),
+            ("stats?a=1&name=good", "CRC-32 mismatch"),
+            ("diffstats?name=good", "CRC-32 mismatch"),
+        ):
+            status, body = _get(srv, f"/api/{q}&token={t}")
+            assert status == 422, (q, status, body)
+            err = json.loads(body)["error"]
+            assert why in err and "m.pt" in err and "\n" not in err, err
+        # the server still serves after it
+        assert _get(srv, f"/api/stats?token={t}&a=0&name=good")[0] == 200
+    err = capfd.readouterr().err
+    assert "Traceback" not in err, err

@@ -6,7 +6,14 @@ function ask(app, what, params) {
   const q = new URLSearchParams(params);
   q.set("token", cfg.token || "");
   return fetch(cfg.api + "/" + what + "?" + q.toString(), { credentials: "omit", cache: "no-store" })
-    .then((r) => (r.ok ? r.json() : { error: "the server answered " + r.status }))
+    .then((r) =>
+      r.ok
+        ? r.json()
+        : r
+            .json()
+            .then((j) => ({ error: (j && j.error) || "the server answered " + r.status }))
+            .catch(() => ({ error: "the server answered " + r.status })),
+    )
     .catch((e) => ({ error: "the server could not be reached (" + String(e && e.message) + ")" }));
 }
 

@@ -15,11 +15,13 @@ from __future__ import annotations
 import hmac
 import json
 import secrets
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from ..core.errors import TorchlessError
 from .page import page
 from .stats import diff_stats, heatmap, tensor_stats
 
@@ -62,6 +64,16 @@ class TensorSource:
             a.close()
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # socketserver prints a whole traceback on stderr; a bug here gets one line, and the
+        # page sees a dropped connection ("the server could not be reached")
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError)):
+            return
+        print(f"torchless view: request failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+
 class ViewServer:
     """Serves one model. ``url`` holds the token; ``start()`` serves from a daemon thread,
     ``serve_forever()`` from this one; ``close()`` stops and closes the artifacts."""
@@ -70,7 +82,7 @@ class ViewServer:
         self.model = model
         self.source = source
         self.token = secrets.token_urlsafe(24)
-        self.httpd = ThreadingHTTPServer((host, port), _Handler)
+        self.httpd = _Server((host, port), _Handler)
         self.httpd.daemon_threads = True
         self.httpd.view = self  # type: ignore[attr-defined]  # the handler finds its ViewServer on the HTTP server
         self.host = host
@@ -158,17 +170,22 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(200, view.page.encode("utf-8"), "text/html; charset=utf-8")
         name = q.get("name", [None])[0]
         if path in ("/api/stats", "/api/heatmap", "/api/diffstats") and name is not None:
-            if path == "/api/stats":
-                out = src.stats(_int(q, "a"), name)
-            elif path == "/api/heatmap":
-                idx = q.get("index", [""])[0]
-                try:
-                    index = tuple(int(x) for x in idx.split(",") if x)
-                except ValueError:
-                    return self._refuse(400, "bad index")
-                out = src.heatmap(_int(q, "a"), name, index=index)
-            else:
-                out = src.diffstats(name)
+            try:
+                if path == "/api/stats":
+                    out = src.stats(_int(q, "a"), name)
+                elif path == "/api/heatmap":
+                    idx = q.get("index", [""])[0]
+                    try:
+                        index = tuple(int(x) for x in idx.split(",") if x)
+                    except ValueError:
+                        return self._refuse(400, "bad index")
+                    out = src.heatmap(_int(q, "a"), name, index=index)
+                else:
+                    out = src.diffstats(name)
+            except (TorchlessError, OSError) as e:
+                # a damaged tensor or a file gone: the page shows the one-line reason (as an
+                # unreachable server's is shown); the terminal stays quiet
+                return self._json({"error": str(e) or type(e).__name__}, 422)
             if out is None:
                 return self._refuse(404, "no such tensor")
             return self._json(out)
