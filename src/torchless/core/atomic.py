@@ -408,6 +408,10 @@ class AtomicFile:
         self.durable = durable
         self.dest = os.fspath(dest) if dest is not None else self.path  # the name errors give
         self.url = self.path if _is_url(self.path) else None
+        if self.url is not None:
+            from .remote import check_writable
+
+            check_writable(self.url)
         if self.url is not None:  # staged in the temporary folder, uploaded as one object on commit
             import tempfile
 
@@ -516,6 +520,10 @@ class AtomicDir:
         self.merge = merge
         self.replace = replace
         self.url = self.path if _is_url(self.path) else None
+        if self.url is not None:
+            from .remote import check_writable
+
+            check_writable(self.url)
         if self.url is not None:  # staged in the temporary folder, uploaded file by file on commit
             import tempfile
 

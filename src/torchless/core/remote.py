@@ -37,6 +37,7 @@ __all__ = [
     "Stats",
     "is_url",
     "local_path",
+    "check_writable",
     "storage_options",
     "filesystem",
     "upload",
@@ -52,12 +53,30 @@ INSTALL_HINT = "install the remote extra: pip install 'torchless[remote]'"
 
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 #: filesystems whose objects appear only once their upload completed (no rename needed)
-_ATOMIC_PUT = {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "memory", "hf"}
+_ATOMIC_PUT = {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "memory"}
+#: schemes read but never written: the Hugging Face Hub takes files in commits (its commit
+#: and LFS upload APIs), not as object puts, so an output there is refused up front
+_READ_ONLY = {"hf"}
 
 
 def is_url(path: Any) -> bool:
     """True for ``scheme://...`` strings (a cheap test: nothing is imported)."""
     return isinstance(path, str) and _URL.match(path) is not None
+
+
+def check_writable(url: str) -> None:
+    """Refuse an output URL on a store torchless only reads (``hf://``), before any work.
+
+    Raises:
+        UsageError: the scheme is read-only here.
+    """
+    scheme = url.partition("://")[0].lower()
+    if scheme in _READ_ONLY:
+        raise UsageError(
+            f"cannot write to {scheme}:// (the Hugging Face Hub is read here; it takes files in commits)",
+            path=url,
+            hint="write to a local folder, then upload it: hf upload REPO FOLDER",
+        )
 
 
 def local_path(path: Any) -> Any:
@@ -313,6 +332,21 @@ def read_bytes(url: str) -> bytes:
         raise UsageError(f"cannot read this URL: {type(e).__name__}: {e}", path=url) from None
     STATS.fetched(len(data))
     return bytes(data)
+
+
+def cat_range(fs: Any, path: str, start: int, end: int) -> bytes:
+    """Bytes ``[start, end)`` of object ``path`` in one request.
+
+    Filesystems with no ranged ``cat_file`` of their own (``hf://``) serve it through a
+    buffered file whose default read-ahead cache fetches whole 5 MiB blocks: such a file is
+    opened with no cache, so the request asks for exactly the range.
+    """
+    import fsspec.spec
+
+    generic = type(fs).cat_file is fsspec.spec.AbstractFileSystem.cat_file and not getattr(fs, "async_impl", False)
+    if generic:  # (async filesystems mirror their own ranged _cat_file as cat_file)
+        return bytes(fs.cat_file(path, start=start, end=end, cache_type="none"))
+    return bytes(fs.cat_file(path, start=start, end=end))
 
 
 #: the block caches of :class:`~torchless.core.source.RemoteSource`, one per object (by URL,

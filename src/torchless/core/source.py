@@ -268,7 +268,7 @@ class RemoteSource(ByteSource):
     # -- fetching -----------------------------------------------------------------------
     def _fetch(self, start: int, end: int) -> bytes:
         try:
-            data = self.fs.cat_file(self.path, start=start, end=end)
+            data = remote.cat_range(self.fs, self.path, start, end)
         except Exception as e:  # noqa: BLE001
             if remote.is_missing(e):
                 raise NotFoundError("the object disappeared while reading", path=self.name) from None

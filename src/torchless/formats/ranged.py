@@ -572,6 +572,7 @@ class RemoteStaging(_Staging):
     remote = True
 
     def __init__(self, dst: str, *, resume: bool, folder: bool = True) -> None:
+        remote.check_writable(dst)
         self.dst = dst.rstrip("/")
         self.folder = folder  # a destination folder (DCP) or files beside a path (shards)
         base = self.dst if folder else remote.dirname(self.dst)

@@ -136,12 +136,6 @@ def cmd_cache(args: argparse.Namespace) -> int:
 
         folder = local_path(folder)
         if is_url(folder):
-            if prune:
-                raise UsageError(
-                    "`torchless cache prune` removes files of a local folder: URLs are not pruned",
-                    path=folder,
-                    hint="`torchless cache URL --json` lists the entries; remove objects with the store's own tools",
-                )
             folder = resolve_cache_dir(folder)  # refuses a URL that cannot be listed (plain HTTP)
             _check_url_folder(folder)
     if folder is not None and not is_url_folder(folder) and not os.path.isdir(folder):
@@ -228,7 +222,7 @@ def register(sub: Any) -> None:
         nargs="*",
         metavar="[prune] [DIR]",
         help="the cache folder, a path or a URL of storage that lists folders (s3://, memory://...; not plain "
-        "http, and prune is local only) (default: $TORCHINDUCTOR_CACHE_DIR, else <tmp>/torchinductor_<user>); "
+        "http) (default: $TORCHINDUCTOR_CACHE_DIR, else <tmp>/torchinductor_<user>); "
         "'prune' first to prune",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")

@@ -301,6 +301,16 @@ def _walk_url(root: str, max_files: int) -> Iterator[tuple[str, int, float, bool
         rel = str(name).rstrip("/")[len(base) :].strip("/")
         if rel:
             out.append((rel, int(info.get("size") or 0), _mtime(info), info.get("type") == "directory", False))
+    # an object store's folders are the prefixes of its objects, and a listing may leave
+    # some out (s3fs lists the deepest ones): every ancestor of a file is a folder
+    dirs = {r for r, _s, _m, d, _l in out if d}
+    for r, _s, _m, _d, _l in list(out):
+        parts = r.split("/")
+        for i in range(1, len(parts)):
+            a = "/".join(parts[:i])
+            if a not in dirs:
+                dirs.add(a)
+                out.append((a, 0, 0.0, True, False))
     if len(out) > max_files:
         raise LimitError("cache folder has too many files to inventory", path=root, expected=f"<= {max_files}")
     yield from sorted(out)
@@ -341,7 +351,7 @@ def _read_url(url: str, n: int) -> bytes:
     from ...core import remote
 
     fs, p = remote.filesystem(url)
-    data = bytes(fs.cat_file(p, start=0, end=n))
+    data = remote.cat_range(fs, p, 0, n)
     remote.STATS.fetched(len(data))
     return data
 

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...core.errors import UsageError
-from .inventory import CacheEntry, CacheInventory
+from ...core.remote import is_url
+from .inventory import CacheEntry, CacheInventory, _mtime
 
 __all__ = ["PrunePlan", "PruneResult", "apply_prune", "parse_duration", "parse_size", "plan_prune"]
 
@@ -194,7 +195,14 @@ def _emptied_dirs(inv: CacheInventory, removed: set[str]) -> list[str]:
 
 
 def apply_prune(plan: PrunePlan) -> PruneResult:
-    """Remove exactly ``plan.files`` and then ``plan.dirs`` (skipping what changed)."""
+    """Remove exactly ``plan.files`` and then ``plan.dirs`` (skipping what changed).
+
+    A cache at a URL of a store that lists folders (``s3://``, ``gs://``, ``az://``,
+    ``memory://``) is pruned the same way through its filesystem: each file is checked
+    against the listing the plan was made from (size and modification time) and deleted.
+    """
+    if is_url(plan.root):
+        return _apply_url(plan)
     res = PruneResult()
     root = os.path.realpath(plan.root)
     for rel in plan.files:
@@ -235,6 +243,59 @@ def apply_prune(plan: PrunePlan) -> PruneResult:
             continue
         except OSError:
             res.skipped.append((rel, "not empty"))
+            continue
+        res.removed_dirs.append(rel)
+    return res
+
+
+def _apply_url(plan: PrunePlan) -> PruneResult:
+    """:func:`apply_prune` for a cache at a URL (object stores have no links to check)."""
+    from ...core import remote
+
+    res = PruneResult()
+    fs, base = remote.filesystem(plan.root)
+    base = base.rstrip("/")
+    for rel in plan.files:
+        p = base + "/" + rel
+        try:
+            fs.invalidate_cache(p)
+            info = fs.info(p)
+        except FileNotFoundError:
+            res.skipped.append((rel, "already gone"))
+            continue
+        if info.get("type") == "directory":
+            res.skipped.append((rel, "now a folder"))
+            continue
+        size = int(info.get("size") or 0)
+        exp = plan._expected.get(rel)
+        if exp is not None and (size != exp[0] or _mtime(info) != exp[1]):
+            res.skipped.append((rel, "changed since the inventory"))
+            continue
+        try:
+            fs.rm_file(p)
+        except Exception as e:  # noqa: BLE001 - each filesystem raises its own kind
+            res.skipped.append((rel, f"{type(e).__name__}: {e}"))
+            continue
+        res.removed_files.append(rel)
+        res.bytes += size
+    for rel in plan.dirs:
+        p = base + "/" + rel
+        fs.invalidate_cache(p)
+        try:
+            left = fs.ls(p, detail=False)
+        except FileNotFoundError:
+            # an object store's folder is the prefix of its objects: it went with the last one
+            res.removed_dirs.append(rel)
+            continue
+        if left:
+            res.skipped.append((rel, "not empty"))
+            continue
+        try:
+            fs.rmdir(p)  # a folder of its own (memory://, a store with folder markers)
+        except FileNotFoundError:
+            pass
+        except Exception as e:  # noqa: BLE001
+            res.skipped.append((rel, f"{type(e).__name__}: {e}"))
             continue
         res.removed_dirs.append(rel)
     return res
