@@ -93,19 +93,96 @@ def http_root(tmp_path):
         srv.server_close()
 
 
+class S3Traffic:
+    """What moto's server received (``(method, key path, query, copy source)`` per
+    request), and a gate: ``hold(pred)`` makes the first request matching ``pred`` wait
+    in the server, so a test can act (signal the client, look at the bucket) while that
+    request is in flight; ``hit`` is set when it arrives, ``release()`` lets it go on
+    (``fail=True``: answered with an S3 error instead)."""
+
+    def __init__(self) -> None:
+        self.log: list[tuple[str, str, str, str]] = []
+        self.pred = None
+        self.hit = threading.Event()
+        self.go = threading.Event()
+        self.fail = False
+        self.on = False
+
+    def reset(self, on: bool = False) -> None:
+        self.on = on
+        self.log = []
+        self.pred = None
+        self.hit = threading.Event()
+        self.go = threading.Event()
+        self.fail = False
+
+    def hold(self, pred) -> None:
+        self.pred = pred
+
+    def release(self, *, fail: bool = False) -> None:
+        self.fail = fail
+        self.go.set()
+
+    def middleware(self, app):
+        def wrapped(environ, start_response):
+            if not self.on:
+                return app(environ, start_response)
+            req = (
+                environ["REQUEST_METHOD"],
+                environ.get("PATH_INFO") or "",
+                environ.get("QUERY_STRING") or "",
+                environ.get("HTTP_X_AMZ_COPY_SOURCE") or "",
+            )
+            self.log.append(req)
+            pred = self.pred
+            if pred is not None and pred(req):
+                self.pred = None
+                self.hit.set()
+                self.go.wait(60)
+                if self.fail:
+                    body = b"<?xml version='1.0'?><Error><Code>AccessDenied</Code><Message>injected</Message></Error>"
+                    start_response("403 Forbidden", [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))])
+                    return [body]
+            return app(environ, start_response)
+
+        return wrapped
+
+
+TRAFFIC = S3Traffic()
+
+
 @pytest.fixture(scope="session")
 def s3_server():
-    """moto's standalone S3 server on a free 127.0.0.1 port; the endpoint URL."""
+    """moto's standalone S3 server on a free 127.0.0.1 port, its requests seen by
+    :data:`TRAFFIC`; the endpoint URL."""
     pytest.importorskip("s3fs", reason="s3fs is not installed")
     pytest.importorskip("boto3", reason="moto[server] is not installed")
     server_mod = pytest.importorskip("moto.server", reason="moto[server] is not installed")
+    from moto.moto_server import threaded_moto_server as tms
+
+    class Server(server_mod.ThreadedMotoServer):
+        def _server_entry(self) -> None:  # ThreadedMotoServer's, with the app wrapped
+            app = TRAFFIC.middleware(tms.DomainDispatcherApplication(tms.create_backend_app))
+            self._server = tms.make_server(self._ip_address, self._port, app, True, request_handler=tms.MotoRequestHandler)
+            self._server_ready_event.set()
+            self._server.serve_forever()
+
     port = _free_port()
-    srv = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    srv = Server(ip_address="127.0.0.1", port=port, verbose=False)
     srv.start()
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
         srv.stop()
+
+
+@pytest.fixture
+def s3_traffic(s3):
+    """:data:`TRAFFIC`, emptied, for a test that counts or holds requests."""
+    TRAFFIC.reset(on=True)
+    yield TRAFFIC
+    TRAFFIC.release()
+    TRAFFIC.reset()
 
 
 @pytest.fixture

@@ -16,6 +16,9 @@ fsspec side: :func:`is_url` is a string test, and fsspec (the optional extra
   :mod:`torchless.core.atomic`): object stores create an object only when its upload
   completes (s3fs completes a multipart upload at the end); other filesystems get a
   temporary name and a move.
+* :func:`join_objects` - join part objects into one object with an S3 multipart upload
+  (server-side copies, completed only at the end, aborted on failure);
+  :func:`abort_uploads` - abort the incomplete multipart uploads an interrupted job left.
 """
 
 from __future__ import annotations
@@ -46,7 +49,12 @@ __all__ = [
     "exists",
     "listdir",
     "read_bytes",
+    "join_objects",
+    "join_plan",
+    "abort_uploads",
+    "can_join",
     "INSTALL_HINT",
+    "S3_MIN_PART",
 ]
 
 INSTALL_HINT = "install the remote extra: pip install 'torchless[remote]'"
@@ -416,3 +424,148 @@ def upload(local: str, url: str) -> int:
     STATS.uploaded(size)
     forget(url)
     return size
+
+
+# -- S3 multipart joins ---------------------------------------------------------------------------
+#: S3's smallest part of a multipart upload (every part but the last) and its largest
+S3_MIN_PART = 5 << 20
+S3_MAX_PART = 5 << 30
+
+#: one part of a multipart join: ``("copy", i, start, end)`` copies bytes ``[start, end)`` of
+#: part object ``i`` server-side; ``("upload", [(i, start, end), ...])`` uploads those bytes
+JoinPart = tuple[Any, ...]
+
+
+def can_join(url: str) -> bool:
+    """True when ``url`` is on S3 (s3fs), where :func:`join_objects` joins objects server-side."""
+    fs, _p = filesystem(url)
+    return _protocol(fs) in ("s3", "s3a") and hasattr(fs, "call_s3")
+
+
+def join_plan(sizes: list[int], min_part: int = S3_MIN_PART, max_part: int = S3_MAX_PART) -> list[JoinPart]:
+    """The multipart upload that joins objects of ``sizes`` bytes, in order.
+
+    Every part but the last must hold ``min_part`` bytes: an object of that size or more is
+    copied server-side (in ranges of at most ``max_part``); a smaller one (a few bytes
+    between two large objects) is uploaded together with the bytes that follow it, taken
+    from the next objects until the part holds ``min_part`` bytes and what is left of the
+    object it stops in can still be copied. So what passes through the client is bounded
+    by about twice ``min_part`` per small object, whatever the sizes of the large ones.
+    """
+    plan: list[JoinPart] = []
+    pending: list[tuple[int, int, int]] = []  # ranges of an upload part being filled
+    held = 0
+
+    def copy(i: int, a: int, b: int) -> None:
+        n = -(-(b - a) // max_part)  # equal ranges, each at most max_part (and >= min_part)
+        step = -(-(b - a) // n)
+        for x in range(a, b, step):
+            plan.append(("copy", i, x, min(b, x + step)))
+
+    for i, size in enumerate(sizes):
+        a = 0
+        if pending:
+            need = min_part - held
+            if size - need >= min_part:  # close the upload part; the rest is copied
+                pending.append((i, 0, need))
+                plan.append(("upload", pending))
+                pending, held, a = [], 0, need
+            else:
+                pending.append((i, 0, size))
+                held += size
+                if held >= min_part:
+                    plan.append(("upload", pending))
+                    pending, held = [], 0
+                continue
+        if size - a >= min_part:
+            copy(i, a, size)
+        elif size > a:
+            pending.append((i, a, size))
+            held += size - a
+    if len(pending) == 1:  # the last part may be small: one object's tail is copied too
+        copy(*pending[0])
+    elif pending:
+        plan.append(("upload", pending))
+    return plan
+
+
+def join_objects(url: str, parts: list[str], sizes: list[int]) -> int:
+    """Join objects ``parts`` (URLs, in order, of ``sizes`` bytes) into object ``url`` with
+    one S3 multipart upload (see :func:`join_plan`): the object appears only when the
+    upload completes, and on any failure the upload is aborted, so neither a partial
+    object nor an incomplete upload is left (callers hold signals back around it:
+    :func:`torchless.core.atomic.holding_signals`, so that a Ctrl-C lands after it).
+    Returns the bytes that passed through this process.
+
+    Raises:
+        WriteError: the store refused a request.
+    """
+    from .errors import WriteError
+
+    fs, dest = filesystem(url)
+    bucket, key, _v = fs.split_path(dest)
+    srcs = [filesystem(p)[1] for p in parts]
+    moved = 0
+    try:
+        uid = fs.call_s3("create_multipart_upload", Bucket=bucket, Key=key)["UploadId"]
+    except Exception as e:  # noqa: BLE001 - botocore's errors are not OSErrors
+        raise WriteError(f"cannot join parts: {type(e).__name__}: {e}", path=url) from None
+    try:
+        done = []
+        for n, part in enumerate(join_plan(sizes), 1):
+            if part[0] == "copy":
+                _kind, i, a, b = part
+                r = fs.call_s3(
+                    "upload_part_copy",
+                    Bucket=bucket,
+                    Key=key,
+                    UploadId=uid,
+                    PartNumber=n,
+                    CopySource=srcs[i],
+                    CopySourceRange=f"bytes={a}-{b - 1}",
+                )
+                etag = r["CopyPartResult"]["ETag"]
+            else:
+                body = b"".join(cat_range(fs, srcs[i], a, b) for i, a, b in part[1])
+                STATS.fetched(len(body))
+                moved += len(body)
+                etag = fs.call_s3("upload_part", Bucket=bucket, Key=key, UploadId=uid, PartNumber=n, Body=body)["ETag"]
+            done.append({"PartNumber": n, "ETag": etag})
+        fs.call_s3("complete_multipart_upload", Bucket=bucket, Key=key, UploadId=uid, MultipartUpload={"Parts": done})
+    except BaseException as e:
+        try:
+            fs.call_s3("abort_multipart_upload", Bucket=bucket, Key=key, UploadId=uid)
+        except Exception:  # noqa: BLE001 - best effort; abort_uploads() finds it later
+            pass
+        if isinstance(e, Exception) and not isinstance(e, WriteError):
+            raise WriteError(f"cannot join parts: {type(e).__name__}: {e}", path=url) from None
+        raise
+    fs.invalidate_cache(dest)
+    if moved:
+        STATS.uploaded(moved)
+    forget(url)
+    return moved
+
+
+def abort_uploads(url: str, *, exact: bool = False, under: bool = True) -> list[str]:
+    """Abort the incomplete S3 multipart uploads under folder ``url`` (``exact``: of that
+    key only; ``under=False``: of every key that starts with ``url``), left by a process
+    killed while uploading. Returns ``URL (incomplete multipart upload)`` for each;
+    nothing on stores without multipart uploads."""
+    if not can_join(url):
+        return []
+    fs, p = filesystem(url)
+    bucket, key, _v = fs.split_path(p)
+    prefix = key if exact or not under else key.rstrip("/") + "/"
+    out = []
+    kw: dict[str, Any] = {}
+    while True:
+        r = fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=prefix, **kw)
+        for u in r.get("Uploads", []):
+            if exact and u["Key"] != key:
+                continue
+            fs.call_s3("abort_multipart_upload", Bucket=bucket, Key=u["Key"], UploadId=u["UploadId"])
+            out.append(f"{url.partition('://')[0]}://{bucket}/{u['Key']} (incomplete multipart upload)")
+        if not r.get("IsTruncated"):
+            return out
+        kw = {"KeyMarker": r.get("NextKeyMarker", ""), "UploadIdMarker": r.get("NextUploadIdMarker", "")}

@@ -21,9 +21,10 @@ central directory once :func:`~torchless.core.executor.crc32_combine` has joined
 Staging and publication: files are built under a staging name (a hidden folder beside a
 local destination, a ``.torchless-staging`` prefix beside a remote one) and published
 only when all are complete, the index / ``.metadata`` last. A manifest in the staging
-area records each completed file's size and CRC-32: a resumed job (``resume=True``)
-verifies and keeps those and runs only the rest; :func:`cleanup` removes what an
-interrupted job left.
+area records each completed file's size and CRC-32 (and, beside a remote destination, a
+record beside each finished part object): a resumed job (``resume=True``) verifies and
+keeps those and runs only the rest; :func:`cleanup` removes what an interrupted job left,
+incomplete S3 multipart uploads included.
 """
 
 from __future__ import annotations
@@ -450,9 +451,9 @@ class _Staging:
     def presize(self, f: OutputFile) -> None:
         pass
 
-    def complete(self, f: OutputFile, segments: list[dict[str, Any]]) -> tuple[list[str], str] | None:
-        """Finish a file whose segments are all written; or ``(parts, staged URL)`` to be
-        joined by a worker (:func:`compose_parts`)."""
+    def complete(self, f: OutputFile, segments: list[dict[str, Any]]) -> tuple[list[str], str, list[int]] | None:
+        """Finish a file whose segments are all written; or ``(parts, staged URL, sizes)``
+        to be joined by a worker (:func:`compose_parts`)."""
         return None
 
     def read_manifest(self) -> dict[str, Any] | None:
@@ -580,6 +581,9 @@ class RemoteStaging(_Staging):
         self.root = remote.join(base, f"{STAGING}-{remote.basename(self.dst)}")
         self.keep = resume
         self.fs, self.inner = remote.filesystem(self.root)
+        # a join a killed job left half done is never completed: abort it (S3 keeps, and
+        # bills, the parts of an incomplete multipart upload until it is aborted)
+        remote.abort_uploads(self.root)
         if not resume:
             self._rm_all()
 
@@ -590,32 +594,74 @@ class RemoteStaging(_Staging):
         except Exception:  # noqa: BLE001 - best effort
             pass
 
+    def _record(self, name: str, offset: int) -> str:
+        return remote.filesystem(remote.join(self.root, f"done/{name}.{offset:020d}"))[1]
+
+    def record_part(self, r: dict[str, Any]) -> None:
+        """Note a finished part (its length and CRC-32s) beside it, so that a resumed job
+        keeps it: one small object per part, written after the part object exists (an
+        object store creates it whole or not at all)."""
+        rec = {k: r[k] for k in ("name", "offset", "length", "crc", "items")}
+        self.fs.pipe_file(self._record(r["name"], r["offset"]), json.dumps(rec).encode())
+
+    def recorded_parts(self) -> dict[tuple[str, int], dict[str, Any]]:
+        """The finished parts of an interrupted run: each recorded, and its part object
+        still there with the recorded length."""
+        try:
+            sizes = {
+                str(e["name"]).rsplit("/", 1)[-1]: int(e.get("size") or 0)
+                for e in self.fs.ls(remote.filesystem(remote.join(self.root, "parts"))[1], detail=True)
+            }
+            recs = self.fs.cat([str(e) for e in self.fs.ls(remote.filesystem(remote.join(self.root, "done"))[1], detail=False)])
+        except FileNotFoundError:
+            return {}
+        out: dict[tuple[str, int], dict[str, Any]] = {}
+        for data in recs.values():
+            try:
+                r = json.loads(data)
+                key = (str(r["name"]), int(r["offset"]))
+                length = int(r["length"])
+            except (ValueError, KeyError, TypeError):
+                continue  # a torn record (a store without atomic puts): the part is written again
+            if sizes.get(f"{key[0]}.{key[1]:020d}") == length:
+                out[key] = r
+        return out
+
+    def clear_parts(self) -> None:
+        """Forget the parts of an earlier, different job in this staging."""
+        for sub in ("parts", "done"):
+            try:
+                self.fs.rm(remote.filesystem(remote.join(self.root, sub))[1], recursive=True)
+            except Exception:  # noqa: BLE001 - none there
+                pass
+
     def target(self, name: str, offset: int) -> str:
         return remote.join(self.root, f"parts/{name}.{offset:020d}")
 
     def staged_path(self, name: str) -> str:
         return remote.join(self.root, f"files/{name}")
 
-    def complete(self, f: OutputFile, segments: list[dict[str, Any]]) -> tuple[list[str], str] | None:
+    def complete(self, f: OutputFile, segments: list[dict[str, Any]]) -> tuple[list[str], str, list[int]] | None:
         """Join the file's part objects into one staged object: a server-side move (one
-        part) or multipart copy (S3, when every part but the last has S3's 5 MiB minimum);
-        otherwise ``(parts, staged URL)``, joined by a worker (:func:`compose_parts`), so
-        no payload byte passes through the coordinator either way."""
+        part) or, on S3, one multipart upload of server-side copies
+        (:func:`~torchless.core.remote.join_objects`) when every part but the last has
+        S3's 5 MiB minimum; otherwise ``(parts, staged URL, sizes)``, joined by a worker
+        (:func:`compose_parts`), so no payload byte passes through the coordinator."""
         segs = sorted(segments, key=lambda s: s["offset"])
         parts = [self.target(f.name, s["offset"]) for s in segs]
-        inner = [remote.filesystem(p)[1] for p in parts]
-        dest = remote.filesystem(self.staged_path(f.name))[1]
         sizes = [s["length"] for s in segs]
-        proto = remote._protocol(self.fs)
-        if len(inner) == 1:
-            self.fs.mv(inner[0], dest)
-        elif proto in ("s3", "s3a") and all(n >= 5 << 20 for n in sizes[:-1]) and hasattr(self.fs, "merge"):
-            self.fs.merge(dest, inner)
-            self.fs.rm(inner)
-        else:
-            return parts, self.staged_path(f.name)
-        remote.forget(self.staged_path(f.name))
-        return None
+        if len(parts) == 1:
+            self.fs.mv(remote.filesystem(parts[0])[1], remote.filesystem(self.staged_path(f.name))[1])
+            remote.forget(self.staged_path(f.name))
+            return None
+        if remote.can_join(self.root) and all(p[0] == "copy" for p in remote.join_plan(sizes)):
+            from ..core.atomic import holding_signals
+
+            with holding_signals():  # a Ctrl-C lands once the upload is completed or aborted
+                remote.join_objects(self.staged_path(f.name), parts, sizes)
+            self.fs.rm([remote.filesystem(p)[1] for p in parts])
+            return None
+        return parts, self.staged_path(f.name), sizes
 
     def read_manifest(self) -> dict[str, Any] | None:
         try:
@@ -624,9 +670,9 @@ class RemoteStaging(_Staging):
             return None
 
     def write_manifest(self, m: dict[str, Any]) -> None:
-        from ..core.atomic import atomic_write_bytes
-
-        atomic_write_bytes(remote.join(self.root, "manifest.json"), json.dumps(m).encode())
+        # one put: an object store creates it whole; a torn manifest elsewhere does not
+        # parse, and the next --resume starts afresh
+        self.fs.pipe_file(remote.filesystem(remote.join(self.root, "manifest.json"))[1], json.dumps(m).encode())
 
     def put(self, name: str, data: bytes) -> None:
         from ..core.atomic import atomic_write_bytes
@@ -638,12 +684,23 @@ class RemoteStaging(_Staging):
 
     def publish(self, last: tuple[str, ...]) -> None:
         """Move every staged file into place, those named in ``last`` after all others."""
+        from ..core.atomic import holding_signals
+
         names = sorted(remote.listdir(remote.join(self.root, "files")), key=lambda n: (n in last, n))
-        for n in names:
+
+        def move(n: str) -> None:
             src = remote.filesystem(self.staged_path(n))[1]
             dst = remote.filesystem(remote.join(self.base, n))[1]
             self.fs.mv(src, dst)
             remote.forget(remote.join(self.base, n))
+
+        for n in names:
+            if n not in last:
+                move(n)
+        with holding_signals():  # the index / .metadata: published whole, or not at all
+            for n in names:
+                if n in last:
+                    move(n)
         self._rm_all()
 
     def abort(self, e: BaseException | None = None) -> None:
@@ -654,7 +711,9 @@ class RemoteStaging(_Staging):
 @remote.accepts_storage_options
 def cleanup(dst: Any, *, folder: bool = True) -> list[str]:
     """Remove what interrupted jobs left for destination ``dst`` (their staging folders
-    or prefixes, never a published file). Returns what was removed.
+    or prefixes, never a published file; on S3 also the incomplete multipart uploads
+    under the staging prefix and at the destination). Returns what was removed: local
+    staging folders; at a URL each object, and ``URL (incomplete multipart upload)``.
 
     Args:
         dst: the destination the job wrote: a DCP folder (``folder=True``) or a file
@@ -667,12 +726,32 @@ def cleanup(dst: Any, *, folder: bool = True) -> list[str]:
         base = d if folder else remote.dirname(d)
         root = remote.join(base, f"{STAGING}-{remote.basename(d)}")
         fs, inner = remote.filesystem(root)
+        scheme = d.partition("://")[0]
         try:
-            if fs.exists(inner):
-                fs.rm(inner, recursive=True)
-                removed.append(root)
+            objects = sorted(str(p) for p in fs.find(inner))
         except FileNotFoundError:
+            objects = []
+        if objects:
+            fs.rm(objects)
+            removed += [f"{scheme}://{p}" for p in objects]
+        try:
+            if fs.exists(inner):  # a folder marker some stores keep
+                fs.rm(inner, recursive=True)
+        except (FileNotFoundError, OSError):
             pass
+        remote.forget(root)
+        # uploads a killed process left incomplete: its joins in the staging, and its
+        # single-object uploads (a file, or a move of a file over 5 GiB) at the destination
+        removed += remote.abort_uploads(d if folder else root)
+        if not folder:
+            removed += remote.abort_uploads(d, exact=True)
+            stem = remote.basename(d)
+            stem = stem[: -len(".safetensors")] if stem.endswith(".safetensors") else stem
+            removed += [
+                u
+                for u in remote.abort_uploads(remote.join(base, stem), exact=False, under=False)
+                if _shard_name(u.rsplit("/", 1)[-1].partition(" ")[0], stem)
+            ]
         return removed
     import shutil
 
@@ -684,6 +763,16 @@ def cleanup(dst: Any, *, folder: bool = True) -> list[str]:
         shutil.rmtree(p, ignore_errors=True)
         removed.append(p)
     return removed
+
+
+def _shard_name(name: str, stem: str) -> bool:
+    """``name`` is a shard or the index of ``stem`` (``stem-00001-of-00004.safetensors``)."""
+    import re
+
+    return (
+        re.fullmatch(re.escape(stem) + r"-\d{5}-of-\d{5}\.safetensors|" + re.escape(stem) + r"\.safetensors\.index\.json", name)
+        is not None
+    )
 
 
 # -- the job ------------------------------------------------------------------------------------
@@ -725,22 +814,29 @@ def _verify_staged(args: tuple[str, int, int, dict[str, Any]]) -> bool:
             return False
 
 
-def compose_parts(args: tuple[list[str], str, dict[str, Any]]) -> int:
-    """A worker joins part objects into one object (read and uploaded in 16 MiB pieces),
-    then removes the parts. Returns the bytes written."""
-    parts, dest, opts = args
-    from ..core.atomic import AtomicFile
+def compose_parts(args: tuple[list[str], str, dict[str, Any], list[int]]) -> int:
+    """A worker joins part objects into one object, then removes the parts. On S3, one
+    multipart upload of server-side copies, in which a part under S3's 5 MiB minimum
+    travels with the bytes next to it (:func:`~torchless.core.remote.join_objects`);
+    elsewhere the parts are read and uploaded in 16 MiB pieces. Returns the bytes that
+    passed through this worker."""
+    parts, dest, opts, sizes = args
+    from ..core.atomic import AtomicFile, holding_signals
     from ..core.remote import storage_options_ctx
 
     opts = _install_options(opts)
     with storage_options_ctx(opts.get("ctx")):
-        n = 0
-        with AtomicFile(dest) as af:
-            for p in parts:
-                rs = RemoteSource(p)
-                for done in range(0, rs.size, 16 << 20):
-                    af.file.write(rs.read_at(done, min(16 << 20, rs.size - done)))
-                n += rs.size
+        if remote.can_join(dest):
+            with holding_signals():  # a Ctrl-C lands once the upload is completed or aborted
+                n = remote.join_objects(dest, parts, sizes)
+        else:
+            n = 0
+            with AtomicFile(dest) as af:
+                for p in parts:
+                    rs = RemoteSource(p)
+                    for done in range(0, rs.size, 16 << 20):
+                        af.file.write(rs.read_at(done, min(16 << 20, rs.size - done)))
+                    n += rs.size
         for p in parts:
             remote.remove(p)
     return n
@@ -760,7 +856,11 @@ def write_outputs(
 ) -> dict[str, Any]:
     """Build every file of ``files`` in ``staging`` with ``executor``; the caller then
     adds its index / metadata and publishes. Returns ``{"tasks", "resumed": [names],
-    "rss": [peak RSS per task], "crc": {name: crc32}}``."""
+    "resumed_parts", "rss": [peak RSS per task], "crc": {name: crc32}}``.
+
+    A resumed job keeps the files the interrupted one completed (verified by size and
+    CRC-32) and, at a remote destination, the part objects it finished (recorded beside
+    them, and still there with their length): only the rest is written."""
     if max_task_bytes is not None and max_task_bytes < MIN_TASK_BYTES:
         raise UsageError("max_task_bytes is too small", found=max_task_bytes, expected=f">= {MIN_TASK_BYTES}")
     fp = _fingerprint(files, fingerprint)
@@ -768,6 +868,12 @@ def write_outputs(
     manifest: dict[str, Any] = {"version": 1, "destination": getattr(staging, "dst", ""), "fingerprint": fp, "files": {}}
     resumed: list[str] = []
     old = staging.read_manifest()
+    kept_parts: dict[tuple[str, int], dict[str, Any]] = {}
+    if staging.remote:
+        if old and old.get("fingerprint") == fp:
+            kept_parts = staging.recorded_parts()
+        elif old:  # an earlier, different job's staging
+            staging.clear_parts()
     if old and old.get("fingerprint") == fp:
         by_name = {f.name: f for f in files}
         cands = [(n, v) for n, v in (old.get("files") or {}).items() if n in by_name and by_name[n].size == v.get("size")]
@@ -785,12 +891,18 @@ def write_outputs(
     # phase 1: every piece but the seals; phase 2: the seals, once their items' CRCs are known
     tasks1: list[RangeTask] = []
     seals: list[tuple[OutputFile, Piece]] = []
+    kept1: list[dict[str, Any]] = []
+    kept2: list[dict[str, Any]] = []
     for f in todo:
-        for seg in _segments(f.pieces, max_task_bytes, (5 << 20) if staging.remote else 0):
+        for seg in _segments(f.pieces, max_task_bytes, remote.S3_MIN_PART if staging.remote else 0):
+            off = seg[0].offset
+            k = kept_parts.get((f.name, off))
+            if k is not None and k["length"] == sum(p.length for p in seg):
+                (kept2 if seg[0].kind == "seal" else kept1).append(k)
+                continue
             if seg[0].kind == "seal":
                 seals.append((f, seg[0]))
                 continue
-            off = seg[0].offset
             tasks1.append(
                 RangeTask(
                     f.name,
@@ -810,12 +922,16 @@ def write_outputs(
         need[t.name] += 1
     for _f, _p in seals:
         need[_f.name] += 1
+    for k in kept1 + kept2:
+        need[k["name"]] += 1
     rss: list[int] = []
 
     me = _who()
 
-    def finished(r: dict[str, Any]) -> None:
-        if r.get("pid") != me:  # a worker's remote traffic, for --stats (this process counts its own)
+    def finished(r: dict[str, Any], kept: bool = False) -> None:
+        if not kept and staging.remote:
+            staging.record_part(r)
+        if not kept and r.get("pid") != me:  # a worker's remote traffic, for --stats (this process counts its own)
             st = r.get("stats") or {}
             with remote.STATS.lock:
                 remote.STATS.requests += int(st.get("requests", 0))
@@ -823,14 +939,15 @@ def write_outputs(
                 remote.STATS.uploads += int(st.get("uploads", 0))
                 remote.STATS.bytes_uploaded += int(st.get("bytes_uploaded", 0))
         done_segments[r["name"]].append(r)
-        rss.append(int(r.get("rss", 0)))
+        if not kept:
+            rss.append(int(r.get("rss", 0)))
         if progress is not None:
             progress(int(r["length"]))
         if len(done_segments[r["name"]]) == need[r["name"]]:
             _file_done(r["name"])
 
     by_name = {f.name: f for f in todo}
-    composing: list[tuple[str, tuple[list[str], str], int]] = []
+    composing: list[tuple[str, tuple[list[str], str, list[int]], int]] = []
 
     def _file_done(name: str) -> None:
         segs = sorted(done_segments[name], key=lambda s: s["offset"])
@@ -847,7 +964,9 @@ def write_outputs(
         manifest["files"][name] = {"size": f.size, "crc32": crc}
         staging.write_manifest(manifest)
 
-    res1 = executor.map(run_range_task, tasks1, progress=finished)
+    for k in kept1 + kept2:
+        finished(k, kept=True)
+    res1 = kept1 + executor.map(run_range_task, tasks1, progress=finished)
     n_tasks = len(tasks1)
     if seals:
         if seal is None:
@@ -884,7 +1003,7 @@ def write_outputs(
         executor.map(run_range_task, tasks2, progress=finished)
         n_tasks += len(tasks2)
     if composing:
-        executor.map(compose_parts, [(parts, dest, opts) for _n, (parts, dest), _c in composing])
+        executor.map(compose_parts, [(parts, dest, opts, sizes) for _n, (parts, dest, sizes), _c in composing])
         n_tasks += len(composing)
         for name, _join, crc in composing:
             manifest["files"][name] = {"size": by_name[name].size, "crc32": crc}
@@ -892,6 +1011,7 @@ def write_outputs(
     return {
         "tasks": n_tasks,
         "resumed": sorted(resumed),
+        "resumed_parts": len(kept1) + len(kept2),
         "rss": rss,
         "crc": {n: v["crc32"] for n, v in manifest["files"].items()},
     }

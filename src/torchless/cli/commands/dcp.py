@@ -99,6 +99,8 @@ def cleanup_command(dst: str, *, folder: bool, as_json: bool) -> int:
         emit_json("cleanup", {"destination": dst, "removed": removed})
     else:
         print(f"removed {len(removed)} staging leftover(s) of interrupted jobs for {dst}")
+        for r in removed:
+            print(f"  {r}")
     return 0
 
 

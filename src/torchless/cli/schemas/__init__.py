@@ -206,10 +206,11 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "skipped": _arr(_STR),
             "tasks": _INT,
             "resumed": _arr(_STR),
+            "resumed_parts": _INT,
             "peak_rss": _INT,
             "executor": _STR,
         },
-        optional=("tasks", "resumed", "peak_rss", "executor"),  # with --executor / --max-task-bytes / --resume
+        optional=("tasks", "resumed", "resumed_parts", "peak_rss", "executor"),  # with --executor / --max-task-bytes / --resume
     ),
     "cleanup": _obj({"destination": _STR, "removed": _arr(_STR)}),
     "reshard-plan": _obj(

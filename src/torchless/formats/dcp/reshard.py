@@ -529,11 +529,11 @@ def reshard(
             written by several tasks into the pre-sized staged file); bounds a
             worker's memory.
         resume: pick up the staging an interrupted job left for ``dst`` (files it
-            completed are verified by size and CRC-32, and kept), and keep this job's
-            staging if it is interrupted.
+            completed are verified by size and CRC-32, and kept; at a URL, so are the
+            part objects it finished), and keep this job's staging if it is interrupted.
 
     Returns ``{"files": [...], "tensors": n, "chunks": n, "bytes_items": n, "skipped": [...]}``
-    (with an executor also ``"tasks"``, ``"resumed"`` and ``"peak_rss"``).
+    (with an executor also ``"tasks"``, ``"resumed"``, ``"resumed_parts"`` and ``"peak_rss"``).
     """
     p = plan if isinstance(plan, Plan) else parse_plan(plan)
     dst = remote.local_path(os.fspath(dst))
@@ -695,7 +695,14 @@ def _reshard_ranged(
     finally:
         close_sources()
         ex.close()
-    summary.update({"tasks": info["tasks"], "resumed": info["resumed"], "peak_rss": max(info["rss"], default=0)})
+    summary.update(
+        {
+            "tasks": info["tasks"],
+            "resumed": info["resumed"],
+            "resumed_parts": info["resumed_parts"],
+            "peak_rss": max(info["rss"], default=0),
+        }
+    )
     summary["executor"] = ex.name
     return summary
 
