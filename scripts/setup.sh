@@ -27,5 +27,14 @@ case ",${extras}," in
       (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) ||
         echo "setup.sh: could not install chromium; the browser tests will skip" >&2
     fi
+    # the az:// tests (tests/remote/test_remote_azure.py) run against Azurite, Microsoft's
+    # Azure Storage emulator (a Node.js program): installed with npm into the ignored
+    # .tools/ folder when missing. 3.35.0 is the last release that runs on Node 20.
+    if [ ! -x .tools/node_modules/.bin/azurite-blob ]; then
+      if ! { command -v npm >/dev/null && mkdir -p .tools &&
+        npm install --prefix .tools --no-save --no-audit --no-fund --silent azurite@3.35.0 >/dev/null 2>&1; }; then
+        echo "setup.sh: could not install azurite with npm; the az:// tests will skip" >&2
+      fi
+    fi
     ;;
 esac

@@ -53,6 +53,8 @@ __all__ = [
     "join_plan",
     "abort_uploads",
     "can_join",
+    "reason",
+    "check_exists",
     "INSTALL_HINT",
     "S3_MIN_PART",
 ]
@@ -234,14 +236,34 @@ def is_missing(e: BaseException) -> bool:
     return isinstance(e, (FileNotFoundError, KeyError))
 
 
+def reason(e: BaseException) -> str:
+    """A filesystem's exception in one line: its type and the first line of its message
+    (the Azure SDK's messages go on with a request id, a time and the service's XML)."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    first = lines[0] if lines else ""
+    return f"{type(e).__name__}: {first[:300]}" if first else type(e).__name__
+
+
+def check_exists(url: str) -> None:
+    """Raise unless object ``url`` exists: NotFoundError when the store says it is missing,
+    UsageError naming the store's reason when it cannot tell (refused credentials...)."""
+    fs, p = filesystem(url)
+    try:
+        fs.info(p)
+    except Exception as e:  # noqa: BLE001 - each filesystem raises its own kind
+        if is_missing(e):
+            raise NotFoundError("no such file or directory", path=url) from None
+        raise UsageError(f"cannot open this URL: {reason(e)}", path=url) from None
+
+
 def isdir(url: str) -> bool:
     fs, p = filesystem(url)
     if _protocol(fs) in ("http", "https"):  # every URL is a file there; listing one would download it
         return url.endswith("/")
     try:
         return bool(fs.isdir(p))
-    except OSError:
-        return False
+    except Exception:  # noqa: BLE001 - each filesystem raises its own kind (adlfs: azure's HttpResponseError)
+        return False  # not a folder we can read: opening it as a file says why
 
 
 def listable(url: str) -> bool:
@@ -264,11 +286,13 @@ def listdir(url: str) -> list[str]:
     fs, p = filesystem(url)
     try:
         entries = fs.ls(p, detail=False)
-    except FileNotFoundError:
-        raise NotFoundError("no such folder", path=url) from None
+    except Exception as e:  # noqa: BLE001 - each filesystem raises its own kind
+        if is_missing(e):
+            raise NotFoundError("no such folder", path=url) from None
+        raise UsageError(f"cannot list this URL: {reason(e)}", path=url) from None
     out = []
-    for e in entries:
-        n = str(e).rstrip("/").rsplit("/", 1)[-1]
+    for entry in entries:
+        n = str(entry).rstrip("/").rsplit("/", 1)[-1]
         if n:
             out.append(n)
     return sorted(set(out))
@@ -337,7 +361,7 @@ def read_bytes(url: str) -> bytes:
     except Exception as e:  # noqa: BLE001 - each filesystem raises its own kind
         if is_missing(e):
             raise NotFoundError("no such file", path=url) from None
-        raise UsageError(f"cannot read this URL: {type(e).__name__}: {e}", path=url) from None
+        raise UsageError(f"cannot read this URL: {reason(e)}", path=url) from None
     STATS.fetched(len(data))
     return bytes(data)
 
@@ -419,8 +443,8 @@ def upload(local: str, url: str) -> int:
                 except Exception:  # noqa: BLE001
                     pass
                 raise
-    except (OSError, ValueError) as e:
-        raise WriteError(f"cannot upload: {type(e).__name__}: {e}", path=url) from None
+    except Exception as e:  # noqa: BLE001 - each filesystem raises its own kind (adlfs: azure's HttpResponseError)
+        raise WriteError(f"cannot upload: {reason(e)}", path=url) from None
     STATS.uploaded(size)
     forget(url)
     return size

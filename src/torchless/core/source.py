@@ -241,7 +241,7 @@ class RemoteSource(ByteSource):
         except Exception as e:  # noqa: BLE001 - each filesystem raises its own kind
             if remote.is_missing(e):
                 raise NotFoundError("no such file", path=url) from None
-            raise UsageError(f"cannot open this URL: {type(e).__name__}: {e}", path=url) from None
+            raise UsageError(f"cannot open this URL: {remote.reason(e)}", path=url) from None
         if info.get("type") == "directory":
             raise UsageError("expected a file, got a directory", path=url)
         size = info.get("size")
@@ -272,7 +272,7 @@ class RemoteSource(ByteSource):
         except Exception as e:  # noqa: BLE001
             if remote.is_missing(e):
                 raise NotFoundError("the object disappeared while reading", path=self.name) from None
-            raise UsageError(f"cannot read this URL: {type(e).__name__}: {e}", path=self.name, offset=start) from None
+            raise UsageError(f"cannot read this URL: {remote.reason(e)}", path=self.name, offset=start) from None
         remote.STATS.fetched(len(data))
         if len(data) != end - start:
             raise TruncatedError(

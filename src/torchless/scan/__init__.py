@@ -98,8 +98,7 @@ def _walk_url(url: str) -> list[tuple[str, str | None, str | None, bool]]:
     from ..core import remote
 
     if not remote.isdir(url):
-        if not remote.exists(url):
-            raise NotFoundError("no such file or directory", path=url)
+        remote.check_exists(url)  # missing, or the store's reason (refused credentials...)
         return [(url, None, None, False), *_index_shards(url)]
     fs, base = remote.filesystem(url)
     base = base.rstrip("/")
