@@ -212,6 +212,28 @@ def test_interrupted_reshard_resumes_with_the_finished_parts(s3_traffic, s3, src
     assert torch.equal(got["w"], sd["w"]) and got["step"] == 3
 
 
+def test_ctrl_c_with_worker_processes_resumes(s3_traffic, s3, src):
+    """``--executor local:2``: the workers ignore the Ctrl-C, the coordinator stops them;
+    the parts recorded as finished are exactly those the resumed run does not upload."""
+    base, client = s3
+    sd, d = src
+    url = f"{base}/r2"
+    argv = ["reshard", str(d / "src.pt"), url, "--ranks", "2", "--max-task-bytes", "6MiB", "--resume", "--executor", "local:2"]
+    code, _out, err = _interrupt(s3_traffic, _run(*argv), signal.SIGINT, _is_part_put)
+    assert code == 130 and err == "torchless: interrupted\n", err
+    _no_checkpoint(client, url)
+    recorded = {k.rsplit("/", 1)[1] for k in _keys(client, url) if "/done/" in k}
+    s3_traffic.reset(on=True)
+    proc = _run(*argv, "--json")
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    again = {p.rsplit("/", 1)[1] for p in _part_puts(s3_traffic.log)}
+    assert json.loads(out)["resumed_parts"] == len(recorded) and not (recorded & again)
+    for n, data in _payload(d / "want2").items():
+        assert _get_s3(client, f"{url}/{n}") == data, n
+    assert _keys(client, url) == sorted(os.listdir(d / "want2")) and _uploads(client, url) == []
+
+
 def test_ctrl_c_without_resume_removes_its_staging(s3_traffic, s3, src):
     base, client = s3
     sd, d = src
