@@ -204,9 +204,9 @@ FILES = {
     # scan analyses every member that is not a tensor storage, the blob included
     "aoti": ("info", "ls"),
     "aoti_pw": ("info", "ls"),  # pickle_weights: each weight file's zip directory and pickle
-    # embedded: the constants lie inside the shared object, which info / ls parse whole
-    # (fetched once); scan analyses it as native code
-    "aoti_so": (),
+    # embedded: the constants lie inside the shared object, whose header, section table
+    # and symbol tables info / ls read by ranges; scan analyses it whole, as native code
+    "aoti_so": ("info", "ls"),
     "package": ("info", "ls"),  # torch.package: scan analyses its storage records too
     "legacy": (),  # one pickle stream: fetched whole (once, though scan reads it several times)
     "onnx": ALL,  # the protobuf, not the external data

@@ -12,11 +12,12 @@ import pytest
 
 import torchless
 from torchless.core.errors import FormatError, LimitError, TorchlessError, TruncatedError
+from torchless.core.source import BytesSource
 from torchless.formats.aoti.binary import parse_binary
 from torchless.formats.aoti.macho import parse_macho
 from torchless.formats.aoti.pe import parse_pe
 
-from .synth import STEM, blob, make_package, sample_consts
+from .synth import STEM, blob, make_elf, make_package, sample_consts
 from .synth_bin import EXPORTS, make_coff, make_macho, make_pe
 
 D = "data/aotinductor/model/"
@@ -149,3 +150,45 @@ def test_package_with_corrupt_foreign_library_reports(tmp_path):
     with torchless.open(p) as art:
         assert list(art.tensors()) == []
         assert "Mach-O" in str(art.info())
+
+
+class _Counting(BytesSource):
+    """Bytes in memory that record every range a parser asks for."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__(data, "lib")
+        self.ranges: list[tuple[int, int]] = []
+
+    def view(self, offset: int, length: int, *, what: str = "data") -> memoryview:
+        self.ranges.append((offset, length))
+        return super().view(offset, length, what=what)
+
+    def read_at(self, offset: int, length: int, *, what: str = "data") -> bytes:
+        self.ranges.append((offset, length))
+        return super().read_at(offset, length, what=what)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        make_elf,
+        lambda b: make_elf(b, relocatable=True),
+        make_macho,
+        lambda b: make_macho(b, fat=True),
+        make_pe,
+        make_coff,
+    ],
+)
+def test_parsers_read_tables_not_payload(make):
+    """Over a byte source the parsers ask for the headers and tables only: never a byte of
+    the constants (what lets a remote binary be read by ranges), and the facts are those
+    of the same bytes in memory."""
+    payload = bytes(range(256)) * (1 << 12)  # 1 MiB
+    raw = make(payload)
+    src = _Counting(raw)
+    info = parse_binary(src)
+    assert info.to_dict() == parse_binary(raw).to_dict() and info.blob is not None
+    off, n = info.blob
+    assert raw[off : off + len(payload)] == payload
+    assert sum(length for _o, length in src.ranges) < 8192, src.ranges
+    assert all(o + length <= off or o >= off + len(payload) for o, length in src.ranges), src.ranges

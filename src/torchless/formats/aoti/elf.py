@@ -10,6 +10,13 @@ torchless reads from it:
   ``_binary_constants_bin_start`` and ``_binary_constants_bin_end`` (spec ``aoti.md`` §1.2):
   the symbol values are virtual addresses, mapped to file offsets through the section
   (or, failing that, the ``PT_LOAD`` segment) that contains them.
+
+The parsers (this one, :mod:`.macho` and :mod:`.pe`) read through a
+:class:`~torchless.core.source.ByteSource`, each table by its own range after checking it
+against the file: the header, the program and section header tables, the section-name
+table, the symbol tables and their string tables; never the code or the constants. A
+shared object in a remote archive is therefore read by ranges (a stored record's
+:class:`~torchless.core.source.SliceSource`), a local one through the file mapping.
 """
 
 from __future__ import annotations
@@ -21,8 +28,9 @@ from typing import Any
 import numpy as np
 
 from ...core.errors import FormatError, LimitError, TruncatedError, Where
+from ...core.source import ByteSource, BytesSource
 
-__all__ = ["ElfInfo", "Section", "parse_elf", "is_elf", "MACHINES"]
+__all__ = ["ElfInfo", "Section", "as_source", "parse_elf", "is_elf", "MACHINES"]
 
 ELF_MAGIC = b"\x7fELF"
 SHT_SYMTAB = 2
@@ -114,6 +122,11 @@ class ElfInfo:
         }
 
 
+def as_source(data: ByteSource | memoryview | bytes, name: str) -> ByteSource:
+    """``data`` as a ByteSource (bytes in memory are wrapped, no copy)."""
+    return data if isinstance(data, ByteSource) else BytesSource(data, name)
+
+
 def _cstr(table: memoryview, off: int) -> bytes:
     if off < 0 or off >= len(table):
         return b""
@@ -122,23 +135,25 @@ def _cstr(table: memoryview, off: int) -> bytes:
     return raw if end < 0 else raw[:end]
 
 
-def parse_elf(data: memoryview | bytes, *, name: str = "<so>", member: str | None = None) -> ElfInfo:
+def parse_elf(data: ByteSource | memoryview | bytes, *, name: str = "<so>", member: str | None = None) -> ElfInfo:
     """Parse the ELF header, sections and the symbols torchless cares about.
 
     Args:
-        data: the whole file (a zero-copy view of the archive member is fine).
+        data: the file: bytes, or a ByteSource read by ranges (a record of a remote
+            archive: only the header, the tables and the symbols' strings are read).
         name: the path used in errors; ``member`` the archive member.
 
     Raises:
         FormatError: not ELF, or a header/table outside the file.
         TruncatedError: the header itself is cut short.
     """
-    mv = memoryview(data).cast("B") if not isinstance(data, memoryview) else data.cast("B")
-    size = len(mv)
+    src = as_source(data, name)
+    size = src.size
     where: Where = {"path": name, "member": member}
-    if size < 16 or bytes(mv[:4]) != ELF_MAGIC:
-        raise FormatError("not an ELF file", expected="\\x7fELF", found=repr(bytes(mv[:4])), **where)
-    cls, data_enc = mv[4], mv[5]
+    head = src.view(0, min(size, 64), what="ELF header")
+    if size < 16 or bytes(head[:4]) != ELF_MAGIC:
+        raise FormatError("not an ELF file", expected="\\x7fELF", found=repr(bytes(head[:4])), **where)
+    cls, data_enc = head[4], head[5]
     if cls not in (1, 2) or data_enc not in (1, 2):
         raise FormatError("bad ELF class or data encoding", offset=4, found=f"class={cls} data={data_enc}", **where)
     bits = 64 if cls == 2 else 32
@@ -147,7 +162,7 @@ def parse_elf(data: memoryview | bytes, *, name: str = "<so>", member: str | Non
     if size < hdr.size:
         raise TruncatedError("ELF header cut short", expected=f"{hdr.size} bytes", found=f"{size} bytes", **where)
     (_id, e_type, e_machine, _ver, _entry, phoff, shoff, _flags, _ehsize, phentsize, phnum, shentsize, shnum, shstrndx) = (
-        hdr.unpack_from(mv, 0)
+        hdr.unpack_from(head, 0)
     )
     info = ElfInfo(
         bits,
@@ -163,8 +178,9 @@ def parse_elf(data: memoryview | bytes, *, name: str = "<so>", member: str | Non
     if phnum:
         if phentsize < ph.size or phoff + phnum * phentsize > size:
             raise FormatError("ELF program header table lies outside the file", offset=phoff, **where)
+        table = src.view(phoff, phnum * phentsize, what="ELF program header table")
         for i in range(phnum):
-            f = ph.unpack_from(mv, phoff + i * phentsize)
+            f = ph.unpack_from(table, i * phentsize)
             if bits == 64:
                 p_type, _pf, p_off, p_vaddr, _pa, p_filesz, p_memsz, _al = f
             else:
@@ -189,13 +205,14 @@ def parse_elf(data: memoryview | bytes, *, name: str = "<so>", member: str | Non
                 found=f"{size} bytes in file",
                 **where,
             )
-        raw: list[tuple[int, ...]] = [sh.unpack_from(mv, shoff + i * shentsize) for i in range(shnum)]
+        table = src.view(shoff, shnum * shentsize, what="ELF section header table")
+        raw: list[tuple[int, ...]] = [sh.unpack_from(table, i * shentsize) for i in range(shnum)]
         info.end_of_elf = max(info.end_of_elf, shoff + shnum * shentsize)
         names = memoryview(b"")
         if 0 < shstrndx < shnum:
             s = raw[shstrndx]
             if s[4] + s[5] <= size:
-                names = mv[s[4] : s[4] + s[5]]
+                names = src.view(s[4], s[5], what="ELF section-name table")
         for i, s in enumerate(raw):
             s_name, s_type, s_flags, s_addr, s_off, s_size, s_link, _s_info, _s_align, s_entsize = s
             sec = Section(
@@ -207,7 +224,7 @@ def parse_elf(data: memoryview | bytes, *, name: str = "<so>", member: str | Non
                     info.problems.append(f"section {sec.name or i} ({s_off}+{s_size}) runs past the end of the file ({size})")
                 else:
                     info.end_of_elf = max(info.end_of_elf, s_off + s_size)
-        _read_symbols(info, mv, e)
+        _read_symbols(info, src, e)
     start = info.symbols.get(BLOB_START)
     end = info.symbols.get(BLOB_END)
     if info.type == "relocatable":
@@ -241,10 +258,11 @@ def _sym_dtype(bits: int, e: str) -> np.dtype:
     )
 
 
-def _read_symbols(info: ElfInfo, mv: memoryview, e: str) -> None:
+def _read_symbols(info: ElfInfo, src: ByteSource, e: str) -> None:
     dt = _sym_dtype(info.bits, e)
-    size = len(mv)
+    size = src.size
     wanted = {BLOB_START.encode(), BLOB_END.encode()}
+    found = info.rel_symbols if info.type == "relocatable" else info.symbols
     for sec in info.sections:
         if sec.type not in (SHT_SYMTAB, SHT_DYNSYM) or sec.offset + sec.size > size:
             continue
@@ -253,12 +271,17 @@ def _read_symbols(info: ElfInfo, mv: memoryview, e: str) -> None:
         strsec = info.sections[sec.link]
         if strsec.offset + strsec.size > size:
             continue
-        strtab = mv[strsec.offset : strsec.offset + strsec.size]
         count = sec.size // dt.itemsize
         if count > MAX_SYMBOLS:
             info.problems.append(f"symbol table {sec.name} has {count} entries; only the first {MAX_SYMBOLS} were read")
             count = MAX_SYMBOLS
-        syms = np.frombuffer(mv, dtype=dt, count=count, offset=sec.offset)
+        if sec.type == SHT_SYMTAB and len(found) == len(wanted):
+            # a .symtab (the larger table, with its string table) adds nothing once both
+            # blob symbols are known (the first found is kept), and exports come from
+            # .dynsym: it is not read
+            continue
+        strtab = src.view(strsec.offset, strsec.size, what=f"string table of {sec.name or 'symbols'}")
+        syms = np.frombuffer(src.view(sec.offset, count * dt.itemsize, what=f"symbol table {sec.name}"), dtype=dt)
         defined = syms[syms["shndx"] != SHN_UNDEF]
         # look the wanted names up in the string table first, then match name offsets
         blob = bytes(strtab)

@@ -220,8 +220,8 @@ def _verify_model(pkg: _read.AotiPackage, m: _read.AotiModel, used_weights: set[
     if m.weights_layout == "binary_blob" and m.blob is not None:
         so = _wrapper_so(m)
         if so is not None and so[1].blob is not None and so[1].blob[1] == 8:
-            raw = pkg.zip.read(so[0])
-            (declared,) = struct.unpack_from("<q", raw, so[1].blob[0])
+            so_src = pkg.record_source(pkg.zip.get(so[0]))
+            (declared,) = struct.unpack("<q", so_src.read_at(so[1].blob[0], 8, what="external weights record"))
             if declared != m.blob[2]:
                 err("weights-size", f"{so[0]} expects a {declared}-byte weights blob, {m.blob[0]} has {m.blob[2]}", m.blob[0])
     if m.weights_config is not None:

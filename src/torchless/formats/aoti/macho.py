@@ -15,7 +15,8 @@ import struct
 from typing import Any
 
 from ...core.errors import FormatError, LimitError, TruncatedError
-from .elf import BLOB_END, BLOB_START, ElfInfo, Section
+from ...core.source import ByteSource, SliceSource
+from .elf import BLOB_END, BLOB_START, ElfInfo, Section, as_source
 
 __all__ = ["is_macho", "parse_macho", "MAGICS"]
 
@@ -42,40 +43,44 @@ def _name(raw: bytes) -> str:
     return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
 
 
-def parse_macho(data: memoryview | bytes, *, name: str = "<so>", member: str | None = None) -> ElfInfo:
-    """Header, sections, AOTI exports and the constants blob of a Mach-O file.
+def parse_macho(data: ByteSource | memoryview | bytes, *, name: str = "<so>", member: str | None = None) -> ElfInfo:
+    """Header, sections, AOTI exports and the constants blob of a Mach-O file (bytes, or
+    a ByteSource read by ranges: the headers, load commands and symbol tables only).
 
     Raises:
         FormatError: not Mach-O, or a table outside the file.
         TruncatedError: the header cut short.
         LimitError: absurd counts.
     """
-    mv = memoryview(data).cast("B")
-    size = len(mv)
+    src = as_source(data, name)
+    size = src.size
     where: dict[str, Any] = {"path": name, "member": member}
     base = 0
     note = None
-    if bytes(mv[:4]) == FAT_MAGIC:  # universal binary: big-endian fat header, first slice
+    if src.read_at(0, min(size, 4), what="Mach-O magic") == FAT_MAGIC:
+        # universal binary: big-endian fat header, first slice
         if size < 8:
             raise TruncatedError("Mach-O universal header cut short", **where)
-        (nfat,) = struct.unpack_from(">I", mv, 4)
+        (nfat,) = struct.unpack(">I", src.read_at(4, 4, what="Mach-O universal header"))
         if not 0 < nfat <= MAX_FAT_ARCHS or 8 + 20 * nfat > size:
             raise FormatError("bad Mach-O universal header", offset=4, found=f"{nfat} architectures", **where)
-        _cpu, _sub, off, ln, _align = struct.unpack_from(">iiIII", mv, 8)
+        _cpu, _sub, off, ln, _align = struct.unpack(">iiIII", src.read_at(8, 20, what="Mach-O universal header"))
         if off + ln > size or ln < 28:
             raise FormatError("Mach-O universal slice lies outside the file", offset=8, **where)
-        base, mv, note = off, mv[off : off + ln], f"universal binary with {nfat} slices: the first was read"
-        size = len(mv)
+        base, src = off, SliceSource(src, off, ln, name=src.name)
+        note = f"universal binary with {nfat} slices: the first was read"
+        size = src.size
     if size < 28:
         raise TruncatedError("Mach-O header cut short", expected=">= 28 bytes", found=f"{size} bytes", **where)
-    magic = struct.unpack_from("<I", mv, 0)[0]
+    head = src.view(0, min(size, 32), what="Mach-O header")
+    magic = struct.unpack_from("<I", head, 0)[0]
     if magic not in MAGICS:
         raise FormatError("not a Mach-O file", expected="a Mach-O magic", found=hex(magic), **where)
     bits, e = MAGICS[magic]
     hsize = 32 if bits == 64 else 28
     if size < hsize:
         raise TruncatedError("Mach-O header cut short", expected=f">= {hsize} bytes", found=f"{size} bytes", **where)
-    _m, cputype, _sub, filetype, ncmds, sizeofcmds, _flags = struct.unpack_from(e + "IiiIIII", mv, 0)
+    _m, cputype, _sub, filetype, ncmds, sizeofcmds, _flags = struct.unpack_from(e + "IiiIIII", head, 0)
     info = ElfInfo(
         bits,
         "little" if e == "<" else "big",
@@ -97,13 +102,14 @@ def parse_macho(data: memoryview | bytes, *, name: str = "<so>", member: str | N
             **where,
         )
     info.end_of_elf = hsize + sizeofcmds
+    cmds = src.view(hsize, sizeofcmds, what="Mach-O load commands")  # one range; ``pos - hsize`` indexes it
     segments: list[tuple[int, int, int]] = []  # (vmaddr, fileoff, filesize)
     symtab = None
     pos, end = hsize, hsize + sizeofcmds
     for i in range(ncmds):
         if pos + 8 > end:
             raise FormatError("Mach-O load command outside the command area", offset=base + pos, found=f"command {i}", **where)
-        cmd, cmdsize = struct.unpack_from(e + "II", mv, pos)
+        cmd, cmdsize = struct.unpack_from(e + "II", cmds, pos - hsize)
         if cmdsize < 8 or pos + cmdsize > end:
             raise FormatError("bad Mach-O load command size", offset=base + pos, found=cmdsize, **where)
         if cmd in (LC_SEGMENT, LC_SEGMENT_64):
@@ -112,7 +118,7 @@ def parse_macho(data: memoryview | bytes, *, name: str = "<so>", member: str | N
             sec = struct.Struct(e + ("16s16sQQIIIIIIII" if is64 else "16s16sIIIIIIIII"))
             if seg.size > cmdsize - 8:
                 raise FormatError("Mach-O segment command too short", offset=base + pos, **where)
-            _sn, vmaddr, _vmsize, fileoff, filesize, _mp, _ip, nsects, _fl = seg.unpack_from(mv, pos + 8)
+            _sn, vmaddr, _vmsize, fileoff, filesize, _mp, _ip, nsects, _fl = seg.unpack_from(cmds, pos - hsize + 8)
             if 8 + seg.size + nsects * sec.size > cmdsize:
                 raise FormatError(
                     "Mach-O segment's sections run past its command", offset=base + pos, found=f"{nsects} sections", **where
@@ -123,7 +129,7 @@ def parse_macho(data: memoryview | bytes, *, name: str = "<so>", member: str | N
             else:
                 info.end_of_elf = max(info.end_of_elf, fileoff + filesize)
             for j in range(nsects):
-                f = sec.unpack_from(mv, pos + 8 + seg.size + j * sec.size)
+                f = sec.unpack_from(cmds, pos - hsize + 8 + seg.size + j * sec.size)
                 sectname, segname, addr, ssize, offset = f[0], f[1], f[2], f[3], f[4]
                 stype = f[8] & 0xFF
                 zerofill = stype in (0x1, 0xC, 0x12)  # S_ZEROFILL, S_GB_ZEROFILL, S_THREAD_LOCAL_ZEROFILL
@@ -139,10 +145,10 @@ def parse_macho(data: memoryview | bytes, *, name: str = "<so>", member: str | N
         elif cmd == LC_SYMTAB:
             if cmdsize < 24:
                 raise FormatError("Mach-O LC_SYMTAB too short", offset=base + pos, **where)
-            symtab = struct.unpack_from(e + "IIII", mv, pos + 8)
+            symtab = struct.unpack_from(e + "IIII", cmds, pos - hsize + 8)
         pos += cmdsize
     if symtab is not None:
-        _symbols(info, mv, e, bits, symtab, where)
+        _symbols(info, src, e, bits, symtab, where)
     start, stop = info.symbols.get(BLOB_START), info.symbols.get(BLOB_END)
     if start is not None and stop is not None and stop >= start:
         off = _vaddr_to_offset(info, segments, start)
@@ -153,20 +159,21 @@ def parse_macho(data: memoryview | bytes, *, name: str = "<so>", member: str | N
     return info
 
 
-def _symbols(info: ElfInfo, mv: memoryview, e: str, bits: int, symtab: tuple[int, int, int, int], where: dict[str, Any]) -> None:
+def _symbols(info: ElfInfo, src: ByteSource, e: str, bits: int, symtab: tuple[int, int, int, int], where: dict[str, Any]) -> None:
     symoff, nsyms, stroff, strsize = symtab
-    size = len(mv)
+    size = src.size
     ent = struct.Struct(e + ("IBBHQ" if bits == 64 else "IBBHI"))
     if nsyms > MAX_SYMBOLS:
         raise LimitError("too many Mach-O symbols", expected=f"<= {MAX_SYMBOLS}", found=nsyms, **where)
     if symoff + nsyms * ent.size > size or stroff + strsize > size:
         raise FormatError("Mach-O symbol or string table lies outside the file", offset=symoff, **where)
     info.end_of_elf = max(info.end_of_elf, symoff + nsyms * ent.size, stroff + strsize)
-    strtab = bytes(mv[stroff : stroff + strsize])
+    strtab = src.read_at(stroff, strsize, what="Mach-O string table")
+    table = src.view(symoff, nsyms * ent.size, what="Mach-O symbol table")
     wanted = {f"_{BLOB_START}": BLOB_START, f"_{BLOB_END}": BLOB_END, BLOB_START: BLOB_START, BLOB_END: BLOB_END}
     exports = set()
     for k in range(nsyms):
-        strx, ntype, nsect, _desc, value = ent.unpack_from(mv, symoff + k * ent.size)
+        strx, ntype, nsect, _desc, value = ent.unpack_from(table, k * ent.size)
         if ntype & N_TYPE != N_SECT or nsect == 0 or strx >= len(strtab):
             continue
         endx = strtab.find(b"\0", strx)

@@ -19,7 +19,8 @@ import struct
 from typing import Any
 
 from ...core.errors import FormatError, LimitError, TruncatedError
-from .elf import BLOB_END, BLOB_START, ElfInfo, Section
+from ...core.source import ByteSource
+from .elf import BLOB_END, BLOB_START, ElfInfo, Section, as_source
 
 __all__ = ["is_pe", "parse_pe", "MACHINES"]
 
@@ -36,42 +37,44 @@ _SYMBOL = struct.Struct("<8sIhHBB")  # 18 bytes
 _BLOB_NAME = re.compile(r"^[?_]?(_binary_constants_bin_(start|end))(@@.*)?$")
 
 
-def is_pe(data: memoryview | bytes) -> bool:
+def is_pe(data: ByteSource | memoryview | bytes) -> bool:
     """An image (``MZ`` with a ``PE\\0\\0`` header) or a COFF object of a known machine."""
-    mv = memoryview(data)
-    if len(mv) >= 0x40 and bytes(mv[:2]) == b"MZ":
-        (lfanew,) = struct.unpack_from("<I", mv, 0x3C)
-        return lfanew + 4 <= len(mv) and bytes(mv[lfanew : lfanew + 4]) == b"PE\0\0"
-    if len(mv) >= _COFF.size:
-        machine, nsec, _t, _ps, _ns, opt, _c = _COFF.unpack_from(mv, 0)
+    src = as_source(data, "<so>")
+    size = src.size
+    if size >= 0x40 and src.read_at(0, 2) == b"MZ":
+        (lfanew,) = struct.unpack("<I", src.read_at(0x3C, 4))
+        return lfanew + 4 <= size and src.read_at(lfanew, 4) == b"PE\0\0"
+    if size >= _COFF.size:
+        machine, nsec, _t, _ps, _ns, opt, _c = _COFF.unpack(src.read_at(0, _COFF.size))
         return machine in MACHINES and 0 < nsec < MAX_SECTIONS and opt == 0
     return False
 
 
-def parse_pe(data: memoryview | bytes, *, name: str = "<so>", member: str | None = None) -> ElfInfo:
-    """Header, sections, exports and the constants blob of a PE image or COFF object.
+def parse_pe(data: ByteSource | memoryview | bytes, *, name: str = "<so>", member: str | None = None) -> ElfInfo:
+    """Header, sections, exports and the constants blob of a PE image or COFF object
+    (bytes, or a ByteSource read by ranges: the headers and tables only).
 
     Raises:
         FormatError: not PE/COFF, or a table outside the file.
         TruncatedError: a header cut short.
         LimitError: absurd counts.
     """
-    mv = memoryview(data).cast("B")
-    size = len(mv)
+    src = as_source(data, name)
+    size = src.size
     where: dict[str, Any] = {"path": name, "member": member}
-    image = size >= 2 and bytes(mv[:2]) == b"MZ"
+    image = size >= 2 and src.read_at(0, 2) == b"MZ"
     if image:
         if size < 0x40:
             raise TruncatedError("DOS header cut short", **where)
-        (lfanew,) = struct.unpack_from("<I", mv, 0x3C)
-        if lfanew + 4 + _COFF.size > size or bytes(mv[lfanew : lfanew + 4]) != b"PE\0\0":
+        (lfanew,) = struct.unpack("<I", src.read_at(0x3C, 4))
+        if lfanew + 4 + _COFF.size > size or src.read_at(lfanew, 4) != b"PE\0\0":
             raise FormatError("no PE signature where the DOS header points", offset=0x3C, found=lfanew, **where)
         coff = lfanew + 4
     else:
         coff = 0
         if size < _COFF.size:
             raise TruncatedError("COFF header cut short", **where)
-    machine, nsec, _time, symptr, nsyms, optsize, chars = _COFF.unpack_from(mv, coff)
+    machine, nsec, _time, symptr, nsyms, optsize, chars = _COFF.unpack(src.read_at(coff, _COFF.size, what="COFF header"))
     if not image and (machine not in MACHINES or optsize != 0):
         raise FormatError("not a PE image or COFF object", found=f"machine {machine:#x}", **where)
     if nsec > MAX_SECTIONS:
@@ -83,16 +86,20 @@ def parse_pe(data: memoryview | bytes, *, name: str = "<so>", member: str | None
     if image:
         if opt + optsize > size or optsize < 2:
             raise FormatError("PE optional header outside the file", offset=opt, **where)
-        (magic,) = struct.unpack_from("<H", mv, opt)
+        ohdr = src.view(opt, optsize, what="PE optional header")  # ``x - opt`` indexes it
+        (magic,) = struct.unpack_from("<H", ohdr, 0)
         if magic not in (0x10B, 0x20B):
             raise FormatError("bad PE optional header magic", offset=opt, expected="0x10b or 0x20b", found=hex(magic), **where)
         bits = 64 if magic == 0x20B else 32
         nrva_at = opt + (108 if bits == 64 else 92)
         if nrva_at + 4 <= opt + optsize:
-            (nrva,) = struct.unpack_from("<I", mv, nrva_at)
+            (nrva,) = struct.unpack_from("<I", ohdr, nrva_at - opt)
             if nrva >= 1 and nrva_at + 12 <= opt + optsize:
-                export_dir = struct.unpack_from("<II", mv, nrva_at + 4)
-        image_base = struct.unpack_from("<Q" if bits == 64 else "<I", mv, opt + (24 if bits == 64 else 28))[0]
+                export_dir = struct.unpack_from("<II", ohdr, nrva_at - opt + 4)
+        base_at, base_fmt = opt + (24 if bits == 64 else 28), "<Q" if bits == 64 else "<I"
+        if base_at + struct.calcsize(base_fmt) > size:
+            raise TruncatedError("PE optional header cut short", offset=base_at, expected="its ImageBase field", **where)
+        (image_base,) = struct.unpack(base_fmt, src.read_at(base_at, struct.calcsize(base_fmt), what="PE optional header"))
     elif machine in (0x8664, 0xAA64):
         bits = 64
     kind = ("shared object" if chars & IMAGE_FILE_DLL else "executable") if image else "relocatable"
@@ -101,12 +108,11 @@ def parse_pe(data: memoryview | bytes, *, name: str = "<so>", member: str | None
     if shdr + nsec * _SECTION.size > size:
         raise FormatError("PE section table lies outside the file", offset=shdr, expected=f"{nsec} x 40 bytes", **where)
     info.end_of_elf = shdr + nsec * _SECTION.size
-    strtab = _string_table(mv, symptr, nsyms, where)
+    strtab = _string_table(src, symptr, nsyms, where)
+    table = src.view(shdr, nsec * _SECTION.size, what="PE section table")
     vsizes: list[int] = []
     for i in range(nsec):
-        raw_name, vsize, vaddr, rawsize, rawptr, _rel, _ln, _nrel, _nln, schars = _SECTION.unpack_from(
-            mv, shdr + i * _SECTION.size
-        )
+        raw_name, vsize, vaddr, rawsize, rawptr, _rel, _ln, _nrel, _nln, schars = _SECTION.unpack_from(table, i * _SECTION.size)
         sname = _section_name(raw_name, strtab)
         vsizes.append(vsize)
         nobits = bool(schars & IMAGE_SCN_CNT_UNINITIALIZED_DATA) or rawptr == 0
@@ -119,8 +125,9 @@ def parse_pe(data: memoryview | bytes, *, name: str = "<so>", member: str | None
     found: dict[str, tuple[int, int]] = {}  # blob symbol -> (section index, value)
     if symptr and nsyms:
         info.end_of_elf = max(info.end_of_elf, symptr + nsyms * _SYMBOL.size + (len(strtab) if strtab else 4))
+        symbols = src.view(symptr, nsyms * _SYMBOL.size, what="COFF symbol table")
         for k in range(nsyms):
-            raw_name, value, secnum, _typ, _cls, _naux = _SYMBOL.unpack_from(mv, symptr + k * _SYMBOL.size)
+            raw_name, value, secnum, _typ, _cls, _naux = _SYMBOL.unpack_from(symbols, k * _SYMBOL.size)
             if secnum <= 0 or secnum > nsec:
                 continue
             sym = _symbol_name(raw_name, strtab)
@@ -130,7 +137,7 @@ def parse_pe(data: memoryview | bytes, *, name: str = "<so>", member: str | None
             elif sym.lstrip("_").startswith("AOTInductor"):
                 info.exports.append(sym.lstrip("_"))
     if export_dir[0] and export_dir[1]:
-        info.exports += _exports(info, mv, export_dir[0], where)
+        info.exports += _exports(info, src, export_dir[0], where)
     info.exports = sorted(set(info.exports))
     for key, (sec_i, value) in found.items():
         info.symbols[key] = info.sections[sec_i].addr + value + image_base
@@ -154,18 +161,18 @@ def parse_pe(data: memoryview | bytes, *, name: str = "<so>", member: str | None
     return info
 
 
-def _string_table(mv: memoryview, symptr: int, nsyms: int, where: dict[str, Any]) -> bytes:
+def _string_table(src: ByteSource, symptr: int, nsyms: int, where: dict[str, Any]) -> bytes:
     if not symptr or not nsyms:
         return b""
     if nsyms > MAX_SYMBOLS:
         raise LimitError("too many COFF symbols", expected=f"<= {MAX_SYMBOLS}", found=nsyms, **where)
     at = symptr + nsyms * _SYMBOL.size
-    if at + 4 > len(mv):
+    if at + 4 > src.size:
         raise FormatError("COFF symbol table lies outside the file", offset=symptr, **where)
-    (n,) = struct.unpack_from("<I", mv, at)
-    if n < 4 or at + n > len(mv):
+    (n,) = struct.unpack("<I", src.read_at(at, 4, what="COFF string table size"))
+    if n < 4 or at + n > src.size:
         raise FormatError("COFF string table lies outside the file", offset=at, found=n, **where)
-    return bytes(mv[at : at + n])
+    return src.read_at(at, n, what="COFF string table")
 
 
 def _cstr(table: bytes, off: int) -> str:
@@ -195,29 +202,31 @@ def _rva_to_offset(info: ElfInfo, rva: int) -> int | None:
     return None
 
 
-def _exports(info: ElfInfo, mv: memoryview, rva: int, where: dict[str, Any]) -> list[str]:
+def _exports(info: ElfInfo, src: ByteSource, rva: int, where: dict[str, Any]) -> list[str]:
     """Names in the export directory (``IMAGE_EXPORT_DIRECTORY``) that start with
     ``AOTInductor``."""
     off = _rva_to_offset(info, rva)
-    if off is None or off + 40 > len(mv):
+    if off is None or off + 40 > src.size:
         info.problems.append("the export directory lies outside the file's sections")
         return []
-    nnames, _funcs, names_rva = struct.unpack_from("<I", mv, off + 24)[0], 0, struct.unpack_from("<I", mv, off + 32)[0]
+    edir = src.view(off, 40, what="PE export directory")
+    nnames, names_rva = struct.unpack_from("<I", edir, 24)[0], struct.unpack_from("<I", edir, 32)[0]
     if nnames > MAX_EXPORTS:
         raise LimitError("too many PE exports", expected=f"<= {MAX_EXPORTS}", found=nnames, **where)
     if not nnames:
         return []
     table = _rva_to_offset(info, names_rva)
-    if table is None or table + 4 * nnames > len(mv):
+    if table is None or table + 4 * nnames > src.size:
         info.problems.append("the export name table lies outside the file's sections")
         return []
+    rvas = src.view(table, 4 * nnames, what="PE export name table")
     out = []
     for i in range(nnames):
-        (nrva,) = struct.unpack_from("<I", mv, table + 4 * i)
+        (nrva,) = struct.unpack_from("<I", rvas, 4 * i)
         p = _rva_to_offset(info, nrva)
-        if p is None:
+        if p is None or p >= src.size:
             continue
-        raw = bytes(mv[p : p + 256])
+        raw = src.read_at(p, min(256, src.size - p), what="PE export name")
         sym = raw.split(b"\0", 1)[0].decode("utf-8", "replace")
         if sym.startswith("AOTInductor"):
             out.append(sym)

@@ -12,7 +12,10 @@ wherever they are stored as data:
   read by :mod:`torchless.formats.pt.read` through the safe pickle machine, placed by
   ``weights_config.json`` (FQN -> [file, shape, stride, storage_offset]);
 * ``embedded``: the same blob linked into ``wrapper.so`` between the symbols
-  ``_binary_constants_bin_start``/``_end``, located by parsing the ELF (never loaded);
+  ``_binary_constants_bin_start``/``_end``, located by parsing the ELF (never loaded):
+  the parser reads the headers, tables and symbols through a ByteSource over the record
+  (:meth:`AotiPackage.record_source`), so in a remote archive a stored ``.so`` is read by
+  ranges, never fetched whole, and each constant's ``numpy()`` fetches its own range;
 * ``mmap``: ``force_mmap_weights``: the blob appended to the ``.so`` after page padding,
   followed by an 8-byte magic number that the linked-in 16-byte record repeats.
 
@@ -31,7 +34,7 @@ from ...container.zip import ZipEntry, ZipReader, is_zip
 from ...core import jsonsafe
 from ...core.dtypes import DTYPES, DType
 from ...core.errors import FormatError, LimitError, NotFoundError, TorchlessError
-from ...core.source import BytesSource, RemoteSource, SliceSource, is_mapped, open_source
+from ...core.source import ByteSource, BytesSource, RemoteSource, SliceSource, open_source
 from ...core.tensor import Storage, Tensor
 from ...pickle.machine import Limits
 from ..pt.read import read_zip_checkpoint
@@ -226,9 +229,29 @@ class AotiPackage:
     records: dict[str, str] = field(default_factory=dict)
     other_files: list[PackageFile] = field(default_factory=list)
     weight_files: dict[str, Any] = field(default_factory=dict)
-    #: records of a remote archive already fetched whole (a shared object: parsed, then
-    #: its linked weights sliced), so each is fetched once
+    #: records of a remote archive already fetched whole (a deflated shared object:
+    #: parsed, then its linked weights sliced), so each is fetched once
     fetched: dict[str, memoryview] = field(default_factory=dict, repr=False)
+    #: record name -> :meth:`record_source` (a binary is parsed, then its weights sliced)
+    sources: dict[str, ByteSource] = field(default_factory=dict, repr=False)
+
+    def record_source(self, e: ZipEntry) -> ByteSource:
+        """Record ``e`` as a ByteSource, what the binary parsers read. A stored record (what
+        torch writes) is a :class:`~torchless.core.source.SliceSource` of the archive: read
+        through the file mapping, or, in a remote archive, by ranges (only what is read is
+        fetched). A deflated record has no ranges: it is inflated whole (fetched once).
+        Records :meth:`ZipReader.read` refuses are refused the same way."""
+        got = self.sources.get(e.name)
+        if got is None:
+            zr = self.zip
+            if e.method == 0 and not e.flags & 0x61 and not e.is_directory and e.compressed_size == e.size:
+                off = zr.data_offset(e)
+                zr.source.check(off, e.size, what=f"record {e.name!r}")
+                got = SliceSource(zr.source, off, e.size, name=zr.path)
+            else:
+                got = BytesSource(self.read_once(e), zr.path)
+            self.sources[e.name] = got
+        return got
 
     def read_once(self, e: ZipEntry) -> memoryview:
         """Record ``e``'s bytes; a remote archive's are kept for the next reader (a local
@@ -438,7 +461,7 @@ def _read_model(pkg: AotiPackage, name: str, files: list[PackageFile], limits: L
     for f in model.file("shared_object") + model.file("object"):
         entry = zr.get(f.name)
         try:
-            model.elf[f.name] = parse_binary(pkg.read_once(entry), name=zr.path, member=entry.name)
+            model.elf[f.name] = parse_binary(pkg.record_source(entry), name=zr.path, member=entry.name)
         except TorchlessError as err:
             model.elf[f.name] = str(err)
     _locate_weights(pkg, model, limits)
@@ -512,13 +535,11 @@ def _record_slicer(zr: ZipReader, e: ZipEntry) -> Callable[[int, int], memoryvie
     return lambda o, n: zr.read(e)[o : o + n]
 
 
-def _slicer(zr: ZipReader, e: ZipEntry, data: memoryview) -> Callable[[int, int], memoryview]:
-    """``(offset, length) -> bytes`` of record ``e`` whose bytes are ``data``: read through
-    the archive again when ``data`` is a view of the file mapping (so closing the package
-    unmaps the file), sliced from ``data`` when it was inflated into memory of its own."""
-    if is_mapped(data):
-        return _record_slicer(zr, e)
-    return lambda o, n: data[o : o + n]
+def _slicer(src: ByteSource) -> Callable[[int, int], memoryview]:
+    """``(offset, length) -> bytes`` of a record's :meth:`AotiPackage.record_source`: a
+    view of the file mapping taken at each read (so closing the package unmaps the file),
+    that range only of a remote archive, or a slice of an inflated record."""
+    return lambda o, n: src.view(o, max(0, min(n, src.size - o)), what="constant")
 
 
 def _from_linked_record(pkg: AotiPackage, model: AotiModel, rec: str, info: ElfInfo, *, cpp_only: bool) -> None:
@@ -526,18 +547,18 @@ def _from_linked_record(pkg: AotiPackage, model: AotiModel, rec: str, info: ElfI
     assert info.blob is not None
     zr = pkg.zip
     e = zr.get(rec)
-    data = pkg.read_once(e)
+    src = pkg.record_source(e)  # read by ranges: the linked record, the tail, the constants
     off, size = info.blob
     need = blob_size(model.constants)
     stored = [c for c in model.constants if not c.from_folded]
     if size == 16 and need != 16:
         # force_mmap_weights: the linked record is (blob size + 8, magic); the blob and the
         # magic number are appended at the end of the .so (codecache.py, spec §1.2)
-        total, magic = struct.unpack_from("<qq", data, off)
+        total, magic = struct.unpack("<qq", src.read_at(off, 16, what="mmap weights record"))
         model.weights_layout = "mmap"
         blob_len = total - 8
-        start = len(data) - 8 - blob_len
-        tail_magic = struct.unpack_from("<q", data, len(data) - 8)[0] if len(data) >= 8 else None
+        start = src.size - 8 - blob_len
+        tail_magic = struct.unpack("<q", src.read_at(src.size - 8, 8, what="mmap magic"))[0] if src.size >= 8 else None
         if cpp_only:
             # package_cpp_only + mmap: blob + magic are kept in <wrapper>_serialized_weights.bin
             bins = model.file("weights_bin")
@@ -545,30 +566,30 @@ def _from_linked_record(pkg: AotiPackage, model: AotiModel, rec: str, info: ElfI
                 model.notes.append(f"{rec}: mmap build without its *_serialized_weights.bin; weights not extracted")
                 return
             be = zr.get(bins[0].name)
-            bdata = zr.read(be)
-            if len(bdata) != total or struct.unpack_from("<q", bdata, len(bdata) - 8)[0] != magic:
+            bsrc = pkg.record_source(be)  # its size and magic number; the constants by range
+            if bsrc.size != total or total < 8 or struct.unpack("<q", bsrc.read_at(total - 8, 8, what="mmap magic"))[0] != magic:
                 model.notes.append(
                     f"{bins[0].name} does not match the record linked in {rec} (size {total}, magic); not extracted"
                 )
                 return
             model.blob = (bins[0].name, 0, blob_len)
-            _blob_tensors(model, _slicer(zr, be, bdata), be.name, 0, blob_len)
+            _blob_tensors(model, _slicer(bsrc), be.name, 0, blob_len)
             return
         if tail_magic != magic or blob_len < 0 or start < info.end_of_elf:
             model.notes.append(f"{rec}: mmap weights record does not match the bytes appended to the file; not extracted")
             return
         model.blob = (rec, start, blob_len)
-        _blob_tensors(model, _slicer(zr, e, data), e.name, start, blob_len)
+        _blob_tensors(model, _slicer(src), e.name, start, blob_len)
         return
     if size == 8 and need != 8:
-        (declared,) = struct.unpack_from("<q", data, off)
+        (declared,) = struct.unpack("<q", src.read_at(off, 8, what="external weights record"))
         model.weights_layout = "external"
         model.notes.append(f"{rec} expects an external weights blob of {declared} bytes that is not in the package")
         return
     model.weights_layout = "embedded"
     model.blob = (rec, off, size)
     if stored:
-        _blob_tensors(model, _slicer(zr, e, data), e.name, off, size)
+        _blob_tensors(model, _slicer(src), e.name, off, size)
 
 
 def _pickle_weights(pkg: AotiPackage, model: AotiModel, cfg_file: PackageFile, limits: Limits) -> None:
