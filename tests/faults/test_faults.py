@@ -344,6 +344,102 @@ def test_parallel_reshard_worker_killed(tmp_path, source, action):
     assert temporaries(str(tmp_path)) == []
 
 
+@pytest.mark.timeout(180)
+def test_workers_of_a_coordinator_that_wrote_large_records(tmp_path, monkeypatch):
+    """This process writes records of 1 MiB and more first (its CRC thread starts), then
+    forks workers that write such records too: they used to inherit the thread pool
+    without its thread and wait for it forever. Now every job finishes, with the bytes
+    of the same job run in this process."""
+    import torchless.dcp
+
+    monkeypatch.setenv("TORCHLESS_STALL_TIMEOUT", "60")  # a stuck pool fails before the test's timeout
+    rng = np.random.default_rng(1)
+    sd = {f"l{i}": rng.standard_normal((1024, 768)).astype(np.float32) for i in range(3)}
+    torchless.save(sd, tmp_path / "a.pt")
+    torchless.save(sd, tmp_path / "a.safetensors")
+    torchless.dcp.reshard(tmp_path / "a.pt", tmp_path / "ref", 2)
+    runs = {
+        "jobs": lambda d: torchless.dcp.reshard(tmp_path / "a.pt", d, 2, jobs=2),
+        "local:2": lambda d: torchless.dcp.reshard(tmp_path / "a.safetensors", d, 2, executor="local:2"),
+        "max_task_bytes": lambda d: torchless.dcp.reshard(tmp_path / "a.pt", d, 2, executor="local:2", max_task_bytes=2 << 20),
+    }
+    for name, run in runs.items():
+        d = tmp_path / name
+        run(d)
+        for n in os.listdir(tmp_path / "ref"):
+            if n.endswith(".distcp"):
+                assert (d / n).read_bytes() == (tmp_path / "ref" / n).read_bytes(), (name, n)
+
+
+def test_range_task_worker_killed(tmp_path, source):
+    """``--executor local:2``: a worker killed by SIGKILL in its first task fails the job
+    with one line naming the destination (no hang), and nothing is published."""
+    out = tmp_path / "out"
+    out.mkdir()
+    dst = out / "dcp"
+    r = subprocess.run(
+        [sys.executable, "-m", "torchless.cli.main", "reshard", source, str(dst), "--ranks", "4", "--executor", "local:2"],
+        env={**_env(), "TORCHLESS_FAULT_KILL_TASK": str(tmp_path / "killed")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2 and "worker process died" in r.stderr and str(dst) in r.stderr, r.stderr
+    assert r.stderr.count("\n") == 1 and (tmp_path / "killed").exists()
+    assert os.listdir(out) == [] and temporaries(str(tmp_path)) == []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is gone too (its parent has not reaped it yet)
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+@pytest.mark.parametrize("how", [["--jobs", "2"], ["--executor", "local:2"], ["--executor", "local:2", "--max-shard-size"]])
+def test_stalled_worker_fails_the_run(tmp_path, source, how):
+    """A worker stuck for good (the hook sleeps: no CPU, no I/O, as a deadlocked one) fails
+    the run after TORCHLESS_STALL_TIMEOUT seconds with one line naming the destination,
+    is stopped, and nothing is published."""
+    marker = tmp_path / "stalled"
+    env = {"TORCHLESS_FAULT_STALL_TASK": str(marker), "TORCHLESS_STALL_TIMEOUT": "2"}
+    out = tmp_path / "out"
+    out.mkdir()
+    if how[-1] == "--max-shard-size":
+        dst = out / "m.safetensors"
+        argv = ["convert", source, dst, *how, "200KB"]
+    else:
+        dst = out / "dcp"
+        argv = ["reshard", source, dst, "--ranks", "4", *how]
+    t = time.monotonic()
+    try:
+        r = subprocess.run(
+            [sys.executable, "-m", "torchless.cli.main", *map(str, argv)],
+            env={**_env(), **env},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    except subprocess.TimeoutExpired:  # the coordinator hung (and was killed): not its stuck worker too
+        if marker.exists() and marker.read_text():
+            os.kill(int(marker.read_text()), signal.SIGKILL)
+        raise
+    assert r.returncode == 2, r.stderr
+    assert "did nothing for 2 s" in r.stderr and str(dst) in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert time.monotonic() - t < 60
+    pid = int(marker.read_text())
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid)  # the stuck worker was stopped, not left behind
+    assert os.listdir(out) == [] and temporaries(str(tmp_path)) == []
+
+
 def test_parallel_reshard_ctrl_c_to_the_group(tmp_path, source):
     """Ctrl-C reaches every process of the group: workers ignore it, the coordinator
     unwinds, stops them and removes the staging folder."""

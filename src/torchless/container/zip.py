@@ -1239,14 +1239,20 @@ _DESC32 = struct.Struct("<4sIII")
 _WRITE_BUFFER = 1 << 20
 _DIRECT_WRITE = 1 << 16
 _POOL: Any = None
+_POOL_PID = 0
 
 
 def _crc_pool() -> Any:
-    global _POOL
-    if _POOL is None:
+    """The CRC thread of this process. A forked child does not inherit the thread but
+    does inherit the executor object, which believes its thread idle: work handed to it
+    would wait forever (range tasks hung this way in ``local:N`` workers whose parent
+    had written a record of 1 MiB or more). Each process therefore makes its own."""
+    global _POOL, _POOL_PID
+    if _POOL is None or os.getpid() != _POOL_PID:
         from concurrent.futures import ThreadPoolExecutor
 
         _POOL = ThreadPoolExecutor(1, thread_name_prefix="torchless-crc")
+        _POOL_PID = os.getpid()
     return _POOL
 
 

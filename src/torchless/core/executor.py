@@ -15,15 +15,29 @@ coordinator, the Dask scheduler or the client.
 Progress comes from task completions. ``dask[distributed]`` is the optional extra
 ``torchless[dask]``; it is imported only when a Dask executor is asked for.
 
+Local workers are forked (fast, and they see this process's environment, storage options
+and imports without re-running ``__main__``). What a fork copies from a threaded parent is
+reset in the child (torchless's CRC thread, its remote block caches and counters,
+fsspec's loop lock: see :func:`torchless.core.remote._after_fork`). A worker that dies
+fails the job with a WriteError; so does a pool in which no worker shows any activity
+(CPU time, bytes read or written) and no task finishes for ``TORCHLESS_STALL_TIMEOUT``
+seconds (default 600; 0: wait forever), a worker stuck on a lock or on storage that
+never answers: the job fails instead of hanging. Each task's remote traffic is returned
+with its result and added to this process's counters (``--stats``).
+
 Fault injection for tests: ``TORCHLESS_FAULT_KILL_TASK=PATH`` makes the first task that
 creates ``PATH`` (exclusively) kill its own process with SIGKILL, as a lost worker would;
 ``PATH:N`` waits for the N-th task of the process (an interrupted job with N-1 tasks done).
+``TORCHLESS_FAULT_STALL_TASK=PATH`` makes the first task that creates ``PATH`` write its
+process id there and sleep forever (no CPU, no I/O), as a deadlocked worker would.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -39,11 +53,18 @@ __all__ = [
     "peak_rss",
     "current_rss",
     "stop_pool",
+    "pool_map",
+    "counted",
+    "add_traffic",
     "ignore_sigint",
+    "stall_timeout",
 ]
 
 DASK_HINT = "install the dask extra: pip install 'torchless[dask]'"
 KILL_ENV = "TORCHLESS_FAULT_KILL_TASK"
+STALL_FAULT_ENV = "TORCHLESS_FAULT_STALL_TASK"
+STALL_ENV = "TORCHLESS_STALL_TIMEOUT"
+STALL_TIMEOUT = 600.0  # seconds with no worker activity and no task finished
 
 
 class Executor:
@@ -76,44 +97,156 @@ class LocalExecutor(Executor):
                 if progress is not None:
                     progress(r)
             return out
-        return _pool_map(fn, tasks, self.workers, progress, self.where)
+        return pool_map(fn, tasks, self.workers, progress, where=self.where)
 
 
-def _pool_map(
-    fn: Callable[[Any], Any], tasks: Sequence[Any], jobs: int, progress: Callable[[Any], None] | None, where: str
+def stall_timeout() -> float:
+    """Seconds a process pool may show no activity before the job fails
+    (``TORCHLESS_STALL_TIMEOUT``; 0: no limit)."""
+    v = os.environ.get(STALL_ENV, "").strip()
+    if not v:
+        return STALL_TIMEOUT
+    try:
+        t = float(v)
+    except ValueError:
+        t = -1.0
+    if not t >= 0:
+        raise UsageError(f"cannot read {STALL_ENV}", found=v, expected="seconds (0: no limit)")
+    return t
+
+
+def _who() -> str:
+    import socket
+
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def counted(fn: Callable[[Any], Any], task: Any) -> tuple[Any, dict[str, int], str]:
+    """Run ``fn(task)`` on a worker: its result, the remote traffic it made, and where it ran."""
+    from . import remote
+
+    before = remote.STATS.to_dict()
+    r = fn(task)
+    after = remote.STATS.to_dict()
+    return r, {k: after[k] - before[k] for k in after}, _who()
+
+
+def add_traffic(traffic: dict[str, int], who: str) -> None:
+    """Count a worker's remote traffic in this process's ``STATS`` (unless the worker is
+    this process, whose counters already hold it)."""
+    if who == _who():
+        return
+    from . import remote
+
+    with remote.STATS.lock:
+        remote.STATS.requests += int(traffic.get("requests", 0))
+        remote.STATS.bytes_fetched += int(traffic.get("bytes_fetched", 0))
+        remote.STATS.uploads += int(traffic.get("uploads", 0))
+        remote.STATS.bytes_uploaded += int(traffic.get("bytes_uploaded", 0))
+
+
+def _activity(pids: list[int]) -> tuple[float, int] | None:
+    """What the processes have done so far: CPU seconds, and bytes read and written (any
+    channel: files, sockets, pipes), or None where that cannot be known."""
+    cpu = 0.0
+    io = 0
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rpartition(b")")[2].split()
+            cpu += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+        except (OSError, ValueError, IndexError):
+            try:
+                import psutil
+
+                ct = psutil.Process(pid).cpu_times()
+                cpu += ct.user + ct.system
+            except Exception:  # noqa: BLE001 - no psutil, or the process is gone
+                return None
+        try:
+            with open(f"/proc/{pid}/io", "rb") as f:
+                io += sum(int(line.split()[1]) for line in f if line.startswith((b"rchar", b"wchar")))
+        except (OSError, ValueError, IndexError):
+            pass  # CPU time alone
+    return cpu, io
+
+
+def _busy(before: tuple[float, int] | None, now: tuple[float, int] | None, quiet: float) -> bool:
+    """Did the workers work since ``before``, ``quiet`` seconds ago? Any byte read or
+    written counts; CPU time must be more than the trickle of an idle event loop's timers
+    (1 % of the time, and over 50 ms), which a stuck worker may still show."""
+    if before is None or now is None:
+        return True  # unknown: never called stuck
+    return now[1] != before[1] or now[0] - before[0] > 0.05 + 0.01 * quiet
+
+
+def pool_map(
+    fn: Callable[[Any], Any],
+    tasks: Sequence[Any],
+    jobs: int,
+    progress: Callable[[Any], None] | None,
+    *,
+    where: str = "",
+    what: str = "a worker process",
 ) -> list[Any]:
-    """A process pool whose workers ignore SIGINT (the coordinator alone unwinds); a worker
-    that dies fails the run instead of leaving it waiting."""
+    """``fn`` over ``tasks`` in a process pool of ``jobs`` forked workers that ignore
+    SIGINT (the coordinator alone unwinds). A worker that dies, or a pool stalled for
+    :func:`stall_timeout` seconds, fails the run (a WriteError naming ``where``) instead
+    of leaving it waiting; so does Ctrl-C or a task's error, the workers stopped at once."""
     import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
 
     from .atomic import holding_signals
 
+    stall = stall_timeout()
     ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context("spawn")
     out: list[Any] = [None] * len(tasks)
     pool = ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=ctx, initializer=ignore_sigint)
     try:
         with holding_signals():  # the forks happen in submit(): no Ctrl-C lost inside at-fork hooks
-            futures = {pool.submit(fn, t): i for i, t in enumerate(tasks)}
-        for fut in as_completed(futures):
-            r = fut.result()
-            out[futures[fut]] = r
-            if progress is not None:
-                progress(r)
+            futures = {pool.submit(counted, fn, t): i for i, t in enumerate(tasks)}
+        pending = set(futures)
+        seen = _activity(_pids(pool))  # at the start of the quiet time
+        quiet_since = time.monotonic()
+        while pending:
+            done, pending = wait(pending, timeout=min(1.0, stall / 4) if stall else None, return_when=FIRST_COMPLETED)
+            for fut in sorted(done, key=futures.__getitem__):
+                r, traffic, who = fut.result()
+                add_traffic(traffic, who)
+                out[futures[fut]] = r
+                if progress is not None:
+                    progress(r)
+            if not stall or not pending:
+                continue
+            now_seen = _activity(_pids(pool))
+            if done or _busy(seen, now_seen, time.monotonic() - quiet_since):
+                seen, quiet_since = now_seen, time.monotonic()
+            elif time.monotonic() - quiet_since >= stall:
+                raise WriteError(
+                    f"cannot write: the worker processes did nothing for {stall:g} s with {len(pending)} task(s) "
+                    "unfinished (a worker is stuck: deadlocked, or waiting on storage that does not answer)",
+                    path=where or None,
+                    hint=f"{STALL_ENV}=SECONDS sets how long an idle pool is waited for (0: no limit)",
+                )
     except BrokenProcessPool:
         stop_pool(pool)
-        raise WriteError("cannot write: a worker process died (killed, or out of memory)", path=where or None) from None
-    except BaseException:
+        raise WriteError(f"cannot write: {what} died (killed, or out of memory)", path=where or None) from None
+    except BaseException:  # an error in a task, a stall, Ctrl-C, SIGTERM: do not wait for the others
         stop_pool(pool)
         raise
     pool.shutdown(wait=True)
     return out
 
 
+def _pids(pool: Any) -> list[int]:
+    return sorted(p.pid for p in list(getattr(pool, "_processes", {}).values()) if p.pid)  # no public API before 3.14
+
+
 def stop_pool(pool: Any) -> None:
     """Stop a process pool's workers now, without waiting for their tasks (they remove
-    their own temporaries on SIGTERM)."""
+    their own temporaries on SIGTERM; one that does not end is killed)."""
     procs = list(getattr(pool, "_processes", {}).values())  # no public API before Python 3.14
     pool.shutdown(wait=False, cancel_futures=True)
     for p in procs:
@@ -121,6 +254,9 @@ def stop_pool(pool: Any) -> None:
             p.terminate()
     for p in procs:
         p.join(timeout=10)
+        if p.is_alive():
+            p.kill()
+            p.join(timeout=10)
 
 
 def ignore_sigint() -> None:
@@ -154,15 +290,16 @@ class DaskExecutor(Executor):
         as_completed: Any = cast(Any, distributed).as_completed  # untyped: called through Any
 
         # pure=False: two equal tasks are still two runs; each future keyed by its index
-        futures = self.client.map(fn, list(tasks), pure=False, retries=self.retries)
+        futures = self.client.map(functools.partial(counted, fn), list(tasks), pure=False, retries=self.retries)
         index = {f.key: i for i, f in enumerate(futures)}
         out: list[Any] = [None] * len(tasks)
         try:
             for fut in as_completed(futures):
                 try:
-                    r = fut.result()
+                    r, traffic, who = fut.result()
                 except Exception as e:  # noqa: BLE001
                     raise _dask_error(e) from None
+                add_traffic(traffic, who)
                 out[index[fut.key]] = r
                 if progress is not None:
                     progress(r)
@@ -296,9 +433,20 @@ _tasks_seen = 0
 
 
 def task_fault() -> None:
-    """The test hook (see the module doc): kill this process, once per marker file
-    (``PATH:N``: at the N-th task this process runs)."""
+    """The test hooks (see the module doc): kill this process, once per marker file
+    (``PATH:N``: at the N-th task this process runs), or stall it."""
     global _tasks_seen
+    stall = os.environ.get(STALL_FAULT_ENV)
+    if stall:
+        try:
+            fd = os.open(stall, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass
+        else:
+            os.write(fd, str(os.getpid()).encode())
+            os.close(fd)
+            while True:
+                time.sleep(3600)
     spec = os.environ.get(KILL_ENV)
     if not spec:
         return

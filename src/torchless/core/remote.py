@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextvars
 import os
 import re
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -384,6 +385,24 @@ def cat_range(fs: Any, path: str, start: int, end: int) -> bytes:
 #: the block caches of :class:`~torchless.core.source.RemoteSource`, one per object (by URL,
 #: size, block size and version): the same object opened again shares what was fetched
 SHARED_BLOCKS: dict[tuple[str, int, int, str], tuple[OrderedDict[int, bytes], threading.Lock]] = {}
+
+
+def _after_fork() -> None:
+    """In a forked child (a ``local:N`` or ``--jobs N`` worker): fresh locks and caches for
+    what the fork copied from a threaded parent (a lock another thread held at the fork
+    would stay held), and this process's own traffic counters. fsspec resets its
+    event-loop thread at a fork but its own hook leaves the loop lock as it was: its
+    ``reset_lock`` does it."""
+    STATS.lock = threading.Lock()
+    STATS.reset()
+    SHARED_BLOCKS.clear()
+    asyn = sys.modules.get("fsspec.asyn")
+    if asyn is not None and hasattr(asyn, "reset_lock"):
+        asyn.reset_lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def forget(url: str) -> None:

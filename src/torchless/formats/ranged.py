@@ -235,12 +235,6 @@ def _install_options(opts: dict[str, Any] | None) -> dict[str, Any]:
     return opts
 
 
-def _who() -> str:
-    import socket
-
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
 def run_range_task(task: RangeTask) -> dict[str, Any]:
     """Write one task's range (runs on a worker). Returns ``{"name", "offset", "length",
     "crc", "items": {item: [crc, length]}, "rss"}``: metadata only."""
@@ -249,7 +243,6 @@ def run_range_task(task: RangeTask) -> dict[str, Any]:
 
     task_fault()
     opts = _install_options(task.options)
-    before = remote.STATS.to_dict()
     with storage_options_ctx(opts.get("ctx")):
         sink = _Sink(task)
         ok = False
@@ -277,8 +270,6 @@ def run_range_task(task: RangeTask) -> dict[str, Any]:
         "crc": sink.crc & 0xFFFFFFFF,
         "items": items,
         "rss": max(rss),  # the largest resident size seen while a piece was in memory
-        "pid": _who(),
-        "stats": {k: v - before[k] for k, v in remote.STATS.to_dict().items()},  # this task's remote traffic
     }
 
 
@@ -926,18 +917,9 @@ def write_outputs(
         need[k["name"]] += 1
     rss: list[int] = []
 
-    me = _who()
-
-    def finished(r: dict[str, Any], kept: bool = False) -> None:
+    def finished(r: dict[str, Any], kept: bool = False) -> None:  # (the executor counts the workers' remote traffic)
         if not kept and staging.remote:
             staging.record_part(r)
-        if not kept and r.get("pid") != me:  # a worker's remote traffic, for --stats (this process counts its own)
-            st = r.get("stats") or {}
-            with remote.STATS.lock:
-                remote.STATS.requests += int(st.get("requests", 0))
-                remote.STATS.bytes_fetched += int(st.get("bytes_fetched", 0))
-                remote.STATS.uploads += int(st.get("uploads", 0))
-                remote.STATS.bytes_uploaded += int(st.get("bytes_uploaded", 0))
         done_segments[r["name"]].append(r)
         if not kept:
             rss.append(int(r.get("rss", 0)))

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ...core import remote
-from ...core.atomic import AtomicDir, AtomicFile, atomic_write_bytes, holding_signals
+from ...core.atomic import AtomicDir, AtomicFile, atomic_write_bytes
 from ...core.errors import NotFoundError, UnsupportedError, UsageError
 from ...core.remote import accepts_storage_options as _remote_opts
 from ...core.source import RemoteSource
@@ -321,8 +321,10 @@ def _copy_range(src_path: str, info: StorageInfo, out: Any) -> None:
 
 def run_task(task: FileTask, source: Any = None) -> list[WrittenItem]:
     """Write one file; returns where each item landed. Opens ``task.src`` unless given."""
+    from ...core.executor import task_fault
     from ..pt.write import save_checkpoint
 
+    task_fault()
     own = source is None
     src = open_source_checkpoint(task.src, weights_only=task.weights_only) if own else source
     written: list[WrittenItem] = []
@@ -611,40 +613,16 @@ def _finish_metadata(
 
 
 def _run_parallel(tasks: list[FileTask], jobs: int, progress: Callable[[int], None] | None) -> list[list[WrittenItem]]:
-    """Run the tasks in ``jobs`` worker processes.
+    """Run the tasks in ``jobs`` worker processes (:func:`~torchless.core.executor.pool_map`:
+    Ctrl-C is the coordinator's; a worker that dies or a stalled pool fails the run
+    instead of leaving it waiting; the workers' remote traffic is counted here)."""
+    from ...core.executor import pool_map
 
-    Workers ignore SIGINT: Ctrl-C reaches the whole process group, and the coordinator
-    alone unwinds (its staging folder removed, the workers stopped). A worker that dies
-    (killed, out of memory) fails the run instead of leaving it waiting.
-    """
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-    from concurrent.futures.process import BrokenProcessPool
+    def done(written: list[WrittenItem]) -> None:
+        if progress is not None:
+            progress(sum(w.length for w in written or []))
 
-    from ...core.errors import WriteError
-    from ...core.executor import ignore_sigint, stop_pool
-
-    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context("spawn")
-    out: list[list[WrittenItem] | None] = [None] * len(tasks)
-    pool = ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=ctx, initializer=ignore_sigint)
-    try:
-        # submit() forks the workers; a Ctrl-C landing inside the at-fork hooks would be
-        # printed as "ignored" and lost, so signals wait until the forks are done
-        with holding_signals():
-            futures = {pool.submit(run_task, t): i for i, t in enumerate(tasks)}
-        for fut in as_completed(futures):
-            out[futures[fut]] = fut.result()
-            if progress is not None:
-                progress(sum(w.length for w in out[futures[fut]] or []))
-    except BrokenProcessPool:
-        stop_pool(pool)
-        raise WriteError(
-            "cannot write: a worker process writing rank files died (killed, or out of memory)", path=tasks[0].dst_dir
-        ) from None
-    except BaseException:  # an error in a task, Ctrl-C, SIGTERM: do not wait for the others
-        stop_pool(pool)
-        raise
-    pool.shutdown(wait=True)
+    out = pool_map(run_task, tasks, jobs, done, where=tasks[0].dst_dir, what="a worker process writing rank files")
     return [r or [] for r in out]
 
 
