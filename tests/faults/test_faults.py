@@ -512,3 +512,50 @@ def _parser_running(func):
     p = argparse.ArgumentParser()
     p.set_defaults(func=func, command="test")
     return p
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/children") as f:
+            out += [int(c) for c in f.read().split()]
+    return out
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads a process's children from /proc (Linux)")
+@pytest.mark.parametrize("how", [["--jobs", "2"], ["--executor", "local:2"]])
+def test_workers_end_when_the_coordinator_is_killed(tmp_path, source, how):
+    """A coordinator killed with SIGKILL cannot stop its workers: each notices that its
+    parent is gone and ends (an orphan would live on and hold the caller's pipes, so that
+    whoever waits for the command's output waits forever)."""
+    marker = tmp_path / "stalled"
+    env = {"TORCHLESS_FAULT_STALL_TASK": str(marker), "TORCHLESS_STALL_TIMEOUT": "0"}
+    dst = tmp_path / "out"
+    p = subprocess.Popen(
+        [sys.executable, "-m", "torchless.cli.main", "reshard", source, str(dst), "--ranks", "4", *how],
+        env={**_env(), **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not (marker.exists() and marker.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.read_text(), "no task started"
+        workers = _children(p.pid)
+        assert int(marker.read_text()) in workers
+        p.kill()
+        p.wait(timeout=10)
+        # the pipes close once the last worker holding them is gone
+        out, err = p.communicate(timeout=30)
+        deadline = time.monotonic() + 15
+        while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [w for w in workers if _alive(w)]
+    finally:
+        for w in workers:
+            if _alive(w):
+                os.kill(w, signal.SIGKILL)
+        if p.poll() is None:
+            p.kill()

@@ -203,7 +203,7 @@ def pool_map(
     stall = stall_timeout()
     ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context("spawn")
     out: list[Any] = [None] * len(tasks)
-    pool = ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=ctx, initializer=ignore_sigint)
+    pool = ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=ctx, initializer=ignore_sigint, initargs=(os.getpid(),))
     try:
         with holding_signals():  # the forks happen in submit(): no Ctrl-C lost inside at-fork hooks
             futures = {pool.submit(counted, fn, t): i for i, t in enumerate(tasks)}
@@ -259,9 +259,37 @@ def stop_pool(pool: Any) -> None:
             p.join(timeout=10)
 
 
-def ignore_sigint() -> None:
-    """A pool worker's initializer: Ctrl-C is the coordinator's to handle."""
+def ignore_sigint(parent: int | None = None) -> None:
+    """A pool worker's initializer: Ctrl-C is the coordinator's to handle. With the
+    coordinator's pid ``parent``, the worker also ends when the coordinator is gone (see
+    :func:`watch_parent`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if parent is not None:
+        watch_parent(parent)
+
+
+#: how often a worker checks that its coordinator is alive, and how long it waits after
+#: its own SIGTERM before it exits regardless
+PARENT_POLL_S = 0.5
+PARENT_GRACE_S = 10.0
+
+
+def watch_parent(parent: int) -> None:
+    """End this worker process once ``parent`` is no longer its parent (the coordinator
+    was killed, SIGKILL included: it never stopped its workers). An orphaned worker would
+    otherwise live on idle, holding the pipes of whoever ran the job, which then waits
+    forever. The worker sends itself SIGTERM (its temporary outputs are removed, as on any
+    SIGTERM) and exits outright if that has not ended it within :data:`PARENT_GRACE_S`."""
+    import threading
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(PARENT_GRACE_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="torchless-parent-watch", daemon=True).start()
 
 
 class DaskExecutor(Executor):
