@@ -12,6 +12,7 @@ from tl_testutil import build_zip, central_header, local_header
 
 from torchless.container.zip import MAX32, TorchZipWriter, ZipReader, _miniz_heapsort
 from torchless.core.errors import FormatError, LimitError, NotFoundError, TorchlessError, TruncatedError, UnsupportedError
+from torchless.core.source import BytesSource
 
 
 def _write(records, **kw) -> bytes:
@@ -259,3 +260,49 @@ def test_duplicates_against_torch(tmp_path):
         zr = ZipReader(data)
         got = pickle.loads(zr.read_bytes("data.pkl"))  # test only: plain data
         assert got == expect, (trial, names)
+
+
+class _CountingSource(BytesSource):
+    """Bytes in memory that record the length of every view asked of them."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__(data, "<counted>")
+        self.views: list[int] = []
+
+    def view(self, offset: int, length: int, *, what: str = "data") -> memoryview:
+        self.views.append(length)
+        return super().view(offset, length, what=what)
+
+
+def test_crc_pass_streams_records_and_check_read_reads_no_payload(monkeypatch):
+    """crc32 reads a record in pieces of at most source.PIECE bytes (stored and deflated),
+    with zlib's CRC of the payload as the oracle; check_read then raises what read raises
+    without reading a stored payload or inflating a deflated one a second time."""
+    from torchless.core import source
+
+    monkeypatch.setattr(source, "PIECE", 4096)
+    payload = bytes(range(256)) * 97 + b"tail"  # 24836 bytes: seven pieces
+    noisy = zlib.compress(payload * 3, 1)[: len(payload)]  # bytes deflate cannot shrink: several raw pieces
+    data = _write([("data.pkl", b"\x80\x02K\x01."), ("data/0", payload), ("data/1", noisy, True)])
+    src = _CountingSource(data)
+    zr = ZipReader(src)
+    for name, want in (("data/0", payload), ("data/1", noisy)):
+        src.views.clear()
+        assert zr.crc32(name) == zlib.crc32(want) == zr.get(name).crc
+        assert max(src.views) <= 4096 and sum(src.views) >= zr.get(name).compressed_size, (name, src.views)
+        src.views.clear()
+        assert zr.check_read(zr.get(name)) == len(want)
+        assert sum(src.views) < 100, (name, src.views)  # a local header at most: no payload
+    assert zr.verify() == []
+    # a corrupt deflated record: check_read raises what read raises, the CRC pass reports it
+    e = ZipReader(data).get("data/1")
+    bad = bytearray(data)
+    off = ZipReader(data).data_offset(e)
+    bad[off : off + 64] = b"\xff" * 64
+    with pytest.raises(FormatError) as by_read:
+        ZipReader(bytes(bad)).read("data/1")
+    zr = ZipReader(bytes(bad))
+    with pytest.raises(FormatError) as by_check:
+        zr.check_read(zr.get("data/1"))
+    assert str(by_check.value) == str(by_read.value)
+    assert [p.code for p in zr.verify()] == ["data"]

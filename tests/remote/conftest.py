@@ -21,10 +21,12 @@ def _free_port() -> int:
 
 
 class RangeHandler(http.server.SimpleHTTPRequestHandler):
-    """Static files with single-range support; counts body bytes and requests."""
+    """Static files with single-range support; counts body bytes and requests, and keeps
+    the largest body sent (one request's size)."""
 
     sent = 0
     requests = 0
+    largest = 0
 
     def log_message(self, *a: object) -> None:
         pass
@@ -57,6 +59,7 @@ class RangeHandler(http.server.SimpleHTTPRequestHandler):
             body = f.read(n)
         type(self).sent += len(body)
         type(self).requests += 1
+        type(self).largest = max(type(self).largest, len(body))
         self.wfile.write(body)
 
     def do_HEAD(self) -> None:  # noqa: N802
@@ -79,6 +82,7 @@ def http_root(tmp_path):
     class H(RangeHandler):
         sent = 0
         requests = 0
+        largest = 0
 
         def __init__(self, *a, **kw):
             super().__init__(*a, directory=str(root), **kw)

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import io
 import os
+import re
+import struct
 import subprocess
 import sys
+import zipfile
 
 import numpy as np
 import pytest
@@ -30,6 +33,13 @@ def _cli(capsys, *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def _stats(err: str) -> tuple[int, int]:
+    """``(requests, bytes fetched)`` from the line ``--stats`` printed on stderr."""
+    m = re.search(r"stats: (\d+) requests, (\d+) bytes fetched", err)
+    assert m is not None, err
+    return int(m.group(1)), int(m.group(2))
 
 
 def _sd(n: int = 1000, seed: int = 0) -> dict:
@@ -141,6 +151,82 @@ def test_scan_fetch_is_bounded(http_root, capsys):
     assert abs(sent[0] - sent[1]) < 1 << 16 and sent[1] < 10**6
 
 
+def _member_data(path, name: str) -> tuple[int, int]:
+    """``(offset of the member's data, its size)``, by the stdlib's zipfile (the oracle)."""
+    with zipfile.ZipFile(path) as z:
+        info = next(i for i in z.infolist() if i.filename.endswith(name))
+    with open(path, "rb") as f:
+        f.seek(info.header_offset)
+        head = f.read(30)
+    nlen, xlen = struct.unpack_from("<HH", head, 26)
+    return info.header_offset + 30 + nlen + xlen, info.file_size
+
+
+def test_http_verify_fetches_each_byte_once(http_root, capsys, monkeypatch):
+    """verify of a .pt at a URL checks the CRC-32s and the tensors from one read: the
+    server sends about the file's size (not twice it), in requests no larger than the
+    CRC pass's pieces (a member is streamed, never fetched whole), and a flipped payload
+    byte or a wrong stored CRC is reported as for the local file."""
+    from torchless.core import source
+
+    monkeypatch.setattr(source, "PIECE", 2 << 20)  # pieces of 2 MiB: the 5 MiB tensors are streamed
+    root, base, handler = http_root
+    g = torch.Generator().manual_seed(3)
+    sd = {f"w{i}": torch.randn(5 << 18, generator=g) for i in range(3)}  # 5 MiB each
+    sd["small"] = torch.arange(7)
+    good = root / "good.pt"
+    torch.save(sd, good)
+    size = os.path.getsize(good)
+    handler.sent = handler.requests = handler.largest = 0
+    code, out, err = _cli(capsys, "verify", f"{base}/good.pt", "--stats")
+    assert code == 0, err
+    assert size <= handler.sent < size + (1 << 20), (handler.sent, size)  # 64 KiB blocks around the headers
+    assert handler.largest <= 2 << 20, handler.largest
+    assert _stats(err) == (handler.requests, handler.sent)  # --stats says what the server counted
+
+    data = good.read_bytes()
+    off, n = _member_data(good, "data/1")
+    flipped = bytearray(data)
+    flipped[off + n // 2] ^= 0x40
+    (root / "flipped.pt").write_bytes(bytes(flipped))
+    crc_at = data.rindex(b"PK\x01\x02")  # the last central entry: rewrite its stored CRC
+    bad_crc = bytearray(data)
+    bad_crc[crc_at + 16 : crc_at + 20] = bytes(b ^ 0xFF for b in data[crc_at + 16 : crc_at + 20])
+    (root / "badcrc.pt").write_bytes(bytes(bad_crc))
+    for name in ("flipped.pt", "badcrc.pt"):
+        c1, o1, _ = _cli(capsys, "verify", str(root / name))
+        c2, o2, _ = _cli(capsys, "verify", f"{base}/{name}")
+        assert (c2, o2.replace(f"{base}/{name}", "<p>")) == (c1, o1.replace(str(root / name), "<p>")), name
+        assert c1 == 1 and "crc" in o1.lower(), o1
+
+
+def test_scan_jobs_counts_the_workers_traffic(http_root, s3, capsys):
+    """scan --jobs 2 runs the files on worker processes; --stats adds what each worker
+    fetched: the server's count, and what --jobs 1 reports. On S3 a folder is listed
+    (the listing is not a ranged read, so neither count has it)."""
+    root, base, handler = http_root
+    bucket, client = s3
+    g = torch.Generator().manual_seed(5)
+    urls = []
+    for i in range(6):
+        data = _saved({"w": torch.randn(300 + 100 * i, generator=g), "step": torch.tensor(i)})
+        (root / f"f{i}.pt").write_bytes(data)
+        _put_s3(client, f"{bucket}/dir/f{i}.pt", data)
+        urls.append(f"{base}/f{i}.pt")
+    seen = {}
+    for jobs in ("1", "2"):
+        handler.sent = handler.requests = 0
+        code, out, err = _cli(capsys, "scan", "--jobs", jobs, *urls, "--stats")
+        assert code == 0, err
+        seen[jobs] = _stats(err)
+        assert seen[jobs] == (handler.requests, handler.sent), jobs
+        code, out, err = _cli(capsys, "scan", "--jobs", jobs, f"{bucket}/dir/", "--stats")
+        assert code == 0 and out.count("f") >= 6, err
+        seen["s3", jobs] = _stats(err)
+    assert seen["1"] == seen["2"] and seen["1"][1] > 0
+    assert seen["s3", "1"] == seen["s3", "2"] and seen["s3", "1"][1] > 0
+
+
 def test_missing_object_is_one_line(s3, capsys):
     base, _ = s3
     code, out, err = _cli(capsys, "info", f"{base}/nope.pt")
@@ -173,11 +259,15 @@ def test_sharded_convert_publishes_index_last(s3, tmp_path, capsys):
     src = tmp_path / "m.pt"
     torch.save(_sd(4000), src)
     assert _cli(capsys, "convert", str(src), str(tmp_path / "o.safetensors"), "--max-shard-size", "100000")[0] == 0
-    assert _cli(capsys, "convert", str(src), f"{base}/sh/o.safetensors", "--max-shard-size", "100000")[0] == 0
+    code, _out, err = _cli(capsys, "convert", str(src), f"{base}/sh/o.safetensors", "--max-shard-size", "100000", "--stats")
+    assert code == 0, err
     local = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("o"))
     assert _keys(client, f"{base}/sh") == local
     for name in local:
         assert _get_s3(client, f"{base}/sh/{name}") == (tmp_path / name).read_bytes()
+    # --stats counts the objects the bucket now holds (boto3's listing is the oracle)
+    listed = client.list_objects_v2(Bucket=base[5:], Prefix="sh/")["Contents"]
+    assert f"{len(listed)} uploads, {sum(o['Size'] for o in listed)} bytes uploaded" in err, err
 
 
 def test_failed_sharded_upload_leaves_no_index(s3, tmp_path, monkeypatch):

@@ -26,7 +26,7 @@ import torchless
 import torchless.dcp
 from torchless.core import remote
 
-from .test_remote import _cli
+from .test_remote import _cli, _stats
 
 torch = pytest.importorskip("torch", reason="torch writes the artifacts (the oracle)")
 
@@ -141,6 +141,17 @@ def arts(tmp_path_factory) -> dict[str, Path]:
         warnings.simplefilter("ignore")
         dcp.save(sd, storage_writer=HuggingFaceStorageWriter(str(d / "hfdcp"), save_distributed=True))
     out["hfdcp"] = d / "hfdcp"
+    with warnings.catch_warnings():  # DCP in torch's own layout: .metadata + .distcp files
+        warnings.simplefilter("ignore")
+        dcp.save(sd, checkpoint_id=str(d / "dcp"))
+    out["dcp"] = d / "dcp"
+    # the plain files: torch.save's zip, safetensors, a compressed npz (deflated members)
+    for sub in ("pt", "st", "npz"):
+        (d / sub).mkdir()
+    torch.save(m.state_dict(), str(d / "pt" / "m.pt"))
+    st.save_file(sd, str(d / "st" / "m.safetensors"))
+    np.savez_compressed(str(d / "npz" / "m.npz"), **{k: v.numpy() for k, v in sd.items()})
+    out.update({"pt": d / "pt" / "m.pt", "safetensors": d / "st" / "m.safetensors", "npz": d / "npz" / "m.npz"})
     return out
 
 
@@ -481,3 +492,50 @@ def test_renamed_onnx_model_at_url_is_recognised_by_content(place, backend, caps
     code, _fetched, err = _same(capsys, str(local), url, "scan")
     assert code == 1, err
     assert "link-escape" in _cli(capsys, "scan", url)[1]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "pt",
+        "safetensors",
+        "npz",
+        "torchscript",
+        "lite",
+        "pt2",
+        "legacy",
+        "package",
+        "aoti",
+        "aoti_so",
+        "aoti_pw",
+        "onnx",
+        "hf",
+        "dcp",
+    ],
+)
+def test_stats_agree_with_the_server(arts, place, tmp_path, capsys, name):
+    """--stats of every command that reads a URL says what the HTTP server counted: the
+    requests (ranged GETs; HEAD requests are not counted by either) and the bytes sent.
+    verify fetches each byte about once (not once for the checksums and again for the
+    tensors)."""
+    local = arts[name]
+    url, _base, handler = place(local, "http")
+    total = _size(local.parent)
+    out = tmp_path / "out.safetensors"
+    for cmd in (
+        ["info", url],
+        ["ls", url],
+        ["scan", url],
+        ["verify", url],
+        ["diff", str(local), url],
+        ["diff", url, url],
+        ["convert", url, str(out)],
+    ):
+        if cmd[0] == "scan" and local.is_dir():
+            continue  # scan walks a folder, which plain HTTP cannot list (info / ls fetch .metadata by name)
+        handler.sent = handler.requests = 0
+        code, _out, err = _cli(capsys, *cmd, "--stats")
+        assert code in (0, 1), (cmd, err)
+        assert _stats(err) == (handler.requests, handler.sent), cmd
+        if cmd[0] == "verify":
+            assert handler.sent <= total + (1 << 20), (handler.sent, total)

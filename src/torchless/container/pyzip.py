@@ -27,8 +27,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.errors import ChecksumError, FormatError, LimitError, TruncatedError, UnsupportedError
-from ..core.source import ByteSource, open_source
+from ..core.errors import ChecksumError, FormatError, LimitError, TorchlessError, TruncatedError, UnsupportedError
+from ..core.source import ByteSource, open_source, pieces
 from .zip import CENTRAL_SIG, EOCD64_SIG, EOCD_SIG, LOC64_SIG, LOCAL_SIG, check_inflate, inflate_into
 
 __all__ = ["PyZipEntry", "PyZipReader"]
@@ -75,6 +75,7 @@ class PyZipReader:
         self.entries: list[PyZipEntry] = []
         self.name_to_info: dict[str, PyZipEntry] = {}
         self.zip64 = False
+        self._checked: dict[int, bool | TorchlessError] = {}  # entry index -> check()'s outcome
         self._read_directory(max_entries)
 
     def _bad(self, msg: str, offset: int | None = None, **kw: Any) -> FormatError:
@@ -253,15 +254,42 @@ class PyZipReader:
                 member=e.filename,
                 expected="0 (stored) or 8 (deflate)",
             )
-        if check_crc and zlib.crc32(data) & 0xFFFFFFFF != e.crc:
+        if check_crc:
+            self._check_crc(e, zlib.crc32(data))
+        return data
+
+    def _check_crc(self, e: PyZipEntry, crc: int) -> None:
+        if crc & 0xFFFFFFFF != e.crc:
             raise ChecksumError(
                 "bad CRC-32 for the member (Python's zipfile refuses it)",
                 path=self.path,
                 member=e.filename,
                 expected=f"{e.crc:08x}",
-                found=f"{zlib.crc32(data) & 0xFFFFFFFF:08x}",
+                found=f"{crc & 0xFFFFFFFF:08x}",
             )
-        return data
+
+    def check(self, e: PyZipEntry) -> None:
+        """Raise what :meth:`read` of the member raises, without keeping its bytes: a
+        stored member's CRC-32 is computed piece by piece (a remote member is fetched once,
+        never held whole), other members are read. The outcome is kept: the member is
+        checked once per reader (``verify``, then each tensor's first read)."""
+        done = self._checked.get(e.index)
+        if done is None:
+            try:
+                span = self.stored_span(e) if e.file_size <= 1 << 40 else None
+                if span is None:
+                    self.read(e)
+                else:
+                    crc = 0
+                    for piece in pieces(self.source, *span):
+                        crc = zlib.crc32(piece, crc)
+                    self._check_crc(e, crc)
+                done = True
+            except TorchlessError as err:
+                done = err
+            self._checked[e.index] = done
+        if isinstance(done, TorchlessError):
+            raise done
 
     def close(self) -> None:
         self.source.close()

@@ -42,9 +42,9 @@ from ..core.crc import crc32 as fast_crc32
 from ..core.errors import FormatError, LimitError, NotFoundError, TruncatedError, UnsupportedError, UsageError
 from ..core.findings import Problem
 from ..core.gcpause import GCPause
-from ..core.source import ByteSource, PathLike, open_source
+from ..core.source import ByteSource, PathLike, open_source, pieces
 
-__all__ = ["ZipEntry", "ZipReader", "TorchZipWriter", "is_zip", "check_inflate", "locate_eocd", "zip64_record"]
+__all__ = ["ZipEntry", "ZipReader", "RecordLoader", "TorchZipWriter", "is_zip", "check_inflate", "locate_eocd", "zip64_record"]
 
 LOCAL_SIG = b"PK\x03\x04"
 _LOCAL_SIG_U32 = struct.unpack("<I", LOCAL_SIG)[0]
@@ -61,6 +61,8 @@ _EOCD64 = struct.Struct("<4sQHHIIQQQQ")  # 56 bytes
 _LOC64 = struct.Struct("<4sIQI")  # 20 bytes
 
 MAX32 = 0xFFFFFFFF
+#: deflate input is fed in steps of this size
+_INFLATE_STEP = 1 << 16
 
 
 def is_zip(head: bytes) -> bool:
@@ -135,6 +137,8 @@ class ZipReader:
                     self._dups.setdefault(k, []).append(e)
                 self._dups = {k: v for k, v in self._dups.items() if len(v) > 1}
         self._sorted: list[int] | None = None
+        self._inflated: dict[int, int | FormatError] = {}  # entry index -> CRC-32 or error (crc32)
+        self._held: dict[int, memoryview] = {}  # entry index -> its bytes, read whole by a caller (hold)
 
     def check_prefix(self) -> ZipReader:
         """``self`` when the first entry is inside a folder (torch's rule).
@@ -409,6 +413,21 @@ class ZipReader:
             LimitError: the declared size exceeds ``max_size``.
         """
         e = self.get(name) if isinstance(name, str) else name
+        off = self._record_start(e, max_size)
+        if e.method == 0:
+            return self.source.view(off, e.size, what=f"record {e.name!r}")
+        raw = self.source.view(off, e.compressed_size, what=f"record {e.name!r}")
+        try:
+            out, n = inflate_into(raw, e.size, self.path, e.name)
+        except zlib.error as err:
+            raise FormatError(f"corrupt deflate data: {err}", path=self.path, member=e.name) from None
+        if n != e.size:
+            raise self._size_differs(e, n)
+        return memoryview(out).toreadonly()
+
+    def _record_start(self, e: ZipEntry, max_size: int | None = None) -> int:
+        """The checks :meth:`read` makes before it touches the record's data, in its
+        order; returns the data's offset."""
         if max_size is not None and e.size > max_size:
             raise LimitError(
                 "record larger than allowed", path=self.path, member=e.name, expected=f"<= {max_size} bytes", found=e.size
@@ -434,55 +453,88 @@ class ZipReader:
                     expected=e.size,
                     found=e.compressed_size,
                 )
-            return self.source.view(off, e.size, what=f"record {e.name!r}")
+            return off
         if e.method == 8:
             check_inflate(e.compressed_size, e.size, self.path, e.name)
-            raw = self.source.view(off, e.compressed_size, what=f"record {e.name!r}")
-            try:
-                out, n = inflate_into(raw, e.size, self.path, e.name)
-            except zlib.error as err:
-                raise FormatError(f"corrupt deflate data: {err}", path=self.path, member=e.name) from None
-            if n != e.size:
-                raise FormatError(
-                    "inflated size differs from the declared size",
-                    path=self.path,
-                    member=e.name,
-                    expected=e.size,
-                    found=f"{n}{'+' if n > e.size else ''}",
-                )
-            return memoryview(out).toreadonly()
+            return off
         raise UnsupportedError(
             f"zip compression method {e.method}", path=self.path, member=e.name, expected="0 (stored) or 8 (deflate)"
         )
 
+    def _size_differs(self, e: ZipEntry, n: int) -> FormatError:
+        return FormatError(
+            "inflated size differs from the declared size",
+            path=self.path,
+            member=e.name,
+            expected=e.size,
+            found=f"{n}{'+' if n > e.size else ''}",
+        )
+
+    def check_read(self, e: ZipEntry) -> int:
+        """Raise what :meth:`read` of the record would raise, without keeping its bytes;
+        returns its size. A stored record is checked by its headers and bounds (its data
+        is not read); a deflated one is inflated in chunks, once per reader (the result of
+        :meth:`crc32` is kept): ``verify`` checks each storage after its CRC-32 pass
+        without reading a payload twice (a remote file's bytes are fetched once) or
+        holding one whole.
+        """
+        off = self._record_start(e)
+        if e.method == 0:
+            self.source.check(off, e.size, what=f"record {e.name!r}")
+        else:
+            self.crc32(e)
+        return e.size
+
+    def hold(self, e: ZipEntry, data: memoryview) -> None:
+        """Record ``e``'s bytes as :meth:`read` returned them, kept by the caller (a remote
+        record parsed whole): :meth:`crc32` takes its CRC-32 from them instead of reading
+        the record again."""
+        self._held[e.index] = data
+
     def crc32(self, name: str | ZipEntry) -> int:
-        """CRC-32 of the record's bytes, inflated in bounded chunks (never the whole record
-        in memory: ``verify`` of a small file declaring a huge deflated record stays small).
+        """CRC-32 of the record's bytes, read and inflated in bounded chunks (never the
+        whole record in memory: ``verify`` of a small file declaring a huge deflated
+        record stays small, and a multi-GB record at a URL is fetched piece by piece).
 
         Raises what :meth:`read` raises for the same record.
         """
         e = self.get(name) if isinstance(name, str) else name
+        held = self._held.get(e.index)
+        if held is not None:  # read() checked what crc32 checks
+            self._record_start(e)
+            return zlib.crc32(held) & MAX32
         if e.method != 8:
-            return zlib.crc32(self.read(e)) & MAX32
+            off = self._record_start(e)
+            self.source.check(off, e.size, what=f"record {e.name!r}")
+            crc = 0
+            for piece in pieces(self.source, off, e.size):
+                crc = zlib.crc32(piece, crc)
+            return crc & MAX32
         if e.flags & 0x61:
             raise UnsupportedError("encrypted zip records", path=self.path, member=e.name)
         check_inflate(e.compressed_size, e.size, self.path, e.name)
-        raw = self.source.view(self.data_offset(e), e.compressed_size, what=f"record {e.name!r}")
+        off = self.data_offset(e)
+        self.source.check(off, e.compressed_size, what=f"record {e.name!r}")
+        done = self._inflated.get(e.index)
+        if done is None:
+            done = self._inflated[e.index] = self._inflate_crc(e, off)
+        if isinstance(done, FormatError):
+            raise done
+        return done
+
+    def _inflate_crc(self, e: ZipEntry, off: int) -> int | FormatError:
         crc = total = 0
+        steps = (
+            p[i : i + _INFLATE_STEP] for p in pieces(self.source, off, e.compressed_size) for i in range(0, len(p), _INFLATE_STEP)
+        )
         try:
-            for chunk in inflate_chunks(raw, e.size + 1):
+            for chunk in inflate_pieces(steps, e.size + 1):
                 crc = zlib.crc32(chunk, crc)
                 total += len(chunk)
         except zlib.error as err:
-            raise FormatError(f"corrupt deflate data: {err}", path=self.path, member=e.name) from None
+            return FormatError(f"corrupt deflate data: {err}", path=self.path, member=e.name)
         if total != e.size:
-            raise FormatError(
-                "inflated size differs from the declared size",
-                path=self.path,
-                member=e.name,
-                expected=e.size,
-                found=f"{total}{'+' if total > e.size else ''}",
-            )
+            return self._size_differs(e, total)
         return crc & MAX32
 
     def read_bytes(self, name: str | ZipEntry, *, max_size: int | None = None) -> bytes:
@@ -747,11 +799,15 @@ def inflate_chunks(raw: Any, limit: int, *, chunk: int = 1 << 20) -> Iterator[by
     Raises:
         zlib.error: corrupt data.
     """
+    return inflate_pieces((raw[i : i + _INFLATE_STEP] for i in range(0, len(raw), _INFLATE_STEP)), limit, chunk=chunk)
+
+
+def inflate_pieces(pieces: Iterable[Any], limit: int, *, chunk: int = 1 << 20) -> Iterator[bytes]:
+    """:func:`inflate_chunks` over a raw deflate stream given in consecutive pieces (read
+    as they are needed: a record streamed from its source)."""
     d = zlib.decompressobj(-15)
     total = 0
-    step = 1 << 16
-    for i in range(0, len(raw), step):
-        buf = raw[i : i + step]
+    for buf in pieces:
         while buf:
             out = d.decompress(buf, chunk)
             if out:
@@ -1262,6 +1318,38 @@ def iter_chunks(mv: memoryview, chunk: int = 1 << 24) -> Iterator[memoryview]:
 
 
 __all__ += ["iter_chunks"]
+
+
+class RecordLoader:
+    """A storage's loader for a zip record (see :class:`~torchless.core.tensor.Storage`).
+
+    Called, it returns the record's first ``nbytes`` bytes, read as :meth:`ZipReader.read`
+    does or, with ``batch``, through a :class:`BatchReader`. :meth:`check` raises what the
+    call would raise and returns the length the call would return, without keeping the
+    bytes (:meth:`ZipReader.check_read`): ``verify`` checks every storage after the CRC-32
+    pass read each record, so no payload is read twice (fetched twice, at a URL) or
+    held whole.
+    """
+
+    __slots__ = ("zr", "entry", "nbytes", "batch")
+
+    def __init__(self, zr: ZipReader, entry: ZipEntry, nbytes: int | None = None, batch: BatchReader | None = None) -> None:
+        self.zr = zr
+        self.entry = entry
+        self.nbytes = entry.size if nbytes is None else nbytes
+        self.batch = batch
+
+    def __call__(self) -> memoryview:
+        if self.batch is not None:
+            return self.batch.read(self.entry, self.nbytes)
+        return self.zr.read(self.entry)[: self.nbytes]
+
+    def check(self) -> int:
+        zr, e = self.zr, self.entry
+        if self.batch is not None:  # what BatchReader.read raises: the local header, the bounds
+            zr.source.check(zr.data_offset(e), self.nbytes, what=f"record {e.name!r}")
+            return self.nbytes
+        return min(zr.check_read(e), self.nbytes)
 
 
 class BatchReader:

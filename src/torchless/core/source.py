@@ -15,6 +15,7 @@ import os
 import stat
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 from typing import Any, Union
 
 from . import remote
@@ -30,6 +31,7 @@ __all__ = [
     "SourceFile",
     "is_mapped",
     "open_source",
+    "pieces",
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -40,6 +42,25 @@ def is_mapped(buf: object) -> bool:
     returns). Such a view must not be kept past the read that asked for it (cache the
     source and the range instead), or ``close()`` cannot unmap the file."""
     return type(buf) is memoryview and type(buf.obj) is mmap.mmap
+
+
+#: what :func:`pieces` reads at most at a time (a checksum pass over a record)
+PIECE = 16 << 20
+
+
+def pieces(src: ByteSource, offset: int, length: int) -> Iterator[memoryview]:
+    """``[offset, offset+length)`` of ``src`` in pieces of at most :data:`PIECE` bytes,
+    split evenly: a checksum over a multi-GB record holds one piece at a time, and a
+    remote source fetches each piece once, in one request (no piece is a small tail that
+    goes through its block cache). The caller checks the bounds first."""
+    if length <= PIECE:
+        if length:
+            yield src.view(offset, length)
+        return
+    count = -(-length // PIECE)
+    step = -(-length // count)
+    for pos in range(offset, offset + length, step):
+        yield src.view(pos, min(step, offset + length - pos))
 
 
 class ByteSource:

@@ -120,6 +120,27 @@ class Storage:
                 self._data = data
         return data
 
+    def check(self) -> None:
+        """Raise what :meth:`bytes` would raise, without keeping the bytes where the
+        loader can check itself (a zip record's loader checks the record's headers and
+        bounds, and inflates a deflated one in chunks): ``verify`` checks every storage so,
+        after its CRC-32 pass read the records, reading no payload twice and holding none
+        whole. Other loaders are run (their bytes are kept, as :meth:`bytes` keeps them)."""
+        if self._data is not None:
+            return
+        check = getattr(self._loader, "check", None)
+        if check is None:
+            self.bytes()
+            return
+        n = check()
+        if n != self.nbytes:
+            raise FormatError(
+                f"storage {self.key!r} has the wrong size",
+                member=self.origin or None,
+                expected=f"{self.nbytes} bytes",
+                found=f"{n} bytes",
+            )
+
     @property
     def swap_unit(self) -> int:
         """Bytes per swapped unit when the storage is not in host order: torch's

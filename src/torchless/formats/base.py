@@ -511,7 +511,7 @@ class Artifact:
             try:
                 if isinstance(t, Tensor) and t.storage is not None:
                     t._check_bounds()
-                    t.storage.bytes()
+                    t.storage.check()
             except TorchlessError as e:
                 problems.append(Problem("tensor", str(e), name))
         return problems

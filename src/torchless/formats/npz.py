@@ -102,6 +102,28 @@ def parse_npy(
     return dtype, h.shape, h.fortran_order, offset + h.data_offset
 
 
+class _NpyLoader:
+    """An array's loader: the member's CRC-32 checked, as zipfile checks it, on first
+    access, then a view of the data. :meth:`check` raises what the call would raise
+    without reading the data (see :meth:`~torchless.core.tensor.Storage.check`)."""
+
+    __slots__ = ("src", "off", "nbytes", "crc")
+
+    def __init__(self, src: ByteSource, off: int, nbytes: int, crc: Callable[[], None] | None) -> None:
+        self.src, self.off, self.nbytes, self.crc = src, off, nbytes, crc
+
+    def __call__(self) -> memoryview:
+        if self.crc is not None:
+            self.crc()
+        return self.src.view(self.off, self.nbytes)
+
+    def check(self) -> int:
+        if self.crc is not None:
+            self.crc()
+        self.src.check(self.off, self.nbytes)
+        return self.nbytes
+
+
 def _member_from_npy(
     src: ByteSource, off: int, size: int, name: str, override: str | None, check: Callable[[], None] | None = None
 ) -> Tensor | np.ndarray | ObjectArray:
@@ -144,12 +166,7 @@ def _member_from_npy(
             found=str(dtype),
         )
     order = "big" if dtype.byteorder == ">" else "little"
-
-    def loader() -> memoryview:
-        if check is not None:
-            check()  # the member's CRC-32, as zipfile checks it, on first access
-        return src.view(data_off, nbytes)
-
+    loader = _NpyLoader(src, data_off, nbytes, check)
     st = Storage(name, nbytes, dt, "cpu", loader=loader, byteorder=order, origin=name, file_offset=data_off)
     if fortran and shape:
         strides = []
@@ -224,7 +241,7 @@ class NpzArtifact(Artifact):
                     continue
 
                 def check(e: Any = e) -> None:
-                    zr.read(e)  # stored: a view; raises ChecksumError on a bad CRC-32
+                    zr.check(e)  # raises ChecksumError on a bad CRC-32 (computed once)
 
                 self._add(key, _member_from_npy(src, off, size, member, overrides.get(key), check))
             else:
@@ -272,7 +289,7 @@ class NpzArtifact(Artifact):
                     continue
                 e = zr.getinfo(n)
                 try:
-                    zr.read(e)
+                    zr.check(e)  # a stored member piece by piece: the tensor checks then read nothing
                 except ChecksumError as err:
                     problems.append(
                         Problem(

@@ -129,6 +129,14 @@ def _one(args: tuple[str, str, str | None]) -> FileReport:
     return scan_file(args[0], args[1], args[2])
 
 
+def _one_counted(args: tuple[str, str, str | None]) -> tuple[FileReport, dict[str, int], str]:
+    """:func:`_one` on a worker process, with the remote traffic it made and where it ran
+    (``--stats`` adds the workers' counts to the parent's)."""
+    from ..core.executor import counted
+
+    return counted(_one, args)
+
+
 def _unreadable(path: str, error: str) -> FileReport:
     fr = FileReport(path, kind="unreadable", error=error)
     fr.findings.append(Finding("unreadable", "high", f"cannot read: {error}", path))
@@ -172,8 +180,13 @@ def scan(
         return ScanReport(bad + [_one(t) for t in todo])
     from concurrent.futures import ProcessPoolExecutor
 
+    from ..core.executor import add_traffic
+
+    reports = []
     with ProcessPoolExecutor(max_workers=min(jobs, len(todo))) as ex:
-        reports = list(ex.map(_one, todo, chunksize=max(1, len(todo) // (jobs * 4))))
+        for report, traffic, where in ex.map(_one_counted, todo, chunksize=max(1, len(todo) // (jobs * 4))):
+            add_traffic(traffic, where)
+            reports.append(report)
     return ScanReport(bad + reports)
 
 

@@ -261,6 +261,7 @@ class AotiPackage:
             got = self.zip.read(e)
             if isinstance(self.zip.source, RemoteSource):
                 self.fetched[e.name] = got
+                self.zip.hold(e, got)  # verify's CRC-32 pass does not fetch it again
         return got
 
     @property
@@ -429,10 +430,7 @@ def _blob_tensors(model: AotiModel, view_of: Any, origin: str, base: int, size: 
         if dt is None or c.layout != "strided":
             model.notes.append(f"constant {c.fqn!r}: dtype {c.dtype!r} / layout {c.layout!r} is not readable as a strided tensor")
             continue
-
-        def loader(o: int = base + off, n: int = min(c.data_size, view_nbytes(c, dt.itemsize))) -> memoryview:
-            return view_of(o, n)
-
+        loader = _BlobLoader(view_of, base + off, min(c.data_size, view_nbytes(c, dt.itemsize)))
         model.tensors[c.fqn] = _storage_tensor(c, dt, loader, origin, f"{model.name}/{c.name}")
 
 
@@ -525,13 +523,52 @@ def _locate_weights(pkg: AotiPackage, model: AotiModel, limits: Limits) -> None:
     _from_linked_record(pkg, model, so_name, info, cpp_only=False)
 
 
+class _Range:
+    """``(offset, length) -> bytes`` of ``[start, start+size)`` of a source, clamped to it
+    (a view of the file mapping taken at each read, or that range only of a remote
+    archive). :meth:`check` raises what the call would raise and returns the length it
+    would return, reading nothing (``verify``'s tensor checks, after its CRC-32 pass read
+    the record)."""
+
+    __slots__ = ("src", "start", "size", "what")
+
+    def __init__(self, src: ByteSource, start: int, size: int, what: str) -> None:
+        self.src, self.start, self.size, self.what = src, start, size, what
+
+    def __call__(self, o: int, n: int) -> memoryview:
+        return self.src.view(self.start + o, max(0, min(n, self.size - o)), what=self.what)
+
+    def check(self, o: int, n: int) -> int:
+        n = max(0, min(n, self.size - o))
+        self.src.check(self.start + o, n, what=self.what)
+        return n
+
+
+class _BlobLoader:
+    """A constant's loader: its range of the blob; :meth:`check` as the slicer's, when it
+    has one (see :meth:`~torchless.core.tensor.Storage.check`)."""
+
+    __slots__ = ("view_of", "o", "n")
+
+    def __init__(self, view_of: Callable[[int, int], memoryview], o: int, n: int) -> None:
+        self.view_of, self.o, self.n = view_of, o, n
+
+    def __call__(self) -> memoryview:
+        return self.view_of(self.o, self.n)
+
+    def check(self) -> int:
+        check = getattr(self.view_of, "check", None)
+        if check is None:  # bytes in memory or a view of the file mapping: nothing is fetched
+            return len(memoryview(self()).cast("B"))
+        return int(check(self.o, self.n))
+
+
 def _record_slicer(zr: ZipReader, e: ZipEntry) -> Callable[[int, int], memoryview]:
     """``(offset, length) -> bytes`` of record ``e``, read through the archive on each
     call: a view of the file mapping, or, in a remote archive, that range only (a stored
     record; a deflated one is inflated whole)."""
     if e.method == 0 and isinstance(zr.source, RemoteSource):
-        start = zr.data_offset(e)
-        return lambda o, n: zr.source.view(start + o, max(0, min(n, e.size - o)), what=f"record {e.name}")
+        return _Range(zr.source, zr.data_offset(e), e.size, f"record {e.name}")
     return lambda o, n: zr.read(e)[o : o + n]
 
 
@@ -539,7 +576,7 @@ def _slicer(src: ByteSource) -> Callable[[int, int], memoryview]:
     """``(offset, length) -> bytes`` of a record's :meth:`AotiPackage.record_source`: a
     view of the file mapping taken at each read (so closing the package unmaps the file),
     that range only of a remote archive, or a slice of an inflated record."""
-    return lambda o, n: src.view(o, max(0, min(n, src.size - o)), what="constant")
+    return _Range(src, 0, src.size, "constant")
 
 
 def _from_linked_record(pkg: AotiPackage, model: AotiModel, rec: str, info: ElfInfo, *, cpp_only: bool) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ...container.zip import ZipReader, is_zip
+from ...container.zip import RecordLoader, ZipReader, is_zip
 from ...core.dtypes import DTYPES, DType
 from ...core.errors import FormatError, LimitError, TorchlessError, TruncatedError, UnsupportedError, short_repr
 from ...core.gcpause import GCPause
@@ -229,15 +229,10 @@ def read_zip_checkpoint(
         order = byteorder if stype.dtype is not None else sys.byteorder
 
         if mmap or entry.method != 0:
-
-            def loader(entry: Any = entry, nbytes: int = nbytes) -> memoryview:
-                return zr.read(entry)[:nbytes]
-
+            loader = RecordLoader(zr, entry, nbytes)
         else:
             batch.add(entry)  # small records are read in file-order runs, one read for many
-
-            def loader(entry: Any = entry, nbytes: int = nbytes) -> memoryview:
-                return batch.read(entry, nbytes)
+            loader = RecordLoader(zr, entry, nbytes, batch)
 
         if type(location) is not str:
             location = str(location)

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ...container.zip import ZipReader
+from ...container.zip import RecordLoader, ZipReader
 from ...core import jsonsafe
 from ...core.dtypes import by_name
 from ...core.errors import FormatError, TorchlessError, UnsupportedError
@@ -338,11 +338,7 @@ def _payload(zr: ZipReader, cfg: S.PayloadConfig, folder: str, member: str) -> d
             )
         st = storages.get(pm.path_name)
         if st is None:
-
-            def loader(entry: Any = entry) -> memoryview:
-                return zr.read(entry)
-
-            st = Storage(pm.path_name, entry.size, dtype, dev, loader=loader, origin=f"{zr.prefix}/{rec}")
+            st = Storage(pm.path_name, entry.size, dtype, dev, loader=RecordLoader(zr, entry), origin=f"{zr.prefix}/{rec}")
             storages[pm.path_name] = st
         t = Tensor(st, dtype, sizes, strides, off, requires_grad=tm.requires_grad, is_parameter=pm.is_param, device=dev)
         t._check_bounds()

@@ -278,7 +278,7 @@ class TorchScriptArtifact(Artifact):
             try:
                 if t.storage is not None:
                     t._check_bounds()
-                    t.storage.bytes()
+                    t.storage.check()
             except TorchlessError as e:
                 problems.append(Problem("tensor", str(e), name))
         # every class the pickles use should be defined by the archive's code

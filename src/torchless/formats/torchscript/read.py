@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from ...container.zip import ZipEntry, ZipReader
+from ...container.zip import RecordLoader, ZipEntry, ZipReader
 from ...core.errors import FormatError, NotFoundError, TorchlessError, TruncatedError, UnsupportedError, short_repr
 from ...core.source import ByteSource
 from ...core.tensor import Storage, Tensor
@@ -487,10 +487,7 @@ def load_pickle(
                 found=f"{entry.size} bytes",
             )
 
-        def loader(entry: ZipEntry = entry, nbytes: int = nbytes) -> memoryview:
-            return zr.read(entry)[:nbytes]
-
-        st = Storage(key, nbytes, dtype, location, loader=loader, byteorder=byteorder, origin=entry.name)
+        st = Storage(key, nbytes, dtype, location, loader=RecordLoader(zr, entry, nbytes), byteorder=byteorder, origin=entry.name)
         storages[rec] = st
         return st
 
