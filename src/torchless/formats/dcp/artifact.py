@@ -76,8 +76,18 @@ class DCPArtifact(Artifact):
         return out
 
     def verify(self) -> list[Problem]:
+        """Every chunk located and checked against the metadata, every bytes item read, and
+        every item's embedded archive checked as a zip file is (the CRC-32 of each record)."""
         problems: list[Problem] = []
         r = self.reader
+        seen: set[tuple[str, int, int]] = set()
+
+        def archive(info: Any, fqn: str) -> None:
+            key = (info.relative_path, info.offset, info.length)
+            if key not in seen:
+                seen.add(key)
+                problems.extend(r.item_problems(info, fqn))
+
         for fqn in r.tensor_names():
             tmd = r.entries[fqn]
             total = 0
@@ -85,6 +95,7 @@ class DCPArtifact(Artifact):
                 for ref in r.chunks(fqn):
                     r.locate(ref)
                     total += numel(ref.chunk.sizes)
+                    archive(ref.info, fqn)
             except TorchlessError as e:
                 problems.append(Problem("chunk", str(e), fqn))
                 continue
@@ -93,6 +104,7 @@ class DCPArtifact(Artifact):
         for fqn in r.bytes_names():
             try:
                 r.value(fqn, weights_only=False)
+                archive(r.bytes_info(fqn), fqn)
             except TorchlessError as e:
                 problems.append(Problem("bytes", str(e), fqn))
         return problems

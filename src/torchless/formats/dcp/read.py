@@ -45,6 +45,7 @@ from ...core.errors import (
     WhereAt,
     short_repr,
 )
+from ...core.findings import Problem
 from ...core.paths import confine
 from ...core.source import ByteSource, BytesSource, MmapSource, RemoteSource, SliceSource
 from ...core.tensor import Storage, Tensor
@@ -676,12 +677,44 @@ class DCPReader:
 
     def raw_item(self, fqn: str) -> bytes:
         """The stored bytes of a non-tensor item (a ``torch.save`` stream)."""
-        info = self._by_key.get((fqn, None))
-        if info is None:
-            raise NotFoundError(f"no bytes item named {fqn!r}", path=self.path)
+        info = self.bytes_info(fqn)
         src = self._file(info.relative_path)
         src.check(info.offset, info.length, what=f"item {fqn}")
         return src.read_at(info.offset, info.length)
+
+    def item_problems(self, info: StorageInfo, fqn: str) -> list[Problem]:
+        """``verify``'s checks of one item's embedded ``torch.save`` archive, the CRC-32 of
+        every record included (torch's DCP loader checks none of them: a flipped payload
+        byte loads silently); none for an item that is no zip archive (a safetensors blob or
+        tensor of the other layouts: they have no checksums, and locating the chunk checked
+        what they have)."""
+        f = self._file(info.relative_path)
+        if info.offset < 0 or info.length < 4 or f.read_at(info.offset, 4) != LOCAL_SIG:
+            return []
+        at = f"{self._shown(info.relative_path)}@{info.offset}"
+        try:
+            found = ZipReader(self._item_source(info, f"item {fqn}")).verify(crc=True)
+        except TorchlessError as e:
+            return [Problem("item", f"{e.message} (the item at {at})", fqn, info.offset)]
+        finally:
+            self._release(info)
+        return [
+            Problem(
+                p.code,
+                f"{p.message} (record {p.member} of the item at {at})" if p.member else f"{p.message} (the item at {at})",
+                fqn,
+                None if p.offset is None else info.offset + p.offset,
+                p.severity,
+            )
+            for p in found
+        ]
+
+    def bytes_info(self, fqn: str) -> StorageInfo:
+        """Where the non-tensor item ``fqn`` lies."""
+        info = self._by_key.get((fqn, None))
+        if info is None:
+            raise NotFoundError(f"no bytes item named {fqn!r}", path=self.path)
+        return info
 
     def value(self, fqn: str, *, weights_only: bool = True) -> Any:
         """A non-tensor item, unpickled by torchless's safe machine."""
