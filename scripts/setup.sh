@@ -27,13 +27,16 @@ case ",${extras}," in
       (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) ||
         echo "setup.sh: could not install chromium; the browser tests will skip" >&2
     fi
-    # the az:// tests (tests/remote/test_remote_azure.py) run against Azurite, Microsoft's
+    # the az:// tests (tests/remote/test_remote_azure*.py) run against Azurite, Microsoft's
     # Azure Storage emulator (a Node.js program): installed with npm into the ignored
-    # .tools/ folder when missing. 3.35.0 is the last release that runs on Node 20.
-    if [ ! -x .tools/node_modules/.bin/azurite-blob ]; then
+    # .tools/ folder when missing or older. 3.37.0 is the first release with Put Block From
+    # URL (the server-side joins of range-task outputs); it declares Node >= 22 but runs
+    # the blob service on Node 20 (npm warns; the tests pass).
+    AZURITE=3.37.0
+    if ! grep -qs "\"version\": \"$AZURITE\"" .tools/node_modules/azurite/package.json; then
       if ! { command -v npm >/dev/null && mkdir -p .tools &&
-        npm install --prefix .tools --no-save --no-audit --no-fund --silent azurite@3.35.0 >/dev/null 2>&1; }; then
-        echo "setup.sh: could not install azurite with npm; the az:// tests will skip" >&2
+        npm install --prefix .tools --no-save --no-audit --no-fund --silent "azurite@$AZURITE" >/dev/null 2>&1; }; then
+        echo "setup.sh: could not install azurite $AZURITE with npm; the az:// tests will skip" >&2
       fi
     fi
     ;;

@@ -16,8 +16,10 @@ fsspec side: :func:`is_url` is a string test, and fsspec (the optional extra
   :mod:`torchless.core.atomic`): object stores create an object only when its upload
   completes (s3fs completes a multipart upload at the end); other filesystems get a
   temporary name and a move.
-* :func:`join_objects` - join part objects into one object with an S3 multipart upload
-  (server-side copies, completed only at the end, aborted on failure);
+* :func:`join_objects` - join part objects into one object server-side where the store
+  can (:func:`can_join`): an S3 multipart upload of server-side copies, completed only at
+  the end and aborted on failure; Azure blocks staged from the parts' URLs, committed by
+  one block list; :func:`move` - a server-side move, waited for until complete;
   :func:`abort_uploads` - abort the incomplete multipart uploads an interrupted job left.
 """
 
@@ -54,6 +56,9 @@ __all__ = [
     "join_plan",
     "abort_uploads",
     "can_join",
+    "join_min_part",
+    "joins_server_side",
+    "move",
     "reason",
     "check_exists",
     "INSTALL_HINT",
@@ -479,10 +484,47 @@ S3_MAX_PART = 5 << 30
 JoinPart = tuple[Any, ...]
 
 
-def can_join(url: str) -> bool:
-    """True when ``url`` is on S3 (s3fs), where :func:`join_objects` joins objects server-side."""
+def _join_kind(fs: Any) -> str | None:
+    """How objects of filesystem ``fs`` are joined server-side: ``"s3"`` (a multipart upload
+    of UploadPartCopy parts), ``"azure"`` (Put Block From URL, then one Put Block List), or
+    None (no join: the parts are read back and uploaded)."""
+    proto = _protocol(fs)
+    if proto in ("s3", "s3a") and hasattr(fs, "call_s3"):
+        return "s3"
+    if proto in ("az", "abfs", "abfss") and hasattr(fs, "service_client"):
+        return "azure"
+    return None
+
+
+def can_join(url: str, sizes: list[int] | None = None) -> bool:
+    """True when :func:`join_objects` joins objects at ``url`` (S3 through s3fs, Azure Blob
+    Storage through adlfs; with ``sizes``: parts of those sizes, at most 50,000 blocks on
+    Azure); elsewhere a job reads its parts back and uploads them."""
     fs, _p = filesystem(url)
-    return _protocol(fs) in ("s3", "s3a") and hasattr(fs, "call_s3")
+    kind = _join_kind(fs)
+    if kind == "azure" and sizes is not None:
+        return _az_blocks(sizes) <= AZ_MAX_BLOCKS
+    return kind is not None
+
+
+def join_min_part(url: str) -> int:
+    """The smallest part (but the last) that :func:`join_objects` copies server-side at
+    ``url``: S3's 5 MiB multipart minimum; 0 where any part is (Azure's blocks) or where
+    parts are read back anyway."""
+    fs, _p = filesystem(url)
+    return S3_MIN_PART if _join_kind(fs) == "s3" else 0
+
+
+def joins_server_side(url: str, sizes: list[int]) -> bool:
+    """True when :func:`join_objects` would join parts of ``sizes`` at ``url`` with no
+    payload byte passing through this process (then a coordinator may join them itself)."""
+    fs, _p = filesystem(url)
+    kind = _join_kind(fs)
+    if kind == "s3":
+        return all(p[0] == "copy" for p in join_plan(sizes))
+    if kind == "azure":
+        return _location(url) not in _AZ_NO_FROM_URL and _az_source_auth(fs) is not None and _az_blocks(sizes) <= AZ_MAX_BLOCKS
+    return False
 
 
 def join_plan(sizes: list[int], min_part: int = S3_MIN_PART, max_part: int = S3_MAX_PART) -> list[JoinPart]:
@@ -533,16 +575,37 @@ def join_plan(sizes: list[int], min_part: int = S3_MIN_PART, max_part: int = S3_
 
 
 def join_objects(url: str, parts: list[str], sizes: list[int]) -> int:
-    """Join objects ``parts`` (URLs, in order, of ``sizes`` bytes) into object ``url`` with
-    one S3 multipart upload (see :func:`join_plan`): the object appears only when the
-    upload completes, and on any failure the upload is aborted, so neither a partial
-    object nor an incomplete upload is left (callers hold signals back around it:
-    :func:`torchless.core.atomic.holding_signals`, so that a Ctrl-C lands after it).
+    """Join objects ``parts`` (URLs, in order, of ``sizes`` bytes) into object ``url``,
+    server-side where the store can (:func:`can_join`). The object appears only when the
+    join completes, and a failed join leaves neither a partial object nor (on S3) an
+    incomplete upload; callers hold signals back around it
+    (:func:`torchless.core.atomic.holding_signals`), so that a Ctrl-C lands after it.
+
+    * S3: one multipart upload (see :func:`join_plan`): parts of 5 MiB or more are
+      copied server-side (UploadPartCopy), a smaller one travels with the bytes next to it.
+    * Azure Blob Storage: one block per part (per 100 MiB of a larger part) staged by the
+      service from the part's URL (Put Block From URL, the source authorized by a
+      read-only SAS signed with the account key, or the SAS the filesystem holds), then
+      one Put Block List makes the blob. Without a key or SAS to authorize the source
+      (a token credential), or on an emulator without Put Block From URL, the blocks
+      are uploaded by this process instead (the same block list).
+
     Returns the bytes that passed through this process.
 
     Raises:
         WriteError: the store refused a request.
+        UsageError: the store has no server-side join.
     """
+    fs, _p = filesystem(url)
+    kind = _join_kind(fs)
+    if kind == "s3":
+        return _join_s3(url, parts, sizes)
+    if kind == "azure":
+        return _join_azure(url, parts, sizes)
+    raise UsageError("this store has no server-side join", path=url)
+
+
+def _join_s3(url: str, parts: list[str], sizes: list[int]) -> int:
     from .errors import WriteError
 
     fs, dest = filesystem(url)
@@ -590,14 +653,204 @@ def join_objects(url: str, parts: list[str], sizes: list[int]) -> int:
     return moved
 
 
+# -- Azure Blob Storage joins and moves ------------------------------------------------------
+#: the largest block staged from a URL (Put Block From URL) in a join, and the most blocks
+#: a block blob holds
+AZ_MAX_BLOCK = 100 << 20
+AZ_MAX_BLOCKS = 50_000
+#: accounts (``scheme://container``) whose service answered Put Block From URL with 501
+#: (an emulator without it): their joins upload the blocks
+_AZ_NO_FROM_URL: dict[str, bool] = {}
+
+
+def _az_blocks(sizes: list[int]) -> int:
+    return sum(-(-s // AZ_MAX_BLOCK) for s in sizes)
+
+
+def _az_source_auth(fs: Any) -> str | None:
+    """How a part's URL is authorized as the source of Put Block From URL: ``"key"`` (the
+    client signs with the account key: a read-only SAS is signed for each part), ``"sas"``
+    (the client's URLs carry a SAS), or None (a token credential, anonymous access)."""
+    client = getattr(fs, "service_client", None)
+    if client is None:
+        return None
+    cred = getattr(client, "credential", None)
+    if getattr(cred, "account_key", None) and getattr(cred, "account_name", None):
+        return "key"
+    if "sig=" in str(getattr(client, "url", "")).partition("?")[2]:
+        return "sas"
+    return None
+
+
+def _az_source_url(fs: Any, client: Any, auth: str | None) -> str:
+    """``client``'s blob URL, readable by the service for an hour (see :func:`_az_source_auth`)."""
+    url = str(client.url)
+    if auth != "key":
+        return url
+    import datetime
+
+    from azure.storage.blob import BlobSasPermissions, generate_blob_sas
+
+    cred = fs.service_client.credential
+    sas = generate_blob_sas(
+        account_name=cred.account_name,
+        container_name=client.container_name,
+        blob_name=client.blob_name,
+        account_key=cred.account_key,
+        permission=BlobSasPermissions(read=True),
+        expiry=datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1),
+    )
+    return url + ("&" if "?" in url else "?") + sas
+
+
+def _join_azure(url: str, parts: list[str], sizes: list[int]) -> int:
+    from fsspec.asyn import sync
+
+    from .errors import WriteError
+
+    fs, dest = filesystem(url)
+    if _az_blocks(sizes) > AZ_MAX_BLOCKS:
+        raise WriteError(f"cannot join parts: more than {AZ_MAX_BLOCKS} blocks", path=url)
+    try:
+        moved = int(sync(fs.loop, _join_azure_async, fs, url, dest, [filesystem(p)[1] for p in parts], sizes))
+    except WriteError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the Azure SDK's errors are not OSErrors
+        raise WriteError(f"cannot join parts: {reason(e)}", path=url) from None
+    fs.invalidate_cache(dest)
+    if moved:
+        STATS.uploaded(moved)
+    forget(url)
+    return moved
+
+
+async def _join_azure_async(fs: Any, url: str, dest: str, srcs: list[str], sizes: list[int]) -> int:
+    import base64
+
+    from azure.core.exceptions import HttpResponseError
+    from azure.storage.blob import BlobBlock
+
+    container, key, _v = fs.split_path(dest)
+    target = fs.service_client.get_blob_client(container, key)
+    auth = _az_source_auth(fs)
+    loc = _location(url)
+    tag = os.urandom(6).hex()  # block ids of this join (every id of a blob has one length)
+    blocks: list[Any] = []
+    moved = 0
+    for src, size in zip(srcs, sizes, strict=True):
+        sc, sk, _sv = fs.split_path(src)
+        client = fs.service_client.get_blob_client(sc, sk)
+        src_url = _az_source_url(fs, client, auth) if auth is not None else ""
+        for a in range(0, size, AZ_MAX_BLOCK):
+            n = min(AZ_MAX_BLOCK, size - a)
+            bid = base64.b64encode(f"{tag}-{len(blocks):08d}".encode()).decode()
+            if auth is not None and loc not in _AZ_NO_FROM_URL:
+                try:
+                    await target.stage_block_from_url(bid, src_url, source_offset=a, source_length=n)
+                    blocks.append(BlobBlock(block_id=bid))
+                    continue
+                except HttpResponseError as e:
+                    if e.status_code != 501:  # 501: not implemented (an emulator): upload the blocks
+                        raise
+                    _AZ_NO_FROM_URL[loc] = True
+            body = await (await client.download_blob(offset=a, length=n)).readall()
+            if len(body) != n:
+                raise OSError(f"part {src}: {len(body)} bytes read at {a}, expected {n}")
+            STATS.fetched(n)
+            moved += n
+            await target.stage_block(bid, body, length=n)
+            blocks.append(BlobBlock(block_id=bid))
+    await target.commit_block_list(blocks)  # the blob appears now, whole
+    return moved
+
+
+def move(src: str, dst: str) -> None:
+    """Move object ``src`` to ``dst`` (same store) server-side. On Azure the copy is
+    waited for until the service reports it complete (adlfs's move deletes the source as
+    soon as the copy is started, and a copy may complete asynchronously), so a file moved
+    before another is whole before the next one appears.
+
+    Raises:
+        WriteError: the store refused, or the copy failed.
+    """
+    from .errors import WriteError
+
+    fs, s = filesystem(src)
+    _fs, d = filesystem(dst)
+    try:
+        if _join_kind(fs) == "azure":
+            from fsspec.asyn import sync
+
+            sync(fs.loop, _az_copy, fs, s, d)
+            fs.rm_file(s)
+            fs.invalidate_cache(d)
+        else:
+            fs.mv(s, d)
+    except Exception as e:  # noqa: BLE001 - each filesystem raises its own kind
+        raise WriteError(f"cannot move {basename(src)} into place: {reason(e)}", path=dst) from None
+    forget(src)
+    forget(dst)
+
+
+async def _az_copy(fs: Any, src: str, dst: str) -> None:
+    import asyncio
+
+    sc, sk, _sv = fs.split_path(src)
+    dc, dk, _dv = fs.split_path(dst)
+    source = fs.service_client.get_blob_client(sc, sk)
+    target = fs.service_client.get_blob_client(dc, dk)
+    r = await target.start_copy_from_url(_az_source_url(fs, source, _az_source_auth(fs)))
+    status, wait = r.get("copy_status"), 0.05
+    while status == "pending":
+        await asyncio.sleep(wait)
+        wait = min(2.0, wait * 2)
+        status = (await target.get_blob_properties()).copy.status
+    if status != "success":
+        raise OSError(f"the service's copy of {src} ended {status!r}")
+
+
+async def _az_discard_uncommitted(fs: Any, url: str, p: str, exact: bool, under: bool) -> list[str]:
+    from azure.core.exceptions import ResourceNotFoundError
+
+    container, key, _v = fs.split_path(p)
+    prefix = key if exact or not under else key.rstrip("/") + "/"
+    cc = fs.service_client.get_container_client(container)
+    try:
+        committed = {b.name async for b in cc.list_blobs(name_starts_with=prefix)}
+        listed = [b.name async for b in cc.list_blobs(name_starts_with=prefix, include=["uncommittedblobs"])]
+    except ResourceNotFoundError:
+        return []
+    out = []
+    for name in listed:
+        if name in committed or (exact and name != key):
+            continue
+        bc = cc.get_blob_client(name)
+        try:
+            await bc.delete_blob()
+        except ResourceNotFoundError:  # the service keeps no such blob: commit none, then delete it
+            await bc.commit_block_list([])
+            await bc.delete_blob()
+        out.append(f"{url.partition('://')[0]}://{container}/{name} (uncommitted blocks)")
+    return out
+
+
 def abort_uploads(url: str, *, exact: bool = False, under: bool = True) -> list[str]:
     """Abort the incomplete S3 multipart uploads under folder ``url`` (``exact``: of that
     key only; ``under=False``: of every key that starts with ``url``), left by a process
     killed while uploading. Returns ``URL (incomplete multipart upload)`` for each;
-    nothing on stores without multipart uploads."""
-    if not can_join(url):
-        return []
+    nothing on stores without multipart uploads.
+
+    On Azure, the counterpart: blobs that have uncommitted blocks and no committed
+    content (a join or a staged upload that never committed its block list) are deleted,
+    discarding their blocks; ``URL (uncommitted blocks)`` for each."""
     fs, p = filesystem(url)
+    kind = _join_kind(fs)
+    if kind == "azure":
+        from fsspec.asyn import sync
+
+        return list(sync(fs.loop, _az_discard_uncommitted, fs, url, p, exact, under))
+    if kind != "s3":
+        return []
     bucket, key, _v = fs.split_path(p)
     prefix = key if exact or not under else key.rstrip("/") + "/"
     out = []

@@ -24,7 +24,7 @@ only when all are complete, the index / ``.metadata`` last. A manifest in the st
 area records each completed file's size and CRC-32 (and, beside a remote destination, a
 record beside each finished part object): a resumed job (``resume=True``) verifies and
 keeps those and runs only the rest; :func:`cleanup` removes what an interrupted job left,
-incomplete S3 multipart uploads included.
+incomplete S3 multipart uploads and Azure blobs of uncommitted blocks included.
 """
 
 from __future__ import annotations
@@ -634,18 +634,18 @@ class RemoteStaging(_Staging):
 
     def complete(self, f: OutputFile, segments: list[dict[str, Any]]) -> tuple[list[str], str, list[int]] | None:
         """Join the file's part objects into one staged object: a server-side move (one
-        part) or, on S3, one multipart upload of server-side copies
-        (:func:`~torchless.core.remote.join_objects`) when every part but the last has
-        S3's 5 MiB minimum; otherwise ``(parts, staged URL, sizes)``, joined by a worker
-        (:func:`compose_parts`), so no payload byte passes through the coordinator."""
+        part) or a server-side join (:func:`~torchless.core.remote.join_objects`) when no
+        payload byte would pass through this process (on S3: every part but the last has
+        S3's 5 MiB minimum; on Azure: the parts' URLs can be authorized); otherwise
+        ``(parts, staged URL, sizes)``, joined by a worker (:func:`compose_parts`), so no
+        payload byte passes through the coordinator."""
         segs = sorted(segments, key=lambda s: s["offset"])
         parts = [self.target(f.name, s["offset"]) for s in segs]
         sizes = [s["length"] for s in segs]
         if len(parts) == 1:
-            self.fs.mv(remote.filesystem(parts[0])[1], remote.filesystem(self.staged_path(f.name))[1])
-            remote.forget(self.staged_path(f.name))
+            remote.move(parts[0], self.staged_path(f.name))
             return None
-        if remote.can_join(self.root) and all(p[0] == "copy" for p in remote.join_plan(sizes)):
+        if remote.joins_server_side(self.root, sizes):
             from ..core.atomic import holding_signals
 
             with holding_signals():  # a Ctrl-C lands once the upload is completed or aborted
@@ -679,11 +679,8 @@ class RemoteStaging(_Staging):
 
         names = sorted(remote.listdir(remote.join(self.root, "files")), key=lambda n: (n in last, n))
 
-        def move(n: str) -> None:
-            src = remote.filesystem(self.staged_path(n))[1]
-            dst = remote.filesystem(remote.join(self.base, n))[1]
-            self.fs.mv(src, dst)
-            remote.forget(remote.join(self.base, n))
+        def move(n: str) -> None:  # on Azure: waited for until the service's copy is complete
+            remote.move(self.staged_path(n), remote.join(self.base, n))
 
         for n in names:
             if n not in last:
@@ -702,9 +699,10 @@ class RemoteStaging(_Staging):
 @remote.accepts_storage_options
 def cleanup(dst: Any, *, folder: bool = True) -> list[str]:
     """Remove what interrupted jobs left for destination ``dst`` (their staging folders
-    or prefixes, never a published file; on S3 also the incomplete multipart uploads
-    under the staging prefix and at the destination). Returns what was removed: local
-    staging folders; at a URL each object, and ``URL (incomplete multipart upload)``.
+    or prefixes, never a published file; on S3 also the incomplete multipart uploads,
+    on Azure the blobs of uncommitted blocks, under the staging prefix and at the
+    destination). Returns what was removed: local staging folders; at a URL each object,
+    and ``URL (incomplete multipart upload)`` / ``URL (uncommitted blocks)``.
 
     Args:
         dst: the destination the job wrote: a DCP folder (``folder=True``) or a file
@@ -808,16 +806,17 @@ def _verify_staged(args: tuple[str, int, int, dict[str, Any]]) -> bool:
 def compose_parts(args: tuple[list[str], str, dict[str, Any], list[int]]) -> int:
     """A worker joins part objects into one object, then removes the parts. On S3, one
     multipart upload of server-side copies, in which a part under S3's 5 MiB minimum
-    travels with the bytes next to it (:func:`~torchless.core.remote.join_objects`);
-    elsewhere the parts are read and uploaded in 16 MiB pieces. Returns the bytes that
-    passed through this worker."""
+    travels with the bytes next to it; on Azure, blocks staged from the parts' URLs, or
+    uploaded by this worker where the service cannot read them
+    (:func:`~torchless.core.remote.join_objects`); elsewhere the parts are read and
+    uploaded in 16 MiB pieces. Returns the bytes that passed through this worker."""
     parts, dest, opts, sizes = args
     from ..core.atomic import AtomicFile, holding_signals
     from ..core.remote import storage_options_ctx
 
     opts = _install_options(opts)
     with storage_options_ctx(opts.get("ctx")):
-        if remote.can_join(dest):
+        if remote.can_join(dest, sizes):
             with holding_signals():  # a Ctrl-C lands once the upload is completed or aborted
                 n = remote.join_objects(dest, parts, sizes)
         else:
@@ -881,11 +880,13 @@ def write_outputs(
             staging.presize(f)
     # phase 1: every piece but the seals; phase 2: the seals, once their items' CRCs are known
     tasks1: list[RangeTask] = []
+    # parts joined server-side on S3 hold its 5 MiB minimum (remote.join_min_part)
+    min_part = remote.join_min_part(staging.root) if staging.remote else 0
     seals: list[tuple[OutputFile, Piece]] = []
     kept1: list[dict[str, Any]] = []
     kept2: list[dict[str, Any]] = []
     for f in todo:
-        for seg in _segments(f.pieces, max_task_bytes, remote.S3_MIN_PART if staging.remote else 0):
+        for seg in _segments(f.pieces, max_task_bytes, min_part):
             off = seg[0].offset
             k = kept_parts.get((f.name, off))
             if k is not None and k["length"] == sum(p.length for p in seg):
