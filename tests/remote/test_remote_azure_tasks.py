@@ -170,6 +170,30 @@ def test_reshard_az_with_range_tasks_joins_server_side(az, ckpt, tmp_path, capsy
     assert len(commits) == 3 and all("/files/" in p for p in commits)  # one block list per rank file
 
 
+def test_consolidate_az_to_sharded_safetensors_joins_server_side(az, ckpt, tmp_path, capsys):
+    """A 4-rank DCP at az:// consolidated to sharded safetensors at az:// in 1 MiB tasks on
+    two workers: the local convert's shards and index exactly, each shard joined by the
+    service (no part byte read by torchless), nothing staged left."""
+    _needs_put_block_from_url(az)
+    sd, d = ckpt
+    _upload_dir(az, d / "r4", "r4")
+    ref = tmp_path / "ref"
+    ref.mkdir()
+    code, out, err = _cli(capsys, "convert", str(d / "r4"), str(ref / "m.safetensors"), "--max-shard-size", "2MB")
+    assert code == 0, err
+    want = sorted(os.listdir(ref))
+    assert len(want) > 2  # shards and their index
+    mark = az.srv.mark()
+    argv = ["convert", f"{az.url}/r4", f"{az.url}/sh/m.safetensors", "--max-shard-size", "2MB"]
+    code, out, err = _cli(capsys, *argv, "--executor", "local:2", "--max-task-bytes", "1MiB")
+    assert code == 0, err
+    assert az.keys("sh") == want
+    for n in want:
+        assert az.get(f"sh/{n}") == (ref / n).read_bytes(), n
+    reqs = az.srv.requests()[mark:]
+    assert _part_reads(reqs, signed=True) and _part_reads(reqs, signed=False) == []
+
+
 def test_join_without_source_authorization_uploads_the_blocks(az, ckpt, tmp_path, capsys, monkeypatch):
     """Where the service cannot be given a readable URL of the parts (a token credential),
     the join uploads the blocks itself: the same files, every part byte read back once."""
