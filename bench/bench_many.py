@@ -22,11 +22,12 @@ from __future__ import annotations
 import argparse
 import compileall
 import os
+import statistics
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import PY, ROOT, SHARED_CASES, Harness  # noqa: E402
+from harness import PY, ROOT, SHARED_CASES, Harness, count_instructions  # noqa: E402
 
 GEN = r"""
 import sys, warnings, torch, torch.distributed.checkpoint as dcp
@@ -115,6 +116,13 @@ def main() -> None:
         default=None,
         help="a checkout of an older torchless: its torchless cases run in the same rounds, with the speed-up printed",
     )
+    ap.add_argument(
+        "--instructions",
+        type=int,
+        default=0,
+        metavar="N",
+        help="info row: also count each case's instructions N times under valgrind (load-independent)",
+    )
     a = ap.parse_args()
     only = set(a.only.split(","))
     d = os.path.join(a.data, f"many_{a.n}")
@@ -164,9 +172,13 @@ def main() -> None:
         h.ratio("`torchless info` on a small file (difference in s, shown as ratio)", "torchless_info", "import_numpy", goal=None)
     if a.before:
         src = os.path.join(os.path.abspath(a.before), "src")
-        for name in [n for n in h.cases if n.startswith("torchless_") and n != "torchless_info"]:
+        for name in [n for n in h.cases if n.startswith("torchless_")]:
             c = h.cases[name]
-            h.case(name + "_before", c.code, args=c.args, warm=c.warm, env={"PYTHONPATH": src})
+            if name == "torchless_info":
+                compileall.compile_dir(os.path.join(src, "torchless"), quiet=1)
+                h.case(name + "_before", argv=c.argv, warm=c.warm, whole_process=True, env={"PYTHONPATH": src})
+            else:
+                h.case(name + "_before", c.code, args=c.args, warm=c.warm, env={"PYTHONPATH": src})
             h.ratio(f"{name}: speed-up over --before", name, name + "_before", better="higher")
             h.ratio(f"{name}: speed-up over --before (CPU seconds)", name, name + "_before", better="higher", key="cpu")
     h.run()
@@ -176,6 +188,15 @@ def main() -> None:
         md += f"\n\n`torchless info` minus `import numpy`: {diff:+.3f} s (goal <= +0.1 s: {'yes' if diff <= 0.1 else '**no**'})"
         cdiff = h.median("torchless_info", "cpu") - h.median("import_numpy", "cpu")
         md += f"; in CPU seconds: {cdiff:+.3f} s"
+        if "torchless_info_before" in h.cases:
+            bdiff = h.median("torchless_info_before", "cpu") - h.median("import_numpy", "cpu")
+            md += f" (--before: {bdiff:+.3f} s)"
+        if a.instructions:
+            counts = {n: statistics.median(count_instructions(h.cases[n], a.instructions)) for n in h.cases if "info" in n}
+            base = statistics.median(count_instructions(h.cases["import_numpy"], a.instructions))
+            md += f"\n\nInstructions (callgrind, median of {a.instructions} runs): `import numpy` {base / 1e6:.0f} M"
+            for n, v in counts.items():
+                md += f"; {n} {v / 1e6:.0f} M ({(v - base) / 1e6:+.0f} M)"
     print(md)
     if a.md:
         with open(a.md, "w") as f:

@@ -134,13 +134,7 @@ def run_child(case: Case) -> dict[str, float]:
     if case.before is not None:
         case.before()
     warm(case.warm)
-    env = dict(os.environ)
-    env.setdefault("PYTHONPATH", os.path.join(ROOT, "src"))
-    # NumPy's BLAS threads spin for a while after import and charge CPU seconds to a
-    # process that does no linear algebra: one thread each, for every case alike
-    for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        env.setdefault(k, "1")
-    env.update(case.env)
+    env = child_env(case)
     argv = case.argv if case.argv is not None else [PY, "-c", PRELUDE + case.code, *case.args]
     with tempfile.TemporaryFile() as fo, tempfile.TemporaryFile() as fe:
         t0 = time.perf_counter()
@@ -167,6 +161,48 @@ def run_child(case: Case) -> dict[str, float]:
     if case.whole_process:
         res["cpu"] = res["proc_cpu"]
     return res
+
+
+def child_env(case: Case) -> dict[str, str]:
+    """The environment every child runs in (this checkout's ``src``, one BLAS thread)."""
+    env = dict(os.environ)
+    env.setdefault("PYTHONPATH", os.path.join(ROOT, "src"))
+    # NumPy's BLAS threads spin for a while after import and charge CPU seconds to a
+    # process that does no linear algebra: one thread each, for every case alike
+    for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        env.setdefault(k, "1")
+    env.update(case.env)
+    return env
+
+
+def count_instructions(case: Case, runs: int) -> list[int]:
+    """Instructions one run of ``case`` (a whole-process ``argv`` case) executes, ``runs``
+    times, counted by ``valgrind --tool=callgrind``: unlike seconds, the count does not
+    move with the machine's load. The hash seed is fixed so that runs repeat exactly.
+
+    Raises:
+        RuntimeError: valgrind is missing, or the case fails under it.
+    """
+    argv = case.argv if case.argv is not None else [PY, "-c", PRELUDE + case.code, *case.args]
+    env = child_env(case)
+    env["PYTHONHASHSEED"] = "0"
+    counts = []
+    for _ in range(runs):
+        warm(case.warm)
+        try:
+            p = subprocess.run(
+                ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv],
+                capture_output=True,
+                text=True,
+                env=env,
+            )
+        except FileNotFoundError:
+            raise RuntimeError("instruction counts need valgrind") from None
+        found = [line for line in p.stderr.splitlines() if "Collected :" in line]
+        if p.returncode != 0 or not found:
+            raise RuntimeError(f"{case.name} failed under valgrind ({p.returncode}):\n{p.stderr[-3000:]}")
+        counts.append(int(found[-1].rsplit(":", 1)[1]))
+    return counts
 
 
 @dataclass

@@ -298,8 +298,8 @@ def test_cli_internal_error_and_interrupt_are_one_line(tmp_path, capsys, monkeyp
     real = cli.build_parser
 
     def patched(func):
-        def build():
-            p = real()
+        def build(*args, **kwargs):
+            p = real(*args, **kwargs)
             for action in p._subparsers._group_actions:  # noqa: SLF001 - test-only rewiring
                 action.choices["info"].set_defaults(func=func)
             return p

@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from ..core.errors import InternalError, TorchlessError
 from ..core.lazy import import_modules
@@ -32,8 +33,91 @@ COMMAND_MODULES = [
 ]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, with the help width found without :mod:`shutil`.
+
+    argparse makes a help formatter for every argument it adds and sizes it with
+    ``shutil.get_terminal_size``; importing :mod:`shutil` (and the ``bz2`` and ``lzma``
+    modules it imports) is a noticeable part of the command line's start-up. The width is
+    the same: ``$COLUMNS``, else the terminal's, else 80, less 2. Sub-command parsers are
+    of this class too (argparse makes them of their parent's class).
+    """
+
+    def _get_formatter(self) -> argparse.HelpFormatter:
+        make: Any = self.formatter_class  # every HelpFormatter takes a width
+        return make(prog=self.prog, width=_help_width())
+
+
+def _help_width() -> int:
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        out = sys.__stdout__
+        try:
+            columns = (os.get_terminal_size(out.fileno()).columns if out is not None else 0) or 80
+        except (AttributeError, ValueError, OSError):
+            columns = 80
+    return columns - 2
+
+
+class _Sink:
+    """Takes every call registration makes on the parser of a command not being built."""
+
+    def __getattr__(self, name: str) -> _Sink:
+        return self
+
+    def __setattr__(self, name: str, value: object) -> None:
+        pass
+
+    def __call__(self, *args: object, **kwargs: object) -> _Sink:
+        return self
+
+
+class _OneCommand:
+    """Stands for the sub-commands action while the command modules register: only the
+    parser of ``wanted`` (a name or an alias) is built; the others go to a :class:`_Sink`."""
+
+    def __init__(self, sub: argparse._SubParsersAction, wanted: str) -> None:
+        self._sub = sub
+        self._wanted = wanted
+        self.found = False
+
+    def add_parser(self, name: str, **kwargs: Any) -> Any:
+        if name == self._wanted or self._wanted in kwargs.get("aliases", ()):
+            self.found = True
+            return self._sub.add_parser(name, **kwargs)
+        return _Sink()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sub, name)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser.
+
+    Args:
+        command: build only this command's parser, importing the command modules up to
+            the one that registers it (``torchless info`` starts without building the
+            parsers of some thirty commands it does not run). None, or a name no module
+            registers: every command, as ``--help`` and usage errors show them.
+    """
+    if command is not None and not command.startswith("-"):
+        p, sub = _top_parser()
+        one = _OneCommand(sub, command)
+        for name in COMMAND_MODULES:
+            import_modules([name])[0].register(one)
+            if one.found:
+                return p
+    p, sub = _top_parser()
+    for m in import_modules(COMMAND_MODULES):
+        m.register(sub)
+    return p
+
+
+def _top_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
+    p = _Parser(
         prog="torchless",
         description="Read, inspect, verify, scan and convert PyTorch artifacts without torch.",
         epilog="exit codes: 0 ok, 1 findings/differences, 2 error",
@@ -54,9 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for m in import_modules(COMMAND_MODULES):
-        m.register(sub)
-    return p
+    return p, sub
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -67,8 +149,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     it is a torchless bug. Ctrl-C is one line and exit code 130. Never a traceback.
     """
     try:
-        parser = build_parser()
         argv, global_opts = _global_options(list(sys.argv[1:] if argv is None else argv))
+        # the command's own parser when the first word names one (argparse dispatches on it)
+        parser = build_parser(argv[0] if argv else None)
         try:
             args = parser.parse_args(argv)
             for k, v in global_opts.items():

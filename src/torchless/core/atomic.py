@@ -30,10 +30,12 @@ fail the creation of every output instead (a read-only destination).
 
 from __future__ import annotations
 
+# the interpreter's own _signal, not signal: signal builds its enums first (a noticeable
+# part of the command line's start-up, and nothing here needs them); the calls are the same
+import _signal as signal
 import atexit
 import errno
 import os
-import signal
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager

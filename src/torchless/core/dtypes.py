@@ -4,7 +4,8 @@ torch's dtype table (``torch/storage.py``, spec ``pt.md`` §1.7) is reproduced h
 data: the name torch prints (``torch.bfloat16``), the element size, the legacy typed
 storage class a checkpoint names (``BFloat16Storage``) and the NumPy dtype that holds
 the same bytes. bfloat16 and the float8 family are real NumPy dtypes through
-``ml_dtypes``; dtypes NumPy cannot express (complex32, packed sub-byte and ``bits*``
+``ml_dtypes``, imported the first time one of them is asked for (listing a float32
+checkpoint never loads it: ``tests/cli/test_startup.py``); dtypes NumPy cannot express (complex32, packed sub-byte and ``bits*``
 types, quantized integers) keep a ``storage`` dtype with the same bytes so that data is
 never lost.
 """
@@ -14,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from .errors import UnsupportedError
@@ -41,10 +41,23 @@ class DType:
 
     name: str
     itemsize: int
-    numpy: np.dtype | None = field(compare=False)
-    storage: np.dtype = field(compare=False)
+    # an ml_dtypes type name until first asked for (then the NumPy dtype): see :attr:`numpy`
+    _numpy: np.dtype | str | None = field(compare=False, repr=False)
+    _storage: np.dtype | str = field(compare=False, repr=False)
     legacy_storage: str | None = None
     kind: str = "float"
+
+    @property
+    def numpy(self) -> np.dtype | None:
+        """The NumPy dtype with the element's meaning, or None when NumPy has none."""
+        v = self._numpy
+        return _resolve(self)[0] if isinstance(v, str) else v
+
+    @property
+    def storage(self) -> np.dtype:
+        """The NumPy dtype of the raw element bytes (same itemsize)."""
+        v = self._storage
+        return _resolve(self)[1] if isinstance(v, str) else v
 
     @property
     def torch_name(self) -> str:
@@ -81,16 +94,30 @@ def _d(name: str, itemsize: int, npd: Any, storage: Any, legacy: str | None, kin
     )
 
 
-def _ml(name: str) -> Any:
-    # float8_e8m0fnu arrived in ml_dtypes 0.5; keep the bytes as uint8 where it is missing.
-    return getattr(ml_dtypes, name, None)
+def _ml(name: str, itemsize: int, legacy: str | None = None) -> DType:
+    """A dtype whose NumPy type is ``ml_dtypes.<name>``, imported when first asked for
+    (``import ml_dtypes`` costs a command line start-up a fifth of its time)."""
+    return DType(name, itemsize, name, name, legacy, "float")
+
+
+def _resolve(d: DType) -> tuple[np.dtype | None, np.dtype]:
+    """Fill in ``d``'s ml_dtypes types. A type this ml_dtypes lacks (float8_e8m0fnu
+    arrived in 0.5) keeps its bytes as unsigned integers of the same size."""
+    import ml_dtypes
+
+    t = getattr(ml_dtypes, d.name, None)
+    npd = None if t is None else np.dtype(t)
+    storage = np.dtype(f"u{d.itemsize}") if npd is None else npd
+    object.__setattr__(d, "_numpy", npd)
+    object.__setattr__(d, "_storage", storage)
+    return npd, storage
 
 
 _TABLE = [
     _d("float64", 8, np.float64, np.float64, "DoubleStorage", "float"),
     _d("float32", 4, np.float32, np.float32, "FloatStorage", "float"),
     _d("float16", 2, np.float16, np.float16, "HalfStorage", "float"),
-    _d("bfloat16", 2, ml_dtypes.bfloat16, ml_dtypes.bfloat16, "BFloat16Storage", "float"),
+    _ml("bfloat16", 2, "BFloat16Storage"),
     _d("int64", 8, np.int64, np.int64, "LongStorage", "int"),
     _d("int32", 4, np.int32, np.int32, "IntStorage", "int"),
     _d("int16", 2, np.int16, np.int16, "ShortStorage", "int"),
@@ -109,18 +136,11 @@ _TABLE = [
     _d("uint16", 2, np.uint16, np.uint16, None, "uint"),
     _d("uint32", 4, np.uint32, np.uint32, None, "uint"),
     _d("uint64", 8, np.uint64, np.uint64, None, "uint"),
-    _d("float8_e4m3fn", 1, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e4m3fn, None, "float"),
-    _d("float8_e5m2", 1, ml_dtypes.float8_e5m2, ml_dtypes.float8_e5m2, None, "float"),
-    _d("float8_e4m3fnuz", 1, ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e4m3fnuz, None, "float"),
-    _d("float8_e5m2fnuz", 1, ml_dtypes.float8_e5m2fnuz, ml_dtypes.float8_e5m2fnuz, None, "float"),
-    _d(
-        "float8_e8m0fnu",
-        1,
-        _ml("float8_e8m0fnu"),
-        _ml("float8_e8m0fnu") or np.uint8,
-        None,
-        "float",
-    ),
+    _ml("float8_e4m3fn", 1),
+    _ml("float8_e5m2", 1),
+    _ml("float8_e4m3fnuz", 1),
+    _ml("float8_e5m2fnuz", 1),
+    _ml("float8_e8m0fnu", 1),
     _d("float4_e2m1fn_x2", 1, None, np.uint8, None, "bits"),
     _d("bits8", 1, None, np.uint8, None, "bits"),
     _d("bits16", 2, None, np.uint16, None, "bits"),
@@ -156,10 +176,18 @@ _ALIASES = {
     "fp64": "float64",
 }
 
+#: NumPy dtype -> DType; the ml_dtypes entries join on the first miss (:func:`from_numpy`)
 _FROM_NUMPY: dict[np.dtype, DType] = {}
-for _d_ in _TABLE:
-    if _d_.numpy is not None and _d_.kind != "quantized":
-        _FROM_NUMPY.setdefault(_d_.numpy, _d_)
+_ml_done = False
+
+
+def _fill_from_numpy(everything: bool) -> None:
+    for d in _TABLE:
+        if d.kind != "quantized" and (everything or not isinstance(d._numpy, str)) and (npd := d.numpy) is not None:
+            _FROM_NUMPY.setdefault(npd, d)
+
+
+_fill_from_numpy(everything=False)
 
 
 def by_name(name: str) -> DType:
@@ -185,10 +213,16 @@ def from_numpy(dtype: Any) -> DType:
     nd = np.dtype(dtype)
     if nd.byteorder not in ("=", "|"):
         nd = nd.newbyteorder("=")
-    try:
-        return _FROM_NUMPY[nd]
-    except KeyError:
-        raise UnsupportedError(f"NumPy dtype {nd} has no torch counterpart") from None
+    found = _FROM_NUMPY.get(nd)
+    if found is None:
+        global _ml_done
+        if not _ml_done:  # an ml_dtypes type (bfloat16...) before any was asked for by name
+            _ml_done = True
+            _fill_from_numpy(everything=True)
+            found = _FROM_NUMPY.get(nd)
+        if found is None:
+            raise UnsupportedError(f"NumPy dtype {nd} has no torch counterpart")
+    return found
 
 
 def from_storage_name(name: str) -> DType | None:

@@ -8,10 +8,11 @@ tensors in it. The CLI's generic commands (``info``, ``ls``, ``convert``, ``diff
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
+from stat import S_ISDIR
 from typing import Any, ClassVar, TypeVar
 
 from ..container.zip import ZipReader, is_zip
@@ -218,7 +219,6 @@ def check_options(h: Any, kind: str, given: Mapping[str, Any], *, path: Any = No
         )
 
 
-@dataclass
 class Probe:
     """What detection looks at: the path, the first bytes, and (lazily) zip record names.
 
@@ -226,18 +226,38 @@ class Probe:
     a zip member, a DCP item), so the same sniffers run on nested members.
 
     Attributes:
-        path: the file or directory (for a byte source, its name).
+        path: the file or directory as a :class:`pathlib.Path` (for a byte source, its
+            name; a URL: a :class:`~torchless.core.remote.RemotePath`).
         is_dir: True for directories (DCP checkpoints, caches, unpacked packages).
         head: the first 4096 bytes of a file (empty for directories).
     """
 
-    path: Path
-    is_dir: bool
-    head: bytes
-    _reader: ZipReader | None = field(default=None, repr=False)
-    _records: list[str] | None = field(default=None, repr=False)
-    _zip_done: bool = field(default=False, repr=False)
-    _source: Any = field(default=None, repr=False)  # a byte source's bytes (remote, nested), shared with the zip reader
+    __slots__ = ("_text", "_path", "is_dir", "head", "_reader", "_records", "_zip_done", "_source")
+
+    def __init__(self, path: Any, is_dir: bool, head: bytes, *, _source: Any = None) -> None:
+        # ``path``: a Path, a RemotePath, or the text of a path that pathlib would spell
+        # the same (:func:`_plain_path`), whose Path is made when first asked for: detection
+        # of a file needs only its name, and importing pathlib is a noticeable part of the
+        # command line's start-up
+        self._path: Any = None if type(path) is str else path
+        self._text: str = path if type(path) is str else str(path)
+        self.is_dir = is_dir
+        self.head = head
+        self._reader: ZipReader | None = None
+        self._records: list[str] | None = None
+        self._zip_done = False
+        self._source = _source  # a byte source's bytes (remote, nested), shared with the zip reader
+
+    def __repr__(self) -> str:
+        return f"Probe(path={self.path!r}, is_dir={self.is_dir!r}, head={self.head!r})"
+
+    @property
+    def path(self) -> Any:
+        if self._path is None:
+            from pathlib import Path
+
+            self._path = Path(self._text)
+        return self._path
 
     @classmethod
     def of(cls, path: Any) -> Probe:
@@ -253,14 +273,19 @@ class Probe:
             path = local_path(path)
             if is_url(path):
                 return cls._of_url(path)
-        p = Path(os.fspath(path))
-        if p.is_dir():
-            return cls(p, True, b"")
-        if not p.exists():
-            raise NotFoundError("no such file or directory", path=p)
-        with open(p, "rb") as f:
+        where: Any = os.fspath(path)
+        if not _plain_path(where):
+            from pathlib import Path
+
+            where = Path(where)  # pathlib's spelling (``./a//b/`` is ``a/b``), as messages show it
+        st = _stat(where)  # what Path.is_dir() and Path.exists() look at: one stat for both
+        if st is not None and S_ISDIR(st.st_mode):
+            return cls(where, True, b"")
+        if st is None:
+            raise NotFoundError("no such file or directory", path=where)
+        with open(where, "rb") as f:
             head = f.read(4096)
-        return cls(p, False, head)
+        return cls(where, False, head)
 
     @classmethod
     def _of_url(cls, url: str) -> Probe:
@@ -269,11 +294,11 @@ class Probe:
         # a RemotePath stands where detection expects a Path: it has the Path members that
         # sniffers use (name, suffix, /, is_dir, exists) but is a str, not a Path
         if remote.isdir(url):
-            return cls(remote.RemotePath(url), True, b"")  # type: ignore[arg-type]  # a RemotePath for a Path
+            return cls(remote.RemotePath(url), True, b"")
         from ..core.source import RemoteSource
 
         src = RemoteSource(url)
-        return cls(remote.RemotePath(url), False, src.read_at(0, min(4096, src.size)), _source=src)  # type: ignore[arg-type]  # a RemotePath for a Path
+        return cls(remote.RemotePath(url), False, src.read_at(0, min(4096, src.size)), _source=src)
 
     @classmethod
     def of_source(cls, data: Any, name: str = "<bytes>") -> Probe:
@@ -282,11 +307,25 @@ class Probe:
         from ..core.source import open_source
 
         src = open_source(data)
-        return cls(Path(name), False, src.read_at(0, min(src.size, 4096)), _source=src)
+        where: Any = name
+        if not _plain_path(name):
+            from pathlib import Path
+
+            where = Path(name)  # pathlib's spelling of it
+        return cls(where, False, src.read_at(0, min(src.size, 4096)), _source=src)
+
+    @property
+    def name(self) -> str:
+        """The last part of the path (a file's name)."""
+        return os.path.basename(self._text)
 
     @property
     def suffix(self) -> str:
-        return self.path.suffix.lower()
+        if self._path is not None:
+            return str(self._path.suffix.lower())
+        name = self.name  # Path.suffix of a plain path
+        i = name.rfind(".")
+        return name[i:].lower() if 0 < i < len(name) - 1 else ""
 
     def _parse_zip(self) -> None:
         if not self._zip_done:
@@ -294,7 +333,7 @@ class Probe:
             if not self.is_dir and is_zip(self.head):
                 try:
                     src = self._source  # a remote object's source, or None: map the file
-                    self._reader = ZipReader(src if src is not None else self.path, require_prefix=False)
+                    self._reader = ZipReader(src if src is not None else self._text, require_prefix=False)
                     self._records = self._reader.records()
                 except TorchlessError:
                     self._reader = None
@@ -326,6 +365,37 @@ class Probe:
         zr, self._reader = self._reader, None
         if zr is not None:
             zr.close()
+
+
+def _plain_path(text: Any) -> bool:
+    """True when ``text`` is a POSIX path that :class:`pathlib.Path` spells the same: no
+    empty or ``.`` parts, no trailing slash."""
+    return (
+        os.name == "posix"
+        and type(text) is str
+        and text not in ("", ".")
+        and "//" not in text
+        and not text.endswith(("/", "/."))
+        and not text.startswith("./")
+        and "/./" not in text
+    )
+
+
+def _stat(path: Any) -> os.stat_result | None:
+    """``os.stat``, None where :meth:`pathlib.Path.exists` says False (a missing file or
+    folder, a loop, a bad name); other errors (permission denied) raise, as Path's do."""
+    try:
+        return os.stat(path)
+    except OSError as e:
+        if e.errno not in _MISSING:
+            raise
+        return None
+    except ValueError:  # an embedded NUL
+        return None
+
+
+#: the errors :meth:`pathlib.Path.exists` and ``is_dir`` take for "not there"
+_MISSING = (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP)
 
 
 #: how an error message says what a capability does

@@ -17,8 +17,6 @@ included, whose classes stay inert placeholders (``weights_only=False``) or are 
 
 from __future__ import annotations
 
-import bz2
-import lzma
 import zlib
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -45,6 +43,9 @@ MAX_ARRAYS = 1 << 20
 def _decompress(data: bytes | memoryview, kind: str, limit: int, *, path: Any = None, partial: bool = False) -> bytes:
     """The inflated stream (at most ``limit`` bytes: more is a LimitError, or with
     ``partial`` the first ``limit`` bytes)."""
+    import bz2  # here, not for every command: detection imports this module
+    import lzma
+
     raw = bytes(data)
     if kind == "lz4":
         raise UnsupportedError("lz4-compressed joblib file", path=path, hint="the lz4 package is not a torchless dependency")

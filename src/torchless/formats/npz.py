@@ -30,14 +30,12 @@ from typing import Any
 
 import numpy as np
 
-from ..container.pyzip import PyZipReader
 from ..container.zip import is_zip
 from ..core import jsonsafe
 from ..core.atomic import AtomicFile
 from ..core.dtypes import by_name, from_numpy
 from ..core.errors import ChecksumError, FormatError, TorchlessError, UnsupportedError
 from ..core.findings import Problem
-from ..core.npyheader import parse_npy_header
 from ..core.source import ByteSource, BytesSource, open_source
 from ..core.tensor import Storage, Tensor, as_tensor, unique_names
 from .base import Artifact, Capabilities, FormatHandler, LoadPolicy, Probe
@@ -83,6 +81,8 @@ def parse_npy(
     """``(dtype, shape, fortran_order, data_offset)`` of an ``.npy`` at ``offset``: version
     1, 2 and 3 headers under ``np.load``'s size limit, read with NumPy's rules by a strict
     bounded parser (core/npyheader: no ``tokenize``/``ast`` on hostile text)."""
+    from ..core.npyheader import parse_npy_header  # here: detection imports this module
+
     head = src.view(offset, min(size, max_header + 12), what=f"npy header of {name}")
     try:
         h = parse_npy_header(head, max_header_size=max_header)
@@ -205,6 +205,8 @@ class NpzArtifact(Artifact):
             )
 
     def _read_zip(self) -> None:
+        from ..container.pyzip import PyZipReader  # here: detection imports this module
+
         zr = PyZipReader(self.source)
         self.zip = zr
         names = zr.names()

@@ -18,9 +18,7 @@ from __future__ import annotations
 import collections
 import copy
 import datetime
-import decimal
-import pathlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -40,6 +38,9 @@ from ..core.values import (
     TorchVersion,
 )
 from .globals import Allowlist, GlobalRef, PickledObject, Rebuilder, register_builder
+
+if TYPE_CHECKING:
+    import decimal
 
 __all__ = ["DEFAULT_ALLOWLIST", "TORCH_ALLOWLIST", "PARAMETER", "TENSOR_CLASS", "rebuilder"]
 
@@ -425,6 +426,8 @@ def _plain(kind: type) -> Any:
 
 
 def _decimal(args: tuple[Any, ...]) -> decimal.Decimal:
+    import decimal
+
     if not args or not isinstance(args[0], (str, int, float)):
         raise FormatError("decimal.Decimal needs its text", found=short_repr(args, 40))
     try:
@@ -475,11 +478,14 @@ def _newobj_ex(args: tuple[Any, ...]) -> Any:
     raise FormatError("copyreg.__newobj_ex__: class is not a global")
 
 
-def _pure_path(kind: type) -> Any:
+def _pure_path(kind: str) -> Any:
+    # pathlib is imported for the first path a pickle holds, not for every command
     def make(args: tuple[Any, ...]) -> Any:
         if not all(isinstance(a, str) for a in args):
             raise FormatError("path parts must be strings")
-        return kind(*args)
+        import pathlib
+
+        return getattr(pathlib, kind)(*args)
 
     return make
 
@@ -720,11 +726,11 @@ def _default_table(torch_table: Allowlist) -> Allowlist:
             _newobj_ex,
             "protocol-4 object creation: dispatches to another allowed global or a placeholder",
         ),
-        ("pathlib.PosixPath", _pure_path(pathlib.PurePosixPath), "a path as text (pure path, no file access)"),
-        ("pathlib.PurePosixPath", _pure_path(pathlib.PurePosixPath), "a path as text"),
-        ("pathlib.WindowsPath", _pure_path(pathlib.PureWindowsPath), "a path as text (pure path, no file access)"),
-        ("pathlib.PureWindowsPath", _pure_path(pathlib.PureWindowsPath), "a path as text"),
-        ("pathlib.Path", _pure_path(pathlib.PurePath), "a path as text (pure path, no file access)"),
+        ("pathlib.PosixPath", _pure_path("PurePosixPath"), "a path as text (pure path, no file access)"),
+        ("pathlib.PurePosixPath", _pure_path("PurePosixPath"), "a path as text"),
+        ("pathlib.WindowsPath", _pure_path("PureWindowsPath"), "a path as text (pure path, no file access)"),
+        ("pathlib.PureWindowsPath", _pure_path("PureWindowsPath"), "a path as text"),
+        ("pathlib.Path", _pure_path("PurePath"), "a path as text (pure path, no file access)"),
         ("datetime.datetime", _datetime_kind(datetime.datetime), "a timestamp from its bytes"),
         ("datetime.date", _datetime_kind(datetime.date), "a date from its bytes"),
         ("datetime.time", _datetime_kind(datetime.time), "a time from its bytes"),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +29,7 @@ class HFHandler(FormatHandler):
     def sniff(self, probe: Probe) -> bool:
         if probe.is_dir:
             return is_hf_folder(probe.path)
-        return is_index_file(os.path.basename(str(probe.path))) and probe.head.lstrip()[:1] == b"{"
+        return is_index_file(probe.name) and probe.head.lstrip()[:1] == b"{"
 
     def _open(self, path: Any, policy: LoadPolicy, probe: Probe | None) -> Any:
         if probe is not None:
