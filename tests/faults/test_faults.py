@@ -559,3 +559,36 @@ def test_workers_end_when_the_coordinator_is_killed(tmp_path, source, how):
                 os.kill(w, signal.SIGKILL)
         if p.poll() is None:
             p.kill()
+
+
+@pytest.mark.parametrize("fault", ["dies", "stalls"])
+def test_scan_worker_that_dies_or_stalls_gives_no_verdict(tmp_path, fault):
+    """scan --jobs 2 runs on the executor's pool: a worker that dies (killed, out of memory
+    on a hostile file) or stalls fails the scan in one line, exit 2, with no verdict for
+    the folder (before, a dead worker raised the pool's internal error; a stuck one hung)."""
+    folder = tmp_path / "models"
+    folder.mkdir()
+    for i in range(6):
+        torchless.save({"w": np.arange(4, dtype=np.float32) + i}, str(folder / f"m{i}.pt"))
+    marker = tmp_path / "marker"
+    env = (
+        {"TORCHLESS_FAULT_KILL_TASK": f"{marker}:2"}
+        if fault == "dies"
+        else {"TORCHLESS_FAULT_STALL_TASK": str(marker), "TORCHLESS_STALL_TIMEOUT": "2"}
+    )
+    try:
+        r = subprocess.run(
+            [sys.executable, "-m", "torchless.cli.main", "scan", str(folder), "--jobs", "2"],
+            env={**_env(), **env},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    except subprocess.TimeoutExpired:
+        if fault == "stalls" and marker.exists() and marker.read_text():
+            os.kill(int(marker.read_text()), signal.SIGKILL)
+        raise
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "CLEAN" not in r.stdout
+    want = "died" if fault == "dies" else "did nothing for 2 s"
+    assert want in r.stderr and "cannot scan" in r.stderr and r.stderr.count("\n") == 1, r.stderr

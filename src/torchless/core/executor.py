@@ -189,6 +189,7 @@ def pool_map(
     *,
     where: str = "",
     what: str = "a worker process",
+    action: str = "write",
 ) -> list[Any]:
     """``fn`` over ``tasks`` in a process pool of ``jobs`` forked workers that ignore
     SIGINT (the coordinator alone unwinds). A worker that dies, or a pool stalled for
@@ -225,14 +226,14 @@ def pool_map(
                 seen, quiet_since = now_seen, time.monotonic()
             elif time.monotonic() - quiet_since >= stall:
                 raise WriteError(
-                    f"cannot write: the worker processes did nothing for {stall:g} s with {len(pending)} task(s) "
+                    f"cannot {action}: the worker processes did nothing for {stall:g} s with {len(pending)} task(s) "
                     "unfinished (a worker is stuck: deadlocked, or waiting on storage that does not answer)",
                     path=where or None,
                     hint=f"{STALL_ENV}=SECONDS sets how long an idle pool is waited for (0: no limit)",
                 )
     except BrokenProcessPool:
         stop_pool(pool)
-        raise WriteError(f"cannot write: {what} died (killed, or out of memory)", path=where or None) from None
+        raise WriteError(f"cannot {action}: {what} died (killed, or out of memory)", path=where or None) from None
     except BaseException:  # an error in a task, a stall, Ctrl-C, SIGTERM: do not wait for the others
         stop_pool(pool)
         raise

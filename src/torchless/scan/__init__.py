@@ -126,15 +126,10 @@ def _index_shards(p: str) -> list[tuple[str, str | None, str | None, bool]]:
 
 
 def _one(args: tuple[str, str, str | None]) -> FileReport:
+    from ..core.executor import task_fault
+
+    task_fault()  # the tests' hooks: a scan worker that dies or stalls (no-op otherwise)
     return scan_file(args[0], args[1], args[2])
-
-
-def _one_counted(args: tuple[str, str, str | None]) -> tuple[FileReport, dict[str, int], str]:
-    """:func:`_one` on a worker process, with the remote traffic it made and where it ran
-    (``--stats`` adds the workers' counts to the parent's)."""
-    from ..core.executor import counted
-
-    return counted(_one, args)
 
 
 def _unreadable(path: str, error: str) -> FileReport:
@@ -178,15 +173,13 @@ def scan(
     jobs = jobs or os.cpu_count() or 1
     if jobs <= 1 or len(todo) < 4:
         return ScanReport(bad + [_one(t) for t in todo])
-    from concurrent.futures import ProcessPoolExecutor
+    from ..core.executor import pool_map
 
-    from ..core.executor import add_traffic
-
-    reports = []
-    with ProcessPoolExecutor(max_workers=min(jobs, len(todo))) as ex:
-        for report, traffic, where in ex.map(_one_counted, todo, chunksize=max(1, len(todo) // (jobs * 4))):
-            add_traffic(traffic, where)
-            reports.append(report)
+    # the executor's process pool: a worker that dies, or a pool that stalls, fails the
+    # scan in one line (no verdict), Ctrl-C stops the workers, they end with this process,
+    # and each returns its remote traffic (``--stats``)
+    shown = ", ".join(os.fspath(p) for p in paths[:3]) + (" ..." if len(paths) > 3 else "")
+    reports = pool_map(_one, todo, min(jobs, len(todo)), None, where=shown, what="a scan worker process", action="scan")
     return ScanReport(bad + reports)
 
 
