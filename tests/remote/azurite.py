@@ -88,9 +88,19 @@ class Azurite:
             out.append((method, path, int(status), 0 if n == "-" or method == "HEAD" else int(n)))
         return out
 
-    def mark(self) -> int:
-        """How many requests were served so far (see :meth:`served_since`)."""
-        return len(self.requests())
+    def mark(self, *, settle: float = 0.3) -> int:
+        """How many requests were served so far (see :meth:`served_since`). Azurite logs a
+        request once its response has gone out, so the count is read until it stays the
+        same for ``settle`` seconds: a late line of an earlier request is not counted as
+        one made after the mark."""
+        last = -1
+        deadline = time.monotonic() + 10
+        while True:
+            n = len(self.requests())
+            if n == last or time.monotonic() > deadline:
+                return n
+            last = n
+            time.sleep(settle)
 
     def served_since(self, mark: int, *, settle: float = 0.3) -> tuple[int, int]:
         """``(bytes, GET requests)`` of blob bodies served after :meth:`mark` returned ``mark``.
