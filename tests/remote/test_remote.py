@@ -271,7 +271,8 @@ def test_sharded_convert_publishes_index_last(s3, tmp_path, capsys):
 
 
 def test_failed_sharded_upload_leaves_no_index(s3, tmp_path, monkeypatch):
-    """The second shard's upload fails: the index (what a reader opens) never appears."""
+    """The second shard's upload fails: the index (what a reader opens) never appears,
+    and the first shard, already uploaded, is removed."""
     base, client = s3
     sd = {k: v.numpy() for k, v in _sd(4000).items() if v.dtype != torch.bfloat16}
     real = remote.upload
@@ -286,7 +287,7 @@ def test_failed_sharded_upload_leaves_no_index(s3, tmp_path, monkeypatch):
     monkeypatch.setattr(remote, "upload", failing)
     with pytest.raises(torchless.core.errors.WriteError):
         torchless.write_tensors(sd.items(), f"{base}/f/o.safetensors", max_shard_size=100000)
-    assert not any(k.endswith(".json") for k in _keys(client, f"{base}/f"))
+    assert _keys(client, f"{base}/f") == []  # no index, and the shard uploaded first was removed
 
 
 def test_interrupted_single_write_leaves_nothing(s3):

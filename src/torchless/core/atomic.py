@@ -687,16 +687,24 @@ def _local(path: Any) -> Any:
 def publish(files: Sequence[AtomicFile]) -> None:
     """Commit finished files in order (shards first, their index last) with signals held
     back, so an interruption never leaves an index naming a missing shard. On failure
-    the files not yet published are removed."""
+    the files not yet published are removed, and so are the objects already uploaded to
+    a URL (a local file renamed into place replaced what was there: it stays)."""
     with holding_signals():
+        published: list[AtomicFile] = []
         try:
             for f in files:
                 f.finish()
             for f in files:
                 f.commit()
+                published.append(f)
         except BaseException:
             for f in files:
                 f.abort()
+            for f in published:
+                if f.url is not None:
+                    from .remote import remove
+
+                    remove(f.url)  # best effort, as AtomicDir's upload does
             raise
 
 
@@ -708,7 +716,7 @@ def shard_set(folder: str, index_name: str, total_size: int) -> Iterator[tuple[l
     to ``pending`` and fills ``weight_map`` (tensor name -> shard file). On success the
     index ``{"metadata": {"total_size": ...}, "weight_map": ...}`` is written last and
     everything is published together (:func:`publish`); on any failure every temporary
-    is removed and nothing appears at the destination.
+    is removed and no index appears at the destination (nor, at a URL, any shard).
     """
     import json
 
