@@ -46,6 +46,26 @@ def test_crc32_equals_zlib(backend):
         assert run == zlib.crc32(raw)
 
 
+def test_crc32_spans_equals_zlib_of_each_slice(backend):
+    """Spans of one buffer (a mapped file's records) on both sides of SPAN_NATIVE_MIN,
+    at odd offsets, empty, and reaching the buffer's end: zlib.crc32 of each slice."""
+    rng = np.random.default_rng(3)
+    raw = rng.integers(0, 256, 300_000, dtype=np.uint8).tobytes()
+    lo = crc.SPAN_NATIVE_MIN
+    spans = [(0, 0), (1, 1), (7, lo - 1), (100, lo), (5000, lo + 1), (3, 70_000), (len(raw) - 9000, 9000), (len(raw), 0)]
+    offs, sizes = [o for o, _ in spans], [n for _, n in spans]
+    want = [zlib.crc32(raw[o : o + n]) for o, n in spans]
+    for buf in (raw, bytearray(raw), memoryview(raw), np.frombuffer(raw, np.uint8)):
+        assert crc.crc32_spans(buf, offs, sizes) == want
+
+
+@pytest.mark.parametrize("span", [(-1, 5), (0, 300_001), (299_999, 2), (10, -1)])
+def test_crc32_spans_refuses_a_span_outside_the_buffer(span):
+    """Nothing outside the buffer is read (libdeflate would read whatever lies there)."""
+    with pytest.raises(ValueError, match="outside"):
+        crc.crc32_spans(bytes(300_000), [0, span[0]], [10, span[1]])
+
+
 def test_forcing_zlib_by_environment(monkeypatch):
     monkeypatch.setenv("TORCHLESS_CRC", "zlib")
     assert crc._load_libdeflate() is None

@@ -27,6 +27,7 @@ import torchless
 import torchless.pickle.machine as machine
 import torchless.pickle.writer as writer
 from torchless.container.zip import TorchZipWriter, ZipReader
+from torchless.core.crc import crc32_spans
 from torchless.core.dtypes import DTYPES
 from torchless.core.errors import FormatError, TorchlessError
 from torchless.core.tensor import Storage, Tensor
@@ -257,6 +258,11 @@ def test_write_small_writes_what_write_writes():
 def test_write_small_many_writes_what_write_small_writes(crc):
     rng = np.random.default_rng(1)
     recs = [(f"data/{i}", memoryview(rng.bytes(int(rng.integers(0, 9000))))) for i in range(400)]
+    raw = b"".join(bytes(v) for _, v in recs)  # the records' bytes as one buffer, as in a mapped file
+    spans, at = [], 0
+    for _, v in recs:
+        spans.append((at, len(v)))
+        at += len(v)
     outs = []
     for many in (True, False):
         buf = io.BytesIO()
@@ -264,7 +270,9 @@ def test_write_small_many_writes_what_write_small_writes(crc):
             zw.write("data.pkl", b"x" * 37)
             if many:
                 zw.write_small_many([n for n, _ in recs[:250]], [v for _, v in recs[:250]])
-                zw.write_small_many([n for n, _ in recs[250:]], [v for _, v in recs[250:]])
+                # the CRC-32s given by the caller (consolidation takes them from the map)
+                crcs = crc32_spans(raw, [o for o, _ in spans[250:]], [len(v) for _, v in recs[250:]])
+                zw.write_small_many([n for n, _ in recs[250:]], [v for _, v in recs[250:]], crcs)
             else:
                 for name, body in recs:
                     zw.write_small(name, body)

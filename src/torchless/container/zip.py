@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 import struct
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Protocol
 
@@ -1015,6 +1015,7 @@ class TorchZipWriter:
         # headers, small records and data descriptors gather here and reach the file in
         # few large writes (a checkpoint of 20,000 small tensors made 100,000 writes)
         self._buf = bytearray()
+        self._scratch: bytearray | None = None  # write_small_many's, made at its first call
 
     @property
     def names(self) -> list[str]:
@@ -1112,10 +1113,11 @@ class TorchZipWriter:
             self._flush()
         return data_off
 
-    def write_small_many(self, names: list[str], views: list[memoryview]) -> None:
+    def write_small_many(self, names: list[str], views: list[memoryview], crcs: list[int] | None = None) -> None:
         """:meth:`write_small` of each ``(name, view)`` in turn, in one loop (the same
         bytes): many small records, such as the storages of thousands of small tensors.
-        ``views`` are byte memoryviews (format ``B``, one dimension)."""
+        ``views`` are byte memoryviews (format ``B``, one dimension); ``crcs``, when
+        given, their CRC-32s (``zlib.crc32`` of each view, computed by the caller)."""
         total = sum(len(v) for v in views)
         if (
             self._closed
@@ -1129,39 +1131,64 @@ class TorchZipWriter:
         align = self.alignment
         pre = (self.prefix + "/").encode()
         central = self._central
-        crcs = self._crcs
+        all_crcs = self._crcs
         local_pack = _LOCAL.pack
         central_pack = _CENTRAL.pack
         desc_pack = _DESC32.pack
         crc32 = zlib.crc32 if self.compute_crc else None
         fb = _FB
-        buf = self._buf
-        for name, mv in zip(names, views, strict=True):
+        if crcs is not None and len(crcs) != len(views):
+            raise ValueError("write_small_many: one CRC-32 per view")
+        # the records are copied into one reused scratch buffer and written from it: the
+        # write buffer (a bytearray grown by ``+=``) would be reallocated, and copied
+        # again, every eighth of its size
+        self._flush()  # what earlier records left there goes first
+        scratch = self._scratch
+        if scratch is None:
+            scratch = self._scratch = bytearray(_SCRATCH)
+        cap = len(scratch)
+        at = 0
+        write = self._f.write
+        own = self._atomic is not None  # our own file: written as it is, kept by no one
+        for i, (name, mv) in enumerate(zip(names, views, strict=True)):
             full = pre + name.encode()
             nlen = len(full)
             pad = (-(pos + 34 + nlen)) % align
             extra = fb[pad] if pad < 64 else b"FB" + struct.pack("<H", pad) + b"Z" * pad
             n = len(mv)
-            crc = crc32(mv) & MAX32 if crc32 is not None else 0
+            if crc32 is None:
+                crc = 0
+            elif crcs is not None:
+                crc = crcs[i] & MAX32
+            else:
+                crc = crc32(mv) & MAX32
             gp = 0x0808 if n else 0x0800
-            buf += local_pack(LOCAL_SIG, 0, gp, 0, 0, 0, 0, 0, 0, nlen, len(extra))
-            buf += full
-            buf += extra
+            head = local_pack(LOCAL_SIG, 0, gp, 0, 0, 0, 0, 0, 0, nlen, len(extra)) + full + extra
             central.append(central_pack(CENTRAL_SIG, 0, 0, gp, 0, 0, 0, crc, n, n, nlen, 0, 0, 0, 0, 0, pos) + full)
-            crcs.append(crc)
-            pos += 30 + nlen + len(extra)
+            all_crcs.append(crc)
+            k = len(head)
+            pos += k
+            desc = desc_pack(DESC_SIG, crc, n, n) if n else b""
+            pos += n + len(desc)
+            if at + k + n + len(desc) > cap:
+                _write_scratch(write, scratch, at, own)
+                at = 0
+                if k + n + len(desc) > cap:  # (not with torch's names and alignment)
+                    write(head)
+                    write(mv)
+                    write(desc)
+                    continue
+            e = at + k
+            scratch[at:e] = head
             if n:
-                buf += mv
-                buf += desc_pack(DESC_SIG, crc, n, n)
-                pos += n + 16
-            if len(buf) >= _WRITE_BUFFER:
-                self._pos = pos
-                self._flush()
-                buf = self._buf
+                scratch[e : e + n] = mv
+                e += n
+                scratch[e : e + 16] = desc
+                e += 16
+            at = e
+        _write_scratch(write, scratch, at, own)
         self._pos = pos
         self._names.extend(names)
-        if len(buf) >= _WRITE_BUFFER:
-            self._flush()
 
     def _write_record(
         self, name: str, chunks: Iterable[Any], usize: int, csize: int, crc: int, *, method: int, precomputed_crc: bool
@@ -1296,6 +1323,23 @@ _WRITE_BUFFER = 1 << 20
 _DIRECT_WRITE = 1 << 16
 _POOL: Any = None
 _POOL_PID = 0
+
+
+#: the reused buffer of TorchZipWriter.write_small_many
+_SCRATCH = 2 << 20
+
+
+def _write_scratch(write: Callable[[Any], Any], scratch: bytearray, n: int, own: bool) -> None:
+    """``write(scratch[:n])``: without a copy into a file of our own (the view is released
+    before the buffer is filled again), as ``bytes`` into a caller's file object (which
+    may keep what it is given)."""
+    if not n:
+        return
+    if not own:
+        write(bytes(memoryview(scratch)[:n]))
+        return
+    with memoryview(scratch) as whole, whole[:n] as part:
+        write(part)
 
 
 def _crc_pool() -> Any:

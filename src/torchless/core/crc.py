@@ -20,10 +20,13 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["crc32", "backend", "NATIVE_MIN"]
+__all__ = ["crc32", "crc32_spans", "backend", "NATIVE_MIN", "SPAN_NATIVE_MIN"]
 
 #: below this many bytes the ctypes call costs more than it saves
 NATIVE_MIN = 1 << 16
+#: :func:`crc32_spans` calls libdeflate from this many bytes on (its buffer's address is
+#: found once for all the spans, so only the call itself is left to pay for)
+SPAN_NATIVE_MIN = 1536
 
 
 _NAMES = ("libdeflate.so.0", "libdeflate.so", "libdeflate.0.dylib", "libdeflate.dylib")
@@ -82,3 +85,31 @@ def crc32(data: Any, value: int = 0) -> int:
         return zlib.crc32(mv, value)
     arr = np.frombuffer(mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv, np.uint8)
     return int(fn(value & 0xFFFFFFFF, arr.ctypes.data, arr.nbytes))
+
+
+def crc32_spans(buf: Any, offsets: list[int], sizes: list[int]) -> list[int]:
+    """``[zlib.crc32(buf[o : o + n]) for o, n in zip(offsets, sizes)]`` for the spans of
+    one C-contiguous bytes-like ``buf`` (thousands of small records of one mapped file):
+    the buffer's address is taken once and libdeflate called on each span of
+    :data:`SPAN_NATIVE_MIN` bytes or more.
+
+    Raises:
+        ValueError: a span outside ``buf``.
+    """
+    mv = buf if isinstance(buf, memoryview) else memoryview(buf)
+    if mv.format != "B" or mv.ndim != 1:
+        mv = mv.cast("B")
+    size = mv.nbytes
+    for o, n in zip(offsets, sizes, strict=True):
+        if o < 0 or n < 0 or o + n > size:
+            raise ValueError(f"span [{o}, {o + n}) outside a buffer of {size} bytes")
+    fn = _NATIVE if _NATIVE is not _UNSET else _native()
+    zcrc = zlib.crc32
+    if fn is None or not size:
+        return [zcrc(mv[o : o + n]) for o, n in zip(offsets, sizes, strict=True)]
+    arr = np.frombuffer(mv, np.uint8)
+    base = arr.ctypes.data
+    lo = SPAN_NATIVE_MIN
+    out = [fn(0, base + o, n) if n >= lo else zcrc(mv[o : o + n]) for o, n in zip(offsets, sizes, strict=True)]
+    del arr  # (holds the buffer until every call returned)
+    return out

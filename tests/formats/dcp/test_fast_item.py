@@ -269,11 +269,17 @@ def test_consolidate_bytes_equal_general(which, small_dcp, flat_dcp, tmp_path, m
     monkeypatch.setattr(ptw, "_save_rows", lambda *a, **k: rows.append(plain(*a, **k)) or rows[-1])
     many = []
     write_many = TorchZipWriter.write_small_many
-    monkeypatch.setattr(TorchZipWriter, "write_small_many", lambda self, n, v: many.append(len(n)) or write_many(self, n, v))
+    crcs_given = []
+    monkeypatch.setattr(
+        TorchZipWriter,
+        "write_small_many",
+        lambda self, n, v, c=None: many.append(len(n)) or crcs_given.append(c is not None) or write_many(self, n, v, c),
+    )
     consolidate(src, str(tmp_path / "fast" / "out.pt"))
     assert rows == ([True] if which == "flat" else [])  # the flat one took the row writer
     if which == "flat":  # most storages written from the map together (not the empty, strided ones)
         assert sum(many) >= 30
+        assert all(crcs_given)  # with their CRC-32s taken from the map (crc32_spans)
     monkeypatch.setattr(TorchZipWriter, "write_small_many", write_many)
     monkeypatch.setattr(mdmod, "GENERAL_ONLY", True)
     monkeypatch.setattr(DCPReader, "general_only", True)
@@ -281,3 +287,33 @@ def test_consolidate_bytes_equal_general(which, small_dcp, flat_dcp, tmp_path, m
     consolidate(src, str(tmp_path / "general" / "out.pt"))
     with open(tmp_path / "fast" / "out.pt", "rb") as a, open(tmp_path / "general" / "out.pt", "rb") as b:
         assert a.read() == b.read()
+
+
+@pytest.mark.parametrize(
+    "planner",
+    [
+        None,
+        [],
+        {},
+        {"a": ("a",), "b": ("b",), "c": ("c",)},
+        {"a": ("x",), "b": ("x",), "c": ("c",)},  # two keys onto one name: the later wins
+        {"a": ("a",), "c": ("c",)},  # a key without a path stays flat
+        {"a": ("m", "a"), "b": ("b",), "c": ("c",)},  # nested
+        {"a": ("a",), "b": (), "c": (3,)},
+        {"a": ["a"], "b": ("b", 0), "c": ("c",)},
+    ],
+)
+def test_flat_tree_is_unflatten(planner):
+    """consolidate's one-part key paths give what unflatten gives, for any planner data."""
+    from torchless.formats.dcp.consolidate import _flat_tree
+    from torchless.formats.dcp.read import unflatten
+
+    order = ["a", "b", "c"]
+    try:
+        want = unflatten({n: n for n in order}, planner)
+    except TorchlessError as e:
+        with pytest.raises(type(e)):
+            _flat_tree(order, planner)
+        return
+    got = _flat_tree(order, planner)
+    assert got == want and list(got) == list(want)

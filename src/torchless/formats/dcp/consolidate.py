@@ -9,6 +9,7 @@ dropped before the next, so peak memory is about the largest tensor.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Mapping
 from functools import partial
@@ -108,14 +109,16 @@ def _consolidate(
         want = None if keys is None else set(keys)
         names = [n for n in reader.tensor_names() if want is None or n in want]
         values = [n for n in reader.bytes_names() if want is None or n in want]
-        total = sum(reader.entries[n].nbytes for n in names)
         # every chunk located up front, the items of each file together in file order
         reader.locate_many([r for n in names for r in reader.chunks(n)])
+        if h.name == "pt" and not values and not opts:
+            flat_total = _save_flat(reader, names, dst, progress)
+            if flat_total is not None:
+                return {"tensors": len(names), "bytes": flat_total, "skipped": [], "files": [os.fspath(dst)]}
+        total = sum(reader.entries[n].nbytes for n in names)
         if h.name == "pt":
             from ..pt.write import save_checkpoint
 
-            if not values and not opts and _save_flat(reader, names, dst, progress):
-                return {"tensors": len(names), "bytes": total, "skipped": [], "files": [os.fspath(dst)]}
             flat: dict[str, Any] = {}
             name_set, value_set = set(names), set(values)  # membership per entry: no quadratic scan
             for fqn in reader.entries:
@@ -146,41 +149,70 @@ def _consolidate(
             reader.close()
 
 
-def _save_flat(reader: DCPReader, names: list[str], dst: Any, progress: Any) -> bool:
+def _save_flat(reader: DCPReader, names: list[str], dst: Any, progress: Any) -> int | None:
     """A state dict of tensors only that stays flat: written from rows (no tensor objects),
     the same bytes as through the tensors (:func:`~torchless.formats.pt.write.save_plain_tensors`
-    rows, built here directly); False when it is anything else."""
+    rows, built here directly); the tensors' bytes in all, or None (nothing written) when
+    it is anything else."""
     from ..pt.write import _contiguous_strides, _save_rows
 
     want = set(names)
     order = [n for n in reader.entries if n in want]
-    tree = unflatten({n: n for n in order}, reader.metadata.planner_data)
+    tree = _flat_tree(order, reader.metadata.planner_data)
     if len(tree) != len(order) or not all(type(v) is str for v in tree.values()):
-        return False  # nested: the general writer
+        return None  # nested: the general writer
     entries = reader.entries
     full = []
-    spans: dict[str, tuple[str, int, int, int] | None] = {}  # storage key -> where its bytes lie in a map
+    total = 0
     lazy = BlockStorage._lazy
     view = reader._view_block
-    span = reader._direct_span
     path = reader.path
+    strides_of = _contiguous_strides
+    prod = math.prod
+    want_spans = []
     for key, fqn in tree.items():
         tmd = entries[fqn]
-        dt = tmd.properties.dtype
+        props = tmd.properties
+        dt = props.dtype
         legacy = dt.legacy_storage
-        rg = tmd.properties.requires_grad
+        rg = props.requires_grad
         if type(key) is not str or legacy is None or type(rg) is not bool:
-            return False
-        size = tuple([int(d) for d in tmd.size])  # a tuple of its own, as a tensor makes (the memo is by identity)
-        numel = 1
-        for d in size:
-            numel *= d
+            return None
+        # a size and a stride tuple of its own, as a tensor makes (the memo is by identity;
+        # the emitter refuses anything but ints in them)
+        size = (*tmd.size,)
+        numel = prod(size)
         nbytes = numel * dt.itemsize
+        total += nbytes
+        strides = strides_of(size)
         st = lazy(fqn, nbytes, dt, "cpu", partial(view, fqn), "little", f"{path}:{fqn}")
-        spans[fqn] = span(fqn, tmd, nbytes)
-        full.append((key, legacy, "cpu", numel, 0, size, _contiguous_strides(size), rg, st, dt.name))
+        want_spans.append((fqn, tmd, nbytes, strides))
+        full.append((key, legacy, "cpu", numel, 0, size, strides, rg, st, dt.name))
+    # storage key -> where its bytes lie in a map
+    spans = dict(zip(tree.values(), reader._direct_spans(want_spans), strict=True))
 
-    def blocks(storages: list[Any]) -> list[memoryview | None]:
-        return reader._view_spans([spans.get(st.key) for st in storages], [st.nbytes for st in storages])
+    def blocks(storages: list[Any]) -> tuple[list[memoryview | None], list[int | None]]:
+        crcs: list[int | None] = []  # the CRC-32s from the map, for the writer
+        views = reader._view_spans([spans.get(st.key) for st in storages], [st.nbytes for st in storages], crcs)
+        return views, crcs
 
-    return bool(_save_rows(tree, full, os.fspath(dst), progress=progress, blocks=blocks))
+    if not _save_rows(tree, full, os.fspath(dst), progress=progress, blocks=blocks):
+        return None
+    return total
+
+
+def _flat_tree(order: list[str], planner_data: Any) -> dict[Any, Any]:
+    """``unflatten({n: n for n in order}, planner_data)`` where every key path has one
+    part (a flat state dict, the common case: one look-up per key); anything else
+    through :func:`~.read.unflatten` itself."""
+    paths = planner_data if isinstance(planner_data, dict) else {}
+    tree: dict[Any, Any] = {}
+    for n in order:
+        p = paths.get(n)
+        if type(p) is tuple and len(p) == 1 and type(p[0]) is str:
+            tree[p[0]] = n
+        elif p is None:
+            tree[n] = n
+        else:
+            return unflatten({n: n for n in order}, planner_data)
+    return tree

@@ -35,6 +35,7 @@ from ...container.zip import (
     ZipReader,
 )
 from ...core import jsonsafe
+from ...core.crc import crc32_spans
 from ...core.errors import (
     FormatError,
     NotFoundError,
@@ -849,7 +850,7 @@ class DCPReader:
             return rs
         ok = got["ok"].tolist()
         byteorders = got["byteorder"]
-        pkl_at, pkl_size = pkl[0].tolist(), pkl[1].tolist()
+        pkl_size = pkl[1].tolist()
         data_keys: dict[str, tuple[list[int], list[int]] | None] = {}
         entries = self.entries
         rest: list[ChunkRef] = []
@@ -880,13 +881,18 @@ class DCPReader:
         # what an item's pickle gives depends on its bytes alone (and the allowlist): a
         # pickle seen before (same dtype, shape and strides) repeats its checked facts
         facts: dict[bytes, tuple[Any, ...]] = self.__dict__.setdefault("_item_facts", {})
+        item_offs = offs.tolist()
+        # every item's pickle copied out at once (the rows of items refused are not used)
+        pk_at = (offs + np.where(got["ok"], pkl[0], 0)).tolist()
+        pks = [bytes(mv[a : a + n]) if good else b"" for a, n, good in zip(pk_at, pkl_size, ok, strict=True)]
+        host = sys.byteorder
         for i, ref in enumerate(rs):
             if not ok[i]:
                 rest.append(ref)
                 continue
             byteorder = byteorders[i] if byteorders is not None else "little"
-            o = ref.info.offset
-            pk = bytes(mv[o + pkl_at[i] : o + pkl_at[i] + pkl_size[i]])
+            o = item_offs[i]
+            pk = pks[i]
             tmd = entries[ref.fqn]
             fc = facts.get(pk)
             if fc is None:
@@ -923,11 +929,12 @@ class DCPReader:
             elif dr[1][i] != nbytes:
                 rest.append(ref)
                 continue
-            if dname != tmd.dtype.name or shape != tuple(ref.chunk.sizes):
+            sizes = ref.chunk.sizes
+            if dname != tmd.properties.dtype.name or (shape != sizes and shape != tuple(sizes)):
                 rest.append(ref)
                 continue
             base = dr[0][i]
-            if (byteorder != sys.byteorder and isz > 1) or base + nbytes > ref.info.length:
+            if (byteorder != host and isz > 1) or base + nbytes > ref.info.length:
                 rest.append(ref)
                 continue
             ref.data_offset = o + base + offset * isz
@@ -1154,27 +1161,53 @@ class DCPReader:
         self.__dict__["_viewed"] = ref.info
         return f.view(ref.data_offset, nbytes)
 
-    def _direct_span(self, fqn: str, tmd: TensorStorageMetadata, nbytes: int) -> tuple[str, int, int, int] | None:
-        """Where the ``nbytes`` of located tensor ``fqn`` lie whole in a file's map, as
-        ``(file, offset, item start, item end)``; None where the bytes must be assembled or read
-        (not one contiguous chunk of the whole tensor, empty, not mapped)."""
-        refs = self._chunks.get(fqn)
-        if self.remote or refs is None or len(refs) != 1:
-            return None
-        ref = refs[0]
-        off = ref.data_offset
-        if not nbytes or off < 0 or ref.chunk.sizes != tmd.size or any(ref.chunk.offsets) or not ref.contiguous:
-            return None
-        info = ref.info
-        f = self._maps.get(info.relative_path)
-        if f is None or getattr(f, "_map", None) is None or off + nbytes > f.size:
-            return None
-        return info.relative_path, off, info.offset, info.offset + info.length
+    def _direct_spans(
+        self, items: list[tuple[str, TensorStorageMetadata, int, tuple[int, ...]]]
+    ) -> list[tuple[str, int, int, int] | None]:
+        """For each ``(fqn, tmd, nbytes, strides)`` of ``items`` (a located tensor, its
+        metadata, byte count and contiguous strides), where its bytes lie whole in a file's
+        map, as ``(file, offset, item start, item end)``; None where they must be assembled
+        or read (not one contiguous chunk of the whole tensor, empty, not mapped). One loop
+        for every tensor a consolidation writes."""
+        if self.remote:
+            return [None] * len(items)
+        chunks = self._chunks
+        sizes: dict[str, int | None] = {}  # file -> the size of its map (None: not mapped)
+        out: list[tuple[str, int, int, int] | None] = []
+        for fqn, tmd, nbytes, strides in items:
+            refs = chunks.get(fqn)
+            if refs is None or len(refs) != 1:
+                out.append(None)
+                continue
+            ref = refs[0]
+            off = ref.data_offset
+            chunk = ref.chunk
+            if not nbytes or off < 0 or chunk.sizes != tmd.size or any(chunk.offsets):
+                out.append(None)
+                continue
+            if ref.stride != strides and not ref.contiguous:
+                out.append(None)
+                continue
+            info = ref.info
+            rel = info.relative_path
+            if rel in sizes:
+                size = sizes[rel]
+            else:
+                f = self._maps.get(rel)
+                size = sizes[rel] = None if f is None or getattr(f, "_map", None) is None else f.size
+            if size is None or off + nbytes > size:
+                out.append(None)
+                continue
+            out.append((rel, off, info.offset, info.offset + info.length))
+        return out
 
-    def _view_spans(self, spans: list[tuple[str, int, int, int] | None], sizes: list[int]) -> list[memoryview | None]:
-        """The views of :meth:`_direct_span` results (``sizes`` bytes each; None stays
+    def _view_spans(
+        self, spans: list[tuple[str, int, int, int] | None], sizes: list[int], crcs: list[int | None] | None = None
+    ) -> list[memoryview | None]:
+        """The views of :meth:`_direct_spans` results (``sizes`` bytes each; None stays
         None); the previous call's items are released (their pages dropped from this
-        process)."""
+        process). ``crcs``: a list that receives the CRC-32 of each view (None for None),
+        computed from the map with one address look-up (:func:`~torchless.core.crc.crc32_spans`)."""
         prev = self.__dict__.pop("_viewed_spans", None)
         if prev:  # runs of items that follow each other in a file, each in one step
             rel, start, end = prev[0][0], prev[0][2], prev[0][3]
@@ -1188,7 +1221,8 @@ class DCPReader:
         out: list[memoryview | None] = []
         used = []
         bufs: dict[str, memoryview | None] = {}
-        for sp, n in zip(spans, sizes, strict=True):
+        at: dict[str, tuple[list[int], list[int], list[int]]] = {}  # per file: indices, offsets, sizes
+        for j, (sp, n) in enumerate(zip(spans, sizes, strict=True)):
             if sp is None:
                 out.append(None)
                 continue
@@ -1200,10 +1234,23 @@ class DCPReader:
                     out.append(None)
                     continue
                 mv = bufs[rel] = f.view(0, f.size)
+                at[rel] = ([], [], [])
             off = sp[1]
             out.append(mv[off : off + n])
             used.append(sp)
+            if crcs is not None:
+                idx, offs, ns = at[rel]
+                idx.append(j)
+                offs.append(off)
+                ns.append(n)
         self.__dict__["_viewed_spans"] = used
+        if crcs is not None:
+            crcs.extend([None] * len(out))
+            for rel, (idx, offs, ns) in at.items():
+                buf = bufs[rel]
+                assert buf is not None
+                for j, c in zip(idx, crc32_spans(buf, offs, ns), strict=True):
+                    crcs[j] = c
         return out
 
     def close(self) -> None:

@@ -342,6 +342,12 @@ _BININT1 = [b"K" + bytes((i,)) for i in range(256)]
 _pack_i = struct.Struct("<i").pack
 #: LONG_BINPUT: ``pack(0x72, index)``
 _PUT_LONG = struct.Struct("<BI")
+#: TUPLE, BINPUT, BINPERSID for memo indices below 256; the same with LONG_BINPUT:
+#: ``pack(0x74, 0x72, index, 0x51)``
+_T_PUT_Q = [b"t" + _BINPUT[i] + b"Q" for i in range(256)]
+_T_PUT_Q_LONG = struct.Struct("<BBIB")
+#: LONG_BINPUT, TUPLE, LONG_BINPUT, REDUCE, LONG_BINPUT (a tensor entry's last opcodes)
+_PUT_T_PUT_R_PUT = struct.Struct("<BIBBIBBI")
 #: write the common state dict (a dict of str -> plain tensors) with :func:`_fast_pickle`;
 #: tests turn it off to compare the bytes with the general pickler's
 FAST_PICKLE = True
@@ -427,12 +433,14 @@ def _emit_rows(obj: dict[str, Any], rows: list[tuple[Any, ...]], cp: CheckpointP
     glob_of: dict[str, bytes] = {}  # legacy storage class -> the BINGET that fetches it
     binput, binget, binint1 = _BINPUT, _BINGET, _BININT1
     int_bytes, pack_i32, put_long = _int_bytes, _pack_I, _PUT_LONG.pack
+    t_put_q, put_t_put_r_put = _T_PUT_Q_LONG.pack, _PUT_T_PUT_R_PUT.pack
     storages: list[tuple[str, Storage, str]] = []
     add_storage = storages.append
     n_keys = len(cp.storage_keys)
     fetch_rebuild = b""  # BINGET of _rebuild_tensor_v2, once memoized
     fetch_storage = b""  # BINGET of 'storage'
     tail = b""  # the fetch of OrderedDict and its empty call
+    rebuild_head = b""  # fetch_rebuild, the two MARKs, fetch_storage
     for b0 in range(0, len(rows), 1000):
         chunk = rows[b0 : b0 + 1000]
         if len(chunk) > 1:
@@ -469,10 +477,9 @@ def _emit_rows(obj: dict[str, Any], rows: list[tuple[Any, ...]], cp: CheckpointP
                 else:
                     out += binget[idx] if idx < 256 else b"j" + pack_i32(idx)
                 fetch_storage = binget[idx] if idx < 256 else b"j" + pack_i32(idx)
+                rebuild_head = fetch_rebuild + b"((" + fetch_storage  # the next rows' start
             else:
-                out += fetch_rebuild
-                out += b"(("
-                out += fetch_storage
+                out += rebuild_head
             # the storage class
             g = glob_of.get(legacy)
             if g is not None:
@@ -512,10 +519,9 @@ def _emit_rows(obj: dict[str, Any], rows: list[tuple[Any, ...]], cp: CheckpointP
                 out += binput[count] if count < 256 else put_long(0x72, count)
                 count += 1
             out += binint1[numel] if 0 <= numel < 256 else int_bytes(numel)
-            out += b"t"  # the persistent id tuple: a new object, no memo hit possible
-            out += binput[count] if count < 256 else put_long(0x72, count)
+            # the persistent id tuple (a new object, no memo hit possible), BINPERSID
+            out += _T_PUT_Q[count] if count < 256 else t_put_q(0x74, 0x72, count, 0x51)
             count += 1
-            out += b"Q"
             out += binint1[offset] if 0 <= offset < 256 else int_bytes(offset)
             for tup in (shape, stride):
                 if not tup:
@@ -547,11 +553,14 @@ def _emit_rows(obj: dict[str, Any], rows: list[tuple[Any, ...]], cp: CheckpointP
             else:
                 out += tail
             # the OrderedDict, the argument tuple, the tensor
-            out += binput[count] if count < 256 else put_long(0x72, count)
-            out += b"t"
-            out += binput[count + 1] if count + 1 < 256 else put_long(0x72, count + 1)
-            out += b"R"
-            out += binput[count + 2] if count + 2 < 256 else put_long(0x72, count + 2)
+            if count >= 256:
+                out += put_t_put_r_put(0x72, count, 0x74, 0x72, count + 1, 0x52, 0x72, count + 2)
+            else:
+                out += binput[count]
+                out += b"t"
+                out += binput[count + 1] if count + 1 < 256 else put_long(0x72, count + 1)
+                out += b"R"
+                out += binput[count + 2] if count + 2 < 256 else put_long(0x72, count + 2)
             count += 3
         out += b"u" if len(chunk) > 1 else b"s"
     out += b"."
@@ -568,30 +577,41 @@ def _emit_rows(obj: dict[str, Any], rows: list[tuple[Any, ...]], cp: CheckpointP
 def _write_blocks(
     zw: TorchZipWriter,
     storages: list[tuple[str, Any]],
-    blocks: Callable[[list[Any]], list[memoryview | None]],
+    blocks: Callable[[list[Any]], Any],
     progress: Any,
 ) -> None:
     """Write the storages a batch at a time: the small ones ``blocks`` gives bytes for
     together (the same records as one :meth:`TorchZipWriter.write_small` each), the
-    others one at a time as :func:`_write_archive` does."""
+    others one at a time as :func:`_write_archive` does. ``blocks`` returns a view per
+    storage, or a pair ``(views, crcs)`` with the CRC-32 of each view (None where it has
+    none; the writer computes those)."""
     for b0 in range(0, len(storages), _BLOCK_BATCH):
         batch = storages[b0 : b0 + _BLOCK_BATCH]
-        views = blocks([st for _, st in batch])
-        if len(views) != len(batch):
+        got = blocks([st for _, st in batch])
+        views, crcs = got if type(got) is tuple else (got, None)
+        if len(views) != len(batch) or (crcs is not None and len(crcs) != len(batch)):
             raise ValueError("blocks gave a view per storage")
         names: list[str] = []
         run: list[memoryview] = []
-        for (key, st), v in zip(batch, views, strict=True):
+        run_crcs: list[int] | None = [] if crcs is not None else None
+        for j, ((key, st), v) in enumerate(zip(batch, views, strict=True)):
             if v is not None and len(v) == st.nbytes and len(v) < _SMALL and not st.needs_swap:
                 names.append(f"{spec.DATA_DIR}/{key}")
                 run.append(v)
+                if run_crcs is not None:
+                    c = crcs[j]
+                    if c is None:
+                        run_crcs = None  # the writer computes the run's
+                    else:
+                        run_crcs.append(c)
                 continue
             if run:
-                zw.write_small_many(names, run)
+                zw.write_small_many(names, run, run_crcs)
                 names, run = [], []
+                run_crcs = [] if crcs is not None else None
             _write_storage(zw, key, st, None)
         if run:
-            zw.write_small_many(names, run)
+            zw.write_small_many(names, run, run_crcs)
         if progress is not None:
             for _, st in batch:
                 progress(st.nbytes)
@@ -672,7 +692,7 @@ def save_plain_tensors(
     target: PathLike | Any,
     *,
     progress: Callable[[int], None] | None = None,
-    blocks: Callable[[list[Any]], list[memoryview | None]] | None = None,
+    blocks: Callable[[list[Any]], Any] | None = None,
 ) -> bool:
     """:func:`save_checkpoint` of a dict of plain tensors given as rows instead of
     :class:`~torchless.core.tensor.Tensor` objects (DCP consolidation: no tensor objects
@@ -683,7 +703,8 @@ def save_plain_tensors(
     The bytes are those :func:`save_checkpoint` writes for the same tensors. False (nothing
     written) when the rows are not all such tensors of a dtype with a typed storage.
     ``blocks``: given some of the rows' storages, their bytes (what ``native_bytes()``
-    gives) in one call, None for one it does not give (then read as any storage)."""
+    gives) in one call, None for one it does not give (then read as any storage); or
+    the pair ``(views, crcs)`` with their CRC-32s as well (see :func:`_write_blocks`)."""
     if not FAST_PICKLE:
         return False
     full = []
@@ -711,7 +732,7 @@ def _save_rows(
     target: PathLike | Any,
     *,
     progress: Callable[[int], None] | None = None,
-    blocks: Callable[[list[Any]], list[memoryview | None]] | None = None,
+    blocks: Callable[[list[Any]], Any] | None = None,
 ) -> bool:
     """:func:`save_plain_tensors` from the emitter's rows (see :func:`_emit_rows`), which
     the caller has checked as it checks its rows: a str key, a typed storage class, a str
@@ -737,7 +758,7 @@ def _write_archive(
     prefix: str | None = None,
     progress: Callable[[int], None] | None = None,
     storage_crc: int | None = None,
-    blocks: Callable[[list[Any]], list[memoryview | None]] | None = None,
+    blocks: Callable[[list[Any]], Any] | None = None,
 ) -> None:
     with TorchZipWriter(target, prefix, alignment=alignment, compute_crc=compute_crc) as zw:
         zw.write(spec.DATA_PKL, data)
