@@ -380,3 +380,35 @@ def test_entries_found_together_match_the_one_by_one_path_and_the_loop(monkeypat
                 pass
             hits += up.info.scanned_entries
     assert hits > 30 * 1500  # the tokeniser ran most of the uniform dict's entries
+
+
+@pytest.mark.parametrize("scratch", [None, 3000, 100_000])
+def test_write_small_many_to_a_path_writes_what_write_small_writes(scratch, tmp_path, monkeypatch):
+    """To a file of its own the records go through the reused scratch buffer: the same
+    bytes with a buffer that fills many times, or that a record does not fit in."""
+    import torchless.container.zip as zipmod
+
+    if scratch is not None:
+        monkeypatch.setattr(zipmod, "_SCRATCH", scratch)
+    rng = np.random.default_rng(2)
+    recs = [(f"data/{i}", memoryview(rng.bytes(int(rng.integers(0, 9000))))) for i in range(300)]
+    outs = []
+    for many in (True, False):
+        path = tmp_path / f"{many}.pt"
+        with TorchZipWriter(path, "arch") as zw:
+            zw.write("data.pkl", b"x" * 37)
+            if many:
+                zw.write_small_many([n for n, _ in recs[:120]], [v for _, v in recs[:120]])
+                zw.write("byteorder", b"little")  # a record through the write buffer between two runs
+                zw.write_small_many([n for n, _ in recs[120:]], [v for _, v in recs[120:]])
+            else:
+                for name, body in recs[:120]:
+                    zw.write_small(name, body)
+                zw.write("byteorder", b"little")
+                for name, body in recs[120:]:
+                    zw.write_small(name, body)
+            zw.write("version", b"3\n")
+        outs.append(path.read_bytes())
+    assert outs[0] == outs[1]
+    zf = zipfile.ZipFile(io.BytesIO(outs[0]))
+    assert zf.testzip() is None and zf.read("arch/data/250") == bytes(recs[250][1])
