@@ -406,3 +406,36 @@ def test_storage_options_keyword(s3, tmp_path, monkeypatch):
             torchless.detect(f"{base}/m.pt", storage_options="x")
     finally:
         remote._BY_LOCATION.clear()
+
+
+def test_http_legacy_pt_reads_its_pickles_not_its_storages(http_root, capsys):
+    """A legacy (pre-zip) .pt at a URL: info / ls parse its five pickles from a prefix that
+    grows only while a pickle runs past it (here the object pickle of 3,000 tensors is
+    larger than the first 64 KiB block), never the 8 MiB storage; a tensor's numpy()
+    fetches its storage; a truncated file fails as the local copy does."""
+    root, base, handler = http_root
+    sd = {f"layer{i}.w": torch.full((2,), float(i)) for i in range(3000)}
+    sd["big"] = torch.arange(1 << 21, dtype=torch.float32)
+    p = root / "legacy.pt"
+    torch.save(sd, str(p), _use_new_zipfile_serialization=False)
+    size = os.path.getsize(p)
+    for cmd in ("info", "ls"):
+        c1, o1, _ = _cli(capsys, cmd, str(p))
+        remote.SHARED_BLOCKS.clear()
+        handler.sent = 0
+        c2, o2, e2 = _cli(capsys, cmd, f"{base}/legacy.pt", "--stats")
+        assert (c1, o1.replace(str(p), "<p>")) == (c2, o2.replace(f"{base}/legacy.pt", "<p>")), cmd
+        assert c1 == 0
+        assert 64 << 10 < handler.sent < min(size // 4, 2 << 20), (cmd, handler.sent, size)
+    remote.SHARED_BLOCKS.clear()
+    with torchless.open(f"{base}/legacy.pt") as art:
+        handler.sent = 0
+        assert art["big"].numpy().tobytes() == sd["big"].numpy().tobytes()
+        assert (8 << 20) <= handler.sent < (8 << 20) + (1 << 17)  # its storage, not the file
+        assert art["layer2999.w"].numpy().tolist() == [2999.0, 2999.0]
+    cut = root / "cut.pt"
+    cut.write_bytes(p.read_bytes()[:100_000])  # inside the object pickle
+    c1, o1, e1 = _cli(capsys, "info", str(cut))
+    remote.SHARED_BLOCKS.clear()
+    c2, o2, e2 = _cli(capsys, "info", f"{base}/cut.pt")
+    assert c1 == c2 == 2 and e1.replace(str(cut), "<p>") == e2.replace(f"{base}/cut.pt", "<p>"), (e1, e2)

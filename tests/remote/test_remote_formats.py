@@ -89,7 +89,7 @@ def arts(tmp_path_factory) -> dict[str, Path]:
         torch.jit.script(m)._save_for_lite_interpreter(str(d / "lite" / "ts.ptl"))
         torch.export.save(torch.export.export(m, (torch.randn(2, 1024),)), str(d / "ep" / "ep.pt2"))
     out.update({"torchscript": d / "ts" / "ts.pt", "lite": d / "lite" / "ts.ptl", "pt2": d / "ep" / "ep.pt2"})
-    # a legacy (pre-zip) .pt: one pickle stream, fetched whole, once
+    # a legacy (pre-zip) .pt: five pickles, then the storages
     torch.save(m.state_dict(), str(d / "legacy" / "legacy.pt"), _use_new_zipfile_serialization=False)
     out["legacy"] = d / "legacy" / "legacy.pt"
     from torch.package import PackageExporter
@@ -219,7 +219,9 @@ FILES = {
     # and symbol tables info / ls read by ranges; scan analyses it whole, as native code
     "aoti_so": ("info", "ls"),
     "package": ("info", "ls"),  # torch.package: scan analyses its storage records too
-    "legacy": (),  # one pickle stream: fetched whole (once, though scan reads it several times)
+    # one stream: its five pickles first (parsed from a prefix that grows only while a
+    # pickle runs past it), then the storages; scan analyses its first 4 MiB window
+    "legacy": ("info", "ls"),
     "onnx": ALL,  # the protobuf, not the external data
     "hf": ALL,  # the index and the shards' headers
 }

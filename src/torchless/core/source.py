@@ -69,10 +69,14 @@ class ByteSource:
     Attributes:
         name: a label for errors (usually the file path).
         size: total length in bytes.
+        ranged: True when every read is a request to a store (a URL): readers of formats
+            that are one stream (a legacy ``torch.save``) then read a growing prefix
+            instead of the whole source.
     """
 
     name: str
     size: int
+    ranged = False
 
     def view(self, offset: int, length: int, *, what: str = "data") -> memoryview:
         """Zero-copy view of ``[offset, offset+length)``.
@@ -254,6 +258,8 @@ class RemoteSource(ByteSource):
     #: a direct read from offset 0 up to this size is kept (see ``_ranged``)
     keep_head = 1 << 26
 
+    ranged = True
+
     def __init__(self, url: str, *, block: int = 1 << 16, cache_blocks: int = 256, direct: int = 1 << 20) -> None:
         self.name = url
         self.fs, self.path = remote.filesystem(url)
@@ -378,6 +384,10 @@ class RemoteSource(ByteSource):
 class SliceSource(ByteSource):
     """``[offset, offset+length)`` of another source, read through it (no copy, no fetch
     until asked): an item inside a remote DCP file parsed by ranges."""
+
+    @property
+    def ranged(self) -> bool:  # type: ignore[override]
+        return bool(getattr(self.parent, "ranged", False))
 
     def __init__(self, parent: ByteSource, offset: int, length: int, *, name: str | None = None) -> None:
         parent.check(offset, length)

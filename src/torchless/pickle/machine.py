@@ -596,6 +596,11 @@ class Unpickler:
                 hi = min(n, p + _SCAN_WINDOW)
                 sc = scan(data, p, hi)
                 if sc is None:
+                    # no entry in the window, so none at any later position in it either:
+                    # remembered, or every miss would scan the window again (a legacy
+                    # stream's pickle is followed by its storages: 8 MiB of them, a
+                    # thousand times, took 40 s for 3,000 tensors)
+                    scan_cache[0] = (p, hi, None, None)
                     return p
                 starts, ends = sc.start, sc.end
                 count = len(starts)
@@ -604,6 +609,8 @@ class Unpickler:
                 breaks = np.flatnonzero(~((nxt == np.arange(1, count + 1)) & (starts[np.minimum(nxt, count - 1)] == ends)))
                 got = scan_cache[0] = (p, hi, sc, breaks)
             sc, breaks = got[2], got[3]
+            if sc is None:
+                return p
             starts, ends = sc.start, sc.end
             i0 = int(np.searchsorted(starts, p))
             if i0 >= len(starts) or int(starts[i0]) != p:

@@ -266,7 +266,35 @@ def read_legacy_stream(
     Five pickles (magic, protocol version, sys info, the object, the sorted storage keys)
     followed by each storage as int64 element count + little-endian data.
     """
-    data = source.searchable()  # the five pickles are parsed in place, the file is not copied
+    if not getattr(source, "ranged", False):
+        # the five pickles are parsed in place, the file is not copied
+        return _read_legacy(source, source.searchable(), weights_only, resolver, limits, start, encoding)
+    # a remote object: the pickles come first, then the storages (gigabytes, maybe), so
+    # they are parsed from a prefix that grows only while a pickle runs past its end
+    n = min(source.size, _LEGACY_PREFIX)
+    while True:
+        try:
+            return _read_legacy(source, source.read_at(0, n), weights_only, resolver, limits, start, encoding)
+        except TruncatedError:
+            if n >= source.size:
+                raise  # the whole file was there: the error stands
+            n = min(source.size, n * 8)
+
+
+#: the first prefix of a remote legacy stream parsed for its pickles (one read-ahead block;
+#: grown 8x at a time)
+_LEGACY_PREFIX = 1 << 16
+
+
+def _read_legacy(
+    source: ByteSource,
+    data: Any,
+    weights_only: bool,
+    resolver: AllowlistResolver | None,
+    limits: Limits,
+    start: int,
+    encoding: str,
+) -> Checkpoint:
     path = source.name
     pos = start
     simple = make_resolver(True)
