@@ -17,6 +17,36 @@ from torchless.core.tensor import NestedTensor, SparseTensor, Tensor
 from torchless.pickle.writer import Global, Persistent, Pickler2
 
 
+def torch_dcp_load(sd_like: dict[str, Any], reader: Any) -> dict[str, Any]:
+    """What torch's ``dcp.load`` puts into tensors shaped as ``sd_like``'s, from ``reader``
+    (a storage reader, or a local folder for its ``FileSystemReader``)."""
+    import os
+    import warnings
+
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    if isinstance(reader, (str, os.PathLike)):
+        reader = dcp.FileSystemReader(reader)
+    out = {k: (torch.empty_like(v) if isinstance(v, torch.Tensor) else v) for k, v in sd_like.items()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.load(out, storage_reader=reader, no_dist=True)
+    return out
+
+
+def assert_same_state(a: dict[str, Any], b: dict[str, Any]) -> None:
+    """Two flat torch state dicts hold the same keys, dtypes and bits (other values equal)."""
+    import torch
+
+    assert sorted(a) == sorted(b)
+    for k in a:
+        if isinstance(a[k], torch.Tensor):
+            assert a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]), k
+        else:
+            assert a[k] == b[k], k
+
+
 def torch_storage_bytes(t: Any) -> bytes:
     """All bytes of a torch tensor's storage (the whole storage, not just the view)."""
     return bytes(t.untyped_storage())

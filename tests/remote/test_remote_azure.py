@@ -16,6 +16,7 @@ import uuid
 import warnings
 
 import pytest
+from tl_testutil import assert_same_state, torch_dcp_load
 
 import torchless
 import torchless.dcp
@@ -190,23 +191,6 @@ def _state() -> dict:
     }
 
 
-def _torch_dcp_load(sd_like: dict, path: str) -> dict:
-    out = {k: (torch.empty_like(v) if isinstance(v, torch.Tensor) else v) for k, v in sd_like.items()}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        dcp.load(out, storage_reader=dcp.FileSystemReader(path), no_dist=True)
-    return out
-
-
-def _same(a: dict, b: dict) -> None:
-    assert sorted(a) == sorted(b)
-    for k in a:
-        if isinstance(a[k], torch.Tensor):
-            assert a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]), k
-        else:
-            assert a[k] == b[k], k
-
-
 def test_dcp_reshard_and_consolidate_az_to_az(az, tmp_path, capsys):
     """A DCP checkpoint torch wrote locally, uploaded: ls fetches .metadata only; resharded
     az:// -> az:// (the same files as the local reshard) and consolidated, torch loads both
@@ -233,12 +217,12 @@ def test_dcp_reshard_and_consolidate_az_to_az(az, tmp_path, capsys):
         (down / n).write_bytes(az.get(f"r3/{n}"))
         if n.endswith(".distcp"):
             assert (down / n).read_bytes() == (tmp_path / "r3" / n).read_bytes(), n
-    _same(_torch_dcp_load(sd, str(down)), sd)
+    assert_same_state(torch_dcp_load(sd, str(down)), sd)
 
     code, out, err = _cli(capsys, "convert", f"{az.url}/r3", f"{az.url}/flat.pt")
     assert code == 0, err
     flat = torch.load(io.BytesIO(az.get("flat.pt")))
-    _same(flat, sd)
+    assert_same_state(flat, sd)
     code, out, err = _cli(capsys, "diff", f"{az.url}/r3", str(local))
     assert code == 0 and "0 changed" in out, err
 

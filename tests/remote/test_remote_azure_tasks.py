@@ -17,9 +17,9 @@ import subprocess
 import sys
 import time
 import uuid
-import warnings
 
 import pytest
+from tl_testutil import assert_same_state, torch_dcp_load
 
 import torchless
 import torchless.dcp
@@ -71,23 +71,6 @@ def _payload(d) -> dict[str, bytes]:
     return {n: (d / n).read_bytes() for n in sorted(os.listdir(d)) if n != ".metadata"}
 
 
-def _torch_load(sd: dict, folder: str) -> dict:
-    out = {k: (torch.empty_like(v) if isinstance(v, torch.Tensor) else v) for k, v in sd.items()}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        dcp.load(out, storage_reader=dcp.FileSystemReader(folder), no_dist=True)
-    return out
-
-
-def _same(a: dict, b: dict) -> None:
-    assert sorted(a) == sorted(b)
-    for k in a:
-        if isinstance(a[k], torch.Tensor):
-            assert a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]), k
-        else:
-            assert a[k] == b[k], k
-
-
 def _check_output(az, ckpt, prefix: str, tmp_path) -> None:
     """``prefix`` holds the local reshard's files exactly (no staging left), and torch
     loads them as the saved state."""
@@ -100,7 +83,7 @@ def _check_output(az, ckpt, prefix: str, tmp_path) -> None:
         (down / n).write_bytes(az.get(f"{prefix}/{n}"))
     for n, data in _payload(want).items():
         assert (down / n).read_bytes() == data, n
-    _same(_torch_load(sd, str(down)), sd)
+    assert_same_state(torch_dcp_load(sd, str(down)), sd)
 
 
 def _part_reads(reqs, signed: bool) -> list[tuple[str, int]]:

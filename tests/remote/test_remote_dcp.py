@@ -8,6 +8,7 @@ import os
 import warnings
 
 import pytest
+from tl_testutil import assert_same_state, torch_dcp_load
 
 import torchless
 import torchless.dcp
@@ -36,23 +37,6 @@ def _state(seed: int = 0) -> dict:
 def _upload_dir(client, local: str, url: str) -> None:
     for n in sorted(os.listdir(local)):
         _put_s3(client, f"{url}/{n}", open(os.path.join(local, n), "rb").read())
-
-
-def _torch_load(sd_like: dict, reader) -> dict:
-    out = {k: (torch.empty_like(v) if isinstance(v, torch.Tensor) else v) for k, v in sd_like.items()}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        dcp.load(out, storage_reader=reader, no_dist=True)
-    return out
-
-
-def _same(a: dict, b: dict) -> None:
-    assert sorted(a) == sorted(b)
-    for k in a:
-        if isinstance(a[k], torch.Tensor):
-            assert a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]), k
-        else:
-            assert a[k] == b[k], k
 
 
 @pytest.fixture
@@ -87,8 +71,8 @@ def test_reshard_s3_to_s3_matches_local(s3, ranks8, tmp_path, capsys):
     assert _keys(client, f"{base}/r3") == sorted(os.listdir(tmp_path / "r3"))
     # what torch reads from each, through its own readers, is the saved state
     fs_reader = FsspecReader(f"{base}/r3")
-    _same(_torch_load(sd, fs_reader), sd)
-    _same(_torch_load(sd, dcp.FileSystemReader(str(tmp_path / "r3"))), sd)
+    assert_same_state(torch_dcp_load(sd, fs_reader), sd)
+    assert_same_state(torch_dcp_load(sd, dcp.FileSystemReader(str(tmp_path / "r3"))), sd)
     # and the payload files are the same bytes
     for n in os.listdir(tmp_path / "r3"):
         if n.endswith(".distcp"):
@@ -106,7 +90,7 @@ def test_torch_fsspec_writer_to_s3_is_resharded_there(s3, capsys):
     code, out, err = _cli(capsys, "reshard", f"{base}/t", f"{base}/t4", "--ranks", "4")
     assert code == 0, err
     assert ".metadata" in _keys(client, f"{base}/t4")
-    _same(_torch_load(sd, FsspecReader(f"{base}/t4")), sd)
+    assert_same_state(torch_dcp_load(sd, FsspecReader(f"{base}/t4")), sd)
     got = torchless.load(f"{base}/t4")
     for k in ("w", "i"):
         assert got[k].numpy().tobytes() == sd[k].numpy().tobytes()

@@ -20,6 +20,7 @@ import uuid
 import warnings
 
 import pytest
+from tl_testutil import assert_same_state, torch_dcp_load
 
 import torchless
 import torchless.dcp
@@ -252,23 +253,6 @@ def _dcp_state() -> dict:
     }
 
 
-def _torch_dcp_load(sd_like: dict, reader) -> dict:
-    out = {k: (torch.empty_like(v) if isinstance(v, torch.Tensor) else v) for k, v in sd_like.items()}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        _dcp().load(out, storage_reader=reader, no_dist=True)
-    return out
-
-
-def _same(a: dict, b: dict) -> None:
-    assert sorted(a) == sorted(b)
-    for k in a:
-        if isinstance(a[k], torch.Tensor):
-            assert a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]), k
-        else:
-            assert a[k] == b[k], k
-
-
 def test_dcp_reshard_and_consolidate_on_gcs(gcs, tmp_path, capsys):
     """A DCP checkpoint written by torch (locally), uploaded: ls fetches .metadata only;
     resharded gs:// -> gs:// (1 -> 3 -> 2 ranks) and consolidated gs:// -> gs://, each
@@ -302,7 +286,7 @@ def test_dcp_reshard_and_consolidate_on_gcs(gcs, tmp_path, capsys):
             if n != ".metadata":
                 assert emu.get(f"{base}/{dst}/{n}") == (tmp_path / dst / n).read_bytes(), n
         _fresh()
-        _same(_torch_dcp_load(sd, FsspecReader(f"{base}/{dst}")), sd)
+        assert_same_state(torch_dcp_load(sd, FsspecReader(f"{base}/{dst}")), sd)
 
     assert _cli(capsys, "convert", str(tmp_path / "r2"), str(tmp_path / "c.safetensors"))[0] == 0
     code, _, err = _cli(capsys, "convert", f"{base}/r2", f"{base}/c.safetensors")
@@ -339,7 +323,7 @@ def test_range_tasks_reshard_to_gcs(gcs, tmp_path, capsys):
     assert final[-1] == f"{base}/r2/.metadata" and len(final) == len(names), final
     assert sum("/parts/" in u for u in emu.traffic.created) >= 4  # it did run in range tasks
     _fresh()
-    _same(_torch_dcp_load(sd, FsspecReader(f"{base}/r2")), sd)
+    assert_same_state(torch_dcp_load(sd, FsspecReader(f"{base}/r2")), sd)
 
 
 # -- atomic writes ---------------------------------------------------------------------------
