@@ -438,3 +438,228 @@ def test_entry_scan_window_without_entries_is_scanned_once(tmp_path, monkeypatch
     for k, v in sd.items():
         assert got[k].numpy().tobytes() == v.numpy().tobytes(), k
     assert 1 <= len(calls) <= 2, len(calls)
+
+
+# -- the batched entry runs: persistent_load_many, tensors built together, memo deferred ----
+
+_MODES = {  # (FAST_TENSOR_CALLS, SCAN_ENTRIES, BATCH_ENTRIES)
+    "batch": (True, True, True),
+    "scan": (True, True, False),
+    "regex": (True, False, False),
+    "loop": (False, True, True),
+}
+
+
+def _identities(obj) -> list[int]:
+    """Which objects of a loaded tree are the same object: each container, tensor and
+    storage (in walk order) numbered by its first appearance."""
+    seen: dict[int, int] = {}
+    out: list[int] = []
+    keep = []  # hold what was numbered: ids stay unique
+
+    def walk(x):
+        out.append(seen.setdefault(id(x), len(seen)))
+        keep.append(x)
+        if isinstance(x, Tensor):
+            walk(x.storage)
+        elif isinstance(x, dict):
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, (list, tuple)):
+            for v in x:
+                walk(v)
+
+    walk(obj)
+    return out
+
+
+def _rezip(data: bytes, pkl: bytes | None = None, drop: str | None = None, cut: str | None = None) -> bytes:
+    """A torch archive with its data.pkl replaced, a record left out or cut short."""
+    src = zipfile.ZipFile(io.BytesIO(data))
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as zf:
+        for info in src.infolist():
+            body = src.read(info)
+            if info.filename.endswith("/data.pkl") and pkl is not None:
+                body = pkl
+            if drop is not None and info.filename.endswith("/" + drop):
+                continue
+            if cut is not None and info.filename.endswith("/" + cut):
+                body = body[:-4]
+            zf.writestr(info.filename, body)
+    return buf.getvalue()
+
+
+def _read_mode(data: bytes, mode: str, monkeypatch, *, mm: bool = True, limits=None):
+    """(outcome, globals seen) of read_zip_checkpoint with the entry paths of ``mode``:
+    the tree's picture, which of its objects are the same, the storages in first-use order
+    and every storage's bytes; or the error's type, offset and message."""
+    calls, scan, batch = _MODES[mode]
+    monkeypatch.setattr(machine, "FAST_TENSOR_CALLS", calls)
+    monkeypatch.setattr(machine, "SCAN_ENTRIES", scan)
+    monkeypatch.setattr(machine, "BATCH_ENTRIES", batch)
+    r = make_resolver(True)
+    kw = {} if limits is None else {"limits": limits}
+    try:
+        zr = ZipReader(data)
+        cp = read_zip_checkpoint(zr, resolver=r, mmap=mm, **kw)
+        sts = list(cp.storages.values())
+        byts = []
+        for st in sts:
+            try:
+                byts.append(bytes(st.bytes()))
+            except TorchlessError as e:
+                byts.append(("error", type(e).__name__, str(e)))
+        out = ("ok", _picture(cp.obj), _identities(cp.obj), list(cp.storages), [_picture(s) for s in sts], byts)
+    except TorchlessError as e:
+        out = ("error", type(e).__name__, e.offset, str(e))
+    return out, list(r.seen)
+
+
+@pytest.fixture
+def batched_rows(monkeypatch):
+    """Counts the tensors the batched runs build (proof that the path ran)."""
+    count = [0]
+    orig = Tensor._make_many.__func__
+
+    def counting(cls, storages, *rest):
+        count[0] += len(storages)
+        return orig(cls, storages, *rest)
+
+    monkeypatch.setattr(Tensor, "_make_many", classmethod(counting))
+    return count
+
+
+def _uniform(n: int):
+    return {f"blocks.{i // 10}.p{i % 10}.weight": torch.full((1 + (i * 37) % 40,), float(i)) for i in range(n)}
+
+
+@pytest.mark.parametrize("mm", [True, False])
+def test_batched_runs_read_what_the_other_paths_read(mm, monkeypatch, batched_rows):
+    """Whole archives through read_zip_checkpoint: a uniform dict, a mixed one (views,
+    shared storages, Parameters, 0-d), torch's ``state_dict()`` with ``_metadata``, a tensor
+    stored twice (tied weights: a memo read of a deferred tensor): the same tree, the same
+    identities, storages and bytes, eager and mapped, on every path."""
+    tied = _uniform(300)
+    tied["tied"] = tied["blocks.3.p4.weight"]
+    objs = [
+        _uniform(1200),
+        _state_dict(500, seed=9),
+        torch.nn.Sequential(*[torch.nn.Linear(4, 4) for _ in range(150)]).state_dict(),
+        tied,
+    ]
+    for obj in objs:
+        data = _saved(obj)
+        outs = [_read_mode(data, m, monkeypatch, mm=mm) for m in _MODES]
+        assert outs[0][0][0] == "ok"
+        assert all(o == outs[0] for o in outs[1:])
+    assert batched_rows[0] > 1500
+
+
+def test_batched_runs_on_byte_flips_fail_or_read_the_same(monkeypatch, batched_rows):
+    """Byte flips of the data.pkl of an archive (memo indices, int widths, tuple opcodes,
+    keys, storage key digits): every path gives the same outcome, or the same error."""
+    data = _saved({**_uniform(700), **_state_dict(90, seed=2)})
+    pkl = _pkl(data)
+    rng = random.Random(31)
+    errors = 0
+    for i in range(70):
+        b = bytearray(pkl)
+        for _ in range(rng.randint(1, 4)):
+            b[rng.randrange(len(b))] = rng.choice([0x71, 0x72, 0x68, 0x6A, 0x4B, 0x4D, 0x4A, 0x28, 0x85, 0x58, 0x30, 0x39, 0xFF])
+        z = _rezip(data, bytes(b))
+        outs = [_read_mode(z, m, monkeypatch, mm=bool(i % 2)) for m in ("batch", "scan", "loop")]
+        assert outs[0] == outs[1] == outs[2], f"mutation {i}"
+        errors += outs[0][0][0] == "error"
+    assert 3 < errors < 67 and batched_rows[0] > 20_000
+
+
+@pytest.mark.parametrize("change", ["drop", "cut"])
+def test_batched_runs_leave_a_bad_storage_record_to_persistent_load(change, monkeypatch, batched_rows):
+    """A storage record missing or smaller than its tensor's storage, in the middle of a
+    run: the same error (persistent_load's, at its BINPERSID) on every path."""
+    data = _saved(_uniform(400))
+    z = _rezip(data, **{change: "data/217"})
+    outs = [_read_mode(z, m, monkeypatch) for m in _MODES]
+    assert outs[0][0][0] == "error" and all(o == outs[0] for o in outs[1:])
+    assert batched_rows[0] >= 216  # every entry before it (the first one is the loop's)
+
+
+def test_a_damaged_record_in_a_batched_eager_run_fails_alone(tmp_path, batched_rows):
+    sd = _uniform(400)
+    data = bytearray(_saved(sd))
+    victim = ZipReader(bytes(data)).get("data/217")
+    data[victim.header_offset : victim.header_offset + 4] = b"PK\x09\x09"
+    p = tmp_path / "bad.pt"
+    p.write_bytes(bytes(data))
+    eager = torchless.load(p, mmap=False)
+    names = list(sd)
+    assert eager[names[216]].numpy().tolist() == sd[names[216]].tolist()  # its run is read, the others held
+    with pytest.raises(FormatError, match="local header") as e:
+        eager[names[217]].numpy()
+    with pytest.raises(FormatError, match="local header") as e2:
+        torchless.load(p, mmap=True)[names[217]].numpy()
+    assert str(e.value) == str(e2.value)
+    assert all(eager[k].numpy().tolist() == sd[k].tolist() for k in names if k != names[217])
+    assert batched_rows[0] == 2 * 399  # both loads (the first entry is the loop's)
+
+
+def _puts(pkl: bytes) -> list[int]:
+    """The memo keys the pickle stores, in order."""
+    import pickletools
+
+    return [arg for op, arg, _pos in pickletools.genops(pkl) if op.name in ("BINPUT", "LONG_BINPUT")]
+
+
+def _spliced(pkl: bytes, tail: bytes) -> bytes:
+    """``tail`` (key/value opcodes) added to the last SETITEMS batch of a dict pickle."""
+    assert pkl.endswith(b"u.")
+    return pkl[:-2] + tail + b"u."
+
+
+def _s(text: str) -> bytes:
+    return b"X" + len(text).to_bytes(4, "little") + text.encode()
+
+
+def _get(k: int) -> bytes:
+    return b"j" + k.to_bytes(4, "little")
+
+
+def test_deferred_memo_values_read_back_after_the_run(monkeypatch, batched_rows):
+    """Memo reads, after a batched run, of each kind of value its entries stored (name,
+    storage key, pid, size, stride, OrderedDict, args, tensor), a store over a deferred
+    key read before and after the others are made, and a MEMOIZE (whose key is the memo's
+    length): the same values and the same identities as the opcode loop."""
+    data = _saved(_uniform(600))
+    pkl = _pkl(data)
+    puts = _puts(pkl)
+    assert len(set(puts)) == len(puts) > 4000
+    mid = puts.index(max(puts)) - 8 * 300  # the stores of an entry in the middle of the run
+    tails = [b"".join(_s(f"read{j}") + _get(puts[mid + j]) for j in range(8))]
+    k1, k2 = puts[mid + 2], puts[mid + 11]
+    tails.append(_s("a") + b"K\x05r" + k1.to_bytes(4, "little") + _s("b") + _get(k1) + _s("c") + _get(k2) + _s("d") + _get(k1))
+    tails.append(_s("m") + _s("memoized") + b"\x94" + _s("n") + _get(len(puts)))
+    tails.append(_s("x") + _get(max(puts) + 5))  # never stored: the loop's error
+    for tail in tails:
+        z = _rezip(data, _spliced(pkl, tail))
+        outs = [_read_mode(z, m, monkeypatch) for m in _MODES]
+        assert all(o == outs[0] for o in outs[1:]), tail
+        assert outs[0][0][0] == ("error" if tail is tails[-1] else "ok")
+    assert batched_rows[0] == 4 * 599
+
+
+def test_memo_limit_counts_the_deferred_stores(monkeypatch, batched_rows):
+    """max_memo reached by stores after a batched run (or inside it): the same error, at
+    the same offset, as the loop's."""
+    from torchless.pickle.machine import Limits
+
+    data = _saved(_uniform(600))
+    pkl = _pkl(data)
+    n = len(_puts(pkl))
+    tail = b"".join(_s(f"k{j}") + b"K\x01r" + (n + 10 + j).to_bytes(4, "little") for j in range(6))
+    z = _rezip(data, _spliced(pkl, tail))
+    for limit in (n + 3, n, n - 1000, n + 6):
+        outs = [_read_mode(z, m, monkeypatch, limits=Limits(max_memo=limit)) for m in _MODES]
+        assert all(o == outs[0] for o in outs[1:]), limit
+        assert outs[0][0][0] == ("ok" if limit == n + 6 else "error")
+    assert batched_rows[0] > 0

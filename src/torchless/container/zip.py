@@ -30,6 +30,7 @@ renamed into place on success.
 
 from __future__ import annotations
 
+import operator
 import os
 import struct
 import zlib
@@ -63,6 +64,8 @@ _LOC64 = struct.Struct("<4sIQI")  # 20 bytes
 MAX32 = 0xFFFFFFFF
 #: deflate input is fed in steps of this size
 _INFLATE_STEP = 1 << 16
+_HEADER_OFFSET = operator.attrgetter("header_offset")
+_SIZE = operator.attrgetter("size")
 
 
 def is_zip(head: bytes) -> bool:
@@ -325,7 +328,9 @@ class ZipReader:
     def records(self) -> list[str]:
         """Entry names relative to the prefix (``data.pkl``, ``data/0`` ...)."""
         cut = len(self.prefix) + 1 if self.prefix else 0
-        return [e.name[cut:] if e.name.startswith(self.prefix + "/") else e.name for e in self.entries]
+        folder = self.prefix + "/"
+        names = [e.name for e in self.entries]
+        return [n[cut:] if n.startswith(folder) else n for n in names]
 
     def _full(self, name: str) -> bytes:
         full = name if not self.prefix else f"{self.prefix}/{name}"
@@ -1406,6 +1411,10 @@ class BatchReader:
     requested one now and the others when they are read. Large records, and any record
     whose local header does not check out in the run, are read on their own exactly as
     :meth:`ZipReader.data_offset` + ``source.copy`` do (raising their errors).
+
+    A record added with an *owner* (an object with a ``hold(view)`` method: a storage)
+    hands the owner its slice as soon as its run is read, instead of keeping it for a
+    later :meth:`read` (the owner then has its bytes without asking again).
     """
 
     CHUNK = 32 << 20
@@ -1416,7 +1425,9 @@ class BatchReader:
     def __init__(self, zr: ZipReader) -> None:
         self.zr = zr
         self._entries: list[ZipEntry] = []
+        self._owners: list[Any] = []  # per added entry: who takes its bytes when its run is read, or None
         self._sorted: list[ZipEntry] | None = None
+        self._sorted_owners: list[Any] = []
         self._pos: dict[int, int] = {}  # id(entry) -> index in _sorted
         self._ready: dict[int, memoryview] = {}  # id(entry) -> its bytes from a run read earlier
         self._consumed: set[int] = set()  # entries already handed out
@@ -1424,7 +1435,23 @@ class BatchReader:
     def add(self, entry: ZipEntry) -> None:
         if entry.method == 0 and entry.size <= self.SMALL:
             self._entries.append(entry)
+            self._owners.append(None)
             self._sorted = None
+
+    def add_many(self, entries: list[ZipEntry], owners: list[Any]) -> None:
+        """:meth:`add` each entry, with the owner of the same index (see the class)."""
+        if len(entries) != len(owners):
+            raise ValueError("one owner per entry")
+        small = self.SMALL
+        if all(e.method == 0 and e.size <= small for e in entries):
+            self._entries += entries
+            self._owners += owners
+        else:
+            for e, owner in zip(entries, owners, strict=True):
+                if e.method == 0 and e.size <= small:
+                    self._entries.append(e)
+                    self._owners.append(owner)
+        self._sorted = None
 
     def read(self, entry: ZipEntry, nbytes: int) -> memoryview:
         """``nbytes`` of the record's data, in memory of its own (a slice of a run)."""
@@ -1433,7 +1460,10 @@ class BatchReader:
             self._consumed.add(id(entry))
             return got[:nbytes]
         if self._sorted is None:
-            self._sorted = sorted(self._entries, key=lambda e: e.header_offset)
+            entries, owners = self._entries, self._owners
+            order = sorted(range(len(entries)), key=lambda k: entries[k].header_offset)
+            self._sorted = [entries[k] for k in order]
+            self._sorted_owners = [owners[k] for k in order]
             self._pos = {id(e): i for i, e in enumerate(self._sorted)}
         i = self._pos.get(id(entry))
         if i is not None and nbytes <= entry.size:
@@ -1463,14 +1493,15 @@ class BatchReader:
         buf = self.zr.source.copy(start, span_end - start, what=f"records from {entry.name!r}")
         mine: memoryview | None = None
         ready, consumed = self._ready, self._consumed
+        owners = self._sorted_owners[i:j]
         run = order[i:j]
         # the local headers of the whole run at once: signature, name and extra lengths
         import numpy as np
 
         raw = buf.obj if isinstance(buf.obj, np.ndarray) else np.frombuffer(buf, np.uint8)
         span = len(raw) - 3
-        rel = np.fromiter((e.header_offset for e in run), np.int64, len(run)) - start
-        sizes = np.fromiter((e.size for e in run), np.int64, len(run))
+        rel = np.fromiter(map(_HEADER_OFFSET, run), np.int64, len(run)) - start
+        sizes = np.fromiter(map(_SIZE, run), np.int64, len(run))
         head_ok = rel + _LOCAL.size <= len(raw)
         relc = np.where(head_ok, rel, 0)
         w16 = np.ndarray((span,), dtype="<u2", buffer=raw, strides=(1,)) if span > 0 else None
@@ -1479,12 +1510,16 @@ class BatchReader:
             return None
         d_arr = relc + _LOCAL.size + w16[relc + 26].astype(np.int64) + w16[relc + 28].astype(np.int64)
         good = head_ok & (w32[relc] == _LOCAL_SIG_U32) & (d_arr + sizes <= len(raw))
-        for e, d, sz, g in zip(run, d_arr.tolist(), sizes.tolist(), good.tolist(), strict=True):
+        for e, d, sz, g, owner in zip(run, d_arr.tolist(), sizes.tolist(), good.tolist(), owners, strict=True):
             if not g:
                 continue  # read on its own when asked for (its error then comes from data_offset)
             e._data_offset = start + d
             if e is entry:
                 mine = buf[d : d + sz]
+                if owner is not None:
+                    owner.hold(mine)
+            elif owner is not None:
+                owner.hold(buf[d : d + sz])
             elif id(e) not in consumed:
                 ready[id(e)] = buf[d : d + sz]
         consumed.add(id(entry))

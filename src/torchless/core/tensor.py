@@ -89,6 +89,14 @@ class Storage:
         self.file_offset = None
         return self
 
+    def hold(self, data: Any) -> None:
+        """Keep ``data``, bytes of this storage in memory of their own that were read
+        together with others' (an eager read of many records at once), as if the loader
+        had returned them; ignored when the storage holds bytes already or the size is
+        not the storage's (the loader then reads them when asked)."""
+        if self._data is None and len(data) == self.nbytes:
+            self._data = memoryview(data).cast("B")
+
     @property
     def loaded(self) -> bool:
         """True when the bytes are held in memory (given, or copied by the loader);
@@ -281,6 +289,37 @@ class Tensor:
         self.attrs = {}
         self.subclass = None
         return self
+
+    @classmethod
+    def _make_many(
+        cls,
+        storages: list[Storage],
+        shapes: list[tuple[int, ...]],
+        strides: list[tuple[int, ...]],
+        offsets: list[int],
+        requires_grad: list[bool],
+    ) -> list[Tensor]:
+        """``_make(st, st.dtype, shape, stride, offset, rg)`` for each row, for rows already
+        checked to be what it takes as they are (as many strides as sizes, no negative
+        size, stride or offset), without a call per tensor."""
+        new = cls.__new__
+        out = []
+        for st, shape, stride, offset, rg in zip(storages, shapes, strides, offsets, requires_grad, strict=True):
+            self = new(cls)
+            self.storage = st
+            self.dtype = st.dtype
+            self.shape = shape
+            self._stride = stride
+            self._offset = offset
+            self.requires_grad = rg
+            self.is_parameter = False
+            self.device = st.location
+            self.metadata = {}
+            self.quantizer = None
+            self.attrs = {}
+            self.subclass = None
+            out.append(self)
+        return out
 
     # torch.Tensor-like accessors -------------------------------------------------------
     def stride(self, dim: int | None = None) -> Any:

@@ -36,7 +36,8 @@ class Scanned:
     tensor), -1 where an empty tuple was not stored; ``skey``: the storage key's bytes;
     ``numel``, ``offset``; ``size``/``stride``: per entry the tuple of ints (Python
     lists); ``rg``: requires_grad; ``at_q``/``at_od``/``at_t``: offsets of BINPERSID and
-    the two REDUCEs (for errors)."""
+    the two REDUCEs (for errors); ``plain``: as many strides as sizes, none of them and
+    not the offset negative (what ``Tensor._make`` takes as it is)."""
 
     start: Any
     end: Any
@@ -53,6 +54,7 @@ class Scanned:
     at_q: Any
     at_od: Any
     at_t: Any
+    plain: Any
 
 
 _PAD = 2048  # zero bytes after the window: no token of an entry reaches further past it
@@ -79,6 +81,7 @@ def scan(data: Any, lo: int, hi: int) -> Scanned | None:
         return w8[p]
 
     ok = start + 5 <= size
+    nonneg = np.ones(len(start), dtype=bool)
     k = w32[start + 1].astype(np.int64)
     pos = start + 5 + k
     ok &= pos <= size
@@ -108,7 +111,7 @@ def scan(data: Any, lo: int, hi: int) -> Scanned | None:
 
     def tup(p: Any) -> tuple[list[Any], Any, Any, Any]:
         """(list of value columns with their presence masks, count, next position, store)."""
-        nonlocal ok
+        nonlocal ok, nonneg
         op = byte(p)
         empty = op == 0x29
         mark = op == 0x28
@@ -122,6 +125,7 @@ def scan(data: Any, lo: int, hi: int) -> Scanned | None:
             if not take.any():
                 break
             cols.append((val, take))
+            nonneg &= ~take | (val >= 0)
             count += take
             q = np.where(take, nxt, q)
             active = take
@@ -140,6 +144,11 @@ def scan(data: Any, lo: int, hi: int) -> Scanned | None:
     g_fn, pos = ref(pos, 0x68, 0x6A)
     pos = fixed(pos, 0x28)
     pos = fixed(pos, 0x28)
+    # most candidates (the storage keys' X, X bytes inside ints) are out by here: the
+    # rest of the grammar steps only through the others
+    keep = np.flatnonzero(ok)
+    start, kend, pos, p_name, g_fn = start[keep], kend[keep], pos[keep], p_name[keep], g_fn[keep]
+    ok, nonneg = ok[keep], nonneg[keep]
     g_st, pos = ref(pos, 0x68, 0x6A)
     g_cls, pos = ref(pos, 0x68, 0x6A)
     pos = fixed(pos, 0x58)
@@ -191,6 +200,7 @@ def scan(data: Any, lo: int, hi: int) -> Scanned | None:
     s.stride = _tuples(stride_cols, stride_n, sel)
     s.rg = rgb[sel] == 0x88
     s.at_q, s.at_od, s.at_t = at_q[sel] + lo, at_od[sel] + lo, at_t[sel] + lo
+    s.plain = (nonneg & (size_n == stride_n) & (offset >= 0))[sel]
     return s
 
 

@@ -25,14 +25,14 @@ import re
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ..core.errors import FormatError, InternalError, LimitError, TorchlessError, TruncatedError, UnsafeGlobalError, short_repr
 from ..core.gcpause import GCPause
 from .globals import BUILDERS, GlobalRef, PickledObject, Rebuilder, Resolver, python2_name
 from .opcodes import OPCODE_NAMES, parse_float_line, parse_int_line, parse_long_line, parse_memo_line
 
-__all__ = ["Limits", "Unpickler", "unpickle", "ProtocolInfo"]
+__all__ = ["Limits", "PersistentLoadMany", "Unpickler", "unpickle", "ProtocolInfo"]
 
 _unpack_i = struct.Struct("<i").unpack_from
 _unpack_I = struct.Struct("<I").unpack_from
@@ -63,6 +63,23 @@ class Limits:
         for k in ("max_input", "max_memo", "max_marks", "max_key_depth", "max_object_bytes"):
             if getattr(self, k) <= 0:
                 raise ValueError(f"Limits.{k} must be positive")
+
+
+class PersistentLoadMany(Protocol):
+    """The persistent loads of a run of state-dict entries, at once.
+
+    Row ``j`` stands for the persistent id ``(head, storage_class, keys[j], location,
+    numels[j])`` where ``(head, storage_class, location) = parts[combo[j]]`` (the values
+    the pickle's memo holds; a run repeats a few of them; None: parts no row uses). The result is what
+    ``persistent_load`` returns for the ids of rows ``0 .. len(result) - 1``, in order,
+    with the same effects: an implementation may stop before any row it does not handle
+    on its common path (it never raises), and the machine then runs that row's entry
+    through ``persistent_load`` itself.
+    """
+
+    def __call__(
+        self, parts: list[tuple[Any, Any, Any] | None], combo: list[int], keys: list[str], numels: list[int], /
+    ) -> list[Any]: ...
 
 
 @dataclass
@@ -154,6 +171,9 @@ _TUPLE_OPS = {0x85: 1, 0x86: 2, 0x87: 3}
 #: find the entries of a window together (:mod:`torchless.pickle.entryscan`) when at
 #: least this many bytes are left; the tests turn it off to compare with the regex path
 SCAN_ENTRIES = True
+#: run the scanned entries with the caller's ``persistent_load_many`` in one batch, their
+#: memo stores deferred (the tests turn it off to compare with the entry-by-entry run)
+BATCH_ENTRIES = True
 _SCAN_BYTES = 1 << 12
 _SCAN_WINDOW = 1 << 23
 #: the indices of 6, 7 or 8 LONG_BINPUTs in a row (an entry's memo stores)
@@ -195,6 +215,46 @@ def _int_tuple(g: bytes) -> tuple[int, ...] | None:
     return t
 
 
+def _deferred_stores(
+    d: dict[int, Any],
+    puts: Any,
+    names: list[str],
+    keys: list[str],
+    parts: list[Any],
+    combo: list[int],
+    numels: list[int],
+    sizes: list[tuple[int, ...]],
+    strides: list[tuple[int, ...]],
+    offsets: list[int],
+    rgs: list[bool],
+    tensors: list[Any],
+) -> None:
+    """The memo stores of a batched entry run (``puts``: per entry the keys of name, key,
+    pid, size, stride, OrderedDict, args and tensor, -1 for a tuple not stored), in
+    opcode order, with the values the entry loop stores: the same objects where they
+    exist (name, key, size, stride, tensor), equal ones made now for the rest (the pid
+    tuple, an empty OrderedDict, the args tuple holding that OrderedDict)."""
+    from ..core.values import StateDict
+
+    for j, row in enumerate(puts.tolist()):
+        head, stype, loc = parts[combo[j]]
+        key, t, size, stride = keys[j], tensors[j], sizes[j], strides[j]
+        od = StateDict()
+        vals = (
+            names[j],
+            key,
+            (head, stype, key, loc, numels[j]),
+            size,
+            stride,
+            od,
+            (t.storage, offsets[j], size, stride, rgs[j], od),
+            t,
+        )
+        for k, v in zip(row, vals, strict=True):
+            if k >= 0:
+                d[k] = v
+
+
 def _decode_long(data: bytes) -> int:
     return int.from_bytes(data, "little", signed=True)
 
@@ -207,6 +267,9 @@ class Unpickler:
         resolver: maps GLOBALs to rebuilders, values or placeholders.
         persistent_load: called with each persistent id (BINPERSID/PERSID); None refuses
             persistent ids.
+        persistent_load_many: ``persistent_load`` for the storage ids of a run of
+            state-dict entries at once (see :class:`PersistentLoadMany`); it must give
+            exactly what ``persistent_load`` gives for each of them, in order. Optional.
         limits: safety bounds.
         encoding: how Python-2 ``str`` (STRING/BINSTRING) bytes are decoded; ``"bytes"``
             keeps them as bytes.
@@ -236,6 +299,7 @@ class Unpickler:
         *,
         resolver: Resolver,
         persistent_load: Callable[[Any], Any] | None = None,
+        persistent_load_many: PersistentLoadMany | None = None,
         limits: Limits = Limits(),
         encoding: str = "utf-8",
         buffers: Any = None,
@@ -252,6 +316,7 @@ class Unpickler:
         self.data = data if isinstance(data, (bytes, mmap.mmap)) else bytes(data)
         self.resolver = resolver
         self.persistent_load = persistent_load
+        self.persistent_load_many = persistent_load_many if persistent_load is not None else None
         self.limits = limits
         self.encoding = encoding
         self.buffers = iter(buffers) if buffers is not None else None
@@ -308,8 +373,40 @@ class Unpickler:
         stack: list[Any] = []
         metastack: list[list[Any]] = []
         memo: dict[int, Any] = {}
+        # The memo stores of scanned entry runs, not made yet (each run's materializer
+        # adds them to a dict, in the run's order): made all at once when anything but a
+        # store of a new key above them (torch's pickles: nothing) touches the memo. A
+        # key stored again after its run deferred it holds the newer value.
+        lazy: list[Callable[[dict[int, Any]], None]] = []
+        lazy_top = [0]  # 1 + the largest deferred key
+        cap = max_memo  # max_memo less the deferred stores: the memo limit's first test
         pos = self.start
         max_marks = limits.max_marks
+
+        def flush() -> None:
+            nonlocal cap
+            d: dict[int, Any] = {}
+            for materialize in lazy:
+                materialize(d)
+            lazy.clear()
+            cap = max_memo
+            for k, v in d.items():
+                if k not in memo:  # else stored again since the run: the newer value
+                    memo[k] = v
+
+        def memo_full(idx: int) -> bool:
+            """The memo limit reached for a store of ``idx`` (deferred stores made first)."""
+            if lazy:
+                flush()
+            return len(memo) >= max_memo and idx not in memo
+
+        def memo_miss(idx: int, p: int) -> Any:
+            """The value of a memo key not in the memo dict: deferred, or never stored."""
+            if lazy:
+                flush()
+                if idx in memo:
+                    return memo[idx]
+            raise self._fmt(f"memo key {idx} was never stored", p)
 
         def need(p: int, k: int, what: str) -> None:
             if k < 0 or p + k > n:
@@ -385,7 +482,7 @@ class Unpickler:
                 raise LimitError("memo index too large", offset=p, expected=f"< {_MEMO_INDEX_LIMIT}", found=idx)
             if not stack:
                 raise self._fmt("memo store with an empty stack", p)
-            if idx not in memo and len(memo) >= max_memo:
+            if len(memo) >= cap and memo_full(idx):
                 raise LimitError("too many memo entries", offset=p, expected=f"<= {max_memo}")
             memo[idx] = stack[-1]
 
@@ -393,7 +490,7 @@ class Unpickler:
             try:
                 stack.append(memo[idx])
             except KeyError:
-                raise self._fmt(f"memo key {idx} was never stored", p) from None
+                stack.append(memo_miss(idx, p))
 
         def get_global(module: str, name: str, p: int) -> Any:
             if strict:  # CPython renames below protocol 3
@@ -491,6 +588,8 @@ class Unpickler:
             # dtype whose byte order BUILD sets) stands for the object BUILD acted on:
             # every memo entry and stack slot holding the old one now holds the new
             # one, as if BUILD had changed it in place (CPython's __setstate__ does).
+            if lazy:
+                flush()
             replace_budget[0] -= len(memo) + len(stack) + sum(len(f) for f in metastack) + 1
             if replace_budget[0] < 0:
                 raise LimitError("too many BUILDs that replace their object", offset=p)
@@ -625,7 +724,8 @@ class Unpickler:
             bad |= np.cumsum(stored.sum(axis=1)) > room
             bad |= sc.kend[sl] - starts[sl] - 5 > max_obj
             # the rows of memo reads, numbered (few distinct ones: the same five reads per dtype)
-            distinct = np.unique(gets)
+            flat = np.sort(gets, axis=None)  # np.unique without its first-call import of numpy.ma
+            distinct = flat[np.concatenate(([True], flat[1:] != flat[:-1]))]
             if len(distinct) > 1000:
                 return p
             lab = np.searchsorted(distinct, gets)
@@ -651,6 +751,24 @@ class Unpickler:
             plf = self.persistent_load
             if plf is None:  # no persistent ids allowed: the general loop refuses the entry
                 return p
+            plm = self.persistent_load_many
+            if (
+                BATCH_ENTRIES
+                and plm is not None
+                and all(
+                    c is None
+                    or (
+                        type(c[0]) is Rebuilder
+                        and c[0]._call is _rebuild_tensor_v2
+                        and type(c[4]) is Rebuilder
+                        and c[4]._call is _ordered_dict
+                    )
+                    for c in combos
+                )
+            ):
+                q = batched_run(p, i0, cnt, sc, combos, inv, plm)
+                if q > p:
+                    return q
             make = Tensor._make
             out: list[Any] = []
             put: list[Any] = []
@@ -716,6 +834,61 @@ class Unpickler:
             info.scanned_entries += done
             return int(ends[i0 + done - 1])
 
+        def batched_run(p: int, i0: int, cnt: int, sc: Any, combos: list[Any], inv: Any, plm: PersistentLoadMany) -> int:
+            """The checked entries ``i0 .. i0 + cnt`` of a scanned window, for the default
+            tensor and OrderedDict rebuilders, in one batch: their storages from one call of
+            ``persistent_load_many``, their tensors built together, their memo stores
+            deferred (``lazy``: nothing reads them in the pickles torch writes). Entries are
+            taken while their sizes, strides and offsets are what ``Tensor._make`` takes
+            as they are; the position after the last one (``p`` when none)."""
+            nonlocal cap
+            from ..core.tensor import Storage, Tensor
+
+            plain = sc.plain[i0 : i0 + cnt]
+            if not plain.all():
+                cnt = int(plain.argmin())
+                if not cnt:
+                    return p
+            sl = slice(i0, i0 + cnt)
+            try:
+                names = [
+                    str(data[a + 5 : b], "utf-8", "surrogatepass")
+                    for a, b in zip(sc.start[sl].tolist(), sc.kend[sl].tolist(), strict=True)
+                ]
+            except UnicodeError:
+                return p  # the entry loop stops at the name that does not decode
+            keys = [str(data[a:b], "ascii") for a, b in zip(sc.skey0[sl].tolist(), sc.skey1[sl].tolist(), strict=True)]
+            ci = inv.ravel()[:cnt].tolist()
+            numels = sc.numel[sl].tolist()
+            parts = [(c[1], c[2], c[3]) if c is not None else None for c in combos]
+            storages = plm(parts, ci, keys, numels)
+            done = len(storages)
+            if not done or not all(type(st) is Storage for st in storages):
+                return p
+            if done < cnt:
+                del names[done:], keys[done:], ci[done:], numels[done:]
+            e = i0 + done
+            sizes, strides = sc.size[i0:e], sc.stride[i0:e]
+            offsets = sc.offset[i0:e].tolist()
+            rgs = sc.rg[i0:e].tolist()
+            tensors = Tensor._make_many(storages, sizes, strides, offsets, rgs)
+            out: list[Any] = [None] * (2 * done)
+            out[0::2] = names
+            out[1::2] = tensors
+            stack.extend(out)
+            puts = sc.puts[i0:e]
+            stores = int((puts >= 0).sum())
+            new_top = int(puts.max()) + 1
+            lazy.append(
+                lambda d: _deferred_stores(d, puts, names, keys, parts, ci, numels, sizes, strides, offsets, rgs, tensors)
+            )
+            cap -= stores
+            lazy_top[0] = max(lazy_top[0], new_top)
+            memo_top[1] = max(memo_top[1], new_top)
+            info.fast_entries += done
+            info.scanned_entries += done
+            return int(sc.end[e - 1])
+
         def entries(p: int) -> int:
             """Run a run of torch state-dict entries at ``p`` in one pass; -1 if there is
             none (see :data:`_ENTRY`).
@@ -735,9 +908,9 @@ class Unpickler:
                 return -1
             if memo_top[0] != len(memo):
                 memo_top[0] = len(memo)
-                memo_top[1] = max(memo) + 1 if memo else 0
+                memo_top[1] = max(max(memo) + 1 if memo else 0, lazy_top[0])
             top = memo_top[1]
-            room = max_memo - len(memo)  # stores of new keys the limit still allows
+            room = cap - len(memo)  # stores of new keys the limit still allows
             one = False  # parse only one entry below (then the next call tries the scan again)
             if SCAN_ENTRIES and n - p >= _SCAN_BYTES:
                 q = scanned_run(p, top, room)
@@ -864,7 +1037,7 @@ class Unpickler:
                         need(pos, 4, "LONG_BINPUT")
                     idx = _unpack_I(data, pos)[0]
                     pos += 4
-                    if (len(memo) >= max_memo and idx not in memo) or (strict and idx >= _MEMO_INDEX_LIMIT):
+                    if (len(memo) >= cap and memo_full(idx)) or (strict and idx >= _MEMO_INDEX_LIMIT):
                         raise LimitError("too many memo entries", offset=p0, expected=f"<= {max_memo}")
                     memo[idx] = stack[-1]
                 elif op == 0x68:  # h BINGET
@@ -873,7 +1046,7 @@ class Unpickler:
                     try:
                         stack.append(memo[data[pos]])
                     except KeyError:
-                        raise self._fmt(f"memo key {data[pos]} was never stored", p0) from None
+                        stack.append(memo_miss(data[pos], p0))
                     pos += 1
                 elif op == 0x4B:  # K BININT1
                     if pos >= n:
@@ -971,6 +1144,8 @@ class Unpickler:
                     memo_get(_unpack_I(data, pos)[0], p0)
                     pos += 4
                 elif op == 0x94:  # MEMOIZE
+                    if lazy:
+                        flush()
                     memo_put(len(memo), p0)
                 elif op == 0x8C:  # SHORT_BINUNICODE
                     need(pos, 1, "SHORT_BINUNICODE length")

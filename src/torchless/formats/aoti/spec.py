@@ -140,7 +140,9 @@ def file_kind(name: str) -> str:
 # Detection lives here, with the record names, so sniffing stays cheap.
 def is_aoti_records(records: list[str] | None) -> bool:
     """True when zip record names (relative to the archive folder) hold AOTInductor output."""
-    return records is not None and any(r.startswith(AOTINDUCTOR_DIR) and r.count("/") >= 3 for r in records)
+    if records is None or "\n" + AOTINDUCTOR_DIR not in "\n" + "\n".join(records):
+        return False  # (no record starts with the folder: one search instead of a loop)
+    return any(r.startswith(AOTINDUCTOR_DIR) and r.count("/") >= 3 for r in records)
 
 
 def aoti_models(records: list[str]) -> list[str]:

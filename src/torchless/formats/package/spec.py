@@ -47,8 +47,7 @@ def is_package_records(recs: list[str] | set[str] | None) -> bool:
     """A torch.package archive: an ``.data/extern_modules`` record and no ``data.pkl``."""
     if recs is None:
         return False
-    s = set(recs)
-    return EXTERN_RECORD in s and DATA_PKL not in s
+    return EXTERN_RECORD in recs and DATA_PKL not in recs  # (no set of a many-record list)
 
 
 def module_of_record(rec: str) -> str | None:

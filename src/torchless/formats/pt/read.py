@@ -8,13 +8,14 @@ stream), §3 (legacy tar).
 
 from __future__ import annotations
 
+import operator
 import struct
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ...container.zip import RecordLoader, ZipReader, is_zip
+from ...container.zip import RecordLoader, ZipEntry, ZipReader, is_zip
 from ...core.dtypes import DTYPES, DType
 from ...core.errors import FormatError, LimitError, TorchlessError, TruncatedError, UnsupportedError, short_repr
 from ...core.gcpause import GCPause
@@ -45,6 +46,8 @@ __all__ = [
 ]
 
 _UINT8 = DTYPES["uint8"]
+_SIZE = operator.attrgetter("size")
+_METHOD = operator.attrgetter("method")
 
 
 @dataclass
@@ -243,10 +246,127 @@ def read_zip_checkpoint(
             storages[key] = st
         return st
 
+    def _storages_at_once(kinds: list[Any], combo: list[int], keys: list[str], numels: list[int]) -> list[Storage] | None:
+        # the rows of persistent_load_many when every one of them is a new storage (keys
+        # distinct, none loaded or listed before), of a known kind, whose record exists
+        # with the declared size: the checks on whole columns, then one loop making the
+        # storages; None (nothing done) when any row is not, for the row-by-row loop
+        if len(set(keys)) != len(keys) or not loaded.keys().isdisjoint(keys) or not storages.keys().isdisjoint(keys):
+            return None
+        if any(kinds[c] is None for c in set(combo)) or min(numels) < 0:
+            return None
+        found = list(map(data_index.get, keys))
+        entries: list[ZipEntry] = list(filter(None, found))  # (no `None in`: it would call ZipEntry.__eq__)
+        if len(entries) != len(found) or (not mmap and any(map(_METHOD, entries))):
+            return None  # (a record looked up otherwise, or deflated: the loop decides per row)
+        itemsizes = [k[1] if k is not None else 0 for k in kinds]
+        sizes = list(map(operator.mul, numels, map(itemsizes.__getitem__, combo)))
+        if list(map(_SIZE, entries)) != sizes:
+            return None
+        out: list[Storage] = []
+        new = Storage.__new__
+        direct = mmap
+        for c, key, nbytes, entry in zip(combo, keys, sizes, entries, strict=True):
+            dtype, _isz, location, order, _cached = kinds[c]
+            if direct:
+
+                def loader(entry: Any = entry, nbytes: int = nbytes) -> memoryview:
+                    return zr.read(entry)[:nbytes]
+
+            else:
+
+                def loader(entry: Any = entry, nbytes: int = nbytes) -> memoryview:
+                    return batch.read(entry, nbytes)
+
+            st = new(Storage)  # Storage._lazy(key, nbytes, dtype, location, loader, order, entry.name)
+            st.key = key
+            st.nbytes = nbytes
+            st.dtype = dtype
+            st.location = location
+            st._data = None
+            st._loader = loader
+            st.byteorder = order
+            st.origin = entry.name
+            st.file_offset = None
+            out.append(st)
+        if not direct:
+            batch.add_many(entries, out)
+        storages.update(zip(keys, out, strict=True))
+        if min(sizes) > 0 and all(kinds[c][4] for c in set(combo)):
+            loaded.update(zip(keys, out, strict=True))
+        else:  # torch caches no empty or meta storage
+            loaded.update((k, st) for k, st, c in zip(keys, out, combo, strict=True) if st.nbytes and kinds[c][4])
+        return out
+
+    def persistent_load_many(parts: list[Any], combo: list[int], keys: list[str], numels: list[int]) -> list[Storage]:
+        # persistent_load of ('storage', stype, key, location, numel) per row on its common
+        # path (a typed storage class, a str key, a record of the declared size under the
+        # data folder, a str location): the same storages, cache and order; stops before
+        # the first row off that path, which the machine hands to persistent_load
+        kinds: list[Any] = []
+        for part in parts:
+            if part is None:
+                kinds.append(None)
+                continue
+            head, stype, location = part
+            if type(head) is not str or head != "storage" or type(stype) is not StorageType or type(location) is not str:
+                kinds.append(None)
+                continue
+            dtype = stype.dtype if stype.dtype is not None else _UINT8
+            order = byteorder if stype.dtype is not None else sys.byteorder
+            kinds.append((dtype, dtype.itemsize, location, order, not location.startswith("meta")))
+        out = _storages_at_once(kinds, combo, keys, numels) if not record_suffix else None
+        if out is not None:
+            return out
+        out = []
+        lazy = Storage._lazy
+        held: list[Any] = []  # eager: (entry, storage) pairs for the batch reader, which hands each its bytes
+        for c, key, numel in zip(combo, keys, numels, strict=True):
+            st = loaded.get(key)
+            if st is not None:
+                out.append(st)
+                continue
+            kind = kinds[c]
+            if kind is None or numel < 0:
+                break
+            dtype, isz, location, order, cached = kind
+            nbytes = numel * isz
+            entry = data_index.get(f"{key}{record_suffix}" if record_suffix else key)
+            if entry is None or entry.size != nbytes:
+                break
+            if mmap or entry.method != 0:
+
+                def loader(entry: Any = entry, nbytes: int = nbytes) -> memoryview:
+                    return zr.read(entry)[:nbytes]
+
+                st = lazy(key, nbytes, dtype, location, loader, order, entry.name)
+            else:
+
+                def loader(entry: Any = entry, nbytes: int = nbytes) -> memoryview:
+                    return batch.read(entry, nbytes)
+
+                st = lazy(key, nbytes, dtype, location, loader, order, entry.name)
+                held += (entry, st)
+            if nbytes and cached:
+                loaded[key] = st
+            if key not in storages:
+                storages[key] = st
+            out.append(st)
+        if held:
+            batch.add_many(held[0::2], held[1::2])
+        return out
+
     pkl = zr.get(pickle_name)
     data = zr.read(pkl, max_size=limits.max_input)
     up = Unpickler(
-        data, resolver=resolver, persistent_load=persistent_load, limits=limits, path=zr.path, member=pkl.name, encoding=encoding
+        data,
+        resolver=resolver,
+        persistent_load=persistent_load,
+        persistent_load_many=persistent_load_many,
+        limits=limits,
+        path=zr.path,
+        member=pkl.name,
+        encoding=encoding,
     )
     obj = up.load()
     return Checkpoint(obj, "zip", storages, records, byteorder, up.info.protocol, zr.prefix, list(resolver.seen), zr)
