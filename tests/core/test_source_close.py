@@ -113,3 +113,21 @@ def test_copied_storage_is_kept(blob):
     np.testing.assert_array_equal(Tensor(st, f32, values.shape).numpy(), values)  # in memory of its own
     assert not _mapped(path)
     assert issubclass(UsageError, TorchlessError)
+
+
+@pytest.mark.parametrize("length", [(4 << 20) - 1, 4 << 20, (9 << 20) + 7])
+def test_large_copies_are_the_bytes_at_a_huge_page_boundary(tmp_path, length):
+    """Reads of 4 MiB and more land in memory starting at a 2 MiB boundary (so the whole
+    buffer can take transparent huge pages); the bytes are the file's either way."""
+    rng = np.random.default_rng(3)
+    body = rng.integers(0, 256, length + 300, dtype=np.uint8).tobytes()
+    p = tmp_path / "big.bin"
+    p.write_bytes(body)
+    src = MmapSource(str(p))
+    mv = src.copy(123, length)
+    assert len(mv) == length and bytes(mv) == body[123 : 123 + length]
+    arr = np.frombuffer(mv, np.uint8)
+    assert not is_mapped(mv)
+    if length >= 4 << 20:
+        assert arr.ctypes.data % (2 << 20) == 0
+    src.close()

@@ -66,6 +66,7 @@ MAX32 = 0xFFFFFFFF
 _INFLATE_STEP = 1 << 16
 _HEADER_OFFSET = operator.attrgetter("header_offset")
 _SIZE = operator.attrgetter("size")
+_METHOD = operator.attrgetter("method")
 
 
 def is_zip(head: bytes) -> bool:
@@ -1443,7 +1444,7 @@ class BatchReader:
         if len(entries) != len(owners):
             raise ValueError("one owner per entry")
         small = self.SMALL
-        if all(e.method == 0 and e.size <= small for e in entries):
+        if entries and not any(map(_METHOD, entries)) and max(map(_SIZE, entries)) <= small:
             self._entries += entries
             self._owners += owners
         else:
@@ -1461,10 +1462,10 @@ class BatchReader:
             return got[:nbytes]
         if self._sorted is None:
             entries, owners = self._entries, self._owners
-            order = sorted(range(len(entries)), key=lambda k: entries[k].header_offset)
-            self._sorted = [entries[k] for k in order]
-            self._sorted_owners = [owners[k] for k in order]
-            self._pos = {id(e): i for i, e in enumerate(self._sorted)}
+            order = sorted(range(len(entries)), key=list(map(_HEADER_OFFSET, entries)).__getitem__)
+            self._sorted = list(map(entries.__getitem__, order))
+            self._sorted_owners = list(map(owners.__getitem__, order))
+            self._pos = dict(zip(map(id, self._sorted), range(len(order)), strict=True))
         i = self._pos.get(id(entry))
         if i is not None and nbytes <= entry.size:
             mv = self._read_run(i, entry)

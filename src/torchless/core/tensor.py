@@ -95,7 +95,9 @@ class Storage:
         had returned them; ignored when the storage holds bytes already or the size is
         not the storage's (the loader then reads them when asked)."""
         if self._data is None and len(data) == self.nbytes:
-            self._data = memoryview(data).cast("B")
+            self._data = (
+                data if type(data) is memoryview and data.format == "B" and data.ndim == 1 else memoryview(data).cast("B")
+            )
 
     @property
     def loaded(self) -> bool:
