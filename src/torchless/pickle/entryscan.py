@@ -66,7 +66,8 @@ def scan(data: Any, lo: int, hi: int) -> Scanned | None:
     Positions are relative to ``lo`` inside; the window is copied with zero padding so
     that reads past its end see zeros (which no entry ends with) instead of bounds checks."""
     size = hi - lo
-    buf = bytes(data[lo:hi]) + bytes(_PAD)
+    buf = bytearray(size + _PAD)  # one copy of the window (a slice and a join were two)
+    buf[:size] = memoryview(data)[lo:hi]
     w8 = np.frombuffer(buf, np.uint8)
     span = len(buf) - 3
     # unaligned little-endian views of every byte offset (no copies)
