@@ -663,3 +663,33 @@ def test_memo_limit_counts_the_deferred_stores(monkeypatch, batched_rows):
         assert all(o == outs[0] for o in outs[1:]), limit
         assert outs[0][0][0] == ("ok" if limit == n + 6 else "error")
     assert batched_rows[0] > 0
+
+
+@pytest.mark.parametrize("chunk", [2048, 1 << 20])
+def test_eager_runs_of_records_out_of_file_order(chunk, monkeypatch, tmp_path):
+    """Records stored in another order than the pickle uses them (the batch reader sorts
+    them), runs cut by a small CHUNK and by gaps (records nobody asked for between them):
+    every storage has its record's bytes, read in any order."""
+    from torchless.container.zip import BatchReader
+
+    monkeypatch.setattr(BatchReader, "CHUNK", chunk)
+    sd = {f"t{i}": torch.arange(1 + (i * 13) % 90, dtype=torch.float32) + i for i in range(300)}
+    data = _saved(sd)
+    src = zipfile.ZipFile(io.BytesIO(data))
+    infos = src.infolist()
+    rng = random.Random(4)
+    recs = [x for x in infos if "/data/" in x.filename]
+    rng.shuffle(recs)
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as zf:
+        for j, info in enumerate([x for x in infos if "/data/" not in x.filename] + recs):
+            zf.writestr(info.filename, src.read(info))
+            if j % 7 == 0:
+                zf.writestr(f"{info.filename.split('/')[0]}/extra/{j}", b"z" * rng.randrange(1, 300))  # a gap
+    p = tmp_path / "shuffled.pt"
+    p.write_bytes(buf.getvalue())
+    eager = torchless.load(p, mmap=False)
+    names = list(sd)
+    rng.shuffle(names)
+    for k in names:
+        assert bytes(eager[k].storage.bytes()) == sd[k].numpy().tobytes(), k

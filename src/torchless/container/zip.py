@@ -1461,11 +1461,7 @@ class BatchReader:
             self._consumed.add(id(entry))
             return got[:nbytes]
         if self._sorted is None:
-            entries, owners = self._entries, self._owners
-            order = sorted(range(len(entries)), key=list(map(_HEADER_OFFSET, entries)).__getitem__)
-            self._sorted = list(map(entries.__getitem__, order))
-            self._sorted_owners = list(map(owners.__getitem__, order))
-            self._pos = dict(zip(map(id, self._sorted), range(len(order)), strict=True))
+            self._sort()
         i = self._pos.get(id(entry))
         if i is not None and nbytes <= entry.size:
             mv = self._read_run(i, entry)
@@ -1474,19 +1470,42 @@ class BatchReader:
         zr = self.zr
         return zr.source.copy(zr.data_offset(entry), nbytes, what=f"record {entry.name!r}")
 
+    def _sort(self) -> None:
+        """The added records in file order, with their offsets, sizes and the gaps
+        between neighbours as arrays (a run's extent is then found on columns)."""
+        import numpy as np
+
+        entries, owners = self._entries, self._owners
+        offs = list(map(_HEADER_OFFSET, entries))
+        if all(map(operator.le, offs, offs[1:])):  # torch writes its records in order
+            self._sorted, self._sorted_owners = list(entries), list(owners)
+        else:
+            order = sorted(range(len(entries)), key=offs.__getitem__)
+            self._sorted = list(map(entries.__getitem__, order))
+            self._sorted_owners = list(map(owners.__getitem__, order))
+            offs = list(map(offs.__getitem__, order))
+        self._pos = dict(zip(map(id, self._sorted), range(len(offs)), strict=True))
+        hoff = np.array(offs, dtype=np.int64)
+        ends = hoff + _LOCAL.size + np.fromiter(map(_SIZE, self._sorted), np.int64, len(offs))
+        gap = np.empty(len(offs), dtype=np.int64)
+        gap[0] = 0
+        gap[1:] = hoff[1:] - ends[:-1]
+        # (to the previous record) a record after the one before it, by at most GAP
+        self._joins = (gap >= 0) & (gap <= self.GAP)
+        self._hoff, self._ends = hoff, ends
+
     def _read_run(self, i: int, entry: ZipEntry) -> memoryview | None:
+        import numpy as np
+
         order = self._sorted
         assert order is not None
         start = entry.header_offset
-        last = entry
-        j = i + 1
-        while j < len(order):
-            e = order[j]
-            gap = e.header_offset - (last.header_offset + _LOCAL.size + last.size)
-            if gap < 0 or gap > self.GAP or e.header_offset + _LOCAL.size + e.size + self.SLACK - start > self.CHUNK:
-                break
-            last = e
-            j += 1
+        # the run: the records after i that each follow the one before it closely and end,
+        # with SLACK, within CHUNK of the start
+        k = int(np.searchsorted(self._hoff, start + self.CHUNK, side="right"))
+        fits = self._joins[i + 1 : k] & (self._ends[i + 1 : k] + self.SLACK - start <= self.CHUNK)
+        j = i + 1 + (int(fits.argmin()) if len(fits) and not fits.all() else len(fits))
+        last = order[j - 1]
         # to the last record's end, with room for its local name and extra field
         span_end = min(self.zr.source.size, last.header_offset + _LOCAL.size + last.size + len(last.raw_name) + self.SLACK)
         if span_end - start < _LOCAL.size:
@@ -1497,8 +1516,6 @@ class BatchReader:
         owners = self._sorted_owners[i:j]
         run = order[i:j]
         # the local headers of the whole run at once: signature, name and extra lengths
-        import numpy as np
-
         raw = buf.obj if isinstance(buf.obj, np.ndarray) else np.frombuffer(buf, np.uint8)
         span = len(raw) - 3
         rel = np.fromiter(map(_HEADER_OFFSET, run), np.int64, len(run)) - start
