@@ -1429,7 +1429,7 @@ class BatchReader:
         self._owners: list[Any] = []  # per added entry: who takes its bytes when its run is read, or None
         self._sorted: list[ZipEntry] | None = None
         self._sorted_owners: list[Any] = []
-        self._pos: dict[int, int] = {}  # id(entry) -> index in _sorted
+        self._hoff: Any = None  # header offsets of _sorted (an array)
         self._ready: dict[int, memoryview] = {}  # id(entry) -> its bytes from a run read earlier
         self._consumed: set[int] = set()  # entries already handed out
 
@@ -1462,7 +1462,7 @@ class BatchReader:
             return got[:nbytes]
         if self._sorted is None:
             self._sort()
-        i = self._pos.get(id(entry))
+        i = self._position(entry)
         if i is not None and nbytes <= entry.size:
             mv = self._read_run(i, entry)
             if mv is not None:
@@ -1484,7 +1484,6 @@ class BatchReader:
             self._sorted = list(map(entries.__getitem__, order))
             self._sorted_owners = list(map(owners.__getitem__, order))
             offs = list(map(offs.__getitem__, order))
-        self._pos = dict(zip(map(id, self._sorted), range(len(offs)), strict=True))
         hoff = np.array(offs, dtype=np.int64)
         ends = hoff + _LOCAL.size + np.fromiter(map(_SIZE, self._sorted), np.int64, len(offs))
         gap = np.empty(len(offs), dtype=np.int64)
@@ -1493,6 +1492,19 @@ class BatchReader:
         # (to the previous record) a record after the one before it, by at most GAP
         self._joins = (gap >= 0) & (gap <= self.GAP)
         self._hoff, self._ends = hoff, ends
+
+    def _position(self, entry: ZipEntry) -> int | None:
+        """The index of ``entry`` in file order (the last, when it was added twice)."""
+        import numpy as np
+
+        order = self._sorted
+        assert order is not None
+        k = int(np.searchsorted(self._hoff, entry.header_offset, side="right")) - 1
+        while k >= 0 and self._hoff[k] == entry.header_offset:
+            if order[k] is entry:
+                return k
+            k -= 1
+        return None
 
     def _read_run(self, i: int, entry: ZipEntry) -> memoryview | None:
         import numpy as np
