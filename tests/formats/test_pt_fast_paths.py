@@ -693,3 +693,13 @@ def test_eager_runs_of_records_out_of_file_order(chunk, monkeypatch, tmp_path):
     rng.shuffle(names)
     for k in names:
         assert bytes(eager[k].storage.bytes()) == sd[k].numpy().tobytes(), k
+
+
+def test_eager_read_of_large_records_only(tmp_path):
+    """No record small enough for a run (the batch reader has nothing to sort): each
+    storage is read on its own."""
+    sd = {"a": torch.arange(300_000, dtype=torch.float32), "b": torch.ones(290_000)}
+    p = tmp_path / "big.pt"
+    p.write_bytes(_saved(sd))
+    eager = torchless.load(p, mmap=False)
+    assert all(bytes(eager[k].storage.bytes()) == sd[k].numpy().tobytes() for k in sd)

@@ -1389,6 +1389,23 @@ class RecordLoader:
         self.nbytes = entry.size if nbytes is None else nbytes
         self.batch = batch
 
+    @classmethod
+    def many(
+        cls, zr: ZipReader, entries: list[ZipEntry], sizes: list[int], batch: BatchReader | None = None
+    ) -> list[RecordLoader]:
+        """``RecordLoader(zr, entry, nbytes, batch)`` for each entry and size, without a
+        call per loader (one per storage of a checkpoint of many tensors)."""
+        new = cls.__new__
+        out = []
+        for entry, nbytes in zip(entries, sizes, strict=True):
+            ld = new(cls)
+            ld.zr = zr
+            ld.entry = entry
+            ld.nbytes = nbytes
+            ld.batch = batch
+            out.append(ld)
+        return out
+
     def __call__(self) -> memoryview:
         if self.batch is not None:
             return self.batch.read(self.entry, self.nbytes)
@@ -1486,8 +1503,7 @@ class BatchReader:
             offs = list(map(offs.__getitem__, order))
         hoff = np.array(offs, dtype=np.int64)
         ends = hoff + _LOCAL.size + np.fromiter(map(_SIZE, self._sorted), np.int64, len(offs))
-        gap = np.empty(len(offs), dtype=np.int64)
-        gap[0] = 0
+        gap = np.zeros(len(offs), dtype=np.int64)
         gap[1:] = hoff[1:] - ends[:-1]
         # (to the previous record) a record after the one before it, by at most GAP
         self._joins = (gap >= 0) & (gap <= self.GAP)
