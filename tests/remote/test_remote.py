@@ -290,6 +290,30 @@ def test_failed_sharded_upload_leaves_no_index(s3, tmp_path, monkeypatch):
     assert _keys(client, f"{base}/f") == []  # no index, and the shard uploaded first was removed
 
 
+def test_failed_sharded_upload_keeps_what_it_replaced(s3, monkeypatch):
+    """A sharded write over an earlier set whose second upload fails: the first shard had
+    already replaced its namesake, so it stays (removing it would leave the earlier index
+    naming a missing shard); only objects the failed run created are removed."""
+    base, client = s3
+    sd = {k: v.numpy() for k, v in _sd(4000).items() if v.dtype != torch.bfloat16}
+    torchless.write_tensors(sd.items(), f"{base}/r/o.safetensors", max_shard_size=100000)
+    before = _keys(client, f"{base}/r")
+    assert len(before) >= 3  # shards and the index
+    real = remote.upload
+    calls = []
+
+    def failing(local, url):
+        calls.append(url)
+        if len(calls) == 2:
+            raise torchless.core.errors.WriteError("injected upload failure", path=url)
+        return real(local, url)
+
+    monkeypatch.setattr(remote, "upload", failing)
+    with pytest.raises(torchless.core.errors.WriteError):
+        torchless.write_tensors(sd.items(), f"{base}/r/o.safetensors", max_shard_size=100000)
+    assert _keys(client, f"{base}/r") == before  # every shard the index names is still there
+
+
 def test_interrupted_single_write_leaves_nothing(s3):
     base, client = s3
 
@@ -439,3 +463,45 @@ def test_http_legacy_pt_reads_its_pickles_not_its_storages(http_root, capsys):
     remote.SHARED_BLOCKS.clear()
     c2, o2, e2 = _cli(capsys, "info", f"{base}/cut.pt")
     assert c1 == c2 == 2 and e1.replace(str(cut), "<p>") == e2.replace(f"{base}/cut.pt", "<p>"), (e1, e2)
+
+
+def test_remote_legacy_pt_agrees_with_local_on_limits_globals_and_truncation(memfs):
+    """The growing prefix of a remote legacy .pt changes nothing but what is fetched: the
+    input limit applies to the file as locally, the globals seen are those of one parse,
+    and a file cut inside its storages fails as locally after fetching its pickles and
+    the storage table's ends, not the file 1.3 times over."""
+    from torchless.core.errors import LimitError, TorchlessError, TruncatedError
+    from torchless.core.source import BytesSource, RemoteSource
+    from torchless.formats.pt.read import make_resolver, read_legacy_stream
+    from torchless.pickle.machine import Limits
+
+    fs, base = memfs
+    sd = {f"layer{i}.w": torch.full((2,), float(i)) for i in range(3000)}
+    sd["big"] = torch.zeros(1 << 22)
+    b = io.BytesIO()
+    torch.save(sd, b, _use_new_zipfile_serialization=False)
+    data = b.getvalue()
+    fs.pipe(f"{base}/l.pt", data)
+    fs.pipe(f"{base}/cut.pt", data[:-100])
+    url = f"memory://{base}"
+
+    def both(src_name: str, payload: bytes, **kw):
+        out = []
+        for src in (BytesSource(payload, "x"), RemoteSource(f"{url}/{src_name}")):
+            r = make_resolver(True)
+            try:
+                cp = read_legacy_stream(src, weights_only=True, resolver=r, **kw)
+                out.append(("ok", len(r.seen), len(cp.globals_seen)))
+            except TorchlessError as e:
+                out.append((type(e).__name__, e.message))
+        return out
+
+    local, remote_ = both("l.pt", data)
+    assert local == remote_ and local[0] == "ok"
+    local, remote_ = both("l.pt", data, limits=Limits(max_input=len(data) - 1))
+    assert local == remote_ and local[0] == LimitError.__name__
+    remote.SHARED_BLOCKS.clear()
+    remote.STATS.reset()
+    local, remote_ = both("cut.pt", data[:-100])
+    assert local == remote_ and local[0] == TruncatedError.__name__
+    assert remote.STATS.bytes_fetched < len(data) // 4, remote.STATS.bytes_fetched

@@ -687,24 +687,32 @@ def _local(path: Any) -> Any:
 def publish(files: Sequence[AtomicFile]) -> None:
     """Commit finished files in order (shards first, their index last) with signals held
     back, so an interruption never leaves an index naming a missing shard. On failure
-    the files not yet published are removed, and so are the objects already uploaded to
-    a URL (a local file renamed into place replaced what was there: it stays)."""
+    the files not yet published are removed, and so are the objects this call created at
+    a URL; an object that replaced one already there stays, as a local file renamed into
+    place does (removing it would leave an earlier index naming a missing shard)."""
     with holding_signals():
-        published: list[AtomicFile] = []
+        created: list[str] = []
         try:
             for f in files:
                 f.finish()
             for f in files:
-                f.commit()
-                published.append(f)
+                if f.url is not None:
+                    from .remote import exists
+
+                    new = not exists(f.url)
+                    f.commit()
+                    if new:
+                        created.append(f.url)
+                else:
+                    f.commit()
         except BaseException:
             for f in files:
                 f.abort()
-            for f in published:
-                if f.url is not None:
-                    from .remote import remove
+            if created:
+                from .remote import remove
 
-                    remove(f.url)  # best effort, as AtomicDir's upload does
+                for url in created:
+                    remove(url)  # best effort, as AtomicDir's upload does
             raise
 
 

@@ -363,14 +363,26 @@ def read_legacy_stream(
         return _read_legacy(source, source.searchable(), weights_only, resolver, limits, start, encoding)
     # a remote object: the pickles come first, then the storages (gigabytes, maybe), so
     # they are parsed from a prefix that grows only while a pickle runs past its end
+    if source.size > limits.max_input:  # the limit the local read applies to the whole file
+        raise LimitError(
+            "pickle is larger than the configured limit",
+            path=source.name,
+            expected=f"<= {limits.max_input} bytes",
+            found=source.size,
+        )
     n = min(source.size, _LEGACY_PREFIX)
+    seen = len(resolver.seen) if resolver is not None else 0
     while True:
         try:
             return _read_legacy(source, source.read_at(0, n), weights_only, resolver, limits, start, encoding)
-        except TruncatedError:
-            if n >= source.size:
-                raise  # the whole file was there: the error stands
+        except _PrefixTooShort:
             n = min(source.size, n * 8)
+            if resolver is not None:
+                del resolver.seen[seen:]  # the next attempt sees the same globals again
+
+
+class _PrefixTooShort(Exception):
+    """A pickle of a legacy stream runs past the end of the prefix read so far."""
 
 
 #: the first prefix of a remote legacy stream parsed for its pickles (one read-ahead block;
@@ -396,7 +408,12 @@ def _read_legacy(
         up = Unpickler(
             data, resolver=res, persistent_load=pl, limits=limits, path=path, member=what, start=pos, encoding=encoding
         )
-        value = up.load()
+        try:
+            value = up.load()
+        except TruncatedError:
+            if len(data) < source.size:  # only a prefix of the file: read more, parse again
+                raise _PrefixTooShort from None
+            raise
         pos = up.end
         return value, up.info.protocol
 
