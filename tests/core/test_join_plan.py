@@ -51,3 +51,19 @@ def test_large_parts_are_all_copied():
     assert [p[0] for p in join_plan([6 << 20, 900, 12 << 20])] == ["copy", "upload", "copy"]
     # a part larger than S3's 5 GiB maximum is copied in ranges
     assert [p[0] for p in join_plan([12 << 30, 6 << 20])] == ["copy"] * 4
+
+
+def test_join_plan_holds_at_most_s3_max_parts():
+    """A file of 10,923 parts of 6 MiB (about 64 GiB) joins in at most S3's 10,000 parts."""
+    from torchless.core.remote import S3_MAX_PART, S3_MAX_PARTS, s3_min_part
+
+    sizes = [6 << 20] * 10_923
+    plan = join_plan(sizes)
+    assert len(plan) <= S3_MAX_PARTS
+    _check(sizes, s3_min_part(sum(sizes)), S3_MAX_PART)
+    # the range tasks write parts that large (but the last), and all are copied server-side
+    total = 64 << 30
+    lo = s3_min_part(total)
+    sizes = [lo] * (total // lo) + [total % lo]
+    plan = join_plan(sizes)
+    assert len(plan) <= S3_MAX_PARTS and all(p[0] == "copy" for p in plan)

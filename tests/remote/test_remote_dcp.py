@@ -168,3 +168,86 @@ def test_http_dcp_ls_fetches_metadata_only(http_root, ranks8, capsys):
     assert got["w"].numpy().tobytes() == sd["w"].numpy().tobytes()
     total = sum(p.stat().st_size for p in (root / "r8").iterdir())
     assert handler.sent < total  # ranges: headers and rows, not whole files
+
+
+def _mem_upload(fs, local: str, inner: str) -> None:
+    for n in sorted(os.listdir(local)):
+        fs.pipe_file(f"{inner}/{n}", open(os.path.join(local, n), "rb").read())
+
+
+def _mem_files(fs, inner: str) -> dict[str, bytes]:
+    return {p.rsplit("/", 1)[1]: fs.cat_file(p) for p in fs.find(inner) if ".torchless-staging" not in p}
+
+
+def test_resume_after_publish_interrupted_among_moves(memfs, ranks8, tmp_path, monkeypatch):
+    """A run interrupted after moving some rank files into place (before .metadata) is
+    completed by --resume, bit-exact with a local reshard, and loads in torch."""
+    fs, inner = memfs
+    sd, local = ranks8
+    _mem_upload(fs, local, f"{inner}/r8")
+    real = remote.move
+    calls: list[str] = []
+
+    def flaky(s, t):
+        if ".torchless-staging" not in t:  # the final moves into place
+            calls.append(t)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(s, t)
+
+    monkeypatch.setattr(remote, "move", flaky)
+    dst = f"memory://{inner.lstrip('/')}/r3"
+    with pytest.raises(KeyboardInterrupt):
+        torchless.dcp.reshard(f"memory://{inner.lstrip('/')}/r8", dst, 3, max_task_bytes=1 << 20, resume=True)
+    moved = _mem_files(fs, f"{inner}/r3")
+    assert moved and ".metadata" not in moved  # the state the resume must accept
+    monkeypatch.setattr(remote, "move", real)
+    torchless.dcp.reshard(f"memory://{inner.lstrip('/')}/r8", dst, 3, max_task_bytes=1 << 20, resume=True)
+    torchless.dcp.reshard(local, tmp_path / "r3", 3)
+    got = _mem_files(fs, f"{inner}/r3")
+    assert sorted(got) == sorted(os.listdir(tmp_path / "r3"))
+    for n in got:
+        if n != ".metadata":  # (.metadata names its checkpoint's location)
+            assert got[n] == (tmp_path / "r3" / n).read_bytes(), n
+    dl = tmp_path / "dl"
+    dl.mkdir()
+    for n, data in got.items():
+        (dl / n).write_bytes(data)
+    assert_same_state(torch_dcp_load(sd, str(dl)), torch_dcp_load(sd, str(tmp_path / "r3")))
+
+
+def test_empty_rank_files_reach_a_url(memfs, tmp_path):
+    """A scalar resharded to 4 ranks: ranks 1-3 are empty files, at a URL as locally."""
+    fs, inner = memfs
+    torch.save({"w": torch.tensor(1.0)}, tmp_path / "src.pt")
+    torchless.dcp.reshard(tmp_path / "src.pt", tmp_path / "r1", 1)
+    torchless.dcp.reshard(tmp_path / "r1", tmp_path / "r4", 4)
+    _mem_upload(fs, str(tmp_path / "r1"), f"{inner}/r1")
+    s = torchless.dcp.reshard(f"memory://{inner.lstrip('/')}/r1", f"memory://{inner.lstrip('/')}/r4", 4, max_task_bytes=1 << 20)
+    got = _mem_files(fs, f"{inner}/r4")
+    assert sorted(got) == sorted(os.listdir(tmp_path / "r4"))
+    for n in got:
+        if n != ".metadata":
+            assert got[n] == (tmp_path / "r4" / n).read_bytes(), n
+    assert all(n in got for n in s["files"])
+
+
+def test_failed_ranged_reshard_aborts_its_multipart_uploads(s3, ranks8, monkeypatch):
+    """A range-task job that fails leaves no incomplete multipart upload (S3 bills its parts)."""
+    base, client = s3
+    sd, local = ranks8
+    _upload_dir(client, local, f"{base}/r8")
+    bucket = base[5:]
+    real = remote.move
+
+    def failing(s, t):  # a killed worker's upload left incomplete, then the job fails
+        key = t[len(base) + 1 :]
+        client.create_multipart_upload(Bucket=bucket, Key=key)
+        raise torchless.core.errors.WriteError("injected move failure", path=t)
+
+    monkeypatch.setattr(remote, "move", failing)
+    with pytest.raises(torchless.core.errors.WriteError):
+        torchless.dcp.reshard(f"{base}/r8", f"{base}/r3", 3, max_task_bytes=1 << 20)
+    monkeypatch.setattr(remote, "move", real)
+    assert client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+    assert _keys(client, f"{base}/r3") == []

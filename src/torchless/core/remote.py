@@ -478,6 +478,8 @@ def upload(local: str, url: str) -> int:
 #: S3's smallest part of a multipart upload (every part but the last) and its largest
 S3_MIN_PART = 5 << 20
 S3_MAX_PART = 5 << 30
+#: S3's most parts in one multipart upload
+S3_MAX_PARTS = 10_000
 
 #: one part of a multipart join: ``("copy", i, start, end)`` copies bytes ``[start, end)`` of
 #: part object ``i`` server-side; ``("upload", [(i, start, end), ...])`` uploads those bytes
@@ -507,12 +509,19 @@ def can_join(url: str, sizes: list[int] | None = None) -> bool:
     return kind is not None
 
 
-def join_min_part(url: str) -> int:
+def s3_min_part(total: int, min_part: int = S3_MIN_PART) -> int:
+    """The smallest part (but the last) of an S3 multipart upload of ``total`` bytes:
+    ``min_part`` (S3's 5 MiB), or larger, so that the upload has at most S3's 10,000 parts."""
+    return max(min_part, -(-total // (S3_MAX_PARTS - 1)))
+
+
+def join_min_part(url: str, total: int = 0) -> int:
     """The smallest part (but the last) that :func:`join_objects` copies server-side at
-    ``url``: S3's 5 MiB multipart minimum; 0 where any part is (Azure's blocks) or where
-    parts are read back anyway."""
+    ``url`` into an object of ``total`` bytes: S3's 5 MiB multipart minimum, or more for
+    an object that would otherwise take over 10,000 parts (:func:`s3_min_part`); 0 where
+    any part is (Azure's blocks) or where parts are read back anyway."""
     fs, _p = filesystem(url)
-    return S3_MIN_PART if _join_kind(fs) == "s3" else 0
+    return s3_min_part(total) if _join_kind(fs) == "s3" else 0
 
 
 def joins_server_side(url: str, sizes: list[int]) -> bool:
@@ -536,7 +545,10 @@ def join_plan(sizes: list[int], min_part: int = S3_MIN_PART, max_part: int = S3_
     from the next objects until the part holds ``min_part`` bytes and what is left of the
     object it stops in can still be copied. So what passes through the client is bounded
     by about twice ``min_part`` per small object, whatever the sizes of the large ones.
+    ``min_part`` is raised as far as the upload needs to hold at most S3's 10,000 parts
+    (:func:`s3_min_part`): objects smaller than that then travel through the client.
     """
+    min_part = s3_min_part(sum(sizes), min_part)
     plan: list[JoinPart] = []
     pending: list[tuple[int, int, int]] = []  # ranges of an upload part being filled
     held = 0

@@ -640,6 +640,9 @@ class RemoteStaging(_Staging):
         ``(parts, staged URL, sizes)``, joined by a worker (:func:`compose_parts`), so no
         payload byte passes through the coordinator."""
         segs = sorted(segments, key=lambda s: s["offset"])
+        if not segs:  # an empty file
+            self.put(f.name, b"")
+            return None
         parts = [self.target(f.name, s["offset"]) for s in segs]
         sizes = [s["length"] for s in segs]
         if len(parts) == 1:
@@ -693,7 +696,26 @@ class RemoteStaging(_Staging):
 
     def abort(self, e: BaseException | None = None) -> None:
         if not self.keep:
-            self._rm_all()
+            # the staging objects, and the uploads left incomplete (S3's multipart parts,
+            # Azure's uncommitted blocks) in the staging and at the destination
+            try:
+                cleanup(self.dst, folder=self.folder)
+            except Exception:  # noqa: BLE001 - best effort: the job's own error is raised
+                self._rm_all()
+
+
+def remote_staging_for(dst: str, *, folder: bool = True) -> bool:
+    """True when URL ``dst`` has the staging of an interrupted job for it (its manifest
+    names ``dst``): a ``--resume`` picks it up, and overwrites any of its files that job
+    had already moved into place."""
+    d = dst.rstrip("/")
+    base = d if folder else remote.dirname(d)
+    root = remote.join(base, f"{STAGING}-{remote.basename(d)}")
+    try:
+        m = json.loads(remote.read_bytes(remote.join(root, "manifest.json")))
+    except Exception:  # noqa: BLE001 - none, or unreadable
+        return False
+    return isinstance(m, dict) and m.get("destination") == d
 
 
 @remote.accepts_storage_options
@@ -881,12 +903,13 @@ def write_outputs(
     # phase 1: every piece but the seals; phase 2: the seals, once their items' CRCs are known
     tasks1: list[RangeTask] = []
     # parts joined server-side on S3 hold its 5 MiB minimum (remote.join_min_part)
+    # (and, for a large file, parts large enough that it has at most S3's 10,000 parts)
     min_part = remote.join_min_part(staging.root) if staging.remote else 0
     seals: list[tuple[OutputFile, Piece]] = []
     kept1: list[dict[str, Any]] = []
     kept2: list[dict[str, Any]] = []
     for f in todo:
-        for seg in _segments(f.pieces, max_task_bytes, min_part):
+        for seg in _segments(f.pieces, max_task_bytes, remote.s3_min_part(f.size, min_part) if min_part else 0):
             off = seg[0].offset
             k = kept_parts.get((f.name, off))
             if k is not None and k["length"] == sum(p.length for p in seg):
@@ -949,6 +972,9 @@ def write_outputs(
 
     for k in kept1 + kept2:
         finished(k, kept=True)
+    for f in todo:
+        if need[f.name] == 0:  # an empty file: no task writes it
+            _file_done(f.name)
     res1 = kept1 + executor.map(run_range_task, tasks1, progress=finished)
     n_tasks = len(tasks1)
     if seals:

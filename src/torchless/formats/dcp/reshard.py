@@ -466,14 +466,21 @@ def _planner_data(source: Any) -> dict[str, tuple]:
     return {k: tuple(pd.get(k) or (k,)) for k in source.entries}
 
 
-def _check_dest(dst: str) -> None:
+def _check_dest(dst: str, resume: bool = False) -> None:
     """Refuse a destination that already holds a DCP checkpoint (the temporaries of a
-    killed run are not one: they are removed by :class:`~torchless.core.atomic.AtomicDir`)."""
+    killed run are not one: they are removed by :class:`~torchless.core.atomic.AtomicDir`;
+    nor, with ``resume``, the rank files an interrupted job with a staging for ``dst``
+    had moved into place before its ``.metadata``: the resumed job overwrites them)."""
     if remote.is_url(dst):
         if remote.exists(dst) and not remote.isdir(dst):
             raise UsageError("destination exists and is not a directory", path=dst)
         names = remote.listdir(dst) if remote.isdir(dst) else []
         stale = [n for n in names if n == METADATA_NAME or n.endswith((".distcp", ".safetensors"))]
+        if stale and resume and METADATA_NAME not in stale:
+            from ..ranged import remote_staging_for
+
+            if remote_staging_for(dst):
+                return
         if stale:
             raise UsageError(
                 "destination already holds a DCP checkpoint",
@@ -539,7 +546,7 @@ def reshard(
     """
     p = plan if isinstance(plan, Plan) else parse_plan(plan)
     dst = remote.local_path(os.fspath(dst))
-    _check_dest(dst)
+    _check_dest(dst, resume)
     source = open_source_checkpoint(src, weights_only=weights_only)
     if executor is not None or max_task_bytes is not None or resume:
         try:
