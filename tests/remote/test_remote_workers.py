@@ -17,13 +17,14 @@ import os
 import re
 
 import pytest
+from tl_testutil import assert_same_state, torch_dcp_load
 
 import torchless
 import torchless.dcp
 from torchless.core import remote
 
 from .test_remote import _cli, _get_s3, _keys
-from .test_remote_dcp import FsspecReader, _same, _state, _torch_load, _upload_dir, torch
+from .test_remote_dcp import FsspecReader, _state, _upload_dir, torch
 
 STATS = re.compile(r"stats: (\d+) requests, (\d+) bytes fetched, (\d+) uploads, (\d+) bytes uploaded")
 
@@ -75,7 +76,7 @@ def test_s3_reshard_in_worker_processes_matches_local(s3, ranks4, tmp_path, caps
     for n in os.listdir(tmp_path / "r3"):
         if n.endswith(".distcp"):
             assert _get_s3(client, f"{base}/r3/{n}") == (tmp_path / "r3" / n).read_bytes(), n
-    _same(_torch_load(sd, FsspecReader(f"{base}/r3")), sd)
+    assert_same_state(torch_dcp_load(sd, FsspecReader(f"{base}/r3")), sd)
 
 
 @pytest.mark.timeout(240)

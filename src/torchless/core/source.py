@@ -403,7 +403,7 @@ class SliceSource(ByteSource):
     until asked): an item inside a remote DCP file parsed by ranges."""
 
     @property
-    def ranged(self) -> bool:  # type: ignore[override]
+    def ranged(self) -> bool:  # type: ignore[override]  # a property over the base class attribute
         return bool(getattr(self.parent, "ranged", False))
 
     def __init__(self, parent: ByteSource, offset: int, length: int, *, name: str | None = None) -> None:
