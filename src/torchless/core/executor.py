@@ -42,6 +42,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from .errors import UsageError, WriteError
+from .stall import STALL_ENV, stall_timeout  # a pool with no worker activity
 
 __all__ = [
     "Executor",
@@ -63,8 +64,6 @@ __all__ = [
 DASK_HINT = "install the dask extra: pip install 'torchless[dask]'"
 KILL_ENV = "TORCHLESS_FAULT_KILL_TASK"
 STALL_FAULT_ENV = "TORCHLESS_FAULT_STALL_TASK"
-STALL_ENV = "TORCHLESS_STALL_TIMEOUT"
-STALL_TIMEOUT = 600.0  # seconds with no worker activity and no task finished
 
 
 class Executor:
@@ -98,21 +97,6 @@ class LocalExecutor(Executor):
                     progress(r)
             return out
         return pool_map(fn, tasks, self.workers, progress, where=self.where)
-
-
-def stall_timeout() -> float:
-    """Seconds a process pool may show no activity before the job fails
-    (``TORCHLESS_STALL_TIMEOUT``; 0: no limit)."""
-    v = os.environ.get(STALL_ENV, "").strip()
-    if not v:
-        return STALL_TIMEOUT
-    try:
-        t = float(v)
-    except ValueError:
-        t = -1.0
-    if not t >= 0:
-        raise UsageError(f"cannot read {STALL_ENV}", found=v, expected="seconds (0: no limit)")
-    return t
 
 
 def _who() -> str:

@@ -811,12 +811,33 @@ async def _az_copy(fs: Any, src: str, dst: str) -> None:
     dc, dk, _dv = fs.split_path(dst)
     source = fs.service_client.get_blob_client(sc, sk)
     target = fs.service_client.get_blob_client(dc, dk)
+    import time
+
+    from .stall import STALL_ENV, stall_timeout
+
     r = await target.start_copy_from_url(_az_source_url(fs, source, _az_source_auth(fs)))
     status, wait = r.get("copy_status"), 0.05
+    # a copy whose progress does not move for the stall timeout is given up (aborted), so
+    # that a publish waiting on it with signals held never waits forever
+    stall = stall_timeout()
+    progress, since = None, time.monotonic()
     while status == "pending":
         await asyncio.sleep(wait)
         wait = min(2.0, wait * 2)
-        status = (await target.get_blob_properties()).copy.status
+        copy = (await target.get_blob_properties()).copy
+        status = copy.status
+        now = getattr(copy, "progress", None)  # "copied/total" bytes
+        if now != progress:
+            progress, since = now, time.monotonic()
+        elif status == "pending" and stall and time.monotonic() - since >= stall:
+            try:
+                await target.abort_copy(copy.id)
+            except Exception:  # noqa: BLE001 - it may have ended meanwhile: the error below stands
+                pass
+            raise OSError(
+                f"the service's copy of {src} made no progress for {stall:g} s (at {progress}); "
+                f"{STALL_ENV}=SECONDS sets how long it is waited for"
+            )
     if status != "success":
         raise OSError(f"the service's copy of {src} ended {status!r}")
 
