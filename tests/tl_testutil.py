@@ -17,6 +17,20 @@ from torchless.core.tensor import NestedTensor, SparseTensor, Tensor
 from torchless.pickle.writer import Global, Persistent, Pickler2
 
 
+def small_dcp_state(seed: int = 0) -> dict[str, Any]:
+    """A small flat state dict for DCP round trips: float32, bfloat16 and int64 tensors and
+    one non-tensor value (``step``), drawn from torch's generator seeded with ``seed``."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "w": torch.randn(96, 40, generator=g),
+        "e": torch.randn(64, 8, generator=g).to(torch.bfloat16),
+        "i": torch.arange(300, dtype=torch.int64),
+        "step": 7,
+    }
+
+
 def torch_dcp_load(sd_like: dict[str, Any], reader: Any) -> dict[str, Any]:
     """What torch's ``dcp.load`` puts into tensors shaped as ``sd_like``'s, from ``reader``
     (a storage reader, or a local folder for its ``FileSystemReader``)."""

@@ -270,21 +270,26 @@ def test_sharded_convert_publishes_index_last(s3, tmp_path, capsys):
     assert f"{len(listed)} uploads, {sum(o['Size'] for o in listed)} bytes uploaded" in err, err
 
 
+def _fail_upload(monkeypatch, nth: int) -> None:
+    """Make the ``nth`` call of ``remote.upload`` (a shard's upload) fail with a WriteError."""
+    real = remote.upload
+    calls: list[str] = []
+
+    def failing(local, url):
+        calls.append(url)
+        if len(calls) == nth:
+            raise torchless.core.errors.WriteError("injected upload failure", path=url)
+        return real(local, url)
+
+    monkeypatch.setattr(remote, "upload", failing)
+
+
 def test_failed_sharded_upload_leaves_no_index(s3, tmp_path, monkeypatch):
     """The second shard's upload fails: the index (what a reader opens) never appears,
     and the first shard, already uploaded, is removed."""
     base, client = s3
     sd = {k: v.numpy() for k, v in _sd(4000).items() if v.dtype != torch.bfloat16}
-    real = remote.upload
-    calls = []
-
-    def failing(local, url):
-        calls.append(url)
-        if len(calls) == 2:
-            raise torchless.core.errors.WriteError("injected upload failure", path=url)
-        return real(local, url)
-
-    monkeypatch.setattr(remote, "upload", failing)
+    _fail_upload(monkeypatch, 2)
     with pytest.raises(torchless.core.errors.WriteError):
         torchless.write_tensors(sd.items(), f"{base}/f/o.safetensors", max_shard_size=100000)
     assert _keys(client, f"{base}/f") == []  # no index, and the shard uploaded first was removed
@@ -299,16 +304,7 @@ def test_failed_sharded_upload_keeps_what_it_replaced(s3, monkeypatch):
     torchless.write_tensors(sd.items(), f"{base}/r/o.safetensors", max_shard_size=100000)
     before = _keys(client, f"{base}/r")
     assert len(before) >= 3  # shards and the index
-    real = remote.upload
-    calls = []
-
-    def failing(local, url):
-        calls.append(url)
-        if len(calls) == 2:
-            raise torchless.core.errors.WriteError("injected upload failure", path=url)
-        return real(local, url)
-
-    monkeypatch.setattr(remote, "upload", failing)
+    _fail_upload(monkeypatch, 2)
     with pytest.raises(torchless.core.errors.WriteError):
         torchless.write_tensors(sd.items(), f"{base}/r/o.safetensors", max_shard_size=100000)
     assert _keys(client, f"{base}/r") == before  # every shard the index names is still there

@@ -16,7 +16,7 @@ import uuid
 import warnings
 
 import pytest
-from tl_testutil import assert_same_state, torch_dcp_load
+from tl_testutil import assert_same_state, small_dcp_state, torch_dcp_load
 
 import torchless
 import torchless.dcp
@@ -24,7 +24,7 @@ from torchless.core import remote
 from torchless.core.errors import TorchlessError
 
 from . import azurite as azurite_mod
-from .test_remote import _cli, _saved, _sd
+from .test_remote import _cli, _fail_upload, _saved, _sd
 
 torch = pytest.importorskip("torch", reason="torch is the oracle of these tests")
 adlfs = pytest.importorskip("adlfs", reason="adlfs (the remote extra's Azure filesystem) is not installed")
@@ -181,21 +181,11 @@ def test_info_fetches_far_less_than_the_file(az, capsys):
 
 
 # -- DCP -------------------------------------------------------------------------------------
-def _state() -> dict:
-    g = torch.Generator().manual_seed(3)
-    return {
-        "w": torch.randn(96, 40, generator=g),
-        "e": torch.randn(64, 8, generator=g).to(torch.bfloat16),
-        "i": torch.arange(300, dtype=torch.int64),
-        "step": 7,
-    }
-
-
 def test_dcp_reshard_and_consolidate_az_to_az(az, tmp_path, capsys):
     """A DCP checkpoint torch wrote locally, uploaded: ls fetches .metadata only; resharded
     az:// -> az:// (the same files as the local reshard) and consolidated, torch loads both
     results as the saved state."""
-    sd = _state()
+    sd = small_dcp_state(3)
     local = tmp_path / "t"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -287,16 +277,7 @@ def test_failed_upload_keeps_the_previous_blob(az, tmp_path, monkeypatch):
 
 def test_failed_sharded_upload_publishes_no_index(az, tmp_path, monkeypatch):
     sd = {k: v.numpy() for k, v in _sd(4000).items() if v.dtype != torch.bfloat16}
-    real = remote.upload
-    calls: list[str] = []
-
-    def failing(local, url):
-        calls.append(url)
-        if len(calls) == 2:
-            raise torchless.core.errors.WriteError("injected upload failure", path=url)
-        return real(local, url)
-
-    monkeypatch.setattr(remote, "upload", failing)
+    _fail_upload(monkeypatch, 2)
     with pytest.raises(torchless.core.errors.WriteError):
         torchless.write_tensors(sd.items(), f"{az.url}/f/o.safetensors", max_shard_size=100000)
     assert not any(k.endswith(".json") for k in az.keys("f"))

@@ -8,7 +8,7 @@ import os
 import warnings
 
 import pytest
-from tl_testutil import assert_same_state, torch_dcp_load
+from tl_testutil import assert_same_state, small_dcp_state, torch_dcp_load
 
 import torchless
 import torchless.dcp
@@ -24,16 +24,6 @@ _fsspec_dcp = pytest.importorskip(
 FsspecReader, FsspecWriter = _fsspec_dcp.FsspecReader, _fsspec_dcp.FsspecWriter
 
 
-def _state(seed: int = 0) -> dict:
-    g = torch.Generator().manual_seed(seed)
-    return {
-        "w": torch.randn(96, 40, generator=g),
-        "e": torch.randn(64, 8, generator=g).to(torch.bfloat16),
-        "i": torch.arange(300, dtype=torch.int64),
-        "step": 7,
-    }
-
-
 def _upload_dir(client, local: str, url: str) -> None:
     for n in sorted(os.listdir(local)):
         _put_s3(client, f"{url}/{n}", open(os.path.join(local, n), "rb").read())
@@ -42,7 +32,7 @@ def _upload_dir(client, local: str, url: str) -> None:
 @pytest.fixture
 def ranks8(tmp_path):
     """An 8-rank DCP checkpoint written by torchless from a torch-saved state."""
-    sd = _state()
+    sd = small_dcp_state()
     torch.save(sd, tmp_path / "src.pt")
     torchless.dcp.reshard(tmp_path / "src.pt", tmp_path / "r8", 8)
     return sd, str(tmp_path / "r8")
@@ -83,7 +73,7 @@ def test_torch_fsspec_writer_to_s3_is_resharded_there(s3, capsys):
     """torch writes a DCP into the S3 server with its FsspecWriter; torchless reshards it
     there (1 -> 4 ranks) and torch loads the result with its FsspecReader."""
     base, client = s3
-    sd = _state(1)
+    sd = small_dcp_state(1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         dcp.save(sd, storage_writer=FsspecWriter(f"{base}/t"), no_dist=True)

@@ -20,7 +20,7 @@ import uuid
 import warnings
 
 import pytest
-from tl_testutil import assert_same_state, torch_dcp_load
+from tl_testutil import assert_same_state, small_dcp_state, torch_dcp_load
 
 import torchless
 import torchless.dcp
@@ -243,16 +243,6 @@ def _fsspec_reader():
     return mod.FsspecReader
 
 
-def _dcp_state() -> dict:
-    g = torch.Generator().manual_seed(5)
-    return {
-        "w": torch.randn(96, 40, generator=g),
-        "e": torch.randn(64, 8, generator=g).to(torch.bfloat16),
-        "i": torch.arange(300, dtype=torch.int64),
-        "step": 7,
-    }
-
-
 def test_dcp_reshard_and_consolidate_on_gcs(gcs, tmp_path, capsys):
     """A DCP checkpoint written by torch (locally), uploaded: ls fetches .metadata only;
     resharded gs:// -> gs:// (1 -> 3 -> 2 ranks) and consolidated gs:// -> gs://, each
@@ -261,7 +251,7 @@ def test_dcp_reshard_and_consolidate_on_gcs(gcs, tmp_path, capsys):
     base, emu = gcs
     FsspecReader = _fsspec_reader()  # noqa: N806 - torch's class
 
-    sd = _dcp_state()
+    sd = small_dcp_state(5)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         _dcp().save(sd, checkpoint_id=str(tmp_path / "t"), no_dist=True)
@@ -417,7 +407,7 @@ def test_failed_reshard_publishes_no_metadata(gcs, tmp_path):
     """A rank file's upload fails: .metadata never appears, the rank file uploaded
     before is removed."""
     base, emu = gcs
-    sd = _dcp_state()
+    sd = small_dcp_state(5)
     torch.save(sd, tmp_path / "src.pt")
     seen = []
 

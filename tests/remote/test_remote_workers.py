@@ -17,14 +17,14 @@ import os
 import re
 
 import pytest
-from tl_testutil import assert_same_state, torch_dcp_load
+from tl_testutil import assert_same_state, small_dcp_state, torch_dcp_load
 
 import torchless
 import torchless.dcp
 from torchless.core import remote
 
 from .test_remote import _cli, _get_s3, _keys
-from .test_remote_dcp import FsspecReader, _state, _upload_dir, torch
+from .test_remote_dcp import FsspecReader, _upload_dir, torch
 
 STATS = re.compile(r"stats: (\d+) requests, (\d+) bytes fetched, (\d+) uploads, (\d+) bytes uploaded")
 
@@ -33,7 +33,7 @@ STATS = re.compile(r"stats: (\d+) requests, (\d+) bytes fetched, (\d+) uploads, 
 def ranks4(tmp_path):
     """A 4-rank DCP checkpoint written by torchless in this process, whose chunks of
     ``big`` (2.4 MB each) go through the CRC thread; the state torch saved."""
-    sd = _state()
+    sd = small_dcp_state()
     sd["big"] = torch.randn(4096, 600, generator=torch.Generator().manual_seed(3))
     torch.save(sd, tmp_path / "src.pt")
     torchless.dcp.reshard(tmp_path / "src.pt", tmp_path / "r4", 4)
