@@ -40,6 +40,7 @@ from typing import Any, BinaryIO, Protocol
 
 from ..core.atomic import AtomicFile
 from ..core.crc import crc32 as fast_crc32
+from ..core.crc import crc32_spans
 from ..core.errors import FormatError, LimitError, NotFoundError, TruncatedError, UnsupportedError, UsageError
 from ..core.findings import Problem
 from ..core.gcpause import GCPause
@@ -1140,14 +1141,17 @@ class TorchZipWriter:
         all_crcs = self._crcs
         local_pack = _LOCAL.pack
         central_pack = _CENTRAL.pack
-        desc_pack = _DESC32.pack
-        crc32 = zlib.crc32 if self.compute_crc else None
+        desc_into = _DESC32.pack_into
+        compute = self.compute_crc
         fb = _FB
         if crcs is not None and len(crcs) != len(views):
             raise ValueError("write_small_many: one CRC-32 per view")
         # the records are copied into one reused scratch buffer and written from it: the
         # write buffer (a bytearray grown by ``+=``) would be reallocated, and copied
-        # again, every eighth of its size
+        # again, every eighth of its size. The CRC-32s the caller did not give are taken
+        # from the copies in the scratch buffer, a buffer-full at a time (libdeflate on
+        # all but the smallest, core.crc.crc32_spans); each record's data descriptor
+        # (16 bytes after its data) and central entry are filled in then.
         self._flush()  # what earlier records left there goes first
         scratch = self._scratch
         if scratch is None:
@@ -1156,42 +1160,60 @@ class TorchZipWriter:
         at = 0
         write = self._f.write
         own = self._atomic is not None  # our own file: written as it is, kept by no one
+        # records copied into the scratch buffer since its last write: (their data's
+        # offset in it, size, CRC-32 or None, header offset in the file, gp flags, name)
+        waiting: list[tuple[int, int, int | None, int, int, bytes]] = []
+
+        def settle() -> None:
+            """Descriptors and central entries of the waiting records, in order."""
+            if not waiting:
+                return
+            todo = [w for w in waiting if w[2] is None and w[1]] if compute else []
+            got = iter(crc32_spans(scratch, [w[0] for w in todo], [w[1] for w in todo]) if todo else ())
+            for d, n, crc, hoff, gp, full in waiting:
+                if not compute:
+                    crc = 0
+                elif crc is None:
+                    crc = next(got) & MAX32 if n else 0
+                if n:
+                    desc_into(scratch, d + n, DESC_SIG, crc, n, n)
+                central.append(central_pack(CENTRAL_SIG, 0, 0, gp, 0, 0, 0, crc, n, n, len(full), 0, 0, 0, 0, 0, hoff) + full)
+                all_crcs.append(crc)
+            waiting.clear()
+
         for i, (name, mv) in enumerate(zip(names, views, strict=True)):
             full = pre + name.encode()
             nlen = len(full)
             pad = (-(pos + 34 + nlen)) % align
             extra = fb[pad] if pad < 64 else b"FB" + struct.pack("<H", pad) + b"Z" * pad
             n = len(mv)
-            if crc32 is None:
-                crc = 0
-            elif crcs is not None:
-                crc = crcs[i] & MAX32
-            else:
-                crc = crc32(mv) & MAX32
+            given = crcs[i] & MAX32 if crcs is not None and compute else None
             gp = 0x0808 if n else 0x0800
             head = local_pack(LOCAL_SIG, 0, gp, 0, 0, 0, 0, 0, 0, nlen, len(extra)) + full + extra
-            central.append(central_pack(CENTRAL_SIG, 0, 0, gp, 0, 0, 0, crc, n, n, nlen, 0, 0, 0, 0, 0, pos) + full)
-            all_crcs.append(crc)
             k = len(head)
-            pos += k
-            desc = desc_pack(DESC_SIG, crc, n, n) if n else b""
-            pos += n + len(desc)
-            if at + k + n + len(desc) > cap:
+            hoff = pos
+            dlen = 16 if n else 0
+            pos += k + n + dlen
+            if at + k + n + dlen > cap:
+                settle()
                 _write_scratch(write, scratch, at, own)
                 at = 0
-                if k + n + len(desc) > cap:  # (not with torch's names and alignment)
+                if k + n + dlen > cap:  # (not with torch's names and alignment)
+                    crc = (given if given is not None else zlib.crc32(mv) & MAX32) if compute else 0
                     write(head)
                     write(mv)
-                    write(desc)
+                    if n:
+                        write(_DESC32.pack(DESC_SIG, crc, n, n))
+                    central.append(central_pack(CENTRAL_SIG, 0, 0, gp, 0, 0, 0, crc, n, n, nlen, 0, 0, 0, 0, 0, hoff) + full)
+                    all_crcs.append(crc)
                     continue
             e = at + k
             scratch[at:e] = head
             if n:
                 scratch[e : e + n] = mv
-                e += n
-                scratch[e : e + 16] = desc
-                e += 16
-            at = e
+            waiting.append((e, n, given, hoff, gp, full))
+            at = e + n + dlen
+        settle()
         _write_scratch(write, scratch, at, own)
         self._pos = pos
         self._names.extend(names)
