@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import os
+import pickletools
 import re
 import struct
 import subprocess
@@ -461,9 +462,51 @@ def test_http_legacy_pt_reads_its_pickles_not_its_storages(http_root, capsys):
     assert c1 == c2 == 2 and e1.replace(str(cut), "<p>") == e2.replace(f"{base}/cut.pt", "<p>"), (e1, e2)
 
 
+def test_legacy_pt_input_limit_counts_each_pickle_not_the_storages(http_root):
+    """``Limits.max_input`` bounds each of a legacy .pt's five pickles, not the file: a
+    file whose storages are far over the limit (as a legacy checkpoint over 4 GiB is over
+    the default one) loads with torch's tensors, from a path and over HTTP ranges; a file
+    whose object pickle is over the limit is refused alike both ways, naming the file,
+    the pickle and its offset."""
+    from torchless.core.errors import LimitError
+    from torchless.pickle.machine import Limits
+
+    root, base, handler = http_root
+    limit = 16 << 10
+    g = torch.Generator().manual_seed(4)
+    sd = {"w": torch.randn(256, 256, generator=g), "i": torch.arange(3000, dtype=torch.int64), "h": torch.ones(7).half()}
+    p = root / "storages.pt"
+    torch.save(sd, str(p), _use_new_zipfile_serialization=False)
+    assert os.path.getsize(p) > 16 * limit  # the storages: the pickles are a few hundred bytes
+    want = torch.load(str(p), weights_only=True)
+    for where in (str(p), f"{base}/storages.pt"):
+        remote.SHARED_BLOCKS.clear()
+        got = torchless.load(where, limits=Limits(max_input=limit))
+        assert sorted(got) == sorted(want), where
+        for k, t in want.items():
+            assert got[k].dtype.name == str(t.dtype).removeprefix("torch."), (where, k)
+            assert tuple(got[k].shape) == tuple(t.shape), (where, k)
+            assert got[k].numpy().tobytes() == t.numpy().tobytes(), (where, k)
+
+    big = {f"layer{i}.weight": torch.full((1,), float(i)) for i in range(2000)}  # a 100 KiB object pickle
+    q = root / "pickle.pt"
+    torch.save(big, str(q), _use_new_zipfile_serialization=False)
+    assert len(torch.load(str(q), weights_only=True)) == 2000
+    errors = []
+    for where in (str(q), f"{base}/pickle.pt"):
+        remote.SHARED_BLOCKS.clear()
+        with pytest.raises(LimitError) as ei:
+            torchless.load(where, limits=Limits(max_input=limit))
+        e = ei.value
+        assert e.path == where and e.member == "object" and e.offset is not None and e.offset > 0, (where, str(e))
+        errors.append(str(e).replace(where, "<p>"))
+    assert errors[0] == errors[1], errors
+    assert "pickle is larger than the configured limit" in errors[0]
+
+
 def test_remote_legacy_pt_agrees_with_local_on_limits_globals_and_truncation(memfs):
     """The growing prefix of a remote legacy .pt changes nothing but what is fetched: the
-    input limit applies to the file as locally, the globals seen are those of one parse,
+    input limit applies to each pickle as locally, the globals seen are those of one parse,
     and a file cut inside its storages fails as locally after fetching its pickles and
     the storage table's ends, not the file 1.3 times over."""
     from torchless.core.errors import LimitError, TorchlessError, TruncatedError
@@ -494,7 +537,19 @@ def test_remote_legacy_pt_agrees_with_local_on_limits_globals_and_truncation(mem
 
     local, remote_ = both("l.pt", data)
     assert local == remote_ and local[0] == "ok"
-    local, remote_ = both("l.pt", data, limits=Limits(max_input=len(data) - 1))
+    # the limit bounds each pickle, not the file: the storages do not count, the object
+    # pickle does (its size as CPython's pickletools walks it)
+    stream = io.BytesIO(data)
+    spans = []
+    for _ in range(4):
+        at = stream.tell()
+        for _op in pickletools.genops(stream):
+            pass
+        spans.append(stream.tell() - at)
+    assert spans[3] > 1 << 16 and max(spans) == spans[3], spans
+    local, remote_ = both("l.pt", data, limits=Limits(max_input=spans[3]))
+    assert local == remote_ and local[0] == "ok"
+    local, remote_ = both("l.pt", data, limits=Limits(max_input=spans[3] - 1))
     assert local == remote_ and local[0] == LimitError.__name__
     remote.SHARED_BLOCKS.clear()
     remote.STATS.reset()

@@ -8,7 +8,7 @@ only ever invoke a torchless :class:`~torchless.pickle.globals.Rebuilder` or rec
 only on builtin containers (or record items on a placeholder); they never dispatch to a
 method of an object the file built.
 
-:class:`Limits` bound the work: input size, memo entries, stack and MARK depth, the
+:class:`Limits` bound the work: the bytes of one pickle, memo entries, stack and MARK depth, the
 nesting of hashable keys (a deeply nested tuple used as a dict key would otherwise
 overflow the C stack when hashed), and the size of a single string or bytes object. The
 input itself bounds the running time: every opcode consumes at least one byte and does
@@ -46,7 +46,9 @@ class Limits:
     """Explicit bounds for one unpickling run. ``LimitError`` when one is exceeded.
 
     Attributes:
-        max_input: bytes of pickle accepted at all.
+        max_input: bytes one pickle may span, from its first opcode through STOP. What
+            follows STOP in the buffer is not counted: a legacy checkpoint is five
+            pickles and then its storages, and only the pickles are bounded.
         max_memo: memo entries.
         max_marks: MARK nesting depth.
         max_key_depth: nesting of a tuple/frozenset used as a dict key or set item.
@@ -63,6 +65,13 @@ class Limits:
         for k in ("max_input", "max_memo", "max_marks", "max_key_depth", "max_object_bytes"):
             if getattr(self, k) <= 0:
                 raise ValueError(f"Limits.{k} must be positive")
+
+    def window(self, start: int) -> int:
+        """The end of the bytes a run of a pickle that starts at ``start`` looks at:
+        the ``max_input`` it may span and one more, which tells a pickle over the limit
+        (its next byte exists) from a short one (the data ends). A reader that holds
+        only a prefix of a stream (a remote legacy .pt) never needs more than this."""
+        return start + self.max_input + 1
 
 
 class PersistentLoadMany(Protocol):
@@ -328,18 +337,31 @@ class Unpickler:
         self.short_frames = short_frames
         self.after_build = after_build
         self.info = ProtocolInfo()
-        if len(self.data) > limits.max_input:
-            raise LimitError(
-                "pickle is larger than the configured limit",
-                path=path,
-                member=member,
-                expected=f"<= {limits.max_input} bytes",
-                found=len(self.data),
-            )
+        # The limit bounds what the run consumes from ``start``, not the buffer (a
+        # legacy stream's storages follow its pickles): the run sees the data only up to
+        # ``start + max_input``, and a need past that is the limit's error when the data
+        # goes on (:meth:`_short`), the truncation's when it ends there.
+        self._over = len(self.data) >= limits.window(start)
 
     # -- errors ---------------------------------------------------------------------
     def _fmt(self, msg: str, pos: int, **kw: Any) -> FormatError:
         return FormatError(msg, path=self.path, member=self.member, offset=pos, **kw)
+
+    def _short(self, msg: str, pos: int, **kw: Any) -> TorchlessError:
+        """The error of a need for bytes past the end of what the run sees: a
+        :class:`TruncatedError` where the data ends there, the input limit's
+        :class:`LimitError` where it goes on past ``start + max_input``."""
+        if self._over:
+            m = self.limits.max_input
+            return LimitError(
+                "pickle is larger than the configured limit",
+                path=self.path,
+                member=self.member,
+                offset=self.start,
+                expected=f"<= {m} bytes",
+                found=f"more than {m} bytes before STOP",
+            )
+        return TruncatedError(msg, path=self.path, member=self.member, offset=pos, **kw)
 
     # -- main loop ------------------------------------------------------------------
     def load(self) -> Any:
@@ -363,8 +385,8 @@ class Unpickler:
 
     def _run(self) -> Any:  # noqa: C901 - one dispatch loop by design
         data = self.data
-        n = len(data)
         limits = self.limits
+        n = min(len(data), limits.window(self.start) - 1)  # the input limit (see __init__)
         max_memo = limits.max_memo
         max_obj = limits.max_object_bytes
         resolver = self.resolver
@@ -410,21 +432,14 @@ class Unpickler:
 
         def need(p: int, k: int, what: str) -> None:
             if k < 0 or p + k > n:
-                raise TruncatedError(
-                    f"pickle ends inside {what}",
-                    path=self.path,
-                    member=self.member,
-                    offset=p,
-                    expected=f"{k} bytes",
-                    found=f"{max(0, n - p)} bytes",
-                )
+                raise self._short(f"pickle ends inside {what}", p, expected=f"{k} bytes", found=f"{max(0, n - p)} bytes")
             if k > max_obj:
                 raise LimitError(f"{what} larger than the limit", offset=p, expected=f"<= {max_obj} bytes", found=k)
 
         def readline(p: int, what: str) -> tuple[bytes, int]:
-            e = data.find(b"\n", p)
+            e = data.find(b"\n", p, n)
             if e < 0:
-                raise TruncatedError(f"pickle ends inside {what} (no newline)", offset=p)
+                raise self._short(f"pickle ends inside {what} (no newline)", p)
             if e - p > max_obj:
                 raise LimitError(f"{what} larger than the limit", offset=p)
             return data[p:e], e + 1
@@ -937,7 +952,7 @@ class Unpickler:
                 e = p + 5 + k
                 if k > max_obj or e > n:
                     break
-                m = match(data, e)
+                m = match(data, e, n)
                 if m is None:
                     break
                 g0, g1, g2, g3, kl, kb, g6, g7, g8, g9, g10, g11, g12, g13, g14, rg, g16, g17, g18, g19 = m.groups()
@@ -1024,7 +1039,7 @@ class Unpickler:
                         hazards.append((p0, f"{OPCODE_NAMES.get(data[p0], '?')} crosses the end of a FRAME at {fend:#x}"))
                     fend = nofr
                 if pos >= n:
-                    raise TruncatedError("pickle ends before STOP", path=self.path, member=self.member, offset=pos)
+                    raise self._short("pickle ends before STOP", pos)
                 p0 = pos
                 op = data[pos]
                 pos += 1
@@ -1191,9 +1206,9 @@ class Unpickler:
                     pos += 8
                     if pos + k > n:
                         if not self.short_frames:
-                            raise TruncatedError(
+                            raise self._short(
                                 "FRAME declares more bytes than the pickle has",
-                                offset=p0,
+                                p0,
                                 expected=f"{k} bytes",
                                 found=f"{n - pos} bytes",
                             )

@@ -362,27 +362,26 @@ def read_legacy_stream(
         # the five pickles are parsed in place, the file is not copied
         return _read_legacy(source, source.searchable(), weights_only, resolver, limits, start, encoding)
     # a remote object: the pickles come first, then the storages (gigabytes, maybe), so
-    # they are parsed from a prefix that grows only while a pickle runs past its end
-    if source.size > limits.max_input:  # the limit the local read applies to the whole file
-        raise LimitError(
-            "pickle is larger than the configured limit",
-            path=source.name,
-            expected=f"<= {limits.max_input} bytes",
-            found=source.size,
-        )
+    # they are parsed from a prefix that grows only while a pickle runs past its end, and
+    # never past the window the machine's input limit gives that pickle (it refuses a
+    # pickle over the limit there, as it does locally)
     n = min(source.size, _LEGACY_PREFIX)
     seen = len(resolver.seen) if resolver is not None else 0
     while True:
         try:
             return _read_legacy(source, source.read_at(0, n), weights_only, resolver, limits, start, encoding)
-        except _PrefixTooShort:
-            n = min(source.size, n * 8)
+        except _PrefixTooShort as short:
+            n = min(source.size, n * 8, limits.window(short.start))
             if resolver is not None:
                 del resolver.seen[seen:]  # the next attempt sees the same globals again
 
 
 class _PrefixTooShort(Exception):
     """A pickle of a legacy stream runs past the end of the prefix read so far."""
+
+    def __init__(self, start: int) -> None:
+        super().__init__(start)
+        self.start = start  # where that pickle starts
 
 
 #: the first prefix of a remote legacy stream parsed for its pickles (one read-ahead block;
@@ -412,7 +411,7 @@ def _read_legacy(
             value = up.load()
         except TruncatedError:
             if len(data) < source.size:  # only a prefix of the file: read more, parse again
-                raise _PrefixTooShort from None
+                raise _PrefixTooShort(pos) from None
             raise
         pos = up.end
         return value, up.info.protocol
