@@ -311,6 +311,37 @@ def test_failed_sharded_upload_keeps_what_it_replaced(s3, monkeypatch):
     assert _keys(client, f"{base}/r") == before  # every shard the index names is still there
 
 
+def test_failed_existence_check_fails_the_publish_and_removes_nothing(s3, monkeypatch):
+    """A sharded write over an earlier set where the store's answer to whether the first
+    shard is already there fails (a connection reset, once): the publish fails at that
+    shard, naming it and the reason, and removes nothing. Counted as new, that shard
+    would have been removed when a later upload of the same publish failed, leaving the
+    earlier index naming a missing shard."""
+    base, client = s3
+    sd = {k: v.numpy() for k, v in _sd(4000).items() if v.dtype != torch.bfloat16}
+    torchless.write_tensors(sd.items(), f"{base}/e/o.safetensors", max_shard_size=100000)
+    before = _keys(client, f"{base}/e")
+    shards = [k for k in before if not k.endswith(".json")]
+    assert len(shards) >= 2, before
+    first = f"{base}/e/{shards[0]}"
+    fs, inner = remote.filesystem(first)
+    real, failed = fs.info, []
+
+    def info(path, **kw):
+        if path.rstrip("/") == inner and not failed:
+            failed.append(path)
+            raise ConnectionResetError("injected: connection reset by peer")
+        return real(path, **kw)
+
+    monkeypatch.setattr(fs, "info", info)
+    _fail_upload(monkeypatch, 2)
+    with pytest.raises(torchless.core.errors.WriteError) as ei:
+        torchless.write_tensors(sd.items(), f"{base}/e/o.safetensors", max_shard_size=100000)
+    assert failed
+    assert _keys(client, f"{base}/e") == before  # every shard the earlier index names is still there
+    assert ei.value.path == first and "ConnectionResetError" in str(ei.value), str(ei.value)
+
+
 def test_interrupted_single_write_leaves_nothing(s3):
     base, client = s3
 

@@ -689,7 +689,13 @@ def publish(files: Sequence[AtomicFile]) -> None:
     back, so an interruption never leaves an index naming a missing shard. On failure
     the files not yet published are removed, and so are the objects this call created at
     a URL; an object that replaced one already there stays, as a local file renamed into
-    place does (removing it would leave an earlier index naming a missing shard)."""
+    place does (removing it would leave an earlier index naming a missing shard).
+
+    Raises:
+        WriteError: also when the store cannot say whether an object at a URL is already
+            there (a network failure): the publish stops before it, as nothing it could
+            not prove it created may be removed if a later step failed.
+    """
     with holding_signals():
         created: list[str] = []
         try:
@@ -697,9 +703,13 @@ def publish(files: Sequence[AtomicFile]) -> None:
                 f.finish()
             for f in files:
                 if f.url is not None:
-                    from .remote import exists
+                    from .errors import UsageError
+                    from .remote import present
 
-                    new = not exists(f.url)
+                    try:
+                        new = not present(f.url, "cannot write: the store did not say whether the object is already there")
+                    except UsageError as e:
+                        raise WriteError(e.message, path=f.url) from None
                     f.commit()
                     if new:
                         created.append(f.url)

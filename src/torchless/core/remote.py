@@ -253,13 +253,23 @@ def reason(e: BaseException) -> str:
 def check_exists(url: str) -> None:
     """Raise unless object ``url`` exists: NotFoundError when the store says it is missing,
     UsageError naming the store's reason when it cannot tell (refused credentials...)."""
+    if not present(url, "cannot open this URL"):
+        raise NotFoundError("no such file or directory", path=url)
+
+
+def present(url: str, what: str) -> bool:
+    """Whether object ``url`` exists, as the store says: True, or False when it says the
+    object is missing. When it cannot tell (a network failure, refused credentials), a
+    UsageError ``"<what>: <the store's reason>"`` rather than a guess (:func:`exists`
+    guesses False)."""
     fs, p = filesystem(url)
     try:
         fs.info(p)
+        return True
     except Exception as e:  # noqa: BLE001 - each filesystem raises its own kind
         if is_missing(e):
-            raise NotFoundError("no such file or directory", path=url) from None
-        raise UsageError(f"cannot open this URL: {reason(e)}", path=url) from None
+            return False
+        raise UsageError(f"{what}: {reason(e)}", path=url) from None
 
 
 def isdir(url: str) -> bool:
