@@ -440,7 +440,7 @@ class ZipReader:
                 "record larger than allowed", path=self.path, member=e.name, expected=f"<= {max_size} bytes", found=e.size
             )
         if e.flags & 0x61:  # encrypted, strong encryption, compressed patch (miniz refuses all three)
-            raise UnsupportedError("encrypted zip records", path=self.path, member=e.name)
+            raise UnsupportedError("encrypted zip records", path=self.path, member=e.name, offset=e.central_offset)
         if e.is_directory and e.compressed_size:
             # miniz extracts nothing for a "directory" (name ending in '/' or DOS attribute
             # 0x10): torch would hand back uninitialized memory of the declared size
@@ -448,6 +448,7 @@ class ZipReader:
                 "a record marked as a directory that holds data (torch reads uninitialized memory for it)",
                 path=self.path,
                 member=e.name,
+                offset=e.central_offset,
                 found=f"external attributes {e.external_attr:#x}",
             )
         off = self.data_offset(e)
@@ -518,7 +519,7 @@ class ZipReader:
                 crc = zlib.crc32(piece, crc)
             return crc & MAX32
         if e.flags & 0x61:
-            raise UnsupportedError("encrypted zip records", path=self.path, member=e.name)
+            raise UnsupportedError("encrypted zip records", path=self.path, member=e.name, offset=e.central_offset)
         check_inflate(e.compressed_size, e.size, self.path, e.name)
         off = self.data_offset(e)
         self.source.check(off, e.compressed_size, what=f"record {e.name!r}")

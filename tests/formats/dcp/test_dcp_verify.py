@@ -4,8 +4,11 @@ is reported, for tensor chunks and bytes items alike."""
 
 from __future__ import annotations
 
+import io
 import os
+import struct
 import warnings
+import zipfile
 
 import pytest
 
@@ -65,3 +68,49 @@ def test_flipped_bytes_item_is_reported(saved):
     probs = torchless.open(saved).verify()
     assert probs and all(p.member == names[0] for p in probs), probs
     assert cli(["verify", saved]) == 1
+
+
+def test_zip_error_inside_an_item_names_its_file_item_record_and_offset(saved, capsys):
+    """A chunk item whose central directory marks its payload record as encrypted
+    (locating the chunk takes the payload's place from the local header and passes; the
+    item's zip check fails): verify reports the .distcp file, the tensor and its chunk,
+    the record and the absolute offset of the damaged entry (it gave the item's start
+    only), through the API and as one line of ``torchless verify`` with exit 1. Python's
+    zipfile is the oracle for the record and where its entry lies."""
+    r = DCPReader(saved)
+    ref = r.chunks("w")[0]
+    r.locate(ref)
+    info, chunk = ref.info, list(ref.chunk.offsets)
+    r.close()
+    path = os.path.join(saved, info.relative_path)
+    with open(path, "rb") as f:
+        item = f.read()[info.offset : info.offset + info.length]
+    z = zipfile.ZipFile(io.BytesIO(item))
+    names = [zi.filename for zi in z.infolist()]
+    victim = next(n for n in names if n.endswith("/data/0"))
+    p = z.start_dir  # walk the central directory to the victim's entry
+    for _ in names:
+        fields = struct.unpack_from("<IHHHHHHIIIHHHHHII", item, p)
+        if item[p + 46 : p + 46 + fields[10]].decode() == victim:
+            break
+        p += 46 + fields[10] + fields[11] + fields[12]
+    else:
+        raise AssertionError("no central entry for the record")
+    with open(path, "r+b") as f:
+        f.seek(info.offset + p + 8)  # the entry's general-purpose flags
+        f.write(struct.pack("<H", fields[3] | 1))  # bit 0: encrypted
+        f.seek(info.offset)
+        damaged = zipfile.ZipFile(io.BytesIO(f.read(info.length)))
+    assert damaged.getinfo(victim).flag_bits & 1
+    with pytest.raises(RuntimeError, match="encrypted"):
+        damaged.read(victim)
+
+    probs = torchless.open(saved).verify()
+    assert [(p_.code, p_.member, p_.offset) for p_ in probs] == [("item", "w", info.offset + p)], probs
+    msg = probs[0].message
+    assert victim in msg and info.relative_path in msg and str(chunk) in msg, msg
+    capsys.readouterr()
+    assert cli(["verify", saved]) == 1
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1 and f"@{info.offset + p}" in lines[0] and victim in lines[0], lines
+    assert info.relative_path in lines[0] and str(chunk) in lines[0], lines

@@ -82,11 +82,11 @@ class DCPArtifact(Artifact):
         r = self.reader
         seen: set[tuple[str, int, int]] = set()
 
-        def archive(info: Any, fqn: str) -> None:
+        def archive(info: Any, fqn: str, chunk: Any = None) -> None:
             key = (info.relative_path, info.offset, info.length)
             if key not in seen:
                 seen.add(key)
-                problems.extend(r.item_problems(info, fqn))
+                problems.extend(r.item_problems(info, fqn, chunk))
 
         for fqn in r.tensor_names():
             tmd = r.entries[fqn]
@@ -95,7 +95,7 @@ class DCPArtifact(Artifact):
                 for ref in r.chunks(fqn):
                     r.locate(ref)
                     total += numel(ref.chunk.sizes)
-                    archive(ref.info, fqn)
+                    archive(ref.info, fqn, ref.chunk.offsets)
             except TorchlessError as e:
                 problems.append(Problem("chunk", str(e), fqn))
                 continue

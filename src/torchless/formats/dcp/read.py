@@ -14,6 +14,7 @@ import os
 import re
 import struct
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -683,26 +684,39 @@ class DCPReader:
         src.check(info.offset, info.length, what=f"item {fqn}")
         return src.read_at(info.offset, info.length)
 
-    def item_problems(self, info: StorageInfo, fqn: str) -> list[Problem]:
+    def item_problems(self, info: StorageInfo, fqn: str, chunk: Sequence[int] | None = None) -> list[Problem]:
         """``verify``'s checks of one item's embedded ``torch.save`` archive, the CRC-32 of
         every record included (torch's DCP loader checks none of them: a flipped payload
         byte loads silently); none for an item that is no zip archive (a safetensors blob or
         tensor of the other layouts: they have no checksums, and locating the chunk checked
-        what they have)."""
+        what they have).
+
+        Each problem names the item (``fqn``, and the chunk's ``chunk`` offsets for a
+        tensor), the record and the .distcp file, and its ``offset`` is absolute in that
+        file, also for an error that stopped the archive's check.
+        """
         f = self._file(info.relative_path)
         if info.offset < 0 or info.length < 4 or f.read_at(info.offset, 4) != LOCAL_SIG:
             return []
-        at = f"{self._shown(info.relative_path)}@{info.offset}"
+        shown = self._shown(info.relative_path)
+        item = f"{fqn!r}" if chunk is None else f"{fqn!r} chunk at {list(chunk)}"
+        at = f"{shown}@{info.offset}"
         try:
             found = ZipReader(self._item_source(info, f"item {fqn}")).verify(crc=True)
         except TorchlessError as e:
-            return [Problem("item", f"{e.message} (the item at {at})", fqn, info.offset)]
+            # the zip reader's offsets are the item's: made absolute, and the error
+            # retold against the .distcp file (its path is the item's name)
+            off = info.offset + (e.offset or 0)
+            told = TorchlessError(e.message, path=shown, member=e.member, offset=off, expected=e.expected, found=e.found)
+            return [Problem("item", f"{told} (the item of {item} at offset {info.offset})", fqn, off)]
         finally:
             self._release(info)
         return [
             Problem(
                 p.code,
-                f"{p.message} (record {p.member} of the item at {at})" if p.member else f"{p.message} (the item at {at})",
+                f"{p.message} (record {p.member} of the item of {item} at {at})"
+                if p.member
+                else f"{p.message} (the item of {item} at {at})",
                 fqn,
                 None if p.offset is None else info.offset + p.offset,
                 p.severity,
