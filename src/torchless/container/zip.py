@@ -518,10 +518,7 @@ class ZipReader:
             for piece in pieces(self.source, off, e.size):
                 crc = zlib.crc32(piece, crc)
             return crc & MAX32
-        if e.flags & 0x61:
-            raise UnsupportedError("encrypted zip records", path=self.path, member=e.name, offset=e.central_offset)
-        check_inflate(e.compressed_size, e.size, self.path, e.name)
-        off = self.data_offset(e)
+        off = self._record_start(e)
         self.source.check(off, e.compressed_size, what=f"record {e.name!r}")
         done = self._inflated.get(e.index)
         if done is None:

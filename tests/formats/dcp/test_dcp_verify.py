@@ -72,11 +72,11 @@ def test_flipped_bytes_item_is_reported(saved):
 
 def test_zip_error_inside_an_item_names_its_file_item_record_and_offset(saved, capsys):
     """A chunk item whose central directory marks its payload record as encrypted
-    (locating the chunk takes the payload's place from the local header and passes; the
-    item's zip check fails): verify reports the .distcp file, the tensor and its chunk,
-    the record and the absolute offset of the damaged entry (it gave the item's start
-    only), through the API and as one line of ``torchless verify`` with exit 1. Python's
-    zipfile is the oracle for the record and where its entry lies."""
+    (locating the chunk refuses it, as a .pt read of the record does): verify reports the
+    .distcp file, the tensor and its chunk, the record and the absolute offset of the
+    damaged entry (it gave the item's start only), through the API and as one line of
+    ``torchless verify`` with exit 1. Python's zipfile is the oracle for the record and
+    where its entry lies."""
     r = DCPReader(saved)
     ref = r.chunks("w")[0]
     r.locate(ref)
@@ -106,7 +106,7 @@ def test_zip_error_inside_an_item_names_its_file_item_record_and_offset(saved, c
         damaged.read(victim)
 
     probs = torchless.open(saved).verify()
-    assert [(p_.code, p_.member, p_.offset) for p_ in probs] == [("item", "w", info.offset + p)], probs
+    assert [(p_.code, p_.member, p_.offset) for p_ in probs] == [("chunk", "w", info.offset + p)], probs
     msg = probs[0].message
     assert victim in msg and info.relative_path in msg and str(chunk) in msg, msg
     capsys.readouterr()

@@ -97,7 +97,7 @@ class DCPArtifact(Artifact):
                     total += numel(ref.chunk.sizes)
                     archive(ref.info, fqn, ref.chunk.offsets)
             except TorchlessError as e:
-                problems.append(Problem("chunk", str(e), fqn))
+                problems.append(Problem("chunk", str(e), fqn, e.offset))
                 continue
             if total != numel(tmd.size):
                 problems.append(Problem("coverage", f"chunks hold {total} elements, the tensor has {numel(tmd.size)}", fqn))

@@ -788,6 +788,21 @@ class DCPReader:
             entry = zr.lookup(f"data/{t.storage.key}")
             if entry is None or entry.method != 0:
                 raise FormatError("chunk payload record missing or compressed", **where)
+            try:
+                # the checks a .pt read of the record makes (flags torch's zip reader
+                # refuses, a directory holding data, sizes, bounds): the payload is read
+                # in place below, never through ZipReader.read
+                zr.check_read(entry)
+            except TorchlessError as e:
+                # told against the .distcp file, at the absolute offset (verify's wording)
+                raise type(e)(
+                    f"{e.message} (the item of {ref.fqn!r} chunk at {list(ref.chunk.offsets)} at offset {info.offset})",
+                    path=where["path"],
+                    member=e.member,
+                    offset=info.offset + (e.offset or 0),
+                    expected=e.expected,
+                    found=e.found,
+                ) from None
             base = zr.data_offset(entry)
         ref.data_offset = ref.info.offset + base + t.storage_offset() * t.dtype.itemsize
         ref.stride = tuple(t.stride())
