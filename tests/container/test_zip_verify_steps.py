@@ -1,0 +1,90 @@
+"""``ZipReader.verify`` keeps every problem of an archive when the CRC-32 step of one
+record fails: a record whose flags ``read`` refuses (encrypted, strong encryption,
+compressed patch) is reported as that record's problem, beside a bad CRC-32 found
+earlier, instead of an exception that dropped the list (``torchless verify`` printed one
+error line and exit 2, without the CRC problem).
+
+torch writes the ``.pt``; Python's zipfile is the oracle for the bad CRC-32 and torch for
+the flagged record ("unsupported encryption"/"feature")."""
+
+from __future__ import annotations
+
+import io
+import struct
+import zipfile
+
+import pytest
+
+import torchless
+from torchless.cli.main import main as cli
+from torchless.container.zip import ZipReader
+from torchless.core.errors import UnsupportedError
+
+torch = pytest.importorskip("torch", reason="torch writes the checkpoint and is the oracle")
+
+FLAGS = {"encrypted": 0x1, "compressed-patch": 0x20, "strong-encryption": 0x40}
+
+
+def _central(data: bytes) -> dict[str, int]:
+    """Offsets of every central directory entry, by name (walked from zipfile's start)."""
+    z = zipfile.ZipFile(io.BytesIO(data))
+    out, p = {}, z.start_dir
+    for _ in z.namelist():
+        nlen, xlen, clen = struct.unpack_from("<HHH", data, p + 28)
+        out[data[p + 46 : p + 46 + nlen].decode()] = p
+        p += 46 + nlen + xlen + clen
+    return out
+
+
+@pytest.fixture(params=sorted(FLAGS))
+def damaged(request, tmp_path):
+    g = torch.Generator().manual_seed(0)
+    path = tmp_path / "m.pt"
+    torch.save({"a": torch.randn(64, generator=g), "b": torch.randn(64, generator=g)}, path)
+    data = bytearray(path.read_bytes())
+    z = zipfile.ZipFile(io.BytesIO(bytes(data)))
+    names = z.namelist()
+    bad_crc = next(n for n in names if n.endswith("/data/0"))
+    flagged = next(n for n in names if n.endswith("/data/1"))
+    info = z.getinfo(bad_crc)
+    (nlen, xlen) = struct.unpack_from("<HH", data, info.header_offset + 26)
+    data[info.header_offset + 30 + nlen + xlen + 9] ^= 0x10  # a payload byte of data/0
+    at = _central(bytes(data))[flagged] + 8  # data/1's general-purpose flags
+    data[at : at + 2] = struct.pack("<H", struct.unpack_from("<H", data, at)[0] | FLAGS[request.param])
+    path.write_bytes(bytes(data))
+    return path, bad_crc, flagged
+
+
+def test_oracles_see_both_problems(damaged):
+    path, bad_crc, flagged = damaged
+    z = zipfile.ZipFile(path)
+    with pytest.raises(zipfile.BadZipFile, match="CRC"):
+        z.read(bad_crc)
+    with pytest.raises(RuntimeError, match="unsupported (encryption|feature)"):
+        torch.load(path, weights_only=True)["b"].sum()
+
+
+def test_verify_reports_the_crc_problem_and_the_failed_step(damaged, capsys):
+    path, bad_crc, flagged = damaged
+    with ZipReader(str(path)) as zr:
+        probs = zr.verify(crc=True)
+        flagged_entry = zr.get(flagged, full=True)
+        data_off = zr.data_offset(flagged_entry)
+        with pytest.raises(UnsupportedError) as refused:  # what reading the record says
+            zr.read(flagged_entry)
+    errors = [p for p in probs if p.severity == "error"]
+    assert ("crc", bad_crc) in [(p.code, p.member) for p in errors], probs
+    step = [p for p in errors if p.member == flagged and p.code == "data"]
+    assert len(step) == 1 and step[0].offset == data_off and step[0].message == refused.value.message, probs
+
+    with torchless.open(str(path)) as art:
+        codes = {(p.code, p.member) for p in art.verify()}
+    assert {("crc", bad_crc), ("data", flagged)} <= codes, codes
+
+    capsys.readouterr()
+    assert cli(["verify", str(path)]) == 1
+    out = capsys.readouterr()
+    lines = out.out.splitlines()
+    assert any(ln.startswith("error: crc") and bad_crc in ln for ln in lines), lines
+    assert any(ln.startswith("error: data") and flagged in ln and f"@{data_off}" in ln for ln in lines), lines
+    assert "Traceback" not in out.err, out.err
