@@ -605,7 +605,8 @@ class AtomicDir:
             for n in names:
                 full = os.path.join(root, n)
                 files.append((os.path.relpath(full, self.tmp).replace(os.sep, "/"), full))
-        present = set(remote.listdir(url)) if remote.isdir(url) else set()
+        # present(), not isdir(): a failed check taken as "empty" would upload over files
+        present = set(remote.listdir(url)) if remote.present(url, "cannot check the destination folder") else set()
         clash = sorted(rel for rel, _ in files if rel.split("/", 1)[0] in present)
         if present and not self.merge:
             raise WriteError("cannot write: the destination folder is not empty", path=url)

@@ -289,6 +289,10 @@ def listable(url: str) -> bool:
 
 
 def exists(url: str) -> bool:
+    """Whether object ``url`` exists, guessing False when the store cannot tell (a network
+    failure, refused credentials). Only for a caller to which a wrong "missing" costs a
+    recomputation at most; a caller that would overwrite, delete or report less on
+    "missing" asks :func:`present`."""
     fs, p = filesystem(url)
     try:
         fs.info(p)  # a HEAD request (fsspec's http exists() would GET the whole object)
@@ -446,10 +450,11 @@ class RemotePath(str):
         return isdir(self)
 
     def exists(self) -> bool:
-        return exists(self)
+        # as pathlib's exists() raises on errors other than "missing"
+        return present(self, "cannot check this URL")
 
     def is_file(self) -> bool:
-        return exists(self) and not isdir(self)
+        return present(self, "cannot check this URL") and not isdir(self)
 
 
 def upload(local: str, url: str) -> int:

@@ -719,7 +719,9 @@ def _is_file(path: str) -> bool:
     from ..core import remote
 
     if remote.is_url(path):
-        return remote.exists(path) and not remote.isdir(path)
+        # present(): a failed check raises (the file is reported unanalysed, with the
+        # store's reason) rather than reading as "the .cpp is missing"
+        return remote.present(path, "cannot check for the kernel's C++ source") and not remote.isdir(path)
     return os.path.isfile(path) and not os.path.islink(path)
 
 

@@ -105,7 +105,8 @@ def _check_url_folder(url: str) -> None:
 
     if remote.isdir(url):
         return
-    if remote.exists(url):
+    # present(): a failed check is reported with the store's reason, not as a missing folder
+    if remote.present(url, "cannot check the cache folder"):
         raise UsageError(
             "not a folder: `torchless cache` takes a TorchInductor cache folder",
             path=url,

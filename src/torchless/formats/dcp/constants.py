@@ -84,8 +84,10 @@ def has_metadata(path: Any) -> bool:
     if _url(p):
         from ...core import remote
 
-        # a HEAD request first: servers that cannot list folders (plain HTTP) serve it too
-        return remote.exists(remote.join(p, METADATA_NAME)) or bool(rank_metadata_names(p))
+        # a HEAD request first: servers that cannot list folders (plain HTTP) serve it too;
+        # present(): a store that cannot answer must not make this "not a DCP checkpoint"
+        md = remote.join(p, METADATA_NAME)
+        return remote.present(md, "cannot check for the DCP metadata") or bool(rank_metadata_names(p))
     return os.path.isfile(os.path.join(p, METADATA_NAME)) or bool(rank_metadata_names(p))
 
 

@@ -472,9 +472,13 @@ def _check_dest(dst: str, resume: bool = False) -> None:
     nor, with ``resume``, the rank files an interrupted job with a staging for ``dst``
     had moved into place before its ``.metadata``: the resumed job overwrites them)."""
     if remote.is_url(dst):
-        if remote.exists(dst) and not remote.isdir(dst):
-            raise UsageError("destination exists and is not a directory", path=dst)
-        names = remote.listdir(dst) if remote.isdir(dst) else []
+        # present(), not exists(): a failed check taken as "nothing there" would write
+        # over a checkpoint the store could not show us
+        names: list[str] = []
+        if remote.present(dst, "cannot check the reshard destination"):
+            if not remote.isdir(dst):
+                raise UsageError("destination exists and is not a directory", path=dst)
+            names = remote.listdir(dst)  # raises with the store's reason when it cannot list
         stale = [n for n in names if n == METADATA_NAME or n.endswith((".distcp", ".safetensors"))]
         if stale and resume and METADATA_NAME not in stale:
             from ..ranged import remote_staging_for

@@ -66,7 +66,9 @@ class HFArtifact(Artifact):
             self.index = found[0] if found else None
             self.other_indexes = found[1:]
         else:
-            if not (remote.exists(p) if self.remote else os.path.exists(p)):
+            if self.remote:
+                remote.check_exists(p)  # missing, or the store's reason it cannot tell
+            elif not os.path.exists(p):
                 raise NotFoundError("no such file or directory", path=p)
             self.folder = remote.dirname(p) if self.remote else (os.path.dirname(p) or ".")
             self.index = remote.basename(p) if self.remote else os.path.basename(p)

@@ -395,7 +395,9 @@ def inventory(
         from ...core import remote
 
         if not remote.isdir(root):
-            if remote.exists(root):
+            # present(), not exists(): a store that cannot answer must not make the
+            # inventory an empty "no cache here"
+            if remote.present(root, "cannot check the cache folder"):
                 raise UsageError("the cache path is not a folder", path=root)
             inv.exists = False
             return inv
