@@ -241,3 +241,24 @@ def test_failed_ranged_reshard_aborts_its_multipart_uploads(s3, ranks8, monkeypa
     monkeypatch.setattr(remote, "move", real)
     assert client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
     assert _keys(client, f"{base}/r3") == []
+
+
+def test_flagged_dcp_item_at_a_url_is_refused(memfs, tmp_path):
+    """A DCP item whose payload record is flagged encrypted is refused at a URL too (a
+    remote checkpoint always takes the general path that locates a chunk)."""
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from formats.dcp.test_dcp_record_flags import VICTIM, _damage, _save
+
+    from torchless.core.errors import UnsupportedError
+
+    fs, base = memfs
+    d = str(tmp_path / "ck")
+    _save(d)
+    _path, at, record = _damage(d, "encrypted")
+    _mem_upload(fs, d, f"{base}/ck")
+    state = torchless.load(f"memory://{base}/ck")
+    with pytest.raises(UnsupportedError) as ei:
+        state[VICTIM].numpy()
+    assert ei.value.member == record and ei.value.offset == at, str(ei.value)
