@@ -414,6 +414,8 @@ def test_big_endian_file(torch, tmp_path):
 
 
 def test_crc0_and_4096_alignment_files(torch, tmp_path):
+    import torch.utils.serialization  # (a submodule torch does not import by itself: run alone, it is missing)
+
     cfg = torch.utils.serialization.config.save
     obj = {"a": torch.arange(10, dtype=torch.float32), "b": torch.ones(3, 3, dtype=torch.int64)}
     crc0 = tmp_path / "crc0.pt"
