@@ -114,3 +114,84 @@ def test_zip_error_inside_an_item_names_its_file_item_record_and_offset(saved, c
     lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("error:")]
     assert len(lines) == 1 and f"@{info.offset + p}" in lines[0] and victim in lines[0], lines
     assert info.relative_path in lines[0] and str(chunk) in lines[0], lines
+
+
+def _largest_offset_item(d: str) -> tuple[str, object]:
+    """The tensor whose item lies furthest into its .distcp file, and that item's place."""
+    r = DCPReader(d)
+    try:
+        refs = [r.chunks(k)[0] for k in r.tensor_names()]
+        ref = max(refs, key=lambda x: x.info.offset)
+        return ref.fqn, ref.info
+    finally:
+        r.close()
+
+
+def test_error_that_stops_an_item_check_is_told_at_its_absolute_offset(saved):
+    """An item whose first central directory entry is damaged stops its zip check: the
+    problem names the .distcp file and the entry's absolute offset (the item's start plus
+    where Python's zipfile finds the central directory)."""
+    fqn, info = _largest_offset_item(saved)
+    assert info.offset > 0
+    path = os.path.join(saved, info.relative_path)
+    with open(path, "rb") as f:
+        item = f.read()[info.offset : info.offset + info.length]
+    start_dir = zipfile.ZipFile(io.BytesIO(item)).start_dir
+    _flip(path, info.offset + start_dir)  # the entry's signature
+    r = DCPReader(saved)
+    try:
+        probs = r.item_problems(info, fqn)
+    finally:
+        r.close()
+    assert [(p.code, p.member, p.offset) for p in probs] == [("item", fqn, info.offset + start_dir)], probs
+    assert probs[0].message.startswith(f"{path}, offset {info.offset + start_dir}: "), probs[0].message
+
+
+def test_read_failure_of_a_remote_item_keeps_its_file_offset(tmp_path, monkeypatch):
+    """A remote DCP file whose read fails inside an item's zip check (a connection reset
+    while the item's central directory is fetched): the remote source already names the
+    file and the absolute offset of the failed range, which the problem keeps (adding the
+    item's start to it named a place past the end of the file)."""
+    fsspec = pytest.importorskip("fsspec", reason="the remote extra (fsspec) is not installed")
+    from torchless.core import remote
+    from torchless.core.source import RemoteSource
+
+    g = torch.Generator().manual_seed(1)
+    d = str(tmp_path / "ck")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # items of several remote blocks each: the central directory is in a later block
+        dcp.save({k: torch.randn(96, 512, generator=g) for k in ("a", "b")}, checkpoint_id=d, no_dist=True)
+    fs = fsspec.filesystem("memory")
+    url = f"memory:///verify-{os.getpid()}-{id(tmp_path)}"
+    try:
+        for n in os.listdir(d):
+            with open(os.path.join(d, n), "rb") as f:
+                fs.pipe(f"{url[len('memory://') :]}/{n}", f.read())
+        fqn, info = _largest_offset_item(url)
+        block = RemoteSource.__init__.__kwdefaults__["block"]
+        first_later_block = (info.offset // block + 1) * block
+        assert info.offset > 0 and info.offset + info.length > first_later_block
+        size = os.path.getsize(os.path.join(d, info.relative_path))
+        real, failed = remote.cat_range, []
+
+        def cat_range(fs_, p, start, end):
+            if start >= first_later_block:
+                failed.append(start)
+                raise ConnectionResetError("injected: connection reset by peer")
+            return real(fs_, p, start, end)
+
+        remote.SHARED_BLOCKS.clear()
+        monkeypatch.setattr(remote, "cat_range", cat_range)
+        r = DCPReader(url)
+        try:
+            probs = r.item_problems(info, fqn)
+        finally:
+            r.close()
+        assert failed, "no read failed"
+        assert [(p.code, p.member, p.offset) for p in probs] == [("item", fqn, failed[0])], probs
+        assert failed[0] < size and f"{url}/{info.relative_path}, offset {failed[0]}: " in probs[0].message, probs
+        assert "ConnectionResetError" in probs[0].message, probs
+    finally:
+        remote.SHARED_BLOCKS.clear()
+        fs.rm(url[len("memory://") :], recursive=True)

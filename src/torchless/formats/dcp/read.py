@@ -637,10 +637,12 @@ class DCPReader:
         src = self._file(info.relative_path)
         src.check(info.offset, info.length, what=f"{what} in {info.relative_path}")
         if self.remote:  # only the ranges the item's parser asks for are fetched
-            return SliceSource(src, info.offset, info.length, name=f"{self._shown(info.relative_path)}@{info.offset}")
-        return BytesSource(
-            src.view(info.offset, info.length), name=f"{os.path.join(self.path, info.relative_path)}@{info.offset}"
-        )
+            return SliceSource(src, info.offset, info.length, name=self._item_name(info))
+        return BytesSource(src.view(info.offset, info.length), name=self._item_name(info))
+
+    def _item_name(self, info: StorageInfo) -> str:
+        """The name of :meth:`_item_source`'s source (errors of the item's reader carry it)."""
+        return f"{self._shown(info.relative_path)}@{info.offset}"
 
     def _release(self, info: StorageInfo) -> None:
         """Drop the map's pages of located items from this process (they stay in the page
@@ -684,6 +686,16 @@ class DCPReader:
         src.check(info.offset, info.length, what=f"item {fqn}")
         return src.read_at(info.offset, info.length)
 
+    def _in_file(self, e: TorchlessError, info: StorageInfo) -> tuple[str | None, int]:
+        """Where error ``e``, raised while an item's embedded archive was read through
+        :meth:`_item_source`, lies in the .distcp file: an error of the item's own reader
+        (named after the item, or unnamed) has offsets in the item, made absolute here; one
+        of the file's source itself (a remote read that failed, a short range) is already
+        told against the file, at its absolute offset, and stays so."""
+        if e.path is None or e.path == self._item_name(info):
+            return self._shown(info.relative_path), info.offset + (e.offset or 0)
+        return e.path, info.offset if e.offset is None else e.offset
+
     def item_problems(self, info: StorageInfo, fqn: str, chunk: Sequence[int] | None = None) -> list[Problem]:
         """``verify``'s checks of one item's embedded ``torch.save`` archive, the CRC-32 of
         every record included (torch's DCP loader checks none of them: a flipped payload
@@ -704,10 +716,8 @@ class DCPReader:
         try:
             found = ZipReader(self._item_source(info, f"item {fqn}")).verify(crc=True)
         except TorchlessError as e:
-            # the zip reader's offsets are the item's: made absolute, and the error
-            # retold against the .distcp file (its path is the item's name)
-            off = info.offset + (e.offset or 0)
-            told = TorchlessError(e.message, path=shown, member=e.member, offset=off, expected=e.expected, found=e.found)
+            path, off = self._in_file(e, info)
+            told = TorchlessError(e.message, path=path, member=e.member, offset=off, expected=e.expected, found=e.found)
             return [Problem("item", f"{told} (the item of {item} at offset {info.offset})", fqn, off)]
         finally:
             self._release(info)
@@ -795,11 +805,12 @@ class DCPReader:
                 zr.check_read(entry)
             except TorchlessError as e:
                 # told against the .distcp file, at the absolute offset (verify's wording)
+                path, off = self._in_file(e, info)
                 raise type(e)(
                     f"{e.message} (the item of {ref.fqn!r} chunk at {list(ref.chunk.offsets)} at offset {info.offset})",
-                    path=where["path"],
+                    path=path,
                     member=e.member,
-                    offset=info.offset + (e.offset or 0),
+                    offset=off,
                     expected=e.expected,
                     found=e.found,
                 ) from None
