@@ -88,3 +88,22 @@ def test_verify_reports_the_crc_problem_and_the_failed_step(damaged, capsys):
     assert any(ln.startswith("error: crc") and bad_crc in ln for ln in lines), lines
     assert any(ln.startswith("error: data") and flagged in ln and f"@{data_off}" in ln for ln in lines), lines
     assert "Traceback" not in out.err, out.err
+
+
+@pytest.mark.parametrize("failure", ["store", "os"])
+def test_a_failure_that_is_not_the_files_propagates(failure, tmp_path, monkeypatch):
+    """A store that fails mid-check (torchless raises UsageError naming the URL) or an
+    OS error is no verdict on the file: verify raises it, it is not a record's problem."""
+    from torchless.core.errors import UsageError
+
+    path = tmp_path / "ok.pt"
+    torch.save({"a": torch.arange(8.0)}, path)
+
+    def fail(self, entry):
+        if failure == "store":
+            raise UsageError("cannot read this URL: connection reset", path=str(path), offset=0)
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(ZipReader, "crc32", fail)
+    with ZipReader(str(path)) as zr, pytest.raises(UsageError if failure == "store" else OSError):
+        zr.verify(crc=True)

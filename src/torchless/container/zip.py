@@ -41,7 +41,7 @@ from typing import Any, BinaryIO, Protocol
 from ..core.atomic import AtomicFile
 from ..core.crc import crc32 as fast_crc32
 from ..core.crc import crc32_spans
-from ..core.errors import FormatError, LimitError, NotFoundError, TorchlessError, TruncatedError, UnsupportedError, UsageError
+from ..core.errors import FormatError, LimitError, NotFoundError, TruncatedError, UnsupportedError, UsageError
 from ..core.findings import Problem
 from ..core.gcpause import GCPause
 from ..core.source import ByteSource, PathLike, open_source, pieces
@@ -602,11 +602,12 @@ class ZipReader:
             if crc and e.method in (0, 8):
                 try:
                     actual = self.crc32(e)
-                except (TorchlessError, OSError) as err:
-                    # any failure of the step (a flag or kind of record read() refuses, a
-                    # read error) is this record's problem: the ones found so far stand
-                    msg = err.message if isinstance(err, TorchlessError) else f"cannot read the record: {err}"
-                    problems.append(Problem("data", msg, e.name, off))
+                except (FormatError, LimitError, UnsupportedError) as err:
+                    # a fault of the file (a flag or kind of record read() refuses, data
+                    # past the end) is this record's problem: the ones found so far stand.
+                    # A failure of the store or of torchless itself is not the file's: it
+                    # propagates (the CLI's one error line, exit 2), never a verdict.
+                    problems.append(Problem("data", err.message, e.name, off))
                     continue
                 if actual != e.crc:
                     kind = "crc-zero" if e.crc == 0 else "crc"
