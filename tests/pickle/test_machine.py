@@ -284,6 +284,26 @@ def test_limits_are_enforced():
         Limits(max_memo=0)
 
 
+def test_memo_bound_grows_with_the_pickle(monkeypatch):
+    """Beyond MEMO_FLOOR a pickle may make one memo entry per four bytes it spans
+    (a DCP .metadata of a million tensors makes 25 million, one per eight bytes), and
+    never more than an explicit max_memo. CPython's unpickler reads all of these."""
+    import torchless.pickle.machine as machine
+
+    monkeypatch.setattr(machine, "MEMO_FLOOR", 100)
+    real = pickle.dumps([[i] for i in range(400)], protocol=2)  # ~800 memo entries, ~6 bytes each
+    assert run(real) == pickle.loads(real)
+    with pytest.raises(LimitError, match="memo"):  # the explicit bound still holds
+        run(real, limits=Limits(max_memo=300))
+    dense = b"\x80\x04N" + b"\x94" * 1000 + b"."  # 1,000 MEMOIZEs in 1,004 bytes
+    assert pickle.loads(dense) is None
+    with pytest.raises(LimitError, match="memo") as ei:
+        run(dense)
+    assert ei.value.expected == "<= 251"  # 1,004 // 4
+    monkeypatch.setattr(machine, "MEMO_FLOOR", 1000)
+    assert run(dense) is None
+
+
 @pytest.mark.parametrize(
     "data",
     [

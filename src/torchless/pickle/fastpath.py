@@ -320,7 +320,7 @@ def _run(  # noqa: C901 - one dispatch loop by design
     n = len(data)
     if n < 3 or data[0] != 0x80 or data[1] not in (2, 4):
         return FALLBACK
-    max_memo = min(limits.max_memo, _MAX_MEMO)
+    max_memo = min(limits.memo_cap(n), _MAX_MEMO)
     max_marks = min(limits.max_marks, _MAX_MARKS)
     max_str = min(limits.max_object_bytes, _MAX_STR)
     stack: list[Any] = []

@@ -41,6 +41,10 @@ _unpack_Q = struct.Struct("<Q").unpack_from
 _unpack_d = struct.Struct(">d").unpack_from
 
 
+#: memo entries any pickle may make, however short (within ``Limits.max_memo``)
+MEMO_FLOOR = 1 << 24
+
+
 @dataclass(frozen=True)
 class Limits:
     """Explicit bounds for one unpickling run. ``LimitError`` when one is exceeded.
@@ -49,14 +53,19 @@ class Limits:
         max_input: bytes one pickle may span, from its first opcode through STOP. What
             follows STOP in the buffer is not counted: a legacy checkpoint is five
             pickles and then its storages, and only the pickles are bounded.
-        max_memo: memo entries.
+        max_memo: memo entries, at most. Below it the bound is :meth:`memo_cap`: one
+            entry for every four bytes the pickle may span, and never fewer than
+            :data:`MEMO_FLOOR` (a memo entry costs about a hundred bytes of memory, its
+            opcode one byte of input: the bound keeps that ratio where any other
+            opcode's is, and lets a DCP ``.metadata`` of millions of tensors, eight
+            bytes a memo entry, be read).
         max_marks: MARK nesting depth.
         max_key_depth: nesting of a tuple/frozenset used as a dict key or set item.
         max_object_bytes: a single str/bytes/bytearray/int literal.
     """
 
     max_input: int = 1 << 32
-    max_memo: int = 1 << 24
+    max_memo: int = 1 << 28
     max_marks: int = 10_000
     max_key_depth: int = 100
     max_object_bytes: int = 1 << 31
@@ -65,6 +74,10 @@ class Limits:
         for k in ("max_input", "max_memo", "max_marks", "max_key_depth", "max_object_bytes"):
             if getattr(self, k) <= 0:
                 raise ValueError(f"Limits.{k} must be positive")
+
+    def memo_cap(self, span: int) -> int:
+        """The memo entries a pickle of at most ``span`` bytes may make (see ``max_memo``)."""
+        return min(self.max_memo, max(MEMO_FLOOR, span // 4))
 
     def window(self, start: int) -> int:
         """The end of the bytes a run of a pickle that starts at ``start`` looks at:
@@ -387,7 +400,7 @@ class Unpickler:
         data = self.data
         limits = self.limits
         n = min(len(data), limits.window(self.start) - 1)  # the input limit (see __init__)
-        max_memo = limits.max_memo
+        max_memo = limits.memo_cap(n - self.start)
         max_obj = limits.max_object_bytes
         resolver = self.resolver
         trace = self.trace
