@@ -39,7 +39,17 @@ from typing import Any
 from .globals import Rebuilder, python2_name
 from .machine import Limits
 
-__all__ = ["FALLBACK", "FAST_GLOBALS", "OPAQUE", "EntryHooks", "OnceResolver", "fast_load", "fast_tensor", "int_token"]
+__all__ = [
+    "FALLBACK",
+    "FAST_GLOBALS",
+    "OPAQUE",
+    "EntryHooks",
+    "OnceResolver",
+    "fast_load",
+    "fast_tensor",
+    "int_token",
+    "tensor_frame",
+]
 
 #: returned when the pickle is not one of the recognised shapes: run the general machine
 FALLBACK: Any = object()
@@ -182,6 +192,23 @@ def _tensor_parts(data: bytes) -> tuple[Any, ...] | None:
         _tuple_of(stride),
         rg == b"\x88",
     )
+
+
+def tensor_frame(data: bytes) -> tuple[tuple[bytes, bytes, bytes], int, tuple[int, ...], tuple[int, ...]] | None:
+    """A one-tensor pickle that :func:`fast_tensor` would match, split into its frame (its
+    bytes before, between and after the numel token and the size and stride tokens: the
+    pickles of one checkpoint's items of one dtype, storage key, location, offset and
+    rank share it) and those three values; None for anything else. Says nothing about
+    whether the values are valid: the caller checks them as building the tensor would."""
+    if len(data) >= 512:
+        return None
+    m = _TENSOR_RE.match(data)
+    if m is None:
+        return None
+    a, b = m.span("numel")
+    c, d = m.span("size")
+    e, f = m.span("stride")
+    return (data[:a], data[b:c], data[f:]), int_token(data, a)[0], _tuple_of(data[c:d]), _tuple_of(data[e:f])
 
 
 def _tensor_pickle(data: bytes, resolver: Any, persistent_load: Callable[[Any], Any] | None) -> Any:

@@ -50,9 +50,9 @@ from ...core.errors import (
 from ...core.findings import Problem
 from ...core.paths import confine
 from ...core.source import ByteSource, BytesSource, MmapSource, RemoteSource, SliceSource
-from ...core.tensor import Storage, Tensor
+from ...core.tensor import _PACKED, Storage, Tensor
 from ...core.values import StorageType
-from ...pickle.fastpath import FALLBACK, OnceResolver, fast_load, fast_tensor
+from ...pickle.fastpath import FALLBACK, OnceResolver, fast_load, fast_tensor, tensor_frame
 from ...pickle.globals import AllowlistResolver
 from ...pickle.torch_globals import DEFAULT_ALLOWLIST
 from ..pt.spec import BYTEORDER, DATA_PKL, METADATA_RECORDS
@@ -116,6 +116,10 @@ class ChunkRef:
     stride: tuple[int, ...] = ()
     storage_nbytes: int = 0
     byteorder: str = "little"
+    #: the CRC-32 the item's zip directory gives for its storage record, where the chunk
+    #: starts at that record's first byte (``storage_nbytes`` is then the record's size);
+    #: None where unknown (set by :meth:`DCPReader.locate_many` only)
+    record_crc: int | None = None
 
     @property
     def contiguous(self) -> bool:
@@ -400,7 +404,8 @@ def _batch_items(buf: np.ndarray, offs: np.ndarray, lens: np.ndarray, t: _Templa
     central directory and local headers (and the local headers of every record, which it
     checks only for the ones it reads: stricter, never looser), as array operations.
 
-    Returns ``{"ok": bool per item, "rec": {lower-case name: (data offset, size) arrays},
+    Returns ``{"ok": bool per item, "rec": {lower-case name: (data offset, size, CRC-32
+    the directory gives) arrays},
     "prefix": ..., "byteorder": str per item or None}``; None when the template's names
     are not torch's shape."""
     if "/" not in t.first:
@@ -431,7 +436,7 @@ def _batch_items(buf: np.ndarray, offs: np.ndarray, lens: np.ndarray, t: _Templa
     safe = np.where(ok, offs, 0)
     # an item starts with a local header (so it is no safetensors blob)
     ok &= _le(_gather(buf, safe, 4)) == int.from_bytes(LOCAL_SIG, "little")
-    rec: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+    rec: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     for i, (low, _name) in enumerate(t.names):
         csize, usize, hoff = fields[:, 1 + 4 * i], fields[:, 2 + 4 * i], fields[:, 3 + 4 * i]
         ok &= (csize == usize) & (csize != MAX32) & (hoff != MAX32) & (hoff + _LOCAL.size + csize <= lens)
@@ -440,13 +445,13 @@ def _batch_items(buf: np.ndarray, offs: np.ndarray, lens: np.ndarray, t: _Templa
         ok &= _le(head[:, :4]) == int.from_bytes(LOCAL_SIG, "little")
         data = hoff + _LOCAL.size + _le(head[:, 26:28]) + _le(head[:, 28:30])
         ok &= data + csize <= lens
-        rec[low] = (data, csize)
+        rec[low] = (data, csize, fields[:, 4 * i])
     prefix = t.first.split("/", 1)[0]
     bo = rec.get(f"{prefix}/{BYTEORDER}".encode("utf-8", "surrogateescape").lower())
     byteorder: list[str] | None = None
     if bo is not None:
         # only "little" (or "big") of torch's writer: anything else is left to the per-item path
-        data, size = bo
+        data, size, _crc = bo
         pos = np.where(ok, offs + data, 0)
         word = _gather(buf, pos, 6)
         little = (size == 6) & (word == np.frombuffer(b"little", np.uint8)).all(axis=1)
@@ -454,6 +459,25 @@ def _batch_items(buf: np.ndarray, offs: np.ndarray, lens: np.ndarray, t: _Templa
         ok &= little | big
         byteorder = np.where(big, "big", "little").tolist()
     return {"ok": ok, "rec": rec, "prefix": prefix, "byteorder": byteorder}
+
+
+def _frame_facts(
+    frame: tuple[Any, ...] | None, numel: int, size: tuple[int, ...], stride: tuple[int, ...]
+) -> tuple[Any, ...] | None:
+    """The facts :meth:`DCPReader._locate_chunk` keeps for an item's one-tensor pickle
+    ``(storage key, storage bytes, dtype name, size, stride, offset, itemsize)`` from the
+    facts ``frame`` of another pickle of its frame (``(storage key, dtype name, offset,
+    itemsize)``, None when none was seen) and its own numel, size and stride: what
+    building its tensor gives (the storage's bytes are its numel's, the tensor must lie
+    inside them). None (the pickle then goes through
+    :func:`~torchless.pickle.fastpath.fast_tensor`, which decides) for a frame not seen,
+    a negative numel, size or stride, ranks that differ, or a tensor past its storage."""
+    if frame is None or numel < 0 or len(size) != len(stride) or (size and (min(size) < 0 or min(stride) < 0)):
+        return None
+    key, dname, offset, isz = frame
+    if 0 not in size and offset + sum((s - 1) * st for s, st in zip(size, stride, strict=True)) >= numel:
+        return None  # past its storage (Tensor._check_bounds)
+    return key, numel * isz, dname, size, stride, offset, isz
 
 
 def _is_url(p: Any) -> bool:
@@ -819,6 +843,7 @@ class DCPReader:
         ref.stride = tuple(t.stride())
         ref.storage_nbytes = t.storage.nbytes - t.storage_offset() * t.dtype.itemsize
         ref.byteorder = byteorder
+        ref.record_crc = None
         if ref.byteorder != sys.byteorder and t.dtype.itemsize > 1:
             raise UnsupportedError("chunk saved with a foreign byte order", **where)
         if ref.info.offset + base + t.storage.nbytes > ref.info.offset + ref.info.length:
@@ -891,19 +916,20 @@ class DCPReader:
         ok = got["ok"].tolist()
         byteorders = got["byteorder"]
         pkl_size = pkl[1].tolist()
-        data_keys: dict[str, tuple[list[int], list[int]] | None] = {}
+        data_keys: dict[str, tuple[list[int], list[int], list[int]] | None] = {}
         entries = self.entries
         rest: list[ChunkRef] = []
         found: list[tuple[Storage, str]] = []
         i = 0
         byteorder = "little"
 
-        def record_of(key: str) -> tuple[list[int], list[int]] | None:
-            """(data offsets, sizes) of record ``data/<key>`` in every item of the chunk."""
+        def record_of(key: str) -> tuple[list[int], list[int], list[int]] | None:
+            """(data offsets, sizes, directory CRC-32s) of record ``data/<key>`` in every
+            item of the chunk."""
             if key not in data_keys:
                 name = f"{prefix}/data/{key}".encode("utf-8", "surrogateescape").lower()
                 r = rec.get(name)
-                data_keys[key] = None if r is None else (r[0].tolist(), r[1].tolist())
+                data_keys[key] = None if r is None else (r[0].tolist(), r[1].tolist(), r[2].tolist())
             return data_keys[key]
 
         def persistent_load(pid: Any) -> Storage:
@@ -921,6 +947,9 @@ class DCPReader:
         # what an item's pickle gives depends on its bytes alone (and the allowlist): a
         # pickle seen before (same dtype, shape and strides) repeats its checked facts
         facts: dict[bytes, tuple[Any, ...]] = self.__dict__.setdefault("_item_facts", {})
+        # a pickle not seen before whose frame was (another shape of a dtype seen): its
+        # facts from the frame's and its numel, size and stride (see _frame_facts)
+        frames: dict[Any, tuple[Any, ...]] = self.__dict__.setdefault("_item_frames", {})
         item_offs = offs.tolist()
         # every item's pickle copied out at once (the rows of items refused are not used)
         pk_at = (offs + np.where(got["ok"], pkl[0], 0)).tolist()
@@ -935,6 +964,11 @@ class DCPReader:
             pk = pks[i]
             tmd = entries[ref.fqn]
             fc = facts.get(pk)
+            if fc is None:
+                split = tensor_frame(pk)
+                fc = None if split is None else _frame_facts(frames.get(split[0]), *split[1:])
+                if fc is not None and len(facts) < 1 << 16:
+                    facts[pk] = fc
             if fc is None:
                 found.clear()
                 tn = fast_tensor(pk, resolver, persistent_load)
@@ -959,6 +993,8 @@ class DCPReader:
                 )
                 if len(facts) < 1 << 16:
                     facts[pk] = fc
+                if split is not None and len(frames) < 256 and fc[2] not in _PACKED:  # (their own bounds)
+                    frames[split[0]] = (fc[0], fc[2], fc[5], fc[6])
             key, nbytes, dname, shape, stride, offset, isz = fc
             dr = data_keys.get(key)
             if dr is None:
@@ -981,6 +1017,7 @@ class DCPReader:
             ref.stride = stride
             ref.storage_nbytes = nbytes - offset * isz
             ref.byteorder = byteorder
+            ref.record_crc = None if offset else dr[2][i]
         # the chunk's items in one step (items the loop left are located, and released,
         # one by one later: dropping their pages now only means faulting them back in)
         last = rs[-1].info
@@ -1038,6 +1075,7 @@ class DCPReader:
         ref.stride = tuple(t.stride())
         ref.storage_nbytes = t.nbytes
         ref.byteorder = "little"
+        ref.record_crc = None
         if sys.byteorder != "little" and t.dtype.itemsize > 1:
             raise UnsupportedError("little-endian safetensors chunk on a big-endian host", **where)
         return ref
@@ -1203,17 +1241,20 @@ class DCPReader:
 
     def _direct_spans(
         self, items: list[tuple[str, TensorStorageMetadata, int, tuple[int, ...]]]
-    ) -> list[tuple[str, int, int, int] | None]:
+    ) -> list[tuple[str, int, int, int, tuple[int, int] | None] | None]:
         """For each ``(fqn, tmd, nbytes, strides)`` of ``items`` (a located tensor, its
         metadata, byte count and contiguous strides), where its bytes lie whole in a file's
-        map, as ``(file, offset, item start, item end)``; None where they must be assembled
-        or read (not one contiguous chunk of the whole tensor, empty, not mapped). One loop
-        for every tensor a consolidation writes."""
+        map, as ``(file, offset, item start, item end, known)``; None where they must be
+        assembled or read (not one contiguous chunk of the whole tensor, empty, not
+        mapped). ``known`` is ``(CRC-32, nbytes)``, the CRC-32 the item's zip directory
+        gives for its storage record, when the bytes are that whole record
+        (:attr:`ChunkRef.record_crc`), else None. One loop for every tensor a
+        consolidation writes."""
         if self.remote:
             return [None] * len(items)
         chunks = self._chunks
         sizes: dict[str, int | None] = {}  # file -> the size of its map (None: not mapped)
-        out: list[tuple[str, int, int, int] | None] = []
+        out: list[tuple[str, int, int, int, tuple[int, int] | None] | None] = []
         for fqn, tmd, nbytes, strides in items:
             refs = chunks.get(fqn)
             if refs is None or len(refs) != 1:
@@ -1238,16 +1279,23 @@ class DCPReader:
             if size is None or off + nbytes > size:
                 out.append(None)
                 continue
-            out.append((rel, off, info.offset, info.offset + info.length))
+            crc = ref.record_crc
+            known = None if crc is None or ref.storage_nbytes != nbytes else (crc, nbytes)
+            out.append((rel, off, info.offset, info.offset + info.length, known))
         return out
 
     def _view_spans(
-        self, spans: list[tuple[str, int, int, int] | None], sizes: list[int], crcs: list[int | None] | None = None
+        self,
+        spans: list[tuple[str, int, int, int, tuple[int, int] | None] | None],
+        sizes: list[int],
+        crcs: list[int | None] | None = None,
     ) -> list[memoryview | None]:
         """The views of :meth:`_direct_spans` results (``sizes`` bytes each; None stays
         None); the previous call's items are released (their pages dropped from this
-        process). ``crcs``: a list that receives the CRC-32 of each view (None for None),
-        computed from the map with one address look-up (:func:`~torchless.core.crc.crc32_spans`)."""
+        process). ``crcs``: a list that receives the CRC-32 of each view (None for None):
+        the span's known one (its item's zip directory's, for a view that is a whole
+        storage record of the item) or computed from the map with one address look-up
+        (:func:`~torchless.core.crc.crc32_spans`)."""
         prev = self.__dict__.pop("_viewed_spans", None)
         if prev:  # runs of items that follow each other in a file, each in one step
             rel, start, end = prev[0][0], prev[0][2], prev[0][3]
@@ -1278,14 +1326,21 @@ class DCPReader:
             off = sp[1]
             out.append(mv[off : off + n])
             used.append(sp)
-            if crcs is not None:
+            known = sp[4]
+            if crcs is not None and (known is None or known[1] != n):
                 idx, offs, ns = at[rel]
                 idx.append(j)
                 offs.append(off)
                 ns.append(n)
         self.__dict__["_viewed_spans"] = used
         if crcs is not None:
-            crcs.extend([None] * len(out))
+            # the directory's CRC-32 of a view that is a whole storage record of its item
+            crcs.extend(
+                [
+                    None if v is None or sp is None or sp[4] is None or sp[4][1] != len(v) else sp[4][0]
+                    for v, sp in zip(out, spans, strict=True)
+                ]
+            )
             for rel, (idx, offs, ns) in at.items():
                 buf = bufs[rel]
                 assert buf is not None

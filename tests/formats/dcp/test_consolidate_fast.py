@@ -1,0 +1,206 @@
+"""DCP consolidation's shortcuts against the longer way round: the CRC-32 of a storage
+record taken from the source item's zip directory (same bytes as computed, and a flipped
+payload byte in the item gives an output that ``verify`` reports), and the facts of an
+item's one-tensor pickle taken from another shape's of the same frame (same outcome as
+building the tensor, a tensor past its storage refused alike)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import warnings
+
+import pytest
+
+import torchless
+import torchless.formats.dcp.read as dcpread
+from torchless.cli.main import main as cli
+from torchless.core.errors import TorchlessError
+from torchless.formats.dcp.consolidate import consolidate
+from torchless.formats.dcp.read import DCPReader
+from torchless.pickle import fastpath
+
+torch = pytest.importorskip("torch", reason="torch writes the checkpoints and reads the output (the oracle)")
+dcp = pytest.importorskip("torch.distributed.checkpoint", reason="torch.distributed.checkpoint is missing")
+
+
+@pytest.fixture(autouse=True)
+def _fast(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fast paths on, the array checks of the items on every call (as for a large
+    checkpoint; TORCHLESS_GENERAL_PATHS=1 would turn them off for the suite)."""
+    import torchless.formats.dcp.metadata as mdmod
+    import torchless.formats.pt.write as ptw
+
+    monkeypatch.setattr(mdmod, "GENERAL_ONLY", False)
+    monkeypatch.setattr(DCPReader, "general_only", False)
+    monkeypatch.setattr(DCPReader, "batch_min", 0)
+    monkeypatch.setattr(ptw, "FAST_PICKLE", True)
+
+
+@pytest.fixture(scope="module")
+def state() -> dict:
+    g = torch.Generator().manual_seed(3)
+    sd = {f"w.{i}": torch.randn(1 + i % 4, 3 + i % 7 * 150, generator=g) for i in range(24)}  # records small and large
+    sd.update({f"h.{i}": torch.randn(2 + i % 3, generator=g).half() for i in range(5)})
+    sd["i64"] = torch.arange(9)
+    return sd
+
+
+@pytest.fixture()
+def saved(state, tmp_path) -> str:
+    d = str(tmp_path / "ck")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save(state, checkpoint_id=d, no_dist=True)
+    return d
+
+
+def _computed_crcs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every record's CRC-32 computed from the bytes (none taken from the items)."""
+    plain = DCPReader._direct_spans
+    monkeypatch.setattr(
+        DCPReader, "_direct_spans", lambda self, items: [None if s is None else (*s[:4], None) for s in plain(self, items)]
+    )
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def test_directory_crcs_write_the_computed_bytes(saved, state, tmp_path, monkeypatch):
+    spans = []
+    plain_crcs = dcpread.crc32_spans
+    monkeypatch.setattr(dcpread, "crc32_spans", lambda buf, o, n: spans.extend(n) or plain_crcs(buf, o, n))
+    os.makedirs(tmp_path / "fast")
+    os.makedirs(tmp_path / "computed")
+    fast = str(tmp_path / "fast" / "out.pt")  # (one name: the archive's folder is the file's stem)
+    consolidate(saved, fast)
+    assert spans == []  # every record's CRC-32 came from its item's directory
+    _computed_crcs(monkeypatch)
+    computed = str(tmp_path / "computed" / "out.pt")
+    consolidate(saved, computed)
+    assert len(spans) == len(state)
+    assert _read(fast) == _read(computed)
+    got = torch.load(fast, weights_only=True)
+    assert list(got) == list(state)
+    for k, v in state.items():
+        assert torch.equal(got[k], v), k
+    assert torchless.open(fast).verify() == []
+
+
+def test_flipped_item_payload_byte_fails_verify_of_the_output(saved, tmp_path, monkeypatch):
+    r = DCPReader(saved)
+    ref = r.chunks("w.5")[0]
+    r.locate(ref)
+    path = os.path.join(saved, ref.info.relative_path)
+    r.close()
+    with open(path, "r+b") as f:
+        f.seek(ref.data_offset + 7)
+        b = f.read(1)
+        f.seek(ref.data_offset + 7)
+        f.write(bytes([b[0] ^ 0x10]))
+    out = str(tmp_path / "out.pt")
+    consolidate(saved, out)
+    probs = torchless.open(out).verify()
+    assert [p.code for p in probs] == ["crc"], probs
+    assert cli(["verify", out]) == 1
+    # the CRC-32 computed from the bytes would bless the flipped byte
+    _computed_crcs(monkeypatch)
+    os.makedirs(tmp_path / "blessed")
+    blessed = str(tmp_path / "blessed" / "out.pt")
+    consolidate(saved, blessed)
+    assert torchless.open(blessed).verify() == []
+    assert _read(blessed) != _read(out)
+
+
+def _facts(reader: DCPReader) -> list[tuple]:
+    refs = [r for n in reader.tensor_names() for r in reader.chunks(n)]
+    reader.locate_many(refs)
+    return [(r.fqn, r.data_offset, r.stride, r.storage_nbytes, r.byteorder) for r in refs]
+
+
+def test_item_facts_from_frames_equal_built_tensors(saved, monkeypatch):
+    built = []
+    plain = dcpread.fast_tensor
+    monkeypatch.setattr(dcpread, "fast_tensor", lambda *a: built.append(1) or plain(*a))
+    fast = DCPReader(saved)
+    got = _facts(fast)
+    fast.close()
+    assert len(built) == 3  # one tensor built per frame (f32 2-d, f16 1-d, i64 1-d)
+    general = DCPReader(saved)
+    general.general_only = True
+    try:
+        assert got == _facts(general)
+    finally:
+        general.close()
+
+
+def _pickle_at(reader: DCPReader, fqn: str) -> tuple[str, int, bytes]:
+    """(file, offset, bytes) of the one-tensor pickle of ``fqn``'s item."""
+    from torchless.container.zip import ZipReader
+
+    ref = reader.chunks(fqn)[0]
+    zr = ZipReader(reader._item_source(ref.info, "item"))
+    e = next(e for e in zr.entries if e.name.endswith("/data.pkl"))
+    at = zr.data_offset(e)
+    return os.path.join(reader.path, ref.info.relative_path), ref.info.offset + at, bytes(zr.read(e))
+
+
+def test_frame_refuses_a_tensor_past_its_storage(saved, tmp_path):
+    """An item whose strides reach past its storage, after items of its frame: refused
+    with the error building the tensor gives."""
+    d = str(tmp_path / "broken")
+    shutil.copytree(saved, d)
+    r = DCPReader(d)
+    path, at, pk = _pickle_at(r, "w.22")  # (3, 153): its frame was seen on w.0 .. w.21
+    r.close()
+    m = fastpath._TENSOR_RE.match(pk)
+    assert m is not None
+    s = m.start("stride")
+    assert pk[s : s + 4] == b"K\x99K\x01"  # stride (153, 1)
+    with open(path, "r+b") as f:
+        f.seek(at + s + 1)
+        f.write(b"\x9a")  # (154, 1): the last row reaches one element past the storage
+    want = None
+    general = DCPReader(d)
+    general.general_only = True
+    try:
+        with pytest.raises(TorchlessError) as e:
+            general.locate(general.chunks("w.22")[0])
+        want = (type(e.value), str(e.value))
+    finally:
+        general.close()
+    assert "past the end of its storage" in want[1]
+    fast = DCPReader(d)
+    try:
+        with pytest.raises(TorchlessError) as e:
+            _facts(fast)
+        assert (type(e.value), str(e.value)) == want
+    finally:
+        fast.close()
+
+
+def test_records_by_writev_and_a_full_disk(saved, tmp_path, monkeypatch):
+    """The records go to the output by ``writev`` through the atomic file's guard: a
+    full disk in the middle is a WriteError naming the output, and nothing is left."""
+    import torchless.core.atomic as atomic
+    from torchless.core.errors import WriteError
+
+    if not hasattr(os, "writev"):
+        pytest.skip("no os.writev here")
+    calls = []
+    plain = atomic._Guarded.writev
+    monkeypatch.setattr(atomic._Guarded, "writev", lambda self, bufs: calls.append(len(bufs)) or plain(self, bufs))
+    os.makedirs(tmp_path / "ok")
+    consolidate(saved, str(tmp_path / "ok" / "out.pt"))
+    assert sum(calls) >= 2 * 24  # a header and the bytes (and a descriptor) of each record
+    size = os.path.getsize(tmp_path / "ok" / "out.pt")
+    monkeypatch.setattr(atomic, "_fault_written", 0)
+    monkeypatch.setenv(atomic.FAULT_ENV, f"{size // 2}:ENOSPC")
+    os.makedirs(tmp_path / "full")
+    out = str(tmp_path / "full" / "out.pt")
+    with pytest.raises(WriteError) as e:
+        consolidate(saved, out)
+    assert out in str(e.value)
+    assert os.listdir(tmp_path / "full") == []
