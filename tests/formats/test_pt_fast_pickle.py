@@ -47,6 +47,15 @@ def test_shapes_of_state_dicts():
             "a": Tensor(st, by_name("float32"), shared, (3, 1)),
             "b": Tensor(st2, by_name("float32"), shared, (3, 1)),  # one shape tuple object, twice
         },
+        {f"m{i}": _plain(250 + i * 37) for i in range(400)},  # numels past 255 (BININT2), memo past 255
+        {  # the location changes from row to row (its memo fetch is kept between rows)
+            f"d{i}": Tensor(
+                Storage(f"s{i}", 8, by_name("float32"), ("cpu", "cuda:0", "cuda:1")[i % 5 % 3], data=bytes(8)),
+                by_name("float32"),
+                (2,),
+            )
+            for i in range(300)
+        },
         {"scalar": tensor(np.array(2.5)), "four_d": tensor(np.zeros((2, 1, 3, 2), np.float16)), "empty": _plain(0)},
         {"big": Tensor(Storage("z", 2**34, by_name("int8")), by_name("int8"), (70000, 2), (2, 1), 2**33)},
         {

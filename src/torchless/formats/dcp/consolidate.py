@@ -5,6 +5,11 @@
 (``.safetensors`` with optional ``max_shard_size``, ``.npz``) take the tensors by their
 flattened names. Each tensor is assembled from its chunks into one buffer, written, and
 dropped before the next, so peak memory is about the largest tensor.
+
+A ``.pt`` record that is an item's storage record byte for byte (a whole storage copied
+unchanged) takes its CRC-32 from the item's zip directory rather than computing it: a
+corrupted item then gives an output record that ``torchless verify`` reports, where a
+fresh CRC-32 would bless the corrupted bytes (docs/dcp.md, "Memory and speed").
 """
 
 from __future__ import annotations
@@ -170,6 +175,7 @@ def _save_flat(reader: DCPReader, names: list[str], dst: Any, progress: Any) -> 
     strides_of = _contiguous_strides
     prod = math.prod
     want_spans = []
+    strides_by_size: dict[tuple[int, ...], tuple[int, ...]] = {}
     for key, fqn in tree.items():
         tmd = entries[fqn]
         props = tmd.properties
@@ -184,7 +190,10 @@ def _save_flat(reader: DCPReader, names: list[str], dst: Any, progress: Any) -> 
         numel = prod(size)
         nbytes = numel * dt.itemsize
         total += nbytes
-        strides = strides_of(size)
+        known = strides_by_size.get(size)
+        if known is None:
+            known = strides_by_size[size] = strides_of(size)
+        strides = (*known,)  # (its own tuple: the memo is by identity)
         st = lazy(fqn, nbytes, dt, "cpu", partial(view, fqn), "little", f"{path}:{fqn}")
         want_spans.append((fqn, tmd, nbytes, strides))
         full.append((key, legacy, "cpu", numel, 0, size, strides, rg, st, dt.name))

@@ -432,7 +432,10 @@ def _emit_rows(obj: dict[str, Any], rows: list[tuple[Any, ...]], cp: CheckpointP
     keep_add = keep.append
     glob_of: dict[str, bytes] = {}  # legacy storage class -> the BINGET that fetches it
     binput, binget, binint1 = _BINPUT, _BINGET, _BININT1
-    int_bytes, pack_i32, put_long = _int_bytes, _pack_I, _PUT_LONG.pack
+    int_bytes, pack_i32, put_long, pack_h = _int_bytes, _pack_I, _PUT_LONG.pack, _pack_H
+    pack_x = put_long  # (an opcode and a 4-byte length: BINUNICODE's head, ``pack_x(0x58, n)``)
+    last_loc: Any = None  # the location of the row before and the opcode that fetches it
+    last_fetch = b""
     t_put_q, put_t_put_r_put = _T_PUT_Q_LONG.pack, _PUT_T_PUT_R_PUT.pack
     storages: list[tuple[str, Storage, str]] = []
     add_storage = storages.append
@@ -452,8 +455,7 @@ def _emit_rows(obj: dict[str, Any], rows: list[tuple[Any, ...]], cp: CheckpointP
                 out += binget[idx] if idx < 256 else b"j" + pack_i32(idx)
             else:
                 raw = k.encode("utf-8", "surrogatepass")
-                out += b"X"
-                out += pack_i32(len(raw))
+                out += pack_x(0x58, len(raw))
                 out += raw
                 memo_id[id(k)] = count
                 keep_add(k)
@@ -497,28 +499,31 @@ def _emit_rows(obj: dict[str, Any], rows: list[tuple[Any, ...]], cp: CheckpointP
             if idx is not None:
                 out += binget[idx] if idx < 256 else b"j" + pack_i32(idx)
             else:
-                out += b"X"
-                out += pack_i32(len(skey))
+                out += pack_x(0x58, len(skey))
                 out += skey.encode()
                 memo_id[id(skey)] = count
                 keep_add(skey)
                 out += binput[count] if count < 256 else put_long(0x72, count)
                 count += 1
-            # the location
+            # the location (its fetch kept while the rows name the one object: a memo
+            # entry's index never changes)
             loc = location if location and location != "meta" else "cpu"
-            idx = memo_get(id(loc))
-            if idx is not None:
-                out += binget[idx] if idx < 256 else b"j" + pack_i32(idx)
+            if loc is last_loc:
+                out += last_fetch
             else:
-                raw = loc.encode("utf-8", "surrogatepass")
-                out += b"X"
-                out += pack_i32(len(raw))
-                out += raw
-                memo_id[id(loc)] = count
-                keep_add(loc)
-                out += binput[count] if count < 256 else put_long(0x72, count)
-                count += 1
-            out += binint1[numel] if 0 <= numel < 256 else int_bytes(numel)
+                idx = memo_get(id(loc))
+                if idx is not None:
+                    out += binget[idx] if idx < 256 else b"j" + pack_i32(idx)
+                else:
+                    raw = loc.encode("utf-8", "surrogatepass")
+                    out += pack_x(0x58, len(raw))
+                    out += raw
+                    memo_id[id(loc)] = idx = count
+                    keep_add(loc)
+                    out += binput[count] if count < 256 else put_long(0x72, count)
+                    count += 1
+                last_loc, last_fetch = loc, binget[idx] if idx < 256 else b"j" + pack_i32(idx)
+            out += binint1[numel] if 0 <= numel < 256 else b"M" + pack_h(numel) if 0 <= numel < 65536 else int_bytes(numel)
             # the persistent id tuple (a new object, no memo hit possible), BINPERSID
             out += _T_PUT_Q[count] if count < 256 else t_put_q(0x74, 0x72, count, 0x51)
             count += 1
@@ -537,7 +542,7 @@ def _emit_rows(obj: dict[str, Any], rows: list[tuple[Any, ...]], cp: CheckpointP
                 for v in tup:
                     if type(v) is not int:
                         return None
-                    out += binint1[v] if 0 <= v < 256 else int_bytes(v)
+                    out += binint1[v] if 0 <= v < 256 else b"M" + pack_h(v) if 0 <= v < 65536 else int_bytes(v)
                 out += b"\x85" if n == 1 else b"\x86" if n == 2 else b"\x87" if n == 3 else b"t"
                 memo_id[id(tup)] = count
                 keep_add(tup)
