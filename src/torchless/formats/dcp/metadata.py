@@ -347,6 +347,8 @@ def to_metadata(obj: Any) -> Metadata:
 # and mutated files.
 
 _unpack_I = struct.Struct("<I").unpack_from
+_unpack_i = struct.Struct("<i").unpack_from
+_unpack_H = struct.Struct("<H").unpack_from
 
 
 def _target(qual: str) -> Any:
@@ -631,9 +633,10 @@ class _Entries(EntryHooks):
         sizes, z1 = dims.get(zt) or self._dims(zt)
         if len(offs) != len(size) or len(sizes) != len(size):
             raise _Bail
-        for o, z, d in zip(offs, sizes, size, strict=True):
-            if o + z > d:
-                raise _Bail
+        if sizes != size or any(offs):  # (one chunk of the whole tensor: inside it)
+            for o, z, d in zip(offs, sizes, size, strict=True):
+                if o + z > d:
+                    raise _Bail
         props = TensorProperties(dtype, layout, rg == b"\x88", mf, pin == b"\x88")
         # memo: TSM shell, its dict, TP shell, TP state, Size (dims, args, value), the
         # list, CSM shell, its dict, two Sizes
@@ -681,8 +684,9 @@ class _Entries(EntryHooks):
         if type(fqn) is not str:
             raise _Bail
         offs, o1 = self.dims.get(ot) or self._dims(ot)
-        off = int_token(offt)[0]
-        ln = int_token(lnt)[0]
+        # BININT and BININT2 (the common offsets and lengths) unpacked here, as int_token does
+        off = _unpack_i(offt, 1)[0] if offt[0] == 0x4A else _unpack_H(offt, 1)[0] if offt[0] == 0x4D else int_token(offt)[0]
+        ln = _unpack_i(lnt, 1)[0] if lnt[0] == 0x4A else _unpack_H(lnt, 1)[0] if lnt[0] == 0x4D else int_token(lnt)[0]
         if off < 0 or ln < 0:
             raise _Bail
         # memo: MI shell, its dict, the Size (dims, args, value); SI shell, its dict
