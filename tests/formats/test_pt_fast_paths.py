@@ -350,6 +350,108 @@ def test_central_directory_runs_read_as_entry_by_entry(monkeypatch):
     assert 20 < errors < 290  # both outcomes were exercised
 
 
+def _archive_outcome(data: bytes, fast: bool, monkeypatch):
+    """What the reader and the checkpoint checks make of an archive: the record names,
+    the data index, the case-insensitive index, and ``_check_all_records``'s verdict
+    (with ``fast``: the central directory's runs as columns and the checks on them)."""
+    import torchless.container.zip as zipmod
+    import torchless.formats.pt.read as ptread
+
+    monkeypatch.setattr(zipmod, "FAST_DIRECTORY", fast)
+    monkeypatch.setattr(ptread, "FAST_RECORD_CHECKS", fast)
+    try:
+        zr = ZipReader(data)
+    except TorchlessError as e:
+        return ("error", type(e).__name__, e.offset, str(e))
+    idx = zr.data_index("data")
+    index = sorted((k, e.index) for k, e in idx.items()) if isinstance(idx, dict) else "lookups"
+    try:
+        ptread._check_all_records(zr)
+        checked: tuple = ("ok",)
+    except TorchlessError as e:
+        checked = ("error", type(e).__name__, e.offset, e.member, str(e))
+    lowered = [(k, e.index) for k, e in zr._by_lower.items()]
+    hit = zr.lookup("data/150")
+    return ("ok", zr.records(), index, lowered, sorted(zr.duplicates()), checked, hit.index if hit else None)
+
+
+def test_directory_columns_give_what_the_entries_give(monkeypatch):
+    """The central directory's runs as columns (records, the data index, the lowercased
+    names, ``_check_all_records`` on the columns) against the entry-by-entry code, on
+    edits of single entries in mid-run (a name out of the folder, not UTF-8, non-ASCII,
+    upper case, a duplicate, a directory name or attribute, sizes, method) and on random
+    byte flips of the directory: the same names, indices and errors."""
+    import torchless.container.zip as zipmod
+
+    data = _saved({f"w{i}": torch.ones(1 + i % 3) for i in range(300)})
+    monkeypatch.setattr(zipmod, "FAST_DIRECTORY", True)  # (whatever the suite runs on)
+    zr = ZipReader(data)
+    assert any(run is not None for _a, _b, run in zr.segments())  # the columns are there to compare
+    fast = _archive_outcome(data, True, monkeypatch)
+    assert fast == _archive_outcome(data, False, monkeypatch) and fast[5] == ("ok",)
+
+    def entry_at(name):
+        e = zr.get(name)
+        return e.central_offset, e.central_offset + 46  # the entry, its name
+
+    edits = []
+    for victim in ("data/50", "data/150", "data/299"):
+        c, nm = entry_at(victim)
+        plen = len(zr.prefix) + 1
+        edits += [
+            [(nm, b"X")],  # out of the archive folder
+            [(nm + plen + 2, b"\xff")],  # not UTF-8
+            [(nm + plen + 1, b"\xc3\xa9")],  # UTF-8, not ASCII
+            [(nm + plen, b"D")],  # upper case: out of data/ for the index, the same key lowercased
+            [(nm + plen + 3, b"x")],  # data/x.. : not a storage
+            [(nm + plen + len(victim) - 1, b"/")],  # a directory name holding data
+            [(c + 38, b"\x10\x00\x00\x00")],  # the DOS directory attribute
+            [(c + 38, b"\x20\x00\x00\x00")],  # another attribute: harmless
+            [(c + 10, b"\x08\x00")],  # deflated
+            [(c + 20, b"\x00\x00\x00\x00")],  # compressed size 0
+            [(c + 24, b"\x01\x00\x00\x00")],  # sizes differ
+            [(c + 24, b"\x01\x00\x00\x00"), (c + 12, b"\x01\x00")],  # sizes differ, a time: miniz lets it by
+            [(c + 8, b"\x00\x20")],  # masked headers
+        ]
+    c1, n1 = entry_at("data/151")
+    edits.append([(n1 + len(zr.prefix) + 1 + 7, b"0")])  # data/151 -> data/150: a duplicate name
+    results = []
+    for i, edit in enumerate(edits):
+        b = bytearray(data)
+        for pos, rep in edit:
+            b[pos : pos + len(rep)] = rep
+        f = _archive_outcome(bytes(b), True, monkeypatch)
+        assert f == _archive_outcome(bytes(b), False, monkeypatch), f"edit {i}"
+        results.append(f[0] == "ok" and f[5][0])
+    assert results.count("error") >= 12 and results.count("ok") >= 6  # both verdicts were compared
+    cd, end = zr.cd_offset, zr.cd_offset + zr.cd_size
+    rng = random.Random(9)
+    for i in range(200):
+        b = bytearray(data)
+        for _ in range(rng.randint(1, 3)):
+            pos = rng.randrange(cd, end)
+            b[pos] = rng.choice([0, 0xFF, 0x2F, 0x44, 0x10, b[pos] ^ 1, rng.randrange(256)])
+        assert _archive_outcome(bytes(b), True, monkeypatch) == _archive_outcome(bytes(b), False, monkeypatch), f"flip {i}"
+
+
+def test_entry_names_not_ascii_in_a_batched_run(monkeypatch):
+    """Names taken as slices of the window's Latin-1 text are checked to be ASCII: a batched
+    run with UTF-8 names (two-, three- and four-byte characters) gives the loop's names."""
+    sd = {}
+    for i in range(400):
+        sd[f"blöcke.{i}.∑.🙂" if i % 97 == 5 else f"blocks.{i}.w"] = torch.ones(1 + i % 4)
+    data = _saved(sd)
+    pics = []
+    for fast in (True, False):
+        monkeypatch.setattr(machine, "FAST_TENSOR_CALLS", fast)
+        zr = ZipReader(data)
+        cp = read_zip_checkpoint(zr)
+        pics.append(_picture(cp.obj))
+        if fast:
+            assert _fast_entries(zr) > 300
+    assert pics[0] == pics[1] and "blöcke.5.∑.🙂" in repr(pics[0])
+
+
 def test_entries_found_together_match_the_one_by_one_path_and_the_loop(monkeypatch):
     """The windowed tokeniser (``machine.SCAN_ENTRIES``: every candidate entry of a window
     tokenised at once, then chained) against the regex one-entry path and the opcode

@@ -46,7 +46,17 @@ from ..core.findings import Problem
 from ..core.gcpause import GCPause
 from ..core.source import ByteSource, PathLike, open_source, pieces
 
-__all__ = ["ZipEntry", "ZipReader", "RecordLoader", "TorchZipWriter", "is_zip", "check_inflate", "locate_eocd", "zip64_record"]
+__all__ = [
+    "ZipEntry",
+    "ZipReader",
+    "DirectoryRun",
+    "RecordLoader",
+    "TorchZipWriter",
+    "is_zip",
+    "check_inflate",
+    "locate_eocd",
+    "zip64_record",
+]
 
 LOCAL_SIG = b"PK\x03\x04"
 _LOCAL_SIG_U32 = struct.unpack("<I", LOCAL_SIG)[0]
@@ -126,6 +136,9 @@ class ZipReader:
         self.eocd64_offset: int | None = None
         self.cd_used = 0
         self.num_disk = 0
+        self._runs: list[DirectoryRun] = []  # the entries read as runs of rows, as columns
+        self._read_into: list[ZipEntry] | None = None  # the list they describe, and its length then
+        self._n_read = 0
         with GCPause():  # tens of thousands of entries: GC passes would find nothing to free
             self._read_directory()
             first = self.entries[0].name if self.entries else ""
@@ -134,7 +147,7 @@ class ZipReader:
             if require_prefix:
                 self.check_prefix()
             # lowercased name -> its entry; names several entries share also in _dups (all of them)
-            lowered = [e.raw_name.lower() for e in self.entries]
+            lowered = self._lowered_names()
             self._by_lower: dict[bytes, ZipEntry] = dict(zip(lowered, self.entries, strict=True))
             self._dups: dict[bytes, list[ZipEntry]] = {}
             if len(self._by_lower) != len(self.entries):
@@ -161,6 +174,39 @@ class ZipReader:
             )
         return self
 
+    def segments(self) -> list[tuple[int, int, DirectoryRun | None]]:
+        """The entries in order as ``(first, end, run)`` slices of :attr:`entries`: the runs
+        of rows read together (:class:`DirectoryRun`, their fields as columns) and, with
+        ``run`` None, the entries read one by one between them. One ``(0, n, None)`` when
+        :attr:`entries` is not the list the directory was read into."""
+        entries = self.entries
+        runs = self._runs
+        if not runs or entries is not self._read_into or len(entries) != self._n_read:
+            return [(0, len(entries), None)]
+        out: list[tuple[int, int, DirectoryRun | None]] = []
+        at = 0
+        for run in runs:
+            if run.first > at:
+                out.append((at, run.first, None))
+            out.append((run.first, run.first + run.count, run))
+            at = run.first + run.count
+        if at < len(entries):
+            out.append((at, len(entries), None))
+        return out
+
+    def _lowered_names(self) -> list[bytes]:
+        """Every entry's raw name lowercased (``bytes.lower``: ASCII letters only), in order."""
+        out: list[bytes] = []
+        for a, b, run in self.segments():
+            if run is None:
+                out += [e.raw_name.lower() for e in self.entries[a:b]]
+            elif run.nlen:
+                low, n = run.blob.lower(), run.nlen
+                out += [low[j : j + n] for j in range(0, len(low), n)]
+            else:
+                out += [b""] * run.count
+        return out
+
     def data_index(self, folder: str) -> EntryIndex:
         """``{name relative to prefix/folder/: entry}`` for the records under a folder.
 
@@ -176,10 +222,23 @@ class ZipReader:
             if self._dups:
                 idx = None
             else:
-                for e in self.entries:
-                    nm = e.name
-                    if nm.startswith(base):
-                        idx[nm[cut:]] = e
+                entries = self.entries
+                for a, b, run in self.segments():
+                    if run is not None and run.text is not None:  # the names as one block: no test per name
+                        n, text = run.nlen, run.text
+                        hit = run.starts_with(base)
+                        if hit.all():
+                            idx.update(zip([text[j + cut : j + n] for j in range(0, len(text), n)], entries[a:b], strict=True))
+                        else:
+                            rows = hit.nonzero()[0].tolist()
+                            idx.update(
+                                zip([text[j * n + cut : j * n + n] for j in rows], [entries[a + j] for j in rows], strict=True)
+                            )
+                        continue
+                    for e in entries[a:b]:
+                        nm = e.name
+                        if nm.startswith(base):
+                            idx[nm[cut:]] = e
             cache[folder] = idx
         return idx if idx is not None else _LookupView(self, folder)
 
@@ -270,14 +329,16 @@ class ZipReader:
         p = 0
         unpack = _CENTRAL.unpack_from
         entries = self.entries
+        runs = self._runs
         i = 0
         retry = 0  # the next entry worth trying a run of same-sized entries at
         while i < n_total:
             if FAST_DIRECTORY and i >= retry and n_total - i >= _RUN_MIN:
                 got = _directory_run(cd, p, i, n_total - i, cd_off, disk, size)
                 if got:
-                    run, p = got
+                    run, p, cols = got
                     entries += run
+                    runs.append(cols)
                     i += len(run)
                     continue
                 retry = i + 8
@@ -321,6 +382,8 @@ class ZipReader:
             p = q + nlen + xlen + clen
             i += 1
         self.cd_used = p  # bytes of the directory the counted entries take (the rest is ignored)
+        self._read_into = entries  # (segments: the runs' columns describe this list as read)
+        self._n_read = len(entries)
 
     # -- lookup ------------------------------------------------------------------------
     def names(self) -> list[str]:
@@ -331,8 +394,19 @@ class ZipReader:
         """Entry names relative to the prefix (``data.pkl``, ``data/0`` ...)."""
         cut = len(self.prefix) + 1 if self.prefix else 0
         folder = self.prefix + "/"
-        names = [e.name for e in self.entries]
-        return [n[cut:] if n.startswith(folder) else n for n in names]
+        out: list[str] = []
+        for a, b, run in self.segments():
+            if run is not None and run.text is not None:  # the names as one block: no test per name
+                hit, n, text = run.starts_with(folder), run.nlen, run.text
+                if hit.all():
+                    out += [text[j + cut : j + n] for j in range(0, len(text), n)]
+                    continue
+                if not hit.any():
+                    out += [text[j : j + n] for j in range(0, len(text), n)]
+                    continue
+            names = [e.name for e in self.entries[a:b]]
+            out += [n[cut:] if n.startswith(folder) else n for n in names]
+        return out
 
     def _full(self, name: str) -> bytes:
         full = name if not self.prefix else f"{self.prefix}/{name}"
@@ -669,10 +743,39 @@ _CENTRAL_FIELDS = (
 )
 
 
-def _directory_run(cd: bytes, p: int, i: int, left: int, cd_off: int, disk: int, size: int) -> tuple[list[ZipEntry], int] | None:
+class DirectoryRun:
+    """Entries ``first .. first + count`` of a central directory read together as rows of
+    one size (:func:`_directory_run`): the fields checks of every entry need, as NumPy
+    columns, and the names as one block of ``count`` names of ``nlen`` bytes (``names``:
+    its rows; ``text``: the block decoded when every byte is ASCII, else None). Made
+    from the same bytes as the entries, so a check of the columns is a check of them."""
+
+    __slots__ = ("first", "count", "nlen", "blob", "names", "text", "method", "csize", "usize", "flags", "hoff", "eattr")
+
+    def __init__(self, first: int, count: int, nlen: int, blob: bytes, text: str | None, cols: dict[str, Any]) -> None:
+        import numpy as np
+
+        self.first, self.count, self.nlen, self.blob, self.text = first, count, nlen, blob, text
+        self.names = np.frombuffer(blob, np.uint8).reshape(count, nlen)
+        self.method, self.csize, self.usize = cols["method"], cols["csize"], cols["usize"]
+        self.flags, self.hoff, self.eattr = cols["flags"], cols["hoff"], cols["eattr"]
+
+    def starts_with(self, prefix: str) -> Any:
+        """Per entry, ``entry.name.startswith(prefix)``, for a run of ASCII names (all
+        False when the names are not ASCII: the caller then tests them one by one)."""
+        import numpy as np
+
+        if self.text is None or not prefix.isascii() or len(prefix) > self.nlen:  # (no ASCII name starts with non-ASCII)
+            return np.zeros(self.count, dtype=bool)
+        return (self.names[:, : len(prefix)] == np.frombuffer(prefix.encode("ascii"), np.uint8)).all(axis=1)
+
+
+def _directory_run(
+    cd: bytes, p: int, i: int, left: int, cd_off: int, disk: int, size: int
+) -> tuple[list[ZipEntry], int, DirectoryRun] | None:
     """The entries from ``cd[p:]`` (entry number ``i``) that all have the size of the first
     one and no extra field or comment, as ZipEntry objects, with the position after
-    them; None when fewer than :data:`_RUN_MIN` do.
+    them and their columns; None when fewer than :data:`_RUN_MIN` do.
 
     Rows that the entry-by-entry loop would refuse, or treat specially (a zip64 size, a
     different size, bad signature, inconsistent sizes, a disk number, a record past the
@@ -725,6 +828,7 @@ def _directory_run(cd: bytes, p: int, i: int, left: int, cd_off: int, disk: int,
     names = rows[:, 46:]
     blob = names.tobytes()
     raws = [blob[j : j + nlen] for j in range(0, cnt * nlen, nlen)] if nlen else [b""] * cnt
+    text: str | None = None
     if nlen and (names < 0x80).all():
         text = blob.decode("ascii")
         strs = [text[j : j + nlen] for j in range(0, cnt * nlen, nlen)]
@@ -749,7 +853,9 @@ def _directory_run(cd: bytes, p: int, i: int, left: int, cd_off: int, disk: int,
     if eattr.any():
         for e, a in zip(run, eattr.tolist(), strict=True):
             e.external_attr = a
-    return run, p + cnt * step
+    cols = {k: rec[k].astype(np.int64) for k in ("method", "flags", "eattr")}  # (copies: no view of the directory kept)
+    cols.update(csize=csize, usize=usize, hoff=hoff)
+    return run, p + cnt * step, DirectoryRun(i, cnt, nlen, blob, text, cols)
 
 
 class EntryIndex(Protocol):

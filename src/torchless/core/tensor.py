@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -88,6 +88,35 @@ class Storage:
         self.origin = origin
         self.file_offset = None
         return self
+
+    @classmethod
+    def _lazy_many(
+        cls,
+        keys: list[str],
+        sizes: list[int],
+        dtype: DType,
+        location: str,
+        loaders: Sequence[Callable[[], Any]],
+        byteorder: str,
+        origins: list[str],
+    ) -> list[Storage]:
+        """``_lazy(key, nbytes, dtype, location, loader, byteorder, origin)`` for each row of
+        one dtype, location and byte order, without a call per storage."""
+        new = cls.__new__
+        out = []
+        for key, nbytes, loader, origin in zip(keys, sizes, loaders, origins, strict=True):
+            self = new(cls)
+            self.key = key
+            self.nbytes = nbytes
+            self.dtype = dtype
+            self.location = location
+            self._data = None
+            self._loader = loader
+            self.byteorder = byteorder
+            self.origin = origin
+            self.file_offset = None
+            out.append(self)
+        return out
 
     def hold(self, data: Any) -> None:
         """Keep ``data``, bytes of this storage in memory of their own that were read

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Scanned", "scan"]
+__all__ = ["Scanned", "scan", "window_text"]
 
 _MAX_TUPLE = 64  # ints in a MARK ... TUPLE tuple (the pattern's bound)
 
@@ -55,7 +55,14 @@ class Scanned:
     at_od: Any
     at_t: Any
     plain: Any
+    lo: int
+    buf: bytearray
+    text: str | None
 
+
+#: per opcode byte, the width of the int argument of BININT1 (K), BININT2 (M), BININT (J); 0 for the others
+_INT_WIDTH = np.zeros(256, dtype=np.int64)
+_INT_WIDTH[0x4B], _INT_WIDTH[0x4D], _INT_WIDTH[0x4A] = 1, 2, 4
 
 _PAD = 2048  # zero bytes after the window: no token of an entry reaches further past it
 
@@ -71,7 +78,6 @@ def scan(data: Any, lo: int, hi: int) -> Scanned | None:
     w8 = np.frombuffer(buf, np.uint8)
     span = len(buf) - 3
     # unaligned little-endian views of every byte offset (no copies)
-    w16 = np.ndarray((span,), dtype="<u2", buffer=buf, strides=(1,))
     w32 = np.ndarray((span,), dtype="<u4", buffer=buf, strides=(1,))
     i32 = np.ndarray((span,), dtype="<i4", buffer=buf, strides=(1,))
     start = np.flatnonzero(w8[:size] == 0x58)
@@ -93,9 +99,12 @@ def scan(data: Any, lo: int, hi: int) -> Scanned | None:
         nonlocal ok
         op = w8[p]
         isshort = op == short
+        word = w32[p + 1].astype(np.int64)  # (the 1-byte form's index is the word's low byte)
+        if not isshort.any():  # (every row the 4-byte form, or out: no choice per row)
+            ok &= op == long
+            return word, p + 5
         ok &= isshort | (op == long)
-        idx = np.where(isshort, w8[p + 1], w32[p + 1]).astype(np.int64)
-        return idx, p + np.where(isshort, 2, 5)
+        return np.where(isshort, word & 0xFF, word), p + np.where(isshort, 2, 5)
 
     def fixed(p: Any, c: int) -> Any:
         nonlocal ok
@@ -105,10 +114,10 @@ def scan(data: Any, lo: int, hi: int) -> Scanned | None:
     def integer(p: Any) -> tuple[Any, Any, Any]:
         """(value, next position, is an int token) of K/M/J at p."""
         op = w8[p]
-        isk, ism, isj = op == 0x4B, op == 0x4D, op == 0x4A
-        val = np.where(isk, w8[p + 1], np.where(ism, w16[p + 1], i32[p + 1])).astype(np.int64)
-        nxt = p + np.where(isk, 2, np.where(ism, 3, 5))
-        return val, nxt, isk | ism | isj
+        word = i32[p + 1].astype(np.int64)  # (K's value is its low byte, M's its low two)
+        width = _INT_WIDTH[op]
+        val = np.where(width == 1, word & 0xFF, np.where(width == 2, word & 0xFFFF, word))
+        return val, p + 1 + width, width > 0
 
     def tup(p: Any) -> tuple[list[Any], Any, Any, Any]:
         """(list of value columns with their presence masks, count, next position, store)."""
@@ -156,8 +165,11 @@ def scan(data: Any, lo: int, hi: int) -> Scanned | None:
     kl = w8[pos].astype(np.int64)
     ok &= (kl >= 1) & (kl <= 19) & (byte(pos + 1) == 0) & (byte(pos + 2) == 0) & (byte(pos + 3) == 0)
     skey0 = pos + 4
-    c = w8[skey0[:, None] + np.arange(19)]
-    ok &= ((np.arange(19) >= kl[:, None]) | ((c >= 0x30) & (c <= 0x39))).all(axis=1)
+    # the key's digits, up to the longest key of a row still in (the rows out already
+    # stay out; a shorter key's columns past its end are not tested)
+    width = int(kl[ok].max()) if ok.any() else 0
+    c = w8[skey0[:, None] + np.arange(width)]
+    ok &= ((np.arange(width) >= kl[:, None]) | ((c >= 0x30) & (c <= 0x39))).all(axis=1)
     skey1 = skey0 + kl
     pos = skey1
     p_key, pos = ref(pos, 0x71, 0x72)
@@ -189,28 +201,46 @@ def scan(data: Any, lo: int, hi: int) -> Scanned | None:
     if not ok.any():
         return None
     s = Scanned()
-    sel = np.flatnonzero(ok)
+    sel: Any
+    if ok.all():  # (every candidate left is an entry: no selection to copy)
+        sel = slice(None)
+        nsel = len(ok)
+    else:
+        sel = np.flatnonzero(ok)
+        g_fn, g_st, g_cls, g_loc, g_od = g_fn[sel], g_st[sel], g_cls[sel], g_loc[sel], g_od[sel]
+        p_name, p_key, p_pid, p_size, p_stride = p_name[sel], p_key[sel], p_pid[sel], p_size[sel], p_stride[sel]
+        p_od, p_args, p_t = p_od[sel], p_args[sel], p_t[sel]
+        nsel = len(sel)
     s.start = start[sel] + lo
     s.end = pos[sel] + lo
     s.kend = kend[sel]
-    s.gets = np.stack([g_fn, g_st, g_cls, g_loc, g_od], axis=1)[sel]
-    s.puts = np.stack([p_name, p_key, p_pid, p_size, p_stride, p_od, p_args, p_t], axis=1)[sel]
+    s.gets = np.stack([g_fn, g_st, g_cls, g_loc, g_od], axis=1)
+    s.puts = np.stack([p_name, p_key, p_pid, p_size, p_stride, p_od, p_args, p_t], axis=1)
     s.skey0, s.skey1 = skey0[sel] + lo, skey1[sel] + lo
     s.numel, s.offset = numel[sel], offset[sel]
-    s.size = _tuples(size_cols, size_n, sel)
-    s.stride = _tuples(stride_cols, stride_n, sel)
+    s.size = _tuples(size_cols, size_n, sel, nsel)
+    s.stride = _tuples(stride_cols, stride_n, sel, nsel)
     s.rg = rgb[sel] == 0x88
     s.at_q, s.at_od, s.at_t = at_q[sel] + lo, at_od[sel] + lo, at_t[sel] + lo
     s.plain = (nonneg & (size_n == stride_n) & (offset >= 0))[sel]
+    s.lo, s.buf, s.text = lo, buf, None
     return s
 
 
-def _tuples(cols: list[tuple[Any, Any]], count: Any, sel: Any) -> list[tuple[int, ...]]:
-    """Per selected row, the tuple of its ``count`` leading values."""
+def window_text(s: Scanned) -> str:
+    """The scanned window's bytes as Latin-1 text (one character per byte, positions
+    ``lo`` less than the data's): slices of it are the ASCII strings of the window."""
+    if s.text is None:
+        s.text = s.buf.decode("latin-1")
+    return s.text
+
+
+def _tuples(cols: list[tuple[Any, Any]], count: Any, sel: Any, nsel: int) -> list[tuple[int, ...]]:
+    """Per selected row (``nsel`` of them), the tuple of its ``count`` leading values."""
     count = count[sel]
     vals = [c[sel].tolist() for c, _m in cols]
     if not vals:
-        return [()] * len(sel)
+        return [()] * nsel
     width = int(count.max()) if len(count) else 0
     if width and int(count.min()) == width:
         return list(zip(*vals[:width], strict=True))

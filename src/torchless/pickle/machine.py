@@ -198,6 +198,7 @@ SCAN_ENTRIES = True
 BATCH_ENTRIES = True
 _SCAN_BYTES = 1 << 12
 _SCAN_WINDOW = 1 << 23
+_STR_ONLY = frozenset({str})
 #: the indices of 6, 7 or 8 LONG_BINPUTs in a row (an entry's memo stores)
 _LONG_PUTS = {k: struct.Struct("<" + "xI" * k).unpack for k in (6, 7, 8)}
 _tuples: dict[bytes, tuple[int, ...]] = {}
@@ -675,7 +676,7 @@ class Unpickler:
             elif op == "setitem":
                 if len(items) % 2:
                     raise self._fmt("SETITEMS with an odd number of items", p)
-                if t is dict and all(type(k) is str for k in items[0::2]):  # str keys: nothing to check
+                if t is dict and set(map(type, items[0::2])) <= _STR_ONLY:  # str keys: nothing to check
                     target.update(zip(items[0::2], items[1::2], strict=True))
                 elif isinstance(target, dict):  # dict, OrderedDict, Counter, torchless subclasses
                     for i in range(0, len(items), 2):
@@ -871,6 +872,7 @@ class Unpickler:
             as they are; the position after the last one (``p`` when none)."""
             nonlocal cap
             from ..core.tensor import Storage, Tensor
+            from .entryscan import window_text
 
             plain = sc.plain[i0 : i0 + cnt]
             if not plain.all():
@@ -878,20 +880,26 @@ class Unpickler:
                 if not cnt:
                     return p
             sl = slice(i0, i0 + cnt)
-            try:
-                names = [
-                    str(data[a + 5 : b], "utf-8", "surrogatepass")
-                    for a, b in zip(sc.start[sl].tolist(), sc.kend[sl].tolist(), strict=True)
-                ]
-            except UnicodeError:
-                return p  # the entry loop stops at the name that does not decode
-            keys = [str(data[a:b], "ascii") for a, b in zip(sc.skey0[sl].tolist(), sc.skey1[sl].tolist(), strict=True)]
+            # names and keys as slices of the window's Latin-1 text: what the UTF-8 and
+            # ASCII decoding of their bytes gives when they are ASCII (keys always are:
+            # the tokeniser took only digits), checked for the names all at once
+            text, lo = window_text(sc), sc.lo
+            names = [text[a:b] for a, b in zip((sc.start[sl] + (5 - lo)).tolist(), (sc.kend[sl] - lo).tolist(), strict=True)]
+            if not "".join(names).isascii():
+                try:
+                    names = [
+                        str(data[a + 5 : b], "utf-8", "surrogatepass")
+                        for a, b in zip(sc.start[sl].tolist(), sc.kend[sl].tolist(), strict=True)
+                    ]
+                except UnicodeError:
+                    return p  # the entry loop stops at the name that does not decode
+            keys = [text[a:b] for a, b in zip((sc.skey0[sl] - lo).tolist(), (sc.skey1[sl] - lo).tolist(), strict=True)]
             ci = inv.ravel()[:cnt].tolist()
             numels = sc.numel[sl].tolist()
             parts = [(c[1], c[2], c[3]) if c is not None else None for c in combos]
             storages = plm(parts, ci, keys, numels)
             done = len(storages)
-            if not done or not all(type(st) is Storage for st in storages):
+            if not done or set(map(type, storages)) != {Storage}:  # (no call per storage)
                 return p
             if done < cnt:
                 del names[done:], keys[done:], ci[done:], numels[done:]
