@@ -834,25 +834,40 @@ def _directory_run(
         strs = [text[j : j + nlen] for j in range(0, cnt * nlen, nlen)]
     else:
         strs = [r.decode("utf-8", "surrogateescape") for r in raws]
-    run = list(
-        map(
-            ZipEntry,
-            range(i, i + cnt),
-            strs,
-            raws,
-            hoff.tolist(),
-            csize.tolist(),
-            usize.tolist(),
-            rec["crc"].tolist(),
-            rec["method"].tolist(),
-            rec["flags"].tolist(),
-            range(cd_off + p, cd_off + p + cnt * step, step),
-        )
+    # ZipEntry(index, name, raw_name, header_offset, compressed_size, size, crc, method,
+    # flags, central_offset, b"", external_attr) per row, without a call per entry
+    run: list[ZipEntry] = []
+    new = ZipEntry.__new__
+    rows_in = zip(
+        range(i, i + cnt),
+        strs,
+        raws,
+        hoff.tolist(),
+        csize.tolist(),
+        usize.tolist(),
+        rec["crc"].tolist(),
+        rec["method"].tolist(),
+        rec["flags"].tolist(),
+        range(cd_off + p, cd_off + p + cnt * step, step),
+        rec["eattr"].tolist(),
+        strict=True,
     )
-    eattr = rec["eattr"]
-    if eattr.any():
-        for e, a in zip(run, eattr.tolist(), strict=True):
-            e.external_attr = a
+    for index, name, raw, h, c, u, crc, m, f, co, ea in rows_in:
+        e = new(ZipEntry)
+        e.index = index
+        e.name = name
+        e.raw_name = raw
+        e.header_offset = h
+        e.compressed_size = c
+        e.size = u
+        e.crc = crc
+        e.method = m
+        e.flags = f
+        e.central_offset = co
+        e.extra = b""
+        e.external_attr = ea
+        e._data_offset = None
+        run.append(e)
     cols = {k: rec[k].astype(np.int64) for k in ("method", "flags", "eattr")}  # (copies: no view of the directory kept)
     cols.update(csize=csize, usize=usize, hoff=hoff)
     return run, p + cnt * step, DirectoryRun(i, cnt, nlen, blob, text, cols)
