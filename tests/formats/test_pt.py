@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import io
+import os
 import warnings
 
 import numpy as np
@@ -656,3 +657,22 @@ def test_byteorder_record_variants(torch, tmp_path):
         torch_load(torch, bad, weights_only=True)
     with pytest.raises(FormatError, match="byte order"):
         load_tl(bad)
+
+
+@pytest.mark.parametrize("mmap", [False, True])
+def test_load_reads_the_file_it_opened_after_a_rename_over_it(torch, tmp_path, mmap):
+    """A checkpoint replaced by rename after it was loaded (what a training job's atomic
+    save does): the tensors are those of the file that was loaded, as torch gives them.
+    With mmap=False storages are read when first used, and were read from the path
+    opened again: the new file's bytes at the old offsets."""
+    path = tmp_path / "ckpt.pt"
+    g = torch.Generator().manual_seed(0)
+    first = {f"w{i}": torch.randn(300 + i, generator=g) for i in range(5)}
+    torch.save(first, path)
+    expect = torch.load(path, mmap=False, weights_only=True)
+    sd = torchless.load(path, mmap=mmap)
+    other = tmp_path / "next.pt"
+    torch.save({k: torch.full_like(v, 7.0) for k, v in first.items()}, other)
+    os.replace(other, path)
+    for k, v in expect.items():
+        assert sd[k].numpy().tobytes() == v.numpy().tobytes(), k

@@ -14,6 +14,7 @@ import mmap
 import os
 import stat
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any, Union
@@ -198,8 +199,14 @@ class MmapSource(ByteSource):
             else:
                 self._map = None
                 self._mv = memoryview(b"")
-        finally:
+            # the file as opened, for copy(): a path opened again later could name
+            # another file by then (a checkpoint replaced by rename after it was loaded);
+            # closed by close(), or with the source when it is dropped unclosed
+            self._fd: int | None = fd
+            self._fd_close = weakref.finalize(self, os.close, fd)
+        except BaseException:
             os.close(fd)
+            raise
 
     @property
     def closed(self) -> bool:
@@ -227,16 +234,15 @@ class MmapSource(ByteSource):
 
         out = np.empty(length, dtype=np.uint8) if length < _HUGE_MIN else _huge_aligned(length)
         mv = out.data
-        fd = os.open(self.name, os.O_RDONLY | getattr(os, "O_BINARY", 0))
-        try:
-            done = 0
-            while done < length:
-                got = os.preadv(fd, [mv[done:]], offset + done)
-                if got <= 0:
-                    raise TruncatedError("file shrank while reading", path=self.name, offset=offset + done)
-                done += got
-        finally:
-            os.close(fd)
+        fd = self._fd
+        if fd is None:
+            raise self._refuse_closed()
+        done = 0
+        while done < length:
+            got = os.preadv(fd, [mv[done:]], offset + done)
+            if got <= 0:
+                raise TruncatedError("file shrank while reading", path=self.name, offset=offset + done)
+            done += got
         return mv
 
     def close(self) -> None:
@@ -244,6 +250,9 @@ class MmapSource(ByteSource):
         elsewhere, drop this source's references so the last of them unmaps it. Reads
         through this source raise UsageError from here on. Idempotent."""
         self._closed = True
+        if self._fd is not None:
+            self._fd = None
+            self._fd_close()
         mv, self._mv = self._mv, None
         m, self._map = self._map, None
         if mv is not None:
