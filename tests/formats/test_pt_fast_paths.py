@@ -805,3 +805,110 @@ def test_eager_read_of_large_records_only(tmp_path):
     p.write_bytes(_saved(sd))
     eager = torchless.load(p, mmap=False)
     assert all(bytes(eager[k].storage.bytes()) == sd[k].numpy().tobytes() for k in sd)
+
+
+@pytest.mark.parametrize("chunk", [4096, 32 << 20])
+def test_read_ahead_gives_the_runs_their_bytes(chunk, tmp_path, monkeypatch):
+    """An eager load reads its small records ahead, on a helper thread, while the pickle
+    is parsed: the same bytes as the mapped load and torch, and no run read again on
+    this thread (with many runs or one)."""
+    from torchless.container.zip import BatchReader
+    from torchless.core.source import MmapSource
+
+    monkeypatch.setattr(BatchReader, "CHUNK", chunk)
+    g = torch.Generator().manual_seed(3)
+    sd = {f"t{i}": torch.randn(int(torch.randint(1, 700, (1,), generator=g)), generator=g) for i in range(600)}
+    sd["big"] = torch.ones(300_000)  # read on its own, not ahead
+    sd["empty"] = torch.zeros(0)
+    p = tmp_path / "m.pt"
+    p.write_bytes(_saved(sd))
+    copies = []
+    real_copy = MmapSource.copy
+
+    def counting_copy(self, offset, length, **kw):
+        copies.append(length)
+        return real_copy(self, offset, length, **kw)
+
+    monkeypatch.setattr(MmapSource, "copy", counting_copy)
+    eager = torchless.load(p, mmap=False)
+    for k in reversed(list(sd)):  # out of file order
+        assert eager[k].numpy().tobytes() == sd[k].numpy().tobytes(), k
+    assert copies == [sd["big"].numel() * 4], copies  # only the large record, on its own
+
+
+def test_without_read_ahead_the_same_bytes_and_errors(tmp_path, monkeypatch):
+    """The same loads with read-ahead switched off: equal bytes, and a record whose
+    local header is damaged fails alone, with the same error either way."""
+    from torchless.container.zip import BatchReader
+
+    sd = {f"t{i}": torch.full((300,), float(i)) for i in range(60)}
+    p = tmp_path / "m.pt"
+    data = bytearray(_saved(sd))
+    z = zipfile.ZipFile(io.BytesIO(bytes(data)))
+    victim = next(i for i in z.infolist() if i.filename.endswith("/data/30"))
+    data[victim.header_offset] ^= 0xFF  # its local header signature
+    p.write_bytes(bytes(data))
+
+    def outcome():
+        sd2 = torchless.load(p, mmap=False)
+        got = {}
+        for k in sd:
+            try:
+                got[k] = sd2[k].numpy().tobytes()
+            except TorchlessError as e:
+                got[k] = (type(e).__name__, e.message, e.offset)
+        return got
+
+    ahead = outcome()
+    monkeypatch.setattr(BatchReader, "read_ahead", lambda self, entries: None)
+    plain = outcome()
+    assert ahead == plain
+    assert isinstance(ahead["t30"], tuple) and ahead["t29"] == sd["t29"].numpy().tobytes()
+
+
+def test_closing_while_reading_ahead_reads_the_right_file(tmp_path):
+    """The read-ahead thread reads from a descriptor of its own: closing the archive
+    and opening other files at once (the closed descriptor's number reused) takes
+    nothing from under it."""
+    sd = {f"t{i}": torch.full((2000,), float(i)) for i in range(400)}
+    p = tmp_path / "m.pt"
+    p.write_bytes(_saved(sd))
+    other = tmp_path / "other.bin"
+    other.write_bytes(b"\x55" * 5_000_000)
+    for _ in range(5):
+        with torchless.open(p, mmap=False) as art:
+            ck = dict(art.tensors())
+        held = [open(other, "rb") for _ in range(4)]  # take the freed descriptor numbers
+        try:
+            for k, v in sd.items():
+                try:
+                    assert ck[k].numpy().tobytes() == v.numpy().tobytes(), k
+                except TorchlessError as e:  # (closed before its bytes were read: refused, never wrong)
+                    assert "closed" in e.message
+        finally:
+            for f in held:
+                f.close()
+
+
+def test_an_eager_load_of_colliding_record_names_reads_as_the_mapped_one(tmp_path):
+    """Two records named alike (each found by torch's lookup, no read-ahead): the eager
+    load gives what the mapped load gives, values or the same error."""
+    sd = {"a": torch.full((64,), 1.0), "b": torch.full((64,), 2.0), "c": torch.full((64,), 3.0)}
+    data = bytearray(_saved(sd))
+    z = zipfile.ZipFile(io.BytesIO(bytes(data)))
+    names = [i.filename for i in z.infolist()]
+    src = next(n for n in names if n.endswith("/data/2")).encode()
+    dst = src[:-1] + b"1"
+    assert data.count(src) == 2  # its local header and its central entry
+    data[:] = data.replace(src, dst)
+    p = tmp_path / "dup.pt"
+    p.write_bytes(bytes(data))
+
+    def outcome(mmap):
+        try:
+            got = torchless.load(p, mmap=mmap)
+            return {k: got[k].numpy().tobytes() for k in got}
+        except TorchlessError as e:
+            return (type(e).__name__, e.message)
+
+    assert outcome(False) == outcome(True)

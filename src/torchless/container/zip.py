@@ -30,6 +30,7 @@ renamed into place on success.
 
 from __future__ import annotations
 
+import bisect
 import operator
 import os
 import struct
@@ -45,6 +46,7 @@ from ..core.errors import FormatError, LimitError, NotFoundError, TruncatedError
 from ..core.findings import Problem
 from ..core.gcpause import GCPause
 from ..core.source import ByteSource, PathLike, open_source, pieces
+from ..core.threads import helper
 
 __all__ = [
     "ZipEntry",
@@ -1508,8 +1510,6 @@ _DESC32 = struct.Struct("<4sIII")
 #: go to the file directly (no copy)
 _WRITE_BUFFER = 1 << 20
 _DIRECT_WRITE = 1 << 16
-_POOL: Any = None
-_POOL_PID = 0
 
 
 #: the reused buffer of TorchZipWriter.write_small_many
@@ -1532,17 +1532,8 @@ def _write_scratch(write: Callable[[Any], Any], scratch: bytearray, n: int, own:
 
 
 def _crc_pool() -> Any:
-    """The CRC thread of this process. A forked child does not inherit the thread but
-    does inherit the executor object, which believes its thread idle: work handed to it
-    would wait forever (range tasks hung this way in ``local:N`` workers whose parent
-    had written a record of 1 MiB or more). Each process therefore makes its own."""
-    global _POOL, _POOL_PID
-    if _POOL is None or os.getpid() != _POOL_PID:
-        from concurrent.futures import ThreadPoolExecutor
-
-        _POOL = ThreadPoolExecutor(1, thread_name_prefix="torchless-crc")
-        _POOL_PID = os.getpid()
-    return _POOL
+    """The CRC thread of this process (see :func:`torchless.core.threads.helper`)."""
+    return helper("crc")
 
 
 def iter_chunks(mv: memoryview, chunk: int = 1 << 24) -> Iterator[memoryview]:
@@ -1632,6 +1623,10 @@ class BatchReader:
         self._hoff: Any = None  # header offsets of _sorted (an array)
         self._ready: dict[int, memoryview] = {}  # id(entry) -> its bytes from a run read earlier
         self._consumed: set[int] = set()  # entries already handed out
+        # spans being read ahead (read_ahead): (start, end, future of their bytes)
+        self._ahead: list[tuple[int, int, Any]] = []
+        self._ahead_starts: list[int] = []
+        self._ahead_last: list[int] = []
 
     def add(self, entry: ZipEntry) -> None:
         if entry.method == 0 and entry.size <= self.SMALL:
@@ -1669,6 +1664,66 @@ class BatchReader:
                 return mv[:nbytes]
         zr = self.zr
         return zr.source.copy(zr.data_offset(entry), nbytes, what=f"record {entry.name!r}")
+
+    def read_ahead(self, entries: Iterable[ZipEntry]) -> None:
+        """Start reading, on a helper thread, the runs that reads of ``entries`` (the
+        small stored ones: a checkpoint's storage records, all of which an eager load
+        will ask for) are going to need, so that the copy runs on a second core while
+        the caller goes on (parses the pickle). The runs are found as :meth:`read`
+        finds them (the same CHUNK, GAP and SLACK); a read whose run lies inside one
+        takes its bytes from it, any other reads as before. Nothing happens for a
+        source that reads only when asked (a URL) or entries not in file order."""
+        import numpy as np
+
+        small = self.SMALL
+        todo = [e for e in entries if e.method == 0 and e.size <= small]
+        if len(todo) < 2:
+            return
+        hoff = np.fromiter(map(_HEADER_OFFSET, todo), np.int64, len(todo))
+        if not (hoff[1:] >= hoff[:-1]).all():
+            return
+        ends = hoff + _LOCAL.size + np.fromiter(map(_SIZE, todo), np.int64, len(todo))
+        joins = np.zeros(len(todo), dtype=bool)
+        gap = hoff[1:] - ends[:-1]
+        joins[1:] = (gap >= 0) & (gap <= self.GAP)
+        size = self.zr.source.size
+        spans: list[tuple[int, int]] = []
+        lasts: list[int] = []  # the header offset of each span's last record
+        i, n = 0, len(todo)
+        while i < n:
+            start = int(hoff[i])
+            k = int(np.searchsorted(hoff, start + self.CHUNK, side="right"))
+            fits = joins[i + 1 : k] & (ends[i + 1 : k] + self.SLACK - start <= self.CHUNK)
+            j = i + 1 + (int(fits.argmin()) if len(fits) and not fits.all() else len(fits))
+            last = todo[j - 1]
+            end = min(size, last.header_offset + _LOCAL.size + last.size + len(last.raw_name) + self.SLACK)
+            if end > start:
+                spans.append((start, end - start))
+                lasts.append(last.header_offset)
+            i = j
+        futs = self.zr.source.read_ahead(spans)
+        if futs is not None:
+            self._ahead_starts = [s for s, _ in spans]
+            self._ahead_last = lasts
+            self._ahead = [(s, s + m, f) for (s, m), f in zip(spans, futs, strict=True)]
+
+    def _from_ahead(self, start: int, end: int) -> memoryview | None:
+        """``[start, end)`` from a span read ahead that holds it, else None. (A span is
+        kept while this reader lives: runs asked for out of file order take their
+        pieces of it; its memory is what the views handed out hold anyway.)"""
+        ahead = self._ahead
+        k = bisect.bisect_right(self._ahead_starts, start) - 1
+        if k < 0:
+            return None
+        s, e, fut = ahead[k]
+        if end > e:
+            return None
+        try:
+            mv = fut.result()
+        except Exception:  # noqa: BLE001 - the read on its own raises what is wrong
+            return None
+        view: memoryview = mv.obj[start - s : end - s].data
+        return view
 
     def _sort(self) -> None:
         """The added records in file order, with their offsets, sizes and the gaps
@@ -1716,12 +1771,20 @@ class BatchReader:
         k = int(np.searchsorted(self._hoff, start + self.CHUNK, side="right"))
         fits = self._joins[i + 1 : k] & (self._ends[i + 1 : k] + self.SLACK - start <= self.CHUNK)
         j = i + 1 + (int(fits.argmin()) if len(fits) and not fits.all() else len(fits))
+        if self._ahead:  # a run asked for out of file order ends where its span read ahead ends
+            k = bisect.bisect_right(self._ahead_starts, start) - 1
+            if k >= 0 and start < self._ahead[k][1]:
+                cap = int(np.searchsorted(self._hoff, self._ahead_last[k], side="right"))
+                if cap > i:
+                    j = min(j, cap)
         last = order[j - 1]
         # to the last record's end, with room for its local name and extra field
         span_end = min(self.zr.source.size, last.header_offset + _LOCAL.size + last.size + len(last.raw_name) + self.SLACK)
         if span_end - start < _LOCAL.size:
             return None
-        buf = self.zr.source.copy(start, span_end - start, what=f"records from {entry.name!r}")
+        buf = self._from_ahead(start, span_end) if self._ahead else None
+        if buf is None:
+            buf = self.zr.source.copy(start, span_end - start, what=f"records from {entry.name!r}")
         mine: memoryview | None = None
         ready, consumed = self._ready, self._consumed
         owners = self._sorted_owners[i:j]

@@ -81,6 +81,22 @@ def _huge_aligned(length: int) -> Any:
     return raw[skip : skip + length]
 
 
+def _pread_new(fd: int, offset: int, length: int, name: str) -> memoryview:
+    """``length`` bytes of ``fd`` from ``offset`` into new memory (2 MiB-aligned from
+    :data:`_HUGE_MIN` bytes on), with positioned reads."""
+    import numpy as np
+
+    out = np.empty(length, dtype=np.uint8) if length < _HUGE_MIN else _huge_aligned(length)
+    mv = out.data
+    done = 0
+    while done < length:
+        got = os.preadv(fd, [mv[done:]], offset + done)
+        if got <= 0:
+            raise TruncatedError("file shrank while reading", path=name, offset=offset + done)
+        done += got
+    return mv
+
+
 class ByteSource:
     """A read-only, random-access sequence of bytes.
 
@@ -108,6 +124,12 @@ class ByteSource:
     def read_at(self, offset: int, length: int, *, what: str = "data") -> bytes:
         """A copy of ``[offset, offset+length)`` as bytes (bounds checked)."""
         return bytes(self.view(offset, length, what=what))
+
+    def read_ahead(self, spans: list[tuple[int, int]]) -> list[Any] | None:
+        """Start :meth:`copy` of each ``(offset, length)`` of ``spans`` on a helper
+        thread, in order: a future per span (its result the copy's view, or its error),
+        or None where this source reads only when asked (the default; a URL)."""
+        return None
 
     def check(self, offset: int, length: int, *, what: str = "data") -> None:
         """Raise TruncatedError unless ``[offset, offset+length)`` lies inside the source."""
@@ -230,20 +252,28 @@ class MmapSource(ByteSource):
         if self._closed:
             raise self._refuse_closed()
         self.check(offset, length, what=what)
-        import numpy as np
-
-        out = np.empty(length, dtype=np.uint8) if length < _HUGE_MIN else _huge_aligned(length)
-        mv = out.data
         fd = self._fd
         if fd is None:
             raise self._refuse_closed()
-        done = 0
-        while done < length:
-            got = os.preadv(fd, [mv[done:]], offset + done)
-            if got <= 0:
-                raise TruncatedError("file shrank while reading", path=self.name, offset=offset + done)
-            done += got
-        return mv
+        return _pread_new(fd, offset, length, self.name)
+
+    def read_ahead(self, spans: list[tuple[int, int]]) -> list[Any] | None:
+        """See :meth:`ByteSource.read_ahead`: the spans are read from a descriptor of
+        their own (closing the source meanwhile takes nothing from under them), on this
+        process's ``read`` thread. None for a span outside the file."""
+        if self._closed or self._fd is None or not spans:
+            return None
+        if any(off < 0 or n < 0 or off + n > self.size for off, n in spans):
+            return None
+        from .threads import helper
+
+        fd = os.dup(self._fd)
+        pool = helper("read")
+        try:
+            futs = [pool.submit(_pread_new, fd, off, n, self.name) for off, n in spans]
+        finally:
+            pool.submit(os.close, fd)  # after the last span (one thread: in order)
+        return futs
 
     def close(self) -> None:
         """Release the file: unmap now, or, while arrays over the mapping are still held

@@ -141,8 +141,10 @@ def read_zip_checkpoint(
     """Parse a torch zip checkpoint (``torch.save`` since 1.6).
 
     With ``mmap=True`` (default) tensor bytes are zero-copy views of the memory map,
-    read when first used; with False each storage is read into its own buffer when
-    first used (an eager load: no mapping kept alive).
+    read when first used; with False each storage is read into memory of its own (an
+    eager load): the small stored records in runs, read ahead on a helper thread while
+    the pickle is parsed (every storage, as ``torch.load(mmap=False)`` reads them), the
+    others when first used, from the file as it was opened.
 
     Raises:
         FormatError / UnsafeGlobalError / LimitError: see :class:`Unpickler`.
@@ -176,6 +178,11 @@ def read_zip_checkpoint(
     # storages of one record) and never caches an empty or meta storage (data pointer 0)
     loaded: dict[Any, Storage] = {}
     batch = zr.batch_reader()
+    if not mmap and not record_suffix and isinstance(data_index, dict):
+        # an eager load reads every storage record: copying them starts now, on a
+        # helper thread, while the pickle is parsed on this one (not when names collide:
+        # each record is then found by torch's lookup, when asked for)
+        batch.read_ahead(data_index.values())
 
     def persistent_load(pid: Any) -> Storage:
         if (
