@@ -1275,7 +1275,8 @@ class TorchZipWriter:
         if crcs is not None and len(crcs) != len(views):
             raise ValueError("write_small_many: one CRC-32 per view")
         own = self._atomic is not None  # our own file: written as it is, kept by no one
-        writev = getattr(self._f, "writev", None) if own and hasattr(os, "writev") else None
+        # (behind: on the atomic file's helper thread, while the caller makes its next batch)
+        writev = getattr(self._f, "writev_behind", None) if own and hasattr(os, "writev") else None
         if writev is not None and (crcs is not None or not compute):
             # our own file and every CRC-32 known: the headers and the views given to the
             # system as they are, a few hundred records per call (no copy of the bytes in
@@ -1473,14 +1474,18 @@ class TorchZipWriter:
         cd_off = self._pos
         put = self._put
         central = b"".join(self._central)
-        put(central)
-        cd_size = len(central)
-        n = len(self._central)
-        eocd64_off = cd_off + cd_size
-        put(_EOCD64.pack(EOCD64_SIG, 44, 0x031E, 0x002D, 0, 0, n, n, cd_size, cd_off))
-        put(_LOC64.pack(LOC64_SIG, 0, eocd64_off, 1))
-        put(_EOCD.pack(EOCD_SIG, 0, 0, min(n, 0xFFFF), min(n, 0xFFFF), min(cd_size, MAX32), min(cd_off, MAX32), 0))
-        self._flush()
+        try:  # (a write that failed behind, on the helper thread, is raised here too)
+            put(central)
+            cd_size = len(central)
+            n = len(self._central)
+            eocd64_off = cd_off + cd_size
+            put(_EOCD64.pack(EOCD64_SIG, 44, 0x031E, 0x002D, 0, 0, n, n, cd_size, cd_off))
+            put(_LOC64.pack(LOC64_SIG, 0, eocd64_off, 1))
+            put(_EOCD.pack(EOCD_SIG, 0, 0, min(n, 0xFFFF), min(n, 0xFFFF), min(cd_size, MAX32), min(cd_off, MAX32), 0))
+            self._flush()
+        except BaseException:
+            self.abort()
+            raise
         self._closed = True
         if self._atomic is not None:
             self._atomic.commit()

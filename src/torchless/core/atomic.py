@@ -37,6 +37,7 @@ import atexit
 import errno
 import os
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, BinaryIO
@@ -399,15 +400,30 @@ def _writev_all(fd: int, bufs: list[Any]) -> None:
                 rest = rest[w:]
 
 
+#: batches a file may have in flight on its helper thread (see _Guarded.writev_behind)
+_BEHIND = 2
+
+
 class _Guarded:
     """The temporary file as writers see it: OSError becomes :class:`WriteError` naming
-    the destination, and bytes are counted for the fault-injection hook."""
+    the destination, and bytes are counted for the fault-injection hook. A batch given
+    to :meth:`writev_behind` is written on a helper thread while the caller goes on;
+    every other use of the file waits for it first (and raises its error)."""
 
     def __init__(self, f: BinaryIO, dest: str) -> None:
         self._f = f
         self._dest = dest
+        self._behind: list[Any] = []  # the batches in flight (Futures), oldest first
+
+    def drain(self, keep: int = 0) -> None:
+        """Wait for the batches in flight (all but the newest ``keep``); their
+        :class:`WriteError` is raised here."""
+        behind = self._behind
+        while len(behind) > keep:
+            behind.pop(0).result()
 
     def write(self, b: Any) -> int:
+        self.drain()
         n = b.nbytes if isinstance(b, memoryview) else len(b)
         try:
             _fault_tick(n, self._dest)
@@ -421,6 +437,24 @@ class _Guarded:
         memoryviews) in turn, without joining them: one ``os.writev`` per :data:`IOV_MAX`
         buffers. The same errors and fault-injection count as :meth:`write`; where the
         system has no ``writev``, one :meth:`write` of them joined."""
+        self.drain()
+        return self._writev(bufs)
+
+    def writev_behind(self, bufs: list[Any]) -> int:
+        """:meth:`writev` of ``bufs`` on this process's ``write`` helper thread, returning
+        once at most :data:`_BEHIND` batches are in flight: the system copies them on a
+        second core while the caller makes the next. The caller gives
+        ``bufs`` up: nothing may change them (views of a file's map, new ``bytes``)."""
+        self.drain(keep=_BEHIND - 1)
+        if not hasattr(os, "writev"):
+            return self._writev(bufs)
+        from .threads import helper
+
+        self._behind.append(helper("write").submit(self._writev, bufs))
+        time.sleep(0)  # (lets the helper take the GIL now, up to its system call, rather than at the next switch interval)
+        return sum(map(len, bufs))
+
+    def _writev(self, bufs: list[Any]) -> int:
         n = sum(map(len, bufs))
         if not hasattr(os, "writev"):
             return self.write(b"".join(bufs))
@@ -435,12 +469,14 @@ class _Guarded:
         return n
 
     def flush(self) -> None:
+        self.drain()
         try:
             self._f.flush()
         except OSError as e:
             raise _write_error(e, self._dest) from None
 
     def __getattr__(self, name: str) -> Any:
+        self.drain()  # (tell, seek, fileno...: the file once the batch in flight is written)
         return getattr(self._f, name)
 
 
@@ -486,7 +522,8 @@ class AtomicFile:
         self._raw: BinaryIO = os.fdopen(fd, "wb", buffering=1 << 20)
         # _Guarded forwards the file methods writers call (write, flush, tell...) without
         # subclassing BinaryIO, whose abstract interface is far wider than what is used
-        self.file: BinaryIO = _Guarded(self._raw, self.dest)  # type: ignore[assignment]
+        self._guard = _Guarded(self._raw, self.dest)
+        self.file: BinaryIO = self._guard  # type: ignore[assignment]
         self._done = False
         self._finished = False
 
@@ -494,6 +531,11 @@ class AtomicFile:
         """Flush and close the temporary file without publishing it (see :func:`publish`)."""
         if self._finished:
             return
+        try:
+            self._guard.drain()
+        except BaseException:
+            self.abort()
+            raise
         try:
             self._raw.flush()
             if self.durable:  # survive power loss too, at the cost of waiting for the disk
@@ -536,6 +578,10 @@ class AtomicFile:
         if self._done:
             return
         self._done = True
+        try:
+            self._guard.drain()  # (a batch in flight finishes before its file goes)
+        except Exception:  # noqa: BLE001 - its error is moot: the file is thrown away
+            pass
         try:
             self._raw.close()
         except OSError:  # the buffered tail cannot be flushed (full disk): nothing to keep

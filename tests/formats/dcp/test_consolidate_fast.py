@@ -182,19 +182,28 @@ def test_frame_refuses_a_tensor_past_its_storage(saved, tmp_path):
 
 
 def test_records_by_writev_and_a_full_disk(saved, tmp_path, monkeypatch):
-    """The records go to the output by ``writev`` through the atomic file's guard: a
-    full disk in the middle is a WriteError naming the output, and nothing is left."""
+    """The records go to the output by ``writev`` through the atomic file's guard, on
+    its helper thread (written behind, while the next batch is located): a full disk in
+    the middle is a WriteError naming the output, and nothing is left."""
+    import threading
+
     import torchless.core.atomic as atomic
     from torchless.core.errors import WriteError
 
     if not hasattr(os, "writev"):
         pytest.skip("no os.writev here")
     calls = []
-    plain = atomic._Guarded.writev
-    monkeypatch.setattr(atomic._Guarded, "writev", lambda self, bufs: calls.append(len(bufs)) or plain(self, bufs))
+    plain = atomic._Guarded._writev
+
+    def counting(self, bufs):
+        calls.append((len(bufs), threading.current_thread().name))
+        return plain(self, bufs)
+
+    monkeypatch.setattr(atomic._Guarded, "_writev", counting)
     os.makedirs(tmp_path / "ok")
     consolidate(saved, str(tmp_path / "ok" / "out.pt"))
-    assert sum(calls) >= 2 * 24  # a header and the bytes (and a descriptor) of each record
+    assert sum(n for n, _ in calls) >= 2 * 24  # a header and the bytes (and a descriptor) of each record
+    assert all(name.startswith("torchless-write") for _, name in calls), calls
     size = os.path.getsize(tmp_path / "ok" / "out.pt")
     monkeypatch.setattr(atomic, "_fault_written", 0)
     monkeypatch.setenv(atomic.FAULT_ENV, f"{size // 2}:ENOSPC")

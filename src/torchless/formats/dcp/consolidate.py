@@ -197,12 +197,17 @@ def _save_flat(reader: DCPReader, names: list[str], dst: Any, progress: Any) -> 
         st = lazy(fqn, nbytes, dt, "cpu", partial(view, fqn), "little", f"{path}:{fqn}")
         want_spans.append((fqn, tmd, nbytes, strides))
         full.append((key, legacy, "cpu", numel, 0, size, strides, rg, st, dt.name))
-    # storage key -> where its bytes lie in a map
-    spans = dict(zip(tree.values(), reader._direct_spans(want_spans), strict=True))
+    # storage key -> its row of want_spans; where each batch's bytes lie in a map is
+    # found (its items located) when the writer asks for the batch, so that locating the
+    # next batch runs while the system writes this one (the writer writes behind)
+    row_of = {fqn: i for i, (fqn, _tmd, _n, _s) in enumerate(want_spans)}
 
     def blocks(storages: list[Any]) -> tuple[list[memoryview | None], list[int | None]]:
         crcs: list[int | None] = []  # the CRC-32s from the map, for the writer
-        views = reader._view_spans([spans.get(st.key) for st in storages], [st.nbytes for st in storages], crcs)
+        rows = [row_of.get(st.key) for st in storages]
+        found = iter(reader._direct_spans([want_spans[r] for r in rows if r is not None]))
+        spans = [next(found) if r is not None else None for r in rows]
+        views = reader._view_spans(spans, [st.nbytes for st in storages], crcs)
         return views, crcs
 
     if not _save_rows(tree, full, os.fspath(dst), progress=progress, blocks=blocks):
