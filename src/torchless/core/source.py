@@ -14,6 +14,7 @@ import mmap
 import os
 import stat
 import threading
+import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -273,6 +274,7 @@ class MmapSource(ByteSource):
             futs = [pool.submit(_pread_new, fd, off, n, self.name) for off, n in spans]
         finally:
             pool.submit(os.close, fd)  # after the last span (one thread: in order)
+        time.sleep(0)  # (lets the helper take the GIL now, up to its first read, rather than at the next switch interval)
         return futs
 
     def close(self) -> None:
