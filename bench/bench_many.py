@@ -17,7 +17,12 @@ for the start-up row. Rows (torchless vs its yardstick, the goal is the issue's)
            fixture)                     vs raw write() of the same bytes   <= 1.15x (wall:
            the CRC-32s run on a second core; CPU seconds are printed beside it)
 
-The start-up row compares whole-process wall times with bytecode compiled beforehand.
+The goals are on time (wall seconds, as the issue's table). Each row also prints CPU
+seconds, which waits for no other job on a shared machine; for the rows where torchless
+puts part of the work on a helper thread (eager read: the copy beside the parse; DCP:
+the writes beside the locating; llm save: the CRC-32s beside the writes) that figure
+adds both threads and has no goal. The start-up row compares whole-process wall times
+with bytecode compiled beforehand.
 """
 
 from __future__ import annotations
@@ -146,7 +151,13 @@ def main() -> None:
         h.case("torchless_read", CODE["torchless_read"], args=[pt], warm=[pt])
         h.case("numpy_fromfile", CODE["numpy_fromfile"], args=[pt], warm=[pt])
         h.ratio("eager read of every tensor", "torchless_read", "numpy_fromfile", goal=2.5)
-        h.ratio("eager read of every tensor (CPU seconds)", "torchless_read", "numpy_fromfile", goal=2.5, key="cpu")
+        h.ratio(
+            "eager read of every tensor (CPU seconds of both threads: the copy runs beside the parse; no goal)",
+            "torchless_read",
+            "numpy_fromfile",
+            goal=None,
+            key="cpu",
+        )
     if "mmap" in only:
         h.case("torchless_mmap_read", CODE["torchless_mmap_read"], args=[pt], warm=[pt])
         h.case("torch_mmap_read", CODE["torch_mmap_read"], args=[pt], warm=[pt])
@@ -162,10 +173,10 @@ def main() -> None:
         h.case("torch_dcp_to_torch_save", CODE["torch_dcp_to_torch_save"], args=[dc, out], warm=[dc])
         h.ratio("DCP consolidate to .pt", "torchless_dcp", "torch_dcp_to_torch_save", goal=10, better="higher")
         h.ratio(
-            "DCP consolidate to .pt (CPU seconds)",
+            "DCP consolidate to .pt (CPU seconds of both threads: the writes run beside the locating; no goal)",
             "torchless_dcp",
             "torch_dcp_to_torch_save",
-            goal=10,
+            goal=None,
             better="higher",
             key="cpu",
         )
