@@ -16,7 +16,9 @@ differential suite); every comparison here also checks that the fast path ran.
 from __future__ import annotations
 
 import io
+import os
 import random
+import struct
 import warnings
 import zipfile
 
@@ -912,3 +914,79 @@ def test_an_eager_load_of_colliding_record_names_reads_as_the_mapped_one(tmp_pat
             return (type(e).__name__, e.message)
 
     assert outcome(False) == outcome(True)
+
+
+def test_read_ahead_of_overlapping_records_reads_no_more_than_the_file(tmp_path, monkeypatch):
+    """A hostile central directory naming one 1 MiB record many times (each name a
+    storage record the pickle never asks for): nothing is read ahead once per name (it
+    was, 200 MiB for this file of about 1 MiB), and the load gives what it gives without
+    read-ahead."""
+    from torchless.core.source import MmapSource
+
+    raw = _saved({"w": torch.arange(262144, dtype=torch.float32)})
+    eocd = raw.rfind(b"PK\x05\x06")
+    cd_size, cd_off = struct.unpack_from("<II", raw, eocd + 12)
+    cd, pos, out = raw[cd_off : cd_off + cd_size], 0, []
+    while pos < len(cd):
+        nlen, elen, clen = struct.unpack_from("<HHH", cd, pos + 28)
+        rec, name = cd[pos : pos + 46 + nlen + elen + clen], cd[pos + 46 : pos + 46 + nlen]
+        out.append(rec)
+        if name.endswith(b"/data/0"):  # the same record under 200 more names
+            for k in range(1, 201):
+                nm = name[:-1] + str(k).encode()
+                r = bytearray(rec[:46]) + nm + rec[46 + nlen :]
+                struct.pack_into("<H", r, 28, len(nm))
+                out.append(bytes(r))
+        pos += len(rec)
+    newcd = b"".join(out)
+    tail = bytearray(raw[eocd : eocd + 22])
+    struct.pack_into("<HHII", tail, 8, len(out), len(out), len(newcd), cd_off)
+    p = tmp_path / "overlap.pt"
+    p.write_bytes(raw[:cd_off] + newcd + bytes(tail))
+    asked = []
+    real = MmapSource.read_ahead
+
+    def counting(self, spans):
+        asked.extend(n for _, n in spans)
+        return real(self, spans)
+
+    monkeypatch.setattr(MmapSource, "read_ahead", counting)
+    got = torchless.load(p, mmap=False)["w"].numpy()
+    assert sum(asked) <= 2 * p.stat().st_size, sum(asked)
+    assert got.tobytes() == torch.load(p, mmap=False)["w"].numpy().tobytes()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_child_forked_while_reading_ahead_reads_its_tensors(tmp_path, monkeypatch):
+    """A process forked after an eager load, while the helper thread is still reading
+    ahead (held here): the child has no such thread, and reads its tensors itself (it
+    waited forever on the parent's unfinished read)."""
+    import signal
+    import threading
+
+    from torchless.core import source as source_mod
+
+    sd = {f"t{i}": torch.full((3000,), float(i)) for i in range(50)}
+    p = tmp_path / "m.pt"
+    p.write_bytes(_saved(sd))
+    gate = threading.Event()
+    real = source_mod._pread_new
+
+    def held(*args):
+        if threading.current_thread().name.startswith("torchless-read"):
+            gate.wait(30)
+        return real(*args)
+
+    monkeypatch.setattr(source_mod, "_pread_new", held)
+    ck = torchless.load(p, mmap=False)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        signal.alarm(10)
+        ok = ck["t49"].numpy().tobytes() == sd["t49"].numpy().tobytes()
+        os._exit(0 if ok else 1)
+    try:
+        _, status = os.waitpid(pid, 0)
+    finally:
+        gate.set()
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert ck["t0"].numpy().tobytes() == sd["t0"].numpy().tobytes()

@@ -1632,6 +1632,7 @@ class BatchReader:
         self._ahead: list[tuple[int, int, Any]] = []
         self._ahead_starts: list[int] = []
         self._ahead_last: list[int] = []
+        self._ahead_pid = 0  # the process that started the read-ahead
 
     def add(self, entry: ZipEntry) -> None:
         if entry.method == 0 and entry.size <= self.SMALL:
@@ -1685,9 +1686,11 @@ class BatchReader:
         if len(todo) < 2:
             return
         hoff = np.fromiter(map(_HEADER_OFFSET, todo), np.int64, len(todo))
-        if not (hoff[1:] >= hoff[:-1]).all():
-            return
         ends = hoff + _LOCAL.size + np.fromiter(map(_SIZE, todo), np.int64, len(todo))
+        if not (hoff[1:] >= ends[:-1]).all():
+            # out of file order, or records that overlap (a hostile directory naming one
+            # record many times would have it read ahead once per name: memory without bound)
+            return
         joins = np.zeros(len(todo), dtype=bool)
         gap = hoff[1:] - ends[:-1]
         joins[1:] = (gap >= 0) & (gap <= self.GAP)
@@ -1711,6 +1714,7 @@ class BatchReader:
             self._ahead_starts = [s for s, _ in spans]
             self._ahead_last = lasts
             self._ahead = [(s, s + m, f) for (s, m), f in zip(spans, futs, strict=True)]
+            self._ahead_pid = os.getpid()
 
     def _from_ahead(self, start: int, end: int) -> memoryview | None:
         """``[start, end)`` from a span read ahead that holds it, else None. (A span is
@@ -1723,6 +1727,8 @@ class BatchReader:
         s, e, fut = ahead[k]
         if end > e:
             return None
+        if os.getpid() != self._ahead_pid and not fut.done():
+            return None  # a forked child: the helper thread that would finish it is the parent's
         try:
             mv = fut.result()
         except Exception:  # noqa: BLE001 - the read on its own raises what is wrong
