@@ -523,7 +523,7 @@ class AtomicFile:
         # _Guarded forwards the file methods writers call (write, flush, tell...) without
         # subclassing BinaryIO, whose abstract interface is far wider than what is used
         self._guard = _Guarded(self._raw, self.dest)
-        self.file: BinaryIO = self._guard  # type: ignore[assignment]
+        self.file: BinaryIO = self._guard  # type: ignore[assignment]  # (a _Guarded, not a BinaryIO: see above)
         self._done = False
         self._finished = False
 
