@@ -990,3 +990,49 @@ def test_a_child_forked_while_reading_ahead_reads_its_tensors(tmp_path, monkeypa
         gate.set()
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
     assert ck["t0"].numpy().tobytes() == sd["t0"].numpy().tobytes()
+
+
+def test_closing_while_copying_a_record_never_reads_another_file(tmp_path, monkeypatch):
+    """A large record read by copy() on one thread while another closes the archive and
+    opens other files (the freed descriptor number reused): the right bytes or a
+    'closed' error, never the other file's bytes (it read 0x55... from it)."""
+    import threading
+    import time
+
+    from torchless.core import source as source_mod
+
+    p = tmp_path / "m.pt"
+    p.write_bytes(_saved({"big": torch.ones(1 << 20)}))  # 4 MiB: copied on its own
+    other = tmp_path / "other.bin"
+    other.write_bytes(b"\x55" * (8 << 20))
+    art = torchless.open(p, mmap=False)
+    ck = dict(art.tensors())
+    gate = threading.Event()
+    real = os.preadv
+
+    def held(fd, bufs, off):
+        if threading.current_thread().name == "copier":
+            gate.wait(10)  # (the window between taking the descriptor and reading, widened)
+        return real(fd, bufs, off)
+
+    monkeypatch.setattr(source_mod.os, "preadv", held)
+    got: list = []
+
+    def copier():
+        try:
+            got.append(ck["big"].numpy().tobytes())
+        except TorchlessError as e:
+            got.append(e.message)
+
+    t = threading.Thread(target=copier, name="copier")
+    t.start()
+    time.sleep(0.2)
+    art.close()
+    files = [open(other, "rb") for _ in range(4)]  # take the freed descriptor numbers
+    try:
+        gate.set()
+        t.join(20)
+    finally:
+        for f in files:
+            f.close()
+    assert got and (got[0] == torch.ones(1 << 20).numpy().tobytes() or "closed" in got[0]), got[0][:16]

@@ -227,6 +227,9 @@ class MmapSource(ByteSource):
             # closed by close(), or with the source when it is dropped unclosed
             self._fd: int | None = fd
             self._fd_close = weakref.finalize(self, os.close, fd)
+            # close() and the reads' dup of the descriptor, one at a time: a read never
+            # takes a number close() freed (and another open reused: another file's bytes)
+            self._fd_lock = threading.Lock()
         except BaseException:
             os.close(fd)
             raise
@@ -253,10 +256,18 @@ class MmapSource(ByteSource):
         if self._closed:
             raise self._refuse_closed()
         self.check(offset, length, what=what)
-        fd = self._fd
+        fd = self._dup_fd()
         if fd is None:
             raise self._refuse_closed()
-        return _pread_new(fd, offset, length, self.name)
+        try:
+            return _pread_new(fd, offset, length, self.name)
+        finally:
+            os.close(fd)
+
+    def _dup_fd(self) -> int | None:
+        """A descriptor of this source's file of the caller's own (to close), or None once closed."""
+        with self._fd_lock:
+            return None if self._fd is None else os.dup(self._fd)
 
     def read_ahead(self, spans: list[tuple[int, int]]) -> list[Any] | None:
         """See :meth:`ByteSource.read_ahead`: the spans are read from a descriptor of
@@ -268,7 +279,9 @@ class MmapSource(ByteSource):
             return None
         from .threads import helper
 
-        fd = os.dup(self._fd)
+        fd = self._dup_fd()
+        if fd is None:
+            return None
         pool = helper("read")
         try:
             futs = [pool.submit(_pread_new, fd, off, n, self.name) for off, n in spans]
@@ -282,9 +295,10 @@ class MmapSource(ByteSource):
         elsewhere, drop this source's references so the last of them unmaps it. Reads
         through this source raise UsageError from here on. Idempotent."""
         self._closed = True
-        if self._fd is not None:
-            self._fd = None
-            self._fd_close()
+        with self._fd_lock:
+            if self._fd is not None:
+                self._fd = None
+                self._fd_close()
         mv, self._mv = self._mv, None
         m, self._map = self._map, None
         if mv is not None:
