@@ -1036,3 +1036,24 @@ def test_closing_while_copying_a_record_never_reads_another_file(tmp_path, monke
         for f in files:
             f.close()
     assert got and (got[0] == torch.ones(1 << 20).numpy().tobytes() or "closed" in got[0]), got[0][:16]
+
+
+def test_an_eager_load_in_an_atexit_hook(tmp_path):
+    """load(mmap=False) from an atexit hook, when no new thread may start: the records
+    are read without read-ahead (it failed with RuntimeError: can't register atexit)."""
+    import subprocess
+    import sys
+
+    sd = {f"t{i}": torch.full((100,), float(i)) for i in range(30)}
+    p = tmp_path / "m.pt"
+    p.write_bytes(_saved(sd))
+    script = (
+        "import atexit, torchless\n"
+        "def hook():\n"
+        f"    ck = torchless.load({str(p)!r}, mmap=False)\n"
+        "    print('loaded', sum(float(ck[k].numpy()[0]) for k in ck))\n"
+        "atexit.register(hook)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert r.stdout.strip() == f"loaded {float(sum(range(30)))}", r.stderr[-2000:]

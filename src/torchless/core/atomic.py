@@ -450,7 +450,11 @@ class _Guarded:
             return self._writev(bufs)
         from .threads import helper
 
-        self._behind.append(helper("write").submit(self._writev, bufs))
+        try:
+            fut = helper("write").submit(self._writev, bufs)
+        except RuntimeError:  # the interpreter is shutting down (an atexit hook): no new threads
+            return self._writev(bufs)
+        self._behind.append(fut)
         time.sleep(0)  # (lets the helper take the GIL now, up to its system call, rather than at the next switch interval)
         return sum(map(len, bufs))
 

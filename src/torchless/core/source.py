@@ -282,11 +282,20 @@ class MmapSource(ByteSource):
         fd = self._dup_fd()
         if fd is None:
             return None
-        pool = helper("read")
+        futs: list[Any] = []
         try:
-            futs = [pool.submit(_pread_new, fd, off, n, self.name) for off, n in spans]
-        finally:
+            pool = helper("read")
+            for off, n in spans:
+                futs.append(pool.submit(_pread_new, fd, off, n, self.name))
             pool.submit(os.close, fd)  # after the last span (one thread: in order)
+        except RuntimeError:  # the interpreter is shutting down (an atexit hook): no new threads
+            for f in futs:
+                f.cancel()
+            for f in futs:
+                if not f.cancelled():
+                    f.exception()  # (waits: the descriptor is closed after its last read)
+            os.close(fd)
+            return None
         time.sleep(0)  # (lets the helper take the GIL now, up to its first read, rather than at the next switch interval)
         return futs
 

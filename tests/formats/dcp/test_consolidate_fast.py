@@ -213,3 +213,30 @@ def test_records_by_writev_and_a_full_disk(saved, tmp_path, monkeypatch):
         consolidate(saved, out)
     assert out in str(e.value)
     assert os.listdir(tmp_path / "full") == []
+
+
+def test_consolidate_in_an_atexit_hook(saved, tmp_path):
+    """A consolidation from an atexit hook, when no new thread may start: the records
+    are written on the calling thread (it failed with RuntimeError: can't register
+    atexit), the same bytes as a consolidation in the ordinary way."""
+    import subprocess
+    import sys
+
+    out, ref = str(tmp_path / "a" / "out.pt"), str(tmp_path / "b" / "out.pt")
+    os.makedirs(os.path.dirname(out))
+    os.makedirs(os.path.dirname(ref))
+    consolidate(saved, ref)
+    script = (
+        "import atexit\n"
+        "import torchless.formats.dcp.metadata as mdmod\n"
+        "from torchless.formats.dcp.consolidate import consolidate\n"
+        "from torchless.formats.dcp.read import DCPReader\n"
+        "mdmod.GENERAL_ONLY = False\n"
+        "DCPReader.general_only = False\n"
+        "DCPReader.batch_min = 0\n"
+        f"atexit.register(consolidate, {saved!r}, {out!r})\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert os.path.exists(out), r.stderr[-2000:]
+    assert _read(out) == _read(ref)
