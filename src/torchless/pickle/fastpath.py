@@ -323,7 +323,9 @@ class EntryHooks:
     ``(values pushed, values memoized in order, position after the entry)``: exactly
     what running the entry's opcodes would leave. A memo entry that nothing in the
     recognised files fetches again may be :data:`OPAQUE` (a later fetch of it is a
-    FALLBACK)."""
+    FALLBACK). A hook that goes on through several entries in a row may append their
+    memo values to ``memo`` itself as it goes (a later entry may fetch an earlier one's)
+    and return an empty list for them; the memo bound is checked after each hook."""
 
     def on_get(self, value: Any, data: bytes, pos: int, memo: list[Any]) -> tuple[tuple[Any, ...], list[Any], int] | None:
         """At the BINGET/LONG_BINGET at ``pos`` that fetched ``value``."""

@@ -163,3 +163,53 @@ def test_unsafe_global_is_left_to_the_general_machine(many_dcp):
     assert fast_metadata(bad) is None
     with pytest.raises(TorchlessError, match="TensorStorageMetadatb"):
         mdmod.parse_metadata(bad)
+
+
+GEN_RUNS = r"""
+import sys, warnings, torch, torch.distributed.checkpoint as dcp
+g = torch.Generator().manual_seed(1)
+sd = {}
+for i in range(300):
+    if i == 100:
+        sd["k" * 300] = torch.ones(2)  # a key past 255 bytes (BINUNICODE) inside a run
+    if i == 150:
+        sd["step"] = 7  # a value that is no tensor inside a run
+    if i == 200:
+        sd[f"h.{i}"] = torch.ones(3, dtype=torch.float16)  # another dtype inside a run
+    sd[f"layers.{i}.w"] = torch.randn(1 + i % 5, 2, generator=g)
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    dcp.save(sd, checkpoint_id=sys.argv[1], no_dist=True)
+"""
+
+
+def test_entry_runs_equal_to_general(tmp_path, hits, monkeypatch):
+    """The hooks go on through the entries that follow a matched one (one hook call per
+    run, not per entry): runs broken by a long key, a value that is no tensor and another
+    dtype give what the general machine gives, through the fast path, and the memo
+    indices past 255 (LONG_BINGET) inside runs resolve to the same objects."""
+    pytest.importorskip("torch", reason="torch writes the DCP fixture; not installed")
+    d = str(tmp_path / "ckpt")
+    subprocess.run([sys.executable, "-c", GEN_RUNS, d], check=True, capture_output=True)
+    calls = {"n": 0}
+    on_get, on_str = mdmod._Entries.on_get, mdmod._Entries.on_str
+
+    def count_get(self, *a):
+        calls["n"] += 1
+        return on_get(self, *a)
+
+    def count_str(self, *a):
+        calls["n"] += 1
+        return on_str(self, *a)
+
+    monkeypatch.setattr(mdmod._Entries, "on_get", count_get)
+    monkeypatch.setattr(mdmod._Entries, "on_str", count_str)
+    data = _raw(d)
+    fast = fast_metadata(data)
+    general = _general(data)
+    assert fast is not None
+    assert fast == general
+    assert fast.planner_data == general.planner_data
+    assert list(fast.state_dict_metadata) == list(general.state_dict_metadata)
+    assert hits["tsm"] >= 290 and hits["sd"] >= 290  # (an entry across a FRAME opcode: by the opcodes)
+    assert calls["n"] < 300  # runs of entries, not a hook call per entry (3 per tensor)

@@ -532,6 +532,22 @@ def _plan_parts(m: re.Match, memo: list[Any]) -> tuple[Any, ...] | None:
     return tuple(out)
 
 
+#: runs of OPAQUE memo values, by length
+_OPAQUE_RUNS = [[OPAQUE] * k for k in range(16)]
+
+
+def _memo_at(data: bytes, pos: int, n: int, memo: list[Any]) -> Any:
+    """What the BINGET or LONG_BINGET at ``pos`` fetches (None when there is none there, or
+    its index is past the memo: the fast path's own opcodes then decide)."""
+    if pos + 1 < n and data[pos] == 0x68:
+        idx = data[pos + 1]
+    elif pos + 4 < n and data[pos] == 0x6A:
+        idx = _unpack_I(data, pos + 1)[0]
+    else:
+        return None
+    return memo[idx] if idx < len(memo) else None
+
+
 class _Entries(EntryHooks):
     """Matches the two entry shapes at a position; checks and builds what they hold (the
     fast path's hooks for ``.metadata``)."""
@@ -542,26 +558,81 @@ class _Entries(EntryHooks):
         self.tsm_special: list[tuple[re.Pattern, DType, str, str]] = []
         self.sd_special: list[tuple[re.Pattern, str]] = []
 
+    # Each hook, once its entry matched, goes on through the entries that follow it
+    # directly (the next fqn key, the next MetadataIndex, the next planner_data key): the
+    # same test and match that the fast path's next opcode would make, without handing
+    # back to it in between. Their memo values are appended as they come (an entry may
+    # fetch the one before it); the first entry that is not one hands back at its start.
+
     def on_get(self, value: Any, data: bytes, pos: int, memo: list[Any]) -> tuple[tuple[Any, ...], list[Any], int] | None:
         self.memo = memo
         if value is _MI:
             hit = self.sd(data, pos)
-            if hit is not None:
-                return (hit[0], hit[1]), [OPAQUE] * hit[2], hit[3]
-        elif type(value) is str:
+            if hit is None:
+                return None
+            pushed: list[Any] = []
+            n = len(data)
+            while True:
+                pushed += hit[:2]
+                memo += _OPAQUE_RUNS[hit[2]] if hit[2] < 16 else [OPAQUE] * hit[2]
+                pos = hit[3]
+                v = _memo_at(data, pos, n, memo)  # the next entry's BINGET of MetadataIndex
+                if v is not _MI:
+                    break
+                hit = self.sd(data, pos)
+                if hit is None:
+                    break
+            return tuple(pushed), [], pos
+        if type(value) is str:
             m = _PLAN_RE.match(data, pos)
-            if m is not None:
+            if m is None:
+                return None
+            parts = _plan_parts(m, memo)
+            if parts is None:
+                return None
+            pushed = []
+            n = len(data)
+            while True:
+                pushed += (value, parts)
+                memo.append(parts)
+                pos = m.end()
+                value = _memo_at(data, pos, n, memo)  # the next entry's BINGET of its fqn
+                if type(value) is not str:
+                    break
+                m = _PLAN_RE.match(data, pos)
+                if m is None:
+                    break
                 parts = _plan_parts(m, memo)
-                if parts is not None:
-                    return (value, parts), [parts], m.end()
+                if parts is None:
+                    break
+            return tuple(pushed), [], pos
         return None
 
     def on_str(self, value: str, data: bytes, pos: int, memo: list[Any]) -> tuple[tuple[Any, ...], list[Any], int] | None:
-        if pos < len(data) and data[pos] == 0x94:  # the fqn key of a tensor entry, memoized
+        n = len(data)
+        if pos < n and data[pos] == 0x94:  # the fqn key of a tensor entry, memoized
             self.memo = memo
             hit = self.tsm(data, pos + 1)
-            if hit is not None:
-                return (value, hit[0]), [value] + [OPAQUE] * hit[1], hit[2]
+            if hit is None:
+                return None
+            pushed: list[Any] = []
+            while True:
+                pushed += (value, hit[0])
+                memo.append(value)
+                memo += _OPAQUE_RUNS[hit[1]] if hit[1] < 16 else [OPAQUE] * hit[1]
+                pos = hit[2]
+                # the next entry's fqn key: SHORT_BINUNICODE, MEMOIZE (anything else, a
+                # longer key included, through the fast path's own opcodes)
+                if pos + 1 >= n or data[pos] != 0x8C:
+                    break
+                e = pos + 2 + data[pos + 1]
+                if e >= n or data[e] != 0x94:
+                    break
+                value = str(data[pos + 2 : e], "utf-8", "surrogatepass")  # (as the fast path decodes it)
+                hit = self.tsm(data, e + 1)
+                if hit is None:
+                    break
+            return tuple(pushed), [], pos
         return None
 
     def _dims(self, tok: bytes) -> tuple[tuple[int, ...], int]:
