@@ -240,3 +240,50 @@ def test_consolidate_in_an_atexit_hook(saved, tmp_path):
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert os.path.exists(out), r.stderr[-2000:]
     assert _read(out) == _read(ref)
+
+
+def test_batches_located_just_before_written(saved, state, tmp_path, monkeypatch):
+    """Each batch of storages is located just before its records are written: no item's
+    pages are dropped between its checks and the write (they would be faulted in again),
+    every record is written from the map, and the file is the one that locating
+    everything first (the general order) gives."""
+    import torchless.formats.pt.write as ptw
+
+    monkeypatch.setattr(dcpread, "_RELEASE_BATCH", 1)  # every release dropped at once
+    monkeypatch.setattr(ptw, "_BLOCK_BATCH", 8)  # several batches
+    dropped: list[tuple[int, int]] = []
+    plain_drop, plain_view = DCPReader._drop, DCPReader._view_spans
+    viewed: list[int] = []
+    early: list[tuple[int, int]] = []
+
+    def drop(self, rel, start, end):
+        dropped.append((start, end))
+        return plain_drop(self, rel, start, end)
+
+    def view(self, spans, sizes, crcs=None):
+        for sp in spans:
+            if sp is not None:
+                early.extend((a, b) for a, b in dropped if a < sp[3] and sp[2] < b)
+        out = plain_view(self, spans, sizes, crcs)
+        viewed.extend(v is not None for v in out)
+        return out
+
+    monkeypatch.setattr(DCPReader, "_drop", drop)
+    monkeypatch.setattr(DCPReader, "_view_spans", view)
+    os.makedirs(tmp_path / "a")
+    os.makedirs(tmp_path / "b")
+    out = str(tmp_path / "a" / "out.pt")
+    consolidate(saved, out)
+    assert early == []  # no item dropped before its record was written
+    assert len(viewed) == len(state) and all(viewed)  # every record from the map
+    assert dropped  # (the pages are dropped, after the write)
+    # everything located first (as before this step), then written: the same bytes
+    reader = DCPReader(saved)
+    reader.locate_many([r for n in reader.tensor_names() for r in reader.chunks(n)])
+    other = str(tmp_path / "b" / "out.pt")
+    consolidate(reader, other)
+    reader.close()
+    assert _read(out) == _read(other)
+    got = torch.load(out, weights_only=True)
+    for k, v in state.items():
+        assert torch.equal(got[k], v), k

@@ -114,12 +114,13 @@ def _consolidate(
         want = None if keys is None else set(keys)
         names = [n for n in reader.tensor_names() if want is None or n in want]
         values = [n for n in reader.bytes_names() if want is None or n in want]
-        # every chunk located up front, the items of each file together in file order
-        reader.locate_many([r for n in names for r in reader.chunks(n)])
         if h.name == "pt" and not values and not opts:
+            # (locates each batch of chunks just before writing it)
             flat_total = _save_flat(reader, names, dst, progress)
             if flat_total is not None:
                 return {"tensors": len(names), "bytes": flat_total, "skipped": [], "files": [os.fspath(dst)]}
+        # every chunk located up front, the items of each file together in file order
+        reader.locate_many([r for n in names for r in reader.chunks(n)])
         total = sum(reader.entries[n].nbytes for n in names)
         if h.name == "pt":
             from ..pt.write import save_checkpoint
@@ -197,17 +198,24 @@ def _save_flat(reader: DCPReader, names: list[str], dst: Any, progress: Any) -> 
         st = lazy(fqn, nbytes, dt, "cpu", partial(view, fqn), "little", f"{path}:{fqn}")
         want_spans.append((fqn, tmd, nbytes, strides))
         full.append((key, legacy, "cpu", numel, 0, size, strides, rg, st, dt.name))
-    # storage key -> its row of want_spans; where each batch's bytes lie in a map is
-    # found (its items located) when the writer asks for the batch, so that locating the
-    # next batch runs while the system writes this one (the writer writes behind)
+    # storage key -> its row of want_spans; each batch's items are located when the
+    # writer asks for the batch, just before its records are written (the writer writes
+    # behind): the pages the checks bring in are still mapped for the write (released
+    # with the views, at the next batch); the locate errors are locate_many's
     row_of = {fqn: i for i, (fqn, _tmd, _n, _s) in enumerate(want_spans)}
+    chunks = reader._chunks
 
     def blocks(storages: list[Any]) -> tuple[list[memoryview | None], list[int | None]]:
+        reader.locate_many([r for st in storages for r in chunks.get(st.key, ())], release=False)
         crcs: list[int | None] = []  # the CRC-32s from the map, for the writer
         rows = [row_of.get(st.key) for st in storages]
         found = iter(reader._direct_spans([want_spans[r] for r in rows if r is not None]))
         spans = [next(found) if r is not None else None for r in rows]
         views = reader._view_spans(spans, [st.nbytes for st in storages], crcs)
+        for sp, st in zip(spans, storages, strict=True):
+            if sp is None:  # located but not viewed here (read later, as any storage)
+                for r in chunks.get(st.key, ()):
+                    reader._release(r.info)
         return views, crcs
 
     if not _save_rows(tree, full, os.fspath(dst), progress=progress, blocks=blocks):

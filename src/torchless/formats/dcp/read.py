@@ -850,13 +850,15 @@ class DCPReader:
             raise TruncatedError("chunk payload runs past its item", **where)
         return ref
 
-    def locate_many(self, refs: Any) -> None:
+    def locate_many(self, refs: Any, *, release: bool = True) -> None:
         """:meth:`locate` every chunk of ``refs``, the items of each file together in file
         order: their zip ends, directories and local headers checked as arrays
         (:func:`_batch_items`), their one-tensor pickles through
         :func:`~torchless.pickle.fastpath.fast_tensor` with each global resolved once.
         Every item the batch does not accept in full goes through :meth:`locate` (which
-        raises its errors), so the outcome for each chunk is :meth:`locate`'s."""
+        raises its errors), so the outcome for each chunk is :meth:`locate`'s.
+        ``release=False``: the pages of the items the batch located stay mapped (the
+        caller views their bytes next, and releases them: :meth:`_view_spans`)."""
         todo = [r for r in refs if r.data_offset < 0]
         if self.general_only or self.remote or len(todo) < self.batch_min:
             for r in todo:
@@ -867,10 +869,10 @@ class DCPReader:
             by_file.setdefault(r.info.relative_path, []).append(r)
         for rel, rs in by_file.items():
             rs.sort(key=lambda r: r.info.offset)
-            for r in self._locate_batch(rel, rs):
+            for r in self._locate_batch(rel, rs, release):
                 self.locate(r)
 
-    def _locate_batch(self, rel: str, rs: list[ChunkRef]) -> list[ChunkRef]:
+    def _locate_batch(self, rel: str, rs: list[ChunkRef], release: bool = True) -> list[ChunkRef]:
         """Locate what the batch accepts; return the rest."""
         f = self._file(rel)
         if getattr(f, "_map", None) is None or not f.size:
@@ -894,11 +896,17 @@ class DCPReader:
         # a few hundred items at a time: their map pages are dropped (``_release``) before
         # the next ones are touched, so the process never holds the whole file
         for c0 in range(0, len(rs), _BATCH_ITEMS):
-            rest += self._locate_chunk(mv, buf, t, rs[c0 : c0 + _BATCH_ITEMS], resolver)
+            rest += self._locate_chunk(mv, buf, t, rs[c0 : c0 + _BATCH_ITEMS], resolver, release)
         return rest
 
     def _locate_chunk(  # noqa: C901 - locate's checks, in order
-        self, mv: memoryview, buf: np.ndarray, t: _Template, rs: list[ChunkRef], resolver: OnceResolver
+        self,
+        mv: memoryview,
+        buf: np.ndarray,
+        t: _Template,
+        rs: list[ChunkRef],
+        resolver: OnceResolver,
+        release: bool = True,
     ) -> list[ChunkRef]:
         try:
             offs = np.fromiter((r.info.offset for r in rs), dtype=np.int64, count=len(rs))
@@ -1020,8 +1028,9 @@ class DCPReader:
             ref.record_crc = None if offset else dr[2][i]
         # the chunk's items in one step (items the loop left are located, and released,
         # one by one later: dropping their pages now only means faulting them back in)
-        last = rs[-1].info
-        self._release_range(rs[0].info.relative_path, rs[0].info.offset, last.offset + last.length)
+        if release:
+            last = rs[-1].info
+            self._release_range(rs[0].info.relative_path, rs[0].info.offset, last.offset + last.length)
         return rest
 
     def _locate_safetensors(self, ref: ChunkRef, tmd: TensorStorageMetadata, where: WhereAt) -> ChunkRef:
