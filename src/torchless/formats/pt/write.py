@@ -635,7 +635,7 @@ def _write_storage(zw: TorchZipWriter, key: str, st: Any, storage_crc: int | Non
 
 
 #: storages written together by _write_blocks
-_BLOCK_BATCH = 256
+_BLOCK_BATCH = 512
 
 
 def save_checkpoint(
