@@ -35,6 +35,10 @@ if os.environ.get("TORCHLESS_GENERAL_PATHS") == "1":
     torchless.formats.dcp.read.DCPReader.general_only = True
     torchless.formats.pt.write.FAST_PICKLE = False
     torchless.diff.RAW_FIRST = False
+    import torchless.formats.pt.read
+
+    torchless.formats.pt.read.FAST_RECORD_CHECKS = False  # the per-record checks entry by entry
+    torchless.formats.pt.read.READ_AHEAD = False  # an eager load's runs read when asked for
 
 
 @pytest.fixture(scope="session")

@@ -40,6 +40,15 @@ from torchless.pickle.machine import Unpickler
 
 torch = pytest.importorskip("torch", reason="torch writes the checkpoints")
 
+
+@pytest.fixture(autouse=True)
+def _read_ahead_on(monkeypatch):
+    """The eager load's read-ahead is one of the fast paths this file compares with the
+    general code: on here, whatever the suite's setting (TORCHLESS_GENERAL_PATHS)."""
+    import torchless.formats.pt.read as ptread
+
+    monkeypatch.setattr(ptread, "READ_AHEAD", True)
+
 import pt_fuzz  # noqa: E402
 
 
@@ -525,6 +534,7 @@ def test_entry_scan_window_without_entries_is_scanned_once(tmp_path, monkeypatch
     8 MiB scans took 40 s for 3,000 tensors). The values are torch's."""
     import torchless.pickle.entryscan as entryscan
 
+    monkeypatch.setattr(machine, "FAST_TENSOR_CALLS", True)  # (the scan is the fast path's, whatever the suite's setting)
     sd = {f"layer{i}.w": torch.full((2,), float(i)) for i in range(1500)}
     sd["big"] = torch.arange(1 << 19, dtype=torch.float32)
     p = tmp_path / "legacy.pt"
@@ -623,6 +633,7 @@ def _read_mode(data: bytes, mode: str, monkeypatch, *, mm: bool = True, limits=N
 @pytest.fixture
 def batched_rows(monkeypatch):
     """Counts the tensors the batched runs build (proof that the path ran)."""
+    monkeypatch.setattr(machine, "FAST_TENSOR_CALLS", True)  # (batched runs are the fast path's, whatever the suite's setting)
     count = [0]
     orig = Tensor._make_many.__func__
 

@@ -178,7 +178,7 @@ def read_zip_checkpoint(
     # storages of one record) and never caches an empty or meta storage (data pointer 0)
     loaded: dict[Any, Storage] = {}
     batch = zr.batch_reader()
-    if not mmap and not record_suffix and isinstance(data_index, dict):
+    if READ_AHEAD and not mmap and not record_suffix and isinstance(data_index, dict):
         # an eager load reads every storage record: copying them starts now, on a
         # helper thread, while the pickle is parsed on this one (not when names collide:
         # each record is then found by torch's lookup, when asked for)
@@ -705,6 +705,9 @@ def _check_all_records(zr: ZipReader) -> None:
 #: check the records of central-directory runs on their columns (the tests turn it off
 #: to compare with the entry-by-entry checks)
 FAST_RECORD_CHECKS = True
+#: an eager load reads its small records ahead on a helper thread (BatchReader.read_ahead);
+#: False (the test suite's general-paths run) reads each run when it is asked for
+READ_AHEAD = True
 
 
 def _run_checks_out(run: DirectoryRun, folder: str, size: int) -> bool:
