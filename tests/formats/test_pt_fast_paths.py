@@ -41,6 +41,9 @@ from torchless.pickle.machine import Unpickler
 torch = pytest.importorskip("torch", reason="torch writes the checkpoints")
 
 
+import pt_fuzz  # noqa: E402
+
+
 @pytest.fixture(autouse=True)
 def _read_ahead_on(monkeypatch):
     """The eager load's read-ahead is one of the fast paths this file compares with the
@@ -48,8 +51,6 @@ def _read_ahead_on(monkeypatch):
     import torchless.formats.pt.read as ptread
 
     monkeypatch.setattr(ptread, "READ_AHEAD", True)
-
-import pt_fuzz  # noqa: E402
 
 
 def _picture(x, seen=None):
