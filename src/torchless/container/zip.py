@@ -1221,24 +1221,16 @@ class TorchZipWriter:
         pos = self._pos
         if n >= _DIRECT_WRITE or pos >= MAX32 - (1 << 20) or self._closed:
             return self.write(name, mv)
-        full = (self.prefix + "/" + name).encode()
-        nlen = len(full)
-        pad = (-(pos + 34 + nlen)) % self.alignment
-        extra = _FB[pad] if pad < 64 else b"FB" + struct.pack("<H", pad) + b"Z" * pad
+        (head,), (full,), _offs, end = self._small_heads([name], [mv])
         crc = zlib.crc32(mv) & MAX32 if self.compute_crc else 0
-        gp_flags = 0x0808 if n else 0x0800
         buf = self._buf
-        buf += _LOCAL.pack(LOCAL_SIG, 0, gp_flags, 0, 0, 0, 0, 0, 0, nlen, len(extra))
-        buf += full
-        buf += extra
+        buf += head
         buf += mv
-        data_off = pos + 30 + nlen + len(extra)
+        data_off = pos + len(head)
         if n:
             buf += _DESC32.pack(DESC_SIG, crc, n, n)
-            self._pos = data_off + n + 16
-        else:
-            self._pos = data_off
-        self._central.append(_CENTRAL.pack(CENTRAL_SIG, 0, 0, gp_flags, 0, 0, 0, crc, n, n, nlen, 0, 0, 0, 0, 0, pos) + full)
+        self._pos = end
+        self._central.append(_small_central(crc, n, full, pos))
         self._names.append(name)
         self._crcs.append(crc)
         if len(buf) >= _WRITE_BUFFER:
@@ -1262,18 +1254,13 @@ class TorchZipWriter:
             for name, mv in zip(names, views, strict=True):
                 self.write_small(name, mv)
             return
-        pos = self._pos
-        align = self.alignment
-        pre = (self.prefix + "/").encode()
         central = self._central
         all_crcs = self._crcs
-        local_pack = _LOCAL.pack
-        central_pack = _CENTRAL.pack
         desc_into = _DESC32.pack_into
         compute = self.compute_crc
-        fb = _FB
         if crcs is not None and len(crcs) != len(views):
             raise ValueError("write_small_many: one CRC-32 per view")
+        heads, fulls, offs, end = self._small_heads(names, views)
         own = self._atomic is not None  # our own file: written as it is, kept by no one
         # (behind: on the atomic file's helper thread, while the caller makes its next batch)
         writev = getattr(self._f, "writev_behind", None) if own and hasattr(os, "writev") else None
@@ -1284,29 +1271,21 @@ class TorchZipWriter:
             self._flush()  # what earlier records left there goes first
             desc_pack = _DESC32.pack
             iov: list[Any] = []
-            for i, (name, mv) in enumerate(zip(names, views, strict=True)):
-                full = pre + name.encode()
-                nlen = len(full)
-                pad = (-(pos + 34 + nlen)) % align
-                extra = fb[pad] if pad < 64 else b"FB" + struct.pack("<H", pad) + b"Z" * pad
+            for i, (head, full, hoff, mv) in enumerate(zip(heads, fulls, offs, views, strict=True)):
                 n = len(mv)
                 crc = crcs[i] & MAX32 if crcs is not None and compute else 0
-                gp = 0x0808 if n else 0x0800
-                head = local_pack(LOCAL_SIG, 0, gp, 0, 0, 0, 0, 0, 0, nlen, len(extra)) + full + extra
-                central.append(central_pack(CENTRAL_SIG, 0, 0, gp, 0, 0, 0, crc, n, n, nlen, 0, 0, 0, 0, 0, pos) + full)
+                central.append(_small_central(crc, n, full, hoff))
                 all_crcs.append(crc)
                 if n:
                     iov += (head, mv, desc_pack(DESC_SIG, crc, n, n))
-                    pos += len(head) + n + 16
                 else:
                     iov.append(head)
-                    pos += len(head)
                 if len(iov) >= _IOV_BATCH:
                     writev(iov)
                     iov = []
             if iov:
                 writev(iov)
-            self._pos = pos
+            self._pos = end
             self._names.extend(names)
             return
         # the records are copied into one reused scratch buffer and written from it: the
@@ -1323,8 +1302,8 @@ class TorchZipWriter:
         at = 0
         write = self._f.write
         # records copied into the scratch buffer since its last write: (their data's
-        # offset in it, size, CRC-32 or None, header offset in the file, gp flags, name)
-        waiting: list[tuple[int, int, int | None, int, int, bytes]] = []
+        # offset in it, size, CRC-32 or None, header offset in the file, full name)
+        waiting: list[tuple[int, int, int | None, int, bytes]] = []
 
         def settle() -> None:
             """Descriptors and central entries of the waiting records, in order."""
@@ -1332,30 +1311,22 @@ class TorchZipWriter:
                 return
             todo = [w for w in waiting if w[2] is None and w[1]] if compute else []
             got = iter(crc32_spans(scratch, [w[0] for w in todo], [w[1] for w in todo]) if todo else ())
-            for d, n, crc, hoff, gp, full in waiting:
+            for d, n, crc, hoff, full in waiting:
                 if not compute:
                     crc = 0
                 elif crc is None:
                     crc = next(got) & MAX32 if n else 0
                 if n:
                     desc_into(scratch, d + n, DESC_SIG, crc, n, n)
-                central.append(central_pack(CENTRAL_SIG, 0, 0, gp, 0, 0, 0, crc, n, n, len(full), 0, 0, 0, 0, 0, hoff) + full)
+                central.append(_small_central(crc, n, full, hoff))
                 all_crcs.append(crc)
             waiting.clear()
 
-        for i, (name, mv) in enumerate(zip(names, views, strict=True)):
-            full = pre + name.encode()
-            nlen = len(full)
-            pad = (-(pos + 34 + nlen)) % align
-            extra = fb[pad] if pad < 64 else b"FB" + struct.pack("<H", pad) + b"Z" * pad
+        for i, (head, full, hoff, mv) in enumerate(zip(heads, fulls, offs, views, strict=True)):
             n = len(mv)
             given = crcs[i] & MAX32 if crcs is not None and compute else None
-            gp = 0x0808 if n else 0x0800
-            head = local_pack(LOCAL_SIG, 0, gp, 0, 0, 0, 0, 0, 0, nlen, len(extra)) + full + extra
             k = len(head)
-            hoff = pos
             dlen = 16 if n else 0
-            pos += k + n + dlen
             if at + k + n + dlen > cap:
                 settle()
                 _write_scratch(write, scratch, at, own)
@@ -1366,19 +1337,45 @@ class TorchZipWriter:
                     write(mv)
                     if n:
                         write(_DESC32.pack(DESC_SIG, crc, n, n))
-                    central.append(central_pack(CENTRAL_SIG, 0, 0, gp, 0, 0, 0, crc, n, n, nlen, 0, 0, 0, 0, 0, hoff) + full)
+                    central.append(_small_central(crc, n, full, hoff))
                     all_crcs.append(crc)
                     continue
             e = at + k
             scratch[at:e] = head
             if n:
                 scratch[e : e + n] = mv
-            waiting.append((e, n, given, hoff, gp, full))
+            waiting.append((e, n, given, hoff, full))
             at = e + n + dlen
         settle()
         _write_scratch(write, scratch, at, own)
-        self._pos = pos
+        self._pos = end
         self._names.extend(names)
+
+    def _small_heads(self, names: list[str], views: list[memoryview]) -> tuple[list[bytes], list[bytes], list[int], int]:
+        """For records written one after the other from the current position (each its
+        local header, stored data and, when not empty, a 16-byte data descriptor, as
+        :meth:`write_small` writes them): each one's local header (name and alignment
+        field included), full name and header offset, and the position after the last."""
+        pos = self._pos
+        align = self.alignment
+        pre = (self.prefix + "/").encode()
+        local_pack = _LOCAL.pack
+        fb = _FB
+        heads: list[bytes] = []
+        fulls: list[bytes] = []
+        offs: list[int] = []
+        for name, mv in zip(names, views, strict=True):
+            full = pre + name.encode()
+            nlen = len(full)
+            pad = (-(pos + 34 + nlen)) % align
+            extra = fb[pad] if pad < 64 else b"FB" + struct.pack("<H", pad) + b"Z" * pad
+            n = len(mv)
+            head = local_pack(LOCAL_SIG, 0, 0x0808 if n else 0x0800, 0, 0, 0, 0, 0, 0, nlen, len(extra)) + full + extra
+            heads.append(head)
+            fulls.append(full)
+            offs.append(pos)
+            pos += len(head) + n + (16 if n else 0)
+        return heads, fulls, offs, pos
 
     def _write_record(
         self, name: str, chunks: Iterable[Any], usize: int, csize: int, crc: int, *, method: int, precomputed_crc: bool
@@ -1511,6 +1508,14 @@ _PARALLEL_CRC = 1 << 20
 #: the alignment extra field ("FB", length, padding) for each padding length below 64
 _FB = [b"FB" + struct.pack("<H", k) + b"Z" * k for k in range(64)]
 _DESC32 = struct.Struct("<4sIII")
+
+
+def _small_central(crc: int, n: int, full: bytes, hoff: int) -> bytes:
+    """The central directory entry of a stored record of ``n`` bytes that :meth:`~TorchZipWriter.write_small`
+    writes (a data descriptor unless empty) at ``hoff``, named ``full``."""
+    return _CENTRAL.pack(CENTRAL_SIG, 0, 0, 0x0808 if n else 0x0800, 0, 0, 0, crc, n, n, len(full), 0, 0, 0, 0, 0, hoff) + full
+
+
 #: TorchZipWriter: bytes gathered before a write; records at least _DIRECT_WRITE long
 #: go to the file directly (no copy)
 _WRITE_BUFFER = 1 << 20
