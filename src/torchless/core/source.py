@@ -82,6 +82,20 @@ def _huge_aligned(length: int) -> Any:
     return raw[skip : skip + length]
 
 
+def pread_into(fd: int, mv: memoryview, offset: int, *, path: Any = None, short: str = "file shrank while reading") -> None:
+    """Fill the byte view ``mv`` from descriptor ``fd`` at ``offset`` with positioned reads
+    (at most 1 GiB a call; a partial read goes on); a file that ends first raises
+    :class:`TruncatedError` with the message ``short``, naming ``path`` and the offset."""
+    done = 0
+    n = len(mv)
+    while done < n:
+        step = min(n - done, 1 << 30)
+        got = os.preadv(fd, [mv[done : done + step]], offset + done)
+        if got <= 0:
+            raise TruncatedError(short, path=path, offset=offset + done, expected=f"{n - done} more bytes")
+        done += got
+
+
 def _pread_new(fd: int, offset: int, length: int, name: str) -> memoryview:
     """``length`` bytes of ``fd`` from ``offset`` into new memory (2 MiB-aligned from
     :data:`_HUGE_MIN` bytes on), with positioned reads."""
@@ -89,12 +103,7 @@ def _pread_new(fd: int, offset: int, length: int, name: str) -> memoryview:
 
     out = np.empty(length, dtype=np.uint8) if length < _HUGE_MIN else _huge_aligned(length)
     mv = out.data
-    done = 0
-    while done < length:
-        got = os.preadv(fd, [mv[done:]], offset + done)
-        if got <= 0:
-            raise TruncatedError("file shrank while reading", path=name, offset=offset + done)
-        done += got
+    pread_into(fd, mv, offset, path=name)
     return mv
 
 

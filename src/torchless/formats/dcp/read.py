@@ -50,6 +50,7 @@ from ...core.errors import (
 from ...core.findings import Problem
 from ...core.paths import confine
 from ...core.source import ByteSource, BytesSource, MmapSource, RemoteSource, SliceSource
+from ...core.source import pread_into as _pread_into
 from ...core.tensor import _PACKED, Storage, Tensor
 from ...core.values import StorageType
 from ...pickle.fastpath import FALLBACK, OnceResolver, fast_load, fast_tensor, tensor_frame
@@ -75,14 +76,7 @@ def pread_into(fd: int | ByteSource, mv: memoryview, offset: int, *, path: Any =
     if not isinstance(fd, int):  # a remote file (RemoteSource): one ranged read
         mv[:] = fd.read_at(offset, len(mv), what="chunk")
         return
-    done = 0
-    n = len(mv)
-    while done < n:
-        step = min(n - done, 1 << 30)
-        got = os.preadv(fd, [mv[done : done + step]], offset + done)
-        if got <= 0:
-            raise TruncatedError("file ends inside a chunk", path=path, offset=offset + done, expected=f"{n - done} more bytes")
-        done += got
+    _pread_into(fd, mv, offset, path=path, short="file ends inside a chunk")
 
 
 class BlockStorage(Storage):
