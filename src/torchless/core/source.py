@@ -107,6 +107,17 @@ def _pread_new(fd: int, offset: int, length: int, name: str) -> memoryview:
     return mv
 
 
+def _touch_pages(m: mmap.mmap, offset: int, length: int) -> None:
+    """Read one byte of each page of ``m[offset:offset+length]`` (maps them in)."""
+    import numpy as np
+
+    try:
+        a = np.frombuffer(m, dtype=np.uint8, count=length, offset=offset)
+    except (ValueError, TypeError, BufferError):  # closed meanwhile: nothing to map
+        return
+    a[:: mmap.PAGESIZE].max()  # (a reduction over thousands of pages runs without the GIL)
+
+
 class ByteSource:
     """A read-only, random-access sequence of bytes.
 
@@ -140,6 +151,11 @@ class ByteSource:
         thread, in order: a future per span (its result the copy's view, or its error),
         or None where this source reads only when asked (the default; a URL)."""
         return None
+
+    def prefault(self, offset: int, length: int) -> None:
+        """Map ``[offset, offset+length)`` into this process ahead of its reads, beside
+        them (a memory map: on a helper thread); nothing for a source that reads only
+        when asked (the default). Best effort: it never fails and never waits."""
 
     def check(self, offset: int, length: int, *, what: str = "data") -> None:
         """Raise TruncatedError unless ``[offset, offset+length)`` lies inside the source."""
@@ -307,6 +323,22 @@ class MmapSource(ByteSource):
             return None
         time.sleep(0)  # (lets the helper take the GIL now, up to its first read, rather than at the next switch interval)
         return futs
+
+    def prefault(self, offset: int, length: int) -> None:
+        """See :meth:`ByteSource.prefault`: one byte of each page of the span is read on
+        this process's ``read`` thread, which maps the pages (the kernel's page-table work,
+        a few microseconds per fault, then done off the caller's thread: NumPy reads them
+        without the GIL). The pages stay mapped until the caller drops them
+        (``madvise(MADV_DONTNEED)``) or the map closes: the caller bounds the span."""
+        m = self._map
+        if self._closed or m is None or offset < 0 or length <= 0 or offset + length > self.size:
+            return
+        from .threads import helper
+
+        try:
+            helper("read").submit(_touch_pages, m, offset, length)
+        except RuntimeError:  # the interpreter is shutting down: no new threads
+            pass
 
     def close(self) -> None:
         """Release the file: unmap now, or, while arrays over the mapping are still held

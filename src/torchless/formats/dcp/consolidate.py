@@ -160,7 +160,7 @@ def _save_flat(reader: DCPReader, names: list[str], dst: Any, progress: Any) -> 
     the same bytes as through the tensors (:func:`~torchless.formats.pt.write.save_plain_tensors`
     rows, built here directly); the tensors' bytes in all, or None (nothing written) when
     it is anything else."""
-    from ..pt.write import _contiguous_strides, _save_rows
+    from ..pt.write import _BLOCK_BATCH, _contiguous_strides, _save_rows
 
     want = set(names)
     order = [n for n in reader.entries if n in want]
@@ -175,7 +175,6 @@ def _save_flat(reader: DCPReader, names: list[str], dst: Any, progress: Any) -> 
     path = reader.path
     strides_of = _contiguous_strides
     prod = math.prod
-    want_spans = []
     strides_by_size: dict[tuple[int, ...], tuple[int, ...]] = {}
     for key, fqn in tree.items():
         tmd = entries[fqn]
@@ -185,32 +184,46 @@ def _save_flat(reader: DCPReader, names: list[str], dst: Any, progress: Any) -> 
         rg = props.requires_grad
         if type(key) is not str or legacy is None or type(rg) is not bool:
             return None
-        # a size and a stride tuple of its own, as a tensor makes (the memo is by identity;
-        # the emitter refuses anything but ints in them)
-        size = (*tmd.size,)
+        # the size and strides shared between rows of one shape: the emitter writes each
+        # row's as tuples of their own (fresh_tuples), as tensors' are; it refuses
+        # anything but ints in them
+        size = tmd.size
         numel = prod(size)
         nbytes = numel * dt.itemsize
         total += nbytes
-        known = strides_by_size.get(size)
-        if known is None:
-            known = strides_by_size[size] = strides_of(size)
-        strides = (*known,)  # (its own tuple: the memo is by identity)
+        strides = strides_by_size.get(size)
+        if strides is None:
+            strides = strides_by_size[size] = strides_of(size)
         st = lazy(fqn, nbytes, dt, "cpu", partial(view, fqn), "little", f"{path}:{fqn}")
-        want_spans.append((fqn, tmd, nbytes, strides))
         full.append((key, legacy, "cpu", numel, 0, size, strides, rg, st, dt.name))
-    # storage key -> its row of want_spans; each batch's items are located when the
-    # writer asks for the batch, just before its records are written (the writer writes
-    # behind): the pages the checks bring in are still mapped for the write (released
-    # with the views, at the next batch); the locate errors are locate_many's
-    row_of = {fqn: i for i, (fqn, _tmd, _n, _s) in enumerate(want_spans)}
+    # each batch's items are located when the writer asks for the batch, just before its
+    # records are written (the writer writes behind): the pages the checks bring in are
+    # still mapped for the write (released with the views, at the next batch); the
+    # locate errors are locate_many's
     chunks = reader._chunks
+    # the writer asks for the storages in row order, _BLOCK_BATCH at a time: the items
+    # of the batch after the one asked for are mapped in on a helper thread meanwhile
+    # (the faults of the locating and of the writes then cost this thread nothing)
+    pos = 0
+
+    def ahead(k: int) -> None:
+        reader._prefault([r for row in full[k : k + _BLOCK_BATCH] for r in chunks.get(row[8].key, ())])
+
+    ahead(0)
 
     def blocks(storages: list[Any]) -> tuple[list[memoryview | None], list[int | None]]:
+        nonlocal pos
+        # the rows of the batch: the writer asks for the storages in row order (anything
+        # else is asked of the reader storage by storage: no span)
+        rows = full[pos : pos + len(storages)]
+        pos += len(storages)
+        ahead(pos)
         reader.locate_many([r for st in storages for r in chunks.get(st.key, ())], release=False)
         crcs: list[int | None] = []  # the CRC-32s from the map, for the writer
-        rows = [row_of.get(st.key) for st in storages]
-        found = iter(reader._direct_spans([want_spans[r] for r in rows if r is not None]))
-        spans = [next(found) if r is not None else None for r in rows]
+        if len(rows) == len(storages) and all(row[8] is st for row, st in zip(rows, storages, strict=True)):
+            spans = reader._direct_spans([(row[8].key, entries[row[8].key], row[8].nbytes, row[6]) for row in rows])
+        else:
+            spans = [None] * len(storages)
         views = reader._view_spans(spans, [st.nbytes for st in storages], crcs)
         for sp, st in zip(spans, storages, strict=True):
             if sp is None:  # located but not viewed here (read later, as any storage)

@@ -97,9 +97,10 @@ class BlockStorage(Storage):
         return data
 
 
-@dataclass
+@dataclass(slots=True)
 class ChunkRef:
-    """One saved chunk and where its payload lies."""
+    """One saved chunk and where its payload lies (slots: one per chunk, tens of
+    thousands in a checkpoint of many small tensors)."""
 
     fqn: str
     chunk: ChunkStorageMetadata
@@ -376,6 +377,8 @@ def _fast_item_or_none(mv: memoryview) -> tuple[Tensor, int, str, int] | None:
 
 #: rows of item ends gathered at once by :func:`_batch_items` (bounds its memory)
 _BATCH_ROWS = 4096
+#: the largest span :meth:`DCPReader._prefault` maps ahead
+_PREFAULT_MAX = 64 << 20
 #: items :meth:`DCPReader.locate_many` checks together
 _BATCH_ITEMS = 512
 
@@ -661,6 +664,24 @@ class DCPReader:
     def _item_name(self, info: StorageInfo) -> str:
         """The name of :meth:`_item_source`'s source (errors of the item's reader carry it)."""
         return f"{self._shown(info.relative_path)}@{info.offset}"
+
+    def _prefault(self, refs: list[ChunkRef]) -> None:
+        """Have the pages of the items of ``refs`` mapped in beside the caller
+        (:meth:`~torchless.core.source.ByteSource.prefault`), when they fill one span of
+        one file back to back in this order, of at most :data:`_PREFAULT_MAX` bytes (what
+        is mapped is then exactly what :meth:`_release` drops once they are used)."""
+        if not refs or self.remote or self._closed:
+            return
+        first = refs[0].info
+        rel = first.relative_path
+        end = first.offset
+        for r in refs:
+            info = r.info
+            if info.offset != end or info.relative_path is not rel and info.relative_path != rel:
+                return
+            end += info.length
+        if 0 < end - first.offset <= _PREFAULT_MAX:
+            self._file(rel).prefault(first.offset, end - first.offset)
 
     def _release(self, info: StorageInfo) -> None:
         """Drop the map's pages of located items from this process (they stay in the page

@@ -416,11 +416,19 @@ def _int_bytes(v: int) -> bytes:
 _STORAGE = "storage"
 
 
-def _emit_rows(obj: dict[str, Any], rows: list[tuple[Any, ...]], cp: CheckpointPickler) -> bytes | None:  # noqa: C901 - one emitter by design
+def _emit_rows(  # noqa: C901 - one emitter by design
+    obj: dict[str, Any], rows: list[tuple[Any, ...]], cp: CheckpointPickler, *, fresh_tuples: bool = False
+) -> bytes | None:
     """The bytes of :func:`_fast_pickle` for ``obj`` from its rows, one per entry in order:
     ``(key, legacy storage class, location, numel, storage offset, size, stride,
     requires_grad, storage, dtype name)``, each value the very object the tensor gives
     (the memo is by identity). The caller has checked what :func:`_fast_pickle` checks.
+
+    ``fresh_tuples``: every size and stride is written as a tuple of its own, as two
+    tensors' tuples never are one object (rows that share tuple objects then give the
+    bytes of rows with copies); and ``cp`` gets only its list of storages (what
+    :func:`_write_archive` reads), not the ledger by identity that the general pickler
+    keeps.
 
     One loop with the pickler's steps written out (no call per opcode): the memo index
     of each object, the opcodes and their order are those of :class:`Pickler2`."""
@@ -532,10 +540,13 @@ def _emit_rows(obj: dict[str, Any], rows: list[tuple[Any, ...]], cp: CheckpointP
                 if not tup:
                     out += b")"
                     continue
-                idx = memo_get(id(tup))
-                if idx is not None:
-                    out += binget[idx] if idx < 256 else b"j" + pack_i32(idx)
-                    continue
+                if not fresh_tuples:
+                    idx = memo_get(id(tup))
+                    if idx is not None:
+                        out += binget[idx] if idx < 256 else b"j" + pack_i32(idx)
+                        continue
+                    memo_id[id(tup)] = count
+                    keep_add(tup)
                 n = len(tup)
                 if n > 3:
                     out += b"("
@@ -544,8 +555,6 @@ def _emit_rows(obj: dict[str, Any], rows: list[tuple[Any, ...]], cp: CheckpointP
                         return None
                     out += binint1[v] if 0 <= v < 256 else b"M" + pack_h(v) if 0 <= v < 65536 else int_bytes(v)
                 out += b"\x85" if n == 1 else b"\x86" if n == 2 else b"\x87" if n == 3 else b"t"
-                memo_id[id(tup)] = count
-                keep_add(tup)
                 out += binput[count] if count < 256 else put_long(0x72, count)
                 count += 1
             out += b"\x88" if rg else b"\x89"
@@ -569,6 +578,9 @@ def _emit_rows(obj: dict[str, Any], rows: list[tuple[Any, ...]], cp: CheckpointP
             count += 3
         out += b"u" if len(chunk) > 1 else b"s"
     out += b"."
+    if fresh_tuples:
+        cp.storages += [(key, st) for key, st, _dt in storages]
+        return bytes(out)
     # what CheckpointPickler._storage_pid and translate record, in the same order
     for key, st, dtype_name in storages:
         cp.storage_keys[id(st)] = key
@@ -703,8 +715,8 @@ def save_plain_tensors(
     :class:`~torchless.core.tensor.Tensor` objects (DCP consolidation: no tensor objects
     to build and walk): one row per entry of ``obj``, in order, ``(key, storage)`` with
     ``storage`` a :class:`~torchless.core.tensor.Storage` of the tensor's dtype holding
-    exactly the tensor (offset 0, contiguous), and the tensor's ``size`` (a tuple made for
-    it, as a tensor's is) and ``requires_grad``: ``(key, storage, size, requires_grad)``.
+    exactly the tensor (offset 0, contiguous), and the tensor's ``size`` (a tuple) and
+    ``requires_grad``: ``(key, storage, size, requires_grad)``.
     The bytes are those :func:`save_checkpoint` writes for the same tensors. False (nothing
     written) when the rows are not all such tensors of a dtype with a typed storage.
     ``blocks``: given some of the rows' storages, their bytes (what ``native_bytes()``
@@ -742,11 +754,12 @@ def _save_rows(
     """:func:`save_plain_tensors` from the emitter's rows (see :func:`_emit_rows`), which
     the caller has checked as it checks its rows: a str key, a typed storage class, a str
     location other than ``meta``, a bool ``requires_grad``, each storage once, holding
-    exactly its tensor, a size and a stride tuple made for it."""
+    exactly its tensor, a size and a stride tuple (written as tuples of their own, as a
+    tensor's are: rows may share them)."""
     if not FAST_PICKLE:
         return False
     cp = CheckpointPickler()
-    data = _emit_rows(obj, full, cp)
+    data = _emit_rows(obj, full, cp, fresh_tuples=True)
     if data is None:
         return False
     _write_archive(data, cp, target, progress=progress, blocks=blocks)
