@@ -95,7 +95,7 @@ def numel(shape: tuple[int, ...]) -> int:
     return n
 
 
-@dataclass
+@dataclass(slots=True)
 class TensorProperties:
     """dtype (+ deprecated layout/requires_grad/memory_format/pin_memory)."""
 
@@ -106,7 +106,7 @@ class TensorProperties:
     pin_memory: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ChunkStorageMetadata:
     """One saved chunk: where it sits in the global tensor and its extent."""
 
@@ -114,7 +114,7 @@ class ChunkStorageMetadata:
     sizes: tuple[int, ...]
 
 
-@dataclass
+@dataclass(slots=True)
 class TensorStorageMetadata:
     properties: TensorProperties
     size: tuple[int, ...]
@@ -137,7 +137,7 @@ class BytesStorageMetadata:
 StorageMetadata = TensorStorageMetadata | BytesStorageMetadata
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class MetadataIndex:
     """Key of ``storage_data``: fqn + chunk offsets (None for bytes). ``index`` is a hint
     excluded from equality, as in torch."""
@@ -147,7 +147,7 @@ class MetadataIndex:
     index: int | None = field(default=None, compare=False, hash=False)
 
 
-@dataclass
+@dataclass(slots=True)
 class StorageInfo:
     """``_StorageInfo``: the byte range of one item in one ``.distcp`` file."""
 
