@@ -228,7 +228,7 @@ class _Template:
     one item passed :func:`_directory_full`, the next ones are checked with one pattern
     match (the fixed bytes) and one unpack (the variable fields)."""
 
-    __slots__ = ("length", "pattern", "fields", "names", "first", "tail", "var")
+    __slots__ = ("length", "pattern", "fields", "names", "first", "tail", "var", "columns")
 
     def __init__(self, tail: bytes, cd_size: int, by_lower: dict[bytes, tuple[str, int, int]], first: str) -> None:
         self.length = len(tail)
@@ -253,6 +253,15 @@ class _Template:
         self.var = var
         self.pattern = re.compile(pat, re.DOTALL)
         self.fields = struct.Struct(fmt)
+        # the same fields as one NumPy record of the end's bytes (rows of many items at once)
+        self.columns = np.dtype(
+            {
+                "names": [f"f{j}" for j in range(len(var))],
+                "formats": ["<u4" if k == 4 else "<u8" for _off, k in var],
+                "offsets": [off for off, _k in var],
+                "itemsize": len(tail),
+            }
+        )
         self.names = [(raw.lower(), by_lower[raw.lower()][0]) for raw in order]
         self.first = first
 
@@ -383,10 +392,16 @@ _PREFAULT_MAX = 64 << 20
 _BATCH_ITEMS = 512
 
 
-def _gather(buf: np.ndarray, pos: np.ndarray, k: int) -> np.ndarray:
+def _gather(buf: np.ndarray, pos: np.ndarray, k: int | np.ndarray) -> np.ndarray:
     """Rows of ``k`` bytes of ``buf`` at ``pos`` (clipped to the buffer: rows of items
-    already refused may read anything)."""
-    return buf[np.minimum(pos[:, None] + np.arange(k), len(buf) - 1)]
+    already refused may read anything); ``k`` an array: the bytes at those offsets from
+    each position. ``pos`` of any shape: the rows along a last axis added."""
+    cols = np.arange(k) if isinstance(k, int) else k
+    return buf[np.minimum(pos[..., None] + cols, len(buf) - 1)]
+
+
+#: the bytes of a local header :func:`_batch_items` reads: its signature, name and extra lengths
+_HEAD_COLS = np.array([0, 1, 2, 3, 26, 27, 28, 29])
 
 
 def _le(cols: np.ndarray) -> np.ndarray:
@@ -418,31 +433,37 @@ def _batch_items(buf: np.ndarray, offs: np.ndarray, lens: np.ndarray, t: _Templa
     fields = np.zeros((n_items, len(t.var)), dtype=np.int64)
     idx = np.nonzero(ok)[0]
     raw = buf.data  # the same bytes as a memoryview (slices of it are cheap)
+    columns = t.columns
     for b0 in range(0, len(idx), _BATCH_ROWS):
         rows = idx[b0 : b0 + _BATCH_ROWS]
         starts = offs[rows] + lens[rows] - L
         # the rows copied out by slices (one join), not gathered by an index per byte
-        m = np.frombuffer(b"".join([raw[s : s + L] for s in starts.tolist()]), dtype=np.uint8).reshape(len(rows), L)
+        joined = b"".join([raw[s : s + L] for s in starts.tolist()])
+        m = np.frombuffer(joined, dtype=np.uint8).reshape(len(rows), L)
         good = (m[:, fixed_idx] == tail[fixed_idx]).all(axis=1)
         ok[rows] &= good
-        for j, (off, k) in enumerate(t.var):
-            fields[rows, j] = _le(m[:, off : off + k])
+        rec_rows = np.frombuffer(joined, dtype=columns)  # every variable field, little-endian
+        fields[rows] = np.stack([rec_rows[f"f{j}"] for j in range(len(t.var))], axis=1)
     start = lens - L
     ok &= (fields[:, -3] == start) & (fields[:, -1] == start)
     ok &= fields[:, -2] == lens - _EOCD.size - _LOC64.size - _EOCD64.size
     safe = np.where(ok, offs, 0)
     # an item starts with a local header (so it is no safetensors blob)
-    ok &= _le(_gather(buf, safe, 4)) == int.from_bytes(LOCAL_SIG, "little")
+    sig = int.from_bytes(LOCAL_SIG, "little")
+    ok &= _le(_gather(buf, safe, 4)) == sig
+    # every record's directory fields and local header at once (items x records)
+    n_rec = len(t.names)
+    per = fields[:, : 4 * n_rec].reshape(n_items, n_rec, 4)
+    crc, csize, usize, hoff = per[:, :, 0], per[:, :, 1], per[:, :, 2], per[:, :, 3]
+    lens2 = lens[:, None]
+    ok &= ((csize == usize) & (csize != MAX32) & (hoff != MAX32) & (hoff + _LOCAL.size + csize <= lens2)).all(axis=1)
+    head = _gather(buf, np.where(ok[:, None], offs[:, None] + hoff, 0), _HEAD_COLS).astype(np.int64)
+    signed = head[:, :, 0] | head[:, :, 1] << 8 | head[:, :, 2] << 16 | head[:, :, 3] << 24
+    data = hoff + _LOCAL.size + (head[:, :, 4] | head[:, :, 5] << 8) + (head[:, :, 6] | head[:, :, 7] << 8)
+    ok &= ((signed == sig) & (data + csize <= lens2)).all(axis=1)
     rec: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     for i, (low, _name) in enumerate(t.names):
-        csize, usize, hoff = fields[:, 1 + 4 * i], fields[:, 2 + 4 * i], fields[:, 3 + 4 * i]
-        ok &= (csize == usize) & (csize != MAX32) & (hoff != MAX32) & (hoff + _LOCAL.size + csize <= lens)
-        h = np.where(ok, offs + hoff, 0)
-        head = _gather(buf, h, _LOCAL.size)
-        ok &= _le(head[:, :4]) == int.from_bytes(LOCAL_SIG, "little")
-        data = hoff + _LOCAL.size + _le(head[:, 26:28]) + _le(head[:, 28:30])
-        ok &= data + csize <= lens
-        rec[low] = (data, csize, fields[:, 4 * i])
+        rec[low] = (data[:, i], csize[:, i], crc[:, i])
     prefix = t.first.split("/", 1)[0]
     bo = rec.get(f"{prefix}/{BYTEORDER}".encode("utf-8", "surrogateescape").lower())
     byteorder: list[str] | None = None
