@@ -164,3 +164,66 @@ def test_hf_index_at_a_url_that_cannot_be_checked_says_why(memfs, monkeypatch):
 
     with pytest.raises(UsageError, match=RESET):
         HFArtifact(url)
+
+
+def test_isdir_is_false_only_when_the_store_says_so(memfs, monkeypatch):
+    """``isdir()`` answered False on any failure (fsspec's own ``isdir`` swallows every
+    ``OSError``), so a folder the store could not show was "not a folder"; now False is
+    the store's answer (missing, an object) and a failure raises naming the URL and the
+    reason. The memory filesystem's own ``info`` is the oracle for the true answers."""
+    fs, base = memfs
+    fs.pipe_file(f"{base}/d/x.bin", b"x")
+    d, f = f"memory://{base}/d", f"memory://{base}/d/x.bin"
+    for url in (d, f, f"memory://{base}/none", f"{f}/under"):
+        try:
+            want = fs.info(url.split("://", 1)[1])["type"] == "directory"
+        except FileNotFoundError:
+            want = False
+        assert remote.isdir(url) is want, url
+    assert remote.isdir(d) and not remote.isdir(f)
+    _flaky_info(monkeypatch, d)
+    with pytest.raises(UsageError, match=RESET) as ei:
+        remote.isdir(d)
+    assert ei.value.path == d
+    with pytest.raises(UsageError, match=RESET):
+        remote.RemotePath(d).is_dir()
+
+
+def test_isdir_failure_that_is_no_os_error_raises_too(memfs, monkeypatch):
+    """A store's own error type (adlfs raises azure's HttpResponseError, not an OSError)."""
+    fs, base = memfs
+    fs.pipe_file(f"{base}/d/x.bin", b"x")
+    url = f"memory://{base}/d"
+
+    class ServerError(Exception):
+        pass
+
+    real = fs.info
+
+    def info(path, **kw):
+        if fs._strip_protocol(path).rstrip("/") == f"{base}/d":
+            raise ServerError("503 Service Unavailable\n<xml>...</xml>")
+        return real(path, **kw)
+
+    monkeypatch.setattr(fs, "info", info)
+    with pytest.raises(UsageError, match="ServerError: 503 Service Unavailable") as ei:
+        remote.isdir(url)
+    assert ei.value.path == url and "<xml>" not in str(ei.value)
+
+
+def test_dcp_reader_whose_folder_check_fails_is_not_told_it_is_no_checkpoint(memfs, ckpts, monkeypatch, capsys):
+    fs, base = memfs
+    a, _b = ckpts
+    _mem_dir(fs, a, f"{base}/ck")
+    url = f"memory://{base}/ck"
+    from torchless.formats.dcp.read import DCPReader
+
+    DCPReader(url).close()  # the store answering: a checkpoint folder
+    failed = _flaky_info(monkeypatch, url)
+    with pytest.raises(UsageError) as ei:
+        DCPReader(url)
+    assert failed and RESET in str(ei.value) and ei.value.path == url, str(ei.value)
+    assert "not a DCP checkpoint" not in str(ei.value)
+    for cmd in ("info", "verify"):
+        code, _out, err = _cli(capsys, cmd, url)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and RESET in err, (cmd, err)

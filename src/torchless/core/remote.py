@@ -273,13 +273,19 @@ def present(url: str, what: str) -> bool:
 
 
 def isdir(url: str) -> bool:
+    """Whether ``url`` is a folder, as the store says: False when it says the path is
+    missing or an object. When it cannot tell (a network failure, refused credentials), a
+    UsageError naming the store's reason, as :func:`present` (fsspec's own ``isdir``
+    answers False for any ``OSError``, so it is asked with ``info``)."""
     fs, p = filesystem(url)
     if _protocol(fs) in ("http", "https"):  # every URL is a file there; listing one would download it
         return url.endswith("/")
     try:
-        return bool(fs.isdir(p))
-    except Exception:  # noqa: BLE001 - each filesystem raises its own kind (adlfs: azure's HttpResponseError)
-        return False  # not a folder we can read: opening it as a file says why
+        return bool(fs.info(p).get("type") == "directory")
+    except Exception as e:  # noqa: BLE001 - each filesystem raises its own kind (adlfs: azure's HttpResponseError)
+        if is_missing(e) or isinstance(e, NotADirectoryError):  # under an object: not a folder
+            return False
+        raise UsageError(f"cannot check whether this URL is a folder: {reason(e)}", path=url) from None
 
 
 def listable(url: str) -> bool:
