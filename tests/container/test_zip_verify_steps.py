@@ -107,3 +107,31 @@ def test_a_failure_that_is_not_the_files_propagates(failure, tmp_path, monkeypat
     monkeypatch.setattr(ZipReader, "crc32", fail)
     with ZipReader(str(path)) as zr, pytest.raises(UsageError if failure == "store" else OSError):
         zr.verify(crc=True)
+
+
+BIT = {"encrypted": 0, "compressed-patch": 5, "strong-encryption": 6}
+
+
+def test_each_refused_flag_is_named_for_what_it_is(damaged):
+    """The refusal said "encrypted zip records" for the compressed-patch flag (bit 5) too;
+    now it names the flag bit set and miniz's own error for it, which torch prints (the
+    oracle: "unsupported encryption" for bits 0 and 6, "unsupported feature" for bit 5),
+    and the flags word found (read from the file by zipfile)."""
+    path, _bad_crc, flagged = damaged
+    with pytest.raises(RuntimeError) as torch_err:
+        torch.load(path, weights_only=True)["b"].sum()
+    import re
+
+    miniz = re.search(r": (unsupported \w+)\.", str(torch_err.value))
+    assert miniz, str(torch_err.value)
+    flags = zipfile.ZipFile(path).getinfo(flagged).flag_bits
+    which = next(name for name, bit in FLAGS.items() if flags & bit)
+    with ZipReader(str(path)) as zr, pytest.raises(UnsupportedError) as ei:
+        zr.read(zr.get(flagged, full=True))
+    msg = ei.value.message
+    assert f"flag bit {BIT[which]})" in msg and f"torch: {miniz.group(1)}" in msg, msg
+    assert ("encrypt" in msg) == (which != "compressed-patch"), msg
+    assert ei.value.found == f"flags {flags:#06x}" and ei.value.member == flagged, str(ei.value)
+    with torchless.open(str(path)) as art:
+        step = [p for p in art.verify() if (p.code, p.member) == ("data", flagged)]
+    assert len(step) == 1 and step[0].message == msg, step

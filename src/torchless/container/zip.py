@@ -75,6 +75,14 @@ _EOCD64 = struct.Struct("<4sQHHIIQQQQ")  # 56 bytes
 _LOC64 = struct.Struct("<4sIQI")  # 20 bytes
 
 MAX32 = 0xFFFFFFFF
+#: general-purpose flag bits of a record that torch's reader refuses (miniz 3.0.2
+#: ``mz_zip_file_stat_internal``), each with what it means and miniz's error for it
+REFUSED_FLAG_BITS = (
+    (0x1, "encrypted (flag bit 0)", "unsupported encryption"),
+    (0x20, "compressed patched data (flag bit 5)", "unsupported feature"),
+    (0x40, "strong encryption (flag bit 6)", "unsupported encryption"),
+)
+REFUSED_FLAGS = sum(bit for bit, _what, _miniz in REFUSED_FLAG_BITS)
 #: deflate input is fed in steps of this size
 _INFLATE_STEP = 1 << 16
 _HEADER_OFFSET = operator.attrgetter("header_offset")
@@ -515,8 +523,16 @@ class ZipReader:
             raise LimitError(
                 "record larger than allowed", path=self.path, member=e.name, expected=f"<= {max_size} bytes", found=e.size
             )
-        if e.flags & 0x61:  # encrypted, strong encryption, compressed patch (miniz refuses all three)
-            raise UnsupportedError("encrypted zip records", path=self.path, member=e.name, offset=e.central_offset)
+        if e.flags & REFUSED_FLAGS:
+            said = [f"{what} (torch: {miniz})" for bit, what, miniz in REFUSED_FLAG_BITS if e.flags & bit]
+            raise UnsupportedError(
+                "zip record torch cannot read: " + ", ".join(said),
+                path=self.path,
+                member=e.name,
+                offset=e.central_offset,
+                expected=f"general-purpose flag bits {REFUSED_FLAGS:#06x} clear",
+                found=f"flags {e.flags:#06x}",
+            )
         if e.is_directory and e.compressed_size:
             # miniz extracts nothing for a "directory" (name ending in '/' or DOS attribute
             # 0x10): torch would hand back uninitialized memory of the declared size

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...container.zip import ZipEntry, ZipReader, is_zip
+from ...container.zip import REFUSED_FLAGS, ZipEntry, ZipReader, is_zip
 from ...core import jsonsafe
 from ...core.dtypes import DTYPES, DType
 from ...core.errors import FormatError, LimitError, NotFoundError, TorchlessError
@@ -244,7 +244,7 @@ class AotiPackage:
         got = self.sources.get(e.name)
         if got is None:
             zr = self.zip
-            if e.method == 0 and not e.flags & 0x61 and not e.is_directory and e.compressed_size == e.size:
+            if e.method == 0 and not e.flags & REFUSED_FLAGS and not e.is_directory and e.compressed_size == e.size:
                 off = zr.data_offset(e)
                 zr.source.check(off, e.size, what=f"record {e.name!r}")
                 got = SliceSource(zr.source, off, e.size, name=zr.path)
