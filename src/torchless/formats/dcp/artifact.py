@@ -106,7 +106,7 @@ class DCPArtifact(Artifact):
                 r.value(fqn, weights_only=False)
                 archive(r.bytes_info(fqn), fqn)
             except TorchlessError as e:
-                problems.append(Problem("bytes", str(e), fqn))
+                problems.append(Problem("bytes", str(e), fqn, e.offset))
         return problems
 
     def convert_to(

@@ -756,6 +756,19 @@ class DCPReader:
             return self._shown(info.relative_path), info.offset + (e.offset or 0)
         return e.path, info.offset if e.offset is None else e.offset
 
+    def _told_in_file(self, e: TorchlessError, info: StorageInfo, fqn: str, item: str) -> TorchlessError:
+        """Error ``e`` of one of an item's records (its zip structure, ``data.pkl``,
+        ``byteorder``, ``version``...), read through a source named after the item (offsets
+        in the item), retold in place against the .distcp file: its path, the absolute
+        offset (:meth:`_in_file`), the item ``fqn`` as member and the record in the
+        message (``item`` says which item: verify's wording); returns ``e``."""
+        record = e.member
+        e.path, e.offset = self._in_file(e, info)
+        e.member = fqn
+        at = f"the item of {item} at offset {info.offset}"
+        e.message = f"{e.message} ({at})" if record in (None, fqn) else f"{e.message} (record {record} of {at})"
+        return e
+
     def item_problems(self, info: StorageInfo, fqn: str, chunk: Sequence[int] | None = None) -> list[Problem]:
         """``verify``'s checks of one item's embedded ``torch.save`` archive, the CRC-32 of
         every record included (torch's DCP loader checks none of them: a flipped payload
@@ -805,12 +818,12 @@ class DCPReader:
         """A non-tensor item, unpickled by torchless's safe machine."""
         from ..pt.read import read_checkpoint
 
+        info = self.bytes_info(fqn)
         data = self.raw_item(fqn)
         try:
-            return read_checkpoint(BytesSource(data, name=f"{self.path}:{fqn}"), weights_only=weights_only).obj
+            return read_checkpoint(BytesSource(data, name=self._item_name(info)), weights_only=weights_only).obj
         except TorchlessError as e:
-            if e.member is None:
-                e.member = fqn
+            self._told_in_file(e, info, fqn, repr(fqn))
             raise
 
     # -- chunks -----------------------------------------------------------------------------
@@ -840,7 +853,7 @@ class DCPReader:
                 zr = ZipReader(src)
                 cp = read_zip_checkpoint(zr, weights_only=True)
             except TorchlessError as e:
-                e.with_context(path=where["path"], member=ref.fqn)
+                self._told_in_file(e, info, ref.fqn, f"{ref.fqn!r} chunk at {list(ref.chunk.offsets)}")
                 raise
             t = cp.obj
             byteorder = cp.byteorder
