@@ -127,6 +127,11 @@ class Storage:
             self._data = (
                 data if type(data) is memoryview and data.format == "B" and data.ndim == 1 else memoryview(data).cast("B")
             )
+            # the loader is not asked again once the bytes are held: dropping it now breaks
+            # the cycle storage -> loader -> batch reader -> its owners (the storages), so
+            # a dropped eager load is freed at once, not at the next full GC pass (which
+            # held every load's bytes until then: repeated loads in one process grew)
+            self._loader = None
 
     @property
     def loaded(self) -> bool:
