@@ -34,6 +34,7 @@ import bisect
 import operator
 import os
 import struct
+import weakref
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -88,6 +89,7 @@ _INFLATE_STEP = 1 << 16
 _HEADER_OFFSET = operator.attrgetter("header_offset")
 _SIZE = operator.attrgetter("size")
 _METHOD = operator.attrgetter("method")
+_weak = weakref.ref
 
 
 def is_zip(head: bytes) -> bool:
@@ -1632,7 +1634,10 @@ class BatchReader:
 
     A record added with an *owner* (an object with a ``hold(view)`` method: a storage)
     hands the owner its slice as soon as its run is read, instead of keeping it for a
-    later :meth:`read` (the owner then has its bytes without asking again).
+    later :meth:`read` (the owner then has its bytes without asking again). Owners are
+    referred to weakly: their loaders refer to the reader, so a strong reference back
+    would make every storage of a load and the reader one cycle, freed only by a full
+    GC pass (an owner gone before its run is read is skipped).
     """
 
     CHUNK = 32 << 20
@@ -1643,7 +1648,7 @@ class BatchReader:
     def __init__(self, zr: ZipReader) -> None:
         self.zr = zr
         self._entries: list[ZipEntry] = []
-        self._owners: list[Any] = []  # per added entry: who takes its bytes when its run is read, or None
+        self._owners: list[Any] = []  # per added entry: a weak reference to who takes its bytes when its run is read, or None
         self._sorted: list[ZipEntry] | None = None
         self._sorted_owners: list[Any] = []
         self._hoff: Any = None  # header offsets of _sorted (an array)
@@ -1666,14 +1671,18 @@ class BatchReader:
         if len(entries) != len(owners):
             raise ValueError("one owner per entry")
         small = self.SMALL
+        try:
+            refs: list[Any] = list(map(_weak, owners))
+        except TypeError:  # (an owner None: no one to hand its bytes to)
+            refs = [None if o is None else _weak(o) for o in owners]
         if entries and not any(map(_METHOD, entries)) and max(map(_SIZE, entries)) <= small:
             self._entries += entries
-            self._owners += owners
+            self._owners += refs
         else:
-            for e, owner in zip(entries, owners, strict=True):
+            for e, ref in zip(entries, refs, strict=True):
                 if e.method == 0 and e.size <= small:
                     self._entries.append(e)
-                    self._owners.append(owner)
+                    self._owners.append(ref)
         self._sorted = None
 
     def read(self, entry: ZipEntry, nbytes: int) -> memoryview:
@@ -1838,16 +1847,21 @@ class BatchReader:
             # every record checks out and has its owner (a checkpoint's storages): each
             # gets its slice now (GC paused: thousands of views that all live on)
             with GCPause():
-                for e, d, sz, owner in zip(run, d_arr.tolist(), sizes.tolist(), owners, strict=True):
+                for e, d, sz, ref in zip(run, d_arr.tolist(), sizes.tolist(), owners, strict=True):
                     e._data_offset = start + d
-                    owner.hold(buf[d : d + sz])
+                    owner = ref()
+                    if owner is not None:
+                        owner.hold(buf[d : d + sz])
             consumed.add(id(entry))
             d0 = int(d_arr[0])  # the run starts with the record asked for
             return buf[d0 : d0 + int(sizes[0])]
-        for e, d, sz, g, owner in zip(run, d_arr.tolist(), sizes.tolist(), good.tolist(), owners, strict=True):
+        for e, d, sz, g, ref in zip(run, d_arr.tolist(), sizes.tolist(), good.tolist(), owners, strict=True):
             if not g:
                 continue  # read on its own when asked for (its error then comes from data_offset)
             e._data_offset = start + d
+            owner = None if ref is None else ref()
+            if ref is not None and owner is None and e is not entry:
+                continue  # its storage is gone: no one asks for these bytes
             if e is entry:
                 mine = buf[d : d + sz]
                 if owner is not None:

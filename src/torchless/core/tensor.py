@@ -45,7 +45,8 @@ class Storage:
         origin: where the bytes live, for messages (``"ckpt/data/0"``).
     """
 
-    __slots__ = ("key", "nbytes", "dtype", "location", "_data", "_loader", "byteorder", "origin", "file_offset")
+    # (__weakref__: a batch reader refers to the storages it hands bytes to weakly)
+    __slots__ = ("key", "nbytes", "dtype", "location", "_data", "_loader", "byteorder", "origin", "file_offset", "__weakref__")
 
     def __init__(
         self,
