@@ -1107,3 +1107,33 @@ def test_a_dropped_eager_load_is_freed_without_a_gc_pass(ahead, read, tmp_path, 
         if was:
             gc.enable()
     assert left == []
+
+
+@pytest.mark.parametrize("ahead", [True, False])
+def test_a_tensor_kept_from_an_eager_load_keeps_only_its_own_run(ahead, tmp_path, monkeypatch):
+    """One tensor kept from an eager load keeps its storage and the run of records read
+    with it (at most BatchReader.CHUNK bytes), not every storage of the load: the batch
+    reader held them all while any storage's loader held the reader."""
+    import gc
+
+    import torchless.formats.pt.read as ptread
+    from torchless.container.zip import BatchReader
+
+    monkeypatch.setattr(ptread, "READ_AHEAD", ahead)
+    monkeypatch.setattr(BatchReader, "CHUNK", 16 << 10)  # many runs of a few records
+    p = tmp_path / "m.pt"
+    p.write_bytes(_saved({f"t{i}": torch.full((500,), float(i)) for i in range(80)}))
+    was = gc.isenabled()
+    gc.disable()  # freed by reference counts alone, or not at all
+    try:
+        sd = torchless.load(str(p), mmap=False)
+        assert all(float(sd[k].numpy()[0]) == float(k[1:]) for k in sd)
+        ids = {id(sd[k].storage): k for k in sd}
+        kept = sd["t40"]
+        del sd
+        alive = sorted(ids[id(o)] for o in gc.get_objects() if type(o) is Storage and id(o) in ids)
+        assert alive == ["t40"]
+        assert kept.numpy().tolist() == [40.0] * 500
+    finally:
+        if was:
+            gc.enable()
