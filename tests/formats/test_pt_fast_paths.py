@@ -362,6 +362,31 @@ def test_central_directory_runs_read_as_entry_by_entry(monkeypatch):
     assert 20 < errors < 290  # both outcomes were exercised
 
 
+@pytest.mark.parametrize("last", [0x00, 0x41, 0xC3])
+def test_directory_runs_with_names_ending_in_a_zero_byte_or_upper_case(last, monkeypatch):
+    """The rows of a run cut in one NumPy call (fixed-width bytes, which drop trailing
+    zero bytes) and the lowercased names taken as the raw ones when nothing changes: a
+    name in mid-run ending in a zero byte, an upper-case letter or a non-ASCII byte gives
+    the entries, names and case-insensitive index the entry-by-entry loop gives."""
+    data = bytearray(_saved({f"w{i}": torch.ones(2) for i in range(120)}))
+    zr = ZipReader(bytes(data))
+    e = zr.entries[60]  # a data record in mid-run (same name length as its neighbours)
+    name_at = e.central_offset + 46
+    data[name_at + len(e.raw_name) - 1] = last  # its name's last byte, in the directory only
+    fast = _directory_outcome(bytes(data), True, monkeypatch)
+    assert fast == _directory_outcome(bytes(data), False, monkeypatch)
+    assert fast[0] == "ok" and fast[2][60].raw_name.endswith(bytes([last]))
+    both = []
+    for flag in (True, False):
+        import torchless.container.zip as zipmod
+
+        monkeypatch.setattr(zipmod, "FAST_DIRECTORY", flag)
+        z = ZipReader(bytes(data))
+        both.append((z._lowered_names(), sorted((k, v.index) for k, v in z._by_lower.items())))
+    assert both[0] == both[1]
+    assert bytes(data[name_at : name_at + len(e.raw_name)]).lower() in both[0][0]
+
+
 def _archive_outcome(data: bytes, fast: bool, monkeypatch):
     """What the reader and the checkpoint checks make of an archive: the record names,
     the data index, the case-insensitive index, and ``_check_all_records``'s verdict

@@ -89,7 +89,21 @@ _INFLATE_STEP = 1 << 16
 _HEADER_OFFSET = operator.attrgetter("header_offset")
 _SIZE = operator.attrgetter("size")
 _METHOD = operator.attrgetter("method")
+_RAW_NAME = operator.attrgetter("raw_name")
 _weak = weakref.ref
+
+
+def _rows_of(blob: bytes, n: int) -> list[bytes]:
+    """``blob`` cut into rows of ``n`` bytes (``[blob[j : j + n] for j in ...]``), in one
+    NumPy call when no row ends in a zero byte (NumPy's fixed-width bytes drop trailing
+    zeros: those rows are sliced one by one)."""
+    import numpy as np
+
+    rows = np.frombuffer(blob, np.uint8).reshape(-1, n)
+    if len(rows) and rows[:, -1].all():
+        out: list[bytes] = np.frombuffer(blob, f"S{n}").tolist()
+        return out
+    return [blob[j : j + n] for j in range(0, len(blob), n)]
 
 
 def is_zip(head: bytes) -> bool:
@@ -214,7 +228,10 @@ class ZipReader:
                 out += [e.raw_name.lower() for e in self.entries[a:b]]
             elif run.nlen:
                 low, n = run.blob.lower(), run.nlen
-                out += [low[j : j + n] for j in range(0, len(low), n)]
+                if low == run.blob:  # (torch's names: lowercase already) the raw names themselves
+                    out += map(_RAW_NAME, self.entries[a:b])
+                else:
+                    out += _rows_of(low, n)
             else:
                 out += [b""] * run.count
         return out
@@ -847,7 +864,7 @@ def _directory_run(
         csize, usize, hoff = csize[:cnt], usize[:cnt], hoff[:cnt]
     names = rows[:, 46:]
     blob = names.tobytes()
-    raws = [blob[j : j + nlen] for j in range(0, cnt * nlen, nlen)] if nlen else [b""] * cnt
+    raws = _rows_of(blob, nlen) if nlen else [b""] * cnt
     text: str | None = None
     if nlen and (names < 0x80).all():
         text = blob.decode("ascii")
@@ -855,7 +872,10 @@ def _directory_run(
     else:
         strs = [r.decode("utf-8", "surrogateescape") for r in raws]
     # ZipEntry(index, name, raw_name, header_offset, compressed_size, size, crc, method,
-    # flags, central_offset, b"", external_attr) per row, without a call per entry
+    # flags, central_offset, b"", external_attr) per row, without a call per entry; stored
+    # records (both sizes the same) share one int object for the two
+    usizes = usize.tolist()
+    csizes = usizes if (csize == usize).all() else csize.tolist()
     run: list[ZipEntry] = []
     new = ZipEntry.__new__
     rows_in = zip(
@@ -863,8 +883,8 @@ def _directory_run(
         strs,
         raws,
         hoff.tolist(),
-        csize.tolist(),
-        usize.tolist(),
+        csizes,
+        usizes,
         rec["crc"].tolist(),
         rec["method"].tolist(),
         rec["flags"].tolist(),
