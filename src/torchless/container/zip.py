@@ -91,6 +91,8 @@ _SIZE = operator.attrgetter("size")
 _METHOD = operator.attrgetter("method")
 _RAW_NAME = operator.attrgetter("raw_name")
 _weak = weakref.ref
+_deref = weakref.ReferenceType.__call__  # (a weak reference's object, or None)
+_NONE_TYPE = {type(None)}
 
 
 def _rows_of(blob: bytes, n: int) -> list[bytes]:
@@ -1867,11 +1869,18 @@ class BatchReader:
             # every record checks out and has its owner (a checkpoint's storages): each
             # gets its slice now (GC paused: thousands of views that all live on)
             with GCPause():
-                for e, d, sz, ref in zip(run, d_arr.tolist(), sizes.tolist(), owners, strict=True):
-                    e._data_offset = start + d
-                    owner = ref()
-                    if owner is not None:
-                        owner.hold(buf[d : d + sz])
+                d_list, s_list = d_arr.tolist(), sizes.tolist()
+                for e, d in zip(run, (d_arr + start).tolist(), strict=True):
+                    e._data_offset = d
+                live = list(map(_deref, owners))
+                kinds = set(map(type, live)) - _NONE_TYPE
+                many = getattr(next(iter(kinds)), "hold_many", None) if len(kinds) == 1 else None
+                if many is not None:  # (one kind of owner, that takes many at once: storages)
+                    many(live, buf, d_list, s_list)
+                else:
+                    for owner, d, sz in zip(live, d_list, s_list, strict=True):
+                        if owner is not None:
+                            owner.hold(buf[d : d + sz])
             consumed.add(id(entry))
             d0 = int(d_arr[0])  # the run starts with the record asked for
             return buf[d0 : d0 + int(sizes[0])]

@@ -134,6 +134,21 @@ class Storage:
             # held every load's bytes until then: repeated loads in one process grew)
             self._loader = None
 
+    @staticmethod
+    def hold_many(owners: Sequence[Storage | None], buf: memoryview, offsets: list[int], sizes: list[int]) -> None:
+        """``owner.hold(buf[off : off + size])`` for each owner that is not None, without a
+        call per storage (an eager load hands out thousands at once). ``buf`` is a flat
+        byte view, so its slices are what :meth:`hold` keeps as they are."""
+        if type(buf) is not memoryview or buf.format != "B" or buf.ndim != 1:
+            for o, off, n in zip(owners, offsets, sizes, strict=True):
+                if o is not None:
+                    o.hold(buf[off : off + n])
+            return
+        for o, off, n in zip(owners, offsets, sizes, strict=True):
+            if o is not None and o._data is None and o.nbytes == n:
+                o._data = buf[off : off + n]
+                o._loader = None  # (see hold)
+
     @property
     def loaded(self) -> bool:
         """True when the bytes are held in memory (given, or copied by the loader);

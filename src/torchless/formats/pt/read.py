@@ -260,7 +260,10 @@ def read_zip_checkpoint(
         # with the declared size: the checks on whole columns, then one loop making the
         # storages; None (nothing done) when any row is not, for the row-by-row loop
         distinct = set(keys)
-        if len(distinct) != len(keys) or not loaded.keys().isdisjoint(distinct) or not storages.keys().isdisjoint(distinct):
+        # (every str key of ``loaded`` is a key of ``storages``: each place that caches a
+        # storage under a key lists it under that key too, so keys new to ``storages``
+        # are new to ``loaded``; the keys here are str, sliced from the pickle)
+        if len(distinct) != len(keys) or not storages.keys().isdisjoint(distinct):
             return None
         used = set(combo)
         if any(kinds[c] is None for c in used) or min(numels) < 0:
