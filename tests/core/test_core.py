@@ -174,3 +174,31 @@ def test_sparse_to_dense_validates_indices():
     )
     with pytest.raises(FormatError):
         csr.to_dense()
+
+
+@pytest.mark.parametrize("flat", [True, False])
+def test_hold_many_keeps_what_hold_keeps(flat):
+    """Storage.hold_many (the eager batch reader's one call for a run) leaves every
+    storage as one hold() per storage would: None owners skipped, a storage holding
+    bytes already or of another size left alone, a held one without its loader; a
+    buffer that is not a flat byte view goes through hold() itself."""
+    f32 = dtypes.by_name("float32")
+
+    def make():
+        out = [Storage(str(i), 8, f32, loader=lambda: b"\x00" * 8) for i in range(6)]
+        out[2] = Storage("2", 8, f32, data=b"\x07" * 8)  # holds bytes already
+        out[3] = Storage("3", 4, f32, loader=lambda: b"\x00" * 4)  # another size than its slice
+        return out
+
+    raw = np.arange(48, dtype=np.uint8)
+    buf = memoryview(raw) if flat else bytearray(raw.tobytes())
+    offs, sizes = [0, 8, 16, 24, 32, 40], [8] * 6
+    a, b = make(), make()
+    Storage.hold_many([*a[:5], None], buf, offs, sizes)
+    for o, off, n in zip([*b[:5], None], offs, sizes):
+        if o is not None:
+            o.hold(buf[off : off + n])
+    assert [x.loaded for x in a] == [True, True, True, False, True, False]
+    for x, y in zip(a, b):
+        assert (x.loaded, x._loader is None) == (y.loaded, y._loader is None)
+        assert bytes(x.bytes()) == bytes(y.bytes())
