@@ -195,10 +195,10 @@ def test_hold_many_keeps_what_hold_keeps(flat):
     offs, sizes = [0, 8, 16, 24, 32, 40], [8] * 6
     a, b = make(), make()
     Storage.hold_many([*a[:5], None], buf, offs, sizes)
-    for o, off, n in zip([*b[:5], None], offs, sizes):
+    for o, off, n in zip([*b[:5], None], offs, sizes, strict=True):
         if o is not None:
             o.hold(buf[off : off + n])
     assert [x.loaded for x in a] == [True, True, True, False, True, False]
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         assert (x.loaded, x._loader is None) == (y.loaded, y._loader is None)
         assert bytes(x.bytes()) == bytes(y.bytes())
