@@ -144,8 +144,9 @@ class Storage:
                 if o is not None:
                     o.hold(buf[off : off + n])
             return
+        end = len(buf)
         for o, off, n in zip(owners, offsets, sizes, strict=True):
-            if o is not None and o._data is None and o.nbytes == n:
+            if o is not None and o._data is None and o.nbytes == n and 0 <= off <= end - n:  # (a whole slice)
                 o._data = buf[off : off + n]
                 o._loader = None  # (see hold)
 
