@@ -1681,6 +1681,8 @@ class BatchReader:
         self._ahead_starts: list[int] = []
         self._ahead_last: list[int] = []
         self._ahead_pid = 0  # the process that started the read-ahead
+        # the records read ahead with their header offsets and ends (arrays), or None
+        self._ahead_cols: tuple[list[ZipEntry], Any, Any] | None = None
 
     def add(self, entry: ZipEntry) -> None:
         if entry.method == 0 and entry.size <= self.SMALL:
@@ -1763,6 +1765,7 @@ class BatchReader:
             i = j
         futs = self.zr.source.read_ahead(spans)
         if futs is not None:
+            self._ahead_cols = (todo, hoff, ends)  # (for _sort, when these are the records added)
             self._ahead_starts = [s for s, _ in spans]
             self._ahead_last = lasts
             self._ahead = [(s, s + m, f) for (s, m), f in zip(spans, futs, strict=True)]
@@ -1794,6 +1797,17 @@ class BatchReader:
         import numpy as np
 
         entries, owners = self._entries, self._owners
+        cols = self._ahead_cols
+        if cols is not None and len(cols[0]) == len(entries) and all(map(operator.is_, cols[0], entries)):
+            # the records read ahead, in the same order: in file order (read_ahead takes
+            # no other), their offsets and ends found already
+            self._sorted, self._sorted_owners = list(entries), list(owners)
+            hoff, ends = cols[1], cols[2]
+            gap = np.zeros(len(entries), dtype=np.int64)
+            gap[1:] = hoff[1:] - ends[:-1]
+            self._joins = (gap >= 0) & (gap <= self.GAP)
+            self._hoff, self._ends = hoff, ends
+            return
         offs = list(map(_HEADER_OFFSET, entries))
         if all(map(operator.le, offs, offs[1:])):  # torch writes its records in order
             self._sorted, self._sorted_owners = list(entries), list(owners)

@@ -271,11 +271,41 @@ class Tensor:
         "requires_grad",
         "is_parameter",
         "device",
-        "metadata",
+        "_metadata",
         "quantizer",
-        "attrs",
+        "_attrs",
         "subclass",
     )
+
+    # ``metadata`` and ``attrs`` are made when first asked for: almost every tensor of a
+    # checkpoint has neither, and two empty dicts per tensor were an eighth of the memory
+    # an eager load of many small tensors allocates (its page faults included)
+    _metadata: dict[str, Any] | None
+    _attrs: dict[str, Any] | None
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        d = self._metadata
+        if d is None:
+            d = {}
+            self._metadata = d
+        return d
+
+    @metadata.setter
+    def metadata(self, value: dict[str, Any]) -> None:
+        self._metadata = value
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        d = self._attrs
+        if d is None:
+            d = {}
+            self._attrs = d
+        return d
+
+    @attrs.setter
+    def attrs(self, value: dict[str, Any]) -> None:
+        self._attrs = value
 
     def __init__(
         self,
@@ -299,9 +329,9 @@ class Tensor:
         self.requires_grad = bool(requires_grad)
         self.is_parameter = bool(is_parameter)
         self.device = device if device is not None else (storage.location if storage is not None else "meta")
-        self.metadata = dict(metadata or {})
+        self._metadata = dict(metadata) if metadata else None
         self.quantizer = quantizer
-        self.attrs: dict[str, Any] = {}
+        self._attrs = None
         self.subclass: str | None = None
         if len(self._stride) != len(self.shape):
             raise FormatError(
@@ -337,9 +367,9 @@ class Tensor:
         self.requires_grad = requires_grad
         self.is_parameter = False
         self.device = storage.location if storage is not None else "meta"
-        self.metadata = metadata if metadata is not None else {}
+        self._metadata = metadata  # (the caller's dict, or made when asked for)
         self.quantizer = None
-        self.attrs = {}
+        self._attrs = None
         self.subclass = None
         return self
 
@@ -367,9 +397,9 @@ class Tensor:
             self.requires_grad = rg
             self.is_parameter = False
             self.device = st.location
-            self.metadata = {}
+            self._metadata = None
             self.quantizer = None
-            self.attrs = {}
+            self._attrs = None
             self.subclass = None
             out.append(self)
         return out
