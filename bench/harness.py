@@ -10,11 +10,11 @@ Rounds interleave the cases (case A, case B, case A, case B ...), so every ratio
 figures taken under the same machine load; the reported figure is the median over rounds,
 and each ratio is the median of the per-round ratios. Every other round runs the cases in
 the reverse order (A B, B A, A B ...): on this VM a page the kernel frees is handed back to
-the host after about two seconds (free page reporting), and touching it again costs a
-host fault, so a case that runs right after one that freed as much memory as it needs
-gets pages that are still backed and runs up to 3x faster (a raw write of 2.2 GB: 0.73 s
-after the torchless save freed its pages, 2.1 s after a small case). In a fixed order the
-second case of every pair had that advantage in every round. Inputs are read into the page cache
+the host (free page reporting), and touching it again costs a host fault, so a case that
+runs right after one that freed as much memory as it needs may get pages that are still
+backed and run several times faster (a raw write of 2.2 GB: 0.71 s or 1.7-3.9 s). In a
+fixed order that chance was not the same for the two cases of a pair (bench/RESULTS.md,
+eighth pass); alternating takes the order out of the comparison. Inputs are read into the page cache
 right before each timed run (the page cache of a shared VM empties after a minute idle).
 
 Usage from a benchmark::
