@@ -509,7 +509,8 @@ class OnnxModel:
             raise FormatError("sparse values of a packed sub-byte type", path=self.path, member=name, found=otype.name)
         numel = numel_of(dims)
         nbytes = otype.nbytes(numel)
-        dense = lambda: _densify(values.tensor, indices.tensor, dims, nbytes, name=name, path=self.path)  # noqa: E731
+        path = self.path  # (the loaders hold what they read from, not the model: no cycle through it)
+        dense = lambda: _densify(values.tensor, indices.tensor, dims, nbytes, name=name, path=path)  # noqa: E731
         name = self._unique(name)
         dtype = otype.dtype
         if dtype is None:  # _add lists value types without a dtype apart (returned above)
@@ -537,11 +538,13 @@ class OnnxModel:
         ext = None
         if tp.data_location == EXTERNAL:
             ext = self.external.ref(tp, name, nbytes)
-            loader: Any = lambda r=ext: self.external.view(r)  # noqa: E731
+            # (the loaders hold what they read from, not the model: a storage that held the
+            # model made every dropped model a reference cycle, freed only by a full GC pass)
+            loader: Any = lambda r=ext, x=self.external: x.view(r)  # noqa: E731
             how = "external"
         elif tp.HasField("raw_data"):
             if span is not None and span[1] == nbytes:  # a view of the model file's map
-                loader = lambda sp=span: self.source.view(sp[0], sp[1], what="raw_data")  # noqa: E731
+                loader = lambda sp=span, src=self.source: src.view(sp[0], sp[1], what="raw_data")  # noqa: E731
                 file_offset: int | None = span[0]
             else:  # the parser's copy (sizes are then checked on first use)
                 loader = lambda t=tp: t.raw_data  # noqa: E731
