@@ -330,3 +330,24 @@ def build_legacy_tar(path) -> None:
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tf.addfile(info, io.BytesIO(bytes(data)))
+
+
+def left_for_the_collector(fn: Any, cls: type) -> list[Any]:
+    """The ``cls`` objects that only a GC pass would free after ``fn()`` ran with the
+    collector off: what ``fn`` made and dropped inside reference cycles (``fn`` drops its
+    own references before it returns)."""
+    import gc
+
+    gc.collect()
+    was = gc.isenabled()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        fn()
+        gc.collect()
+        return [o for o in gc.garbage if isinstance(o, cls)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        if was:
+            gc.enable()

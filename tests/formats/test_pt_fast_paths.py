@@ -1105,33 +1105,23 @@ def test_a_dropped_eager_load_is_freed_without_a_gc_pass(ahead, read, tmp_path, 
     20,000 tensors: 0.8 GB and 4x the time of one). A storage that holds its bytes drops
     its loader, and the reader refers to the storages weakly: nothing of a dropped load
     is left for the collector, whether its tensors were read or not."""
-    import gc
+    from tl_testutil import left_for_the_collector
 
     import torchless.formats.pt.read as ptread
 
     monkeypatch.setattr(ptread, "READ_AHEAD", ahead)
     p = tmp_path / "m.pt"
     p.write_bytes(_saved({f"t{i}": torch.full((100 + i,), float(i)) for i in range(60)}))
-    gc.collect()
-    was = gc.isenabled()
-    gc.disable()
-    gc.set_debug(gc.DEBUG_SAVEALL)
-    try:
+
+    def load_and_drop() -> None:
         sd = torchless.load(str(p), mmap=False)
         if read == "all":
             assert [float(sd[f"t{i}"].numpy()[-1]) for i in range(60)] == [float(i) for i in range(60)]
             assert all(sd[k].storage.loaded for k in sd)
         elif read == "one":
             assert float(sd["t7"].numpy()[-1]) == 7.0
-        del sd
-        gc.collect()
-        left = [o for o in gc.garbage if isinstance(o, Storage)]
-    finally:
-        gc.set_debug(0)
-        gc.garbage.clear()
-        if was:
-            gc.enable()
-    assert left == []
+
+    assert left_for_the_collector(load_and_drop, Storage) == []
 
 
 @pytest.mark.parametrize("ahead", [True, False])

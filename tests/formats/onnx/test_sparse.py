@@ -113,9 +113,8 @@ def test_a_dropped_model_is_freed_without_a_gc_pass(tmp_path, kind):
     """The tensors' loaders referred to the model (to read from its source or external
     data), which referred to the tensors: every dropped model was a reference cycle,
     freed only by a full GC pass. The loaders hold what they read from instead."""
-    import gc
-
     from onnx.external_data_helper import convert_model_to_external_data
+    from tl_testutil import left_for_the_collector
 
     from torchless.core.tensor import Storage
 
@@ -138,22 +137,13 @@ def test_a_dropped_model_is_freed_without_a_gc_pass(tmp_path, kind):
             convert_model_to_external_data(m, location="w.bin", size_threshold=0)
         p = tmp_path / "m.onnx"
         onnx.save(m, str(p))
-    gc.collect()
-    was = gc.isenabled()
-    gc.disable()
-    gc.set_debug(gc.DEBUG_SAVEALL)
-    try:
-        art = torchless.open(str(p))
-        got = {n: x.numpy().copy() for n, x in art.tensors()}
-        art.close()
-        del art
-        gc.collect()
-        left = [o for o in gc.garbage if isinstance(o, Storage)]
-    finally:
-        gc.set_debug(0)
-        gc.garbage.clear()
-        if was:
-            gc.enable()
-    assert got and left == []
+    got: dict = {}
+
+    def open_and_drop() -> None:
+        with torchless.open(str(p)) as art:
+            got.update((n, x.numpy().copy()) for n, x in art.tensors())
+
+    assert left_for_the_collector(open_and_drop, Storage) == []
+    assert got
     if kind != "sparse":
         np.testing.assert_array_equal(got["w"], w)
