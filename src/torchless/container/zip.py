@@ -1656,10 +1656,12 @@ class BatchReader:
 
     A record added with an *owner* (an object with a ``hold(view)`` method: a storage)
     hands the owner its slice as soon as its run is read, instead of keeping it for a
-    later :meth:`read` (the owner then has its bytes without asking again). Owners are
-    referred to weakly: their loaders refer to the reader, so a strong reference back
-    would make every storage of a load and the reader one cycle, freed only by a full
-    GC pass (an owner gone before its run is read is skipped).
+    later :meth:`read` (the owner then has its bytes without asking again); an owner
+    class with a ``hold_many(owners, buf, offsets, sizes)`` static method (a storage)
+    takes a whole run's slices in one call. Owners are referred to weakly: their loaders
+    refer to the reader, so a strong reference back would make every storage of a load
+    and the reader one cycle, freed only by a full GC pass (an owner gone before its run
+    is read is skipped).
     """
 
     CHUNK = 32 << 20
@@ -1697,7 +1699,7 @@ class BatchReader:
         small = self.SMALL
         try:
             refs: list[Any] = list(map(_weak, owners))
-        except TypeError:  # (an owner None: no one to hand its bytes to)
+        except TypeError:  # (an owner None, no one to hand its bytes to: weakref.ref refuses it)
             refs = [None if o is None else _weak(o) for o in owners]
         if entries and not any(map(_METHOD, entries)) and max(map(_SIZE, entries)) <= small:
             self._entries += entries
@@ -1797,28 +1799,24 @@ class BatchReader:
         import numpy as np
 
         entries, owners = self._entries, self._owners
-        cols = self._ahead_cols
+        cols, self._ahead_cols = self._ahead_cols, None  # (used once: the entries are kept in _sorted)
         if cols is not None and len(cols[0]) == len(entries) and all(map(operator.is_, cols[0], entries)):
             # the records read ahead, in the same order: in file order (read_ahead takes
             # no other), their offsets and ends found already
             self._sorted, self._sorted_owners = list(entries), list(owners)
             hoff, ends = cols[1], cols[2]
-            gap = np.zeros(len(entries), dtype=np.int64)
-            gap[1:] = hoff[1:] - ends[:-1]
-            self._joins = (gap >= 0) & (gap <= self.GAP)
-            self._hoff, self._ends = hoff, ends
-            return
-        offs = list(map(_HEADER_OFFSET, entries))
-        if all(map(operator.le, offs, offs[1:])):  # torch writes its records in order
-            self._sorted, self._sorted_owners = list(entries), list(owners)
         else:
-            order = sorted(range(len(entries)), key=offs.__getitem__)
-            self._sorted = list(map(entries.__getitem__, order))
-            self._sorted_owners = list(map(owners.__getitem__, order))
-            offs = list(map(offs.__getitem__, order))
-        hoff = np.array(offs, dtype=np.int64)
-        ends = hoff + _LOCAL.size + np.fromiter(map(_SIZE, self._sorted), np.int64, len(offs))
-        gap = np.zeros(len(offs), dtype=np.int64)
+            offs = list(map(_HEADER_OFFSET, entries))
+            if all(map(operator.le, offs, offs[1:])):  # torch writes its records in order
+                self._sorted, self._sorted_owners = list(entries), list(owners)
+            else:
+                order = sorted(range(len(entries)), key=offs.__getitem__)
+                self._sorted = list(map(entries.__getitem__, order))
+                self._sorted_owners = list(map(owners.__getitem__, order))
+                offs = list(map(offs.__getitem__, order))
+            hoff = np.array(offs, dtype=np.int64)
+            ends = hoff + _LOCAL.size + np.fromiter(map(_SIZE, self._sorted), np.int64, len(offs))
+        gap = np.zeros(len(entries), dtype=np.int64)
         gap[1:] = hoff[1:] - ends[:-1]
         # (to the previous record) a record after the one before it, by at most GAP
         self._joins = (gap >= 0) & (gap <= self.GAP)

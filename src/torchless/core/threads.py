@@ -116,13 +116,13 @@ class Helper:
         with self._lock:
             if self._stopped or _shutting_down:
                 raise RuntimeError("cannot hand work to a helper thread after interpreter shutdown")
-            if not self._thread.is_alive() and self._thread.ident is None:
+            if self._thread.ident is None:  # (started on the first job)
                 self._thread.start()
             job = Job(fn, args, self._lock)
             self._queue.put(job)
         return job
 
-    def stop(self, wait: bool = True) -> None:
+    def stop(self) -> None:
         """Finish the jobs handed over, then end the thread (no new work after this)."""
         with self._lock:
             if self._stopped:
@@ -131,7 +131,7 @@ class Helper:
             started = self._thread.ident is not None
             if started:
                 self._queue.put(_STOP)
-        if started and wait and self._thread is not threading.current_thread():
+        if started and self._thread is not threading.current_thread():
             self._thread.join()
 
 
