@@ -8,14 +8,17 @@ honesty about memory.
 
 Rounds interleave the cases (case A, case B, case A, case B ...), so every ratio compares
 figures taken under the same machine load; the reported figure is the median over rounds,
-and each ratio is the median of the per-round ratios. Every other round runs the cases in
-the reverse order (A B, B A, A B ...): on this VM a page the kernel frees is handed back to
-the host (free page reporting), and touching it again costs a host fault, so a case that
-runs right after one that freed as much memory as it needs may get pages that are still
-backed and run several times faster (a raw write of 2.2 GB: 0.71 s or 1.7-3.9 s). In a
-fixed order that chance was not the same for the two cases of a pair (bench/RESULTS.md,
-eighth pass); alternating takes the order out of the comparison. Inputs are read into the page cache
-right before each timed run (the page cache of a shared VM empties after a minute idle).
+and each ratio is the median of the per-round ratios. The order changes over a cycle of
+four rounds (cases declared in pairs A B, C D): A B C D, D C B A, B A D C, C D A B. On
+this VM a page the kernel frees is handed back to the host (free page reporting), and
+touching it again costs a host fault, so a case that runs right after one that freed as
+much memory as it needs may get pages that are still backed and run several times faster
+(a raw write of 2.2 GB: 0.71 s or 1.7-3.9 s), and one that runs after a long stretch of
+small cases gets none (bench/RESULTS.md, eighth and ninth passes). Over the cycle each
+case of a pair comes first after the rest of the round once, right after itself once and
+right after its partner twice, so neither case of a pair is favoured; a run of a multiple
+of four rounds balances exactly. Inputs are read into the page cache right before each
+timed run (the page cache of a shared VM empties after a minute idle).
 
 Usage from a benchmark::
 
@@ -230,7 +233,7 @@ class Harness:
         self.rounds = rounds
         self.warmup = warmup
         self.verbose = verbose
-        self.alternate = alternate  # every other round in the reverse order (module docstring)
+        self.alternate = alternate  # the four-round cycle of orders (module docstring)
         self.cases: dict[str, Case] = {}
         self.ratios: list[Ratio] = []
         self.started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
@@ -249,9 +252,7 @@ class Harness:
 
     def run(self) -> None:
         for r in range(self.warmup + self.rounds):
-            order = list(self.cases.values())
-            if self.alternate and (r - self.warmup) % 2:
-                order.reverse()
+            order = self.order(r - self.warmup)
             for c in order:
                 res = run_child(c)
                 if r >= self.warmup:
@@ -259,6 +260,19 @@ class Harness:
                 if self.verbose:
                     tag = "warm-up" if r < self.warmup else f"round {r - self.warmup + 1}"
                     print(f"  [{tag}] {c.name}: {res['t']:.3f} s, {res['rss'] / 2**20:.0f} MiB", file=sys.stderr, flush=True)
+
+    def order(self, r: int) -> list[Case]:
+        """The cases in round ``r``'s order (0 = the first timed round; warm-up rounds
+        are negative): the four-round cycle of the module docstring."""
+        order = list(self.cases.values())
+        if not self.alternate:
+            return order
+        if (r // 2) % 2:  # rounds 2 and 3 of the cycle: each declared pair swapped
+            for i in range(0, len(order) - 1, 2):
+                order[i], order[i + 1] = order[i + 1], order[i]
+        if r % 2:
+            order.reverse()
+        return order
 
     def median(self, name: str, key: str = "t") -> float:
         return statistics.median(r[key] for r in self.cases[name].results)
