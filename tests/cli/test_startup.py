@@ -209,3 +209,58 @@ def test_probe_of_missing_path_says_pathlibs_spelling(tmp_path):
     with pytest.raises(torchless.NotFoundError) as e:
         Probe.of(f"{tmp_path}//nope.pt")
     assert e.value.path == str(Path(f"{tmp_path}//nope.pt"))
+
+
+#: runs the command line as ``python -m torchless`` does, holding an object that only the
+#: interpreter's teardown frees (its finalizer says so on stderr) and an atexit callback
+_TEARDOWN = """
+import atexit, os, runpy, sys, threading
+class _Noisy:
+    def __del__(self):
+        os.write(2, b"<teardown>")
+_held = _Noisy()
+atexit.register(lambda: os.write(2, b"<atexit>"))
+if os.environ.get("TL_OTHER_THREAD"):
+    threading.Thread(target=threading.Event().wait, daemon=True).start()
+sys.argv[0] = "torchless"
+runpy.run_module("torchless", run_name="__main__")
+"""
+
+
+def _run_cli(*argv: str, other_thread: bool = False) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(Path(torchless.__file__).resolve().parents[1]) + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("TL_OTHER_THREAD", None)
+    if other_thread:
+        env["TL_OTHER_THREAD"] = "1"
+    return subprocess.run(
+        [sys.executable, "-c", _TEARDOWN, *argv], capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=120
+    )
+
+
+def test_read_only_command_ends_without_teardown_and_says_everything(capsys):
+    """``info`` writes nothing: the process ends after the answer without the interpreter's
+    teardown (the held object's finalizer never runs), yet the atexit callbacks run and the
+    output is the whole answer, byte for byte what the command prints in process."""
+    path = str(SAMPLES / "checkpoint.pt")
+    assert cli.main(["info", path]) == 0
+    expected = capsys.readouterr().out
+    r = _run_cli("info", path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout == expected and expected.count("\n") > 10
+    assert "<atexit>" in r.stderr and "<teardown>" not in r.stderr
+    r = _run_cli("info", str(SAMPLES / "no-such-file.pt"))  # an error ends as quickly, with its line and code
+    assert r.returncode == 2 and "no such file" in r.stderr
+    assert "<atexit>" in r.stderr and "<teardown>" not in r.stderr
+
+
+def test_writing_command_and_other_threads_keep_the_ordinary_exit(tmp_path):
+    """A command that writes, or a process with another thread still running, exits as
+    Python does (the teardown's finalizer runs)."""
+    dst = tmp_path / "out.safetensors"
+    r = _run_cli("convert", str(SAMPLES / "checkpoint.pt"), str(dst))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert dst.exists() and "<atexit>" in r.stderr and "<teardown>" in r.stderr
+    r = _run_cli("info", str(SAMPLES / "checkpoint.pt"), other_thread=True)
+    assert r.returncode == 0 and "format: pt" in r.stdout
+    assert "<atexit>" in r.stderr and "<teardown>" in r.stderr

@@ -229,12 +229,18 @@ def cmd_formats(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    def add(name: str, func: Any, help: str) -> argparse.ArgumentParser:
+    def add(name: str, func: Any, help: str, *, writes_nothing: bool = False) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)
-        p.set_defaults(func=func)
+        # writes_nothing: the command only reads and prints (cli.main ends it at once)
+        p.set_defaults(func=func, writes_nothing=writes_nothing)
         return p
 
-    p = add("info", cmd_info, "summarize an artifact: format, writer, tensors, parameters, bytes by dtype, object tree")
+    p = add(
+        "info",
+        cmd_info,
+        "summarize an artifact: format, writer, tensors, parameters, bytes by dtype, object tree",
+        writes_nothing=True,
+    )
     p.add_argument("path")
     p.add_argument("--json", action="store_true", help="machine-readable output (schema: docs/cli.md)")
     p.add_argument("--format", help="skip detection")
@@ -242,11 +248,12 @@ def register(sub: Any) -> None:
         "formats",
         cmd_formats,
         "list the formats torchless knows and what each can do: read, list, verify, write tensors, write objects, edit",
+        writes_nothing=True,
     )
     p.add_argument(
         "--json", action="store_true", help="machine-readable output, with each format's options (schema: docs/cli.md)"
     )
-    p = add("ls", cmd_ls, "list tensors, one a line: name, dtype, shape, size")
+    p = add("ls", cmd_ls, "list tensors, one a line: name, dtype, shape, size", writes_nothing=True)
     p.add_argument("path")
     p.add_argument("--json", action="store_true", help="machine-readable output (schema: docs/cli.md)")
     p.add_argument("--format")
@@ -281,6 +288,7 @@ def register(sub: Any) -> None:
         cmd_diff,
         "compare two artifacts: tensors added, removed, changed (max abs difference), not compared, and every other value "
         "(config, optimizer settings, code, graphs); exit 1 unless identical",
+        writes_nothing=True,
     )
     p.add_argument("a")
     p.add_argument("b")
@@ -298,6 +306,7 @@ def register(sub: Any) -> None:
         "verify",
         cmd_verify,
         "check structure, every checksum the format has (zip CRC-32s, sizes) and tensor bounds; exit 1 on errors",
+        writes_nothing=True,
     )
     p.add_argument("path")
     p.add_argument("--json", action="store_true", help="machine-readable output (schema: docs/cli.md)")
