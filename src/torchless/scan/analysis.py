@@ -54,7 +54,8 @@ class Sym(Rebuilder):
         verdict: Verdict | None = None,
     ) -> None:
         super().__init__(qualname or kind, self._do_call)
-        self.an = an
+        self.an: _Analyser | None = an
+        an.syms.append(self)
         self.kind = kind  # "global" | "result" | "persistent"
         self.qualname = qualname
         self.callee = callee
@@ -65,14 +66,19 @@ class Sym(Rebuilder):
         self.items: list[Any] = []
         self.verdict = verdict
 
+    def _run(self) -> _Analyser:
+        if self.an is None:
+            raise RuntimeError("a symbolic value is called after its stream's analysis ended")
+        return self.an
+
     def _do_call(self, args: tuple[Any, ...]) -> Sym:  # noqa: D102
-        return self.an.on_call(self, args, {})
+        return self._run().on_call(self, args, {})
 
     def new(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Sym:
-        return self.an.on_call(self, args, kwargs)
+        return self._run().on_call(self, args, kwargs)
 
     def __torchless_build__(self, state: Any) -> Sym:
-        self.an.on_build(self, state)
+        self._run().on_build(self, state)
         if self.state is None:
             self.state = state
         elif isinstance(self.state, dict) and isinstance(state, dict):
@@ -80,7 +86,7 @@ class Sym(Rebuilder):
         return self
 
     def __torchless_items__(self, op: str, items: list[Any]) -> None:
-        self.an.on_items(self, op, items)
+        self._run().on_items(self, op, items)
         if op == "setitem":
             self.items.extend((items[i], items[i + 1]) for i in range(0, len(items) - 1, 2))
         else:
@@ -220,6 +226,17 @@ class _Analyser:
         self.op = ""
         self.nested: list[tuple[str, bytes, int]] = []
         self._nested_seen: set[int] = set()
+        self.syms: list[Sym] = []  # every symbolic value made (see detach)
+
+    def detach(self) -> None:
+        """Cut every symbolic value off this analyser once the stream has run: each one
+        refers to it (and to its own bound method), and the analyser to the calls that
+        refer to them, so a finished analysis would otherwise be reference cycles that
+        only a full GC pass frees (a scan of thousands of files would hold them all)."""
+        for s in self.syms:
+            s.an = None
+            s._call = _ended
+        self.syms = []
 
     def trace(self, pos: int, opname: str, _arg: Any) -> None:
         self.recent.append((self.pos, self.op))
@@ -435,7 +452,12 @@ def analyse(
         out.value_norm = an.norm(value)
     if record:
         out.norm_exhausted = an.ids.budget <= 0
+    an.detach()
     return out
+
+
+def _ended(args: tuple[Any, ...]) -> Any:
+    raise RuntimeError("a symbolic value is called after its stream's analysis ended")
 
 
 _JOBLIB_WRAPPER = ".".join(JOBLIB_WRAPPER)
