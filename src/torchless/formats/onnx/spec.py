@@ -280,23 +280,47 @@ def external_locations(buf: Any) -> list[ExternalLocation]:
     ``sparse_tensor``, a sparse tensor's ``values``/``indices``) is one tensor merged from
     its pieces, as protobuf parses it: a ``data_location`` in one piece and a
     ``location`` in another make one external tensor."""
-    out: list[ExternalLocation] = []
+    return _LocationWalk(buf).model()
 
-    def tensor(spans: list[tuple[int, int]]) -> None:
+
+class _LocationWalk:
+    """The walk of :func:`external_locations`. A class, not nested functions: closures
+    that call each other (graph -> node -> graph) are a reference cycle holding ``buf``,
+    a file's mapping kept open until a full GC pass."""
+
+    def __init__(self, buf: Any) -> None:
+        self.buf = buf
+        self.out: list[ExternalLocation] = []
+
+    def model(self) -> list[ExternalLocation]:
+        buf = self.buf
+        for num, wire, ps, pe in fields(buf, 0, len(buf)):
+            if wire != 2:
+                continue
+            if num == MODEL_GRAPH:
+                self.graph(ps, pe, 0)
+            elif num == MODEL_FUNCTIONS:
+                for fnum, fwire, ns, ne in fields(buf, ps, pe):
+                    if fnum == FUNCTION_NODE and fwire == 2:
+                        self.node(ns, ne, 1)
+        return self.out
+
+    def tensor(self, spans: list[tuple[int, int]]) -> None:
         if spans:
-            loc = _tensor_location(buf, spans)
+            loc = _tensor_location(self.buf, spans)
             if loc is not None:
-                out.append(loc)
+                self.out.append(loc)
 
-    def sparse(spans: list[tuple[int, int]]) -> None:
+    def sparse(self, spans: list[tuple[int, int]]) -> None:
         parts: dict[int, list[tuple[int, int]]] = {SPARSE_VALUES: [], SPARSE_INDICES: []}
-        for num, wire, ps, pe in _fields_of(buf, spans):
+        for num, wire, ps, pe in _fields_of(self.buf, spans):
             if num in parts and wire == 2:
                 parts[num].append((ps, pe))
-        tensor(parts[SPARSE_VALUES])
-        tensor(parts[SPARSE_INDICES])
+        self.tensor(parts[SPARSE_VALUES])
+        self.tensor(parts[SPARSE_INDICES])
 
-    def node(s: int, e: int, depth: int) -> None:
+    def node(self, s: int, e: int, depth: int) -> None:
+        buf = self.buf
         for num, wire, as_, ae in fields(buf, s, e):
             if num != NODE_ATTRIBUTE or wire != 2:
                 continue
@@ -308,37 +332,26 @@ def external_locations(buf: Any) -> list[ExternalLocation]:
                 if anum == ATTR_T:
                     single_t.append((ps, pe))
                 elif anum == ATTR_TENSORS:
-                    tensor([(ps, pe)])
+                    self.tensor([(ps, pe)])
                 elif anum == ATTR_SPARSE_TENSOR:
                     single_sparse.append((ps, pe))
                 elif anum == ATTR_SPARSE_TENSORS:
-                    sparse([(ps, pe)])
+                    self.sparse([(ps, pe)])
                 elif anum in (ATTR_G, ATTR_GRAPHS):
-                    graph(ps, pe, depth + 1)
-            tensor(single_t)
+                    self.graph(ps, pe, depth + 1)
+            self.tensor(single_t)
             if single_sparse:
-                sparse(single_sparse)
+                self.sparse(single_sparse)
 
-    def graph(s: int, e: int, depth: int) -> None:
+    def graph(self, s: int, e: int, depth: int) -> None:
         if depth > MAX_GRAPH_DEPTH:
             raise ValueError("subgraphs nested too deep")
-        for num, wire, ps, pe in fields(buf, s, e):
+        for num, wire, ps, pe in fields(self.buf, s, e):
             if wire != 2:
                 continue
             if num == GRAPH_INITIALIZER:
-                tensor([(ps, pe)])
+                self.tensor([(ps, pe)])
             elif num == GRAPH_SPARSE_INITIALIZER:
-                sparse([(ps, pe)])
+                self.sparse([(ps, pe)])
             elif num == GRAPH_NODE:
-                node(ps, pe, depth)
-
-    for num, wire, ps, pe in fields(buf, 0, len(buf)):
-        if wire != 2:
-            continue
-        if num == MODEL_GRAPH:
-            graph(ps, pe, 0)
-        elif num == MODEL_FUNCTIONS:
-            for fnum, fwire, ns, ne in fields(buf, ps, pe):
-                if fnum == FUNCTION_NODE and fwire == 2:
-                    node(ns, ne, 1)
-    return out
+                self.node(ps, pe, depth)
