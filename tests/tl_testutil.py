@@ -335,7 +335,11 @@ def build_legacy_tar(path) -> None:
 def left_for_the_collector(fn: Any, cls: type) -> list[Any]:
     """The ``cls`` objects that only a GC pass would free after ``fn()`` ran with the
     collector off: what ``fn`` made and dropped inside reference cycles (``fn`` drops its
-    own references before it returns)."""
+    own references before it returns).
+
+    Garbage that other threads make meanwhile is counted too (in the suite's process,
+    fsspec's event-loop thread once a remote test has started it): ask for a ``cls``
+    only the code under test makes, or call this in a fresh interpreter."""
     import gc
 
     gc.collect()

@@ -286,7 +286,7 @@ def external_locations(buf: Any) -> list[ExternalLocation]:
 class _LocationWalk:
     """The walk of :func:`external_locations`. A class, not nested functions: closures
     that call each other (graph -> node -> graph) are a reference cycle holding ``buf``,
-    a file's mapping kept open until a full GC pass."""
+    the scanned file's mapping, kept open until the cyclic collector reaches it."""
 
     def __init__(self, buf: Any) -> None:
         self.buf = buf
