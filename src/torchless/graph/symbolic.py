@@ -11,6 +11,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.errors import LimitError
+from .bounded import LIMITS, check_text
+
 __all__ = ["Expr", "parse_srepr", "pretty", "free_symbols"]
 
 
@@ -54,11 +57,19 @@ class _P:
         return t
 
     def value(self, depth: int = 0) -> Any:
-        if depth > 200:
-            raise ValueError("too deep")
+        if depth > LIMITS.depth:
+            raise LimitError("symbolic expression nested too deeply", expected=f"<= {LIMITS.depth} levels")
         kind, text = self.next()
         if kind == "num":
-            return float(text) if any(c in text for c in ".eE") else int(text)
+            if any(c in text for c in ".eE"):
+                return float(text)
+            if len(text) > LIMITS.int_digits:  # int() of a long digit string is quadratic
+                raise LimitError(
+                    "integer in a symbolic expression too long",
+                    expected=f"<= {LIMITS.int_digits} digits",
+                    found=f"{len(text)} digits",
+                )
+            return int(text)
         if kind == "str":
             return text[1:-1]
         if kind != "name":
@@ -90,8 +101,10 @@ def parse_srepr(text: str) -> Any:
 
     Raises:
         ValueError: not srepr.
+        LimitError: longer, deeper or with longer integers than
+            :data:`~torchless.graph.bounded.LIMITS` allows (a ValueError too).
     """
-    p = _P(text)
+    p = _P(check_text(text, "symbolic expression"))
     v = p.value()
     if p.peek() is not None:
         raise ValueError("trailing text")

@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from ..core.errors import UsageError
+from ..core.errors import LimitError, UsageError, short_repr
+from ..graph import bounded
 from ..graph.ir import SymValue, TensorValue
 from ..graph.symbolic import Expr, parse_srepr, pretty
 
@@ -34,53 +35,53 @@ class Unbound(KeyError):
     """A symbol of an expression has no value yet."""
 
 
-def _prod(xs: list[Any]) -> Any:
-    out: Any = 1
-    for x in xs:
-        out = out * x
-    return out
-
-
-_FUNCS: dict[str, Any] = {
-    "Add": lambda *a: sum(a),
-    "Mul": lambda *a: _prod(list(a)),
-    "Pow": lambda a, b: a**b,
-    "FloorDiv": lambda a, b: a // b,
-    "CleanDiv": lambda a, b: a // b,
-    "IntTrueDiv": lambda a, b: a / b,
-    "FloatTrueDiv": lambda a, b: a / b,
-    "Mod": lambda a, b: a % b,
-    "PythonMod": lambda a, b: a % b,
-    "CeilToInt": math.ceil,
-    "FloorToInt": math.floor,
-    "TruncToInt": math.trunc,
-    "RoundToInt": round,
-    "ceiling": math.ceil,
-    "floor": math.floor,
-    "Max": max,
-    "Min": min,
-    "Abs": abs,
-    "Eq": lambda a, b: a == b,
-    "Equality": lambda a, b: a == b,
-    "Ne": lambda a, b: a != b,
-    "Unequality": lambda a, b: a != b,
-    "StrictLessThan": lambda a, b: a < b,
-    "LessThan": lambda a, b: a <= b,
-    "StrictGreaterThan": lambda a, b: a > b,
-    "GreaterThan": lambda a, b: a >= b,
-    "And": lambda *a: all(a),
-    "Or": lambda *a: any(a),
-    "Not": lambda a: not a,
+#: srepr function -> the bounded operation (:mod:`torchless.graph.bounded`) computing it
+_SREPR_CALLS: dict[str, str] = {
+    "Add": "add",
+    "Mul": "mul",
+    "Pow": "pow",
+    "FloorDiv": "floordiv",
+    "CleanDiv": "floordiv",
+    "IntTrueDiv": "truediv",
+    "FloatTrueDiv": "truediv",
+    "Mod": "mod",
+    "PythonMod": "mod",
+    "CeilToInt": "ceil",
+    "FloorToInt": "floor",
+    "TruncToInt": "trunc",
+    "RoundToInt": "round",
+    "ceiling": "ceil",
+    "floor": "floor",
+    "Max": "max",
+    "Min": "min",
+    "Abs": "abs",
+}
+#: srepr relation -> Python comparison operator
+_SREPR_RELATIONS: dict[str, str] = {
+    "Eq": "==",
+    "Equality": "==",
+    "Ne": "!=",
+    "Unequality": "!=",
+    "StrictLessThan": "<",
+    "LessThan": "<=",
+    "StrictGreaterThan": ">",
+    "GreaterThan": ">=",
 }
 
 
-def evaluate(expr: Any, env: dict[str, Any]) -> Any:
-    """The value of a parsed srepr expression (:class:`~torchless.graph.symbolic.Expr`).
+def evaluate(expr: Any, env: dict[str, Any], meter: bounded.Meter | None = None, depth: int = 0) -> Any:
+    """The value of a parsed srepr expression (:class:`~torchless.graph.symbolic.Expr`),
+    every operation's cost checked first (:mod:`torchless.graph.bounded`).
 
     Raises:
         Unbound: a symbol has no value in ``env``.
+        LimitError: an operation, the node count or the depth is over a cap of
+            :data:`~torchless.graph.bounded.LIMITS`.
         ValueError: a function torchless does not evaluate.
     """
+    if meter is None:
+        meter = bounded.Meter()
+    meter.visit(depth)
     if not isinstance(expr, Expr):
         return expr
     f = expr.func
@@ -90,17 +91,26 @@ def evaluate(expr: Any, env: dict[str, Any]) -> Any:
             raise Unbound(name)
         return env[name]
     if f in ("Integer", "Float"):
-        return expr.args[0]
-    if f == "Rational":
-        return expr.args[0] / expr.args[1]
+        return bounded.check(expr.args[0])
     if f in ("BooleanTrue", "true"):
         return True
     if f in ("BooleanFalse", "false"):
         return False
-    fn = _FUNCS.get(f)
-    if fn is None:
-        raise ValueError(f"cannot evaluate {f}")
-    return fn(*(evaluate(a, env) for a in expr.args))
+    d = depth + 1
+    if f == "Rational" and len(expr.args) == 2:
+        return bounded.binary("/", evaluate(expr.args[0], env, meter, d), evaluate(expr.args[1], env, meter, d))
+    if f in _SREPR_CALLS:
+        return bounded.call(_SREPR_CALLS[f], *(evaluate(a, env, meter, d) for a in expr.args))
+    if f in _SREPR_RELATIONS and len(expr.args) == 2:
+        a, b = (evaluate(x, env, meter, d) for x in expr.args)
+        return bounded.binary(_SREPR_RELATIONS[f], a, b)
+    if f == "And":
+        return all([evaluate(a, env, meter, d) for a in expr.args])
+    if f == "Or":
+        return any([evaluate(a, env, meter, d) for a in expr.args])
+    if f == "Not" and len(expr.args) == 1:
+        return not evaluate(expr.args[0], env, meter, d)
+    raise ValueError(f"cannot evaluate {f}")
 
 
 def _symbols(expr: Any, out: set[str]) -> set[str]:
@@ -194,6 +204,9 @@ def check_inputs(slots: list[InputSlot], range_constraints: dict[str, tuple[Any,
     for dm in dims:
         try:
             want = evaluate(dm.expr, env)
+        except LimitError as e:
+            e.message = f"input {dm.where} has the size {short_repr(dm.text)}: {e.message}"
+            raise
         except (Unbound, ValueError, ZeroDivisionError, TypeError):
             continue
         if want != dm.actual:
@@ -218,6 +231,9 @@ def _check_range(name: str, value: int, where: str, range_constraints: dict[str,
 def _dim(where: str, size: SymValue, actual: int) -> _Dim:
     try:
         expr = parse_srepr(size.expr)
+    except LimitError as e:
+        e.message = f"input {where}: {e.message}"
+        raise
     except (ValueError, RecursionError, IndexError):
         expr = None
     if not isinstance(expr, Expr):  # schema 7.x (torch 2.5) stores the printed form: ``s0``, ``2*s0 + 1``
@@ -321,77 +337,64 @@ class _TensorView:
         return int(self.a.size)
 
 
-def _floordiv(a: Any, b: Any) -> Any:
-    return a // b
-
-
-_GUARD_FUNCS: dict[str, Any] = {
-    "max": max,
-    "min": min,
-    "abs": abs,
-    "int": int,
-    "float": float,
-    "bool": bool,
-    "round": round,
-    "Max": max,
-    "Min": min,
-    "Abs": abs,
-    "FloorDiv": _floordiv,
-    "CleanDiv": _floordiv,
-    "Mod": lambda a, b: a % b,
-    "PythonMod": lambda a, b: a % b,
-    "IntTrueDiv": lambda a, b: a / b,
-    "FloatTrueDiv": lambda a, b: a / b,
-    "TruncToInt": math.trunc,
-    "FloorToInt": math.floor,
-    "CeilToInt": math.ceil,
-    "RoundToInt": round,
-    "ToFloat": float,
-    "floor": math.floor,
-    "ceiling": math.ceil,
-    "Eq": lambda a, b: a == b,
-    "Ne": lambda a, b: a != b,
+#: guard function -> the bounded function (:data:`torchless.graph.bounded.FUNCTIONS`)
+_GUARD_FUNCS: dict[str, str] = {
+    "max": "max",
+    "min": "min",
+    "abs": "abs",
+    "int": "int",
+    "float": "float",
+    "bool": "bool",
+    "round": "round",
+    "Max": "max",
+    "Min": "min",
+    "Abs": "abs",
+    "FloorDiv": "floordiv",
+    "CleanDiv": "floordiv",
+    "Mod": "mod",
+    "PythonMod": "mod",
+    "IntTrueDiv": "truediv",
+    "FloatTrueDiv": "truediv",
+    "TruncToInt": "trunc",
+    "FloorToInt": "floor",
+    "CeilToInt": "ceil",
+    "RoundToInt": "round",
+    "ToFloat": "float",
+    "floor": "floor",
+    "ceiling": "ceil",
 }
+_GUARD_RELATIONS = {"Eq": "==", "Ne": "!="}
 _MATH_FUNCS = {"floor", "ceil", "trunc", "sqrt", "log", "log2", "exp", "fabs", "isnan", "isinf"}
 _TENSOR_METHODS = {"size", "stride", "storage_offset", "dim", "numel"}
-_BINOPS: dict[type, Any] = {
-    ast.Add: lambda a, b: a + b,
-    ast.Sub: lambda a, b: a - b,
-    ast.Mult: lambda a, b: a * b,
-    ast.Div: lambda a, b: a / b,
-    ast.FloorDiv: lambda a, b: a // b,
-    ast.Mod: lambda a, b: a % b,
-    ast.BitAnd: lambda a, b: a & b,
-    ast.BitOr: lambda a, b: a | b,
+_BINOPS: dict[type, str] = {
+    ast.Add: "+",
+    ast.Sub: "-",
+    ast.Mult: "*",
+    ast.Div: "/",
+    ast.FloorDiv: "//",
+    ast.Mod: "%",
+    ast.Pow: "**",
+    ast.LShift: "<<",
+    ast.RShift: ">>",
+    ast.BitAnd: "&",
+    ast.BitOr: "|",
+    ast.BitXor: "^",
 }
-_CMPOPS: dict[type, Any] = {
-    ast.Eq: lambda a, b: a == b,
-    ast.NotEq: lambda a, b: a != b,
-    ast.Lt: lambda a, b: a < b,
-    ast.LtE: lambda a, b: a <= b,
-    ast.Gt: lambda a, b: a > b,
-    ast.GtE: lambda a, b: a >= b,
-}
+_CMPOPS: dict[type, str] = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
+_UNARYOPS: dict[type, str] = {ast.Not: "not", ast.USub: "-", ast.UAdd: "+", ast.Invert: "~"}
 
 
-def _small(v: Any) -> Any:
-    if isinstance(v, int) and abs(v) > 1 << 4096:
-        raise _Unknown("value too large")
-    return v
-
-
-def _ev(node: ast.AST, env: dict[str, Any], depth: int = 0) -> Any:
-    if depth > 100:
-        raise _Unknown("too deep")
+def _ev(node: ast.AST, env: dict[str, Any], meter: bounded.Meter, depth: int = 0) -> Any:
+    meter.visit(depth)
     d = depth + 1
     if isinstance(node, ast.Expression):
-        return _ev(node.body, env, d)
+        return _ev(node.body, env, meter, d)
     if (
         isinstance(node, ast.Constant)
         and isinstance(node.value, (int, float, bool, str))
         or (isinstance(node, ast.Constant) and node.value is None)
     ):
-        return node.value
+        return bounded.check(node.value)
     if isinstance(node, ast.Name):
         if node.id == "L":
             return env
@@ -399,8 +402,8 @@ def _ev(node: ast.AST, env: dict[str, Any], depth: int = 0) -> Any:
             return math.inf
         raise _Unknown(node.id)
     if isinstance(node, ast.Subscript):
-        base = _ev(node.value, env, d)
-        key = _ev(node.slice, env, d)
+        base = _ev(node.value, env, meter, d)
+        key = _ev(node.slice, env, meter, d)
         if isinstance(base, _TensorView) or not isinstance(base, (dict, list, tuple)):
             raise _Unknown("subscript")
         try:
@@ -408,53 +411,42 @@ def _ev(node: ast.AST, env: dict[str, Any], depth: int = 0) -> Any:
         except (KeyError, IndexError, TypeError) as e:
             raise _Unknown("no such input") from e
     if isinstance(node, ast.BinOp):
-        a, b = _ev(node.left, env, d), _ev(node.right, env, d)
-        if isinstance(node.op, ast.Pow):
-            if not isinstance(b, (int, float)) or abs(b) > 64:
-                raise _Unknown("power")
-            return _small(a**b)
-        if isinstance(node.op, (ast.LShift, ast.RShift)):
-            if not isinstance(b, int) or not 0 <= b <= 64:
-                raise _Unknown("shift")
-            return a << b if isinstance(node.op, ast.LShift) else a >> b
-        fn = _BINOPS.get(type(node.op))
-        if fn is None:
+        op = _BINOPS.get(type(node.op))
+        if op is None:
             raise _Unknown(type(node.op).__name__)
-        return _small(fn(a, b))
+        return bounded.binary(op, _ev(node.left, env, meter, d), _ev(node.right, env, meter, d))
     if isinstance(node, ast.UnaryOp):
-        v = _ev(node.operand, env, d)
-        if isinstance(node.op, ast.Not):
-            return not v
-        if isinstance(node.op, ast.USub):
-            return -v
-        if isinstance(node.op, ast.UAdd):
-            return +v
-        raise _Unknown("unary")
+        op = _UNARYOPS.get(type(node.op))
+        if op is None:
+            raise _Unknown("unary")
+        return bounded.unary(op, _ev(node.operand, env, meter, d))
     if isinstance(node, ast.BoolOp):
-        vals = (_ev(v, env, d) for v in node.values)
+        vals = (_ev(v, env, meter, d) for v in node.values)
         return all(vals) if isinstance(node.op, ast.And) else any(vals)
     if isinstance(node, ast.Compare):
-        left = _ev(node.left, env, d)
-        for op, right_node in zip(node.ops, node.comparators, strict=True):
-            right = _ev(right_node, env, d)
-            fn = _CMPOPS.get(type(op))
-            if fn is None:
+        left = _ev(node.left, env, meter, d)
+        for op_node, right_node in zip(node.ops, node.comparators, strict=True):
+            right = _ev(right_node, env, meter, d)
+            op = _CMPOPS.get(type(op_node))
+            if op is None:
                 raise _Unknown("comparison")
-            if not fn(left, right):
+            if not bounded.binary(op, left, right):
                 return False
             left = right
         return True
     if isinstance(node, ast.Tuple):
-        return tuple(_ev(e, env, d) for e in node.elts)
+        return bounded.check(tuple(_ev(e, env, meter, d) for e in node.elts))
     if isinstance(node, ast.Call) and not node.keywords:
-        args = [_ev(a, env, d) for a in node.args]
+        args = [_ev(a, env, meter, d) for a in node.args]
         f = node.func
         if isinstance(f, ast.Name) and f.id in _GUARD_FUNCS:
-            return _GUARD_FUNCS[f.id](*args)
+            return bounded.call(_GUARD_FUNCS[f.id], *args)
+        if isinstance(f, ast.Name) and f.id in _GUARD_RELATIONS and len(args) == 2:
+            return bounded.binary(_GUARD_RELATIONS[f.id], *args)
         if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "math" and f.attr in _MATH_FUNCS:
-            return getattr(math, f.attr)(*args)
+            return bounded.call(f.attr, *args)
         if isinstance(f, ast.Attribute) and f.attr in _TENSOR_METHODS:
-            obj = _ev(f.value, env, d)
+            obj = _ev(f.value, env, meter, d)
             if isinstance(obj, _TensorView):
                 return getattr(obj, f.attr)(*args)
         raise _Unknown("call")
@@ -479,13 +471,28 @@ def _parse(text: str) -> ast.Expression:
 
 def eval_guard(text: str, env: dict[str, Any]) -> bool | None:
     """The truth of one guard over ``env`` (:func:`guard_env`), or None when the guard
-    uses something torchless does not evaluate."""
-    if len(text) > 10_000:
-        return None
+    uses something torchless does not evaluate (a name, a call, a type error).
+
+    Raises:
+        LimitError: the guard is longer, deeper or larger than
+            :data:`~torchless.graph.bounded.LIMITS` allows, or one of its operations would
+            cost more (checked before the operation runs).
+    """
+    bounded.check_text(text, "guard")
     try:
         tree = _parse(text)
-        return bool(_ev(tree, env))
-    except (_Unknown, SyntaxError, ValueError, TypeError, ZeroDivisionError, OverflowError, RecursionError, MemoryError):
+    except (SyntaxError, ValueError):
+        return None
+    except (RecursionError, MemoryError):
+        raise LimitError(
+            "guard nested too deeply to parse", expected=f"<= {bounded.LIMITS.depth} levels", found=short_repr(text)
+        ) from None
+    try:
+        return bool(_ev(tree, env, bounded.Meter()))
+    except LimitError as e:
+        e.message = f"guard {short_repr(text)}: {e.message}"
+        raise
+    except (_Unknown, ValueError, TypeError, ZeroDivisionError, OverflowError, IndexError, KeyError):
         return None
 
 
@@ -497,6 +504,7 @@ def check_guards_code(guards: list[str], env: dict[str, Any]) -> list[str]:
 
     Raises:
         UsageError: a guard is false (named as torch names it: ``x.size()[0] // 2 != 1``).
+        LimitError: a guard costs more to evaluate than the caps allow (:func:`eval_guard`).
     """
     skipped = []
     for g in guards:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ...core.errors import FormatError, TorchlessError, UnsupportedError, UsageError
+from ...core.errors import FormatError, LimitError, TorchlessError, UnsupportedError, UsageError
 from ...interp.guards import check_guards_code, guard_env
 from ...interp.interpreter import to_array
 from ...interp.program import ProgramRunner
@@ -121,7 +121,14 @@ class ExportedModule:
                 raise UsageError("this program records no in_spec: pass its inputs by position")
             leaves = [_array(v) for v in args]
             names = None
-        outs = self.runner.run(leaves, names, extra_check=self._guards if self.check_guards else None)
+        try:
+            outs = self.runner.run(leaves, names, extra_check=self._guards if self.check_guards else None)
+        except TorchlessError as e:  # named by the file run; and by its program's JSON when an
+            # expression it holds (a size, a guard, SymInt arithmetic) is over a cap
+            arc = getattr(self.program, "_archive", None)
+            member = f"models/{self.program.name}.json" if isinstance(e, LimitError) else None
+            e.with_context(path=getattr(arc, "path", None), member=member)
+            raise
         if self.out_spec is not None:
             if self.out_spec.num_leaves != len(outs):
                 raise FormatError(

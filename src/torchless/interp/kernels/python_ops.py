@@ -11,6 +11,7 @@ import math
 import operator
 from typing import Any
 
+from ...graph import bounded
 from ..registry import kernel
 
 _BINARY = (
@@ -18,6 +19,12 @@ _BINARY = (
     "eq", "ne", "lt", "le", "gt", "ge", "getitem", "matmul", "contains", "is_", "is_not",
 )  # fmt: skip
 _UNARY = ("neg", "pos", "abs", "invert", "not_", "truth", "index")
+#: the operators whose cost grows with their operands' values go through
+#: :func:`torchless.graph.bounded.binary` (the cost is checked before the operation runs)
+_BOUNDED_BINARY = {
+    "add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//", "mod": "%", "pow": "**",
+    "lshift": "<<", "rshift": ">>", "and_": "&", "or_": "|", "xor": "^",
+}  # fmt: skip
 
 
 def _register(name: str, fn: Any) -> None:
@@ -32,6 +39,14 @@ def _make_binary(fn: Any) -> Any:
     return k
 
 
+def _make_bounded(name: str, op: str) -> Any:
+    def k(a: Any, b: Any) -> Any:
+        return bounded.binary(op, a, b)
+
+    k.__name__ = name
+    return k
+
+
 def _make_unary(fn: Any) -> Any:
     def k(a: Any) -> Any:
         return fn(a)
@@ -41,7 +56,8 @@ def _make_unary(fn: Any) -> Any:
 
 
 for _name in _BINARY:
-    _register(_name, _make_binary(getattr(operator, _name)))
+    _op = _BOUNDED_BINARY.get(_name)
+    _register(_name, _make_bounded(_name, _op) if _op else _make_binary(getattr(operator, _name)))
 for _name in _UNARY:
     _register(_name, _make_unary(getattr(operator, _name)))
 
@@ -49,7 +65,7 @@ for _name in _UNARY:
 _MATH_UNARY = (
     "ceil", "floor", "trunc", "sqrt", "exp", "expm1", "log", "log1p", "log2", "log10", "sin", "cos", "tan",
     "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "fabs", "erf", "erfc",
-    "gamma", "lgamma", "isnan", "isinf", "isfinite", "factorial", "radians", "degrees",
+    "gamma", "lgamma", "isnan", "isinf", "isfinite", "radians", "degrees",
 )  # fmt: skip
 _MATH_BINARY = ("pow", "fmod", "atan2", "copysign", "gcd", "hypot", "isclose", "remainder")
 
@@ -57,6 +73,11 @@ for _name in _MATH_UNARY:
     kernel(f"math.{_name}")(_make_unary(getattr(math, _name)))
 for _name in _MATH_BINARY:
     kernel(f"math.{_name}")(_make_binary(getattr(math, _name)))
+
+
+@kernel("math.factorial")
+def math_factorial(a: Any) -> int:
+    return int(bounded.call("factorial", a))
 
 
 @kernel("builtins.max", "max")
@@ -76,12 +97,12 @@ def builtin_abs(a: Any) -> Any:
 
 @kernel("builtins.round")
 def builtin_round(a: Any, ndigits: Any = None) -> Any:
-    return round(a) if ndigits is None else round(a, ndigits)
+    return bounded.call("round", a, ndigits)
 
 
 @kernel("builtins.int")
 def builtin_int(a: Any) -> int:
-    return int(a)
+    return int(bounded.call("int", a))
 
 
 @kernel("builtins.float")

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ...core.errors import UsageError
+from ...graph import bounded
 from ..registry import kernel
 
 
@@ -107,7 +108,7 @@ def sym_ite(b: Any, t: Any, f: Any) -> Any:
 
 @kernel("torch.sym_sum")
 def sym_sum(args: Any) -> Any:
-    return sum(args)
+    return bounded.call("add", *args)
 
 
 # -- checks ------------------------------------------------------------------------------
