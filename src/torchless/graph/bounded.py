@@ -304,6 +304,16 @@ FUNCTIONS: dict[str, Any] = {
     "floordiv": lambda a, b, limits=LIMITS: binary("//", a, b, limits),
     "mod": lambda a, b, limits=LIMITS: binary("%", a, b, limits),
     "pow": lambda a, b, limits=LIMITS: binary("**", a, b, limits),
+    "lshift": lambda a, b, limits=LIMITS: binary("<<", a, b, limits),
+    "rshift": lambda a, b, limits=LIMITS: binary(">>", a, b, limits),
+    "bitand": lambda a, b, limits=LIMITS: binary("&", a, b, limits),
+    "bitor": lambda a, b, limits=LIMITS: binary("|", a, b, limits),
+    "bitxor": lambda a, b, limits=LIMITS: binary("^", a, b, limits),
+    "ceildiv": lambda a, b, limits=LIMITS: unary("-", binary("//", unary("-", a, limits), b, limits), limits),
+    "modindex": lambda a, d, m, limits=LIMITS: binary("%", binary("//", a, d, limits), m, limits),
+    "where": lambda c, a, b, limits=LIMITS: _operand(a if c else b, limits),
+    "identity": _keep(lambda a: a),
+    "truncfloat": _keep(lambda a: float(math.trunc(a))),
 }
 
 
