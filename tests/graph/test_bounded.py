@@ -99,6 +99,16 @@ def test_operands_results_int_text_and_factorial():
     assert bounded.call("max", 3, 9, 4) == 9 and bounded.call("floor", 2.5) == 2
 
 
+def test_srepr_leaves_as_sympy_writes_them():
+    sympy = pytest.importorskip("sympy")
+    s0 = sympy.Symbol("s0", integer=True, positive=True)
+    for expr in (s0 * sympy.Float(0.5), s0 + sympy.Rational(3, 2), 2 * s0 + 1):
+        text = sympy.srepr(expr)  # Float('0.5', precision=53), Rational(3, 2)
+        assert evaluate(parse_srepr(text), {"s0": 6}) == pytest.approx(float(expr.subs(s0, 6))), text
+    with pytest.raises(ValueError, match="cannot evaluate|Integer of"):
+        evaluate(parse_srepr("Mul(Symbol('s0'), Integer('a'))"), {"s0": 3})  # never a str * int
+
+
 def test_meter_counts_nodes_and_depth():
     deep = "Add(" * 300 + "Integer(1)" + ", Integer(1))" * 300
     with pytest.raises(LimitError, match="nested too deeply"):

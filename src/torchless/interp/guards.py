@@ -9,7 +9,9 @@ same on NumPy inputs and also checks dtypes (a NumPy float64 array for a float32
 the usual slip; torch would compute in another dtype or fail inside a kernel).
 
 Expressions are ``sympy.srepr`` text (:mod:`torchless.graph.symbolic` parses them);
-:func:`evaluate` computes one given the symbols' values.
+:func:`evaluate` computes one given the symbols' values. Both evaluators here (srepr sizes
+and ``guards_code``) do every operation through :mod:`torchless.graph.bounded`, which
+checks its cost before it runs (an expression over a cap is a ``LimitError``).
 """
 
 from __future__ import annotations
@@ -109,7 +111,12 @@ def evaluate(expr: Any, env: dict[str, Any], meter: bounded.Meter | None = None,
             raise Unbound(name)
         return env[name]
     if f in ("Integer", "Float"):
-        return bounded.check(expr.args[0])
+        v = expr.args[0] if expr.args else None
+        if f == "Float" and isinstance(v, str):  # sympy writes Float('0.5', precision=53)
+            v = float(bounded.check(v))
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            raise ValueError(f"{f} of {short_repr(v)}")
+        return bounded.check(v)
     if f in ("BooleanTrue", "true"):
         return True
     if f in ("BooleanFalse", "false"):
@@ -299,18 +306,15 @@ def parse_plain(text: Any) -> Expr | None:
 
 def _solve(expr: Any, name: str, env: dict[str, Any], actual: int) -> int | None:
     """``name`` such that ``expr == actual``, for an expression linear in ``name``."""
-    try:
+    try:  # LimitError is a ValueError: an expression over a cap is not solved here
         f0 = evaluate(expr, {**env, name: 0})
         f1 = evaluate(expr, {**env, name: 1})
-    except (Unbound, ValueError, ZeroDivisionError, TypeError):
-        return None
-    slope = f1 - f0
-    if not slope or (actual - f0) % slope:
-        return None
-    sol = int((actual - f0) // slope)
-    try:
+        slope = f1 - f0
+        if not slope or (actual - f0) % slope:
+            return None
+        sol = int((actual - f0) // slope)
         return sol if evaluate(expr, {**env, name: sol}) == actual else None
-    except (ValueError, ZeroDivisionError, TypeError):
+    except (Unbound, ValueError, ZeroDivisionError, TypeError, OverflowError):
         return None
 
 

@@ -2,7 +2,9 @@
 and comparisons on SymInts/SymFloats/SymBools, ``getitem`` on multi-output ops) and
 ``math.*``. Operands are Python scalars (the convention of :mod:`..registry`); the
 results follow Python's rules, which are SymInt's (``//`` floors, ``%`` takes the
-divisor's sign, ``/`` of two ints is a float).
+divisor's sign, ``/`` of two ints is a float). The operands come from the file, so the
+arithmetic operators, ``math.factorial``, ``builtins.round`` and ``builtins.int`` go through
+:mod:`torchless.graph.bounded`: ``10 ** 10**9`` is a ``LimitError`` before it runs.
 """
 
 from __future__ import annotations
