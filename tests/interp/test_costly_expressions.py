@@ -1,8 +1,9 @@
 """The red team's ``.pt2`` files whose expressions cost without bound (issue 30, item 5): a
 guard ``round(1, -1000000000) == 0``, an input size ``Pow(10, 1000000000)`` and a guard
 ``'a' * 3221225472 == 'b'``. Before ``graph/bounded.py``, ``torchless run`` hung on the first
-two (big-integer work in C) and built a 3 GiB string for the third. Each file is a real
-exported program (torch.export) with one field of its ``models/model.json`` edited.
+two (big-integer work in C) and built a 3 GiB string for the third; a fourth file makes the
+graph's own SymInt arithmetic ``n ** 1000000000``. Each file is a real exported program
+(torch.export) with one field of its ``models/model.json`` edited.
 
 The runs happen in a child process whose address space is capped 512 MiB above what it
 maps after its imports, under a timeout: on the old code the test fails instead of hanging.
@@ -60,6 +61,14 @@ def _size(expr: str):
     return change
 
 
+def _node_pow(obj):
+    """The graph's ``n % 3`` (``_operator.mod``) made ``n ** 1000000000``: SymInt arithmetic
+    the interpreter's kernel computes."""
+    (node,) = [n for n in obj["graph_module"]["graph"]["nodes"] if n["target"] == "_operator.mod"]
+    node["target"] = "_operator.pow"
+    node["inputs"][1]["arg"] = {"as_int": 1000000000}
+
+
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("costly")
@@ -77,6 +86,7 @@ def files(tmp_path_factory):
         "round_false": _edit(base, d / "round_false.pt2", _guard("round(1, -1000000000) == 1")),
         "pow": _edit(base, d / "pow.pt2", _size("Pow(Integer(10), Integer(1000000000))")),
         "strmul": _edit(base, d / "strmul.pt2", _guard("'a' * 3221225472 == 'b'")),
+        "node_pow": _edit(base, d / "node_pow.pt2", _node_pow),
     }
 
 
@@ -129,7 +139,7 @@ def _run(files, names: list[str]) -> dict:
 
 
 def test_red_team_files_end_fast_with_an_error_naming_the_file(files):
-    res = _run(files, ["base", "round_true", "round_false", "pow", "strmul"])
+    res = _run(files, ["base", "round_true", "round_false", "pow", "strmul", "node_pow"])
     for name, r in res.items():
         assert r["cli_s"] < 5 and r["api_s"] < 5, (name, r)
     # the program and the true guard run as torch would: round(1, -10**9) is 0, decided at once
@@ -141,6 +151,7 @@ def test_red_team_files_end_fast_with_an_error_naming_the_file(files):
         ("round_false", "the inputs fail a guard the program was exported under: round(1, -1000000000) == 1"),
         ("pow", "input x.shape[1] has the size '10**1000000000': expression too costly to evaluate: power"),
         ("strmul", "guard \"'a' * 3221225472 == 'b'\": expression too costly to evaluate: str * 3221225472"),
+        ("node_pow", "expression too costly to evaluate: power with exponent 1000000000"),
     ):
         r = res[name]
         assert r["rc"] == 2, (name, r)
