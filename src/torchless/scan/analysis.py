@@ -486,8 +486,8 @@ NPY_ITEM_HASOBJECT = 0x01
 #: the ``numpy.dtype.__setstate__`` versions NumPy accepts (``descriptor.c``: 0-4; a higher
 #: one raises before the array is read)
 _DTYPE_STATE_VERSIONS = range(0, 5)
-#: the dtype kinds whose BUILD state NumPy applies (flexible types: elsize and flags are
-#: taken from the state); for the other built-in types NumPy keeps its own size and flags
+#: the flexible dtype kinds: their element size is the state's ``elsize``; the other
+#: built-in types keep their own size whatever the state says
 _FLEXIBLE_KINDS = frozenset("USV")
 
 
@@ -498,21 +498,21 @@ def _concrete_int(v: Any) -> bool:
 def joblib_dtype(dt: Any, builds: list[CallEvent] | None = None, depth: int = 0) -> tuple[bool, int]:
     """``(hasobject, itemsize)`` of the dtype ``joblib.load`` builds from a pickled
     ``numpy.dtype(<str>, align, copy)`` call and its BUILD state, computed as NumPy's
-    ``dtype.__setstate__`` computes them (``descriptor.c``), not from the type string:
+    ``dtype.__setstate__`` computes them (``descriptor.c``; ``copy=True`` makes a new
+    descriptor, so the state applies to every type), not from the type string:
 
-    * a type that holds an object (``'O'``) has one whatever the state says;
-    * for the flexible kinds (``U``, ``S``, ``V``) NumPy takes ``elsize`` and the flags from
-      the state: from version 3 on ``hasobject`` is the flag bit ``NPY_ITEM_HASOBJECT``
-      (a ``'V8'`` with flags ``1`` is an object dtype, whatever its fields say); below
-      version 3 any non-zero flags, or fields / a sub-array holding an object, make it one;
-    * for the other types NumPy ignores the state's flags, fields and sizes.
+    * from state version 3 on ``hasobject`` is the flag bit ``NPY_ITEM_HASOBJECT``, for
+      every type (a ``'V8'``, ``'U2'`` or ``'f8'`` with flags ``1`` is an object dtype,
+      and joblib unpickles its "bytes"); below version 3 any non-zero flags make it one;
+    * the element size is the state's ``elsize`` for the flexible kinds (``U``, ``S``,
+      ``V``), the type's own size for the others.
 
     ``builds``: the stream's BUILD events so far (a dtype rebuilt twice is not modelled).
-    Where the state is anything NumPy writes but this model cannot decide exactly (fields
-    or a sub-array whose object-ness the flags contradict, which NumPy versions treat
-    differently and which makes the array's bytes object pointers; an unknown version; a
-    flag on a non-flexible type; a value computed at load time) it raises, and the scanner
-    reports the stream as not analysable: never as a plain array.
+    Where this model cannot decide exactly it raises, and the scanner reports the stream
+    as not analysable, never as a plain array: an object in the type, fields or sub-array
+    that the flags deny (NumPy then reads object pointers from raw bytes; versions
+    differ), fields or a sub-array on a non-flexible type read as raw bytes, an unknown
+    version, a value computed at load time, a state of another length than NumPy writes.
 
     Raises:
         FormatError: the dtype is not modelled exactly.
@@ -546,32 +546,34 @@ def joblib_dtype(dt: Any, builds: list[CallEvent] | None = None, depth: int = 0)
         return False, base.itemsize
     if not isinstance(st, tuple) or len(st) not in (8, 9):
         raise bad(f"a state of {len(st) if isinstance(st, tuple) else type(st).__name__} (NumPy writes 8 or 9 items)")
+    if not (len(args) > 2 and args[2] is True):
+        raise bad("a BUILD state on a dtype that is not a copy (copy=True, as NumPy pickles it)")
     version, _endian, sub, names, fields, elsize, _align, flags = st[:8]
     if not _concrete_int(version) or version not in _DTYPE_STATE_VERSIONS or not _concrete_int(flags):
         raise bad(f"state version {short_repr(version, 12)} / flags {short_repr(flags, 12)}")
-    if base.hasobject:
-        return True, base.itemsize  # NumPy keeps an object type's own flags
-    inside = False  # an object in the fields or the sub-array
-    if sub is not None:
-        if not (isinstance(sub, tuple) and len(sub) == 2 and isinstance(sub[1], tuple)):
-            raise bad("a sub-array state NumPy does not write")
-        inside |= joblib_dtype(sub[0], builds, depth + 1)[0]
-    if fields is not None or names is not None:
-        if not isinstance(fields, dict) or not isinstance(names, tuple):
-            raise bad("fields/names NumPy does not write")
-        for v in fields.values():
-            if not (isinstance(v, tuple) and 2 <= len(v) <= 3):
-                raise bad("a field NumPy does not write")
-            inside |= joblib_dtype(v[0], builds, depth + 1)[0]
-    if base.kind not in _FLEXIBLE_KINDS:
-        if flags & NPY_ITEM_HASOBJECT or inside or sub is not None or fields is not None:
-            raise bad(f"a {args[0]!r} state with object flags, fields or a sub-array")
-        return False, base.itemsize
-    flagged = bool(flags & NPY_ITEM_HASOBJECT) if version >= 3 else (flags != 0 or inside)
-    if flagged != inside and (sub is not None or fields is not None):
-        raise bad(f"flags {flags:#x} (version {version}) and the fields/sub-array disagree on holding objects")
+    content = base.hasobject  # an object in the type, or in its fields / sub-array
+    if sub is not None or fields is not None or names is not None:
+        content = False
+        if sub is not None:
+            if not (isinstance(sub, tuple) and len(sub) == 2 and isinstance(sub[1], tuple)):
+                raise bad("a sub-array state NumPy does not write")
+            content |= joblib_dtype(sub[0], builds, depth + 1)[0]
+        if fields is not None or names is not None:
+            if not isinstance(fields, dict) or not isinstance(names, tuple):
+                raise bad("fields/names NumPy does not write")
+            for v in fields.values():
+                if not (isinstance(v, tuple) and 2 <= len(v) <= 3):
+                    raise bad("a field NumPy does not write")
+                content |= joblib_dtype(v[0], builds, depth + 1)[0]
+    flagged = bool(flags & NPY_ITEM_HASOBJECT) if version >= 3 else bool(flags)
     if flagged:
-        return True, base.itemsize
+        return True, base.itemsize  # joblib unpickles what follows
+    if content:
+        raise bad(f"an object in dtype {args[0]!r} or its fields/sub-array, denied by flags {flags:#x}")
+    if base.kind not in _FLEXIBLE_KINDS:
+        if sub is not None or fields is not None:
+            raise bad(f"fields or a sub-array on a {args[0]!r} dtype")
+        return False, base.itemsize
     if not _concrete_int(elsize) or elsize <= 0:
         raise bad(f"element size {short_repr(elsize, 12)}")
     return False, int(elsize)
