@@ -111,7 +111,7 @@ class PickleCarrier(_Host):
                 "nested-loader",
                 "info",
                 f"followed: joblib object array: its dtype holds an object (as NumPy computes it from the dtype's "
-                f"state), so joblib.load unpickles the pickle at {obj.start:#x} ({obj.end - obj.start} bytes) "
+                f"state), so joblib.load unpickles the pickle at {obj.start:#x} ({(obj.end or obj.start) - obj.start} bytes) "
                 "instead of reading array bytes",
                 member,
                 obj.start,
