@@ -112,6 +112,12 @@ def test_scan_flags_sample(name: str, scans: dict[str, dict[str, Any]]) -> None:
     assert flagged(scans[name], spec["expect"]), f"{name} ({spec['technique']}): {scans[name]}"
 
 
+@pytest.mark.parametrize("name", [s["name"] for s in PLAN if s["visible"]])
+def test_visible_payload_is_dangerous(name: str, scans: dict[str, dict[str, Any]]) -> None:
+    """Where the payload is in the scanned file, the scan finds it (not just UNANALYSABLE)."""
+    assert "dangerous" in scans[name]["verdicts"], scans[name]
+
+
 def test_controls_are_not_dangerous(corpus: tuple[Path, Path, dict[str, Any]], scans: dict[str, dict[str, Any]]) -> None:
     _out, _markers, man = corpus
     assert len(man["controls"]) >= (8 if HAS_TORCH else 6)

@@ -295,6 +295,7 @@ def sample(name: str, loader: str, technique: str, **kw: Any) -> Callable[[Calla
                 "expect": kw.get("expect", "dangerous"),
                 "clean_load": False,
                 "torch": kw.get("torch", False),
+                "visible": kw.get("visible", True),
                 "fn": fn,
             }
         )
@@ -356,7 +357,35 @@ for _i, _kind in enumerate(("zlib", "gzip", "bz2", "lzma", "xz")):
     )
 
 
-@sample("j11_ndarraywrapper.pkl", "joblib", "pre-0.10 NDArrayWrapper naming a side .npy of dtype object (np.load allow_pickle)")
+@sample("j14_array_bytes_stop.joblib", "joblib", "first array's bytes are 'N.': pickle.load ends there cleanly, joblib reads on")
+def _j14(name: str) -> bytes:
+    payload = system_p0(name)
+    stop = ((2,), Dt("u1", (3, "|", None, None, None, -1, -1, 0)), b"N.")
+    return joblib_stream([stop, benign_raw(), ((1,), _v_flags(1)(len(payload)), payload)])
+
+
+def _zfile(data: bytes, space: bool) -> bytes:
+    """joblib < 0.10's zfile: ``ZF``, the length in hex padded to 19 characters (one more
+    blank from Python 2's joblib <= 0.8.4, which ``read_zfile`` skips), zlib data."""
+    return b"ZF" + hex(len(data)).encode().ljust(19) + (b" " if space else b"") + zlib.compress(data)
+
+
+@sample("j12_zfile.joblib", "joblib", "pre-0.10 zfile container (ZF + hex length + zlib) of a protocol-0 payload")
+def _j12(name: str) -> bytes:
+    return _zfile(system_p0(name), space=False)
+
+
+@sample("j13_zfile_py2_blank.joblib", "joblib", "zfile with the extra blank of Python 2's joblib before the zlib data")
+def _j13(name: str) -> bytes:
+    return _zfile(system_p0(name), space=True)
+
+
+@sample(
+    "j11_ndarraywrapper.pkl",
+    "joblib",
+    "pre-0.10 NDArrayWrapper naming a side .npy of dtype object (np.load allow_pickle)",
+    visible=False,
+)
 def _j11(name: str) -> bytes:
     return (
         b"\x80\x02"
@@ -503,7 +532,7 @@ def main(argv: list[str]) -> int:
             continue
         with open(os.path.join(out, s["name"]), "wb") as f:
             f.write(s["fn"](s["name"]))
-        entry = {k: v for k, v in s.items() if k not in ("fn", "torch")}
+        entry = {k: v for k, v in s.items() if k not in ("fn", "torch", "visible")}
         entry.update(load=s["name"], scan=s["name"])
         done.append(entry)
     _side_files(out)

@@ -53,15 +53,19 @@ class PickleCarrier(_Host):
         self, res: StreamResult, data: bytes, start: int, src: ByteSource | None = None
     ) -> tuple[StreamResult, bytes, bool] | None:
         """The stream as ``joblib.load`` reads it: the plain run (``pickle.load``) names
-        joblib's NumpyArrayWrapper and stops with an error, and the joblib run (array bytes
+        joblib's NumpyArrayWrapper and stops with an error (or at a STOP before the end of
+        the data: array bytes can end it), and the joblib run (array bytes
         skipped, object arrays' pickles run on their own:
         :func:`~torchless.scan.analysis.joblib_array_bytes`) reaches its STOP. Returns that
         run, the bytes it read (the whole source when ``data`` was a window of it) and
         whether the plain run also did something at or after the first array's bytes (then
         both views are reported), or None: the plain run is then reported as it is (fail
         closed: a wrapper the joblib run cannot model stops it with an error)."""
-        if res.error is None or res.budget_cut or not any(g.qualname == _JOBLIB_WRAPPER for g in res.globals):
+        if res.budget_cut or not any(g.qualname == _JOBLIB_WRAPPER for g in res.globals):
             return None
+        finished = res.error is None
+        if finished and (res.end is None or res.end >= (src.size if src is not None else len(data))):
+            return None  # pickle.load reads it all: joblib.load reads no other bytes as opcodes
         if src is not None and len(data) < src.size:
             if src.size - start > max(0, self.budget.pickle):
                 return None
@@ -74,7 +78,8 @@ class PickleCarrier(_Host):
         self.budget.pickle -= jres.end - start
         first = jres.skips[0][0]
         both = (
-            any(g.offset >= first for g in res.globals)
+            finished
+            or any(g.offset >= first for g in res.globals)
             or any(c.offset >= first for c in res.calls)
             or any(b.offset >= first for b in res.builds)
         )
