@@ -387,7 +387,7 @@ def analyse(
         if n is None:
             # an object dtype: joblib unpickles a further stream here with a fresh
             # (pure-Python) Unpickler sharing the outer find_class, then goes on after it
-            left = None if max_ops is None else max(0, max_ops - len(an.ops))
+            left = None if max_ops is None else max(0, max_ops - len(an.ops) - sum(len(o.op_offsets) for o in objects))
             inner = analyse(data, start=pos, limits=limits, max_ops=left)
             if inner.error is not None or inner.end is None:
                 err = inner.error or FormatError("object array pickle not finished", offset=pos)
