@@ -214,10 +214,12 @@ def unpickled_payloads(records: list[str], read: Callable[[str], bytes | None]) 
         out[SAMPLE_INPUTS_FILENAME_FORMAT.format(name)] = TORCH_LOAD
         out[f"{WEIGHTS_DIR}{name}.pt"] = TORCH_LOAD
         out[f"{CONSTANTS_DIR}{name}.pt"] = TORCH_LOAD
+    w_pre, w_suf = WEIGHTS_CONFIG_FILENAME_FORMAT.split("{}")
+    c_pre, c_suf = CONSTANTS_CONFIG_FILENAME_FORMAT.split("{}")
     for r in records:  # configs of models the archive does not list are read too (fail closed)
-        if r.startswith(WEIGHTS_DIR) and r.endswith("_weights_config.json"):
+        if r.startswith(w_pre) and r.endswith(w_suf):
             configs.setdefault(r, (WEIGHTS_DIR, ""))
-        elif r.startswith(CONSTANTS_DIR) and r.endswith("_constants_config.json"):
+        elif r.startswith(c_pre) and r.endswith(c_suf):
             configs.setdefault(r, (CONSTANTS_DIR, ""))
     for cfg, (folder, _model) in sorted(configs.items()):
         entries = _payloads(read(cfg))
