@@ -73,7 +73,11 @@ def test_malicious_joblib_is_dangerous(tmp_path, where, compress):
 
 
 def test_object_arrays_stay_unanalysable(tmp_path):
-    """joblib unpickles an object array's bytes as a further stream: not modelled, never clean."""
+    """An object array first in the file: joblib unpickles its pickle with a fresh unpickler
+    (modelled), but plain pickle.load reads that pickle inline, inside the outer FRAME and
+    memo, and stops with an error there: that view is reported too, never clean. (Object
+    arrays after a raw array, where pickle.load stops first, scan CLEAN:
+    test_review3_decisions.py's controls.)"""
     p = tmp_path / "obj.joblib"
     joblib.dump({"o": np.array([1, "a", None], dtype=object)}, p)
     assert torchless.scan(p, jobs=1).files[0].verdict == "unanalysable"

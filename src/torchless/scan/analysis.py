@@ -190,6 +190,9 @@ class StreamResult:
     #: with ``joblib=True``: ``(offset, length)`` of every array's bytes skipped after its
     #: NumpyArrayWrapper BUILD, as ``joblib.load`` skips them
     skips: list[tuple[int, int]] = field(default_factory=list)
+    #: with ``joblib=True``: the run of each object array's pickle (``joblib.load``
+    #: unpickles it with a fresh unpickler where the array's bytes would be)
+    objects: list[StreamResult] = field(default_factory=list)
 
     @property
     def finished(self) -> bool:
@@ -366,18 +369,31 @@ def analyse(
     opcodes run (a ``LimitError`` as the error when reached: the scan's budget).
     ``joblib`` reads the stream as ``joblib.load`` does: after the BUILD of each
     ``NumpyArrayWrapper`` the array's bytes (with their alignment padding) are skipped
-    (:func:`joblib_array_bytes`); a wrapper it cannot size (object arrays, whose bytes are a
-    further pickle; a state that is not concrete) stops the run with an error.
+    (:func:`joblib_array_bytes`), and for an array whose dtype holds an object (decided as
+    NumPy decides it from the dtype's state, :func:`joblib_dtype`) the further pickle
+    there is run on its own (``objects``); a wrapper it cannot size (a state that is not
+    concrete or not modelled) stops the run with an error.
     """
     an = _Analyser(data, torchscript, record)
     skips: list[tuple[int, int]] = []
+    objects: list[StreamResult] = []
 
     def after_build(obj: Any, pos: int) -> tuple[int, Any] | None:
         if not (isinstance(obj, Sym) and obj.kind == "result" and obj.callee is not None):
             return None
         if obj.callee.kind != "global" or obj.callee.qualname != _JOBLIB_WRAPPER:
             return None
-        n = joblib_array_bytes(obj.state, data, pos)
+        n = joblib_array_bytes(obj.state, data, pos, an.builds)
+        if n is None:
+            # an object dtype: joblib unpickles a further stream here with a fresh
+            # (pure-Python) Unpickler sharing the outer find_class, then goes on after it
+            left = None if max_ops is None else max(0, max_ops - len(an.ops) - sum(len(o.op_offsets) for o in objects))
+            inner = analyse(data, start=pos, limits=limits, max_ops=left)
+            if inner.error is not None or inner.end is None:
+                err = inner.error or FormatError("object array pickle not finished", offset=pos)
+                raise FormatError(f"joblib object array pickle at {pos:#x} not analysed: {err.message}", offset=pos)
+            objects.append(inner)
+            n = inner.end - pos
         skips.append((pos, n))
         return n, obj
 
@@ -448,6 +464,7 @@ def analyse(
         an.events,
     )
     out.skips = skips
+    out.objects = objects
     if record and err is None:
         out.value_norm = an.norm(value)
     if record:
@@ -463,19 +480,117 @@ def _ended(args: tuple[Any, ...]) -> Any:
 _JOBLIB_WRAPPER = ".".join(JOBLIB_WRAPPER)
 
 
-def joblib_array_bytes(state: Any, data: bytes, pos: int) -> int:
-    """How many bytes ``joblib.load`` reads at ``pos`` for a NumpyArrayWrapper whose BUILD
-    state is ``state`` (joblib 1.x ``NumpyArrayWrapper.read_array``): one padding-length
-    byte and that many bytes (whatever the alignment says: joblib does not check it) when
-    the state's ``numpy_array_alignment_bytes`` is not None, then
-    ``prod(shape) * itemsize`` bytes. The dtype must be ``numpy.dtype(<str>, False, True)``
-    with its BUILD state (the element size is the state's ``elsize`` when set).
+#: ``numpy.dtype`` flag bits (``numpy/_core/include/numpy/ndarraytypes.h``):
+#: ``NPY_ITEM_HASOBJECT`` (= ``NPY_ITEM_REFCOUNT``) is what ``dtype.hasobject`` reads
+NPY_ITEM_HASOBJECT = 0x01
+#: the ``numpy.dtype.__setstate__`` versions NumPy accepts (``descriptor.c``: 0-4; a higher
+#: one raises before the array is read)
+_DTYPE_STATE_VERSIONS = range(0, 5)
+#: the flexible dtype kinds: their element size is the state's ``elsize``; the other
+#: built-in types keep their own size whatever the state says
+_FLEXIBLE_KINDS = frozenset("USV")
+
+
+def _concrete_int(v: Any) -> bool:
+    return type(v) in (int, bool)
+
+
+def joblib_dtype(dt: Any, builds: list[CallEvent] | None = None, depth: int = 0) -> tuple[bool, int]:
+    """``(hasobject, itemsize)`` of the dtype ``joblib.load`` builds from a pickled
+    ``numpy.dtype(<str>, align, copy)`` call and its BUILD state, computed as NumPy's
+    ``dtype.__setstate__`` computes them (``descriptor.c``; ``copy=True`` makes a new
+    descriptor, so the state applies to every type), not from the type string:
+
+    * from state version 3 on ``hasobject`` is the flag bit ``NPY_ITEM_HASOBJECT``, for
+      every type (a ``'V8'``, ``'U2'`` or ``'f8'`` with flags ``1`` is an object dtype,
+      and joblib unpickles its "bytes"); below version 3 any non-zero flags make it one;
+    * the element size is the state's ``elsize`` for the flexible kinds (``U``, ``S``,
+      ``V``), the type's own size for the others.
+
+    ``builds``: the stream's BUILD events so far (a dtype rebuilt twice is not modelled).
+    Where this model cannot decide exactly it raises, and the scanner reports the stream
+    as not analysable, never as a plain array: an object in the type, fields or sub-array
+    that the flags deny (NumPy then reads object pointers from raw bytes; versions
+    differ), fields or a sub-array on a non-flexible type read as raw bytes, an unknown
+    version, a value computed at load time, a state of another length than NumPy writes.
 
     Raises:
-        FormatError: a state the scanner does not size (object dtypes: joblib unpickles
-            a further stream there; anything not concrete), or bytes past the end.
+        FormatError: the dtype is not modelled exactly.
     """
     import numpy as np
+
+    def bad(why: str) -> FormatError:
+        return FormatError(f"joblib array dtype not modelled: {why}")
+
+    if depth > 8:
+        raise bad("dtypes nested too deep")
+    if not (isinstance(dt, Sym) and dt.kind == "result" and dt.callee is not None and dt.callee.qualname == "numpy.dtype"):
+        raise bad("the dtype is not a numpy.dtype(...) call")
+    args = dt.args if isinstance(dt.args, tuple) else ()
+    if not args or type(args[0]) is not str or len(args[0]) > 32 or len(args) > 3:
+        raise bad("the dtype's type string is not concrete")
+    if not all(type(a) is bool for a in args[1:]):
+        raise bad("the dtype's align/copy arguments are not bools")
+    try:
+        base = np.dtype(args[0], align=bool(args[1]) if len(args) > 1 else False)
+    except (TypeError, ValueError, SyntaxError):
+        raise bad(f"numpy does not know the dtype {args[0]!r}") from None
+    if builds is not None and sum(1 for b in builds if b.callee is dt) > 1:
+        raise bad("the dtype is BUILT more than once")
+    st = dt.state
+    if st is None:  # no BUILD: the type string's dtype
+        if base.hasobject:
+            return True, base.itemsize
+        if base.itemsize <= 0 or base.fields is not None or base.subdtype is not None:
+            raise bad(f"dtype {args[0]!r} without a state")
+        return False, base.itemsize
+    if not isinstance(st, tuple) or len(st) not in (8, 9):
+        raise bad(f"a state of {len(st) if isinstance(st, tuple) else type(st).__name__} (NumPy writes 8 or 9 items)")
+    if not (len(args) > 2 and args[2] is True):
+        raise bad("a BUILD state on a dtype that is not a copy (copy=True, as NumPy pickles it)")
+    version, _endian, sub, names, fields, elsize, _align, flags = st[:8]
+    if not _concrete_int(version) or version not in _DTYPE_STATE_VERSIONS or not _concrete_int(flags):
+        raise bad(f"state version {short_repr(version, 12)} / flags {short_repr(flags, 12)}")
+    content = base.hasobject  # an object in the type, or in its fields / sub-array
+    if sub is not None or fields is not None or names is not None:
+        content = False
+        if sub is not None:
+            if not (isinstance(sub, tuple) and len(sub) == 2 and isinstance(sub[1], tuple)):
+                raise bad("a sub-array state NumPy does not write")
+            content |= joblib_dtype(sub[0], builds, depth + 1)[0]
+        if fields is not None or names is not None:
+            if not isinstance(fields, dict) or not isinstance(names, tuple):
+                raise bad("fields/names NumPy does not write")
+            for v in fields.values():
+                if not (isinstance(v, tuple) and 2 <= len(v) <= 3):
+                    raise bad("a field NumPy does not write")
+                content |= joblib_dtype(v[0], builds, depth + 1)[0]
+    flagged = bool(flags & NPY_ITEM_HASOBJECT) if version >= 3 else bool(flags)
+    if flagged:
+        return True, base.itemsize  # joblib unpickles what follows
+    if content:
+        raise bad(f"an object in dtype {args[0]!r} or its fields/sub-array, denied by flags {flags:#x}")
+    if base.kind not in _FLEXIBLE_KINDS:
+        if sub is not None or fields is not None:
+            raise bad(f"fields or a sub-array on a {args[0]!r} dtype")
+        return False, base.itemsize
+    if not _concrete_int(elsize) or elsize <= 0:
+        raise bad(f"element size {short_repr(elsize, 12)}")
+    return False, int(elsize)
+
+
+def joblib_array_bytes(state: Any, data: bytes, pos: int, builds: list[CallEvent] | None = None) -> int | None:
+    """How many bytes ``joblib.load`` reads at ``pos`` for a NumpyArrayWrapper whose BUILD
+    state is ``state`` (joblib 1.x ``NumpyArrayWrapper.read_array``), or None for an array
+    whose dtype holds an object (:func:`joblib_dtype`): joblib then unpickles a further
+    stream at ``pos``. For other arrays: one padding-length byte and that many bytes
+    (whatever the alignment says: joblib does not check it) when the state's
+    ``numpy_array_alignment_bytes`` is not None, then ``prod(shape) * itemsize`` bytes.
+
+    Raises:
+        FormatError: a state the scanner does not size (anything not concrete, a dtype
+            :func:`joblib_dtype` does not model), or bytes past the end.
+    """
 
     def bad(why: str) -> FormatError:
         return FormatError(f"joblib array not modelled: {why}", offset=pos)
@@ -485,23 +600,13 @@ def joblib_array_bytes(state: Any, data: bytes, pos: int) -> int:
     shape, order, dt = state.get("shape"), state.get("order", "C"), state.get("dtype")
     if not isinstance(shape, tuple) or not all(type(d) is int and d >= 0 for d in shape) or order not in ("C", "F"):
         raise bad(f"shape {short_repr(shape, 40)} / order {short_repr(order, 10)}")
-    if not (isinstance(dt, Sym) and dt.kind == "result" and dt.callee is not None and dt.callee.qualname == "numpy.dtype"):
-        raise bad("the dtype is not a numpy.dtype(...) call")
-    args = dt.args if isinstance(dt.args, tuple) else ()
-    if not args or type(args[0]) is not str or len(args[0]) > 32:
-        raise bad("the dtype's type string is not concrete")
     try:
-        npd = np.dtype(args[0])
-    except (TypeError, ValueError):
-        raise bad(f"numpy does not know the dtype {args[0]!r}") from None
-    if npd.hasobject or npd.fields is not None or npd.subdtype is not None:
-        raise bad(f"dtype {args[0]!r} (object, structured or sub-array arrays are read by a further unpickling)")
-    itemsize = npd.itemsize
-    st = dt.state
-    if isinstance(st, tuple) and len(st) >= 6 and type(st[5]) is int and st[5] > 0:
-        itemsize = st[5]  # flexible types (U, S, V): the element size is in the state
-    elif npd.itemsize == 0:
-        raise bad(f"dtype {args[0]!r} without an element size")
+        hasobject, itemsize = joblib_dtype(dt, builds)
+    except FormatError as e:
+        e.offset = pos
+        raise
+    if hasobject:
+        return None
     skip = 0
     if state.get("numpy_array_alignment_bytes") is not None:  # joblib reads any padding length byte
         if pos >= len(data):

@@ -7,6 +7,7 @@ reader, the writer, the AOTInductor package reader and the scanner take them fro
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from ..pt.spec import BYTEORDER, DATA_VERSION, SERIALIZATION_ID, VERSION
 
@@ -44,6 +45,10 @@ __all__ = [
     "is_storage_record",
     "is_torch_loaded",
     "classify_record",
+    "unpickled_payloads",
+    "TORCH_LOAD",
+    "PICKLE_LOADS",
+    "PICKLE_LOAD_OBJ",
 ]
 
 ARCHIVE_FORMAT_PATH = "archive_format"
@@ -136,3 +141,100 @@ def classify_record(rel: str) -> str:
     if rel in RECORDS or rel.endswith(".json"):
         return "metadata"
     return "other"
+
+
+#: how ``torch.export.load`` (``pt2_archive/_package.py``) reads a payload it unpickles
+TORCH_LOAD = "torch.load(weights_only=False)"
+PICKLE_LOADS = "pickle.loads"
+PICKLE_LOAD_OBJ = "torch._C._pickle_load_obj"
+
+
+def _model_names(records: list[str]) -> set[str]:
+    """``_load_exported_programs``: every record under ``models/`` names a model as
+    ``file[len("models/"):-len(".json")]`` (torch does not check the suffix)."""
+    pre, suf = MODELS_FILENAME_FORMAT.split("{}")
+    return {r[len(pre) : -len(suf)] for r in records if r.startswith(pre)}
+
+
+def _payloads(config: bytes | None) -> list[tuple[str, bool]] | None:
+    """``(path_name, use_pickle)`` of a weights/constants config as torch reads it
+    (``json.loads`` of the UTF-8 text, then ``_dict_to_dataclass(PayloadConfig)``: a
+    ``use_pickle`` of any JSON type is tested for truth), or None when it is not a
+    config torch could read entry by entry (callers then treat every payload as pickled)."""
+    import json
+
+    if config is None:
+        return []
+    try:
+        doc = json.loads(config.decode())
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return []  # torch raises before unpickling anything named there
+    if not isinstance(doc, dict) or not isinstance(doc.get("config"), dict):
+        return None
+    out = []
+    for meta in doc["config"].values():
+        if not isinstance(meta, dict):
+            return None
+        path = meta.get("path_name")
+        if not isinstance(path, str):
+            if meta.get("use_pickle"):
+                return None
+            continue
+        out.append((path, bool(meta.get("use_pickle"))))
+    return out
+
+
+def unpickled_payloads(records: list[str], read: Callable[[str], bytes | None]) -> tuple[dict[str, str], list[str]]:
+    """The records ``torch.export.load`` unpickles, decided as ``pt2_archive/_package.py``
+    decides: from the weights and constants configs of every model (and every config in
+    the archive), not from the records' first bytes. Returns ``({record: loader}, folders)``
+    where ``folders`` are the payload folders whose config torch could read in ways this
+    function does not model (every record there is to be treated as unpickled).
+
+    * ``data/weights/<model>.pt`` / ``data/constants/<model>.pt`` (legacy) and
+      ``data/sample_inputs/<model>.pt``: ``torch.load`` (``weights_only=True`` first, then
+      ``weights_only=False``);
+    * a weights entry with a true ``use_pickle``: ``torch.load(weights_only=False)`` of
+      ``data/weights/<path_name>``;
+    * a constants entry: ``tensor_*`` with ``use_pickle``: ``torch.load(weights_only=False)``;
+      ``custom_obj_*``: ``torch._C._pickle_load_obj``; ``opaque_obj_*``: ``pickle.loads``
+      (whatever ``use_pickle`` says).
+
+    ``read(record)`` returns a record's bytes (None: absent).
+    """
+    import posixpath
+
+    out: dict[str, str] = {}
+    unclear: list[str] = []
+    models = _model_names(records)
+    configs: dict[str, tuple[str, str]] = {}
+    for name in models:
+        configs[WEIGHTS_CONFIG_FILENAME_FORMAT.format(name)] = (WEIGHTS_DIR, name)
+        configs[CONSTANTS_CONFIG_FILENAME_FORMAT.format(name)] = (CONSTANTS_DIR, name)
+        out[SAMPLE_INPUTS_FILENAME_FORMAT.format(name)] = TORCH_LOAD
+        out[f"{WEIGHTS_DIR}{name}.pt"] = TORCH_LOAD
+        out[f"{CONSTANTS_DIR}{name}.pt"] = TORCH_LOAD
+    w_pre, w_suf = WEIGHTS_CONFIG_FILENAME_FORMAT.split("{}")
+    c_pre, c_suf = CONSTANTS_CONFIG_FILENAME_FORMAT.split("{}")
+    for r in records:  # configs of models the archive does not list are read too (fail closed)
+        if r.startswith(w_pre) and r.endswith(w_suf):
+            configs.setdefault(r, (WEIGHTS_DIR, ""))
+        elif r.startswith(c_pre) and r.endswith(c_suf):
+            configs.setdefault(r, (CONSTANTS_DIR, ""))
+    for cfg, (folder, _model) in sorted(configs.items()):
+        entries = _payloads(read(cfg))
+        if entries is None:
+            unclear.append(folder)
+            continue
+        for path, use_pickle in entries:
+            rec = posixpath.join(folder, path)  # os.path.join, as torch joins them
+            if folder == CONSTANTS_DIR:
+                if path.startswith(CUSTOM_OBJ_FILENAME_PREFIX):
+                    out[rec] = PICKLE_LOAD_OBJ
+                elif path.startswith(OPAQUE_OBJ_FILENAME_PREFIX):
+                    out[rec] = PICKLE_LOADS
+                elif use_pickle and path.startswith(TENSOR_CONSTANT_FILENAME_PREFIX):
+                    out[rec] = TORCH_LOAD
+            elif use_pickle:
+                out[rec] = TORCH_LOAD
+    return out, sorted(set(unclear))

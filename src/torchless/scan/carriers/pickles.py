@@ -41,7 +41,9 @@ class PickleCarrier(_Host):
         self.report.streams += 1
         view = None if torchscript else self.joblib_view(res, data, start)
         if view is not None:
-            jres, jdata = view
+            jres, jdata, both = view
+            if both:  # pickle.load runs something in the array bytes: that view is reported too
+                self.report_stream(res, data, member, base, depth, report_errors=report_errors, torch_load=torch_load)
             self.report_joblib(jres, res, jdata, member, base, depth, report_errors=report_errors, torch_load=torch_load)
             return jres
         self.report_stream(res, data, member, base, depth, report_errors=report_errors, torch_load=torch_load)
@@ -49,33 +51,39 @@ class PickleCarrier(_Host):
 
     def joblib_view(
         self, res: StreamResult, data: bytes, start: int, src: ByteSource | None = None
-    ) -> tuple[StreamResult, bytes] | None:
-        """The stream as ``joblib.load`` reads it, when that is the whole story: the plain
-        run (``pickle.load``) names joblib's NumpyArrayWrapper and stops at the first
-        array's bytes without naming or calling anything there, and the joblib run
-        (array bytes skipped, :func:`~torchless.scan.analysis.joblib_array_bytes`) reaches
-        its STOP. Returns that run and the bytes it read (the whole source when ``data``
-        was a window of it), or None: the plain run is then reported as it is (fail closed)."""
-        if res.error is None or res.budget_cut or not any(g.qualname == _JOBLIB_WRAPPER for g in res.globals):
+    ) -> tuple[StreamResult, bytes, bool] | None:
+        """The stream as ``joblib.load`` reads it: the plain run (``pickle.load``) names
+        joblib's NumpyArrayWrapper and stops with an error (or at a STOP before the end of
+        the data: array bytes can end it), and the joblib run (array bytes
+        skipped, object arrays' pickles run on their own:
+        :func:`~torchless.scan.analysis.joblib_array_bytes`) reaches its STOP. Returns that
+        run, the bytes it read (the whole source when ``data`` was a window of it) and
+        whether the plain run also did something at or after the first array's bytes (then
+        both views are reported), or None: the plain run is then reported as it is (fail
+        closed: a wrapper the joblib run cannot model stops it with an error)."""
+        if res.budget_cut or not any(g.qualname == _JOBLIB_WRAPPER for g in res.globals):
             return None
+        finished = res.error is None
+        if finished and (res.end is None or res.end >= (src.size if src is not None else len(data))):
+            return None  # pickle.load reads it all: joblib.load reads no other bytes as opcodes
         if src is not None and len(data) < src.size:
             if src.size - start > max(0, self.budget.pickle):
                 return None
             data = bytes(src.view(0, src.size))
         left = max(0, self.budget.ops)
         jres = analyse(data, start=start, joblib=True, max_ops=left)
-        self.budget.ops -= len(jres.op_offsets)
+        self.budget.ops -= len(jres.op_offsets) + sum(len(o.op_offsets) for o in jres.objects)
         if jres.error is not None or not jres.skips or jres.end is None:
             return None
         self.budget.pickle -= jres.end - start
         first = jres.skips[0][0]
-        if (
-            any(g.offset >= first for g in res.globals)
+        both = (
+            finished
+            or any(g.offset >= first for g in res.globals)
             or any(c.offset >= first for c in res.calls)
             or any(b.offset >= first for b in res.builds)
-        ):
-            return None  # pickle.load reads the array bytes as opcodes that do something: report that run
-        return jres, data
+        )
+        return jres, data, both
 
     def report_joblib(
         self,
@@ -103,6 +111,19 @@ class PickleCarrier(_Host):
             loader="joblib.load",
         )
         self.report_stream(jres, data, member, base, depth, report_errors=report_errors, torch_load=torch_load, readers=plain)
+        for obj in jres.objects:  # the object arrays' pickles, each as joblib's fresh unpickler runs it
+            self.add(
+                "nested-loader",
+                "info",
+                f"followed: joblib object array: its dtype holds an object (as NumPy computes it from the dtype's "
+                f"state), so joblib.load unpickles the pickle at {obj.start:#x} ({(obj.end or obj.start) - obj.start} bytes) "
+                "instead of reading array bytes",
+                member,
+                obj.start,
+                None if base is None else base + obj.start,
+                loader="joblib.load",
+            )
+            self.report_stream(obj, data, member, base, depth, report_errors=report_errors)
 
     def analyse_budgeted(
         self, buf: bytes, start: int, size: int, member: str | None, *, torchscript: bool = False
@@ -418,7 +439,10 @@ class PickleCarrier(_Host):
 
         view = None if torchscript or legacy else self.joblib_view(first, data, 0, src)
         if view is not None:
+            plain_data = data
             first, data = view[0], view[1]
+            if view[2]:  # pickle.load runs something in the array bytes: that view is reported too
+                self.report_stream(run_plain, plain_data, label(1), base, depth, torch_load=bool(torch_load))
             self.report_joblib(first, run_plain, data, label(1), base, depth, torch_load=bool(torch_load))
         else:
             self.report_stream(

@@ -16,7 +16,7 @@ from ...formats.aoti.spec import AOTINDUCTOR_DIR
 from ...formats.npz_spec import NPY_SUFFIX, is_npy
 from ...formats.package.spec import is_package_records, package_modules
 from ...formats.pt.spec import DATA_PKL
-from ...formats.pt2.spec import is_pt2_records, is_torch_loaded
+from ...formats.pt2.spec import TORCH_LOAD, is_pt2_records, is_torch_loaded, unpickled_payloads
 from ...formats.torchscript import spec as ts_spec
 from .common import _KNOWN_RECORDS, _OK_FLAGS, MAX_MEMBER, _is_storage_record, walks
 from .dcp import split_zips as _split_zips
@@ -195,6 +195,7 @@ class ZipCarrier(_Host):
                 torch_pick[e.name.lower()] = t.index
         code_texts: list[tuple[str, str]] = []
         bytecode: list[tuple[str, bytes]] = []
+        unpickled = self._pt2_unpickled(zr, recs) if is_pt2 else {}
         for e in zr.entries:
             rel = rel_of[e.index]
             loc = f"{pre}{e.name}"
@@ -210,7 +211,8 @@ class ZipCarrier(_Host):
                 continue
             fbase = None if base is None or e.method != 0 else base + off
             storage = _is_storage_record(rel)
-            if storage or (e.size > (64 << 20) and not rel.endswith(".pkl")):
+            how = unpickled.get(e.index)
+            if how is None and (storage or (e.size > (64 << 20) and not rel.endswith(".pkl"))):
                 # tensor payload: never unpickled by torch; only a nested archive matters
                 # (and, for big members that are not storage records, a pickle head)
                 peek = bytes(src.view(off, 4)) if e.method == 0 and e.compressed_size >= 4 else b""
@@ -264,6 +266,14 @@ class ZipCarrier(_Host):
             if torchscript and low in (ts_spec.BYTECODE_PKL, ts_spec.CONSTANTS_PKL):
                 bytecode.append((loc, data))
             torch_load = member is None and low == DATA_PKL and not torchscript
+            if how is not None:
+                # torch.export.load unpickles this record (its config says so): analysed as
+                # its loader reads it, whatever its first bytes (protocol 0/1 have no PROTO)
+                if how == TORCH_LOAD and data[:4] == _ZIP_SIG:
+                    self.scan_bytes(data, loc, fbase, depth + 1)  # torch.load of a torch.save archive
+                else:  # torch.load's legacy stream, pickle.loads, torch's C++ unpickler
+                    self.scan_pickles(BytesSource(data), f"{loc} ({how})", fbase, depth, strict=True)
+                continue
             if is_npy(data):
                 continue  # only numpy.load reads .npy members, through zipfile: scan_npz
             if kind == "pickle":
@@ -281,6 +291,39 @@ class ZipCarrier(_Host):
             from ..aoti import report_aoti
 
             report_aoti(self, zr, member)
+
+    def _pt2_unpickled(self, zr: ZipReader, recs: list[str]) -> dict[int, str]:
+        """Entry index -> loader of every record ``torch.export.load`` unpickles, decided
+        from the archive's configs as torch decides (:func:`~torchless.formats.pt2.spec.unpickled_payloads`)."""
+
+        def read(rec: str) -> bytes | None:
+            e = zr.lookup(rec)
+            if e is None:
+                return None
+            try:
+                return bytes(zr.read(e, max_size=MAX_MEMBER))
+            except TorchlessError:
+                return None
+
+        names, unclear = unpickled_payloads(recs, read)
+        out: dict[int, str] = {}
+        for rec, how in names.items():
+            e = zr.lookup(rec)
+            if e is not None:
+                out[e.index] = how
+        if unclear:
+            self.add(
+                "unanalysable",
+                "info",
+                f".pt2 payload config(s) in {', '.join(unclear)} not read entry by entry: every record there is analysed "
+                "as a pickle torch.export.load may unpickle",
+                None,
+                loader="torch.export.load",
+            )
+            for e, rel in zip(zr.entries, recs, strict=False):
+                if rel.startswith(tuple(unclear)) and not rel.endswith(".json"):
+                    out.setdefault(e.index, TORCH_LOAD)
+        return out
 
     def zip_structure(self, zr: ZipReader, member: str | None, base: int | None) -> None:
         pre = f"{member} > " if member else ""
