@@ -31,6 +31,8 @@ ST = [
     "float64",
     "float8_e4m3fn",
     "float8_e5m2",
+    "float8_e4m3fnuz",  # issue 31 class 13: the safetensors package stores both FNUZ types
+    "float8_e5m2fnuz",
 ]
 
 
