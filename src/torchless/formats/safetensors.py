@@ -22,10 +22,10 @@ from ..core.dtypes import DTYPES, DType
 from ..core.errors import UnsupportedError
 from ..core.findings import Problem
 from ..core.source import open_source
-from ..core.tensor import Storage, Tensor, as_tensor, unique_names
+from ..core.tensor import Storage, Tensor, as_tensor, require_utf8_name, unique_names
 from .base import Artifact, Capabilities, FormatHandler, LoadPolicy, Probe
 from .registry import register
-from .safetensors_spec import METADATA_KEY, ST_DTYPES, is_safetensors_head, parse_header
+from .safetensors_spec import METADATA_KEY, ST_DTYPES, check_name, is_safetensors_head, parse_header
 
 __all__ = ["SafetensorsArtifact", "read_safetensors", "write_safetensors", "write_safetensors_sharded", "parse_size", "ST_DTYPES"]
 
@@ -126,6 +126,7 @@ def write_safetensors(
     """
     entries: list[tuple[str, Tensor, DType]] = []
     for name, t in unique_names(items, path):
+        check_name(name, path)  # before reading anything (also checked by the header)
         t = as_tensor(t, name=name)
         code = _TO_ST.get(t.dtype.name)
         if code is None or t.quantizer is not None:
@@ -152,8 +153,12 @@ def safetensors_header(entries: Iterable[tuple[str, DType, tuple[int, ...], int]
     header: dict[str, Any] = {}
     if metadata:
         header[METADATA_KEY] = {str(k): str(v) for k, v in metadata.items()}
+        for k, v in header[METADATA_KEY].items():
+            require_utf8_name(k, fmt="safetensors metadata")
+            require_utf8_name(v, fmt="safetensors metadata")
     off = 0
     for name, dt, shape, nbytes in entries:
+        check_name(name)
         code = _TO_ST.get(dt.name)
         if code is None:
             raise UnsupportedError(f"safetensors cannot store dtype {dt.name}", member=name, hint="convert to .pt instead")
@@ -233,7 +238,8 @@ def write_safetensors_sharded(
     groups: list[list[tuple[str, Any]]] = [[]]
     size = 0
     total = 0
-    for name, t in items:
+    for name, t in unique_names(items, path):
+        check_name(name, path)  # every name before any shard is written
         t = as_tensor(t, name=name)
         if groups[-1] and size + t.nbytes > limit:
             groups.append([])
