@@ -69,11 +69,17 @@ def test_safetensors_reference_files_read_exactly(tmp_path):
     # torch checkpoint -> safetensors via convert keeps views' logical values
     ck = tmp_path / "views.pt"
     big = torch.arange(20, dtype=torch.bfloat16).reshape(4, 5)
-    torch.save({"T": big.t(), "slice": big[1:3, ::2], "c": torch.tensor([1 + 2j]).conj()}, ck)
+    big2 = big.clone()
+    torch.save({"T": big.t(), "slice": big2[1:3, ::2], "c": torch.tensor([1 + 2j]).conj()}, ck)
     res = torchless.convert(ck, tmp_path / "views.safetensors")
     assert res["tensors"] == 3
     v = load_file(str(tmp_path / "views.safetensors"))
     assert torch.equal(v["T"], big.t()) and torch.equal(v["slice"], big[1:3, ::2]) and torch.equal(v["c"], torch.tensor([1 - 2j]))
+    # two different views overlapping in one storage: refused as save_file and save_pretrained do
+    torch.save({"T": big.t(), "slice": big[1:3, ::2]}, ck)
+    with pytest.raises(TorchlessError, match="overlap"):
+        torchless.convert(ck, tmp_path / "views2.safetensors")
+    assert not (tmp_path / "views2.safetensors").exists()
 
 
 def _st_file(header: dict | bytes, data: bytes = b"", n: int | None = None) -> bytes:

@@ -304,7 +304,7 @@ class HFArtifact(Artifact):
         options: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Stream the tensors into ``dst`` (sharded with ``max_shard_size``; shared
-        tensors written once, see :func:`~.write.dedupe_aliases`)."""
+        tensors by the rule of :mod:`..shared`)."""
         from .write import convert_tensors
 
         dropped = []
