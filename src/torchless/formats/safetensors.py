@@ -128,7 +128,7 @@ def write_safetensors(
         UsageError: duplicate names, a name safetensors cannot read back, overlapping views.
     """
     entries: list[tuple[str, Tensor, DType]] = []
-    kept, aliases = split_aliases(_checked(items, path), path)
+    kept, aliases = split_aliases(checked_names(items, path), path)
     metadata = alias_metadata(metadata, aliases)
     for name, t in kept:
         code = _TO_ST.get(t.dtype.name)
@@ -150,7 +150,7 @@ def write_safetensors(
         _write_body(f.file, raw, entries, progress)
 
 
-def _checked(items: Iterable[tuple[str, Any]], path: Any) -> Iterator[tuple[str, Any]]:
+def checked_names(items: Iterable[tuple[str, Any]], path: Any) -> Iterator[tuple[str, Any]]:
     """``items`` with unique names safetensors can read back (checked before any data)."""
     for name, t in unique_names(items, path):
         check_name(name, path)
@@ -250,7 +250,7 @@ def write_safetensors_sharded(
     size = 0
     total = 0
     # every name checked and every alias found before any shard is written
-    kept, aliases = split_aliases(_checked(items, path), path)
+    kept, aliases = split_aliases(checked_names(items, path), path)
     metadata = alias_metadata(metadata, aliases)
     for name, t in kept:
         if groups[-1] and size + t.nbytes > limit:

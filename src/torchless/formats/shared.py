@@ -67,8 +67,9 @@ def split_aliases(items: Iterable[tuple[str, Any]], path: Any = None) -> tuple[l
     aliases: dict[str, str] = {}
     first: dict[tuple[Any, ...], str] = {}  # the view (its Storage held) -> the name kept
     spans: dict[Storage, tuple[list[int], list[tuple[int, str]]]] = {}  # sorted starts, (end, name)
+    share: dict[Any, Any] = {}  # torch tensors sharing a storage share one Storage (held here)
     for name, v in items:
-        t = as_tensor(v, name=name)
+        t = as_tensor(v, share=share, name=name)
         st = t.storage
         if st is None:
             kept.append((name, t))

@@ -113,7 +113,9 @@ def write_sharded(
     limit = max_shard_size or DEFAULT_MAX_SHARD_SIZE
     items = unique_names(items, p)
     if base.endswith(".safetensors"):
-        kept, aliases = split_aliases(items, p)
+        from ..safetensors import checked_names
+
+        kept, aliases = split_aliases(checked_names(items, p), p)  # every name checked, aliases too
         meta = alias_metadata({"format": "pt"}, aliases)
         return write_safetensors_sharded(kept, base, limit, metadata=meta, progress=progress), aliases
     if base.endswith(".bin"):
