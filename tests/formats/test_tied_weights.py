@@ -152,3 +152,17 @@ def test_cli_reports_the_same_for_both_sources(sources, source, tmp_path, capsys
     assert res["dropped"] == [{"key": "lm_head.weight", "type": NOTE}] and res["tensors"] == len(sd) - 1
     got, _ = _load_set(idx)
     assert set(got) == set(sd) - {"lm_head.weight"}
+
+
+def test_range_tasks_apply_the_same_rule(sources, tmp_path):
+    """convert with an executor (range tasks reading the source themselves) drops, reports
+    and records the alias as the in-process writer does."""
+    srcs, sd = sources
+    dst = tmp_path / "model.safetensors.index.json"
+    res = torchless.convert(srcs["file"], tmp_path / "model.safetensors", max_shard_size="300B", executor="local:1")
+    assert res["dropped"] == [{"key": "lm_head.weight", "type": NOTE}] and res["tensors"] == len(sd) - 1
+    got, metas = _load_set(dst)
+    assert set(got) == set(sd) - {"lm_head.weight"}
+    assert all(m.get("lm_head.weight") == "model.embed_tokens.weight" for m in metas)
+    for k, v in got.items():
+        assert torch.equal(v, sd[k]), k
