@@ -13,18 +13,15 @@ from __future__ import annotations
 
 import datetime
 import os
-import sys
 import time
 import warnings
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import writers_fuzz  # noqa: E402
-
 pytest.importorskip("torch", reason="torch is the oracle")
 pytest.importorskip("safetensors", reason="safetensors is the oracle")
+
+import writers_fuzz  # noqa: E402
 
 pytestmark = pytest.mark.differential
 
