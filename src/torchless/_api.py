@@ -259,17 +259,30 @@ def convert(
                     ),
                 }
             ]
+        # tied weights: the one rule of formats/shared.py (safetensors stores an alias once)
+        from .formats.shared import alias_metadata, dropped_entries, drops_aliases, split_aliases
+
+        # (the writer applies it; here it is reported, and checked before anything is written)
+        aliases = split_aliases(items, dst)[1] if drops_aliases(dst, h.name) else {}
+        if aliases:
+            dropped += dropped_entries(aliases)
+            total = {
+                "tensors": len(items) - len(aliases),
+                "bytes": sum(t.nbytes for n, t in items if n not in aliases),
+            }
         if strict and dropped:
             shown = ", ".join(d["key"] or d["type"] for d in dropped[:8]) + (" ..." if len(dropped) > 8 else "")
             raise UsageError(
-                f"converting to {h.name} would drop {len(dropped)} value(s) that are not tensors: {shown}",
+                f"converting to {h.name} would drop {len(dropped)} value(s): {shown}",
                 path=src if own else art.path,
-                hint="write .pt to keep the whole object, or leave out --strict to convert the tensors only",
+                hint="write .pt to keep the whole object and shared tensors, or leave out --strict to convert the tensors only",
             )
         if ranged:  # range tasks: the workers read the source themselves
             from .formats.ranged import write_shards
 
-            ents = [(n, t.dtype, tuple(t.shape), t.nbytes) for n, t in items]
+            ents = [(n, t.dtype, tuple(t.shape), t.nbytes) for n, t in items if n not in aliases]
+            if aliases:
+                kw["metadata"] = alias_metadata(kw.get("metadata"), aliases)
             files = write_shards(os.fspath(src if own else art.path), ents, dst, progress=progress, **kw, **ranged)
         else:
             files = write_tensors(items, dst, format=h.name, progress=progress, **kw)

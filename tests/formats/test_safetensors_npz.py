@@ -31,6 +31,8 @@ ST = [
     "float64",
     "float8_e4m3fn",
     "float8_e5m2",
+    "float8_e4m3fnuz",  # issue 31 class 13: the safetensors package stores both FNUZ types
+    "float8_e5m2fnuz",
 ]
 
 
@@ -67,11 +69,17 @@ def test_safetensors_reference_files_read_exactly(tmp_path):
     # torch checkpoint -> safetensors via convert keeps views' logical values
     ck = tmp_path / "views.pt"
     big = torch.arange(20, dtype=torch.bfloat16).reshape(4, 5)
-    torch.save({"T": big.t(), "slice": big[1:3, ::2], "c": torch.tensor([1 + 2j]).conj()}, ck)
+    big2 = big.clone()
+    torch.save({"T": big.t(), "slice": big2[1:3, ::2], "c": torch.tensor([1 + 2j]).conj()}, ck)
     res = torchless.convert(ck, tmp_path / "views.safetensors")
     assert res["tensors"] == 3
     v = load_file(str(tmp_path / "views.safetensors"))
     assert torch.equal(v["T"], big.t()) and torch.equal(v["slice"], big[1:3, ::2]) and torch.equal(v["c"], torch.tensor([1 - 2j]))
+    # two different views overlapping in one storage: refused as save_file and save_pretrained do
+    torch.save({"T": big.t(), "slice": big[1:3, ::2]}, ck)
+    with pytest.raises(TorchlessError, match="overlap"):
+        torchless.convert(ck, tmp_path / "views2.safetensors")
+    assert not (tmp_path / "views2.safetensors").exists()
 
 
 def _st_file(header: dict | bytes, data: bytes = b"", n: int | None = None) -> bytes:
@@ -212,3 +220,55 @@ def test_npz_with_string_and_object_members_opens_like_np_load(tmp_path):
     np.savez(other, w=np.arange(6.0).reshape(2, 3), names=np.array(["cat", "cow"]), o=np.array([{"x": 2}], dtype=object))
     res = diff(path, other)
     assert res["same"] == 1 and sorted(c["name"] for c in res["values_changed"]) == ["names", "o"]
+
+
+# names the real readers give back as written (numpy.load, safetensors.numpy.load_file)
+_ROUND_TRIP_NAMES = ["", "a/b", "a.npy", "/abs", "../x", "a\\b", ".", "é", "a b", "\u2028"]
+# (name, destination suffix): names the real reader cannot give back (issue 31 classes 14-15)
+_REFUSED_NAMES = [
+    ("__metadata__", ".safetensors"),  # the header's metadata key: the package fails on the whole header
+    ("a\ud800b", ".safetensors"),  # a lone surrogate: not JSON the package parses
+    ("a\x00b", ".npz"),  # zipfile cuts a member name at NUL: np.load would return "a"
+    ("a\udcffb", ".npz"),  # np.savez: a plain UnicodeEncodeError
+]
+
+
+@pytest.mark.differential
+@pytest.mark.parametrize("name", _ROUND_TRIP_NAMES)
+def test_names_round_trip_through_the_real_readers(name, tmp_path):
+    from safetensors.numpy import load_file
+
+    arr = np.arange(3, dtype=np.int32)
+    st, nz = tmp_path / "x.safetensors", tmp_path / "x.npz"
+    torchless.save({name: arr, "other": arr + 1}, st)
+    torchless.save({name: arr, "other": arr + 1}, nz)
+    got = load_file(str(st))
+    assert sorted(got) == sorted([name, "other"]) and np.array_equal(got[name], arr)
+    with np.load(nz) as z:
+        assert sorted(z.files) == sorted([name, "other"]) and np.array_equal(z[name], arr)
+
+
+@pytest.mark.parametrize(("name", "suffix"), _REFUSED_NAMES)
+def test_names_the_real_reader_cannot_read_are_refused(name, suffix, tmp_path):
+    """Fails on the old code: the file was written (unreadable, or with the name cut) or
+    a plain UnicodeEncodeError escaped."""
+    out = tmp_path / f"x{suffix}"
+    with pytest.raises(TorchlessError) as ei:
+        torchless.save({"ok": np.zeros(2), name: np.ones(2)}, out)
+    assert ascii(name)[1:-1] in str(ei.value)  # named, escaped
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["__metadata__", "a\ud800b"])
+def test_sharded_safetensors_refuses_a_bad_name_before_any_shard(name, tmp_path):
+    items = {f"t{i}": np.zeros(64, np.float32) for i in range(4)}
+    items[name] = np.zeros(64, np.float32)
+    with pytest.raises(TorchlessError):
+        torchless.write_tensors(items, tmp_path / "model.safetensors", max_shard_size=300)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_safetensors_metadata_must_be_utf8(tmp_path):
+    with pytest.raises(TorchlessError):
+        write_safetensors([("a", np.zeros(1))], tmp_path / "m.safetensors", metadata={"k": "\udc80"})
+    assert list(tmp_path.iterdir()) == []

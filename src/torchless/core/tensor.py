@@ -24,7 +24,17 @@ from .dtypes import DType, by_name, from_numpy
 from .errors import FormatError, UnsupportedError, UsageError
 from .source import is_mapped
 
-__all__ = ["Storage", "Tensor", "SparseTensor", "NestedTensor", "as_tensor", "is_torch_tensor", "tensor", "unique_names"]
+__all__ = [
+    "require_utf8_name",
+    "Storage",
+    "Tensor",
+    "SparseTensor",
+    "NestedTensor",
+    "as_tensor",
+    "is_torch_tensor",
+    "tensor",
+    "unique_names",
+]
 
 _HOST_ORDER = sys.byteorder
 #: sub-byte quantized dtypes: elements packed per byte (torch's int_repr gives the bytes)
@@ -782,3 +792,21 @@ def unique_names(items: Iterable[tuple[str, Any]], path: Any = None) -> Iterator
             )
         seen.add(name)
         yield name, t
+
+
+def require_utf8_name(name: str, path: Any = None, *, fmt: str) -> None:
+    """Refuse a tensor name that is not valid Unicode (a lone surrogate): formats that
+    store names as UTF-8 (safetensors' JSON header, npz's zip member names) cannot hold
+    it, and their real readers fail on the file (the message shows the name escaped)."""
+    from .errors import UsageError
+
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError(
+            f"tensor name {ascii(name)} holds a lone surrogate, which {fmt} cannot store (its names are UTF-8)",
+            path=path,
+            member=name,
+            expected="a name that encodes as UTF-8",
+            hint="rename the tensor",
+        ) from None

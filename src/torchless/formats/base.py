@@ -635,7 +635,7 @@ def summarize_tensors(items: Iterable[tuple[str, Any]]) -> dict[str, Any]:
     numel = 0
     params = 0
     by_dtype: dict[str, int] = {}
-    storages: set[int] = set()
+    storages: set[Any] = set()
     stored = 0
     for _name, t in items:
         count += 1
@@ -646,8 +646,8 @@ def summarize_tensors(items: Iterable[tuple[str, Any]]) -> dict[str, Any]:
         dn = t.dtype.name
         by_dtype[dn] = by_dtype.get(dn, 0) + t.nbytes
         st = getattr(t, "storage", None)
-        if st is not None and id(st) not in storages:
-            storages.add(id(st))
+        if st is not None and st not in storages:  # the object (held), not id(): items may be temporaries
+            storages.add(st)
             stored += st.nbytes
     return {
         "tensors": count,

@@ -39,7 +39,7 @@ from ..core.findings import Problem
 from ..core.source import ByteSource, BytesSource, open_source
 from ..core.tensor import Storage, Tensor, as_tensor, unique_names
 from .base import Artifact, Capabilities, FormatHandler, LoadPolicy, Probe
-from .npz_spec import DTYPE_COMMENT, DTYPES_MEMBER, NPY_MAGIC, NPY_SUFFIX, is_npy, is_npz_head, member_key
+from .npz_spec import DTYPE_COMMENT, DTYPES_MEMBER, NPY_MAGIC, NPY_SUFFIX, check_name, is_npy, is_npz_head, member_key
 from .registry import register
 
 __all__ = ["NpzArtifact", "ObjectArray", "write_npz", "parse_npy"]
@@ -342,6 +342,7 @@ def write_npz(
     method = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
     with AtomicFile(path) as af, zipfile.ZipFile(af.file, "w", method, allowZip64=True) as zf:
         for name, t in unique_names(items, path):
+            check_name(name, path)
             t = as_tensor(t, name=name)
             arr, real = npz_array(t)
             info = zipfile.ZipInfo(name + NPY_SUFFIX, date_time=(1980, 1, 1, 0, 0, 0))

@@ -9,6 +9,8 @@ these facts from here; the ``.npy`` header itself is parsed by
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..container.zip import EOCD_SIG, LOCAL_SIG
 from ..core.npyheader import MAGIC as NPY_MAGIC
 
@@ -21,6 +23,7 @@ __all__ = [
     "is_npy",
     "is_npz_head",
     "member_key",
+    "check_name",
     "classify_member",
 ]
 
@@ -32,6 +35,29 @@ NPY_SUFFIX = ".npy"
 DTYPES_MEMBER = "__torchless_dtypes__.json"
 #: the member comment torchless writes for such dtypes
 DTYPE_COMMENT = b"torchless.dtype="
+
+
+def check_name(name: str, path: Any = None) -> None:
+    """Refuse a tensor name ``numpy.load`` cannot give back: a NUL (Python's ``zipfile``
+    cuts a member name at the first NUL, so ``"a\\x00b"`` would come back as ``"a"``) and
+    names that are not valid UTF-8 (lone surrogates: ``np.savez`` fails with a plain
+    ``UnicodeEncodeError``). Any other string round-trips (``""``, ``"a/b"``, ``"x.npy"``,
+    ``"../x"``: ``np.load`` returns the member name less one ``.npy``).
+
+    Raises:
+        UsageError: naming the tensor (escaped).
+    """
+    from ..core.errors import UsageError
+    from ..core.tensor import require_utf8_name
+
+    if "\x00" in name:
+        raise UsageError(
+            f"tensor name {ascii(name)} holds a NUL, which a zip member name cannot (numpy.load would return it cut)",
+            path=path,
+            member=name,
+            hint="rename the tensor",
+        )
+    require_utf8_name(name, path, fmt="npz")
 
 
 def is_npy(head: bytes | bytearray | memoryview) -> bool:

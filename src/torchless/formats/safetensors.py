@@ -22,10 +22,11 @@ from ..core.dtypes import DTYPES, DType
 from ..core.errors import UnsupportedError
 from ..core.findings import Problem
 from ..core.source import open_source
-from ..core.tensor import Storage, Tensor, as_tensor, unique_names
+from ..core.tensor import Storage, Tensor, require_utf8_name, unique_names
 from .base import Artifact, Capabilities, FormatHandler, LoadPolicy, Probe
 from .registry import register
-from .safetensors_spec import METADATA_KEY, ST_DTYPES, is_safetensors_head, parse_header
+from .safetensors_spec import METADATA_KEY, ST_DTYPES, check_name, is_safetensors_head, parse_header
+from .shared import alias_metadata, split_aliases
 
 __all__ = ["SafetensorsArtifact", "read_safetensors", "write_safetensors", "write_safetensors_sharded", "parse_size", "ST_DTYPES"]
 
@@ -118,15 +119,18 @@ def write_safetensors(
 ) -> None:
     """Write named tensors as ``.safetensors`` (atomically, one tensor in memory at most).
 
-    Tensors are laid out in the order given; NumPy arrays are accepted too.
+    Tensors are laid out in the order given; NumPy arrays are accepted too. Tensors that
+    share a storage follow :mod:`.shared`'s rule: an exact alias is stored once and
+    recorded in ``__metadata__`` as ``{alias: kept}``.
 
     Raises:
         UnsupportedError: a dtype safetensors cannot express (quantized, complex32...).
-        UsageError: duplicate names.
+        UsageError: duplicate names, a name safetensors cannot read back, overlapping views.
     """
     entries: list[tuple[str, Tensor, DType]] = []
-    for name, t in unique_names(items, path):
-        t = as_tensor(t, name=name)
+    kept, aliases = split_aliases(checked_names(items, path), path)
+    metadata = alias_metadata(metadata, aliases)
+    for name, t in kept:
         code = _TO_ST.get(t.dtype.name)
         if code is None or t.quantizer is not None:
             raise UnsupportedError(f"safetensors cannot store dtype {t.dtype.name}", member=name, hint="convert to .pt instead")
@@ -146,14 +150,25 @@ def write_safetensors(
         _write_body(f.file, raw, entries, progress)
 
 
+def checked_names(items: Iterable[tuple[str, Any]], path: Any) -> Iterator[tuple[str, Any]]:
+    """``items`` with unique names safetensors can read back (checked before any data)."""
+    for name, t in unique_names(items, path):
+        check_name(name, path)
+        yield name, t
+
+
 def safetensors_header(entries: Iterable[tuple[str, DType, tuple[int, ...], int]], metadata: dict[str, str] | None) -> bytes:
     """The 8-byte length and JSON header of a safetensors file holding ``(name, dtype,
     shape, nbytes)`` entries laid out in that order (what :func:`write_safetensors` writes)."""
     header: dict[str, Any] = {}
     if metadata:
         header[METADATA_KEY] = {str(k): str(v) for k, v in metadata.items()}
+        for k, v in header[METADATA_KEY].items():
+            require_utf8_name(k, fmt="safetensors metadata")
+            require_utf8_name(v, fmt="safetensors metadata")
     off = 0
     for name, dt, shape, nbytes in entries:
+        check_name(name)
         code = _TO_ST.get(dt.name)
         if code is None:
             raise UnsupportedError(f"safetensors cannot store dtype {dt.name}", member=name, hint="convert to .pt instead")
@@ -225,7 +240,8 @@ def write_safetensors_sharded(
 
     Shards are filled in order and a new one starts when the next tensor would exceed
     ``max_shard_size`` (a tensor larger than that gets a shard of its own). With one
-    shard, ``path`` itself is written and no index. Returns the files written.
+    shard, ``path`` itself is written and no index. Exact aliases are stored once
+    (:mod:`.shared`), recorded in every shard's ``__metadata__``. Returns the files written.
     """
     import os
 
@@ -233,8 +249,10 @@ def write_safetensors_sharded(
     groups: list[list[tuple[str, Any]]] = [[]]
     size = 0
     total = 0
-    for name, t in items:
-        t = as_tensor(t, name=name)
+    # every name checked and every alias found before any shard is written
+    kept, aliases = split_aliases(checked_names(items, path), path)
+    metadata = alias_metadata(metadata, aliases)
+    for name, t in kept:
         if groups[-1] and size + t.nbytes > limit:
             groups.append([])
             size = 0

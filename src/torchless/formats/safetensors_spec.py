@@ -17,7 +17,7 @@ from ..core.errors import FormatError, LimitError, TruncatedError, UnsupportedEr
 from ..core.source import ByteSource
 from .pt.spec import ZIP_MAGIC
 
-__all__ = ["ST_DTYPES", "MAX_HEADER", "METADATA_KEY", "HeaderEntry", "is_safetensors_head", "parse_header"]
+__all__ = ["ST_DTYPES", "MAX_HEADER", "METADATA_KEY", "HeaderEntry", "check_name", "is_safetensors_head", "parse_header"]
 
 #: safetensors dtype code -> torch dtype name
 ST_DTYPES = {
@@ -37,6 +37,8 @@ ST_DTYPES = {
     "C64": "complex64",
     "F8_E4M3": "float8_e4m3fn",
     "F8_E5M2": "float8_e5m2",
+    "F8_E4M3FNUZ": "float8_e4m3fnuz",
+    "F8_E5M2FNUZ": "float8_e5m2fnuz",
     "F8_E8M0": "float8_e8m0fnu",
 }
 #: the safetensors package's header size limit
@@ -46,6 +48,27 @@ METADATA_KEY = "__metadata__"
 
 #: (name, dtype code, shape, (begin, end) relative to the data start), in the file's order
 HeaderEntry = tuple[str, str, list[int], tuple[int, int]]
+
+
+def check_name(name: str, path: Any = None) -> None:
+    """Refuse a tensor name the safetensors package cannot read back: the header's
+    metadata key (the package then fails on the whole header) and names that are not
+    valid UTF-8 (lone surrogates: the header is not JSON it can parse).
+
+    Raises:
+        UsageError: naming the tensor (escaped).
+    """
+    from ..core.errors import UsageError
+    from ..core.tensor import require_utf8_name
+
+    if name == METADATA_KEY:
+        raise UsageError(
+            f"a tensor cannot be named {METADATA_KEY!r} in a safetensors file (the key of the header's metadata)",
+            path=path,
+            member=name,
+            hint="rename the tensor",
+        )
+    require_utf8_name(name, path, fmt="safetensors")
 
 
 def is_safetensors_head(head: bytes) -> bool:

@@ -204,7 +204,7 @@ def test_bin_resharding_keeps_tied_weights_in_one_shard(bin_set, tmp_path):
     assert len(set(wm.values())) == 3 and wm["model.layers.0.mlp.bias"] == wm["model.norm.weight"]
 
 
-def test_strict_refuses_alias_drop_and_partial_overlap_refused(bin_set, tmp_path):
+def test_strict_refuses_alias_drop_and_overlapping_views_refused(bin_set, tmp_path):
     d, _sd = bin_set
     with pytest.raises(UsageError, match="lm_head.weight"):
         torchless.convert(d, tmp_path / "model.safetensors", strict=True)
@@ -212,10 +212,19 @@ def test_strict_refuses_alias_drop_and_partial_overlap_refused(bin_set, tmp_path
     base = torch.arange(10, dtype=torch.float32)
     p = tmp_path / "partial"
     p.mkdir()
+    # disjoint views of one storage: each written as its own tensor (save_pretrained clones them)
     torch.save({"a": base[:5], "b": base[5:]}, p / "pytorch_model.bin")
-    with pytest.raises(UsageError, match="share one storage"):
-        torchless.convert(p, tmp_path / "x.safetensors")
-    assert not (tmp_path / "x.safetensors").exists()
+    res = torchless.convert(p, tmp_path / "x.safetensors", strict=True)
+    assert res["dropped"] == [] and res["tensors"] == 2
+    got = st_torch.load_file(str(tmp_path / "x.safetensors"))
+    assert torch.equal(got["a"], base[:5]) and torch.equal(got["b"], base[5:])
+    # overlapping views that are not the same view: refused naming both, nothing written
+    q = tmp_path / "overlap"
+    q.mkdir()
+    torch.save({"a": base[:6], "b": base[4:]}, q / "pytorch_model.bin")
+    with pytest.raises(UsageError, match="'a' and 'b' overlap"):
+        torchless.convert(q, tmp_path / "y.safetensors")
+    assert not (tmp_path / "y.safetensors").exists()
 
 
 def test_diff_two_sets(bin_set, st_set, capsys):

@@ -257,11 +257,11 @@ class HFArtifact(Artifact):
             total = meta.get("total_size")
             if total is not None:
                 tensor_bytes = sum(t.nbytes for t in tensors.values())
-                storages: dict[int, int] = {}
+                storages: dict[Any, int] = {}
                 for t in tensors.values():
                     st = getattr(t, "storage", None)
                     if st is not None:
-                        storages[id(st)] = st.nbytes
+                        storages[st] = st.nbytes
                 storage_bytes = sum(storages.values())
                 if type(total) is not int or total not in (tensor_bytes, storage_bytes):
                     problems.append(
@@ -304,7 +304,7 @@ class HFArtifact(Artifact):
         options: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Stream the tensors into ``dst`` (sharded with ``max_shard_size``; shared
-        tensors written once, see :func:`~.write.dedupe_aliases`)."""
+        tensors by the rule of :mod:`..shared`)."""
         from .write import convert_tensors
 
         dropped = []

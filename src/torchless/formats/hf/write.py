@@ -6,12 +6,10 @@ starts when the next storage would pass ``max_shard_size``, a storage larger tha
 gets a shard of its own, tensors sharing a storage stay in one shard and count once in
 ``total_size``. With one shard, the unsharded name is written and no index.
 
-Shared tensors: a ``.bin`` shard keeps them shared (torch's own storage sharing). A
-safetensors file cannot express sharing, so - like ``safetensors.torch.save_model`` - a
-tensor that is an exact alias of an earlier one (same storage, offset, shape, strides,
-dtype) is written once under the first name and the alias is reported as dropped;
-tensors that overlap a storage in different ways are refused with a message naming
-both.
+Shared tensors follow the one rule of :mod:`..shared`: a ``.bin`` shard keeps them shared
+(torch's own storage sharing); a safetensors set stores an exact alias once (not in the
+index, reported as dropped, recorded in the shards' ``__metadata__``), writes disjoint
+views as their own tensors and refuses overlapping ones.
 """
 
 from __future__ import annotations
@@ -24,51 +22,13 @@ from ...core.atomic import AtomicFile, shard_set
 from ...core.errors import UsageError
 from ...core.tensor import as_tensor
 from ...core.values import StateDict
+from ..shared import alias_metadata, dropped_entries, drops_aliases, split_aliases
 from .spec import INDEX_SUFFIX, shard_name
 
-__all__ = ["DEFAULT_MAX_SHARD_SIZE", "convert_tensors", "dedupe_aliases", "write_bin_sharded", "write_sharded"]
+__all__ = ["DEFAULT_MAX_SHARD_SIZE", "convert_tensors", "write_bin_sharded", "write_sharded"]
 
 #: transformers' default ``max_shard_size``
 DEFAULT_MAX_SHARD_SIZE = "5GB"
-
-
-def _storage_key(t: Any) -> Any:
-    st = getattr(t, "storage", None)
-    return None if st is None else id(st)
-
-
-def dedupe_aliases(items: Iterable[tuple[str, Any]]) -> tuple[list[tuple[str, Any]], dict[str, str]]:
-    """Drop exact aliases (kept under the first name); returns ``(kept, {alias: kept})``.
-
-    Raises:
-        UsageError: two tensors share a storage without being the same view (safetensors
-            cannot store that without duplicating or losing the sharing).
-    """
-    kept: list[tuple[str, Any]] = []
-    aliases: dict[str, str] = {}
-    views: dict[Any, tuple[str, Any]] = {}
-    by_storage: dict[Any, str] = {}
-    for name, t in items:
-        t = as_tensor(t, name=name)
-        sk = _storage_key(t)
-        if sk is None:
-            kept.append((name, t))
-            continue
-        view = (sk, t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype.name)
-        if view in views:
-            aliases[name] = views[view][0]
-            continue
-        if sk in by_storage:
-            raise UsageError(
-                f"tensors {by_storage[sk]!r} and {name!r} share one storage as "
-                "different views; safetensors cannot store shared memory",
-                member=name,
-                hint="write .bin shards (torch keeps the sharing), or make the tensors independent copies first",
-            )
-        views[view] = (name, t)
-        by_storage[sk] = name
-        kept.append((name, t))
-    return kept, aliases
 
 
 def _split(items: list[tuple[str, Any]], limit: int) -> tuple[list[list[tuple[str, Any]]], int]:
@@ -77,9 +37,9 @@ def _split(items: list[tuple[str, Any]], limit: int) -> tuple[list[list[tuple[st
     current = -1  # the shard being filled
     size = 0
     total = 0
-    home: dict[Any, int] = {}
+    home: dict[Any, int] = {}  # Storage (held) -> its shard
     for name, t in items:
-        sk = _storage_key(t)
+        sk = t.storage
         if sk is not None and sk in home:
             shards[home[sk]].append((name, t))
             continue
@@ -153,8 +113,11 @@ def write_sharded(
     limit = max_shard_size or DEFAULT_MAX_SHARD_SIZE
     items = unique_names(items, p)
     if base.endswith(".safetensors"):
-        kept, aliases = dedupe_aliases(items)
-        return write_safetensors_sharded(kept, base, limit, metadata={"format": "pt"}, progress=progress), aliases
+        from ..safetensors import checked_names
+
+        kept, aliases = split_aliases(checked_names(items, p), p)  # every name checked, aliases too
+        meta = alias_metadata({"format": "pt"}, aliases)
+        return write_safetensors_sharded(kept, base, limit, metadata=meta, progress=progress), aliases
     if base.endswith(".bin"):
         return write_bin_sharded(items, base, limit, progress=progress), {}
     raise UsageError("a Hugging Face index must be named <name>.safetensors.index.json or <name>.bin.index.json", path=p)
@@ -193,33 +156,24 @@ def convert_tensors(
             raise UsageError("max_shard_size given twice, with different values", path=dst)
         opts["max_shard_size"] = max_shard_size
     dropped = list(dropped or [])
-    total = {"tensors": len(items), "bytes": sum(t.nbytes for _, t in items)}
-    sharded = format in ("safetensors", "hf")
-
-    def refuse_if_strict(extra: list[dict[str, str]]) -> None:
-        every = dropped + extra
-        if strict and every:
-            shown = ", ".join(d["key"] for d in every[:8]) + (" ..." if len(every) > 8 else "")
-            raise UsageError(
-                f"converting to {format} would drop {len(every)} value(s): {shown}",
-                path=source,
-                hint="leave out --strict, or write .bin shards (they keep shared tensors)",
-            )
-
-    if sharded:
+    p = os.fspath(dst)
+    aliases: dict[str, str] = {}
+    if format == "safetensors" or (format == "hf" and drops_aliases(p, "hf")):
+        _kept, aliases = split_aliases(items, p)  # found (and overlaps refused) before writing anything
+    dropped += dropped_entries(aliases)
+    written = [(n, t) for n, t in items if n not in aliases]
+    total = {"tensors": len(written), "bytes": sum(t.nbytes for _, t in written)}
+    if strict and dropped:
+        shown = ", ".join(d["key"] for d in dropped[:8]) + (" ..." if len(dropped) > 8 else "")
+        raise UsageError(
+            f"converting to {format} would drop {len(dropped)} value(s): {shown}",
+            path=source,
+            hint="leave out --strict, or write .pt / .bin shards (they keep shared tensors)",
+        )
+    if format in ("safetensors", "hf"):
         check_options(handler("hf"), "write", opts, path=dst)  # a sharded set: the Hugging Face writer's options
-        p = os.fspath(dst)
-        if format == "safetensors" or p.endswith(".safetensors" + INDEX_SUFFIX):
-            _kept, aliases = dedupe_aliases(items)  # refuse before writing anything
-            refuse_if_strict(
-                [{"key": a, "type": f"alias of {k} (one storage; safetensors stores it once)"} for a, k in aliases.items()]
-            )
-        else:
-            refuse_if_strict([])
-        files, aliases = write_sharded(items, dst, opts.get("max_shard_size"), progress=progress)
-        dropped += [{"key": a, "type": f"alias of {k} (one storage; safetensors stores it once)"} for a, k in aliases.items()]
+        files, _aliases = write_sharded(items, dst, opts.get("max_shard_size"), progress=progress)
     else:
-        refuse_if_strict([])
         from ..dispatch import write_tensors
 
         files = write_tensors(items, dst, format=format, progress=progress, **opts)

@@ -29,7 +29,7 @@ from ..weights import WeightMatch, match_weights, weight_items
 from .dtypes import PackedTensor, numel_of, onnx_type, pack_bits
 from .read import EXTERNAL, PROTOBUF_LIMIT, ExternalData, OnnxModel, text
 
-__all__ = ["AUTO_EXTERNAL_BYTES", "set_weights", "transformed_initializers"]
+__all__ = ["AUTO_EXTERNAL_BYTES", "set_weights", "shared_initializers", "transformed_initializers"]
 
 #: tensors above this total force external data (torch's ``_LARGE_MODEL_THRESHOLD``,
 #: 1536 MiB, leaves room below protobuf's 2 GiB for the graph itself).
@@ -110,6 +110,54 @@ def _all_tensor_protos(model: Any, *, skip_main_initializers: bool = False) -> I
     yield from from_graph(model.graph, 0)
     for f in model.functions:
         yield from from_nodes(f.node, 1)
+
+
+def shared_initializers(graph: Any, initializers: set[str]) -> dict[str, tuple[str, int]]:
+    """``{name: (initializer, node index)}`` for the main graph's ``Identity`` nodes that
+    give an initializer another name (chains resolved to the initializer).
+
+    torch's TorchScript exporter merges initializers of equal values into one and names
+    the others through ``Identity`` (a fresh BatchNorm's ``running_mean`` becomes
+    ``Identity(bn.bias)``, its ``running_var`` ``Identity(bn.weight)``); replacing the
+    initializer then would change every name that reads it.
+    """
+    out: dict[str, tuple[str, int]] = {}
+    for i, node in enumerate(graph.node):
+        if node.op_type != "Identity" or node.domain not in ("", "ai.onnx") or len(node.input) != 1 or len(node.output) != 1:
+            continue
+        src, dst = text(node.input[0]), text(node.output[0])
+        root = src if src in initializers else out[src][0] if src in out else None
+        if root is not None and dst and dst not in initializers and dst not in out:
+            out[dst] = (root, i)
+    return out
+
+
+def _unshare(mp: Any, aliases: dict[str, tuple[str, int]], edited: set[str]) -> None:
+    """Give every name of a shared initializer its own initializer where any of them gets
+    a new weight: a copy of the initializer (its data, inline or external) under the
+    ``Identity`` node's output name, and the node removed, so the names' consumers read
+    their own tensor and a new weight changes only its own name."""
+    groups: dict[str, list[str]] = {}
+    for a, (root, _i) in aliases.items():
+        groups.setdefault(root, []).append(a)
+    touched = {root: names for root, names in groups.items() if edited & {root, *names}}
+    if not touched:
+        return
+    snapshots = {}
+    for tp in mp.graph.initializer:
+        n = text(tp.name)
+        if n in touched:
+            snapshots[n] = type(tp)()
+            snapshots[n].CopyFrom(tp)
+    drop = []
+    for root, names in touched.items():
+        for a in names:
+            tp = mp.graph.initializer.add()
+            tp.CopyFrom(snapshots[root])
+            tp.name = a
+            drop.append(aliases[a][1])
+    for i in sorted(drop, reverse=True):
+        del mp.graph.node[i]
 
 
 #: node metadata the ONNX exporter's optimizer (onnxscript rewriter) leaves on rewritten nodes
@@ -244,11 +292,15 @@ def _write(
 ) -> dict[str, Any]:
     mp = om.model
     main = {r.proto_name: r for r in om.records if r.kind == "initializer" and r.scope == ""}
+    # names the exporter made Identity copies of one initializer (it merges equal ones):
+    # each may be given its own weight, checked against the initializer it reads
+    aliases = shared_initializers(mp.graph, set(main))
+    targets = {**main, **{a: main[root] for a, (root, _i) in aliases.items()}}
     new: dict[str, Any] = {}
 
     def check(m: WeightMatch) -> None:
         for key, value in m.matched:
-            new[key] = _new_bytes(key, value, main[key])
+            new[key] = _new_bytes(key, value, targets[key])
         shapes = m.shapes
         problems = transformed_initializers(mp, set(new), {k: shapes[k] for k in m.ignored if k in shapes}, set(shapes))
         if problems:
@@ -265,8 +317,9 @@ def _write(
 
     # no weights at all is allowed: a re-layout, e.g. to or from external data
     ignored = match_weights(
-        items, main, strip_prefix=strip_prefix, allow_missing=allow_missing, what="initializer", path=om.path, check=check
+        items, targets, strip_prefix=strip_prefix, allow_missing=allow_missing, what="initializer", path=om.path, check=check
     ).ignored
+    _unshare(mp, aliases, set(new))
     # every tensor's bytes: replaced, or the source's (from the model or its data file)
     src_ext = ExternalData(om.external.base_dir, om.path)
     used_external = any(tp.data_location == EXTERNAL for tp in _all_tensor_protos(mp))
@@ -344,7 +397,7 @@ def _write(
         "output": out,
         "data_file": data_path if data_file is not None else None,
         "replaced": sorted(new),
-        "kept": sorted(n for n in main if n not in new),
+        "kept": sorted(n for n in targets if n not in new),
         "ignored": ignored,
         "bytes": written,
     }

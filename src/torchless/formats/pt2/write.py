@@ -28,7 +28,7 @@ import numpy as np
 
 from ...container.zip import TorchZipWriter
 from ...core.errors import UnsupportedError, UsageError
-from ...core.tensor import Tensor, as_tensor
+from ...core.tensor import Storage, Tensor, as_tensor
 from ...graph.ir import Graph, SymValue, TensorValue
 from . import schema as S
 from . import spec as C
@@ -66,7 +66,9 @@ def _write_payload(
     zw: TorchZipWriter, items: dict[str, Any], folder: str, prefix: str, source: Any, params: set[str]
 ) -> S.PayloadConfig:
     config: dict[str, S.PayloadMeta] = {}
-    groups: dict[tuple[int, str], str] = {}
+    # keyed by the Storage object itself (held by the dict), never by id(): a storage the
+    # writer made from a NumPy array is a temporary, and a freed one's id is reused
+    groups: dict[tuple[Storage, str], str] = {}
     # numbering continues over the records already in the folder (several models)
     count = sum(1 for n in zw.names if n.startswith(f"{folder}{prefix}"))
     for fqn, v in items.items():
@@ -85,7 +87,7 @@ def _write_payload(
         t = _as_tensor(fqn, v)
         if t.storage is None:
             raise UnsupportedError(f"tensor {fqn!r} has no data (meta tensor)")
-        key = (id(t.storage), t.dtype.name)
+        key = (t.storage, t.dtype.name)
         path = groups.get(key)
         if path is None:
             path = f"{prefix}{count}"
