@@ -73,6 +73,7 @@ RULES: dict[str, str] = {
     "nested-loader": "a global that deserialises its argument (a pickle, archive or code inside the pickle)",
     "native-code": "content a loader compiles, runs through a shell, or loads as a native library",
     "link-escape": "a path or symlink that leaves the artifact",
+    "source-code": "Python source a loader runs (torch.package modules, Hugging Face remote code) does what model code does not",
     "cache-code": "generated code in a compile cache that inductor's code generator would not have emitted",
 }
 
