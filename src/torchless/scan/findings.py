@@ -41,6 +41,7 @@ LOADERS = (
     "joblib.load",
     "torch.compile (inductor cache)",
     "torch.package.PackageImporter",
+    "transformers from_pretrained(trust_remote_code=True)",
     "onnx.load",
     "executorch Program::load",
 )
