@@ -31,15 +31,15 @@ from __future__ import annotations
 
 import os
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..core import jsonsafe
 from ..core.errors import TorchlessError
 from ..core.paths import within
 from .source import SourceReport, analyse
 
-if TYPE_CHECKING:
-    from .carriers.base import ScannerBase
+#: the scanner (``carriers.base.ScannerBase``; not imported: the scanner imports this module)
+ScannerBase = Any
 
 __all__ = [
     "CONFIG_FILES",
@@ -296,7 +296,7 @@ def scan_if_remote_code(scanner: ScannerBase) -> None:
 
 def _reaches(folder: str, module_file: str, target: str) -> bool:
     """Whether ``module_file`` or its relative-import closure is ``target``."""
-    todo, seen = [module_file], set()
+    todo, seen = [module_file], set[str]()
     while todo and len(seen) < _MAX_MODULES:
         f = os.path.normpath(os.path.join(folder, todo.pop()))
         if f in seen or not os.path.isfile(f):

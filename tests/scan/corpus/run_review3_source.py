@@ -99,7 +99,7 @@ def main(argv: list[str]) -> int:
                     load(e["loader"], os.path.join(out, e["load"]), e.get("arg", ""))
                     msg = ""
                 except BaseException as ex:  # the loader raising after the payload is a result too
-                    msg = f"{type(ex).__name__}: {str(ex)[:300]}" or "raised"
+                    msg = f"{type(ex).__name__}: {str(ex)[:300]}"
                 os.write(w, msg.encode() or b"-")
                 os._exit(0)
             os.close(w)
