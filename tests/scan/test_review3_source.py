@@ -22,7 +22,6 @@ from typing import Any
 import pytest
 
 import torchless
-from torchless.scan.source import analyse
 
 from .conftest import CORPUS, ENV
 
@@ -140,6 +139,12 @@ def test_package_findings_name_file_line_and_loader_path(corpus: tuple[Path, Pat
 # -- the analyser -----------------------------------------------------------------------
 
 
+def analyse(src: str) -> Any:
+    from torchless.scan.source import analyse  # imported here: the corpus tests also run against older trees
+
+    return analyse(src)
+
+
 def _sev(src: str) -> set[str]:
     return {p.severity for p in analyse(src).problems}
 
@@ -224,3 +229,39 @@ def test_unreferenced_py_is_reported_at_most_medium(tmp_path: Path) -> None:
     # named by auto_map: the same source is critical, in its own report and the config's
     _write(tmp_path, {"config.json": json.dumps({"auto_map": {"AutoConfig": "convert.C"}})})
     assert set(_verdicts(tmp_path).values()) == {"dangerous"}
+
+
+def test_analyser_never_raises_on_hostile_text() -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    pieces = st.sampled_from(
+        [
+            "import os\n",
+            "os.system(x)\n",
+            "def f(",
+            "):\n",
+            "    ",
+            "(",
+            ")",
+            "getattr(",
+            "'a' + 'b'",
+            "\\",
+            "\n",
+            "lambda: ",
+            "[",
+            "]",
+            "__import__",
+            "x.y.z",
+            "#",
+            '"""',
+        ]
+    )
+
+    @settings(max_examples=100, deadline=None, database=None)
+    @given(st.one_of(st.text(max_size=200), st.lists(pieces, max_size=60).map("".join)))
+    def check(src: str) -> None:
+        rep = analyse(src)
+        assert all(p.severity in ("critical", "high", "medium", "low", "info", "unanalysable", "limit") for p in rep.problems)
+
+    check()
