@@ -172,6 +172,12 @@ def test_analyser_allows_model_code() -> None:
         ("import os\nn = input\ngetattr(os, n)('x')\n", "critical"),
         ("import torch\ntorch.serialization.os.system('x')\n", "critical"),
         ("exec('1')\n", "critical"),
+        ("def f(exec, open, getattr):\n    pass\nexec('1')\n", "critical"),  # a parameter elsewhere hides nothing
+        ("import os\ndef f(getattr):\n    pass\ngetattr(os, name)('x')\n", "critical"),
+        ("import os\nos.__getattribute__('system')('x')\n", "critical"),
+        ("import os\nvars(os)['sys' + 'tem']('x')\n", "critical"),
+        ("import os, functools\nfunctools.reduce(getattr, ['system'], os)('x')\n", "high"),
+        ("import os, operator\noperator.attrgetter('system')(os)('x')\n", "high"),
         ("globals()['__builtins__']\n", "critical"),
         ("import sys\nsys.modules['x'] = None\n", "critical"),
         ("x = (1).__class__.__subclasses__()\n", "critical"),

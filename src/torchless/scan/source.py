@@ -91,6 +91,7 @@ SAFE_MODULES = frozenset(
         "io",
         "codecs",
         "pathlib",
+        "urllib.parse",
         "shutil",
         "tempfile",
         "os",
@@ -138,7 +139,7 @@ DANGEROUS_MODULES = {
         [
             "socket",
             "ssl",
-            "urllib",
+            "urllib.request",
             "urllib2",
             "urllib3",
             "http",
@@ -163,7 +164,6 @@ DANGEROUS_MODULES = {
     ),
     **dict.fromkeys(["ctypes", "cffi", "_ctypes"], "calls native code"),
     **dict.fromkeys(["gc", "ptrace", "sysconfig", "signal", "atexit"], "reaches the interpreter's internals or exit hooks"),
-    **dict.fromkeys(["base64", "zlib", "lzma", "bz2", "binascii"], "decodes hidden payloads (model code does not)"),
 }
 #: builtins that run code, import or reach the interpreter's internals
 DANGEROUS_BUILTINS = frozenset(
@@ -256,6 +256,8 @@ _CALLS: dict[str, tuple[str, str]] = {
     "sys.path.append": ("high", "changes where imports are found"),
     "sys.exit": ("medium", "ends the process"),
     "types.CodeType": ("critical", "builds code objects"),
+    "operator.attrgetter": ("high", "looks attributes up by strings (hides what is reached)"),
+    "operator.methodcaller": ("high", "calls methods named by strings (hides what is called)"),
     "types.FunctionType": ("critical", "builds functions from code objects"),
     "numpy.ctypeslib": ("critical", "calls native code"),
     "numpy.testing._private.utils.runstring": ("critical", "runs code"),
@@ -268,6 +270,8 @@ _CALLS: dict[str, tuple[str, str]] = {
 #: method names that write or delete files on any object (``pathlib.Path`` ...)
 _FILE_METHODS = frozenset(["write_text", "write_bytes", "symlink_to", "hardlink_to", "unlink", "rmdir", "rmtree"])
 _OPENERS = frozenset({"builtins.open", "io.open", "codecs.open", "os.fdopen"})
+#: builtins that look names up by a value (judged at their calls; passed as values they are a finding)
+_REFLECTION = frozenset(["getattr", "setattr", "delattr", "vars", "globals", "locals"])
 
 
 class SourceError(Exception):
@@ -405,7 +409,6 @@ class _Analyser:
         self.tree = tree
         self.alias: dict[str, str] = {}  # local name -> dotted origin (modules and their attributes)
         self.modules: set[str] = set()  # local names bound to modules
-        self.defined: set[str] = set()  # names the source binds itself (parameters, assignments, defs)
         self.rep = SourceReport()
         self._seen: set[tuple[int | None, str]] = set()
 
@@ -421,14 +424,6 @@ class _Analyser:
     # -- names ---------------------------------------------------------------------------
     def bindings(self, nodes: list[ast.AST]) -> None:
         for n in nodes:
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                self.defined.add(n.name)
-            elif isinstance(n, ast.arg):
-                self.defined.add(n.arg)
-            elif isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
-                self.defined.add(n.id)
-            elif isinstance(n, ast.ExceptHandler) and n.name:
-                self.defined.add(n.name)
             if isinstance(n, ast.Import):
                 for a in n.names:
                     local = a.asname or a.name.split(".", 1)[0]
@@ -455,8 +450,6 @@ class _Analyser:
             return None
         root = self.alias.get(parts[0])
         if root is None:
-            if parts[0] in self.defined:
-                return None
             if parts[0] in DANGEROUS_BUILTINS or parts[0] in ("open", "getattr", "setattr", "globals", "vars", "locals"):
                 root = "builtins." + parts[0]
             else:
@@ -487,6 +480,7 @@ class _Analyser:
         self.rep.lines = max((getattr(n, "end_lineno", 0) or 0) for n in nodes) if nodes else 0
         self.bindings(nodes)
         inner = {id(n.value) for n in nodes if isinstance(n, ast.Attribute)}
+        self.called = {id(n.func) for n in nodes if isinstance(n, ast.Call)}
         for node, at_import in ctx:
             self.visit(node, at_import, id(node) in inner)
         return self.rep
@@ -508,10 +502,12 @@ class _Analyser:
                 if a.name != "*":
                     self.use(f"{mod}.{a.name}", f"from {mod} import {a.name}", line, at_import, binding=True)
         elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
-            if n.id in DANGEROUS_BUILTINS and n.id not in self.alias and n.id not in self.defined:
+            if n.id in DANGEROUS_BUILTINS and n.id not in self.alias:
                 self.add("critical", line, n.id, "a builtin that runs code, imports or reaches the interpreter", at_import)
             elif n.id in self.alias and not inner:
                 self.use(self.alias[n.id], n.id, line, at_import)
+            elif n.id in _REFLECTION and id(n) not in self.called and n.id not in self.alias:
+                self.add("high", line, n.id, "a reflection builtin passed as a value (its calls cannot be judged)", at_import)
         elif isinstance(n, ast.Attribute):
             if n.attr in ESCAPE_DUNDERS:
                 self.add("critical", line, f".{n.attr}", "reaches globals, builtins or code objects", at_import)
@@ -560,6 +556,9 @@ class _Analyser:
             self.add(sev, line, what, why, at_import)
             return
         parts = full.split(".")
+        if root in ("os", "sys", "builtins") and any(p.startswith("__") and p.endswith("__") for p in parts[1:]):
+            self.add("critical", line, what, f"reaches the internals of module {root}", at_import)
+            return
         hops = [p for p in parts[1:] if p in DANGEROUS_ATTRS]
         if hops and root not in ("os", "sys"):
             self.add("critical", line, what, f"reaches {hops[0]!r} through an attribute of {root}", at_import)
