@@ -225,7 +225,9 @@ def test_missing_or_escaping_module_is_never_clean(tmp_path: Path) -> None:
     assert cfg.verdict != "clean" and any(f.rule == "link-escape" for f in cfg.findings), cfg.findings
     # another repository the scanned folder does not hold
     _write(m, {"config.json": json.dumps({"auto_map": {"AutoConfig": "org/other--configuration_o.C"}})})
-    assert torchless.scan(m / "config.json", jobs=1).files[0].verdict == "unanalysable"
+    fr = torchless.scan(m / "config.json", jobs=1).files[0]
+    assert fr.verdict == "unanalysable"
+    assert {f.loader for f in fr.counted()} == {"transformers from_pretrained(trust_remote_code=True)"}
 
 
 def test_unreferenced_py_is_reported_at_most_medium(tmp_path: Path) -> None:

@@ -256,6 +256,11 @@ def _run_refs(scanner: ScannerBase, res: _Resolver, cfg: str, refs: list[tuple[s
 def scan_if_remote_code(scanner: ScannerBase) -> None:
     """Remote code a Hugging Face config names, or a ``.py`` file beside a model (see the
     module docstring). Local files only."""
+    with scanner.loading(LOADER):  # every finding names the loader that runs the source
+        _scan(scanner)
+
+
+def _scan(scanner: ScannerBase) -> None:
     path = scanner.path
     name = os.path.basename(path)
     folder = os.path.dirname(os.path.abspath(path))
