@@ -29,7 +29,8 @@ So the scan of a cache file:
 * runs the pickles symbolically with an allowlist of the record classes torch writes
   there (:data:`CACHE_SAFE`, each with a reason); anything else keeps its usual verdict;
 * parses every generated Python source (the ``.py`` files and each ``source_code`` in a
-  ``CompiledFxGraph``) with :mod:`ast`, never executing it, and flags imports and names
+  ``CompiledFxGraph``) with the scanner's one source parser (:func:`torchless.scan.source.parse`,
+  the parser of torch.package and remote-code sources too), never executing it, and flags imports and names
   inductor's code generator does not emit (:data:`ALLOWED_IMPORTS`,
   :data:`SAFE_BUILTINS`): ``os``/``subprocess`` calls, ``exec``, ``__import__``,
   ``open``, dunder attribute walks (``torch.__builtins__``), modules reached through
