@@ -29,7 +29,8 @@ So the scan of a cache file:
 * runs the pickles symbolically with an allowlist of the record classes torch writes
   there (:data:`CACHE_SAFE`, each with a reason); anything else keeps its usual verdict;
 * parses every generated Python source (the ``.py`` files and each ``source_code`` in a
-  ``CompiledFxGraph``) with :mod:`ast`, never executing it, and flags imports and names
+  ``CompiledFxGraph``) with the scanner's one source parser (:func:`torchless.scan.source.parse`,
+  the parser of torch.package and remote-code sources too), never executing it, and flags imports and names
   inductor's code generator does not emit (:data:`ALLOWED_IMPORTS`,
   :data:`SAFE_BUILTINS`): ``os``/``subprocess`` calls, ``exec``, ``__import__``,
   ``open``, dunder attribute walks (``torch.__builtins__``), modules reached through
@@ -50,7 +51,6 @@ from __future__ import annotations
 import ast
 import os
 import re
-import warnings
 from typing import Any
 
 from ..core.errors import TorchlessError
@@ -59,6 +59,7 @@ from ..formats.inductor_cache.spec import loaded_kind as cache_kind
 from ..formats.joblib_spec import compression_of
 from ..formats.pt.spec import ZIP_MAGIC
 from .policy import Verdict
+from .source import DANGEROUS_ATTRS, MAX_SOURCE_BYTES, RISKY_TORCH, SourceError, dotted, parse
 
 __all__ = [
     "cache_kind",
@@ -71,7 +72,6 @@ __all__ = [
     "MAX_SOURCE_BYTES",
 ]
 
-MAX_SOURCE_BYTES = 32 << 20
 MAX_PROBLEMS = 200  # problems listed per source
 _LOADER = "torch.compile (inductor cache)"
 
@@ -295,52 +295,8 @@ _DANGEROUS_BUILTINS = frozenset(
     ]
 )
 #: attribute names that reach modules or interpreter internals from any object
-_DANGEROUS_ATTRS = frozenset(
-    [
-        "os",
-        "sys",
-        "subprocess",
-        "builtins",
-        "importlib",
-        "ctypes",
-        "pickle",
-        "marshal",
-        "shutil",
-        "socket",
-        "runpy",
-        "pty",
-        "code",
-        "codeop",
-        "system",
-        "popen",
-        "spawnv",
-        "execv",
-        "execve",
-        "fork",
-        "load_library",
-        "cpp_extension",
-        "hub",
-    ]
-)
-_RISKY_TORCH = (
-    "torch.load",
-    "torch.save",
-    "torch.from_file",
-    "torch.jit",
-    "torch.hub",
-    "torch.package",
-    "torch.utils.cpp_extension",
-    "torch.ops.load_library",
-    "torch.classes.load_library",
-    "torch._C._load_for_mobile",
-    "torch._C.import_ir_module",
-    "torch.compiler.load_cache_artifacts",
-    "torch._inductor.codecache",
-    "torch._inductor.cpp_builder",
-    "torch._inductor.package",
-    "torch._inductor.aoti_load_package",
-    "torch.export.load",
-)
+_DANGEROUS_ATTRS = DANGEROUS_ATTRS | {"code", "codeop", "hub"}  # inductor never names these either
+_RISKY_TORCH = RISKY_TORCH
 _DANGEROUS_STRINGS = _DANGEROUS_ATTRS | frozenset(
     [
         "exec",
@@ -379,15 +335,7 @@ _CPP_RISKY = re.compile(
 # -- Python ---------------------------------------------------------------------------
 
 
-def _dotted(node: ast.AST) -> list[str] | None:
-    parts: list[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return parts[::-1]
-    return None
+_dotted = dotted
 
 
 def check_python(source: bytes | str, *, name: str = "<source>", _depth: int = 0) -> list[tuple[str, str, int | None]]:
@@ -397,27 +345,10 @@ def check_python(source: bytes | str, *, name: str = "<source>", _depth: int = 0
         ``(severity, message, line)`` per problem; ``("unanalysable", ...)`` when the
         source cannot be parsed or exceeds :data:`MAX_SOURCE_BYTES`.
     """
-    if len(source) > MAX_SOURCE_BYTES:
-        return [
-            (
-                "unanalysable",
-                f"generated source of {len(source)} bytes exceeds the {MAX_SOURCE_BYTES}-byte limit; not analysed",
-                None,
-            )
-        ]
-    try:
-        with warnings.catch_warnings():  # SyntaxWarnings of odd sources are not for the user
-            warnings.simplefilter("ignore")
-            tree = ast.parse(source, filename=name)
-    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
-        return [
-            (
-                "unanalysable",
-                f"generated source does not parse ({type(e).__name__}: {str(e)[:120]}); Python would not run it "
-                "either, but it was not analysed",
-                getattr(e, "lineno", None),
-            )
-        ]
+    try:  # one parser for every Python source the scanner reads (scan.source: bounded, never run)
+        tree = parse(source, name)
+    except SourceError as e:
+        return [("unanalysable", f"generated {e.message}", e.line)]
     out: list[tuple[str, str, int | None]] = []
     defined: set[str] = set()
     imported_mod: dict[str, str] = {}  # local name -> module it is

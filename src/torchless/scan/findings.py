@@ -41,6 +41,7 @@ LOADERS = (
     "joblib.load",
     "torch.compile (inductor cache)",
     "torch.package.PackageImporter",
+    "transformers from_pretrained(trust_remote_code=True)",
     "onnx.load",
     "executorch Program::load",
 )
@@ -73,6 +74,7 @@ RULES: dict[str, str] = {
     "nested-loader": "a global that deserialises its argument (a pickle, archive or code inside the pickle)",
     "native-code": "content a loader compiles, runs through a shell, or loads as a native library",
     "link-escape": "a path or symlink that leaves the artifact",
+    "source-code": "Python source a loader runs (torch.package modules, Hugging Face remote code) does what model code does not",
     "cache-code": "generated code in a compile cache that inductor's code generator would not have emitted",
 }
 

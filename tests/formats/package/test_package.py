@@ -93,12 +93,18 @@ def test_cli(pkgs, capsys, tmp_path):
 
 def test_scan_reports_packaged_source(pkgs):
     out, marker = pkgs
-    for name, rec in (("benign.pt", "mypkg/model.py"), ("evil_source.pt", "evil/payload.py")):
+    # every packaged .py is parsed (never run): the benign model's source does only what model
+    # code does (an info note; its pickle's unknown global keeps it from CLEAN), the payload
+    # is critical, with its line and call
+    for name, rec, sev in (("benign.pt", "mypkg/model.py", "info"), ("evil_source.pt", "evil/payload.py", "critical")):
         rep = torchless.scan(out / name, jobs=1)
         f = rep.files[0]
         assert f.kind == "torch-package" and f.verdict != "clean" and rep.exit_code == 1
-        code = [x for x in f.findings if x.rule == "native-code"]
-        assert code and code[0].member.endswith(rec) and code[0].loader == "torch.package.PackageImporter"
+        code = [x for x in f.findings if x.rule == "source-code" and x.member.endswith(rec)]
+        assert code and {x.severity for x in code} == {sev} and code[0].loader == "torch.package.PackageImporter", code
+        assert f.verdict == ("dangerous" if sev == "critical" else "suspicious"), f.findings
+    evil = [x for x in torchless.scan(out / "evil_source.pt", jobs=1).files[0].findings if x.severity == "critical"]
+    assert any("line 1: open(..., 'w')" in x.message and "evil.payload.Thing" in x.message for x in evil), evil
     assert not os.path.exists(marker)
     # the oracle: loading the evil package really runs its source
     subprocess.run(

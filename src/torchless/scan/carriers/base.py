@@ -227,6 +227,11 @@ class ScannerBase:
                 self.check_dcp_metadata()
             if scan_if_cache(self, src):  # a TORCHINDUCTOR_CACHE_DIR entry: judged as torch.compile loads it
                 pass
+            elif not remote and self.path.endswith((".json", ".py")):
+                from ..remote_code import scan_if_remote_code
+
+                scan_if_remote_code(self)  # Hugging Face remote code named by a config, or a .py beside a model
+                self.scan_source(src, None, 0, 0, toplevel=True, context="file")
             elif items is not None or self.path.endswith(".distcp"):
                 self.report.kind = "distcp"
                 self.scan_distcp(src, items)

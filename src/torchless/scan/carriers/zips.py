@@ -14,12 +14,13 @@ from ...core.errors import TorchlessError
 from ...core.source import ByteSource, BytesSource
 from ...formats.aoti.spec import AOTINDUCTOR_DIR
 from ...formats.npz_spec import NPY_SUFFIX, is_npy
-from ...formats.package.spec import is_package_records, package_modules
+from ...formats.package.spec import is_package_records
 from ...formats.pt.spec import DATA_PKL
 from ...formats.pt2.spec import TORCH_LOAD, is_pt2_records, is_torch_loaded, unpickled_payloads
 from ...formats.torchscript import spec as ts_spec
 from .common import _KNOWN_RECORDS, _OK_FLAGS, MAX_MEMBER, _is_storage_record, walks
 from .dcp import split_zips as _split_zips
+from .package import report_packaged_code
 
 if TYPE_CHECKING:  # the mixins see the scanner they are mixed into
     from .base import ScannerBase as _Host
@@ -141,43 +142,8 @@ class ZipCarrier(_Host):
         )
         with self.loading(loader):
             self._scan_zip_members(zr, member, base, depth, torchscript, is_pt2)
-            if package:
-                self._packaged_code(zr, member)
-
-    def _packaged_code(self, zr: ZipReader, member: str | None) -> None:
-        """torch.package: a global naming an interned module makes ``PackageImporter``
-        compile and run that module's source from the package (and a mocked one runs the
-        package's ``_mock.py``). Python source is not analysed: each is reported."""
-        mods = package_modules(zr)
-        interned, mocked = mods["interned"], set(mods["mocked"])
-        pre = f"{member} > " if member else ""
-        done: set[str] = set()
-        for qual in sorted(self.report.globals):
-            mod = qual.rsplit(".", 1)[0] if "." in qual else qual
-            while mod and mod not in interned and mod not in mocked:
-                mod = mod.rsplit(".", 1)[0] if "." in mod else ""
-            if not mod or mod in done:
-                continue
-            done.add(mod)
-            if mod in interned:
-                rec = interned[mod]
-                self.add(
-                    "native-code",
-                    "high",
-                    f"{qual} is defined by the package's own source: PackageImporter imports {mod} "
-                    f"and runs {rec} when the pickle is loaded (Python source is not analysed)",
-                    f"{pre}{zr.prefix}/{rec}",
-                    global_name=qual,
-                )
-            else:
-                self.add(
-                    "native-code",
-                    "high",
-                    f"{qual} names mocked module {mod}: PackageImporter runs the "
-                    "package's _mock.py to import it (Python source is not analysed)",
-                    f"{pre}{zr.prefix}/_mock.py",
-                    global_name=qual,
-                )
+            if package:  # every packaged .py is code PackageImporter may run
+                report_packaged_code(self, zr, member)
 
     def _scan_zip_members(
         self, zr: ZipReader, member: str | None, base: int | None, depth: int, torchscript: bool, is_pt2: bool
