@@ -145,6 +145,10 @@ def from_torch_value(x: Any, *, share: dict[int, Any] | None = None) -> Any:
     torch = _torch()
     if isinstance(x, torch.Tensor):
         if getattr(x, "is_nested", False):
+            if x.layout == torch.jagged:
+                raise UnsupportedError(
+                    "nested tensors of the jagged layout", hint="save torch.nested.nested_tensor(..., layout=torch.strided)"
+                )
             param = isinstance(x, torch.nn.Parameter)
             flag, attrs = bool(x.requires_grad), dict(getattr(x, "__dict__", None) or {})
             if param:  # torch pickles a Parameter's data (detached) inside _rebuild_parameter
