@@ -1,13 +1,14 @@
-"""Long differential fuzz runs of eager checkpoints against torch (issue 11).
+"""Long differential fuzz runs of eager checkpoints against torch (issues 11, 31).
 
-    PYTHONPATH=src python scripts/fuzz_pt.py --cases 5000 [--start 0]
+    PYTHONPATH=src python scripts/fuzz_pt.py --cases 5000 [--start 0] [--minutes 10]
 
-Each case is one random checkpoint written by torch (pickle protocols 2-5; zip, legacy
+Each case is one random checkpoint written by torch (pickle protocols 0-5; zip, legacy
 stream, 4096-aligned zip without CRCs, deflated zip, zip without the torch 2.1+ records,
 big-endian zip), loaded by torchless and torch.load and compared,
 then saved by torchless (from torchless's result and from torch's objects) and loaded by
-torch with weights_only True/False and mmap=True. Prints the counts docs/pt.md records
-and every failing seed (replay one with ``python tests/pt_fuzz.py SEED``).
+torch with weights_only True/False and mmap=True. A protocol-0 file with tensors, which
+torch refuses, must be refused by torchless too (counted as refusals). Prints the counts
+docs/pt.md records and every failing seed (replay one with ``python tests/pt_fuzz.py SEED``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", type=int, default=2000)
     ap.add_argument("--start", type=int, default=0)
+    ap.add_argument("--minutes", type=float, default=0.0, help="stop after this long (0: run every case)")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
     stats = pt_fuzz.Stats()
@@ -37,12 +39,17 @@ def main() -> int:
             pt_fuzz.run_case(seed, stats)
         except Exception as e:  # noqa: BLE001 - every failure is reported with its seed
             failed.append((seed, f"{type(e).__name__}: {str(e)[:200]}"))
+        if args.minutes and time.monotonic() - t0 > args.minutes * 60:
+            print(f"stopped after {args.minutes} minutes at seed {seed}")
+            break
     dt = time.monotonic() - t0
     print(
-        f"cases {stats.cases} (failed {len(failed)}), tensors {stats.tensors}, writes {stats.writes} x 3 torch loads, {dt:.0f} s"
+        f"cases {stats.cases} (failed {len(failed)}), refusals {stats.refusals}, tensors {stats.tensors},"
+        f" writes {stats.writes} x 3 torch loads, {dt:.0f} s"
     )
     print("layouts", dict(sorted(stats.by_layout.items())), "protocols", dict(sorted(stats.by_protocol.items())))
     print("dtypes", len(stats.dtypes), ", ".join(sorted(stats.dtypes)))
+    print("special leaves", len(stats.kinds), ", ".join(sorted(stats.kinds)))
     for seed, msg in failed[:50]:
         print(f"seed {seed}: {msg}")
     return 1 if failed else 0

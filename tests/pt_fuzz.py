@@ -1,12 +1,18 @@
-"""Differential fuzzing of eager checkpoints against torch (issue 11).
+"""Differential fuzzing of eager checkpoints against torch (issues 11, 31).
 
-Read direction: a random nested checkpoint (every dtype, views, sharing, Parameters,
-quantized/sparse/nested/meta tensors, Python containers and scalars) is written by
-``torch.save`` with a random pickle protocol and layout (zip, the legacy stream, zip with
+Read direction: a random nested checkpoint (every dtype, complex32 included, views with
+conj/neg bits, empty, 0-d and high-rank tensors, shared and empty-shared storages (some
+retyped), Parameters requiring grad (v3 dtypes too), quantized tensors of every qscheme
+torch builds (per tensor, per channel, per channel with float qparams, packed), sparse
+COO/CSR/CSC/BSR/BSC, nested tensors (0-d components, Parameters, attributes), meta
+tensors, Python containers shared by identity and scalars, bytes and str) is written by
+``torch.save`` with a random pickle protocol 0-5 and layout (zip, the legacy stream, zip with
 4096-byte alignment and CRC-32 fields 0, a zip re-encoded by Python's zipfile with
 deflated records, one without the records torch 2.1+ adds, a zip turned big-endian), loaded by
 torchless and by ``torch.load``, and the two trees compared: value bytes, dtype, shape,
-stride, offset, flags, storage sharing, object identity and container types.
+stride, offset, flags, storage sharing, object identity and container types; complex32
+values bit for bit (NaN payloads included) as torch resolves and widens them. A protocol-0
+file with tensors (torch refuses its text persistent ids) must be refused by torchless too.
 
 Write direction: what torchless loaded is saved by ``torchless.save`` and loaded by
 ``torch.load`` with ``weights_only`` True and False and ``mmap=True``, and compared with
@@ -62,6 +68,8 @@ DENSE = [
     "float8_e8m0fnu",
 ]
 LAYOUTS = ["zip", "legacy", "zip-deflated", "zip-big-endian", "zip-4096-nocrc", "zip-old-records"]
+#: every pickle protocol torch.save takes (0 and 1 write the legacy magic number as text)
+PROTOCOLS = [0, 1, 2, 3, 4, 5]
 
 
 @dataclass
@@ -74,6 +82,8 @@ class Stats:
     by_protocol: dict[int, int] = field(default_factory=dict)
     writes: int = 0
     dtypes: set[str] = field(default_factory=set)
+    kinds: set[str] = field(default_factory=set)  # the special leaves generated
+    refusals: int = 0  # cases torch refuses to load, checked refused by torchless too
 
 
 class Gen:
@@ -85,6 +95,7 @@ class Gen:
         self.torch = torch
         self.rng = np.random.default_rng(seed)
         self.nested = True  # torch's legacy format mangles nested tensors (torch's bug)
+        self.kinds: set[str] = set()
 
     def pick(self, seq: Any) -> Any:
         return seq[int(self.rng.integers(len(seq)))]
@@ -94,7 +105,10 @@ class Gen:
 
     def base(self, dtype: str) -> Any:
         torch = self.torch
-        shape = tuple(int(s) for s in self.rng.integers(0, 5, size=int(self.rng.integers(0, 4))))
+        if self.coin(0.1):  # high rank, small sides
+            shape = tuple(int(s) for s in self.rng.integers(1, 3, size=int(self.rng.integers(4, 8))))
+        else:
+            shape = tuple(int(s) for s in self.rng.integers(0, 5, size=int(self.rng.integers(0, 4))))
         n = math.prod(shape)
         td = getattr(torch, dtype)
         isz = torch.empty(0, dtype=td).element_size()
@@ -105,7 +119,6 @@ class Gen:
         return t.view(td).reshape(shape) if n else torch.empty(shape, dtype=td)
 
     def view(self, t: Any) -> Any:
-        torch = self.torch
         for _ in range(int(self.rng.integers(0, 3))):
             k = self.pick(["slice", "T", "select", "expand", "narrow", "strided"])
             if k == "slice" and t.dim() and t.shape[0]:
@@ -120,15 +133,19 @@ class Gen:
                 t = t.narrow(0, 1, t.shape[0] - 1)
             elif k == "strided" and t.numel() > 2 and t.is_contiguous():
                 t = t.flatten().as_strided((2,), (2,), 1 + t.storage_offset()) if t.numel() >= 5 else t
-        if t.is_complex() and t.dtype != torch.complex32 and self.coin(0.3):
+        if t.is_complex() and self.coin(0.3):  # (one bit: torch cannot resolve both on complex32)
             t = t.conj() if self.coin() else t._neg_view()
         return t
 
     def special(self) -> Any:
         torch = self.torch
-        k = self.pick(["qt", "qc", "q4", "coo", "csr", "nested", "meta", "param", "attr"])
-        if k == "nested" and not self.nested:
+        k = self.pick(
+            ["qt", "qc", "qf", "q4", "coo", "csr", "csc", "bsr", "bsc", "nested", "nested0", "nparam", "nattr"]
+            + ["meta", "param", "param3", "attr"]
+        )
+        if k.startswith("n") and not self.nested:
             k = "coo"
+        self.kinds.add(k)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             if k == "qt":
@@ -143,14 +160,35 @@ class Gen:
                     0,
                     torch.quint8,
                 )
+            if k == "qf":  # per_channel_affine_float_qparams: float zero points
+                return torch.quantize_per_channel(
+                    torch.randn(2, 3, generator=torch.Generator().manual_seed(int(self.rng.integers(1 << 30)))),
+                    torch.tensor([0.1, 0.2, 0.3]),
+                    torch.tensor([0.0, 1.5, -2.0]),
+                    1,
+                    torch.quint8,
+                )
             if k == "q4":
                 return torch.quantize_per_tensor(torch.linspace(0, 1, 5), 0.1, 0, self.pick([torch.quint4x2, torch.quint2x4]))
             if k == "coo":
                 return torch.sparse_coo_tensor(torch.tensor([[0, 2], [1, 0]]), torch.tensor([1.5, -2.0]), (3, 2))
             if k == "csr":
                 return torch.arange(6.0).reshape(2, 3).to_sparse_csr()
+            if k in ("csc", "bsr", "bsc"):
+                d = torch.arange(1.0, 7.0).reshape(2, 3) * torch.tensor([1.0, 0.0, 1.0])
+                return d.to_sparse_csc() if k == "csc" else d.to_sparse(layout=getattr(torch, f"sparse_{k}"), blocksize=(1, 1))
             if k == "nested":
                 return torch.nested.nested_tensor([torch.ones(2), torch.arange(3.0)])
+            if k == "nested0":  # components of 0 dimensions: sizes of shape (n, 0)
+                return torch.nested.nested_tensor([torch.tensor(float(i)) for i in range(int(self.rng.integers(1, 4)))])
+            if k == "nparam":
+                return torch.nn.Parameter(torch.nested.nested_tensor([torch.ones(2, 2), torch.zeros(1, 2)]))
+            if k == "nattr":
+                n = torch.nested.nested_tensor([torch.arange(2.0)])
+                n.note = "nested"
+                return n
+            if k == "param3":  # dtypes rebuilt by _rebuild_tensor_v3, requiring grad
+                return torch.nn.Parameter(self.base(self.pick(["float8_e4m3fn", "float8_e5m2", "complex32"])))
             if k == "meta":
                 return torch.empty(2, 3, dtype=self.pick([torch.float32, torch.bfloat16, torch.uint16]), device="meta")
             if k == "param":
@@ -171,6 +209,9 @@ class Gen:
                 lambda: float("-inf"),
                 lambda: "s" * int(self.rng.integers(0, 4)),
                 lambda: b"\x00\xff",
+                lambda: b"",
+                lambda: bytearray(),
+                lambda: "\u00e9\U0001f600",
                 lambda: None,
                 lambda: True,
                 lambda: complex(1.5, -2),
@@ -223,6 +264,14 @@ class Gen:
                 leaves.append(self.view(b))
             if self.coin(0.2):
                 leaves.append(b)  # the same object again
+        if self.coin(0.2):
+            # empty tensors sharing one storage, some viewing it as another dtype of the
+            # same size (torch skips its dtype check for data pointer 0)
+            dtype = self.pick(["bfloat16", "float16", "int16", "float32", "int32"])
+            e = self.base(dtype).new_empty((0, 2))
+            twin = {"bfloat16": "float16", "float16": "bfloat16", "int16": "float16", "float32": "int32", "int32": "float32"}
+            leaves += [e, e[0:0], e.view(getattr(self.torch, twin[dtype])), e.view(0)]
+            self.kinds.add("empty-shared")
         if self.coin(0.6):
             leaves.append(self.special())
         for _ in range(int(self.rng.integers(0, 3))):
@@ -246,8 +295,15 @@ class Gen:
             else:
                 out.setdefault("sub", {})[f"s{i}"] = leaf
         if kind == "nested" and self.coin(0.3):
-            out = [out, {"epoch": 3}]
+            shared = [1, "x"]  # one container object twice: one object after loading
+            out = [out, {"epoch": 3, "a": shared}, shared]
+            self.kinds.add("shared-container")
         return out
+
+    def tensorless(self) -> Any:
+        """A checkpoint without tensors (protocol 0 writes a storage's persistent id as
+        text, which torch's loader refuses)."""
+        return {f"s{i}": self.scalar() for i in range(int(self.rng.integers(1, 5)))}
 
 
 # -- writing and re-encoding ---------------------------------------------------------------
@@ -334,7 +390,11 @@ def compare(tl: Any, tt: Any, path: str = "", seen: dict | None = None) -> None:
         seen[id(tt)] = tl
         if tt.is_nested:
             assert isinstance(tl, NestedTensor), (path, type(tl))
-            for a, b in zip(tl.unbind(), tt.unbind(), strict=False):
+            assert tl.dtype.torch_name == str(tt.dtype), path
+            assert tl.is_parameter == isinstance(tt, torch.nn.Parameter) and tl.requires_grad == tt.requires_grad, path
+            assert tl.attrs == vars(tt), (path, tl.attrs, vars(tt))
+            for a, b in zip(tl.unbind(), tt.detach().unbind(), strict=True):
+                assert a.shape == tuple(b.shape) and a.stride() == b.stride(), path
                 np.testing.assert_array_equal(a.numpy(), b.numpy())
             return
         if tt.is_quantized and tt.dtype in (torch.quint4x2, torch.quint2x4):
@@ -343,7 +403,13 @@ def compare(tl: Any, tt: Any, path: str = "", seen: dict | None = None) -> None:
             return
         lazy_bit = tt.is_neg() or tt.is_conj()
         assert_tensor_matches(tl, tt, values=not lazy_bit)  # stored bytes always exact
-        if lazy_bit:
+        if tt.dtype == torch.complex32:
+            # bit-exact, NaN payloads included: torch resolves the bits in half precision
+            # and widens (quieting NaNs)
+            wide = torch.empty(tt.shape, dtype=torch.complex64)
+            wide.copy_(tt.detach().resolve_conj().resolve_neg())
+            assert np.ascontiguousarray(tl.numpy()).tobytes() == bytes(wide.untyped_storage()), path
+        elif lazy_bit:
             # the sign bit of a NaN after applying a neg/conj bit differs between torch's
             # vectorized and scalar kernels; values are compared with NaN == NaN
             np.testing.assert_array_equal(tl.numpy(), tt.resolve_conj().resolve_neg().numpy())
@@ -358,6 +424,12 @@ def compare(tl: Any, tt: Any, path: str = "", seen: dict | None = None) -> None:
         assert type(tl) is collections.Counter, (path, type(tl))
     elif isinstance(tt, dict):
         assert type(tl) is dict, (path, type(tl))
+    if isinstance(tt, (dict, list)):  # the same container twice in torch: the same here
+        prev = seen.get(id(tt))
+        if prev is not None:
+            assert prev is tl, f"{path}: shared container is two objects"
+            return
+        seen[id(tt)] = tl
     if isinstance(tt, dict):
         assert list(tl.keys()) == list(tt.keys()), path
         for k in tt:
@@ -441,11 +513,21 @@ def run_case(seed: int, stats: Stats | None = None, *, writes: bool = True) -> N
 
     g = Gen(seed)
     layout = g.pick(LAYOUTS)
-    protocol = int(g.pick([2, 3, 4, 5]))
+    protocol = int(g.pick(PROTOCOLS))
     g.nested = layout != "legacy"
-    obj = g.checkpoint()
+    obj = g.tensorless() if protocol == 0 and g.coin(0.8) else g.checkpoint()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        if protocol == 0 and _refused_by_torch(raw := torch_save(obj, "legacy" if layout == "legacy" else "zip", 0)):
+            # torch refuses a storage's persistent id written as text: torchless too
+            try:
+                torchless.open(raw, format="pt", weights_only=False).load()
+            except torchless.TorchlessError:
+                if stats is not None:
+                    stats.refusals += 1
+                    stats.by_protocol[protocol] = stats.by_protocol.get(protocol, 0) + 1
+                return
+            raise AssertionError("torch refuses this protocol-0 file, torchless loaded it")
         data = torch_save(obj, layout, protocol)
         try:
             ref = torch.load(io.BytesIO(data), weights_only=False)
@@ -470,6 +552,7 @@ def run_case(seed: int, stats: Stats | None = None, *, writes: bool = True) -> N
             for _n, t in torchless.core.tree.iter_tensors(tl):
                 stats.tensors += 1
                 stats.dtypes.add(t.dtype.name)
+            stats.kinds |= g.kinds
         if not writes:
             return
         # torch's weights-only loader refuses NumPy values in the original too; then the
@@ -482,19 +565,33 @@ def run_case(seed: int, stats: Stats | None = None, *, writes: bool = True) -> N
         # write direction: torchless.save of what torchless loaded (torch's equivalent is
         # ref) and of torch's objects; the oracle is torch.save of the same, torch.load
         for source, twin in ((tl, ref), (obj, obj)):
-            expect = torch.load(io.BytesIO(torch_save(twin, "zip", 2)), weights_only=False)
+            twin_data = torch_save(twin, "zip", 2)
+            expect = torch.load(io.BytesIO(twin_data), weights_only=False)
             buf = io.BytesIO()
             torchless.save(source, buf)
             out = buf.getvalue()
             for kw in ({"weights_only": wo}, {"weights_only": False}, {"weights_only": wo, "mmap": True}):
                 if kw.get("mmap"):
                     back = _load_mmap(out, wo)
+                    # torch.load(mmap=True) caches empty storages too (a slice of the map
+                    # has a data pointer): compared with torch's own file loaded so
+                    expect = _load_mmap(twin_data, False)
                 else:
                     back = torch.load(io.BytesIO(out), **kw)
                 compare_torch(back, expect)
                 assert sharing(back, _is_tensor, _torch_storage_key) == sharing(expect, _is_tensor, _torch_storage_key)
             if stats is not None:
                 stats.writes += 1
+
+
+def _refused_by_torch(data: bytes) -> bool:
+    import torch
+
+    try:
+        torch.load(io.BytesIO(data), weights_only=False)
+    except AssertionError:  # torch: "saved_id must be a tuple"
+        return True
+    return False
 
 
 def _load_mmap(data: bytes, weights_only: bool) -> Any:
@@ -523,7 +620,11 @@ def compare_torch(a: Any, b: Any, path: str = "<root>") -> None:
             for x, y in zip(a.unbind(), b.unbind(), strict=False):
                 assert torch.equal(x, y), path
             return
-        assert a.dtype == b.dtype and a.shape == b.shape and a.layout == b.layout and a.device == b.device, path
+        assert a.dtype == b.dtype and a.shape == b.shape and a.layout == b.layout and a.device == b.device, (
+            path,
+            (a.dtype, a.shape, a.layout, a.device),
+            (b.dtype, b.shape, b.layout, b.device),
+        )
         assert a.requires_grad == b.requires_grad, path
         assert vars(a) == vars(b), (path, vars(a), vars(b))
         if b.is_meta:

@@ -1,13 +1,17 @@
-"""The differential fuzzer in the suite: random checkpoints against torch.load (issue 11).
+"""The differential fuzzer in the suite: random checkpoints against torch.load (issues 11, 31).
 
-Seeded and bounded: a fixed range of seeds (every one must pass), stopping early only
-if the time budget runs out after the minimum count. Longer runs: ``scripts/fuzz_pt.py``
+Seeded and bounded: 250 seeds from a base that changes every day (UTC), every one must
+pass, stopping early only if the time budget runs out after the minimum count. A failure
+names its seed and base; ``TORCHLESS_PT_FUZZ_SEED=<base>`` runs the same seeds again, and
+``python tests/pt_fuzz.py SEED`` replays one case. Longer runs: ``scripts/fuzz_pt.py``
 (counts in docs/pt.md). The generator, re-encodings and comparisons are in
 ``tests/pt_fuzz.py``.
 """
 
 from __future__ import annotations
 
+import datetime
+import os
 import time
 
 import pytest
@@ -17,25 +21,42 @@ torch = pytest.importorskip("torch", reason="torch is the differential oracle")
 
 import pt_fuzz  # noqa: E402
 
-SEEDS = range(11_000, 11_250)
+#: the environment variable that fixes the base seed (replaying a failing day's run)
+SEED_ENV = "TORCHLESS_PT_FUZZ_SEED"
+N_SEEDS = 250
 MIN_CASES = 120
 BUDGET_S = 45.0
 
 
+def base_seed() -> int:
+    """The day's base seed (days since 2000-01-01, UTC, times 1000), or the one fixed by
+    ``TORCHLESS_PT_FUZZ_SEED``."""
+    fixed = os.environ.get(SEED_ENV)
+    if fixed:
+        return int(fixed)
+    today = datetime.datetime.now(datetime.timezone.utc).date()
+    return (today - datetime.date(2000, 1, 1)).days * 1000
+
+
 def test_differential_fuzz_against_torch():
+    base = base_seed()
+    print(f"pt fuzz: {SEED_ENV}={base}")
     stats = pt_fuzz.Stats()
     start = time.monotonic()
-    for seed in SEEDS:
+    for seed in range(base, base + N_SEEDS):
         try:
             pt_fuzz.run_case(seed, stats)
-        except Exception as e:  # name the seed: `python tests/pt_fuzz.py SEED` replays it
-            raise AssertionError(f"seed {seed}: {type(e).__name__}: {e}") from e
+        except Exception as e:  # name the seed and base: both replay it
+            raise AssertionError(
+                f"seed {seed} (replay: python tests/pt_fuzz.py {seed}; this run: {SEED_ENV}={base}): {type(e).__name__}: {e}"
+            ) from e
         if stats.cases >= MIN_CASES and time.monotonic() - start > BUDGET_S:
             break
     assert stats.cases >= MIN_CASES
-    assert set(stats.by_layout) == set(pt_fuzz.LAYOUTS) and set(stats.by_protocol) == {2, 3, 4, 5}
+    assert set(stats.by_layout) == set(pt_fuzz.LAYOUTS) and set(stats.by_protocol) == set(pt_fuzz.PROTOCOLS)
     assert stats.writes == 2 * stats.cases
     assert {"bfloat16", "complex32", "float8_e4m3fn", "uint64", "bool"} <= stats.dtypes
+    assert len(stats.kinds) >= 12  # the special leaves (quantized, sparse, nested, Parameters...)
 
 
 def test_fuzzer_finds_a_wrong_byte():

@@ -533,12 +533,18 @@ class Tensor:
         if raw:
             return arr
         if self.dtype.name == "complex32":
+            conj, neg = bool(self.metadata.get("conj")), bool(self.metadata.get("neg"))
+            # torch's bits: a conj/neg bit flips the sign of the halves it negates, and
+            # widening (torch's half to float conversion, as its resolving kernels) sets
+            # each NaN's quiet bit, a signalling NaN's payload otherwise kept
+            real = _torch_widened_halves(arr["real"], neg)
+            imag = _torch_widened_halves(arr["imag"], conj != neg)
             # widen each half on its own: real + 1j * imag would turn an infinite or NaN
             # imaginary part into a NaN real part
             wide = np.empty(arr.shape, np.complex64)
-            wide.real = arr["real"]
-            wide.imag = arr["imag"]
-            arr = wide
+            wide.real = real
+            wide.imag = imag
+            return wide
         if self.metadata.get("conj"):
             arr = np.conj(arr)
         if self.metadata.get("neg"):
@@ -628,6 +634,7 @@ class SparseTensor:
         self.is_coalesced = is_coalesced
         self.requires_grad = False
         self.is_parameter = False
+        self.attrs: dict[str, Any] = {}  # Python attributes torch pickled with it
 
     @property
     def dtype(self) -> DType:
@@ -701,6 +708,7 @@ class NestedTensor:
         self.offsets = offsets
         self.requires_grad = False
         self.is_parameter = False
+        self.attrs: dict[str, Any] = {}  # Python attributes torch pickled with it
 
     @property
     def dtype(self) -> DType:
@@ -716,9 +724,10 @@ class NestedTensor:
 
     def unbind(self) -> list[Tensor]:
         """The components as tensors over the shared buffer storage."""
-        sizes = self.nested_sizes.numpy() if self.nested_sizes.numel() else np.zeros((0, 0), np.int64)
-        strides = self.nested_strides.numpy() if self.nested_strides.numel() else np.zeros((0, 0), np.int64)
         offs = self.offsets.numpy()
+        # (n, 0) for components of 0 dimensions: their rows are empty, not missing
+        sizes = self.nested_sizes.numpy().reshape(len(offs), -1) if len(offs) else np.zeros((0, 0), np.int64)
+        strides = self.nested_strides.numpy().reshape(len(offs), -1) if len(offs) else np.zeros((0, 0), np.int64)
         base = self.buffer.storage_offset()
         return [
             Tensor(self.buffer.storage, self.buffer.dtype, tuple(sizes[i]), tuple(strides[i]), base + int(offs[i]))
@@ -730,6 +739,18 @@ class NestedTensor:
 
     def __repr__(self) -> str:
         return f"NestedTensor(n={len(self.offsets.numpy())}, dtype={self.dtype.name})"
+
+
+def _torch_widened_halves(h: np.ndarray, negate: bool) -> np.ndarray:
+    """float16 values as torch makes them float32: each NaN's quiet bit set (its payload
+    otherwise kept), the sign flipped where ``negate`` (a conj/neg bit resolved)."""
+    bits = np.ascontiguousarray(h).view(np.uint16)
+    nan = (bits & 0x7C00 == 0x7C00) & (bits & 0x03FF != 0)
+    if negate or nan.any():
+        bits = bits | np.where(nan, np.uint16(0x0200), np.uint16(0))
+        if negate:
+            bits ^= np.uint16(0x8000)
+    return bits.view(np.float16).astype(np.float32)
 
 
 def tensor(array: Any, dtype: DType | str | None = None) -> Tensor:

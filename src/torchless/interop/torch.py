@@ -33,7 +33,7 @@ def _torch() -> Any:
     return torch
 
 
-def from_torch(t: Any, *, share: dict[int, Storage] | None = None) -> Tensor:
+def from_torch(t: Any, *, share: dict[int, Any] | None = None) -> Tensor:
     """A torchless Tensor viewing a CPU torch tensor's storage (no copy).
 
     Tensors that share a torch storage share one torchless Storage when the same
@@ -63,15 +63,18 @@ def from_torch(t: Any, *, share: dict[int, Storage] | None = None) -> Tensor:
     if t.device.type != "cpu":
         t = t.cpu()
     us = t.untyped_storage()
-    # empty storages all have data pointer 0: each is its own storage
-    key = us.data_ptr() if us.nbytes() else None
+    # one storage per torch storage object (torch.save's key: the StorageImpl, ``_cdata``;
+    # empty ones too, which all have data pointer 0); each entry holds the torch storage
+    # too, so that its key is not reused by another while the cache lives
+    key = us._cdata
     cache = share if share is not None else {}
-    st = cache.get(key) if key is not None else None
-    if st is None:
+    hit = cache.get(key)
+    if hit is not None:
+        st = hit[0]
+    else:
         raw = torch.empty(0, dtype=torch.uint8).set_(us).numpy() if us.nbytes() else np.zeros(0, np.uint8)
         st = Storage("", us.nbytes(), dtype, "cpu", data=raw.data if raw.nbytes else b"")
-        if key is not None:
-            cache[key] = st
+        cache[key] = (st, us)
     md = {}
     if t.is_conj():
         md["conj"] = True
@@ -134,7 +137,7 @@ def to_torch(t: Tensor) -> Any:
     return out
 
 
-def from_torch_value(x: Any, *, share: dict[int, Storage] | None = None) -> Any:
+def from_torch_value(x: Any, *, share: dict[int, Any] | None = None) -> Any:
     """Any torch object a checkpoint holds as its torchless counterpart: strided tensors
     through :func:`from_torch`, sparse (COO, CSR, CSC, BSR, BSC) and nested tensors as
     their components, dtypes, ``torch.Size`` and devices as torchless values; anything
@@ -142,12 +145,26 @@ def from_torch_value(x: Any, *, share: dict[int, Storage] | None = None) -> Any:
     torch = _torch()
     if isinstance(x, torch.Tensor):
         if getattr(x, "is_nested", False):
-            return NestedTensor(
+            if x.layout == torch.jagged:
+                raise UnsupportedError(
+                    "nested tensors of the jagged layout", hint="save torch.nested.nested_tensor(..., layout=torch.strided)"
+                )
+            param = isinstance(x, torch.nn.Parameter)
+            flag, attrs = bool(x.requires_grad), dict(getattr(x, "__dict__", None) or {})
+            if param:  # torch pickles a Parameter's data (detached) inside _rebuild_parameter
+                x = x.detach()
+            sizes, strides = x._nested_tensor_size(), x._nested_tensor_strides()
+            tl_sizes = from_torch(sizes, share=share)
+            # (one tensor object for both when torch gives one: components of 0 dimensions)
+            tl_strides = tl_sizes if strides is sizes else from_torch(strides, share=share)
+            nt = NestedTensor(
                 from_torch(x.values(), share=share),
-                from_torch(x._nested_tensor_size(), share=share),
-                from_torch(x._nested_tensor_strides(), share=share),
+                tl_sizes,
+                tl_strides,
                 from_torch(x._nested_tensor_storage_offsets(), share=share),
             )
+            nt.is_parameter, nt.requires_grad, nt.attrs = param, flag, attrs
+            return nt
         layout = str(x.layout)[len("torch.") :]
         if layout == "sparse_coo":
             return SparseTensor(

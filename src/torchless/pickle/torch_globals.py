@@ -117,7 +117,13 @@ def _rebuild_qtensor(args: tuple[Any, ...]) -> Tensor:
     if scheme in ("per_tensor_affine", "per_tensor_symmetric"):
         q = {"qscheme": scheme, "scale": float(qparams[1]), "zero_point": int(qparams[2])}
     elif scheme in ("per_channel_affine", "per_channel_symmetric", "per_channel_affine_float_qparams"):
-        q = {"qscheme": scheme, "scales": qparams[1], "zero_points": qparams[2], "axis": int(qparams[3])}
+        zero_points = qparams[2]
+        if scheme != "per_channel_symmetric" and isinstance(zero_points, Tensor):
+            # torch writes per_channel_affine for both affine schemes; the quantizer it
+            # rebuilds is chosen by the zero points' dtype (floating: float qparams)
+            floating = zero_points.dtype.is_floating_point
+            scheme = "per_channel_affine_float_qparams" if floating else "per_channel_affine"
+        q = {"qscheme": scheme, "scales": qparams[1], "zero_points": zero_points, "axis": int(qparams[3])}
     else:
         raise UnsupportedError(f"quantization scheme {scheme}")
     return Tensor(

@@ -222,13 +222,13 @@ class Pickler2:
         elif t is bytes:
             if self._get(("id", id(obj))):
                 return
-            if not obj:
-                self._save(Reduce(Global("builtins", "bytes"), ()), depth + 1)
-            else:
-                self._save_global(Global("_codecs", "encode"))
-                self._save((obj.decode("latin1"), "latin1"), depth + 1)
-                self.out += b"R"
-                self._put(("id", id(obj)), obj)
+            # protocol 2 has no bytes opcode: _codecs.encode(text, 'latin1'), as Python's
+            # pickler writes bytes, also for b"" (where it writes builtins.bytes(), which
+            # torch's weights-only loader refuses)
+            self._save_global(Global("_codecs", "encode"))
+            self._save((obj.decode("latin1"), "latin1"), depth + 1)
+            self.out += b"R"
+            self._put(("id", id(obj)), obj)
         else:
             raise UsageError(
                 f"cannot save objects of type {t.__module__}.{t.__qualname__}",

@@ -13,7 +13,7 @@ from ..base import Artifact, Capabilities, FormatHandler, LoadPolicy, Probe, sum
 from ..registry import register
 from ..torchscript.spec import is_checkpoint_zip
 from . import spec
-from .read import Checkpoint, make_resolver, read_checkpoint
+from .read import _MAGIC_WINDOW, Checkpoint, make_resolver, read_checkpoint, starts_with_legacy_magic
 
 __all__ = ["PtArtifact", "PtHandler"]
 
@@ -142,7 +142,7 @@ class PtHandler(FormatHandler):
         head = probe.head
         if is_zip(head):
             return is_checkpoint_zip(probe.zip_records())
-        if spec.is_legacy_stream(head):
+        if spec.is_legacy_stream(head) or starts_with_legacy_magic(head[:_MAGIC_WINDOW]):
             return True
         if probe.suffix not in (".tar", ".pt", ".pth"):
             return False

@@ -100,7 +100,25 @@ def detect_layout(source: ByteSource) -> str:
         return "legacy"
     if head[:8] == spec.PREVIEW_MAGIC:
         return "preview"
+    if starts_with_legacy_magic(source.read_at(0, min(source.size, _MAGIC_WINDOW))):
+        return "legacy"  # a protocol 0 or 1 stream (no PROTO opcode)
     return "unknown"
+
+
+#: bytes of a file's start parsed for the legacy magic number when it has no PROTO head
+_MAGIC_WINDOW = 4096
+
+
+def starts_with_legacy_magic(head: bytes) -> bool:
+    """Whether ``head`` starts with a pickle whose value is torch's legacy magic number,
+    in whatever protocol and opcodes (protocols 0 and 1 write it as ``L...L\\n``): the
+    first pickle parsed as the unpickler parses it (nothing resolved; a pickle running
+    past ``head`` is not one)."""
+    try:
+        value = Unpickler(head, resolver=make_resolver(True), limits=Limits(), member="magic number").load()
+    except TorchlessError:
+        return False
+    return type(value) is int and value == LEGACY_MAGIC
 
 
 def _pid_parts(pid: Any) -> tuple[StorageType, str, str, int, Any]:
@@ -470,10 +488,17 @@ def _read_legacy(
                 off, n = payload[key]
                 return source.view(off, n, what=f"storage {key}")
 
-            storages[key] = Storage(
+            st = storages[key] = Storage(
                 key, numel * dtype.itemsize, dtype, location, loader=loader, byteorder="little", origin=f"storage {key}"
             )
-        st = storages[key]
+        elif storages[key].nbytes == 0:
+            # torch: a key seen before whose storage is empty (data pointer 0) gives a new
+            # empty storage of *this* pid's dtype each time (empty storages of several
+            # dtypes share a key when one is a view of another: torch skips its dtype
+            # check for data pointer 0)
+            st = Storage(key, 0, dtype, storages[key].location, data=b"", byteorder="little", origin=f"storage {key}")
+        else:
+            st = storages[key]
         if view is not None:
             vkey, voff, vsize = view
             vkey = str(vkey)

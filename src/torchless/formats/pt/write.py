@@ -83,7 +83,7 @@ class CheckpointPickler:
         self.storages: list[tuple[str, Storage]] = []
         self._dtype_of: dict[int, str] = {}
         self._alive: list[Any] = []
-        self._torch_share: dict[int, Storage] = {}
+        self._torch_share: dict[int, Any] = {}  # torch storage key -> (Storage, torch storage)
         self._converted: dict[int, Tensor] = {}  # id(torch tensor or array) -> its Tensor
 
     def _storage_pid(self, st: Storage, dtype: DType, v3: bool) -> Persistent:
@@ -116,18 +116,22 @@ class CheckpointPickler:
             return ("storage", Global("torch.storage", "UntypedStorage"), key, location, st.nbytes)
         return ("storage", Global("torch", legacy), key, location, st.nbytes // dtype.itemsize)
 
-    def _plain_tensor(self, t: Tensor) -> tuple[Global, tuple]:
-        """The rebuild function and arguments of ``t`` without Parameter or attributes."""
+    def _plain_tensor(self, t: Tensor, requires_grad: bool | None = None) -> tuple[Global, tuple]:
+        """The rebuild function and arguments of ``t`` without Parameter or attributes
+        (``requires_grad``: the flag written instead of ``t``'s)."""
+        rg = t.requires_grad if requires_grad is None else requires_grad
         if t.storage is None:
             return Global(_UTILS, "_rebuild_meta_tensor_no_storage"), (
                 Global("torch", t.dtype.name),
                 tuple(t.shape),
                 tuple(t.stride()),
-                t.requires_grad,
+                rg,
             )
         if t.quantizer is not None:
             q = t.quantizer
-            scheme = Global("torch", q["qscheme"])
+            # torch writes per_channel_affine for float qparams too (its loader picks the
+            # quantizer from the zero points' dtype)
+            scheme = Global("torch", _QSCHEME_WRITTEN.get(q["qscheme"], q["qscheme"]))
             if "scale" in q:
                 qp: tuple = (scheme, float(q["scale"]), int(q["zero_point"]))
             else:
@@ -139,13 +143,13 @@ class CheckpointPickler:
                 tuple(t.shape),
                 tuple(t.stride()),
                 qp,
-                t.requires_grad,
+                rg,
                 _empty_od(),
             )
         v3 = t.dtype.legacy_storage is None
         pid = self._storage_pid(t.storage, t.dtype, v3)
         md = {k: v for k, v in t.metadata.items() if v}
-        args: tuple = (pid, t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.requires_grad, _empty_od())
+        args: tuple = (pid, t.storage_offset(), tuple(t.shape), tuple(t.stride()), rg, _empty_od())
         if v3:
             args = args + (Global("torch", t.dtype.name),)
         if md:
@@ -174,11 +178,12 @@ class CheckpointPickler:
                 )
         if t.storage is not None and t.storage.location == "meta":
             t = Tensor(None, t.dtype, t.shape, t.stride(), 0, requires_grad=t.requires_grad, is_parameter=t.is_parameter)
-        func, args = self._plain_tensor(t)
         attrs = dict(t.attrs)
+        # torch: Parameter.__reduce_ex__ pickles its data (``self.data``: detached, so
+        # requires_grad False) as a plain tensor, a new object each time, inside
+        # _rebuild_parameter[_with_state], which gives the Parameter its flag
+        func, args = self._plain_tensor(t, False if t.is_parameter else None)
         if t.is_parameter:
-            # torch: Parameter.__reduce_ex__ pickles its data as a plain tensor (a new
-            # object each time) inside _rebuild_parameter[_with_state]
             data = Reduce(func, args)
             if attrs:
                 return Reduce(
@@ -234,14 +239,11 @@ class CheckpointPickler:
                 data: tuple = (obj.tensors["indices"], obj.tensors["values"], size, obj.is_coalesced)
             else:
                 data = (obj.tensors["compressed_indices"], obj.tensors["plain_indices"], obj.tensors["values"], size)
-            return Reduce(Global(_UTILS, "_rebuild_sparse_tensor"), (layout, data), memo_key=("s", id(obj)))
+            return _wrapped(Global(_UTILS, "_rebuild_sparse_tensor"), (layout, data), obj, ("s", id(obj)))
         if isinstance(obj, NestedTensor):
             self._alive.append(obj)
-            return Reduce(
-                Global(_UTILS, "_rebuild_nested_tensor"),
-                (obj.buffer, obj.nested_sizes, obj.nested_strides, obj.offsets),
-                memo_key=("n", id(obj)),
-            )
+            parts = (obj.buffer, obj.nested_sizes, obj.nested_strides, obj.offsets)
+            return _wrapped(Global(_UTILS, "_rebuild_nested_tensor"), parts, obj, ("n", id(obj)))
         if isinstance(obj, collections.Counter):
             self._alive.append(obj)
             return Reduce(Global("collections", "Counter"), (dict(obj),), memo_key=("c", id(obj)))
@@ -281,8 +283,8 @@ class CheckpointPickler:
             return Reduce(Global("builtins", "range"), (obj.start, obj.stop, obj.step))
         if isinstance(obj, complex):
             return Reduce(Global("builtins", "complex"), (obj.real, obj.imag))
-        if isinstance(obj, bytearray):
-            return Reduce(Global("builtins", "bytearray"), (bytes(obj),))
+        if isinstance(obj, bytearray):  # as Python pickles it at protocol 2: bytearray() when empty
+            return Reduce(Global("builtins", "bytearray"), (bytes(obj),) if obj else ())
         if isinstance(obj, Namespace):
             return Reduce(Global("copyreg", "__newobj__"), (Global("argparse", "Namespace"),), state=dict(vars(obj)))
         if isinstance(obj, pathlib.PurePath):
@@ -318,7 +320,27 @@ class CheckpointPickler:
         return obj
 
 
+def _wrapped(func: Global, args: tuple, obj: Any, memo_key: Any) -> Reduce:
+    """A sparse or nested tensor's rebuild call as torch wraps it: in
+    ``_rebuild_parameter[_with_state]`` for a Parameter (with its flag), in
+    ``_rebuild_from_type_v2`` when it has Python attributes."""
+    attrs = dict(getattr(obj, "attrs", None) or {})
+    if obj.is_parameter:
+        data = Reduce(func, args)
+        if attrs:
+            return Reduce(
+                Global(_UTILS, "_rebuild_parameter_with_state"), (data, obj.requires_grad, _empty_od(), attrs), memo_key=memo_key
+            )
+        return Reduce(Global(_UTILS, "_rebuild_parameter"), (data, obj.requires_grad, _empty_od()), memo_key=memo_key)
+    if attrs:
+        return Reduce(
+            Global("torch._tensor", "_rebuild_from_type_v2"), (func, Global("torch", "Tensor"), args, attrs), memo_key=memo_key
+        )
+    return Reduce(func, args, memo_key=memo_key)
+
+
 _EMPTY_OD = Reduce(Global("collections", "OrderedDict"), ())
+_QSCHEME_WRITTEN = {"per_channel_affine_float_qparams": "per_channel_affine"}
 _V2 = Global(_UTILS, "_rebuild_tensor_v2")
 _SMALL = 1 << 16  # storages below this go through TorchZipWriter.write_small
 _INT = {int}
