@@ -187,6 +187,8 @@ class StreamResult:
     value_norm: Any = None
     #: with ``record=True``: normalising the value ran out of its node budget
     norm_exhausted: bool = False
+    #: with ``record=True``: nodes normalised (drawn from the scan's ``record_nodes``)
+    norm_nodes: int = 0
     #: the stream was re-read with short FRAMEs allowed (as the pure-Python unpickler reads)
     short_frames: bool = False
     #: the scan's opcode budget stopped the walk (a larger window would not help)
@@ -221,7 +223,9 @@ _NESTED_WIDTH = 64
 
 
 class _Analyser:
-    def __init__(self, data: bytes, torchscript: bool, record: bool = False, arg_nodes: int | None = None) -> None:
+    def __init__(
+        self, data: bytes, torchscript: bool, record: bool = False, arg_nodes: int | None = None, record_nodes: int | None = None
+    ) -> None:
         self.data = data
         self.ids: Any = None
         self.events: list[tuple[Any, ...]] | None = None
@@ -229,6 +233,9 @@ class _Analyser:
             from .engine import _Ids
 
             self.ids = _Ids()
+            if record_nodes is not None:
+                self.ids.budget = max(0, min(self.ids.budget, record_nodes))
+            self.record_nodes = self.ids.budget
             self.events = []
         self.torchscript = torchscript
         self.globals: list[GlobalUse] = []
@@ -404,6 +411,7 @@ def analyse(
     short_frames: bool = False,
     max_ops: int | None = None,
     max_arg_nodes: int | None = ARG_NODES_BASE,
+    record_nodes: int | None = None,
     joblib: bool = False,
 ) -> StreamResult:
     """Symbolically run the pickle stream that starts at ``start`` in ``data``.
@@ -416,13 +424,14 @@ def analyse(
     longer than the data as the pure-Python unpickler does. ``max_ops`` bounds the
     opcodes run and ``max_arg_nodes`` the nodes of call arguments searched for nested
     payloads (a ``LimitError`` as the error when reached, ``budget_hit`` naming it: the
-    scan's budgets, :mod:`torchless.scan.budget`).
+    scan's budgets, :mod:`torchless.scan.budget`); ``record_nodes`` bounds the nodes
+    normalised for the record (past it the record is ``norm_exhausted``).
     ``joblib`` reads the stream as ``joblib.load`` does: after the BUILD of each
     ``NumpyArrayWrapper`` the array's bytes (with their alignment padding) are skipped
     (:func:`joblib_array_bytes`); a wrapper it cannot size (object arrays, whose bytes are a
     further pickle; a state that is not concrete) stops the run with an error.
     """
-    an = _Analyser(data, torchscript, record, max_arg_nodes)
+    an = _Analyser(data, torchscript, record, max_arg_nodes, record_nodes)
     skips: list[tuple[int, int]] = []
 
     def after_build(obj: Any, pos: int) -> tuple[int, Any] | None:
@@ -508,6 +517,7 @@ def analyse(
         out.value_norm = an.norm(value)
     if record:
         out.norm_exhausted = an.ids.budget <= 0
+        out.norm_nodes = an.record_nodes - max(0, an.ids.budget)
     an.detach()
     return out
 

@@ -31,6 +31,7 @@ __all__ = [
     "ops_budget",
     "ARG_NODES_BASE",
     "NODES",
+    "RECORD_NODES",
     "PROBES_BASE",
     "WATCHDOG_SECONDS",
     "ENGINE_WATCHDOG_SECONDS",
@@ -41,9 +42,13 @@ __all__ = [
 NODES = 50_000
 #: pickle views decided by the real unpicklers: this many, plus one per 4 KiB of the file
 PROBES_BASE = 5_000
-#: argument nodes searched for nested payloads: this many, plus one per byte of the file
-#: (each value is searched once while nothing mutates it: a shared argument costs once)
-ARG_NODES_BASE = 2_000_000
+#: argument nodes searched for nested payloads: this many, plus one per 4 bytes of the
+#: file (each value is searched once while nothing mutates it: a shared argument costs
+#: once; a torch checkpoint needs about a dozen per tensor)
+ARG_NODES_BASE = 500_000
+#: nodes of values normalised to compare streams with the engine's second opinion (a
+#: stream past it gets no second opinion; a torch checkpoint needs about 15 per tensor)
+RECORD_NODES = 50_000
 #: the wall-clock watchdog of one file's scan: this many seconds plus one per 50 MiB
 WATCHDOG_SECONDS = 120.0
 
@@ -84,7 +89,9 @@ class Budget:
         ops: opcodes the pickle machine runs (:func:`ops_budget`; a pure-data pickle
             with more opcodes than that is UNANALYSABLE, not CLEAN).
         arg_nodes: nodes of call and BUILD arguments searched for nested payloads
-            (:data:`ARG_NODES_BASE` + one per byte of the file).
+            (:data:`ARG_NODES_BASE` + one per 4 bytes of the file).
+        record_nodes: nodes normalised for the engine's second opinion (:data:`RECORD_NODES`;
+            past it streams get no second opinion, which is not a finding).
         nodes: carriers, members and streams visited (:data:`NODES`).
         probes: pickle views decided by the real unpicklers (:data:`PROBES_BASE` + one
             per 4 KiB: each is a round trip to the engine's child process).
@@ -96,7 +103,8 @@ class Budget:
         self.inflate = inflate_budget(size)
         self.pickle = pickle_budget(size)
         self.ops = ops_budget(size)
-        self.arg_nodes = ARG_NODES_BASE + size
+        self.arg_nodes = ARG_NODES_BASE + size // 4
+        self.record_nodes = RECORD_NODES
         self.nodes = NODES
         self.probes = PROBES_BASE + size // 4096  # each asks the engine's child process (a round trip)
         self.watchdog = WATCHDOG_SECONDS + size / (50 << 20)

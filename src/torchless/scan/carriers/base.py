@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -47,6 +48,9 @@ class ScannerBase:
         self._dropped = 0
         self._kinds: set[tuple[str, str]] = set()
         self.budget = Budget(0)
+        # a serial number per source seen (see source_key); weak: a source's bytes are not kept
+        self._sources: weakref.WeakKeyDictionary[ByteSource, int] = weakref.WeakKeyDictionary()
+        self._next_source = 0
         self.loader_ctx: str | None = None  # the loader of the carrier being walked (Finding.loader)
 
     if TYPE_CHECKING:  # the carriers' entry points, implemented by the mixins of carriers.Scanner
@@ -92,6 +96,18 @@ class ScannerBase:
         def scan_compressed(
             self, src: ByteSource, kind: str, member: str | None, depth: int, *, who: str = "joblib.load"
         ) -> bool: ...
+
+    def source_key(self, src: ByteSource) -> int:
+        """A number for ``src`` that no other source of this scan gets (keys of
+        :meth:`Budget.once`): ``id(src)`` is not one, since a source freed after its walk
+        (a DCP item, a nested payload) leaves its id to the next, and the next would then
+        be skipped as "already analysed", as the allocator decides (a report that changed
+        from run to run)."""
+        n = self._sources.get(src)
+        if n is None:
+            self._next_source += 1
+            n = self._sources[src] = self._next_source
+        return n
 
     @contextmanager
     def loading(self, loader: str | None) -> Iterator[None]:

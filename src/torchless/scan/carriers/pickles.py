@@ -114,7 +114,9 @@ class PickleCarrier(_Host):
         cut = start + left < len(buf)
         from .. import engine
 
-        record = engine.engine_enabled() and len(buf) - start <= engine.ENGINE_MAX_STREAM  # for the second opinion
+        record = (  # for the second opinion
+            engine.engine_enabled() and len(buf) - start <= engine.ENGINE_MAX_STREAM and self.budget.record_nodes > 0
+        )
         ops_left = max(0, self.budget.ops)
         res = analyse(
             buf[: start + left] if cut else buf,
@@ -123,7 +125,9 @@ class PickleCarrier(_Host):
             record=record,
             max_ops=ops_left,
             max_arg_nodes=max(0, self.budget.arg_nodes),
+            record_nodes=self.budget.record_nodes,
         )
+        self.budget.record_nodes -= res.norm_nodes
         used = (res.end if res.end is not None else (res.op_offsets[-1] + 1 if res.op_offsets else start + 1)) - start
         self.budget.pickle -= max(1, used)
         self.budget.ops -= len(res.op_offsets)
@@ -358,7 +362,9 @@ class PickleCarrier(_Host):
                 with self.loading("joblib.load"):
                     self.report_stream(more, data, member, base, depth, report_errors=False, torch_load=torch_load)
             return
-        if engine.engine_enabled() and not res.budget_cut and not res.short_frames:
+        # a stream not recorded (larger than the engine takes, or past the scan's
+        # record_nodes budget) gets no second opinion: that is not a finding
+        if engine.engine_enabled() and not res.budget_cut and not res.short_frames and res.events is not None:
             try:
                 diff = differential.second_opinion(data, res.start, res.end, res)
             except engine.EngineTimeout as e:
