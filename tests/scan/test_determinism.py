@@ -185,3 +185,28 @@ def test_the_engine_watchdog_says_timeout(tmp_path, monkeypatch) -> None:  # typ
     fr = torchless.scan(p, jobs=1).files[0]
     assert fr.verdict == "unanalysable", [(f.rule, f.message) for f in fr.findings]
     assert any(f.rule == "unanalysable" and f.message.startswith("timeout: ") for f in fr.findings)
+
+
+def test_a_container_changed_after_its_search_is_searched_again() -> None:
+    """The memo of searched arguments is sound: a list searched while empty, then given a
+    nested pickle by APPEND, is searched again at the next call (directly, and inside a
+    tuple searched before: a tuple holding a list is not immutable)."""
+    nested = b"\x80\x02cos\nsystem\nX\x04\x00\x00\x00true\x85R."
+    blob = b"C" + bytes([len(nested)]) + nested  # SHORT_BINBYTES
+    for wrap in (b"h\x00\x85q\x01", b"h\x00\x85\x85q\x01"):  # (L,) or ((L,),)
+        body = (
+            b"\x80\x02]q\x00"
+            + wrap
+            + b"0"  # L = [] (memo 0); T wraps it (memo 1)
+            + gen.OD
+            + b"h\x01R0"  # OrderedDict(*T): L searched while empty
+            + b"h\x00"
+            + blob
+            + b"a0"  # L.append(nested pickle)
+            + gen.OD
+            + b"h\x01R0"  # the same call again: L must be searched again
+            + b"N."
+        )
+        res = analyse(body)
+        assert res.error is None, res.error
+        assert [n[1] for n in res.nested] == [nested], res.nested

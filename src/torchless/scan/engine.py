@@ -442,9 +442,21 @@ import marshal, os, resource, struct, sys
 as_limit, cpu = int(sys.argv[1]), int(sys.argv[2])
 try:
     resource.setrlimit(resource.RLIMIT_AS, (as_limit, as_limit))
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
 except (ValueError, OSError):
     pass
+
+def cpu_limit():
+    # per request, not per process: the child serves many files, and a limit on its
+    # total would make a request's answer depend on the requests before it
+    try:
+        u = resource.getrusage(resource.RUSAGE_SELF)
+        soft = int(u.ru_utime + u.ru_stime) + cpu + 1
+        hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+        if hard != resource.RLIM_INFINITY:
+            soft = min(soft, hard)
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+    except (ValueError, OSError):
+        pass
 sys.setrecursionlimit(5000)
 import copyreg, importlib.util
 # this file alone, not the torchless package (a fast start; nothing else is needed)
@@ -464,6 +476,7 @@ while True:
         break
     n, start = struct.unpack("<II", head)
     data = inp.read(n)
+    cpu_limit()
     full = start & 0x80000000
     probe = start & 0x40000000
     start &= 0x3FFFFFFF
@@ -506,14 +519,15 @@ class EngineTimeout(Exception):
 class EngineWorker:
     """One persistent child process running the recording C unpickler.
 
-    The child has an address-space limit (``memory``), a CPU-time limit and a per-request
+    The child has an address-space limit (``memory``), a CPU-time limit per request
+    (``cpu_seconds``, above the watchdog: it never decides first) and a per-request
     wall-clock watchdog (``timeout``); a stream that exhausts them kills the child (a new
     one starts on the next request) and comes back as ``None``, with :attr:`timed_out`
     set when it was the watchdog (never a silent verdict: the scanner reports it). One
     worker serves a whole scan, so a stream costs a pipe round trip, not a process start.
     """
 
-    def __init__(self, *, memory: int = 1 << 30, cpu_seconds: int = 600, timeout: float = ENGINE_WATCHDOG_SECONDS) -> None:
+    def __init__(self, *, memory: int = 1 << 30, cpu_seconds: int = 120, timeout: float = ENGINE_WATCHDOG_SECONDS) -> None:
         self.memory = memory
         self.cpu_seconds = cpu_seconds
         self.timeout = timeout
