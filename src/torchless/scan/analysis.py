@@ -18,6 +18,7 @@ import struct
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 from ..core.errors import FormatError, TorchlessError, short_repr
@@ -27,6 +28,7 @@ from ..formats.pt.spec import ZIP_MAGIC
 from ..pickle.globals import Rebuilder, is_python2_name, python2_name
 from ..pickle.machine import Limits, Unpickler
 from ..pickle.opcodes import OPCODE_NAMES
+from .budget import ARG_NODES_BASE
 from .policy import Verdict, classify
 
 __all__ = ["Sym", "GlobalUse", "CallEvent", "StreamResult", "analyse", "disassemble", "describe"]
@@ -78,11 +80,13 @@ class Sym(Rebuilder):
         return self._run().on_call(self, args, kwargs)
 
     def __torchless_build__(self, state: Any) -> Sym:
-        self._run().on_build(self, state)
+        an = self._run()
+        an.on_build(self, state)
         if self.state is None:
             self.state = state
         elif isinstance(self.state, dict) and isinstance(state, dict):
             self.state.update(state)
+            an.gen += 1  # a dict of the stream changed: searches made before it are stale
         return self
 
     def __torchless_items__(self, op: str, items: list[Any]) -> None:
@@ -183,10 +187,17 @@ class StreamResult:
     value_norm: Any = None
     #: with ``record=True``: normalising the value ran out of its node budget
     norm_exhausted: bool = False
+    #: with ``record=True``: nodes normalised (drawn from the scan's ``record_nodes``)
+    norm_nodes: int = 0
     #: the stream was re-read with short FRAMEs allowed (as the pure-Python unpickler reads)
     short_frames: bool = False
     #: the scan's opcode budget stopped the walk (a larger window would not help)
     budget_cut: bool = False
+    #: the work budget that stopped the run (``ops``, ``arg_nodes``; see
+    #: :mod:`torchless.scan.budget`), None when none did
+    budget_hit: str | None = None
+    #: argument nodes searched for nested payloads (drawn from the scan's budget)
+    arg_nodes: int = 0
     #: with ``joblib=True``: ``(offset, length)`` of every array's bytes skipped after its
     #: NumpyArrayWrapper BUILD, as ``joblib.load`` skips them
     skips: list[tuple[int, int]] = field(default_factory=list)
@@ -207,8 +218,17 @@ class _Resolver:
         return self.an.on_global(module, name)
 
 
+#: opcodes that can change a list, dict or set already built (or a BUILD state dict)
+_MUTATORS = frozenset(("APPEND", "APPENDS", "SETITEM", "SETITEMS", "ADDITEMS", "BUILD"))
+#: how deep and how wide call arguments are searched for nested payloads
+_NESTED_DEPTH = 3
+_NESTED_WIDTH = 64
+
+
 class _Analyser:
-    def __init__(self, data: bytes, torchscript: bool, record: bool = False) -> None:
+    def __init__(
+        self, data: bytes, torchscript: bool, record: bool = False, arg_nodes: int | None = None, record_nodes: int | None = None
+    ) -> None:
         self.data = data
         self.ids: Any = None
         self.events: list[tuple[Any, ...]] | None = None
@@ -216,6 +236,9 @@ class _Analyser:
             from .engine import _Ids
 
             self.ids = _Ids()
+            if record_nodes is not None:
+                self.ids.budget = max(0, min(self.ids.budget, record_nodes))
+            self.record_nodes = self.ids.budget
             self.events = []
         self.torchscript = torchscript
         self.globals: list[GlobalUse] = []
@@ -230,6 +253,18 @@ class _Analyser:
         self.nested: list[tuple[str, bytes, int]] = []
         self._nested_seen: set[int] = set()
         self.syms: list[Sym] = []  # every symbolic value made (see detach)
+        # the search for nested payloads, memoized by the identity of each container: id ->
+        # (the container, kept alive so that its id stays its own; the depth it was searched
+        # from; whether all it reached is immutable; the mutation generation then). A value
+        # shared by many calls (a memoized tuple behind thousands of BINGETs, a DAG of shared
+        # containers) is searched once; a mutable one again only after an opcode that can
+        # change a container (``gen``). Every node visited, memo hits included, is drawn
+        # from ``arg_nodes`` (the scan's budget): a LimitError when it runs out.
+        self._searched: dict[int, tuple[Any, int, bool, int]] = {}
+        self.gen = 0
+        self.arg_nodes = arg_nodes
+        self.arg_nodes_used = 0
+        self.budget_hit: str | None = None
 
     def detach(self) -> None:
         """Cut every symbolic value off this analyser once the stream has run: each one
@@ -240,12 +275,15 @@ class _Analyser:
             s.an = None
             s._call = _ended
         self.syms = []
+        self._searched = {}
 
     def trace(self, pos: int, opname: str, _arg: Any) -> None:
         self.recent.append((self.pos, self.op))
         self.pos = pos
         self.op = opname
         self.ops.append(pos)
+        if opname in _MUTATORS:
+            self.gen += 1
         if opname == "FRAME" and pos + 9 <= len(self.data):
             self.frames.append((pos, struct.unpack_from("<Q", self.data, pos + 1)[0]))
 
@@ -296,11 +334,22 @@ class _Analyser:
             for x in items:
                 self.events.append((kind, t, self.norm(x)))
 
-    def _note_nested(self, value: Any, depth: int = 0) -> None:
+    def _note_nested(self, value: Any, depth: int = 0) -> bool:
         # bytes that a call receives and that look like a pickle or an archive: torch's
-        # _load_from_bytes, pickle.loads, numpy's loaders would run them
-        if depth > 3:
-            return
+        # _load_from_bytes, pickle.loads, numpy's loaders would run them. Returns whether
+        # everything the search reached is immutable (tuples, bytes, atoms).
+        self.arg_nodes_used += 1
+        if self.arg_nodes is not None and self.arg_nodes_used > self.arg_nodes:
+            from ..core.errors import LimitError
+
+            self.budget_hit = "arg_nodes"
+            raise LimitError(
+                "the scan's budget of argument nodes searched for nested payloads ran out",
+                offset=self.pos,
+                expected=f"<= {self.arg_nodes} nodes",
+            )
+        if depth > _NESTED_DEPTH:
+            return True  # nothing reached
         if isinstance(value, (bytes, bytearray)):
             if (
                 len(value) >= 2
@@ -309,12 +358,20 @@ class _Analyser:
             ):
                 self._nested_seen.add(id(value))
                 self.nested.append((self.op, bytes(value), self.pos))
-        elif isinstance(value, (tuple, list)):
-            for x in value[:64]:
-                self._note_nested(x, depth + 1)
-        elif isinstance(value, dict):
-            for x in list(value.values())[:64]:
-                self._note_nested(x, depth + 1)
+            return type(value) is bytes
+        t = type(value)
+        if not isinstance(value, (tuple, list, dict)):
+            return True  # an atom or a symbolic value: not searched
+        m = self._searched.get(id(value))
+        if m is not None and m[1] <= depth and (m[2] or m[3] == self.gen):
+            return m[2]  # searched from this depth or above, and unchanged since
+        frozen = t is tuple
+        items = value.values() if isinstance(value, dict) else value
+        for x in islice(items, _NESTED_WIDTH):
+            if not self._note_nested(x, depth + 1):
+                frozen = False
+        self._searched[id(value)] = (value, depth, frozen, self.gen)
+        return frozen
 
     def on_call(self, callee: Sym, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Sym:
         ev = CallEvent(self.op, self.pos, callee, args, kwargs or None)
@@ -356,6 +413,8 @@ def analyse(
     record: bool = False,
     short_frames: bool = False,
     max_ops: int | None = None,
+    max_arg_nodes: int | None = ARG_NODES_BASE,
+    record_nodes: int | None = None,
     joblib: bool = False,
 ) -> StreamResult:
     """Symbolically run the pickle stream that starts at ``start`` in ``data``.
@@ -366,7 +425,10 @@ def analyse(
     before. ``record`` also returns the run as normalised events (for comparing with
     the real unpickler, :mod:`torchless.scan.engine`); ``short_frames`` reads a FRAME
     longer than the data as the pure-Python unpickler does. ``max_ops`` bounds the
-    opcodes run (a ``LimitError`` as the error when reached: the scan's budget).
+    opcodes run and ``max_arg_nodes`` the nodes of call arguments searched for nested
+    payloads (a ``LimitError`` as the error when reached, ``budget_hit`` naming it: the
+    scan's budgets, :mod:`torchless.scan.budget`); ``record_nodes`` bounds the nodes
+    normalised for the record (past it the record is ``norm_exhausted``).
     ``joblib`` reads the stream as ``joblib.load`` does: after the BUILD of each
     ``NumpyArrayWrapper`` the array's bytes (with their alignment padding) are skipped
     (:func:`joblib_array_bytes`), and for an array whose dtype holds an object (decided as
@@ -374,7 +436,7 @@ def analyse(
     there is run on its own (``objects``); a wrapper it cannot size (a state that is not
     concrete or not modelled) stops the run with an error.
     """
-    an = _Analyser(data, torchscript, record)
+    an = _Analyser(data, torchscript, record, max_arg_nodes, record_nodes)
     skips: list[tuple[int, int]] = []
     objects: list[StreamResult] = []
 
@@ -388,7 +450,10 @@ def analyse(
             # an object dtype: joblib unpickles a further stream here with a fresh
             # (pure-Python) Unpickler sharing the outer find_class, then goes on after it
             left = None if max_ops is None else max(0, max_ops - len(an.ops) - sum(len(o.op_offsets) for o in objects))
-            inner = analyse(data, start=pos, limits=limits, max_ops=left)
+            nodes_left = None
+            if max_arg_nodes is not None:
+                nodes_left = max(0, max_arg_nodes - an.arg_nodes_used - sum(o.arg_nodes for o in objects))
+            inner = analyse(data, start=pos, limits=limits, max_ops=left, max_arg_nodes=nodes_left)
             if inner.error is not None or inner.end is None:
                 err = inner.error or FormatError("object array pickle not finished", offset=pos)
                 raise FormatError(f"joblib object array pickle at {pos:#x} not analysed: {err.message}", offset=pos)
@@ -405,6 +470,7 @@ def analyse(
             if len(ops) >= budget:
                 from ..core.errors import LimitError
 
+                an.budget_hit = "ops"
                 raise LimitError("the scan's opcode budget ran out", offset=pos, expected=f"<= {budget} opcodes")
             step(pos, opname, arg)
 
@@ -465,10 +531,13 @@ def analyse(
     )
     out.skips = skips
     out.objects = objects
+    out.budget_hit = an.budget_hit if err is not None else None
+    out.arg_nodes = an.arg_nodes_used + sum(o.arg_nodes for o in objects)
     if record and err is None:
         out.value_norm = an.norm(value)
     if record:
         out.norm_exhausted = an.ids.budget <= 0
+        out.norm_nodes = an.record_nodes - max(0, an.ids.budget)
     an.detach()
     return out
 

@@ -16,6 +16,7 @@ from .analysis import analyse
 from .engine import (
     ENGINE_MAX_STREAM,
     READERS,
+    EngineTimeout,
     Record,
     _first_diff,
     compare,
@@ -84,13 +85,19 @@ def second_opinion(data: bytes, start: int, end: int | None, res: Any = None) ->
     """Run the stream at ``start`` through the recording C unpickler (child process) and
     through the scanner's model; a description of the first difference, or None.
 
-    None also when the engine could not answer (the child ran out of its memory, CPU or
-    time limits on this stream: a real loader would have failed too).
+    None also when the engine could not answer because the child ran out of its memory or
+    CPU limits on this stream (a real loader would have failed too).
+
+    Raises:
+        EngineTimeout: the child's wall-clock watchdog fired (the caller reports the
+            stream as not fully analysed: a timeout is never a silent agreement).
     """
     stop = end if end is not None else len(data)
     blob = bytes(data[start:stop])
     if len(blob) > ENGINE_MAX_STREAM:
         return None
+    if res is not None and res.events is not None and start == res.start and res.norm_exhausted:
+        return None  # values too large to compare event by event (known before asking the child)
     w = shared_worker()
     if not w.submit(blob, 0, digest=True):
         return None
@@ -100,9 +107,13 @@ def second_opinion(data: bytes, start: int, end: int | None, res: Any = None) ->
         w.result()
         return None
     got = w.result()
+    if got is None and w.timed_out:
+        raise EngineTimeout(f"no answer within {w.timeout:.0f} s")
     if got is None or got == digest(model.to_wire()):
         return None
     oracle = w.record(blob, 0)  # they differ: fetch the whole record to say where
+    if oracle is None and w.timed_out:
+        raise EngineTimeout(f"no answer within {w.timeout:.0f} s")
     if oracle is None:
         return None
     return compare(oracle, model, check_end=False)

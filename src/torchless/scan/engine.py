@@ -69,6 +69,8 @@ __all__ = [
     "digest",
     "record_of",
     "ENGINE_MAX_STREAM",
+    "ENGINE_WATCHDOG_SECONDS",
+    "EngineTimeout",
 ]
 
 READERS = ("bytes", "bytesio", "file", "zipmember")
@@ -150,8 +152,13 @@ def _norm(v: Any, ids: _Ids, depth: int, active: tuple[int, ...], budget: list[i
             tuple((_norm(k, ids, depth + 1, act, budget), _norm(x, ids, depth + 1, act, budget)) for k, x in v.items()),
         )
     if t is set or t is frozenset:
-        # element order of a set is not a property of the stream: sort, then cut
-        items = sorted((_norm(x, ids, depth + 1, act, [_MAX_NORM_NODES]) for x in v), key=repr)
+        # element order of a set is not a property of the stream (str hashes differ between
+        # processes): each element gets the same share of what is left, fixed before the
+        # walk, so the cuts do not depend on the order; the shares are drawn from the budget
+        share = max(1, budget[0] // max(1, len(v)))
+        subs = [[share] for _ in range(len(v))]
+        items = sorted((_norm(x, ids, depth + 1, act, sub) for x, sub in zip(v, subs, strict=True)), key=repr)
+        budget[0] -= sum(share - max(0, sub[0]) for sub in subs)
         return (t.__name__, tuple(items))
     return ("other", t.__name__)
 
@@ -435,9 +442,21 @@ import marshal, os, resource, struct, sys
 as_limit, cpu = int(sys.argv[1]), int(sys.argv[2])
 try:
     resource.setrlimit(resource.RLIMIT_AS, (as_limit, as_limit))
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
 except (ValueError, OSError):
     pass
+
+def cpu_limit():
+    # per request, not per process: the child serves many files, and a limit on its
+    # total would make a request's answer depend on the requests before it
+    try:
+        u = resource.getrusage(resource.RUSAGE_SELF)
+        soft = int(u.ru_utime + u.ru_stime) + cpu + 1
+        hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+        if hard != resource.RLIM_INFINITY:
+            soft = min(soft, hard)
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+    except (ValueError, OSError):
+        pass
 sys.setrecursionlimit(5000)
 import copyreg, importlib.util
 # this file alone, not the torchless package (a fast start; nothing else is needed)
@@ -457,6 +476,7 @@ while True:
         break
     n, start = struct.unpack("<II", head)
     data = inp.read(n)
+    cpu_limit()
     full = start & 0x80000000
     probe = start & 0x40000000
     start &= 0x3FFFFFFF
@@ -483,20 +503,36 @@ def _pipe(stream: IO[bytes] | None) -> IO[bytes]:
     return stream
 
 
+#: the wall-clock watchdog of one request to the child (the scan's budgets are defined in
+#: :mod:`torchless.scan.budget`, which takes this from here: this file runs alone in the
+#: child and imports nothing). A last resort: a request is a stream of at most
+#: ``ENGINE_MAX_STREAM`` bytes or a probe window of at most 1 MiB, milliseconds of the
+#: real unpickler's work, so a request that takes this long says the machine is stalled or
+#: the input found work no budget counts; the scanner then reports a timeout (UNANALYSABLE)
+ENGINE_WATCHDOG_SECONDS = 60.0
+
+
+class EngineTimeout(Exception):
+    """The engine's child did not answer within its wall-clock watchdog."""
+
+
 class EngineWorker:
     """One persistent child process running the recording C unpickler.
 
-    The child has an address-space limit (``memory``), a CPU-time limit and a per-stream
-    wall-clock timeout; a stream that exhausts them kills the child (a new one starts on
-    the next request) and comes back as ``None``. One worker serves a whole scan, so a
-    stream costs a pipe round trip, not a process start.
+    The child has an address-space limit (``memory``), a CPU-time limit per request
+    (``cpu_seconds``, above the watchdog: it never decides first) and a per-request
+    wall-clock watchdog (``timeout``); a stream that exhausts them kills the child (a new
+    one starts on the next request) and comes back as ``None``, with :attr:`timed_out`
+    set when it was the watchdog (never a silent verdict: the scanner reports it). One
+    worker serves a whole scan, so a stream costs a pipe round trip, not a process start.
     """
 
-    def __init__(self, *, memory: int = 1 << 30, cpu_seconds: int = 600, timeout: float = 4.0) -> None:
+    def __init__(self, *, memory: int = 1 << 30, cpu_seconds: int = 120, timeout: float = ENGINE_WATCHDOG_SECONDS) -> None:
         self.memory = memory
         self.cpu_seconds = cpu_seconds
         self.timeout = timeout
         self.proc: subprocess.Popen[bytes] | None = None
+        self.timed_out = False  # the last request's answer was cut by the watchdog
 
     def _start(self) -> subprocess.Popen[bytes]:
         p = self._spawn()
@@ -521,6 +557,7 @@ class EngineWorker:
     def submit(self, data: bytes, start: int = 0, *, digest: bool = False, probe: bool = False) -> bool:
         """Send a stream to the child; :meth:`result` collects the answer (the caller can
         work meanwhile: the child runs on another core)."""
+        self.timed_out = False
         if len(data) >= 1 << 32:
             return False
         try:
@@ -580,9 +617,11 @@ class EngineWorker:
         while got < k:
             left = deadline - time.monotonic()
             if left <= 0:
+                self.timed_out = True
                 return None
             r, _, _ = select.select([fd], [], [], left)
             if not r:
+                self.timed_out = True
                 return None
             b = os.read(fd, k - got)
             if not b:
@@ -638,15 +677,75 @@ def shared_worker() -> EngineWorker:
     return _SHARED
 
 
+#: bytes and str at least this long are hashed once per record and referred to after that
+_DIGEST_SHARED = 64
+
+
 def digest(wire: tuple[Any, ...]) -> str:
-    """A short fingerprint of a record (what the child sends when all goes well)."""
+    """A short fingerprint of a record (what the child sends when all goes well).
+
+    A value the stream shares (one bytes object behind thousands of memo reads) is hashed
+    once: a bytes or str of :data:`_DIGEST_SHARED` or more met again *as the same
+    object* is a back-reference. The encoding stays unambiguous, so equal fingerprints
+    mean equal records; the two sides share the same objects where the stream does, and
+    where they do not the fingerprints differ and the caller compares the records in full.
+    (Not ``repr``: it writes a shared value out at every reference. Not ``marshal``: its
+    output depends on reference counts.)
+    """
     import hashlib
 
     events, outcome, value, _end, _error, resource = wire
-    # repr, not marshal: marshal's output depends on reference counts, repr only on values
-    return hashlib.sha256(
-        repr((list(events), outcome, value if outcome == "ok" else None, resource)).encode("utf-8", "surrogatepass")
-    ).hexdigest()
+    h = hashlib.sha256()
+    seen: dict[int, int] = {}
+    keep: list[Any] = []  # the shared values stay alive, so their ids stay theirs
+    small: list[Any] = []  # a run of small leaves, hashed by repr in one go
+    # an explicit stack (no recursive closure: that would be a reference cycle): a value
+    # to feed, or a closing bracket (bytes) to write
+    todo: list[Any] = [(list(events), outcome, value if outcome == "ok" else None, resource)]
+    while todo:
+        v = todo.pop()
+        t = type(v)
+        if t is _Close:
+            if small:
+                h.update(repr(small).encode("utf-8", "surrogatepass"))
+                small.clear()
+            h.update(v.mark)
+        elif t is tuple or t is list:
+            if small:
+                h.update(repr(small).encode("utf-8", "surrogatepass"))
+                small.clear()
+            h.update(b"(" if t is tuple else b"[")
+            todo.append(_CLOSE_TUPLE if t is tuple else _CLOSE_LIST)
+            todo.extend(reversed(v))
+        elif (t is bytes or t is str) and len(v) >= _DIGEST_SHARED:
+            if small:
+                h.update(repr(small).encode("utf-8", "surrogatepass"))
+                small.clear()
+            k = seen.get(id(v))
+            if k is not None:
+                h.update(b"@%d;" % k)
+                continue
+            seen[id(v)] = len(keep)
+            keep.append(v)
+            raw = v if t is bytes else v.encode("utf-8", "surrogatepass")
+            h.update(b"%c%d:" % (98 if t is bytes else 115, len(raw)))
+            h.update(raw)
+        else:
+            small.append(v)
+    if small:
+        h.update(repr(small).encode("utf-8", "surrogatepass"))
+    return h.hexdigest()
+
+
+class _Close:
+    __slots__ = ("mark",)
+
+    def __init__(self, mark: bytes) -> None:
+        self.mark = mark
+
+
+_CLOSE_TUPLE = _Close(b")")
+_CLOSE_LIST = _Close(b"]")
 
 
 def record_of(res: Any) -> Record:

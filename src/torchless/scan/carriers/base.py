@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,7 @@ from ...formats.executorch.spec import is_pte
 from ...formats.npz_spec import is_npy, is_npz_head
 from ...formats.pt.spec import ZIP_MAGIC, opens_as_tar
 from ...formats.torchscript.spec import is_flatbuffer
+from ..budget import BUDGET_NAMES, Budget
 from ..findings import FileReport
 from .common import MAX_DEPTH
 from .recognize import MODEL_SUFFIXES, compressor_of, probe_pickle
@@ -27,48 +29,6 @@ if TYPE_CHECKING:
 __all__ = ["ScannerBase", "Budget", "MAX_FINDINGS"]
 
 MAX_FINDINGS = 2000  # findings kept per file; more are counted in one note
-
-
-class Budget:
-    """One work budget per scan: every nesting level draws from the same totals.
-
-    Attributes:
-        inflate: bytes decompressed (gzip/bz2/lzma/zlib carriers, deflated members)
-            across all levels.
-        pickle: bytes of pickle stream handed to the pickle machine.
-        ops: opcodes the pickle machine runs (1 million + one per 64 bytes of the file;
-            a pure-data pickle with more opcodes than that is UNANALYSABLE, not CLEAN).
-        nodes: carriers, members and streams visited.
-        probes: pickle views decided by the real unpicklers (5,000 + one per 4 KiB).
-        seconds: wall-clock backstop (a deterministic budget should stop first).
-    A budget that runs out is a ``limit`` finding (UNANALYSABLE), never a hang.
-    """
-
-    def __init__(self, size: int) -> None:
-        self.inflate = min(1 << 30, max(32 << 20, 256 * size))
-        self.pickle = (2 << 20) + 2 * size
-        self.ops = 1_000_000 + size // 64
-        self.nodes = 50_000
-        self.probes = 5_000 + size // 4096  # each asks the engine's child process (a round trip)
-        self.deadline = time.monotonic() + 60.0 + size / (100 << 20)
-        self._once: set[Any] = set()
-        self.exhausted: str | None = None
-
-    def once(self, key: Any) -> bool:
-        """True the first time ``key`` (source identity, offset, length / content hash) is seen."""
-        if key in self._once:
-            return False
-        self._once.add(key)
-        return True
-
-    def take(self, what: str, n: int) -> bool:
-        """Draw ``n`` units of ``what``; False (and :attr:`exhausted` set) when it runs out."""
-        left = getattr(self, what) - n
-        setattr(self, what, left)
-        if left < 0 or time.monotonic() > self.deadline:
-            self.exhausted = what if left < 0 else "seconds"
-            return False
-        return True
 
 
 class ScannerBase:
@@ -88,6 +48,9 @@ class ScannerBase:
         self._dropped = 0
         self._kinds: set[tuple[str, str]] = set()
         self.budget = Budget(0)
+        # a serial number per source seen (see source_key); weak: a source's bytes are not kept
+        self._sources: weakref.WeakKeyDictionary[ByteSource, int] = weakref.WeakKeyDictionary()
+        self._next_source = 0
         self.loader_ctx: str | None = None  # the loader of the carrier being walked (Finding.loader)
 
     if TYPE_CHECKING:  # the carriers' entry points, implemented by the mixins of carriers.Scanner
@@ -134,6 +97,18 @@ class ScannerBase:
             self, src: ByteSource, kind: str, member: str | None, depth: int, *, who: str = "joblib.load"
         ) -> bool: ...
 
+    def source_key(self, src: ByteSource) -> int:
+        """A number for ``src`` that no other source of this scan gets (keys of
+        :meth:`Budget.once`): ``id(src)`` is not one, since a source freed after its walk
+        (a DCP item, a nested payload) leaves its id to the next, and the next would then
+        be skipped as "already analysed", as the allocator decides (a report that changed
+        from run to run)."""
+        n = self._sources.get(src)
+        if n is None:
+            self._next_source += 1
+            n = self._sources[src] = self._next_source
+        return n
+
     @contextmanager
     def loading(self, loader: str | None) -> Iterator[None]:
         """Findings added inside name ``loader`` unless they name one themselves."""
@@ -175,23 +150,23 @@ class ScannerBase:
         """Draw from the scan's budget; on exhaustion report a ``limit`` finding, return False."""
         if self.budget.take(what, n):
             return True
-        names = {
-            "inflate": "decompressed bytes",
-            "pickle": "pickle bytes analysed",
-            "ops": "opcodes run",
-            "nodes": "carriers and members visited",
-            "probes": "carriers probed by the real unpicklers",
-            "seconds": "time",
-        }
         self.add(
             "limit",
             "high",
-            f"the scan's work budget ({names.get(self.budget.exhausted or what, what)}) ran out while {doing}; the "
-            "rest was not analysed",
+            self.budget_message(self.budget.exhausted or what, doing),
             member,
             loader=loader,
         )
         return False
+
+    def budget_message(self, what: str, doing: str) -> str:
+        """The ``limit`` finding's message for budget ``what`` (a name of :data:`BUDGET_NAMES`)."""
+        if what == "seconds":
+            return (
+                f"timeout: the scan's wall-clock watchdog ({self.budget.watchdog:.0f} s) fired while {doing}; the rest "
+                "was not analysed (no work budget ran out: the machine was too slow, or some work is not counted)"
+            )
+        return f"the scan's work budget ({BUDGET_NAMES.get(what, what)}) ran out while {doing}; the rest was not analysed"
 
     # -- entry -------------------------------------------------------------------------
     def run(self) -> FileReport:
@@ -329,6 +304,15 @@ class ScannerBase:
             return
         probe = probe_pickle(src, py_limit=max(0, self.budget.ops))
         self.budget.ops -= probe.py_cost // 4  # the pure-Python probe's work, roughly (C runs far faster)
+        if probe.timeout:  # the engine's watchdog, a last resort: said as such, never silent
+            self.add(
+                "unanalysable",
+                "high",
+                f"timeout: {probe.detail} (the engine child's wall-clock watchdog, a last resort no work budget "
+                "should reach); the bytes are analysed as a pickle, but the real unpicklers' view of them is missing",
+                member,
+                loader=loader,
+            )
         if not probe.inert:
             if not kinds or probe.outcome == "resolves":
                 kinds.insert(0, "pickle")

@@ -98,10 +98,12 @@ class DcpCarrier(_Host):
         except OSError:
             return []
         key = (os.path.abspath(meta), st.st_mtime_ns, st.st_size)
+        # drawn from the budget whether or not an earlier file of this process parsed it:
+        # a report must not depend on which files one worker process scanned before
+        if not self.spend("pickle", min(st.st_size, _MAX_METADATA), None, "reading DCP metadata", _DCP):
+            return []
         hit = _RECORDS.get(key)
         if hit is None:
-            if not self.spend("pickle", min(st.st_size, _MAX_METADATA), None, "reading DCP metadata", _DCP):
-                return []
             hit = _parse_records(meta)
             if len(_RECORDS) > 32:
                 _RECORDS.clear()
@@ -234,6 +236,8 @@ def _parse_records(meta: str) -> tuple[list[tuple[str, int, int, Any]], list[str
     except OSError:
         return out, problems
     res = analyse(data)
+    if res.budget_hit is not None:  # the records after the stop are not known: say so
+        problems.append(f"the metadata pickle stops at {res.error}")
     syms: list[Sym] = []
     _walk_syms(res.value, syms, set())
     for s in syms:

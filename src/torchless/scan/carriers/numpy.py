@@ -171,7 +171,9 @@ class NumpyCarrier(_Host):
                     del e
                     continue
                 npz_members += 1
-                if not self.budget.once(("npz-member", id(src), info.header_offset, info.compress_size, info.compress_type)):
+                if not self.budget.once(
+                    ("npz-member", self.source_key(src), info.header_offset, info.compress_size, info.compress_type)
+                ):
                     continue
                 # the header decides; only an object array's bytes are read (plain arrays of
                 # any size cost a header read)

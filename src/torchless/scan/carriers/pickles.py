@@ -71,8 +71,9 @@ class PickleCarrier(_Host):
                 return None
             data = bytes(src.view(0, src.size))
         left = max(0, self.budget.ops)
-        jres = analyse(data, start=start, joblib=True, max_ops=left)
+        jres = analyse(data, start=start, joblib=True, max_ops=left, max_arg_nodes=max(0, self.budget.arg_nodes))
         self.budget.ops -= len(jres.op_offsets) + sum(len(o.op_offsets) for o in jres.objects)
+        self.budget.arg_nodes -= jres.arg_nodes
         if jres.error is not None or not jres.skips or jres.end is None:
             return None
         self.budget.pickle -= jres.end - start
@@ -134,14 +135,26 @@ class PickleCarrier(_Host):
         cut = start + left < len(buf)
         from .. import engine
 
-        record = engine.engine_enabled() and len(buf) - start <= engine.ENGINE_MAX_STREAM  # for the second opinion
+        record = (  # for the second opinion
+            engine.engine_enabled() and len(buf) - start <= engine.ENGINE_MAX_STREAM and self.budget.record_nodes > 0
+        )
         ops_left = max(0, self.budget.ops)
-        res = analyse(buf[: start + left] if cut else buf, start=start, torchscript=torchscript, record=record, max_ops=ops_left)
+        res = analyse(
+            buf[: start + left] if cut else buf,
+            start=start,
+            torchscript=torchscript,
+            record=record,
+            max_ops=ops_left,
+            max_arg_nodes=max(0, self.budget.arg_nodes),
+            record_nodes=self.budget.record_nodes,
+        )
+        self.budget.record_nodes -= res.norm_nodes
         used = (res.end if res.end is not None else (res.op_offsets[-1] + 1 if res.op_offsets else start + 1)) - start
         self.budget.pickle -= max(1, used)
         self.budget.ops -= len(res.op_offsets)
-        if res.end is None and (cut or len(res.op_offsets) >= ops_left):
-            self.spend("ops" if len(res.op_offsets) >= ops_left else "pickle", 1, member, "running pickle streams")
+        self.budget.arg_nodes -= res.arg_nodes
+        if res.end is None and (cut or res.budget_hit is not None):
+            self.spend(res.budget_hit or "pickle", 1, member, "running pickle streams")
             res.budget_cut = True  # a larger window would not help
         return res
 
@@ -370,8 +383,22 @@ class PickleCarrier(_Host):
                 with self.loading("joblib.load"):
                     self.report_stream(more, data, member, base, depth, report_errors=False, torch_load=torch_load)
             return
-        if engine.engine_enabled() and not res.budget_cut and not res.short_frames:
-            diff = differential.second_opinion(data, res.start, res.end, res)
+        # a stream not recorded (larger than the engine takes, or past the scan's
+        # record_nodes budget) gets no second opinion: that is not a finding
+        if engine.engine_enabled() and not res.budget_cut and not res.short_frames and res.events is not None:
+            try:
+                diff = differential.second_opinion(data, res.start, res.end, res)
+            except engine.EngineTimeout as e:
+                self.add(
+                    "unanalysable",
+                    "high",
+                    f"timeout: CPython's unpickler in the engine's child process gave no second opinion on this "
+                    f"stream ({e}: its wall-clock watchdog, a last resort no work budget should reach)",
+                    member,
+                    res.start,
+                    None if base is None else base + res.start,
+                )
+                return
             if diff is not None:
                 self.add(
                     "engine-disagreement",

@@ -99,6 +99,7 @@ class Probe:
     legacy: bool = False
     pos: int = 0  # where the unpickler stopped (about: the bytes it consumed)
     py_cost: int = 0  # bytes the pure-Python unpickler was run over (for the scan's budget)
+    timeout: bool = False  # the engine's child hit its wall-clock watchdog (reported as such)
 
     @property
     def inert(self) -> bool:
@@ -114,9 +115,12 @@ def _one(kind: str, data: bytes, complete: bool) -> Probe:
     pure-Python one. Where the child cannot answer, the probe is ``undecided``."""
     from .. import engine
 
-    got = engine.shared_worker().probe(bytes(data), complete, kind)
+    w = engine.shared_worker()
+    got = w.probe(bytes(data), complete, kind)
+    if got is None and w.timed_out:
+        return Probe("undecided", f"the real unpicklers gave no answer within {w.timeout:.0f} s", timeout=True)
     if got is None:
-        return Probe("undecided", "the real unpicklers ran out of their memory or time limits on it")
+        return Probe("undecided", "the real unpicklers ran out of their memory or CPU limits on it")
     outcome, detail, value, pos = got
     return Probe(outcome, detail, legacy=value == LEGACY_MAGIC, pos=int(pos))
 
@@ -180,7 +184,7 @@ def _probe_window(src: ByteSource, window: int, py_limit: int) -> Probe:
     py = _one("py", data[:m], complete and m == n)
     cost = max(0, m - long_line)
     if py.outcome in ("resolves", "undecided"):
-        return Probe(py.outcome, py.detail + " (pure-Python unpickler, which joblib uses)", py_cost=cost)
+        return Probe(py.outcome, py.detail + " (pure-Python unpickler, which joblib uses)", py_cost=cost, timeout=py.timeout)
     if py.outcome == "data":
         return Probe("data", py.detail + " (pure-Python unpickler, which joblib uses)", legacy=py.legacy, py_cost=cost)
     c.py_cost = cost

@@ -194,7 +194,7 @@ class ZipCarrier(_Host):
                     continue
                 if storage or not (peek[:1] == b"\x80" and len(peek) > 1 and peek[1] <= 5):
                     continue
-            if not self.budget.once(("zip-member", id(src), off, e.compressed_size, e.method)):
+            if not self.budget.once(("zip-member", self.source_key(src), off, e.compressed_size, e.method)):
                 continue  # the same bytes under another entry: analysed once (overlaps are reported)
             if e.method != 0 and not self.spend("inflate", e.size, loc, "inflating zip members"):
                 return
