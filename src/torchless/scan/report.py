@@ -10,6 +10,10 @@ from .findings import RULES, SEVERITIES, ScanReport
 
 __all__ = ["format_text", "format_json", "format_sarif"]
 
+#: kinds whose format holds data only (no pickle, no code, no program): said so when no
+#: other view of the file found a stream
+_DATA_ONLY = ("safetensors", "hf")
+
 _SARIF_LEVEL = {"critical": "error", "high": "error", "medium": "warning", "low": "note", "info": "none"}
 
 
@@ -18,7 +22,10 @@ def format_text(report: ScanReport, *, verbose: bool = False) -> str:
     lines: list[str] = []
     for fr in report.files:
         counted = fr.counted()
-        head = f"{fr.path}: {fr.verdict.upper()} ({fr.kind}, {fr.streams} pickle stream{'s' if fr.streams != 1 else ''}"
+        what = f"{fr.streams} pickle stream{'s' if fr.streams != 1 else ''}"
+        if fr.kind in _DATA_ONLY and not fr.streams and not counted:
+            what = "no executable content"
+        head = f"{fr.path}: {fr.verdict.upper()} ({fr.kind}, {what}"
         head += f", {len(counted)} finding{'s' if len(counted) != 1 else ''})" if counted else ")"
         if fr.verdict == "clean" and not verbose and not fr.weights_only and not fr.weights_only_blockers:
             lines.append(head)
