@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from ...core.errors import InternalError
-from ..render import emit_json, format_bytes
+from ..render import echo, emit_json, format_bytes
 
 __all__ = ["register", "format_set_weights"]
 
@@ -43,7 +43,7 @@ def cmd_set_weights(args: argparse.Namespace) -> int:
     if args.json:
         emit_json("onnx-set-weights", res)
     else:
-        print(format_set_weights(res))
+        echo(format_set_weights(res))
     return 0
 
 
@@ -62,7 +62,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
         emit_json("onnx-graph", {"path": args.model, "graphs": graph_json(graph)})
         return 0
-    print(format_graph(graph, table=args.table), end="")
+    echo(format_graph(graph, table=args.table), end="")
     return 0
 
 
