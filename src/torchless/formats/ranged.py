@@ -41,6 +41,7 @@ import numpy as np
 
 from ..container.zip import LOCAL_SIG
 from ..core import remote
+from ..core.atomic import _fault_tick, _write_error
 from ..core.errors import InternalError, UsageError
 from ..core.executor import Executor, crc32_combine, current_rss, task_fault
 from ..core.source import RemoteSource
@@ -112,6 +113,7 @@ class RangeTask:
     opener: Any = None  # opens ``rows`` sources: f(path, weights_only) (module-level: pickled by name)
     weights_only: bool = True
     options: dict[str, Any] = field(default_factory=dict)  # storage options for the worker
+    dest: str = ""  # the output file as the user named it (for messages; ``name`` when empty)
 
 
 # -- worker side ------------------------------------------------------------------------------
@@ -189,12 +191,16 @@ class _Sink:
         self.crc = 0
         self.af: Any = None
         self.fd = -1
+        self.dest = task.dest or task.name
         if task.part:
             from ..core.atomic import AtomicFile
 
-            self.af = AtomicFile(task.target)
+            self.af = AtomicFile(task.target, dest=self.dest)
         else:
-            self.fd = os.open(task.target, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+            try:
+                self.fd = os.open(task.target, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+            except OSError as e:
+                raise _write_error(e, self.dest) from None
 
     def write(self, b: Any) -> int:
         mv = memoryview(b).cast("B")
@@ -206,8 +212,12 @@ class _Sink:
             self.af.file.write(mv)
         else:
             done = 0
-            while done < n:
-                done += os.pwrite(self.fd, mv[done:], self.pos + done)
+            try:  # a full disk, a quota: the error names the output file, as the one-process writers' do
+                _fault_tick(n, self.dest)
+                while done < n:
+                    done += os.pwrite(self.fd, mv[done:], self.pos + done)
+            except OSError as e:
+                raise _write_error(e, self.dest) from None
         self.pos += n
         return n
 
@@ -435,6 +445,8 @@ class _Staging:
     """Where files are built before they are published (see the module doc)."""
 
     remote = False
+    given = ""  # the destination as the user named it
+    beside = False  # True: the files go beside ``given`` (shards), not into it (a DCP folder)
 
     def target(self, name: str, offset: int) -> str:
         raise NotImplementedError
@@ -459,6 +471,16 @@ class _Staging:
     def drop(self, name: str) -> None:
         pass
 
+    def shown(self, name: str) -> str:
+        """Output file ``name`` as the user named its destination (for messages)."""
+        given, beside = self.given, self.beside
+        url = remote.is_url(given)
+        if beside:  # files beside a path (shards): in its folder
+            given = remote.dirname(given) if url else os.path.dirname(given)
+        if not given:
+            return name
+        return remote.join(given, name) if url else os.path.join(given, name)
+
 
 class LocalDirStaging(_Staging):
     """A hidden folder beside a local destination folder (an :class:`AtomicDir`)."""
@@ -467,6 +489,7 @@ class LocalDirStaging(_Staging):
         from ..core.atomic import AtomicDir, _temp_path, _untrack
 
         self.dst = os.path.abspath(dst)
+        self.given = dst
         parent = os.path.dirname(self.dst)
         adopted = _adopt_local(parent, self.dst) if resume else None
         if adopted is not None:  # renamed to a name of this process's before AtomicDir sweeps stale ones
@@ -566,6 +589,7 @@ class RemoteStaging(_Staging):
     def __init__(self, dst: str, *, resume: bool, folder: bool = True) -> None:
         remote.check_writable(dst)
         self.dst = dst.rstrip("/")
+        self.given, self.beside = self.dst, not folder
         self.folder = folder  # a destination folder (DCP) or files beside a path (shards)
         base = self.dst if folder else remote.dirname(self.dst)
         self.base = base
@@ -929,6 +953,7 @@ def write_outputs(
                     opener,
                     weights_only,
                     opts,
+                    staging.shown(f.name),
                 )
             )
     done_segments: dict[str, list[dict[str, Any]]] = {f.name: [] for f in todo}
@@ -1007,6 +1032,7 @@ def write_outputs(
                     opener,
                     weights_only,
                     opts,
+                    staging.shown(f.name),
                 )
             )
         executor.map(run_range_task, tasks2, progress=finished)
@@ -1035,6 +1061,7 @@ class LocalFilesStaging(LocalDirStaging):
         from ..core.atomic import _temp_path, _track, _untrack, clean_stale
 
         self.dst = os.path.abspath(dst)
+        self.given, self.beside = dst, True
         self.folder = os.path.dirname(self.dst)
         adopted = _adopt_local(self.folder, self.dst) if resume else None
         self.root = _temp_path(self.folder, "dir")
