@@ -50,7 +50,7 @@ class HFArtifact(Artifact):
         folder: the checkpoint's folder.
         index: the index file's name, or None.
         index_data: the parsed index (``metadata``, ``weight_map``), or None.
-        shard_files: the shard file names, in order.
+        shard_files: the shard file names in file order (sorted, as transformers loads them).
         serialization: ``"safetensors"`` or ``"bin"``.
     """
 
@@ -84,7 +84,7 @@ class HFArtifact(Artifact):
         self.weight_map: dict[str, str] = {}
         if self.index is not None:
             self._read_index()
-            self.shard_files = list(dict.fromkeys(self.weight_map.values()))
+            self.shard_files = sorted(set(self.weight_map.values()))  # file order, as transformers loads them
         else:
             self.shard_files = self._list_shards()
         if not self.shard_files:
