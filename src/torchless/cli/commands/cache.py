@@ -18,7 +18,7 @@ from typing import Any
 
 from ...core.errors import NotFoundError, UsageError
 from ...core.remote import local_path
-from ..render import echo, emit_json, format_bytes, format_table
+from ..render import echo, emit_json, format_bytes, format_table, shown
 
 __all__ = ["register", "format_inventory", "format_plan", "format_age"]
 
@@ -79,9 +79,9 @@ def format_plan(plan: dict[str, Any], *, applied: dict[str, Any] | None = None) 
             f"folders, {format_bytes(plan['bytes'])}; {format_bytes(plan['remaining_bytes'])} would remain"
         )
         for f in plan["files"]:
-            lines.append(f"  {f}")
+            lines.append(f"  {shown(f)}")
         for d in plan["dirs"]:
-            lines.append(f"  {d}/")
+            lines.append(f"  {shown(d)}/")
         lines.append("dry run: nothing removed (add --yes to remove exactly these)")
     else:
         lines.append(
@@ -89,7 +89,7 @@ def format_plan(plan: dict[str, Any], *, applied: dict[str, Any] | None = None) 
             f"{format_bytes(applied['bytes'])}"
         )
         for s in applied["skipped"]:
-            lines.append(f"  skipped {s['path']}: {s['reason']}")
+            lines.append(f"  skipped {shown(s['path'])}: {shown(s['reason'])}")
     return "\n".join(lines)
 
 

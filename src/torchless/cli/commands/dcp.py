@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..render import echo, emit_json, format_bytes, format_table
+from ..render import echo, emit_json, format_bytes, format_table, shown
 
 __all__ = ["register", "format_layout"]
 
@@ -27,7 +27,9 @@ def format_layout(layout: dict[str, Any]) -> str:
         )
         for c in it["chunks"]:
             rows.append(["", "", f"  @{c['offsets']} {c['sizes']}", f"{c['file']} @{c['offset']} +{c['length']}"])
-    files = ", ".join(f"{k} ({format_bytes(v)})" if v is not None else f"{k} (missing)" for k, v in layout["files"].items())
+    files = ", ".join(
+        f"{shown(k)} ({format_bytes(v)})" if v is not None else f"{shown(k)} (missing)" for k, v in layout["files"].items()
+    )
     return f"DCP version {layout['version']}; files: {files}\n" + format_table(rows)
 
 

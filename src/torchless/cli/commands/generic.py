@@ -129,12 +129,12 @@ def cmd_convert(args: argparse.Namespace) -> int:
     where = files[-1] if len(files) > 1 else files[0]
     shards = f" ({len(files) - 1} shards + index)" if len(files) > 1 else ""
     kept = "; the whole object kept" if res.get("object_kept") else ""
-    echo(f"wrote {where}{shards}: {res['tensors']} tensors, {format_bytes(res['bytes'])}{kept}")
+    echo(f"wrote {shown(where)}{shards}: {res['tensors']} tensors, {format_bytes(res['bytes'])}{kept}")
     dropped = res.get("dropped") or []
     if dropped:
-        shown = ", ".join(f"{d['key']} ({d['type']})" if d["key"] else d["type"] for d in dropped[:10])
+        names = ", ".join(shown(f"{d['key']} ({d['type']})" if d["key"] else d["type"]) for d in dropped[:10])
         more = f" and {len(dropped) - 10} more (--json lists all)" if len(dropped) > 10 else ""
-        echo(f"dropped {len(dropped)} values that are not tensors: {shown}{more}", file=sys.stderr)
+        echo(f"dropped {len(dropped)} values that are not tensors: {names}{more}", file=sys.stderr)
         keep = "" if res["files"] and str(res["files"][-1]).endswith((".pt", ".pth")) else "; write .pt to keep the whole object"
         echo(f"  (--strict refuses such conversions{keep})", file=sys.stderr)
     return 0

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from ...core.errors import UsageError
-from ..render import echo, emit_json, format_bytes, format_table
+from ..render import echo, emit_json, format_bytes, format_table, shown
 
 __all__ = ["register", "format_set_weights", "format_bytecode"]
 
@@ -33,12 +33,12 @@ def cmd_code(args: argparse.Namespace) -> int:
 
 
 def format_set_weights(res: dict[str, Any]) -> str:
-    lines = [f"wrote {res['output']}: replaced {len(res['replaced'])} tensors in {res['storages']} storage records"]
+    lines = [f"wrote {shown(res['output'])}: replaced {len(res['replaced'])} tensors in {res['storages']} storage records"]
     if res.get("ignored"):
-        shown = ", ".join(res["ignored"][:8]) + (" ..." if len(res["ignored"]) > 8 else "")
-        lines.append(f"ignored (no such tensor): {shown}")
+        names = ", ".join(map(shown, res["ignored"][:8])) + (" ..." if len(res["ignored"]) > 8 else "")
+        lines.append(f"ignored (no such tensor): {names}")
     if res["extra_files"]:
-        lines.append("extra files: " + ", ".join(res["extra_files"]))
+        lines.append("extra files: " + ", ".join(map(shown, res["extra_files"])))
     return "\n".join(lines)
 
 
