@@ -327,6 +327,8 @@ class ScannerBase:
         fmt = None
         if toplevel and member is None and (self.report.kind in ("unknown", "zip") or self.report.kind.endswith("-compressed")):
             fmt = readers_format(src, self.path)
+            if fmt == "joblib":  # a pickle, maybe compressed: the carriers' name (zlib-compressed) says more
+                fmt = None
         # the pickle view: pickle.load, torch.load's legacy stream, numpy's and joblib's fallbacks
         if not self.spend("probes", 1, member, "asking the real unpicklers about carriers"):
             if fmt is not None:
