@@ -330,6 +330,9 @@ class ScannerBase:
             if fmt == "joblib":  # a pickle, maybe compressed: the carriers' name (zlib-compressed) says more
                 fmt = None
         # the pickle view: pickle.load, torch.load's legacy stream, numpy's and joblib's fallbacks
+        if fmt is not None and not all(k in ("zip", "npz") or k.endswith("-compressed") for k in kinds):
+            fmt = None  # a carrier of its own (a flatbuffer TorchScript, ONNX...) named it already
+            # (every zip is also taken in numpy's view: "npz" there is a view, a real one names the report)
         if not self.spend("probes", 1, member, "asking the real unpicklers about carriers"):
             if fmt is not None:
                 self.report.kind = fmt
