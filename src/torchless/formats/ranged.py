@@ -445,8 +445,7 @@ class _Staging:
     """Where files are built before they are published (see the module doc)."""
 
     remote = False
-    given = ""  # the destination as the user named it
-    beside = False  # True: the files go beside ``given`` (shards), not into it (a DCP folder)
+    shown_dir = ""  # the output files' folder as the user named it
 
     def target(self, name: str, offset: int) -> str:
         raise NotImplementedError
@@ -472,14 +471,9 @@ class _Staging:
         pass
 
     def shown(self, name: str) -> str:
-        """Output file ``name`` as the user named its destination (for messages)."""
-        given, beside = self.given, self.beside
-        url = remote.is_url(given)
-        if beside:  # files beside a path (shards): in its folder
-            given = remote.dirname(given) if url else os.path.dirname(given)
-        if not given:
-            return name
-        return remote.join(given, name) if url else os.path.join(given, name)
+        """Output file ``name`` in the folder the user named (for messages)."""
+        d = self.shown_dir
+        return remote.join(d, name) if remote.is_url(d) else os.path.join(d, name)
 
 
 class LocalDirStaging(_Staging):
@@ -489,7 +483,7 @@ class LocalDirStaging(_Staging):
         from ..core.atomic import AtomicDir, _temp_path, _untrack
 
         self.dst = os.path.abspath(dst)
-        self.given = dst
+        self.shown_dir = dst
         parent = os.path.dirname(self.dst)
         adopted = _adopt_local(parent, self.dst) if resume else None
         if adopted is not None:  # renamed to a name of this process's before AtomicDir sweeps stale ones
@@ -589,10 +583,9 @@ class RemoteStaging(_Staging):
     def __init__(self, dst: str, *, resume: bool, folder: bool = True) -> None:
         remote.check_writable(dst)
         self.dst = dst.rstrip("/")
-        self.given, self.beside = self.dst, not folder
         self.folder = folder  # a destination folder (DCP) or files beside a path (shards)
         base = self.dst if folder else remote.dirname(self.dst)
-        self.base = base
+        self.base = self.shown_dir = base
         self.root = remote.join(base, f"{STAGING}-{remote.basename(self.dst)}")
         self.keep = resume
         self.fs, self.inner = remote.filesystem(self.root)
@@ -1061,7 +1054,7 @@ class LocalFilesStaging(LocalDirStaging):
         from ..core.atomic import _temp_path, _track, _untrack, clean_stale
 
         self.dst = os.path.abspath(dst)
-        self.given, self.beside = dst, True
+        self.shown_dir = os.path.dirname(dst)
         self.folder = os.path.dirname(self.dst)
         adopted = _adopt_local(self.folder, self.dst) if resume else None
         self.root = _temp_path(self.folder, "dir")
