@@ -255,6 +255,8 @@ def test_scanner_imports_format_specs_not_readers() -> None:
                 specs.add(mod)
             elif names and all(_is_spec(n) for n in names):  # ``from ...formats.pt import spec``
                 specs.update(f"{mod}.{n}" for n in names)
+            elif mod == "torchless.formats.registry" and names == ["readers_format"]:
+                pass  # the one question asked of the readers: the name their sniffers give a file
             else:
                 bad.append(f"{rel}: {mod} ({', '.join(names)})")
     assert not bad, "the scanner imports format modules that are not specs:\n" + "\n".join(sorted(bad))

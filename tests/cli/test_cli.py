@@ -157,3 +157,17 @@ def test_module_entry_point_subprocess(tmp_path, ckpt):
         [sys.executable, "-m", "torchless", "ls", "--json", str(ckpt)], capture_output=True, text=True, env=env, timeout=120
     )
     assert r.returncode == 0 and len(json.loads(r.stdout)) == 6
+
+
+def test_convert_to_unknown_format_lists_the_writable_ones(capsys, ckpt, tmp_path):
+    # issue 36 bug 6: --to banana listed every format, most of which cannot be written
+    from torchless.formats.dispatch import writable_formats
+
+    dst = tmp_path / "x.out"
+    code, out, err = run(capsys, "convert", ckpt, dst, "--to", "banana")
+    assert code == 2 and err.count("\n") == 1 and "'banana'" in err
+    listed = err.split("writes tensors: ", 1)[1].split(")", 1)[0].split(", ")
+    assert listed == writable_formats() and "onnx" not in listed and "pt" in listed
+    code, out, err = run(capsys, "convert", ckpt, dst, "--to", "onnx")  # known, not writable: says so
+    assert code == 2 and "onnx cannot write tensors" in err
+    assert not dst.exists()

@@ -162,6 +162,22 @@ def test_enospc_names_the_destination(tmp_path, source, kind):
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("kind", ["reshard", "shards"])
+def test_enospc_in_executor_workers_names_the_destination(tmp_path, source, kind):
+    # issue 36 bug 4: with --executor local:2 the range tasks' writes (pwrite into the
+    # staged file) raised a bare OSError: "No space left on device" named no file
+    argv, name, _valid = WRITERS[kind]
+    dst = str(tmp_path / name)
+    r = cli(*argv(source, dst), "--executor", "local:2", fault="100000:ENOSPC")
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "No space left on device" in lines[0], r.stderr
+    shard = os.path.join(dst, "__") if kind == "reshard" else os.path.join(str(tmp_path), "out-000")
+    assert f"error: {shard}" in lines[0], r.stderr  # the output file, as the user named its destination
+    assert TEMP_PREFIX not in r.stderr and "Traceback" not in r.stderr
+    assert os.listdir(tmp_path) == []
+
+
 def _fsize_limit(n: int):
     def pre() -> None:
         import resource

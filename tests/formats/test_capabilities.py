@@ -37,6 +37,17 @@ def test_public_capabilities_are_the_declarations():
     assert caps["pt"].write_objects and caps["pt"].write_tensors
     assert not caps["npz"].write_objects and caps["npz"].write_tensors
     assert caps["onnx"].edit and caps["torchscript"].edit and not caps["pt"].edit
+    # issue 36 bug 6: the README's pt2 row says "new weights, edited graph": Program.state_dict
+    # takes new tensors and save_pt2 writes them (the conformance suite's edit check, torch.export.load the oracle)
+    assert caps["pt2"].edit and caps["pt2"].write_objects
+
+
+def test_formats_command_says_pt2_edits(capsys):
+    from torchless.cli.main import main
+
+    assert main(["formats"]) == 0
+    (row,) = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("pt2 ")]
+    assert row[:7] == ["pt2", "yes", "yes", "yes", "-", "yes", "yes"], row
 
 
 def test_a_wrong_declaration_is_refused_at_registration():

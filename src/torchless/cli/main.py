@@ -281,7 +281,9 @@ def _interrupted_cleanup() -> None:
 
 def _say(text: str) -> None:
     """One line on stderr, whatever the text holds."""
-    line = " ".join(text.splitlines())
+    from ..core.printable import escape_controls
+
+    line = escape_controls(" ".join(text.splitlines()))  # a file's names quoted in a message: nothing raw
     try:
         print(f"torchless: {line}", file=sys.stderr, flush=True)
     except (OSError, ValueError):  # stderr closed: nothing left to tell

@@ -7,6 +7,8 @@ import sys
 import time
 from collections.abc import Callable
 
+from .render import shown
+
 __all__ = ["make_progress", "Progress"]
 
 
@@ -15,7 +17,7 @@ class Progress:
 
     def __init__(self, total: int, label: str, *, force: bool = False) -> None:
         self.total = max(total, 1)
-        self.label = label
+        self.label = shown(label)  # a destination's name: its controls escaped
         self.done = 0
         self.enabled = force or sys.stderr.isatty()
         self._rich = None
@@ -46,7 +48,9 @@ class Progress:
                     console=console,
                 )
                 self._rich.start()
-                self._task = self._rich.add_task(label, total=self.total)
+                from rich.markup import escape
+
+                self._task = self._rich.add_task(escape(self.label), total=self.total)  # "[red]" is text
             except ImportError:
                 self._rich = None
 

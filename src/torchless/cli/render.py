@@ -1,11 +1,45 @@
-"""Pure formatting helpers for the CLI: objects in, text out (no printing)."""
+"""Formatting helpers for the CLI: objects in, text out; and :func:`echo`, the one way the
+commands print text.
+
+Everything the command line prints goes through :func:`echo` (or is JSON from
+:func:`format_json`): names, keys and strings from a file never reach the terminal with
+their control characters raw (:mod:`torchless.core.printable`). The formatters escape
+each value whole (a newline in a tensor name is ``\n``, not a forged row); :func:`echo`
+escapes everything but the newlines and tabs of the lines it is given, whatever
+formatted them.
+"""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+import sys
+from typing import Any, TextIO
 
-__all__ = ["format_bytes", "format_json", "format_tree", "format_table", "format_info", "emit_json", "json_safe"]
+from ..core.printable import escape_controls, escape_json_text
+
+__all__ = [
+    "format_bytes",
+    "format_json",
+    "format_tree",
+    "format_table",
+    "format_info",
+    "emit_json",
+    "json_safe",
+    "echo",
+    "shown",
+]
+
+
+def shown(value: Any) -> str:
+    """``str(value)`` as one line a terminal shows and does nothing with (every control
+    character, newline included, escaped)."""
+    return escape_controls(str(value))
+
+
+def echo(text: Any = "", *, end: str = "\n", file: TextIO | None = None, flush: bool = False) -> None:
+    """Print ``text`` (lines laid out by torchless) with every control character but
+    newlines and tabs escaped: what ``print`` is for the commands."""
+    print(escape_controls(str(text), keep="\n\t"), end=end, file=file if file is not None else sys.stdout, flush=flush)
 
 
 def format_bytes(n: float) -> str:
@@ -29,8 +63,9 @@ def json_safe(obj: Any) -> Any:
 
 
 def format_json(obj: Any) -> str:
-    """Strict JSON (no NaN/Infinity tokens), indented, UTF-8 kept."""
-    return json.dumps(json_safe(obj), indent=2, default=str, ensure_ascii=False, allow_nan=False)
+    """Strict JSON (no NaN/Infinity tokens), indented, UTF-8 kept but for the controls
+    (C1, DEL, bidi) that a terminal would act on: those as ``\\u`` escapes."""
+    return escape_json_text(json.dumps(json_safe(obj), indent=2, default=str, ensure_ascii=False, allow_nan=False))
 
 
 def emit_json(command: str, obj: Any) -> None:
@@ -42,10 +77,12 @@ def format_tree(tree: Any, indent: str = "") -> str:
     lines: list[str] = []
 
     def go(x: Any, pad: str, label: str | None) -> None:
+        if label is not None:
+            label = shown(label)
         head = f"{pad}{label}: " if label is not None else pad
         if isinstance(x, dict):
             if label is not None:
-                lines.append(f"{pad}{label}:" + (f" {x['<object>']}" if "<object>" in x else ""))
+                lines.append(f"{pad}{label}:" + (f" {shown(x['<object>'])}" if "<object>" in x else ""))
             for k, v in x.items():
                 if k == "<object>":
                     continue
@@ -55,14 +92,14 @@ def format_tree(tree: Any, indent: str = "") -> str:
             for i, v in enumerate(x):
                 go(v, pad + "  ", f"[{i}]")
         else:
-            lines.append(head + (json.dumps(x, default=str) if not isinstance(x, str) else x))
+            lines.append(head + shown(json.dumps(x, default=str) if not isinstance(x, str) else x))
 
     go(tree, indent, None)
     return "\n".join(l for l in lines if l.strip())
 
 
 def format_table(rows: list[list[str]], header: list[str] | None = None) -> str:
-    allrows = ([header] if header else []) + rows
+    allrows = [[shown(c) for c in r] for r in ([header] if header else []) + rows]
     if not allrows:
         return ""
     widths = [max(len(str(r[i])) for r in allrows) for i in range(len(allrows[0]))]
@@ -91,7 +128,7 @@ def format_info(info: dict[str, Any]) -> str:
             v = ", ".join(f"{a}={str(b).strip()}" for a, b in v.items()) or "-"
         if isinstance(v, list):
             v = ", ".join(map(str, v)) or "-"
-        lines.append(f"{k:>32}: {v}")
+        lines.append(f"{shown(k):>32}: {shown(v)}")
     if info.get("bytes_by_dtype"):
         lines.append(f"{'bytes_by_dtype':>32}: " + ", ".join(f"{d} {format_bytes(b)}" for d, b in info["bytes_by_dtype"].items()))
     for k, v in info.items():
@@ -100,7 +137,7 @@ def format_info(info: dict[str, Any]) -> str:
             and k not in skip
             and k not in ("records", "globals_not_allowlisted", "torch_weights_only_would_refuse")
         ):
-            lines.append(f"{k}:")
+            lines.append(f"{shown(k)}:")
             lines.append(format_tree(v, "  ") if v else "  -")
     if info.get("tree") is not None:
         lines.append("tree:")

@@ -131,7 +131,7 @@ def confined_file(
             f"{what} not found",
             path=where,
             member=member,
-            found=repr(name)[:120],
+            found=None if member == name else repr(name)[:120],  # (the member named it already)
         ) from None
     except OSError as e:
         raise LinkEscapeError(

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..core.errors import UsageError, short_repr
 from .base import Artifact, FormatHandler, LoadPolicy, check_options
-from .registry import formats_that, handler, handler_for_path, probe_and_detect, require
+from .registry import formats_that, handler, handler_for_path, handlers, probe_and_detect, require
 
 __all__ = ["open_artifact", "tensor_writer", "writable_formats", "write_tensors"]
 
@@ -50,6 +50,12 @@ def tensor_writer(path: Any, format: str | None) -> FormatHandler:
             expected="str or os.PathLike (or format= for a file object)",
             found=type(path).__name__,
             hint="the call is write_tensors(items, path)" if isinstance(path, (dict, list, tuple)) else None,
+        )
+    if format and format not in {h.name for h in handlers()}:  # no such format: the ones that write are the answer
+        raise UsageError(
+            f"unknown destination format {format!r}",
+            path=path,
+            expected="a format that writes tensors: " + ", ".join(writable_formats()),
         )
     h = handler(format) if format else handler_for_path(path)
     if h is None:

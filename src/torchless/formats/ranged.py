@@ -41,6 +41,7 @@ import numpy as np
 
 from ..container.zip import LOCAL_SIG
 from ..core import remote
+from ..core.atomic import _fault_tick, _write_error
 from ..core.errors import InternalError, UsageError
 from ..core.executor import Executor, crc32_combine, current_rss, task_fault
 from ..core.source import RemoteSource
@@ -112,6 +113,7 @@ class RangeTask:
     opener: Any = None  # opens ``rows`` sources: f(path, weights_only) (module-level: pickled by name)
     weights_only: bool = True
     options: dict[str, Any] = field(default_factory=dict)  # storage options for the worker
+    dest: str = ""  # the output file as the user named it (for messages; ``name`` when empty)
 
 
 # -- worker side ------------------------------------------------------------------------------
@@ -189,12 +191,16 @@ class _Sink:
         self.crc = 0
         self.af: Any = None
         self.fd = -1
+        self.dest = task.dest or task.name
         if task.part:
             from ..core.atomic import AtomicFile
 
-            self.af = AtomicFile(task.target)
+            self.af = AtomicFile(task.target, dest=self.dest)
         else:
-            self.fd = os.open(task.target, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+            try:
+                self.fd = os.open(task.target, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+            except OSError as e:
+                raise _write_error(e, self.dest) from None
 
     def write(self, b: Any) -> int:
         mv = memoryview(b).cast("B")
@@ -206,8 +212,12 @@ class _Sink:
             self.af.file.write(mv)
         else:
             done = 0
-            while done < n:
-                done += os.pwrite(self.fd, mv[done:], self.pos + done)
+            try:  # a full disk, a quota: the error names the output file, as the one-process writers' do
+                _fault_tick(n, self.dest)
+                while done < n:
+                    done += os.pwrite(self.fd, mv[done:], self.pos + done)
+            except OSError as e:
+                raise _write_error(e, self.dest) from None
         self.pos += n
         return n
 
@@ -435,6 +445,7 @@ class _Staging:
     """Where files are built before they are published (see the module doc)."""
 
     remote = False
+    shown_dir = ""  # the output files' folder as the user named it
 
     def target(self, name: str, offset: int) -> str:
         raise NotImplementedError
@@ -459,6 +470,11 @@ class _Staging:
     def drop(self, name: str) -> None:
         pass
 
+    def shown(self, name: str) -> str:
+        """Output file ``name`` in the folder the user named (for messages)."""
+        d = self.shown_dir
+        return remote.join(d, name) if remote.is_url(d) else os.path.join(d, name)
+
 
 class LocalDirStaging(_Staging):
     """A hidden folder beside a local destination folder (an :class:`AtomicDir`)."""
@@ -467,6 +483,7 @@ class LocalDirStaging(_Staging):
         from ..core.atomic import AtomicDir, _temp_path, _untrack
 
         self.dst = os.path.abspath(dst)
+        self.shown_dir = dst
         parent = os.path.dirname(self.dst)
         adopted = _adopt_local(parent, self.dst) if resume else None
         if adopted is not None:  # renamed to a name of this process's before AtomicDir sweeps stale ones
@@ -568,7 +585,7 @@ class RemoteStaging(_Staging):
         self.dst = dst.rstrip("/")
         self.folder = folder  # a destination folder (DCP) or files beside a path (shards)
         base = self.dst if folder else remote.dirname(self.dst)
-        self.base = base
+        self.base = self.shown_dir = base
         self.root = remote.join(base, f"{STAGING}-{remote.basename(self.dst)}")
         self.keep = resume
         self.fs, self.inner = remote.filesystem(self.root)
@@ -929,6 +946,7 @@ def write_outputs(
                     opener,
                     weights_only,
                     opts,
+                    staging.shown(f.name),
                 )
             )
     done_segments: dict[str, list[dict[str, Any]]] = {f.name: [] for f in todo}
@@ -1007,6 +1025,7 @@ def write_outputs(
                     opener,
                     weights_only,
                     opts,
+                    staging.shown(f.name),
                 )
             )
         executor.map(run_range_task, tasks2, progress=finished)
@@ -1035,6 +1054,7 @@ class LocalFilesStaging(LocalDirStaging):
         from ..core.atomic import _temp_path, _track, _untrack, clean_stale
 
         self.dst = os.path.abspath(dst)
+        self.shown_dir = os.path.dirname(dst)
         self.folder = os.path.dirname(self.dst)
         adopted = _adopt_local(self.folder, self.dst) if resume else None
         self.root = _temp_path(self.folder, "dir")

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.errors import FormatError, UsageError
+from ..core.errors import FormatError, TorchlessError, UsageError
 from ..core.lazy import import_modules
 from ..core.registry import Registry
+from ..core.source import ByteSource, SliceSource
 from .base import CAPABILITIES, CAPABILITY_TEXT, Capabilities, FormatHandler, Probe
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "detect",
     "formats_that",
     "probe_and_detect",
+    "readers_format",
     "handler",
     "handler_for_path",
     "handlers",
@@ -172,6 +174,36 @@ def _refuse_unlisted(url: str) -> None:
         ) from None
 
 
+def _sniffed(probe: Probe) -> FormatHandler | None:
+    """The first handler (in sniffing order) whose sniffer recognises ``probe``."""
+    for h in handlers():
+        if h.sniff(probe):
+            return h
+    return None
+
+
+def readers_format(src: ByteSource, name: str) -> str | None:
+    """The format the readers recognise in the bytes of ``src`` (a file named ``name``),
+    by the same sniffers :func:`detect` runs (never by the extension alone), or None.
+    ``src`` stays open (the sniffers read it through a slice).
+
+    The scanner names what it scans with it, so a file any reader opens is never
+    "unrecognized" there (one place for every format's magic). Never raises for bad
+    bytes: a sniffer that cannot decide is a no.
+    """
+    try:
+        probe = Probe.of_source(SliceSource(src, 0, src.size, name=src.name), name)
+    except TorchlessError:
+        return None
+    try:
+        h = _sniffed(probe)
+    except (TorchlessError, OSError, ValueError):
+        return None
+    finally:
+        probe.close()
+    return h.name if h is not None else None
+
+
 def probe_and_detect(path: Any, format: str | None = None) -> tuple[FormatHandler, Probe | None]:
     """:func:`detect`, and the :class:`Probe` it made (None when ``format`` was given).
 
@@ -188,9 +220,9 @@ def probe_and_detect(path: Any, format: str | None = None) -> tuple[FormatHandle
     try:
         if not probe.is_dir and not probe.head:
             raise FormatError("the file is empty (0 bytes)", path=path, hint="an interrupted download or copy?")
-        for h in handlers():
-            if h.sniff(probe):
-                return h, probe
+        h = _sniffed(probe)
+        if h is not None:
+            return h, probe
         by_ext = handler_for_path(path)
         if by_ext is not None and not probe.is_dir:
             return by_ext, probe

@@ -6,9 +6,14 @@ import json
 import os
 from typing import Any
 
+from ..core.printable import escape_controls as _shown
 from .findings import RULES, SEVERITIES, ScanReport
 
 __all__ = ["format_text", "format_json", "format_sarif"]
+
+#: kinds whose format holds data only (no pickle, no code, no program): said so when no
+#: other view of the file found a stream
+_DATA_ONLY = ("safetensors", "hf")
 
 _SARIF_LEVEL = {"critical": "error", "high": "error", "medium": "warning", "low": "note", "info": "none"}
 
@@ -18,7 +23,10 @@ def format_text(report: ScanReport, *, verbose: bool = False) -> str:
     lines: list[str] = []
     for fr in report.files:
         counted = fr.counted()
-        head = f"{fr.path}: {fr.verdict.upper()} ({fr.kind}, {fr.streams} pickle stream{'s' if fr.streams != 1 else ''}"
+        what = f"{fr.streams} pickle stream{'s' if fr.streams != 1 else ''}"
+        if fr.kind in _DATA_ONLY and not fr.streams and not counted:
+            what = "no executable content"
+        head = f"{_shown(fr.path)}: {fr.verdict.upper()} ({fr.kind}, {what}"
         head += f", {len(counted)} finding{'s' if len(counted) != 1 else ''})" if counted else ")"
         if fr.verdict == "clean" and not verbose and not fr.weights_only and not fr.weights_only_blockers:
             lines.append(head)
@@ -28,19 +36,19 @@ def format_text(report: ScanReport, *, verbose: bool = False) -> str:
         for f in sorted(fr.findings, key=lambda f: order.get(f.severity, 9)):
             if f.severity == "info" and not verbose:
                 continue
-            where = f.member or "(file)"
+            where = _shown(f.member or "(file)")
             if f.offset is not None:
                 where += f" @ {f.offset:#x}"
             if f.file_offset is not None and f.file_offset != f.offset:
                 where += f" (file offset {f.file_offset:#x})"
             lines.append(f"  [{f.severity}] {f.rule}: {where}")
-            lines.append(f"      {f.message}")
+            lines.append(f"      {_shown(f.message)}")
             for d in f.disassembly:
-                lines.append(f"      {d}")
+                lines.append(f"      {_shown(d)}")
         if fr.weights_only or fr.weights_only_blockers:
             lines.append("  torch.load(weights_only=True) refuses this file:")
             for b in fr.weights_only_blockers:
-                lines.append(f"    - {b}")
+                lines.append(f"    - {_shown(b)}")
             if fr.weights_only:
                 lines.append("    globals to allow with torch.serialization.add_safe_globals:")
                 for n in fr.weights_only:
@@ -50,9 +58,9 @@ def format_text(report: ScanReport, *, verbose: bool = False) -> str:
                         "unknown": "unknown: allow only if you trust this class",
                         "dangerous": "NEVER allow",
                     }.get(n.verdict, "unknown")
-                    lines.append(f"    - {n.global_name}: {advice} ({n.reason})")
+                    lines.append(f"    - {_shown(n.global_name)}: {advice} ({_shown(n.reason)})")
         if fr.error:
-            lines.append(f"  error: {fr.error}")
+            lines.append(f"  error: {_shown(fr.error)}")
     d = report.to_dict()["summary"]
     parts = ", ".join(f"{v} {k}" for k, v in sorted(d["verdicts"].items()))
     if not report.files:

@@ -505,4 +505,19 @@ def _export_load(path: Path) -> dict[str, Expected]:
     return got
 
 
-register_conformance(Conformance("pt2", _build_pt2, oracle=_export_load))
+def _pt2_edit(src: Path, dst: Path, weights: dict[str, np.ndarray]) -> None:
+    import torchless
+
+    from ..core.tensor import Tensor
+    from ..formats.pt2.write import save_pt2
+
+    with torchless.open(src, format="pt2") as art:
+        prog = art.load()
+        for table in (prog.state_dict, prog.constants):
+            for k in list(table):
+                if k in weights:
+                    table[k] = Tensor.from_numpy(weights[k])
+        save_pt2(dst, prog)
+
+
+register_conformance(Conformance("pt2", _build_pt2, oracle=_export_load, edit=_pt2_edit))

@@ -347,3 +347,50 @@ def test_scan_of_index_naming_outside_shard_is_an_error(st_set):
     _rewrite(d, "model.safetensors.index.json", lambda x: x["weight_map"].update({"evil": "../../etc/passwd"}))
     rep = torchless.scan(d / "model.safetensors.index.json", jobs=1)
     assert rep.exit_code == 2
+
+
+def test_unrelated_files_with_one_name_are_no_set(tmp_path, capsys):
+    # issue 36 bug 2: a folder of two unrelated .safetensors files holding a tensor of the
+    # same name was read as one hf model (one file at "tensors: 0"), and convert kept one
+    # of the two silently; now info, ls and convert refuse it in one line, writing nothing
+    d = tmp_path / "mixed"
+    d.mkdir()
+    st_torch.save_file({"w": torch.zeros(2, 2), "a": torch.ones(3)}, str(d / "first.safetensors"))
+    st_torch.save_file({"w": torch.ones(2, 2)}, str(d / "second.safetensors"))
+    dst = tmp_path / "out.safetensors"
+    for argv in (["info", d], ["ls", d], ["info", d, "--json"], ["convert", d, dst]):
+        assert main([str(a) for a in argv]) == 2, argv
+        got = capsys.readouterr()
+        err = got.err.strip()
+        assert not got.out and len(err.splitlines()) == 1, got
+        assert "'w'" in err and "first.safetensors" in err and "second.safetensors" in err, err
+    assert not os.path.exists(dst) and sorted(os.listdir(tmp_path)) == ["mixed"]
+    assert main(["verify", str(d)]) == 1  # verify lists the duplicate as before
+    assert "duplicate" in capsys.readouterr().out
+
+
+def test_info_lists_shards_in_file_order(st_set, capsys):
+    # issue 36 bug 6: the shards were listed in the order of their first tensor in the
+    # weight_map; transformers loads sorted(set(weight_map.values())): file order
+    d, sd = st_set
+    idx = d / "model.safetensors.index.json"
+    data = json.loads(idx.read_text())
+    data["weight_map"] = dict(sorted(data["weight_map"].items(), key=lambda kv: kv[1] != ST2))  # shard 2's tensors first
+    assert next(iter(data["weight_map"].values())) == ST2
+    idx.write_text(json.dumps(data))
+    assert main(["info", str(d), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert [s["file"] for s in info["shards"]] == [ST1, ST2]
+    assert main(["info", str(d)]) == 0
+    out = capsys.readouterr().out
+    assert out.index(ST1) < out.index(ST2)
+
+
+def test_missing_shard_message_says_it_once(st_set, capsys):
+    # issue 36 bug 6: "shard not found (found '<that shard>')" named the shard twice, the
+    # second time as what was found
+    d, _sd = st_set
+    os.unlink(d / ST2)
+    assert main(["info", str(d)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"member '{ST2}': shard not found" in err and "found '" not in err, err

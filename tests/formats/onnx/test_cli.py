@@ -118,3 +118,22 @@ def test_a_model_is_recognised_by_content_whatever_its_name(onnx, tmp_path, caps
     with torchless.open(tmp_path / "model.bin") as art:
         got = {k: t.numpy() for k, t in art.tensors()}
     assert set(got) == set(want) and all(np.array_equal(got[k], want[k]) for k in want)
+
+
+def test_set_weights_paths_as_given(onnx, tmp_path, capsys, monkeypatch):
+    # issue 36 bug 5: --json gave data_file as an absolute path ("paths as given" in the
+    # docs), and a missing output folder's error named the absolute .data path
+    from torchless.formats.safetensors import write_safetensors
+
+    write_safetensors([("l2.bias", np.full(4, 3.0, np.float32))], tmp_path / "w.safetensors")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    for out in ("new.onnx", "sub/new.onnx"):
+        rc, res = _json(capsys, ["onnx", "set-weights", fixture_path("mlp_ext"), "w.safetensors", "-o", out, "--json"])
+        assert rc == 0 and res["output"] == out and res["data_file"] == out + ".data", res
+        m = onnx.load(out)  # the oracle finds the data beside the model
+        (b,) = [t for t in m.graph.initializer if t.name == "l2.bias"]
+        assert np.array_equal(onnx.numpy_helper.to_array(b), np.full(4, 3.0, np.float32))
+    assert main(["onnx", "set-weights", fixture_path("mlp_ext"), "w.safetensors", "-o", "missing/x.onnx"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "missing/x.onnx" in err and str(tmp_path) not in err, err

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..render import emit_json, format_bytes, format_table
+from ..render import echo, emit_json, format_bytes, format_table
 
 __all__ = ["register", "format_extracted"]
 
@@ -27,7 +27,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
     if args.json:
         emit_json("extract", {"outdir": args.outdir, "files": [f.to_dict() for f in files]})
     else:
-        print(format_extracted(files, args.outdir))
+        echo(format_extracted(files, args.outdir))
     return 0
 
 

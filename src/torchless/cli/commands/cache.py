@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from typing import Any
 
 from ...core.errors import NotFoundError, UsageError
 from ...core.remote import local_path
-from ..render import emit_json, format_bytes, format_table
+from ..render import echo, emit_json, format_bytes, format_table, shown
 
 __all__ = ["register", "format_inventory", "format_plan", "format_age"]
 
@@ -80,9 +79,9 @@ def format_plan(plan: dict[str, Any], *, applied: dict[str, Any] | None = None) 
             f"folders, {format_bytes(plan['bytes'])}; {format_bytes(plan['remaining_bytes'])} would remain"
         )
         for f in plan["files"]:
-            lines.append(f"  {f}")
+            lines.append(f"  {shown(f)}")
         for d in plan["dirs"]:
-            lines.append(f"  {d}/")
+            lines.append(f"  {shown(d)}/")
         lines.append("dry run: nothing removed (add --yes to remove exactly these)")
     else:
         lines.append(
@@ -90,7 +89,7 @@ def format_plan(plan: dict[str, Any], *, applied: dict[str, Any] | None = None) 
             f"{format_bytes(applied['bytes'])}"
         )
         for s in applied["skipped"]:
-            lines.append(f"  skipped {s['path']}: {s['reason']}")
+            lines.append(f"  skipped {shown(s['path'])}: {shown(s['reason'])}")
     return "\n".join(lines)
 
 
@@ -161,7 +160,7 @@ def cmd_cache(args: argparse.Namespace) -> int:
         if args.json:
             emit_json("cache", {"root": inv.root, "file": rel, "text": text})
         else:
-            sys.stdout.write(text if text.endswith("\n") else text + "\n")
+            echo(text, end="" if text.endswith("\n") else "\n")
         return 0
     d = inv.to_dict()
     if kinds:
@@ -171,7 +170,7 @@ def cmd_cache(args: argparse.Namespace) -> int:
     if args.json:
         emit_json("cache", d)
     else:
-        print(format_inventory(d))
+        echo(format_inventory(d))
     return 0
 
 
@@ -194,13 +193,13 @@ def _prune(args: argparse.Namespace, folder: str | None, kinds: list[str] | None
         if args.json:
             emit_json("cache-prune", {"dry_run": True, **pd})
         else:
-            print(format_plan(pd))
+            echo(format_plan(pd))
         return 0
     res = apply_prune(plan).to_dict()
     if args.json:
         emit_json("cache-prune", {"dry_run": False, **pd, "result": res})
     else:
-        print(format_plan(pd, applied=res))
+        echo(format_plan(pd, applied=res))
     return 0
 
 

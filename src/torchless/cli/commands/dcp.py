@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..render import emit_json, format_bytes, format_table
+from ..render import echo, emit_json, format_bytes, format_table, shown
 
 __all__ = ["register", "format_layout"]
 
@@ -27,7 +27,9 @@ def format_layout(layout: dict[str, Any]) -> str:
         )
         for c in it["chunks"]:
             rows.append(["", "", f"  @{c['offsets']} {c['sizes']}", f"{c['file']} @{c['offset']} +{c['length']}"])
-    files = ", ".join(f"{k} ({format_bytes(v)})" if v is not None else f"{k} (missing)" for k, v in layout["files"].items())
+    files = ", ".join(
+        f"{shown(k)} ({format_bytes(v)})" if v is not None else f"{shown(k)} (missing)" for k, v in layout["files"].items()
+    )
     return f"DCP version {layout['version']}; files: {files}\n" + format_table(rows)
 
 
@@ -68,12 +70,12 @@ def cmd_reshard(args: argparse.Namespace) -> int:
     if args.json:
         emit_json("reshard", {"source": args.src, "destination": args.dst, "ranks": args.ranks, **res})
         return 0
-    print(
+    echo(
         f"wrote {args.dst}: {len(res['files'])} rank files, {res['tensors']} tensors "
         f"in {res['chunks']} chunks, {res['bytes_items']} non-tensor items"
     )
     if res["skipped"]:
-        print(f"skipped {len(res['skipped'])} non-tensor items (safetensors holds tensors only): {', '.join(res['skipped'][:8])}")
+        echo(f"skipped {len(res['skipped'])} non-tensor items (safetensors holds tensors only): {', '.join(res['skipped'][:8])}")
     return 0
 
 
@@ -98,9 +100,9 @@ def cleanup_command(dst: str, *, folder: bool, as_json: bool) -> int:
     if as_json:
         emit_json("cleanup", {"destination": dst, "removed": removed})
     else:
-        print(f"removed {len(removed)} staging leftover(s) of interrupted jobs for {dst}")
+        echo(f"removed {len(removed)} staging leftover(s) of interrupted jobs for {dst}")
         for r in removed:
-            print(f"  {r}")
+            echo(f"  {r}")
     return 0
 
 
@@ -130,7 +132,7 @@ def _plan_only(args: argparse.Namespace) -> int:
         return 0
     tasks = res["tasks"]
     crit = res["critical_path"] or {"file": "-", "bytes": 0}
-    print(
+    echo(
         f"plan {res['source']} -> {args.ranks} ranks: {len(tasks)} tasks, "
         f"{format_bytes(res['total_bytes_read'])} read, {format_bytes(res['total_bytes_written'])} written; "
         f"critical path {crit['file']} ({format_bytes(crit['bytes'])}); balance {res['balance']:.3f} (largest / mean)"
@@ -146,9 +148,9 @@ def _plan_only(args: argparse.Namespace) -> int:
         ]
         for t in tasks[:20]
     ]
-    print(format_table([["file", "items", "read", "written", "source files", "reads"], *rows]))
+    echo(format_table([["file", "items", "read", "written", "source files", "reads"], *rows]))
     if len(tasks) > 20:
-        print(f"... {len(tasks) - 20} more tasks (--json lists all)")
+        echo(f"... {len(tasks) - 20} more tasks (--json lists all)")
     return 0
 
 
@@ -159,7 +161,7 @@ def cmd_layout(args: argparse.Namespace) -> int:
     if args.json:
         emit_json("dcp-layout", lay)
     else:
-        print(format_layout(lay))
+        echo(format_layout(lay))
     return 0
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from ..._api import convert
 from ..._api import open as open_artifact
 from ..progress import Progress
-from ..render import emit_json, format_bytes, format_info, format_table
+from ..render import echo, emit_json, format_bytes, format_info, format_table, shown
 
 __all__ = ["register", "info_json", "formats_json", "format_diff"]
 
@@ -69,7 +69,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         if args.json:
             emit_json("info", info_json(art, info))
             return 0
-    print(format_info(info))
+    echo(format_info(info))
     return 0
 
 
@@ -98,7 +98,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if args.json:
         emit_json("ls", out)
     else:
-        print(format_table(rows))
+        echo(format_table(rows))
     return 0
 
 
@@ -129,26 +129,26 @@ def cmd_convert(args: argparse.Namespace) -> int:
     where = files[-1] if len(files) > 1 else files[0]
     shards = f" ({len(files) - 1} shards + index)" if len(files) > 1 else ""
     kept = "; the whole object kept" if res.get("object_kept") else ""
-    print(f"wrote {where}{shards}: {res['tensors']} tensors, {format_bytes(res['bytes'])}{kept}")
+    echo(f"wrote {shown(where)}{shards}: {res['tensors']} tensors, {format_bytes(res['bytes'])}{kept}")
     dropped = res.get("dropped") or []
     if dropped:
-        shown = ", ".join(f"{d['key']} ({d['type']})" if d["key"] else d["type"] for d in dropped[:10])
+        names = ", ".join(shown(f"{d['key']} ({d['type']})" if d["key"] else d["type"]) for d in dropped[:10])
         more = f" and {len(dropped) - 10} more (--json lists all)" if len(dropped) > 10 else ""
-        print(f"dropped {len(dropped)} values that are not tensors: {shown}{more}", file=sys.stderr)
+        echo(f"dropped {len(dropped)} values that are not tensors: {names}{more}", file=sys.stderr)
         keep = "" if res["files"] and str(res["files"][-1]).endswith((".pt", ".pth")) else "; write .pt to keep the whole object"
-        print(f"  (--strict refuses such conversions{keep})", file=sys.stderr)
+        echo(f"  (--strict refuses such conversions{keep})", file=sys.stderr)
     return 0
 
 
 def format_diff(res: dict[str, Any]) -> str:
     """Human text for the result of :func:`torchless.diff.diff_artifacts`."""
-    lines = [f"+ {n}" for n in res["added"]] + [f"- {n}" for n in res["removed"]]
+    lines = [f"+ {shown(n)}" for n in res["added"]] + [f"- {shown(n)}" for n in res["removed"]]
     for c in res["changed"]:
         extra = f" (max abs diff {c['max_abs_diff']:.6g})" if c["max_abs_diff"] is not None else ""
-        lines.append(f"~ {c['name']}: {c['reason']}{extra}")
-    lines += [f"? {c['name']}: not compared: {c['reason']}" for c in res["not_compared"]]
-    lines += [f"+ value {n}" for n in res["values_added"]] + [f"- value {n}" for n in res["values_removed"]]
-    lines += [f"~ value {c['name']}: {c['a']} -> {c['b']}" for c in res["values_changed"]]
+        lines.append(f"~ {shown(c['name'])}: {shown(c['reason'])}{extra}")
+    lines += [f"? {shown(c['name'])}: not compared: {shown(c['reason'])}" for c in res["not_compared"]]
+    lines += [f"+ value {shown(n)}" for n in res["values_added"]] + [f"- value {shown(n)}" for n in res["values_removed"]]
+    lines += [f"~ value {shown(c['name'])}: {shown(c['a'])} -> {shown(c['b'])}" for c in res["values_changed"]]
     counts = [f"{len(res['added'])} added", f"{len(res['removed'])} removed", f"{len(res['changed'])} changed"]
     lines.append(", ".join([*counts, f"{len(res['not_compared'])} not compared", f"{res['same']} same"]))
     nv = [len(res["values_added"]), len(res["values_removed"]), len(res["values_changed"])]
@@ -169,7 +169,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     if args.json:
         emit_json("diff", {"a": args.a, "b": args.b, **res})
     else:
-        print(format_diff(res))
+        echo(format_diff(res))
     return 0 if res["identical"] else 1
 
 
@@ -194,11 +194,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
         )
     else:
         for p in problems:
-            where = f" [{p.member}]" if p.member else ""
+            where = f" [{shown(p.member)}]" if p.member else ""
             at = f" @{p.offset}" if p.offset is not None else ""
-            print(f"{p.severity}: {p.code}{where}{at}: {p.message}")
+            echo(f"{p.severity}: {p.code}{where}{at}: {shown(p.message)}")
         tail = f", {len(notes)} notes" if notes else ""
-        print(f"{args.path}: {'OK' if not errors else 'FAILED'} ({len(errors)} errors, {len(warnings)} warnings{tail})")
+        echo(f"{shown(args.path)}: {'OK' if not errors else 'FAILED'} ({len(errors)} errors, {len(warnings)} warnings{tail})")
     return 1 if errors else 0
 
 
@@ -224,7 +224,7 @@ def cmd_formats(args: argparse.Namespace) -> int:
     table = [
         [r["name"], *("yes" if r[c] else "-" for c in CAPABILITIES), " ".join(r["extensions"]) or "(by content)"] for r in rows
     ]
-    print(format_table(table, header))
+    echo(format_table(table, header))
     return 0
 
 

@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from ...core.errors import InternalError, NotFoundError
+from ..render import echo
 
 __all__ = ["register", "format_graph", "graph_json"]
 
@@ -84,7 +85,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
         for name, prog in progs.items():
             head = f"# model {name!r} ({prog.dialect} IR)\n" if len(arc.programs) > 1 else ""
             out.append(head + format_graph(prog.graph, table=args.table))
-    print("\n".join(out), end="")
+    echo("\n".join(out), end="")
     return 0
 
 

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from ...core.errors import InternalError
-from ..render import emit_json, format_bytes
+from ..render import echo, emit_json, format_bytes, shown
 
 __all__ = ["register", "format_set_weights"]
 
@@ -14,17 +14,17 @@ __all__ = ["register", "format_set_weights"]
 def format_set_weights(res: dict[str, Any]) -> str:
     """Human text for the result of :func:`torchless.formats.onnx.write.set_weights`."""
     lines = [
-        f"wrote {res['output']}"
-        + (f" + {res['data_file']}" if res["data_file"] else "")
+        f"wrote {shown(res['output'])}"
+        + (f" + {shown(res['data_file'])}" if res["data_file"] else "")
         + f": {format_bytes(res['bytes'])} of tensors"
     ]
     lines.append(f"replaced {len(res['replaced'])} initializers, kept {len(res['kept'])}")
     if res["kept"]:
-        shown = ", ".join(res["kept"][:8]) + (" ..." if len(res["kept"]) > 8 else "")
-        lines.append(f"kept (not in the weights): {shown}")
+        names = ", ".join(map(shown, res["kept"][:8])) + (" ..." if len(res["kept"]) > 8 else "")
+        lines.append(f"kept (not in the weights): {names}")
     if res["ignored"]:
-        shown = ", ".join(res["ignored"][:8]) + (" ..." if len(res["ignored"]) > 8 else "")
-        lines.append(f"ignored (no such initializer): {shown}")
+        names = ", ".join(map(shown, res["ignored"][:8])) + (" ..." if len(res["ignored"]) > 8 else "")
+        lines.append(f"ignored (no such initializer): {names}")
     return "\n".join(lines)
 
 
@@ -43,7 +43,7 @@ def cmd_set_weights(args: argparse.Namespace) -> int:
     if args.json:
         emit_json("onnx-set-weights", res)
     else:
-        print(format_set_weights(res))
+        echo(format_set_weights(res))
     return 0
 
 
@@ -62,7 +62,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
         emit_json("onnx-graph", {"path": args.model, "graphs": graph_json(graph)})
         return 0
-    print(format_graph(graph, table=args.table), end="")
+    echo(format_graph(graph, table=args.table), end="")
     return 0
 
 

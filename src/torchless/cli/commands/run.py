@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from ...core.errors import InternalError, NotFoundError, UsageError
+from ..render import echo
 
 __all__ = ["register", "flatten_outputs", "summarize"]
 
@@ -133,9 +134,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         return "-" if x is None else (f"{x:.6g}" if isinstance(x, float) else str(x))
 
     table = [[r["name"], r["dtype"], str(r["shape"]), cell(r["min"]), cell(r["max"]), cell(r["mean"])] for r in rows]
-    print(format_table(table, ["output", "dtype", "shape", "min", "max", "mean"]))
+    echo(format_table(table, ["output", "dtype", "shape", "min", "max", "mean"]))
     if args.output:
-        print(f"wrote {len(leaves)} output{'s' if len(leaves) != 1 else ''} to {args.output}")
+        echo(f"wrote {len(leaves)} output{'s' if len(leaves) != 1 else ''} to {args.output}")
     return 0
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 
+from ..render import echo
+
 __all__ = ["register", "cmd_scan"]
 
 
@@ -18,11 +20,11 @@ def cmd_scan(args: argparse.Namespace) -> int:
 
     report = scan(args.paths, unknown_severity=args.unknown_severity, jobs=args.jobs)
     if args.sarif:
-        print(format_sarif(report))
+        echo(format_sarif(report))
     elif args.json:
-        print(format_json(report))
+        echo(format_json(report))
     else:
-        print(format_text(report, verbose=args.verbose))
+        echo(format_text(report, verbose=args.verbose))
     return report.exit_code
 
 

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from ...core.errors import UsageError
-from ..render import emit_json, format_bytes, format_table
+from ..render import echo, emit_json, format_bytes, format_table, shown
 
 __all__ = ["register", "format_set_weights", "format_bytecode"]
 
@@ -28,17 +28,17 @@ def cmd_code(args: argparse.Namespace) -> int:
     if args.json:
         emit_json("code", {"path": args.path, "method": args.method, "module": args.module, "code": text})
     else:
-        print(text, end="")
+        echo(text, end="")
     return 0
 
 
 def format_set_weights(res: dict[str, Any]) -> str:
-    lines = [f"wrote {res['output']}: replaced {len(res['replaced'])} tensors in {res['storages']} storage records"]
+    lines = [f"wrote {shown(res['output'])}: replaced {len(res['replaced'])} tensors in {res['storages']} storage records"]
     if res.get("ignored"):
-        shown = ", ".join(res["ignored"][:8]) + (" ..." if len(res["ignored"]) > 8 else "")
-        lines.append(f"ignored (no such tensor): {shown}")
+        names = ", ".join(map(shown, res["ignored"][:8])) + (" ..." if len(res["ignored"]) > 8 else "")
+        lines.append(f"ignored (no such tensor): {names}")
     if res["extra_files"]:
-        lines.append("extra files: " + ", ".join(res["extra_files"]))
+        lines.append("extra files: " + ", ".join(map(shown, res["extra_files"])))
     return "\n".join(lines)
 
 
@@ -72,7 +72,7 @@ def cmd_set_weights(args: argparse.Namespace) -> int:
     if args.json:
         emit_json("ts-set-weights", res)
     else:
-        print(format_set_weights(res))
+        echo(format_set_weights(res))
     return 0
 
 
@@ -90,7 +90,7 @@ def cmd_extra(args: argparse.Namespace) -> int:
     if args.json:
         emit_json("ts-extra", {"path": args.path, "extra_files": [{"name": k, "size": e.size} for k, e in a.extra.items()]})
     else:
-        print(format_table(rows) or "(no extra files)")
+        echo(format_table(rows) or "(no extra files)")
     return 0
 
 
@@ -128,7 +128,7 @@ def cmd_bytecode(args: argparse.Namespace) -> int:
                     methods.append({**m.to_dict(), "constants": json_tree(list(m.constants))})  # whole, not outlined
             emit_json("ts-bytecode", {"path": args.path, "version": bc.version, "methods": methods})
         else:
-            print(format_bytecode(bc, args.method))
+            echo(format_bytecode(bc, args.method))
     return 0
 
 
@@ -140,7 +140,7 @@ def cmd_tensors(args: argparse.Namespace) -> int:
     if args.json:
         emit_json("ls", [{"name": n, "dtype": t.dtype.name, "shape": list(t.shape), "nbytes": t.nbytes} for n, t in listed])
     else:
-        print(format_table(rows))
+        echo(format_table(rows))
     return 0
 
 

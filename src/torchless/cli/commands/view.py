@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..render import echo
+
 __all__ = ["register"]
 
 
@@ -24,8 +26,8 @@ def cmd_view(args: argparse.Namespace) -> int:
         emit_json("view", model)
         return 0
     if args.html:
-        out = write_html(paths, args.html, **kw)
-        print(f"wrote {out}")
+        dest = write_html(paths, args.html, **kw)
+        echo(f"wrote {dest}")
         return 0
     model, arts = build(paths, **kw)
     try:
@@ -35,8 +37,8 @@ def cmd_view(args: argparse.Namespace) -> int:
             a.close()
         raise
     with server:
-        print(f"torchless view: {server.url}", flush=True)
-        print("press Ctrl-C to stop", file=sys.stderr, flush=True)
+        echo(f"torchless view: {server.url}", flush=True)
+        echo("press Ctrl-C to stop", file=sys.stderr, flush=True)
         if not args.no_browser:
             import webbrowser
 

@@ -50,7 +50,7 @@ class HFArtifact(Artifact):
         folder: the checkpoint's folder.
         index: the index file's name, or None.
         index_data: the parsed index (``metadata``, ``weight_map``), or None.
-        shard_files: the shard file names, in order.
+        shard_files: the shard file names in file order (sorted, as transformers loads them).
         serialization: ``"safetensors"`` or ``"bin"``.
     """
 
@@ -84,7 +84,7 @@ class HFArtifact(Artifact):
         self.weight_map: dict[str, str] = {}
         if self.index is not None:
             self._read_index()
-            self.shard_files = list(dict.fromkeys(self.weight_map.values()))
+            self.shard_files = sorted(set(self.weight_map.values()))  # file order, as transformers loads them
         else:
             self.shard_files = self._list_shards()
         if not self.shard_files:
@@ -211,12 +211,32 @@ class HFArtifact(Artifact):
         except KeyError:
             raise NotFoundError(f"no tensor named {name!r}", path=self.path) from None
 
+    def _unique(self) -> dict[str, Any]:
+        """The tensors, where every name is in one file of the set.
+
+        Raises:
+            FormatError: a name is in two files: a loader keeps one of them, silently
+                (a folder of unrelated files is no set).
+        """
+        tensors = self._collect()
+        if self._dups:
+            name, first, other = self._dups[0]
+            more = f" (and {len(self._dups) - 1} more)" if len(self._dups) > 1 else ""
+            raise FormatError(
+                f"tensor {name!r} is in two files of the set: {first} and {other}{more}",
+                path=self.path,
+                member=name,
+                hint="files that are not one model's shards: open each file by its own path "
+                "(`torchless verify` lists every duplicate)",
+            )
+        return tensors
+
     # -- Artifact ------------------------------------------------------------------
     def tensors(self) -> Iterator[tuple[str, Any]]:
-        return iter(self._collect().items())
+        return iter(self._unique().items())
 
     def info(self) -> dict[str, Any]:
-        tensors = self._collect()
+        tensors = self._unique()
         out: dict[str, Any] = {"format": self.format, "path": self.path, "serialization": self.serialization, "index": self.index}
         if self.other_indexes:
             out["other_indexes"] = self.other_indexes

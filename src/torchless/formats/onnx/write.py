@@ -343,7 +343,7 @@ def _write(
         return src_ext.view(src_ext.ref(tp, text(tp.name), ot.nbytes(numel_of(tp.dims))))
 
     data_name = os.path.basename(out) + ".data"
-    data_path = os.path.join(os.path.dirname(os.path.abspath(out)), data_name)
+    data_path = os.path.join(os.path.dirname(out), data_name)  # beside ``out``, spelled as it was given
     data_file = None
     written = 0
     try:

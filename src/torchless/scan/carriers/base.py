@@ -17,6 +17,7 @@ from ...formats.dcp.spec import is_metadata_name
 from ...formats.executorch.spec import is_pte
 from ...formats.npz_spec import is_npy, is_npz_head
 from ...formats.pt.spec import ZIP_MAGIC, opens_as_tar
+from ...formats.registry import readers_format
 from ...formats.torchscript.spec import is_flatbuffer
 from ..budget import BUDGET_NAMES, Budget
 from ..findings import FileReport
@@ -299,8 +300,22 @@ class ScannerBase:
         if context == "file" and opens_as_tar(src):
             kinds.append("tar")
             self.scan_tar(src, member, base, depth)
+        # what the readers call it (their own sniffers: one place per format's magic), where
+        # the walkers named nothing more exact than a zip or a compressed stream: a
+        # safetensors file whose header length starts with b"\x78" is a joblib zlib
+        # look-alike, not a zlib file; a .pt2 of torch 2.5 is a pt2, not a plain zip
+        fmt = None
+        if toplevel and member is None and (self.report.kind in ("unknown", "zip") or self.report.kind.endswith("-compressed")):
+            fmt = readers_format(src, self.path)
+            if fmt == "joblib":  # a pickle, maybe compressed: the carriers' name (zlib-compressed) says more
+                fmt = None
         # the pickle view: pickle.load, torch.load's legacy stream, numpy's and joblib's fallbacks
+        if fmt is not None and not all(k in ("zip", "npz") or k.endswith("-compressed") for k in kinds):
+            fmt = None  # a carrier of its own (a flatbuffer TorchScript, ONNX...) named it already
+            # (every zip is also taken in numpy's view: "npz" there is a view, a real one names the report)
         if not self.spend("probes", 1, member, "asking the real unpicklers about carriers"):
+            if fmt is not None:
+                self.report.kind = fmt
             return
         probe = probe_pickle(src, py_limit=max(0, self.budget.ops))
         self.budget.ops -= probe.py_cost // 4  # the pure-Python probe's work, roughly (C runs far faster)
@@ -318,9 +333,11 @@ class ScannerBase:
                 kinds.insert(0, "pickle")
             with self.loading(self.loader_ctx or ("torch.load(weights_only=False)" if probe.legacy else "pickle.load")):
                 self.scan_pickles(src, member, base, depth, strict=True)
-        elif not kinds:
+        elif not kinds and fmt is None:
             self.unrecognized(src, member, probe.detail, toplevel=toplevel, loader=loader)
-        if toplevel and self.report.kind == "unknown":  # walkers name what they found more exactly
+        if fmt is not None and "pickle" not in kinds:  # (a stream that imports: called a pickle)
+            self.report.kind = fmt
+        elif toplevel and self.report.kind == "unknown":  # walkers name what they found more exactly
             self.report.kind = kinds[0] if kinds else "unrecognized"
         if (toplevel or depth == 0) and "zip" not in kinds:
             self.check_polyglot(src, member, depth)
