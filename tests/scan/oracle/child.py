@@ -188,7 +188,6 @@ _BLOCK = (
     "os.symlink",
     "os.link",
     "os.chmod",
-    "os.putenv",
     "subprocess.Popen",
     "pty.spawn",
     "shutil.rmtree",
@@ -313,11 +312,10 @@ def _package(path: str, what: str) -> None:
         raise errors[0]
 
 
-def _hf(path: str) -> None:
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    from transformers import AutoModel
+def _hf(path: str, auto: str) -> None:
+    import transformers
 
-    AutoModel.from_pretrained(path, trust_remote_code=True)
+    getattr(transformers, auto).from_pretrained(path, trust_remote_code=True)
 
 
 def load(loader: str, path: str) -> None:
@@ -357,8 +355,8 @@ def load(loader: str, path: str) -> None:
         _dcp(path)
     elif loader in ("package_pickle", "package_module"):
         _package(path, loader.split("_")[1])
-    elif loader == "hf":
-        _hf(path)
+    elif loader.startswith("hf_"):
+        _hf(path, loader[3:])
     else:
         raise SystemExit(f"unknown loader {loader}")
 
@@ -453,7 +451,7 @@ def main(argv: list[str]) -> int:
         _install_torch_unpickler()
     if "joblib" in loaders:
         import joblib  # noqa: F401
-    if "hf" in loaders:
+    if any(ld.startswith("hf_") for ld in loaders):
         try:
             import transformers  # noqa: F401
         except ImportError:
@@ -461,6 +459,9 @@ def main(argv: list[str]) -> int:
     sys.addaudithook(_hook)
     for i, (loader, path) in enumerate(jobs):
         print(json.dumps(_run_one(i, loader, path)), flush=True)
+    import shutil
+
+    shutil.rmtree(hf_home, ignore_errors=True)
     return 0
 
 

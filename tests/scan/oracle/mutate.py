@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import importlib.util
 import io
 import json
 import lzma
@@ -299,6 +300,8 @@ class Builder:
             old = b"J\xff\xff\xff\xffJ\xff\xff\xff\xffK\x00t"
             if old in data and self.rng.random() < 0.8:
                 data = data.replace(old, old[:-3] + b"K?t", 1)
+                k = data.find(b"ub", data.find(b"numpy_array_alignment_bytes")) + 2
+                data = data[:k] + data[k + 1 + data[k] :]  # no alignment padding before an object array's pickle
             with open(p, "wb") as f:
                 f.write(data)
             self.add("joblib/dtype-state", ["joblib"], "", path=p)
@@ -356,15 +359,57 @@ class Builder:
             from torch.package import PackageExporter
         except ImportError:
             return
-        for i in range(max(2, self.n // 2)):
+        import collections
+
+        hows = ("import-module", "load-pickle", "shadow")
+        for i in range(max(6, self.n * 3 // 2)):
             evil = i % 2 == 1
+            how = hows[(i // 2) % 3]
             p = os.path.join(self.out, f"{len(self.cases):05d}_pkg.pt")
             body = "import os\nos.system(%r)\n" % PAYLOAD_CMD if evil else "VALUE = %d\n" % i
             with PackageExporter(p) as e:
-                e.save_source_string("mod_a", body + "def f():\n    return 1\n")
-                e.save_source_string("mod_b", "from mod_a import f\nX = f()\n", is_package=self.rng.random() < 0.5)
-                e.save_pickle("res", "obj.pkl", {"k": [1, 2]})
-            self.add("package/source", ["package_module", "package_pickle"], "", path=p)
+                if how == "shadow":  # the package's own source for a module the pickle names (an allowlisted one)
+                    e.save_source_string("collections", body + "OrderedDict = dict\n")
+                    e.save_binary("res", "obj.pkl", pickle.dumps(collections.OrderedDict(a=1), protocol=self.rng.randrange(0, 6)))
+                else:
+                    e.save_source_string("mod_a", body + "def f():\n    return 1\n")
+                    e.save_source_string("mod_b", "from mod_a import f\nX = f()\n", is_package=self.rng.random() < 0.5)
+                    e.save_pickle("res", "obj.pkl", {"k": [1, 2]})
+                if how == "load-pickle":  # this resource's global imports the packaged module mod_a
+                    e.save_binary("res", "call.pkl", b"\x80\x02cmod_a\nf\n)R." if self.rng.random() < 0.5 else b"cmod_a\nf\n(tR.")
+            self.add(f"package/{how}", ["package_module" if how == "import-module" else "package_pickle"], "", path=p)
+
+    def names(self) -> None:
+        """The same streams under any file name: loaders decide by content, not name."""
+        names = ["m.safetensors", "config.json", "README.txt", "noext", "m.npy", "m.pt", "m.bin", "m.onnx", "m.msgpack"]
+        for i in range(self.n):
+            s = mutate_stream(self.stream(False), self.rng, self.rng.choice(STREAM_KINDS), i % 2 == 1)
+            self.add("names/any", ["pickle", "numpy", "torch", "joblib"], names[i % len(names)], s)
+
+    def hf(self) -> None:
+        """``from_pretrained(..., trust_remote_code=True)`` of a local folder: the
+        ``auto_map`` names modules of the folder, which transformers imports."""
+        if importlib.util.find_spec("transformers") is None:
+            return
+        for i in range(max(2, self.n // 3)):
+            evil = i % 2 == 1
+            d = os.path.join(self.out, f"{len(self.cases):05d}_hf")
+            os.makedirs(d)
+            mod = self.rng.choice(["modeling_x", "modeling", "x_model"])
+            cls = self.rng.choice(["AutoModel", "AutoModelForCausalLM"])
+            cfg = {"model_type": "oracle_x", "auto_map": {"AutoConfig": "configuration_x.XConfig", cls: f"{mod}.XModel"}}
+            files = {
+                "config.json": json.dumps(cfg),
+                "configuration_x.py": "from transformers import PretrainedConfig\n\n\n"
+                "class XConfig(PretrainedConfig):\n    model_type = 'oracle_x'\n",
+                f"{mod}.py": ("import os\nos.system(%r)\n" % PAYLOAD_CMD if evil else "")
+                + "from transformers import PreTrainedModel\n\nfrom .configuration_x import XConfig\n\n\n"
+                "class XModel(PreTrainedModel):\n    config_class = XConfig\n",
+            }
+            for n, t in files.items():
+                with open(os.path.join(d, n), "w") as f:
+                    f.write(t)
+            self.add("hf/remote-code", ["hf_" + cls], "", path=d)
 
 
 def _mutate_json(v: Any, rng: random.Random) -> Any:
@@ -396,10 +441,14 @@ CLASSES = (
     "pt2/weights-pickle",
     "pt2/config-json",
     *(f"dcp/metadata-{k}" for k in ("proto0-prefix", "drop-proto", "frames", "bitflip")),
-    "package/source",
+    "package/import-module",
+    "package/load-pickle",
+    "package/shadow",
+    "names/any",
+    "hf/remote-code",
 )
 
-CARRIERS = ("raw", "compressed", "torch_zip", "legacy", "npy", "joblib", "pt2", "dcp", "package")
+CARRIERS = ("raw", "compressed", "torch_zip", "legacy", "npy", "joblib", "pt2", "dcp", "package", "names", "hf")
 
 
 def build(out: str, n: int, seed: int, seeds: dict[str, list[str]], carriers: tuple[str, ...] = CARRIERS) -> list[Case]:
