@@ -85,6 +85,7 @@ class ScannerBase:
         self.root = root  # the folder being scanned: sibling files are never read outside it
         self.unknown_severity = unknown_severity
         self.report = FileReport(self.path, coverage=[] if coverage else None)
+        self._covered: set[tuple[Any, ...]] = set()
         self._seen: set[tuple[str, int, str]] = set()
         self._dropped = 0
         self._kinds: set[tuple[str, str]] = set()
@@ -182,7 +183,9 @@ class ScannerBase:
         if what == "pickle":
             entry |= {"offset": offset, "finished": finished}
         entry |= {"length": len(raw), "sha256": hashlib.sha256(raw).hexdigest()}
-        if entry not in self.report.coverage:
+        key = tuple(entry.values())
+        if key not in self._covered:  # a stream analysed in several views is listed once
+            self._covered.add(key)
             self.report.coverage.append(entry)
 
     def spend(self, what: str, n: int, member: str | None, doing: str, loader: str | None = None) -> bool:
