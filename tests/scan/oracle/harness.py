@@ -37,12 +37,19 @@ def run_loaders(jobs: list[tuple[str, str]], *, procs: int = 2, timeout: float =
         fd, name = tempfile.mkstemp(suffix=".json")
         with os.fdopen(fd, "w") as f:
             json.dump(chunk, f)
-        p = subprocess.Popen([sys.executable, CHILD, name], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        running.append((p, name, chunk))
+        # output to files, not pipes: a child blocked on a full pipe nobody reads yet would stall
+        out_f, err_f = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+        p = subprocess.Popen([sys.executable, CHILD, name], stdout=out_f, stderr=err_f)
+        running.append((p, name, chunk, out_f, err_f))
     out: list[dict[str, Any]] = []
-    for p, name, chunk in running:
-        stdout, stderr = p.communicate(timeout=timeout)
+    for p, name, chunk, out_f, err_f in running:
+        p.wait(timeout=timeout)
         os.unlink(name)
+        out_f.seek(0)
+        err_f.seek(0)
+        stdout, stderr = out_f.read(), err_f.read()
+        out_f.close()
+        err_f.close()
         assert p.returncode == 0, stderr.decode(errors="replace")[-3000:]
         rows = [json.loads(line) for line in stdout.decode().splitlines() if line.startswith("{")]
         assert len(rows) == len(chunk), stderr.decode(errors="replace")[-3000:]
