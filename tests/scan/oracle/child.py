@@ -121,8 +121,9 @@ def _recording(base: type) -> type:
             self._oracle_globals = 0
 
         def find_class(self, module, name):
-            self._oracle_globals += 1
-            return super().find_class(module, name)
+            found = super().find_class(module, name)
+            self._oracle_globals += 1  # resolved (a module that does not import ran nothing)
+            return found
 
         def load(self):
             f = self._oracle_file

@@ -331,12 +331,9 @@ class Builder:
                     j = self.rng.choice(ks)
                     cfg = json.loads(entries[j][1] or b"{}")
                     cfg = _mutate_json(cfg, self.rng)
+                    # the JSON alone: a pickle planted where a flipped use_pickle makes torch.load run
+                    # it is the weights-pickle class (a long run found that hole here too)
                     entries[j] = (entries[j][0], json.dumps(cfg).encode())
-                    if evil:
-                        k = next(
-                            q for q, (n, _d) in enumerate(entries) if "/data/weights/weight_" in n and not n.endswith(".json")
-                        )
-                        entries[k] = (entries[k][0], pickle.dumps(_Evil(), protocol=0))
                 self.add(f"pt2/{kind}", ["export"], "m.pt2", _zip(entries))
 
     def dcp(self) -> None:
