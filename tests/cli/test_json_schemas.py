@@ -65,6 +65,7 @@ def _cases(tmp: str) -> list[tuple[str, list[str]]]:
         ("ts-bytecode", ["ts", "bytecode", s("scripted_module.ptl"), "--json"]),
         ("ls", ["ts", "tensors", s("scripted_module.pt"), "--all", "--json"]),
         ("scan", ["scan", s("checkpoint.pt"), "--json"]),
+        ("scan", ["scan", s("scripted_module.pt"), s("checkpoint.pt"), "--json", "--coverage", "-j", "1"]),
         *[("view", ["view", s(n), "--json"]) for n in ("mlp.pt2", "mlp.onnx", "scripted_module.pt", "checkpoint.pt")],
         ("view", ["view", s("checkpoint.pt"), s("state_dict.pt"), "--json", "--no-scan"]),
         ("cache", ["cache", f"{tmp}/cache", "--json"]),

@@ -125,11 +125,11 @@ def _index_shards(p: str) -> list[tuple[str, str | None, str | None, bool]]:
     return [(f, None, err, False) for f, err in index_shards(p)]
 
 
-def _one(args: tuple[str, str, str | None]) -> FileReport:
+def _one(args: tuple[str, str, str | None, bool]) -> FileReport:
     from ..core.executor import task_fault
 
     task_fault()  # the tests' hooks: a scan worker that dies or stalls (no-op otherwise)
-    return scan_file(args[0], args[1], args[2])
+    return scan_file(args[0], args[1], args[2], args[3])
 
 
 def _unreadable(path: str, error: str) -> FileReport:
@@ -140,7 +140,11 @@ def _unreadable(path: str, error: str) -> FileReport:
 
 @_remote_opts
 def scan(
-    path: os.PathLike[str] | str | Sequence[os.PathLike[str] | str], *, unknown_severity: str = "medium", jobs: int | None = None
+    path: os.PathLike[str] | str | Sequence[os.PathLike[str] | str],
+    *,
+    unknown_severity: str = "medium",
+    jobs: int | None = None,
+    coverage: bool = False,
 ) -> ScanReport:
     """Scan files and directories for pickles that would run code when loaded.
 
@@ -152,6 +156,10 @@ def scan(
             be dangerous (``critical``, ``high``, ``medium``, ``low`` or ``info``; ``info``
             does not make a file unclean).
         jobs: worker processes for many files (default: all cores; 1 = in process).
+        coverage: also list, per file, every pickle stream and every source the scan
+            analysed, with the SHA-256 of its exact bytes (:attr:`FileReport.coverage`;
+            ``coverage`` in ``to_dict()``): what the test suite's loader oracle checks
+            the real loaders' unpickled and compiled bytes against.
 
     Returns:
         A :class:`ScanReport`: ``.files`` (one :class:`FileReport` each, with
@@ -169,7 +177,7 @@ def scan(
     bad = [_unreadable(f, err) for f, _root, err, _esc in entries if err is not None]
     # links out of the folder go through scan_file too: it reports them without opening
     # them (naming dcp.load when a sibling .metadata reads them)
-    todo = [(f, unknown_severity, root) for f, root, err, _esc in entries if err is None]
+    todo = [(f, unknown_severity, root, coverage) for f, root, err, _esc in entries if err is None]
     jobs = jobs or os.cpu_count() or 1
     if jobs <= 1 or len(todo) < 4:
         return ScanReport(bad + [_one(t) for t in todo])
@@ -196,8 +204,9 @@ class _CallableModule(types.ModuleType):
         *,
         unknown_severity: str = "medium",
         jobs: int | None = None,
+        coverage: bool = False,
     ) -> ScanReport:
-        return scan(path, unknown_severity=unknown_severity, jobs=jobs)
+        return scan(path, unknown_severity=unknown_severity, jobs=jobs, coverage=coverage)
 
 
 sys.modules[__name__].__class__ = _CallableModule

@@ -524,7 +524,10 @@ def _report_python(scanner: Any, data: bytes | str, member: str | None, what: st
     spend = getattr(scanner, "spend", None)  # the scan's work budget (bytes analysed)
     if spend is not None and not spend("pickle", len(data), member, "parsing generated Python", loader=_LOADER):
         return
-    for sev, msg, line in check_python(data, name=member or scanner.path):
+    found = check_python(data, name=member or scanner.path)
+    if hasattr(scanner, "covered"):
+        scanner.covered("source", member, data)
+    for sev, msg, line in found:
         where = f" (line {line})" if line else ""
         if sev == "unanalysable":
             scanner.add("unanalysable", "high", f"{what}: {msg}{where}", member, loader=_LOADER)

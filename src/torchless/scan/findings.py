@@ -104,6 +104,11 @@ class FileReport:
     weights_only_blockers: list[str] = field(default_factory=list)  # non-global reasons torch refuses
     error: str | None = None
     seconds: float = 0.0
+    #: with ``scan(..., coverage=True)``: what was analysed, one dict each: pickle streams
+    #: ``{"what": "pickle", "member", "offset", "length", "finished", "sha256"}`` (the
+    #: stream's bytes from its first opcode through STOP) and sources analysed as code
+    #: ``{"what": "source", "member", "length", "sha256"}`` (of the text, UTF-8)
+    coverage: list[dict[str, Any]] | None = None
 
     def counted(self) -> list[Finding]:
         return [f for f in self.findings if f.severity != "info"]
@@ -144,7 +149,7 @@ class FileReport:
             },
             "error": self.error,
             "seconds": round(self.seconds, 6),
-        }
+        } | ({} if self.coverage is None else {"coverage": list(self.coverage)})
 
 
 @dataclass

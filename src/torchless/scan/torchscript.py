@@ -645,6 +645,8 @@ def report_archive(
             break
         try:
             reports.append((loc, analyse_code(text, name=loc)))
+            if hasattr(scanner, "covered"):
+                scanner.covered("source", loc, text)
         except (FormatError, LimitError) as e:
             scanner.add(
                 "unanalysable",

@@ -9,6 +9,7 @@ sources, and a ``.so`` with no source beside it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pickle
@@ -61,6 +62,10 @@ def test_real_cache_is_clean(compiled_cache: Path) -> None:
     # the pickles name inductor's records, which the cache allowlist accepts with reasons
     fx = next(r for r in rep.files if r.kind == "inductor-cache-fxgraph")
     assert fx.globals.get("torch._inductor.output_code.CompiledFxGraph") == "safe"
+    # scan(coverage=True) lists the generated Python as a source analysed, by its exact bytes
+    py = _py(compiled_cache)
+    cov = torchless.scan(py, jobs=1, coverage=True).files[0].coverage or []
+    assert hashlib.sha256(py.read_bytes()).hexdigest() in {c["sha256"] for c in cov if c["what"] == "source"}
 
 
 @pytest.mark.parametrize("payload", PAYLOADS)

@@ -18,7 +18,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
     from ...scan import scan  # the scanner is imported when a scan runs, not at CLI start
     from ...scan.report import format_json, format_sarif, format_text
 
-    report = scan(args.paths, unknown_severity=args.unknown_severity, jobs=args.jobs)
+    report = scan(args.paths, unknown_severity=args.unknown_severity, jobs=args.jobs, coverage=args.coverage)
     if args.sarif:
         echo(format_sarif(report))
     elif args.json:
@@ -54,5 +54,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("--jobs", "-j", type=int, default=None, help="worker processes (default: all cores)")
+    p.add_argument(
+        "--coverage",
+        action="store_true",
+        help="with --json: list per file every pickle stream and source analysed (member, offset, length, sha256)",
+    )
     p.add_argument("--verbose", "-v", action="store_true", help="also show clean files' details and info findings")
     p.set_defaults(func=cmd_scan)

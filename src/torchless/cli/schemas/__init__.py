@@ -68,6 +68,18 @@ _TREE = {
 }
 
 #: ``torchless view --json``: the viewer's data model (:mod:`torchless.view.model`)
+#: one entry of ``scan --coverage``: a pickle stream or a source the scan analysed
+_SCAN_COVERED = _obj(
+    {
+        "what": {"enum": ["pickle", "source"]},
+        "member": {"type": ["string", "null"]},
+        "offset": {"type": ["integer", "null"]},
+        "finished": _BOOL,
+        "length": _INT,
+        "sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+    },
+    optional=("offset", "finished"),
+)
 _VIEW_NODE = _obj(
     {
         "name": _STR,
@@ -350,7 +362,12 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "files": _arr(
                 {
                     "type": "object",
-                    "properties": {"path": _STR, "verdict": _STR, "findings": _arr({"type": "object"})},
+                    "properties": {
+                        "path": _STR,
+                        "verdict": _STR,
+                        "findings": _arr({"type": "object"}),
+                        "coverage": _arr(_SCAN_COVERED),
+                    },
                     "required": ["path", "verdict", "findings"],
                     "propertyNames": _KEY,
                 }

@@ -55,6 +55,7 @@ class Scanner(
     """
 
 
-def scan_file(path: str, unknown_severity: str = "medium", root: str | None = None) -> FileReport:
-    """Scan one file (never raises for bad content); ``root``: the folder being scanned."""
-    return Scanner(path, unknown_severity=unknown_severity, root=root).run()
+def scan_file(path: str, unknown_severity: str = "medium", root: str | None = None, coverage: bool = False) -> FileReport:
+    """Scan one file (never raises for bad content); ``root``: the folder being scanned;
+    ``coverage``: list what was analysed (:attr:`FileReport.coverage`)."""
+    return Scanner(path, unknown_severity=unknown_severity, root=root, coverage=coverage).run()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 import weakref
@@ -40,11 +41,12 @@ class ScannerBase:
         unknown_severity: severity of ``unknown-global`` findings.
     """
 
-    def __init__(self, path: str, *, unknown_severity: str = "medium", root: str | None = None) -> None:
+    def __init__(self, path: str, *, unknown_severity: str = "medium", root: str | None = None, coverage: bool = False) -> None:
         self.path = os.fspath(path)
         self.root = root  # the folder being scanned: sibling files are never read outside it
         self.unknown_severity = unknown_severity
-        self.report = FileReport(self.path)
+        self.report = FileReport(self.path, coverage=[] if coverage else None)
+        self._covered: set[tuple[Any, ...]] = set()
         self._seen: set[tuple[str, int, str]] = set()
         self._dropped = 0
         self._kinds: set[tuple[str, str]] = set()
@@ -146,6 +148,21 @@ class ScannerBase:
         self.report.findings.append(
             Finding(rule, severity, message, self.path, member, offset, file_offset, global_name, disassembly or [], loader)
         )
+
+    def covered(self, what: str, member: str | None, data: bytes | str, offset: int | None = None, finished: bool = True) -> None:
+        """List what was analysed (``scan(..., coverage=True)``; see :attr:`FileReport.coverage`):
+        a pickle stream's exact bytes, first opcode through STOP, or a source text."""
+        if self.report.coverage is None:
+            return
+        raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
+        entry: dict[str, Any] = {"what": what, "member": member}
+        if what == "pickle":
+            entry |= {"offset": offset, "finished": finished}
+        entry |= {"length": len(raw), "sha256": hashlib.sha256(raw).hexdigest()}
+        key = tuple(entry.values())
+        if key not in self._covered:  # a stream analysed in several views is listed once
+            self._covered.add(key)
+            self.report.coverage.append(entry)
 
     def spend(self, what: str, n: int, member: str | None, doing: str, loader: str | None = None) -> bool:
         """Draw from the scan's budget; on exhaustion report a ``limit`` finding, return False."""

@@ -173,6 +173,10 @@ class PickleCarrier(_Host):
         """Findings for one analysed stream. ``readers``: the run the other-readers checks
         and the engine's second opinion look at, when ``res`` is the joblib view (the real
         unpicklers read the stream without skipping array bytes)."""
+        if self.report.coverage is not None:
+            self.covered(
+                "pickle", member, data[res.start : res.end if res.end is not None else len(data)], res.start, res.finished
+            )
 
         def fo(off: int | None) -> int | None:
             return None if base is None or off is None else base + off
