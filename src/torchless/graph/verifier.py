@@ -158,7 +158,9 @@ def _check_args(n: Node, schema: OpSchema, where: str, out: list[Problem]) -> No
                 isinstance(v, Node)
                 and v.op != "get_attr"
                 and v.meta.get("val") is not None
-                and not isinstance(v.meta.get("val"), TensorValue)
+                # a symbolic scalar is wrapped as a number is (torch.export emits
+                # aten.add.Tensor(x, sym_size) for `x + x.shape[0]`)
+                and not isinstance(v.meta.get("val"), (TensorValue, SymValue))
             ):
                 out.append(
                     Problem(

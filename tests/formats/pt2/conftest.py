@@ -115,6 +115,11 @@ def _models(torch):
 
             return scan(lambda c, x: (c + x, c * x), init, xs)
 
+    class SymAdd(nn.Module):
+        def forward(self, x):
+            # a SymInt where the schema says Tensor: aten.add.Tensor(x, sym_size_int)
+            return x + x.shape[0]
+
     Dim = torch.export.Dim
     d = Dim("d", min=2, max=64)
     return {
@@ -132,10 +137,11 @@ def _models(torch):
         "mutate": (Mutate(), (torch.randn(2),), None),
         "map": (Map(), (torch.randn(3, 4), torch.randn(4)), None),
         "scan": (Scan(), (torch.zeros(4), torch.randn(5, 4)), None),
+        "symadd": (SymAdd(), (torch.randn(4, 3),), {"x": {0: Dim("k", min=2, max=64)}}),
     }
 
 
-CASES = ["mlp", "cnn", "block", "dynamic", "cond", "while", "tied", "mutate", "map", "scan"]
+CASES = ["mlp", "cnn", "block", "dynamic", "cond", "while", "tied", "mutate", "map", "scan", "symadd"]
 VARIANTS = [f"{c}{s}" for c in CASES for s in ("", "_dec")]
 
 
