@@ -46,6 +46,7 @@ HANDLER_MODULES = [
     "torchless.formats.dcp.handler",
     "torchless.formats.aoti.handler",
     "torchless.formats.pt2.handler",
+    "torchless.formats.trainers.handler",
 ]
 
 _loaded = False

@@ -506,3 +506,67 @@ def _export_load(path: Path) -> dict[str, Expected]:
 
 
 register_conformance(Conformance("pt2", _build_pt2, oracle=_export_load))
+
+
+# ----------------------------------------------------------------- trainer, lightning
+def _tiny_training(torch: Any) -> tuple[Any, Any, Any]:
+    """A two-layer model after one AdamW step, its optimizer and scheduler (real state dicts)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1)
+    model(torch.randn(3, 4)).sum().backward()
+    opt.step()
+    sched.step()
+    return model, opt, sched
+
+
+def _build_trainer(out: Path, samples_dir: Path | None) -> list[Sample]:
+    """A ``checkpoint-1/`` folder as ``transformers.Trainer`` lays it out, its files written
+    by torch and safetensors (tests/formats/trainers runs the real Trainer)."""
+    torch = _need("torch")
+    st = _need("safetensors.torch")
+    model, opt, sched = _tiny_training(torch)
+    folder = out / "checkpoint-1"
+    folder.mkdir()
+    st.save_file(dict(model.state_dict()), str(folder / "model.safetensors"), metadata={"format": "pt"})
+    torch.save(opt.state_dict(), folder / "optimizer.pt")
+    torch.save(sched.state_dict(), folder / "scheduler.pt")
+    torch.save({"python": (3, tuple(range(625)), None), "cpu": torch.random.get_rng_state()}, folder / "rng_state.pth")
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": 1, "epoch": 0.25, "log_history": []}))
+    return [
+        Sample(folder, _safetensors_oracle(folder / "model.safetensors"), fuzz_file="model.safetensors", label="checkpoint-1")
+    ]
+
+
+register_conformance(Conformance("trainer", _build_trainer))
+
+
+def _build_lightning(out: Path, samples_dir: Path | None) -> list[Sample]:
+    """A ``.ckpt`` holding the dict Lightning's ``dump_checkpoint`` builds, written by
+    ``torch.save`` (tests/formats/trainers runs the real Lightning Trainer)."""
+    torch = _need("torch")
+    model, opt, sched = _tiny_training(torch)
+    ckpt = {
+        "epoch": 0,
+        "global_step": 1,
+        "pytorch-lightning_version": "2.6.6",
+        "state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
+        "loops": {"fit_loop": {"state_dict": {}}},
+        "callbacks": {},
+        "optimizer_states": [opt.state_dict()],
+        "lr_schedulers": [sched.state_dict()],
+        "hparams_name": "kwargs",
+        "hyper_parameters": {"width": 8},
+    }
+    p = out / "tiny.ckpt"
+    torch.save(ckpt, p)
+
+    def oracle() -> dict[str, Expected]:
+        sd = torch.load(p, weights_only=True, map_location="cpu")["state_dict"]
+        return {k: Expected.from_torch(v) for k, v in sd.items()}
+
+    return [Sample(p, oracle, corrupt=flip_in_largest_zip_member, label="tiny.ckpt")]
+
+
+register_conformance(Conformance("lightning", _build_lightning))
