@@ -14,10 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ...container.zip import ZipReader, is_zip
+from ...container.zip import is_zip
 from ...core.errors import FormatError, TorchlessError, UsageError
 from ...core.findings import Problem
-from ...core.remote import is_url
 from ...core.tree import describe, is_tensor, iter_tensors
 from ..base import Artifact, LoadPolicy, Probe, summarize_tensors
 from ..pt.spec import DATA_PKL
@@ -45,17 +44,11 @@ def may_be_lightning(probe: Probe) -> bool:
     cheap test before the pickle is run)."""
     if probe.is_dir or not is_zip(probe.head) or not is_checkpoint_zip(probe.zip_records()):
         return False
-    where = str(probe.path)
-    if is_url(where):
-        return False
     try:
-        with ZipReader(where, require_prefix=False) as zr:
-            e = zr.lookup(DATA_PKL)
-            if e is None or e.size > MAX_SNIFF_PICKLE:
-                return False
-            return _KEY in bytes(zr.read(e, max_size=MAX_SNIFF_PICKLE))
-    except (TorchlessError, OSError):
+        data = probe.read_record(DATA_PKL, max_size=MAX_SNIFF_PICKLE)
+    except TorchlessError:
         return False
+    return data is not None and _KEY in data
 
 
 def _strip(names: list[str], prefix: str | bool) -> str:
