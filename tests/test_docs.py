@@ -118,6 +118,7 @@ FIXTURES = {
     "docs/trainers.md": {
         "checkpoint-500": lambda d: _built("_build_trainer", d),
         "last.ckpt": lambda d: _built("_build_lightning", d),
+        "megatron_run": lambda d: _built("_build_megatron", d),
     },
 }
 

@@ -47,6 +47,7 @@ HANDLER_MODULES = [
     "torchless.formats.aoti.handler",
     "torchless.formats.pt2.handler",
     "torchless.formats.trainers.handler",
+    "torchless.formats.megatron.handler",
 ]
 
 _loaded = False

@@ -570,3 +570,64 @@ def _build_lightning(out: Path, samples_dir: Path | None) -> list[Sample]:
 
 
 register_conformance(Conformance("lightning", _build_lightning))
+
+
+# --------------------------------------------------------------------------- megatron
+def _build_megatron(out: Path, samples_dir: Path | None) -> list[Sample]:
+    """A Megatron-LM legacy checkpoint, TP=2 x PP=2 with SwiGLU, written by torch the way
+    Megatron lays it out (tests/formats/megatron covers more layouts); the oracle is the
+    full model the ranks were sliced from."""
+    import argparse
+
+    torch = _need("torch")
+    g = torch.Generator().manual_seed(0)
+    full: dict[str, Any] = {"embedding.word_embeddings.weight": torch.randn(8, 4, generator=g).to(torch.bfloat16)}
+    for i in range(2):
+        p = f"decoder.layers.{i}."
+        full[p + "self_attention.linear_qkv.weight"] = torch.randn(12, 4, generator=g)
+        full[p + "self_attention.linear_proj.weight"] = torch.randn(4, 4, generator=g)
+        full[p + "mlp.linear_fc1.weight"] = torch.randn(8, 4, generator=g)  # [gate (4); up (4)]
+        full[p + "mlp.linear_fc2.weight"] = torch.randn(4, 4, generator=g)
+        full[p + "mlp.linear_fc1.layer_norm_weight"] = torch.randn(4, generator=g)
+    full["output_layer.weight"] = torch.randn(8, 4, generator=g)
+    root = out / "megatron_run"
+    args = argparse.Namespace(num_layers=2, tensor_model_parallel_size=2, pipeline_model_parallel_size=2, swiglu=True)
+    for q in range(2):
+        for t in range(2):
+            model: dict[str, Any] = {}
+            for name, v in full.items():
+                if (name.startswith("embedding.") and q) or (name.startswith("output_layer.") and not q):
+                    continue
+                if name.startswith("decoder.layers."):
+                    if int(name.split(".")[2]) != q:
+                        continue
+                    name = name.replace(f"layers.{q}.", "layers.0.")
+                if name.endswith("linear_fc1.weight"):
+                    gate, up = v.chunk(2)
+                    v = torch.cat([gate.chunk(2)[t], up.chunk(2)[t]])
+                elif name.endswith(("linear_qkv.weight", "word_embeddings.weight", "output_layer.weight")):
+                    v = v.chunk(2)[t]
+                elif name.endswith(("linear_proj.weight", "linear_fc2.weight")):
+                    v = v.chunk(2, dim=1)[t]
+                model[name] = v.clone()
+            folder = root / "iter_0000001" / f"mp_rank_{t:02d}_{q:03d}"
+            folder.mkdir(parents=True)
+            torch.save({"args": args, "checkpoint_version": 3.0, "iteration": 1, "model": model}, folder / "model_optim_rng.pt")
+    (root / "latest_checkpointed_iteration.txt").write_text("1")
+    rank0 = "iter_0000001/mp_rank_00_000/model_optim_rng.pt"
+
+    def oracle() -> dict[str, Expected]:
+        return {k: Expected.from_torch(v) for k, v in full.items()}
+
+    return [
+        Sample(
+            root,
+            oracle,
+            fuzz_file=rank0,
+            corrupt=lambda r: flip_in_largest_zip_member(r, member_of=lambda x: x / rank0),
+            label="megatron tp2 pp2",
+        )
+    ]
+
+
+register_conformance(Conformance("megatron", _build_megatron))
