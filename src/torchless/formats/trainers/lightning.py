@@ -17,6 +17,7 @@ from typing import Any
 from ...container.zip import is_zip
 from ...core.errors import FormatError, TorchlessError, UsageError
 from ...core.findings import Problem
+from ...core.remote import is_url
 from ...core.tree import describe, is_tensor, iter_tensors
 from ..base import Artifact, LoadPolicy, Probe, summarize_tensors
 from ..pt.spec import DATA_PKL
@@ -42,7 +43,9 @@ def is_lightning_dict(obj: Any) -> bool:
 def may_be_lightning(probe: Probe) -> bool:
     """A torch zip checkpoint whose ``data.pkl`` holds the version key's bytes (the
     cheap test before the pickle is run)."""
-    if probe.is_dir or not is_zip(probe.head) or not is_checkpoint_zip(probe.zip_records()):
+    if probe.is_dir or not is_zip(probe.head) or is_url(str(probe.path)):
+        return False  # (a URL's data.pkl would be fetched twice: name format="lightning")
+    if not is_checkpoint_zip(probe.zip_records()):
         return False
     try:
         data = probe.read_record(DATA_PKL, max_size=MAX_SNIFF_PICKLE)
