@@ -86,6 +86,18 @@ def _cache(dst: str) -> None:
         )
 
 
+def _built(builder: str, dst: str) -> None:
+    """The conformance suite's sample of a format (written by torch), moved to ``dst``."""
+    import tempfile
+    from pathlib import Path
+
+    from torchless.testing import _builtin
+
+    with tempfile.TemporaryDirectory(dir=os.path.dirname(dst)) as tmp:
+        (sample,) = getattr(_builtin, builder)(Path(tmp), None)
+        shutil.move(str(sample.path), dst)
+
+
 #: per document: file name in the temporary folder -> sample file, folder or builder
 COMMON = {"model.pt": _model_pt, "a.pt": _model_pt, "b.pt": "state_dict.pt", "downloads": "scan", "samples": "."}
 FIXTURES = {
@@ -103,6 +115,11 @@ FIXTURES = {
     "docs/onnx.md": {"model.onnx": "mlp.onnx", "a.onnx": "mlp.onnx", "b.onnx": "mlp.onnx"},
     "docs/dcp.md": {"ckpt": _dcp},
     "docs/inductor_cache.md": {"cache": _cache},
+    "docs/trainers.md": {
+        "checkpoint-500": lambda d: _built("_build_trainer", d),
+        "last.ckpt": lambda d: _built("_build_lightning", d),
+        "megatron_run": lambda d: _built("_build_megatron", d),
+    },
 }
 
 

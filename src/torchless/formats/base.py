@@ -344,6 +344,21 @@ class Probe:
         self._parse_zip()
         return self._records
 
+    def read_record(self, name: str, *, max_size: int) -> bytes | None:
+        """The bytes of record ``name`` (relative to the archive folder) from the archive
+        detection already parsed, or None: not a zip, no such record, or larger than
+        ``max_size`` (a sniffer's bounded look inside; the archive stays with the probe).
+
+        Raises:
+            TorchlessError: the record cannot be read (damaged, compressed wrongly).
+        """
+        self._parse_zip()
+        zr = self._reader
+        e = zr.lookup(name) if zr is not None else None
+        if zr is None or e is None or e.size > max_size:
+            return None
+        return bytes(zr.read(e, max_size=max_size))
+
     def take_zip(self, *, require_prefix: bool = True) -> ZipReader | None:
         """The parsed archive, handed over to the caller (who closes it), or None when the
         probe parsed none (not a zip, or detection never looked inside).

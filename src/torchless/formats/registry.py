@@ -48,6 +48,8 @@ HANDLER_MODULES = [
     "torchless.formats.dcp.handler",
     "torchless.formats.aoti.handler",
     "torchless.formats.pt2.handler",
+    "torchless.formats.trainers.handler",
+    "torchless.formats.megatron.handler",
 ]
 
 _loaded = False

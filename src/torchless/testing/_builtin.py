@@ -521,3 +521,128 @@ def _pt2_edit(src: Path, dst: Path, weights: dict[str, np.ndarray]) -> None:
 
 
 register_conformance(Conformance("pt2", _build_pt2, oracle=_export_load, edit=_pt2_edit))
+
+
+# ----------------------------------------------------------------- trainer, lightning
+def _tiny_training(torch: Any) -> tuple[Any, Any, Any]:
+    """A two-layer model after one AdamW step, its optimizer and scheduler (real state dicts)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1)
+    model(torch.randn(3, 4)).sum().backward()
+    opt.step()
+    sched.step()
+    return model, opt, sched
+
+
+def _build_trainer(out: Path, samples_dir: Path | None) -> list[Sample]:
+    """A ``checkpoint-1/`` folder as ``transformers.Trainer`` lays it out, its files written
+    by torch and safetensors (tests/formats/trainers runs the real Trainer)."""
+    torch = _need("torch")
+    st = _need("safetensors.torch")
+    model, opt, sched = _tiny_training(torch)
+    folder = out / "checkpoint-1"
+    folder.mkdir()
+    st.save_file(dict(model.state_dict()), str(folder / "model.safetensors"), metadata={"format": "pt"})
+    torch.save(opt.state_dict(), folder / "optimizer.pt")
+    torch.save(sched.state_dict(), folder / "scheduler.pt")
+    torch.save({"python": (3, tuple(range(625)), None), "cpu": torch.random.get_rng_state()}, folder / "rng_state.pth")
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": 1, "epoch": 0.25, "log_history": []}))
+    return [
+        Sample(folder, _safetensors_oracle(folder / "model.safetensors"), fuzz_file="model.safetensors", label="checkpoint-1")
+    ]
+
+
+register_conformance(Conformance("trainer", _build_trainer))
+
+
+def _build_lightning(out: Path, samples_dir: Path | None) -> list[Sample]:
+    """A ``.ckpt`` holding the dict Lightning's ``dump_checkpoint`` builds, written by
+    ``torch.save`` (tests/formats/trainers runs the real Lightning Trainer)."""
+    torch = _need("torch")
+    model, opt, sched = _tiny_training(torch)
+    ckpt = {
+        "epoch": 0,
+        "global_step": 1,
+        "pytorch-lightning_version": "2.6.6",
+        "state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
+        "loops": {"fit_loop": {"state_dict": {}}},
+        "callbacks": {},
+        "optimizer_states": [opt.state_dict()],
+        "lr_schedulers": [sched.state_dict()],
+        "hparams_name": "kwargs",
+        "hyper_parameters": {"width": 8},
+    }
+    p = out / "tiny.ckpt"
+    torch.save(ckpt, p)
+
+    def oracle() -> dict[str, Expected]:
+        sd = torch.load(p, weights_only=True, map_location="cpu")["state_dict"]
+        return {k: Expected.from_torch(v) for k, v in sd.items()}
+
+    return [Sample(p, oracle, corrupt=flip_in_largest_zip_member, label="tiny.ckpt")]
+
+
+register_conformance(Conformance("lightning", _build_lightning))
+
+
+# --------------------------------------------------------------------------- megatron
+def _build_megatron(out: Path, samples_dir: Path | None) -> list[Sample]:
+    """A Megatron-LM legacy checkpoint, TP=2 x PP=2 with SwiGLU, written by torch the way
+    Megatron lays it out (tests/formats/megatron covers more layouts); the oracle is the
+    full model the ranks were sliced from."""
+    import argparse
+
+    torch = _need("torch")
+    g = torch.Generator().manual_seed(0)
+    full: dict[str, Any] = {"embedding.word_embeddings.weight": torch.randn(8, 4, generator=g).to(torch.bfloat16)}
+    for i in range(2):
+        p = f"decoder.layers.{i}."
+        full[p + "self_attention.linear_qkv.weight"] = torch.randn(12, 4, generator=g)
+        full[p + "self_attention.linear_proj.weight"] = torch.randn(4, 4, generator=g)
+        full[p + "mlp.linear_fc1.weight"] = torch.randn(8, 4, generator=g)  # [gate (4); up (4)]
+        full[p + "mlp.linear_fc2.weight"] = torch.randn(4, 4, generator=g)
+        full[p + "mlp.linear_fc1.layer_norm_weight"] = torch.randn(4, generator=g)
+    full["output_layer.weight"] = torch.randn(8, 4, generator=g)
+    root = out / "megatron_run"
+    args = argparse.Namespace(num_layers=2, tensor_model_parallel_size=2, pipeline_model_parallel_size=2, swiglu=True)
+    for q in range(2):
+        for t in range(2):
+            model: dict[str, Any] = {}
+            for name, v in full.items():
+                if (name.startswith("embedding.") and q) or (name.startswith("output_layer.") and not q):
+                    continue
+                if name.startswith("decoder.layers."):
+                    if int(name.split(".")[2]) != q:
+                        continue
+                    name = name.replace(f"layers.{q}.", "layers.0.")
+                if name.endswith("linear_fc1.weight"):
+                    gate, up = v.chunk(2)
+                    v = torch.cat([gate.chunk(2)[t], up.chunk(2)[t]])
+                elif name.endswith(("linear_qkv.weight", "word_embeddings.weight", "output_layer.weight")):
+                    v = v.chunk(2)[t]
+                elif name.endswith(("linear_proj.weight", "linear_fc2.weight")):
+                    v = v.chunk(2, dim=1)[t]
+                model[name] = v.clone()
+            folder = root / "iter_0000001" / f"mp_rank_{t:02d}_{q:03d}"
+            folder.mkdir(parents=True)
+            torch.save({"args": args, "checkpoint_version": 3.0, "iteration": 1, "model": model}, folder / "model_optim_rng.pt")
+    (root / "latest_checkpointed_iteration.txt").write_text("1")
+    rank0 = "iter_0000001/mp_rank_00_000/model_optim_rng.pt"
+
+    def oracle() -> dict[str, Expected]:
+        return {k: Expected.from_torch(v) for k, v in full.items()}
+
+    return [
+        Sample(
+            root,
+            oracle,
+            fuzz_file=rank0,
+            corrupt=lambda r: flip_in_largest_zip_member(r, member_of=lambda x: x / rank0),
+            label="megatron tp2 pp2",
+        )
+    ]
+
+
+register_conformance(Conformance("megatron", _build_megatron))

@@ -1,0 +1,1 @@
+"""Training-framework checkpoints: Hugging Face Trainer / Accelerate folders, Lightning ``.ckpt``."""
