@@ -42,15 +42,9 @@ pytestmark = pytest.mark.skipif(
 )
 
 #: classes the scanner misses today (another engineer's fix each); strict: flip when fixed
-KNOWN_MISSES = {
-    "pt2/weights-pickle": ".pt2 pickled weights/constants (use_pickle) without PROTO or at protocol 0: "
-    "torch.export.load runs torch.load(weights_only=False) on them, the scanner does not analyse them",
-    "package/import-module": "torch.package packaged source run by PackageImporter.import_module is not analysed as code",
-    "hf/remote-code": "Hugging Face auto_map remote code (from_pretrained(trust_remote_code=True) imports the folder's "
-    "modules) is not analysed as code",
-}
+KNOWN_MISSES: dict[str, str] = {}
 
-#: transformers is not a test dependency: its class runs where it is installed
+#: transformers is a test dependency (the `test` extra); its class skips where it is absent
 HAS_HF = importlib.util.find_spec("transformers") is not None
 _NO_HF = pytest.mark.skipif(not HAS_HF, reason="transformers is not installed (the Hugging Face remote-code class)")
 

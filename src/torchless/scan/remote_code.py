@@ -184,6 +184,7 @@ def _analyse_closure(
         if not scanner.spend("pickle", len(data), rel, "parsing remote-code Python source", loader=LOADER):
             return
         rep = analyse(data, rel)
+        scanner.covered("source", rel, data)
         _report(scanner, rep, rel, why, cap)
         text = data.decode("utf-8", "replace")
         mod_dir = os.path.dirname(name)

@@ -227,6 +227,12 @@ def _library_caller() -> bool:
     return _is_library(fn) and os.path.basename(fn) not in _UNPICKLER_FILES
 
 
+def _loopback_probe(args: tuple) -> bool:
+    """``socket.bind`` to a loopback address on port 0 (an ephemeral port: nothing listens)."""
+    addr = args[1] if len(args) > 1 else None
+    return isinstance(addr, tuple) and len(addr) >= 2 and addr[0] in ("::1", "127.0.0.1") and addr[1] == 0
+
+
 def _hook(event: str, args: tuple) -> None:
     if not _ACTIVE:
         return
@@ -256,6 +262,8 @@ def _hook(event: str, args: tuple) -> None:
     elif event.startswith(_BLOCK):
         if event.startswith(("os.", "shutil.")) and any(isinstance(a, str) and a.startswith(_WRITABLE) for a in args):
             return  # a loader's own cache (Hugging Face's modules folder)
+        if event == "socket.bind" and _loopback_probe(args) and _library_caller():
+            return  # a library's capability probe on import (urllib3 binds ('::1', 0) to test IPv6)
         _reach(event, repr(args))
 
 

@@ -118,6 +118,7 @@ def report_packaged_code(scanner: ScannerBase, zr: ZipReader, member: str | None
             continue
         data = bytes(zr.read(e, max_size=MAX_TEXT))
         rep = analyse(data, rec)
+        scanner.covered("source", rec, data)
         counted = [p for p in rep.problems if p.severity != "info"]
         for p in counted:
             if p.severity in ("unanalysable", "limit"):
