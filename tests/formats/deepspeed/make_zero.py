@@ -2,8 +2,8 @@
 with DeepSpeed's own ``get_fp32_state_dict_from_zero_checkpoint`` (the oracle).
 
 Usage (the test session fixture runs these; also by hand):
-    python make_zero.py write OUT STAGE DTYPE [WORLD] [HIDDEN]   # OUT/<tag>/..., OUT/latest
-    python make_zero.py oracle CKPT OUT.pt                       # zero_to_fp32's state dict, torch.save'd
+    python make_zero.py write OUT 1:fp32,3:bf16 [WORLD] [HIDDEN]  # OUT/z1_fp32/{latest,global_step2/}...
+    python make_zero.py oracle CKPT OUT.pt [CKPT OUT.pt ...]       # zero_to_fp32's state dicts, torch.save'd
 
 The model: tied embedding/head weights (``shared_params``), a frozen parameter
 (``frozen_param_shapes``/``frozen_param_fragments``), a float buffer and an integer
@@ -25,12 +25,26 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _rank_main(out: str, stage: int, dtype: str, world: int, hidden: int) -> None:
+def _rank_main(out: str, configs: list[tuple[int, str]], world: int, hidden: int) -> None:
+    """Write one checkpoint per ``(stage, dtype)`` under ``out/z<stage>_<dtype>`` (one
+    process group, so the imports are paid once)."""
+    import deepspeed
+    import torch
+
+    deepspeed.init_distributed(dist_backend="gloo")
+    for stage, dtype in configs:
+        _write_one(os.path.join(out, f"z{stage}_{dtype}"), stage, dtype, hidden)
+        torch.distributed.barrier()
+    sys.stdout.flush()
+    os._exit(0)  # the gloo process group can hang at interpreter exit
+
+
+def _write_one(out: str, stage: int, dtype: str, hidden: int) -> None:
     import deepspeed
     import torch
     from torch import nn
 
-    torch.manual_seed(1234)
+    torch.manual_seed(1234 + stage)
 
     class Tiny(nn.Module):
         def __init__(self) -> None:
@@ -51,7 +65,6 @@ def _rank_main(out: str, stage: int, dtype: str, world: int, hidden: int) -> Non
             h = self.norm(self.body(h)) + self.frozen(h).sum(-1, keepdim=True) * self.scale[0].to(h.dtype)
             return self.head(h)
 
-    deepspeed.init_distributed(dist_backend="gloo")
     model = Tiny()
     decay = [p for n, p in model.named_parameters() if p.requires_grad and n.endswith("weight")]
     no_decay = [p for n, p in model.named_parameters() if p.requires_grad and not n.endswith("weight")]
@@ -76,13 +89,11 @@ def _rank_main(out: str, stage: int, dtype: str, world: int, hidden: int) -> Non
         engine.backward(loss)
         engine.step()
     engine.save_checkpoint(out, tag="global_step2")
-    torch.distributed.barrier()
-    sys.stdout.flush()
-    os._exit(0)  # the gloo process group can hang at interpreter exit
+    engine.destroy()
 
 
-def write(out: str, stage: int, dtype: str, world: int = 2, hidden: int = 7, timeout: float = 300) -> None:
-    """Run ``world`` ranks writing one checkpoint under ``out``."""
+def write(out: str, configs: list[tuple[int, str]], world: int = 2, hidden: int = 7, timeout: float = 600) -> None:
+    """Run ``world`` ranks writing ``out/z<stage>_<dtype>`` for each of ``configs``."""
     port = _free_port()
     procs = []
     for rank in range(world):
@@ -98,7 +109,8 @@ def write(out: str, stage: int, dtype: str, world: int = 2, hidden: int = 7, tim
             DS_BUILD_OPS="0",
             OMP_NUM_THREADS="1",
         )
-        cmd = [sys.executable, __file__, "_rank", out, str(stage), dtype, str(world), str(hidden)]
+        spec = ",".join(f"{st}:{dt}" for st, dt in configs)
+        cmd = [sys.executable, __file__, "_rank", out, spec, str(world), str(hidden)]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
     outs = []
     for p in procs:
@@ -113,21 +125,26 @@ def write(out: str, stage: int, dtype: str, world: int = 2, hidden: int = 7, tim
         raise RuntimeError("deepspeed ranks failed:\n" + "\n".join(o[-3000:] for o in outs))
 
 
-def oracle(ckpt: str, out: str) -> None:
+def oracle(pairs: list[tuple[str, str]]) -> None:
+    """``torch.save`` zero_to_fp32's state dict of each checkpoint root to its output."""
     import torch
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
-    sd = get_fp32_state_dict_from_zero_checkpoint(ckpt)
-    torch.save(sd, out)
+    for ckpt, out in pairs:
+        torch.save(get_fp32_state_dict_from_zero_checkpoint(ckpt), out)
+
+
+def _configs(spec: str) -> list[tuple[int, str]]:
+    return [(int(a), b) for a, b in (c.split(":") for c in spec.split(","))]
 
 
 if __name__ == "__main__":
     cmd, *args = sys.argv[1:]
     if cmd == "_rank":
-        _rank_main(args[0], int(args[1]), args[2], int(args[3]), int(args[4]))
+        _rank_main(args[0], _configs(args[1]), int(args[2]), int(args[3]))
     elif cmd == "write":
-        write(args[0], int(args[1]), args[2], *(int(a) for a in args[3:5]))
+        write(args[0], _configs(args[1]), *(int(a) for a in args[2:4]))
     elif cmd == "oracle":
-        oracle(args[0], args[1])
+        oracle(list(zip(args[::2], args[1::2], strict=True)))
     else:
         raise SystemExit(__doc__)
