@@ -167,9 +167,8 @@ def test_inconsistent_param_shapes(zero: dict, name: str, tmp_path) -> None:
 
     _rewrite(os.path.join(tag, model), grow)
     out = tmp_path / "o.safetensors"
-    with pytest.raises(FormatError, match="param_shapes") as ei:
-        with torchless.open(os.path.dirname(tag)) as art:
-            dict(art.tensors())
+    with pytest.raises(FormatError, match="param_shapes") as ei, torchless.open(os.path.dirname(tag)) as art:
+        dict(art.tensors())
     assert model in str(ei.value)
     assert main(["convert", os.path.dirname(tag), str(out)]) == 2
     assert not out.exists()
@@ -188,7 +187,15 @@ def test_weights_only_refuses_other_globals(zero: dict, tmp_path) -> None:
         assert art.info()["zero_stage"] == 1
 
 
-def test_scan_reads_rank_files_as_pt(zero: dict) -> None:
+def test_scan_reads_rank_files_as_pt(zero: dict, capsys) -> None:
+    """scan reads rank files as the .pt checkpoints they are: the DeepSpeed classes that
+    pickle.load would import and call are findings, never silently allowed."""
     root, _ = zero["z2_bf16"]
-    rep = torchless.scan(os.path.join(root, "global_step2", "mp_rank_00_model_states.pt"))
-    assert rep is not None
+    tag = os.path.join(root, "global_step2")
+    assert main(["scan", os.path.join(tag, "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt")]) == 1
+    out = capsys.readouterr().out
+    assert "SUSPICIOUS (torch-zip" in out
+    for cls in ("LossScaler", "ZeroStageEnum", "fragment_address"):
+        assert "unknown-global" in out and cls in out
+    assert main(["scan", os.path.join(tag, "mp_rank_00_model_states.pt")]) == 0
+    assert "CLEAN (torch-zip" in capsys.readouterr().out

@@ -236,7 +236,9 @@ class ZeroCheckpoint:
             where = self._path(name)
             osd = self._load(name).get(S.OPTIMIZER_STATE_DICT)
             if not isinstance(osd, dict) or S.ZERO_STAGE not in osd:
-                raise FormatError("not a ZeRO optimizer state file", path=where, member=S.OPTIMIZER_STATE_DICT, expected=S.ZERO_STAGE)
+                raise FormatError(
+                    "not a ZeRO optimizer state file", path=where, member=S.OPTIMIZER_STATE_DICT, expected=S.ZERO_STAGE
+                )
             stage = _stage_of(osd[S.ZERO_STAGE], where)
             ws = osd.get(S.PARTITION_COUNT)
             if isinstance(ws, list) and ws and all(type(w) is int for w in ws):
@@ -360,7 +362,9 @@ class ZeroCheckpoint:
     def _zero2_frozen(self, out: dict[str, Tensor]) -> None:
         for name in self._frozen_shapes():
             t = self._fragment(0, name)
-            st = BlockStorage(name, t.nbytes, t.dtype, "cpu", loader=partial(_contiguous, t), origin=t.storage.origin if t.storage else "")
+            st = BlockStorage(
+                name, t.nbytes, t.dtype, "cpu", loader=partial(_contiguous, t), origin=t.storage.origin if t.storage else ""
+            )
             out[name] = Tensor(st, t.dtype, t.shape)
 
     def _zero3_frozen(self, out: dict[str, Tensor]) -> None:
@@ -371,10 +375,16 @@ class ZeroCheckpoint:
             dt = frags[0].dtype
             if any(f.dtype != dt for f in frags) or sum(f.numel() for f in frags) < n:
                 raise FormatError(
-                    "a frozen parameter's fragments do not hold it", path=where, member=name, expected=n, found=sum(f.numel() for f in frags)
+                    "a frozen parameter's fragments do not hold it",
+                    path=where,
+                    member=name,
+                    expected=n,
+                    found=sum(f.numel() for f in frags),
                 )
             segs = [(_Segments([_flat_of(f)]), 0, f.numel()) for f in frags]
-            st = BlockStorage(name, n * dt.itemsize, dt, "cpu", loader=partial(_gather, segs, n, dt), origin=f"{self.folder}:{name}")
+            st = BlockStorage(
+                name, n * dt.itemsize, dt, "cpu", loader=partial(_gather, segs, n, dt), origin=f"{self.folder}:{name}"
+            )
             out[name] = Tensor(st, dt, tuple(shape))
 
     def _zero2_trainable(self, out: dict[str, Tensor]) -> None:
@@ -417,12 +427,15 @@ class ZeroCheckpoint:
                         found=avail,
                     )
                 pieces = _ranges(parts, offset, n)
-                st = BlockStorage(name, n * dt.itemsize, dt, "cpu", loader=partial(_gather, pieces, n, dt), origin=f"{self.folder}:{name}")
+                st = BlockStorage(
+                    name, n * dt.itemsize, dt, "cpu", loader=partial(_gather, pieces, n, dt), origin=f"{self.folder}:{name}"
+                )
                 out[name] = Tensor(st, dt, tuple(shape), is_parameter=True)
                 offset += n + (gpads[pi] if gpads is not None else 0)
             if S.zero2_align(offset, self.world_size) != S.zero2_align(avail, self.world_size):
                 raise FormatError(
-                    f"param_shapes of group {gi} does not account for the flat partitions (consumed {offset} of {avail} elements)",
+                    f"param_shapes of group {gi} does not account for the flat partitions "
+                    f"(consumed {offset} of {avail} elements)",
                     path=where,
                     member=S.PARAM_SHAPES,
                     expected=avail,
@@ -433,7 +446,9 @@ class ZeroCheckpoint:
         where = self._path(self.model_files[0])
         shapes = self.models[0][S.PARAM_SHAPES]
         if not isinstance(shapes, list) or not all(isinstance(g, dict) for g in shapes):
-            raise FormatError("param_shapes is not a list of dicts", path=where, member=S.PARAM_SHAPES, found=short_repr(shapes, 60))
+            raise FormatError(
+                "param_shapes is not a list of dicts", path=where, member=S.PARAM_SHAPES, found=short_repr(shapes, 60)
+            )
         merged = {k: v for g in shapes for k, v in g.items()}
         per_rank = self.flat_groups[0].numel
         for r, seg in enumerate(self.flat_groups):
@@ -458,7 +473,9 @@ class ZeroCheckpoint:
                     found=per_rank,
                 )
             pieces = [(seg, offset, pn) for seg in self.flat_groups]
-            st = BlockStorage(name, n * dt.itemsize, dt, "cpu", loader=partial(_gather, pieces, n, dt), origin=f"{self.folder}:{name}")
+            st = BlockStorage(
+                name, n * dt.itemsize, dt, "cpu", loader=partial(_gather, pieces, n, dt), origin=f"{self.folder}:{name}"
+            )
             out[name] = Tensor(st, dt, tuple(shape), is_parameter=True)
             offset += pn
         if offset != per_rank:

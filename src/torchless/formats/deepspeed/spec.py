@@ -66,9 +66,7 @@ DS_GLOBALS = frozenset(
         "deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler",
         "deepspeed.runtime.zero.config.ZeroStageEnum",
         "deepspeed.utils.tensor_fragment.fragment_address",
-        "deepspeed.checkpoint.utils.clone_tensors_for_torch_save",
-        "argparse.Namespace",
-        "enum.Enum",
+        "argparse.Namespace",  # a training script's parsed arguments, where given to DeepSpeed
     }
 )
 
