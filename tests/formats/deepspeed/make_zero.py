@@ -7,7 +7,7 @@ Usage (the test session fixture runs these; also by hand):
 
 The model: tied embedding/head weights (``shared_params``), a frozen parameter
 (``frozen_param_shapes``/``frozen_param_fragments``), a float buffer and an integer
-buffer, two parameter groups, parameter sizes that do not divide by the world size
+buffer, two parameter groups, an lr scheduler, parameter sizes that do not divide by the world size
 (padding). DTYPE is fp32, bf16 or fp16.
 """
 
@@ -81,7 +81,8 @@ def _write_one(out: str, stage: int, dtype: str, hidden: int) -> None:
         config["bf16"] = {"enabled": True}
     elif dtype == "fp16":
         config["fp16"] = {"enabled": True, "initial_scale_power": 4}
-    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=config)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, lr_scheduler=sched, config=config)
     g = torch.Generator().manual_seed(7 + engine.global_rank)
     for _ in range(2):
         x = torch.randint(0, 11, (2, 3), generator=g)

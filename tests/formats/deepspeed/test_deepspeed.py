@@ -69,6 +69,12 @@ def test_consolidated_is_zero_to_fp32(zero: dict, name: str) -> None:
         assert got["head.weight"] is got["embed.weight"]  # tied: one tensor, as zero_to_fp32 gives
         info = art.info()
         assert info["zero_stage"] == int(name[1]) and info["world_size"] == 2
+        assert info["framework"] == "DeepSpeed" and info["ds_version"] == "0.19.8"
+        assert info["inside"]["model"] and info["inside"]["lr_scheduler"]
+        assert info["inside"]["optimizer_states"] == ["exp_avg", "exp_avg_sq", "step"]
+        assert info["inside"]["param_groups"] == 2
+        assert info["tied"] == ["embed.weight", "head.weight"]
+        assert info["parameters"] == sum(want[k].numel() for k in want if "." in k and k != "head.weight")
     stage = int(name[1])
     assert ("frozen.weight" in want) == (stage >= 2)  # the oracle says where frozen params survive
     assert want["scale"].dtype == torch.float32  # a float64 buffer comes out as float32

@@ -41,11 +41,16 @@ class DeepSpeedArtifact(Artifact):
             "files": len(ck.model_files) + len(ck.optim_files),
             "model_files": ck.model_files,
             "optim_files": ck.optim_files,
+            "inside": {**ck.inside, "fp32_master_weights": True},
             "contents": ck.contents,
         }
         out.update(summarize_tensors(sd.items()))
-        shared = {k for k, v in sd.items() if any(v is w for n, w in sd.items() if n != k)}
-        out["tied"] = sorted(shared)
+        names: dict[int, list[str]] = {}
+        for k, v in sd.items():
+            names.setdefault(id(v), []).append(k)
+        out["tied"] = sorted(k for group in names.values() if len(group) > 1 for k in group)
+        # each parameter once (a tied name is the same tensor), frozen ones included
+        out["parameters"] = sum(t.numel() for t in {id(t): t for t in sd.values() if t.is_parameter}.values())
         return out
 
     def verify(self) -> list[Problem]:

@@ -297,6 +297,7 @@ class ZeroCheckpoint:
             self.models.append(sd)
         m0 = self.models[0]
         self.contents[self.model_files[0]] = sorted(str(k) for k, v in m0.items() if v is not None)
+        self.inside = _inside(m0, self._objs[self.optim_files[0]].get(S.OPTIMIZER_STATE_DICT))
         self.ds_version = m0.get(S.DS_VERSION)
         if self.stage == 3 and len(self.model_files) != self.world_size:
             raise FormatError(
@@ -365,7 +366,7 @@ class ZeroCheckpoint:
             st = BlockStorage(
                 name, t.nbytes, t.dtype, "cpu", loader=partial(_contiguous, t), origin=t.storage.origin if t.storage else ""
             )
-            out[name] = Tensor(st, t.dtype, t.shape)
+            out[name] = Tensor(st, t.dtype, t.shape, is_parameter=True)
 
     def _zero3_frozen(self, out: dict[str, Tensor]) -> None:
         for name, shape in self._frozen_shapes().items():
@@ -381,11 +382,11 @@ class ZeroCheckpoint:
                     expected=n,
                     found=sum(f.numel() for f in frags),
                 )
-            segs = [(_Segments([_flat_of(f)]), 0, f.numel()) for f in frags]
+            segs = [(_Segments([_flat_of(f, self._path(self.model_files[r]), name)]), 0, f.numel()) for r, f in enumerate(frags)]
             st = BlockStorage(
                 name, n * dt.itemsize, dt, "cpu", loader=partial(_gather, segs, n, dt), origin=f"{self.folder}:{name}"
             )
-            out[name] = Tensor(st, dt, tuple(shape))
+            out[name] = Tensor(st, dt, tuple(shape), is_parameter=True)
 
     def _zero2_trainable(self, out: dict[str, Tensor]) -> None:
         where = self._path(self.model_files[0])
@@ -498,11 +499,37 @@ class ZeroCheckpoint:
         self._objs.clear()
 
 
-def _flat_of(t: Tensor) -> Tensor:
+def _flat_of(t: Tensor, path: str, member: str) -> Tensor:
     """``t`` seen as 1-D (a fragment is a flat slice; a contiguous view reshapes)."""
     if t.ndim == 1:
         return t
-    return Tensor(t.storage, t.dtype, (t.numel(),), None, t.storage_offset()) if t.is_contiguous() else t
+    if not t.is_contiguous():
+        raise FormatError(
+            "a frozen parameter's fragment is not contiguous", path=path, member=member, found=f"stride {t.stride()}"
+        )
+    return Tensor(t.storage, t.dtype, (t.numel(),), None, t.storage_offset())
+
+
+def _inside(model: dict[str, Any], osd: Any) -> dict[str, Any]:
+    """What the checkpoint holds besides the weights, for ``info``: which parts are
+    present (model, optimizer, scheduler...) and the optimizer's per-parameter states."""
+    out: dict[str, Any] = {}
+    for key, what in S.PARTS.items():
+        v = model.get(key)
+        if v is not None and v != {} and v != []:
+            out[what] = True
+    base = None
+    if isinstance(osd, dict):  # the wrapped torch optimizer's state dict: stages 1, 2 / stage 3
+        base = osd.get("base_optimizer_state", osd.get(S.OPTIMIZER_STATE_DICT))
+    state = base.get("state") if isinstance(base, dict) else None
+    if isinstance(state, dict) and state:
+        first = next(iter(state.values()))
+        if isinstance(first, dict):
+            out["optimizer_states"] = sorted(str(k) for k in first)
+    groups = base.get("param_groups") if isinstance(base, dict) else None
+    if isinstance(groups, list):
+        out["param_groups"] = len(groups)
+    return out
 
 
 def _ranges(parts: list[_Segments], start: int, count: int) -> list[tuple[_Segments, int, int]]:

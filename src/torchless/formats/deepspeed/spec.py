@@ -70,6 +70,17 @@ DS_GLOBALS = frozenset(
     }
 )
 
+#: the model states' parts ``info`` names (key -> what it is)
+PARTS = {
+    "module": "model",
+    "optimizer": "optimizer (client)",
+    "lr_scheduler": "lr_scheduler",
+    "data_sampler": "data_sampler",
+    "random_ltd": "random_ltd",
+    "sparse_tensor_module_names": "sparse_tensor_module_names",
+    "ds_config": "ds_config",
+}
+
 _DIGITS = re.compile(r"(\d+)")
 
 
