@@ -523,8 +523,8 @@ def _build_deepspeed(out: Path, samples_dir: Path | None) -> list[Sample]:
     torch = _need("torch")
     _need("deepspeed.utils.zero_to_fp32")
     g = torch.Generator().manual_seed(3)
-    groups = [{"a.weight": (3, 5), "b.weight": (7,)}, {"b.bias": (3,)}]
-    frozen = {"f.weight": (2, 3)}
+    groups: list[dict[str, tuple[int, ...]]] = [{"a.weight": (3, 5), "b.weight": (7,)}, {"b.bias": (3,)}]
+    frozen: dict[str, tuple[int, ...]] = {"f.weight": (2, 3)}
     world = 2
     root = out / "zero3"
     tag = root / "global_step1"
