@@ -205,3 +205,28 @@ def test_scan_reads_rank_files_as_pt(zero: dict, capsys) -> None:
         assert "unknown-global" in out and cls in out
     assert main(["scan", os.path.join(tag, "mp_rank_00_model_states.pt")]) == 0
     assert "CLEAN (torch-zip" in capsys.readouterr().out
+
+
+def test_missing_model_states_of_a_stage3_rank(zero: dict, tmp_path) -> None:
+    tag = _copy(zero, "z3_bf16", tmp_path)
+    os.remove(os.path.join(tag, "zero_pp_rank_1_mp_rank_00_model_states.pt"))
+    with pytest.raises(FormatError, match="one model state file per rank"):
+        torchless.open(os.path.dirname(tag))
+
+
+def test_latest_outside_the_root_is_not_followed(zero: dict, tmp_path) -> None:
+    """``latest`` naming a folder outside the root (``..``, a symlink out) is never read."""
+    tag = _copy(zero, "z2_fp32", tmp_path)
+    root = os.path.dirname(tag)
+    other = tmp_path / "elsewhere"
+    os.rename(tag, other)
+    os.symlink(other, tag)  # global_step2 -> a folder outside the root
+    with pytest.raises(TorchlessError):
+        torchless.open(root, format="deepspeed")
+    for tag_name in ("../elsewhere", ".."):
+        with open(os.path.join(root, "latest"), "w") as f:
+            f.write(tag_name)
+        with pytest.raises(TorchlessError):
+            torchless.open(root, format="deepspeed")
+    with torchless.open(str(other)) as art:  # the tag folder itself, given directly, is fine
+        assert art.info()["zero_stage"] == 2
