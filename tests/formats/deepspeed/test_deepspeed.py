@@ -230,3 +230,25 @@ def test_latest_outside_the_root_is_not_followed(zero: dict, tmp_path) -> None:
             torchless.open(root, format="deepspeed")
     with torchless.open(str(other)) as art:  # the tag folder itself, given directly, is fine
         assert art.info()["zero_stage"] == 2
+
+
+def test_convert_to_npz_and_a_sharded_set(zero: dict, tmp_path) -> None:
+    from safetensors.torch import load_file
+
+    root, want = zero["z3_fp32"]
+    npz = tmp_path / "m.npz"
+    torchless.convert(root, npz)
+    with np.load(npz) as z:
+        assert list(z.files) == list(want)
+        for k, w in want.items():
+            assert z[k].tobytes() == w.detach().numpy().tobytes(), k
+    index = tmp_path / "m.safetensors.index.json"
+    res = torchless.convert(root, index, max_shard_size="300B")
+    shards = [f for f in res["files"] if f.endswith(".safetensors")]
+    assert len(shards) > 1
+    got: dict = {}
+    for f in shards:
+        got.update(load_file(f))
+    assert sorted(got) == sorted(k for k in want if k != "head.weight")
+    for k, v in got.items():
+        assert torch.equal(v, want[k].detach()), k
