@@ -100,7 +100,22 @@ def _built(builder: str, dst: str) -> None:
 
 #: per document: file name in the temporary folder -> sample file, folder or builder
 COMMON = {"model.pt": _model_pt, "a.pt": _model_pt, "b.pt": "state_dict.pt", "downloads": "scan", "samples": "."}
+
+
+def _zero3(dst: str) -> None:
+    """A 2-rank ZeRO-3 checkpoint root in DeepSpeed's layout (the conformance sample)."""
+    import pathlib
+    import tempfile
+
+    from torchless.testing._builtin import _build_deepspeed
+
+    with tempfile.TemporaryDirectory() as tmp:
+        _build_deepspeed(pathlib.Path(tmp), None)
+        shutil.copytree(os.path.join(tmp, "zero3"), dst)
+
+
 FIXTURES = {
+    "docs/deepspeed.md": {"zero3": _zero3},
     "README.md": {"module.pt": "checkpoint.pt", "ckpt": _dcp},
     "docs/pt.md": {},
     "docs/torchscript.md": {

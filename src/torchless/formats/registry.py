@@ -43,6 +43,7 @@ HANDLER_MODULES = [
     "torchless.formats.onnx.handler",
     "torchless.formats.torchscript.handler",
     "torchless.formats.hf.handler",
+    "torchless.formats.deepspeed.handler",
     "torchless.formats.package.handler",
     "torchless.formats.executorch.handler",
     "torchless.formats.dcp.handler",

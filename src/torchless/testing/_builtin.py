@@ -646,3 +646,55 @@ def _build_megatron(out: Path, samples_dir: Path | None) -> list[Sample]:
 
 
 register_conformance(Conformance("megatron", _build_megatron))
+
+
+# -------------------------------------------------------------------------- deepspeed
+def _zero_oracle(root: Path) -> dict[str, Expected]:
+    """DeepSpeed's own ``zero_to_fp32`` consolidation of the checkpoint root."""
+    z2f = _need("deepspeed.utils.zero_to_fp32")
+    return {k: Expected.from_torch(v) for k, v in z2f.get_fp32_state_dict_from_zero_checkpoint(str(root)).items()}
+
+
+def _build_deepspeed(out: Path, samples_dir: Path | None) -> list[Sample]:
+    """A 2-rank ZeRO-3 checkpoint laid out as DeepSpeed 0.19.8 saves one (plain values in
+    place of its pickled classes: zero_to_fp32 reads both): two parameter groups whose
+    sizes do not divide by the world size, a frozen parameter, a float64 buffer, a tied name.
+    (tests/formats/deepspeed writes real ones with DeepSpeed itself.)"""
+    torch = _need("torch")
+    _need("deepspeed.utils.zero_to_fp32")
+    g = torch.Generator().manual_seed(3)
+    groups: list[dict[str, tuple[int, ...]]] = [{"a.weight": (3, 5), "b.weight": (7,)}, {"b.bias": (3,)}]
+    frozen: dict[str, tuple[int, ...]] = {"f.weight": (2, 3)}
+    world = 2
+    root = out / "zero3"
+    tag = root / "global_step1"
+    tag.mkdir(parents=True)
+    (root / "latest").write_text("global_step1")
+    full = {n: torch.randn(s, generator=g) for grp in groups for n, s in grp.items()}
+    fz = {n: torch.randn(s, generator=g) for n, s in frozen.items()}
+
+    def parts(t: Any) -> list[Any]:
+        n = t.numel()
+        per = -(-n // world)
+        flat = torch.cat([t.reshape(-1), torch.zeros(per * world - n)])
+        return [flat[r * per : (r + 1) * per] for r in range(world)]
+
+    for r in range(world):
+        flat_groups = [torch.cat([parts(full[n])[r] for n in grp]) for grp in groups]
+        osd = {"zero_stage": 3, "partition_count": world, "fp32_flat_groups": flat_groups, "loss_scaler": None}
+        torch.save({"optimizer_state_dict": osd, "ds_version": "0.19.8"}, tag / f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt")
+        model = {
+            "module": {"scale": torch.tensor([0.5, 1.25], dtype=torch.float64), **{n: torch.empty(0) for n in full}},
+            "buffer_names": ["scale"],
+            "param_shapes": [{n: torch.Size(s) for n, s in grp.items()} for grp in groups],
+            "frozen_param_shapes": {n: torch.Size(s) for n, s in frozen.items()},
+            "frozen_param_fragments": {n: parts(t)[r].clone() for n, t in fz.items()},
+            "shared_params": {"head.weight": "a.weight"},
+            "ds_version": "0.19.8",
+        }
+        torch.save(model, tag / f"zero_pp_rank_{r}_mp_rank_00_model_states.pt")
+    optim = "global_step1/zero_pp_rank_1_mp_rank_00_optim_states.pt"
+    return [Sample(root, lambda: _zero_oracle(root), fuzz_file=optim, corrupt=truncate(optim), label="zero3-root")]
+
+
+register_conformance(Conformance("deepspeed", _build_deepspeed, oracle=_zero_oracle))
