@@ -110,7 +110,13 @@ def test_every_json_output_matches_its_schema(capsys, tmp_path):
         run_json(capsys, "ts", "set-weights", s("scripted_module.pt"), f"{tmp}/t.safetensors", "-o", f"{tmp}/t.pt", "--json"),
         SCHEMAS["ts-set-weights"],
     )
-    covered |= {"onnx-set-weights", "ts-set-weights"}
+    assert main(["convert", s("mlp.pt2"), f"{tmp}/p.safetensors"]) == 0
+    capsys.readouterr()
+    validate(
+        run_json(capsys, "pt2", "set-weights", s("mlp.pt2"), f"{tmp}/p.safetensors", "-o", f"{tmp}/p.pt2", "--json"),
+        SCHEMAS["pt2-set-weights"],
+    )
+    covered |= {"onnx-set-weights", "ts-set-weights", "pt2-set-weights"}
     capsys.readouterr()
     assert covered == set(SCHEMAS), set(SCHEMAS) - covered
 

@@ -300,6 +300,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "propertyNames": _KEY,
         "additionalProperties": True,
     },
+    "pt2-set-weights": _obj({"output": _STR, "program": _STR, "replaced": _arr(_STR), "kept": _arr(_STR), "ignored": _arr(_STR)}),
     "ts-extra": _obj({"path": _STR, "extra_files": _arr(_obj({"name": _STR, "size": _INT}))}),
     "ts-bytecode": _obj(
         {

@@ -121,7 +121,7 @@ class Pt2Handler(FormatHandler):
     extensions = (".pt2",)
     priority = 20  # before plain checkpoints (pt, 100): the archive also holds .pt records
     description = "torch.export ExportedProgram archive (graph + weights)"
-    capabilities = Capabilities(write_objects=True, write_options=("extra_files", "sample_inputs"))
+    capabilities = Capabilities(write_objects=True, edit=True, write_options=("extra_files", "sample_inputs"))
 
     def sniff(self, probe: Probe) -> bool:
         if probe.is_dir:
