@@ -301,6 +301,23 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "additionalProperties": True,
     },
     "pt2-set-weights": _obj({"output": _STR, "program": _STR, "replaced": _arr(_STR), "kept": _arr(_STR), "ignored": _arr(_STR)}),
+    "error": _obj(
+        {
+            "error": _obj(
+                {
+                    "type": _STR,
+                    "message": _STR,
+                    "path": {"type": ["string", "null"]},
+                    "member": {"type": ["string", "null"]},
+                    "offset": {"type": ["integer", "null"]},
+                    "expected": {"type": ["string", "null"]},
+                    "found": {"type": ["string", "null"]},
+                    "hint": {"type": ["string", "null"]},
+                    "text": _STR,
+                }
+            )
+        }
+    ),
     "ts-extra": _obj({"path": _STR, "extra_files": _arr(_obj({"name": _STR, "size": _INT}))}),
     "ts-bytecode": _obj(
         {
