@@ -93,5 +93,20 @@ def test_set_weights_command(pt2_files, tmp_path, torch, capsys):
     save_file({"l1.weight": torch.zeros(1)}, tmp_path / "bad.safetensors")
     assert main(["pt2", "set-weights", str(out), str(tmp_path / "bad.safetensors"), "-o", str(tmp_path / "x.pt2")]) == 2
     assert "does not fit" in capsys.readouterr().err and not (tmp_path / "x.pt2").exists()
+    assert main([*argv]) == 2  # the output exists: refused, --force named
+    assert "--force" in capsys.readouterr().err
+    argv[-1] = str(tmp_path / "y.pt2")
     assert main([*argv]) == 2  # the prefix left on: no such tensors
-    assert "--strip-prefix" in capsys.readouterr().err
+    assert "--strip-prefix" in capsys.readouterr().err and not (tmp_path / "y.pt2").exists()
+    # in place, with --force: the old archive is read in full before the replace
+    assert (
+        main(["pt2", "set-weights", str(out), str(tmp_path / "w.safetensors"), "-o", str(out), "--strip-prefix", "model."]) == 2
+    )
+    assert "--force" in capsys.readouterr().err
+    save_file({k: v + 1 for k, v in new.items()}, tmp_path / "w2.safetensors")
+    assert main(["pt2", "set-weights", str(out), str(tmp_path / "w2.safetensors"), "-o", str(out), "--force"]) == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ep = torch.export.load(out)
+    for k, v in new.items():
+        assert torch.equal(ep.state_dict[k], v + 1), k

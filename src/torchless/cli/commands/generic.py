@@ -107,11 +107,15 @@ def _progress_wanted(args: argparse.Namespace) -> bool:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
+    from ._output import check_output
     from .dcp import cleanup_command, ranged_options
 
     if args.cleanup:
         return cleanup_command(args.dst, folder=False, as_json=args.json)
     ranged = ranged_options(args)
+    if not ranged.get("resume"):  # a resumed job continues what an interrupted one began
+        shard_index = (args.dst + ".index.json",) if args.max_shard_size and isinstance(args.dst, str) else ()
+        check_output(args.dst, force=args.force, also=shard_index)
     with _open(args.src, args.format) as art:  # one detection, one parse: convert takes the open artifact
         total = sum(t.nbytes for _, t in art.tensors())
         prog = Progress(total, f"convert {args.dst}", force=_progress_wanted(args))
@@ -279,7 +283,10 @@ def register(sub: Any) -> None:
         "--strict", action="store_true", help="refuse when the destination cannot hold a value of the source (nothing is written)"
     )
     p.add_argument("--progress", action="store_true", help="show progress on stderr even when it is not a terminal")
+    from ._output import add_force_flag
     from .dcp import add_executor_flags
+
+    add_force_flag(p)
 
     add_executor_flags(p)
     p.add_argument("--json", action="store_true", help="machine-readable result, with every dropped value (schema: docs/cli.md)")

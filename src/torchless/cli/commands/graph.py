@@ -104,7 +104,9 @@ def cmd_set_weights(args: argparse.Namespace) -> int:
     from ...formats.pt2.write import set_weights
     from ..render import emit_json
     from ._fit import open_required
+    from ._output import check_output
 
+    check_output(args.output, force=args.force)
     with open_required(args.model, ("pt2",), "pt2 set-weights") as art:
         if not isinstance(art, Pt2Artifact):  # the pt2 handler opened it
             raise InternalError(f"the pt2 handler opened {type(art).__name__}")
@@ -125,6 +127,8 @@ def cmd_set_weights(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
+    from ._output import add_force_flag
+
     p = sub.add_parser("pt2", help="torch.export archive tools (set-weights)", description="torch.export archive tools")
     psub = p.add_subparsers(dest="pt2_command", metavar="SUBCOMMAND")
     psub.required = True
@@ -132,11 +136,14 @@ def register(sub: Any) -> None:
     q = psub.add_parser("set-weights", help=h, description=h)
     q.add_argument("model", help="source .pt2 archive")
     q.add_argument("weights", help="weights file (state dict): .pt, .safetensors, .npz ... (names as in `torchless ls`)")
-    q.add_argument("-o", "--output", required=True, help="new .pt2 archive (may be the source)")
+    q.add_argument(
+        "-o", "--output", required=True, help="new .pt2 archive (an existing file, the source included, needs --force)"
+    )
     q.add_argument("--program", help="which model of a multi-model archive (default: the only one, or 'model')")
     q.add_argument("--allow-missing", action="store_true", help="ignore weights that name no tensor of the program")
     q.add_argument("--strip-prefix", help="remove this prefix from weight names first (e.g. 'model.')")
     q.add_argument("--json", action="store_true", help="machine-readable result (schema: docs/cli.md)")
+    add_force_flag(q)
     q.set_defaults(func=cmd_set_weights)
     p = sub.add_parser(
         "graph",
