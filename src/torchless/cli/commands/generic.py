@@ -178,8 +178,16 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    from ...core.digests import check_digests
+    from ...formats.registry import handler
+
     with _open(args.path, args.format) as art:
         problems = art.verify()
+    checksum = handler(art.format).capabilities.checksum or None  # the format's declaration
+    digests, more = (
+        check_digests(args.path, sha256=args.sha256, manifest=args.manifest) if args.sha256 or args.manifest else ([], [])
+    )
+    problems = [*problems, *more]
     errors = [p for p in problems if p.severity == "error"]
     warnings = [p for p in problems if p.severity == "warning"]
     notes = [p for p in problems if p.severity not in ("error", "warning")]
@@ -194,6 +202,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 "warnings": len(warnings),
                 "notes": len(notes),
                 "problems": [p.to_dict() for p in problems],
+                "checksum": checksum,
+                "digests": [d.to_dict() for d in digests],
             },
         )
     else:
@@ -201,6 +211,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
             where = f" [{p.member}]" if p.member else ""
             at = f" @{p.offset}" if p.offset is not None else ""
             print(f"{p.severity}: {p.code}{where}{at}: {p.message}")
+        if checksum is None and not digests:
+            print(f"note: {art.format}: this format carries no checksum; --sha256 or --manifest compare digests")
+        if digests:
+            good = sum(d.ok for d in digests)
+            print(f"sha256: {good} of {len(digests)} files match")
         tail = f", {len(notes)} notes" if notes else ""
         print(f"{args.path}: {'OK' if not errors else 'FAILED'} ({len(errors)} errors, {len(warnings)} warnings{tail})")
     return 1 if errors else 0
@@ -312,9 +327,17 @@ def register(sub: Any) -> None:
     p = add(
         "verify",
         cmd_verify,
-        "check structure, every checksum the format has (zip CRC-32s, sizes) and tensor bounds; exit 1 on errors",
+        "check structure, every checksum the format has (zip CRC-32s, sizes) and tensor bounds, and digests when "
+        "given; says when the format carries no checksum; exit 1 on errors",
         writes_nothing=True,
     )
     p.add_argument("path")
     p.add_argument("--json", action="store_true", help="machine-readable output (schema: docs/cli.md)")
     p.add_argument("--format")
+    p.add_argument("--sha256", metavar="HEX", help="the file's expected SHA-256: exit 1 when it differs")
+    p.add_argument(
+        "--manifest",
+        metavar="FILE",
+        help="a sha256sum list (HEX  NAME, names relative to FILE's folder): every listed file is checked, exit 1 "
+        "naming each one that differs or is missing",
+    )

@@ -162,6 +162,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                 "edit": _BOOL,
                 "open_options": _arr(_STR),
                 "write_options": _arr(_STR),
+                "checksum": {"type": ["string", "null"]},
             }
         )
     ),
@@ -192,7 +193,17 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         }
     ),
     "verify": _obj(
-        {"path": _STR, "format": _STR, "ok": _BOOL, "errors": _INT, "warnings": _INT, "notes": _INT, "problems": _arr(_PROBLEM)}
+        {
+            "path": _STR,
+            "format": _STR,
+            "ok": _BOOL,
+            "errors": _INT,
+            "warnings": _INT,
+            "notes": _INT,
+            "problems": _arr(_PROBLEM),
+            "checksum": {"type": ["string", "null"]},
+            "digests": _arr(_obj({"file": _STR, "expected": _STR, "actual": {"type": ["string", "null"]}, "ok": _BOOL})),
+        }
     ),
     "reshard": _obj(
         {
