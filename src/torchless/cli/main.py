@@ -167,10 +167,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if v is not None and v is not False:
                     setattr(args, k, v)
         except SystemExit as e:  # argparse: usage errors exit 2, --help/--version exit 0
-            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
-            if code == 2 and _usage_error is not None and "--json" in argv[: (argv + ["--"]).index("--")]:
+            exit_code = e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+            if exit_code == 2 and _usage_error is not None and "--json" in argv[: (argv + ["--"]).index("--")]:
                 _json_error({"type": "UsageError", "message": _usage_error, "path": None, "text": _usage_error})
-            return code
+            return exit_code
         global _writes_nothing
         _writes_nothing = getattr(args, "writes_nothing", False) is True
         from .._start import command_starts

@@ -122,6 +122,14 @@ def cmd_convert(args: argparse.Namespace) -> int:
         try:
             extra: dict[str, Any] = {"max_shard_size": args.max_shard_size} if args.max_shard_size else {}
             extra.update(ranged)
+            extra.update(
+                dtype=args.dtype,
+                dtype_all=args.dtype_all,
+                include=args.include,
+                exclude=args.exclude,
+                strip_prefix=args.strip_prefix,
+                add_prefix=args.add_prefix,
+            )
             res = convert(art, args.dst, dst_format=args.to, progress=prog, strict=args.strict, **extra)
         finally:
             prog.close()
@@ -297,6 +305,20 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--strict", action="store_true", help="refuse when the destination cannot hold a value of the source (nothing is written)"
     )
+    g = p.add_argument_group(
+        "tensors on the way (in this order: --include, --exclude, --strip-prefix, --add-prefix, --dtype; "
+        "with any of them only the tensors travel, as a flat state dict)"
+    )
+    g.add_argument("--include", action="append", metavar="GLOB", help="keep the tensors whose dotted name matches (repeatable)")
+    g.add_argument("--exclude", action="append", metavar="GLOB", help="then drop the tensors whose name matches (repeatable)")
+    g.add_argument("--strip-prefix", metavar="PREFIX", help="remove PREFIX from the names that start with it")
+    g.add_argument("--add-prefix", metavar="PREFIX", help="put PREFIX before every name")
+    g.add_argument(
+        "--dtype",
+        metavar="DTYPE",
+        help="cast the floating-point tensors to DTYPE (bfloat16, float16, float32, float64) as torch's .to(dtype) rounds",
+    )
+    g.add_argument("--dtype-all", action="store_true", help="with --dtype: cast integer and bool tensors too")
     p.add_argument("--progress", action="store_true", help="show progress on stderr even when it is not a terminal")
     from ._output import add_force_flag
     from .dcp import add_executor_flags

@@ -321,7 +321,13 @@ def set_weights(
                 new.requires_grad, new.is_parameter = old.requires_grad, old.is_parameter
                 table[name] = new
                 replaced.append(name)
-            save_pt2(out, dict(arc.programs), extra_files=arc.extra_files)
+            # extra files byte for byte (``arc.extra_files`` holds them decoded as text)
+            extra: dict[str, str | bytes] = {
+                r[len(C.EXTRA_DIR) :]: bytes(arc.zip.read(r))
+                for r in arc.records
+                if r.startswith(C.EXTRA_DIR) and not r.endswith("/")
+            }
+            save_pt2(out, dict(arc.programs), extra_files=extra)
         finally:
             if w is not None:
                 w.close()
