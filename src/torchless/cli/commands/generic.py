@@ -187,11 +187,12 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from ...core.digests import check_digests
-    from ...formats.registry import handler
+    from ...formats.registry import handlers
 
     with _open(args.path, args.format) as art:
         problems = art.verify()
-    checksum = handler(art.format).capabilities.checksum or None  # the format's declaration
+    declared = next((h.capabilities for h in handlers() if h.name == art.format), None)
+    checksum = (declared.checksum if declared is not None else "") or None  # the format's declaration; none: None
     digests, more = (
         check_digests(args.path, sha256=args.sha256, manifest=args.manifest) if args.sha256 or args.manifest else ([], [])
     )
