@@ -116,20 +116,25 @@ def cmd_convert(args: argparse.Namespace) -> int:
     if not ranged.get("resume"):  # a resumed job continues what an interrupted one began
         shard_index = (args.dst + ".index.json",) if args.max_shard_size and isinstance(args.dst, str) else ()
         check_output(args.dst, force=args.force, also=shard_index)
+    from ...formats.transform import Transform
+
+    on_the_way = {
+        "dtype": args.dtype,
+        "dtype_all": args.dtype_all,
+        "include": args.include,
+        "exclude": args.exclude,
+        "strip_prefix": args.strip_prefix,
+        "add_prefix": args.add_prefix,
+    }
+    tf = Transform.make(**on_the_way)
     with _open(args.src, args.format) as art:  # one detection, one parse: convert takes the open artifact
-        total = sum(t.nbytes for _, t in art.tensors())
+        # the bytes written: after the filters and the cast (tensors listed, none read)
+        total = sum(t.nbytes for _, t in (tf.apply(art.tensors(), path=args.src) if tf.active else art.tensors()))
         prog = Progress(total, f"convert {args.dst}", force=_progress_wanted(args))
         try:
             extra: dict[str, Any] = {"max_shard_size": args.max_shard_size} if args.max_shard_size else {}
             extra.update(ranged)
-            extra.update(
-                dtype=args.dtype,
-                dtype_all=args.dtype_all,
-                include=args.include,
-                exclude=args.exclude,
-                strip_prefix=args.strip_prefix,
-                add_prefix=args.add_prefix,
-            )
+            extra.update(on_the_way)
             res = convert(art, args.dst, dst_format=args.to, progress=prog, strict=args.strict, **extra)
         finally:
             prog.close()
