@@ -12,6 +12,7 @@ import sys
 import numpy as np
 import pytest
 
+import torchless
 from torchless.cli.main import main
 from torchless.cli.schemas import SCHEMAS, validate
 
@@ -123,3 +124,7 @@ def test_bad_digest_inputs_exit_2(st, tmp_path, capsys):
     assert "line 1" in capsys.readouterr().err
     assert main(["verify", SAMPLES + "/dcp_ckpt", "--sha256", "0" * 64]) == 2
     assert "--manifest" in capsys.readouterr().err
+    from torchless.core.digests import check_digests
+
+    with pytest.raises(torchless.UsageError, match="local files only"):
+        check_digests("memory://bucket/w.safetensors", sha256="0" * 64)

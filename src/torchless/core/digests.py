@@ -104,8 +104,12 @@ def check_digests(path: str, *, sha256: str | None = None, manifest: str | None 
     that the manifest does not list.
 
     Raises:
-        UsageError: ``sha256`` is not 64 hex digits, or is given for a folder.
+        UsageError: ``sha256`` is not 64 hex digits, or is given for a folder; a URL.
     """
+    from .remote import is_url
+
+    if is_url(path) or (manifest is not None and is_url(manifest)):
+        raise UsageError("--sha256 and --manifest check local files only", path=path)
     digests: list[Digest] = []
     problems: list[Problem] = []
 
