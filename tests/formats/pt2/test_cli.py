@@ -110,3 +110,17 @@ def test_set_weights_command(pt2_files, tmp_path, torch, capsys):
         ep = torch.export.load(out)
     for k, v in new.items():
         assert torch.equal(ep.state_dict[k], v + 1), k
+
+
+def test_set_weights_keeps_extra_files(pt2_files, tmp_path):
+    import zipfile
+
+    w, out = tmp_path / "w.safetensors", tmp_path / "o.pt2"
+    assert main(["convert", str(pt2_files["mlp"]), str(w)]) == 0
+    assert main(["pt2", "set-weights", str(pt2_files["mlp"]), str(w), "-o", str(out)]) == 0
+
+    def extras(p):
+        with zipfile.ZipFile(p) as z:
+            return {i.filename.split("/", 1)[1]: z.read(i) for i in z.infolist() if "/extra/" in i.filename}
+
+    assert extras(out) == extras(pt2_files["mlp"]) and extras(out)
