@@ -152,6 +152,12 @@ def convert(
     dst_format: str | None = None,
     progress: Callable[[int], None] | None = None,
     strict: bool = False,
+    dtype: Any = None,
+    dtype_all: bool = False,
+    include: str | Iterable[str] | None = None,
+    exclude: str | Iterable[str] | None = None,
+    strip_prefix: str | None = None,
+    add_prefix: str | None = None,
     **kw: Any,
 ) -> dict[str, Any]:
     """Copy ``src`` into a new file ``dst`` (format from its extension, or ``dst_format``).
@@ -168,6 +174,17 @@ def convert(
             :class:`~torchless.formats.base.Artifact` already open (used as it is and left
             open: the caller that opened it closes it).
         strict: refuse (before writing anything) when the conversion would drop a value.
+        dtype: cast the floating-point tensors to this dtype (``"bfloat16"``,
+            ``"float16"``, ``"float32"``, ``"float64"``, or a torch dtype) as torch's
+            ``.to(dtype)`` rounds; ``dtype_all``: integer and bool tensors too.
+        include / exclude: globs (``fnmatch``) on the dotted source names: keep the
+            names that match an ``include`` (all when none), then drop those matching an
+            ``exclude``.
+        strip_prefix / add_prefix: then remove a prefix from the names that have it,
+            and put one before every name.
+            The steps are those of :mod:`torchless.formats.transform`, in that order; with
+            any of them only the tensors travel (a flat state dict, even to ``.pt``), each
+            cast as it is written.
         **kw: options of the destination format (``max_shard_size`` for safetensors);
             an option the destination does not take is an error.
 
@@ -176,10 +193,15 @@ def convert(
         "dropped": [{"key", "type"}]}``.
 
     Raises:
-        UsageError: an option that does not apply, or ``strict`` and something would be
-            dropped.
+        UsageError: an option that does not apply, ``strict`` and something would be
+            dropped, or two tensors renamed to one name (both named).
     """
     from .formats.pt.handler import PtArtifact
+    from .formats.transform import Transform
+
+    tf = Transform.make(
+        dtype=dtype, dtype_all=dtype_all, include=include, exclude=exclude, strip_prefix=strip_prefix, add_prefix=add_prefix
+    )
 
     h = tensor_writer(dst, dst_format)
     # range tasks on an executor (sharded safetensors): not options of the format
@@ -197,6 +219,10 @@ def convert(
     try:
         if ranged and art.format == "hf":
             raise UsageError("an executor does not apply to Hugging Face checkpoint folders yet", path=art.path)
+        if tf.active:
+            if ranged:
+                raise UsageError("an executor does not apply with dtype, include, exclude or prefixes yet", path=art.path)
+            return _convert_transformed(art, dst, h, tf, progress=progress, strict=strict, options=kw)
         opts = {**kw, **ranged} if art.format == "dcp" else kw
         res = art.convert_to(dst, format=h.name, progress=progress, strict=strict, options=opts)  # dcp, hf: their own export
         if res is not None:
@@ -271,12 +297,7 @@ def convert(
                 "bytes": sum(t.nbytes for n, t in items if n not in aliases),
             }
         if strict and dropped:
-            shown = ", ".join(d["key"] or d["type"] for d in dropped[:8]) + (" ..." if len(dropped) > 8 else "")
-            raise UsageError(
-                f"converting to {h.name} would drop {len(dropped)} value(s): {shown}",
-                path=src if own else art.path,
-                hint="write .pt to keep the whole object and shared tensors, or leave out --strict to convert the tensors only",
-            )
+            _refuse_drop(dropped, h.name, src if own else art.path)
         if ranged:  # range tasks: the workers read the source themselves
             from .formats.ranged import write_shards
 
@@ -290,3 +311,44 @@ def convert(
         if own:
             art.close()
     return {**total, "files": files, "object_kept": obj_kept, "dropped": dropped}
+
+
+def _refuse_drop(dropped: list[dict[str, str]], dst_format: str, path: Any) -> None:
+    shown = ", ".join(d["key"] or d["type"] for d in dropped[:8]) + (" ..." if len(dropped) > 8 else "")
+    raise UsageError(
+        f"converting to {dst_format} would drop {len(dropped)} value(s): {shown}",
+        path=path,
+        hint="write .pt to keep the whole object and shared tensors, or leave out --strict to convert the tensors only",
+    )
+
+
+def _convert_transformed(
+    art: Artifact, dst: Any, h: Any, tf: Any, *, progress: Any, strict: bool, options: dict[str, Any]
+) -> dict[str, Any]:
+    """:func:`convert` with filters, renames or a cast: the tensors alone, streamed."""
+    from .formats.pt.handler import PtArtifact
+
+    items = tf.apply(art.tensors(), path=art.path)
+    if not items:
+        raise UsageError("no tensor is left to convert", path=art.path, hint="check --include/--exclude against `torchless ls`")
+    kw = dict(options)
+    dropped: list[dict[str, str]] = []
+    if isinstance(art, PtArtifact):
+        dropped = _non_tensor_leaves(art.checkpoint.obj)
+    elif art.format == "safetensors":
+        meta = getattr(art, "metadata", None) or {}
+        if meta and h.name == "safetensors" and "metadata" not in kw:
+            kw["metadata"] = meta
+        elif meta:
+            from .formats.safetensors_spec import METADATA_KEY
+
+            dropped = [{"key": METADATA_KEY, "type": "dict"}]
+    elif art.format not in ("hf", "npz"):
+        dropped = [
+            {"key": "", "type": f"everything in the {art.format} artifact that is not a tensor; only its tensors are converted"}
+        ]
+    if strict and dropped:
+        _refuse_drop(dropped, h.name, art.path)
+    files = write_tensors(items, dst, format=h.name, progress=progress, **kw)
+    total = {"tensors": len(items), "bytes": sum(t.nbytes for _, t in items)}
+    return {**total, "files": files, "object_kept": False, "dropped": dropped}

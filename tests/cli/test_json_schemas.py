@@ -111,7 +111,13 @@ def test_every_json_output_matches_its_schema(capsys, tmp_path):
         run_json(capsys, "ts", "set-weights", s("scripted_module.pt"), f"{tmp}/t.safetensors", "-o", f"{tmp}/t.pt", "--json"),
         SCHEMAS["ts-set-weights"],
     )
-    covered |= {"onnx-set-weights", "ts-set-weights"}
+    assert main(["convert", s("mlp.pt2"), f"{tmp}/p.safetensors"]) == 0
+    capsys.readouterr()
+    validate(
+        run_json(capsys, "pt2", "set-weights", s("mlp.pt2"), f"{tmp}/p.safetensors", "-o", f"{tmp}/p.pt2", "--json"),
+        SCHEMAS["pt2-set-weights"],
+    )
+    covered |= {"onnx-set-weights", "ts-set-weights", "pt2-set-weights", "error"}  # error: test_json_errors_are_documents
     capsys.readouterr()
     assert covered == set(SCHEMAS), set(SCHEMAS) - covered
 
@@ -179,3 +185,70 @@ def test_torchscript_info_json_is_whole(capsys, tmp_path, torch):
     tree = info["tree"]
     assert tree["__kind__"] == "object" and tree["fields"]["ids"] == list(range(30))
     assert tree["fields"]["lin"]["fields"]["weight"]["__kind__"] == "tensor"
+
+
+def _json_commands():
+    """The argv prefix of every command that takes --json (``["ts", "set-weights"]``...)."""
+    found = []
+
+    def visit(p, prefix):
+        subs = [a for a in p._actions if a.__class__.__name__ == "_SubParsersAction"]
+        if not subs:
+            if any("--json" in a.option_strings for a in p._actions):
+                found.append(prefix)
+            return
+        for name, sp in subs[0].choices.items():
+            if name not in {a for a in sp.prog.split()[:-1]}:
+                visit(sp, [*prefix, name])
+
+    visit(build_parser(), [])
+    return found
+
+
+def _error_doc(capsys, argv):
+    code = main([str(a) for a in argv])
+    out = capsys.readouterr()
+    assert code == 2, (argv, out.err)
+    assert out.err.count("\n") >= 1 and "error:" in out.err  # the line on stderr stays
+    doc = json.loads(out.out)
+    validate(doc, SCHEMAS["error"])
+    return doc["error"]
+
+
+def test_json_errors_are_documents(capsys, tmp_path):
+    """With --json a failure prints {"error": {...}} on stdout and exits 2, as without."""
+    missing = str(tmp_path / "missing.pt")
+    err = _error_doc(capsys, ["info", missing, "--json"])
+    assert err["type"] == "NotFoundError" and err["path"] == missing and missing in err["text"]
+    err = _error_doc(capsys, ["convert", s("checkpoint.pt"), f"{tmp_path}/x.unknown", "--to", "nope", "--json"])
+    assert "nope" in err["text"]
+    err = _error_doc(capsys, ["onnx", "graph", s("mlp.pt2"), "--json"])  # the wrong kind of input
+    assert "graph" in err["text"]
+    err = _error_doc(capsys, ["ts", "set-weights", s("scripted_module.pt"), missing, "-o", f"{tmp_path}/o.pt", "--json"])
+    assert err["path"] == missing
+    err = _error_doc(capsys, ["verify", s("checkpoint.pt"), "--json", "--storage-options", "{"])
+    assert "--storage-options" in err["message"]
+    # a usage error argparse finds, on every command that takes --json
+    for prefix in _json_commands():
+        err = _error_doc(capsys, [*prefix, "--json", "--no-such-option"])
+        assert err["type"] == "UsageError" and err["message"], prefix
+    # without --json: the line on stderr only
+    assert main(["info", missing]) == 2
+    assert capsys.readouterr().out == ""
+
+
+def test_json_error_as_a_user_types_it(tmp_path):
+    import subprocess
+    import sys
+
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    env = {**os.environ, "PYTHONPATH": os.path.abspath(os.path.join(root, "src"))}
+    r = subprocess.run(
+        [sys.executable, "-m", "torchless", "ls", "--json", str(tmp_path / "none.safetensors")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert r.returncode == 2 and r.stderr.startswith("torchless: error:")
+    assert json.loads(r.stdout)["error"]["type"] == "NotFoundError"

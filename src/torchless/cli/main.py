@@ -47,6 +47,11 @@ class _Parser(argparse.ArgumentParser):
         make: Any = self.formatter_class  # every HelpFormatter takes a width
         return make(prog=self.prog, width=_help_width())
 
+    def error(self, message: str) -> Any:  # argparse: a usage error, then exit 2
+        global _usage_error
+        _usage_error = message
+        super().error(message)
+
 
 def _help_width() -> int:
     try:
@@ -147,7 +152,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     Every failure is one line on stderr and exit code 2: a :class:`TorchlessError`
     (bad input or usage) as its message, anything else as an internal error that says
     it is a torchless bug. Ctrl-C is one line and exit code 130. Never a traceback.
+    With ``--json``, a failure also prints the ``error`` document on stdout (see
+    :func:`_json_error`).
     """
+    global _usage_error
+    _usage_error = None
     try:
         argv, global_opts = _global_options(list(sys.argv[1:] if argv is None else argv))
         # the command's own parser when the first word names one (argparse dispatches on it)
@@ -158,13 +167,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if v is not None and v is not False:
                     setattr(args, k, v)
         except SystemExit as e:  # argparse: usage errors exit 2, --help/--version exit 0
-            return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+            exit_code = e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+            if exit_code == 2 and _usage_error is not None and "--json" in argv[: (argv + ["--"]).index("--")]:
+                _json_error({"type": "UsageError", "message": _usage_error, "path": None, "text": _usage_error})
+            return exit_code
         global _writes_nothing
         _writes_nothing = getattr(args, "writes_nothing", False) is True
         from .._start import command_starts
 
         command_starts()  # from here a Ctrl-C unwinds (KeyboardInterrupt) so writes clean up
-        if args.storage_options is not None and (code := _set_storage_options(args.storage_options)) is not None:
+        if args.storage_options is not None and (code := _set_storage_options(args)) is not None:
             return code
         if not args.stats:
             return _run(args)
@@ -191,8 +203,7 @@ def _run(args: argparse.Namespace) -> int:
     except TorchlessError as e:
         if (code := _lost_interrupt()) is not None:
             return code
-        _say(f"error: {e}")
-        return 2
+        return _fail(args, str(e), e)
     except BrokenPipeError:  # `torchless ls | head`: the reader went away, not an error
         try:
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
@@ -202,19 +213,45 @@ def _run(args: argparse.Namespace) -> int:
     except OSError as e:  # the system refused (permissions, disk full...): the input's fault or the machine's
         if (code := _lost_interrupt()) is not None:
             return code
-        _say(f"error: {e.strerror or type(e).__name__}" + (f": {e.filename}" if e.filename else ""))
-        return 2
+        text = (e.strerror or type(e).__name__) + (f": {e.filename}" if e.filename else "")
+        return _fail(args, text, {"type": type(e).__name__, "message": e.strerror or str(e), "path": e.filename})
     except (RecursionError, MemoryError) as e:
-        _say(
-            f"error: input too large or too deeply nested ({type(e).__name__}); "
-            "torchless's limits should have caught it, please report"
+        text = (
+            f"input too large or too deeply nested ({type(e).__name__}); torchless's limits should have caught it, please report"
         )
-        return 2
+        return _fail(args, text, {"type": type(e).__name__, "message": text, "path": None})
     except Exception as e:  # noqa: BLE001 - the last line of defence: a bug, said once
         if (code := _lost_interrupt()) is not None:  # e.g. a KeyError from an interrupted import
             return code
-        _say(f"error: {InternalError.wrap(e, f'running {args.command!r}')}")
-        return 2
+        err = InternalError.wrap(e, f"running {args.command!r}")
+        return _fail(args, str(err), err)
+
+
+def _fail(args: argparse.Namespace, text: str, error: TorchlessError | dict[str, Any]) -> int:
+    """Exit code 2 for a failed command: one line on stderr, and with ``--json`` the
+    ``error`` document (schema ``error``) on stdout too."""
+    _say(f"error: {text}")
+    if getattr(args, "json", False) is True:
+        if isinstance(error, TorchlessError):
+            d = error.to_dict()
+            d["type"] = d.pop("error")
+        else:
+            d = dict(error)
+        _json_error({**d, "text": text})
+    return 2
+
+
+def _json_error(fields: dict[str, Any]) -> None:
+    """The ``--json`` document of a failure: ``{"error": {type, message, path, member,
+    offset, expected, found, hint, text}}`` (``text``: the line said on stderr)."""
+    from .render import emit_json
+
+    keys = ("type", "message", "path", "member", "offset", "expected", "found", "hint", "text")
+    try:
+        emit_json("error", {"error": {k: fields.get(k) for k in keys}})
+        sys.stdout.flush()
+    except (OSError, ValueError):  # stdout closed: the exit code still tells
+        pass
 
 
 def _global_options(argv: list[str]) -> tuple[list[str], dict[str, object]]:
@@ -241,19 +278,19 @@ def _global_options(argv: list[str]) -> tuple[list[str], dict[str, object]]:
     return out, found
 
 
-def _set_storage_options(text: str) -> int | None:
+def _set_storage_options(args: argparse.Namespace) -> int | None:
     import json
 
     from ..core.remote import set_default_options
 
     try:
-        opts = json.loads(text)
+        opts = json.loads(args.storage_options)
     except ValueError as e:
-        _say(f"error: --storage-options is not JSON: {e}")
-        return 2
+        text = f"--storage-options is not JSON: {e}"
+        return _fail(args, text, {"type": "UsageError", "message": text, "path": None})
     if not isinstance(opts, dict):
-        _say("error: --storage-options must be a JSON object")
-        return 2
+        text = "--storage-options must be a JSON object"
+        return _fail(args, text, {"type": "UsageError", "message": text, "path": None})
     set_default_options(opts)
     return None
 
@@ -289,6 +326,9 @@ def _say(text: str) -> None:
     except (OSError, ValueError):  # stderr closed: nothing left to tell
         pass
 
+
+#: set by :meth:`_Parser.error`: the last usage error argparse reported
+_usage_error: str | None = None
 
 #: set by :func:`main`: the command that ran declared that it writes nothing
 #: (``writes_nothing`` in its parser's defaults: ``info``, ``ls``, ``verify``...)

@@ -49,6 +49,7 @@ __all__ = [
     "AtomicFile",
     "AtomicDir",
     "atomic_write_bytes",
+    "make_folder_for",
     "publish",
     "clean_stale",
     "holding_signals",
@@ -859,6 +860,17 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def make_folder_for(path: Any) -> None:
+    """Create the folder that will hold ``path``, with its missing parents, as
+    ``save_pretrained`` creates its directory (sharded outputs); nothing for a URL (object
+    stores have no folders to make) or a name in the current folder."""
+    from .remote import is_url
+
+    folder = os.path.dirname(os.fspath(path)) if isinstance(path, (str, os.PathLike)) else ""
+    if folder and not is_url(path):
+        os.makedirs(folder, exist_ok=True)
 
 
 def atomic_write_bytes(path: PathLike, data: bytes) -> None:

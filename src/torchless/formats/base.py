@@ -24,6 +24,7 @@ from ..pickle.machine import Limits
 
 __all__ = [
     "CAPABILITIES",
+    "ZIP_CRC",
     "CAPABILITY_TEXT",
     "Artifact",
     "Capabilities",
@@ -102,6 +103,9 @@ OPEN_OPTIONS: tuple[str, ...] = LOAD_POLICY_FIELDS
 WRITE_OPTIONS: tuple[str, ...] = ("progress",)
 
 #: the capability flags of :class:`Capabilities`, in the order listings show them
+#: the :attr:`Capabilities.checksum` of the zip containers torch writes
+ZIP_CRC = "zip CRC-32 of every record"
+
 CAPABILITIES: tuple[str, ...] = ("read", "list", "verify", "write_tensors", "write_objects", "edit")
 
 
@@ -126,6 +130,9 @@ class Capabilities:
         open_options: the handler's own ``open`` options, besides the load policy
             (:data:`OPEN_OPTIONS`).
         write_options: the handler's own writer options, besides :data:`WRITE_OPTIONS`.
+        checksum: what the format's own integrity check covers (``verify`` checks it),
+            or ``""``: the format carries no checksum, so a flipped payload byte passes
+            ``verify`` unseen (``verify --sha256``/``--manifest`` compare digests).
     """
 
     read: bool = True
@@ -136,6 +143,7 @@ class Capabilities:
     edit: bool = False
     open_options: tuple[str, ...] = ()
     write_options: tuple[str, ...] = ()
+    checksum: str = ""
 
     def flags(self) -> tuple[str, ...]:
         """The names of the capabilities that are declared true, in :data:`CAPABILITIES` order."""
@@ -147,6 +155,7 @@ class Capabilities:
             **{c: bool(getattr(self, c)) for c in CAPABILITIES},
             "open_options": list(accepted_options(self, "open")),
             "write_options": list(accepted_options(self, "write")) if self.write_tensors or self.write_objects else [],
+            "checksum": self.checksum or None,
         }
 
 

@@ -38,7 +38,7 @@ from ..core.errors import ChecksumError, FormatError, TorchlessError, Unsupporte
 from ..core.findings import Problem
 from ..core.source import ByteSource, BytesSource, open_source
 from ..core.tensor import Storage, Tensor, as_tensor, unique_names
-from .base import Artifact, Capabilities, FormatHandler, LoadPolicy, Probe
+from .base import ZIP_CRC, Artifact, Capabilities, FormatHandler, LoadPolicy, Probe
 from .npz_spec import DTYPE_COMMENT, DTYPES_MEMBER, NPY_MAGIC, NPY_SUFFIX, check_name, is_npy, is_npz_head, member_key
 from .registry import register
 
@@ -361,7 +361,7 @@ class NpzHandler(FormatHandler):
     extensions = (".npz", ".npy")
     priority = 90
     description = "NumPy .npz/.npy"
-    capabilities = Capabilities(write_tensors=True, write_options=("compress",))
+    capabilities = Capabilities(write_tensors=True, write_options=("compress",), checksum=ZIP_CRC + " (a bare .npy file: none)")
 
     def sniff(self, probe: Probe) -> bool:
         if probe.is_dir:

@@ -241,11 +241,15 @@ def write_safetensors_sharded(
     Shards are filled in order and a new one starts when the next tensor would exceed
     ``max_shard_size`` (a tensor larger than that gets a shard of its own). With one
     shard, ``path`` itself is written and no index. Exact aliases are stored once
-    (:mod:`.shared`), recorded in every shard's ``__metadata__``. Returns the files written.
+    (:mod:`.shared`), recorded in every shard's ``__metadata__``. The folder of ``path`` and
+    its missing parents are created (as ``save_pretrained`` does). Returns the files written.
     """
     import os
 
+    from ..core.atomic import make_folder_for
+
     limit = parse_size(max_shard_size)
+    make_folder_for(path)
     groups: list[list[tuple[str, Any]]] = [[]]
     size = 0
     total = 0

@@ -102,7 +102,7 @@ def test_shards_resume_and_cleanup(source, tmp_path):
     r = _cli(*argv, "--resume", "--json")
     assert r.returncode == 0, r.stderr
     assert _files(out) == _files(want) and len(_files(want)) > 3
-    r = _cli(*argv, kill=f"{tmp_path / 'k2'}:2")
+    r = _cli(*argv, "--force", kill=f"{tmp_path / 'k2'}:2")
     assert r.returncode == -9 and _staging(out)
     assert _cli("convert", source, str(out / "m.safetensors"), "--cleanup").returncode == 0
     assert _staging(out) == []

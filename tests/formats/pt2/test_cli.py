@@ -59,3 +59,68 @@ def test_multi_model_archive(pt2_files, tmp_path):
 
     with torchless.open(out) as art:
         assert "first/l1.weight" in art and "second/conv.weight" in art
+
+
+def test_set_weights_command(pt2_files, tmp_path, torch, capsys):
+    """`torchless pt2 set-weights` as a user types it: torch.export.load of the output holds
+    the new weights and runs as the source module does with them."""
+    import warnings
+
+    from safetensors.torch import save_file
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = torch.export.load(pt2_files["mlp_dec"])
+    new = {k: (v.detach() * 2 + 1).contiguous() for k, v in ref.state_dict.items()}
+    save_file({f"model.{k}": v for k, v in new.items()}, tmp_path / "w.safetensors")
+    out = tmp_path / "new.pt2"
+    argv = ["pt2", "set-weights", str(pt2_files["mlp_dec"]), str(tmp_path / "w.safetensors"), "-o", str(out)]
+    assert main([*argv, "--strip-prefix", "model.", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert sorted(res["replaced"]) == sorted(new) and res["ignored"] == [] and res["program"] == "model"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ep = torch.export.load(out)
+    for k, v in new.items():
+        assert torch.equal(ep.state_dict[k], v), k
+    m = ref.module()
+    with torch.no_grad():
+        for k, v in new.items():
+            m.get_parameter(k).copy_(v) if k in dict(m.named_parameters()) else m.get_buffer(k).copy_(v)
+    x = ref.example_inputs[0][0]
+    assert torch.equal(ep.module()(x), m(x))
+    # a weight that does not fit, and one that names nothing: exit 2, nothing written
+    save_file({"l1.weight": torch.zeros(1)}, tmp_path / "bad.safetensors")
+    assert main(["pt2", "set-weights", str(out), str(tmp_path / "bad.safetensors"), "-o", str(tmp_path / "x.pt2")]) == 2
+    assert "does not fit" in capsys.readouterr().err and not (tmp_path / "x.pt2").exists()
+    assert main([*argv]) == 2  # the output exists: refused, --force named
+    assert "--force" in capsys.readouterr().err
+    argv[-1] = str(tmp_path / "y.pt2")
+    assert main([*argv]) == 2  # the prefix left on: no such tensors
+    assert "--strip-prefix" in capsys.readouterr().err and not (tmp_path / "y.pt2").exists()
+    # in place, with --force: the old archive is read in full before the replace
+    assert (
+        main(["pt2", "set-weights", str(out), str(tmp_path / "w.safetensors"), "-o", str(out), "--strip-prefix", "model."]) == 2
+    )
+    assert "--force" in capsys.readouterr().err
+    save_file({k: v + 1 for k, v in new.items()}, tmp_path / "w2.safetensors")
+    assert main(["pt2", "set-weights", str(out), str(tmp_path / "w2.safetensors"), "-o", str(out), "--force"]) == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ep = torch.export.load(out)
+    for k, v in new.items():
+        assert torch.equal(ep.state_dict[k], v + 1), k
+
+
+def test_set_weights_keeps_extra_files(pt2_files, tmp_path):
+    import zipfile
+
+    w, out = tmp_path / "w.safetensors", tmp_path / "o.pt2"
+    assert main(["convert", str(pt2_files["mlp"]), str(w)]) == 0
+    assert main(["pt2", "set-weights", str(pt2_files["mlp"]), str(w), "-o", str(out)]) == 0
+
+    def extras(p):
+        with zipfile.ZipFile(p) as z:
+            return {i.filename.split("/", 1)[1]: z.read(i) for i in z.infolist() if "/extra/" in i.filename}
+
+    assert extras(out) == extras(pt2_files["mlp"]) and extras(out)

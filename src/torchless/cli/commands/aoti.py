@@ -37,7 +37,7 @@ def register(sub: Any) -> None:
     p.add_argument("package", help="the .pt2 package (a zip archive)")
     p.add_argument("outdir", help="output folder (created if missing)")
     p.add_argument("--strip-prefix", action="store_true", help="drop the archive folder (e.g. 'model/') from the written paths")
-    p.add_argument("--overwrite", action="store_true", help="replace files that exist (never symlinks)")
+    p.add_argument("--overwrite", "--force", action="store_true", help="replace files that exist (never symlinks)")
     p.add_argument("--max-size", help="refuse archives holding more than this (e.g. 10GB)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_extract)

@@ -107,17 +107,34 @@ def _progress_wanted(args: argparse.Namespace) -> bool:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
+    from ._output import check_output
     from .dcp import cleanup_command, ranged_options
 
     if args.cleanup:
         return cleanup_command(args.dst, folder=False, as_json=args.json)
     ranged = ranged_options(args)
+    if not ranged.get("resume"):  # a resumed job continues what an interrupted one began
+        shard_index = (args.dst + ".index.json",) if args.max_shard_size and isinstance(args.dst, str) else ()
+        check_output(args.dst, force=args.force, also=shard_index)
+    from ...formats.transform import Transform
+
+    on_the_way = {
+        "dtype": args.dtype,
+        "dtype_all": args.dtype_all,
+        "include": args.include,
+        "exclude": args.exclude,
+        "strip_prefix": args.strip_prefix,
+        "add_prefix": args.add_prefix,
+    }
+    tf = Transform.make(**on_the_way)
     with _open(args.src, args.format) as art:  # one detection, one parse: convert takes the open artifact
-        total = sum(t.nbytes for _, t in art.tensors())
+        # the bytes written: after the filters and the cast (tensors listed, none read)
+        total = sum(t.nbytes for _, t in (tf.apply(art.tensors(), path=args.src) if tf.active else art.tensors()))
         prog = Progress(total, f"convert {args.dst}", force=_progress_wanted(args))
         try:
             extra: dict[str, Any] = {"max_shard_size": args.max_shard_size} if args.max_shard_size else {}
             extra.update(ranged)
+            extra.update(on_the_way)
             res = convert(art, args.dst, dst_format=args.to, progress=prog, strict=args.strict, **extra)
         finally:
             prog.close()
@@ -174,8 +191,17 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    from ...core.digests import check_digests
+    from ...formats.registry import handlers
+
     with _open(args.path, args.format) as art:
         problems = art.verify()
+    declared = next((h.capabilities for h in handlers() if h.name == art.format), None)
+    checksum = (declared.checksum if declared is not None else "") or None  # the format's declaration; none: None
+    digests, more = (
+        check_digests(args.path, sha256=args.sha256, manifest=args.manifest) if args.sha256 or args.manifest else ([], [])
+    )
+    problems = [*problems, *more]
     errors = [p for p in problems if p.severity == "error"]
     warnings = [p for p in problems if p.severity == "warning"]
     notes = [p for p in problems if p.severity not in ("error", "warning")]
@@ -190,6 +216,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 "warnings": len(warnings),
                 "notes": len(notes),
                 "problems": [p.to_dict() for p in problems],
+                "checksum": checksum,
+                "digests": [d.to_dict() for d in digests],
             },
         )
     else:
@@ -197,6 +225,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
             where = f" [{shown(p.member)}]" if p.member else ""
             at = f" @{p.offset}" if p.offset is not None else ""
             echo(f"{p.severity}: {p.code}{where}{at}: {shown(p.message)}")
+        if checksum is None and not digests:
+            echo(f"note: {art.format}: this format carries no checksum; --sha256 or --manifest compare digests")
+        if digests:
+            good = sum(d.ok for d in digests)
+            echo(f"sha256: {good} of {len(digests)} files match")
         tail = f", {len(notes)} notes" if notes else ""
         echo(f"{shown(args.path)}: {'OK' if not errors else 'FAILED'} ({len(errors)} errors, {len(warnings)} warnings{tail})")
     return 1 if errors else 0
@@ -278,8 +311,25 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--strict", action="store_true", help="refuse when the destination cannot hold a value of the source (nothing is written)"
     )
+    g = p.add_argument_group(
+        "tensors on the way (in this order: --include, --exclude, --strip-prefix, --add-prefix, --dtype; "
+        "with any of them only the tensors travel, as a flat state dict)"
+    )
+    g.add_argument("--include", action="append", metavar="GLOB", help="keep the tensors whose dotted name matches (repeatable)")
+    g.add_argument("--exclude", action="append", metavar="GLOB", help="then drop the tensors whose name matches (repeatable)")
+    g.add_argument("--strip-prefix", metavar="PREFIX", help="remove PREFIX from the names that start with it")
+    g.add_argument("--add-prefix", metavar="PREFIX", help="put PREFIX before every name")
+    g.add_argument(
+        "--dtype",
+        metavar="DTYPE",
+        help="cast the floating-point tensors to DTYPE (bfloat16, float16, float32, float64) as torch's .to(dtype) rounds",
+    )
+    g.add_argument("--dtype-all", action="store_true", help="with --dtype: cast integer and bool tensors too")
     p.add_argument("--progress", action="store_true", help="show progress on stderr even when it is not a terminal")
+    from ._output import add_force_flag
     from .dcp import add_executor_flags
+
+    add_force_flag(p)
 
     add_executor_flags(p)
     p.add_argument("--json", action="store_true", help="machine-readable result, with every dropped value (schema: docs/cli.md)")
@@ -305,9 +355,17 @@ def register(sub: Any) -> None:
     p = add(
         "verify",
         cmd_verify,
-        "check structure, every checksum the format has (zip CRC-32s, sizes) and tensor bounds; exit 1 on errors",
+        "check structure, every checksum the format has (zip CRC-32s, sizes) and tensor bounds, and digests when "
+        "given; says when the format carries no checksum; exit 1 on errors",
         writes_nothing=True,
     )
     p.add_argument("path")
     p.add_argument("--json", action="store_true", help="machine-readable output (schema: docs/cli.md)")
     p.add_argument("--format")
+    p.add_argument("--sha256", metavar="HEX", help="the file's expected SHA-256: exit 1 when it differs")
+    p.add_argument(
+        "--manifest",
+        metavar="FILE",
+        help="a sha256sum list (HEX  NAME, names relative to FILE's folder): every listed file is checked, exit 1 "
+        "naming each one that differs or is missing",
+    )

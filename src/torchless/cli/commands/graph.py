@@ -89,7 +89,63 @@ def cmd_graph(args: argparse.Namespace) -> int:
     return 0
 
 
+def format_set_weights(res: dict[str, Any]) -> str:
+    """Human text for the result of :func:`torchless.formats.pt2.write.set_weights`."""
+    lines = [f"wrote {res['output']}: replaced {len(res['replaced'])} tensors of program {res['program']!r}"]
+    for what in ("kept", "ignored"):
+        if res[what]:
+            shown = ", ".join(res[what][:8]) + (" ..." if len(res[what]) > 8 else "")
+            why = "not in the weights" if what == "kept" else "no such tensor"
+            lines.append(f"{what} ({why}): {shown}")
+    return "\n".join(lines)
+
+
+def cmd_set_weights(args: argparse.Namespace) -> int:
+    from ...formats.pt2.handler import Pt2Artifact
+    from ...formats.pt2.write import set_weights
+    from ..render import emit_json
+    from ._fit import open_required
+    from ._output import check_output
+
+    check_output(args.output, force=args.force)
+    with open_required(args.model, ("pt2",), "pt2 set-weights") as art:
+        if not isinstance(art, Pt2Artifact):  # the pt2 handler opened it
+            raise InternalError(f"the pt2 handler opened {type(art).__name__}")
+        res = set_weights(
+            art.archive,
+            args.weights,
+            args.output,
+            program=args.program,
+            strip_prefix=args.strip_prefix or "",
+            allow_missing=args.allow_missing,
+        )
+    res = {"output": args.output, **res}
+    if args.json:
+        emit_json("pt2-set-weights", res)
+    else:
+        print(format_set_weights(res))
+    return 0
+
+
 def register(sub: Any) -> None:
+    from ._output import add_force_flag
+
+    p = sub.add_parser("pt2", help="torch.export archive tools (set-weights)", description="torch.export archive tools")
+    psub = p.add_subparsers(dest="pt2_command", metavar="SUBCOMMAND")
+    psub.required = True
+    h = "re-save a .pt2 archive with new parameter/buffer/constant values (same shapes/dtypes); graph and the rest kept"
+    q = psub.add_parser("set-weights", help=h, description=h)
+    q.add_argument("model", help="source .pt2 archive")
+    q.add_argument("weights", help="weights file (state dict): .pt, .safetensors, .npz ... (names as in `torchless ls`)")
+    q.add_argument(
+        "-o", "--output", required=True, help="new .pt2 archive (an existing file, the source included, needs --force)"
+    )
+    q.add_argument("--program", help="which model of a multi-model archive (default: the only one, or 'model')")
+    q.add_argument("--allow-missing", action="store_true", help="ignore weights that name no tensor of the program")
+    q.add_argument("--strip-prefix", help="remove this prefix from weight names first (e.g. 'model.')")
+    q.add_argument("--json", action="store_true", help="machine-readable result (schema: docs/cli.md)")
+    add_force_flag(q)
+    q.set_defaults(func=cmd_set_weights)
     p = sub.add_parser(
         "graph",
         help="print an exported program's graph (.pt2) as Python or a table",

@@ -30,7 +30,9 @@ def format_set_weights(res: dict[str, Any]) -> str:
 
 def cmd_set_weights(args: argparse.Namespace) -> int:
     from ...formats.onnx.write import set_weights
+    from ._output import check_output
 
+    check_output(args.output, force=args.force)
     res = set_weights(
         args.model,
         args.weights,
@@ -67,6 +69,8 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
+    from ._output import add_force_flag
+
     p = sub.add_parser("onnx", help="ONNX model tools (set-weights, graph)", description="ONNX model tools")
     osub = p.add_subparsers(dest="onnx_command", metavar="SUBCOMMAND")
     osub.required = True
@@ -74,7 +78,7 @@ def register(sub: Any) -> None:
     q = osub.add_parser("set-weights", help=h, description=h)
     q.add_argument("model", help="source .onnx model")
     q.add_argument("weights", help="weights file (state dict): .pt, .safetensors, .npz ...")
-    q.add_argument("-o", "--output", required=True, help="new .onnx model (may be the source)")
+    q.add_argument("-o", "--output", required=True, help="new .onnx model (an existing file, the source included, needs --force)")
     g = q.add_mutually_exclusive_group()
     g.add_argument(
         "--external-data",
@@ -95,6 +99,7 @@ def register(sub: Any) -> None:
     q.add_argument("--allow-missing", action="store_true", help="ignore weights that name no initializer")
     q.add_argument("--strip-prefix", help="remove this prefix from weight names first (e.g. 'model.')")
     q.add_argument("--json", action="store_true")
+    add_force_flag(q)
     q.set_defaults(func=cmd_set_weights)
     h = "print the model's graph in torchless's graph IR: Python-like code, or a table with --table (If/Loop/Scan bodies follow)"
     q = osub.add_parser("graph", help=h, description=h)

@@ -83,7 +83,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from ...formats.pt2.handler import Pt2Artifact
     from ._fit import open_required
+    from ._output import check_output
 
+    check_output(args.output, force=args.force)
     with open_required(args.path, ("pt2",), "run") as art:
         if not isinstance(art, Pt2Artifact):  # the pt2 handler opened it
             raise InternalError(f"the pt2 handler opened {type(art).__name__}")
@@ -154,4 +156,7 @@ def register(sub: Any) -> None:
     p.add_argument("-o", "--output", metavar="OUT.npz", help="write the outputs (named out[0], out['key']...) to an .npz")
     p.add_argument("--model", help="which model of a multi-model archive (default: model)")
     p.add_argument("--json", action="store_true", help="machine-readable output (schema: docs/cli.md)")
+    from ._output import add_force_flag
+
+    add_force_flag(p)
     p.set_defaults(func=cmd_run)

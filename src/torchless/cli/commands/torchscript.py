@@ -55,7 +55,9 @@ def _read_extra(specs: list[str]) -> dict[str, bytes]:
 
 def cmd_set_weights(args: argparse.Namespace) -> int:
     from ...formats.torchscript.write import set_weights
+    from ._output import check_output
 
+    check_output(args.output, force=args.force)
     extra = _read_extra(args.extra)
     with _open(args.model) as art:
         res = set_weights(
@@ -145,6 +147,8 @@ def cmd_tensors(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
+    from ._output import add_force_flag
+
     h = "print the TorchScript source of an archive (all code files, or one method as torch's .code)"
     p = sub.add_parser("code", help=h, description=h)
     p.add_argument("path")
@@ -164,7 +168,7 @@ def register(sub: Any) -> None:
     q = tsub.add_parser("set-weights", help=h, description=h)
     q.add_argument("model", help="source TorchScript archive (.pt/.ptl)")
     q.add_argument("weights", nargs="?", help="weights file: .safetensors, .pt state dict, .npz ... (names as in `torchless ls`)")
-    q.add_argument("-o", "--output", required=True, help="new archive (may be the source)")
+    q.add_argument("-o", "--output", required=True, help="new archive (an existing file, the source included, needs --force)")
     q.add_argument(
         "--extra", action="append", metavar="NAME=FILE", help="add or replace extra file NAME with FILE's bytes (repeatable)"
     )
@@ -173,6 +177,7 @@ def register(sub: Any) -> None:
     q.add_argument("--allow-missing", action="store_true", help="ignore weights that name no tensor of the model")
     q.add_argument("--strip-prefix", help="remove this prefix from weight names first")
     q.add_argument("--json", action="store_true")
+    add_force_flag(q)
     q.set_defaults(func=cmd_set_weights)
     h = "list extra files, or write one to stdout"
     q = tsub.add_parser("extra", help=h, description=h)

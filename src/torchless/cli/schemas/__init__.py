@@ -174,6 +174,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                 "edit": _BOOL,
                 "open_options": _arr(_STR),
                 "write_options": _arr(_STR),
+                "checksum": {"type": ["string", "null"]},
             }
         )
     ),
@@ -204,7 +205,17 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         }
     ),
     "verify": _obj(
-        {"path": _STR, "format": _STR, "ok": _BOOL, "errors": _INT, "warnings": _INT, "notes": _INT, "problems": _arr(_PROBLEM)}
+        {
+            "path": _STR,
+            "format": _STR,
+            "ok": _BOOL,
+            "errors": _INT,
+            "warnings": _INT,
+            "notes": _INT,
+            "problems": _arr(_PROBLEM),
+            "checksum": {"type": ["string", "null"]},
+            "digests": _arr(_obj({"file": _STR, "expected": _STR, "actual": {"type": ["string", "null"]}, "ok": _BOOL})),
+        }
     ),
     "reshard": _obj(
         {
@@ -312,6 +323,24 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "propertyNames": _KEY,
         "additionalProperties": True,
     },
+    "pt2-set-weights": _obj({"output": _STR, "program": _STR, "replaced": _arr(_STR), "kept": _arr(_STR), "ignored": _arr(_STR)}),
+    "error": _obj(
+        {
+            "error": _obj(
+                {
+                    "type": _STR,
+                    "message": _STR,
+                    "path": {"type": ["string", "null"]},
+                    "member": {"type": ["string", "null"]},
+                    "offset": {"type": ["integer", "null"]},
+                    "expected": {"type": ["string", "null"]},
+                    "found": {"type": ["string", "null"]},
+                    "hint": {"type": ["string", "null"]},
+                    "text": _STR,
+                }
+            )
+        }
+    ),
     "ts-extra": _obj({"path": _STR, "extra_files": _arr(_obj({"name": _STR, "size": _INT}))}),
     "ts-bytecode": _obj(
         {

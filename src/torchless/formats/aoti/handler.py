@@ -16,7 +16,7 @@ from ...core.dtypes import DTYPES
 from ...core.errors import TorchlessError
 from ...core.findings import Problem
 from ...core.lazy import LazyModule
-from ..base import Artifact, Capabilities, FormatHandler, LoadPolicy, Probe, summarize_tensors
+from ..base import ZIP_CRC, Artifact, Capabilities, FormatHandler, LoadPolicy, Probe, summarize_tensors
 from ..registry import register
 from .spec import (
     ALIGN_BYTES,
@@ -289,7 +289,7 @@ class AotiHandler(FormatHandler):
     extensions = ()
     priority = 15
     description = "AOTInductor package (aoti_compile_and_package): sources, .so, metadata, weights"
-    capabilities = Capabilities()
+    capabilities = Capabilities(checksum=ZIP_CRC)
 
     def sniff(self, probe: Probe) -> bool:
         if probe.is_dir or not is_zip(probe.head):

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from ...core.lazy import LazyModule
-from ..base import Capabilities, FormatHandler, LoadPolicy, Probe
+from ..base import ZIP_CRC, Capabilities, FormatHandler, LoadPolicy, Probe
 from ..registry import register
 from .spec import INDEX_SUFFIX, is_hf_folder, is_index_file
 
@@ -24,7 +24,9 @@ class HFHandler(FormatHandler):
     extensions = (INDEX_SUFFIX,)
     priority = 15  # before dcp, which owns folders of DCP-sharded safetensors
     description = "Hugging Face checkpoint: safetensors or .bin shards + index json (folder or index file)"
-    capabilities = Capabilities(write_tensors=True, write_options=("max_shard_size",))
+    capabilities = Capabilities(
+        write_tensors=True, write_options=("max_shard_size",), checksum=ZIP_CRC + " of .bin shards (.safetensors shards: none)"
+    )
 
     def sniff(self, probe: Probe) -> bool:
         if probe.is_dir:

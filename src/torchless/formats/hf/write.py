@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ...core.atomic import AtomicFile, shard_set
+from ...core.atomic import AtomicFile, make_folder_for, shard_set
 from ...core.errors import UsageError
 from ...core.tensor import as_tensor
 from ...core.values import StateDict
@@ -67,13 +67,14 @@ def write_bin_sharded(
     """``pytorch_model-00001-of-0000N.bin`` shards beside ``path`` (``.../pytorch_model.bin``)
     and ``pytorch_model.bin.index.json``; each shard is a ``torch.save`` state dict.
 
-    Everything is built under temporary names and published together, the index last.
-    Returns the files written.
+    Everything is built under temporary names and published together, the index last; the
+    folder and its missing parents are created. Returns the files written.
     """
     from ...formats.pt.write import save_checkpoint
     from ..safetensors import parse_size
 
     limit = parse_size(max_shard_size)
+    make_folder_for(path)
     tensors = [(name, as_tensor(t, name=name)) for name, t in items]
     shards, total = _split(tensors, limit)
     p = os.fspath(path)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ...core.lazy import LazyModule
-from ..base import Capabilities, FormatHandler, LoadPolicy, Probe
+from ..base import ZIP_CRC, Capabilities, FormatHandler, LoadPolicy, Probe
 from ..registry import register
 from .spec import is_package_records
 
@@ -21,7 +21,7 @@ class PackageHandler(FormatHandler):
     extensions = ()
     priority = 45  # a torch zip without data.pkl: before the plain checkpoint handler
     description = "torch.package archive (PackageExporter): interned/extern/mocked modules, pickles, tensors"
-    capabilities = Capabilities()
+    capabilities = Capabilities(checksum=ZIP_CRC)
 
     def sniff(self, probe: Probe) -> bool:
         return is_package_records(probe.zip_records())

@@ -9,7 +9,7 @@ from ...container.zip import is_zip
 from ...core.findings import Problem
 from ...core.source import open_source
 from ...core.tree import describe, iter_tensors
-from ..base import Artifact, Capabilities, FormatHandler, LoadPolicy, Probe, summarize_tensors
+from ..base import ZIP_CRC, Artifact, Capabilities, FormatHandler, LoadPolicy, Probe, summarize_tensors
 from ..registry import register
 from ..torchscript.spec import is_checkpoint_zip
 from . import spec
@@ -134,6 +134,7 @@ class PtHandler(FormatHandler):
         write_tensors=True,
         write_objects=True,
         write_options=("alignment", "compute_crc", "prefix"),
+        checksum=ZIP_CRC + " (the legacy pre-1.6 format: none)",
     )
 
     def sniff(self, probe: Probe) -> bool:

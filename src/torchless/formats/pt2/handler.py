@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...core.findings import Problem
 from ...core.lazy import LazyModule
-from ..base import Artifact, Capabilities, FormatHandler, LoadPolicy, Probe, summarize_tensors
+from ..base import ZIP_CRC, Artifact, Capabilities, FormatHandler, LoadPolicy, Probe, summarize_tensors
 from ..registry import register
 from .spec import ARCHIVE_VERSION_PATH, is_legacy_pt2, is_pt2
 
@@ -122,7 +122,7 @@ class Pt2Handler(FormatHandler):
     priority = 20  # before plain checkpoints (pt, 100): the archive also holds .pt records
     description = "torch.export ExportedProgram archive (graph + weights)"
     # edit: load() gives the Program, its state_dict/constants take new tensors, save_pt2 writes them
-    capabilities = Capabilities(write_objects=True, edit=True, write_options=("extra_files", "sample_inputs"))
+    capabilities = Capabilities(write_objects=True, edit=True, checksum=ZIP_CRC, write_options=("extra_files", "sample_inputs"))
 
     def sniff(self, probe: Probe) -> bool:
         if probe.is_dir:

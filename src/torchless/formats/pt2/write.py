@@ -35,7 +35,7 @@ from . import spec as C
 from .read import OpaqueObject, Program, Signature
 from .serde import serialize_graph
 
-__all__ = ["save_pt2", "signature_to_schema", "program_json"]
+__all__ = ["save_pt2", "set_weights", "signature_to_schema", "program_json"]
 
 
 def _as_tensor(name: str, v: Any) -> Tensor:
@@ -256,3 +256,85 @@ def save_pt2(
         zw.write(C.DATA_VERSION, f"{C.CONTAINER_MIN_VERSION}\n".encode())
         zw.write(C.BYTEORDER, sys.byteorder.encode())
         zw.write(C.SERIALIZATION_ID, zw.serialization_id())
+
+
+def set_weights(
+    model: Any,
+    weights: Any,
+    out: Any,
+    *,
+    program: str | None = None,
+    strip_prefix: str = "",
+    allow_missing: bool = False,
+) -> dict[str, Any]:
+    """Re-save ``.pt2`` archive ``model`` as ``out`` with new weights matched by name
+    (``torchless pt2 set-weights``), by the rule every ``set-weights`` follows
+    (:func:`torchless.formats.weights.match_weights`); graph, signature, constants not
+    named, extra files and sample inputs are kept.
+
+    Args:
+        model: the archive (a path or an open :class:`~.read.Pt2Archive`).
+        weights: a weights file of any readable format, a mapping or ``(name, tensor)``
+            pairs; names are the program's ``state_dict`` and ``constants`` names.
+        out: the new archive (may be ``model``: the old one is read in full before the
+            atomic replace).
+        program: the model in a multi-model archive (default: the only one, or ``model``).
+        strip_prefix / allow_missing: as :func:`~torchless.formats.weights.match_weights`.
+
+    Returns:
+        ``{"program", "replaced": [names], "kept": [names not given], "ignored": [names
+        that named nothing]}``.
+
+    Raises:
+        NotFoundError: a weight names no tensor (without ``allow_missing``), or no such program.
+        UsageError: two weights map to one tensor, none matched, or a shape or dtype differs.
+    """
+    import copy
+
+    from ...core.errors import NotFoundError
+    from ..weights import match_weights, weight_items
+    from .read import Pt2Archive, read_pt2
+
+    own = not isinstance(model, Pt2Archive)
+    arc = read_pt2(model) if own else model
+    try:
+        if program is None:
+            program = "model" if "model" in arc.programs or len(arc.programs) != 1 else next(iter(arc.programs))
+        prog = arc.programs.get(program)
+        if prog is None:
+            raise NotFoundError(f"the archive has no program {program!r}", found=", ".join(arc.programs), path=model)
+        items, w = weight_items(weights)
+        try:
+            names = {*prog.state_dict, *(k for k, v in prog.constants.items() if isinstance(v, Tensor))}
+            m = match_weights(items, names, strip_prefix=strip_prefix, allow_missing=allow_missing, path=model)
+            replaced = []
+            for name, value in m.matched:
+                table = prog.state_dict if name in prog.state_dict else prog.constants
+                old = table[name]
+                new = copy.copy(_as_tensor(name, value))  # a view of its own: flags set below
+                if tuple(new.shape) != tuple(old.shape) or new.dtype.name != old.dtype.name:
+                    raise UsageError(
+                        f"weight {name!r} does not fit the model",
+                        path=model,
+                        member=name,
+                        expected=f"{old.dtype.name} {list(old.shape)}",
+                        found=f"{new.dtype.name} {list(new.shape)}",
+                    )
+                new.requires_grad, new.is_parameter = old.requires_grad, old.is_parameter
+                table[name] = new
+                replaced.append(name)
+            # extra files byte for byte (``arc.extra_files`` holds them decoded as text)
+            extra: dict[str, str | bytes] = {
+                r[len(C.EXTRA_DIR) :]: bytes(arc.zip.read(r))
+                for r in arc.records
+                if r.startswith(C.EXTRA_DIR) and not r.endswith("/")
+            }
+            save_pt2(out, dict(arc.programs), extra_files=extra)
+        finally:
+            if w is not None:
+                w.close()
+        kept = sorted(n for n in names if n not in set(replaced))
+        return {"program": program, "replaced": replaced, "kept": kept, "ignored": m.ignored}
+    finally:
+        if own:
+            arc.close()

@@ -13,7 +13,7 @@ from ...core.source import open_source
 from ...core.tensor import Tensor
 from ...core.tree import describe
 from ...pickle.torch_globals import TORCH_ALLOWLIST
-from ..base import Artifact, Capabilities, FormatHandler, LoadPolicy, Probe, summarize_tensors
+from ..base import ZIP_CRC, Artifact, Capabilities, FormatHandler, LoadPolicy, Probe, summarize_tensors
 from ..registry import register
 from . import spec
 
@@ -470,7 +470,7 @@ class TorchScriptHandler(FormatHandler):
     extensions = (".ptl", ".torchscript", ".ff")
     priority = 10  # before the plain zip checkpoint handler
     description = "TorchScript archive (torch.jit.save, _save_for_lite_interpreter)"
-    capabilities = Capabilities(edit=True)
+    capabilities = Capabilities(edit=True, checksum=ZIP_CRC + " (flatbuffer .ff/.ptl files: none)")
 
     def sniff(self, probe: Probe) -> bool:
         if probe.is_dir:

@@ -1,0 +1,50 @@
+"""The command line's rule for outputs: an existing file is never overwritten silently.
+
+Every command that writes a file (``convert``, ``ts``/``onnx``/``pt2 set-weights``,
+``run -o``) calls :func:`check_output` before any work: an output that exists is refused
+with one line naming ``--force``; with ``--force`` it is replaced atomically (the new file is
+built under a temporary name beside it and renamed over it at the end), so the destination
+may be the source: the old file is read, through its open map, until the replace. The Python
+API keeps torch's behaviour (``torchless.save`` overwrites, as ``torch.save`` does).
+URL destinations are not checked here (their writers publish atomically too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from ...core.errors import UsageError
+
+__all__ = ["add_force_flag", "check_output"]
+
+
+def add_force_flag(p: argparse.ArgumentParser) -> None:
+    """``--force`` on a writing command's parser."""
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing output (atomically; the output may be the source itself)",
+    )
+
+
+def check_output(path: Any, *, force: bool, also: tuple[str, ...] = ()) -> None:
+    """Refuse ``path`` (and the sibling files ``also`` names, e.g. a shard index) when it
+    exists, unless ``force``.
+
+    Raises:
+        UsageError: the output exists and ``force`` is not set.
+    """
+    from ...core.remote import is_url
+
+    if force or path is None or is_url(path):
+        return
+    p = os.fspath(path)
+    for q in (p, *also):
+        if os.path.lexists(q):
+            raise UsageError(
+                "the output exists",
+                path=q,
+                hint="pass --force to overwrite it (atomically), or choose another output",
+            )

@@ -1,0 +1,91 @@
+"""Outputs of writing commands (issue 36 item 9): an existing output is refused unless
+--force, which replaces it atomically (in place included); sharded outputs get their folder."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from torchless.cli.main import main
+
+SAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "samples")
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def _cli(*argv, cwd):
+    env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "src")}
+    return subprocess.run(
+        [sys.executable, "-m", "torchless", *map(str, argv)], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_existing_output_needs_force_as_a_user_types_it(tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    save_file({"a": np.arange(6, dtype=np.float32), "b": np.ones(3, np.int64)}, tmp_path / "w.safetensors")
+    (tmp_path / "out.safetensors").write_bytes(b"precious")
+    r = _cli("convert", "w.safetensors", "out.safetensors", cwd=tmp_path)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.count("\n") == 1 and "--force" in r.stderr and "out.safetensors" in r.stderr
+    assert (tmp_path / "out.safetensors").read_bytes() == b"precious"  # untouched
+    r = _cli("convert", "w.safetensors", "out.safetensors", "--force", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    got = load_file(tmp_path / "out.safetensors")
+    assert got["a"].tolist() == list(range(6)) and got["b"].tolist() == [1, 1, 1]
+    # in place: refused without --force, and with it the file is read before it is replaced
+    r = _cli("convert", "w.safetensors", "w.safetensors", cwd=tmp_path)
+    assert r.returncode == 2 and "--force" in r.stderr
+    r = _cli("convert", "w.safetensors", "w.safetensors", "--force", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    got = load_file(tmp_path / "w.safetensors")
+    assert got["a"].tolist() == list(range(6)) and got["b"].tolist() == [1, 1, 1]
+    assert sorted(os.listdir(tmp_path)) == ["out.safetensors", "w.safetensors"]  # no temporaries left
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["ts", "set-weights", "scripted_module.pt", "{w}", "-o", "{out}"],
+        ["onnx", "set-weights", "mlp.onnx", "{w}", "-o", "{out}"],
+        ["pt2", "set-weights", "mlp.pt2", "{w}", "-o", "{out}"],
+        ["run", "mlp.pt2", "--sample-inputs", "-o", "{out}"],
+    ],
+    ids=["ts", "onnx", "pt2", "run"],
+)
+def test_every_writing_command_refuses_an_existing_output(argv, tmp_path, capsys):
+    model = os.path.join(SAMPLES, argv[2] if argv[0] != "run" else argv[1])
+    w = tmp_path / "w.safetensors"
+    if argv[0] != "run":
+        assert main(["convert", model, str(w)]) == 0
+    out = tmp_path / "existing"
+    out.write_bytes(b"x")
+    full = [
+        a.format(w=w, out=out) if "{" in a else (os.path.join(SAMPLES, a) if a == os.path.basename(model) else a) for a in argv
+    ]
+    capsys.readouterr()
+    assert main(full) == 2
+    err = capsys.readouterr().err
+    assert "--force" in err and str(out) in err and out.read_bytes() == b"x"
+    assert main([*full, "--force"]) == 0, capsys.readouterr().err
+    assert out.read_bytes() != b"x"
+
+
+def test_sharded_output_folder_is_created(tmp_path, capsys):
+    """As save_pretrained: the folder of a sharded output and its missing parents."""
+    from safetensors.numpy import load_file
+
+    dst = tmp_path / "new" / "deeper" / "model.safetensors"
+    assert main(["convert", os.path.join(SAMPLES, "state_dict.pt"), str(dst), "--max-shard-size", "4KB"]) == 0
+    idx = tmp_path / "new" / "deeper" / "model.safetensors.index.json"
+    assert idx.exists() and len(list(dst.parent.glob("model-*-of-*.safetensors"))) > 1
+    assert sum(len(load_file(p)) for p in dst.parent.glob("model-*.safetensors")) > 1
+    capsys.readouterr()
+    assert main(["convert", os.path.join(SAMPLES, "state_dict.pt"), str(dst), "--max-shard-size", "4KB"]) == 2
+    assert "--force" in capsys.readouterr().err  # the index exists: refused
+    hf = tmp_path / "hf" / "sub" / "pytorch_model.bin.index.json"
+    assert main(["convert", os.path.join(SAMPLES, "state_dict.pt"), str(hf), "--to", "hf", "--max-shard-size", "4KB"]) == 0
+    assert hf.exists()
