@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from ...core.errors import InternalError, NotFoundError
-from ..render import echo
+from ..render import echo, shown
 
 __all__ = ["register", "format_graph", "graph_json"]
 
@@ -91,12 +91,12 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
 def format_set_weights(res: dict[str, Any]) -> str:
     """Human text for the result of :func:`torchless.formats.pt2.write.set_weights`."""
-    lines = [f"wrote {res['output']}: replaced {len(res['replaced'])} tensors of program {res['program']!r}"]
+    lines = [f"wrote {shown(res['output'])}: replaced {len(res['replaced'])} tensors of program {shown(res['program'])!r}"]
     for what in ("kept", "ignored"):
         if res[what]:
-            shown = ", ".join(res[what][:8]) + (" ..." if len(res[what]) > 8 else "")
+            names = ", ".join(map(shown, res[what][:8])) + (" ..." if len(res[what]) > 8 else "")
             why = "not in the weights" if what == "kept" else "no such tensor"
-            lines.append(f"{what} ({why}): {shown}")
+            lines.append(f"{what} ({why}): {names}")
     return "\n".join(lines)
 
 
@@ -123,7 +123,7 @@ def cmd_set_weights(args: argparse.Namespace) -> int:
     if args.json:
         emit_json("pt2-set-weights", res)
     else:
-        print(format_set_weights(res))
+        echo(format_set_weights(res))
     return 0
 
 
