@@ -45,6 +45,8 @@ KERNEL_MODULES: list[str] = [
     "torchless.interp.kernels.symbolic",
     "torchless.interp.kernels.control_flow",
     "torchless.interp.kernels.elementwise",
+    "torchless.interp.kernels.bitwise",
+    "torchless.interp.kernels.tensor_ops",
     "torchless.interp.kernels.reduce",
     "torchless.interp.kernels.shape",
     "torchless.interp.kernels.index",
