@@ -234,3 +234,96 @@ def test_refusals_name_the_op() -> None:
         registry.require("aten.diff.default")(np.asarray(1.0))
     with pytest.raises(UsageError, match="repeat_interleave"):
         registry.require("aten.repeat_interleave.self_Tensor")(np.ones(3), np.array([1, -1, 2]), 0)
+
+
+# -- spectral: the fft_* family, windows, stft ---------------------------------------------
+
+_FFT_DTYPES = ("float32", "float64", "int64", "complex64")
+
+
+def _gen_fft_1d(dt: torch.dtype) -> Iterator:
+    x = _t((3, 8), dt)
+    yield (x,), {}
+    yield (x, 5, 0, "ortho"), {}
+    yield (x.t(), 12, -1, "forward"), {}
+    yield (_t((7,), dt), None, -1, "backward"), {}
+
+
+def _gen_fft_nd(dt: torch.dtype) -> Iterator:
+    x = _t((2, 4, 6), dt)
+    yield (x,), {}
+    yield (x, [3, 8]), {}
+    yield (x, None, [0, 2], "ortho"), {}
+    yield (x.transpose(0, 2), [5], [1], "forward"), {}
+
+
+def _gen_freq(dt: torch.dtype) -> Iterator:
+    for n, d in ((8, 1.0), (7, 0.5), (1, 2.0), (0, 1.0)):
+        yield (n, d), {"dtype": dt}
+
+
+def _gen_shift(dt: torch.dtype) -> Iterator:
+    x = _t((4, 5), dt)
+    yield (x,), {}
+    yield (x, [1]), {}
+    yield (x.t(), [0, 1]), {}
+    yield (_t((7,), dt), [-1]), {}
+
+
+def _gen_window(dt: torch.dtype) -> Iterator:
+    for n in (0, 1, 2, 7, 16):
+        yield (n,), {"dtype": dt}
+        yield (n, False), {"dtype": dt}
+
+
+def _gen_window_params(*params: float) -> object:
+    def g(dt: torch.dtype) -> Iterator:
+        for n in (1, 7, 16):
+            yield (n, True, *params), {"dtype": dt}
+            yield (n, False, *params), {"dtype": dt}
+
+    return g
+
+
+def _gen_stft(dt: torch.dtype) -> Iterator:
+    x = _t((2, 64), dt)
+    yield (x, 16), {"return_complex": True}
+    yield (x, 16, 5, 12, torch.hann_window(12, dtype=dt)), {"return_complex": True, "normalized": True}
+    yield (x[0], 8, 3), {"return_complex": False, "onesided": False}
+    yield (x, 16, 4, None, torch.hann_window(16, dtype=dt), True, "reflect"), {"return_complex": True}
+    yield (x, 16, 8, None, None, True, "constant"), {"return_complex": True}
+
+
+_FFT_SPECS = [
+    harness.Spec("aten.fft_fftfreq.default", gen=_gen_freq, dtypes=("float32", "float64")),
+    harness.Spec("aten.fft_rfftfreq.default", gen=_gen_freq, dtypes=("float32", "float64")),
+    harness.Spec(
+        "aten.fft_fftshift.default", ("fft.fftshift",), gen=_gen_shift, dtypes=("float32", "int64", "bool", "complex64")
+    ),
+    harness.Spec(
+        "aten.fft_ifftshift.default", ("fft.ifftshift",), gen=_gen_shift, dtypes=("float32", "int64", "bool", "complex64")
+    ),
+    harness.Spec("aten.stft.default", gen=_gen_stft, dtypes=("float32", "float64"), loose=True),
+    harness.Spec("aten.stft.center", gen=_gen_stft, dtypes=("float32", "float64"), loose=True),
+    harness.Spec("aten.hamming_window.periodic_alpha", gen=_gen_window_params(0.6), dtypes=("float32", "float64")),
+    harness.Spec("aten.hamming_window.periodic_alpha_beta", gen=_gen_window_params(0.6, 0.3), dtypes=("float32", "float64")),
+    harness.Spec("aten.kaiser_window.beta", gen=_gen_window_params(5.0), dtypes=("float32", "float64")),
+]
+for _name in ("fft_fft", "fft_ifft", "fft_rfft", "fft_irfft", "fft_hfft", "fft_ihfft"):
+    _d = _FFT_DTYPES if _name not in ("fft_rfft", "fft_ihfft") else ("float32", "float64", "int64")
+    _FFT_SPECS.append(harness.Spec(f"aten.{_name}.default", (_name.replace("_", "."),), gen=_gen_fft_1d, dtypes=_d, loose=True))
+for _name in ("fft_fft2", "fft_ifft2", "fft_rfft2", "fft_irfft2", "fft_fftn", "fft_ifftn", "fft_rfftn", "fft_irfftn"):
+    _d = _FFT_DTYPES if "rfft" not in _name or "irfft" in _name else ("float32", "float64", "int64")
+    _FFT_SPECS.append(harness.Spec(f"aten.{_name}.default", gen=_gen_fft_nd, dtypes=_d, loose=True))
+for _name in ("hann", "hamming", "blackman", "bartlett", "kaiser"):
+    for _ov in ("default", "periodic"):
+        _FFT_SPECS.append(harness.Spec(f"aten.{_name}_window.{_ov}", gen=_gen_window, dtypes=("float32", "float64")))
+FFT_SPECS = {s.key: s for s in _FFT_SPECS}
+
+
+@pytest.mark.parametrize("key", sorted(FFT_SPECS))
+def test_spectral_kernel_matches_torch(key: str) -> None:
+    spec = FFT_SPECS[key]
+    torch.manual_seed(0)
+    covered = [dt for dt in spec.dtypes if harness.run(spec, dt) > 0]
+    assert covered == list(spec.dtypes), f"{key}: compared only in {covered}"

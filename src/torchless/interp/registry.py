@@ -52,6 +52,7 @@ KERNEL_MODULES: list[str] = [
     "torchless.interp.kernels.index",
     "torchless.interp.kernels.create",
     "torchless.interp.kernels.linalg",
+    "torchless.interp.kernels.spectral",
     "torchless.interp.kernels.nn_conv",
     "torchless.interp.kernels.nn_pool",
     "torchless.interp.kernels.nn_norm",
