@@ -157,6 +157,8 @@ _SPECS = [
     harness.Spec("aten._weight_norm.default", gen=_gen_weight_norm, dtypes=_FLOATS, loose=True),
     harness.Spec("aten._weight_norm_interface.default", gen=_gen_weight_norm, dtypes=("float32", "float64"), loose=True),
     harness.Spec("aten.empty_permuted.default", gen=_gen_empty_permuted, check="meta"),
+    harness.Spec("aten.tril.default", ("tril",), dtypes=harness._REAL),
+    harness.Spec("aten.triu.default", ("triu",), dtypes=harness._REAL),
 ]
 for _name in ("__and__", "__or__", "__xor__", "bitwise_and", "bitwise_or", "bitwise_xor", "__lshift__", "__rshift__"):
     _d = _INTS if "shift" not in _name else ("int64", "int32")
@@ -191,6 +193,8 @@ _INPLACE = [
     ("aten.bitwise_right_shift_.Tensor", np.arange(6, dtype=np.int64), np.array(1, np.int64)),
     ("aten.logical_xor_.default", np.array([0.0, 1.5, -2.0], np.float32), np.array([1, 0, 0], np.int64)),
     ("aten.detach_.default", np.ones(3, np.float32)),
+    ("aten.tril_.default", np.arange(12, dtype=np.float32).reshape(3, 4), -1),
+    ("aten.triu_.default", np.ones((2, 3, 3), np.bool_), 1),
 ]
 
 

@@ -13,6 +13,7 @@ import numpy as np
 from .. import promote
 from ..registry import _KERNELS, kernel
 from ._common import bad, norm_dim, quiet, refuse, tensor
+from .elementwise import inplace
 
 # min(a, b) / max(a, b) of two tensors are minimum / maximum (NaN propagating)
 kernel("aten.min.other")(_KERNELS["aten.minimum.default"])
@@ -178,3 +179,26 @@ def empty_permuted(
         raise bad("aten.empty_permuted", f"physical_layout {perm} is not a permutation of the {len(size)} dims")
     phys = empty([size[p] for p in perm], dtype=dtype)
     return np.transpose(phys, np.argsort(perm))
+
+
+def _triangle(op: str, x: Any, diagonal: int, lower: bool) -> np.ndarray:
+    v = tensor(x)
+    if v.ndim < 2:
+        raise bad(op, "input tensor must have at least 2 dimensions")
+    return np.tril(v, diagonal) if lower else np.triu(v, diagonal)
+
+
+@kernel("aten.tril.default")
+def tril(self: np.ndarray, diagonal: int = 0) -> np.ndarray:
+    """The lower triangle of the last two dims (``diagonal`` above the main one), zeros elsewhere."""
+    return _triangle("aten.tril", self, diagonal, True)
+
+
+@kernel("aten.triu.default")
+def triu(self: np.ndarray, diagonal: int = 0) -> np.ndarray:
+    """The upper triangle of the last two dims (``diagonal`` above the main one), zeros elsewhere."""
+    return _triangle("aten.triu", self, diagonal, False)
+
+
+inplace("aten.tril.default")
+inplace("aten.triu.default")
