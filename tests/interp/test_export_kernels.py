@@ -331,3 +331,61 @@ def test_spectral_kernel_matches_torch(key: str) -> None:
     torch.manual_seed(0)
     covered = [dt for dt in spec.dtypes if harness.run(spec, dt) > 0]
     assert covered == list(spec.dtypes), f"{key}: compared only in {covered}"
+
+
+# -- sampling: antialiased resizing, grid sampling, affine grids ----------------------------
+
+
+def _gen_aa(vec: bool) -> object:
+    def g(dt: torch.dtype) -> Iterator:
+        x = _t((2, 3, 12, 10), dt)
+        for size, ac in (([5, 4], False), ([20, 17], True), ([7, 10], False), ([12, 3], True)):
+            yield ((x, size, ac, None) if vec else (x, size, ac)), {}
+        if vec:
+            yield (x, None, False, [0.4, 0.75]), {}
+            yield (x.transpose(2, 3), None, True, [1.5, 0.5]), {}
+        else:
+            yield (x, [6, 4], False, 0.5, 0.4), {}
+
+    return g
+
+
+def _gen_grid(nd: int) -> object:
+    def g(dt: torch.dtype) -> Iterator:
+        x = _t((2, 3, *([4] * (nd - 1)), 5), dt)
+        grid = _t((2, *([3] * (nd - 1)), 4, nd), dt, low=-1.3, high=1.3)
+        for mode in (0, 1):
+            for pad in (0, 1, 2):
+                yield (x, grid, mode, pad, pad == 1), {}
+
+    return g
+
+
+def _gen_affine(dt: torch.dtype) -> Iterator:
+    for size in ([2, 3, 4, 5], [2, 1, 3, 4, 5], [2, 3, 1, 1]):
+        nd = len(size) - 2
+        th = _t((2, nd, nd + 1), dt)
+        yield (th, size, False), {}
+        yield (th, size, True), {}
+
+
+_SAMPLE_SPECS = [
+    harness.Spec("aten._upsample_bilinear2d_aa.vec", gen=_gen_aa(True), dtypes=("float32", "float64"), loose=True),
+    harness.Spec("aten._upsample_bilinear2d_aa.default", gen=_gen_aa(False), dtypes=("float32", "float64"), loose=True),
+    harness.Spec("aten._upsample_bicubic2d_aa.vec", gen=_gen_aa(True), dtypes=("float32", "float64"), loose=True),
+    harness.Spec("aten._upsample_bicubic2d_aa.default", gen=_gen_aa(False), dtypes=("float32", "float64"), loose=True),
+    harness.Spec(
+        "aten.grid_sampler.default", ("nn.functional.grid_sample",), gen=_gen_grid(3), dtypes=("float32", "float64"), loose=True
+    ),
+    harness.Spec("aten.grid_sampler_3d.default", gen=_gen_grid(3), dtypes=("float32", "float64"), loose=True),
+    harness.Spec("aten.affine_grid_generator.default", gen=_gen_affine, dtypes=("float32", "float64"), loose=True),
+]
+SAMPLE_SPECS = {s.key: s for s in _SAMPLE_SPECS}
+
+
+@pytest.mark.parametrize("key", sorted(SAMPLE_SPECS))
+def test_sampling_kernel_matches_torch(key: str) -> None:
+    spec = SAMPLE_SPECS[key]
+    torch.manual_seed(0)
+    covered = [dt for dt in spec.dtypes if harness.run(spec, dt) > 0]
+    assert covered == list(spec.dtypes), f"{key}: compared only in {covered}"

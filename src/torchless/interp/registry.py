@@ -57,6 +57,7 @@ KERNEL_MODULES: list[str] = [
     "torchless.interp.kernels.nn_pool",
     "torchless.interp.kernels.nn_norm",
     "torchless.interp.kernels.nn_misc",
+    "torchless.interp.kernels.nn_sample",
     "torchless.interp.kernels.nn_rnn",
 ]
 
