@@ -116,7 +116,7 @@ for _sfx, _dd in (("2", [-2, -1]), ("n", None)):
 def _freq(op: str, n: int, d: float, dtype: Any, onesided: bool) -> np.ndarray:
     """torch's ``arange`` of the frequency indices (the upper half negative unless
     ``onesided``) times ``1 / (n * d)`` (inf for n == 0, as in C)."""
-    dt = np_dtype(dtype, promote.DEFAULT_FLOAT)
+    dt = np.dtype(np_dtype(dtype, promote.DEFAULT_FLOAT))
     if promote.category(dt) < promote.FLOAT:
         raise refuse(op, f"dtype {dt}: only floating point frequencies")
     if n < 0:
@@ -162,7 +162,7 @@ def ifftshift(self: np.ndarray, dim: Any = None) -> np.ndarray:
 def _window(op: str, length: int, periodic: bool, dtype: Any, fn: Any) -> np.ndarray:
     """``fn(n, N)`` at n = 0..length-1 (N the symmetric window's length: length + 1 when
     periodic), computed in float64 and rounded once."""
-    dt = np_dtype(dtype, promote.DEFAULT_FLOAT)
+    dt = np.dtype(np_dtype(dtype, promote.DEFAULT_FLOAT))
     if promote.category(dt) != promote.FLOAT:
         raise bad(op, f"expected a floating point dtype, got {dt}")
     if length < 0:
@@ -317,5 +317,5 @@ def stft_center(
         widths = [(0, 0)] * (x.ndim - 1) + [(p, p)]
         if pad_mode == "reflect" and x.shape[-1] <= p:
             raise bad("aten.stft", f"padding size {p} must be less than the input dimension {x.shape[-1]}")
-        x = np.pad(x, widths, mode=_PAD_MODES[pad_mode])
+        x = np.pad(x, widths, mode=_PAD_MODES[pad_mode])  # type: ignore[call-overload]  # (mode: a str of the table)
     return stft(x, n_fft, hop_length, win_length, window, normalized, onesided, return_complex, align_to_window)
