@@ -144,7 +144,7 @@ _SPECS = [
     harness.Spec("aten.min.other", ("minimum",), gen=_gen_binary, dtypes=harness._REAL),
     harness.Spec("aten.max.other", ("maximum",), gen=_gen_binary, dtypes=harness._REAL),
     harness.Spec("aten.diff.default", ("diff",), gen=_gen_diff),
-    harness.Spec("aten.histc.default", ("histc",), gen=_gen_histc, dtypes=("float32", "float64")),
+    harness.Spec("aten.histc.default", ("histc",), gen=_gen_histc, dtypes=_FLOATS),
     harness.Spec("aten.type_as.default", gen=_gen_type_as),
     harness.Spec("aten.detach.default", gen=harness._gen_unary()),
     harness.Spec("aten.repeat_interleave.self_int", gen=_gen_ri_int),
@@ -309,9 +309,9 @@ _FFT_SPECS = [
     ),
     harness.Spec("aten.stft.default", gen=_gen_stft, dtypes=("float32", "float64"), loose=True),
     harness.Spec("aten.stft.center", gen=_gen_stft, dtypes=("float32", "float64"), loose=True),
-    harness.Spec("aten.hamming_window.periodic_alpha", gen=_gen_window_params(0.6), dtypes=("float32", "float64")),
-    harness.Spec("aten.hamming_window.periodic_alpha_beta", gen=_gen_window_params(0.6, 0.3), dtypes=("float32", "float64")),
-    harness.Spec("aten.kaiser_window.beta", gen=_gen_window_params(5.0), dtypes=("float32", "float64")),
+    harness.Spec("aten.hamming_window.periodic_alpha", gen=_gen_window_params(0.6), dtypes=_FLOATS),
+    harness.Spec("aten.hamming_window.periodic_alpha_beta", gen=_gen_window_params(0.6, 0.3), dtypes=_FLOATS),
+    harness.Spec("aten.kaiser_window.beta", gen=_gen_window_params(5.0), dtypes=_FLOATS),
 ]
 for _name in ("fft_fft", "fft_ifft", "fft_rfft", "fft_irfft", "fft_hfft", "fft_ihfft"):
     _d = _FFT_DTYPES if _name not in ("fft_rfft", "fft_ihfft") else ("float32", "float64", "int64")
@@ -321,7 +321,7 @@ for _name in ("fft_fft2", "fft_ifft2", "fft_rfft2", "fft_irfft2", "fft_fftn", "f
     _FFT_SPECS.append(harness.Spec(f"aten.{_name}.default", gen=_gen_fft_nd, dtypes=_d, loose=True))
 for _name in ("hann", "hamming", "blackman", "bartlett", "kaiser"):
     for _ov in ("default", "periodic"):
-        _FFT_SPECS.append(harness.Spec(f"aten.{_name}_window.{_ov}", gen=_gen_window, dtypes=("float32", "float64")))
+        _FFT_SPECS.append(harness.Spec(f"aten.{_name}_window.{_ov}", gen=_gen_window, dtypes=_FLOATS))
 FFT_SPECS = {s.key: s for s in _FFT_SPECS}
 
 

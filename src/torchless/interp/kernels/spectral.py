@@ -160,8 +160,8 @@ def ifftshift(self: np.ndarray, dim: Any = None) -> np.ndarray:
 
 
 def _window(op: str, length: int, periodic: bool, dtype: Any, fn: Any) -> np.ndarray:
-    """``fn(n, N)`` at n = 0..length-1 (N the symmetric window's length: length + 1 when
-    periodic), computed in float64 and rounded once."""
+    """``fn(n, N, dt)`` at n = 0..length-1 (N the symmetric window's length: length + 1 when
+    periodic), rounded to ``dt``."""
     dt = np.dtype(np_dtype(dtype, promote.DEFAULT_FLOAT))
     if promote.category(dt) != promote.FLOAT:
         raise bad(op, f"expected a floating point dtype, got {dt}")
@@ -170,11 +170,28 @@ def _window(op: str, length: int, periodic: bool, dtype: Any, fn: Any) -> np.nda
     if length <= 1:
         return np.ones(length, dt)
     big = length + 1 if periodic else length
-    return np.asarray(fn(np.arange(length, dtype=np.float64), big)).astype(dt)
+    return np.asarray(fn(np.arange(length, dtype=np.float64), big, dt)).astype(dt)
 
 
 def _cosine(alpha: float, beta: float) -> Any:
-    return lambda n, big: alpha - beta * np.cos(2 * math.pi * n / (big - 1))
+    """torch's steps, each rounded to the dtype (computed in its opmath type, the scalars
+    first rounded to the dtype): ``arange * (2 pi / (N - 1))``, ``cos``, ``* -beta``, ``+ alpha``."""
+
+    def fn(n: np.ndarray, big: int, dt: np.dtype) -> np.ndarray:
+        op = promote.opmath(dt)
+
+        def step(v: np.ndarray) -> np.ndarray:
+            return v.astype(dt).astype(op)
+
+        def scalar(v: float) -> Any:
+            return np.asarray(v).astype(dt).astype(op)
+
+        w = step(n.astype(dt).astype(op) * scalar(2 * math.pi / (big - 1)))
+        w = step(np.cos(w))
+        w = step(w * scalar(-beta))
+        return step(w + scalar(alpha))
+
+    return fn
 
 
 def _win_kernel(keys: Sequence[str], name: str, make: Any) -> None:
@@ -207,18 +224,18 @@ _win_kernel(
 _win_kernel(
     ("aten.blackman_window.default", "aten.blackman_window.periodic"),
     "blackman_window",
-    lambda: lambda n, big: 0.42 - 0.5 * np.cos(2 * math.pi * n / (big - 1)) + 0.08 * np.cos(4 * math.pi * n / (big - 1)),
+    lambda: lambda n, big, dt: 0.42 - 0.5 * np.cos(2 * math.pi * n / (big - 1)) + 0.08 * np.cos(4 * math.pi * n / (big - 1)),
 )
 _win_kernel(
     ("aten.bartlett_window.default", "aten.bartlett_window.periodic"),
     "bartlett_window",
-    lambda: lambda n, big: 1 - np.abs(2 * n / (big - 1) - 1),
+    lambda: lambda n, big, dt: 1 - np.abs(2 * n / (big - 1) - 1),
 )
 _win_kernel(
     ("aten.kaiser_window.default", "aten.kaiser_window.periodic", "aten.kaiser_window.beta"),
     "kaiser_window",
     lambda beta=12.0: (
-        lambda n, big: np.i0(beta * np.sqrt(np.clip(1 - ((n - (big - 1) / 2) / ((big - 1) / 2)) ** 2, 0, None))) / np.i0(beta)
+        lambda n, big, dt: np.i0(beta * np.sqrt(np.clip(1 - ((n - (big - 1) / 2) / ((big - 1) / 2)) ** 2, 0, None))) / np.i0(beta)
     ),
 )
 
