@@ -389,3 +389,58 @@ def test_sampling_kernel_matches_torch(key: str) -> None:
     torch.manual_seed(0)
     covered = [dt for dt in spec.dtypes if harness.run(spec, dt) > 0]
     assert covered == list(spec.dtypes), f"{key}: compared only in {covered}"
+
+
+# -- in-place variants of other families' kernels (kernels/inplace.py) ----------------------
+
+_INPLACE_OPINFO = {
+    "aten.acos_.default": "acos",
+    "aten.acosh_.default": "acosh",
+    "aten.asin_.default": "asin",
+    "aten.asinh_.default": "asinh",
+    "aten.atan_.default": "atan",
+    "aten.atanh_.default": "atanh",
+    "aten.cosh_.default": "cosh",
+    "aten.sinh_.default": "sinh",
+    "aten.tan_.default": "tan",
+    "aten.exp2_.default": "exp2",
+    "aten.expm1_.default": "expm1",
+    "aten.log10_.default": "log10",
+    "aten.log1p_.default": "log1p",
+    "aten.log2_.default": "log2",
+    "aten.erfinv_.default": "erfinv",
+    "aten.sgn_.default": "sgn",
+    "aten.hypot_.default": "hypot",
+    "aten.cumsum_.default": "cumsum",
+    "aten.cumprod_.default": "cumprod",
+    "aten.addmm_.default": "addmm",
+    "aten.addbmm_.default": "addbmm",
+    "aten.masked_scatter_.default": "masked_scatter",
+    "aten.scatter_add_.default": "scatter_add",
+    "aten.scatter_.src": "scatter",
+    "aten.scatter_reduce_.two": "scatter_reduce/sum",
+    "aten.floor_divide_.Scalar": "floor_divide",
+    "aten.round_.decimals": "round/decimals_3",
+    "aten.clamp_min_.Tensor": "clamp_min",
+    "aten.clamp_max_.Tensor": "clamp_max",
+}
+_ACCUMULATING = {"aten.cumsum_.default", "aten.cumprod_.default", "aten.addmm_.default", "aten.addbmm_.default"}
+
+
+def _same_shape_self(s: object) -> tuple | None:
+    """addbmm_'s samples whose self already has the result's shape: torch's in-place addbmm_
+    resizes a smaller self (it is addbmm.out into self), which a NumPy array cannot do (the
+    kernel refuses it with torch's broadcast message instead)."""
+    args, kwargs = harness._default(s)
+    b1, b2 = args[1], args[2]
+    return (args, kwargs) if tuple(args[0].shape) == (b1.shape[1], b2.shape[2]) else None
+
+
+@pytest.mark.parametrize("key", sorted(_INPLACE_OPINFO))
+def test_inplace_variant_matches_torch(key: str) -> None:
+    gen = harness._gen_scalar_binary if key.endswith(".Scalar") else None
+    adapt = _same_shape_self if key == "aten.addbmm_.default" else None
+    spec = harness.Spec(key, (_INPLACE_OPINFO[key],), adapt, gen, loose=key in _ACCUMULATING, dtypes=("float32", "int64"))
+    torch.manual_seed(0)
+    assert harness.run(spec, "float32") > 0, f"{key}: no sample compared"
+    harness.run(spec, "int64")  # (torch refuses most integer in-place math: such samples are skipped)
