@@ -11,6 +11,9 @@ a view), and ``pow_.Scalar`` (whose schema is not ``pow.Scalar``'s).
 
 from __future__ import annotations
 
+# the modules whose kernels get in-place variants here, imported for their registrations
+# (so importing this module alone works too)
+from . import index, linalg, nn_misc, reduce  # noqa: F401
 from .elementwise import inplace
 
 _VARIANTS = {
