@@ -106,7 +106,7 @@ def test_cli_run_takes_inputs_named_after_forward(saved, tmp_path, capsys):
     assert main(["run", str(path), "--inputs", str(tmp_path / "bad.npz")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
-    assert "'attn_mask'" in err and "x, attention_mask" in err
+    assert "'attn_mask'" in err and "one of x, attention_mask, or arg0" in err and "mask.pt2" in err
     np.savez(tmp_path / "twice.npz", arg0=x.numpy(), x=x.numpy(), attention_mask=am.numpy())
     assert main(["run", str(path), "--inputs", str(tmp_path / "twice.npz")]) == 2
     assert "both by position" in capsys.readouterr().err

@@ -136,7 +136,7 @@ class ExportedModule:
             accepted = self.accepted_names()
             raise UsageError(
                 f"the program has no input named {unknown[0]!r}",
-                expected=", ".join(accepted) + (" (or by position)" if accepted else "by position"),
+                expected=f"one of {', '.join(accepted)}, or arg0, arg1... by position" if accepted else "inputs by position",
             )
         kw = dict(kwargs)
         pos = list(args)
@@ -150,7 +150,11 @@ class ExportedModule:
         return tuple(pos), kw
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        args, kwargs = self.bind(args, kwargs)
+        try:
+            args, kwargs = self.bind(args, kwargs)
+        except UsageError as e:
+            e.with_context(path=getattr(getattr(self.program, "_archive", None), "path", None))
+            raise
         if self.in_spec is not None:
             flat = self.in_spec.flatten((tuple(args), dict(kwargs)), namer=self._name)
             paths = [p for p, _ in flat]
