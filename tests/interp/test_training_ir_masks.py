@@ -87,6 +87,10 @@ def test_mask_program_matches_torch(saved, seq):
     # the same inputs by the forward's names, as module() callers pass them
     again = ours(attention_mask=am.numpy(), x=x.numpy())
     np.testing.assert_array_equal(again[0], got[0])
+    again = ours(x.numpy(), attention_mask=am.numpy())
+    np.testing.assert_array_equal(again[0], got[0])
+    with pytest.raises(torchless.UsageError, match="'x' before it is missing"):
+        ours(attention_mask=am.numpy())
 
 
 def test_cli_run_takes_inputs_named_after_forward(saved, tmp_path, capsys):
