@@ -415,6 +415,7 @@ _INPLACE_OPINFO = {
     "aten.cumprod_.default": "cumprod",
     "aten.addmm_.default": "addmm",
     "aten.addbmm_.default": "addbmm",
+    "aten.baddbmm_.default": "baddbmm",
     "aten.masked_scatter_.default": "masked_scatter",
     "aten.scatter_add_.default": "scatter_add",
     "aten.scatter_.src": "scatter",
@@ -424,7 +425,13 @@ _INPLACE_OPINFO = {
     "aten.clamp_min_.Tensor": "clamp_min",
     "aten.clamp_max_.Tensor": "clamp_max",
 }
-_ACCUMULATING = {"aten.cumsum_.default", "aten.cumprod_.default", "aten.addmm_.default", "aten.addbmm_.default"}
+_ACCUMULATING = {
+    "aten.cumsum_.default",
+    "aten.cumprod_.default",
+    "aten.addmm_.default",
+    "aten.addbmm_.default",
+    "aten.baddbmm_.default",
+}
 
 
 def _same_shape_self(s: object) -> tuple | None:

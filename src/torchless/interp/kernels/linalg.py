@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import promote
 from ..registry import kernel
-from ._common import bad, norm_dim, np_dtype, quiet, refuse, tensor
+from ._common import bad, norm_dim, quiet, refuse, tensor
 from ._nn_util import _HALF
 
 
@@ -108,26 +108,6 @@ def baddbmm_(self: np.ndarray, batch1: np.ndarray, batch2: np.ndarray, *, beta: 
         raise bad("aten.baddbmm_", f"output with shape {list(self.shape)} doesn't match the broadcast shape {list(r.shape)}")
     self[...] = r
     return self
-
-
-@kernel("aten.baddbmm.dtype")
-def baddbmm_dtype(
-    self: np.ndarray, batch1: np.ndarray, batch2: np.ndarray, out_dtype: Any, *, beta: Any = 1, alpha: Any = 1
-) -> np.ndarray:
-    """:func:`baddbmm` with a float32 result from float16/bfloat16 operands."""
-    target = np_dtype(out_dtype)
-    a, b = tensor(batch1), tensor(batch2)
-    _, dt = _mm_dtypes("aten.baddbmm", a, b)
-    if target != dt and not (target == np.float32 and dt in _HALF):
-        raise bad("aten.baddbmm", f"out_dtype {target} is only supported for float16/bfloat16 operands, got {dt}")
-    if tensor(self).dtype != target:
-        raise bad("aten.baddbmm", f"self must have the out_dtype {target}, got {tensor(self).dtype}")
-    prod = (
-        _matmul("aten.baddbmm", a.astype(np.float32), b.astype(np.float32), 3)
-        if target != dt
-        else _matmul("aten.baddbmm", a, b, 3)
-    )
-    return _batch_add("aten.baddbmm", self, prod.astype(target), target, target, beta, alpha)
 
 
 @kernel("aten.addbmm.default")
