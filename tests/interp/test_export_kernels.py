@@ -419,6 +419,8 @@ _INPLACE_OPINFO = {
     "aten.masked_scatter_.default": "masked_scatter",
     "aten.scatter_add_.default": "scatter_add",
     "aten.scatter_.src": "scatter",
+    "aten.scatter_.value": "scatter",
+    "aten.conj_physical_.default": "conj_physical",
     "aten.scatter_reduce_.two": "scatter_reduce/sum",
     "aten.floor_divide_.Scalar": "floor_divide",
     "aten.round_.decimals": "round/decimals_3",
@@ -445,7 +447,13 @@ def _same_shape_self(s: object) -> tuple | None:
 
 @pytest.mark.parametrize("key", sorted(_INPLACE_OPINFO))
 def test_inplace_variant_matches_torch(key: str) -> None:
-    gen = harness._gen_scalar_binary if key.endswith(".Scalar") else None
+    gen = (
+        harness._gen_scalar_binary
+        if key.endswith(".Scalar")
+        else harness._gen_scatter_value
+        if key == "aten.scatter_.value"
+        else None
+    )
     adapt = _same_shape_self if key == "aten.addbmm_.default" else None
     spec = harness.Spec(key, (_INPLACE_OPINFO[key],), adapt, gen, loose=key in _ACCUMULATING, dtypes=("float32", "int64"))
     torch.manual_seed(0)
