@@ -45,16 +45,21 @@ KERNEL_MODULES: list[str] = [
     "torchless.interp.kernels.symbolic",
     "torchless.interp.kernels.control_flow",
     "torchless.interp.kernels.elementwise",
+    "torchless.interp.kernels.bitwise",
+    "torchless.interp.kernels.tensor_ops",
     "torchless.interp.kernels.reduce",
     "torchless.interp.kernels.shape",
     "torchless.interp.kernels.index",
     "torchless.interp.kernels.create",
     "torchless.interp.kernels.linalg",
+    "torchless.interp.kernels.spectral",
     "torchless.interp.kernels.nn_conv",
     "torchless.interp.kernels.nn_pool",
     "torchless.interp.kernels.nn_norm",
     "torchless.interp.kernels.nn_misc",
+    "torchless.interp.kernels.nn_sample",
     "torchless.interp.kernels.nn_rnn",
+    "torchless.interp.kernels.inplace",  # last: in-place variants of the kernels above
 ]
 
 Kernel = Callable[..., Any]

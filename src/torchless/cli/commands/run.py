@@ -147,11 +147,14 @@ def register(sub: Any) -> None:
         "run",
         help="run an exported program (.pt2) on NumPy and summarize its outputs",
         description="Run a torch.export archive with torchless's NumPy interpreter (no torch) and print each "
-        "output's shape, dtype and min/max/mean. Inputs come from an .npz (arg0, arg1... by position, other "
-        "names as keyword arguments) or from the archive's own sample inputs.",
+        "output's shape, dtype and min/max/mean. Inputs come from an .npz (arrays named after the forward's "
+        "parameters, or arg0, arg1... by position; other names as keyword arguments) or from the archive's own "
+        "sample inputs.",
     )
     p.add_argument("path")
-    p.add_argument("--inputs", metavar="IN.npz", help="the inputs: arg0, arg1... by position, other names by keyword")
+    p.add_argument(
+        "--inputs", metavar="IN.npz", help="the inputs, named after the forward's parameters (or arg0, arg1... by position)"
+    )
     p.add_argument("--sample-inputs", action="store_true", help="use the sample inputs stored in the archive")
     p.add_argument("-o", "--output", metavar="OUT.npz", help="write the outputs (named out[0], out['key']...) to an .npz")
     p.add_argument("--model", help="which model of a multi-model archive (default: model)")

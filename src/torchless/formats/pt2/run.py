@@ -110,7 +110,51 @@ class ExportedModule:
             return key.strip("'\"") + rest
         return p or "input"
 
+    def accepted_names(self) -> list[str]:
+        """The names an input may be passed by: the forward's parameters, then the keyword
+        inputs the program was exported with (empty when it records no in_spec)."""
+        if self.in_spec is None or len(self.in_spec.children) != 2:
+            return []
+        names = list(self.arg_names or [])
+        return names + [str(k) for k in self.in_spec.children[1]._keys() if str(k) not in names]
+
+    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """``(args, kwargs)`` with keyword inputs named after the forward's positional
+        parameters moved to their positions, as Python binds ``forward(x=...)``.
+
+        Raises:
+            UsageError: a name the program has no input for (listing those it has), a
+                position given twice, or one left out before a named one.
+        """
+        if self.in_spec is None or len(self.in_spec.children) != 2 or not kwargs:
+            return args, kwargs
+        n_pos = len(self.in_spec.children[0].children)
+        keywords = {str(k) for k in self.in_spec.children[1]._keys()}
+        names = list(self.arg_names or [])[:n_pos]
+        unknown = [k for k in kwargs if k not in keywords and k not in names]
+        if unknown:
+            accepted = self.accepted_names()
+            raise UsageError(
+                f"the program has no input named {unknown[0]!r}",
+                expected=f"one of {', '.join(accepted)}, or arg0, arg1... by position" if accepted else "inputs by position",
+            )
+        kw = dict(kwargs)
+        pos = list(args)
+        for i, name in enumerate(names):
+            if name in kw and name not in keywords:
+                if i < len(pos):
+                    raise UsageError(f"input {name!r} given both by position ({i}) and by name")
+                if i > len(pos):
+                    raise UsageError(f"input {name!r} is given by name but {names[len(pos)]!r} before it is missing")
+                pos.append(kw.pop(name))
+        return tuple(pos), kw
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            args, kwargs = self.bind(args, kwargs)
+        except UsageError as e:
+            e.with_context(path=getattr(getattr(self.program, "_archive", None), "path", None))
+            raise
         if self.in_spec is not None:
             flat = self.in_spec.flatten((tuple(args), dict(kwargs)), namer=self._name)
             paths = [p for p, _ in flat]

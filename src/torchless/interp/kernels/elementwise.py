@@ -688,13 +688,17 @@ def log_softmax(self: np.ndarray, dim: int, half_to_float: bool) -> np.ndarray:
 _BOOL_RESULT = frozenset(["eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "logical_not"])
 
 
-def _inplace(key: str) -> None:
+def inplace(key: str, target: str | None = None) -> None:
+    """Register the in-place variant of out-of-place kernel ``key`` (``aten.add.Tensor``):
+    under ``aten.<name>_.<overload>``, or ``target`` (``aten.__iand__.Tensor``). It writes the
+    result into ``self``, refusing a result type that ``self`` cannot hold or a broadcast
+    that would grow it, as torch does."""
     from ..registry import _KERNELS
 
     out_of_place = _KERNELS[key]
     _, name, overload = key.split(".")
 
-    @kernel(f"aten.{name}_.{overload}")
+    @kernel(target or f"aten.{name}_.{overload}")
     def k(self: np.ndarray, *args: Any, **kwargs: Any) -> np.ndarray:
         r = tensor(out_of_place(self, *args, **kwargs))
         if promote.category(r.dtype) > promote.category(self.dtype) and name not in _BOOL_RESULT:
@@ -719,7 +723,7 @@ _INPLACE = {
 }
 for _ov, _names in _INPLACE.items():
     for _n in _names.split(" "):
-        _inplace(f"aten.{_n}.{_ov}")
+        inplace(f"aten.{_n}.{_ov}")
 
 
 @kernel("aten.hypot.default")

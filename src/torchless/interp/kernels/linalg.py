@@ -14,6 +14,7 @@ import numpy as np
 from .. import promote
 from ..registry import kernel
 from ._common import bad, norm_dim, quiet, refuse, tensor
+from ._nn_util import _HALF
 
 
 def _mm_dtypes(op: str, *xs: np.ndarray) -> tuple[np.dtype, np.dtype]:
@@ -72,6 +73,80 @@ def addmm(self: np.ndarray, mat1: np.ndarray, mat2: np.ndarray, *, beta: Any = 1
                 res = res.astype(compute, order="C")
             np.add(prod, res if beta == 1 else res * np.asarray(beta).astype(compute), out=prod)
     return promote.cast(prod, out)
+
+
+def _batch_add(op: str, self: Any, prod: np.ndarray, compute: np.dtype, out: np.dtype, beta: Any, alpha: Any) -> np.ndarray:
+    """``beta * self + alpha * prod`` in ``compute``, rounded once to ``out``; ``beta == 0``
+    ignores ``self`` (its NaN and inf do not propagate), as torch does."""
+    with quiet():
+        if alpha != 1:
+            prod = prod * np.asarray(alpha).astype(compute)
+        if beta != 0:
+            c = tensor(self)
+            try:
+                np.broadcast_shapes(c.shape, prod.shape)
+            except ValueError:
+                raise bad(op, f"self {list(c.shape)} cannot be broadcast to the product {list(prod.shape)}") from None
+            c = c.astype(compute, copy=False)
+            prod = prod + (c if beta == 1 else c * np.asarray(beta).astype(compute))
+    return promote.cast(np.broadcast_to(prod, np.broadcast_shapes(prod.shape, tensor(self).shape)) if beta != 0 else prod, out)
+
+
+@kernel("aten.baddbmm.default")
+def baddbmm(self: np.ndarray, batch1: np.ndarray, batch2: np.ndarray, *, beta: Any = 1, alpha: Any = 1) -> np.ndarray:
+    """``beta * self + alpha * (batch1 @ batch2)``, batched."""
+    a, b = tensor(batch1), tensor(batch2)
+    compute, out = _mm_dtypes("aten.baddbmm", a, b, tensor(self))
+    prod = _matmul("aten.baddbmm", a.astype(compute, copy=False), b.astype(compute, copy=False), 3)
+    return _batch_add("aten.baddbmm", self, prod, compute, out, beta, alpha)
+
+
+@kernel("aten.baddbmm_.default")
+def baddbmm_(self: np.ndarray, batch1: np.ndarray, batch2: np.ndarray, *, beta: Any = 1, alpha: Any = 1) -> np.ndarray:
+    r = baddbmm(self, batch1, batch2, beta=beta, alpha=alpha)
+    if r.shape != self.shape:
+        raise bad("aten.baddbmm_", f"output with shape {list(self.shape)} doesn't match the broadcast shape {list(r.shape)}")
+    self[...] = r
+    return self
+
+
+@kernel("aten.addbmm.default")
+def addbmm(self: np.ndarray, batch1: np.ndarray, batch2: np.ndarray, *, beta: Any = 1, alpha: Any = 1) -> np.ndarray:
+    """``beta * self + alpha * sum_b(batch1[b] @ batch2[b])``: as torch's CPU kernel, one
+    ``addmm`` per batch item, each rounded to the result dtype."""
+    a, b = tensor(batch1), tensor(batch2)
+    compute, out = _mm_dtypes("aten.addbmm", a, b, tensor(self))
+    prod = _matmul("aten.addbmm", a.astype(compute, copy=False), b.astype(compute, copy=False), 3)
+    acc = _batch_add("aten.addbmm", self, np.zeros(prod.shape[1:], compute), compute, out, beta, 1)
+    for i in range(prod.shape[0]):
+        acc = _batch_add("aten.addbmm", acc, prod[i], compute, out, 1, alpha)
+    return acc
+
+
+@kernel("aten._int_mm.default")
+def int_mm(self: np.ndarray, mat2: np.ndarray) -> np.ndarray:
+    """int8 x int8 matrix product accumulated and returned in int32."""
+    a, b = tensor(self), tensor(mat2)
+    if a.dtype != np.int8 or b.dtype != np.int8:
+        raise bad("aten._int_mm", f"expected int8 operands, got {a.dtype} and {b.dtype}")
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        raise bad("aten._int_mm", f"shapes {list(a.shape)} and {list(b.shape)} cannot be multiplied")
+    # int64 accumulation cannot overflow for any k torch accepts; int32 wraps as torch's does
+    return np.matmul(a.astype(np.int64), b.astype(np.int64)).astype(np.int32)
+
+
+@kernel("aten._weight_int8pack_mm.default")
+def weight_int8pack_mm(self: np.ndarray, mat2: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """``(self @ mat2.T) * scales``: int8 weights ``[n, k]`` with one scale per output channel."""
+    a, w, s = tensor(self), tensor(mat2), tensor(scales)
+    if w.dtype != np.int8:
+        raise bad("aten._weight_int8pack_mm", f"expected an int8 weight, got {w.dtype}")
+    if a.dtype not in (np.float32, *_HALF) or s.dtype != a.dtype:
+        raise bad("aten._weight_int8pack_mm", f"expected float input and scales of one dtype, got {a.dtype} and {s.dtype}")
+    if a.ndim != 2 or w.ndim != 2 or a.shape[1] != w.shape[1] or s.shape != (w.shape[0],):
+        raise bad("aten._weight_int8pack_mm", f"shapes {list(a.shape)}, {list(w.shape)}, {list(s.shape)} do not fit")
+    prod = np.matmul(a.astype(np.float32), w.astype(np.float32).T) * s.astype(np.float32)
+    return promote.cast(prod, a.dtype)
 
 
 @kernel("aten.mv.default")

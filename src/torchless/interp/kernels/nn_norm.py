@@ -263,3 +263,38 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
     y = finish(y, input.dtype)
     out_dtype = np.result_type(input.dtype, weight.dtype) if input.dtype != weight.dtype else input.dtype
     return finish(compute(y) * compute(weight), out_dtype)
+
+
+# -- weight norm -----------------------------------------------------------------------------
+
+
+def _norm_except_dim(v: np.ndarray, dim: int) -> np.ndarray:
+    """The 2-norm of ``v`` over every dim but ``dim`` (kept as size 1); over all of it for -1."""
+    if dim == -1:
+        return np.sqrt(np.sum(v * v)).reshape((1,) * v.ndim)
+    if not 0 <= dim < v.ndim:
+        raise UsageError(f"_weight_norm: dim {dim} out of range for a {v.ndim}-d tensor")
+    axes = tuple(i for i in range(v.ndim) if i != dim)
+    return np.sqrt(np.sum(v * v, axis=axes, keepdims=True))
+
+
+@kernel("aten._weight_norm_interface.default")
+def weight_norm_interface(v, g, dim=0):
+    """``(v * g / ||v||, ||v||)``, the norm over every dim but ``dim`` (a negative dim counts
+    from the end: the fused kernel's), computed in float32 for the 16-bit floats."""
+    return _weight_norm(v, g, dim % max(v.ndim, 1))
+
+
+def _weight_norm(v, g, dim):
+    require_float("_weight_norm", v, g)
+    vv, gg = compute(v), compute(g)
+    norms = _norm_except_dim(vv, dim)
+    with np.errstate(all="ignore"):
+        w = vv * (gg.reshape(norms.shape) / norms) if gg.size == norms.size else vv * (gg / norms)
+    return finish(w, v.dtype), finish(norms, g.dtype if dim != -1 else v.dtype)
+
+
+@kernel("aten._weight_norm.default")
+def weight_norm(v, g, dim=0):
+    """``v * g / ||v||``; dim -1 is the norm of all of ``v`` (torch's ``norm_except_dim``)."""
+    return _weight_norm(v, g, dim)[0]
