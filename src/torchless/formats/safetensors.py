@@ -21,8 +21,9 @@ from ..core.atomic import AtomicFile, shard_set
 from ..core.dtypes import DTYPES, DType
 from ..core.errors import UnsupportedError
 from ..core.findings import Problem
-from ..core.source import open_source
-from ..core.tensor import Storage, Tensor, require_utf8_name, unique_names
+from ..core.gcpause import GCPause
+from ..core.source import ByteSource, MmapSource, open_source
+from ..core.tensor import Storage, Tensor, _contiguous_strides, require_utf8_name, unique_names
 from .base import Artifact, Capabilities, FormatHandler, LoadPolicy, Probe
 from .registry import register
 from .safetensors_spec import METADATA_KEY, ST_DTYPES, check_name, is_safetensors_head, parse_header
@@ -41,7 +42,8 @@ class SafetensorsArtifact(Artifact):
     def __init__(self, path: Any, policy: LoadPolicy | None = None) -> None:
         super().__init__(path if not isinstance(path, (bytes, bytearray, memoryview)) else "<bytes>", policy)
         self.source = open_source(path)
-        self.metadata, self._tensors, self.header_size = read_safetensors(self.source)
+        eager = not self.policy.mmap and isinstance(self.source, MmapSource)
+        self.metadata, self._tensors, self.header_size = read_safetensors(self.source, eager=eager)
 
     def tensors(self) -> Iterator[tuple[str, Any]]:
         return iter(self._tensors.items())
@@ -59,32 +61,70 @@ class SafetensorsArtifact(Artifact):
         self.source.close()
 
 
-def read_safetensors(source: Any) -> tuple[dict[str, str], dict[str, Tensor], int]:
-    """Parse a safetensors file into ``(metadata, {name: Tensor}, header_size)``.
+def read_safetensors(source: Any, *, eager: bool = False) -> tuple[dict[str, str], dict[str, Tensor], int]:
+    """Parse a safetensors file into ``(metadata, {name: Tensor}, header_size)``, the
+    tensors in the order of their data.
+
+    Args:
+        eager: read the whole data section into memory of its own at once (one read,
+            ``mmap=False``): every storage is a slice of it. Otherwise each storage is a
+            view of the source asked for when read.
 
     Raises:
         TruncatedError, FormatError, LimitError: malformed or hostile headers.
     """
-    src = open_source(source)
+    with GCPause():  # tens of thousands of records, all kept: GC passes would free nothing
+        return _read(open_source(source), eager)
+
+
+def _read(src: ByteSource, eager: bool) -> tuple[dict[str, str], dict[str, Tensor], int]:
     meta, entries, n = parse_header(src)
     base = 8 + n
+    data = None
+    if eager:
+        data = src.copy(base, src.size - base, what="tensor data").toreadonly()
+    view = src.view
+    new_storage = Storage.__new__
+    new_tensor = Tensor.__new__
+    dtypes = _DTYPES
     out: dict[str, Tensor] = {}
-    for name, code, shape, offs in entries:
-        dt = DTYPES[ST_DTYPES[code]]
-        st = Storage(
-            name,
-            offs[1] - offs[0],
-            dt,
-            "cpu",
-            loader=partial(src.view, base + offs[0], offs[1] - offs[0]),
-            byteorder="little",
-            origin=name,
-            file_offset=base + offs[0],
-        )
-        out[name] = Tensor(st, dt, shape)
-    # keep the file's order of tensors by offset (the header order is arbitrary JSON order)
-    ordered = {e[0]: out[e[0]] for e in entries}
-    return meta, ordered, n
+    # (the fields Storage() and Tensor() set, without a call each: the header's rules were
+    # checked by parse_header, so every row is a contiguous tensor filling its storage)
+    for name, code, dims, (b, e) in entries:
+        dt = dtypes[code]
+        st = new_storage(Storage)
+        st.key = name
+        st.nbytes = e - b
+        st.dtype = dt
+        st.location = "cpu"
+        if data is None:
+            st._data = None
+            st._loader = partial(view, base + b, e - b)
+        else:
+            st._data = data[b:e]
+            st._loader = None
+        st.byteorder = "little"
+        st.origin = name
+        st.file_offset = base + b
+        t = new_tensor(Tensor)
+        t.storage = st
+        t.dtype = dt
+        t.shape = shape = tuple(dims)
+        t._stride = _contiguous_strides(shape) if len(shape) != 1 else _ONE
+        t._offset = 0
+        t.requires_grad = False
+        t.is_parameter = False
+        t.device = "cpu"
+        t._metadata = None
+        t.quantizer = None
+        t._attrs = None
+        t.subclass = None
+        out[name] = t
+    return meta, out, n
+
+
+_DTYPES = {code: DTYPES[name] for code, name in ST_DTYPES.items()}
+_ONE = (1,)
 
 
 def _tensor_chunks(t: Tensor) -> tuple[int, list[bytes | memoryview]]:
