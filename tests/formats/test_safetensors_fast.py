@@ -195,3 +195,55 @@ def test_mmap_false_reads_a_safetensors_file_into_memory_of_its_own(tmp_path):  
     assert np.array_equal(got["a"], np.arange(1024, dtype=np.float32))
     assert np.array_equal(got["b"], np.ones(8, np.int64))
     assert not got["a"].flags.writeable
+
+
+def _arrays(seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out: dict[str, np.ndarray] = {}
+    for i, dt in enumerate(
+        [np.float32, np.float16, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, np.int64, np.uint8, np.bool_, np.complex64]
+    ):
+        shape = tuple(rng.integers(0, 4, size=rng.integers(0, 4)))
+        out[f"w{i}.{seed}"] = np.asarray(rng.standard_normal(shape) * 5).astype(dt)  # (0-d: an array, not a scalar)
+    return out
+
+
+@pytest.mark.parametrize("fmt", ["safetensors", "pt"])
+@pytest.mark.parametrize("seed", range(6))
+def test_a_dict_of_numpy_arrays_is_written_as_the_general_path_writes_it(tmp_path, monkeypatch, fmt, seed):  # type: ignore[no-untyped-def]
+    """The same bytes with and without the plain-array writer, including inputs it leaves
+    to the general path (a transposed array, another byte order, a name it cannot take)."""
+    import torchless.formats.pt.write as pt_write
+    import torchless.formats.safetensors as st_mod
+
+    d = _arrays(seed)
+    if fmt == "safetensors":
+        d.pop(f"w7.{seed}")  # (no complex dtype in safetensors)
+    if seed == 3:
+        d["t"] = np.arange(6, dtype=np.float32).reshape(2, 3).T
+    if seed == 4:
+        d["be"] = np.arange(3, dtype=">i4")
+    if seed == 5:
+        d["__metadata__" if fmt == "safetensors" else "ok"] = np.zeros(2, np.float32)
+    got = {}
+    for fast in (True, False):
+        monkeypatch.setattr(st_mod, "FAST_ARRAYS", fast)
+        monkeypatch.setattr(pt_write, "FAST_PICKLE", fast)
+        (tmp_path / str(fast)).mkdir()
+        p = tmp_path / str(fast) / f"m.{fmt}"  # (one name: a .pt's folder inside is the file's stem)
+        try:
+            torchless.save(d, p)
+            got[fast] = p.read_bytes()
+        except TorchlessError as e:
+            got[fast] = type(e).__name__
+    assert got[True] == got[False]
+    if fmt == "pt" and isinstance(got[True], bytes):  # torch reads it back (the oracle)
+        torch = pytest.importorskip("torch", reason="torch is the oracle")
+        back = torch.load(tmp_path / "True" / "m.pt", weights_only=True)
+        assert list(back) == list(d)
+        for k, v in d.items():
+            assert back[k].shape == v.shape
+            assert (
+                back[k].contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+                == np.ascontiguousarray(v).astype(v.dtype.newbyteorder("<")).tobytes()
+            )

@@ -17,9 +17,11 @@ from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from typing import Any
 
+import numpy as np
+
 from ..core.atomic import AtomicFile, shard_set
-from ..core.dtypes import DTYPES, DType
-from ..core.errors import UnsupportedError
+from ..core.dtypes import DTYPES, DType, from_numpy
+from ..core.errors import TorchlessError, UnsupportedError
 from ..core.findings import Problem
 from ..core.gcpause import GCPause
 from ..core.source import ByteSource, MmapSource, open_source
@@ -167,6 +169,23 @@ def write_safetensors(
         UnsupportedError: a dtype safetensors cannot express (quantized, complex32...).
         UsageError: duplicate names, a name safetensors cannot read back, overlapping views.
     """
+    items = list(items)
+    plain = _plain_arrays(items, metadata) if FAST_ARRAYS and progress is None else None
+    if plain is not None:  # a dict of plain NumPy arrays: the same file, without a Tensor each
+        raw, bufs = plain
+        if _defer is not None:
+            af = AtomicFile(path)
+            try:
+                _write_plain(af.file, raw, bufs)
+                af.finish()
+            except BaseException:
+                af.abort()
+                raise
+            _defer.append(af)
+            return
+        with AtomicFile(path) as f:
+            _write_plain(f.file, raw, bufs)
+        return
     entries: list[tuple[str, Tensor, DType]] = []
     kept, aliases = split_aliases(checked_names(items, path), path)
     metadata = alias_metadata(metadata, aliases)
@@ -188,6 +207,70 @@ def write_safetensors(
         return
     with AtomicFile(path) as f:
         _write_body(f.file, raw, entries, progress)
+
+
+#: write a dict of plain NumPy arrays (C-contiguous, host order, a safetensors dtype,
+#: names that need no check beyond being distinct UTF-8 ``str``) without coercing each to
+#: a Tensor (False: every input through the general path; the files are the same bytes:
+#: tests/formats/test_safetensors_fast.py)
+FAST_ARRAYS = True
+
+#: NumPy dtype -> safetensors code, for the dtypes seen so far (None: not a plain one)
+_PLAIN_CODES: dict[Any, str | None] = {}
+
+
+def _plain_code(dt: Any) -> str | None:
+    code = _PLAIN_CODES.get(dt, "")
+    if code == "":
+        try:
+            code = _TO_ST.get(from_numpy(dt).name) if dt.isnative and from_numpy(dt).itemsize == dt.itemsize else None
+        except TorchlessError:
+            code = None
+        _PLAIN_CODES[dt] = code
+    return code
+
+
+def _plain_arrays(items: list[tuple[str, Any]], metadata: dict[str, str] | None) -> tuple[bytes, list[Any]] | None:
+    """``(header, data buffers)`` of ``items`` when every one is a plain NumPy array under a
+    plain name (see :data:`FAST_ARRAYS`): the bytes :func:`write_safetensors` writes for
+    them either way. None when one is not (the general path then decides, errors included)."""
+    if metadata or not items:
+        return None
+    names = [k for k, _ in items]
+    arrays = [v for _, v in items]
+    if set(map(type, arrays)) != {np.ndarray} or set(map(type, names)) != {str} or len(set(names)) != len(names):
+        return None
+    if METADATA_KEY in names:
+        return None
+    try:
+        "".join(names).encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    codes: dict[Any, str | None] = {}
+    header: dict[str, Any] = {}
+    bufs: list[Any] = []
+    off = 0
+    for name, a in items:
+        dt = a.dtype
+        code = codes.get(dt, "")
+        if code == "":
+            code = codes[dt] = _plain_code(dt)
+        if code is None or not a.flags.c_contiguous:
+            return None
+        n = a.nbytes
+        header[name] = {"dtype": code, "shape": list(a.shape), "data_offsets": [off, off + n]}
+        off += n
+        if n:
+            bufs.append(a.reshape(-1).view(np.uint8).data)
+    raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    raw += b" " * ((-len(raw)) % 8)
+    return raw, bufs
+
+
+def _write_plain(f: Any, raw: bytes, bufs: list[Any]) -> None:
+    f.write(struct.pack("<Q", len(raw)))
+    f.write(raw)
+    f.writev(bufs)
 
 
 def checked_names(items: Iterable[tuple[str, Any]], path: Any) -> Iterator[tuple[str, Any]]:
