@@ -92,6 +92,7 @@ with torchless.open(P) as a:
 done(time.perf_counter() - t, n=len(rows))
 """,
     "st_safe_open": """
+import numpy  # (imported by framework="np" on first use: outside the timing, as torchless's own import of it)
 from safetensors import safe_open
 t = start()
 with safe_open(P, framework="np") as f:
