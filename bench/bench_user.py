@@ -1,6 +1,7 @@
 """Many small tensors as a user writes it: the issue-33 table, measured by bench/harness.py.
 
 Usage: python bench/bench_user.py [--rounds N] [--n 20000] [--data DIR] [--only a,b] [--md FILE] [--out-dir DIR]
+                                 [--yardsticks] [--before CHECKOUT]
 
 Every case is exactly the code a user writes, through the public API only, in a fresh
 process (imports outside the timing, for torchless and its peer alike), and every
@@ -165,6 +166,11 @@ def main() -> None:
     ap.add_argument("--md", default=None, help="also write the Markdown tables here")
     ap.add_argument("--out-dir", default=None, help="where the save cases write (default: the fixture folder)")
     ap.add_argument("--yardsticks", action="store_true", help="also time torch.load/torch.save, np.savez and raw I/O")
+    ap.add_argument(
+        "--before",
+        default=None,
+        help="a checkout of an older torchless: its torchless cases run in the same rounds, with the speed-up printed",
+    )
     a = ap.parse_args()
     only = set(a.only.split(","))
     d = os.path.join(a.data, f"user_{a.n}")
@@ -208,6 +214,16 @@ def main() -> None:
         compileall.compile_dir(os.path.join(ROOT, "src", "torchless"), quiet=1)  # as an installed package runs
         h.case("torchless_info", argv=[PY, "-m", "torchless", "info", small], warm=[small], whole_process=True)
         h.case("import_numpy", argv=[PY, "-c", "import numpy"], whole_process=True)
+    if a.before:
+        src = os.path.join(os.path.abspath(a.before), "src")
+        for name in [n for n in h.cases if n.startswith("torchless_")]:
+            c = h.cases[name]
+            if c.argv is not None:
+                compileall.compile_dir(os.path.join(src, "torchless"), quiet=1)
+                h.case(name + "_before", argv=c.argv, warm=c.warm, whole_process=True, env={"PYTHONPATH": src})
+            else:
+                h.case(name + "_before", c.code, args=c.args, warm=c.warm, env={"PYTHONPATH": src})
+            h.ratio(f"{name}: speed-up over --before (CPU seconds)", name, name + "_before", better="higher", key="cpu")
     h.run()
     md = h.markdown()
     if "info" in only:
