@@ -211,7 +211,9 @@ def main() -> None:
             both(h, "save .pt vs torch.save", "torchless_save_pt", "torch_save", None)
             both(h, "save .safetensors vs one write of the bytes", "torchless_save_st", "raw_write", None)
     if "info" in only:
-        compileall.compile_dir(os.path.join(ROOT, "src", "torchless"), quiet=1)  # as an installed package runs
+        # compiled beforehand, as an installed package runs (the torchless the children import)
+        src = os.environ.get("PYTHONPATH", "").split(os.pathsep)[0] or os.path.join(ROOT, "src")
+        compileall.compile_dir(os.path.join(src, "torchless"), quiet=1)
         h.case("torchless_info", argv=[PY, "-m", "torchless", "info", small], warm=[small], whole_process=True)
         h.case("import_numpy", argv=[PY, "-c", "import numpy"], whole_process=True)
     if a.before:
