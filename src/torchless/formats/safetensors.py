@@ -170,7 +170,10 @@ def write_safetensors(
         UsageError: duplicate names, a name safetensors cannot read back, overlapping views.
     """
     items = list(items)
-    plain = _plain_arrays(items, metadata) if FAST_ARRAYS and progress is None else None
+    plain = None
+    if FAST_ARRAYS and progress is None:
+        with GCPause():  # (a record per array, all kept until written: GC passes would free nothing)
+            plain = _plain_arrays(items, metadata)
     if plain is not None:  # a dict of plain NumPy arrays: the same file, without a Tensor each
         raw, bufs = plain
         if _defer is not None:
@@ -255,13 +258,19 @@ def _plain_arrays(items: list[tuple[str, Any]], metadata: dict[str, str] | None)
         code = codes.get(dt, "")
         if code == "":
             code = codes[dt] = _plain_code(dt)
-        if code is None or not a.flags.c_contiguous:
+        if code is None:
             return None
-        n = a.nbytes
+        try:  # the array's bytes as they are: a cast needs a C-contiguous buffer
+            mv = memoryview(a).cast("B")
+        except (TypeError, ValueError):  # not C-contiguous, or a dtype with no buffer format (ml_dtypes)
+            if not a.flags.c_contiguous:
+                return None
+            mv = a.reshape(-1).view(np.uint8).data
+        n = mv.nbytes
         header[name] = {"dtype": code, "shape": list(a.shape), "data_offsets": [off, off + n]}
         off += n
         if n:
-            bufs.append(a.reshape(-1).view(np.uint8).data)
+            bufs.append(mv)
     raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
     raw += b" " * ((-len(raw)) % 8)
     return raw, bufs

@@ -715,14 +715,20 @@ def _array_rows(obj: Any) -> list[tuple[str, Storage, tuple[int, ...], bool]] | 
         dt = dtypes.get(npd, _UNSEEN)
         if dt is _UNSEEN:
             dt = dtypes[npd] = _plain_dtype(npd)
-        if dt is None or type(key) is not str or not a.flags.c_contiguous:
+        if dt is None or type(key) is not str:
             return None
+        try:  # the array's bytes as they are: a cast needs a C-contiguous buffer
+            mv = memoryview(a).cast("B")
+        except (TypeError, ValueError):  # not C-contiguous, or a dtype with no buffer format (ml_dtypes)
+            if not a.flags.c_contiguous:
+                return None
+            mv = a.reshape(-1).view(np.uint8).data
         st = new(Storage)  # (Storage("", a.nbytes, dt, "cpu", data=..., byteorder=host) without the call)
         st.key = ""
         st.nbytes = a.nbytes
         st.dtype = dt
         st.location = "cpu"
-        st._data = a.reshape(-1).view(np.uint8).data
+        st._data = mv
         st._loader = None
         st.byteorder = sys.byteorder
         st.origin = ""
