@@ -39,6 +39,11 @@ if os.environ.get("TORCHLESS_GENERAL_PATHS") == "1":
 
     torchless.formats.pt.read.FAST_RECORD_CHECKS = False  # the per-record checks entry by entry
     torchless.formats.pt.read.READ_AHEAD = False  # an eager load's runs read when asked for
+    import torchless.core.tensor
+    import torchless.formats.safetensors_spec
+
+    torchless.formats.safetensors_spec.FAST_HEADER = False  # entries checked one by one
+    torchless.core.tensor.FAST_NUMPY = False  # numpy() through the general strided view
 
 
 @pytest.fixture(scope="session")

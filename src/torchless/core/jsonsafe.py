@@ -54,7 +54,7 @@ def loads(
     member: str | None = None,
     offset: int | None = None,
     max_bytes: int = MAX_JSON_BYTES,
-    max_depth: int = MAX_JSON_DEPTH,
+    max_depth: int | None = MAX_JSON_DEPTH,
     object_pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = None,
 ) -> Any:
     """Parse UTF-8 JSON text with a size cap and a nesting limit.
@@ -62,6 +62,9 @@ def loads(
     Args:
         what: what the text is, for messages (``"safetensors header"``).
         path, member, offset: where it came from, for messages.
+        max_depth: the nesting limit, or None where the caller checks the structure it
+            takes itself (no pass over the text first; nesting past the parser's own
+            recursion limit is still a LimitError).
         object_pairs_hook: as in :func:`json.loads` (a TorchlessError it raises is
             passed through with the location filled in).
 
@@ -80,7 +83,8 @@ def loads(
             found=f"{len(raw)} bytes",
         )
     try:
-        check_depth(raw, max_depth)
+        if max_depth is not None:
+            check_depth(raw, max_depth)
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise FormatError(
@@ -99,7 +103,11 @@ def loads(
         raise FormatError(f"{what} is not valid JSON: {e}", path=path, member=member, offset=offset) from None
     except RecursionError:  # the caller's stack was already deep: still the input's depth
         raise LimitError(
-            f"{what} nested too deeply", path=path, member=member, offset=offset, expected=f"<= {max_depth} levels"
+            f"{what} nested too deeply",
+            path=path,
+            member=member,
+            offset=offset,
+            expected=f"<= {max_depth} levels" if max_depth is not None else "nesting within the parser's recursion limit",
         ) from None
     except FormatError as e:  # from object_pairs_hook
         if e.offset is None:

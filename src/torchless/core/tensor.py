@@ -39,6 +39,10 @@ __all__ = [
 _HOST_ORDER = sys.byteorder
 #: sub-byte quantized dtypes: elements packed per byte (torch's int_repr gives the bytes)
 _PACKED = {"quint4x2": 2, "quint2x4": 4}
+#: ``Tensor.numpy()`` of a C-contiguous tensor of a NumPy dtype in host order, no conj/neg
+#: bit: one ``np.frombuffer`` (False: the general strided view for every tensor; the two
+#: give the same arrays: tests/formats/test_safetensors_fast.py)
+FAST_NUMPY = True
 
 
 class Storage:
@@ -506,16 +510,36 @@ class Tensor:
             UnsupportedError: meta tensors (no data).
             FormatError: the view does not fit in its storage.
         """
-        if self.storage is None:
+        st = self.storage
+        if st is None:
             raise UnsupportedError(f"a {self.device} tensor has no data", hint="only shape and dtype are stored")
+        if FAST_NUMPY and not raw and self._metadata is None and st.byteorder == _HOST_ORDER:
+            # the common case (a C-contiguous tensor of a NumPy dtype, stored in host order,
+            # no conj/neg bit): one frombuffer of the elements' bytes, bounds checked here
+            npd = self.dtype._numpy
+            if isinstance(npd, np.dtype):  # (None: no NumPy dtype; a str: ml_dtypes, resolved below)
+                shape = self.shape
+                stride = self._stride
+                if len(shape) == 1:
+                    flat = stride[0] == 1 or shape[0] <= 1
+                else:
+                    flat = stride == _contiguous_strides(shape)
+                n = math.prod(shape)
+                if flat and n:
+                    isz = npd.itemsize
+                    off = self._offset * isz
+                    if off + n * isz <= st.nbytes:
+                        arr = np.frombuffer(st.bytes(), npd, n, off)
+                        arr.flags.writeable = False
+                        return arr.reshape(shape) if len(shape) != 1 else arr
         self._check_bounds()
         if self.dtype.name in _PACKED:
             # quint4x2 / quint2x4: the packed bytes, as torch's int_repr() returns them
             off, n = self._packed_span()
-            return np.frombuffer(self.storage.bytes(), np.uint8, count=n, offset=off) if n else np.zeros(0, np.uint8)
+            return np.frombuffer(st.bytes(), np.uint8, count=n, offset=off) if n else np.zeros(0, np.uint8)
         npd = self.dtype.storage if (raw or self.dtype.numpy is None) else self.dtype.numpy
         # a storage in the other byte order is swapped in units of its own dtype (a copy)
-        buf = self.storage.native_bytes()
+        buf = st.native_bytes()
         if self.numel() == 0:
             arr = np.empty(self.shape, dtype=npd)
         else:

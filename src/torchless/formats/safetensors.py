@@ -17,12 +17,15 @@ from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from typing import Any
 
+import numpy as np
+
 from ..core.atomic import AtomicFile, shard_set
-from ..core.dtypes import DTYPES, DType
-from ..core.errors import UnsupportedError
+from ..core.dtypes import DTYPES, DType, from_numpy
+from ..core.errors import TorchlessError, UnsupportedError
 from ..core.findings import Problem
-from ..core.source import open_source
-from ..core.tensor import Storage, Tensor, require_utf8_name, unique_names
+from ..core.gcpause import GCPause
+from ..core.source import ByteSource, MmapSource, open_source
+from ..core.tensor import Storage, Tensor, _contiguous_strides, require_utf8_name, unique_names
 from .base import Artifact, Capabilities, FormatHandler, LoadPolicy, Probe
 from .registry import register
 from .safetensors_spec import METADATA_KEY, ST_DTYPES, check_name, is_safetensors_head, parse_header
@@ -41,7 +44,8 @@ class SafetensorsArtifact(Artifact):
     def __init__(self, path: Any, policy: LoadPolicy | None = None) -> None:
         super().__init__(path if not isinstance(path, (bytes, bytearray, memoryview)) else "<bytes>", policy)
         self.source = open_source(path)
-        self.metadata, self._tensors, self.header_size = read_safetensors(self.source)
+        eager = not self.policy.mmap and isinstance(self.source, MmapSource)
+        self.metadata, self._tensors, self.header_size = read_safetensors(self.source, eager=eager)
 
     def tensors(self) -> Iterator[tuple[str, Any]]:
         return iter(self._tensors.items())
@@ -59,32 +63,70 @@ class SafetensorsArtifact(Artifact):
         self.source.close()
 
 
-def read_safetensors(source: Any) -> tuple[dict[str, str], dict[str, Tensor], int]:
-    """Parse a safetensors file into ``(metadata, {name: Tensor}, header_size)``.
+def read_safetensors(source: Any, *, eager: bool = False) -> tuple[dict[str, str], dict[str, Tensor], int]:
+    """Parse a safetensors file into ``(metadata, {name: Tensor}, header_size)``, the
+    tensors in the order of their data.
+
+    Args:
+        eager: read the whole data section into memory of its own at once (one read,
+            ``mmap=False``): every storage is a slice of it. Otherwise each storage is a
+            view of the source asked for when read.
 
     Raises:
         TruncatedError, FormatError, LimitError: malformed or hostile headers.
     """
-    src = open_source(source)
+    with GCPause():  # tens of thousands of records, all kept: GC passes would free nothing
+        return _read(open_source(source), eager)
+
+
+def _read(src: ByteSource, eager: bool) -> tuple[dict[str, str], dict[str, Tensor], int]:
     meta, entries, n = parse_header(src)
     base = 8 + n
+    data = None
+    if eager:
+        data = src.copy(base, src.size - base, what="tensor data").toreadonly()
+    view = src.view
+    new_storage = Storage.__new__
+    new_tensor = Tensor.__new__
+    dtypes = _DTYPES
     out: dict[str, Tensor] = {}
-    for name, code, shape, offs in entries:
-        dt = DTYPES[ST_DTYPES[code]]
-        st = Storage(
-            name,
-            offs[1] - offs[0],
-            dt,
-            "cpu",
-            loader=partial(src.view, base + offs[0], offs[1] - offs[0]),
-            byteorder="little",
-            origin=name,
-            file_offset=base + offs[0],
-        )
-        out[name] = Tensor(st, dt, shape)
-    # keep the file's order of tensors by offset (the header order is arbitrary JSON order)
-    ordered = {e[0]: out[e[0]] for e in entries}
-    return meta, ordered, n
+    # (the fields Storage() and Tensor() set, without a call each: the header's rules were
+    # checked by parse_header, so every row is a contiguous tensor filling its storage)
+    for name, code, dims, (b, e) in entries:
+        dt = dtypes[code]
+        st = new_storage(Storage)
+        st.key = name
+        st.nbytes = e - b
+        st.dtype = dt
+        st.location = "cpu"
+        if data is None:
+            st._data = None
+            st._loader = partial(view, base + b, e - b)
+        else:
+            st._data = data[b:e]
+            st._loader = None
+        st.byteorder = "little"
+        st.origin = name
+        st.file_offset = base + b
+        t = new_tensor(Tensor)
+        t.storage = st
+        t.dtype = dt
+        t.shape = shape = tuple(dims)
+        t._stride = _contiguous_strides(shape) if len(shape) != 1 else _ONE
+        t._offset = 0
+        t.requires_grad = False
+        t.is_parameter = False
+        t.device = "cpu"
+        t._metadata = None
+        t.quantizer = None
+        t._attrs = None
+        t.subclass = None
+        out[name] = t
+    return meta, out, n
+
+
+_DTYPES = {code: DTYPES[name] for code, name in ST_DTYPES.items()}
+_ONE = (1,)
 
 
 def _tensor_chunks(t: Tensor) -> tuple[int, list[bytes | memoryview]]:
@@ -127,6 +169,26 @@ def write_safetensors(
         UnsupportedError: a dtype safetensors cannot express (quantized, complex32...).
         UsageError: duplicate names, a name safetensors cannot read back, overlapping views.
     """
+    items = list(items)
+    plain = None
+    if FAST_ARRAYS and progress is None:
+        with GCPause():  # (a record per array, all kept until written: GC passes would free nothing)
+            plain = _plain_arrays(items, metadata)
+    if plain is not None:  # a dict of plain NumPy arrays: the same file, without a Tensor each
+        raw, bufs = plain
+        if _defer is not None:
+            af = AtomicFile(path)
+            try:
+                _write_plain(af.file, raw, bufs)
+                af.finish()
+            except BaseException:
+                af.abort()
+                raise
+            _defer.append(af)
+            return
+        with AtomicFile(path) as f:
+            _write_plain(f.file, raw, bufs)
+        return
     entries: list[tuple[str, Tensor, DType]] = []
     kept, aliases = split_aliases(checked_names(items, path), path)
     metadata = alias_metadata(metadata, aliases)
@@ -148,6 +210,76 @@ def write_safetensors(
         return
     with AtomicFile(path) as f:
         _write_body(f.file, raw, entries, progress)
+
+
+#: write a dict of plain NumPy arrays (C-contiguous, host order, a safetensors dtype,
+#: names that need no check beyond being distinct UTF-8 ``str``) without coercing each to
+#: a Tensor (False: every input through the general path; the files are the same bytes:
+#: tests/formats/test_safetensors_fast.py)
+FAST_ARRAYS = True
+
+#: NumPy dtype -> safetensors code, for the dtypes seen so far (None: not a plain one)
+_PLAIN_CODES: dict[Any, str | None] = {}
+
+
+def _plain_code(dt: Any) -> str | None:
+    code = _PLAIN_CODES.get(dt, "")
+    if code == "":
+        try:
+            code = _TO_ST.get(from_numpy(dt).name) if dt.isnative and from_numpy(dt).itemsize == dt.itemsize else None
+        except TorchlessError:
+            code = None
+        _PLAIN_CODES[dt] = code
+    return code
+
+
+def _plain_arrays(items: list[tuple[str, Any]], metadata: dict[str, str] | None) -> tuple[bytes, list[Any]] | None:
+    """``(header, data buffers)`` of ``items`` when every one is a plain NumPy array under a
+    plain name (see :data:`FAST_ARRAYS`): the bytes :func:`write_safetensors` writes for
+    them either way. None when one is not (the general path then decides, errors included)."""
+    if metadata or not items:
+        return None
+    names = [k for k, _ in items]
+    arrays = [v for _, v in items]
+    if set(map(type, arrays)) != {np.ndarray} or set(map(type, names)) != {str} or len(set(names)) != len(names):
+        return None
+    if METADATA_KEY in names:
+        return None
+    try:
+        "".join(names).encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    codes: dict[Any, str | None] = {}
+    header: dict[str, Any] = {}
+    bufs: list[Any] = []
+    off = 0
+    for name, a in items:
+        dt = a.dtype
+        code = codes.get(dt, "")
+        if code == "":
+            code = codes[dt] = _plain_code(dt)
+        if code is None:
+            return None
+        try:  # the array's bytes as they are: a cast needs a C-contiguous buffer
+            mv = memoryview(a).cast("B")
+        except (TypeError, ValueError):  # not C-contiguous, or a dtype with no buffer format (ml_dtypes)
+            if not a.flags.c_contiguous:
+                return None
+            mv = a.reshape(-1).view(np.uint8).data
+        n = mv.nbytes
+        header[name] = {"dtype": code, "shape": list(a.shape), "data_offsets": [off, off + n]}
+        off += n
+        if n:
+            bufs.append(mv)
+    raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    raw += b" " * ((-len(raw)) % 8)
+    return raw, bufs
+
+
+def _write_plain(f: Any, raw: bytes, bufs: list[Any]) -> None:
+    f.write(struct.pack("<Q", len(raw)))
+    f.write(raw)
+    f.writev(bufs)
 
 
 def checked_names(items: Iterable[tuple[str, Any]], path: Any) -> Iterator[tuple[str, Any]]:

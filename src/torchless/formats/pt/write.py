@@ -701,6 +701,10 @@ def save_checkpoint(
     # the objects made per tensor (rows, memo entries, records) all live until the end:
     # generational GC passes over them (and over the caller's tensors) free nothing
     with GCPause():
+        if FAST_PICKLE and alignment == 64 and compute_crc and prefix is None and storage_crc is None:
+            rows = _array_rows(obj)  # a dict of plain NumPy arrays: no Tensor made for each
+            if rows is not None and save_plain_tensors(obj, rows, target, progress=progress, blocks=_small_views):
+                return
         cp = CheckpointPickler()
         data = _fast_pickle(obj, cp) if FAST_PICKLE else None
         if data is None:
@@ -716,6 +720,56 @@ def save_checkpoint(
             storage_crc=storage_crc,
             blocks=_small_views if FAST_PICKLE else None,
         )
+
+
+def _array_rows(obj: Any) -> list[tuple[str, Storage, tuple[int, ...], bool]] | None:
+    """:func:`save_plain_tensors`' rows for a dict of str -> plain NumPy arrays
+    (C-contiguous, host order, a dtype with a typed storage class): each array's bytes as
+    they are, in a storage of its own, as :func:`~torchless.core.tensor.as_tensor` gives
+    them to the general pickler. None for anything else."""
+    if type(obj) is not dict or not obj or set(map(type, obj.values())) != {np.ndarray}:
+        return None
+    dtypes: dict[Any, DType | None] = {}
+    rows = []
+    new = Storage.__new__
+    for key, a in obj.items():
+        npd = a.dtype
+        dt = dtypes.get(npd, _UNSEEN)
+        if dt is _UNSEEN:
+            dt = dtypes[npd] = _plain_dtype(npd)
+        if dt is None or type(key) is not str:
+            return None
+        try:  # the array's bytes as they are: a cast needs a C-contiguous buffer
+            mv = memoryview(a).cast("B")
+        except (TypeError, ValueError):  # not C-contiguous, or a dtype with no buffer format (ml_dtypes)
+            if not a.flags.c_contiguous:
+                return None
+            mv = a.reshape(-1).view(np.uint8).data
+        st = new(Storage)  # (Storage("", a.nbytes, dt, "cpu", data=..., byteorder=host) without the call)
+        st.key = ""
+        st.nbytes = a.nbytes
+        st.dtype = dt
+        st.location = "cpu"
+        st._data = mv
+        st._loader = None
+        st.byteorder = sys.byteorder
+        st.origin = ""
+        st.file_offset = None
+        rows.append((key, st, a.shape, False))
+    return rows
+
+
+_UNSEEN: Any = object()
+
+
+def _plain_dtype(npd: np.dtype) -> DType | None:
+    """The dtype of a plain array of NumPy dtype ``npd`` (host order, a typed storage
+    class), or None."""
+    try:
+        dt = from_numpy(npd)
+    except UnsupportedError:
+        return None
+    return dt if npd.isnative and dt.itemsize == npd.itemsize and dt.legacy_storage is not None else None
 
 
 def _small_views(storages: list[Any]) -> list[memoryview | None]:
