@@ -572,6 +572,8 @@ class Tensor:
         if self.metadata.get("conj"):
             arr = np.conj(arr)
         if self.metadata.get("neg"):
+            if arr.dtype == np.bool_:  # torch: "neg_cpu" not implemented for 'Bool'
+                raise FormatError("a neg bit on a bool tensor (torch cannot resolve it either)", found="metadata neg=True")
             arr = np.negative(arr)
         return arr
 
