@@ -109,8 +109,13 @@ def test_fuzzer_checkpoints_agree():
     pytest.importorskip("torch", reason="the fuzzer's checkpoints are written by torch")
     import pt_fuzz
 
+    # the open-world generator puts something the fast path leaves to the machine into
+    # most checkpoints (complex32, sparse and nested layouts...): run seeds until enough of
+    # them took the fast path, each one compared with the machine
     hits = 0
-    for seed in range(40):
+    for seed in range(400):
+        if hits >= 6:
+            break
         g = pt_fuzz.Gen(seed)
         g.nested = True
         obj = g.checkpoint()

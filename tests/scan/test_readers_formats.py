@@ -107,6 +107,37 @@ def _write_package(d: Path) -> list[Path]:
     return [p]
 
 
+#: the files of a training-framework checkpoint that hold data its loader reads with
+#: torch.load or safetensors; the rest (``latest``, ``trainer_state.json``, a tracker
+#: ``.txt``) is plain text no loader unpickles
+_DATA_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".safetensors", ".pkl")
+
+
+def _built(name: str, tmp: Path) -> list[Path]:
+    """The data files of the conformance suite's sample of ``name`` (torchless.testing)."""
+    from torchless.testing import _builtin
+    from torchless.testing.handlers import ConformanceSkip
+
+    build = {
+        "trainer": _builtin._build_trainer,
+        "lightning": _builtin._build_lightning,
+        "megatron": _builtin._build_megatron,
+        "deepspeed": _builtin._build_deepspeed,
+    }[name]
+    out = tmp / name
+    out.mkdir()
+    try:
+        samples = build(out, SAMPLES)
+    except ConformanceSkip as e:
+        pytest.skip(str(e))
+    files: list[Path] = []
+    for smp in samples:
+        root = Path(smp.path)
+        found = [root] if root.is_file() else sorted(root.rglob("*"))
+        files += [f for f in found if f.is_file() and f.suffix in _DATA_SUFFIXES]
+    return files
+
+
 def _files(name: str, tmp: Path, shards: Path) -> list[Path]:
     """Artifacts of format ``name`` (a folder format: every file in the folder)."""
     s = SAMPLES
@@ -123,6 +154,7 @@ def _files(name: str, tmp: Path, shards: Path) -> list[Path]:
         "dcp": lambda: sorted((s / "dcp_ckpt").iterdir()),
         "aoti": lambda: [s / "mlp_aoti.pt2"],
         "pt2": lambda: [s / "mlp.pt2", *sorted((s / "old_pt2").glob("*/*.pt2"))],
+        **{n: (lambda n=n: _built(n, tmp)) for n in ("trainer", "lightning", "megatron", "deepspeed")},
     }
     return table[name]()
 
@@ -137,6 +169,10 @@ def test_every_readable_format_is_covered():
         "dcp",
         "aoti",
         "pt2",
+        "trainer",
+        "lightning",
+        "megatron",
+        "deepspeed",
     }
 
 

@@ -261,6 +261,11 @@ class Probe:
         return f"Probe(path={self.path!r}, is_dir={self.is_dir!r}, head={self.head!r})"
 
     @property
+    def text(self) -> str:
+        """The path or URL as text (no pathlib import: the command line's start-up)."""
+        return self._text
+
+    @property
     def path(self) -> Any:
         if self._path is None:
             from pathlib import Path

@@ -38,9 +38,18 @@ def test_generic_commands(ts_files, tmp_path, capsys):
     st = tmp_path / "w.safetensors"
     assert main(["convert", ts_files["lite"], str(st)]) == 0
     capsys.readouterr()
+    from safetensors import safe_open
+
+    with safe_open(str(st), framework="np") as f:
+        meta = f.metadata() or {}
     with torchless.open(st) as w, torchless.open(path) as art:
-        assert sorted(w.keys()) == sorted(art.keys())
-        np.testing.assert_array_equal(w["sub.lin.weight"].numpy(), art["sub.lin.weight"].numpy())
+        # tied weights (docs/hf.md): an exact alias is stored once, recorded in __metadata__
+        names = set(art.keys())
+        aliases = {a: k for a, k in meta.items() if a in names}
+        assert aliases and sorted([*w.keys(), *aliases]) == sorted(art.keys())
+        for a, k in aliases.items():
+            np.testing.assert_array_equal(w[k].numpy(), art[a].numpy())
+        np.testing.assert_array_equal(w[aliases.get("sub.lin.weight", "sub.lin.weight")].numpy(), art["sub.lin.weight"].numpy())
     assert main(["verify", path]) == 0
     assert main(["diff", path, ts_files["lite"]]) == 0
     capsys.readouterr()

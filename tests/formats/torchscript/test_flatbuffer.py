@@ -149,9 +149,13 @@ def test_cli_info_ls_convert(ts_files, torch, tmp_path, capsys):
 
     ref = _jit_state(torch, path)
     with safe_open(str(dst), framework="pt") as f:
-        assert set(f.keys()) == set(ref)
+        # tied weights (docs/hf.md): an exact alias is stored once, recorded in __metadata__
+        aliases = {a: k for a, k in (f.metadata() or {}).items() if a in ref}
+        assert aliases and set(f.keys()) | set(aliases) == set(ref) and not set(f.keys()) & set(aliases)
         for k in list(f.keys()):  # noqa: SIM118 (safe_open is not a dict)
             assert torch.equal(f.get_tensor(k), ref[k].detach().contiguous())
+        for a, k in aliases.items():
+            assert torch.equal(f.get_tensor(k), ref[a].detach().contiguous())
 
 
 # -- hostile buffers -----------------------------------------------------------------------

@@ -28,7 +28,7 @@ class DeepSpeedHandler(FormatHandler):
     def sniff(self, probe: Probe) -> bool:
         if not probe.is_dir or not isinstance(probe.path, os.PathLike):  # local folders only
             return False
-        return bool(_read.is_zero_folder(str(probe.path)))
+        return bool(_read.is_zero_folder(probe.text))
 
     def _open(self, path: Any, policy: LoadPolicy, probe: Probe | None) -> _artifact.DeepSpeedArtifact:
         if probe is not None:

@@ -110,6 +110,7 @@ class MegatronArtifact(Artifact):
         ranks = _ranks(self.folder)
         if not ranks:
             raise FormatError("no mp_rank_* folders", path=self.folder, expected="mp_rank_TT or mp_rank_TT_PPP folders")
+        # (every name in ranks matched RANK_RE when _ranks listed it)
         piped = {spec.RANK_RE.match(n)[2] is not None for n in ranks.values()}  # type: ignore[index]
         if len(piped) != 1:
             raise FormatError("rank folders of both namings (mp_rank_TT and mp_rank_TT_PPP)", path=self.folder)

@@ -43,7 +43,7 @@ def is_lightning_dict(obj: Any) -> bool:
 def may_be_lightning(probe: Probe) -> bool:
     """A torch zip checkpoint whose ``data.pkl`` holds the version key's bytes (the
     cheap test before the pickle is run)."""
-    if probe.is_dir or not is_zip(probe.head) or is_url(str(probe.path)):
+    if probe.is_dir or not is_zip(probe.head) or is_url(probe.text):
         return False  # (a URL's data.pkl would be fetched twice: name format="lightning")
     if not is_checkpoint_zip(probe.zip_records()):
         return False
