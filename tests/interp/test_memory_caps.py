@@ -138,17 +138,21 @@ from torchless.core.errors import TorchlessError
 
 vm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmSize:")) << 10
 resource.setrlimit(resource.RLIMIT_AS, (vm + (1 << 30), vm + (1 << 30)))
-inputs, names = sys.argv[1], sys.argv[2:]
+inputs, iters, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+extra = ["--max-iterations", str(iters)] if iters else []
+from torchless.interp.limits import RunLimits, run_limits
+caps = RunLimits(max_iterations=iters) if iters else RunLimits()
 out = {}
 for path in names:
     t0 = time.perf_counter()
     err, res = io.StringIO(), io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(res):
-        rc = main(["run", path, "--inputs", inputs])
+        rc = main(["run", path, "--inputs", inputs, *extra])
     cli = time.perf_counter() - t0
     t0 = time.perf_counter()
     try:
-        api = repr(torchless.load(path).module()(np.ones((5, 2), np.float32)))
+        with run_limits(caps):
+            api = repr(torchless.load(path).module()(np.ones((5, 2), np.float32)))
     except TorchlessError as e:
         api = f"{type(e).__name__}: {e}"
     except MemoryError as e:
@@ -158,11 +162,11 @@ print(json.dumps(out))
 """
 
 
-def _run(files, names: list[str], timeout: float) -> dict:
+def _run(files, names: list[str], timeout: float, iterations: int = 0) -> dict:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]), OPENBLAS_NUM_THREADS="1")
     paths = [str(files[n]) for n in names]
     p = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(files["dir"] / "in.npz"), *paths],
+        [sys.executable, "-c", _CHILD, str(files["dir"] / "in.npz"), str(iterations), *paths],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -192,10 +196,18 @@ def test_huge_allocations_end_at_once_with_a_limit_error(files):
 
 
 def test_endless_while_loop_stops_at_the_iteration_cap(files):
-    res = _run(files, ["loop_base", "loop"], timeout=60)
+    # a cap of 1,000 (the default, 100,000, takes ~6 s at ~60 us an iteration on one core)
+    res = _run(files, ["loop_base", "loop"], timeout=60, iterations=1000)
     assert res["loop_base"]["rc"] == 0, res["loop_base"]["err"]
     r = res["loop"]
     assert r["rc"] == 2, r
     (line,) = r["err"].strip().splitlines()
     assert "while_loop ran too many iterations" in line and str(files["loop"]) in line, line
-    assert r["api"].startswith("LimitError:") and "100000 iterations" in r["api"], r["api"]
+    assert r["api"].startswith("LimitError:") and "1000 iterations" in r["api"], r["api"]
+    assert r["cli_s"] < 2 and r["api_s"] < 2, (r["cli_s"], r["api_s"])
+
+
+def test_default_caps():
+    from torchless.interp.limits import RUN_LIMITS
+
+    assert (RUN_LIMITS.max_elements, RUN_LIMITS.max_bytes, RUN_LIMITS.max_iterations) == (2**31, 16 << 30, 100_000)
