@@ -118,13 +118,17 @@ def files(tmp_path_factory):
         "dir": d,
         "base": base,
         "loop_base": loop,
-        "factory_literal": _edit(base, d / "factory_literal.pt2", _set("torch.ops.aten.zeros.default", "size", {"as_ints": [HUGE, 3]})),
+        "factory_literal": _edit(
+            base, d / "factory_literal.pt2", _set("torch.ops.aten.zeros.default", "size", {"as_ints": [HUGE, 3]})
+        ),
         "factory_symbolic": _edit(base, d / "factory_symbolic.pt2", _set("torch.ops.aten.ones.default", "size", _sym_size)),
         "repeat_interleave": _edit(
             base, d / "repeat_interleave.pt2", _set("torch.ops.aten.repeat_interleave.self_int", "repeats", {"as_int": HUGE})
         ),
         "histc": _edit(base, d / "histc.pt2", _set("torch.ops.aten.histc.default", "bins", {"as_int": HUGE})),
-        "expand_clone": _edit(base, d / "expand_clone.pt2", _set("torch.ops.aten.expand.default", "size", {"as_ints": [2**20, 2**20]})),
+        "expand_clone": _edit(
+            base, d / "expand_clone.pt2", _set("torch.ops.aten.expand.default", "size", {"as_ints": [2**20, 2**20]})
+        ),
         "loop": _edit(loop, d / "loop_forever.pt2", _body_add),
     }
 
@@ -160,7 +164,8 @@ for path in names:
         api = f"{type(e).__name__}: {e}"
     except MemoryError as e:
         api = f"MemoryError: {e}"
-    out[path] = {"rc": rc, "err": err.getvalue(), "out": res.getvalue(), "cli_s": cli, "api": api, "api_s": time.perf_counter() - t0}
+    api_s = time.perf_counter() - t0
+    out[path] = {"rc": rc, "err": err.getvalue(), "out": res.getvalue(), "cli_s": cli, "api": api, "api_s": api_s}
 print(json.dumps(out))
 """
 

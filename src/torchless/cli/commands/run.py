@@ -192,9 +192,7 @@ def register(sub: Any) -> None:
         metavar="BYTES",
         help="cap on the bytes of one tensor and of the live intermediates (suffix K/M/G/T allowed; default 16G)",
     )
-    p.add_argument(
-        "--max-iterations", type=int, metavar="N", help="cap on the iterations of one while_loop (default 100000)"
-    )
+    p.add_argument("--max-iterations", type=int, metavar="N", help="cap on the iterations of one while_loop (default 100000)")
     p.add_argument("--json", action="store_true", help="machine-readable output (schema: docs/cli.md)")
     from ._output import add_force_flag
 
