@@ -260,9 +260,9 @@ def run_graph(graph: Graph, inputs: list[Any], plans: dict[int, Plan] | None = N
                 if autocast_dtype is not None and isinstance(n.target, OpRef):
                     args, kwargs = autocast.cast_args(n.target.op_name, args, kwargs, autocast_dtype)
                 try:
-                    limits.precheck(n.target.key if isinstance(n.target, OpRef) else "", args, kwargs, f"node {n.name!r}", caps)
+                    limits.precheck(n.target.key if isinstance(n.target, OpRef) else "", args, kwargs, "", caps)
                     out = fn(*args, **kwargs)
-                    limits.postcheck(out, f"node {n.name!r}", caps)
+                    limits.postcheck(out, "", caps)
                     b = limits.owned_bytes(out)
                     if b and live + b > caps.max_bytes:
                         raise LimitError(

@@ -83,19 +83,21 @@ def check_count(count: int, itemsize: int, what: str, limits: RunLimits | None =
     """Refuse a tensor of ``count`` elements of ``itemsize`` bytes over the caps.
 
     Raises:
-        LimitError: naming ``what`` and the requested size.
+        LimitError: naming ``what`` (if given; the interpreter adds the node) and the
+            requested size.
     """
     lim = limits or STATE.get()
+    head = f"{what}: " if what else ""
     if count > lim.max_elements:
         raise LimitError(
-            f"{what}: tensor too large for the interpreter's cap",
+            f"{head}tensor too large for the interpreter's cap",
             expected=f"at most {lim.max_elements} elements",
             found=f"{count} elements",
             hint="raise the cap with --max-memory / RunLimits if the model really needs it",
         )
     if count * itemsize > lim.max_bytes:
         raise LimitError(
-            f"{what}: tensor too large for the interpreter's cap",
+            f"{head}tensor too large for the interpreter's cap",
             expected=f"at most {lim.max_bytes} bytes",
             found=f"{count * itemsize} bytes",
             hint="raise the cap with --max-memory / RunLimits if the model really needs it",

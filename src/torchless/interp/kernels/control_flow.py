@@ -74,7 +74,7 @@ def _loop(cond_fn: Any, body_fn: Any, carried_inputs: Any, additional_inputs: An
                 "while_loop ran too many iterations (its condition may never become false)",
                 expected=f"at most {caps.max_iterations} iterations",
                 found=f"{iterations} iterations done and the condition still true",
-                hint="raise the cap with RunLimits(max_iterations=...) if the model really needs it",
+                hint="raise the cap with --max-iterations / RunLimits if the model really needs it",
             )
         iterations += 1
         out = _tuple(body_fn(*carried, *extra))
