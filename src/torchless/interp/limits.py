@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -107,7 +108,7 @@ def check_count(count: int, itemsize: int, what: str, limits: RunLimits | None =
 def owned_bytes(v: Any) -> int:
     """The bytes ``v`` (an array, or a tuple/list of them) owns; views own none."""
     if isinstance(v, np.ndarray):
-        return v.nbytes if v.flags.owndata else 0
+        return v.nbytes if v.base is None else 0
     if isinstance(v, (tuple, list)):
         return sum(owned_bytes(x) for x in v)
     return 0
@@ -288,16 +289,67 @@ def _elements(op: str, overload: str, args: Any, kwargs: dict[str, Any]) -> int 
     return None
 
 
+@lru_cache(maxsize=4096)
+def _parse(key: str) -> tuple[str, str, bool] | None:
+    """``(op, overload, whether _elements has a rule for op)`` of an ATen key, else None."""
+    parts = key.split(".")
+    if parts[0] != "aten" or len(parts) < 2:
+        return None
+    op = parts[1]
+    ruled = op in _RULED or op.endswith("_window") or op.startswith(("upsample_", "replication_pad", "reflection_pad"))
+    return op, parts[2] if len(parts) > 2 else "default", ruled
+
+
+#: the operators :func:`_elements` sizes (besides ``*_window``, ``upsample_*`` and the pads)
+_RULED = frozenset(
+    [
+        "empty",
+        "zeros",
+        "ones",
+        "rand",
+        "randn",
+        "empty_permuted",
+        "full",
+        "empty_strided",
+        "randint",
+        "new_empty",
+        "new_zeros",
+        "new_ones",
+        "new_full",
+        "new_empty_strided",
+        "arange",
+        "linspace",
+        "logspace",
+        "eye",
+        "histc",
+        "one_hot",
+        "repeat",
+        "tile",
+        "repeat_interleave",
+        "constant_pad_nd",
+        "pad",
+        "index_select",
+        "mm",
+        "bmm",
+        "matmul",
+        "baddbmm",
+        "addmm",
+        "_upsample_nearest_exact2d",
+        "cat",
+    ]
+)
+
+
 def precheck(key: str, args: Any, kwargs: dict[str, Any], what: str, limits: RunLimits) -> None:
     """Refuse, before the kernel of ``key`` runs, a result its arguments make too large.
 
     Raises:
         LimitError: naming ``what`` and the requested size.
     """
-    parts = key.split(".")
-    if parts[0] != "aten" or len(parts) < 2:
+    parsed = _parse(key)
+    if parsed is None:
         return
-    op, overload = parts[1], parts[2] if len(parts) > 2 else "default"
+    op, overload, ruled = parsed
     if op == "cat":
         ts = _arg(args, kwargs, 0, "tensors")
         if isinstance(ts, (tuple, list)):
@@ -305,19 +357,22 @@ def precheck(key: str, args: Any, kwargs: dict[str, Any], what: str, limits: Run
             item = max((t.itemsize for t in ts if isinstance(t, np.ndarray)), default=1)
             check_count(total, item, what, limits)
         return
-    n = _elements(op, overload, args, kwargs)
+    n = _elements(op, overload, args, kwargs) if ruled else None
     if n is not None:
         item = x.itemsize if (x := args[0] if args else None) is not None and isinstance(x, np.ndarray) else 4
         check_count(n, _itemsize(kwargs, item), what, limits)
         return
-    # any operator broadcasting its tensor arguments allocates the broadcast shape
-    shapes = [a.shape for a in args if isinstance(a, np.ndarray) and a.ndim]
-    if len(shapes) >= 2:
+    # any operator broadcasting its tensor arguments allocates the broadcast shape, which is
+    # at most the product of their sizes: only when that product is over the cap is it computed
+    bound, arrays = 1, 0
+    for a in args:
+        if isinstance(a, np.ndarray) and a.ndim:
+            bound *= max(a.size, 1)
+            arrays += 1
+    if arrays >= 2 and bound > limits.max_elements // 8:
         try:
-            shape = np.broadcast_shapes(*shapes)
+            shape = np.broadcast_shapes(*(a.shape for a in args if isinstance(a, np.ndarray) and a.ndim))
         except ValueError:
             return
-        n = math.prod(shape)
-        if n > limits.max_elements or n * 8 > limits.max_bytes:
-            item = max(a.itemsize for a in args if isinstance(a, np.ndarray))
-            check_count(n, item, what, limits)
+        item = max(a.itemsize for a in args if isinstance(a, np.ndarray))
+        check_count(math.prod(shape), item, what, limits)
