@@ -13,6 +13,8 @@ Layer: above ``graph`` (it walks :class:`~torchless.graph.ir.Graph`), below ``fo
 * :mod:`.guards` — input checks: ranks, sizes, symbols against ``range_constraints``, dtypes,
   and the program's ``guards_code`` (evaluated, never executed).
 * :mod:`.autocast` — CPU autocast's casting policy for enabled autocast regions.
+* :mod:`.limits` — the memory and ``while_loop`` caps (``RunLimits``), checked before a
+  kernel allocates and on every result.
 
 See ``docs/interpreter.md``.
 """

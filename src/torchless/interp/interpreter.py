@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from ..core.errors import InternalError, TorchlessError, UnsupportedError, UsageError
+from ..core.errors import InternalError, LimitError, TorchlessError, UnsupportedError, UsageError
 from ..graph.ir import Graph, Node, OpRef, iter_nodes, map_arg
-from . import autocast, registry
+from . import autocast, limits, registry
 from .kernels._common import quiet
 
 __all__ = ["GraphFunction", "Plan", "check_kernels", "missing_kernels", "node_key", "plan", "run_graph", "to_array"]
@@ -236,6 +236,9 @@ def run_graph(graph: Graph, inputs: list[Any], plans: dict[int, Plan] | None = N
 
     result: Any = None
     autocast_dtype = autocast.STATE.get()
+    caps = limits.STATE.get()
+    live = 0  # bytes the values of env own (limits.owned_bytes), under caps.max_bytes
+    owned = [0] * len(graph.nodes)
     args: Any
     kwargs: dict[str, Any]
     with quiet():  # once for the graph: every kernel's own quiet() is then free
@@ -257,7 +260,19 @@ def run_graph(graph: Graph, inputs: list[Any], plans: dict[int, Plan] | None = N
                 if autocast_dtype is not None and isinstance(n.target, OpRef):
                     args, kwargs = autocast.cast_args(n.target.op_name, args, kwargs, autocast_dtype)
                 try:
+                    limits.precheck(n.target.key if isinstance(n.target, OpRef) else "", args, kwargs, "", caps)
                     out = fn(*args, **kwargs)
+                    limits.postcheck(out, "", caps)
+                    b = limits.owned_bytes(out)
+                    if b and live + b > caps.max_bytes:
+                        raise LimitError(
+                            "the live intermediates of the run would exceed the interpreter's memory cap",
+                            expected=f"at most {caps.max_bytes} bytes",
+                            found=f"{live + b} bytes",
+                            hint="raise the cap with --max-memory / RunLimits if the model really needs it",
+                        )
+                    live += b
+                    owned[i] = b
                 except TorchlessError as e:
                     if not getattr(e, "_interp_node", None):
                         e._interp_node = n.name  # type: ignore[attr-defined]  # a marker set on the exception once, for the outermost node
@@ -278,4 +293,6 @@ def run_graph(graph: Graph, inputs: list[Any], plans: dict[int, Plan] | None = N
                 raise UnsupportedError(f"the interpreter does not run {n.op} nodes ({n.name!r})")
             for j in free:
                 env[j] = None
+                live -= owned[j]
+                owned[j] = 0
     return result

@@ -78,6 +78,22 @@ def _read_inputs(path: str) -> tuple[list[Any], dict[str, Any]]:
     return [pos[i] for i in range(len(pos))], kwargs
 
 
+def _bytes(text: str) -> int:
+    """``16G``, ``512M``, ``1048576``: a byte count for ``--max-memory``."""
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    mult = 1
+    if t and t[-1] in "KMGT":
+        mult = 1 << (10 * ("KMGT".index(t[-1]) + 1))
+        t = t[:-1]
+    try:
+        n = int(t) * mult
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a byte count: {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"not a positive byte count: {text!r}")
+    return n
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     import numpy as np
 
@@ -106,8 +122,20 @@ def cmd_run(args: argparse.Namespace) -> int:
             pargs, kwargs = list(pargs), dict(kwargs)
         else:
             pargs, kwargs = _read_inputs(args.inputs)
+        from ...core.errors import TorchlessError
+        from ...interp.limits import RUN_LIMITS, RunLimits, run_limits
+
+        caps = RunLimits(
+            max_elements=RUN_LIMITS.max_elements,
+            max_bytes=args.max_memory if args.max_memory is not None else RUN_LIMITS.max_bytes,
+            max_iterations=args.max_iterations if args.max_iterations is not None else RUN_LIMITS.max_iterations,
+        )
         module = prog.module()
-        out = module(*pargs, **kwargs)
+        try:
+            with run_limits(caps):
+                out = module(*pargs, **kwargs)
+        except TorchlessError as e:
+            raise e.with_context(path=args.path) from None
         leaves = flatten_outputs(out)
         rows = [summarize(n, v) for n, v in leaves]
         inputs = [summarize(f"arg{i}", v) for i, v in enumerate(pargs)] + [summarize(k, v) for k, v in kwargs.items()]
@@ -158,6 +186,13 @@ def register(sub: Any) -> None:
     p.add_argument("--sample-inputs", action="store_true", help="use the sample inputs stored in the archive")
     p.add_argument("-o", "--output", metavar="OUT.npz", help="write the outputs (named out[0], out['key']...) to an .npz")
     p.add_argument("--model", help="which model of a multi-model archive (default: model)")
+    p.add_argument(
+        "--max-memory",
+        type=_bytes,
+        metavar="BYTES",
+        help="cap on the bytes of one tensor and of the live intermediates (suffix K/M/G/T allowed; default 16G)",
+    )
+    p.add_argument("--max-iterations", type=int, metavar="N", help="cap on the iterations of one while_loop (default 100000)")
     p.add_argument("--json", action="store_true", help="machine-readable output (schema: docs/cli.md)")
     from ._output import add_force_flag
 

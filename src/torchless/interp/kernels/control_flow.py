@@ -35,8 +35,8 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from ...core.errors import UnsupportedError, UsageError
-from .. import autocast, registry
+from ...core.errors import LimitError, UnsupportedError, UsageError
+from .. import autocast, limits, registry
 from ..registry import kernel
 
 
@@ -65,12 +65,26 @@ def _loop(cond_fn: Any, body_fn: Any, carried_inputs: Any, additional_inputs: An
     carried = tuple(carried_inputs)
     extra = tuple(additional_inputs)
     rows: list[tuple[Any, ...]] = []
+    caps = limits.active()
+    iterations = 0
+    kept = 0  # bytes of the rows kept for stacking
     while _pred(cond_fn(*carried, *extra)):
+        if iterations >= caps.max_iterations:
+            raise LimitError(
+                "while_loop ran too many iterations (its condition may never become false)",
+                expected=f"at most {caps.max_iterations} iterations",
+                found=f"{iterations} iterations done and the condition still true",
+                hint="raise the cap with --max-iterations / RunLimits if the model really needs it",
+            )
+        iterations += 1
         out = _tuple(body_fn(*carried, *extra))
         if len(out) != len(carried):
             raise UsageError("while_loop body returned the wrong number of values", expected=len(carried), found=len(out))
         carried = out
         if stack:
+            kept += sum(int(c.nbytes) for c in out if isinstance(c, np.ndarray))
+            if kept > caps.max_bytes:
+                limits.check_count(kept, 1, "while_loop_stack_output's stacked rows", caps)
             rows.append(out)
     if stack:
         if not rows:  # no iteration: each carried input with a leading dimension of 1
