@@ -184,9 +184,10 @@ def new_weights(m: Any, rng: np.random.Generator) -> dict[str, np.ndarray]:
             a = np.abs(a) + 0.5
         for k in names:
             out[k] = a
-    if not out:
-        k = next(iter(groups.values()))[0]
-        out[k] = rng.standard_normal(tuple(sd[k].shape)).astype(np.float32)
+    if not out:  # at least one tensor: all of its names
+        names = next(iter(groups.values()))
+        a = rng.standard_normal(tuple(sd[names[0]].shape)).astype(np.float32)
+        out.update({k: a for k in names})
     return out
 
 
