@@ -4,7 +4,8 @@ Read direction: a random nested checkpoint (every dtype, complex32 included, vie
 conj/neg bits, empty, 0-d and high-rank tensors, shared and empty-shared storages (some
 retyped), Parameters requiring grad (v3 dtypes too), quantized tensors of every qscheme
 torch builds (per tensor, per channel, per channel with float qparams, packed), sparse
-COO/CSR/CSC/BSR/BSC, nested tensors (0-d components, Parameters, attributes), meta
+COO/CSR/CSC/BSR/BSC, nested tensors (0-d components, Parameters, attributes), jagged
+nested tensors (lengths, ragged dimension 2, cached lengths, attributes), meta
 tensors, Python containers shared by identity and scalars, bytes and str) is written by
 ``torch.save`` with a random pickle protocol 0-5 and layout (zip, the legacy stream, zip with
 4096-byte alignment and CRC-32 fields 0, a zip re-encoded by Python's zipfile with
@@ -39,7 +40,7 @@ import numpy as np
 from tl_testutil import assert_tensor_matches, torch_value_bytes
 
 import torchless
-from torchless.core.tensor import NestedTensor, SparseTensor, Tensor
+from torchless.core.tensor import JaggedTensor, NestedTensor, SparseTensor, Tensor
 from torchless.core.values import StateDict
 
 #: every dtype torch.save writes for dense tensors (classic ones through typed storages,
@@ -141,7 +142,7 @@ class Gen:
         torch = self.torch
         k = self.pick(
             ["qt", "qc", "qf", "q4", "coo", "csr", "csc", "bsr", "bsc", "nested", "nested0", "nparam", "nattr"]
-            + ["meta", "param", "param3", "attr"]
+            + ["meta", "param", "param3", "attr", "njag", "njlen", "njdim", "njattr"]
         )
         if k.startswith("n") and not self.nested:
             k = "coo"
@@ -187,6 +188,8 @@ class Gen:
                 n = torch.nested.nested_tensor([torch.arange(2.0)])
                 n.note = "nested"
                 return n
+            if k.startswith("nj"):
+                return self.jagged(k)
             if k == "param3":  # dtypes rebuilt by _rebuild_tensor_v3, requiring grad
                 return torch.nn.Parameter(self.base(self.pick(["float8_e4m3fn", "float8_e5m2", "complex32"])))
             if k == "meta":
@@ -198,6 +201,35 @@ class Gen:
             t = self.base("float32")
             t.note = self.pick(["a", 1, (2, 3)])
             return t
+
+    def jagged(self, k: str) -> Any:
+        """A jagged-layout nested tensor: from items (lengths cached), over values with
+        offsets and lengths (holes between items), ragged in dimension 2, with an
+        attribute."""
+        torch = self.torch
+        dtype = self.pick(["float32", "float16", "bfloat16", "int64", "float64"])
+        inner = tuple(int(s) for s in self.rng.integers(0, 3, size=int(self.rng.integers(0, 3))))
+        counts = [int(c) for c in self.rng.integers(0, 4, size=int(self.rng.integers(1, 4)))]
+        if k == "njdim":  # ragged in the second dimension of values
+            lead = int(self.rng.integers(1, 3))
+            vals = self.base_of(dtype, (lead, sum(counts), *inner))
+            offs = torch.tensor(np.cumsum([0, *counts]), dtype=torch.int64)
+            return torch.nested.nested_tensor_from_jagged(vals, offsets=offs, jagged_dim=2)
+        if k == "njlen":  # lengths shorter than the offsets' gaps
+            gaps = [c + int(self.rng.integers(0, 2)) for c in counts]
+            vals = self.base_of(dtype, (sum(gaps), *inner))
+            offs = torch.tensor(np.cumsum([0, *gaps]), dtype=torch.int64)
+            return torch.nested.nested_tensor_from_jagged(vals, offsets=offs, lengths=torch.tensor(counts, dtype=torch.int64))
+        items = [self.base_of(dtype, (c, *inner)) for c in counts]
+        nt = torch.nested.nested_tensor(items, layout=torch.jagged, requires_grad=dtype != "int64" and self.coin(0.3))
+        if k == "njattr":
+            nt.note = self.pick(["j", 2, (1, 2)])
+        return nt
+
+    def base_of(self, dtype: str, shape: tuple[int, ...]) -> Any:
+        torch = self.torch
+        t = torch.from_numpy(self.rng.standard_normal(shape) * 4)
+        return t.to(getattr(torch, dtype))
 
     def scalar(self) -> Any:
         torch = self.torch
@@ -388,6 +420,9 @@ def compare(tl: Any, tt: Any, path: str = "", seen: dict | None = None) -> None:
             assert prev is tl, f"{path}: shared object is two objects"
             return
         seen[id(tt)] = tl
+        if tt.is_nested and tt.layout == torch.jagged:
+            _compare_jagged(tl, tt, path)
+            return
         if tt.is_nested:
             assert isinstance(tl, NestedTensor), (path, type(tl))
             assert tl.dtype.torch_name == str(tt.dtype), path
@@ -456,6 +491,26 @@ def compare(tl: Any, tt: Any, path: str = "", seen: dict | None = None) -> None:
     assert type(tl) is type(tt) and tl == tt, (path, tl, tt)
 
 
+def _compare_jagged(tl: Any, tt: Any, path: str) -> None:
+    """torchless's JaggedTensor is torch's jagged NestedTensor: components, items, attributes."""
+    assert isinstance(tl, JaggedTensor), (path, type(tl))
+    assert tl.ragged_idx == tt._ragged_idx and tl.requires_grad == tt.requires_grad and not tl.is_parameter, path
+    assert_tensor_matches(tl.values, tt._values.detach())
+    assert_tensor_matches(tl.offsets, tt._offsets)
+    assert (tl.lengths is None) == (tt._lengths is None), path
+    if tt._lengths is not None:
+        assert_tensor_matches(tl.lengths, tt._lengths)
+    cache = tt._metadata_cache or {}
+    for key in ("min_seqlen", "max_seqlen"):
+        assert getattr(tl, key) == (cache[key].shape[0] if key in cache else None), (path, key)
+    attrs = {k: v for k, v in vars(tt).items() if k not in JaggedTensor.TORCH_OWN_STATE}
+    assert tl.attrs == attrs, (path, tl.attrs, attrs)
+    assert tl.shape == tuple(None if not isinstance(s, int) else s for s in tt.shape), (path, tl.shape, tt.shape)
+    for a, b in zip(tl.unbind(), tt.detach().unbind(), strict=True):
+        assert a.shape == tuple(b.shape) and a.stride() == b.stride(), path
+        assert_tensor_matches(a, b)
+
+
 def _same_array(a: Any, b: np.ndarray, path: str) -> None:
     assert type(a) is np.ndarray and a.dtype == b.dtype and a.dtype.str == b.dtype.str and a.shape == b.shape, (
         path,
@@ -502,7 +557,7 @@ def _tl_storage_key(t: Any) -> Any:
 
 def compare_sharing(tl: Any, tt: Any) -> None:
     a = sharing(tt, _is_tensor, _torch_storage_key)
-    b = sharing(tl, lambda x: isinstance(x, (Tensor, SparseTensor, NestedTensor)), _tl_storage_key)
+    b = sharing(tl, lambda x: isinstance(x, (Tensor, SparseTensor, NestedTensor, JaggedTensor)), _tl_storage_key)
     assert a == b, (a, b)
 
 
@@ -616,7 +671,20 @@ def compare_torch(a: Any, b: Any, path: str = "<root>") -> None:
     if isinstance(b, torch.Tensor):
         assert isinstance(a, torch.Tensor) and type(a) is type(b), (path, type(a), type(b))
         if b.is_nested:
-            assert a.is_nested and a.dtype == b.dtype, path
+            assert a.is_nested and a.dtype == b.dtype and a.layout == b.layout, path
+            assert a.requires_grad == b.requires_grad, path
+            if b.layout == torch.jagged:
+                assert a._ragged_idx == b._ragged_idx and torch.equal(a._offsets, b._offsets), path
+                assert (a._lengths is None) == (b._lengths is None), path
+                assert b._lengths is None or torch.equal(a._lengths, b._lengths), path
+                assert torch.equal(a._values, b._values) and a._values.stride() == b._values.stride(), path
+                assert {k: v.shape for k, v in a._metadata_cache.items()} == {k: v.shape for k, v in b._metadata_cache.items()}, (
+                    path
+                )
+                own = JaggedTensor.TORCH_OWN_STATE
+                assert {k: v for k, v in vars(a).items() if k not in own} == {k: v for k, v in vars(b).items() if k not in own}, (
+                    path
+                )
             for x, y in zip(a.unbind(), b.unbind(), strict=False):
                 assert torch.equal(x, y), path
             return

@@ -36,7 +36,7 @@ from .core.errors import (
     WriteError,
 )
 from .core.lazy import lazy_exports as _lazy_exports
-from .core.tensor import NestedTensor, SparseTensor, Storage, Tensor, tensor
+from .core.tensor import JaggedTensor, NestedTensor, SparseTensor, Storage, Tensor, tensor
 from .core.version import __version__ as __version__
 from .formats.base import Artifact, Capabilities, LoadPolicy
 from .pickle.globals import GlobalRef, PickledObject
@@ -50,6 +50,7 @@ __all__ = [
     "FormatError",
     "GlobalRef",
     "InternalError",
+    "JaggedTensor",
     "LimitError",
     "Limits",
     "LinkEscapeError",

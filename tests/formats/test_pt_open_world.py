@@ -246,11 +246,3 @@ def test_nested_written_as_torch(make):
         assert type(back["n"]) is type(n) and back["n"].is_nested and vars(back["n"]) == vars(n)
         for x, y in zip(back["n"].unbind(), n.unbind(), strict=True):
             assert torch.equal(x, y)
-
-
-def test_jagged_nested_refused_with_a_torchless_error():
-    """Not represented yet (a gap: torch loads them): a clear refusal, not torch's
-    NotImplementedError from inside the coercion."""
-    n = torch.nested.nested_tensor([torch.ones(2), torch.arange(3.0)], layout=torch.jagged)
-    with pytest.raises(TorchlessError, match="jagged"):
-        tlsave({"n": n})

@@ -767,6 +767,104 @@ class NestedTensor:
         return f"NestedTensor(n={len(self.offsets.numpy())}, dtype={self.dtype.name})"
 
 
+class JaggedTensor:
+    """A jagged-layout nested tensor (torch's ``NestedTensor`` of ``layout=torch.jagged``):
+    the items are slices of ``values`` along dimension ``ragged_idx - 1``, item ``i``
+    starting at ``offsets[i]`` and running to ``offsets[i + 1]`` (or for ``lengths[i]``
+    rows where ``lengths`` is set). ``min_seqlen`` / ``max_seqlen``: torch's cached
+    sequence-length bounds (None where the file has none)."""
+
+    #: the Python attributes torch's NestedTensor sets itself (its pickled state minus
+    #: user attributes): ``_size`` / ``_strides`` and the size/stride capsules torch
+    #: caches are dropped by its ``__reduce_ex__`` (``_clear_non_serializable_cached_data``)
+    TORCH_OWN_STATE = frozenset(
+        {"_ragged_idx", "_values", "_offsets", "_lengths", "_metadata_cache", "_dynamo_propagated_dynamic_indices"}
+        | {"_size", "_strides", "_sym_sizes_capsule", "_sym_sizes_capsule_len", "_sym_strides_capsule"}
+        | {"_sym_strides_capsule_len"}
+    )
+
+    def __init__(
+        self,
+        values: Tensor,
+        offsets: Tensor,
+        lengths: Tensor | None = None,
+        ragged_idx: int = 1,
+        *,
+        min_seqlen: int | None = None,
+        max_seqlen: int | None = None,
+        requires_grad: bool = False,
+    ) -> None:
+        if not isinstance(values, Tensor) or not isinstance(offsets, Tensor):
+            raise FormatError("a jagged nested tensor needs values and offsets tensors", found=type(values).__name__)
+        if lengths is not None and not isinstance(lengths, Tensor):
+            raise FormatError("a jagged nested tensor's lengths must be a tensor or None", found=type(lengths).__name__)
+        if len(offsets.shape) != 1 or not offsets.shape[0]:
+            raise FormatError("a jagged nested tensor's offsets must be 1-d and not empty", found=tuple(offsets.shape))
+        if type(ragged_idx) is not int or not 1 <= ragged_idx <= len(values.shape):
+            raise FormatError("a jagged nested tensor's ragged dimension", expected=f"1..{len(values.shape)}", found=ragged_idx)
+        if lengths is not None and tuple(lengths.shape) != (offsets.shape[0] - 1,):
+            raise FormatError("a jagged nested tensor's lengths", expected=(offsets.shape[0] - 1,), found=tuple(lengths.shape))
+        self.values = values
+        self.offsets = offsets
+        self.lengths = lengths
+        self.ragged_idx = ragged_idx
+        self.min_seqlen = min_seqlen
+        self.max_seqlen = max_seqlen
+        self.requires_grad = requires_grad
+        self.is_parameter = False
+        self.attrs: dict[str, Any] = {}  # Python attributes torch pickled with it
+
+    @property
+    def dtype(self) -> DType:
+        return self.values.dtype
+
+    @property
+    def nbytes(self) -> int:
+        return self.values.nbytes
+
+    @property
+    def shape(self) -> tuple[int | None, ...]:
+        """``(batch, ...)`` with None for the ragged dimension, as torch's ``j`` size."""
+        r = self.ragged_idx - 1
+        vs = tuple(self.values.shape)
+        return (int(self.offsets.shape[0]) - 1, *vs[:r], None, *vs[r + 1 :])
+
+    def unbind(self) -> list[Tensor]:
+        """The items as views of ``values``, as torch's ``unbind()`` gives them."""
+        r = self.ragged_idx - 1
+        offs = [int(v) for v in self.offsets.numpy()]
+        lens = [int(v) for v in self.lengths.numpy()] if self.lengths is not None else None
+        vs, st = tuple(self.values.shape), tuple(self.values.stride())
+        out = []
+        for i in range(len(offs) - 1):
+            start = offs[i]
+            n = lens[i] if lens is not None else offs[i + 1] - start
+            if start < 0 or n < 0 or start + n > vs[r]:
+                raise FormatError(
+                    f"jagged nested tensor item {i} lies outside its values",
+                    expected=f"rows within 0..{vs[r]}",
+                    found=f"{start}..{start + n}",
+                )
+            shape = (*vs[:r], n, *vs[r + 1 :])
+            out.append(
+                Tensor(
+                    self.values.storage,
+                    self.values.dtype,
+                    shape,
+                    st,
+                    self.values.storage_offset() + start * st[r],
+                    device=self.values.device,
+                )
+            )
+        return out
+
+    def numpy(self) -> list[np.ndarray]:
+        return [t.numpy() for t in self.unbind()]
+
+    def __repr__(self) -> str:
+        return f"JaggedTensor(shape={self.shape}, dtype={self.dtype.name})"
+
+
 def _torch_widened_halves(h: np.ndarray, negate: bool) -> np.ndarray:
     """float16 values as torch makes them float32: each NaN's quiet bit set (its payload
     otherwise kept), the sign flipped where ``negate`` (a conj/neg bit resolved)."""

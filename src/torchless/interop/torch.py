@@ -12,7 +12,7 @@ import numpy as np
 
 from ..core.dtypes import by_name
 from ..core.errors import UnsupportedError
-from ..core.tensor import NestedTensor, SparseTensor, Storage, Tensor
+from ..core.tensor import JaggedTensor, NestedTensor, SparseTensor, Storage, Tensor
 from ..core.values import Device, Size
 
 __all__ = ["from_torch", "from_torch_value", "to_torch", "torch_available"]
@@ -137,6 +137,28 @@ def to_torch(t: Tensor) -> Any:
     return out
 
 
+def _from_torch_jagged(x: Any, share: dict[int, Any] | None) -> JaggedTensor:
+    """A torch jagged-layout nested tensor as its components (what it pickles)."""
+    if isinstance(x, _torch().nn.Parameter):
+        raise UnsupportedError("a Parameter over a jagged nested tensor")
+    cache = x._metadata_cache or {}
+    if not set(cache) <= {"min_seqlen", "max_seqlen"}:
+        raise UnsupportedError("a jagged nested tensor metadata cache entry", found=sorted(cache))
+    lengths = x._lengths
+    jt = JaggedTensor(
+        from_torch(x._values.detach(), share=share),
+        from_torch(x._offsets, share=share),
+        None if lengths is None else from_torch(lengths, share=share),
+        int(x._ragged_idx),
+        # torch caches a length n as the shape of zeros(n, 0)
+        min_seqlen=int(cache["min_seqlen"].shape[0]) if "min_seqlen" in cache else None,
+        max_seqlen=int(cache["max_seqlen"].shape[0]) if "max_seqlen" in cache else None,
+        requires_grad=bool(x.requires_grad),
+    )
+    jt.attrs = {k: v for k, v in vars(x).items() if k not in JaggedTensor.TORCH_OWN_STATE}
+    return jt
+
+
 def from_torch_value(x: Any, *, share: dict[int, Any] | None = None) -> Any:
     """Any torch object a checkpoint holds as its torchless counterpart: strided tensors
     through :func:`from_torch`, sparse (COO, CSR, CSC, BSR, BSC) and nested tensors as
@@ -146,9 +168,7 @@ def from_torch_value(x: Any, *, share: dict[int, Any] | None = None) -> Any:
     if isinstance(x, torch.Tensor):
         if getattr(x, "is_nested", False):
             if x.layout == torch.jagged:
-                raise UnsupportedError(
-                    "nested tensors of the jagged layout", hint="save torch.nested.nested_tensor(..., layout=torch.strided)"
-                )
+                return _from_torch_jagged(x, share)
             param = isinstance(x, torch.nn.Parameter)
             flag, attrs = bool(x.requires_grad), dict(getattr(x, "__dict__", None) or {})
             if param:  # torch pickles a Parameter's data (detached) inside _rebuild_parameter

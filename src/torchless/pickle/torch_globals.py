@@ -24,7 +24,7 @@ import numpy as np
 
 from ..core.dtypes import DTYPES, STORAGE_NAMES
 from ..core.errors import FormatError, InternalError, LimitError, UnsupportedError, short_repr
-from ..core.tensor import NestedTensor, SparseTensor, Storage, Tensor
+from ..core.tensor import JaggedTensor, NestedTensor, SparseTensor, Storage, Tensor
 from ..core.values import (
     Device,
     Layout,
@@ -190,6 +190,53 @@ def _rebuild_nested_tensor(args: tuple[Any, ...]) -> NestedTensor:
     return NestedTensor(*args[:4])
 
 
+#: the keys of torch's ``_rebuild_njt`` argument (NestedTensor.__reduce_ex__)
+_NJT_KEYS = frozenset({"values", "offsets", "lengths", "_ragged_idx", "_metadata_cache", "requires_grad"})
+
+
+def _seqlen(v: Any, name: str) -> int | None:
+    """torch stores a cached sequence length ``n`` as the shape of ``zeros(n, 0)``."""
+    if v is None:
+        return None
+    if not isinstance(v, Tensor) or len(v.shape) != 2 or v.shape[1] != 0:
+        raise FormatError(f"jagged nested tensor {name}: expected an (n, 0) tensor", found=short_repr(v, 60))
+    return int(v.shape[0])
+
+
+def _rebuild_njt(args: tuple[Any, ...]) -> JaggedTensor:
+    (kw,) = args
+    # torch's constructor takes other keyword arguments and ignores them: so does this
+    if not isinstance(kw, dict) or not {"values", "offsets"} <= set(kw):
+        raise FormatError("_rebuild_njt arguments", expected=sorted(_NJT_KEYS), found=short_repr(kw, 80))
+    cache = kw.get("_metadata_cache") or {}
+    if not isinstance(cache, dict) or not set(cache) <= {"min_seqlen", "max_seqlen"}:
+        raise FormatError("jagged nested tensor metadata cache", found=short_repr(cache, 80))
+    values = kw["values"]
+    if isinstance(values, Tensor) and values.attrs:  # the constructor's own dynamo marks
+        values = copy.copy(values)
+        values.attrs = {k: v for k, v in values.attrs.items() if k != "_dynamo_propagated_dynamic_indices"}
+    return JaggedTensor(
+        values,
+        kw["offsets"],
+        kw.get("lengths"),
+        kw.get("_ragged_idx", 1),
+        min_seqlen=_seqlen(cache.get("min_seqlen"), "min_seqlen"),
+        max_seqlen=_seqlen(cache.get("max_seqlen"), "max_seqlen"),
+        requires_grad=bool(kw.get("requires_grad", False)),
+    )
+
+
+class DimRange:
+    """torch._dynamo's ``_DimRange`` (a dimension marked dynamic, its bounds): inert data
+    in the cached lengths of a jagged nested tensor."""
+
+    def __init__(self) -> None:
+        self.state: Any = None
+
+    def __torchless_build__(self, state: Any) -> None:
+        self.state = state
+
+
 def _as_parameter(data: Any, requires_grad: Any) -> Any:
     """A new Parameter object over ``data``'s storage, as ``Parameter(data)`` makes one:
     ``data`` itself (which may be another entry of the checkpoint) is left as it is."""
@@ -246,6 +293,8 @@ def _parameter_new(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 
 PARAMETER = Rebuilder("torch.nn.parameter.Parameter", lambda a: _parameter_new(a, {}), _parameter_new)
 TENSOR_CLASS = Rebuilder("torch.Tensor", lambda a: _no_call("torch.Tensor"))
+_NJT = "torch.nested._internal.nested_tensor"
+NJT_CLASS = Rebuilder(f"{_NJT}.NestedTensor", lambda a: _no_call(f"{_NJT}.NestedTensor"))
 
 
 def _rebuild_from_type_v2(args: tuple[Any, ...]) -> Any:
@@ -253,9 +302,11 @@ def _rebuild_from_type_v2(args: tuple[Any, ...]) -> Any:
     if not isinstance(func, Rebuilder):
         raise FormatError("_rebuild_from_type_v2: rebuild function is not an allowed global", found=short_repr(func))
     obj = func.call(tuple(fargs))
+    if isinstance(obj, JaggedTensor):  # the constructor sets these itself on load
+        state = {k: v for k, v in state.items() if k not in JaggedTensor.TORCH_OWN_STATE} if isinstance(state, dict) else state
     if new_type is PARAMETER:
         obj = _as_parameter(obj, getattr(obj, "requires_grad", True))
-    elif new_type is not TENSOR_CLASS and hasattr(obj, "subclass"):
+    elif new_type is not TENSOR_CLASS and new_type is not NJT_CLASS and hasattr(obj, "subclass"):
         obj.subclass = new_type.qualname if isinstance(new_type, GlobalRef) else getattr(new_type, "name", repr(new_type))
     _apply_state(obj, state)
     return obj
@@ -641,6 +692,13 @@ def _torch_table() -> Allowlist:
     )
     al.add("torch.Size", Rebuilder("torch.Size", _size), "a tuple of ints")
     al.add("torch.Tensor", TENSOR_CLASS, "the plain tensor class, as a type marker")
+    al.add(f"{_NJT}.NestedTensor", NJT_CLASS, "the jagged nested tensor class, as a type marker")
+    al.add(f"{_NJT}._rebuild_njt", Rebuilder(f"{_NJT}._rebuild_njt", _rebuild_njt), "a jagged nested tensor from its tensors")
+    al.add(
+        "torch._dynamo.decorators._DimRange",
+        Rebuilder("torch._dynamo.decorators._DimRange", lambda a: DimRange()),
+        "inert bounds of a dynamic dimension (BUILD stores them)",
+    )
     al.add("torch.device", Rebuilder("torch.device", _device), "a device name")
     al.add("_codecs.encode", Rebuilder("_codecs.encode", _codecs_encode), "text to bytes, text codecs only")
     al.add("builtins.bytearray", Rebuilder("builtins.bytearray", _bytearray), "bytes from data")

@@ -29,7 +29,14 @@ from ..weights import WeightMatch, match_weights, weight_items
 from .dtypes import PackedTensor, numel_of, onnx_type, pack_bits
 from .read import EXTERNAL, PROTOBUF_LIMIT, ExternalData, OnnxModel, text
 
-__all__ = ["AUTO_EXTERNAL_BYTES", "set_weights", "shared_initializers", "transformed_initializers"]
+__all__ = [
+    "AUTO_EXTERNAL_BYTES",
+    "DirectShares",
+    "directly_shared",
+    "set_weights",
+    "shared_initializers",
+    "transformed_initializers",
+]
 
 #: tensors above this total force external data (torch's ``_LARGE_MODEL_THRESHOLD``,
 #: 1536 MiB, leaves room below protobuf's 2 GiB for the graph itself).
@@ -158,6 +165,102 @@ def _unshare(mp: Any, aliases: dict[str, tuple[str, int]], edited: set[str]) -> 
             drop.append(aliases[a][1])
     for i in sorted(drop, reverse=True):
         del mp.graph.node[i]
+
+
+#: node metadata torch's dynamo exporter records: the FX node a node comes from (its text
+#: names the parameters and buffers the node reads as ``%p_<name>`` / ``%b_<name>``)
+FX_NODE_KEY = "pkg.torch.onnx.fx_node"
+_PLACEHOLDER = re.compile(r"%([pb]_\w+)")
+
+
+def _mangled(name: str) -> set[str]:
+    """The placeholder names torch.export gives parameter / buffer ``name``."""
+    flat = re.sub(r"[^0-9A-Za-z_]", "_", name)
+    return {f"p_{flat}", f"b_{flat}"}
+
+
+def directly_shared(graph: Any, initializers: dict[str, tuple[int, ...]], weights: dict[str, tuple[int, ...]]) -> DirectShares:
+    """Initializers the model reads for other parameters too, with no ``Identity``
+    between: torch's dynamo exporter merges initializers of equal values and points every
+    consumer at one of them. A node's FX text (``pkg.torch.onnx.fx_node``) still names the
+    parameters it read (``%p_b_weight``): a node that reads initializer ``I`` while its FX
+    text names parameters but not ``I`` reads it for another parameter (a foreign use).
+    A weight ``W`` (not an initializer) is recovered for such a use when the node's FX
+    text names ``W``, ``W`` and ``I`` have the same last name part and shape, and exactly
+    one weight fits.
+    """
+    out = DirectShares()
+    by_mangled: dict[str, list[str]] = {}
+    for w in weights:
+        if w not in initializers:
+            for m in _mangled(w):
+                by_mangled.setdefault(m, []).append(w)
+    for i, node in enumerate(graph.node):
+        fx = next((p.value for p in node.metadata_props if p.key == FX_NODE_KEY), None)
+        if fx is None:
+            continue
+        read = set(_PLACEHOLDER.findall(fx))
+        if not read:
+            continue
+        wanted = {w for m in read for w in by_mangled.get(m, ())}
+        out.named |= wanted
+        for slot, inp in enumerate(node.input):
+            name = text(inp)
+            if name not in initializers or read & _mangled(name):
+                continue
+            out.foreign.setdefault(name, []).append((i, slot))
+            leaf = name.rsplit(".", 1)[-1]
+            fits = [w for w in wanted if w.rsplit(".", 1)[-1] == leaf and tuple(weights[w]) == initializers[name]]
+            if len(fits) == 1 and out.recovered.setdefault(fits[0], name) == name:
+                out.use_of[(i, slot)] = fits[0]
+    out.named -= set(out.recovered)
+    return out
+
+
+class DirectShares:
+    """What :func:`directly_shared` found: ``foreign`` {initializer: [(node index, input
+    slot)]} read for another parameter; ``recovered`` {weight: the initializer it reads};
+    ``use_of`` {(node index, input slot): recovered weight}; ``named``: weights some
+    node's FX text names that were not recovered (which initializer holds them cannot be
+    told)."""
+
+    def __init__(self) -> None:
+        self.foreign: dict[str, list[tuple[int, int]]] = {}
+        self.recovered: dict[str, str] = {}
+        self.use_of: dict[tuple[int, int], str] = {}
+        self.named: set[str] = set()
+
+
+def _unshare_direct(mp: Any, shares: DirectShares, edited: set[str]) -> None:
+    """Where a shared initializer or a weight recovered for it gets a new value: each
+    foreign use reads its own copy of the initializer (under the recovered weight's name,
+    else a new name: its parameter keeps the old value), so a new weight changes only its
+    own parameter."""
+    touched = {root for root in shares.foreign if root in edited or any(shares.recovered.get(w) == root for w in edited)}
+    if not touched:
+        return
+    snapshots = {}
+    for tp in mp.graph.initializer:
+        n = text(tp.name)
+        if n in touched:
+            snapshots[n] = type(tp)()
+            snapshots[n].CopyFrom(tp)
+    taken = {text(tp.name) for tp in mp.graph.initializer}
+    for root in sorted(touched):
+        made: dict[str, str] = {}
+        for i, slot in shares.foreign[root]:
+            w = shares.use_of.get((i, slot))
+            if w is None:  # a parameter whose name was not recovered: a copy of its old value
+                w = f"{root}.unshared_{i}_{slot}"
+                while w in taken:
+                    w += "_"
+            if w not in made:
+                tp = mp.graph.initializer.add()
+                tp.CopyFrom(snapshots[root])
+                tp.name = w
+                made[w] = w
+                taken.add(w)
+            mp.graph.node[i].input[slot] = w
 
 
 #: node metadata the ONNX exporter's optimizer (onnxscript rewriter) leaves on rewritten nodes
@@ -296,6 +399,14 @@ def _write(
     # each may be given its own weight, checked against the initializer it reads
     aliases = shared_initializers(mp.graph, set(main))
     targets = {**main, **{a: main[root] for a, (root, _i) in aliases.items()}}
+    # names the dynamo exporter merged into one initializer without Identity
+    given = {(n[len(strip_prefix) :] if strip_prefix and n.startswith(strip_prefix) else n): v for n, v in items}
+    direct = directly_shared(
+        mp.graph,
+        {n: tuple(int(d) for d in main[n].dims) for n in main},
+        {n: tuple(getattr(v, "shape", ())) for n, v in given.items() if n not in targets},
+    )
+    targets.update({w: main[root] for w, root in direct.recovered.items()})
     new: dict[str, Any] = {}
 
     def check(m: WeightMatch) -> None:
@@ -303,6 +414,11 @@ def _write(
             new[key] = _new_bytes(key, value, targets[key])
         shapes = m.shapes
         problems = transformed_initializers(mp, set(new), {k: shapes[k] for k in m.ignored if k in shapes}, set(shapes))
+        problems += [
+            f"weight {w!r} is read by the model through an initializer merged with other parameters' "
+            "(the exporter deduplicated equal values), and which one cannot be recovered"
+            for w in sorted(direct.named)
+        ]
         if problems:
             shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
             raise UsageError(
@@ -320,6 +436,7 @@ def _write(
         items, targets, strip_prefix=strip_prefix, allow_missing=allow_missing, what="initializer", path=om.path, check=check
     ).ignored
     _unshare(mp, aliases, set(new))
+    _unshare_direct(mp, direct, set(new))
     # every tensor's bytes: replaced, or the source's (from the model or its data file)
     src_ext = ExternalData(om.external.base_dir, om.path)
     used_external = any(tp.data_location == EXTERNAL for tp in _all_tensor_protos(mp))

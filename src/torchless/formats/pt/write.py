@@ -38,7 +38,16 @@ from ...core.dtypes import DType, from_numpy
 from ...core.errors import InternalError, UnsupportedError, UsageError
 from ...core.gcpause import GCPause
 from ...core.source import PathLike
-from ...core.tensor import NestedTensor, SparseTensor, Storage, Tensor, _contiguous_strides, as_tensor, is_torch_tensor
+from ...core.tensor import (
+    JaggedTensor,
+    NestedTensor,
+    SparseTensor,
+    Storage,
+    Tensor,
+    _contiguous_strides,
+    as_tensor,
+    is_torch_tensor,
+)
 from ...core.values import Device, Layout, MemoryFormat, Namespace, QScheme, Size, StateDict, TorchVersion
 from ...pickle.writer import Global, Persistent, Pickler2, Reduce, TensorCall
 from . import spec
@@ -244,6 +253,9 @@ class CheckpointPickler:
             self._alive.append(obj)
             parts = (obj.buffer, obj.nested_sizes, obj.nested_strides, obj.offsets)
             return _wrapped(Global(_UTILS, "_rebuild_nested_tensor"), parts, obj, ("n", id(obj)))
+        if isinstance(obj, JaggedTensor):
+            self._alive.append(obj)
+            return _jagged(obj)
         if isinstance(obj, collections.Counter):
             self._alive.append(obj)
             return Reduce(Global("collections", "Counter"), (dict(obj),), memo_key=("c", id(obj)))
@@ -337,6 +349,38 @@ def _wrapped(func: Global, args: tuple, obj: Any, memo_key: Any) -> Reduce:
             Global("torch._tensor", "_rebuild_from_type_v2"), (func, Global("torch", "Tensor"), args, attrs), memo_key=memo_key
         )
     return Reduce(func, args, memo_key=memo_key)
+
+
+def _seqlen_tensor(n: int) -> Tensor:
+    """torch caches a sequence length ``n`` as ``zeros(n, 0)`` (no bytes)."""
+    return Tensor.from_numpy(np.zeros((n, 0), np.float32))
+
+
+def _jagged(obj: JaggedTensor) -> Reduce:
+    """A jagged nested tensor as torch's ``NestedTensor.__reduce_ex__`` writes it:
+    ``_rebuild_from_type_v2(_rebuild_njt, NestedTensor, (constructor kwargs,), state)``
+    (the state holds the user attributes: its constructor sets the rest on load)."""
+    if obj.is_parameter:
+        raise UsageError("a Parameter over a jagged nested tensor cannot be saved (torch cannot make one)")
+    cache = {}
+    if obj.min_seqlen is not None:
+        cache["min_seqlen"] = _seqlen_tensor(int(obj.min_seqlen))
+    if obj.max_seqlen is not None:
+        cache["max_seqlen"] = _seqlen_tensor(int(obj.max_seqlen))
+    kwargs = {
+        "values": obj.values,
+        "offsets": obj.offsets,
+        "lengths": obj.lengths,
+        "_ragged_idx": int(obj.ragged_idx),
+        "_metadata_cache": cache,
+        "requires_grad": bool(obj.requires_grad),
+    }
+    njt = "torch.nested._internal.nested_tensor"
+    return Reduce(
+        Global("torch._tensor", "_rebuild_from_type_v2"),
+        (Global(njt, "_rebuild_njt"), Global(njt, "NestedTensor"), (kwargs,), dict(obj.attrs)),
+        memo_key=("j", id(obj)),
+    )
 
 
 _EMPTY_OD = Reduce(Global("collections", "OrderedDict"), ())
