@@ -302,7 +302,8 @@ def test_sigint_at_start_prints_no_traceback(tmp_path, source):
     ours = 0
     for delay in (0.05, 0.1, 0.15, 0.2, 0.3, 0.4):
         p = subprocess.Popen(
-            [sys.executable, "-m", "torchless.cli.main", "convert", source, str(tmp_path / "o.pt")],
+            # --force: a run the signal missed has written o.pt, which the next one replaces
+            [sys.executable, "-m", "torchless.cli.main", "convert", source, str(tmp_path / "o.pt"), "--force"],
             env=_env(),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -362,8 +362,12 @@ def test_unrelated_files_with_one_name_are_no_set(tmp_path, capsys):
         assert main([str(a) for a in argv]) == 2, argv
         got = capsys.readouterr()
         err = got.err.strip()
-        assert not got.out and len(err.splitlines()) == 1, got
+        assert len(err.splitlines()) == 1, got
         assert "'w'" in err and "first.safetensors" in err and "second.safetensors" in err, err
+        if "--json" in argv:  # --json on an error: the error as a JSON document on stdout
+            assert json.loads(got.out)["error"]["type"] == "FormatError", got
+        else:
+            assert not got.out, got
     assert not os.path.exists(dst) and sorted(os.listdir(tmp_path)) == ["mixed"]
     assert main(["verify", str(d)]) == 1  # verify lists the duplicate as before
     assert "duplicate" in capsys.readouterr().out
