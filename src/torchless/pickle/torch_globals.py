@@ -293,8 +293,9 @@ def _parameter_new(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 
 PARAMETER = Rebuilder("torch.nn.parameter.Parameter", lambda a: _parameter_new(a, {}), _parameter_new)
 TENSOR_CLASS = Rebuilder("torch.Tensor", lambda a: _no_call("torch.Tensor"))
-_NJT = "torch.nested._internal.nested_tensor"
-NJT_CLASS = Rebuilder(f"{_NJT}.NestedTensor", lambda a: _no_call(f"{_NJT}.NestedTensor"))
+#: the module of torch's jagged nested tensor (its class and ``_rebuild_njt``), read and written
+NJT_MODULE = "torch.nested._internal.nested_tensor"
+NJT_CLASS = Rebuilder(f"{NJT_MODULE}.NestedTensor", lambda a: _no_call(f"{NJT_MODULE}.NestedTensor"))
 
 
 def _rebuild_from_type_v2(args: tuple[Any, ...]) -> Any:
@@ -692,8 +693,12 @@ def _torch_table() -> Allowlist:
     )
     al.add("torch.Size", Rebuilder("torch.Size", _size), "a tuple of ints")
     al.add("torch.Tensor", TENSOR_CLASS, "the plain tensor class, as a type marker")
-    al.add(f"{_NJT}.NestedTensor", NJT_CLASS, "the jagged nested tensor class, as a type marker")
-    al.add(f"{_NJT}._rebuild_njt", Rebuilder(f"{_NJT}._rebuild_njt", _rebuild_njt), "a jagged nested tensor from its tensors")
+    al.add(f"{NJT_MODULE}.NestedTensor", NJT_CLASS, "the jagged nested tensor class, as a type marker")
+    al.add(
+        f"{NJT_MODULE}._rebuild_njt",
+        Rebuilder(f"{NJT_MODULE}._rebuild_njt", _rebuild_njt),
+        "a jagged nested tensor from its tensors",
+    )
     al.add(
         "torch._dynamo.decorators._DimRange",
         Rebuilder("torch._dynamo.decorators._DimRange", lambda a: DimRange()),

@@ -49,6 +49,7 @@ from ...core.tensor import (
     is_torch_tensor,
 )
 from ...core.values import Device, Layout, MemoryFormat, Namespace, QScheme, Size, StateDict, TorchVersion
+from ...pickle.torch_globals import NJT_MODULE
 from ...pickle.writer import Global, Persistent, Pickler2, Reduce, TensorCall
 from . import spec
 
@@ -375,10 +376,9 @@ def _jagged(obj: JaggedTensor) -> Reduce:
         "_metadata_cache": cache,
         "requires_grad": bool(obj.requires_grad),
     }
-    njt = "torch.nested._internal.nested_tensor"
     return Reduce(
         Global("torch._tensor", "_rebuild_from_type_v2"),
-        (Global(njt, "_rebuild_njt"), Global(njt, "NestedTensor"), (kwargs,), dict(obj.attrs)),
+        (Global(NJT_MODULE, "_rebuild_njt"), Global(NJT_MODULE, "NestedTensor"), (kwargs,), dict(obj.attrs)),
         memo_key=("j", id(obj)),
     )
 
