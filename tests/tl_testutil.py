@@ -355,3 +355,32 @@ def left_for_the_collector(fn: Any, cls: type) -> list[Any]:
         gc.garbage.clear()
         if was:
             gc.enable()
+
+
+def run_daily_fuzz(
+    run_case: Any, stats: Any, tmp_path: Any, *, name: str, env: str, replay: str, seconds: float, cases: int = 60
+) -> None:
+    """Run ``run_case(seed, stats, folder)`` over seeds from a base that changes daily
+    (UTC date * 1000; ``$env`` replays a day, ``$env_CASES`` sets the count) until ``cases``
+    seeds or ``seconds`` have passed; a failure names its seed and how to replay it."""
+    import datetime
+    import os
+    import time
+    import warnings
+
+    base = int(os.environ.get(env) or int(datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d")) * 1000)
+    cases = int(os.environ.get(f"{env.removesuffix('_SEED')}_CASES", str(cases)))
+    print(f"{name} fuzz: seeds {base}..{base + cases - 1} ({env}={base} replays)")
+    t0 = time.monotonic()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for seed in range(base, base + cases):
+            root = tmp_path / str(seed)
+            root.mkdir()
+            try:
+                run_case(seed, stats, str(root))
+            except Exception as e:  # name the seed: `python tests/<name>_fuzz.py SEED` replays it
+                raise AssertionError(f"seed {seed} ({env}={base}; {replay} {seed}): {type(e).__name__}: {e}") from e
+            if time.monotonic() - t0 > seconds:
+                break
+    print(stats)

@@ -13,11 +13,6 @@ docs/robustness.md).
 
 from __future__ import annotations
 
-import datetime
-import os
-import time
-import warnings
-
 import pytest
 
 pytest.importorskip("torch", reason="torch exports the models and is the oracle")
@@ -25,33 +20,20 @@ pytest.importorskip("onnxruntime", reason="onnxruntime runs the edited ONNX mode
 pytest.importorskip("onnx", reason="torch's ONNX exporter needs it")
 
 import edits_fuzz  # noqa: E402
+from tl_testutil import run_daily_fuzz  # noqa: E402
 
 pytestmark = pytest.mark.differential
 
 
-def _base() -> int:
-    env = os.environ.get("TORCHLESS_EDITS_SEED")
-    if env:
-        return int(env)
-    return int(datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d")) * 1000
-
-
 def test_edits_against_the_real_loaders(tmp_path):
-    base = _base()
-    cases = int(os.environ.get("TORCHLESS_EDITS_CASES", "60"))
-    print(f"edits fuzz: seeds {base}..{base + cases - 1} (TORCHLESS_EDITS_SEED={base} replays)")
     stats = edits_fuzz.Stats()
-    t0 = time.monotonic()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for seed in range(base, base + cases):
-            root = tmp_path / str(seed)
-            root.mkdir()
-            try:
-                edits_fuzz.run_case(seed, stats, str(root))
-            except Exception as e:  # name the seed: `python tests/edits_fuzz.py SEED` replays it
-                raise AssertionError(f"seed {seed} (TORCHLESS_EDITS_SEED={base}): {type(e).__name__}: {e}") from e
-            if time.monotonic() - t0 > 25:
-                break
-    print(stats)
+    run_daily_fuzz(
+        edits_fuzz.run_case,
+        stats,
+        tmp_path,
+        name="edits",
+        env="TORCHLESS_EDITS_SEED",
+        replay="python tests/edits_fuzz.py",
+        seconds=25,
+    )
     assert stats.cases >= 8, stats

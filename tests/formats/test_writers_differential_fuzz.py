@@ -11,44 +11,27 @@ docs/robustness.md).
 
 from __future__ import annotations
 
-import datetime
-import os
-import time
-import warnings
-
 import pytest
 
 pytest.importorskip("torch", reason="torch is the oracle")
 pytest.importorskip("safetensors", reason="safetensors is the oracle")
 
 import writers_fuzz  # noqa: E402
+from tl_testutil import run_daily_fuzz  # noqa: E402
 
 pytestmark = pytest.mark.differential
 
 
-def _base() -> int:
-    env = os.environ.get("TORCHLESS_WRITERS_SEED")
-    if env:
-        return int(env)
-    return int(datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d")) * 1000
-
-
 def test_writers_against_the_real_readers(tmp_path):
-    base = _base()
-    cases = int(os.environ.get("TORCHLESS_WRITERS_CASES", "60"))
-    print(f"writers fuzz: seeds {base}..{base + cases - 1} (TORCHLESS_WRITERS_SEED={base} replays)")
     stats = writers_fuzz.Stats()
-    t0 = time.monotonic()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for seed in range(base, base + cases):
-            root = tmp_path / str(seed)
-            root.mkdir()
-            try:
-                writers_fuzz.run_case(seed, stats, str(root))
-            except Exception as e:  # name the seed: `python tests/writers_fuzz.py SEED` replays it
-                raise AssertionError(f"seed {seed} (TORCHLESS_WRITERS_SEED={base}): {type(e).__name__}: {e}") from e
-            if time.monotonic() - t0 > 20:
-                break
+    run_daily_fuzz(
+        writers_fuzz.run_case,
+        stats,
+        tmp_path,
+        name="writers",
+        env="TORCHLESS_WRITERS_SEED",
+        replay="python tests/writers_fuzz.py",
+        seconds=20,
+    )
     assert stats.cases >= 10, stats
     assert stats.writes and stats.refusals, stats
