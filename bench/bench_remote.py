@@ -45,7 +45,7 @@ done(dt, mb_s=n / dt / 1e6)
 
 RESHARD = r"""
 import torchless.dcp, os
-from torchless.core import remote
+from torchless.io import remote
 dst = ARGS[1]
 t0 = time.perf_counter()
 torchless.dcp.reshard(P, dst, 3)

@@ -394,8 +394,8 @@ def big_endian(data: bytes) -> bytes:
     """A little-endian zip checkpoint as a big-endian machine would have written it:
     ``byteorder`` says big and every typed storage is swapped in units of its storage
     dtype (torch's rule; torch.load of the result is checked against the original)."""
-    from torchless.core.source import BytesSource
     from torchless.formats.pt.read import read_checkpoint
+    from torchless.io.source import BytesSource
 
     cp = read_checkpoint(BytesSource(data, "<fuzz>"), weights_only=False)
     swap = {key: st.swap_unit for key, st in cp.storages.items()}

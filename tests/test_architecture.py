@@ -33,7 +33,7 @@ SRC = pathlib.Path(__file__).resolve().parents[1] / "src"
 PACKAGE = "torchless"
 
 #: lowest first; a module may import its own layer and those before it.
-LAYERS = ("core", "container", "pickle", "graph", "interp", "formats", "scan", "api", "view", "cli", "testing")
+LAYERS = ("core", "io", "container", "pickle", "graph", "interp", "jobs", "formats", "scan", "api", "view", "cli", "testing")
 
 #: top-level modules of the ``api`` layer (the public facade); ``torchless`` itself is one.
 API_MODULES = ("_api", "_start", "dcp", "diff")

@@ -333,9 +333,9 @@ def test_handlers_sniff_nested_members() -> None:
 def test_specs_sniff_any_byte_source() -> None:
     import io
 
-    from torchless.core.source import BytesSource
     from torchless.formats.pt import spec as pt_spec
     from torchless.formats.torchscript import spec as ts_spec
+    from torchless.io.source import BytesSource
 
     torch = _torch()
     b = io.BytesIO()

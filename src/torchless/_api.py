@@ -7,12 +7,12 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .core.errors import UsageError
-from .core.remote import accepts_storage_options as _remote_opts
 from .formats.base import Artifact, LoadPolicy, check_options
 from .formats.dispatch import open_artifact, tensor_writer, writable_formats
 from .formats.dispatch import write_tensors as _write_tensors
 from .formats.registry import capabilities, handler, handler_for_path, require
 from .formats.registry import detect as _detect
+from .io.remote import accepts_storage_options as _remote_opts
 
 __all__ = ["capabilities", "convert", "detect", "load", "open", "save", "writable_formats", "write_tensors"]
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from .core.remote import accepts_storage_options as _remote_opts
 from .formats.base import LoadPolicy
 from .formats.dcp.artifact import DCPArtifact
 from .formats.dcp.consolidate import consolidate
@@ -37,6 +36,7 @@ from .formats.dcp.spec import (
     TensorStorageMetadata,
 )
 from .formats.ranged import cleanup
+from .io.remote import accepts_storage_options as _remote_opts
 
 __all__ = [
     "BytesStorageMetadata",

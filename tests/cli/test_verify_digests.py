@@ -124,7 +124,7 @@ def test_bad_digest_inputs_exit_2(st, tmp_path, capsys):
     assert "line 1" in capsys.readouterr().err
     assert main(["verify", SAMPLES + "/dcp_ckpt", "--sha256", "0" * 64]) == 2
     assert "--manifest" in capsys.readouterr().err
-    from torchless.core.digests import check_digests
+    from torchless.io.digests import check_digests
 
     with pytest.raises(torchless.UsageError, match="local files only"):
         check_digests("memory://bucket/w.safetensors", sha256="0" * 64)

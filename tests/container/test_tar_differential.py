@@ -15,8 +15,8 @@ from tl_testutil import build_legacy_tar
 
 import torchless
 from torchless import TorchlessError
-from torchless.core.source import MmapSource
 from torchless.formats.pt.read import detect_layout, is_tar_header
+from torchless.io.source import MmapSource
 
 
 def _members(path: str) -> list[tuple[str, bytes]]:

@@ -12,7 +12,7 @@ from tl_testutil import build_zip, central_header, local_header
 
 from torchless.container.zip import MAX32, TorchZipWriter, ZipReader, _miniz_heapsort
 from torchless.core.errors import FormatError, LimitError, NotFoundError, TorchlessError, TruncatedError, UnsupportedError
-from torchless.core.source import BytesSource
+from torchless.io.source import BytesSource
 
 
 def _write(records, **kw) -> bytes:
@@ -278,7 +278,7 @@ def test_crc_pass_streams_records_and_check_read_reads_no_payload(monkeypatch):
     """crc32 reads a record in pieces of at most source.PIECE bytes (stored and deflated),
     with zlib's CRC of the payload as the oracle; check_read then raises what read raises
     without reading a stored payload or inflating a deflated one a second time."""
-    from torchless.core import source
+    from torchless.io import source
 
     monkeypatch.setattr(source, "PIECE", 4096)
     payload = bytes(range(256)) * 97 + b"tail"  # 24836 bytes: seven pieces

@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from torchless.core import remote
+from torchless.io import remote
 
 
 class _Target:

@@ -11,9 +11,9 @@ import pytest
 
 from torchless.core import dtypes
 from torchless.core.errors import FormatError, LimitError, NotFoundError, TorchlessError, UnsupportedError, UsageError
-from torchless.core.source import BytesSource, MmapSource, open_source
 from torchless.core.tensor import Storage, Tensor
 from torchless.core.tree import describe, iter_tensors
+from torchless.io.source import BytesSource, MmapSource, open_source
 
 
 @pytest.mark.differential

@@ -11,7 +11,7 @@ import pytest
 
 import torchless
 from torchless.container.zip import ZipReader
-from torchless.core import crc
+from torchless.io import crc
 
 
 @pytest.fixture(params=["native", "zlib"])

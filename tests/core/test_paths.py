@@ -24,7 +24,7 @@ import pytest
 
 import torchless
 from torchless import LinkEscapeError, TorchlessError
-from torchless.core.paths import confine, confined_file
+from torchless.io.paths import confine, confined_file
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs POSIX FIFOs and symlinks")
 

@@ -12,8 +12,8 @@ import pytest
 
 from torchless.core.dtypes import by_name
 from torchless.core.errors import TorchlessError, UsageError
-from torchless.core.source import MmapSource, is_mapped
 from torchless.core.tensor import Storage, Tensor
+from torchless.io.source import MmapSource, is_mapped
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc (Linux)")
 

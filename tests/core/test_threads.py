@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from torchless.core.threads import Helper, helper
+from torchless.io.threads import Helper, helper
 
 
 def test_jobs_run_in_order_on_one_named_thread() -> None:
@@ -100,7 +100,7 @@ def test_at_exit_work_is_finished_and_atexit_hooks_get_runtimeerror() -> None:
     code = textwrap.dedent(
         """
         import atexit, sys, time
-        from torchless.core.threads import helper
+        from torchless.io.threads import helper
         out = open(sys.argv[1], "w")
         def late():
             try:

@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-import torchless.core.atomic as atomic
-from torchless.core.atomic import FAULT_ENV, AtomicFile
+import torchless.io.atomic as atomic
 from torchless.core.errors import WriteError
+from torchless.io.atomic import FAULT_ENV, AtomicFile
 
 needs_writev = pytest.mark.skipif(not hasattr(os, "writev"), reason="no os.writev here")
 

@@ -3,7 +3,7 @@ or complete, leaves no temporaries behind (or the next run removes them), and th
 run succeeds.
 
 Each case runs the CLI in a child process with ``TORCHLESS_FAULT_AFTER_BYTES=N:ACTION``
-(the hook in ``torchless.core.atomic``): after N bytes written the child sends itself
+(the hook in ``torchless.io.atomic``): after N bytes written the child sends itself
 SIGINT, SIGTERM, SIGHUP or SIGKILL, or its next write fails with ENOSPC. A real full
 disk is simulated with RLIMIT_FSIZE (the write fails with EFBIG), and a read-only
 destination with a folder the child cannot write (as an unprivileged user when the
@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import torchless
-from torchless.core.atomic import TEMP_PREFIX
+from torchless.io.atomic import TEMP_PREFIX
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.abspath(os.path.join(HERE, "..", "..", "src"))
@@ -253,7 +253,7 @@ def test_stale_temporary_of_a_live_process_is_kept(tmp_path, source):
     """Only temporaries whose process is gone are removed."""
     live = tmp_path / f"{TEMP_PREFIX}{os.getpid()}@x-file-00.tmp"
     live.write_bytes(b"x")
-    from torchless.core.atomic import _host
+    from torchless.io.atomic import _host
 
     mine = tmp_path / f"{TEMP_PREFIX}{os.getpid()}@{_host()}-file-01.tmp"
     mine.write_bytes(b"x")
@@ -492,7 +492,7 @@ def test_lost_keyboard_interrupt_never_publishes(tmp_path, monkeypatch):
     (130), not as whatever error followed. This is the race a Ctrl-C during a parallel reshard
     hit in CI."""
     from torchless.cli import main as cli_main
-    from torchless.core import atomic
+    from torchless.io import atomic
 
     monkeypatch.setattr(atomic, "_fired", [])
     monkeypatch.setattr(atomic, "_previous", {})

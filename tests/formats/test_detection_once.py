@@ -125,7 +125,7 @@ def test_close_leaves_no_mapping_of_the_file(tmp_path, sample):
 def opens(monkeypatch):
     """Per path: detections (``Probe.of``), zip central directory parses, and memory maps
     made (a DCP checkpoint's ``.metadata`` is mapped once per parse)."""
-    from torchless.core import source
+    from torchless.io import source
 
     calls: dict[str, list[str]] = {"probe": [], "zip": [], "map": []}
     real_of = Probe.of.__func__

@@ -23,10 +23,10 @@ import torchless
 from torchless.container.zip import TorchZipWriter, ZipReader
 from torchless.core.dtypes import DTYPES
 from torchless.core.errors import FormatError, UnsafeGlobalError, UnsupportedError
-from torchless.core.source import open_source
 from torchless.core.tensor import Tensor
 from torchless.core.tree import iter_tensors
 from torchless.formats.pt.read import read_checkpoint
+from torchless.io.source import open_source
 
 pytestmark = pytest.mark.differential
 

@@ -29,13 +29,13 @@ import torchless
 import torchless.pickle.machine as machine
 import torchless.pickle.writer as writer
 from torchless.container.zip import TorchZipWriter, ZipReader
-from torchless.core.crc import crc32_spans
 from torchless.core.dtypes import DTYPES
 from torchless.core.errors import FormatError, TorchlessError
 from torchless.core.tensor import Storage, Tensor
 from torchless.core.tree import iter_tensors
 from torchless.core.values import StorageType
 from torchless.formats.pt.read import make_resolver, read_zip_checkpoint
+from torchless.io.crc import crc32_spans
 from torchless.pickle.machine import Unpickler
 
 torch = pytest.importorskip("torch", reason="torch writes the checkpoints")
@@ -852,7 +852,7 @@ def test_read_ahead_gives_the_runs_their_bytes(chunk, tmp_path, monkeypatch):
     is parsed: the same bytes as the mapped load and torch, and no run read again on
     this thread (with many runs or one)."""
     from torchless.container.zip import BatchReader
-    from torchless.core.source import MmapSource
+    from torchless.io.source import MmapSource
 
     monkeypatch.setattr(BatchReader, "CHUNK", chunk)
     g = torch.Generator().manual_seed(3)
@@ -958,7 +958,7 @@ def test_read_ahead_of_overlapping_records_reads_no_more_than_the_file(tmp_path,
     storage record the pickle never asks for): nothing is read ahead once per name (it
     was, 200 MiB for this file of about 1 MiB), and the load gives what it gives without
     read-ahead."""
-    from torchless.core.source import MmapSource
+    from torchless.io.source import MmapSource
 
     raw = _saved({"w": torch.arange(262144, dtype=torch.float32)})
     eocd = raw.rfind(b"PK\x05\x06")
@@ -1001,7 +1001,7 @@ def test_a_child_forked_while_reading_ahead_reads_its_tensors(tmp_path, monkeypa
     import signal
     import threading
 
-    from torchless.core import source as source_mod
+    from torchless.io import source as source_mod
 
     sd = {f"t{i}": torch.full((3000,), float(i)) for i in range(50)}
     p = tmp_path / "m.pt"
@@ -1036,7 +1036,7 @@ def test_closing_while_copying_a_record_never_reads_another_file(tmp_path, monke
     import threading
     import time
 
-    from torchless.core import source as source_mod
+    from torchless.io import source as source_mod
 
     p = tmp_path / "m.pt"
     p.write_bytes(_saved({"big": torch.ones(1 << 20)}))  # 4 MiB: copied on its own

@@ -20,9 +20,9 @@ import torchless
 from torchless.cli.main import main as cli_main
 from torchless.container.zip import TorchZipWriter, ZipReader
 from torchless.core.errors import LimitError, TorchlessError, TruncatedError, UnsafeGlobalError
-from torchless.core.source import BytesSource
 from torchless.core.tree import describe, iter_tensors
 from torchless.formats.pt.read import read_checkpoint
+from torchless.io.source import BytesSource
 
 torch = pytest.importorskip("torch", reason="torch builds the base checkpoints and is the oracle")
 

@@ -13,10 +13,10 @@ from tl_testutil import assert_tree_matches, sharing_pattern_tl, sharing_pattern
 
 import torchless
 from torchless.core.dtypes import DTYPES
-from torchless.core.source import BytesSource
 from torchless.core.tensor import Tensor
 from torchless.core.tree import iter_tensors
 from torchless.formats.pt.read import read_checkpoint
+from torchless.io.source import BytesSource
 
 pytestmark = pytest.mark.differential
 torch = pytest.importorskip("torch", reason="torch is the differential oracle")

@@ -20,8 +20,8 @@ import torchless.core.tensor as tensor_mod
 import torchless.formats.safetensors_spec as spec
 from torchless.core.dtypes import DTYPES
 from torchless.core.errors import TorchlessError
-from torchless.core.source import BytesSource
 from torchless.core.tensor import Storage, Tensor
+from torchless.io.source import BytesSource
 
 CODES = {"F32": 4, "F16": 2, "BF16": 2, "I64": 8, "U8": 1, "BOOL": 1, "F8_E4M3": 1}
 

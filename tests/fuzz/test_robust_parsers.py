@@ -323,7 +323,7 @@ def test_zip_verify_crc_is_streamed(tmp_path):
     import zlib
 
     from torchless.container.zip import ZipReader
-    from torchless.core.source import open_source
+    from torchless.io.source import open_source
 
     from .harness import _bomb, _zip_with_bomb
 

@@ -20,7 +20,7 @@ import pytest
 
 import torchless
 from torchless.cli.main import main
-from torchless.core import remote
+from torchless.io import remote
 
 torch = pytest.importorskip("torch", reason="torch is the oracle of these tests")
 
@@ -168,7 +168,7 @@ def test_http_verify_fetches_each_byte_once(http_root, capsys, monkeypatch):
     server sends about the file's size (not twice it), in requests no larger than the
     CRC pass's pieces (a member is streamed, never fetched whole), and a flipped payload
     byte or a wrong stored CRC is reported as for the local file."""
-    from torchless.core import source
+    from torchless.io import source
 
     monkeypatch.setattr(source, "PIECE", 2 << 20)  # pieces of 2 MiB: the 5 MiB tensors are streamed
     root, base, handler = http_root
@@ -541,8 +541,8 @@ def test_remote_legacy_pt_agrees_with_local_on_limits_globals_and_truncation(mem
     and a file cut inside its storages fails as locally after fetching its pickles and
     the storage table's ends, not the file 1.3 times over."""
     from torchless.core.errors import LimitError, TorchlessError, TruncatedError
-    from torchless.core.source import BytesSource, RemoteSource
     from torchless.formats.pt.read import make_resolver, read_legacy_stream
+    from torchless.io.source import BytesSource, RemoteSource
     from torchless.pickle.machine import Limits
 
     fs, base = memfs

@@ -17,7 +17,7 @@ import pytest
 
 import torchless
 from torchless.container.zip import ZipReader
-from torchless.core import remote
+from torchless.io import remote
 
 from .test_remote import _cli
 from .test_remote_formats import _same, place  # noqa: F401 - place is a fixture

@@ -20,8 +20,8 @@ from tl_testutil import assert_same_state, small_dcp_state, torch_dcp_load
 
 import torchless
 import torchless.dcp
-from torchless.core import remote
 from torchless.core.errors import TorchlessError
+from torchless.io import remote
 
 from . import azurite as azurite_mod
 from .test_remote import _cli, _fail_upload, _saved, _sd

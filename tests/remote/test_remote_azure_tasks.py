@@ -23,7 +23,7 @@ from tl_testutil import assert_same_state, torch_dcp_load
 
 import torchless
 import torchless.dcp
-from torchless.core import remote
+from torchless.io import remote
 
 from . import test_remote_azure as _azure
 from .test_remote import _cli

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from torchless.core import remote
+from torchless.io import remote
 
 from .test_remote import _cli
 

@@ -24,7 +24,7 @@ import pytest
 
 import torchless
 import torchless.dcp
-from torchless.core import remote
+from torchless.io import remote
 
 from .test_remote import _cli, _stats
 

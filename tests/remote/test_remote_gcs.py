@@ -24,7 +24,7 @@ from tl_testutil import assert_same_state, small_dcp_state, torch_dcp_load
 
 import torchless
 import torchless.dcp
-from torchless.core import remote
+from torchless.io import remote
 
 from .test_remote import _cli
 

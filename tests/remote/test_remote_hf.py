@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import torchless
-from torchless.core import remote
+from torchless.io import remote
 
 from .hub import Hub
 from .test_remote import _cli

@@ -17,8 +17,8 @@ import pytest
 
 import torchless
 import torchless.dcp
-from torchless.core import remote
 from torchless.core.errors import TorchlessError, UsageError
+from torchless.io import remote
 
 from .test_remote import _cli
 from .test_remote_formats import _inductor_cache

@@ -22,7 +22,7 @@ import pytest
 from torchless.cli.main import main as cli_main
 from torchless.core.errors import TorchlessError
 from torchless.core.npyheader import parse_header_literal
-from torchless.core.source import BytesSource
+from torchless.io.source import BytesSource
 from torchless.scan import scan
 from torchless.scan.carriers.numpy import read_npy_header
 from torchless.scan.findings import LOADERS

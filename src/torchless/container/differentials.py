@@ -18,7 +18,7 @@ from typing import Any
 
 from ..core.errors import TorchlessError
 from ..core.findings import Problem
-from ..core.source import open_source
+from ..io.source import open_source
 from .pyzip import PyZipReader
 from .zip import _EOCD, _EOCD64, _LOC64, LOC64_SIG, MAX32, ZipReader
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.errors import ChecksumError, FormatError, LimitError, TorchlessError, TruncatedError, UnsupportedError
-from ..core.source import ByteSource, open_source, pieces
+from ..io.source import ByteSource, open_source, pieces
 from .zip import CENTRAL_SIG, EOCD64_SIG, EOCD_SIG, LOC64_SIG, LOCAL_SIG, check_inflate, inflate_into
 
 __all__ = ["PyZipEntry", "PyZipReader"]

@@ -40,14 +40,14 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Protocol
 
-from ..core.atomic import AtomicFile
-from ..core.crc import crc32 as fast_crc32
-from ..core.crc import crc32_spans
 from ..core.errors import FormatError, LimitError, NotFoundError, TruncatedError, UnsupportedError, UsageError
 from ..core.findings import Problem
 from ..core.gcpause import GCPause
-from ..core.source import ByteSource, PathLike, open_source, pieces
-from ..core.threads import helper
+from ..io.atomic import AtomicFile
+from ..io.crc import crc32 as fast_crc32
+from ..io.crc import crc32_spans
+from ..io.source import ByteSource, PathLike, open_source, pieces
+from ..io.threads import helper
 
 __all__ = [
     "ZipEntry",
@@ -142,7 +142,7 @@ class ZipReader:
     """Read a zip archive the way torch's reader does.
 
     Args:
-        source: a path, bytes, or a :class:`~torchless.core.source.ByteSource`.
+        source: a path, bytes, or a :class:`~torchless.io.source.ByteSource`.
         max_entries: refuse central directories with more entries than this.
         require_prefix: raise when the first entry has no ``/`` (torch's rule); set
             False to read generic zips (``.npz``, AOTInductor packages).
@@ -1582,7 +1582,7 @@ def _write_scratch(write: Callable[[Any], Any], scratch: bytearray, n: int, own:
 
 
 def _crc_pool() -> Any:
-    """The CRC thread of this process (see :func:`torchless.core.threads.helper`)."""
+    """The CRC thread of this process (see :func:`torchless.io.threads.helper`)."""
     return helper("crc")
 
 

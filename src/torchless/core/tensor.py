@@ -20,9 +20,9 @@ from typing import Any, Literal
 
 import numpy as np
 
+from .buffers import is_mapped
 from .dtypes import DType, by_name, from_numpy
 from .errors import FormatError, UnsupportedError, UsageError
-from .source import is_mapped
 
 __all__ = [
     "require_utf8_name",

@@ -236,7 +236,7 @@ class Probe:
 
     Attributes:
         path: the file or directory as a :class:`pathlib.Path` (for a byte source, its
-            name; a URL: a :class:`~torchless.core.remote.RemotePath`).
+            name; a URL: a :class:`~torchless.io.remote.RemotePath`).
         is_dir: True for directories (DCP checkpoints, caches, unpacked packages).
         head: the first 4096 bytes of a file (empty for directories).
     """
@@ -282,7 +282,7 @@ class Probe:
                 found=type(path).__name__,
             )
         if isinstance(path, str) and "://" in path:
-            from ..core.remote import is_url, local_path
+            from ..io.remote import is_url, local_path
 
             path = local_path(path)
             if is_url(path):
@@ -303,22 +303,22 @@ class Probe:
 
     @classmethod
     def _of_url(cls, url: str) -> Probe:
-        from ..core import remote
+        from ..io import remote
 
         # a RemotePath stands where detection expects a Path: it has the Path members that
         # sniffers use (name, suffix, /, is_dir, exists) but is a str, not a Path
         if remote.isdir(url):
             return cls(remote.RemotePath(url), True, b"")
-        from ..core.source import RemoteSource
+        from ..io.source import RemoteSource
 
         src = RemoteSource(url)
         return cls(remote.RemotePath(url), False, src.read_at(0, min(4096, src.size)), _source=src)
 
     @classmethod
     def of_source(cls, data: Any, name: str = "<bytes>") -> Probe:
-        """A probe of bytes, a memoryview or a :class:`~torchless.core.source.ByteSource`
+        """A probe of bytes, a memoryview or a :class:`~torchless.io.source.ByteSource`
         (``name``: what the suffix rules see, e.g. the member name)."""
-        from ..core.source import open_source
+        from ..io.source import open_source
 
         src = open_source(data)
         where: Any = name

@@ -26,9 +26,9 @@ import numpy as np
 
 from ..core.errors import FormatError, LimitError, TorchlessError, UnsupportedError
 from ..core.findings import Problem
-from ..core.source import open_source
 from ..core.tensor import Storage, as_tensor
 from ..core.tree import iter_tensors
+from ..io.source import open_source
 from ..pickle.globals import GlobalRef, PickledObject
 from ..pickle.machine import Limits, Unpickler
 from .base import Artifact, Capabilities, FormatHandler, LoadPolicy, Probe, summarize_tensors
@@ -106,7 +106,7 @@ def read_joblib(
     """Unpickle a (decompressed) joblib stream: ``(object, arrays)`` where each array
     entry is ``{"offset", "shape", "dtype", "order", "value"}``.
 
-    ``view_of`` (a :meth:`~torchless.core.source.ByteSource.view` of the source ``data``
+    ``view_of`` (a :meth:`~torchless.io.source.ByteSource.view` of the source ``data``
     was read from, for an uncompressed file) makes the arrays' tensors read through the
     source on each access rather than hold views of ``data``.
 

@@ -32,12 +32,12 @@ import numpy as np
 
 from ..container.zip import is_zip
 from ..core import jsonsafe
-from ..core.atomic import AtomicFile
 from ..core.dtypes import by_name, from_numpy
 from ..core.errors import ChecksumError, FormatError, TorchlessError, UnsupportedError
 from ..core.findings import Problem
-from ..core.source import ByteSource, BytesSource, open_source
 from ..core.tensor import Storage, Tensor, as_tensor, unique_names
+from ..io.atomic import AtomicFile
+from ..io.source import ByteSource, BytesSource, open_source
 from .base import ZIP_CRC, Artifact, Capabilities, FormatHandler, LoadPolicy, Probe
 from .npz_spec import DTYPE_COMMENT, DTYPES_MEMBER, NPY_MAGIC, NPY_SUFFIX, check_name, is_npy, is_npz_head, member_key
 from .registry import register

@@ -16,7 +16,7 @@ A ``torch.save`` item larger than a task (a DCP chunk of a big tensor) is split 
 zip header is known before its payload (torch's records carry their CRC-32 in a data
 descriptor after the payload), so tasks write the header and payload rows, each returns
 the CRC-32 of its rows, and one small sealing task per item writes the descriptor and
-central directory once :func:`~torchless.core.executor.crc32_combine` has joined them.
+central directory once :func:`~torchless.jobs.executor.crc32_combine` has joined them.
 
 Staging and publication: files are built under a staging name (a hidden folder beside a
 local destination, a ``.torchless-staging`` prefix beside a remote one) and published
@@ -40,11 +40,11 @@ from typing import Any
 import numpy as np
 
 from ..container.zip import LOCAL_SIG
-from ..core import remote
-from ..core.atomic import _fault_tick, _write_error
 from ..core.errors import InternalError, UsageError
-from ..core.executor import Executor, crc32_combine, current_rss, task_fault
-from ..core.source import RemoteSource
+from ..io import remote
+from ..io.atomic import _fault_tick, _write_error
+from ..io.source import RemoteSource
+from ..jobs.executor import Executor, crc32_combine, current_rss, task_fault
 
 __all__ = [
     "Piece",
@@ -193,7 +193,7 @@ class _Sink:
         self.fd = -1
         self.dest = task.dest or task.name
         if task.part:
-            from ..core.atomic import AtomicFile
+            from ..io.atomic import AtomicFile
 
             self.af = AtomicFile(task.target, dest=self.dest)
         else:
@@ -249,7 +249,7 @@ def run_range_task(task: RangeTask) -> dict[str, Any]:
     """Write one task's range (runs on a worker). Returns ``{"name", "offset", "length",
     "crc", "items": {item: [crc, length]}, "rss"}``: metadata only."""
     from ..core.errors import WriteError
-    from ..core.remote import storage_options_ctx
+    from ..io.remote import storage_options_ctx
 
     task_fault()
     opts = _install_options(task.options)
@@ -480,7 +480,7 @@ class LocalDirStaging(_Staging):
     """A hidden folder beside a local destination folder (an :class:`AtomicDir`)."""
 
     def __init__(self, dst: str, *, resume: bool) -> None:
-        from ..core.atomic import AtomicDir, _temp_path, _untrack
+        from ..io.atomic import AtomicDir, _temp_path, _untrack
 
         self.dst = os.path.abspath(dst)
         self.shown_dir = dst
@@ -535,7 +535,7 @@ class LocalDirStaging(_Staging):
             os.unlink(os.path.join(self.root, MANIFEST))
         except OSError:
             pass
-        from ..core.atomic import _track
+        from ..io.atomic import _track
 
         if self.keep:
             _track(self.out, self.out.tmp, True)
@@ -551,7 +551,7 @@ class LocalDirStaging(_Staging):
 
 def _adopt_local(parent: str, dst: str) -> str | None:
     """The staging folder an interrupted job (its process gone) left for ``dst``."""
-    from ..core.atomic import TEMP_PREFIX, TEMP_SUFFIX, _alive, _host, _owner
+    from ..io.atomic import TEMP_PREFIX, TEMP_SUFFIX, _alive, _host, _owner
 
     try:
         names = os.listdir(parent)
@@ -651,7 +651,7 @@ class RemoteStaging(_Staging):
 
     def complete(self, f: OutputFile, segments: list[dict[str, Any]]) -> tuple[list[str], str, list[int]] | None:
         """Join the file's part objects into one staged object: a server-side move (one
-        part) or a server-side join (:func:`~torchless.core.remote.join_objects`) when no
+        part) or a server-side join (:func:`~torchless.io.remote.join_objects`) when no
         payload byte would pass through this process (on S3: every part but the last has
         S3's 5 MiB minimum; on Azure: the parts' URLs can be authorized); otherwise
         ``(parts, staged URL, sizes)``, joined by a worker (:func:`compose_parts`), so no
@@ -666,7 +666,7 @@ class RemoteStaging(_Staging):
             remote.move(parts[0], self.staged_path(f.name))
             return None
         if remote.joins_server_side(self.root, sizes):
-            from ..core.atomic import holding_signals
+            from ..io.atomic import holding_signals
 
             with holding_signals():  # a Ctrl-C lands once the upload is completed or aborted
                 remote.join_objects(self.staged_path(f.name), parts, sizes)
@@ -686,7 +686,7 @@ class RemoteStaging(_Staging):
         self.fs.pipe_file(remote.filesystem(remote.join(self.root, "manifest.json"))[1], json.dumps(m).encode())
 
     def put(self, name: str, data: bytes) -> None:
-        from ..core.atomic import atomic_write_bytes
+        from ..io.atomic import atomic_write_bytes
 
         atomic_write_bytes(self.staged_path(name), data)
 
@@ -695,7 +695,7 @@ class RemoteStaging(_Staging):
 
     def publish(self, last: tuple[str, ...]) -> None:
         """Move every staged file into place, those named in ``last`` after all others."""
-        from ..core.atomic import holding_signals
+        from ..io.atomic import holding_signals
 
         names = sorted(remote.listdir(remote.join(self.root, "files")), key=lambda n: (n in last, n))
 
@@ -815,7 +815,7 @@ def _worker_options() -> dict[str, Any]:
 def _verify_staged(args: tuple[str, int, int, dict[str, Any]]) -> bool:
     """A worker's check of a file a previous run completed: its size and CRC-32."""
     path, size, crc, opts = args
-    from ..core.remote import storage_options_ctx
+    from ..io.remote import storage_options_ctx
 
     opts = _install_options(opts)
     with storage_options_ctx(opts.get("ctx")):
@@ -847,11 +847,11 @@ def compose_parts(args: tuple[list[str], str, dict[str, Any], list[int]]) -> int
     multipart upload of server-side copies, in which a part under S3's 5 MiB minimum
     travels with the bytes next to it; on Azure, blocks staged from the parts' URLs, or
     uploaded by this worker where the service cannot read them
-    (:func:`~torchless.core.remote.join_objects`); elsewhere the parts are read and
+    (:func:`~torchless.io.remote.join_objects`); elsewhere the parts are read and
     uploaded in 16 MiB pieces. Returns the bytes that passed through this worker."""
     parts, dest, opts, sizes = args
-    from ..core.atomic import AtomicFile, holding_signals
-    from ..core.remote import storage_options_ctx
+    from ..io.atomic import AtomicFile, holding_signals
+    from ..io.remote import storage_options_ctx
 
     opts = _install_options(opts)
     with storage_options_ctx(opts.get("ctx")):
@@ -1051,7 +1051,7 @@ class LocalFilesStaging(LocalDirStaging):
     into that folder, the index last (the folder itself is not replaced)."""
 
     def __init__(self, dst: str, *, resume: bool) -> None:
-        from ..core.atomic import _temp_path, _track, _untrack, clean_stale
+        from ..io.atomic import _temp_path, _track, _untrack, clean_stale
 
         self.dst = os.path.abspath(dst)
         self.shown_dir = os.path.dirname(dst)
@@ -1072,7 +1072,7 @@ class LocalFilesStaging(LocalDirStaging):
     def publish(self, last: tuple[str, ...]) -> None:
         import shutil
 
-        from ..core.atomic import holding_signals
+        from ..io.atomic import holding_signals
 
         try:
             os.unlink(os.path.join(self.root, MANIFEST))
@@ -1109,7 +1109,7 @@ def write_shards(
     ``src`` as safetensors at ``dst`` (Hugging Face shards + index with
     ``max_shard_size``, laid out as :func:`~torchless.formats.safetensors.write_safetensors_sharded`
     does), by range tasks on ``executor``. Returns the files written, the index last."""
-    from ..core.executor import parse_executor
+    from ..jobs.executor import parse_executor
     from .safetensors import parse_size, safetensors_header
 
     d = remote.local_path(os.fspath(dst))

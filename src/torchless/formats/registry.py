@@ -13,7 +13,7 @@ from typing import Any
 from ..core.errors import FormatError, TorchlessError, UsageError
 from ..core.lazy import import_modules
 from ..core.registry import Registry
-from ..core.source import ByteSource, SliceSource
+from ..io.source import ByteSource, SliceSource
 from .base import CAPABILITIES, CAPABILITY_TEXT, Capabilities, FormatHandler, Probe
 
 __all__ = [
@@ -160,8 +160,8 @@ def detect(path: Any, format: str | None = None) -> FormatHandler:
 def _refuse_unlisted(url: str) -> None:
     """UsageError for a folder URL whose server does not list it (plain HTTP): only the
     folders that name their files (a DCP ``.metadata``) can be read there."""
-    from ..core import remote
     from ..core.errors import NotFoundError, UsageError
+    from ..io import remote
 
     if remote.listable(url):
         return

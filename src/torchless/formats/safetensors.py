@@ -19,13 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from ..core.atomic import AtomicFile, shard_set
 from ..core.dtypes import DTYPES, DType, from_numpy
 from ..core.errors import TorchlessError, UnsupportedError
 from ..core.findings import Problem
 from ..core.gcpause import GCPause
-from ..core.source import ByteSource, MmapSource, open_source
 from ..core.tensor import Storage, Tensor, _contiguous_strides, require_utf8_name, unique_names
+from ..io.atomic import AtomicFile, shard_set
+from ..io.source import ByteSource, MmapSource, open_source
 from .base import Artifact, Capabilities, FormatHandler, LoadPolicy, Probe
 from .registry import register
 from .safetensors_spec import METADATA_KEY, ST_DTYPES, check_name, is_safetensors_head, parse_header
@@ -378,7 +378,7 @@ def write_safetensors_sharded(
     """
     import os
 
-    from ..core.atomic import make_folder_for
+    from ..io.atomic import make_folder_for
 
     limit = parse_size(max_shard_size)
     make_folder_for(path)

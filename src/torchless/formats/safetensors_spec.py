@@ -17,7 +17,7 @@ from typing import Any
 from ..core import jsonsafe
 from ..core.dtypes import DTYPES
 from ..core.errors import FormatError, LimitError, TruncatedError, UnsupportedError, short_repr
-from ..core.source import ByteSource
+from ..io.source import ByteSource
 from .pt.spec import ZIP_MAGIC
 
 __all__ = ["ST_DTYPES", "MAX_HEADER", "METADATA_KEY", "HeaderEntry", "check_name", "is_safetensors_head", "parse_header"]

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 
 from ..core.errors import NotFoundError, UsageError
 from ..core.findings import Finding
-from ..core.remote import accepts_storage_options as _remote_opts
+from ..io.remote import accepts_storage_options as _remote_opts
 from .carriers import Scanner, scan_file
 from .findings import RULES, SEVERITIES, AllowNote, FileReport, ScanReport
 from .policy import SAFE, classify
@@ -58,13 +58,13 @@ def link_escapes(paths: Iterable[os.PathLike[str] | str]) -> list[str]:
 def _walk(paths: Iterable[os.PathLike[str] | str]) -> list[tuple[str, str | None, str | None, bool]]:
     """(path, scanned folder or None, error or None, leaves the folder) for every file
     under ``paths``; folders that cannot be listed come back with their error."""
-    from ..core.paths import within
+    from ..io.paths import within
 
     out: list[tuple[str, str | None, str | None, bool]] = []
     for p in paths:
         p = os.fspath(p)
         if isinstance(p, str) and "://" in p:
-            from ..core import remote
+            from ..io import remote
 
             p = remote.local_path(p)
             if remote.is_url(p):
@@ -95,7 +95,7 @@ def _walk(paths: Iterable[os.PathLike[str] | str]) -> list[tuple[str, str | None
 
 def _walk_url(url: str) -> list[tuple[str, str | None, str | None, bool]]:
     """Remote paths: an object, or every object under a folder (no links there)."""
-    from ..core import remote
+    from ..io import remote
 
     if not remote.isdir(url):
         remote.check_exists(url)  # missing, or the store's reason (refused credentials...)
@@ -126,7 +126,7 @@ def _index_shards(p: str) -> list[tuple[str, str | None, str | None, bool]]:
 
 
 def _one(args: tuple[str, str, str | None, bool]) -> FileReport:
-    from ..core.executor import task_fault
+    from ..jobs.executor import task_fault
 
     task_fault()  # the tests' hooks: a scan worker that dies or stalls (no-op otherwise)
     return scan_file(args[0], args[1], args[2], args[3])
@@ -181,7 +181,7 @@ def scan(
     jobs = jobs or os.cpu_count() or 1
     if jobs <= 1 or len(todo) < 4:
         return ScanReport(bad + [_one(t) for t in todo])
-    from ..core.executor import pool_map
+    from ..jobs.executor import pool_map
 
     # the executor's process pool: a worker that dies, or a pool that stalls, fails the
     # scan in one line (no verdict), Ctrl-C stops the workers, they end with this process,

@@ -54,10 +54,10 @@ import re
 from typing import Any
 
 from ..core.errors import TorchlessError
-from ..core.source import ByteSource
 from ..formats.inductor_cache.spec import loaded_kind as cache_kind
 from ..formats.joblib_spec import compression_of
 from ..formats.pt.spec import ZIP_MAGIC
+from ..io.source import ByteSource
 from .policy import Verdict
 from .source import DANGEROUS_ATTRS, MAX_SOURCE_BYTES, RISKY_TORCH, SourceError, dotted, parse
 
@@ -650,7 +650,7 @@ def scan_cache_file(scanner: Any, src: ByteSource, kind: str) -> None:
 
 def _is_file(path: str) -> bool:
     """A regular file (not a link) at ``path``; an object at a URL (a HEAD request)."""
-    from ..core import remote
+    from ..io import remote
 
     if remote.is_url(path):
         # present(): a failed check raises (the file is reported unanalysed, with the

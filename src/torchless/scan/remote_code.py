@@ -35,7 +35,7 @@ from typing import Any
 
 from ..core import jsonsafe
 from ..core.errors import TorchlessError
-from ..core.paths import within
+from ..io.paths import within
 from .source import SourceReport, analyse
 
 #: the scanner (``carriers.base.ScannerBase``; not imported: the scanner imports this module)

@@ -77,7 +77,7 @@ def html_page(paths: list[Any], **kw: Any) -> str:
 
 def write_html(paths: list[Any], out: Any, **kw: Any) -> str:
     """Write the self-contained page to ``out`` (atomically); returns the path."""
-    from ..core.atomic import atomic_write_bytes
+    from ..io.atomic import atomic_write_bytes
 
     doc = html_page(paths, **kw)
     out = os.fspath(out)

@@ -12,10 +12,10 @@ import pytest
 
 import torchless
 from torchless.core.errors import FormatError, LimitError, TorchlessError, TruncatedError
-from torchless.core.source import BytesSource
 from torchless.formats.aoti.binary import parse_binary
 from torchless.formats.aoti.macho import parse_macho
 from torchless.formats.aoti.pe import parse_pe
+from torchless.io.source import BytesSource
 
 from .synth import STEM, blob, make_elf, make_package, sample_consts
 from .synth_bin import EXPORTS, make_coff, make_macho, make_pe

@@ -187,7 +187,7 @@ def test_records_by_writev_and_a_full_disk(saved, tmp_path, monkeypatch):
     the middle is a WriteError naming the output, and nothing is left."""
     import threading
 
-    import torchless.core.atomic as atomic
+    import torchless.io.atomic as atomic
     from torchless.core.errors import WriteError
 
     if not hasattr(os, "writev"):

@@ -153,8 +153,8 @@ def test_read_failure_of_a_remote_item_keeps_its_file_offset(tmp_path, monkeypat
     file and the absolute offset of the failed range, which the problem keeps (adding the
     item's start to it named a place past the end of the file)."""
     fsspec = pytest.importorskip("fsspec", reason="the remote extra (fsspec) is not installed")
-    from torchless.core import remote
-    from torchless.core.source import RemoteSource
+    from torchless.io import remote
+    from torchless.io.source import RemoteSource
 
     g = torch.Generator().manual_seed(1)
     d = str(tmp_path / "ck")

@@ -12,7 +12,7 @@ import pytest
 
 import torchless
 import torchless.dcp as tdcp
-from torchless.core.executor import KILL_ENV, current_rss
+from torchless.jobs.executor import KILL_ENV, current_rss
 
 torch = pytest.importorskip("torch", reason="torch is the oracle of these tests")
 distributed = pytest.importorskip("distributed", reason="the dask extra (dask[distributed]) is not installed")
@@ -156,7 +156,7 @@ def test_dask_reshard_on_s3(cluster, saved4, s3_env, tmp_path):
     base, opts, fetch = s3_env
     tdcp.reshard(ckpt, tmp_path / "local", 3)
     tdcp.reshard(ckpt, f"{base}/src", 4, storage_options=opts)
-    from torchless.core.remote import STATS
+    from torchless.io.remote import STATS
 
     STATS.reset()
     res = tdcp.reshard(f"{base}/src", f"{base}/r3", 3, executor=client, max_task_bytes=MiB, storage_options=opts)

@@ -89,7 +89,7 @@ def test_real_cache_at_a_url_is_the_local_inventory(
     sizes, pickle summaries and shown sources as the local folder; the .so files are
     never fetched (docs/remote.md)."""
     fsspec = pytest.importorskip("fsspec", reason="URLs need the remote extra")
-    from torchless.core import remote
+    from torchless.io import remote
 
     fs = fsspec.filesystem("memory")
     base = "/ic-" + hashlib.sha256(str(cache_copy).encode()).hexdigest()[:10]

@@ -163,8 +163,8 @@ def test_info_and_verify(ts_files):
 
 def test_pt_reader_still_refuses(ts_files):
     from torchless.core.errors import FormatError
-    from torchless.core.source import open_source
     from torchless.formats.pt.read import read_checkpoint
+    from torchless.io.source import open_source
 
     with pytest.raises(FormatError, match="TorchScript"):
         read_checkpoint(open_source(ts_files["scripted"]))

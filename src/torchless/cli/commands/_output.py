@@ -36,7 +36,7 @@ def check_output(path: Any, *, force: bool, also: tuple[str, ...] = ()) -> None:
     Raises:
         UsageError: the output exists and ``force`` is not set.
     """
-    from ...core.remote import is_url
+    from ...io.remote import is_url
 
     if force or path is None or is_url(path):
         return

@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from ...core.errors import NotFoundError, UsageError
-from ...core.remote import local_path
+from ...io.remote import local_path
 from ..render import echo, emit_json, format_bytes, format_table, shown
 
 __all__ = ["register", "format_inventory", "format_plan", "format_age"]
@@ -94,13 +94,13 @@ def format_plan(plan: dict[str, Any], *, applied: dict[str, Any] | None = None) 
 
 
 def is_url_folder(folder: str) -> bool:
-    from ...core.remote import is_url
+    from ...io.remote import is_url
 
     return is_url(folder)
 
 
 def _check_url_folder(url: str) -> None:
-    from ...core import remote
+    from ...io import remote
 
     if remote.isdir(url):
         return
@@ -131,8 +131,8 @@ def cmd_cache(args: argparse.Namespace) -> int:
             raise UsageError(f"unknown cache entry kind {bad[0]!r}", expected=", ".join(KINDS))
     folder = target[0] if target else None
     if folder is not None:
-        from ...core.remote import is_url
         from ...formats.inductor_cache.inventory import resolve_cache_dir
+        from ...io.remote import is_url
 
         folder = local_path(folder)
         if is_url(folder):

@@ -191,8 +191,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from ...core.digests import check_digests
     from ...formats.registry import handlers
+    from ...io.digests import check_digests
 
     with _open(args.path, args.format) as art:
         problems = art.verify()

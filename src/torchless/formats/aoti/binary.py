@@ -8,7 +8,7 @@ into an :class:`~.elf.ElfInfo`; this module picks the parser (the two others bui
 from __future__ import annotations
 
 from ...core.errors import FormatError, TorchlessError
-from ...core.source import ByteSource
+from ...io.source import ByteSource
 from . import macho, pe
 from .elf import ELF_MAGIC, ElfInfo, as_source, parse_elf
 

@@ -12,11 +12,11 @@ torchless reads from it:
   (or, failing that, the ``PT_LOAD`` segment) that contains them.
 
 The parsers (this one, :mod:`.macho` and :mod:`.pe`) read through a
-:class:`~torchless.core.source.ByteSource`, each table by its own range after checking it
+:class:`~torchless.io.source.ByteSource`, each table by its own range after checking it
 against the file: the header, the program and section header tables, the section-name
 table, the symbol tables and their string tables; never the code or the constants. A
 shared object in a remote archive is therefore read by ranges (a stored record's
-:class:`~torchless.core.source.SliceSource`), a local one through the file mapping.
+:class:`~torchless.io.source.SliceSource`), a local one through the file mapping.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ...core.errors import FormatError, LimitError, TruncatedError, Where
-from ...core.source import ByteSource, BytesSource
+from ...io.source import ByteSource, BytesSource
 
 __all__ = ["ElfInfo", "Section", "as_source", "parse_elf", "is_elf", "MACHINES"]
 

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...container.zip import ZipEntry, ZipReader
-from ...core.atomic import AtomicDir, AtomicFile
 from ...core.errors import ChecksumError, FormatError, LimitError, UsageError
-from ...core.source import open_source
+from ...io.atomic import AtomicDir, AtomicFile
+from ...io.source import open_source
 
 __all__ = ["ExtractedFile", "extract_archive", "plan_extraction", "safe_parts"]
 

@@ -15,7 +15,7 @@ import struct
 from typing import Any
 
 from ...core.errors import FormatError, LimitError, TruncatedError
-from ...core.source import ByteSource, SliceSource
+from ...io.source import ByteSource, SliceSource
 from .elf import BLOB_END, BLOB_START, ElfInfo, Section, as_source
 
 __all__ = ["is_macho", "parse_macho", "MAGICS"]

@@ -19,7 +19,7 @@ import struct
 from typing import Any
 
 from ...core.errors import FormatError, LimitError, TruncatedError
-from ...core.source import ByteSource
+from ...io.source import ByteSource
 from .elf import BLOB_END, BLOB_START, ElfInfo, Section, as_source
 
 __all__ = ["is_pe", "parse_pe", "MACHINES"]

@@ -34,8 +34,8 @@ from ...container.zip import REFUSED_FLAGS, ZipEntry, ZipReader, is_zip
 from ...core import jsonsafe
 from ...core.dtypes import DTYPES, DType
 from ...core.errors import FormatError, LimitError, NotFoundError, TorchlessError
-from ...core.source import ByteSource, BytesSource, RemoteSource, SliceSource, open_source
 from ...core.tensor import Storage, Tensor
+from ...io.source import ByteSource, BytesSource, RemoteSource, SliceSource, open_source
 from ...pickle.machine import Limits
 from ..pt.read import read_zip_checkpoint
 from ..pt2.spec import RECORDS as PT2_RECORDS
@@ -237,7 +237,7 @@ class AotiPackage:
 
     def record_source(self, e: ZipEntry) -> ByteSource:
         """Record ``e`` as a ByteSource, what the binary parsers read. A stored record (what
-        torch writes) is a :class:`~torchless.core.source.SliceSource` of the archive: read
+        torch writes) is a :class:`~torchless.io.source.SliceSource` of the archive: read
         through the file mapping, or, in a remote archive, by ranges (only what is read is
         fetched). A deflated record has no ranges: it is inflated whole (fetched once).
         Records :meth:`ZipReader.read` refuses are refused the same way."""

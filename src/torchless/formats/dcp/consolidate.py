@@ -22,7 +22,7 @@ from typing import Any
 
 from ...core.errors import UsageError
 from ...core.gcpause import GCPause
-from ...core.remote import accepts_storage_options as _remote_opts
+from ...io.remote import accepts_storage_options as _remote_opts
 from .read import BlockStorage, DCPReader, unflatten
 from .readers import open_reader
 

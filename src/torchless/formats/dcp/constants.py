@@ -42,7 +42,7 @@ def is_metadata_name(name: str) -> bool:
 def _url(p: Any) -> bool:
     if not (isinstance(p, str) and "://" in p):
         return False
-    from ...core.remote import is_url  # only for URL-looking strings: detection stays light
+    from ...io.remote import is_url  # only for URL-looking strings: detection stays light
 
     return is_url(p)
 
@@ -54,7 +54,7 @@ def _NotFound() -> type[Exception]:  # noqa: N802
 
 
 def _listing(p: str) -> list[str]:
-    from ...core import remote
+    from ...io import remote
 
     try:
         return remote.listdir(p) if remote.isdir(p) else []
@@ -67,7 +67,7 @@ def rank_metadata_names(path: Any) -> list[str]:
     try:
         p = os.fspath(path)
         if _url(p):
-            from ...core import remote
+            from ...io import remote
 
             names = remote.listdir(p)
         else:
@@ -82,7 +82,7 @@ def has_metadata(path: Any) -> bool:
     """A DCP checkpoint folder: ``.metadata``, or per-rank ``__<rank>.metadata`` files."""
     p = os.fspath(path)
     if _url(p):
-        from ...core import remote
+        from ...io import remote
 
         # a HEAD request first: servers that cannot list folders (plain HTTP) serve it too;
         # present(): a store that cannot answer must not make this "not a DCP checkpoint"

@@ -15,9 +15,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ...core import jsonsafe, remote
+from ...core import jsonsafe
 from ...core.errors import FormatError, NotFoundError, short_repr
-from ...core.source import MmapSource
+from ...io import remote
+from ...io.source import MmapSource
 from ..safetensors import read_safetensors
 from .constants import SAVED_OFFSETS, SHARDING_KEY
 from .read import ChunkRef, DCPReader

@@ -25,8 +25,8 @@ from typing import Any
 
 from ...core.dtypes import DType
 from ...core.errors import FormatError, TorchlessError, short_repr
-from ...core.source import RemoteSource, open_source
 from ...core.values import Layout, Size
+from ...io.source import RemoteSource, open_source
 from ...pickle.fastpath import FALLBACK, OPAQUE, EntryHooks, fast_load, int_token
 from ...pickle.globals import Allowlist, Rebuilder
 from ...pickle.machine import Limits, Unpickler
@@ -836,7 +836,7 @@ def read_metadata(directory: Any, name: str = METADATA_NAME) -> Metadata:
     """Read ``<directory>/.metadata``; without one, the per-rank ``__<rank>.metadata``
     files of ``dcp.save(..., use_collectives=False)`` merged (:func:`merge_rank_metadata`)."""
     from ...core.errors import NotFoundError
-    from ...core.paths import confine
+    from ...io.paths import confine
     from .constants import rank_metadata_names
 
     if _is_url(os.fspath(directory)):
@@ -856,14 +856,14 @@ def read_metadata(directory: Any, name: str = METADATA_NAME) -> Metadata:
 
 
 def _is_url(p: Any) -> bool:
-    from ...core.remote import is_url
+    from ...io.remote import is_url
 
     return is_url(p)
 
 
 def _read_remote_metadata(directory: str, name: str) -> Metadata:
-    from ...core import remote
     from ...core.errors import NotFoundError
+    from ...io import remote
     from .constants import rank_metadata_names
 
     p = remote.join(directory, name)

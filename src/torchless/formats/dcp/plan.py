@@ -17,7 +17,7 @@ from typing import Any
 
 from ...core.dtypes import by_name
 from ...core.errors import UsageError
-from ...core.remote import accepts_storage_options as _remote_opts
+from ...io.remote import accepts_storage_options as _remote_opts
 from .reshard import Plan, parse_plan, plan_reshard
 from .spec import (
     BytesStorageMetadata,

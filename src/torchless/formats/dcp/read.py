@@ -36,7 +36,6 @@ from ...container.zip import (
     ZipReader,
 )
 from ...core import jsonsafe
-from ...core.crc import crc32_spans
 from ...core.errors import (
     FormatError,
     NotFoundError,
@@ -48,11 +47,12 @@ from ...core.errors import (
     short_repr,
 )
 from ...core.findings import Problem
-from ...core.paths import confine
-from ...core.source import ByteSource, BytesSource, MmapSource, RemoteSource, SliceSource
-from ...core.source import pread_into as _pread_into
 from ...core.tensor import _PACKED, Storage, Tensor
 from ...core.values import StorageType
+from ...io.crc import crc32_spans
+from ...io.paths import confine
+from ...io.source import ByteSource, BytesSource, MmapSource, RemoteSource, SliceSource
+from ...io.source import pread_into as _pread_into
 from ...pickle.fastpath import FALLBACK, OnceResolver, fast_load, fast_tensor, tensor_frame
 from ...pickle.globals import AllowlistResolver
 from ...pickle.torch_globals import DEFAULT_ALLOWLIST
@@ -499,13 +499,13 @@ def _frame_facts(
 
 
 def _is_url(p: Any) -> bool:
-    from ...core.remote import is_url
+    from ...io.remote import is_url
 
     return is_url(p)
 
 
 def _remote_isdir(p: str) -> bool:
-    from ...core import remote
+    from ...io import remote
 
     return remote.isdir(p)
 
@@ -514,7 +514,7 @@ def _remote_relpath(rel: str, path: str, member: str | None = None) -> str:
     """``path/rel`` for a remote checkpoint: a plain file name only (no links to follow
     there, but no ``..``, separators or absolute names either)."""
     from ...core.errors import LinkEscapeError
-    from ...core.remote import join
+    from ...io.remote import join
 
     if not isinstance(rel, str) or not rel or rel in (".", "..") or "\x00" in rel or "/" in rel or "\\" in rel:
         raise LinkEscapeError(
@@ -542,7 +542,7 @@ def _safe_relpath(rel: str, path: Any, member: str | None = None) -> str:
 
     torch's ``FileSystemReader`` joins ``relative_path`` to the folder as it is (``..``,
     absolute names and symbolic links included); torchless refuses everything that
-    leaves the folder (:func:`~torchless.core.paths.confine`) before opening anything.
+    leaves the folder (:func:`~torchless.io.paths.confine`) before opening anything.
     """
     return confine(path, rel, what="DCP storage file", member=member)
 
@@ -557,7 +557,7 @@ class DCPReader:
     #: parse every item with the general zip reader and pickle machine (tests set it to
     #: compare the two paths); by default :func:`_fast_item` is tried first
     general_only = False
-    #: a checkpoint at a URL (read by ranges through :mod:`torchless.core.remote`)
+    #: a checkpoint at a URL (read by ranges through :mod:`torchless.io.remote`)
     remote = False
     #: :meth:`locate_many` checks the items of a file as arrays from this many on (tests
     #: set 0 to run the batch on every call)
@@ -688,7 +688,7 @@ class DCPReader:
 
     def _prefault(self, refs: list[ChunkRef]) -> None:
         """Have the pages of the items of ``refs`` mapped in beside the caller
-        (:meth:`~torchless.core.source.ByteSource.prefault`), when they fill one span of
+        (:meth:`~torchless.io.source.ByteSource.prefault`), when they fill one span of
         one file back to back in this order, of at most :data:`_PREFAULT_MAX` bytes (what
         is mapped is then exactly what :meth:`_release` drops once they are used)."""
         if not refs or self.remote or self._closed:
@@ -1353,7 +1353,7 @@ class DCPReader:
         process). ``crcs``: a list that receives the CRC-32 of each view (None for None):
         the span's known one (its item's zip directory's, for a view that is a whole
         storage record of the item) or computed from the map with one address look-up
-        (:func:`~torchless.core.crc.crc32_spans`)."""
+        (:func:`~torchless.io.crc.crc32_spans`)."""
         prev = self.__dict__.pop("_viewed_spans", None)
         if prev:  # runs of items that follow each other in a file, each in one step
             rel, start, end = prev[0][0], prev[0][2], prev[0][3]

@@ -28,12 +28,12 @@ from typing import Any
 
 import numpy as np
 
-from ...core import remote
-from ...core.atomic import AtomicDir, AtomicFile, atomic_write_bytes
 from ...core.errors import NotFoundError, UnsupportedError, UsageError
-from ...core.remote import accepts_storage_options as _remote_opts
-from ...core.source import RemoteSource
 from ...core.tensor import Storage, Tensor
+from ...io import remote
+from ...io.atomic import AtomicDir, AtomicFile, atomic_write_bytes
+from ...io.remote import accepts_storage_options as _remote_opts
+from ...io.source import RemoteSource
 from .metadata import dump_metadata
 from .read import BlockStorage as _BlockStorage
 from .read import pread_into
@@ -321,7 +321,7 @@ def _copy_range(src_path: str, info: StorageInfo, out: Any) -> None:
 
 def run_task(task: FileTask, source: Any = None) -> list[WrittenItem]:
     """Write one file; returns where each item landed. Opens ``task.src`` unless given."""
-    from ...core.executor import task_fault
+    from ...jobs.executor import task_fault
     from ..pt.write import save_checkpoint
 
     task_fault()
@@ -468,7 +468,7 @@ def _planner_data(source: Any) -> dict[str, tuple]:
 
 def _check_dest(dst: str, resume: bool = False) -> None:
     """Refuse a destination that already holds a DCP checkpoint (the temporaries of a
-    killed run are not one: they are removed by :class:`~torchless.core.atomic.AtomicDir`;
+    killed run are not one: they are removed by :class:`~torchless.io.atomic.AtomicDir`;
     nor, with ``resume``, the rank files an interrupted job with a staging for ``dst``
     had moved into place before its ``.metadata``: the resumed job overwrites them)."""
     if remote.is_url(dst):
@@ -534,7 +534,7 @@ def reshard(
             ``"hf"`` (per-rank safetensors with ``DCP_SHARDING_INFO``, read by
             ``HuggingFaceStorageReader``; non-tensor values are skipped).
         executor: where the tasks run: ``"local:N"`` (processes), ``"dask://HOST:PORT"``
-            or a ``distributed.Client`` (see :mod:`torchless.core.executor`). With an
+            or a ``distributed.Client`` (see :mod:`torchless.jobs.executor`). With an
             executor, ``max_task_bytes`` or ``resume``, the job runs as range tasks
             (:mod:`torchless.formats.ranged`); otherwise one task per rank file in
             ``jobs`` processes.
@@ -624,10 +624,10 @@ def _finish_metadata(
 
 
 def _run_parallel(tasks: list[FileTask], jobs: int, progress: Callable[[int], None] | None) -> list[list[WrittenItem]]:
-    """Run the tasks in ``jobs`` worker processes (:func:`~torchless.core.executor.pool_map`:
+    """Run the tasks in ``jobs`` worker processes (:func:`~torchless.jobs.executor.pool_map`:
     Ctrl-C is the coordinator's; a worker that dies or a stalled pool fails the run
     instead of leaving it waiting; the workers' remote traffic is counted here)."""
-    from ...core.executor import pool_map
+    from ...jobs.executor import pool_map
 
     def done(written: list[WrittenItem]) -> None:
         if progress is not None:
@@ -651,7 +651,7 @@ def _reshard_ranged(
     resume: bool,
     progress: Callable[[int], None] | None,
 ) -> dict[str, Any]:
-    from ...core.executor import parse_executor
+    from ...jobs.executor import parse_executor
     from ..ranged import LocalDirStaging, RemoteStaging, close_sources, pt_item_template, write_outputs
 
     ex = parse_executor(executor, jobs=jobs, where=dst, paths=(getattr(source, "path", None), dst))

@@ -26,9 +26,9 @@ import numpy as np
 
 from ...core.dtypes import by_name
 from ...core.errors import FormatError, LimitError, NotFoundError, TorchlessError, UnsupportedError, short_repr
-from ...core.paths import confined_file
 from ...core.tensor import Tensor
 from ...core.values import PickledObject
+from ...io.paths import confined_file
 from ..base import LoadPolicy
 from ..dcp.read import BlockStorage
 from . import spec as S

@@ -18,8 +18,8 @@ from ...container.flatbuffer import FlatBuffer, Table
 from ...core.dtypes import DTYPES
 from ...core.errors import FormatError, LimitError, TorchlessError, TruncatedError, UnsupportedError
 from ...core.findings import Problem
-from ...core.source import ByteSource, BytesSource, open_source
 from ...core.tensor import Storage, Tensor
+from ...io.source import ByteSource, BytesSource, open_source
 from ..base import Artifact, LoadPolicy, Probe, summarize_tensors
 from ..torchscript.spec import C10_SCALAR_TYPES
 from . import spec

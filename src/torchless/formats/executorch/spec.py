@@ -45,11 +45,11 @@ EH_FULL_LENGTH = 32  # + segment data size
 
 
 def program_view(source: Any) -> tuple[Any, int | None]:
-    """What to parse of a ``.pte`` (a :class:`~torchless.core.source.ByteSource`): the
+    """What to parse of a ``.pte`` (a :class:`~torchless.io.source.ByteSource`): the
     whole file, or, for a remote file whose extended header is sound, the flatbuffer
     program alone (``program_size`` bytes), so that reading the program (``info``, ``ls``,
     ``scan``) does not fetch the data segments. ``(buffer, the file's size or None)``."""
-    from ...core.source import RemoteSource
+    from ...io.source import RemoteSource
 
     size = source.size
     if not isinstance(source, RemoteSource) or size < EH_FULL_LENGTH + 8:

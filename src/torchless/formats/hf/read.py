@@ -5,7 +5,7 @@ its ``weight_map`` names; without one, the shards named ``<stem>-NNNNN-of-NNNNN.
 or the single ``model.safetensors`` / ``pytorch_model.bin``, or every ``.safetensors``
 file. Each shard is opened with its own format's reader (safetensors headers, or the
 safe pickle machine for ``.bin``): nothing in any shard is imported or run. Every name
-taken from the index or the listing goes through :func:`~torchless.core.paths.confined_file`.
+taken from the index or the listing goes through :func:`~torchless.io.paths.confined_file`.
 
 :meth:`HFArtifact.verify` checks the index the way a loader relies on it: every
 ``weight_map`` entry is in the shard it names, no tensor is in two shards, no shard holds
@@ -18,13 +18,14 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ...core import jsonsafe, remote
+from ...core import jsonsafe
 from ...core.errors import FormatError, LimitError, NotFoundError, TorchlessError, short_repr
 from ...core.findings import Problem
-from ...core.paths import confined_file
-from ...core.remote import is_url
-from ...core.source import RemoteSource
 from ...core.tree import iter_tensors
+from ...io import remote
+from ...io.paths import confined_file
+from ...io.remote import is_url
+from ...io.source import RemoteSource
 from ..base import Artifact, LoadPolicy, summarize_tensors
 from .spec import KINDS, SHARD_RE, SINGLE_FILES, index_names, is_index_file
 

@@ -15,7 +15,7 @@ import struct
 from typing import Any
 
 from ...core.errors import TorchlessError
-from ...core.remote import is_url
+from ...io.remote import is_url
 from ..dcp.constants import METADATA_NAME, SHARDING_KEY
 
 __all__ = [
@@ -43,7 +43,7 @@ _MAX_SNIFF_HEADER = 16 << 20
 
 def _listdir(p: Any) -> list[str]:
     if is_url(p):
-        from ...core import remote
+        from ...io import remote
 
         return remote.listdir(p) if remote.isdir(p) else []
     return os.listdir(p)
@@ -51,7 +51,7 @@ def _listdir(p: Any) -> list[str]:
 
 def _join(p: str, n: str) -> str:
     if is_url(p):
-        from ...core.remote import join
+        from ...io.remote import join
 
         return join(p, n)
     return os.path.join(p, n)
@@ -81,7 +81,7 @@ def has_dcp_sharding(path: str) -> bool:
     """True when the safetensors file's header names ``DCP_SHARDING_INFO`` (DCP's
     per-rank flavour). Reads only the header (at most 16 MiB)."""
     if is_url(path):
-        from ...core.source import RemoteSource
+        from ...io.source import RemoteSource
 
         try:
             src = RemoteSource(path)
@@ -127,12 +127,12 @@ def index_shards(index_path: Any, *, max_bytes: int = 256 << 20) -> list[tuple[s
     import json
 
     from ...core.errors import TorchlessError
-    from ...core.paths import confined_file
+    from ...io.paths import confined_file
 
     p = os.fspath(index_path)
     if is_url(p):
-        from ...core import remote
-        from ...core.source import RemoteSource
+        from ...io import remote
+        from ...io.source import RemoteSource
 
         folder = remote.dirname(p)
         try:
@@ -159,7 +159,7 @@ def index_shards(index_path: Any, *, max_bytes: int = 256 << 20) -> list[tuple[s
         shown = os.path.join(folder, name)
         try:
             if is_url(p):
-                from ...core.remote import child
+                from ...io.remote import child
 
                 child(folder, name, what="shard", path=p)
             else:

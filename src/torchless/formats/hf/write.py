@@ -18,10 +18,10 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ...core.atomic import AtomicFile, make_folder_for, shard_set
 from ...core.errors import UsageError
 from ...core.tensor import as_tensor
 from ...core.values import StateDict
+from ...io.atomic import AtomicFile, make_folder_for, shard_set
 from ..shared import alias_metadata, dropped_entries, drops_aliases, split_aliases
 from .spec import INDEX_SUFFIX, shard_name
 
@@ -70,7 +70,7 @@ def write_bin_sharded(
     Everything is built under temporary names and published together, the index last; the
     folder and its missing parents are created. Returns the files written.
     """
-    from ...formats.pt.write import save_checkpoint
+    from ..pt.write import save_checkpoint
     from ..safetensors import parse_size
 
     limit = parse_size(max_shard_size)

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...core.errors import LimitError, NotFoundError, TorchlessError, UsageError
-from ...core.remote import is_url, local_path
+from ...io.remote import is_url, local_path
 from ...pickle.globals import AllowlistResolver, GlobalRef, PickledObject
 from ...pickle.machine import Limits, Unpickler
 from ...pickle.torch_globals import DEFAULT_ALLOWLIST
@@ -112,7 +112,7 @@ def resolve_cache_dir(path: Any = None) -> str:
     if path is not None:
         p = local_path(os.fspath(path))  # file:// URLs name a local folder
         if is_url(p):
-            from ...core import remote
+            from ...io import remote
 
             if not remote.listable(p):
                 raise UsageError(
@@ -288,7 +288,7 @@ def _mtime(info: dict[str, Any]) -> float:
 
 def _walk_url(root: str, max_files: int) -> Iterator[tuple[str, int, float, bool, bool]]:
     """:func:`_walk` for a URL: one recursive listing (object stores have no links)."""
-    from ...core import remote
+    from ...io import remote
 
     fs, base = remote.filesystem(root)
     base = base.rstrip("/")
@@ -348,7 +348,7 @@ def _join(root: str, rel: str) -> str:
 
 def _read_url(url: str, n: int) -> bytes:
     """The first ``n`` bytes of object ``url`` (one range request), counted in ``--stats``."""
-    from ...core import remote
+    from ...io import remote
 
     fs, p = remote.filesystem(url)
     data = remote.cat_range(fs, p, 0, n)
@@ -392,7 +392,7 @@ def inventory(
     root = resolve_cache_dir(path)
     inv = CacheInventory(root, scanned_at=time.time())
     if is_url(root):
-        from ...core import remote
+        from ...io import remote
 
         if not remote.isdir(root):
             # present(), not exists(): a store that cannot answer must not make the
@@ -450,7 +450,7 @@ def _load_pickle(path: str, limits: Limits | None, size: int | None = None) -> t
     url = is_url(path)
     if size is None:
         if url:
-            from ...core import remote
+            from ...io import remote
 
             fs, p = remote.filesystem(path)
             size = int(fs.info(p).get("size") or 0)

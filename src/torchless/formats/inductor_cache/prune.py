@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...core.errors import UsageError
-from ...core.remote import is_url
+from ...io.remote import is_url
 from .inventory import CacheEntry, CacheInventory, _mtime
 
 __all__ = ["PrunePlan", "PruneResult", "apply_prune", "parse_duration", "parse_size", "plan_prune"]
@@ -250,7 +250,7 @@ def apply_prune(plan: PrunePlan) -> PruneResult:
 
 def _apply_url(plan: PrunePlan) -> PruneResult:
     """:func:`apply_prune` for a cache at a URL (object stores have no links to check)."""
-    from ...core import remote
+    from ...io import remote
 
     res = PruneResult()
     fs, base = remote.filesystem(plan.root)

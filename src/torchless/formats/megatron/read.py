@@ -15,11 +15,11 @@ import numpy as np
 
 from ...core.errors import FormatError, NotFoundError, TorchlessError, UsageError
 from ...core.findings import Problem
-from ...core.paths import confine, confined_file
-from ...core.remote import is_url
 from ...core.tensor import Tensor
 from ...core.tree import describe, iter_tensors
 from ...core.values import Namespace
+from ...io.paths import confine, confined_file
+from ...io.remote import is_url
 from ..base import Artifact, LoadPolicy, summarize_tensors
 from . import spec
 

@@ -33,12 +33,12 @@ from typing import Any
 
 import numpy as np
 
-from ...core import remote
 from ...core.dtypes import DTYPES
 from ...core.errors import FormatError, InternalError, LimitError, TorchlessError, TruncatedError, UnsupportedError
-from ...core.paths import confined_file
-from ...core.source import ByteSource, MmapSource, RemoteSource, open_source
 from ...core.tensor import Storage, Tensor
+from ...io import remote
+from ...io.paths import confined_file
+from ...io.source import ByteSource, MmapSource, RemoteSource, open_source
 from .dtypes import ONNX_TYPES, OnnxType, PackedTensor, numel_of, onnx_type, pack_bits
 from .spec import raw_data_spans
 

@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from ...core.atomic import AtomicFile, publish
 from ...core.errors import LimitError, UnsupportedError, UsageError
 from ...core.tensor import as_tensor
+from ...io.atomic import AtomicFile, publish
 from ..weights import WeightMatch, match_weights, weight_items
 from .dtypes import PackedTensor, numel_of, onnx_type, pack_bits
 from .read import EXTERNAL, PROTOBUF_LIMIT, ExternalData, OnnxModel, text

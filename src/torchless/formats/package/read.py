@@ -27,8 +27,8 @@ from typing import Any
 from ...container.zip import ZipReader
 from ...core.errors import TorchlessError
 from ...core.findings import Problem
-from ...core.source import open_source
 from ...core.tree import iter_tensors
+from ...io.source import open_source
 from ..base import Artifact, LoadPolicy, summarize_tensors
 from .spec import MOCK_STUB, classify_record, is_package_records, package_modules
 from .spec import VERSION_RECORDS as _INFO_RECORDS

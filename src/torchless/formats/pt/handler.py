@@ -7,8 +7,8 @@ from typing import Any
 
 from ...container.zip import is_zip
 from ...core.findings import Problem
-from ...core.source import open_source
 from ...core.tree import describe, iter_tensors
+from ...io.source import open_source
 from ..base import ZIP_CRC, Artifact, Capabilities, FormatHandler, LoadPolicy, Probe, summarize_tensors
 from ..registry import register
 from ..torchscript.spec import is_checkpoint_zip

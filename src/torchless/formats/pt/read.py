@@ -1,6 +1,6 @@
 """Reading eager checkpoints: the zip format, the legacy stream format, the legacy tar.
 
-Pure parsing over a :class:`~torchless.core.source.ByteSource`; tensors come back as
+Pure parsing over a :class:`~torchless.io.source.ByteSource`; tensors come back as
 lazy :class:`~torchless.core.tensor.Tensor` views whose bytes are read (zero-copy, from
 the memory map) only when ``numpy()`` is called. Spec: ``pt.md`` §1.10 (zip), §2 (legacy
 stream), §3 (legacy tar).
@@ -19,9 +19,9 @@ from ...container.zip import DirectoryRun, RecordLoader, ZipEntry, ZipReader, is
 from ...core.dtypes import DTYPES, DType
 from ...core.errors import FormatError, LimitError, TorchlessError, TruncatedError, UnsupportedError, short_repr
 from ...core.gcpause import GCPause
-from ...core.source import ByteSource, MmapSource, open_source
 from ...core.tensor import Storage
 from ...core.values import StorageType
+from ...io.source import ByteSource, MmapSource, open_source
 from ...pickle.globals import Allowlist, AllowlistResolver, Rebuilder
 from ...pickle.machine import Limits, Unpickler
 from ...pickle.torch_globals import DEFAULT_ALLOWLIST
@@ -824,7 +824,7 @@ def read_checkpoint(
     """Parse any eager checkpoint layout (detected from the bytes).
 
     Args:
-        source: a path, bytes, or a :class:`~torchless.core.source.ByteSource`.
+        source: a path, bytes, or a :class:`~torchless.io.source.ByteSource`.
         zip_reader: the archive of ``source`` already parsed (by detection), read
             instead of parsing its central directory again.
 
@@ -883,7 +883,7 @@ def _read_checkpoint(
 # torch.storage._load_from_bytes: a legacy-format stream inside bytes (how TypedStorage
 # reduces itself in plain pickles). Parsed by torchless like any legacy file.
 def _load_from_bytes(args: tuple) -> Any:
-    from ...core.source import BytesSource
+    from ...io.source import BytesSource
 
     (blob,) = args
     if not isinstance(blob, (bytes, bytearray)):

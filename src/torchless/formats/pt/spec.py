@@ -14,7 +14,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from ...container.zip import EOCD_SIG, LOCAL_SIG
-from ...core.source import ByteSource, SourceFile
+from ...io.source import ByteSource, SourceFile
 
 if TYPE_CHECKING:
     import tarfile

@@ -37,7 +37,6 @@ from ...container.zip import TorchZipWriter, iter_chunks
 from ...core.dtypes import DType, from_numpy
 from ...core.errors import InternalError, UnsupportedError, UsageError
 from ...core.gcpause import GCPause
-from ...core.source import PathLike
 from ...core.tensor import (
     JaggedTensor,
     NestedTensor,
@@ -49,6 +48,7 @@ from ...core.tensor import (
     is_torch_tensor,
 )
 from ...core.values import Device, Layout, MemoryFormat, Namespace, QScheme, Size, StateDict, TorchVersion
+from ...io.source import PathLike
 from ...pickle.torch_globals import NJT_MODULE
 from ...pickle.writer import Global, Persistent, Pickler2, Reduce, TensorCall
 from . import spec

@@ -24,10 +24,10 @@ from ...container.zip import RecordLoader, ZipReader
 from ...core import jsonsafe
 from ...core.dtypes import by_name
 from ...core.errors import FormatError, TorchlessError, UnsupportedError
-from ...core.source import BytesSource, open_source
 from ...core.tensor import Storage, Tensor
 from ...graph.ir import Graph, SymValue
 from ...graph.symbolic import free_symbols
+from ...io.source import BytesSource, open_source
 from . import schema as S
 from . import spec as C
 from .serde import deserialize_graph

@@ -22,9 +22,9 @@ from typing import Any
 from ...container.flatbuffer import FlatBuffer, Table
 from ...core.dtypes import DTYPES
 from ...core.errors import FormatError, LimitError, NotFoundError
-from ...core.source import ByteSource, BytesSource
 from ...core.tensor import Storage, Tensor
 from ...core.values import Device
+from ...io.source import ByteSource, BytesSource
 from .bytecode import Argument, Bytecode, Instruction, MobileMethod, Operator
 from .code import CodeFile, FunctionSource, parse_code_file
 from .read import ClassSource, ScriptObject, _attach_classes

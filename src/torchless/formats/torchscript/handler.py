@@ -9,9 +9,9 @@ from ...container.zip import is_zip
 from ...core.errors import TorchlessError
 from ...core.findings import Problem
 from ...core.lazy import LazyModule
-from ...core.source import open_source
 from ...core.tensor import Tensor
 from ...core.tree import describe
+from ...io.source import open_source
 from ...pickle.torch_globals import TORCH_ALLOWLIST
 from ..base import ZIP_CRC, Artifact, Capabilities, FormatHandler, LoadPolicy, Probe, summarize_tensors
 from ..registry import register

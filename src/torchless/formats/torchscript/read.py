@@ -16,9 +16,9 @@ from typing import Any
 
 from ...container.zip import RecordLoader, ZipEntry, ZipReader
 from ...core.errors import FormatError, NotFoundError, TorchlessError, TruncatedError, UnsupportedError, short_repr
-from ...core.source import ByteSource
 from ...core.tensor import Storage, Tensor
 from ...core.values import StateDict, StorageType
+from ...io.source import ByteSource
 from ...pickle.globals import Allowlist, AllowlistResolver, Rebuilder
 from ...pickle.machine import Limits, Unpickler
 from ...pickle.torch_globals import DEFAULT_ALLOWLIST
@@ -577,7 +577,7 @@ def read_archive(
     """Parse a TorchScript archive: module tree, constants, code and extra files.
 
     Args:
-        source: the file (a :class:`~torchless.core.source.ByteSource`) or an open zip.
+        source: the file (a :class:`~torchless.io.source.ByteSource`) or an open zip.
         weights_only: refuse globals outside :data:`TORCHSCRIPT_ALLOWLIST` (the
             default); with False they become inert placeholders. Nothing is ever run.
 

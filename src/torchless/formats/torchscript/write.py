@@ -158,7 +158,7 @@ def _save_flatbuffer(art: FlatbufferArtifact, dst: Any, tensors: Any, strict: bo
         out[st.file_offset : st.file_offset + st.nbytes] = buf
         replaced.append(name)
         storages.add(st.file_offset)
-    from ...core.atomic import atomic_write_bytes
+    from ...io.atomic import atomic_write_bytes
 
     atomic_write_bytes(os.fspath(dst), bytes(out))
     return {"replaced": replaced, "storages": len(storages), "extra_files": list(art.archive.extra)}

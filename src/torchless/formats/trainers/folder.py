@@ -19,9 +19,9 @@ from typing import Any
 from ...core import jsonsafe
 from ...core.errors import FormatError, LimitError, NotFoundError, TorchlessError, UsageError
 from ...core.findings import Problem
-from ...core.paths import confine, confined_file
-from ...core.remote import is_url
 from ...core.tree import describe
+from ...io.paths import confine, confined_file
+from ...io.remote import is_url
 from ..base import Artifact, LoadPolicy, summarize_tensors
 from ..hf.spec import is_hf_folder
 from . import spec

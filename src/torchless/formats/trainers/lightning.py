@@ -17,8 +17,8 @@ from typing import Any
 from ...container.zip import is_zip
 from ...core.errors import FormatError, TorchlessError, UsageError
 from ...core.findings import Problem
-from ...core.remote import is_url
 from ...core.tree import describe, is_tensor, iter_tensors
+from ...io.remote import is_url
 from ..base import Artifact, LoadPolicy, Probe, summarize_tensors
 from ..pt.spec import DATA_PKL
 from ..torchscript.spec import is_checkpoint_zip

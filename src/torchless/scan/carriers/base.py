@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 from ...core.errors import TorchlessError
 from ...core.findings import Finding
-from ...core.remote import is_url as _is_url
-from ...core.source import ByteSource, BytesSource, MmapSource, open_source
 from ...formats.dcp.spec import is_metadata_name
 from ...formats.executorch.spec import is_pte
 from ...formats.npz_spec import is_npy, is_npz_head
 from ...formats.pt.spec import ZIP_MAGIC, opens_as_tar
 from ...formats.registry import readers_format
 from ...formats.torchscript.spec import is_flatbuffer
+from ...io.remote import is_url as _is_url
+from ...io.source import ByteSource, BytesSource, MmapSource, open_source
 from ..budget import BUDGET_NAMES, Budget
 from ..findings import FileReport
 from .common import MAX_DEPTH

@@ -14,8 +14,8 @@ import os
 import zlib
 from typing import TYPE_CHECKING, Any
 
-from ...core.source import ByteSource
 from ...formats.joblib_spec import compression_of
+from ...io.source import ByteSource
 from .recognize import probe_pickle
 
 if TYPE_CHECKING:  # the mixins see the scanner they are mixed into
@@ -214,6 +214,6 @@ class CompressedCarrier(_Host):
 
 
 def _bytes_source(data: bytes, name: str) -> ByteSource:
-    from ...core.source import BytesSource
+    from ...io.source import BytesSource
 
     return BytesSource(data, name)

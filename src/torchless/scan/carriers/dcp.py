@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 from ...container.zip import EOCD_SIG as _EOCD_SIG
 from ...container.zip import LOCAL_SIG as _ZIP_SIG
 from ...core.errors import TorchlessError
-from ...core.paths import within
-from ...core.source import ByteSource, BytesSource
 from ...formats.dcp.spec import STORAGE_INFO_NAME, is_metadata_name, storage_info_location
 from ...formats.safetensors_spec import is_safetensors_head, parse_header
+from ...io.paths import within
+from ...io.source import ByteSource, BytesSource
 from ..analysis import Sym, analyse, describe
 from .common import walks
 

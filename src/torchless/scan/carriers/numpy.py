@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 from ...core.errors import TorchlessError
 from ...core.npyheader import VERSIONS as _VERSIONS
 from ...core.npyheader import parse_header_literal
-from ...core.source import ByteSource, BytesSource, SourceFile
 from ...formats.npz_spec import NPY_MAGIC
+from ...io.source import ByteSource, BytesSource, SourceFile
 from .common import walks
 
 if TYPE_CHECKING:  # the mixins see the scanner they are mixed into

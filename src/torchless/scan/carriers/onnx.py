@@ -17,8 +17,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from ...core.source import ByteSource
 from ...formats.onnx.spec import external_locations, fields, is_onnx_file, parses_as_model
+from ...io.source import ByteSource
 
 if TYPE_CHECKING:  # the mixins see the scanner they are mixed into
     from .base import ScannerBase as _Host
@@ -77,7 +77,7 @@ class _LazyBytes:
 
 
 def _bytes_where_looked(src: ByteSource) -> object:
-    from ...core.source import RemoteSource
+    from ...io.source import RemoteSource
 
     return _LazyBytes(src) if isinstance(src, RemoteSource) else src.view(0, src.size)
 

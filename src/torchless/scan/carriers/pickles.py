@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ...core.errors import TruncatedError
-from ...core.source import ByteSource
+from ...io.source import ByteSource
 from ..analysis import CallEvent, StreamResult, Sym, analyse, describe, disassemble, other_readers_go_on
 from ..findings import AllowNote
 from ..policy import torch_allows

@@ -27,10 +27,10 @@ import zlib
 from dataclasses import dataclass
 
 from ...core.npyheader import MAGIC as NPY_MAGIC
-from ...core.source import ByteSource
 from ...formats.joblib_spec import COMPRESSOR_PREFIXES as JOBLIB_PREFIXES
 from ...formats.npz_spec import ZIP_MAGICS
 from ...formats.pt.spec import LEGACY_MAGIC, opens_as_tar
+from ...io.source import ByteSource
 
 __all__ = [
     "Probe",

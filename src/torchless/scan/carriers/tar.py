@@ -27,8 +27,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ...core.dtypes import STORAGE_NAMES
-from ...core.source import ByteSource
 from ...formats.pt.spec import LEGACY_TAR_MEMBERS, open_legacy_tar, tar_errors
+from ...io.source import ByteSource
 from ..analysis import StreamResult, Sym, describe
 from .common import walks
 
@@ -324,6 +324,6 @@ class TarCarrier(_Host):
 
 
 def _bs(data: bytes, name: str) -> ByteSource:
-    from ...core.source import BytesSource
+    from ...io.source import BytesSource
 
     return BytesSource(data, name)

@@ -11,13 +11,13 @@ from ...container.zip import CENTRAL_SIG, LOC64_SIG, ZipEntry, ZipReader
 from ...container.zip import EOCD_SIG as _EOCD_SIG
 from ...container.zip import LOCAL_SIG as _ZIP_SIG
 from ...core.errors import TorchlessError
-from ...core.source import ByteSource, BytesSource
 from ...formats.aoti.spec import AOTINDUCTOR_DIR
 from ...formats.npz_spec import NPY_SUFFIX, is_npy
 from ...formats.package.spec import is_package_records
 from ...formats.pt.spec import DATA_PKL
 from ...formats.pt2.spec import TORCH_LOAD, is_pt2_records, is_torch_loaded, unpickled_payloads
 from ...formats.torchscript import spec as ts_spec
+from ...io.source import ByteSource, BytesSource
 from .common import _KNOWN_RECORDS, _OK_FLAGS, MAX_MEMBER, _is_storage_record, walks
 from .dcp import split_zips as _split_zips
 from .package import report_packaged_code

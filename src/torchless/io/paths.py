@@ -22,7 +22,7 @@ import re
 import stat
 from typing import Any
 
-from .errors import FormatError, LinkEscapeError, NotFoundError, Where
+from ..core.errors import FormatError, LinkEscapeError, NotFoundError, Where
 
 __all__ = ["confine", "confined_file", "name_parts", "within"]
 

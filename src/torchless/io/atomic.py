@@ -42,7 +42,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, BinaryIO
 
-from .errors import InternalError, WriteError
+from ..core.errors import InternalError, WriteError
 from .source import PathLike
 
 __all__ = [
@@ -807,7 +807,7 @@ def publish(files: Sequence[AtomicFile]) -> None:
                 f.finish()
             for f in files:
                 if f.url is not None:
-                    from .errors import UsageError
+                    from ..core.errors import UsageError
                     from .remote import present
 
                     try:

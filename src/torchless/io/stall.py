@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from .errors import UsageError
+from ..core.errors import UsageError
 
 __all__ = ["STALL_ENV", "STALL_TIMEOUT", "stall_timeout"]
 

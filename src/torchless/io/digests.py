@@ -16,8 +16,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import FormatError, LimitError, NotFoundError, UsageError
-from .findings import Problem
+from ..core.errors import FormatError, LimitError, NotFoundError, UsageError
+from ..core.findings import Problem
 
 __all__ = ["Digest", "MAX_MANIFEST_BYTES", "check_digests", "read_manifest", "sha256_file"]
 

@@ -18,7 +18,7 @@ Progress comes from task completions. ``dask[distributed]`` is the optional extr
 Local workers are forked (fast, and they see this process's environment, storage options
 and imports without re-running ``__main__``). What a fork copies from a threaded parent is
 reset in the child (torchless's CRC thread, its remote block caches and counters,
-fsspec's loop lock: see :func:`torchless.core.remote._after_fork`). A worker that dies
+fsspec's loop lock: see :func:`torchless.io.remote._after_fork`). A worker that dies
 fails the job with a WriteError; so does a pool in which no worker shows any activity
 (CPU time, bytes read or written) and no task finishes for ``TORCHLESS_STALL_TIMEOUT``
 seconds (default 600; 0: wait forever), a worker stuck on a lock or on storage that
@@ -41,8 +41,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
-from .errors import UsageError, WriteError
-from .stall import STALL_ENV, stall_timeout  # a pool with no worker activity
+from ..core.errors import UsageError, WriteError
+from ..io.stall import STALL_ENV, stall_timeout  # a pool with no worker activity
 
 __all__ = [
     "Executor",
@@ -107,7 +107,7 @@ def _who() -> str:
 
 def counted(fn: Callable[[Any], Any], task: Any) -> tuple[Any, dict[str, int], str]:
     """Run ``fn(task)`` on a worker: its result, the remote traffic it made, and where it ran."""
-    from . import remote
+    from ..io import remote
 
     before = remote.STATS.to_dict()
     r = fn(task)
@@ -120,7 +120,7 @@ def add_traffic(traffic: dict[str, int], who: str) -> None:
     this process, whose counters already hold it)."""
     if who == _who():
         return
-    from . import remote
+    from ..io import remote
 
     with remote.STATS.lock:
         remote.STATS.requests += int(traffic.get("requests", 0))
@@ -183,7 +183,7 @@ def pool_map(
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
 
-    from .atomic import holding_signals
+    from ..io.atomic import holding_signals
 
     stall = stall_timeout()
     ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context("spawn")
@@ -330,7 +330,7 @@ class DaskExecutor(Executor):
 
 
 def _dask_error(e: BaseException) -> BaseException:
-    from .errors import TorchlessError
+    from ..core.errors import TorchlessError
 
     if isinstance(e, TorchlessError):
         return e

@@ -7,13 +7,13 @@ fsspec side: :func:`is_url` is a string test, and fsspec (the optional extra
 
 * :func:`filesystem`, :func:`join`, :func:`isdir`... - URLs as fsspec filesystems and paths;
   the byte source over a remote object (ranged reads through a block cache shared by the
-  objects of this module) is :class:`torchless.core.source.RemoteSource`, which builds on
+  objects of this module) is :class:`torchless.io.source.RemoteSource`, which builds on
   this module (this module imports nothing of ``source``).
 * :data:`STATS` - bytes fetched and requests made by this process (``--stats``).
 * :func:`storage_options` - credentials and endpoints for the filesystems opened inside
   it (on top of each filesystem's own configuration: ``AWS_ENDPOINT_URL``, profiles...).
 * :func:`upload` - publish a finished local file as one remote object (used by
-  :mod:`torchless.core.atomic`): object stores create an object only when its upload
+  :mod:`torchless.io.atomic`): object stores create an object only when its upload
   completes (s3fs completes a multipart upload at the end); other filesystems get a
   temporary name and a move.
 * :func:`join_objects` - join part objects into one object server-side where the store
@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar, cast
 
-from .errors import NotFoundError, UsageError
+from ..core.errors import NotFoundError, UsageError
 
 __all__ = [
     "RemotePath",
@@ -337,8 +337,8 @@ def remove(url: str) -> None:
 def child(root: str, name: str, *, what: str = "file", path: Any = None, member: str | None = None) -> str:
     """``root/name`` for a name an artifact gives (an index's shard, a DCP storage file):
     refused unless a plain file name (no separators, ``..``, NUL or absolute names), as
-    :func:`~torchless.core.paths.confine` refuses them for local folders."""
-    from .errors import LinkEscapeError
+    :func:`~torchless.io.paths.confine` refuses them for local folders."""
+    from ..core.errors import LinkEscapeError
 
     if not isinstance(name, str) or not name or name in (".", "..") or "\x00" in name or "/" in name or "\\" in name:
         raise LinkEscapeError(
@@ -354,7 +354,7 @@ def child(root: str, name: str, *, what: str = "file", path: Any = None, member:
 def confined(root: str, name: object, *, what: str = "file", path: Any = None, member: str | None = None) -> str:
     """``root/name`` for a relative path an artifact gives (``/`` components allowed: an
     ONNX external data location), under the rules of
-    :func:`~torchless.core.paths.confine` that need no filesystem (no absolute name, no
+    :func:`~torchless.io.paths.confine` that need no filesystem (no absolute name, no
     ``..``, no NUL) and no ``?``, ``#`` or ``%`` (a query, a fragment, an escape a server
     would decode). A URL has no symbolic links to resolve: the joined path is the object.
 
@@ -365,7 +365,7 @@ def confined(root: str, name: object, *, what: str = "file", path: Any = None, m
 
     parts = name_parts(name, what=what, path=root if path is None else path, member=member, subdirs=True, url=True)
     if not parts:
-        from .errors import LinkEscapeError
+        from ..core.errors import LinkEscapeError
 
         raise LinkEscapeError(f"refused {what}: it names the folder itself", path=root if path is None else path, member=member)
     return join(root, "/".join(parts))
@@ -407,7 +407,7 @@ def cat_range(fs: Any, path: str, start: int, end: int) -> bytes:
     return bytes(fs.cat_file(path, start=start, end=end))
 
 
-#: the block caches of :class:`~torchless.core.source.RemoteSource`, one per object (by URL,
+#: the block caches of :class:`~torchless.io.source.RemoteSource`, one per object (by URL,
 #: size, block size and version): the same object opened again shares what was fetched
 SHARED_BLOCKS: dict[tuple[str, int, int, str], tuple[OrderedDict[int, bytes], threading.Lock]] = {}
 
@@ -469,7 +469,7 @@ def upload(local: str, url: str) -> int:
     On object stores the object appears only when its upload completed; elsewhere the
     file is uploaded under a temporary name beside the target and moved over it.
     """
-    from .errors import WriteError
+    from ..core.errors import WriteError
 
     fs, p = filesystem(url)
     size = os.path.getsize(local)
@@ -612,7 +612,7 @@ def join_objects(url: str, parts: list[str], sizes: list[int]) -> int:
     server-side where the store can (:func:`can_join`). The object appears only when the
     join completes, and a failed join leaves neither a partial object nor (on S3) an
     incomplete upload; callers hold signals back around it
-    (:func:`torchless.core.atomic.holding_signals`), so that a Ctrl-C lands after it.
+    (:func:`torchless.io.atomic.holding_signals`), so that a Ctrl-C lands after it.
 
     * S3: one multipart upload (see :func:`join_plan`): parts of 5 MiB or more are
       copied server-side (UploadPartCopy), a smaller one travels with the bytes next to it.
@@ -639,7 +639,7 @@ def join_objects(url: str, parts: list[str], sizes: list[int]) -> int:
 
 
 def _join_s3(url: str, parts: list[str], sizes: list[int]) -> int:
-    from .errors import WriteError
+    from ..core.errors import WriteError
 
     fs, dest = filesystem(url)
     bucket, key, _v = fs.split_path(dest)
@@ -739,7 +739,7 @@ def _az_source_url(fs: Any, client: Any, auth: str | None) -> str:
 def _join_azure(url: str, parts: list[str], sizes: list[int]) -> int:
     from fsspec.asyn import sync
 
-    from .errors import WriteError
+    from ..core.errors import WriteError
 
     fs, dest = filesystem(url)
     if _az_blocks(sizes) > AZ_MAX_BLOCKS:
@@ -806,7 +806,7 @@ def move(src: str, dst: str) -> None:
     Raises:
         WriteError: the store refused, or the copy failed.
     """
-    from .errors import WriteError
+    from ..core.errors import WriteError
 
     fs, s = filesystem(src)
     _fs, d = filesystem(dst)

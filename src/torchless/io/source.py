@@ -20,8 +20,9 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any, Union
 
+from ..core.buffers import is_mapped
+from ..core.errors import NotFoundError, TruncatedError, UsageError
 from . import remote
-from .errors import NotFoundError, TruncatedError, UsageError
 
 __all__ = [
     "ByteSource",
@@ -37,13 +38,6 @@ __all__ = [
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
-
-
-def is_mapped(buf: object) -> bool:
-    """True when ``buf`` is a zero-copy view of a file mapping (what :meth:`MmapSource.view`
-    returns). Such a view must not be kept past the read that asked for it (cache the
-    source and the range instead), or ``close()`` cannot unmap the file."""
-    return type(buf) is memoryview and type(buf.obj) is mmap.mmap
 
 
 #: what :func:`pieces` reads at most at a time (a checksum pass over a record)

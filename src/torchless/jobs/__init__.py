@@ -1,0 +1,1 @@
+"""torchless.jobs.executor"""
