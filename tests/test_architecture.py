@@ -22,10 +22,13 @@ The checker is tested on synthetic graphs below, so a broken checker cannot pass
 from __future__ import annotations
 
 import ast
+import importlib.util
 import os
 import pathlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -322,6 +325,75 @@ def test_layers_documented():
     doc = (SRC.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
     for name in (*LAYERS, SIDE_LAYER, *API_MODULES):
         assert f"`{name}" in doc, f"docs/architecture.md does not name the layer or module {name!r}"
+
+
+DOC = SRC.parent / "docs" / "architecture.md"
+
+
+def _module_map() -> Any:
+    spec = importlib.util.spec_from_file_location("module_map", SRC.parent / "scripts" / "module_map.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_module_map_matches_the_tree():
+    """docs/architecture.md's module map lists every package and module of the tree, each
+    with its docstring's first sentence, and nothing that is not there."""
+    mm = _module_map()
+    held = mm.section(DOC.read_text(encoding="utf-8"))
+    assert held is not None, "docs/architecture.md: the module-map markers are missing"
+    names = {line.split("`")[1] for line in held.splitlines() if line.startswith("- `")}
+    tree = {name for name, _ in mm.entries()}
+    assert not tree - names, f"modules missing from the map (run scripts/module_map.py): {sorted(tree - names)}"
+    assert not names - tree, f"the map names modules that are gone (run scripts/module_map.py): {sorted(names - tree)}"
+    assert held == mm.render(), "the map's lines differ from the modules' docstrings: run scripts/module_map.py"
+
+
+def test_module_map_checker_sees_a_new_module(tmp_path):
+    mm = _module_map()
+    (tmp_path / "a").mkdir()
+    (tmp_path / "__init__.py").write_text('"""Top."""\n')
+    (tmp_path / "a" / "__init__.py").write_text('"""Package a. More."""\n')
+    (tmp_path / "a" / "b.py").write_text('"""Module b: does b.\n\nDetails."""\n')
+    assert mm.entries(tmp_path) == [("torchless/", "Top."), ("a/", "Package a."), ("a/b.py", "Module b: does b.")]
+    assert "- `a/b.py`: Module b: does b." in mm.render(tmp_path)
+
+
+def test_every_top_level_package_has_a_layer_and_a_row():
+    """Each top-level package or module of src/torchless belongs to a layer of the table here
+    and has its row in the document's layer table, and every row names a layer here."""
+    doc = DOC.read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `(\w+)`", doc, flags=re.M)
+    assert set(rows) == {*LAYERS, SIDE_LAYER}, f"layer table rows {rows} vs LAYERS {LAYERS}"
+    for p in sorted((SRC / PACKAGE).iterdir()):
+        if p.name.startswith("__") or p.name == "py.typed" or (p.is_dir() and not (p / "__init__.py").exists()):
+            continue
+        mod = f"{PACKAGE}.{p.stem}"
+        assert layer_of(mod) in (*LAYERS, SIDE_LAYER), f"{mod} is in no layer"
+
+
+def test_the_tree_sketch_names_only_what_exists():
+    """Every path the ``src/torchless/`` sketch at the top of the document names exists (a
+    sketch naming a module that moved is how the map drifted before)."""
+    doc = DOC.read_text(encoding="utf-8")
+    block = doc.split("```text\nsrc/torchless/\n", 1)[1].split("```", 1)[0]
+    stack: list[tuple[int, str]] = []
+    missing = []
+    for line in block.splitlines():
+        m = re.match(r"^( +)([\w./]+(?:\.py|/))(?:\s|$)", line)
+        if not m or len(m.group(1)) > 8:
+            continue
+        depth = len(m.group(1))
+        while stack and stack[-1][0] >= depth:
+            stack.pop()
+        rel = "".join(s for _, s in stack) + m.group(2)
+        if not (SRC / PACKAGE / rel).exists():
+            missing.append(rel)
+        if m.group(2).endswith("/"):
+            stack.append((depth, m.group(2)))
+    assert not missing, f"docs/architecture.md's tree sketch names paths that do not exist: {missing}"
 
 
 # --- the checker, on graphs that must fail ----------------------------------------------

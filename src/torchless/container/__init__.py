@@ -1,0 +1,1 @@
+"""Containers, each read with its loader's own rules: zip (miniz and zipfile), FlatBuffers."""

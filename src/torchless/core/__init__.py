@@ -1,0 +1,1 @@
+"""Values only: errors, dtypes, tensors, torch value types, findings, bounded JSON; no I/O."""

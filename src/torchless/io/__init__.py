@@ -1,1 +1,1 @@
-"""torchless.io.source"""
+"""Storage: byte sources, URLs through fsspec, atomic outputs, path confinement, CRCs, helper threads."""

@@ -1,0 +1,1 @@
+"""Eager checkpoints (``torch.save``): zip, legacy stream and legacy tar layouts."""
