@@ -223,7 +223,7 @@ function start() {
       const v = made.get(ai + ":tensors");
       if (v && v.reveal) v.reveal(to.tensor);
     } else if (to.node !== undefined) {
-      if (!tabs.some((t) => t.id === "graph")) return renderTabs(null);
+      if (!arts[ai].graphs.length) return renderTabs(null);
       renderTabs("graph");
       made.get(ai + ":graph").reveal(to.node);
     } else renderTabs(to.tab);
