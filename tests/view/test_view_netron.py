@@ -113,7 +113,7 @@ def test_pt2_parameters_fold_with_state_dict_names(browser, cond_pt2, tmp_path):
 
 
 def _rects(p: Page) -> list[dict]:
-    return p.page.locator("svg text[data-kind='elabel']").evaluate_all(
+    return p.page.locator("svg text.elabel").evaluate_all(
         "els => els.map(e => { const r = e.getBoundingClientRect(); "
         "return {x: r.x, y: r.y, w: r.width, h: r.height, hidden: e.getAttribute('display') === 'none', t: e.textContent}; })"
     )
@@ -123,7 +123,7 @@ def test_edge_labels_never_overlap_with_fan_in(browser, tmp_path):
     path = fan_in_onnx(tmp_path / "fan.onnx", k=6)
     p = Page(browser, html([path], tmp_path / "fan.html", "--no-scan") + "#graph", offline=True)
     try:
-        p.page.wait_for_selector("svg text[data-kind='elabel']")
+        p.page.wait_for_selector("svg text.elabel")
         for zoom in (False, True):
             if zoom:  # the same at another scale
                 p.page.mouse.move(600, 400)

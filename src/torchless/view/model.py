@@ -363,11 +363,11 @@ def _graphs_and_code(art: Any) -> tuple[list[dict[str, Any]], dict[str, str], li
     elif fmt == "package":
         # the Python source of each interned module, as text (never imported or run)
         for mod, rec in list(art.modules.get("interned", {}).items())[:MAX_SOURCES]:
-            e = art.zip.lookup(rec)
-            if e is None or e.size > MAX_TEXT:
-                notes.append(f"{rec}: source not shown ({'missing' if e is None else f'{e.size} bytes'})")
+            entry = art.zip.lookup(rec)
+            if entry is None or entry.size > MAX_TEXT:
+                notes.append(f"{rec}: source not shown ({'missing' if entry is None else f'{entry.size} bytes'})")
                 continue
-            code[mod] = bytes(art.zip.read(e, max_size=MAX_TEXT)).decode("utf-8", "replace")
+            code[mod] = bytes(art.zip.read(entry, max_size=MAX_TEXT)).decode("utf-8", "replace")
     elif fmt == "aoti":
         notes.append("the compute graph is compiled C++ (wrapper.so); torchless lists it but never loads or runs it")
     return graphs, code, notes

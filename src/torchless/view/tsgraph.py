@@ -70,15 +70,17 @@ class _Builder:
         self.edges: list[list[Any]] = []
         self.env: dict[str, int] = {}
         self.names: set[str] = set()
+        self.next: dict[str, int] = {}  # base name -> the last suffix given
         self.group: list[str] = []
         self.tmp = 0
 
     # -- nodes --------------------------------------------------------------------------
     def fresh(self, base: str) -> str:
-        name, k = base, 0
+        name, k = base, self.next.get(base, 0)
         while name in self.names:
             k += 1
             name = f"{base}.{k}"
+        self.next[base] = k
         self.names.add(name)
         return name
 
