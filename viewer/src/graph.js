@@ -22,6 +22,7 @@ function shortTarget(n) {
     return parts.length > 2 ? parts.slice(-2).join(".") : t;
   }
   if (n.op === "module") return t.split(".").pop();
+  if (n.op === "call_module") return t;
   return n.op;
 }
 

@@ -145,6 +145,8 @@ class _Builder:
 
     def op(self, target: str, operands: list[ast.AST], at: ast.AST, name: str | None) -> int | None:
         ins = [x for x in (self.expr(o) for o in operands) if x is not None]
+        if not ins:  # of literals only (-1, 2 * 3): a constant, shown in its user's arguments
+            return None
         return self.node("call_function", target, ins, at, name, args=[ast.unparse(at)[:200]])
 
     def attr(self, attr: str, at: ast.AST, name: str | None) -> int:
