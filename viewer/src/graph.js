@@ -79,12 +79,16 @@ function prepare(g) {
 function setFold(p, on) {
   p.folded = new Array(p.n).fill(false);
   p.foldedInto = Array.from({ length: p.n }, () => []);
-  if (!on) return;
-  for (let i = 0; i < p.n; i++) {
-    const x = p.g.nodes[i];
-    if (x.fold && p.users[i].length && p.inputs[i].every((j) => p.folded[j])) p.folded[i] = true;
+  if (on) {
+    for (let i = 0; i < p.n; i++) {
+      const x = p.g.nodes[i];
+      if (x.fold && p.users[i].length && p.inputs[i].every((j) => p.folded[j])) p.folded[i] = true;
+    }
+    for (let j = 0; j < p.n; j++) if (!p.folded[j]) for (const i of p.inputs[j]) if (p.folded[i] && !p.foldedInto[j].includes(i)) p.foldedInto[j].push(i);
   }
-  for (let j = 0; j < p.n; j++) if (!p.folded[j]) for (const i of p.inputs[j]) if (p.folded[i] && !p.foldedInto[j].includes(i)) p.foldedInto[j].push(i);
+  // a group counts the boxes it holds
+  for (const e of p.groups.values()) e.count = 0;
+  for (let i = 0; i < p.n; i++) if (!p.folded[i]) for (const path of p.groupOf[i]) p.groups.get(path).count++;
 }
 
 /** the text of a folded input inside its user's box: its original name and its value */
@@ -439,7 +443,7 @@ export function graphView(app, ai) {
         labels.push([t, anchors(pts)]);
       }
     }
-    placeLabels(labels, L.boxes);
+    placeLabels(labels, L.boxes, L.frames);
 
     const nodeLayer = s("g", { class: "nodes" });
     for (const it of vis.items.values()) {
@@ -723,7 +727,7 @@ function anchors(pts) {
 /** Place edge labels so that no two overlap and none covers a box: each goes to the first
  * of its edge's anchor points where its measured box is free, else steps down from the
  * middle one until it is (a label that still finds no room after many steps is hidden). */
-function placeLabels(labels, boxes) {
+function placeLabels(labels, boxes, frames) {
   if (!labels.length) return;
   const CELL = 64;
   const grid = new Map();
@@ -740,6 +744,7 @@ function placeLabels(labels, boxes) {
       grid.get(k).push(r);
     });
   for (const b of boxes.values()) take({ x: b.x - b.width / 2, y: b.y - b.height / 2, w: b.width, h: b.height });
+  for (const f of frames.values()) take({ x: f.x - f.width / 2, y: f.y - f.height / 2, w: f.width, h: PAD.top - 4 }); // a frame's header
   // measure every label first (one layout), then place
   const sizes = labels.map(([t]) => {
     try {
