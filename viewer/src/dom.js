@@ -35,7 +35,7 @@ export function h(tag, attrs, ...children) {
   return el;
 }
 
-const SVG_ATTRS = new Set(["x", "y", "width", "height", "rx", "ry", "d", "points", "x1", "y1", "x2", "y2", "viewBox", "transform", "text-anchor", "marker-end", "preserveAspectRatio", "refX", "refY", "markerWidth", "markerHeight", "orient", "cx", "cy", "r", "dy"]);
+const SVG_ATTRS = new Set(["display", "x", "y", "width", "height", "rx", "ry", "d", "points", "x1", "y1", "x2", "y2", "viewBox", "transform", "text-anchor", "marker-end", "preserveAspectRatio", "refX", "refY", "markerWidth", "markerHeight", "orient", "cx", "cy", "r", "dy"]);
 
 /** s("rect", {x: 1}): an SVG element (geometry attributes, class and data-* only). */
 export function s(tag, attrs, ...children) {
@@ -96,4 +96,18 @@ export function kvTable(rows) {
 
 export function pre(text, cls) {
   return h("pre", { class: cls || "code" }, text);
+}
+
+/** Put where the page is (``#tensor=NAME``, ``#node=NAME``) in the address, so it can be
+ * copied; a page where the address cannot change (a sandboxed frame) keeps its own. */
+export function setHash(what) {
+  const [k, ...v] = what.split("=");
+  const want = "#" + k + (v.length ? "=" + encodeURIComponent(v.join("=")) : "") + (window.__tlUnfold ? "&unfold" : "");
+  if (location.hash === want) return;
+  try {
+    window.__tlHashSelf = want;
+    history.replaceState(null, "", want);
+  } catch (e) {
+    void e;
+  }
 }

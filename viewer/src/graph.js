@@ -3,7 +3,7 @@
 // Only what is visible is laid out and drawn: a collapsed group is one box, so a graph of
 // 10,000 nodes starts as a handful of boxes.
 import dagre from "@dagrejs/dagre";
-import { h, s, clear, kvTable, pre } from "./dom.js";
+import { h, s, clear, kvTable, pre, setHash } from "./dom.js";
 
 const OPEN_ALL_BELOW = 300; // graphs this small start fully expanded
 const CHUNK_ABOVE = 400; // a graph without module groups is chunked into groups of CHUNK
@@ -22,6 +22,7 @@ function shortTarget(n) {
     return parts.length > 2 ? parts.slice(-2).join(".") : t;
   }
   if (n.op === "module") return t.split(".").pop();
+  if (n.op === "call_module") return t;
   return n.op;
 }
 
@@ -64,7 +65,44 @@ function prepare(g) {
     users[a].push(b);
     inputs[b].push(a);
   }
-  return { g, n, groupOf, groups, byName, users, inputs };
+  const labelOf = new Map(); // "a\u0000b" -> the edge's label
+  for (const [a, b, label] of g.edges) labelOf.set(a + "\u0000" + b, label);
+  const p = { g, n, groupOf, groups, byName, users, inputs, labelOf };
+  setFold(p, true);
+  return p;
+}
+
+/** Parameters, buffers, initializers and constants (nodes with ``fold``) that feed other
+ * nodes are drawn inside the boxes of those nodes (as Netron does), not as boxes of their
+ * own, while ``on``: ``folded[i]``, and ``foldedInto[j]`` (the folded inputs of node j). A
+ * node folds when every input it has is folded too (a module reference read from another). */
+function setFold(p, on) {
+  p.folded = new Array(p.n).fill(false);
+  p.foldedInto = Array.from({ length: p.n }, () => []);
+  if (on) {
+    for (let i = 0; i < p.n; i++) {
+      const x = p.g.nodes[i];
+      if (x.fold && p.users[i].length && p.inputs[i].every((j) => p.folded[j])) p.folded[i] = true;
+    }
+    for (let j = 0; j < p.n; j++) if (!p.folded[j]) for (const i of p.inputs[j]) if (p.folded[i] && !p.foldedInto[j].includes(i)) p.foldedInto[j].push(i);
+  }
+  // a group counts the boxes it holds
+  for (const e of p.groups.values()) e.count = 0;
+  for (let i = 0; i < p.n; i++) if (!p.folded[i]) for (const path of p.groupOf[i]) p.groups.get(path).count++;
+}
+
+/** the text of a folded input inside its user's box: its original name and its value */
+function foldText(p, i) {
+  const x = p.g.nodes[i];
+  const t = (x.ref || x.name) + (x.val ? "  " + x.val : "");
+  return t.length > 60 ? t.slice(0, 59) + "…" : t;
+}
+
+/** the first node that a folded node is drawn in (following folded users) */
+function hostOf(p, i) {
+  let k = i;
+  for (let guard = 0; p.folded[k] && guard < p.n; guard++) k = p.users[k][0];
+  return k;
 }
 
 function groupLabel(path) {
@@ -78,6 +116,10 @@ function visibleItems(p, expanded) {
   const rep = new Array(p.n);
   const items = new Map();
   for (let i = 0; i < p.n; i++) {
+    if (p.folded[i]) {
+      rep[i] = null;
+      continue;
+    }
     const grp = p.groupOf[i];
     let key = null;
     let parent = null;
@@ -100,7 +142,7 @@ function visibleItems(p, expanded) {
   for (const [a, b, label] of p.g.edges) {
     const ra = rep[a];
     const rb = rep[b];
-    if (ra === rb) continue;
+    if (ra === rb || ra === null || rb === null) continue;
     const k = ra + "\u0000" + rb;
     const e = edges.get(k);
     if (e) e.count++;
@@ -126,9 +168,17 @@ function nodeLabel(p, it) {
   return [groupLabel(it.path), grp.count + " nodes"];
 }
 
+const FOLD_LINE = 13;
+
 function boxSize(p, it) {
   const [a, b] = nodeLabel(p, it);
-  return { width: Math.min(320, Math.max(60, 7 * Math.max(a.length, b.length) + 18)), height: 36 };
+  let w = Math.max(a.length, b.length);
+  let hgt = 36;
+  if (it.kind === "node") {
+    for (const j of p.foldedInto[it.index]) w = Math.max(w, 0.85 * foldText(p, j).length);
+    hgt += FOLD_LINE * p.foldedInto[it.index].length + (p.foldedInto[it.index].length ? 2 : 0);
+  }
+  return { width: Math.min(420, Math.max(60, 7 * w + 18)), height: hgt };
 }
 
 const PAD = { top: 24, side: 10, bottom: 10 };
@@ -265,6 +315,7 @@ export function graphView(app, ai) {
   let expanded = null;
   let selected = null; // node index
   let layout = null;
+  let foldOn = !app.unfold;
   const view = { x: 0, y: 0, k: 1 };
 
   const svg = s("svg", { class: "graph-svg" });
@@ -321,6 +372,7 @@ export function graphView(app, ai) {
     select.value = String(i);
     if (!prepared.has(i)) {
       const pp = prepare(graphs[i]);
+      if (!foldOn) setFold(pp, false);
       prepared.set(i, pp);
       const ex = new Set();
       if (pp.n <= OPEN_ALL_BELOW) for (const k of pp.groups.keys()) ex.add(k);
@@ -371,7 +423,9 @@ export function graphView(app, ai) {
     for (const [, el] of clusterEls) port.appendChild(el);
 
     const edgeLayer = s("g", { class: "edges" });
+    port.appendChild(edgeLayer);
     const showLabels = vis.edges.size <= EDGE_LABELS_BELOW;
+    const labels = []; // [text element, candidate anchor points]
     for (const e of vis.edges.values()) {
       const pts = L.edgePoints(e.from, e.to);
       if (!pts) continue;
@@ -384,11 +438,12 @@ export function graphView(app, ai) {
       } else d = pts.map((pt, i) => (i ? "L" : "M") + pt.x.toFixed(1) + " " + pt.y.toFixed(1)).join(" ");
       edgeLayer.appendChild(s("path", { d, class: "edge", "marker-end": "url(#arrow)" }));
       if (showLabels && e.label) {
-        const mid = pts.length === 2 ? { x: (pts[0].x + pts[1].x) / 2, y: (pts[0].y + pts[1].y) / 2 } : pts[Math.floor(pts.length / 2)];
-        edgeLayer.appendChild(s("text", { x: mid.x + 4, y: mid.y - 2, class: "elabel" }, e.label + (e.count > 1 ? " ×" + e.count : "")));
+        const t = s("text", { x: 0, y: 0, class: "elabel", "data-kind": "elabel" }, e.label + (e.count > 1 ? " ×" + e.count : ""));
+        edgeLayer.appendChild(t);
+        labels.push([t, anchors(pts)]);
       }
     }
-    port.appendChild(edgeLayer);
+    placeLabels(labels, L.boxes, L.frames);
 
     const nodeLayer = s("g", { class: "nodes" });
     for (const it of vis.items.values()) {
@@ -399,12 +454,22 @@ export function graphView(app, ai) {
       let el;
       if (it.kind === "node") {
         const n = p.g.nodes[it.index];
+        const folded = p.foldedInto[it.index].map((j, k) => {
+          const line = s("text", { x: x + 6, y: y + 46 + FOLD_LINE * k, class: "fold" + (selected === j ? " selected" : ""), "data-kind": "folded", "data-name": p.g.nodes[j].name }, foldText(p, j));
+          line.addEventListener("click", (ev) => {
+            ev.stopPropagation();
+            selectNode(j, false);
+          });
+          return line;
+        });
         el = s(
           "g",
           { class: "gnode op-" + n.op.replace(/[^a-z_]/g, "") + (selected === it.index ? " selected" : ""), "data-kind": "node", "data-name": n.name },
           s("rect", { x, y, width: nd.width, height: nd.height, rx: 4 }),
           s("text", { x: nd.x, y: y + 15, "text-anchor": "middle", class: "l1" }, a),
           s("text", { x: nd.x, y: y + 29, "text-anchor": "middle", class: "l2" }, b),
+          folded.length ? s("path", { d: "M" + (x + 1) + " " + (y + 35) + " h" + (nd.width - 2), class: "foldsep" }) : null,
+          folded,
           s("title", null, n.name + ": " + (n.target || n.op) + (n.val ? " -> " + n.val : "")),
         );
         el.addEventListener("click", (ev) => {
@@ -448,10 +513,12 @@ export function graphView(app, ai) {
 
   function selectNode(i, center) {
     selected = i;
-    reveal(i);
+    const host = hostOf(p, i); // a folded node is shown in its first user's box
+    reveal(host);
     render(false);
-    if (center) centerOn("n:" + i);
+    if (center) centerOn("n:" + host);
     showNode(i);
+    setHash("node=" + p.g.nodes[i].name);
   }
 
   function nodeLink(i) {
@@ -466,6 +533,7 @@ export function graphView(app, ai) {
     panel.appendChild(
       kvTable([
         ["op", n.op],
+        [n.fold ? n.fold : null, n.ref],
         ["target", n.target],
         ["value", n.val],
         ["module", (n.group || []).join(" › ")],
@@ -558,6 +626,18 @@ export function graphView(app, ai) {
     expanded.clear();
     render(true);
   };
+  const foldBtn = h("button", { class: "btn", "data-action": "toggle-fold", title: "parameters and constants inside the nodes using them, or as nodes of their own" });
+  const showFold = () => {
+    foldBtn.textContent = foldOn ? "Weights: in nodes" : "Weights: as nodes";
+    foldBtn.setAttribute("data-state", foldOn ? "folded" : "unfolded");
+  };
+  const toggleFold = () => {
+    foldOn = !foldOn;
+    for (const pp of prepared.values()) setFold(pp, foldOn);
+    showFold();
+    if (p) render(false);
+  };
+  showFold();
   const bar = h(
     "div",
     { class: "toolbar" },
@@ -566,10 +646,26 @@ export function graphView(app, ai) {
     h("button", { class: "btn", "data-action": "expand-all", on: { click: expandAll } }, "Expand all"),
     h("button", { class: "btn", "data-action": "collapse-all", on: { click: collapseAll } }, "Collapse all"),
     h("button", { class: "btn", "data-action": "fit", on: { click: fit } }, "Fit"),
+    foldBtn,
     status,
   );
   const el = h("div", { class: "split" }, h("div", { class: "left" }, bar, results, canvas), panel);
+  foldBtn.addEventListener("click", toggleFold);
   let started = false;
+  let pending = null;
+  /** select a node by name (the first graph that has it), as ``#node=NAME`` asks */
+  function revealNode(name) {
+    for (let k = 0; k < graphs.length; k++) {
+      const i = graphs[k].nodes.findIndex((x) => x.name === name);
+      if (i >= 0) {
+        if (k !== gi || !p) setGraph(k);
+        selectNode(i, true);
+        return true;
+      }
+    }
+    status.textContent = "no node named " + name;
+    return false;
+  }
   return {
     el,
     afterShow: () => {
@@ -577,6 +673,111 @@ export function graphView(app, ai) {
         started = true;
         setGraph(0);
       } else fit();
+      if (pending !== null) {
+        const name = pending;
+        pending = null;
+        revealNode(name);
+      }
+    },
+    reveal: (name) => {
+      if (started) revealNode(name);
+      else pending = name;
+    },
+    setFold: (on) => {
+      if (on !== foldOn) toggleFold();
     },
   };
+}
+
+/** where along an edge its label may go: points at a few fractions of its length */
+function anchors(pts) {
+  if (pts.length === 2) {
+    // the cubic between two groups: its points at t (the curve of render())
+    const [a, b] = pts;
+    const dy = Math.max(20, Math.abs(b.y - a.y) / 2);
+    const at = (t) => {
+      const u = 1 - t;
+      return {
+        x: u * u * u * a.x + 3 * u * u * t * a.x + 3 * u * t * t * b.x + t * t * t * b.x,
+        y: u * u * u * a.y + 3 * u * u * t * (a.y + dy) + 3 * u * t * t * (b.y - dy) + t * t * t * b.y,
+      };
+    };
+    return [0.5, 0.35, 0.65, 0.22, 0.78].map(at);
+  }
+  const seg = [];
+  let total = 0;
+  for (let i = 1; i < pts.length; i++) {
+    const d = Math.hypot(pts[i].x - pts[i - 1].x, pts[i].y - pts[i - 1].y);
+    seg.push(d);
+    total += d;
+  }
+  return [0.5, 0.35, 0.65, 0.22, 0.78].map((f) => {
+    let want = f * total;
+    for (let i = 0; i < seg.length; i++) {
+      if (want <= seg[i] || i === seg.length - 1) {
+        const r = seg[i] ? Math.min(1, want / seg[i]) : 0;
+        return { x: pts[i].x + r * (pts[i + 1].x - pts[i].x), y: pts[i].y + r * (pts[i + 1].y - pts[i].y) };
+      }
+      want -= seg[i];
+    }
+    return pts[0];
+  });
+}
+
+/** Place edge labels so that no two overlap and none covers a box: each goes to the first
+ * of its edge's anchor points where its measured box is free, else steps down from the
+ * middle one until it is (a label that still finds no room after many steps is hidden). */
+function placeLabels(labels, boxes, frames) {
+  if (!labels.length) return;
+  const CELL = 64;
+  const grid = new Map();
+  const cells = (r, fn) => {
+    for (let cx = Math.floor(r.x / CELL); cx <= Math.floor((r.x + r.w) / CELL); cx++)
+      for (let cy = Math.floor(r.y / CELL); cy <= Math.floor((r.y + r.h) / CELL); cy++) if (fn(cx + "," + cy) === false) return false;
+    return true;
+  };
+  const hit = (a, b) => a.x < b.x + b.w && b.x < a.x + a.w && a.y < b.y + b.h && b.y < a.y + a.h;
+  const free = (r) => cells(r, (k) => !(grid.get(k) || []).some((o) => hit(r, o)));
+  const take = (r) =>
+    cells(r, (k) => {
+      if (!grid.has(k)) grid.set(k, []);
+      grid.get(k).push(r);
+    });
+  for (const b of boxes.values()) take({ x: b.x - b.width / 2, y: b.y - b.height / 2, w: b.width, h: b.height });
+  for (const f of frames.values()) take({ x: f.x - f.width / 2, y: f.y - f.height / 2, w: f.width, h: PAD.top - 4 }); // a frame's header
+  // measure every label first (one layout), then place
+  const sizes = labels.map(([t]) => {
+    try {
+      const bb = t.getBBox();
+      if (bb.width > 0) return bb;
+    } catch (e) {
+      void e;
+    }
+    const n = (t.textContent || "").length;
+    return { x: 0, y: -9, width: 5.5 * n, height: 11 };
+  });
+  const GAP = 1;
+  labels.forEach(([t, pts], i) => {
+    const bb = sizes[i];
+    const at = (pt, dy) => ({ x: pt.x + 3, y: pt.y - bb.height / 2 + dy, w: bb.width + GAP, h: bb.height + GAP });
+    let r = null;
+    for (const pt of pts) {
+      const c = at(pt, 0);
+      if (free(c)) {
+        r = c;
+        break;
+      }
+    }
+    for (let k = 1; !r && k < 400; k++) {
+      const c = at(pts[0], (k % 2 ? 1 : -1) * Math.ceil(k / 2) * (bb.height + GAP));
+      if (free(c)) r = c;
+    }
+    if (!r) {
+      t.setAttribute("display", "none");
+      return;
+    }
+    take(r);
+    t.setAttribute("x", (r.x - bb.x).toFixed(1));
+    t.setAttribute("y", (r.y - bb.y).toFixed(1));
+  });
 }

@@ -5,6 +5,7 @@ import { tensorsView, treemapView } from "./tensors.js";
 import { graphView } from "./graph.js";
 import { getDiffStats } from "./data.js";
 import { drawHistogram } from "./charts.js";
+import { highlighted } from "./highlight.js";
 
 const MODEL_VERSION = 1;
 
@@ -17,13 +18,14 @@ function codeView(art) {
   const names = Object.keys(art.code || {});
   const sel = h("select", { class: "graph-select", "aria-label": "code" });
   names.forEach((n) => sel.appendChild(h("option", { value: n }, n)));
-  const body = pre("", "code");
+  const box = h("div", null);
   const show = () => {
-    body.textContent = art.code[sel.value] || "";
+    clear(box);
+    box.appendChild(highlighted(art.code[sel.value] || ""));
   };
   sel.addEventListener("change", show);
   show();
-  return { el: h("div", { class: "single" }, h("div", { class: "toolbar" }, sel), body) };
+  return { el: h("div", { class: "single" }, h("div", { class: "toolbar" }, sel), box) };
 }
 
 function infoView(art) {
@@ -147,7 +149,11 @@ function start() {
     root.appendChild(h("p", { class: "warn" }, "this page's data is missing or of another version"));
     return;
   }
-  const app = { model, config };
+  // the address: a tab (#graph), a tensor (#tensor=NAME) or a node (#node=NAME), and
+  // options after "&" (#graph&unfold: parameters and constants as nodes of their own)
+  const link = parseHash(location.hash);
+  const app = { model, config, unfold: link.unfold };
+  window.__tlUnfold = link.unfold;
   const tabs = [];
   const arts = model.artifacts;
   let ai = 0;
@@ -181,6 +187,7 @@ function start() {
     body.appendChild(v.el);
     if (v.afterShow) requestAnimationFrame(() => v.afterShow());
     document.body.setAttribute("data-tab", id);
+    return v;
   }
   function renderTabs(current) {
     buildTabs();
@@ -210,9 +217,50 @@ function start() {
     head.appendChild(b);
   });
   root.append(head, tabBar, body);
-  // a tab named in the URL's fragment (#graph, #diff ...) opens first
-  renderTabs(/^#[a-z]+$/.test(location.hash) ? location.hash.slice(1) : null);
+  function go(to) {
+    if (to.tensor !== undefined) {
+      renderTabs("tensors");
+      const v = made.get(ai + ":tensors");
+      if (v && v.reveal) v.reveal(to.tensor);
+    } else if (to.node !== undefined) {
+      if (!arts[ai].graphs.length) return renderTabs(null);
+      renderTabs("graph");
+      made.get(ai + ":graph").reveal(to.node);
+    } else renderTabs(to.tab);
+  }
+  go(link);
+  window.addEventListener("hashchange", () => {
+    if (location.hash === window.__tlHashSelf) return; // the page's own record of where it is
+    const to = parseHash(location.hash);
+    if (to.unfold !== app.unfold) {
+      app.unfold = window.__tlUnfold = to.unfold;
+      const g = made.get(ai + ":graph");
+      if (g) g.setFold(!to.unfold);
+    }
+    go(to);
+  });
   document.body.setAttribute("data-ready", "1");
+}
+
+/** ``#graph``, ``#tensor=NAME``, ``#node=NAME`` (NAME percent-encoded), options after "&" */
+function parseHash(hash) {
+  const out = { tab: null, unfold: false };
+  const parts = hash.replace(/^#/, "").split("&");
+  for (const part of parts) {
+    const eq = part.indexOf("=");
+    const key = eq < 0 ? part : part.slice(0, eq);
+    let val = eq < 0 ? "" : part.slice(eq + 1);
+    try {
+      val = decodeURIComponent(val);
+    } catch (e) {
+      void e;
+    }
+    if (key === "unfold") out.unfold = true;
+    else if (key === "tensor" && eq >= 0) out.tensor = val;
+    else if (key === "node" && eq >= 0) out.node = val;
+    else if (/^[a-z]+$/.test(key) && out.tab === null) out.tab = key;
+  }
+  return out;
 }
 
 start();

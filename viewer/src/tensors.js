@@ -1,11 +1,10 @@
 // Tensors: a searchable, collapsible tree by dotted name; a treemap of bytes by module
 // path; the statistics / histogram / heatmap panel of the selected tensor.
-import { h, clear, fmtBytes, fmtNum, shapeText, kvTable } from "./dom.js";
+import { h, clear, fmtBytes, fmtNum, shapeText, kvTable, setHash } from "./dom.js";
 import { getStats, getHeatmap } from "./data.js";
 import { drawHistogram, drawHeatmap } from "./charts.js";
 
 const EXPAND_ALL_BELOW = 500; // trees this small open fully
-const SEARCH_LIMIT = 2000;
 
 function buildTree(tensors) {
   const root = { seg: "", path: "", kids: new Map(), leaves: [], bytes: 0, count: 0 };
@@ -30,7 +29,11 @@ function buildTree(tensors) {
   return root;
 }
 
-function tensorRow(t, label, rows) {
+const ROW = 20; // px: every row of the tree has this height (viewer.css .tree .row)
+const ALL_BELOW = 2000; // lists this short are drawn whole; longer ones only where visible
+const OVERSCAN = 20;
+
+function tensorRow(t, label, depth, rows) {
   const row = h(
     "div",
     { class: "row tensor", "data-kind": "tensor", "data-name": t.name, tabindex: "0", title: t.name },
@@ -41,45 +44,67 @@ function tensorRow(t, label, rows) {
     t.param ? h("span", { class: "badge param", title: "parameter" }, "param") : null,
     t.shared ? h("span", { class: "badge shared", title: "storage shared with another tensor (#" + t.storage + ")" }, "shared") : null,
   );
-  rows.set(row, t); // one listener on the list serves every row (big trees)
+  row.style.setProperty("--depth", depth);
+  rows.set(row, t); // one listener on the list serves every row
   return row;
 }
 
+/** The tensor tree, virtualized: the open tree is flattened into a list of rows (groups
+ * and tensors) and only the rows in view (and a few around) are in the DOM, between two
+ * spacers that keep the scroll height, so 100,000 tensors open at once. */
 export function tensorsView(app, ai) {
   const art = app.model.artifacts[ai];
   const tensors = art.tensors;
   const tree = buildTree(tensors);
   const expanded = new Set();
   const openAll = tensors.length <= EXPAND_ALL_BELOW;
-  let selectedRow = null;
+  let selectedName = null;
+  let flat = []; // {group, depth} | {t, depth, label}
+  let drawn = [-1, -1];
 
   const list = h("div", { class: "tree", role: "tree" });
-  const rows = new WeakMap(); // row element -> its tensor, or a group row's toggle
+  const top = h("div", { class: "spacer" });
+  const rowsBox = h("div", { class: "rows" });
+  const bottom = h("div", { class: "spacer" });
+  list.append(top, rowsBox, bottom);
+  let rows = new WeakMap(); // row element -> its tensor, or a group row's toggle
   const activate = (e) => {
     const row = e.target.closest(".row");
     const what = row && rows.get(row);
     if (!what) return;
     if (typeof what === "function") what();
-    else select(what, row);
+    else select(what);
   };
   list.addEventListener("click", activate);
   list.addEventListener("keydown", (e) => {
     if (e.key === "Enter") activate(e);
   });
+  let pendingFrame = 0;
+  list.addEventListener("scroll", () => {
+    if (!pendingFrame) pendingFrame = requestAnimationFrame(() => ((pendingFrame = 0), draw(false)));
+  });
   const panel = h("div", { class: "panel" }, h("p", { class: "hint" }, "Select a tensor to see its statistics."));
   const search = h("input", { type: "search", class: "search", placeholder: "search tensors (name, dtype)", "aria-label": "search tensors" });
   const count = h("span", { class: "count" });
 
-  function select(t, row) {
-    if (selectedRow) selectedRow.classList.remove("selected");
-    selectedRow = row;
-    row.classList.add("selected");
+  function select(t) {
+    selectedName = t.name;
+    for (const r of rowsBox.querySelectorAll(".row.selected")) r.classList.remove("selected");
+    const row = [...rowsBox.children].find((r) => rows.get(r) === t);
+    if (row) row.classList.add("selected");
     showTensor(app, ai, t, panel);
+    setHash("tensor=" + t.name);
+  }
+
+  function toggle(node) {
+    if (expanded.has(node.path)) expanded.delete(node.path);
+    else expanded.add(node.path);
+    flatten();
+    draw(true);
   }
 
   function groupRow(node, depth) {
     const isOpen = expanded.has(node.path);
-    const kids = h("div", { class: "kids" });
     const row = h(
       "div",
       { class: "row group" + (isOpen ? " open" : ""), "data-kind": "tgroup", "data-name": node.path, tabindex: "0", title: node.path },
@@ -88,70 +113,102 @@ export function tensorsView(app, ai) {
       h("span", { class: "dim" }, node.count + " tensors"),
       h("span", { class: "bytes" }, fmtBytes(node.bytes)),
     );
-    const wrap = h("div", { class: "node" }, row, kids);
-    wrap.style.setProperty("--depth", depth);
-    const toggle = () => {
-      if (row.classList.contains("open")) {
-        row.classList.remove("open");
-        expanded.delete(node.path);
-        row.firstChild.textContent = "▸";
-        clear(kids);
-      } else {
-        row.classList.add("open");
-        expanded.add(node.path);
-        row.firstChild.textContent = "▾";
-        fill(kids, node, depth + 1);
-      }
-    };
-    rows.set(row, toggle);
-    if (isOpen) fill(kids, node, depth + 1);
-    return wrap;
+    row.style.setProperty("--depth", depth);
+    rows.set(row, () => toggle(node));
+    return row;
   }
 
-  function fill(el, node, depth) {
-    const frag = document.createDocumentFragment();
-    for (const k of node.kids.values()) frag.appendChild(groupRow(k, depth));
-    for (const t of node.leaves) {
-      const r = tensorRow(t, t.name.split(".").pop(), rows);
-      r.style.setProperty("--depth", depth);
-      frag.appendChild(r);
+  function walk(node, depth) {
+    for (const k of node.kids.values()) {
+      flat.push({ group: k, depth });
+      if (expanded.has(k.path)) walk(k, depth + 1);
     }
-    el.appendChild(frag);
+    for (const t of node.leaves) flat.push({ t, depth, label: t.name.split(".").pop() });
   }
 
-  function render() {
-    clear(list);
+  function flatten() {
+    flat = [];
     const q = search.value.trim().toLowerCase();
     if (!q) {
-      fill(list, tree, 0);
+      walk(tree, 0);
       count.textContent = tensors.length + " tensors, " + fmtBytes(tree.bytes);
       return;
     }
-    let n = 0;
-    const frag = document.createDocumentFragment();
-    for (const t of tensors) {
-      if (t.name.toLowerCase().includes(q) || t.dtype.toLowerCase() === q) {
-        if (n < SEARCH_LIMIT) frag.appendChild(tensorRow(t, t.name, rows));
-        n++;
-      }
+    for (const t of tensors) if (t.name.toLowerCase().includes(q) || t.dtype.toLowerCase() === q) flat.push({ t, depth: 0, label: t.name });
+    count.textContent = flat.length + " of " + tensors.length + " match";
+  }
+
+  /** the rows in view: all of a short list; of a long one, those the scroll shows */
+  function draw(force) {
+    let lo = 0;
+    let hi = flat.length;
+    if (flat.length > ALL_BELOW) {
+      const H = list.clientHeight || 800;
+      lo = Math.max(0, Math.floor(list.scrollTop / ROW) - OVERSCAN);
+      hi = Math.min(flat.length, Math.ceil((list.scrollTop + H) / ROW) + OVERSCAN);
     }
-    list.appendChild(frag);
-    count.textContent = n + " of " + tensors.length + " match" + (n > SEARCH_LIMIT ? " (first " + SEARCH_LIMIT + " shown)" : "");
+    if (!force && lo === drawn[0] && hi === drawn[1]) return;
+    drawn = [lo, hi];
+    clear(rowsBox);
+    rows = new WeakMap();
+    const frag = document.createDocumentFragment();
+    for (let i = lo; i < hi; i++) {
+      const f = flat[i];
+      const r = f.group ? groupRow(f.group, f.depth) : tensorRow(f.t, f.label, f.depth, rows);
+      if (f.t && f.t.name === selectedName) r.classList.add("selected");
+      frag.appendChild(r);
+    }
+    rowsBox.appendChild(frag);
+    top.style.height = lo * ROW + "px";
+    bottom.style.height = (flat.length - hi) * ROW + "px";
+    list.setAttribute("data-rows", String(flat.length));
+  }
+
+  function render() {
+    flatten();
+    draw(true);
   }
 
   function setAll(open) {
     expanded.clear();
     if (open) {
-      const walk = (n) => {
+      const all = (n) => {
         for (const k of n.kids.values()) {
           expanded.add(k.path);
-          walk(k);
+          all(k);
         }
       };
-      walk(tree);
+      all(tree);
     }
     render();
   }
+
+  /** open the groups above a tensor, scroll it into the middle and select it (#tensor=NAME) */
+  function reveal(name) {
+    const t = tensors.find((x) => x.name === name);
+    if (!t) {
+      count.textContent = "no tensor named " + name;
+      return false;
+    }
+    if (search.value) search.value = "";
+    const parts = name.split(".");
+    for (let i = 1; i < parts.length; i++) expanded.add(parts.slice(0, i).join("."));
+    flatten();
+    const idx = flat.findIndex((f) => f.t === t);
+    selectedName = name;
+    const place = () => {
+      list.scrollTop = Math.max(0, idx * ROW - (list.clientHeight || 800) / 2);
+      draw(true);
+      select(t);
+      const row = rowsBox.querySelector(".row.selected");
+      if (row && row.scrollIntoView) row.scrollIntoView({ block: "nearest" });
+    };
+    draw(true);
+    if (list.isConnected) place();
+    else requestAnimationFrame(place);
+    return true;
+  }
+
   search.addEventListener("input", render);
   const bar = h(
     "div",
@@ -164,7 +221,7 @@ export function tensorsView(app, ai) {
   if (openAll) setAll(true);
   else render();
   const view = h("div", { class: "split" }, h("div", { class: "left" }, bar, list), panel);
-  return { el: view, refresh: render };
+  return { el: view, refresh: render, afterShow: () => draw(true), reveal };
 }
 
 export function showTensor(app, ai, t, panel) {

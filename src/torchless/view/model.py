@@ -107,15 +107,15 @@ def _val(v: Any) -> str:
     return _text(v, 200)
 
 
-def _arg(a: Any) -> Any:
+def _arg(a: Any, names: dict[int, str] | None = None) -> Any:
     from ..graph.ir import Node
 
     if isinstance(a, Node):
-        return {"node": a.name}
+        return {"node": (names or {}).get(id(a), a.name)}
     if isinstance(a, (list, tuple)):
-        return [_arg(x) for x in a[:200]]
+        return [_arg(x, names) for x in a[:200]]
     if isinstance(a, dict):
-        return {str(k): _arg(x) for k, x in list(a.items())[:200]}
+        return {str(k): _arg(x, names) for k, x in list(a.items())[:200]}
     if a is None or isinstance(a, (bool, int, str)):
         return a if not isinstance(a, str) else _text(a)
     if isinstance(a, float) and a == a and a not in (float("inf"), float("-inf")):
@@ -142,9 +142,40 @@ def _scope_group(label: str) -> list[str]:
     return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
 
 
-def graph_entries(graph: Any, *, title: str = "", docs: dict[str, str] | None = None, start: int = 0) -> list[dict[str, Any]]:
+#: input kinds of a ``.pt2`` signature that are state, not data: folded into their users
+_STATE_KINDS = {"PARAMETER": "parameter", "BUFFER": "buffer", "CONSTANT_TENSOR": "constant", "CUSTOM_OBJ": "object"}
+
+
+def _display_names(g: Any) -> dict[int, str]:
+    """Node -> the name to show: the file's own spelling where the graph keeps it
+    (``meta["onnx_name"]``: ``l1.weight``, not the graph's ``l1_weight``), while unique."""
+    out: dict[int, str] = {}
+    taken = {n.name for n in g.nodes}
+    for n in g.nodes:
+        orig = n.meta.get("onnx_name")
+        if isinstance(orig, str) and orig and orig != n.name and orig not in taken:
+            taken.add(orig)
+            out[id(n)] = orig
+        else:
+            out[id(n)] = n.name
+    return out
+
+
+def graph_entries(
+    graph: Any,
+    *,
+    title: str = "",
+    docs: dict[str, str] | None = None,
+    start: int = 0,
+    state: dict[str, tuple[str, str]] | None = None,
+) -> list[dict[str, Any]]:
     """Every graph of ``graph.walk()`` (the graph, then its subgraphs) as model entries,
-    with ids from ``start``; a subgraph's ``parent`` is its enclosing graph's id."""
+    with ids from ``start``; a subgraph's ``parent`` is its enclosing graph's id.
+
+    A node that holds state rather than computing (a ``get_attr`` of a tensor, an ONNX
+    initializer or ``Constant``; a ``.pt2`` placeholder that ``state`` names: placeholder
+    name -> (signature kind, state-dict target)) carries ``fold`` (its kind) and ``ref``
+    (its original name): the page draws it inside the boxes of the nodes using it."""
     from ..graph.ir import OpRef
     from ..graph.schema import registry
 
@@ -154,11 +185,12 @@ def graph_entries(graph: Any, *, title: str = "", docs: dict[str, str] | None = 
     out = []
     for path, g in walked:
         index = {id(n): i for i, n in enumerate(g.nodes)}
+        names = _display_names(g)
         nodes, edges = [], []
         for i, n in enumerate(g.nodes):
             meta = n.meta
             target = n.target
-            e: dict[str, Any] = {"name": n.name, "op": n.op, "target": _text(target, 300) if target is not None else ""}
+            e: dict[str, Any] = {"name": names[id(n)], "op": n.op, "target": _text(target, 300) if target is not None else ""}
             val = meta.get("val")
             if val is not None:
                 e["val"] = _val(val)
@@ -169,9 +201,9 @@ def graph_entries(graph: Any, *, title: str = "", docs: dict[str, str] | None = 
             else:
                 e["group"] = _module_group(meta)
             if n.args:
-                e["args"] = _arg(n.args)
+                e["args"] = _arg(n.args, names)
             if n.kwargs:
-                e["kwargs"] = _arg(n.kwargs)
+                e["kwargs"] = _arg(n.kwargs, names)
             if isinstance(target, OpRef):
                 sch = reg.find(target.key)
                 if sch is not None:
@@ -182,6 +214,10 @@ def graph_entries(graph: Any, *, title: str = "", docs: dict[str, str] | None = 
                 sub = f"{path}.{target}" if path else target
                 if sub in ids:
                     e["subgraph"] = ids[sub]
+                else:
+                    e["fold"], e["ref"] = ("initializer" if "onnx_name" in meta else "constant"), _text(target, 300)
+            if n.op == "placeholder" and not path and state and n.name in state:
+                e["fold"], e["ref"] = state[n.name]
             extra = {k: _val(v) for k, v in meta.items() if k in ("source_fn_stack", "torch_fn", "custom", "from_node")}
             if extra:
                 e["meta"] = extra
@@ -232,6 +268,50 @@ def _module_tree_graph(root: Any, start: int) -> dict[str, Any]:
     return {"id": start, "title": "modules", "parent": None, "nodes": nodes, "edges": edges}
 
 
+#: interned modules of a torch.package archive whose source the Code tab shows
+MAX_SOURCES = 500
+#: TorchScript methods drawn as graphs (one per class and method, in module order)
+MAX_METHOD_GRAPHS = 200
+
+
+def _method_graphs(root: Any, start: int, notes: list[str]) -> list[dict[str, Any]]:
+    """Each TorchScript class's methods as operator graphs (:mod:`.tsgraph`), titled by the
+    first module path using that class (``blocks.0.forward``); modules of one class share
+    their graphs."""
+    from .tsgraph import method_graph
+
+    out: list[dict[str, Any]] = []
+    seen: set[tuple[str, str]] = set()
+    for path, m in root.named_modules():
+        cs = getattr(m, "class_source", None)
+        if cs is None:
+            continue
+        for meth in list(getattr(m, "methods", [])):
+            key = (str(getattr(m, "qualified_name", "")), meth)
+            if key in seen:
+                continue
+            seen.add(key)
+            if len(out) >= MAX_METHOD_GRAPHS:
+                notes.append(f"only the first {MAX_METHOD_GRAPHS} methods are drawn as graphs")
+                return out
+            try:
+                code = m.method_source(meth).code
+            except TorchlessError:
+                continue
+            if len(code) > MAX_TEXT:
+                notes.append(f"{path or '<root>'}.{meth}: too long to draw ({len(code)} characters)")
+                continue
+            kids = {k for k, _ in m.named_children()} if hasattr(m, "named_children") else set()
+            g = method_graph(code, params=set(cs.parameters), buffers=set(cs.buffers), modules=kids)
+            if g["note"]:
+                notes.append(f"{path or '<root>'}.{meth}: {g['note']}")
+            if not g["nodes"]:
+                continue
+            title = f"{path}.{meth}" if path else meth
+            out.append({"id": start + len(out), "title": title, "parent": None, "nodes": g["nodes"], "edges": g["edges"]})
+    return out
+
+
 def _onnx_docs(model: Any) -> tuple[dict[str, str], str]:
     """Node label -> doc string (main graph; labels as the graph builder names nodes)."""
     from ..formats.onnx.read import text
@@ -254,7 +334,13 @@ def _graphs_and_code(art: Any) -> tuple[list[dict[str, Any]], dict[str, str], li
         progs = art.programs
         for name, prog in progs.items():
             title = name if len(progs) > 1 else ""
-            graphs += graph_entries(prog.graph, title=title, start=len(graphs))
+            sig = getattr(prog, "signature", None)
+            state = {
+                s.arg: (_STATE_KINDS[s.kind], s.target or s.arg)
+                for s in (sig.input_specs if sig is not None else ())
+                if s.kind in _STATE_KINDS and s.arg
+            }
+            graphs += graph_entries(prog.graph, title=title, start=len(graphs), state=state)
             for path, g in prog.graph.walk():
                 key = ".".join(x for x in (title, path) if x) or "forward"
                 code[key] = _text(g.python_code("forward"), MAX_TEXT)
@@ -269,10 +355,19 @@ def _graphs_and_code(art: Any) -> tuple[list[dict[str, Any]], dict[str, str], li
         m = art.module
         if isinstance(m, ScriptObject):
             graphs.append(_module_tree_graph(m, 0))
+            graphs += _method_graphs(m, len(graphs), notes)
         try:
             code["code"] = _text(art.code(), MAX_TEXT)
         except TorchlessError as e:
             notes.append(f"code: {e}")
+    elif fmt == "package":
+        # the Python source of each interned module, as text (never imported or run)
+        for mod, rec in list(art.modules.get("interned", {}).items())[:MAX_SOURCES]:
+            entry = art.zip.lookup(rec)
+            if entry is None or entry.size > MAX_TEXT:
+                notes.append(f"{rec}: source not shown ({'missing' if entry is None else f'{entry.size} bytes'})")
+                continue
+            code[mod] = bytes(art.zip.read(entry, max_size=MAX_TEXT)).decode("utf-8", "replace")
     elif fmt == "aoti":
         notes.append("the compute graph is compiled C++ (wrapper.so); torchless lists it but never loads or runs it")
     return graphs, code, notes

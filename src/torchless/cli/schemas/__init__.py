@@ -94,8 +94,11 @@ _VIEW_NODE = _obj(
         "doc": _STR,
         "subgraph": _INT,
         "meta": {"type": "object"},
+        # state drawn inside the boxes of its users: its kind and original name
+        "fold": {"enum": ["parameter", "buffer", "constant", "object", "initializer", "module", "attribute"]},
+        "ref": _STR,
     },
-    optional=("val", "args", "kwargs", "schema", "stack", "doc", "subgraph", "meta"),
+    optional=("val", "args", "kwargs", "schema", "stack", "doc", "subgraph", "meta", "fold", "ref"),
 )
 _VIEW_ARTIFACT = _obj(
     {

@@ -102,7 +102,7 @@ class _Builder:
             key = prefix + pname
             if key in self.tensors:
                 graph.attributes[key] = self.tensors[key]
-                env[pname] = graph.get_attr(key, name=pname, meta={"val": _static(self.tensors[key])})
+                env[pname] = graph.get_attr(key, name=pname, meta={"val": _static(self.tensors[key]), "onnx_name": pname})
         for idx, node in enumerate(g.node):
             op, dom = text(node.op_type), text(node.domain)
             label = text(node.name) or f"{op}_{idx}"
@@ -110,7 +110,7 @@ class _Builder:
             if op == "Constant" and dom in ("", "ai.onnx") and outs and prefix + outs[0] in self.tensors:
                 key = prefix + outs[0]
                 graph.attributes[key] = self.tensors[key]
-                env[outs[0]] = graph.get_attr(key, name=outs[0], meta={"val": _static(self.tensors[key])})
+                env[outs[0]] = graph.get_attr(key, name=outs[0], meta={"val": _static(self.tensors[key]), "onnx_name": outs[0]})
                 continue
             try:
                 args = tuple(ref(text(x)) for x in node.input)
@@ -127,8 +127,10 @@ class _Builder:
                 kwargs[text(a.name)] = self._attr(graph, a, f"{prefix}{label}", ref, depth)
             # a plain string target: OpRef would file ONNX operators under torch.ops
             target = f"onnx.{op}" if dom in ("", "ai.onnx") else f"onnx.{dom}.{op}"
-            n = graph.call_function(target, args, kwargs, name=(outs[0] if len(outs) == 1 and outs[0] else label))
+            n_name = outs[0] if len(outs) == 1 and outs[0] else label
+            n = graph.call_function(target, args, kwargs, name=n_name)
             n.meta["onnx_node"] = label
+            n.meta["onnx_name"] = n_name  # the value's (or node's) name as the file spells it
             if len(outs) == 1:
                 if outs[0]:
                     env[outs[0]] = n
@@ -138,6 +140,7 @@ class _Builder:
                 for j, o in enumerate(outs):
                     if o:
                         item = graph.call_function(OpRef("_operator.getitem"), (n, j), name=o)
+                        item.meta["onnx_name"] = o
                         if o in vinfo:
                             item.meta["val"] = _tensor_value(vinfo[o])
                         env[o] = item
