@@ -16,7 +16,7 @@ A ``torch.save`` item larger than a task (a DCP chunk of a big tensor) is split 
 zip header is known before its payload (torch's records carry their CRC-32 in a data
 descriptor after the payload), so tasks write the header and payload rows, each returns
 the CRC-32 of its rows, and one small sealing task per item writes the descriptor and
-central directory once :func:`~torchless.jobs.executor.crc32_combine` has joined them.
+central directory once :func:`~torchless.io.crc.crc32_combine` has joined them.
 
 Staging and publication: files are built under a staging name (a hidden folder beside a
 local destination, a ``.torchless-staging`` prefix beside a remote one) and published
@@ -43,8 +43,10 @@ from ..container.zip import LOCAL_SIG
 from ..core.errors import InternalError, UsageError
 from ..io import remote
 from ..io.atomic import _fault_tick, _write_error
+from ..io.crc import crc32_combine
 from ..io.source import RemoteSource
-from ..jobs.executor import Executor, crc32_combine, current_rss, task_fault
+from ..jobs.executor import Executor
+from ..jobs.hooks import current_rss, task_fault
 
 __all__ = [
     "Piece",

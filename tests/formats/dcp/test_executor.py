@@ -12,7 +12,7 @@ import pytest
 
 import torchless
 import torchless.dcp as tdcp
-from torchless.jobs.executor import KILL_ENV, current_rss
+from torchless.jobs.hooks import KILL_ENV, current_rss
 
 torch = pytest.importorskip("torch", reason="torch is the oracle of these tests")
 distributed = pytest.importorskip("distributed", reason="the dask extra (dask[distributed]) is not installed")

@@ -15,7 +15,7 @@ import torchless
 import torchless.dcp as tdcp
 from torchless.formats import ranged
 from torchless.io.atomic import TEMP_PREFIX
-from torchless.jobs.executor import KILL_ENV
+from torchless.jobs.hooks import KILL_ENV
 
 SRC = os.path.join(os.path.dirname(__file__), "..", "..", "..", "src")
 

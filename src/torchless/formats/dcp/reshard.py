@@ -321,7 +321,7 @@ def _copy_range(src_path: str, info: StorageInfo, out: Any) -> None:
 
 def run_task(task: FileTask, source: Any = None) -> list[WrittenItem]:
     """Write one file; returns where each item landed. Opens ``task.src`` unless given."""
-    from ...jobs.executor import task_fault
+    from ...jobs.hooks import task_fault
     from ..pt.write import save_checkpoint
 
     task_fault()
