@@ -13,8 +13,8 @@ import pytest
 
 import torchless
 import torchless.dcp as tdcp
-from torchless.formats import ranged
 from torchless.io.atomic import TEMP_PREFIX
+from torchless.jobs import outputs as ranged
 from torchless.jobs.hooks import KILL_ENV
 
 SRC = os.path.join(os.path.dirname(__file__), "..", "..", "..", "src")
