@@ -6,6 +6,10 @@
   folder beside the destination, renamed into place on :meth:`~AtomicDir.commit`.
 * :func:`publish` - several finished files (shards, then their index) renamed in order
   with signals held back, so an index never names a shard that is not there.
+* the staging API (:func:`temp_path`, :func:`track`, :func:`untrack`, :func:`adoptable`,
+  :func:`fault_tick`, :func:`write_error`) - for a job that builds its outputs itself
+  (:mod:`torchless.jobs.staging`, :mod:`torchless.jobs.tasks`): the same temporary names,
+  cleanup on interruption, fault injection and errors as the classes above.
 
 A failure at any point leaves the destination as it was (absent, or the previous
 complete output):
