@@ -35,8 +35,8 @@ from .formats.dcp.spec import (
     TensorProperties,
     TensorStorageMetadata,
 )
+from .formats.hf.ranged import cleanup
 from .io.remote import accepts_storage_options as _remote_opts
-from .jobs.staging import cleanup
 
 __all__ = [
     "BytesStorageMetadata",

@@ -14,6 +14,10 @@ multipart uploads and Azure blobs of uncommitted blocks included.
   hidden folder and renamed one by one;
 * :class:`RemoteStaging`: a URL destination (folder or files beside a path).
 
+Files published beside a path are named by their format: a staging of such files is given
+``siblings``, the format's function that aborts the incomplete uploads of those names
+(:func:`torchless.formats.hf.ranged.abort_shard_uploads`); this layer knows no format.
+
 Whether the destination is a URL is the caller's answer (it picks the class); only
 :func:`cleanup`, an entry point, asks it itself.
 """
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 from ..io import remote
@@ -30,6 +35,9 @@ from .plan import OutputFile
 __all__ = ["LocalDirStaging", "LocalFilesStaging", "RemoteStaging", "remote_staging_for", "cleanup", "STAGING", "MANIFEST"]
 
 STAGING = ".torchless-staging"
+#: a format's abort of the incomplete uploads of the files it publishes beside URL ``dst``
+#: (called with ``dst``; returns what it aborted, as :func:`~torchless.io.remote.abort_uploads` does)
+Siblings = Callable[[str], list[str]]
 MANIFEST = ".torchless-manifest.json"
 
 
@@ -169,10 +177,11 @@ class RemoteStaging(_Staging):
 
     remote = True
 
-    def __init__(self, dst: str, *, resume: bool, folder: bool = True) -> None:
+    def __init__(self, dst: str, *, resume: bool, folder: bool = True, siblings: Siblings | None = None) -> None:
         remote.check_writable(dst)
         self.dst = dst.rstrip("/")
         self.folder = folder  # a destination folder (DCP) or files beside a path (shards)
+        self.siblings = siblings  # the format's abort of its files' uploads beside a path
         base = self.dst if folder else remote.dirname(self.dst)
         self.base = self.shown_dir = base
         self.root = remote.join(base, f"{STAGING}-{remote.basename(self.dst)}")
@@ -305,7 +314,7 @@ class RemoteStaging(_Staging):
             # the staging objects, and the uploads left incomplete (S3's multipart parts,
             # Azure's uncommitted blocks) in the staging and at the destination
             try:
-                cleanup(self.dst, folder=self.folder)
+                cleanup(self.dst, folder=self.folder, siblings=self.siblings)
             except Exception:  # noqa: BLE001 - best effort: the job's own error is raised
                 self._rm_all()
 
@@ -324,17 +333,20 @@ def remote_staging_for(dst: str, *, folder: bool = True) -> bool:
     return isinstance(m, dict) and m.get("destination") == d
 
 
-@remote.accepts_storage_options
-def cleanup(dst: Any, *, folder: bool = True) -> list[str]:
+def cleanup(dst: Any, *, folder: bool = True, siblings: Siblings | None = None) -> list[str]:
     """Remove what interrupted jobs left for destination ``dst`` (their staging folders
     or prefixes, never a published file; on S3 also the incomplete multipart uploads,
     on Azure the blobs of uncommitted blocks, under the staging prefix and at the
     destination). Returns what was removed: local staging folders; at a URL each object,
-    and ``URL (incomplete multipart upload)`` / ``URL (uncommitted blocks)``.
+    and ``URL (incomplete multipart upload)`` / ``URL (uncommitted blocks)``. (The public
+    :func:`torchless.dcp.cleanup` is :func:`torchless.formats.hf.ranged.cleanup`: this
+    with the shard names.)
 
     Args:
         dst: the destination the job wrote: a DCP folder (``folder=True``) or a file
-            (shards are staged beside it: ``folder=False``); a path or a URL.
+            (files are staged beside it: ``folder=False``); a path or a URL.
+        siblings: with ``folder=False`` at a URL, the format's abort of the incomplete
+            uploads of the files published beside ``dst`` (returns what it aborted).
     """
     d = remote.local_path(os.fspath(dst))
     removed: list[str] = []
@@ -362,13 +374,8 @@ def cleanup(dst: Any, *, folder: bool = True) -> list[str]:
         removed += remote.abort_uploads(d if folder else root)
         if not folder:
             removed += remote.abort_uploads(d, exact=True)
-            stem = remote.basename(d)
-            stem = stem[: -len(".safetensors")] if stem.endswith(".safetensors") else stem
-            removed += [
-                u
-                for u in remote.abort_uploads(remote.join(base, stem), exact=False, under=False)
-                if _shard_name(u.rsplit("/", 1)[-1].partition(" ")[0], stem)
-            ]
+            if siblings is not None:
+                removed += siblings(d)
         return removed
     import shutil
 
@@ -380,16 +387,6 @@ def cleanup(dst: Any, *, folder: bool = True) -> list[str]:
         shutil.rmtree(p, ignore_errors=True)
         removed.append(p)
     return removed
-
-
-def _shard_name(name: str, stem: str) -> bool:
-    """``name`` is a shard or the index of ``stem`` (``stem-00001-of-00004.safetensors``)."""
-    import re
-
-    return (
-        re.fullmatch(re.escape(stem) + r"-\d{5}-of-\d{5}\.safetensors|" + re.escape(stem) + r"\.safetensors\.index\.json", name)
-        is not None
-    )
 
 
 # -- files beside a local path (sharded safetensors: consolidate, convert) -------------------------

@@ -3,7 +3,8 @@ executor (``consolidate`` and ``convert`` with ``executor``/``max_task_bytes``/`
 :func:`write_shards` lays the shards out as
 :func:`~torchless.formats.safetensors.write_safetensors_sharded` does and hands them to
 :func:`torchless.jobs.outputs.write_outputs`; the tasks read the source's tensors through
-:func:`open_blocks`.
+:func:`open_blocks`. :func:`cleanup` is the public cleanup of every range job (DCP folders
+and shard sets: the shards' names are this format's, :func:`abort_shard_uploads`).
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ from ...io import remote
 from ...jobs.outputs import write_outputs
 from ...jobs.plan import OutputFile, Piece, split_rows
 from ...jobs.staging import LocalFilesStaging, RemoteStaging
+from ...jobs.staging import cleanup as _cleanup
 from ...jobs.tasks import close_sources
 from .index import index_bytes
 from .spec import INDEX_SUFFIX, shard_name
 
-__all__ = ["write_shards", "open_blocks"]
+__all__ = ["write_shards", "open_blocks", "cleanup", "abort_shard_uploads"]
 
 
 class _TensorSource:
@@ -123,7 +125,7 @@ def write_shards(
     index = base + INDEX_SUFFIX
     try:
         if url:
-            staging = RemoteStaging(d, resume=resume, folder=False)
+            staging = RemoteStaging(d, resume=resume, folder=False, siblings=abort_shard_uploads)
         else:
             staging = LocalFilesStaging(d, resume=resume)
         write_outputs(
@@ -148,3 +150,42 @@ def write_shards(
     folder = remote.dirname(d) if url else os.path.dirname(d)
     out = [remote.join(folder, f.name) if url else os.path.join(folder, f.name) for f in files]
     return out + ([remote.join(folder, index) if url else os.path.join(folder, index)] if n > 1 else [])
+
+
+def _shard_name(name: str, stem: str) -> bool:
+    """``name`` is a shard or the index of ``stem`` (``stem-00001-of-00004.safetensors``)."""
+    import re
+
+    return (
+        re.fullmatch(re.escape(stem) + r"-\d{5}-of-\d{5}\.safetensors|" + re.escape(stem) + r"\.safetensors\.index\.json", name)
+        is not None
+    )
+
+
+def abort_shard_uploads(url: str) -> list[str]:
+    """Abort the incomplete uploads of the shards and index a job writing shard set ``url``
+    left beside it (a killed process's single-object uploads); returns what was aborted
+    (the staging's ``siblings``: :mod:`torchless.jobs.staging`)."""
+    base = remote.dirname(url)
+    stem = remote.basename(url)
+    stem = stem[: -len(".safetensors")] if stem.endswith(".safetensors") else stem
+    return [
+        u
+        for u in remote.abort_uploads(remote.join(base, stem), exact=False, under=False)
+        if _shard_name(u.rsplit("/", 1)[-1].partition(" ")[0], stem)
+    ]
+
+
+@remote.accepts_storage_options
+def cleanup(dst: Any, *, folder: bool = True) -> list[str]:
+    """Remove what interrupted jobs left for destination ``dst`` (their staging folders
+    or prefixes, never a published file; on S3 also the incomplete multipart uploads,
+    on Azure the blobs of uncommitted blocks, under the staging prefix and at the
+    destination). Returns what was removed: local staging folders; at a URL each object,
+    and ``URL (incomplete multipart upload)`` / ``URL (uncommitted blocks)``.
+
+    Args:
+        dst: the destination the job wrote: a DCP folder (``folder=True``) or a file
+            (shards are staged beside it: ``folder=False``); a path or a URL.
+    """
+    return _cleanup(dst, folder=folder, siblings=abort_shard_uploads)
