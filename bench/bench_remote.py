@@ -63,7 +63,7 @@ if ex.startswith("dask"):  # a LocalCluster started before the clock: an existin
         n_workers=int(ex[4:]), processes=True, threads_per_worker=1, dashboard_address=None, silence_logs=50
     )
     executor = distributed.Client(cluster)
-    executor.run(lambda: __import__("torchless.formats.ranged"))
+    executor.run(lambda: __import__("torchless.jobs.tasks"))
 t0 = start()
 res = torchless.dcp.reshard(P, dst, 3, executor=executor, max_task_bytes=mtb)
 dt = time.perf_counter() - t0

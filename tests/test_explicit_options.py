@@ -25,7 +25,7 @@ ALLOWED: dict[str, str] = {
     "_api.convert": _CHECKED,
     "formats.base.FormatHandler.open": _CHECKED,
     "formats.dispatch.write_tensors": _CHECKED,
-    "core.remote.accepts_storage_options.wrapper": "a decorator: takes storage_options, forwards the rest",
+    "io.remote.accepts_storage_options.wrapper": "a decorator: takes storage_options, forwards the rest",
     "core.values.Namespace.__init__": "argparse.Namespace(**kwargs): the keywords are the object's attributes",
     "graph.ir.Graph.get_attr": "torch.fx's Graph API: a default node name, then create_node's explicit keywords",
     "graph.ir.Graph.output": "torch.fx's Graph API: a default node name, then create_node's explicit keywords",

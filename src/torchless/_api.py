@@ -299,7 +299,7 @@ def convert(
         if strict and dropped:
             _refuse_drop(dropped, h.name, src if own else art.path)
         if ranged:  # range tasks: the workers read the source themselves
-            from .formats.ranged import write_shards
+            from .formats.hf.ranged import write_shards
 
             ents = [(n, t.dtype, tuple(t.shape), t.nbytes) for n, t in items if n not in aliases]
             if aliases:

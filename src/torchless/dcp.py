@@ -35,7 +35,7 @@ from .formats.dcp.spec import (
     TensorProperties,
     TensorStorageMetadata,
 )
-from .formats.ranged import cleanup
+from .formats.hf.ranged import cleanup
 from .io.remote import accepts_storage_options as _remote_opts
 
 __all__ = [

@@ -8,6 +8,8 @@ import zlib
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import torchless
 from torchless.container.zip import ZipReader
@@ -96,3 +98,20 @@ def test_large_records_match_torch_save(backend, tmp_path):
     buf = io.BytesIO()
     torchless.save(obj, buf)
     assert torch.load(io.BytesIO(buf.getvalue()), weights_only=True)["c"].equal(obj["c"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=300), st.binary(max_size=300), st.integers(0, 2**32 - 1))
+def test_crc32_combine_is_zlibs_crc_of_the_concatenation(a, b, seed):
+    """The range tasks' CRCs joined by crc32_combine are zlib.crc32 of the whole file
+    (zlib is the oracle), whatever the lengths (an empty part included)."""
+    assert crc.crc32_combine(zlib.crc32(a, seed), zlib.crc32(b), len(b)) == zlib.crc32(a + b, seed)
+
+
+def test_crc32_combine_of_large_parts():
+    rng = np.random.default_rng(1)
+    parts = [rng.integers(0, 256, n, dtype=np.uint8).tobytes() for n in (1, (1 << 20) + 3, 4096, 0, 77_777)]
+    c = 0
+    for p in parts:
+        c = crc.crc32_combine(c, zlib.crc32(p), len(p))
+    assert c == zlib.crc32(b"".join(parts))

@@ -270,6 +270,23 @@ def test_stale_temporary_of_a_live_process_is_kept(tmp_path, source):
     assert legacy.exists() and str(legacy) in r.stderr  # reported, not removed
 
 
+def test_adoptable_temporaries(tmp_path):
+    """The staging API's adoptable(): a temporary of this host whose process is gone, or
+    this process's own, may be taken over by a resumed job; a live process's, another
+    host's and names of another pattern may not."""
+    from torchless.io.atomic import adoptable, temp_path
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    mine = os.path.basename(temp_path(str(tmp_path), "dir"))
+    gone = mine.replace(f"{TEMP_PREFIX}{os.getpid()}@", f"{TEMP_PREFIX}{dead.pid}@", 1)
+    live = mine.replace(f"{TEMP_PREFIX}{os.getpid()}@", f"{TEMP_PREFIX}{os.getppid()}@", 1)
+    other_host = f"{TEMP_PREFIX}{dead.pid}@elsewhere-dir-0a1b2c.tmp"
+    assert adoptable(mine) and adoptable(gone)
+    assert not adoptable(live) and not adoptable(other_host)
+    assert not adoptable(f"{TEMP_PREFIX}a1b2c3.tmp") and not adoptable("model.safetensors")
+
+
 def test_extract_and_consolidate_killed(tmp_path, source):
     """The folder writers beyond reshard: DCP consolidation and package extraction."""
     dcp = tmp_path / "dcp"

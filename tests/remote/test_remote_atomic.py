@@ -369,3 +369,18 @@ def test_single_object_killed_mid_upload_then_cleanup(s3_traffic, s3, src, small
     assert out.splitlines()[0].startswith("removed 1 staging leftover(s)"), out
     assert f"{url} (incomplete multipart upload)" in out
     assert _uploads(client, url) == [] and _keys(client, f"{base}/k") == []
+
+
+def test_cleanup_of_a_shard_set_aborts_its_shards_uploads(s3):
+    """``cleanup(url, folder=False)`` (``convert --cleanup`` of a shard set) aborts the
+    incomplete uploads a killed process left for the file, its shards and its index, and
+    reports those only (the shard names are the format's: hf/ranged)."""
+    base, client = s3
+    bucket = base[5:]
+    mine = ["k/m.safetensors", "k/m-00001-of-00002.safetensors", "k/m.safetensors.index.json"]
+    others = ["k/m-extra.safetensors", "k/mm-00001-of-00002.safetensors", "k/m-00001-of-00002.bin"]
+    for key in mine + others:
+        client.create_multipart_upload(Bucket=bucket, Key=key)
+    removed = torchless.dcp.cleanup(f"{base}/k/m.safetensors", folder=False)
+    assert sorted(removed) == sorted(f"{base}/{k} (incomplete multipart upload)" for k in mine), removed
+    assert not [u for u in _uploads(client, f"{base}/k") if u["Key"] in mine]

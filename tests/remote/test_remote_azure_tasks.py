@@ -210,7 +210,7 @@ def _run(*argv: str, pre: str = "") -> subprocess.Popen:
 #: the coordinator pauses after recording its first finished part, so the test can kill it then
 _PAUSE = """
 import time
-from torchless.formats import ranged
+from torchless.jobs import staging as ranged
 _real = ranged.RemoteStaging.record_part
 def _record(self, r):
     _real(self, r)
@@ -402,7 +402,7 @@ def test_memory_reshard_with_range_tasks_resume_and_cleanup(mem, ckpt, capsys, m
     reshard's bytes; a run interrupted after its first part leaves staging only, and
     --resume finishes it bit-exact keeping that part; a second interrupted run's staging
     is removed by --cleanup."""
-    from torchless.formats import ranged
+    from torchless.jobs import staging as ranged
 
     fs, base = mem
     sd, d = ckpt

@@ -24,9 +24,10 @@ from ..core.errors import TorchlessError, UnsupportedError
 from ..core.findings import Problem
 from ..core.gcpause import GCPause
 from ..core.tensor import Storage, Tensor, _contiguous_strides, require_utf8_name, unique_names
-from ..io.atomic import AtomicFile, shard_set
+from ..io.atomic import AtomicFile
 from ..io.source import ByteSource, MmapSource, open_source
 from .base import Artifact, Capabilities, FormatHandler, LoadPolicy, Probe
+from .hf.index import shard_set
 from .registry import register
 from .safetensors_spec import METADATA_KEY, ST_DTYPES, check_name, is_safetensors_head, parse_header
 from .shared import alias_metadata, split_aliases

@@ -6,6 +6,10 @@
   folder beside the destination, renamed into place on :meth:`~AtomicDir.commit`.
 * :func:`publish` - several finished files (shards, then their index) renamed in order
   with signals held back, so an index never names a shard that is not there.
+* the staging API (:func:`temp_path`, :func:`track`, :func:`untrack`, :func:`adoptable`,
+  :func:`fault_tick`, :func:`write_error`) - for a job that builds its outputs itself
+  (:mod:`torchless.jobs.staging`, :mod:`torchless.jobs.tasks`): the same temporary names,
+  cleanup on interruption, fault injection and errors as the classes above.
 
 A failure at any point leaves the destination as it was (absent, or the previous
 complete output):
@@ -53,6 +57,12 @@ __all__ = [
     "publish",
     "clean_stale",
     "holding_signals",
+    "temp_path",
+    "track",
+    "untrack",
+    "adoptable",
+    "fault_tick",
+    "write_error",
     "TEMP_PREFIX",
     "FAULT_ENV",
 ]
@@ -88,8 +98,11 @@ def _host() -> str:
     return h or "host"
 
 
-def _temp_path(directory: str, kind: str) -> str:
-    """A fresh name ``.torchless-<pid>@<host>-<kind>-<random>.tmp`` in ``directory``."""
+def temp_path(directory: str, kind: str) -> str:
+    """A fresh name ``.torchless-<pid>@<host>-<kind>-<random>.tmp`` in ``directory``: a
+    staging name that :func:`clean_stale` removes once its process is gone (part of the
+    staging API a job that builds its outputs itself uses, with :func:`track`,
+    :func:`untrack` and :func:`adoptable`)."""
     return os.path.join(directory, f"{TEMP_PREFIX}{os.getpid()}@{_host()}-{kind}-{os.urandom(6).hex()}{TEMP_SUFFIX}")
 
 
@@ -101,6 +114,13 @@ def _owner(name: str) -> tuple[int, str] | None:
     if not at or not pid.isdigit():
         return None
     return int(pid), rest.partition("-")[0]
+
+
+def adoptable(name: str) -> bool:
+    """Whether the temporary named ``name`` (a base name) was made on this host by a process
+    that is gone, or by this one: a resumed job may take over what it holds."""
+    who = _owner(name)
+    return who is not None and who[1] == _host() and (who[0] == os.getpid() or not _alive(who[0]))
 
 
 def _alive(pid: int) -> bool:
@@ -282,13 +302,16 @@ def _restore_handlers() -> None:
     _previous.clear()
 
 
-def _track(obj: Any, path: str, is_dir: bool) -> None:
+def track(obj: Any, path: str, is_dir: bool) -> None:
+    """Remove ``path`` (a file, or a folder when ``is_dir``) if this process is interrupted
+    (SIGINT, SIGTERM, SIGHUP) before :func:`untrack` of ``obj``."""
     with _lock:
         _active[id(obj)] = (os.getpid(), path, is_dir)
         _install_handlers()
 
 
-def _untrack(obj: Any) -> None:
+def untrack(obj: Any) -> None:
+    """Forget what :func:`track` registered for ``obj`` (published, removed, or kept)."""
     with _lock:
         _active.pop(id(obj), None)
         if not any(pid == os.getpid() for pid, _p, _d in _active.values()):
@@ -337,7 +360,9 @@ def _fault_create() -> None:
         raise OSError(code, os.strerror(code))
 
 
-def _fault_tick(n: int, dest: str) -> None:
+def fault_tick(n: int, dest: str) -> None:
+    """Count ``n`` bytes written to ``dest`` for the fault injection (module doc): a writer
+    outside this module (a range task's pwrite) calls it before each write."""
     global _fault_written
     plan = _fault_plan()
     if plan is None:
@@ -353,7 +378,8 @@ def _fault_tick(n: int, dest: str) -> None:
 
 
 # -- errors ---------------------------------------------------------------------------------------
-def _write_error(e: OSError, dest: str) -> WriteError:
+def write_error(e: OSError, dest: str) -> WriteError:
+    """The WriteError naming ``dest`` (never a temporary name) for ``OSError`` ``e``."""
     reason = e.strerror or str(e)
     if e.errno == errno.EFBIG:
         reason = "file too large (a file-size limit or the file system's maximum)"
@@ -427,10 +453,10 @@ class _Guarded:
         self.drain()
         n = b.nbytes if isinstance(b, memoryview) else len(b)
         try:
-            _fault_tick(n, self._dest)
+            fault_tick(n, self._dest)
             r = self._f.write(b)
         except OSError as e:
-            raise _write_error(e, self._dest) from None
+            raise write_error(e, self._dest) from None
         return n if r is None else r
 
     def writev(self, bufs: list[Any]) -> int:
@@ -464,13 +490,13 @@ class _Guarded:
         if not hasattr(os, "writev"):
             return self.write(b"".join(bufs))
         try:
-            _fault_tick(n, self._dest)
+            fault_tick(n, self._dest)
             f = self._f
             f.flush()  # what the buffered file holds goes first
             fd = f.fileno()
             _writev_all(fd, bufs)  # (the buffered file asks the system where it is: tell() holds)
         except OSError as e:
-            raise _write_error(e, self._dest) from None
+            raise write_error(e, self._dest) from None
         return n
 
     def flush(self) -> None:
@@ -478,7 +504,7 @@ class _Guarded:
         try:
             self._f.flush()
         except OSError as e:
-            raise _write_error(e, self._dest) from None
+            raise write_error(e, self._dest) from None
 
     def __getattr__(self, name: str) -> Any:
         self.drain()  # (tell, seek, fileno...: the file once the batch in flight is written)
@@ -516,14 +542,14 @@ class AtomicFile:
             if os.path.isdir(self.path):
                 raise WriteError("cannot write: the destination is a folder", path=self.dest)
         clean_stale(folder)
-        self.tmp = _temp_path(folder, "file")
+        self.tmp = temp_path(folder, "file")
         with holding_signals():  # created and tracked as one step: an interrupt never falls between
             try:
                 _fault_create()
                 fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
             except OSError as e:
-                raise _write_error(e, self.dest) from None
-            _track(self, self.tmp, False)
+                raise write_error(e, self.dest) from None
+            track(self, self.tmp, False)
         self._raw: BinaryIO = os.fdopen(fd, "wb", buffering=1 << 20)
         # _Guarded forwards the file methods writers call (write, flush, tell...) without
         # subclassing BinaryIO, whose abstract interface is far wider than what is used
@@ -549,7 +575,7 @@ class AtomicFile:
             os.chmod(self.tmp, 0o666 & ~_umask())
         except OSError as e:
             self.abort()
-            raise _write_error(e, self.dest) from None
+            raise write_error(e, self.dest) from None
         self._finished = True
 
     def commit(self) -> None:
@@ -571,12 +597,12 @@ class AtomicFile:
                     os.replace(self.tmp, self.path)
             except OSError as e:
                 self.abort()
-                raise _write_error(e, self.dest) from None
+                raise write_error(e, self.dest) from None
             except WriteError:
                 self.abort()
                 raise
             self._done = True
-            _untrack(self)
+            untrack(self)
 
     def abort(self) -> None:
         """Remove the temporary file; the destination is untouched."""
@@ -593,7 +619,7 @@ class AtomicFile:
             pass
         finally:
             _remove(self.tmp, False)
-            _untrack(self)
+            untrack(self)
 
     def __enter__(self) -> AtomicFile:
         return self
@@ -634,14 +660,14 @@ class AtomicDir:
 
             parent = tempfile.gettempdir()
             clean_stale(parent)
-            self.tmp = _temp_path(parent, "dir")
+            self.tmp = temp_path(parent, "dir")
             with holding_signals():  # created and tracked as one step
                 try:
                     _fault_create()
                     os.mkdir(self.tmp, 0o700)
                 except OSError as e:
-                    raise _write_error(e, self.path) from None
-                _track(self, self.tmp, True)
+                    raise write_error(e, self.path) from None
+                track(self, self.tmp, True)
             self._done = False
             return
         parent = os.path.dirname(os.path.abspath(self.path))
@@ -652,14 +678,14 @@ class AtomicDir:
         clean_stale(parent)
         if os.path.isdir(self.path):
             clean_stale(self.path)
-        self.tmp = _temp_path(parent, "dir")
+        self.tmp = temp_path(parent, "dir")
         with holding_signals():  # created and tracked as one step: an interrupt never falls between
             try:
                 _fault_create()
                 os.mkdir(self.tmp, 0o777)
             except OSError as e:
-                raise _write_error(e, self.path) from None
-            _track(self, self.tmp, True)
+                raise write_error(e, self.path) from None
+            track(self, self.tmp, True)
         self._done = False
 
     def commit(self, last: Sequence[str] = ()) -> None:
@@ -686,12 +712,12 @@ class AtomicDir:
                     os.rename(self.tmp, self.path)
             except OSError as e:
                 self.abort()
-                raise _write_error(e, self.path) from None
+                raise write_error(e, self.path) from None
             except WriteError:
                 self.abort()
                 raise
             self._done = True
-            _untrack(self)
+            untrack(self)
 
     def _upload(self, last: Sequence[str]) -> None:
         """Upload the staged files, those named in ``last`` (a checkpoint's metadata, an
@@ -763,7 +789,7 @@ class AtomicDir:
             return
         self._done = True
         _remove(self.tmp, True)
-        _untrack(self)
+        untrack(self)
 
     def __enter__(self) -> AtomicDir:
         return self
@@ -828,32 +854,6 @@ def publish(files: Sequence[AtomicFile]) -> None:
                 for url in created:
                     remove(url)  # best effort, as AtomicDir's upload does
             raise
-
-
-@contextmanager
-def shard_set(folder: str, index_name: str, total_size: int) -> Iterator[tuple[list[AtomicFile], dict[str, str]]]:
-    """Write a set of shards and its Hugging Face-style index atomically.
-
-    Yields ``(pending, weight_map)``: the caller appends an :class:`AtomicFile` per shard
-    to ``pending`` and fills ``weight_map`` (tensor name -> shard file). On success the
-    index ``{"metadata": {"total_size": ...}, "weight_map": ...}`` is written last and
-    everything is published together (:func:`publish`); on any failure every temporary
-    is removed and no index appears at the destination (nor, at a URL, any shard).
-    """
-    import json
-
-    pending: list[AtomicFile] = []
-    weight_map: dict[str, str] = {}
-    try:
-        yield pending, weight_map
-        idx = AtomicFile(os.path.join(folder, index_name))
-        pending.append(idx)
-        idx.file.write(json.dumps({"metadata": {"total_size": total_size}, "weight_map": weight_map}, indent=2).encode("utf-8"))
-    except BaseException:
-        for af in pending:
-            af.abort()
-        raise
-    publish(pending)
 
 
 def _umask() -> int:

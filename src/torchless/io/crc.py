@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["crc32", "crc32_spans", "backend", "NATIVE_MIN", "SPAN_NATIVE_MIN"]
+__all__ = ["crc32", "crc32_spans", "crc32_combine", "backend", "NATIVE_MIN", "SPAN_NATIVE_MIN"]
 
 #: below this many bytes the ctypes call costs more than it saves
 NATIVE_MIN = 1 << 16
@@ -113,3 +113,44 @@ def crc32_spans(buf: Any, offsets: list[int], sizes: list[int]) -> list[int]:
     out = [fn(0, base + o, n) if n >= lo else zcrc(mv[o : o + n]) for o, n in zip(offsets, sizes, strict=True)]
     del arr  # (holds the buffer until every call returned)
     return out
+
+
+# -- CRC-32 of a concatenation from the parts' CRCs (zlib's crc32_combine) -------------------------
+def _gf2_times(mat: list[int], vec: int) -> int:
+    s = 0
+    i = 0
+    while vec:
+        if vec & 1:
+            s ^= mat[i]
+        vec >>= 1
+        i += 1
+    return s
+
+
+def _gf2_square(mat: list[int]) -> list[int]:
+    return [_gf2_times(mat, mat[n]) for n in range(32)]
+
+
+def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
+    """CRC-32 of ``A + B`` from ``crc32(A)``, ``crc32(B)`` and ``len(B)`` (zlib's
+    ``crc32_combine``, which Python's zlib does not expose): tasks writing ranges of
+    one file each return their range's CRC, and the coordinator joins them."""
+    if len2 <= 0:
+        return crc1
+    odd = [0xEDB88320] + [1 << n for n in range(31)]  # the operator for one zero bit
+    even = _gf2_square(odd)  # two zero bits
+    odd = _gf2_square(even)  # four zero bits
+    while True:
+        even = _gf2_square(odd)
+        if len2 & 1:
+            crc1 = _gf2_times(even, crc1)
+        len2 >>= 1
+        if not len2:
+            break
+        odd = _gf2_square(even)
+        if len2 & 1:
+            crc1 = _gf2_times(odd, crc1)
+        len2 >>= 1
+        if not len2:
+            break
+    return (crc1 ^ crc2) & 0xFFFFFFFF

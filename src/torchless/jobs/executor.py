@@ -25,11 +25,7 @@ seconds (default 600; 0: wait forever), a worker stuck on a lock or on storage t
 never answers: the job fails instead of hanging. Each task's remote traffic is returned
 with its result and added to this process's counters (``--stats``).
 
-Fault injection for tests: ``TORCHLESS_FAULT_KILL_TASK=PATH`` makes the first task that
-creates ``PATH`` (exclusively) kill its own process with SIGKILL, as a lost worker would;
-``PATH:N`` waits for the N-th task of the process (an interrupted job with N-1 tasks done).
-``TORCHLESS_FAULT_STALL_TASK=PATH`` makes the first task that creates ``PATH`` write its
-process id there and sleep forever (no CPU, no I/O), as a deadlocked worker would.
+The tasks' test fault hooks and memory metering are :mod:`torchless.jobs.hooks`.
 """
 
 from __future__ import annotations
@@ -49,10 +45,6 @@ __all__ = [
     "LocalExecutor",
     "DaskExecutor",
     "parse_executor",
-    "crc32_combine",
-    "task_fault",
-    "peak_rss",
-    "current_rss",
     "stop_pool",
     "pool_map",
     "counted",
@@ -62,8 +54,6 @@ __all__ = [
 ]
 
 DASK_HINT = "install the dask extra: pip install 'torchless[dask]'"
-KILL_ENV = "TORCHLESS_FAULT_KILL_TASK"
-STALL_FAULT_ENV = "TORCHLESS_FAULT_STALL_TASK"
 
 
 class Executor:
@@ -399,105 +389,3 @@ def _parse_executor(spec: Any, jobs: int, where: str) -> Executor:
     if type(spec).__name__ == "Client" and hasattr(spec, "map") and hasattr(spec, "scheduler_info"):
         return DaskExecutor(spec)
     raise UsageError("cannot use this executor", found=type(spec).__name__, expected="'local:N', 'dask://HOST:PORT' or a Client")
-
-
-# -- CRC-32 of a concatenation from the parts' CRCs (zlib's crc32_combine) -------------------------
-def _gf2_times(mat: list[int], vec: int) -> int:
-    s = 0
-    i = 0
-    while vec:
-        if vec & 1:
-            s ^= mat[i]
-        vec >>= 1
-        i += 1
-    return s
-
-
-def _gf2_square(mat: list[int]) -> list[int]:
-    return [_gf2_times(mat, mat[n]) for n in range(32)]
-
-
-def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
-    """CRC-32 of ``A + B`` from ``crc32(A)``, ``crc32(B)`` and ``len(B)`` (zlib's
-    ``crc32_combine``, which Python's zlib does not expose): tasks writing ranges of
-    one file each return their range's CRC, and the coordinator joins them."""
-    if len2 <= 0:
-        return crc1
-    odd = [0xEDB88320] + [1 << n for n in range(31)]  # the operator for one zero bit
-    even = _gf2_square(odd)  # two zero bits
-    odd = _gf2_square(even)  # four zero bits
-    while True:
-        even = _gf2_square(odd)
-        if len2 & 1:
-            crc1 = _gf2_times(even, crc1)
-        len2 >>= 1
-        if not len2:
-            break
-        odd = _gf2_square(even)
-        if len2 & 1:
-            crc1 = _gf2_times(odd, crc1)
-        len2 >>= 1
-        if not len2:
-            break
-    return (crc1 ^ crc2) & 0xFFFFFFFF
-
-
-_tasks_seen = 0
-
-
-def task_fault() -> None:
-    """The test hooks (see the module doc): kill this process, once per marker file
-    (``PATH:N``: at the N-th task this process runs), or stall it."""
-    global _tasks_seen
-    stall = os.environ.get(STALL_FAULT_ENV)
-    if stall:
-        try:
-            fd = os.open(stall, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            pass
-        else:
-            os.write(fd, str(os.getpid()).encode())
-            os.close(fd)
-            while True:
-                time.sleep(3600)
-    spec = os.environ.get(KILL_ENV)
-    if not spec:
-        return
-    _tasks_seen += 1
-    marker, _, nth = spec.rpartition(":") if spec.rpartition(":")[2].isdigit() else (spec, "", "")
-    if nth and _tasks_seen < int(nth):
-        return
-    try:
-        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return
-    os.close(fd)
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
-def peak_rss() -> int:
-    """This process's peak resident set size in bytes (0 where unknown)."""
-    try:
-        import resource
-        import sys
-
-        r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return int(r if sys.platform == "darwin" else r * 1024)
-    except (ImportError, OSError):
-        return 0
-
-
-def current_rss() -> int:
-    """This process's resident set size now, in bytes (0 where unknown). (A worker
-    process's ``ru_maxrss`` is useless here: a forked child starts with its parent's.)"""
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        import psutil
-
-        return int(psutil.Process().memory_info().rss)
-    except Exception:  # noqa: BLE001 - no psutil, or no permission
-        return 0

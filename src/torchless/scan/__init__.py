@@ -126,7 +126,7 @@ def _index_shards(p: str) -> list[tuple[str, str | None, str | None, bool]]:
 
 
 def _one(args: tuple[str, str, str | None, bool]) -> FileReport:
-    from ..jobs.executor import task_fault
+    from ..jobs.hooks import task_fault
 
     task_fault()  # the tests' hooks: a scan worker that dies or stalls (no-op otherwise)
     return scan_file(args[0], args[1], args[2], args[3])

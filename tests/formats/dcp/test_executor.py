@@ -12,7 +12,7 @@ import pytest
 
 import torchless
 import torchless.dcp as tdcp
-from torchless.jobs.executor import KILL_ENV, current_rss
+from torchless.jobs.hooks import KILL_ENV, current_rss
 
 torch = pytest.importorskip("torch", reason="torch is the oracle of these tests")
 distributed = pytest.importorskip("distributed", reason="the dask extra (dask[distributed]) is not installed")
@@ -88,7 +88,7 @@ def test_peak_rss_per_worker_is_bounded(cluster, tmp_path):
     big = torch.arange(4096 * 6144, dtype=torch.int32).reshape(4096, 6144)  # 96 MiB
     torch.save({"big": big, "small": torch.ones(3)}, tmp_path / "big.pt")
     tdcp.reshard(tmp_path / "big.pt", tmp_path / "r1", 1)
-    client.run(lambda: __import__("torchless.formats.ranged"))  # imports count as fixed overhead
+    client.run(lambda: __import__("torchless.jobs.tasks"))  # imports count as fixed overhead
     idle = min(client.run(current_rss).values())
     bounded = tdcp.reshard(tmp_path / "r1", tmp_path / "r2", 2, executor=client, max_task_bytes=4 * MiB)
     assert bounded["tasks"] > 24  # 96 MiB in 4 MiB tasks, plus the seals

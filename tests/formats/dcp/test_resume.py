@@ -13,9 +13,9 @@ import pytest
 
 import torchless
 import torchless.dcp as tdcp
-from torchless.formats import ranged
 from torchless.io.atomic import TEMP_PREFIX
-from torchless.jobs.executor import KILL_ENV
+from torchless.jobs import outputs as ranged
+from torchless.jobs.hooks import KILL_ENV
 
 SRC = os.path.join(os.path.dirname(__file__), "..", "..", "..", "src")
 

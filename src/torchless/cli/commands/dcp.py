@@ -94,7 +94,7 @@ def ranged_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cleanup_command(dst: str, *, folder: bool, as_json: bool) -> int:
-    from ...formats.ranged import cleanup
+    from ...formats.hf.ranged import cleanup
 
     removed = cleanup(dst, folder=folder)
     if as_json:

@@ -60,7 +60,7 @@ def consolidate(
             ``compress`` for npz, ``alignment``/``compute_crc``/``prefix`` for pt;
             ``torchless formats --json`` lists them).
         executor, max_task_bytes, resume: write safetensors output as range tasks on an
-            executor (see :func:`torchless.formats.ranged.write_shards`); they may also
+            executor (see :func:`torchless.formats.hf.ranged.write_shards`); they may also
             come in ``options``.
 
     Returns:
@@ -142,7 +142,7 @@ def _consolidate(
                 hint="write .pt to keep them, or leave out --strict",
             )
         if ranged:  # range tasks on an executor: workers read the chunks themselves
-            from ..ranged import write_shards
+            from ..hf.ranged import write_shards
 
             ents = [(n, reader.entries[n].dtype, tuple(reader.entries[n].size), reader.entries[n].nbytes) for n in names]
             files = write_shards(reader.path, ents, dst, progress=progress, **opts, **ranged)

@@ -321,7 +321,7 @@ def _copy_range(src_path: str, info: StorageInfo, out: Any) -> None:
 
 def run_task(task: FileTask, source: Any = None) -> list[WrittenItem]:
     """Write one file; returns where each item landed. Opens ``task.src`` unless given."""
-    from ...jobs.executor import task_fault
+    from ...jobs.hooks import task_fault
     from ..pt.write import save_checkpoint
 
     task_fault()
@@ -481,7 +481,7 @@ def _check_dest(dst: str, resume: bool = False) -> None:
             names = remote.listdir(dst)  # raises with the store's reason when it cannot list
         stale = [n for n in names if n == METADATA_NAME or n.endswith((".distcp", ".safetensors"))]
         if stale and resume and METADATA_NAME not in stale:
-            from ..ranged import remote_staging_for
+            from ...jobs.staging import remote_staging_for
 
             if remote_staging_for(dst):
                 return
@@ -536,7 +536,7 @@ def reshard(
         executor: where the tasks run: ``"local:N"`` (processes), ``"dask://HOST:PORT"``
             or a ``distributed.Client`` (see :mod:`torchless.jobs.executor`). With an
             executor, ``max_task_bytes`` or ``resume``, the job runs as range tasks
-            (:mod:`torchless.formats.ranged`); otherwise one task per rank file in
+            (:mod:`torchless.jobs.outputs`); otherwise one task per rank file in
             ``jobs`` processes.
         max_task_bytes: the most bytes one task writes (a rank file larger than that is
             written by several tasks into the pre-sized staged file); bounds a
@@ -652,7 +652,10 @@ def _reshard_ranged(
     progress: Callable[[int], None] | None,
 ) -> dict[str, Any]:
     from ...jobs.executor import parse_executor
-    from ..ranged import LocalDirStaging, RemoteStaging, close_sources, pt_item_template, write_outputs
+    from ...jobs.outputs import write_outputs
+    from ...jobs.staging import LocalDirStaging, RemoteStaging
+    from ...jobs.tasks import close_sources
+    from ..pt.item import pt_item_template, write_item
 
     ex = parse_executor(executor, jobs=jobs, where=dst, paths=(getattr(source, "path", None), dst))
     staging: Any = None
@@ -674,6 +677,7 @@ def _reshard_ranged(
             fingerprint={"source": os.fspath(source.path), "ranks": ranks, "format": format},
             progress=progress,
             seal=lambda piece, crc: pt_item_template(piece.dtype, piece.sizes, crc)[2],
+            item_writer=write_item,
         )
         summary = _finish_metadata(lambda data: staging.put(METADATA_NAME, data), tasks, md, results, format)
         staging.publish(last=(METADATA_NAME,))
@@ -702,7 +706,8 @@ def _ranged_layout(
     """Every rank file as pieces at known offsets, and where each item lands (for
     ``.metadata``); computed from metadata alone (non-tensor values of a single-file
     source are pickled here: they are small)."""
-    from ..ranged import OutputFile, Piece, pt_item_template, split_rows
+    from ...jobs.plan import OutputFile, Piece, split_rows
+    from ..pt.item import pt_item_template
 
     files: list[OutputFile] = []
     results: list[list[WrittenItem]] = []
@@ -801,7 +806,7 @@ def _pt_item_length(dtype: str, sizes: tuple[int, ...]) -> int:
     dt = by_name(dtype)
     nbytes = numel(sizes) * dt.itemsize
     if nbytes >= 1 << 18:
-        from ..ranged import pt_item_template
+        from ..pt.item import pt_item_template
 
         head, plen, tail = pt_item_template(dtype, sizes)
         n = len(head) + plen + len(tail)

@@ -21,8 +21,9 @@ from typing import Any
 from ...core.errors import UsageError
 from ...core.tensor import as_tensor
 from ...core.values import StateDict
-from ...io.atomic import AtomicFile, make_folder_for, shard_set
+from ...io.atomic import AtomicFile, make_folder_for
 from ..shared import alias_metadata, dropped_entries, drops_aliases, split_aliases
+from .index import shard_set
 from .spec import INDEX_SUFFIX, shard_name
 
 __all__ = ["DEFAULT_MAX_SHARD_SIZE", "convert_tensors", "write_bin_sharded", "write_sharded"]
