@@ -7,7 +7,7 @@ the global tensor) and ``DCP_VERSION``. ``HuggingFaceStorageReader`` reads every
 ``*.safetensors`` file in a directory (plain Hugging Face checkpoints too: no sharding
 info means offsets 0) and takes each tensor's global size as the largest
 ``offset + shape`` per dimension. :class:`HFReader` does the same without torch and then
-behaves like :class:`~.read.DCPReader` (assembled tensors, blocks, layout).
+behaves like :class:`~.reader.DCPReader` (assembled tensors, blocks, layout).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from ...io import remote
 from ...io.source import MmapSource
 from ..safetensors import read_safetensors
 from .constants import SAVED_OFFSETS, SHARDING_KEY
-from .read import ChunkRef, DCPReader
+from .read import ChunkRef
+from .reader import DCPReader
 from .spec import (
     ChunkStorageMetadata,
     Metadata,
