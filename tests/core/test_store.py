@@ -66,6 +66,7 @@ def test_stat_isdir_exists(store):
     assert st.stat(st.join(root, "missing")) is None
     assert st.exists(st.join(root, "a.bin")) and not st.exists(st.join(root, "missing"))
     assert not st.isdir(st.join(root, "a.bin"))
+    assert st.isfile(st.join(root, "a.bin")) and not st.isfile(st.join(root, "missing"))
 
 
 @pytest.mark.parametrize("bad", ["../a.bin", "/etc/passwd", "a\x00b", "", ".."])
@@ -97,7 +98,7 @@ def test_publish_and_remove(store, tmp_path):
 
 def test_a_location_resolves_once_to_its_store(tmp_path):
     assert store_for(str(tmp_path)) is LOCAL and store_for(tmp_path) is LOCAL
-    assert store_for("s3://bucket/x") is FSSPEC and store_for("memory://x") is FSSPEC
+    assert store_for("s3://bucket/x") is FSSPEC and store_for("memory://x") is FSSPEC and store_for("file:///x") is FSSPEC
     assert resolve("file:///tmp/x.pt") == (LOCAL, "/tmp/x.pt")  # a file:// URL names a local path
     assert resolve("s3://b/k") == (FSSPEC, "s3://b/k")
     assert FSSPEC.remote and not LOCAL.remote

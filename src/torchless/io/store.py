@@ -64,7 +64,14 @@ class Store(Protocol):
 
     def isdir(self, path: str) -> bool: ...
 
-    def exists(self, path: str) -> bool: ...
+    def isfile(self, path: str, what: str = "cannot check this URL") -> bool:
+        """Whether a file is there (on an object store: an object under that key; a store
+        that cannot tell raises UsageError ``"<what>: <its reason>"`` rather than guess)."""
+        ...
+
+    def exists(self, path: str, what: str = "cannot check this URL") -> bool:
+        """Whether a file or folder is there (a store that cannot tell raises, as :meth:`isfile`)."""
+        ...
 
     def join(self, base: str, name: str) -> str:
         """``base/name`` in this store's spelling."""
@@ -120,7 +127,10 @@ class LocalStore:
     def isdir(self, path: str) -> bool:
         return os.path.isdir(path)
 
-    def exists(self, path: str) -> bool:
+    def isfile(self, path: str, what: str = "") -> bool:
+        return os.path.isfile(path)
+
+    def exists(self, path: str, what: str = "") -> bool:
         return os.path.exists(path)
 
     def join(self, base: str, name: str) -> str:
@@ -177,8 +187,11 @@ class FsspecStore:
     def isdir(self, path: str) -> bool:
         return remote.isdir(path)
 
-    def exists(self, path: str) -> bool:
-        return remote.present(path, "cannot check this URL")
+    def isfile(self, path: str, what: str = "cannot check this URL") -> bool:
+        return remote.present(path, what)
+
+    def exists(self, path: str, what: str = "cannot check this URL") -> bool:
+        return remote.present(path, what)
 
     def join(self, base: str, name: str) -> str:
         return base.rstrip("/") + "/" + name
@@ -240,7 +253,10 @@ class MemoryStore:
         pre = path.rstrip("/") + "/"
         return any(k.startswith(pre) for k in self.files)
 
-    def exists(self, path: str) -> bool:
+    def isfile(self, path: str, what: str = "") -> bool:
+        return path in self.files
+
+    def exists(self, path: str, what: str = "") -> bool:
         return path in self.files or self.isdir(path)
 
     def join(self, base: str, name: str) -> str:
@@ -273,16 +289,14 @@ FSSPEC = FsspecStore()
 
 
 def store_for(location: Any) -> Store:
-    """The store of ``location``: :data:`FSSPEC` for a URL (``file://`` URLs excepted: they
-    name local paths), :data:`LOCAL` for anything else. The one place a location is asked
-    whether it is a URL."""
-    if remote.is_url(location) and remote.is_url(remote.local_path(location)):
-        return FSSPEC
-    return LOCAL
+    """The store of ``location``: :data:`FSSPEC` for a URL (``scheme://...``, ``file://``
+    included: fsspec's local filesystem), :data:`LOCAL` for anything else. The one place a
+    location is asked whether it is a URL."""
+    return FSSPEC if remote.is_url(location) else LOCAL
 
 
 def resolve(location: Any) -> tuple[Store, Any]:
     """``(store, path)`` for a location given by a user: a ``file://`` URL becomes the
-    local path it names; anything else stays as given (a path-like object too)."""
-    store = store_for(location)
-    return store, location if store.remote else remote.local_path(location)
+    local path it names (the local store's); anything else stays as given."""
+    path = remote.local_path(location)
+    return store_for(path), path

@@ -37,8 +37,8 @@ from ...core.errors import (
 )
 from ...core.findings import Problem
 from ...core.tensor import _PACKED, Storage, Tensor
-from ...io.paths import confine
 from ...io.source import ByteSource, BytesSource, MmapSource, RemoteSource, SliceSource
+from ...io.store import Store, store_for
 from ...pickle.fastpath import FALLBACK, OnceResolver, fast_tensor, tensor_frame
 from ...pickle.globals import AllowlistResolver
 from ...pickle.torch_globals import DEFAULT_ALLOWLIST
@@ -71,35 +71,6 @@ _PREFAULT_MAX = 64 << 20
 _BATCH_ITEMS = 512
 
 
-def _is_url(p: Any) -> bool:
-    from ...io.remote import is_url
-
-    return is_url(p)
-
-
-def _remote_isdir(p: str) -> bool:
-    from ...io import remote
-
-    return remote.isdir(p)
-
-
-def _remote_relpath(rel: str, path: str, member: str | None = None) -> str:
-    """``path/rel`` for a remote checkpoint: a plain file name only (no links to follow
-    there, but no ``..``, separators or absolute names either)."""
-    from ...core.errors import LinkEscapeError
-    from ...io.remote import join
-
-    if not isinstance(rel, str) or not rel or rel in (".", "..") or "\x00" in rel or "/" in rel or "\\" in rel:
-        raise LinkEscapeError(
-            "refused DCP storage file: not a plain file name",
-            path=path,
-            member=member,
-            expected="a plain file name inside the checkpoint's folder",
-            found=repr(rel)[:120],
-        )
-    return join(path, rel)
-
-
 def _file_size(reader: Any, f: str) -> int | None:
     if reader.remote:
         try:
@@ -108,16 +79,6 @@ def _file_size(reader: Any, f: str) -> int | None:
             return None
     p = os.path.join(reader.path, f)
     return os.path.getsize(p) if os.path.exists(p) else None
-
-
-def _safe_relpath(rel: str, path: Any, member: str | None = None) -> str:
-    """The real path of storage file ``rel`` inside checkpoint folder ``path``.
-
-    torch's ``FileSystemReader`` joins ``relative_path`` to the folder as it is (``..``,
-    absolute names and symbolic links included); torchless refuses everything that
-    leaves the folder (:func:`~torchless.io.paths.confine`) before opening anything.
-    """
-    return confine(path, rel, what="DCP storage file", member=member)
 
 
 class DCPReader:
@@ -132,6 +93,8 @@ class DCPReader:
     general_only = False
     #: a checkpoint at a URL (read by ranges through :mod:`torchless.io.remote`)
     remote = False
+    #: where its files live (:func:`torchless.io.store.store_for` of its path)
+    store: Store
     #: :meth:`locate_many` checks the items of a file as arrays from this many on (tests
     #: set 0 to run the batch on every call)
     batch_min = 16
@@ -140,8 +103,9 @@ class DCPReader:
 
     def __init__(self, path: Any, *, metadata: Metadata | None = None) -> None:
         self.path = os.fspath(path)
-        self.remote = _is_url(self.path)
-        if not (_remote_isdir(self.path) if self.remote else os.path.isdir(self.path)):
+        self.store = store_for(self.path)
+        self.remote = self.store.remote
+        if not self.store.isdir(self.path):
             raise NotFoundError("not a DCP checkpoint directory", path=self.path)
         self.metadata = metadata if metadata is not None else read_metadata(self.path)
         md = self.metadata
@@ -202,7 +166,10 @@ class DCPReader:
         cache: dict[str, str] = self.__dict__.setdefault("_real", {})
         real = cache.get(rel)
         if real is None:
-            real = cache[rel] = _remote_relpath(rel, self.path, member) if self.remote else _safe_relpath(rel, self.path, member)
+            # torch's FileSystemReader joins relative_path to the folder as it is (``..``,
+            # absolute names and symbolic links included): torchless refuses everything that
+            # leaves the folder, before opening anything (one rule: the store's confine)
+            real = cache[rel] = self.store.confine(self.path, rel, what="DCP storage file", member=member)
         return real
 
     def _shown(self, rel: str) -> str:
