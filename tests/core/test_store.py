@@ -102,3 +102,27 @@ def test_a_location_resolves_once_to_its_store(tmp_path):
     assert resolve("file:///tmp/x.pt") == (LOCAL, "/tmp/x.pt")  # a file:// URL names a local path
     assert resolve("s3://b/k") == (FSSPEC, "s3://b/k")
     assert FSSPEC.remote and not LOCAL.remote
+
+
+def test_is_url_is_asked_only_where_a_location_is_resolved():
+    """Below the edge a location's store is passed down: ``is_url`` is called only by the
+    store's resolution, the byte-source and fsspec modules themselves, the probe-level
+    Lightning test (a probe's text), and the range-write jobs (their own entry points)."""
+    import ast
+    import pathlib
+
+    import torchless
+
+    src = pathlib.Path(torchless.__file__).parent
+    allowed = {"io/store.py", "io/source.py", "io/remote.py", "formats/trainers/lightning.py", "formats/ranged.py"}
+    found = set()
+    for f in src.rglob("*.py"):
+        rel = f.relative_to(src).as_posix()
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.Call):
+                fn = node.func
+                name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", None)
+                if name == "is_url":
+                    found.add(rel)
+    outside = sorted(m for m in found - allowed if not m.startswith("jobs/"))
+    assert outside == [], outside

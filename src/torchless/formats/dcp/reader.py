@@ -37,7 +37,7 @@ from ...core.errors import (
 )
 from ...core.findings import Problem
 from ...core.tensor import _PACKED, Storage, Tensor
-from ...io.source import ByteSource, BytesSource, MmapSource, RemoteSource, SliceSource
+from ...io.source import ByteSource, BytesSource, SliceSource
 from ...io.store import Store, store_for
 from ...pickle.fastpath import FALLBACK, OnceResolver, fast_tensor, tensor_frame
 from ...pickle.globals import AllowlistResolver
@@ -188,10 +188,10 @@ class DCPReader:
         if m is None:
             if self._closed:
                 raise self._refuse_closed()
-            if self.remote:
-                m = self._maps[rel] = RemoteSource(self.real_path(rel))
+            m = self.store.open(self.real_path(rel))
+            if self.remote:  # (read by ranges)
+                self._maps[rel] = m
                 return m
-            m = MmapSource(self.real_path(rel))
             # only the small zip structures are read through the map: no read-around, so
             # a checkpoint of thousands of chunks does not pull megabytes into our RSS
             mp = getattr(m, "_map", None)
