@@ -28,11 +28,11 @@ if os.environ.get("TORCHLESS_GENERAL_PATHS") == "1":
     # path (their own tests compare each with the general code in every run)
     import torchless.diff
     import torchless.formats.dcp.metadata
-    import torchless.formats.dcp.read
+    import torchless.formats.dcp.reader
     import torchless.formats.pt.write
 
     torchless.formats.dcp.metadata.GENERAL_ONLY = True
-    torchless.formats.dcp.read.DCPReader.general_only = True
+    torchless.formats.dcp.reader.DCPReader.general_only = True
     torchless.formats.pt.write.FAST_PICKLE = False
     torchless.diff.RAW_FIRST = False
     import torchless.formats.pt.read

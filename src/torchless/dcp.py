@@ -23,7 +23,8 @@ from .formats.base import LoadPolicy
 from .formats.dcp.artifact import DCPArtifact
 from .formats.dcp.consolidate import consolidate
 from .formats.dcp.metadata import DCP_ALLOWLIST, dump_metadata, parse_metadata, read_metadata
-from .formats.dcp.read import DCPReader, unflatten
+from .formats.dcp.read import unflatten
+from .formats.dcp.reader import DCPReader
 from .formats.dcp.reshard import FileTask, Plan, ShardSpec, parse_plan, plan_reshard, reshard, run_task
 from .formats.dcp.spec import (
     BytesStorageMetadata,

@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from torchless.io import remote
+from torchless.io.cloud import azure
 
 
 class _Target:
@@ -35,15 +35,15 @@ def _fs(target: _Target) -> types.SimpleNamespace:
 
 @pytest.fixture(autouse=True)
 def _no_auth(monkeypatch):
-    monkeypatch.setattr(remote, "_az_source_auth", lambda fs: None)
-    monkeypatch.setattr(remote, "_az_source_url", lambda fs, client, auth: "https://example.invalid/src")
+    monkeypatch.setattr(azure, "source_auth", lambda fs: None)
+    monkeypatch.setattr(azure, "source_url", lambda fs, client, auth: "https://example.invalid/src")
 
 
 def test_a_copy_without_progress_is_aborted_after_the_stall_timeout(monkeypatch):
     monkeypatch.setenv("TORCHLESS_STALL_TIMEOUT", "1")
     target = _Target([("pending", "0/100")])
     with pytest.raises(OSError, match="made no progress for 1 s"):
-        asyncio.run(asyncio.wait_for(remote._az_copy(_fs(target), "src", "dst"), timeout=30))
+        asyncio.run(asyncio.wait_for(azure.copy(_fs(target), "src", "dst"), timeout=30))
     assert target.aborted == ["copy-1"]
 
 
@@ -51,5 +51,5 @@ def test_a_progressing_copy_is_waited_for(monkeypatch):
     monkeypatch.setenv("TORCHLESS_STALL_TIMEOUT", "1")
     steps = [("pending", f"{i}/10") for i in range(8)] + [("success", "10/10")]
     target = _Target(steps)
-    asyncio.run(asyncio.wait_for(remote._az_copy(_fs(target), "src", "dst"), timeout=60))
+    asyncio.run(asyncio.wait_for(azure.copy(_fs(target), "src", "dst"), timeout=60))
     assert target.aborted == []

@@ -23,7 +23,7 @@ from tl_testutil import assert_same_state, torch_dcp_load
 
 import torchless
 import torchless.dcp
-from torchless.io import remote
+from torchless.io.cloud import azure
 
 from . import test_remote_azure as _azure
 from .test_remote import _cli
@@ -182,7 +182,7 @@ def test_join_without_source_authorization_uploads_the_blocks(az, ckpt, tmp_path
     the join uploads the blocks itself: the same files, every part byte read back once."""
     sd, d = ckpt
     _upload_dir(az, d / "r4", "r4")
-    monkeypatch.setattr(remote, "_az_source_auth", lambda fs: None)
+    monkeypatch.setattr(azure, "source_auth", lambda fs: None)
     mark = az.srv.mark()
     code, out, err = _cli(capsys, "reshard", f"{az.url}/r4", f"{az.url}/r3", "--ranks", "3", "--max-task-bytes", "1MiB")
     assert code == 0, err

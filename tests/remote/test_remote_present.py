@@ -216,7 +216,7 @@ def test_dcp_reader_whose_folder_check_fails_is_not_told_it_is_no_checkpoint(mem
     a, _b = ckpts
     _mem_dir(fs, a, f"{base}/ck")
     url = f"memory://{base}/ck"
-    from torchless.formats.dcp.read import DCPReader
+    from torchless.formats.dcp.reader import DCPReader
 
     DCPReader(url).close()  # the store answering: a checkpoint folder
     failed = _flaky_info(monkeypatch, url)

@@ -282,10 +282,10 @@ class Probe:
                 found=type(path).__name__,
             )
         if isinstance(path, str) and "://" in path:
-            from ..io.remote import is_url, local_path
+            from ..io.store import resolve
 
-            path = local_path(path)
-            if is_url(path):
+            store, path = resolve(path)  # a file:// URL names a local path
+            if store.remote:
                 return cls._of_url(path)
         where: Any = os.fspath(path)
         if not _plain_path(where):

@@ -48,6 +48,7 @@ from typing import Any, BinaryIO
 
 from ..core.errors import InternalError, WriteError
 from .source import PathLike
+from .store import resolve, store_for
 
 __all__ = [
     "AtomicFile",
@@ -525,10 +526,10 @@ class AtomicFile:
     """
 
     def __init__(self, path: PathLike, *, durable: bool = False, dest: PathLike | None = None) -> None:
-        self.path = _local(os.fspath(path))
+        store, self.path = resolve(os.fspath(path))  # where it is published, asked once
         self.durable = durable
         self.dest = os.fspath(dest) if dest is not None else self.path  # the name errors give
-        self.url = self.path if _is_url(self.path) else None
+        self.url = self.path if store.remote else None
         if self.url is not None:
             from .remote import check_writable
 
@@ -647,10 +648,10 @@ class AtomicDir:
     """
 
     def __init__(self, path: PathLike, *, merge: bool = False, replace: bool = False) -> None:
-        self.path = _local(os.fspath(path))
+        store, self.path = resolve(os.fspath(path))  # where it is published, asked once
         self.merge = merge
         self.replace = replace
-        self.url = self.path if _is_url(self.path) else None
+        self.url = self.path if store.remote else None
         if self.url is not None:
             from .remote import check_writable
 
@@ -802,18 +803,6 @@ class AtomicDir:
             self.public(exc)
 
 
-def _is_url(path: Any) -> bool:
-    from .remote import is_url
-
-    return is_url(path)
-
-
-def _local(path: Any) -> Any:
-    from .remote import local_path
-
-    return local_path(path)
-
-
 def publish(files: Sequence[AtomicFile]) -> None:
     """Commit finished files in order (shards first, their index last) with signals held
     back, so an interruption never leaves an index naming a missing shard. On failure
@@ -866,10 +855,8 @@ def make_folder_for(path: Any) -> None:
     """Create the folder that will hold ``path``, with its missing parents, as
     ``save_pretrained`` creates its directory (sharded outputs); nothing for a URL (object
     stores have no folders to make) or a name in the current folder."""
-    from .remote import is_url
-
     folder = os.path.dirname(os.fspath(path)) if isinstance(path, (str, os.PathLike)) else ""
-    if folder and not is_url(path):
+    if folder and not store_for(path).remote:
         os.makedirs(folder, exist_ok=True)
 
 

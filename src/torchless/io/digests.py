@@ -106,9 +106,9 @@ def check_digests(path: str, *, sha256: str | None = None, manifest: str | None 
     Raises:
         UsageError: ``sha256`` is not 64 hex digits, or is given for a folder; a URL.
     """
-    from .remote import is_url
+    from .store import store_for
 
-    if is_url(path) or (manifest is not None and is_url(manifest)):
+    if store_for(path).remote or (manifest is not None and store_for(manifest).remote):
         raise UsageError("--sha256 and --manifest check local files only", path=path)
     digests: list[Digest] = []
     problems: list[Problem] = []

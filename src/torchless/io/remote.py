@@ -18,9 +18,10 @@ fsspec side: :func:`is_url` is a string test, and fsspec (the optional extra
   temporary name and a move.
 * :func:`join_objects` - join part objects into one object server-side where the store
   can (:func:`can_join`): an S3 multipart upload of server-side copies, completed only at
-  the end and aborted on failure; Azure blocks staged from the parts' URLs, committed by
-  one block list; :func:`move` - a server-side move, waited for until complete;
-  :func:`abort_uploads` - abort the incomplete multipart uploads an interrupted job left.
+  the end and aborted on failure (:mod:`torchless.io.cloud.s3`); Azure blocks staged from
+  the parts' URLs, committed by one block list (:mod:`torchless.io.cloud.azure`);
+  :func:`move` - a server-side move, waited for until complete; :func:`abort_uploads` -
+  abort the incomplete multipart uploads an interrupted job left.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar, cast
 
 from ..core.errors import NotFoundError, UsageError
+from .cloud import azure, s3
 
 __all__ = [
     "RemotePath",
@@ -495,16 +497,14 @@ def upload(local: str, url: str) -> int:
     return size
 
 
-# -- S3 multipart joins ---------------------------------------------------------------------------
-#: S3's smallest part of a multipart upload (every part but the last) and its largest
-S3_MIN_PART = 5 << 20
-S3_MAX_PART = 5 << 30
-#: S3's most parts in one multipart upload
-S3_MAX_PARTS = 10_000
-
-#: one part of a multipart join: ``("copy", i, start, end)`` copies bytes ``[start, end)`` of
-#: part object ``i`` server-side; ``("upload", [(i, start, end), ...])`` uploads those bytes
-JoinPart = tuple[Any, ...]
+# -- server-side joins (S3: cloud/s3.py, Azure: cloud/azure.py) ----------------------------------
+#: S3's multipart rules and the plan of a join live in :mod:`.cloud.s3`
+S3_MIN_PART = s3.S3_MIN_PART
+S3_MAX_PART = s3.S3_MAX_PART
+S3_MAX_PARTS = s3.S3_MAX_PARTS
+JoinPart = s3.JoinPart
+join_plan = s3.join_plan
+s3_min_part = s3.s3_min_part
 
 
 def _join_kind(fs: Any) -> str | None:
@@ -526,14 +526,8 @@ def can_join(url: str, sizes: list[int] | None = None) -> bool:
     fs, _p = filesystem(url)
     kind = _join_kind(fs)
     if kind == "azure" and sizes is not None:
-        return _az_blocks(sizes) <= AZ_MAX_BLOCKS
+        return azure.block_count(sizes) <= azure.AZ_MAX_BLOCKS
     return kind is not None
-
-
-def s3_min_part(total: int, min_part: int = S3_MIN_PART) -> int:
-    """The smallest part (but the last) of an S3 multipart upload of ``total`` bytes:
-    ``min_part`` (S3's 5 MiB), or larger, so that the upload has at most S3's 10,000 parts."""
-    return max(min_part, -(-total // (S3_MAX_PARTS - 1)))
 
 
 def join_min_part(url: str, total: int = 0) -> int:
@@ -553,58 +547,12 @@ def joins_server_side(url: str, sizes: list[int]) -> bool:
     if kind == "s3":
         return all(p[0] == "copy" for p in join_plan(sizes))
     if kind == "azure":
-        return _location(url) not in _AZ_NO_FROM_URL and _az_source_auth(fs) is not None and _az_blocks(sizes) <= AZ_MAX_BLOCKS
+        return (
+            _location(url) not in azure.NO_FROM_URL
+            and azure.source_auth(fs) is not None
+            and azure.block_count(sizes) <= azure.AZ_MAX_BLOCKS
+        )
     return False
-
-
-def join_plan(sizes: list[int], min_part: int = S3_MIN_PART, max_part: int = S3_MAX_PART) -> list[JoinPart]:
-    """The multipart upload that joins objects of ``sizes`` bytes, in order.
-
-    Every part but the last must hold ``min_part`` bytes: an object of that size or more is
-    copied server-side (in ranges of at most ``max_part``); a smaller one (a few bytes
-    between two large objects) is uploaded together with the bytes that follow it, taken
-    from the next objects until the part holds ``min_part`` bytes and what is left of the
-    object it stops in can still be copied. So what passes through the client is bounded
-    by about twice ``min_part`` per small object, whatever the sizes of the large ones.
-    ``min_part`` is raised as far as the upload needs to hold at most S3's 10,000 parts
-    (:func:`s3_min_part`): objects smaller than that then travel through the client.
-    """
-    min_part = s3_min_part(sum(sizes), min_part)
-    plan: list[JoinPart] = []
-    pending: list[tuple[int, int, int]] = []  # ranges of an upload part being filled
-    held = 0
-
-    def copy(i: int, a: int, b: int) -> None:
-        n = -(-(b - a) // max_part)  # equal ranges, each at most max_part (and >= min_part)
-        step = -(-(b - a) // n)
-        for x in range(a, b, step):
-            plan.append(("copy", i, x, min(b, x + step)))
-
-    for i, size in enumerate(sizes):
-        a = 0
-        if pending:
-            need = min_part - held
-            if size - need >= min_part:  # close the upload part; the rest is copied
-                pending.append((i, 0, need))
-                plan.append(("upload", pending))
-                pending, held, a = [], 0, need
-            else:
-                pending.append((i, 0, size))
-                held += size
-                if held >= min_part:
-                    plan.append(("upload", pending))
-                    pending, held = [], 0
-                continue
-        if size - a >= min_part:
-            copy(i, a, size)
-        elif size > a:
-            pending.append((i, a, size))
-            held += size - a
-    if len(pending) == 1:  # the last part may be small: one object's tail is copied too
-        copy(*pending[0])
-    elif pending:
-        plan.append(("upload", pending))
-    return plan
 
 
 def join_objects(url: str, parts: list[str], sizes: list[int]) -> int:
@@ -639,101 +587,12 @@ def join_objects(url: str, parts: list[str], sizes: list[int]) -> int:
 
 
 def _join_s3(url: str, parts: list[str], sizes: list[int]) -> int:
-    from ..core.errors import WriteError
-
     fs, dest = filesystem(url)
-    bucket, key, _v = fs.split_path(dest)
-    srcs = [filesystem(p)[1] for p in parts]
-    moved = 0
-    try:
-        uid = fs.call_s3("create_multipart_upload", Bucket=bucket, Key=key)["UploadId"]
-    except Exception as e:  # noqa: BLE001 - botocore's errors are not OSErrors
-        raise WriteError(f"cannot join parts: {type(e).__name__}: {e}", path=url) from None
-    try:
-        done = []
-        for n, part in enumerate(join_plan(sizes), 1):
-            if part[0] == "copy":
-                _kind, i, a, b = part
-                r = fs.call_s3(
-                    "upload_part_copy",
-                    Bucket=bucket,
-                    Key=key,
-                    UploadId=uid,
-                    PartNumber=n,
-                    CopySource=srcs[i],
-                    CopySourceRange=f"bytes={a}-{b - 1}",
-                )
-                etag = r["CopyPartResult"]["ETag"]
-            else:
-                body = b"".join(cat_range(fs, srcs[i], a, b) for i, a, b in part[1])
-                STATS.fetched(len(body))
-                moved += len(body)
-                etag = fs.call_s3("upload_part", Bucket=bucket, Key=key, UploadId=uid, PartNumber=n, Body=body)["ETag"]
-            done.append({"PartNumber": n, "ETag": etag})
-        fs.call_s3("complete_multipart_upload", Bucket=bucket, Key=key, UploadId=uid, MultipartUpload={"Parts": done})
-    except BaseException as e:
-        try:
-            fs.call_s3("abort_multipart_upload", Bucket=bucket, Key=key, UploadId=uid)
-        except Exception:  # noqa: BLE001 - best effort; abort_uploads() finds it later
-            pass
-        if isinstance(e, Exception) and not isinstance(e, WriteError):
-            raise WriteError(f"cannot join parts: {type(e).__name__}: {e}", path=url) from None
-        raise
-    fs.invalidate_cache(dest)
+    moved = s3.join(fs, url, dest, [filesystem(p)[1] for p in parts], sizes, STATS, cat_range)
     if moved:
         STATS.uploaded(moved)
     forget(url)
     return moved
-
-
-# -- Azure Blob Storage joins and moves ------------------------------------------------------
-#: the largest block staged from a URL (Put Block From URL) in a join, and the most blocks
-#: a block blob holds
-AZ_MAX_BLOCK = 100 << 20
-AZ_MAX_BLOCKS = 50_000
-#: accounts (``scheme://container``) whose service answered Put Block From URL with 501
-#: (an emulator without it): their joins upload the blocks
-_AZ_NO_FROM_URL: dict[str, bool] = {}
-
-
-def _az_blocks(sizes: list[int]) -> int:
-    return sum(-(-s // AZ_MAX_BLOCK) for s in sizes)
-
-
-def _az_source_auth(fs: Any) -> str | None:
-    """How a part's URL is authorized as the source of Put Block From URL: ``"key"`` (the
-    client signs with the account key: a read-only SAS is signed for each part), ``"sas"``
-    (the client's URLs carry a SAS), or None (a token credential, anonymous access)."""
-    client = getattr(fs, "service_client", None)
-    if client is None:
-        return None
-    cred = getattr(client, "credential", None)
-    if getattr(cred, "account_key", None) and getattr(cred, "account_name", None):
-        return "key"
-    if "sig=" in str(getattr(client, "url", "")).partition("?")[2]:
-        return "sas"
-    return None
-
-
-def _az_source_url(fs: Any, client: Any, auth: str | None) -> str:
-    """``client``'s blob URL, readable by the service for an hour (see :func:`_az_source_auth`)."""
-    url = str(client.url)
-    if auth != "key":
-        return url
-    import datetime
-
-    from azure.storage.blob import BlobSasPermissions, generate_blob_sas
-
-    cred = fs.service_client.credential
-    sas = generate_blob_sas(
-        account_name=cred.account_name,
-        container_name=client.container_name,
-        blob_name=client.blob_name,
-        account_key=cred.account_key,
-        permission=BlobSasPermissions(read=True),
-        expiry=datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1),
-    )
-    return url + ("&" if "?" in url else "?") + sas
 
 
 def _join_azure(url: str, parts: list[str], sizes: list[int]) -> int:
@@ -742,10 +601,11 @@ def _join_azure(url: str, parts: list[str], sizes: list[int]) -> int:
     from ..core.errors import WriteError
 
     fs, dest = filesystem(url)
-    if _az_blocks(sizes) > AZ_MAX_BLOCKS:
-        raise WriteError(f"cannot join parts: more than {AZ_MAX_BLOCKS} blocks", path=url)
+    if azure.block_count(sizes) > azure.AZ_MAX_BLOCKS:
+        raise WriteError(f"cannot join parts: more than {azure.AZ_MAX_BLOCKS} blocks", path=url)
+    srcs = [filesystem(p)[1] for p in parts]
     try:
-        moved = int(sync(fs.loop, _join_azure_async, fs, url, dest, [filesystem(p)[1] for p in parts], sizes))
+        moved = int(sync(fs.loop, azure.join_async, fs, dest, srcs, sizes, STATS, _location(url)))
     except WriteError:
         raise
     except Exception as e:  # noqa: BLE001 - the Azure SDK's errors are not OSErrors
@@ -754,46 +614,6 @@ def _join_azure(url: str, parts: list[str], sizes: list[int]) -> int:
     if moved:
         STATS.uploaded(moved)
     forget(url)
-    return moved
-
-
-async def _join_azure_async(fs: Any, url: str, dest: str, srcs: list[str], sizes: list[int]) -> int:
-    import base64
-
-    from azure.core.exceptions import HttpResponseError
-    from azure.storage.blob import BlobBlock
-
-    container, key, _v = fs.split_path(dest)
-    target = fs.service_client.get_blob_client(container, key)
-    auth = _az_source_auth(fs)
-    loc = _location(url)
-    tag = os.urandom(6).hex()  # block ids of this join (every id of a blob has one length)
-    blocks: list[Any] = []
-    moved = 0
-    for src, size in zip(srcs, sizes, strict=True):
-        sc, sk, _sv = fs.split_path(src)
-        client = fs.service_client.get_blob_client(sc, sk)
-        src_url = _az_source_url(fs, client, auth) if auth is not None else ""
-        for a in range(0, size, AZ_MAX_BLOCK):
-            n = min(AZ_MAX_BLOCK, size - a)
-            bid = base64.b64encode(f"{tag}-{len(blocks):08d}".encode()).decode()
-            if auth is not None and loc not in _AZ_NO_FROM_URL:
-                try:
-                    await target.stage_block_from_url(bid, src_url, source_offset=a, source_length=n)
-                    blocks.append(BlobBlock(block_id=bid))
-                    continue
-                except HttpResponseError as e:
-                    if e.status_code != 501:  # 501: not implemented (an emulator): upload the blocks
-                        raise
-                    _AZ_NO_FROM_URL[loc] = True
-            body = await (await client.download_blob(offset=a, length=n)).readall()
-            if len(body) != n:
-                raise OSError(f"part {src}: {len(body)} bytes read at {a}, expected {n}")
-            STATS.fetched(n)
-            moved += n
-            await target.stage_block(bid, body, length=n)
-            blocks.append(BlobBlock(block_id=bid))
-    await target.commit_block_list(blocks)  # the blob appears now, whole
     return moved
 
 
@@ -814,7 +634,7 @@ def move(src: str, dst: str) -> None:
         if _join_kind(fs) == "azure":
             from fsspec.asyn import sync
 
-            sync(fs.loop, _az_copy, fs, s, d)
+            sync(fs.loop, azure.copy, fs, s, d)
             fs.rm_file(s)
             fs.invalidate_cache(d)
         else:
@@ -823,69 +643,6 @@ def move(src: str, dst: str) -> None:
         raise WriteError(f"cannot move {basename(src)} into place: {reason(e)}", path=dst) from None
     forget(src)
     forget(dst)
-
-
-async def _az_copy(fs: Any, src: str, dst: str) -> None:
-    import asyncio
-
-    sc, sk, _sv = fs.split_path(src)
-    dc, dk, _dv = fs.split_path(dst)
-    source = fs.service_client.get_blob_client(sc, sk)
-    target = fs.service_client.get_blob_client(dc, dk)
-    import time
-
-    from .stall import STALL_ENV, stall_timeout
-
-    r = await target.start_copy_from_url(_az_source_url(fs, source, _az_source_auth(fs)))
-    status, wait = r.get("copy_status"), 0.05
-    # a copy whose progress does not move for the stall timeout is given up (aborted), so
-    # that a publish waiting on it with signals held never waits forever
-    stall = stall_timeout()
-    progress, since = None, time.monotonic()
-    while status == "pending":
-        await asyncio.sleep(wait)
-        wait = min(2.0, wait * 2)
-        copy = (await target.get_blob_properties()).copy
-        status = copy.status
-        now = getattr(copy, "progress", None)  # "copied/total" bytes
-        if now != progress:
-            progress, since = now, time.monotonic()
-        elif status == "pending" and stall and time.monotonic() - since >= stall:
-            try:
-                await target.abort_copy(copy.id)
-            except Exception:  # noqa: BLE001 - it may have ended meanwhile: the error below stands
-                pass
-            raise OSError(
-                f"the service's copy of {src} made no progress for {stall:g} s (at {progress}); "
-                f"{STALL_ENV}=SECONDS sets how long it is waited for"
-            )
-    if status != "success":
-        raise OSError(f"the service's copy of {src} ended {status!r}")
-
-
-async def _az_discard_uncommitted(fs: Any, url: str, p: str, exact: bool, under: bool) -> list[str]:
-    from azure.core.exceptions import ResourceNotFoundError
-
-    container, key, _v = fs.split_path(p)
-    prefix = key if exact or not under else key.rstrip("/") + "/"
-    cc = fs.service_client.get_container_client(container)
-    try:
-        committed = {b.name async for b in cc.list_blobs(name_starts_with=prefix)}
-        listed = [b.name async for b in cc.list_blobs(name_starts_with=prefix, include=["uncommittedblobs"])]
-    except ResourceNotFoundError:
-        return []
-    out = []
-    for name in listed:
-        if name in committed or (exact and name != key):
-            continue
-        bc = cc.get_blob_client(name)
-        try:
-            await bc.delete_blob()
-        except ResourceNotFoundError:  # the service keeps no such blob: commit none, then delete it
-            await bc.commit_block_list([])
-            await bc.delete_blob()
-        out.append(f"{url.partition('://')[0]}://{container}/{name} (uncommitted blocks)")
-    return out
 
 
 def abort_uploads(url: str, *, exact: bool = False, under: bool = True) -> list[str]:
@@ -902,20 +659,7 @@ def abort_uploads(url: str, *, exact: bool = False, under: bool = True) -> list[
     if kind == "azure":
         from fsspec.asyn import sync
 
-        return list(sync(fs.loop, _az_discard_uncommitted, fs, url, p, exact, under))
+        return list(sync(fs.loop, azure.discard_uncommitted, fs, url, p, exact, under))
     if kind != "s3":
         return []
-    bucket, key, _v = fs.split_path(p)
-    prefix = key if exact or not under else key.rstrip("/") + "/"
-    out = []
-    kw: dict[str, Any] = {}
-    while True:
-        r = fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=prefix, **kw)
-        for u in r.get("Uploads", []):
-            if exact and u["Key"] != key:
-                continue
-            fs.call_s3("abort_multipart_upload", Bucket=bucket, Key=u["Key"], UploadId=u["UploadId"])
-            out.append(f"{url.partition('://')[0]}://{bucket}/{u['Key']} (incomplete multipart upload)")
-        if not r.get("IsTruncated"):
-            return out
-        kw = {"KeyMarker": r.get("NextKeyMarker", ""), "UploadIdMarker": r.get("NextUploadIdMarker", "")}
+    return s3.abort_uploads(fs, url, p, exact, under)

@@ -64,10 +64,10 @@ def _walk(paths: Iterable[os.PathLike[str] | str]) -> list[tuple[str, str | None
     for p in paths:
         p = os.fspath(p)
         if isinstance(p, str) and "://" in p:
-            from ..io import remote
+            from ..io.store import resolve
 
-            p = remote.local_path(p)
-            if remote.is_url(p):
+            store, p = resolve(p)  # a file:// URL names a local path
+            if store.remote:
                 out += _walk_url(p)
                 continue
         if os.path.isdir(p):

@@ -650,12 +650,13 @@ def scan_cache_file(scanner: Any, src: ByteSource, kind: str) -> None:
 
 def _is_file(path: str) -> bool:
     """A regular file (not a link) at ``path``; an object at a URL (a HEAD request)."""
-    from ..io import remote
+    from ..io.store import store_for
 
-    if remote.is_url(path):
-        # present(): a failed check raises (the file is reported unanalysed, with the
-        # store's reason) rather than reading as "the .cpp is missing"
-        return remote.present(path, "cannot check for the kernel's C++ source") and not remote.isdir(path)
+    store = store_for(path)
+    if store.remote:
+        # a failed check raises (the file is reported unanalysed, with the store's
+        # reason) rather than reading as "the .cpp is missing"
+        return store.isfile(path, "cannot check for the kernel's C++ source") and not store.isdir(path)
     return os.path.isfile(path) and not os.path.islink(path)
 
 

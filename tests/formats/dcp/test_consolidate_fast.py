@@ -13,11 +13,12 @@ import warnings
 import pytest
 
 import torchless
-import torchless.formats.dcp.read as dcpread
+import torchless.formats.dcp.reader as dcpreader
+import torchless.formats.dcp.spans as dcpspans
 from torchless.cli.main import main as cli
 from torchless.core.errors import TorchlessError
 from torchless.formats.dcp.consolidate import consolidate
-from torchless.formats.dcp.read import DCPReader
+from torchless.formats.dcp.reader import DCPReader
 from torchless.pickle import fastpath
 
 torch = pytest.importorskip("torch", reason="torch writes the checkpoints and reads the output (the oracle)")
@@ -70,8 +71,8 @@ def _read(path: str) -> bytes:
 
 def test_directory_crcs_write_the_computed_bytes(saved, state, tmp_path, monkeypatch):
     spans = []
-    plain_crcs = dcpread.crc32_spans
-    monkeypatch.setattr(dcpread, "crc32_spans", lambda buf, o, n: spans.extend(n) or plain_crcs(buf, o, n))
+    plain_crcs = dcpspans.crc32_spans
+    monkeypatch.setattr(dcpspans, "crc32_spans", lambda buf, o, n: spans.extend(n) or plain_crcs(buf, o, n))
     os.makedirs(tmp_path / "fast")
     os.makedirs(tmp_path / "computed")
     fast = str(tmp_path / "fast" / "out.pt")  # (one name: the archive's folder is the file's stem)
@@ -122,8 +123,8 @@ def _facts(reader: DCPReader) -> list[tuple]:
 
 def test_item_facts_from_frames_equal_built_tensors(saved, monkeypatch):
     built = []
-    plain = dcpread.fast_tensor
-    monkeypatch.setattr(dcpread, "fast_tensor", lambda *a: built.append(1) or plain(*a))
+    plain = dcpreader.fast_tensor
+    monkeypatch.setattr(dcpreader, "fast_tensor", lambda *a: built.append(1) or plain(*a))
     fast = DCPReader(saved)
     got = _facts(fast)
     fast.close()
@@ -230,7 +231,7 @@ def test_consolidate_in_an_atexit_hook(saved, tmp_path):
         "import atexit\n"
         "import torchless.formats.dcp.metadata as mdmod\n"
         "from torchless.formats.dcp.consolidate import consolidate\n"
-        "from torchless.formats.dcp.read import DCPReader\n"
+        "from torchless.formats.dcp.reader import DCPReader\n"
         "mdmod.GENERAL_ONLY = False\n"
         "DCPReader.general_only = False\n"
         "DCPReader.batch_min = 0\n"
@@ -249,7 +250,7 @@ def test_batches_located_just_before_written(saved, state, tmp_path, monkeypatch
     everything first (the general order) gives."""
     import torchless.formats.pt.write as ptw
 
-    monkeypatch.setattr(dcpread, "_RELEASE_BATCH", 1)  # every release dropped at once
+    monkeypatch.setattr(dcpreader, "_RELEASE_BATCH", 1)  # every release dropped at once
     monkeypatch.setattr(ptw, "_BLOCK_BATCH", 8)  # several batches
     dropped: list[tuple[int, int]] = []
     plain_drop, plain_view = DCPReader._drop, DCPReader._view_spans

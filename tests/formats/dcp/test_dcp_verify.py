@@ -14,7 +14,7 @@ import pytest
 
 import torchless
 from torchless.cli.main import main as cli
-from torchless.formats.dcp.read import DCPReader
+from torchless.formats.dcp.reader import DCPReader
 
 torch = pytest.importorskip("torch", reason="torch writes the checkpoints (the oracle)")
 dcp = pytest.importorskip("torch.distributed.checkpoint", reason="torch.distributed.checkpoint is missing")

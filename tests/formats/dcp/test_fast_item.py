@@ -14,7 +14,8 @@ import pytest
 
 from torchless.container.zip import TorchZipWriter
 from torchless.core.errors import TorchlessError
-from torchless.formats.dcp.read import DCPReader, _fast_item
+from torchless.formats.dcp.read import _fast_item
+from torchless.formats.dcp.reader import DCPReader
 from torchless.formats.dcp.readers import open_reader
 
 GEN = r"""

@@ -36,9 +36,9 @@ def check_output(path: Any, *, force: bool, also: tuple[str, ...] = ()) -> None:
     Raises:
         UsageError: the output exists and ``force`` is not set.
     """
-    from ...io.remote import is_url
+    from ...io.store import store_for
 
-    if force or path is None or is_url(path):
+    if force or path is None or store_for(path).remote:
         return
     p = os.fspath(path)
     for q in (p, *also):

@@ -17,7 +17,6 @@ import time
 from typing import Any
 
 from ...core.errors import NotFoundError, UsageError
-from ...io.remote import local_path
 from ..render import echo, emit_json, format_bytes, format_table, shown
 
 __all__ = ["register", "format_inventory", "format_plan", "format_age"]
@@ -93,12 +92,6 @@ def format_plan(plan: dict[str, Any], *, applied: dict[str, Any] | None = None) 
     return "\n".join(lines)
 
 
-def is_url_folder(folder: str) -> bool:
-    from ...io.remote import is_url
-
-    return is_url(folder)
-
-
 def _check_url_folder(url: str) -> None:
     from ...io import remote
 
@@ -130,15 +123,17 @@ def cmd_cache(args: argparse.Namespace) -> int:
         if bad:
             raise UsageError(f"unknown cache entry kind {bad[0]!r}", expected=", ".join(KINDS))
     folder = target[0] if target else None
+    at_url = False
     if folder is not None:
         from ...formats.inductor_cache.inventory import resolve_cache_dir
-        from ...io.remote import is_url
+        from ...io.store import resolve
 
-        folder = local_path(folder)
-        if is_url(folder):
+        store, folder = resolve(folder)  # the folder's store, asked once (file:// names a local folder)
+        at_url = store.remote
+        if at_url:
             folder = resolve_cache_dir(folder)  # refuses a URL that cannot be listed (plain HTTP)
             _check_url_folder(folder)
-    if folder is not None and not is_url_folder(folder) and not os.path.isdir(folder):
+    if folder is not None and not at_url and not os.path.isdir(folder):
         if os.path.exists(folder):
             raise UsageError(
                 "not a folder: `torchless cache` takes a TorchInductor cache folder",
@@ -155,7 +150,7 @@ def cmd_cache(args: argparse.Namespace) -> int:
     inv = inventory(folder, parse_pickles=not args.no_pickles)
     if args.show:
         # a path relative to the current folder names a file of the cache too
-        show = os.path.abspath(args.show) if not is_url_folder(inv.root) and os.path.exists(args.show) else args.show
+        show = os.path.abspath(args.show) if not inv.store.remote and os.path.exists(args.show) else args.show
         rel, text = entry_source(inv, show)
         if args.json:
             emit_json("cache", {"root": inv.root, "file": rel, "text": text})

@@ -23,7 +23,8 @@ from typing import Any
 from ...core.errors import UsageError
 from ...core.gcpause import GCPause
 from ...io.remote import accepts_storage_options as _remote_opts
-from .read import BlockStorage, DCPReader, unflatten
+from .read import BlockStorage, unflatten
+from .reader import DCPReader
 from .readers import open_reader
 
 __all__ = ["consolidate"]

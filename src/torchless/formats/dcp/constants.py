@@ -39,12 +39,12 @@ def is_metadata_name(name: str) -> bool:
     return name.endswith(METADATA_NAME)
 
 
-def _url(p: Any) -> bool:
-    if not (isinstance(p, str) and "://" in p):
-        return False
-    from ...io.remote import is_url  # only for URL-looking strings: detection stays light
+def _store(p: Any) -> Any:
+    """The store of folder ``p`` (:func:`torchless.io.store.store_for`; imported here, so
+    that importing this module for detection stays light)."""
+    from ...io.store import store_for
 
-    return is_url(p)
+    return store_for(p)
 
 
 def _NotFound() -> type[Exception]:  # noqa: N802
@@ -53,25 +53,11 @@ def _NotFound() -> type[Exception]:  # noqa: N802
     return NotFoundError
 
 
-def _listing(p: str) -> list[str]:
-    from ...io import remote
-
-    try:
-        return remote.listdir(p) if remote.isdir(p) else []
-    except (OSError, _NotFound()):
-        return []
-
-
 def rank_metadata_names(path: Any) -> list[str]:
     """The per-rank ``__<rank>.metadata`` files in ``path``, by rank."""
     try:
         p = os.fspath(path)
-        if _url(p):
-            from ...io import remote
-
-            names = remote.listdir(p)
-        else:
-            names = os.listdir(p)
+        names = _store(p).list(p)
     except (OSError, _NotFound()):
         return []
     found = [(int(m.group(1)), n) for n in names if (m := RANK_METADATA.match(n))]
@@ -81,21 +67,18 @@ def rank_metadata_names(path: Any) -> list[str]:
 def has_metadata(path: Any) -> bool:
     """A DCP checkpoint folder: ``.metadata``, or per-rank ``__<rank>.metadata`` files."""
     p = os.fspath(path)
-    if _url(p):
-        from ...io import remote
-
-        # a HEAD request first: servers that cannot list folders (plain HTTP) serve it too;
-        # present(): a store that cannot answer must not make this "not a DCP checkpoint"
-        md = remote.join(p, METADATA_NAME)
-        return remote.present(md, "cannot check for the DCP metadata") or bool(rank_metadata_names(p))
-    return os.path.isfile(os.path.join(p, METADATA_NAME)) or bool(rank_metadata_names(p))
+    store = _store(p)
+    # at a URL a HEAD request first: servers that cannot list folders (plain HTTP) serve it
+    # too; a store that cannot answer raises: it must not make this "not a DCP checkpoint"
+    return store.isfile(store.join(p, METADATA_NAME), "cannot check for the DCP metadata") or bool(rank_metadata_names(p))
 
 
 def is_hf_dir(path: Any) -> bool:
     p = os.fspath(path)
-    if _url(p):
-        return any(n.endswith(HF_SUFFIX) for n in _listing(p))
+    store = _store(p)
     try:
-        return os.path.isdir(p) and any(n.endswith(HF_SUFFIX) and os.path.isfile(os.path.join(p, n)) for n in os.listdir(p))
-    except OSError:
+        if store.remote:  # (a listing names objects: no check of each)
+            return store.isdir(p) and any(n.endswith(HF_SUFFIX) for n in store.list(p))
+        return store.isdir(p) and any(n.endswith(HF_SUFFIX) and store.isfile(store.join(p, n)) for n in store.list(p))
+    except (OSError, _NotFound()):
         return False

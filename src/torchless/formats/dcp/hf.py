@@ -7,7 +7,7 @@ the global tensor) and ``DCP_VERSION``. ``HuggingFaceStorageReader`` reads every
 ``*.safetensors`` file in a directory (plain Hugging Face checkpoints too: no sharding
 info means offsets 0) and takes each tensor's global size as the largest
 ``offset + shape`` per dimension. :class:`HFReader` does the same without torch and then
-behaves like :class:`~.read.DCPReader` (assembled tensors, blocks, layout).
+behaves like :class:`~.reader.DCPReader` (assembled tensors, blocks, layout).
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ from typing import Any
 
 from ...core import jsonsafe
 from ...core.errors import FormatError, NotFoundError, short_repr
-from ...io import remote
 from ...io.source import MmapSource
+from ...io.store import store_for
 from ..safetensors import read_safetensors
 from .constants import SAVED_OFFSETS, SHARDING_KEY
-from .read import ChunkRef, DCPReader
+from .read import ChunkRef
+from .reader import DCPReader
 from .spec import (
     ChunkStorageMetadata,
     Metadata,
@@ -56,7 +57,8 @@ class HFReader(DCPReader):
 
     def __init__(self, path: Any) -> None:  # noqa: D107 - parent's contract
         self.path = os.fspath(path)
-        self.remote = remote.is_url(self.path)  # a folder at a URL: listed, then read by ranges
+        self.store = store_for(self.path)
+        self.remote = self.store.remote  # a folder at a URL: listed, then read by ranges
         if not is_hf_dir(self.path):
             raise NotFoundError("no .safetensors files in the directory", path=self.path)
         self._fds = {}
@@ -65,13 +67,12 @@ class HFReader(DCPReader):
         sdm: dict[str, Any] = {}
         storage: dict[MetadataIndex, StorageInfo] = {}
         self._chunks = {}
-        names = remote.listdir(self.path) if self.remote else os.listdir(self.path)
+        names = self.store.list(self.path)
         for name in sorted(n for n in names if n.endswith(SUFFIX)):
+            fp = self.store.join(self.path, name)
             if self.remote:  # the header only (by ranges); the source serves the payload reads later
-                fp = remote.join(self.path, name)
                 meta, tensors, _n = read_safetensors(self._file(name))
             else:
-                fp = os.path.join(self.path, name)
                 src = MmapSource(self.real_path(name))
                 try:
                     meta, tensors, _n = read_safetensors(src)

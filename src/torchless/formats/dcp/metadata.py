@@ -837,9 +837,10 @@ def read_metadata(directory: Any, name: str = METADATA_NAME) -> Metadata:
     files of ``dcp.save(..., use_collectives=False)`` merged (:func:`merge_rank_metadata`)."""
     from ...core.errors import NotFoundError
     from ...io.paths import confine
+    from ...io.store import store_for
     from .constants import rank_metadata_names
 
-    if _is_url(os.fspath(directory)):
+    if store_for(os.fspath(directory)).remote:
         return _read_remote_metadata(os.fspath(directory), name)
     p = os.path.join(os.fspath(directory), name)
     if not os.path.isfile(p) and name == METADATA_NAME:
@@ -853,12 +854,6 @@ def read_metadata(directory: Any, name: str = METADATA_NAME) -> Metadata:
         return parse_metadata(src.view(0, src.size), path=p)
     finally:
         src.close()
-
-
-def _is_url(p: Any) -> bool:
-    from ...io.remote import is_url
-
-    return is_url(p)
 
 
 def _read_remote_metadata(directory: str, name: str) -> Metadata:

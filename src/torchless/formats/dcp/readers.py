@@ -1,6 +1,6 @@
 """The reader for a checkpoint directory: DCP's own layout or its Hugging Face layout.
 
-:class:`~.read.DCPReader` reads ``.metadata`` and ``.distcp`` files; :class:`~.hf.HFReader`
+:class:`~.reader.DCPReader` reads ``.metadata`` and ``.distcp`` files; :class:`~.hf.HFReader`
 (a subclass) reads a folder of DCP-sharded safetensors files. Choosing between them lives
 above both, so that ``read`` never imports its own subclass.
 """
@@ -12,7 +12,7 @@ from typing import Any
 
 from .constants import has_metadata, is_hf_dir
 from .hf import HFReader
-from .read import DCPReader
+from .reader import DCPReader
 
 __all__ = ["open_reader"]
 

@@ -30,10 +30,10 @@ import numpy as np
 
 from ...core.errors import NotFoundError, UnsupportedError, UsageError
 from ...core.tensor import Storage, Tensor
-from ...io import remote
 from ...io.atomic import AtomicDir, AtomicFile, atomic_write_bytes
 from ...io.remote import accepts_storage_options as _remote_opts
 from ...io.source import RemoteSource
+from ...io.store import LOCAL, Store, resolve
 from .metadata import dump_metadata
 from .read import BlockStorage as _BlockStorage
 from .read import pread_into
@@ -259,14 +259,10 @@ class _DCPSource:
 
 
 def open_source_checkpoint(path: Any, *, weights_only: bool = True) -> Any:
-    p = remote.local_path(os.fspath(path))
-    if remote.is_url(p):
-        if remote.isdir(p):
-            return _DCPSource(p)
-        return FileSource(p, weights_only=weights_only)
-    if os.path.isdir(p):
+    store, p = resolve(os.fspath(path))
+    if store.isdir(p):
         return _DCPSource(p)
-    if not os.path.exists(p):
+    if not store.remote and not os.path.exists(p):  # (a URL's reader says it is missing)
         raise NotFoundError("no such file or directory", path=p)
     return FileSource(p, weights_only=weights_only)
 
@@ -300,8 +296,8 @@ class WrittenItem:
     length: int
 
 
-def _copy_range(src_path: str, info: StorageInfo, out: Any) -> None:
-    if remote.is_url(src_path):  # a saved chunk of a remote checkpoint: its range, in 64 MiB requests
+def _copy_range(src_path: str, info: StorageInfo, out: Any, at_url: bool) -> None:
+    if at_url:  # a saved chunk of a remote checkpoint: its range, in 64 MiB requests
         rs = RemoteSource(src_path)
         for done in range(0, info.length, 64 << 20):
             out.write(rs.read_at(info.offset + done, min(64 << 20, info.length - done), what="chunk"))
@@ -345,7 +341,7 @@ def run_task(task: FileTask, source: Any = None) -> list[WrittenItem]:
                     assert it.sizes is not None
                     exact = src.exact_chunk(it.fqn, it.offsets, it.sizes)
                     if exact is not None:
-                        _copy_range(src.reader.real_path(exact.relative_path), exact, f)
+                        _copy_range(src.reader.real_path(exact.relative_path), exact, f, src.reader.remote)
                         pos += exact.length
                     else:
                         tmd = src.entries[it.fqn]
@@ -466,19 +462,19 @@ def _planner_data(source: Any) -> dict[str, tuple]:
     return {k: tuple(pd.get(k) or (k,)) for k in source.entries}
 
 
-def _check_dest(dst: str, resume: bool = False) -> None:
+def _check_dest(dst: str, resume: bool = False, store: Store = LOCAL) -> None:
     """Refuse a destination that already holds a DCP checkpoint (the temporaries of a
     killed run are not one: they are removed by :class:`~torchless.io.atomic.AtomicDir`;
     nor, with ``resume``, the rank files an interrupted job with a staging for ``dst``
     had moved into place before its ``.metadata``: the resumed job overwrites them)."""
-    if remote.is_url(dst):
-        # present(), not exists(): a failed check taken as "nothing there" would write
-        # over a checkpoint the store could not show us
+    if store.remote:
+        # a failed check is never taken as "nothing there": that would write over a
+        # checkpoint the store could not show us
         names: list[str] = []
-        if remote.present(dst, "cannot check the reshard destination"):
-            if not remote.isdir(dst):
+        if store.exists(dst, "cannot check the reshard destination"):
+            if not store.isdir(dst):
                 raise UsageError("destination exists and is not a directory", path=dst)
-            names = remote.listdir(dst)  # raises with the store's reason when it cannot list
+            names = store.list(dst)  # raises with the store's reason when it cannot list
         stale = [n for n in names if n == METADATA_NAME or n.endswith((".distcp", ".safetensors"))]
         if stale and resume and METADATA_NAME not in stale:
             from ...jobs.staging import remote_staging_for
@@ -549,12 +545,14 @@ def reshard(
     (with an executor also ``"tasks"``, ``"resumed"``, ``"resumed_parts"`` and ``"peak_rss"``).
     """
     p = plan if isinstance(plan, Plan) else parse_plan(plan)
-    dst = remote.local_path(os.fspath(dst))
-    _check_dest(dst, resume)
+    store, dst = resolve(os.fspath(dst))  # the destination's store, asked once
+    _check_dest(dst, resume, store)
     source = open_source_checkpoint(src, weights_only=weights_only)
     if executor is not None or max_task_bytes is not None or resume:
         try:
-            return _reshard_ranged(source, dst, ranks, p, weights_only, format, executor, jobs, max_task_bytes, resume, progress)
+            return _reshard_ranged(
+                source, dst, ranks, p, weights_only, format, executor, jobs, max_task_bytes, resume, progress, store
+            )
         finally:
             source.close()
     try:
@@ -564,7 +562,7 @@ def reshard(
         try:
             tasks, md = plan_reshard(source, out.tmp, ranks, p, weights_only=weights_only, format=format)
             md.storage_meta = (
-                StorageMeta(checkpoint_id=dst if remote.is_url(dst) else os.path.abspath(dst), save_id=md.storage_meta.save_id)
+                StorageMeta(checkpoint_id=dst if store.remote else os.path.abspath(dst), save_id=md.storage_meta.save_id)
                 if md.storage_meta
                 else None
             )
@@ -650,6 +648,7 @@ def _reshard_ranged(
     max_task_bytes: int | None,
     resume: bool,
     progress: Callable[[int], None] | None,
+    store: Store = LOCAL,
 ) -> dict[str, Any]:
     from ...jobs.executor import parse_executor
     from ...jobs.outputs import write_outputs
@@ -660,10 +659,10 @@ def _reshard_ranged(
     ex = parse_executor(executor, jobs=jobs, where=dst, paths=(getattr(source, "path", None), dst))
     staging: Any = None
     try:
-        staging = RemoteStaging(dst, resume=resume) if remote.is_url(dst) else LocalDirStaging(dst, resume=resume)
+        staging = RemoteStaging(dst, resume=resume) if store.remote else LocalDirStaging(dst, resume=resume)
         tasks, md = plan_reshard(source, "<staged>", ranks, p, weights_only=weights_only, format=format)
         md.storage_meta = StorageMeta(
-            checkpoint_id=dst if remote.is_url(dst) else os.path.abspath(dst),
+            checkpoint_id=dst if store.remote else os.path.abspath(dst),
             save_id=md.storage_meta.save_id if md.storage_meta else str(uuid.uuid4()),
         )
         files, results = _ranged_layout(source, tasks, format, max_task_bytes)

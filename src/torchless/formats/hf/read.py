@@ -24,8 +24,8 @@ from ...core.findings import Problem
 from ...core.tree import iter_tensors
 from ...io import remote
 from ...io.paths import confined_file
-from ...io.remote import is_url
 from ...io.source import RemoteSource
+from ...io.store import store_for
 from ..base import Artifact, LoadPolicy, summarize_tensors
 from .spec import KINDS, SHARD_RE, SINGLE_FILES, index_names, is_index_file
 
@@ -60,8 +60,9 @@ class HFArtifact(Artifact):
     def __init__(self, path: Any, policy: LoadPolicy | None = None) -> None:
         super().__init__(path, policy)
         p = os.fspath(path)
-        self.remote = is_url(p)
-        if remote.isdir(p) if self.remote else os.path.isdir(p):
+        self.store = store = store_for(p)  # where its files live, asked once
+        self.remote = store.remote
+        if store.isdir(p):
             self.folder = p
             found = index_names(p)
             self.index = found[0] if found else None
@@ -139,7 +140,7 @@ class HFArtifact(Artifact):
         self.weight_map = dict(wm)
 
     def _list_shards(self) -> list[str]:
-        names = sorted(remote.listdir(self.folder) if self.remote else os.listdir(self.folder))
+        names = self.store.list(self.folder)
         groups: dict[tuple[str, str, str], list[str]] = {}
         for n in names:
             m = SHARD_RE.match(n)
@@ -297,7 +298,7 @@ class HFArtifact(Artifact):
             # (a folder over plain HTTP cannot be listed: no stray-shard check there)
             listed: list[str] | None = [] if self.remote and not remote.listable(self.folder) else None
             if listed is None:
-                listed = remote.listdir(self.folder) if self.remote else os.listdir(self.folder)
+                listed = self.store.list(self.folder)
             for n in sorted(listed):
                 m = SHARD_RE.match(n)
                 if m and (m["stem"], m["ext"]) in sets and n not in self.shard_files:

@@ -15,7 +15,7 @@ import struct
 from typing import Any
 
 from ...core.errors import TorchlessError
-from ...io.remote import is_url
+from ...io.store import store_for
 from ..dcp.constants import METADATA_NAME, SHARDING_KEY
 
 __all__ = [
@@ -42,19 +42,10 @@ _MAX_SNIFF_HEADER = 16 << 20
 
 
 def _listdir(p: Any) -> list[str]:
-    if is_url(p):
-        from ...io import remote
-
-        return remote.listdir(p) if remote.isdir(p) else []
-    return os.listdir(p)
-
-
-def _join(p: str, n: str) -> str:
-    if is_url(p):
-        from ...io.remote import join
-
-        return join(p, n)
-    return os.path.join(p, n)
+    store = store_for(p)
+    if store.remote and not store.isdir(p):  # (a URL that is no folder: nothing in it)
+        return []
+    return store.list(p)
 
 
 def shard_name(stem: str, index: int, count: int, ext: str) -> str:
@@ -80,7 +71,7 @@ def index_names(folder: Any) -> list[str]:
 def has_dcp_sharding(path: str) -> bool:
     """True when the safetensors file's header names ``DCP_SHARDING_INFO`` (DCP's
     per-rank flavour). Reads only the header (at most 16 MiB)."""
-    if is_url(path):
+    if store_for(path).remote:
         from ...io.source import RemoteSource
 
         try:
@@ -115,7 +106,8 @@ def is_hf_folder(folder: Any) -> bool:
     st = [n for n in names if n.endswith(".safetensors")]
     # DCP's per-rank files are named shard-<rank>-model-... (torch and torchless alike):
     # only their headers are read, never every file of a large folder
-    if any(has_dcp_sharding(_join(p, n)) for n in st if n.startswith("shard-")):
+    store = store_for(p)
+    if any(has_dcp_sharding(store.join(p, n)) for n in st if n.startswith("shard-")):
         return False
     return bool(st) or any(is_index_file(n) or SHARD_RE.match(n) or n in SINGLE_FILES for n in names)
 
@@ -130,7 +122,8 @@ def index_shards(index_path: Any, *, max_bytes: int = 256 << 20) -> list[tuple[s
     from ...io.paths import confined_file
 
     p = os.fspath(index_path)
-    if is_url(p):
+    store = store_for(p)
+    if store.remote:
         from ...io import remote
         from ...io.source import RemoteSource
 
@@ -158,10 +151,8 @@ def index_shards(index_path: Any, *, max_bytes: int = 256 << 20) -> list[tuple[s
     for name in dict.fromkeys(v for v in wm.values() if isinstance(v, str)):
         shown = os.path.join(folder, name)
         try:
-            if is_url(p):
-                from ...io.remote import child
-
-                child(folder, name, what="shard", path=p)
+            if store.remote:  # (no links: the name's own rule)
+                store.confine(folder, name, what="shard", path=p)
             else:
                 confined_file(folder, name, what="shard", path=p)
         except TorchlessError as e:

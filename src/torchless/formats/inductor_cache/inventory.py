@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...core.errors import LimitError, NotFoundError, TorchlessError, UsageError
-from ...io.remote import is_url, local_path
+from ...io.store import FSSPEC, Store, resolve, store_for
 from ...pickle.globals import AllowlistResolver, GlobalRef, PickledObject
 from ...pickle.machine import Limits, Unpickler
 from ...pickle.torch_globals import DEFAULT_ALLOWLIST
@@ -110,8 +110,8 @@ def resolve_cache_dir(path: Any = None) -> str:
     current folder); unlike it, nothing is created or exported.
     """
     if path is not None:
-        p = local_path(os.fspath(path))  # file:// URLs name a local folder
-        if is_url(p):
+        store, p = resolve(os.fspath(path))  # file:// URLs name a local folder
+        if store.remote:
             from ...io import remote
 
             if not remote.listable(p):
@@ -196,6 +196,11 @@ class CacheInventory:
     dirs: list[str] = field(default_factory=list)
     exists: bool = True
     scanned_at: float = 0.0
+    #: where the root's files live (:func:`torchless.io.store.store_for` of ``root``, asked once)
+    store: Store = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.store = store_for(self.root)
 
     @property
     def size(self) -> int:
@@ -212,9 +217,9 @@ class CacheInventory:
 
     def get(self, ident: str) -> CacheEntry:
         """The entry with id ``ident``, or the one owning the file ``ident`` (relative path)."""
-        if is_url(self.root) and ident.startswith(self.root + "/"):
+        if self.store.remote and ident.startswith(self.root + "/"):
             ident = ident[len(self.root) + 1 :]
-        elif os.path.isabs(ident) and not is_url(self.root):
+        elif os.path.isabs(ident) and not self.store.remote:
             rel = os.path.relpath(ident, self.root)
             if not rel.startswith(".."):
                 ident = rel
@@ -240,10 +245,10 @@ class CacheInventory:
 
 
 # -- walking ---------------------------------------------------------------------------------
-def _walk(root: str, max_files: int) -> Iterator[tuple[str, int, float, bool, bool]]:
+def _walk(store: Store, root: str, max_files: int) -> Iterator[tuple[str, int, float, bool, bool]]:
     """``(relative path, size, mtime, is_dir, is_link)`` for everything below ``root``,
     links not followed; sorted by name within a folder."""
-    if is_url(root):
+    if store.remote:
         yield from _walk_url(root, max_files)
         return
     stack = [""]
@@ -319,11 +324,11 @@ def _walk_url(root: str, max_files: int) -> Iterator[tuple[str, int, float, bool
 _classify = classify
 
 
-def _code_kind(root: str, files: list[CacheFile], detail: dict[str, Any]) -> str:
+def _code_kind(store: Store, root: str, files: list[CacheFile], detail: dict[str, Any]) -> str:
     names = [f.rel.rsplit("/", 1)[-1] for f in files]
     py = [f for f, n in zip(files, names, strict=False) if n.endswith(".py")]
     if py:
-        head = _read_head(root, py[0].rel)
+        head = _read_head(store, root, py[0].rel)
         if head.startswith(b"# AOT ID:"):
             # output code; on GPU it embeds Triton kernel sources as strings, so this
             # test comes before the @triton.jit one
@@ -334,7 +339,7 @@ def _code_kind(root: str, files: list[CacheFile], detail: dict[str, Any]) -> str
         return "output_code"
     if any(n.endswith(_CPP_EXT) for n in names):
         cpp = [f for f, n in zip(files, names, strict=False) if n.endswith(".cpp")]
-        if cpp and b"_chk_kernel" in _read_head(root, cpp[0].rel):
+        if cpp and b"_chk_kernel" in _read_head(store, root, cpp[0].rel):
             detail["isa_probe"] = True  # the CPU vector-ISA check compiled once per machine
         return "cpp_kernel"
     if any(n.endswith(_GPU_EXT) for n in names):
@@ -342,24 +347,15 @@ def _code_kind(root: str, files: list[CacheFile], detail: dict[str, Any]) -> str
     return "other"
 
 
-def _join(root: str, rel: str) -> str:
-    return root + "/" + rel if is_url(root) else os.path.join(root, rel)
-
-
 def _read_url(url: str, n: int) -> bytes:
     """The first ``n`` bytes of object ``url`` (one range request), counted in ``--stats``."""
-    from ...io import remote
-
-    fs, p = remote.filesystem(url)
-    data = remote.cat_range(fs, p, 0, n)
-    remote.STATS.fetched(len(data))
-    return data
+    return FSSPEC.read_range(url, 0, n)
 
 
-def _read_head(root: str, rel: str, n: int = _SNIFF_BYTES) -> bytes:
-    if is_url(root):
+def _read_head(store: Store, root: str, rel: str, n: int = _SNIFF_BYTES) -> bytes:
+    if store.remote:
         try:
-            return _read_url(_join(root, rel), n)
+            return _read_url(store.join(root, rel), n)
         except OSError:
             return b""
     try:
@@ -391,7 +387,8 @@ def inventory(
     """
     root = resolve_cache_dir(path)
     inv = CacheInventory(root, scanned_at=time.time())
-    if is_url(root):
+    store = inv.store
+    if store.remote:
         from ...io import remote
 
         if not remote.isdir(root):
@@ -407,7 +404,7 @@ def inventory(
     elif not os.path.isdir(root):
         raise UsageError("the cache path is not a folder", path=root)
     groups: dict[str, CacheEntry] = {}
-    for rel, size, mtime, is_dir, link in _walk(root, max_files):
+    for rel, size, mtime, is_dir, link in _walk(store, root, max_files):
         if is_dir:
             inv.dirs.append(rel)
             continue
@@ -423,7 +420,7 @@ def inventory(
     for ent in groups.values():
         ent.files.sort(key=lambda f: f.rel)
         if ent.kind == "code":
-            ent.kind = _code_kind(root, ent.files, ent.detail)
+            ent.kind = _code_kind(store, root, ent.files, ent.detail)
         elif ent.kind == "triton_cache":
             ent.detail["kernels"] = sorted(
                 {
@@ -433,7 +430,7 @@ def inventory(
                 }
             )
         if parse_pickles and ent.kind in PICKLED_KINDS:
-            ent.detail.update(describe_pickle(_join(root, ent.files[0].rel), limits=limits, size=ent.files[0].size))
+            ent.detail.update(describe_pickle(store.join(root, ent.files[0].rel), limits=limits, size=ent.files[0].size))
     inv.entries = sorted(groups.values(), key=lambda e: e.id)
     return inv
 
@@ -447,7 +444,7 @@ def _readlink(root: str, rel: str) -> str:
 
 # -- pickles ---------------------------------------------------------------------------------
 def _load_pickle(path: str, limits: Limits | None, size: int | None = None) -> tuple[Any, AllowlistResolver, int]:
-    url = is_url(path)
+    url = store_for(path).remote
     if size is None:
         if url:
             from ...io import remote
@@ -551,7 +548,7 @@ def entry_source(inv: CacheInventory, ident: str, *, max_bytes: int = 64 << 20) 
     ident_n = ident.replace(os.sep, "/").strip("/")
     chosen = next((f for f in ent.files if f.rel == ident_n or ident_n.endswith("/" + f.rel)), None)
     if ent.kind in PICKLED_KINDS and (chosen is None or chosen == ent.files[0]):
-        obj, _res, _p = _load_pickle(_join(inv.root, ent.files[0].rel), None, ent.files[0].size)
+        obj, _res, _p = _load_pickle(inv.store.join(inv.root, ent.files[0].rel), None, ent.files[0].size)
         src = _find_source(obj)
         if src is None:
             raise UnsupportedError(
@@ -575,7 +572,7 @@ def entry_source(inv: CacheInventory, ident: str, *, max_bytes: int = 64 << 20) 
         raise LimitError(
             "file too large to show", path=inv.root, member=chosen.rel, expected=f"<= {max_bytes} bytes", found=chosen.size
         )
-    data = _read_head(inv.root, chosen.rel, max_bytes + 1)
+    data = _read_head(inv.store, inv.root, chosen.rel, max_bytes + 1)
     if b"\0" in data[:8192] or data[:4] == b"\x7fELF":
         raise UnsupportedError(f"{chosen.rel} is a binary file ({chosen.size} bytes)", path=inv.root, member=chosen.rel)
     return chosen.rel, data.decode("utf-8", "replace")

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...core.errors import UsageError
-from ...io.remote import is_url
+from ...io.store import LOCAL, Store
 from .inventory import CacheEntry, CacheInventory, _mtime
 
 __all__ = ["PrunePlan", "PruneResult", "apply_prune", "parse_duration", "parse_size", "plan_prune"]
@@ -86,6 +86,8 @@ class PrunePlan:
     bytes: int = 0
     remaining_bytes: int = 0
     _expected: dict[str, tuple[int, float]] = field(default_factory=dict, repr=False)
+    #: the inventory's store (where ``root`` lives)
+    store: Store = field(default=LOCAL, repr=False, compare=False)
 
     def to_dict(self, now: float | None = None) -> dict[str, Any]:
         now = time.time() if now is None else now
@@ -143,7 +145,7 @@ def plan_prune(
     if older_than is None and max_size is None:
         raise UsageError("nothing to prune by", expected="older_than and/or max_size")
     now = inv.scanned_at if now is None else now
-    plan = PrunePlan(inv.root)
+    plan = PrunePlan(inv.root, store=inv.store)
     pool = [e for e in inv.entries if kinds is None or e.kind in kinds]
     pool.sort(key=lambda e: (e.mtime, e.id))
     chosen: dict[str, str] = {}
@@ -201,7 +203,7 @@ def apply_prune(plan: PrunePlan) -> PruneResult:
     ``memory://``) is pruned the same way through its filesystem: each file is checked
     against the listing the plan was made from (size and modification time) and deleted.
     """
-    if is_url(plan.root):
+    if plan.store.remote:
         return _apply_url(plan)
     res = PruneResult()
     root = os.path.realpath(plan.root)

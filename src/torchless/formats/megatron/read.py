@@ -19,7 +19,7 @@ from ...core.tensor import Tensor
 from ...core.tree import describe, iter_tensors
 from ...core.values import Namespace
 from ...io.paths import confine, confined_file
-from ...io.remote import is_url
+from ...io.store import store_for
 from ..base import Artifact, LoadPolicy, summarize_tensors
 from . import spec
 
@@ -41,7 +41,7 @@ def is_megatron_folder(path: Any) -> bool:
     """A save folder with the tracker file, or an ``iter_NNNNNNN``/``release`` folder of
     ``mp_rank_*`` folders."""
     p = os.fspath(path)
-    if is_url(p):
+    if store_for(p).remote:
         return False
     try:
         if os.path.isfile(os.path.join(p, spec.TRACKER)):
@@ -102,8 +102,9 @@ class MegatronArtifact(Artifact):
     def __init__(self, path: Any, policy: LoadPolicy | None = None) -> None:
         super().__init__(path, policy)
         p = self.path
-        if is_url(p) or not os.path.isdir(p):
-            if not is_url(p) and not os.path.exists(p):
+        at_url = store_for(p).remote  # (read from a local folder only)
+        if at_url or not os.path.isdir(p):
+            if not at_url and not os.path.exists(p):
                 raise NotFoundError("no such file or directory", path=p)
             raise UsageError("a Megatron-LM checkpoint is read from a local folder", path=p)
         self.folder, self.iteration = find_iteration(p)

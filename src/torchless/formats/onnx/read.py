@@ -38,7 +38,8 @@ from ...core.errors import FormatError, InternalError, LimitError, TorchlessErro
 from ...core.tensor import Storage, Tensor
 from ...io import remote
 from ...io.paths import confined_file
-from ...io.source import ByteSource, MmapSource, RemoteSource, open_source
+from ...io.source import ByteSource, open_source
+from ...io.store import LOCAL, resolve, store_for
 from .dtypes import ONNX_TYPES, OnnxType, PackedTensor, numel_of, onnx_type, pack_bits
 from .spec import raw_data_spans
 
@@ -152,7 +153,8 @@ class ExternalData:
     """
 
     def __init__(self, base_dir: str | None, path: str) -> None:
-        self.url = base_dir is not None and remote.is_url(base_dir)  # a remote folder: data read by ranges
+        self.store = LOCAL if base_dir is None else store_for(base_dir)
+        self.url = self.store.remote  # a remote folder: data read by ranges
         if self.url:
             self.base_dir: str | None = str(base_dir)
             self._real_base: str | None = str(base_dir)
@@ -179,13 +181,15 @@ class ExternalData:
                 hint="open the model by path",
             )
         if self.url:
-            return remote.confined(self.base_dir, location, what="external data location", path=self.path, member=tensor)
+            return self.store.confine(
+                self.base_dir, location, what="external data location", path=self.path, member=tensor, subdirs=True
+            )
         return confined_file(self.base_dir, location, what="external data location", path=self.path, member=tensor, subdirs=True)
 
     def source(self, real: str) -> ByteSource:
         src = self._files.get(real)
         if src is None:
-            src = RemoteSource(real) if self.url else MmapSource(real)
+            src = self.store.open(real)
             self._files[real] = src
         return src
 
@@ -360,12 +364,11 @@ class OnnxModel:
             source = open_source(path)
             default_dir = None
         else:
-            self.path = remote.local_path(os.fspath(path))
-            if remote.is_url(self.path):  # the protobuf is fetched whole; external data by ranges
-                source = RemoteSource(self.path)
+            store, self.path = resolve(os.fspath(path))
+            source = store.open(self.path)  # at a URL: the protobuf fetched whole, external data by ranges
+            if store.remote:
                 default_dir = remote.dirname(self.path)
             else:
-                source = MmapSource(self.path)
                 default_dir = os.path.dirname(os.path.abspath(self.path))
         try:
             self.model = parse_model(source)

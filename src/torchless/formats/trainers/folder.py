@@ -21,7 +21,7 @@ from ...core.errors import FormatError, LimitError, NotFoundError, TorchlessErro
 from ...core.findings import Problem
 from ...core.tree import describe
 from ...io.paths import confine, confined_file
-from ...io.remote import is_url
+from ...io.store import store_for
 from ..base import Artifact, LoadPolicy, summarize_tensors
 from ..hf.spec import is_hf_folder
 from . import spec
@@ -72,7 +72,7 @@ def is_trainer_folder(folder: Any) -> bool:
     without the model (a DeepSpeed checkpoint's, whose weights are in ``global_stepN/``) is
     left to other handlers."""
     p = os.fspath(folder)
-    if is_url(p):
+    if store_for(p).remote:
         return False
     try:
         names = os.listdir(p)
@@ -105,7 +105,7 @@ class TrainerArtifact(Artifact):
             raise UsageError("include_optimizer must be True or False", found=repr(include_optimizer)[:40])
         self.include_optimizer = include_optimizer
         p = self.path
-        if is_url(p):
+        if store_for(p).remote:
             raise UsageError("a training checkpoint folder is read from a local folder", path=p)
         if not os.path.isdir(p):
             if not os.path.exists(p):

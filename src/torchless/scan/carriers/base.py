@@ -18,8 +18,8 @@ from ...formats.npz_spec import is_npy, is_npz_head
 from ...formats.pt.spec import ZIP_MAGIC, opens_as_tar
 from ...formats.registry import readers_format
 from ...formats.torchscript.spec import is_flatbuffer
-from ...io.remote import is_url as _is_url
 from ...io.source import ByteSource, BytesSource, MmapSource, open_source
+from ...io.store import store_for
 from ..budget import BUDGET_NAMES, Budget
 from ..findings import FileReport
 from .common import MAX_DEPTH
@@ -189,7 +189,7 @@ class ScannerBase:
     # -- entry -------------------------------------------------------------------------
     def run(self) -> FileReport:
         t0 = time.perf_counter()
-        remote = "://" in self.path and _is_url(self.path)
+        remote = "://" in self.path and store_for(self.path).remote
         if self.root is not None and not remote:
             real, home = os.path.realpath(self.path), os.path.realpath(self.root)
             if os.path.commonpath([real, home]) != home:
