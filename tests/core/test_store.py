@@ -107,14 +107,14 @@ def test_a_location_resolves_once_to_its_store(tmp_path):
 def test_is_url_is_asked_only_where_a_location_is_resolved():
     """Below the edge a location's store is passed down: ``is_url`` is called only by the
     store's resolution, the byte-source and fsspec modules themselves, the probe-level
-    Lightning test (a probe's text), and the range-write jobs (their own entry points)."""
+    Lightning test (a probe's text); the range-write jobs ask the store too."""
     import ast
     import pathlib
 
     import torchless
 
     src = pathlib.Path(torchless.__file__).parent
-    allowed = {"io/store.py", "io/source.py", "io/remote.py", "formats/trainers/lightning.py", "formats/ranged.py"}
+    allowed = {"io/store.py", "io/source.py", "io/remote.py", "formats/trainers/lightning.py"}
     found = set()
     for f in src.rglob("*.py"):
         rel = f.relative_to(src).as_posix()
@@ -124,5 +124,5 @@ def test_is_url_is_asked_only_where_a_location_is_resolved():
                 name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", None)
                 if name == "is_url":
                     found.add(rel)
-    outside = sorted(m for m in found - allowed if not m.startswith("jobs/"))
+    outside = sorted(found - allowed)
     assert outside == [], outside

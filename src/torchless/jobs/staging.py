@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..io import remote
+from ..io.store import store_for
 from .plan import OutputFile
 
 __all__ = ["LocalDirStaging", "LocalFilesStaging", "RemoteStaging", "remote_staging_for", "cleanup", "STAGING", "MANIFEST"]
@@ -350,7 +351,7 @@ def cleanup(dst: Any, *, folder: bool = True, siblings: Siblings | None = None) 
     """
     d = remote.local_path(os.fspath(dst))
     removed: list[str] = []
-    if remote.is_url(d):
+    if store_for(d).remote:
         d = d.rstrip("/")
         base = d if folder else remote.dirname(d)
         root = remote.join(base, f"{STAGING}-{remote.basename(d)}")

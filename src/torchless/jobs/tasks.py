@@ -26,6 +26,7 @@ from ..core.errors import InternalError
 from ..io import remote
 from ..io.atomic import fault_tick, write_error
 from ..io.source import RemoteSource, pread_into
+from ..io.store import store_for
 from .hooks import current_rss, task_fault
 from .plan import Piece, RangeTask
 
@@ -190,7 +191,7 @@ def _write_piece(task: RangeTask, p: Piece, sink: _Sink, items: dict[int, list[i
 
 def _copy(src: str, offset: int, length: int, sink: _Sink) -> None:
     step = 16 << 20
-    if remote.is_url(src):
+    if store_for(src).remote:
         rs = RemoteSource(src)
         for done in range(0, length, step):
             sink.write(rs.read_at(offset + done, min(step, length - done), what="chunk"))

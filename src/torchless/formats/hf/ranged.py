@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ...io import remote
+from ...io.store import store_for
 from ...jobs.outputs import write_outputs
 from ...jobs.plan import OutputFile, Piece, split_rows
 from ...jobs.staging import LocalFilesStaging, RemoteStaging
@@ -35,7 +36,7 @@ class _TensorSource:
         from ..dispatch import open_artifact
 
         p = remote.local_path(path)
-        isdir = remote.isdir(p) if remote.is_url(p) else os.path.isdir(p)
+        isdir = store_for(p).isdir(p)
         if isdir:
             from ..dcp.readers import open_reader
 
@@ -88,7 +89,7 @@ def write_shards(
     from ..safetensors import parse_size, safetensors_header
 
     d = remote.local_path(os.fspath(dst))
-    url = remote.is_url(d)  # asked once: the answer is passed down
+    url = store_for(d).remote  # asked once: the answer is passed down
     groups: list[list[tuple[str, Any, tuple[int, ...], int]]] = [[]]
     size = total = 0
     limit = parse_size(max_shard_size) if max_shard_size else None
