@@ -236,13 +236,9 @@ def _cubic_coeffs(t: np.ndarray) -> list[np.ndarray]:
     return [c2(t + one), c1(t), c1(one - t), c2(2 * one - t)]
 
 
-def _interp_axis(x: np.ndarray, axis: int, n_out: int, mode: str, align_corners: bool, scale: float | None) -> np.ndarray:
-    n_in = x.shape[axis]
-    shape = [1] * x.ndim
-    shape[axis] = n_out
-    if mode in ("nearest", "nearest-exact"):
-        return np.take(x, _nearest_index(n_in, n_out, scale, mode == "nearest-exact"), axis=axis)
-    dt = np.dtype(compute_dtype(x.dtype))
+def _axis_taps(n_in: int, n_out: int, mode: str, align_corners: bool, scale: float | None, dt: np.dtype, shape: list[int]):
+    """The (index, weight) taps of one resized axis (linear 2, cubic 4); each weight has
+    ``shape`` (the output's along the axis, 1 elsewhere)."""
     s = _linear_scale(n_in, n_out, align_corners, scale, dt)
     if mode == "linear":
         src = _source_index(s, n_out, align_corners, False, dt)
@@ -250,13 +246,31 @@ def _interp_axis(x: np.ndarray, axis: int, n_out: int, mode: str, align_corners:
         i1 = i0 + (i0 < n_in - 1)
         l1 = np.clip(src - i0.astype(dt), 0, 1)
         l0 = dt.type(1) - l1
-        return np.take(x, i0, axis=axis) * l0.reshape(shape) + np.take(x, i1, axis=axis) * l1.reshape(shape)
+        return [(i0, l0.reshape(shape)), (i1, l1.reshape(shape))]
     src = _source_index(s, n_out, align_corners, True, dt)
     f = np.floor(src)
     i0 = f.astype(np.int64)
     t = src - f
-    terms = [np.take(x, np.clip(i0 - 1 + j, 0, n_in - 1), axis=axis) * c.reshape(shape) for j, c in enumerate(_cubic_coeffs(t))]
-    return terms[0] + terms[1] + terms[2] + terms[3]
+    return [(np.clip(i0 - 1 + j, 0, n_in - 1), c.reshape(shape)) for j, c in enumerate(_cubic_coeffs(t))]
+
+
+def _weighted_taps(x: np.ndarray, axis: int, taps: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """``sum_j take(x, idx_j, axis) * w_j``, added left to right; each product computed
+    in place in its gathered copy."""
+    acc = np.take(x, taps[0][0], axis=axis, mode="clip")  # indices in range by construction
+    acc *= taps[0][1]
+    tmp = np.empty_like(acc)
+    for idx, w in taps[1:]:
+        np.take(x, idx, axis=axis, out=tmp, mode="clip")  # clip: no copy of out
+        tmp *= w
+        acc += tmp
+    return acc
+
+
+#: elements of output one block of (batch x channel) planes is resized in: its temporaries
+#: stay in cache and are reused from the heap (whole-size temporaries were fresh pages to
+#: fault in on every call, which cost more than the arithmetic)
+_RESIZE_BLOCK = 1 << 16
 
 
 def _upsample(op: str, nd: int, x, output_size, scales, mode: str, align_corners: bool = False):
@@ -271,12 +285,32 @@ def _upsample(op: str, nd: int, x, output_size, scales, mode: str, align_corners
     output_size = [int(o) for o in output_size]
     if len(output_size) != nd or any(o <= 0 for o in output_size):
         raise UsageError(f"{op}: output size {output_size}")
-    if mode != "nearest" and mode != "nearest-exact":
-        require_float(op, x)
-    y = compute(x) if mode not in ("nearest", "nearest-exact") else x
-    for i in range(nd):
-        y = _interp_axis(y, 2 + i, output_size[i], mode, align_corners, scales[i])
-    return finish(np.ascontiguousarray(y), x.dtype)
+    if mode in ("nearest", "nearest-exact"):
+        y = x
+        for i in range(nd):
+            y = np.take(y, _nearest_index(spatial[i], output_size[i], scales[i], mode == "nearest-exact"), axis=2 + i)
+        return finish(np.ascontiguousarray(y), x.dtype)
+    require_float(op, x)
+    y = compute(x)
+    dt = y.dtype
+    rows = x.shape[0] * x.shape[1]
+    y = np.reshape(y, (rows, *spatial))
+    # the last spatial dim first, as torch's kernel nests its sums (each row along W, then
+    # those along H, then D): the same grouping of the products, and the contiguous axis
+    # (the slowest to gather along) resized while the array is smallest when upsampling
+    taps = {}
+    for i in reversed(range(nd)):
+        shape = [1] * (nd + 1)
+        shape[1 + i] = output_size[i]
+        taps[i] = _axis_taps(spatial[i], output_size[i], mode, align_corners, scales[i], dt, shape)
+    out = np.empty((rows, *output_size), dt)
+    step = max(1, _RESIZE_BLOCK // max(1, math.prod(output_size)))
+    for r in range(0, rows, step):
+        z = y[r : r + step]
+        for i in reversed(range(nd)):
+            z = _weighted_taps(z, 1 + i, taps[i])
+        out[r : r + step] = z
+    return finish(out.reshape(*x.shape[:2], *output_size), x.dtype)
 
 
 def _vec(nd: int, mode: str, op: str) -> Callable[..., np.ndarray]:
@@ -551,7 +585,14 @@ def _same_dtype(op: str, *xs) -> None:
 @kernel("aten.linear.default")
 def linear(input, weight, bias=None):
     _same_dtype("linear", input, weight, bias)
-    y = np.matmul(compute(input), compute(weight).T)
+    x, w = compute(input), compute(weight)
+    if x.ndim > 2 and w.ndim == 2:
+        # the leading dims folded into one matrix product, as torch does: NumPy's matmul
+        # of a 3-d operand is a loop of small products, and of a non-contiguous one (the
+        # (L, N, E) transpose MultiheadAttention feeds its projections) a non-BLAS loop
+        y = np.matmul(np.reshape(x, (-1, x.shape[-1])), w.T).reshape(*x.shape[:-1], w.shape[0])
+    else:
+        y = np.matmul(x, w.T)
     if bias is not None:
         y += compute(bias)  # (matmul's result is a fresh array)
     return finish(y, input.dtype)
