@@ -200,12 +200,12 @@ def _trailing_gather(x: np.ndarray, key: tuple[Any, ...]) -> np.ndarray | None:
     rows, cols, size = math.prod(x.shape[:lead]), math.prod(dims), math.prod(b_shape)
     if size < 1024 or rows < 1:
         return None
-    flat = np.zeros(b_shape, np.intp)
+    acc = np.zeros(b_shape, np.intp)
     step = 1
     for a, n in zip(arrs[::-1], dims[::-1], strict=True):
-        flat += np.where(a < 0, a + n, a) * step  # in range: checked by _index_tuple
+        acc += np.where(a < 0, a + n, a) * step  # in range: checked by _index_tuple
         step *= n
-    flat = flat.reshape(-1)
+    flat = acc.reshape(-1)
     src = np.reshape(x, (rows, cols))
     out = np.empty((rows, size), x.dtype)
     for r in range(rows):

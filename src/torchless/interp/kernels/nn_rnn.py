@@ -101,7 +101,10 @@ def _run(kind: str, input, hx: list, params: list, has_biases, num_layers, dropo
     out_h, out_c = [], []
     layer_in = x
     for layer in range(nl):
-        gis, whh, b_hns, whr = [], [], [], []
+        gis: list[np.ndarray] = []
+        whh: list[np.ndarray] = []
+        b_hns: list[np.ndarray] = []
+        whr: list[np.ndarray] = []
         for d in range(d_count):
             p = [compute(t) for t in params[(layer * d_count + d) * per : (layer * d_count + d + 1) * per]]
             w_ih, w_hh = p[0], p[1]
@@ -120,12 +123,14 @@ def _run(kind: str, input, hx: list, params: list, has_biases, num_layers, dropo
                     gi += b_hh
             gis.append(gi)
             whh.append(w_hh.T)
-            b_hns.append(b_hh[2 * hidden :] if (kind == "gru" and b_hh is not None) else None)
-            whr.append(p[-1].T if has_proj else None)
+            if kind == "gru" and b_hh is not None:
+                b_hns.append(b_hh[2 * hidden :])
+            if has_proj:
+                whr.append(p[-1].T)
         gi = np.stack(gis, axis=1)  # (T, D, B, G)
         w_hh_t = np.ascontiguousarray(np.stack(whh))  # (D, H, G)
-        b_hn = None if b_hns[0] is None else np.stack(b_hns)[:, None, :]
-        w_hr_t = None if whr[0] is None else np.ascontiguousarray(np.stack(whr))
+        b_hn = np.stack(b_hns)[:, None, :] if b_hns else None
+        w_hr_t = np.ascontiguousarray(np.stack(whr)) if whr else None
         first = layer * d_count
         h0 = np.stack([states[0][first + d] for d in range(d_count)])  # fresh: updated in place
         if kind == "gru":
