@@ -399,41 +399,42 @@ def _apply_padding(c: np.ndarray, size: int, padding_mode: int, align_corners: b
     return c
 
 
-def _corner_index(iy: np.ndarray, ix: np.ndarray, h: int, w: int) -> np.ndarray:
-    """Flat ``iy * w + ix`` of integer coords, ``h * w`` (the padded zero) outside."""
+def _corner_index(iy: np.ndarray, ix: np.ndarray, h: int, w: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """(flat ``iy * w + ix`` of integer coords, 0 outside; the outside mask, None if no
+    point is outside)."""
     inb = (ix >= 0) & (ix < w) & (iy >= 0) & (iy < h)
-    return np.where(inb, iy * w + ix, h * w)
+    out = ~inb
+    return np.where(inb, iy * w + ix, 0), (out if out.any() else None)
 
 
-def _sample_sum(x: np.ndarray, taps: list[tuple[np.ndarray, np.ndarray | None]], out_hw: tuple[int, ...]) -> np.ndarray:
-    """``sum_k x[n, :, idx_k] * w_k`` over the taps ``(idx (N, *out_hw) flat indices into
-    x's spatial dims, weight (N, *out_hw) or None)``, added in the taps' order; a flat index
-    of ``h * w`` reads 0. The gathers are 1-d ``take``s, one per (batch entry, channel)
-    over every tap's points at once: NumPy's fastest gather (``take`` along an axis of a
-    2-d array is 2-3x slower per element, fancy indexing slower still); every index is in
-    range by construction, so ``mode="clip"`` (no bounds pass, no copy of ``out``) changes
-    nothing."""
+def _sample_sum(x: np.ndarray, taps: list[tuple[tuple[np.ndarray, np.ndarray | None], np.ndarray | None]], out_hw) -> np.ndarray:
+    """``sum_k x[n, :, idx_k] * w_k`` over the taps ``((flat index (N, *out_hw) into x's
+    spatial dims, outside mask or None), weight (N, *out_hw) or None)``, added in the taps'
+    order, a point outside reading 0. The gathers are 1-d ``take``s, one per (batch entry,
+    tap, channel), NumPy's fastest gather (``take`` along an axis of a 2-d array is 2-3x
+    slower per element, fancy indexing slower still; every index is in range by
+    construction, so ``mode="clip"``, which skips the bounds pass and the copy of ``out``,
+    changes nothing), straight into the output or one plane-sized temporary: no padded
+    copy of the input and no buffer of every tap (fresh multi-megabyte arrays are new
+    pages to fault in on every call, which cost more than the gathers)."""
     n, c = x.shape[:2]
-    xp = np.zeros((n, c, math.prod(x.shape[2:]) + 1), x.dtype)
-    xp[:, :, :-1] = x.reshape(n, c, -1)
+    src = np.reshape(x, (n, c, -1))
     p = math.prod(out_hw)
-    k = len(taps)
-    idx = np.stack([t[0].reshape(n, p) for t in taps], axis=1).reshape(n, k * p)
     out = np.empty((n, c, p), x.dtype)
-    buf = out if k == 1 and taps[0][1] is None else np.empty((1, c, k * p), x.dtype)
+    tmp = np.empty((c, p), x.dtype) if len(taps) > 1 else None
     for b in range(n):
-        ib, xb, gb = idx[b], xp[b], buf[b if buf is out else 0]
-        for ch in range(c):
-            xb[ch].take(ib, out=gb[ch], mode="clip")
-        if buf is out:
-            continue
-        v, o = gb.reshape(c, k, p), out[b]
-        for j, (_, wt) in enumerate(taps):
-            wj = np.ones(p, x.dtype) if wt is None else wt[b].reshape(p)
-            if j == 0:
-                np.multiply(v[:, 0], wj, out=o)
-            else:
-                o += v[:, j] * wj
+        xb, ob = src[b], out[b]
+        for j, ((idx, outside), wt) in enumerate(taps):
+            ib = idx[b].reshape(p)
+            dst = ob if j == 0 or tmp is None else tmp
+            for ch in range(c):
+                xb[ch].take(ib, out=dst[ch], mode="clip")
+            if outside is not None:
+                np.copyto(dst, 0, where=outside[b].reshape(p))
+            if wt is not None:
+                dst *= wt[b].reshape(p)
+            if j:
+                ob += dst
     return out.reshape(n, c, *out_hw)
 
 
