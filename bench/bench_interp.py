@@ -1,8 +1,11 @@
-"""The reference interpreter against torch eager on the model zoo (issue #16).
+"""The reference interpreter against torch eager on the model zoo (issue #16) and on the
+small-op programs (issue #32).
 
-Usage: python bench/bench_interp.py [--rounds N] [--models a,b,...] [--json OUT]
+Usage: python bench/bench_interp.py [--rounds N] [--models a,b,...|zoo|smallops] [--json OUT]
 
-Every model of ``tests/interp/zoo_models.py`` is exported once (``torch.export.export`` on
+Every model of ``tests/interp/zoo_models.py`` and every program of
+``bench/smallop_models.py`` (grid_sample, interpolate, masked SDPA, bidirectional 2-layer
+LSTM/GRU, MultiheadAttention at realistic sizes) is exported once (``torch.export.export`` on
 its benchmark inputs, batch sizes where BLAS dominates) and saved in both IRs under
 ``bench/_data/interp/`` (not committed). Three child programs per round, each a fresh
 process running every model:
@@ -16,9 +19,11 @@ Each child warms every model up (2 calls) and reports, per model, the median CPU
 (``time.process_time``) of one call over at least 7 calls / 0.5 s: on the shared, loaded
 machine these benchmarks ran on, wall time per call varied 5x between runs, CPU time did
 not. The harness gives BLAS one thread in every child
-(``OMP_NUM_THREADS=1`` etc.), so torch's intra-op pool and NumPy's BLAS run alike.
-Printed: the per-model medians over rounds and the ratio interpreter / torch (goal <= 3x
-where BLAS dominates: MLP, CNN, ResNet, MobileNet, transformer, decoder, ViT, UNet).
+(``OMP_NUM_THREADS=1`` etc.) and the torch child sets ``torch.set_num_threads`` to the
+same count, so torch's intra-op pool and NumPy's BLAS run alike (the torch child reports
+its thread count). Printed: the per-model medians over rounds and the ratio interpreter /
+torch (goal <= 3x where BLAS dominates: MLP, CNN, ResNet, MobileNet, transformer, decoder,
+ViT, UNet; and on every small-op program, issue #32).
 """
 
 from __future__ import annotations
@@ -47,6 +52,15 @@ BLAS_BOUND = (
     "unet_block",
 )
 
+
+def _cases() -> list:
+    """Every program: the zoo's, then the small-op ones."""
+    from smallop_models import SMALLOPS
+    from zoo_models import ZOO
+
+    return [*ZOO, *SMALLOPS]
+
+
 TIMER = r"""
 import statistics
 def per_call(fn, min_calls=7, min_time=0.5):
@@ -68,12 +82,15 @@ TORCH_CHILD = (
 import os, sys
 import numpy as np
 import torch
+torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
 sys.path.insert(0, ARGS[1])
+sys.path.insert(0, ARGS[3])
 from zoo_models import ZOO, build
+from smallop_models import SMALLOPS
 names = ARGS[2].split(",")
 res = {}
 t = start()
-for case in ZOO:
+for case in [*ZOO, *SMALLOPS]:
     if case.name not in names:
         continue
     m, _ = build(case)
@@ -108,10 +125,10 @@ done(time.perf_counter() - t, **res)
 def export_all(names: list[str]) -> None:
     import numpy as np
     import torch
-    from zoo_models import ZOO, build, dynamic_shapes
+    from zoo_models import build, dynamic_shapes
 
     os.makedirs(DATA, exist_ok=True)
-    for case in ZOO:
+    for case in _cases():
         if case.name not in names:
             continue
         m, _ = build(case)
@@ -124,22 +141,24 @@ def export_all(names: list[str]) -> None:
 
 
 def main() -> None:
+    from smallop_models import SMALLOPS
     from zoo_models import ZOO
 
+    groups = {"zoo": [c.name for c in ZOO], "smallops": [c.name for c in SMALLOPS]}
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--models", default=",".join(c.name for c in ZOO))
+    ap.add_argument("--models", default="zoo,smallops", help="names, or the groups zoo / smallops")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
-    names = a.models.split(",")
+    names = [n for g in a.models.split(",") for n in groups.get(g, [g])]
     export_all(names)
     h = Harness(rounds=a.rounds, warmup=0)
     zoo = os.path.join(ROOT, "tests", "interp")
-    h.case("torch", TORCH_CHILD, args=[DATA, zoo, ",".join(names)])
+    h.case("torch", TORCH_CHILD, args=[DATA, zoo, ",".join(names), HERE])
     h.case("tl_train", TL_CHILD, args=[DATA, "train", ",".join(names)])
     h.case("tl_aten", TL_CHILD, args=[DATA, "aten", ",".join(names)])
     for n in names:
-        goal = 3.0 if n in BLAS_BOUND else None
+        goal = 3.0 if n in BLAS_BOUND or n in groups["smallops"] else None
         h.ratio(f"{n}, training IR", "tl_train", "torch", key=n, goal=goal)
         h.ratio(f"{n}, ATen IR", "tl_aten", "torch", key=n, goal=goal)
     h.run()

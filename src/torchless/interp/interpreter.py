@@ -158,6 +158,9 @@ class Plan:
             self.steps.append((i, n, fn, free))
         #: per step, how its arguments are gathered (see :func:`_arg_recipe`)
         self.recipes = [_arg_recipe(n, index) if fn is not None else None for _i, n, fn, _f in self.steps]
+        #: per step, the operator key the limits' pre-check reads ("" for non-ATen targets);
+        #: computed once here, not per node per call
+        self.keys = [n.target.key if isinstance(n.target, OpRef) else "" for _i, n, _fn, _f in self.steps]
 
 
 #: an argument recipe: (args template, (position, value index) per top-level node argument,
@@ -242,7 +245,7 @@ def run_graph(graph: Graph, inputs: list[Any], plans: dict[int, Plan] | None = N
     args: Any
     kwargs: dict[str, Any]
     with quiet():  # once for the graph: every kernel's own quiet() is then free
-        for (i, n, fn, free), recipe in zip(p.steps, p.recipes, strict=True):
+        for (i, n, fn, free), recipe, key in zip(p.steps, p.recipes, p.keys, strict=True):
             if fn is not None:
                 if recipe is None:
                     args = map_arg(n.args, value) if n.args else ()
@@ -260,7 +263,7 @@ def run_graph(graph: Graph, inputs: list[Any], plans: dict[int, Plan] | None = N
                 if autocast_dtype is not None and isinstance(n.target, OpRef):
                     args, kwargs = autocast.cast_args(n.target.op_name, args, kwargs, autocast_dtype)
                 try:
-                    limits.precheck(n.target.key if isinstance(n.target, OpRef) else "", args, kwargs, "", caps)
+                    limits.precheck(key, args, kwargs, "", caps)
                     out = fn(*args, **kwargs)
                     limits.postcheck(out, "", caps)
                     b = limits.owned_bytes(out)

@@ -7,6 +7,7 @@ without ``accumulate``), the last write wins here.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -182,10 +183,44 @@ def _index_tuple(op: str, x: np.ndarray, indices: Sequence[Any]) -> tuple[Any, .
     return tuple(out)
 
 
+def _trailing_gather(x: np.ndarray, key: tuple[Any, ...]) -> np.ndarray | None:
+    """``x[key]`` where ``key`` is full slices then integer index arrays on every remaining
+    dim (what ATen IR's resizing decompositions index with: ``x[:, :, iy, ix]``), as one
+    flat index into the trailing dims and one 1-d ``take`` per leading row: NumPy's own
+    advanced indexing visits the leading dims innermost there (3-10x slower) and returns a
+    non-contiguous result. None where ``key`` has another shape or the gather is small."""
+    lead = 0
+    while lead < len(key) and isinstance(key[lead], slice):
+        lead += 1
+    arrs = key[lead:]
+    if not arrs or len(key) != x.ndim or any(not isinstance(a, np.ndarray) or a.dtype == np.bool_ for a in arrs):
+        return None
+    dims = x.shape[lead:]
+    b_shape = np.broadcast_shapes(*(a.shape for a in arrs))
+    rows, cols, size = math.prod(x.shape[:lead]), math.prod(dims), math.prod(b_shape)
+    if size < 1024 or rows < 1:
+        return None
+    acc = np.zeros(b_shape, np.intp)
+    step = 1
+    for a, n in zip(arrs[::-1], dims[::-1], strict=True):
+        acc += np.where(a < 0, a + n, a) * step  # in range: checked by _index_tuple
+        step *= n
+    flat = acc.reshape(-1)
+    src = np.reshape(x, (rows, cols))
+    out = np.empty((rows, size), x.dtype)
+    for r in range(rows):
+        src[r].take(flat, out=out[r], mode="clip")  # clip: no bounds pass, no copy of out
+    return out.reshape(*x.shape[:lead], *b_shape)
+
+
 @kernel("aten.index.Tensor")
 def index(self: np.ndarray, indices: Sequence[Any]) -> np.ndarray:
     x = tensor(self)
-    return np.asarray(x[_index_tuple("aten.index", x, indices)]).copy()
+    key = _index_tuple("aten.index", x, indices)
+    fast = _trailing_gather(x, key)
+    if fast is not None:
+        return fast
+    return np.asarray(x[key]).copy()
 
 
 def _index_put(out: np.ndarray, indices: Sequence[Any], values: np.ndarray, accumulate: bool) -> np.ndarray:

@@ -236,13 +236,9 @@ def _cubic_coeffs(t: np.ndarray) -> list[np.ndarray]:
     return [c2(t + one), c1(t), c1(one - t), c2(2 * one - t)]
 
 
-def _interp_axis(x: np.ndarray, axis: int, n_out: int, mode: str, align_corners: bool, scale: float | None) -> np.ndarray:
-    n_in = x.shape[axis]
-    shape = [1] * x.ndim
-    shape[axis] = n_out
-    if mode in ("nearest", "nearest-exact"):
-        return np.take(x, _nearest_index(n_in, n_out, scale, mode == "nearest-exact"), axis=axis)
-    dt = np.dtype(compute_dtype(x.dtype))
+def _axis_taps(n_in: int, n_out: int, mode: str, align_corners: bool, scale: float | None, dt: np.dtype, shape: list[int]):
+    """The (index, weight) taps of one resized axis (linear 2, cubic 4); each weight has
+    ``shape`` (the output's along the axis, 1 elsewhere)."""
     s = _linear_scale(n_in, n_out, align_corners, scale, dt)
     if mode == "linear":
         src = _source_index(s, n_out, align_corners, False, dt)
@@ -250,13 +246,31 @@ def _interp_axis(x: np.ndarray, axis: int, n_out: int, mode: str, align_corners:
         i1 = i0 + (i0 < n_in - 1)
         l1 = np.clip(src - i0.astype(dt), 0, 1)
         l0 = dt.type(1) - l1
-        return np.take(x, i0, axis=axis) * l0.reshape(shape) + np.take(x, i1, axis=axis) * l1.reshape(shape)
+        return [(i0, l0.reshape(shape)), (i1, l1.reshape(shape))]
     src = _source_index(s, n_out, align_corners, True, dt)
     f = np.floor(src)
     i0 = f.astype(np.int64)
     t = src - f
-    terms = [np.take(x, np.clip(i0 - 1 + j, 0, n_in - 1), axis=axis) * c.reshape(shape) for j, c in enumerate(_cubic_coeffs(t))]
-    return terms[0] + terms[1] + terms[2] + terms[3]
+    return [(np.clip(i0 - 1 + j, 0, n_in - 1), c.reshape(shape)) for j, c in enumerate(_cubic_coeffs(t))]
+
+
+def _weighted_taps(x: np.ndarray, axis: int, taps: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """``sum_j take(x, idx_j, axis) * w_j``, added left to right; each product computed
+    in place in its gathered copy."""
+    acc = np.take(x, taps[0][0], axis=axis, mode="clip")  # indices in range by construction
+    acc *= taps[0][1]
+    tmp = np.empty_like(acc)
+    for idx, w in taps[1:]:
+        np.take(x, idx, axis=axis, out=tmp, mode="clip")  # clip: no copy of out
+        tmp *= w
+        acc += tmp
+    return acc
+
+
+#: elements of output one block of (batch x channel) planes is resized in: its temporaries
+#: stay in cache and are reused from the heap (whole-size temporaries were fresh pages to
+#: fault in on every call, which cost more than the arithmetic)
+_RESIZE_BLOCK = 1 << 16
 
 
 def _upsample(op: str, nd: int, x, output_size, scales, mode: str, align_corners: bool = False):
@@ -271,12 +285,32 @@ def _upsample(op: str, nd: int, x, output_size, scales, mode: str, align_corners
     output_size = [int(o) for o in output_size]
     if len(output_size) != nd or any(o <= 0 for o in output_size):
         raise UsageError(f"{op}: output size {output_size}")
-    if mode != "nearest" and mode != "nearest-exact":
-        require_float(op, x)
-    y = compute(x) if mode not in ("nearest", "nearest-exact") else x
-    for i in range(nd):
-        y = _interp_axis(y, 2 + i, output_size[i], mode, align_corners, scales[i])
-    return finish(np.ascontiguousarray(y), x.dtype)
+    if mode in ("nearest", "nearest-exact"):
+        y = x
+        for i in range(nd):
+            y = np.take(y, _nearest_index(spatial[i], output_size[i], scales[i], mode == "nearest-exact"), axis=2 + i)
+        return finish(np.ascontiguousarray(y), x.dtype)
+    require_float(op, x)
+    y = compute(x)
+    dt = y.dtype
+    rows = x.shape[0] * x.shape[1]
+    y = np.reshape(y, (rows, *spatial))
+    # the last spatial dim first, as torch's kernel nests its sums (each row along W, then
+    # those along H, then D): the same grouping of the products, and the contiguous axis
+    # (the slowest to gather along) resized while the array is smallest when upsampling
+    taps = {}
+    for i in reversed(range(nd)):
+        shape = [1] * (nd + 1)
+        shape[1 + i] = output_size[i]
+        taps[i] = _axis_taps(spatial[i], output_size[i], mode, align_corners, scales[i], dt, shape)
+    out = np.empty((rows, *output_size), dt)
+    step = max(1, _RESIZE_BLOCK // max(1, math.prod(output_size)))
+    for r in range(0, rows, step):
+        z = y[r : r + step]
+        for i in reversed(range(nd)):
+            z = _weighted_taps(z, 1 + i, taps[i])
+        out[r : r + step] = z
+    return finish(out.reshape(*x.shape[:2], *output_size), x.dtype)
 
 
 def _vec(nd: int, mode: str, op: str) -> Callable[..., np.ndarray]:
@@ -365,23 +399,56 @@ def _apply_padding(c: np.ndarray, size: int, padding_mode: int, align_corners: b
     return c
 
 
+def _corner_index(iy: np.ndarray, ix: np.ndarray, h: int, w: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """(flat ``iy * w + ix`` of integer coords, 0 outside; the outside mask, None if no
+    point is outside)."""
+    inb = (ix >= 0) & (ix < w) & (iy >= 0) & (iy < h)
+    out = ~inb
+    return np.where(inb, iy * w + ix, 0), (out if out.any() else None)
+
+
+def _sample_sum(x: np.ndarray, taps: list[tuple[tuple[np.ndarray, np.ndarray | None], np.ndarray | None]], out_hw) -> np.ndarray:
+    """``sum_k x[n, :, idx_k] * w_k`` over the taps ``((flat index (N, *out_hw) into x's
+    spatial dims, outside mask or None), weight (N, *out_hw) or None)``, added in the taps'
+    order, a point outside reading 0. The gathers are 1-d ``take``s, one per (batch entry,
+    tap, channel), NumPy's fastest gather (``take`` along an axis of a 2-d array is 2-3x
+    slower per element, fancy indexing slower still; every index is in range by
+    construction, so ``mode="clip"``, which skips the bounds pass and the copy of ``out``,
+    changes nothing), straight into the output or one plane-sized temporary: no padded
+    copy of the input and no buffer of every tap (fresh multi-megabyte arrays are new
+    pages to fault in on every call, which cost more than the gathers)."""
+    n, c = x.shape[:2]
+    src = np.reshape(x, (n, c, -1))
+    p = math.prod(out_hw)
+    out = np.empty((n, c, p), x.dtype)
+    tmp = np.empty((c, p), x.dtype) if len(taps) > 1 else None
+    for b in range(n):
+        xb, ob = src[b], out[b]
+        for j, ((idx, outside), wt) in enumerate(taps):
+            ib = idx[b].reshape(p)
+            dst = ob if j == 0 or tmp is None else tmp
+            for ch in range(c):
+                xb[ch].take(ib, out=dst[ch], mode="clip")
+            if outside is not None:
+                np.copyto(dst, 0, where=outside[b].reshape(p))
+            if wt is not None:
+                dst *= wt[b].reshape(p)
+            if j:
+                ob += dst
+    return out.reshape(n, c, *out_hw)
+
+
 @kernel("aten.grid_sampler_2d.default")
 def grid_sampler_2d(input, grid, interpolation_mode, padding_mode, align_corners):
     require_float("grid_sampler_2d", input, grid)
     if input.ndim != 4 or grid.ndim != 4 or grid.shape[-1] != 2 or grid.shape[0] != input.shape[0]:
         raise UsageError(f"grid_sampler_2d: input {tuple(input.shape)} and grid {tuple(grid.shape)}")
+    if interpolation_mode not in (0, 1, 2):
+        raise UsageError(f"grid_sampler_2d: interpolation_mode {interpolation_mode} (0 bilinear, 1 nearest, 2 bicubic)")
     x = compute(input)
     g = compute(grid).astype(x.dtype)
-    n, c, h, w = x.shape
-    nidx = np.arange(n)[:, None, None]
-
-    def gather(iy: np.ndarray, ix: np.ndarray) -> np.ndarray:
-        """(N, C, Ho, Wo) of x at integer coords, 0 outside."""
-        inb = (ix >= 0) & (ix < w) & (iy >= 0) & (iy < h)
-        v = x[nidx, :, np.clip(iy, 0, h - 1), np.clip(ix, 0, w - 1)]  # (N, Ho, Wo, C)
-        v = np.where(inb[..., None], v, 0)
-        return v.transpose(0, 3, 1, 2)
-
+    h, w = x.shape[2:]
+    out_hw = g.shape[1:3]
     if interpolation_mode == 2:  # bicubic: unnormalise without padding, pad each tap
         one = x.dtype.type(1)
         ux, uy = g[..., 0], g[..., 1]
@@ -391,30 +458,29 @@ def grid_sampler_2d(input, grid, interpolation_mode, padding_mode, align_corners
             ux, uy = ((ux + one) * w - one) / 2, ((uy + one) * h - one) / 2
         fx, fy = np.floor(ux), np.floor(uy)
         cx, cy = _cubic_coeffs(ux - fx), _cubic_coeffs(uy - fy)
-        out = np.zeros((n, c, *g.shape[1:3]), dtype=x.dtype)
+        taps = []
         for j in range(4):
             ty = _apply_padding(fy - 1 + j, h, padding_mode, align_corners).astype(np.int64)
             for i in range(4):
                 tx = _apply_padding(fx - 1 + i, w, padding_mode, align_corners).astype(np.int64)
-                out += gather(ty, tx) * (cy[j] * cx[i])[:, None]
-        return finish(out, input.dtype)
+                taps.append((_corner_index(ty, tx, h, w), cy[j] * cx[i]))
+        return finish(_sample_sum(x, taps, out_hw), input.dtype)
     ix = _grid_coords(g[..., 0], w, padding_mode, align_corners)
     iy = _grid_coords(g[..., 1], h, padding_mode, align_corners)
     if interpolation_mode == 1:  # nearest (round half to even, as nearbyint)
-        return finish(gather(np.rint(iy).astype(np.int64), np.rint(ix).astype(np.int64)), input.dtype)
-    if interpolation_mode != 0:
-        raise UsageError(f"grid_sampler_2d: interpolation_mode {interpolation_mode} (0 bilinear, 1 nearest, 2 bicubic)")
+        near = _corner_index(np.rint(iy).astype(np.int64), np.rint(ix).astype(np.int64), h, w)
+        return finish(_sample_sum(x, [(near, None)], out_hw), input.dtype)
     x0, y0 = np.floor(ix), np.floor(iy)
     tx, ty = ix - x0, iy - y0
     x0i, y0i = x0.astype(np.int64), y0.astype(np.int64)
     one = x.dtype.type(1)
-    out = (
-        gather(y0i, x0i) * ((one - tx) * (one - ty))[:, None]
-        + gather(y0i, x0i + 1) * (tx * (one - ty))[:, None]
-        + gather(y0i + 1, x0i) * ((one - tx) * ty)[:, None]
-        + gather(y0i + 1, x0i + 1) * (tx * ty)[:, None]
-    )
-    return finish(out, input.dtype)
+    taps = [
+        (_corner_index(y0i, x0i, h, w), (one - tx) * (one - ty)),
+        (_corner_index(y0i, x0i + 1, h, w), tx * (one - ty)),
+        (_corner_index(y0i + 1, x0i, h, w), (one - tx) * ty),
+        (_corner_index(y0i + 1, x0i + 1, h, w), tx * ty),
+    ]
+    return finish(_sample_sum(x, taps, out_hw), input.dtype)
 
 
 # -- dropout ------------------------------------------------------------------------------
@@ -520,7 +586,14 @@ def _same_dtype(op: str, *xs) -> None:
 @kernel("aten.linear.default")
 def linear(input, weight, bias=None):
     _same_dtype("linear", input, weight, bias)
-    y = np.matmul(compute(input), compute(weight).T)
+    x, w = compute(input), compute(weight)
+    if x.ndim > 2 and w.ndim == 2:
+        # the leading dims folded into one matrix product, as torch does: NumPy's matmul
+        # of a 3-d operand is a loop of small products, and of a non-contiguous one (the
+        # (L, N, E) transpose MultiheadAttention feeds its projections) a non-BLAS loop
+        y = np.matmul(np.reshape(x, (-1, x.shape[-1])), w.T).reshape(*x.shape[:-1], w.shape[0])
+    else:
+        y = np.matmul(x, w.T)
     if bias is not None:
         y += compute(bias)  # (matmul's result is a fresh array)
     return finish(y, input.dtype)

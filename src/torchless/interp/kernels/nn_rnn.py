@@ -18,9 +18,70 @@ from . import nn_misc
 from ._nn_util import compute, finish, require_float
 
 
-def _sigmoid(x: np.ndarray) -> np.ndarray:
+def _sigmoid_(x: np.ndarray) -> np.ndarray:
+    """``1 / (1 + exp(-x))`` in place on ``x`` (a fresh array), the same operations as
+    written out; ``exp`` overflowing to inf gives 0, as it should."""
+    np.negative(x, out=x)
     with np.errstate(over="ignore"):
-        return 1 / (1 + np.exp(-x))
+        np.exp(x, out=x)
+    x += 1
+    np.reciprocal(x, out=x)
+    return x
+
+
+def _steps(kind: str, gi: np.ndarray, h: np.ndarray, c: np.ndarray | None, w_hh_t: np.ndarray, w_hr_t: np.ndarray | None):
+    """The recurrence of one layer of LSTM or the plain RNNs, every direction at once: ``gi`` ``(T, D, B, G)`` the
+    input projections (direction 1's in reversed time), ``h``/``c`` ``(D, B, H)`` fresh
+    initial states, ``w_hh_t`` ``(D, H, G)``. Per step one batched matmul ``h @ W_hh``
+    (one BLAS product per direction, as before) and a few whole-array operations, in
+    place where the operand is a temporary. Returns ``(ys (T, D, B, H_out), h, c)``."""
+    steps = gi.shape[0]
+    ys = np.empty((steps, *h.shape), h.dtype)
+    hs = w_hh_t.shape[-1] // 4  # LSTM: the cell size (the hidden state may be projected)
+    for t in range(steps):
+        g = np.matmul(h, w_hh_t)  # fresh (D, B, G)
+        g += gi[t]
+        if kind == "lstm":
+            cand = np.tanh(g[..., 2 * hs : 3 * hs])
+            sg = _sigmoid_(g)
+            c = c * sg[..., hs : 2 * hs]
+            cand *= sg[..., :hs]
+            c += cand
+            hf = np.tanh(c)
+            hf *= sg[..., 3 * hs :]
+            if w_hr_t is not None:
+                np.matmul(hf, w_hr_t, out=ys[t])
+            else:
+                ys[t] = hf
+        elif kind == "rnn_tanh":
+            np.tanh(g, out=ys[t])
+        else:
+            np.maximum(g, 0, out=ys[t])
+        h = ys[t]
+    return ys, h, c
+
+
+def _gru_steps(gi: np.ndarray, h: np.ndarray, w_hh_t: np.ndarray, b_hn):
+    """GRU's recurrence, every direction at once (see :func:`_steps`)."""
+    steps = gi.shape[0]
+    ys = np.empty((steps, *h.shape), h.dtype)
+    hs = h.shape[-1]
+    for t in range(steps):
+        gh = np.matmul(h, w_hh_t)  # fresh (D, B, 3H)
+        git = gi[t]
+        rz = _sigmoid_(np.add(git[..., : 2 * hs], gh[..., : 2 * hs]))
+        hn = gh[..., 2 * hs :]
+        if b_hn is not None:
+            hn += b_hn
+        n = rz[..., :hs] * hn
+        n += git[..., 2 * hs :]
+        np.tanh(n, out=n)
+        y = ys[t]
+        np.subtract(h, n, out=y)
+        y *= rz[..., hs:]
+        y += n
+        h = y
+    return ys, h
 
 
 def _run(kind: str, input, hx: list, params: list, has_biases, num_layers, dropout, train, bidirectional, batch_first):
@@ -39,17 +100,20 @@ def _run(kind: str, input, hx: list, params: list, has_biases, num_layers, dropo
     states = [compute(h) for h in hx]
     out_h, out_c = [], []
     layer_in = x
-    steps = x.shape[0]
     for layer in range(nl):
-        outs = []
+        gis: list[np.ndarray] = []
+        whh: list[np.ndarray] = []
+        b_hns: list[np.ndarray] = []
+        whr: list[np.ndarray] = []
         for d in range(d_count):
             p = [compute(t) for t in params[(layer * d_count + d) * per : (layer * d_count + d + 1) * per]]
             w_ih, w_hh = p[0], p[1]
             b_ih, b_hh = (p[2], p[3]) if has_biases else (None, None)
-            w_hr = p[-1] if has_proj else None
-            xs = layer_in if d == 0 else layer_in[::-1]
             hidden = w_hh.shape[1]
-            gi = np.matmul(xs, w_ih.T)  # every step's input projection at once
+            xs = layer_in if d == 0 else layer_in[::-1]
+            # every step's input projection at once, in one 2-d product (NumPy's matmul of
+            # a 3-d operand is a loop of small ones, and of the reversed sequence no BLAS)
+            gi = np.matmul(np.reshape(xs, (-1, xs.shape[-1])), w_ih.T).reshape(*xs.shape[:-1], w_ih.shape[0])
             if b_ih is not None:
                 gi += b_ih
             if b_hh is not None:  # fold the recurrent bias in, except GRU's n gate (inside r * (...))
@@ -57,38 +121,31 @@ def _run(kind: str, input, hx: list, params: list, has_biases, num_layers, dropo
                     gi[..., : 2 * hidden] += b_hh[: 2 * hidden]
                 else:
                     gi += b_hh
-            b_hn = b_hh[2 * hidden :] if (kind == "gru" and b_hh is not None) else None
-            w_hh_t = np.ascontiguousarray(w_hh.T)
-            h = states[0][layer * d_count + d]
-            c = states[1][layer * d_count + d] if kind == "lstm" else None
-            ys = []
-            for t in range(steps):
-                gh = np.matmul(h, w_hh_t)
-                if kind == "lstm":
-                    gates = gi[t] + gh
-                    hs = gates.shape[-1] // 4
-                    sg = _sigmoid(gates)
-                    c = sg[..., hs : 2 * hs] * c + sg[..., :hs] * np.tanh(gates[..., 2 * hs : 3 * hs])
-                    h = sg[..., 3 * hs :] * np.tanh(c)
-                    if w_hr is not None:
-                        h = np.matmul(h, w_hr.T)
-                elif kind == "gru":
-                    hs = gh.shape[-1] // 3
-                    rz = _sigmoid(gi[t][..., : 2 * hs] + gh[..., : 2 * hs])
-                    hn = gh[..., 2 * hs :] if b_hn is None else gh[..., 2 * hs :] + b_hn
-                    n = np.tanh(gi[t][..., 2 * hs :] + rz[..., :hs] * hn)
-                    z = rz[..., hs:]
-                    h = n + z * (h - n)
-                elif kind == "rnn_tanh":
-                    h = np.tanh(gi[t] + gh)
-                else:
-                    h = np.maximum(gi[t] + gh, 0)
-                ys.append(h)
-            y = np.stack(ys) if ys else np.zeros((0, *h.shape), dtype=h.dtype)
-            outs.append(y if d == 0 else y[::-1])
-            out_h.append(h)
-            out_c.append(c)
-        layer_in = np.concatenate(outs, axis=-1) if d_count == 2 else outs[0]
+            gis.append(gi)
+            whh.append(w_hh.T)
+            if kind == "gru" and b_hh is not None:
+                b_hns.append(b_hh[2 * hidden :])
+            if has_proj:
+                whr.append(p[-1].T)
+        gi = np.stack(gis, axis=1)  # (T, D, B, G)
+        w_hh_t = np.ascontiguousarray(np.stack(whh))  # (D, H, G)
+        b_hn = np.stack(b_hns)[:, None, :] if b_hns else None
+        w_hr_t = np.ascontiguousarray(np.stack(whr)) if whr else None
+        first = layer * d_count
+        h0 = np.stack([states[0][first + d] for d in range(d_count)])  # fresh: updated in place
+        if kind == "gru":
+            ys, h = _gru_steps(gi, h0, w_hh_t, b_hn)
+            c = None
+        else:
+            c0 = np.stack([states[1][first + d] for d in range(d_count)]) if kind == "lstm" else None
+            ys, h, c = _steps(kind, gi, h0, c0, w_hh_t, w_hr_t)
+        for d in range(d_count):
+            out_h.append(h[d])
+            out_c.append(None if c is None else c[d])
+        if d_count == 2:
+            layer_in = np.concatenate([ys[:, 0], ys[::-1, 1]], axis=-1)
+        else:
+            layer_in = ys[:, 0]
         if train and dropout > 0 and layer < nl - 1:
             layer_in = compute(nn_misc._dropout(layer_in, dropout)[0])
     out = layer_in.swapaxes(0, 1) if batch_first else layer_in
