@@ -73,7 +73,7 @@ _MUTATES: dict[str, tuple[str, ...]] = {}
 _LOADED = False
 
 
-def kernel(*keys: str, mutates: Sequence[str] = ()) -> Callable[[Kernel], Kernel]:
+def kernel(*keys: str, mutates: Sequence[str] | None = None) -> Callable[[Kernel], Kernel]:
     """Register the decorated function as the kernel of each of ``keys``; ``mutates`` names
     the arguments the operator writes in place (in schema order), for an operator whose
     schema torchless does not have (a custom operator)."""
@@ -83,7 +83,7 @@ def kernel(*keys: str, mutates: Sequence[str] = ()) -> Callable[[Kernel], Kernel
             if key in _KERNELS and _KERNELS[key] is not fn:
                 raise InternalError(f"two kernels for {key}: {_KERNELS[key].__module__} and {fn.__module__}")
             _KERNELS[key] = fn
-            if mutates:
+            if mutates is not None:
                 _MUTATES[key] = tuple(mutates)
         return fn
 
@@ -121,10 +121,14 @@ def lookup_first_only(key: str) -> Kernel | None:
 
 
 def load_kernels() -> None:
-    """Import every module of :data:`KERNEL_MODULES` (each registers its kernels)."""
+    """Import every module of :data:`KERNEL_MODULES` and the custom-operator plugins of
+    :data:`torchless.interp.custom_ops.PLUGIN_MODULES` (each registers its kernels)."""
     global _LOADED
     if not _LOADED:
+        from .custom_ops import PLUGIN_MODULES
+
         import_modules(KERNEL_MODULES)
+        import_modules(PLUGIN_MODULES)
         _LOADED = True
 
 
