@@ -59,6 +59,7 @@ KERNEL_MODULES: list[str] = [
     "torchless.interp.kernels.nn_misc",
     "torchless.interp.kernels.nn_sample",
     "torchless.interp.kernels.nn_rnn",
+    "torchless.interp.kernels.zoo_ops",
     "torchless.interp.kernels.inplace",  # last: in-place variants of the kernels above
 ]
 
