@@ -18,8 +18,8 @@ after the outputs). A node whose arguments do not fit the schema is refused with
 in the message. A custom operator without a plugin is refused by name before anything runs,
 like every operator without a kernel (:func:`torchless.interp.interpreter.check_kernels`).
 
-The plugins torchless ships are the modules of :data:`PLUGIN_MODULES` (imported with the
-other kernel modules); :func:`plugins` lists what is registered (docs/interpreter.md,
+The plugins torchless ships are the modules of :data:`PLUGIN_MODULES` (defined in
+:mod:`.registry`, imported after the kernel modules); :func:`plugins` lists what is registered (docs/interpreter.md,
 "Custom operators").
 """
 
@@ -34,13 +34,9 @@ import numpy as np
 from ..core.errors import FormatError, UnsupportedError, UsageError
 from ..graph.schema import OpSchema, parse_schema
 from . import registry
+from .registry import PLUGIN_MODULES
 
 __all__ = ["PLUGIN_MODULES", "CustomOp", "custom_op", "plugins"]
-
-#: the custom-operator plugins shipped with torchless (imported by registry.load_kernels)
-PLUGIN_MODULES: list[str] = [
-    "torchless.interp.kernels.custom_transformers",
-]
 
 #: namespaces whose operators are torch's own: their kernels are not plugins
 _RESERVED = frozenset({"aten", "prims", "higher_order", "_operator", "math", "torch", "builtins"})

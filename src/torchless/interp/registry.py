@@ -63,6 +63,12 @@ KERNEL_MODULES: list[str] = [
     "torchless.interp.kernels.inplace",  # last: in-place variants of the kernels above
 ]
 
+#: the custom-operator plugins shipped with torchless (:mod:`torchless.interp.custom_ops`),
+#: imported after the kernel modules
+PLUGIN_MODULES: list[str] = [
+    "torchless.interp.kernels.custom_transformers",
+]
+
 Kernel = Callable[..., Any]
 
 _KERNELS: dict[str, Kernel] = {}
@@ -122,12 +128,10 @@ def lookup_first_only(key: str) -> Kernel | None:
 
 
 def load_kernels() -> None:
-    """Import every module of :data:`KERNEL_MODULES` and the custom-operator plugins of
-    :data:`torchless.interp.custom_ops.PLUGIN_MODULES` (each registers its kernels)."""
+    """Import every module of :data:`KERNEL_MODULES`, then the custom-operator plugins of
+    :data:`PLUGIN_MODULES` (each registers its kernels)."""
     global _LOADED
     if not _LOADED:
-        from .custom_ops import PLUGIN_MODULES
-
         import_modules(KERNEL_MODULES)
         import_modules(PLUGIN_MODULES)
         _LOADED = True
