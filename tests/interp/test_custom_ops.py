@@ -90,6 +90,17 @@ def test_plugins_are_listed_with_their_schema():
     assert mutable_args("transformers.grouped_mm_fallback.default") == ()
 
 
+def test_a_plugin_without_results_returns_none():
+    @custom_ops.custom_op("torchless_test_plugins::bump_", "(Tensor(a!) x) -> ()")
+    def bump_(x):
+        x += 1
+
+    fn = lookup("torchless_test_plugins.bump_.default")
+    x = np.zeros(2)
+    assert fn(x) is None and (x == 1).all()
+    assert mutable_args("torchless_test_plugins.bump_.default") == ("x",)
+
+
 def test_registry_rules():
     with pytest.raises(UsageError, match="namespace::name"):
         custom_ops.custom_op("scale", "(Tensor x) -> Tensor")

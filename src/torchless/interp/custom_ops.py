@@ -107,6 +107,8 @@ def custom_op(name: str, schema: str, *, origin: str = "") -> Callable[[Callable
             except FormatError as e:
                 raise UnsupportedError(f"{key}: the node's arguments do not fit the plugin's schema {parsed}: {e}") from None
             out = fn(**bound)
+            if nret == 0 and (out is None or out == ()):
+                return None  # as torch's operator returns for ``-> ()``
             if nret == 1 and not parsed.returns_tuple:
                 return np.asarray(out) if isinstance(out, np.generic) else out
             if not isinstance(out, (tuple, list)) or len(out) != nret:
