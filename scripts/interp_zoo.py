@@ -85,7 +85,9 @@ def run_zoo(names: list[str]) -> dict[str, Any]:
                 try:
                     rows = z.run_saved(a, path, m)
                     sizes = [{"size": s, "ok": ok, "max_abs_diff": err, "why": why} for s, ok, err, why in rows]
-                    programs[f"{a.name}/{ir}"] = _row(a, ir, dyn, ops=ops, sizes=sizes)
+                    with torch.no_grad():
+                        out_scale = z.scale(m(**z.inputs(a, z.SIZES[a.kind][0])))
+                    programs[f"{a.name}/{ir}"] = _row(a, ir, dyn, ops=ops, sizes=sizes, scale=out_scale)
                 except Exception as e:  # noqa: BLE001 - torchless refusing or failing is the row's result
                     programs[f"{a.name}/{ir}"] = _row(a, ir, dyn, ops=ops, error=f"torchless: {type(e).__name__}: {_line(e)}")
                 print(f"{a.name}/{ir}: {_summary(programs[f'{a.name}/{ir}'])}", flush=True)
@@ -102,8 +104,19 @@ def _line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [""])[0][:160]
 
 
-def _row(a: Any, ir: str, dyn: str, *, ops: dict[str, int] | None = None, sizes: Any = None, error: str = "") -> dict[str, Any]:
-    return {"arch": a.name, "family": a.family, "ir": ir, "dynamic": dyn, "ops": ops or {}, "sizes": sizes or [], "error": error}
+def _row(
+    a: Any, ir: str, dyn: str, *, ops: dict[str, int] | None = None, sizes: Any = None, error: str = "", scale: Any = None
+) -> dict[str, Any]:
+    return {
+        "arch": a.name,
+        "family": a.family,
+        "ir": ir,
+        "dynamic": dyn,
+        "ops": ops or {},
+        "sizes": sizes or [],
+        "error": error,
+        "output_scale": scale,
+    }
 
 
 def _passed(p: dict[str, Any]) -> bool:
@@ -131,13 +144,20 @@ def render_zoo(data: dict[str, Any]) -> str:
         f"Generated {data['generated']}{rerun} with torch {data['torch']} and transformers {data['transformers']} "
         f"by `python scripts/interp_zoo.py`: **{total} architectures; {per_ir['training']} pass in the training IR, "
         f"{per_ir['aten']} in the ATen IR, {both} in both** (each at both sizes of its dynamic dimension; "
-        "rtol 1e-4, atol 1e-5, ints and bools exact; every output of the model compared)."
+        "rtol 1e-4, atol 1e-5, ints and bools exact; every output of the model compared; the output scale is the largest "
+        "magnitude among torch's floating outputs at the first size)."
     )
-    lines += ["", "| architecture | family | dynamic dim | IR | ops | result: size: max abs diff |", "|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| architecture | family | dynamic dim | IR | ops | output scale | result: size: max abs diff |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for n in archs:
         for ir in ("training", "aten"):
             p = progs[f"{n}/{ir}"]
-            lines.append(f"| {n} | {p['family']} | {p['dynamic']} | {ir} | {len(p['ops']) or '-'} | {_summary(p)} |")
+            sc = p.get("output_scale")
+            mag = "-" if sc is None else f"{sc:.2g}"
+            lines.append(f"| {n} | {p['family']} | {p['dynamic']} | {ir} | {len(p['ops']) or '-'} | {mag} | {_summary(p)} |")
     lines += ["", ZOO_END]
     return "\n".join(lines)
 

@@ -138,7 +138,7 @@ ARCHS: tuple[Arch, ...] = (
     Arch("starcoder2", "decoder", "Starcoder2ForCausalLM", "Starcoder2Config", "text"),
     Arch("olmo2", "decoder", "Olmo2ForCausalLM", "Olmo2Config", "text"),
     Arch("codegen", "decoder", "CodeGenForCausalLM", "CodeGenConfig", "text", {"rotary_dim": 8}),
-    Arch("cohere", "decoder", "CohereForCausalLM", "CohereConfig", "text"),
+    Arch("cohere", "decoder", "CohereForCausalLM", "CohereConfig", "text", {"logit_scale": 1.0}),
     Arch("granite", "decoder", "GraniteForCausalLM", "GraniteConfig", "text"),
     # mixture of experts
     Arch("mixtral", "moe", "MixtralForCausalLM", "MixtralConfig", "text", {"num_local_experts": 4, "num_experts_per_tok": 2}),
@@ -338,6 +338,14 @@ def export(arch: Arch, m: torch.nn.Module) -> torch.export.ExportedProgram:
     return torch.export.export(m, (), inputs(arch, SIZES[arch.kind][0]), dynamic_shapes=dyn)
 
 
+def scale(out: Any) -> float:
+    """The largest magnitude among torch's floating outputs (how far from zero they are)."""
+    vals = [
+        float(t.detach().abs().max()) for t in leaves(out) if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel()
+    ]
+    return max(vals, default=0.0)
+
+
 def leaves(out: Any) -> list[Any]:
     """The output's tensors in order: a ModelOutput's values by key, tuples flattened."""
     if hasattr(out, "to_tuple"):
@@ -390,7 +398,8 @@ def run(arch: Arch, ir: str, path: str, m: torch.nn.Module | None = None, ep: An
 
 
 def run_saved(arch: Arch, path: str, m: torch.nn.Module) -> list[tuple[int, bool, float, str]]:
-    """Run the saved program at ``path`` with torchless at both sizes against ``m``."""
+    """Run the saved program at ``path`` with torchless at both sizes against ``m``: one
+    (size, matches, max abs difference, what differs) per size."""
     import torchless
 
     module = torchless.load(path).module()
