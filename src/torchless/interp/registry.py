@@ -59,7 +59,14 @@ KERNEL_MODULES: list[str] = [
     "torchless.interp.kernels.nn_misc",
     "torchless.interp.kernels.nn_sample",
     "torchless.interp.kernels.nn_rnn",
+    "torchless.interp.kernels.zoo_ops",
     "torchless.interp.kernels.inplace",  # last: in-place variants of the kernels above
+]
+
+#: the custom-operator plugins shipped with torchless (:mod:`torchless.interp.custom_ops`),
+#: imported after the kernel modules
+PLUGIN_MODULES: list[str] = [
+    "torchless.interp.kernels.custom_transformers",
 ]
 
 Kernel = Callable[..., Any]
@@ -73,7 +80,7 @@ _MUTATES: dict[str, tuple[str, ...]] = {}
 _LOADED = False
 
 
-def kernel(*keys: str, mutates: Sequence[str] = ()) -> Callable[[Kernel], Kernel]:
+def kernel(*keys: str, mutates: Sequence[str] | None = None) -> Callable[[Kernel], Kernel]:
     """Register the decorated function as the kernel of each of ``keys``; ``mutates`` names
     the arguments the operator writes in place (in schema order), for an operator whose
     schema torchless does not have (a custom operator)."""
@@ -83,7 +90,7 @@ def kernel(*keys: str, mutates: Sequence[str] = ()) -> Callable[[Kernel], Kernel
             if key in _KERNELS and _KERNELS[key] is not fn:
                 raise InternalError(f"two kernels for {key}: {_KERNELS[key].__module__} and {fn.__module__}")
             _KERNELS[key] = fn
-            if mutates:
+            if mutates is not None:
                 _MUTATES[key] = tuple(mutates)
         return fn
 
@@ -121,10 +128,12 @@ def lookup_first_only(key: str) -> Kernel | None:
 
 
 def load_kernels() -> None:
-    """Import every module of :data:`KERNEL_MODULES` (each registers its kernels)."""
+    """Import every module of :data:`KERNEL_MODULES`, then the custom-operator plugins of
+    :data:`PLUGIN_MODULES` (each registers its kernels)."""
     global _LOADED
     if not _LOADED:
         import_modules(KERNEL_MODULES)
+        import_modules(PLUGIN_MODULES)
         _LOADED = True
 
 
