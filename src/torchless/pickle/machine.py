@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 from ..core.errors import FormatError, InternalError, LimitError, TorchlessError, TruncatedError, UnsafeGlobalError, short_repr
 from ..core.gcpause import GCPause
+from ..core.settings import SETTINGS
 from .globals import BUILDERS, GlobalRef, PickledObject, Rebuilder, Resolver, python2_name
 from .opcodes import OPCODE_NAMES, parse_float_line, parse_int_line, parse_long_line, parse_memo_line
 
@@ -117,7 +118,7 @@ class ProtocolInfo:
     frame_hazards: list[tuple[int, str]] = field(default_factory=list)
     #: state-dict entries the one-step path ran (the rest ran opcode by opcode)
     fast_entries: int = 0
-    #: of those, the ones found together by the windowed tokeniser (``SCAN_ENTRIES``)
+    #: of those, the ones found together by the windowed tokeniser (``SETTINGS.scan_entries``)
     scanned_entries: int = 0
 
 
@@ -143,11 +144,6 @@ _MEMO_INDEX_LIMIT = 1 << 28
 _PLAIN_DATA = frozenset(
     {type(None), bool, int, float, str, bytes, bytearray, tuple, list, dict, set, frozenset, memoryview, complex}
 )
-
-
-#: run torch's tensor-rebuild calls through :func:`_tensor_call` (the tests turn it off to
-#: run every suite against the opcode-by-opcode loop as well)
-FAST_TENSOR_CALLS = True
 
 
 #: A state-dict entry as torch writes it, after the key's BINUNICODE: ``PUT
@@ -190,12 +186,6 @@ _ENTRY = re.compile(
     re.S,
 )
 _TUPLE_OPS = {0x85: 1, 0x86: 2, 0x87: 3}
-#: find the entries of a window together (:mod:`torchless.pickle.entryscan`) when at
-#: least this many bytes are left; the tests turn it off to compare with the regex path
-SCAN_ENTRIES = True
-#: run the scanned entries with the caller's ``persistent_load_many`` in one batch, their
-#: memo stores deferred (the tests turn it off to compare with the entry-by-entry run)
-BATCH_ENTRIES = True
 _SCAN_BYTES = 1 << 12
 _SCAN_WINDOW = 1 << 23
 _STR_ONLY = frozenset({str})
@@ -698,7 +688,7 @@ class Unpickler:
                     raise self._fmt(f"ADDITEMS on {t.__name__}", p)
 
         strict = self.strict
-        fast_calls = FAST_TENSOR_CALLS and trace is None and self.after_build is None
+        fast_calls = SETTINGS.tensor_calls and trace is None and self.after_build is None
 
         fast_misses = [0]
         # (len(memo), 1 + its largest key) when last computed: keys are only ever added,
@@ -782,7 +772,7 @@ class Unpickler:
                 return p
             plm = self.persistent_load_many
             if (
-                BATCH_ENTRIES
+                SETTINGS.batch_entries
                 and plm is not None
                 and all(
                     c is None
@@ -948,7 +938,7 @@ class Unpickler:
             top = memo_top[1]
             room = cap - len(memo)  # stores of new keys the limit still allows
             one = False  # parse only one entry below (then the next call tries the scan again)
-            if SCAN_ENTRIES and n - p >= _SCAN_BYTES:
+            if SETTINGS.scan_entries and n - p >= _SCAN_BYTES:
                 q = scanned_run(p, top, room)
                 if q > p:
                     return q

@@ -25,6 +25,7 @@ from typing import Any
 
 from ...core.dtypes import DType
 from ...core.errors import FormatError, TorchlessError, short_repr
+from ...core.settings import SETTINGS
 from ...core.values import Layout, Size
 from ...io.source import RemoteSource, open_source
 from ...pickle.fastpath import FALLBACK, OPAQUE, EntryHooks, fast_load, int_token
@@ -796,11 +797,6 @@ def fast_metadata(data: Any, limits: Limits | None = None) -> Metadata | None:
             gc.enable()
 
 
-#: run only the general pickle machine (tests set it to compare the two paths); by
-#: default the fast path (:func:`fast_metadata`) is tried first
-GENERAL_ONLY = False
-
-
 def parse_metadata(data: Any, *, path: Any = None, limits: Limits = Limits()) -> Metadata:
     """Parse the bytes of a ``.metadata`` file.
 
@@ -811,7 +807,7 @@ def parse_metadata(data: Any, *, path: Any = None, limits: Limits = Limits()) ->
         UnsafeGlobalError: the pickle names anything but DCP's classes (nothing runs).
         FormatError: malformed pickle or metadata.
     """
-    if not GENERAL_ONLY:
+    if SETTINGS.dcp_metadata:
         md = fast_metadata(data, limits)
         if md is not None:
             return md

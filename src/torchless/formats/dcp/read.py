@@ -22,15 +22,15 @@ from typing import Any
 import numpy as np
 
 from ...container.zip import (
-    _CENTRAL,
-    _EOCD,
-    _EOCD64,
-    _LOC64,
-    _LOCAL,
+    CENTRAL_HEADER,
     CENTRAL_SIG,
+    EOCD64_RECORD,
     EOCD64_SIG,
+    EOCD_RECORD,
     EOCD_SIG,
+    LOC64_RECORD,
     LOC64_SIG,
+    LOCAL_HEADER,
     LOCAL_SIG,
     MAX32,
     ZipReader,
@@ -47,6 +47,7 @@ from ...core.errors import (
     short_repr,
 )
 from ...core.findings import Problem
+from ...core.settings import SETTINGS
 from ...core.tensor import _PACKED, Storage, Tensor
 from ...core.values import StorageType
 from ...io.crc import crc32_spans
@@ -159,10 +160,10 @@ def _directory_full(mv: memoryview) -> tuple[dict[bytes, tuple[str, int, int]], 
     """The central directory of an item, checked: ``(by lower-case name, first name,
     cd_off, cd_end)``; None for anything but the shape torch writes."""
     n = len(mv)
-    eo = n - _EOCD.size
-    if eo < _CENTRAL.size:
+    eo = n - EOCD_RECORD.size
+    if eo < CENTRAL_HEADER.size:
         return None
-    sig, disk, cd_disk, n_disk, n_total, cd_size, cd_off, clen = _EOCD.unpack_from(mv, eo)
+    sig, disk, cd_disk, n_disk, n_total, cd_size, cd_off, clen = EOCD_RECORD.unpack_from(mv, eo)
     if (
         sig != EOCD_SIG
         or disk
@@ -170,18 +171,22 @@ def _directory_full(mv: memoryview) -> tuple[dict[bytes, tuple[str, int, int]], 
         or clen
         or n_disk != n_total
         or not 0 < n_total <= 32
-        or n_total * _CENTRAL.size > cd_size
+        or n_total * CENTRAL_HEADER.size > cd_size
     ):
         return None
     cd_end = eo
-    if eo >= _LOC64.size and mv[eo - _LOC64.size : eo - _LOC64.size + 4] == LOC64_SIG:
+    if eo >= LOC64_RECORD.size and mv[eo - LOC64_RECORD.size : eo - LOC64_RECORD.size + 4] == LOC64_SIG:
         # torch's writer always adds a zip64 end record and its locator; accept them only
         # where they sit in that layout and repeat the 32-bit end record's values
-        _lsig, _ldisk, e64_off, ltotal = _LOC64.unpack_from(mv, eo - _LOC64.size)
-        if ltotal != 1 or e64_off != eo - _LOC64.size - _EOCD64.size or e64_off < 0:
+        _lsig, _ldisk, e64_off, ltotal = LOC64_RECORD.unpack_from(mv, eo - LOC64_RECORD.size)
+        if ltotal != 1 or e64_off != eo - LOC64_RECORD.size - EOCD64_RECORD.size or e64_off < 0:
             return None
-        rec = _EOCD64.unpack_from(mv, e64_off)
-        if rec[0] != EOCD64_SIG or rec[1] < _EOCD64.size - 12 or rec[4:10] != (disk, cd_disk, n_disk, n_total, cd_size, cd_off):
+        rec = EOCD64_RECORD.unpack_from(mv, e64_off)
+        if (
+            rec[0] != EOCD64_SIG
+            or rec[1] < EOCD64_RECORD.size - 12
+            or rec[4:10] != (disk, cd_disk, n_disk, n_total, cd_size, cd_off)
+        ):
             return None
         cd_end = e64_off
     if cd_off + cd_size != cd_end:
@@ -192,9 +197,9 @@ def _directory_full(mv: memoryview) -> tuple[dict[bytes, tuple[str, int, int]], 
     p = 0
     for i in range(n_total):
         (csig, _made, _need, flags, method, _mt, _md, _crc, csize, usize, nlen, xlen, elen, dstart, _ia, eattr, hoff) = (
-            _CENTRAL.unpack_from(cd, p)
+            CENTRAL_HEADER.unpack_from(cd, p)
         )
-        q = p + _CENTRAL.size
+        q = p + CENTRAL_HEADER.size
         if (
             csig != CENTRAL_SIG
             or method != 0
@@ -205,7 +210,7 @@ def _directory_full(mv: memoryview) -> tuple[dict[bytes, tuple[str, int, int]], 
             or MAX32 in (csize, hoff)
         ):
             return None
-        if q + nlen + xlen + elen > cd_size or hoff + _LOCAL.size + csize > n:
+        if q + nlen + xlen + elen > cd_size or hoff + LOCAL_HEADER.size + csize > n:
             return None
         raw = cd[q : q + nlen]
         if not raw or raw.endswith(b"/"):
@@ -238,9 +243,13 @@ class _Template:
         while p < cd_size:
             nlen, xlen, elen = struct.unpack_from("<HHH", tail, p + 28)
             var += [(p + 16, 4), (p + 20, 4), (p + 24, 4), (p + 42, 4)]
-            order.append(tail[p + _CENTRAL.size : p + _CENTRAL.size + nlen])
-            p += _CENTRAL.size + nlen + xlen + elen
-        var += [(cd_size + 48, 8), (cd_size + _EOCD64.size + 8, 8), (cd_size + _EOCD64.size + _LOC64.size + 16, 4)]
+            order.append(tail[p + CENTRAL_HEADER.size : p + CENTRAL_HEADER.size + nlen])
+            p += CENTRAL_HEADER.size + nlen + xlen + elen
+        var += [
+            (cd_size + 48, 8),
+            (cd_size + EOCD64_RECORD.size + 8, 8),
+            (cd_size + EOCD64_RECORD.size + LOC64_RECORD.size + 16, 4),
+        ]
         pat = b""
         fmt = "<"
         at = 0
@@ -271,13 +280,13 @@ class _Template:
         if start < 0 or self.pattern.fullmatch(mv, start) is None:
             return None
         v = self.fields.unpack_from(mv, start)
-        if v[-3] != start or v[-1] != start or v[-2] != n - _EOCD.size - _LOC64.size - _EOCD64.size:
+        if v[-3] != start or v[-1] != start or v[-2] != n - EOCD_RECORD.size - LOC64_RECORD.size - EOCD64_RECORD.size:
             return None
         by_lower: dict[bytes, tuple[str, int, int]] = {}
         i = 1
         for low, name in self.names:
             csize, usize, hoff = v[i], v[i + 1], v[i + 2]
-            if csize != usize or csize == MAX32 or hoff == MAX32 or hoff + _LOCAL.size + csize > n:
+            if csize != usize or csize == MAX32 or hoff == MAX32 or hoff + LOCAL_HEADER.size + csize > n:
                 return None
             by_lower[low] = (name, hoff, csize)
             i += 4
@@ -300,7 +309,7 @@ def _directory(mv: memoryview) -> tuple[dict[bytes, tuple[str, int, int]], str] 
     if full is None:
         return None
     by_lower, first, cd_off, cd_end = full
-    if cd_end != len(mv) - _EOCD.size - _LOC64.size - _EOCD64.size or len(_TEMPLATES) >= 8:
+    if cd_end != len(mv) - EOCD_RECORD.size - LOC64_RECORD.size - EOCD64_RECORD.size or len(_TEMPLATES) >= 8:
         return by_lower, first  # only torch's layout (with the zip64 end records) is templated
     t = _Template(bytes(mv[cd_off:]), cd_end - cd_off, by_lower, first)
     if t.directory(mv) == (by_lower, first):  # the template must say what the full parse said
@@ -342,10 +351,10 @@ def _fast_item_or_none(mv: memoryview) -> tuple[Tensor, int, str, int] | None:
 
     def data_at(rec: tuple[str, int, int]) -> int:
         _name, hoff, size = rec
-        lsig, _n, _f, _m, _t, _d, _c, _cs, _us, lnlen, lxlen = _LOCAL.unpack_from(mv, hoff)
+        lsig, _n, _f, _m, _t, _d, _c, _cs, _us, lnlen, lxlen = LOCAL_HEADER.unpack_from(mv, hoff)
         if lsig != LOCAL_SIG:
             raise ValueError("local header")
-        off = hoff + _LOCAL.size + lnlen + lxlen
+        off = hoff + LOCAL_HEADER.size + lnlen + lxlen
         if off + size > n:
             raise ValueError("record past the item")
         return off
@@ -446,7 +455,7 @@ def _batch_items(buf: np.ndarray, offs: np.ndarray, lens: np.ndarray, t: _Templa
         fields[rows] = np.stack([rec_rows[f"f{j}"] for j in range(len(t.var))], axis=1)
     start = lens - L
     ok &= (fields[:, -3] == start) & (fields[:, -1] == start)
-    ok &= fields[:, -2] == lens - _EOCD.size - _LOC64.size - _EOCD64.size
+    ok &= fields[:, -2] == lens - EOCD_RECORD.size - LOC64_RECORD.size - EOCD64_RECORD.size
     safe = np.where(ok, offs, 0)
     # an item starts with a local header (so it is no safetensors blob)
     sig = int.from_bytes(LOCAL_SIG, "little")
@@ -456,10 +465,10 @@ def _batch_items(buf: np.ndarray, offs: np.ndarray, lens: np.ndarray, t: _Templa
     per = fields[:, : 4 * n_rec].reshape(n_items, n_rec, 4)
     crc, csize, usize, hoff = per[:, :, 0], per[:, :, 1], per[:, :, 2], per[:, :, 3]
     lens2 = lens[:, None]
-    ok &= ((csize == usize) & (csize != MAX32) & (hoff != MAX32) & (hoff + _LOCAL.size + csize <= lens2)).all(axis=1)
+    ok &= ((csize == usize) & (csize != MAX32) & (hoff != MAX32) & (hoff + LOCAL_HEADER.size + csize <= lens2)).all(axis=1)
     head = _gather(buf, np.where(ok[:, None], offs[:, None] + hoff, 0), _HEAD_COLS).astype(np.int64)
     signed = head[:, :, 0] | head[:, :, 1] << 8 | head[:, :, 2] << 16 | head[:, :, 3] << 24
-    data = hoff + _LOCAL.size + (head[:, :, 4] | head[:, :, 5] << 8) + (head[:, :, 6] | head[:, :, 7] << 8)
+    data = hoff + LOCAL_HEADER.size + (head[:, :, 4] | head[:, :, 5] << 8) + (head[:, :, 6] | head[:, :, 7] << 8)
     ok &= ((signed == sig) & (data + csize <= lens2)).all(axis=1)
     rec: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     for i, (low, _name) in enumerate(t.names):
@@ -554,8 +563,9 @@ class DCPReader:
         path: the checkpoint directory (holding ``.metadata``).
     """
 
-    #: parse every item with the general zip reader and pickle machine (tests set it to
-    #: compare the two paths); by default :func:`_fast_item` is tried first
+    #: parse every item of this reader with the general zip reader and pickle machine
+    #: (tests set it to compare the two paths); by default, unless
+    #: ``SETTINGS.dcp_items`` is off, :func:`_fast_item` is tried first
     general_only = False
     #: a checkpoint at a URL (read by ranges through :mod:`torchless.io.remote`)
     remote = False
@@ -844,7 +854,9 @@ class DCPReader:
             f.read_at(info.offset, max(0, min(9, f.size - info.offset)))
         ):  # may pass the item: a 1-element chunk
             return self._locate_safetensors(ref, tmd, where)
-        fast = None if self.general_only or self.remote else _fast_item(f.view(info.offset, info.length))
+        fast = (
+            None if self.general_only or not SETTINGS.dcp_items or self.remote else _fast_item(f.view(info.offset, info.length))
+        )
         if fast is not None:
             t, base, byteorder, data_end = fast
         else:
@@ -909,7 +921,7 @@ class DCPReader:
         ``release=False``: the pages of the items the batch located stay mapped (the
         caller views their bytes next, and releases them: :meth:`_view_spans`)."""
         todo = [r for r in refs if r.data_offset < 0]
-        if self.general_only or self.remote or len(todo) < self.batch_min:
+        if self.general_only or not SETTINGS.dcp_items or self.remote or len(todo) < self.batch_min:
             for r in todo:
                 self.locate(r)
             return
