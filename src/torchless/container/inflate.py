@@ -13,7 +13,7 @@ from typing import Any
 from ..core.errors import FormatError, LimitError
 
 #: deflate input is fed in steps of this size
-_INFLATE_STEP = 1 << 16
+INFLATE_STEP = 1 << 16
 
 MAX_DEFLATE_RATIO = 1032  # deflate's best case: 258 bytes from one length/distance pair
 MAX_INFLATE = 1 << 32
@@ -26,7 +26,7 @@ def inflate_chunks(raw: Any, limit: int, *, chunk: int = 1 << 20) -> Iterator[by
     Raises:
         zlib.error: corrupt data.
     """
-    return inflate_pieces((raw[i : i + _INFLATE_STEP] for i in range(0, len(raw), _INFLATE_STEP)), limit, chunk=chunk)
+    return inflate_pieces((raw[i : i + INFLATE_STEP] for i in range(0, len(raw), INFLATE_STEP)), limit, chunk=chunk)
 
 
 def inflate_pieces(pieces: Iterable[Any], limit: int, *, chunk: int = 1 << 20) -> Iterator[bytes]:

@@ -59,7 +59,6 @@ from .zip_spec import (
     locate_eocd,
     zip64_record,
 )
-from .zip_spec import _miniz_heapsort as _miniz_heapsort
 from .zip_write import TorchZipWriter, iter_chunks
 
 __all__ = [

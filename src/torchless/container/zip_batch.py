@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from ..core.gcpause import GCPause
 from ..io.source import ByteSource
-from .zip_spec import _LOCAL_SIG_U32, LOCAL_HEADER, ZipEntry
+from .zip_spec import LOCAL_HEADER, LOCAL_SIG_U32, ZipEntry
 
 _HEADER_OFFSET = operator.attrgetter("header_offset")
 _SIZE = operator.attrgetter("size")
@@ -318,7 +318,7 @@ class BatchReader:
         if w16 is None or w32 is None:
             return None
         d_arr = relc + LOCAL_HEADER.size + w16[relc + 26].astype(np.int64) + w16[relc + 28].astype(np.int64)
-        good = head_ok & (w32[relc] == _LOCAL_SIG_U32) & (d_arr + sizes <= len(raw))
+        good = head_ok & (w32[relc] == LOCAL_SIG_U32) & (d_arr + sizes <= len(raw))
         if good.all() and None not in owners:
             # every record checks out and has its owner (a checkpoint's storages): each
             # gets its slice now (GC paused: thousands of views that all live on)

@@ -14,9 +14,9 @@ from ..core.findings import Problem
 from ..core.gcpause import GCPause
 from ..core.settings import SETTINGS
 from ..io.source import ByteSource, open_source, pieces
-from .inflate import _INFLATE_STEP, check_inflate, inflate_into, inflate_pieces
+from .inflate import INFLATE_STEP, check_inflate, inflate_into, inflate_pieces
 from .zip_batch import BatchReader
-from .zip_run import _RUN_MIN, DirectoryRun, _rows_of, directory_run
+from .zip_run import RUN_MIN, DirectoryRun, directory_run, rows_of
 from .zip_spec import (
     CENTRAL_HEADER,
     CENTRAL_SIG,
@@ -29,9 +29,9 @@ from .zip_spec import (
     REFUSED_FLAG_BITS,
     REFUSED_FLAGS,
     ZipEntry,
-    _miniz_heapsort,
-    _zip64_extra,
     locate_eocd,
+    miniz_heapsort,
+    zip64_extra,
     zip64_record,
 )
 
@@ -133,7 +133,7 @@ class ZipReader:
                 if low == run.blob:  # (torch's names: lowercase already) the raw names themselves
                     out += map(_RAW_NAME, self.entries[a:b])
                 else:
-                    out += _rows_of(low, n)
+                    out += rows_of(low, n)
             else:
                 out += [b""] * run.count
         return out
@@ -264,7 +264,7 @@ class ZipReader:
         i = 0
         retry = 0  # the next entry worth trying a run of same-sized entries at
         while i < n_total:
-            if SETTINGS.zip_directory and i >= retry and n_total - i >= _RUN_MIN:
+            if SETTINGS.zip_directory and i >= retry and n_total - i >= RUN_MIN:
                 got = directory_run(cd, p, i, n_total - i, cd_off, disk, size)
                 if got:
                     run, p, cols = got
@@ -289,7 +289,7 @@ class ZipReader:
             raw = cd[q : q + nlen]
             if xlen and (usize == MAX32 or csize == MAX32 or hoff == MAX32):
                 # torch's miniz resolves zip64 extra fields before its per-entry checks
-                usize, csize, hoff = _zip64_extra(extra, usize, csize, hoff, self.path, cd_off + p)
+                usize, csize, hoff = zip64_extra(extra, usize, csize, hoff, self.path, cd_off + p)
             # miniz reads the method as a 32-bit word (method + time): only a stored
             # record with time 0 must have equal sizes
             if (csize != MAX32 and usize != MAX32) and ((method == 0 and mtime == 0 and usize != csize) or (usize and not csize)):
@@ -369,7 +369,7 @@ class ZipReader:
         # miniz sorts entry indices with an (unstable) heap sort on the lowercased name and
         # binary-searches that array: which duplicate is found depends on that order.
         if self._sorted is None:
-            self._sorted = _miniz_heapsort([e.raw_name.lower() for e in self.entries])
+            self._sorted = miniz_heapsort([e.raw_name.lower() for e in self.entries])
         names = [self.entries[i].raw_name.lower() for i in self._sorted]
         lo, hi = 0, len(names) - 1
         while lo <= hi:
@@ -543,7 +543,7 @@ class ZipReader:
     def _inflate_crc(self, e: ZipEntry, off: int) -> int | FormatError:
         crc = total = 0
         steps = (
-            p[i : i + _INFLATE_STEP] for p in pieces(self.source, off, e.compressed_size) for i in range(0, len(p), _INFLATE_STEP)
+            p[i : i + INFLATE_STEP] for p in pieces(self.source, off, e.compressed_size) for i in range(0, len(p), INFLATE_STEP)
         )
         try:
             for chunk in inflate_pieces(steps, e.size + 1):

@@ -11,7 +11,7 @@ from typing import Any
 
 from .zip_spec import CENTRAL_SIG, LOCAL_HEADER, MAX32, ZipEntry
 
-_RUN_MIN = 32
+RUN_MIN = 32
 
 #: the fields of a central-directory entry the reader keeps, by offset
 _CENTRAL_FIELDS = (
@@ -29,7 +29,7 @@ _CENTRAL_FIELDS = (
 
 class DirectoryRun:
     """Entries ``first .. first + count`` of a central directory read together as rows of
-    one size (:func:`_directory_run`): the fields checks of every entry need, as NumPy
+    one size (:func:`directory_run`): the fields checks of every entry need, as NumPy
     columns, and the names as one block of ``count`` names of ``nlen`` bytes (``names``:
     its rows; ``text``: the block decoded when every byte is ASCII, else None). Made
     from the same bytes as the entries, so a check of the columns is a check of them."""
@@ -59,7 +59,7 @@ def directory_run(
 ) -> tuple[list[ZipEntry], int, DirectoryRun] | None:
     """The entries from ``cd[p:]`` (entry number ``i``) that all have the size of the first
     one and no extra field or comment, as ZipEntry objects, with the position after
-    them and their columns; None when fewer than :data:`_RUN_MIN` do.
+    them and their columns; None when fewer than :data:`RUN_MIN` do.
 
     Rows that the entry-by-entry loop would refuse, or treat specially (a zip64 size, a
     different size, bad signature, inconsistent sizes, a disk number, a record past the
@@ -74,10 +74,10 @@ def directory_run(
         return None
     step = 46 + nlen
     cnt = min(left, (len(cd) - p) // step)
-    if cnt < _RUN_MIN:
+    if cnt < RUN_MIN:
         return None
     head = np.frombuffer(cd, np.uint8, count=step, offset=p)
-    w = _RUN_MIN * 2
+    w = RUN_MIN * 2
     while True:  # the run's length in windows growing 4x (work in proportion to the run)
         c = min(cnt, w)
         rows = np.frombuffer(cd, np.uint8, count=c * step, offset=p).reshape(c, step)
@@ -88,7 +88,7 @@ def directory_run(
         if c == cnt:
             break
         w *= 4
-    if cnt < _RUN_MIN:
+    if cnt < RUN_MIN:
         return None
     rows = rows[:cnt]
     ok = np.ones(cnt, dtype=bool)
@@ -105,13 +105,13 @@ def directory_run(
     ok &= (flags & 0x2000) == 0
     if not ok.all():
         cnt = int(ok.argmin())
-        if cnt < _RUN_MIN:
+        if cnt < RUN_MIN:
             return None
         rows, rec = rows[:cnt], rec[:cnt]
         csize, usize, hoff = csize[:cnt], usize[:cnt], hoff[:cnt]
     names = rows[:, 46:]
     blob = names.tobytes()
-    raws = _rows_of(blob, nlen) if nlen else [b""] * cnt
+    raws = rows_of(blob, nlen) if nlen else [b""] * cnt
     text: str | None = None
     if nlen and (names < 0x80).all():
         text = blob.decode("ascii")
@@ -160,7 +160,7 @@ def directory_run(
     return run, p + cnt * step, DirectoryRun(i, cnt, nlen, blob, text, cols)
 
 
-def _rows_of(blob: bytes, n: int) -> list[bytes]:
+def rows_of(blob: bytes, n: int) -> list[bytes]:
     """``blob`` cut into rows of ``n`` bytes (``[blob[j : j + n] for j in ...]``), in one
     NumPy call when no row ends in a zero byte (NumPy's fixed-width bytes drop trailing
     zeros: those rows are sliced one by one)."""

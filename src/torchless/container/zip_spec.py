@@ -2,7 +2,7 @@
 entry, end records and zip64 locator), the record flags torch refuses, and the rules of
 miniz 3.0.2 that every zip reader here shares: where the end record is
 (:func:`locate_eocd`), the zip64 end record it follows (:func:`zip64_record`), zip64
-extra fields, and its heap-sorted name index (:func:`_miniz_heapsort`).
+extra fields, and its heap-sorted name index (:func:`miniz_heapsort`).
 
 One place for these facts: the readers (:mod:`.zip_read`, :mod:`.pyzip`), the writer
 (:mod:`.zip_write`), the differentials and the DCP item directory parser use them.
@@ -18,7 +18,7 @@ from ..core.errors import FormatError, TruncatedError
 from ..io.source import ByteSource
 
 LOCAL_SIG = b"PK\x03\x04"
-_LOCAL_SIG_U32 = struct.unpack("<I", LOCAL_SIG)[0]
+LOCAL_SIG_U32 = struct.unpack("<I", LOCAL_SIG)[0]
 CENTRAL_SIG = b"PK\x01\x02"
 EOCD_SIG = b"PK\x05\x06"
 EOCD64_SIG = b"PK\x06\x06"
@@ -72,7 +72,7 @@ class ZipEntry:
         return self.raw_name.endswith(b"/") or bool(self.external_attr & 0x10)
 
 
-def _zip64_extra(extra: bytes, usize: int, csize: int, hoff: int, path: str, off: int) -> tuple[int, int, int]:
+def zip64_extra(extra: bytes, usize: int, csize: int, hoff: int, path: str, off: int) -> tuple[int, int, int]:
     """miniz ``mz_zip_file_stat_internal``: the first 0x0001 field supplies, in order, the
     uncompressed size, compressed size and header offset that are 0xFFFFFFFF."""
     p = 0
@@ -160,7 +160,7 @@ def zip64_record(src: ByteSource, eocd: int) -> tuple[int, tuple[Any, ...], tupl
     return e64_off, loc, rec
 
 
-def _miniz_heapsort(keys: list[bytes]) -> list[int]:
+def miniz_heapsort(keys: list[bytes]) -> list[int]:
     """miniz's ``mz_zip_reader_sort_central_dir_offsets_by_filename`` (heap sort)."""
     size = len(keys)
     idx = list(range(size))
