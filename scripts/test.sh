@@ -10,7 +10,7 @@ bash scripts/lint.sh
 .venv/bin/python -m pytest -q "$@"
 if [ "$#" -eq 0 ]; then
     # the differential, hostile-input and property suites once more on the general code
-    # only (tests/conftest.py: every fast path off), so both ways of reading and writing
+    # only (torchless.core.settings: every fast path off), so both ways of reading and writing
     # pass them (the fast paths' own tests compare the two on the same inputs)
     TORCHLESS_GENERAL_PATHS=1 .venv/bin/python -m pytest -q \
         tests/formats/test_pt_differential_fuzz.py tests/formats/test_pt_hostile.py \

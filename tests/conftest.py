@@ -12,38 +12,10 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-if os.environ.get("TORCHLESS_GENERAL_PATHS") == "1":
-    # run the whole suite on the general code only: the pickle machine opcode by opcode and
-    # the pickler without its direct tensor writer (tests/formats/test_pt_fast_paths.py
-    # compares the two ways on the same inputs in every run)
-    import torchless.pickle.machine
-    import torchless.pickle.writer
-
-    torchless.pickle.machine.FAST_TENSOR_CALLS = False
-    torchless.pickle.writer.FAST_TENSORS = False
-    import torchless.container.zip
-
-    torchless.container.zip.FAST_DIRECTORY = False  # the central directory entry by entry
-    # the DCP .metadata and item decoders, the state-dict pickle writer, diff's stored-bytes
-    # path (their own tests compare each with the general code in every run)
-    import torchless.diff
-    import torchless.formats.dcp.metadata
-    import torchless.formats.dcp.reader
-    import torchless.formats.pt.write
-
-    torchless.formats.dcp.metadata.GENERAL_ONLY = True
-    torchless.formats.dcp.reader.DCPReader.general_only = True
-    torchless.formats.pt.write.FAST_PICKLE = False
-    torchless.diff.RAW_FIRST = False
-    import torchless.formats.pt.read
-
-    torchless.formats.pt.read.FAST_RECORD_CHECKS = False  # the per-record checks entry by entry
-    torchless.formats.pt.read.READ_AHEAD = False  # an eager load's runs read when asked for
-    import torchless.core.tensor
-    import torchless.formats.safetensors_spec
-
-    torchless.formats.safetensors_spec.FAST_HEADER = False  # entries checked one by one
-    torchless.core.tensor.FAST_NUMPY = False  # numpy() through the general strided view
+# TORCHLESS_GENERAL_PATHS=1 runs the whole suite on the general code only (the pickle
+# machine opcode by opcode, the central directory entry by entry, ...): torchless reads it
+# once, into torchless.core.settings.SETTINGS; each fast path's own tests compare it with
+# the general code on the same inputs in every run
 
 
 @pytest.fixture(scope="session")

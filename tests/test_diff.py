@@ -12,6 +12,7 @@ import pytest
 
 import torchless
 import torchless.diff as tdiff
+from torchless.core.settings import SETTINGS
 
 SAMPLES = pathlib.Path(__file__).resolve().parents[1] / "samples"
 
@@ -23,11 +24,11 @@ def _save(tmp_path, name, sd):
 
 
 def _both_paths(a, b, monkeypatch, **kw):
-    monkeypatch.setattr(tdiff, "RAW_FIRST", True)
+    monkeypatch.setattr(SETTINGS, "diff_raw_first", True)
     raw = tdiff.diff(a, b, **kw)
-    monkeypatch.setattr(tdiff, "RAW_FIRST", False)
+    monkeypatch.setattr(SETTINGS, "diff_raw_first", False)
     values = tdiff.diff(a, b, **kw)
-    monkeypatch.setattr(tdiff, "RAW_FIRST", True)
+    monkeypatch.setattr(SETTINGS, "diff_raw_first", True)
     return raw, values
 
 
@@ -103,7 +104,7 @@ def test_one_element_in_big_checkpoints(tmp_path, monkeypatch):
     """Two checkpoints of several chunks' worth of tensors that differ in one element:
     exactly that tensor is changed, with that element's difference as its figure."""
     monkeypatch.setattr(tdiff, "CHUNK_BYTES", 1 << 16)  # many chunks per tensor
-    monkeypatch.setattr(tdiff, "RAW_FIRST", True)
+    monkeypatch.setattr(SETTINGS, "diff_raw_first", True)
     rng = np.random.default_rng(11)
     a = {f"layer{i}.w": rng.standard_normal((512, 256)).astype(np.float32) for i in range(6)}
     b = {k: v.copy() for k, v in a.items()}
@@ -133,7 +134,7 @@ def test_damaged_payload_not_compared(tmp_path, monkeypatch):
         t = tx["f32"]
         bad = type(t)(t.storage, t.dtype, (t.storage.nbytes,), (1,), 0)  # reaches past its storage
         r = tdiff.compare_tensors(bad, bad)
-        monkeypatch.setattr(tdiff, "RAW_FIRST", False)
+        monkeypatch.setattr(SETTINGS, "diff_raw_first", False)
         assert r == tdiff.compare_tensors(bad, bad)
         assert r["status"] == "not_compared"
         assert tdiff.compare_tensors(tx["u8"], ty["u8"])["status"] == "same"

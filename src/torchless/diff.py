@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from .core.errors import TorchlessError, short_repr
+from .core.settings import SETTINGS
 
 __all__ = ["diff", "diff_artifacts", "diff_bytes", "compare_tensors", "artifact_values", "CHUNK_ELEMENTS"]
 
@@ -40,8 +41,6 @@ __all__ = ["diff", "diff_artifacts", "diff_bytes", "compare_tensors", "artifact_
 CHUNK_ELEMENTS = 1 << 22
 #: stored bytes compared at a time on the raw path
 CHUNK_BYTES = 1 << 24
-#: compare stored bytes before values (tests turn it off to compare the two paths)
-RAW_FIRST = True
 
 
 def _values(t: Any) -> np.ndarray:
@@ -196,7 +195,7 @@ def compare_tensors(
             "reason": f"{x.dtype.name}{list(x.shape)} -> {y.dtype.name}{list(y.shape)}",
             "max_abs_diff": None,
         }
-    if RAW_FIRST:
+    if SETTINGS.diff_raw_first:
         try:
             xr, yr = _raw_view(x), _raw_view(y)
             if xr is not None and yr is not None:

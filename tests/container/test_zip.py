@@ -10,7 +10,8 @@ import zlib
 import pytest
 from tl_testutil import build_zip, central_header, local_header
 
-from torchless.container.zip import MAX32, TorchZipWriter, ZipReader, _miniz_heapsort
+from torchless.container.zip import MAX32, TorchZipWriter, ZipReader
+from torchless.container.zip_spec import miniz_heapsort as _miniz_heapsort
 from torchless.core.errors import FormatError, LimitError, NotFoundError, TorchlessError, TruncatedError, UnsupportedError
 from torchless.io.source import BytesSource
 

@@ -1,10 +1,10 @@
 """The per-tensor fast paths against the general code they stand in for (issue 12).
 
 * the pickle machine's one-step run of torch's state-dict entries
-  (``torchless.pickle.machine.FAST_TENSOR_CALLS``) against the opcode-by-opcode loop:
+  (``SETTINGS.tensor_calls``) against the opcode-by-opcode loop:
   the same object, the same globals, the same error (type, offset, message) on every
   input, the differential fuzzer's checkpoints and byte-flipped mutations included;
-* the pickler's direct tensor writer (``torchless.pickle.writer.FAST_TENSORS``) and
+* the pickler's direct tensor writer (``SETTINGS.pickle_tensors``) and
   ``TorchZipWriter.write_small`` against the general ones: the same bytes;
 * eager reads through ``BatchReader`` (runs of small records in one read) against the
   memory-mapped bytes, with a damaged record in the middle of a run.
@@ -26,11 +26,10 @@ import numpy as np
 import pytest
 
 import torchless
-import torchless.pickle.machine as machine
-import torchless.pickle.writer as writer
 from torchless.container.zip import TorchZipWriter, ZipReader
 from torchless.core.dtypes import DTYPES
 from torchless.core.errors import FormatError, TorchlessError
+from torchless.core.settings import SETTINGS
 from torchless.core.tensor import Storage, Tensor
 from torchless.core.tree import iter_tensors
 from torchless.core.values import StorageType
@@ -48,9 +47,7 @@ import pt_fuzz  # noqa: E402
 def _read_ahead_on(monkeypatch):
     """The eager load's read-ahead is one of the fast paths this file compares with the
     general code: on here, whatever the suite's setting (TORCHLESS_GENERAL_PATHS)."""
-    import torchless.formats.pt.read as ptread
-
-    monkeypatch.setattr(ptread, "READ_AHEAD", True)
+    monkeypatch.setattr(SETTINGS, "pt_read_ahead", True)
 
 
 def _picture(x, seen=None):
@@ -87,7 +84,7 @@ def _pl(pid):
 
 def _run_pickle(data: bytes, fast: bool, monkeypatch):
     """(outcome, globals seen, fast entries) of the machine on a torch data.pkl."""
-    monkeypatch.setattr(machine, "FAST_TENSOR_CALLS", fast)
+    monkeypatch.setattr(SETTINGS, "tensor_calls", fast)
     r = make_resolver(True)
     up = Unpickler(data, resolver=r, persistent_load=_pl)
     try:
@@ -206,8 +203,8 @@ def test_fuzzer_checkpoints_read_and_write_the_same_with_and_without_fast_paths(
             data = pt_fuzz.torch_save(obj, layout, protocol)
         pics, saved = [], []
         for fast in (True, False):
-            monkeypatch.setattr(machine, "FAST_TENSOR_CALLS", fast)
-            monkeypatch.setattr(writer, "FAST_TENSORS", fast)
+            monkeypatch.setattr(SETTINGS, "tensor_calls", fast)
+            monkeypatch.setattr(SETTINGS, "pickle_tensors", fast)
             for mm in (True, False):
                 zr = ZipReader(data)
                 cp = read_zip_checkpoint(zr, mmap=mm)
@@ -240,7 +237,7 @@ def test_save_writes_the_same_bytes_either_way(monkeypatch, tmp_path):
     sd["again"] = next(iter(sd.values()))  # the same tensor twice: a memo read
     outs = []
     for fast in (True, False):
-        monkeypatch.setattr(writer, "FAST_TENSORS", fast)
+        monkeypatch.setattr(SETTINGS, "pickle_tensors", fast)
         (tmp_path / str(fast)).mkdir()
         p = tmp_path / str(fast) / "m.pt"  # the archive folder comes from the name
         torchless.save(sd, p)
@@ -328,9 +325,7 @@ def test_a_damaged_record_in_a_run_fails_alone(tmp_path):
 
 
 def _directory_outcome(data: bytes, fast: bool, monkeypatch):
-    import torchless.container.zip as zipmod
-
-    monkeypatch.setattr(zipmod, "FAST_DIRECTORY", fast)
+    monkeypatch.setattr(SETTINGS, "zip_directory", fast)
     try:
         zr = ZipReader(data)
     except TorchlessError as e:
@@ -340,7 +335,7 @@ def _directory_outcome(data: bytes, fast: bool, monkeypatch):
 
 def test_central_directory_runs_read_as_entry_by_entry(monkeypatch):
     """Runs of same-sized central-directory entries parsed as NumPy rows
-    (``container.zip.FAST_DIRECTORY``) give the entries the loop gives, and the same
+    (``SETTINGS.zip_directory``) give the entries the loop gives, and the same
     error on byte flips of the directory (sizes, offsets, name lengths, signatures,
     disk numbers, flags, names)."""
     data = _saved({f"w{i}": torch.ones(1 + i % 3) for i in range(300)})
@@ -378,9 +373,7 @@ def test_directory_runs_with_names_ending_in_a_zero_byte_or_upper_case(last, mon
     assert fast[0] == "ok" and fast[2][60].raw_name.endswith(bytes([last]))
     both = []
     for flag in (True, False):
-        import torchless.container.zip as zipmod
-
-        monkeypatch.setattr(zipmod, "FAST_DIRECTORY", flag)
+        monkeypatch.setattr(SETTINGS, "zip_directory", flag)
         z = ZipReader(bytes(data))
         both.append((z._lowered_names(), sorted((k, v.index) for k, v in z._by_lower.items())))
     assert both[0] == both[1]
@@ -391,11 +384,10 @@ def _archive_outcome(data: bytes, fast: bool, monkeypatch):
     """What the reader and the checkpoint checks make of an archive: the record names,
     the data index, the case-insensitive index, and ``_check_all_records``'s verdict
     (with ``fast``: the central directory's runs as columns and the checks on them)."""
-    import torchless.container.zip as zipmod
     import torchless.formats.pt.read as ptread
 
-    monkeypatch.setattr(zipmod, "FAST_DIRECTORY", fast)
-    monkeypatch.setattr(ptread, "FAST_RECORD_CHECKS", fast)
+    monkeypatch.setattr(SETTINGS, "zip_directory", fast)
+    monkeypatch.setattr(SETTINGS, "pt_record_checks", fast)
     try:
         zr = ZipReader(data)
     except TorchlessError as e:
@@ -418,10 +410,9 @@ def test_directory_columns_give_what_the_entries_give(monkeypatch):
     edits of single entries in mid-run (a name out of the folder, not UTF-8, non-ASCII,
     upper case, a duplicate, a directory name or attribute, sizes, method) and on random
     byte flips of the directory: the same names, indices and errors."""
-    import torchless.container.zip as zipmod
 
     data = _saved({f"w{i}": torch.ones(1 + i % 3) for i in range(300)})
-    monkeypatch.setattr(zipmod, "FAST_DIRECTORY", True)  # (whatever the suite runs on)
+    monkeypatch.setattr(SETTINGS, "zip_directory", True)  # (whatever the suite runs on)
     zr = ZipReader(data)
     assert any(run is not None for _a, _b, run in zr.segments())  # the columns are there to compare
     fast = _archive_outcome(data, True, monkeypatch)
@@ -480,7 +471,7 @@ def test_entry_names_not_ascii_in_a_batched_run(monkeypatch):
     data = _saved(sd)
     pics = []
     for fast in (True, False):
-        monkeypatch.setattr(machine, "FAST_TENSOR_CALLS", fast)
+        monkeypatch.setattr(SETTINGS, "tensor_calls", fast)
         zr = ZipReader(data)
         cp = read_zip_checkpoint(zr)
         pics.append(_picture(cp.obj))
@@ -490,7 +481,7 @@ def test_entry_names_not_ascii_in_a_batched_run(monkeypatch):
 
 
 def test_entries_found_together_match_the_one_by_one_path_and_the_loop(monkeypatch):
-    """The windowed tokeniser (``machine.SCAN_ENTRIES``: every candidate entry of a window
+    """The windowed tokeniser (``SETTINGS.scan_entries``: every candidate entry of a window
     tokenised at once, then chained) against the regex one-entry path and the opcode
     loop: the same outcome on uniform and mixed state dicts and on byte flips of them
     (memo indices, int widths, tuple opcodes, keys)."""
@@ -506,12 +497,12 @@ def test_entries_found_together_match_the_one_by_one_path_and_the_loop(monkeypat
                     b[rng.randrange(len(b))] = rng.choice([0x71, 0x72, 0x68, 0x6A, 0x4B, 0x4D, 0x4A, 0x28, 0x85, 0x58, 0x30])
             outs = []
             for scan in (True, False):
-                monkeypatch.setattr(machine, "SCAN_ENTRIES", scan)
+                monkeypatch.setattr(SETTINGS, "scan_entries", scan)
                 outs.append(_run_pickle(bytes(b), True, monkeypatch))
             slow = _run_pickle(bytes(b), False, monkeypatch)
             assert outs[0][:2] == outs[1][:2] == slow[:2], f"mutation {i}"
-            monkeypatch.setattr(machine, "SCAN_ENTRIES", True)
-            monkeypatch.setattr(machine, "FAST_TENSOR_CALLS", True)
+            monkeypatch.setattr(SETTINGS, "scan_entries", True)
+            monkeypatch.setattr(SETTINGS, "tensor_calls", True)
             up = Unpickler(bytes(b), resolver=make_resolver(True), persistent_load=_pl)
             try:
                 up.load()
@@ -525,7 +516,7 @@ def test_entries_found_together_match_the_one_by_one_path_and_the_loop(monkeypat
 def test_write_small_many_to_a_path_writes_what_write_small_writes(scratch, tmp_path, monkeypatch):
     """To a file of its own the records go through the reused scratch buffer: the same
     bytes with a buffer that fills many times, or that a record does not fit in."""
-    import torchless.container.zip as zipmod
+    import torchless.container.zip_write as zipmod
 
     if scratch is not None:
         monkeypatch.setattr(zipmod, "_SCRATCH", scratch)
@@ -560,7 +551,7 @@ def test_entry_scan_window_without_entries_is_scanned_once(tmp_path, monkeypatch
     8 MiB scans took 40 s for 3,000 tensors). The values are torch's."""
     import torchless.pickle.entryscan as entryscan
 
-    monkeypatch.setattr(machine, "FAST_TENSOR_CALLS", True)  # (the scan is the fast path's, whatever the suite's setting)
+    monkeypatch.setattr(SETTINGS, "tensor_calls", True)  # (the scan is the fast path's, whatever the suite's setting)
     sd = {f"layer{i}.w": torch.full((2,), float(i)) for i in range(1500)}
     sd["big"] = torch.arange(1 << 19, dtype=torch.float32)
     p = tmp_path / "legacy.pt"
@@ -582,7 +573,7 @@ def test_entry_scan_window_without_entries_is_scanned_once(tmp_path, monkeypatch
 
 # -- the batched entry runs: persistent_load_many, tensors built together, memo deferred ----
 
-_MODES = {  # (FAST_TENSOR_CALLS, SCAN_ENTRIES, BATCH_ENTRIES)
+_MODES = {  # (SETTINGS.tensor_calls, .scan_entries, .batch_entries)
     "batch": (True, True, True),
     "scan": (True, True, False),
     "regex": (True, False, False),
@@ -635,9 +626,9 @@ def _read_mode(data: bytes, mode: str, monkeypatch, *, mm: bool = True, limits=N
     the tree's picture, which of its objects are the same, the storages in first-use order
     and every storage's bytes; or the error's type, offset and message."""
     calls, scan, batch = _MODES[mode]
-    monkeypatch.setattr(machine, "FAST_TENSOR_CALLS", calls)
-    monkeypatch.setattr(machine, "SCAN_ENTRIES", scan)
-    monkeypatch.setattr(machine, "BATCH_ENTRIES", batch)
+    monkeypatch.setattr(SETTINGS, "tensor_calls", calls)
+    monkeypatch.setattr(SETTINGS, "scan_entries", scan)
+    monkeypatch.setattr(SETTINGS, "batch_entries", batch)
     r = make_resolver(True)
     kw = {} if limits is None else {"limits": limits}
     try:
@@ -659,7 +650,7 @@ def _read_mode(data: bytes, mode: str, monkeypatch, *, mm: bool = True, limits=N
 @pytest.fixture
 def batched_rows(monkeypatch):
     """Counts the tensors the batched runs build (proof that the path ran)."""
-    monkeypatch.setattr(machine, "FAST_TENSOR_CALLS", True)  # (batched runs are the fast path's, whatever the suite's setting)
+    monkeypatch.setattr(SETTINGS, "tensor_calls", True)  # (batched runs are the fast path's, whatever the suite's setting)
     count = [0]
     orig = Tensor._make_many.__func__
 
@@ -1107,9 +1098,7 @@ def test_a_dropped_eager_load_is_freed_without_a_gc_pass(ahead, read, tmp_path, 
     is left for the collector, whether its tensors were read or not."""
     from tl_testutil import left_for_the_collector
 
-    import torchless.formats.pt.read as ptread
-
-    monkeypatch.setattr(ptread, "READ_AHEAD", ahead)
+    monkeypatch.setattr(SETTINGS, "pt_read_ahead", ahead)
     p = tmp_path / "m.pt"
     p.write_bytes(_saved({f"t{i}": torch.full((100 + i,), float(i)) for i in range(60)}))
 
@@ -1131,10 +1120,9 @@ def test_a_tensor_kept_from_an_eager_load_keeps_only_its_own_run(ahead, tmp_path
     reader held them all while any storage's loader held the reader."""
     import gc
 
-    import torchless.formats.pt.read as ptread
     from torchless.container.zip import BatchReader
 
-    monkeypatch.setattr(ptread, "READ_AHEAD", ahead)
+    monkeypatch.setattr(SETTINGS, "pt_read_ahead", ahead)
     monkeypatch.setattr(BatchReader, "CHUNK", 16 << 10)  # many runs of a few records
     p = tmp_path / "m.pt"
     p.write_bytes(_saved({f"t{i}": torch.full((500,), float(i)) for i in range(80)}))

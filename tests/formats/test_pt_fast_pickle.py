@@ -9,6 +9,7 @@ import pytest
 
 import torchless
 from torchless.core.dtypes import by_name
+from torchless.core.settings import SETTINGS
 from torchless.core.tensor import Storage, Tensor, tensor
 from torchless.formats.pt import write as W
 from torchless.pickle.writer import Pickler2
@@ -109,7 +110,7 @@ def test_saved_files_equal_with_and_without(tmp_path, monkeypatch):
     (tmp_path / "b").mkdir()
     a, b = str(tmp_path / "a" / "m.pt"), str(tmp_path / "b" / "m.pt")  # one archive name
     torchless.save(sd, a)
-    monkeypatch.setattr(W, "FAST_PICKLE", False)
+    monkeypatch.setattr(SETTINGS, "pt_pickle", False)
     torchless.save(sd, b)
     with open(a, "rb") as f, open(b, "rb") as g:
         assert f.read() == g.read()

@@ -1,6 +1,6 @@
 """The fast ways of issue 33 against the general code, on the same inputs in every run:
-the safetensors header checked all at once (``safetensors_spec.FAST_HEADER``) and
-``Tensor.numpy()``'s one-frombuffer path (``core.tensor.FAST_NUMPY``); plus the
+the safetensors header checked all at once (``SETTINGS.safetensors_header``) and
+``Tensor.numpy()``'s one-frombuffer path (``SETTINGS.tensor_numpy``); plus the
 safetensors package as the oracle, and ``mmap=False`` reading a safetensors file into
 memory of its own."""
 
@@ -20,6 +20,7 @@ import torchless.core.tensor as tensor_mod
 import torchless.formats.safetensors_spec as spec
 from torchless.core.dtypes import DTYPES
 from torchless.core.errors import TorchlessError
+from torchless.core.settings import SETTINGS
 from torchless.core.tensor import Storage, Tensor
 from torchless.io.source import BytesSource
 
@@ -30,7 +31,7 @@ def _both(monkeypatch: pytest.MonkeyPatch, fn):  # type: ignore[no-untyped-def]
     """``fn()`` with the fast way, then with the general one: each a result or the error."""
     out = []
     for fast in (True, False):
-        monkeypatch.setattr(spec, "FAST_HEADER", fast)
+        monkeypatch.setattr(SETTINGS, "safetensors_header", fast)
         try:
             out.append(("ok", fn()))
         except TorchlessError as e:
@@ -116,7 +117,7 @@ def test_a_duplicate_of_an_empty_tensor_is_refused(monkeypatch):  # type: ignore
 def _numpy_both(monkeypatch: pytest.MonkeyPatch, t: Tensor, raw: bool = False):  # type: ignore[no-untyped-def]
     out = []
     for fast in (True, False):
-        monkeypatch.setattr(tensor_mod, "FAST_NUMPY", fast)
+        monkeypatch.setattr(SETTINGS, "tensor_numpy", fast)
         try:
             a = t.numpy(raw=raw)
             out.append(("ok", a.dtype, a.shape, a.tobytes(), a.flags.writeable))
@@ -168,8 +169,8 @@ def test_safetensors_files_read_as_the_package_reads_them(tmp_path, monkeypatch)
     save_file(d, str(p), metadata={"a": "b:c"})  # (a ':' inside a string: the general check decides)
     want = load_file(str(p))
     for fast in (True, False):
-        monkeypatch.setattr(spec, "FAST_HEADER", fast)
-        monkeypatch.setattr(tensor_mod, "FAST_NUMPY", fast)
+        monkeypatch.setattr(SETTINGS, "safetensors_header", fast)
+        monkeypatch.setattr(SETTINGS, "tensor_numpy", fast)
         for mmap in (True, False):
             got = {k: v.numpy() for k, v in torchless.load(p, mmap=mmap).items()}
             assert sorted(got) == sorted(want)
@@ -211,8 +212,6 @@ def _arrays(seed: int) -> dict[str, np.ndarray]:
 def test_a_dict_of_numpy_arrays_is_written_as_the_general_path_writes_it(tmp_path, monkeypatch, fmt, seed):  # type: ignore[no-untyped-def]
     """The same bytes with and without the plain-array writer, including inputs it leaves
     to the general path (a transposed array, another byte order, a name it cannot take)."""
-    import torchless.formats.pt.write as pt_write
-    import torchless.formats.safetensors as st_mod
 
     d = _arrays(seed)
     if fmt == "safetensors":
@@ -225,8 +224,8 @@ def test_a_dict_of_numpy_arrays_is_written_as_the_general_path_writes_it(tmp_pat
         d["__metadata__" if fmt == "safetensors" else "ok"] = np.zeros(2, np.float32)
     got = {}
     for fast in (True, False):
-        monkeypatch.setattr(st_mod, "FAST_ARRAYS", fast)
-        monkeypatch.setattr(pt_write, "FAST_PICKLE", fast)
+        monkeypatch.setattr(SETTINGS, "safetensors_arrays", fast)
+        monkeypatch.setattr(SETTINGS, "pt_pickle", fast)
         (tmp_path / str(fast)).mkdir()
         p = tmp_path / str(fast) / f"m.{fmt}"  # (one name: a .pt's folder inside is the file's stem)
         try:

@@ -20,7 +20,7 @@ from ..core.errors import TorchlessError
 from ..core.findings import Problem
 from ..io.source import open_source
 from .pyzip import PyZipReader
-from .zip import _EOCD, _EOCD64, _LOC64, LOC64_SIG, MAX32, ZipReader
+from .zip import EOCD64_RECORD, EOCD_RECORD, LOC64_RECORD, LOC64_SIG, MAX32, ZipReader
 
 __all__ = ["zip_differentials"]
 
@@ -107,22 +107,22 @@ def _end_records(src: Any, mz: ZipReader, py: PyZipReader, out: list[Problem]) -
             )
         )
     eocd = mz.eocd_offset
-    has_loc = eocd >= _LOC64.size and src.read_at(eocd - _LOC64.size, 4) == LOC64_SIG
+    has_loc = eocd >= LOC64_RECORD.size and src.read_at(eocd - LOC64_RECORD.size, 4) == LOC64_SIG
     if has_loc:
         target = struct.unpack("<Q", src.read_at(eocd - 12, 8))[0]
-        fixed = eocd - _LOC64.size - _EOCD64.size
-        if eocd < _LOC64.size + _EOCD64.size:
+        fixed = eocd - LOC64_RECORD.size - EOCD64_RECORD.size
+        if eocd < LOC64_RECORD.size + EOCD64_RECORD.size:
             out.append(
                 _p(
                     f"a zip64 locator before an end record at offset {eocd} (< 76): torch ignores it, Python's zipfile does not",
-                    eocd - _LOC64.size,
+                    eocd - LOC64_RECORD.size,
                 )
             )
         elif target != fixed:
             out.append(
                 _p(
                     f"the zip64 locator points at {target}, but Python's zipfile reads the zip64 record at {fixed}",
-                    eocd - _LOC64.size,
+                    eocd - LOC64_RECORD.size,
                 )
             )
         if mz.zip64 != py.zip64:
@@ -130,13 +130,13 @@ def _end_records(src: Any, mz: ZipReader, py: PyZipReader, out: list[Problem]) -
                 _p(
                     f"{'torch' if mz.zip64 else 'Python zipfile'} follows the zip64 end "
                     f"record, {'Python zipfile' if mz.zip64 else 'torch'} does not",
-                    eocd - _LOC64.size,
+                    eocd - LOC64_RECORD.size,
                 )
             )
     if mz.zip64:
         # a reader that ignores the zip64 record sees the classic values
-        _s, disk, cd_disk, n_disk, n_total, cd_size, cd_off, _c = _EOCD.unpack(src.read_at(eocd, _EOCD.size))
-        rec = _EOCD64.unpack(src.read_at(mz.eocd64_offset, _EOCD64.size))
+        _s, disk, cd_disk, n_disk, n_total, cd_size, cd_off, _c = EOCD_RECORD.unpack(src.read_at(eocd, EOCD_RECORD.size))
+        rec = EOCD64_RECORD.unpack(src.read_at(mz.eocd64_offset, EOCD64_RECORD.size))
         pairs = [
             ("entry count", n_total, rec[7], 0xFFFF),
             ("directory size", cd_size, rec[8], MAX32),

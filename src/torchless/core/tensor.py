@@ -23,6 +23,7 @@ import numpy as np
 from .buffers import is_mapped
 from .dtypes import DType, by_name, from_numpy
 from .errors import FormatError, UnsupportedError, UsageError
+from .settings import SETTINGS
 
 __all__ = [
     "require_utf8_name",
@@ -39,10 +40,6 @@ __all__ = [
 _HOST_ORDER = sys.byteorder
 #: sub-byte quantized dtypes: elements packed per byte (torch's int_repr gives the bytes)
 _PACKED = {"quint4x2": 2, "quint2x4": 4}
-#: ``Tensor.numpy()`` of a C-contiguous tensor of a NumPy dtype in host order, no conj/neg
-#: bit: one ``np.frombuffer`` (False: the general strided view for every tensor; the two
-#: give the same arrays: tests/formats/test_safetensors_fast.py)
-FAST_NUMPY = True
 
 
 class Storage:
@@ -513,7 +510,7 @@ class Tensor:
         st = self.storage
         if st is None:
             raise UnsupportedError(f"a {self.device} tensor has no data", hint="only shape and dtype are stored")
-        if FAST_NUMPY and not raw and self._metadata is None and st.byteorder == _HOST_ORDER:
+        if SETTINGS.tensor_numpy and not raw and self._metadata is None and st.byteorder == _HOST_ORDER:
             # the common case (a C-contiguous tensor of a NumPy dtype, stored in host order,
             # no conj/neg bit): one frombuffer of the elements' bytes, bounds checked here
             npd = self.dtype._numpy

@@ -23,6 +23,7 @@ from ..core.dtypes import DTYPES, DType, from_numpy
 from ..core.errors import TorchlessError, UnsupportedError
 from ..core.findings import Problem
 from ..core.gcpause import GCPause
+from ..core.settings import SETTINGS
 from ..core.tensor import Storage, Tensor, _contiguous_strides, require_utf8_name, unique_names
 from ..io.atomic import AtomicFile
 from ..io.source import ByteSource, MmapSource, open_source
@@ -172,7 +173,7 @@ def write_safetensors(
     """
     items = list(items)
     plain = None
-    if FAST_ARRAYS and progress is None:
+    if SETTINGS.safetensors_arrays and progress is None:
         with GCPause():  # (a record per array, all kept until written: GC passes would free nothing)
             plain = _plain_arrays(items, metadata)
     if plain is not None:  # a dict of plain NumPy arrays: the same file, without a Tensor each
@@ -213,12 +214,6 @@ def write_safetensors(
         _write_body(f.file, raw, entries, progress)
 
 
-#: write a dict of plain NumPy arrays (C-contiguous, host order, a safetensors dtype,
-#: names that need no check beyond being distinct UTF-8 ``str``) without coercing each to
-#: a Tensor (False: every input through the general path; the files are the same bytes:
-#: tests/formats/test_safetensors_fast.py)
-FAST_ARRAYS = True
-
 #: NumPy dtype -> safetensors code, for the dtypes seen so far (None: not a plain one)
 _PLAIN_CODES: dict[Any, str | None] = {}
 
@@ -236,7 +231,7 @@ def _plain_code(dt: Any) -> str | None:
 
 def _plain_arrays(items: list[tuple[str, Any]], metadata: dict[str, str] | None) -> tuple[bytes, list[Any]] | None:
     """``(header, data buffers)`` of ``items`` when every one is a plain NumPy array under a
-    plain name (see :data:`FAST_ARRAYS`): the bytes :func:`write_safetensors` writes for
+    plain name (see ``SETTINGS.safetensors_arrays``): the bytes :func:`write_safetensors` writes for
     them either way. None when one is not (the general path then decides, errors included)."""
     if metadata or not items:
         return None

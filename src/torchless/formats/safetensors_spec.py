@@ -17,6 +17,7 @@ from typing import Any
 from ..core import jsonsafe
 from ..core.dtypes import DTYPES
 from ..core.errors import FormatError, LimitError, TruncatedError, UnsupportedError, short_repr
+from ..core.settings import SETTINGS
 from ..io.source import ByteSource
 from .pt.spec import ZIP_MAGIC
 
@@ -92,11 +93,6 @@ def _no_dups(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-#: parse a header with one plain ``json.loads`` and check its entries all at once (False:
-#: the parse names duplicates as it goes and the entries are checked one by one; the same
-#: headers pass and the same are refused: tests/formats/test_safetensors_fast.py)
-FAST_HEADER = True
-
 #: the keys of a tensor's header entry
 _ENTRY_KEYS = frozenset(("dtype", "shape", "data_offsets"))
 
@@ -123,7 +119,7 @@ def parse_header(src: ByteSource) -> tuple[dict[str, str], list[HeaderEntry], in
     # nesting is not measured first: the structure checked below is 3 levels deep, and
     # deeper text ends in a LimitError from the parser's own recursion limit.
     header = None
-    if FAST_HEADER:
+    if SETTINGS.safetensors_header:
         header = jsonsafe.loads(view, what="safetensors header", path=path, offset=8, max_bytes=MAX_HEADER, max_depth=None)
         if not isinstance(header, dict):
             raise FormatError("header is not a JSON object", path=path, offset=8)
@@ -146,7 +142,7 @@ def parse_header(src: ByteSource) -> tuple[dict[str, str], list[HeaderEntry], in
         raise FormatError(f"{METADATA_KEY} must map strings to strings", path=path, offset=8)
     base = 8 + n
     data_len = src.size - base
-    rows = _rows(header, data_len) if FAST_HEADER else None
+    rows = _rows(header, data_len) if SETTINGS.safetensors_header else None
     if rows is None:  # a rule is broken: the row-by-row checks name the entry
         rows = _rows_one_by_one(header, data_len, path, base)
     names, codes, shapes, begins, ends = rows

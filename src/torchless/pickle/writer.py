@@ -18,12 +18,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.errors import UsageError
+from ..core.settings import SETTINGS
 
-__all__ = ["Global", "Reduce", "Persistent", "TensorCall", "Pickler2", "dumps", "FAST_TENSORS"]
-
-#: write :class:`TensorCall` with :meth:`Pickler2._save_tensor_call` (the tests turn it off
-#: to check that both ways write the same bytes)
-FAST_TENSORS = True
+__all__ = ["Global", "Reduce", "Persistent", "TensorCall", "Pickler2", "dumps"]
 
 
 class Global:
@@ -165,7 +162,7 @@ class Pickler2:
         if self.translate is not None and type(obj) not in _NATIVE and not isinstance(obj, (Global, Reduce, Persistent)):
             obj = self.translate(obj)
             if type(obj) is TensorCall:
-                if FAST_TENSORS and depth + 4 <= self.max_depth:
+                if SETTINGS.pickle_tensors and depth + 4 <= self.max_depth:
                     self._save_tensor_call(obj)
                     return
                 obj = obj.as_reduce()
@@ -348,7 +345,7 @@ class Pickler2:
                 self.out += b"s"
             else:
                 self.out += b"("
-                fast_keys = FAST_TENSORS and depth + 1 <= self.max_depth
+                fast_keys = SETTINGS.pickle_tensors and depth + 1 <= self.max_depth
                 for k, v in chunk:
                     if fast_keys and type(k) is str:
                         self._save_str(k)  # what _save does with a str

@@ -17,6 +17,7 @@ import torchless.formats.dcp.reader as dcpreader
 import torchless.formats.dcp.spans as dcpspans
 from torchless.cli.main import main as cli
 from torchless.core.errors import TorchlessError
+from torchless.core.settings import SETTINGS
 from torchless.formats.dcp.consolidate import consolidate
 from torchless.formats.dcp.reader import DCPReader
 from torchless.pickle import fastpath
@@ -29,13 +30,10 @@ dcp = pytest.importorskip("torch.distributed.checkpoint", reason="torch.distribu
 def _fast(monkeypatch: pytest.MonkeyPatch) -> None:
     """The fast paths on, the array checks of the items on every call (as for a large
     checkpoint; TORCHLESS_GENERAL_PATHS=1 would turn them off for the suite)."""
-    import torchless.formats.dcp.metadata as mdmod
-    import torchless.formats.pt.write as ptw
-
-    monkeypatch.setattr(mdmod, "GENERAL_ONLY", False)
-    monkeypatch.setattr(DCPReader, "general_only", False)
+    monkeypatch.setattr(SETTINGS, "dcp_metadata", True)
+    monkeypatch.setattr(SETTINGS, "dcp_items", True)
     monkeypatch.setattr(DCPReader, "batch_min", 0)
-    monkeypatch.setattr(ptw, "FAST_PICKLE", True)
+    monkeypatch.setattr(SETTINGS, "pt_pickle", True)
 
 
 @pytest.fixture(scope="module")
@@ -229,11 +227,11 @@ def test_consolidate_in_an_atexit_hook(saved, tmp_path):
     consolidate(saved, ref)
     script = (
         "import atexit\n"
-        "import torchless.formats.dcp.metadata as mdmod\n"
+        "from torchless.core.settings import SETTINGS\n"
         "from torchless.formats.dcp.consolidate import consolidate\n"
         "from torchless.formats.dcp.reader import DCPReader\n"
-        "mdmod.GENERAL_ONLY = False\n"
-        "DCPReader.general_only = False\n"
+        "SETTINGS.dcp_metadata = True\n"
+        "SETTINGS.dcp_items = True\n"
         "DCPReader.batch_min = 0\n"
         f"atexit.register(consolidate, {saved!r}, {out!r})\n"
     )

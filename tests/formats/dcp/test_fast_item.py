@@ -14,7 +14,8 @@ import pytest
 
 from torchless.container.zip import TorchZipWriter
 from torchless.core.errors import TorchlessError
-from torchless.formats.dcp.read import _fast_item
+from torchless.core.settings import SETTINGS
+from torchless.formats.dcp.items import fast_item as _fast_item
 from torchless.formats.dcp.reader import DCPReader
 from torchless.formats.dcp.readers import open_reader
 
@@ -86,12 +87,9 @@ def _batch_always(monkeypatch: pytest.MonkeyPatch) -> None:
 def fast_paths(monkeypatch: pytest.MonkeyPatch) -> None:
     """The fast paths on (TORCHLESS_GENERAL_PATHS=1 turns them off for the rest of the suite;
     these tests compare them with the general code themselves)."""
-    import torchless.formats.dcp.metadata as mdmod
-    import torchless.formats.pt.write as ptw
-
-    monkeypatch.setattr(mdmod, "GENERAL_ONLY", False)
-    monkeypatch.setattr(DCPReader, "general_only", False)
-    monkeypatch.setattr(ptw, "FAST_PICKLE", True)
+    monkeypatch.setattr(SETTINGS, "dcp_metadata", True)
+    monkeypatch.setattr(SETTINGS, "dcp_items", True)
+    monkeypatch.setattr(SETTINGS, "pt_pickle", True)
 
 
 def _compare_all(path: str) -> int:
@@ -258,7 +256,6 @@ def flat_dcp(tmp_path_factory: pytest.TempPathFactory) -> str:
 def test_consolidate_bytes_equal_general(which, small_dcp, flat_dcp, tmp_path, monkeypatch, fast_paths):
     """consolidate to .pt with every fast path (metadata, batch locate, map views, the
     row writer of a flat state dict) writes the same bytes as with none of them."""
-    import torchless.formats.dcp.metadata as mdmod
     import torchless.formats.pt.write as ptw
     from torchless.formats.dcp.consolidate import consolidate
 
@@ -282,9 +279,9 @@ def test_consolidate_bytes_equal_general(which, small_dcp, flat_dcp, tmp_path, m
         assert sum(many) >= 30
         assert all(crcs_given)  # with their CRC-32s taken from the map (crc32_spans)
     monkeypatch.setattr(TorchZipWriter, "write_small_many", write_many)
-    monkeypatch.setattr(mdmod, "GENERAL_ONLY", True)
-    monkeypatch.setattr(DCPReader, "general_only", True)
-    monkeypatch.setattr(ptw, "FAST_PICKLE", False)
+    monkeypatch.setattr(SETTINGS, "dcp_metadata", False)
+    monkeypatch.setattr(SETTINGS, "dcp_items", False)
+    monkeypatch.setattr(SETTINGS, "pt_pickle", False)
     consolidate(src, str(tmp_path / "general" / "out.pt"))
     with open(tmp_path / "fast" / "out.pt", "rb") as a, open(tmp_path / "general" / "out.pt", "rb") as b:
         assert a.read() == b.read()

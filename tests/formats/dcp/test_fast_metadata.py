@@ -15,6 +15,7 @@ import pytest
 
 import torchless.formats.dcp.metadata as mdmod
 from torchless.core.errors import TorchlessError
+from torchless.core.settings import SETTINGS
 from torchless.formats.dcp.metadata import fast_metadata
 from torchless.pickle.machine import Limits
 
@@ -56,12 +57,12 @@ def _raw(path: str) -> bytes:
 
 
 def _general(data: bytes):
-    old = mdmod.GENERAL_ONLY
-    mdmod.GENERAL_ONLY = True
+    old = SETTINGS.dcp_metadata
+    SETTINGS.dcp_metadata = False
     try:
         return mdmod.parse_metadata(data)
     finally:
-        mdmod.GENERAL_ONLY = old
+        SETTINGS.dcp_metadata = old
 
 
 def _outcome(parse, data: bytes):

@@ -9,9 +9,7 @@ else is refused with :class:`~torchless.core.errors.UnsafeGlobalError` and nothi
 NEWOBJ on a DCP class makes an inert :class:`_Shell`; BUILD stores its state; a final
 pass validates every shell and turns it into the dataclasses of :mod:`.spec`.
 
-Writing emits protocol 2 through :class:`~torchless.pickle.writer.Pickler2`
-(``copyreg.__newobj__`` + BUILD, which is what CPython's pickler does for these
-classes at protocol 2); torch's ``pickle.load`` reads it.
+Writing (:func:`dump_metadata`, re-exported here) lives in :mod:`.metadata_write`.
 """
 
 from __future__ import annotations
@@ -25,13 +23,14 @@ from typing import Any
 
 from ...core.dtypes import DType
 from ...core.errors import FormatError, TorchlessError, short_repr
-from ...core.values import Layout, Size
+from ...core.settings import SETTINGS
+from ...core.values import Layout
 from ...io.source import RemoteSource, open_source
 from ...pickle.fastpath import FALLBACK, OPAQUE, EntryHooks, fast_load, int_token
 from ...pickle.globals import Allowlist, Rebuilder
 from ...pickle.machine import Limits, Unpickler
 from ...pickle.torch_globals import DEFAULT_ALLOWLIST, TORCH_ALLOWLIST
-from ...pickle.writer import Global, Pickler2, Reduce
+from .metadata_write import dump_metadata
 from .spec import (
     CLASSES,
     FIELDS,
@@ -796,11 +795,6 @@ def fast_metadata(data: Any, limits: Limits | None = None) -> Metadata | None:
             gc.enable()
 
 
-#: run only the general pickle machine (tests set it to compare the two paths); by
-#: default the fast path (:func:`fast_metadata`) is tried first
-GENERAL_ONLY = False
-
-
 def parse_metadata(data: Any, *, path: Any = None, limits: Limits = Limits()) -> Metadata:
     """Parse the bytes of a ``.metadata`` file.
 
@@ -811,7 +805,7 @@ def parse_metadata(data: Any, *, path: Any = None, limits: Limits = Limits()) ->
         UnsafeGlobalError: the pickle names anything but DCP's classes (nothing runs).
         FormatError: malformed pickle or metadata.
     """
-    if not GENERAL_ONLY:
+    if SETTINGS.dcp_metadata:
         md = fast_metadata(data, limits)
         if md is not None:
             return md
@@ -930,72 +924,3 @@ def merge_rank_metadata(parts: list[tuple[str, Metadata]], *, path: Any = None) 
             for k, v in md.planner_data.items():
                 planner.setdefault(k, v)
     return Metadata(sdm, planner or first.planner_data, storage, first.storage_meta, first.version)
-
-
-# -- writing ------------------------------------------------------------------------------
-def _new(mod: str, cls: str, state: Any) -> Reduce:
-    return Reduce(Global("copyreg", "__newobj__"), (Global(mod, cls),), state=state)
-
-
-def _size(t: tuple[int, ...]) -> Reduce:
-    return Reduce(Global("torch", "Size"), (tuple(int(v) for v in t),))
-
-
-def _translate(obj: Any) -> Any:
-    if isinstance(obj, Metadata):
-        st: dict[str, Any] = {
-            "state_dict_metadata": obj.state_dict_metadata,
-            "planner_data": obj.planner_data,
-            "storage_data": obj.storage_data,
-            "storage_meta": obj.storage_meta,
-            "version": obj.version,
-        }
-        return _new(MD_MOD, "Metadata", st)
-    if isinstance(obj, TensorStorageMetadata):
-        return _new(
-            MD_MOD, "TensorStorageMetadata", {"properties": obj.properties, "size": _size(obj.size), "chunks": list(obj.chunks)}
-        )
-    if isinstance(obj, TensorProperties):
-        enc = {v: k for k, v in MEM_FORMATS.items()}[obj.memory_format]
-        state = (
-            Global("torch", obj.dtype.name),
-            Reduce(Global("torch.serialization", "_get_layout"), (f"torch.{obj.layout}",)),
-            bool(obj.requires_grad),
-            Reduce(Global(MD_MOD, "_MEM_FORMAT_ENCODING"), (enc,)),
-            bool(obj.pin_memory),
-        )
-        return _new(MD_MOD, "TensorProperties", state)
-    if isinstance(obj, ChunkStorageMetadata):
-        return _new(MD_MOD, "ChunkStorageMetadata", {"offsets": _size(obj.offsets), "sizes": _size(obj.sizes)})
-    if isinstance(obj, BytesStorageMetadata):
-        return Reduce(Global("copyreg", "__newobj__"), (Global(MD_MOD, "BytesStorageMetadata"),))
-    if isinstance(obj, MetadataIndex):
-        st = {"fqn": obj.fqn, "index": obj.index}
-        if obj.offset is not None:
-            st["offset"] = _size(obj.offset)
-        return _new(MD_MOD, "MetadataIndex", st)
-    if isinstance(obj, StorageInfo):
-        st = {"relative_path": obj.relative_path, "offset": int(obj.offset), "length": int(obj.length)}
-        if obj.transform_descriptors is not None:
-            st["transform_descriptors"] = list(obj.transform_descriptors)
-        return _new(FS_MOD, STORAGE_INFO_NAME, st)
-    if isinstance(obj, StorageMeta):
-        cid = obj.checkpoint_id
-        return _new(
-            MD_MOD,
-            "StorageMeta",
-            {
-                "checkpoint_id": None if cid is None else str(cid),
-                "save_id": obj.save_id,
-                "load_id": obj.load_id,
-                "modules": list(obj.modules),
-            },
-        )
-    if isinstance(obj, Size):
-        return _size(obj)
-    return obj
-
-
-def dump_metadata(md: Metadata) -> bytes:
-    """``.metadata`` bytes (pickle protocol 2) that torch's ``pickle.load`` reads."""
-    return Pickler2(_translate).dumps(md)

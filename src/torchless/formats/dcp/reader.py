@@ -36,6 +36,7 @@ from ...core.errors import (
     short_repr,
 )
 from ...core.findings import Problem
+from ...core.settings import SETTINGS
 from ...core.tensor import _PACKED, Storage, Tensor
 from ...io.source import ByteSource, BytesSource, SliceSource
 from ...io.store import Store, store_for
@@ -44,20 +45,17 @@ from ...pickle.globals import AllowlistResolver
 from ...pickle.torch_globals import DEFAULT_ALLOWLIST
 from ..pt.spec import DATA_PKL
 from .constants import SAVED_OFFSETS, SHARDING_KEY
+from .items import BATCH_ITEMS as _BATCH_ITEMS
+from .items import PREFAULT_MAX as _PREFAULT_MAX
+from .items import TEMPLATES as _TEMPLATES
+from .items import ItemTemplate as _Template
+from .items import batch_items as _batch_items
+from .items import fast_item as _fast_item
+from .items import frame_facts as _frame_facts
+from .items import item_directory as _directory
+from .items import item_pid as _item_pid
 from .metadata import read_metadata
-from .read import (
-    _TEMPLATES,
-    BlockStorage,
-    ChunkRef,
-    _batch_items,
-    _directory,
-    _fast_item,
-    _frame_facts,
-    _item_pid,
-    _Template,
-    is_safetensors_blob,
-    pread_into,
-)
+from .read import BlockStorage, ChunkRef, is_safetensors_blob, pread_into
 from .spans import copy_chunk, direct_spans, view_spans
 from .spec import BytesStorageMetadata, Metadata, StorageInfo, TensorStorageMetadata, numel
 
@@ -65,10 +63,6 @@ __all__ = ["DCPReader"]
 
 #: located items' map pages are dropped once this many bytes of them have gathered
 _RELEASE_BATCH = 8 << 20
-#: the largest span :meth:`DCPReader._prefault` maps ahead
-_PREFAULT_MAX = 64 << 20
-#: items :meth:`DCPReader.locate_many` checks together
-_BATCH_ITEMS = 512
 
 
 def _file_size(reader: Any, f: str) -> int | None:
@@ -88,8 +82,9 @@ class DCPReader:
         path: the checkpoint directory (holding ``.metadata``).
     """
 
-    #: parse every item with the general zip reader and pickle machine (tests set it to
-    #: compare the two paths); by default :func:`_fast_item` is tried first
+    #: parse every item of this reader with the general zip reader and pickle machine
+    #: (tests set it to compare the two paths); by default, unless
+    #: ``SETTINGS.dcp_items`` is off, :func:`_fast_item` is tried first
     general_only = False
     #: a checkpoint at a URL (read by ranges through :mod:`torchless.io.remote`)
     remote = False
@@ -384,7 +379,9 @@ class DCPReader:
             f.read_at(info.offset, max(0, min(9, f.size - info.offset)))
         ):  # may pass the item: a 1-element chunk
             return self._locate_safetensors(ref, tmd, where)
-        fast = None if self.general_only or self.remote else _fast_item(f.view(info.offset, info.length))
+        fast = (
+            None if self.general_only or not SETTINGS.dcp_items or self.remote else _fast_item(f.view(info.offset, info.length))
+        )
         if fast is not None:
             t, base, byteorder, data_end = fast
         else:
@@ -449,7 +446,7 @@ class DCPReader:
         ``release=False``: the pages of the items the batch located stay mapped (the
         caller views their bytes next, and releases them: :meth:`_view_spans`)."""
         todo = [r for r in refs if r.data_offset < 0]
-        if self.general_only or self.remote or len(todo) < self.batch_min:
+        if self.general_only or not SETTINGS.dcp_items or self.remote or len(todo) < self.batch_min:
             for r in todo:
                 self.locate(r)
             return

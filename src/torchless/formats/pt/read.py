@@ -19,6 +19,7 @@ from ...container.zip import DirectoryRun, RecordLoader, ZipEntry, ZipReader, is
 from ...core.dtypes import DTYPES, DType
 from ...core.errors import FormatError, LimitError, TorchlessError, TruncatedError, UnsupportedError, short_repr
 from ...core.gcpause import GCPause
+from ...core.settings import SETTINGS
 from ...core.tensor import Storage
 from ...core.values import StorageType
 from ...io.source import ByteSource, MmapSource, open_source
@@ -196,7 +197,7 @@ def read_zip_checkpoint(
     # storages of one record) and never caches an empty or meta storage (data pointer 0)
     loaded: dict[Any, Storage] = {}
     batch = zr.batch_reader()
-    if READ_AHEAD and not mmap and not record_suffix and isinstance(data_index, dict):
+    if SETTINGS.pt_read_ahead and not mmap and not record_suffix and isinstance(data_index, dict):
         # an eager load reads every storage record: copying them starts now, on a
         # helper thread, while the pickle is parsed on this one (not when names collide:
         # each record is then found by torch's lookup, when asked for)
@@ -724,18 +725,10 @@ def _check_all_records(zr: ZipReader) -> None:
     size = zr.source.size
     entries = zr.entries
     for a, b, run in zr.segments():
-        if run is not None and FAST_RECORD_CHECKS and _run_checks_out(run, folder, size):
+        if run is not None and SETTINGS.pt_record_checks and _run_checks_out(run, folder, size):
             continue  # every row passes every test below (checked on the columns)
         _check_records(zr, entries[a:b], folder, size)
     _check_version_records(zr)
-
-
-#: check the records of central-directory runs on their columns (the tests turn it off
-#: to compare with the entry-by-entry checks)
-FAST_RECORD_CHECKS = True
-#: an eager load reads its small records ahead on a helper thread (BatchReader.read_ahead);
-#: False (the test suite's general-paths run) reads each run when it is asked for
-READ_AHEAD = True
 
 
 def _run_checks_out(run: DirectoryRun, folder: str, size: int) -> bool:

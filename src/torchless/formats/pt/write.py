@@ -37,6 +37,7 @@ from ...container.zip import TorchZipWriter, iter_chunks
 from ...core.dtypes import DType, from_numpy
 from ...core.errors import InternalError, UnsupportedError, UsageError
 from ...core.gcpause import GCPause
+from ...core.settings import SETTINGS
 from ...core.tensor import (
     JaggedTensor,
     NestedTensor,
@@ -414,9 +415,6 @@ _T_PUT_Q = [b"t" + _BINPUT[i] + b"Q" for i in range(256)]
 _T_PUT_Q_LONG = struct.Struct("<BBIB")
 #: LONG_BINPUT, TUPLE, LONG_BINPUT, REDUCE, LONG_BINPUT (a tensor entry's last opcodes)
 _PUT_T_PUT_R_PUT = struct.Struct("<BIBBIBBI")
-#: write the common state dict (a dict of str -> plain tensors) with :func:`_fast_pickle`;
-#: tests turn it off to compare the bytes with the general pickler's
-FAST_PICKLE = True
 
 
 def _fast_pickle(obj: Any, cp: CheckpointPickler) -> bytes | None:  # noqa: C901 - one emitter by design
@@ -745,12 +743,12 @@ def save_checkpoint(
     # the objects made per tensor (rows, memo entries, records) all live until the end:
     # generational GC passes over them (and over the caller's tensors) free nothing
     with GCPause():
-        if FAST_PICKLE and alignment == 64 and compute_crc and prefix is None and storage_crc is None:
+        if SETTINGS.pt_pickle and alignment == 64 and compute_crc and prefix is None and storage_crc is None:
             rows = _array_rows(obj)  # a dict of plain NumPy arrays: no Tensor made for each
             if rows is not None and save_plain_tensors(obj, rows, target, progress=progress, blocks=_small_views):
                 return
         cp = CheckpointPickler()
-        data = _fast_pickle(obj, cp) if FAST_PICKLE else None
+        data = _fast_pickle(obj, cp) if SETTINGS.pt_pickle else None
         if data is None:
             data = Pickler2(cp.translate).dumps(obj)
         _write_archive(
@@ -762,7 +760,7 @@ def save_checkpoint(
             prefix=prefix,
             progress=progress,
             storage_crc=storage_crc,
-            blocks=_small_views if FAST_PICKLE else None,
+            blocks=_small_views if SETTINGS.pt_pickle else None,
         )
 
 
@@ -842,7 +840,7 @@ def save_plain_tensors(
     ``blocks``: given some of the rows' storages, their bytes (what ``native_bytes()``
     gives) in one call, None for one it does not give (then read as any storage); or
     the pair ``(views, crcs)`` with their CRC-32s as well (see :func:`_write_blocks`)."""
-    if not FAST_PICKLE:
+    if not SETTINGS.pt_pickle:
         return False
     full = []
     seen: set[int] = set()
@@ -876,7 +874,7 @@ def _save_rows(
     location other than ``meta``, a bool ``requires_grad``, each storage once, holding
     exactly its tensor, a size and a stride tuple (written as tuples of their own, as a
     tensor's are: rows may share them)."""
-    if not FAST_PICKLE:
+    if not SETTINGS.pt_pickle:
         return False
     cp = CheckpointPickler()
     data = _emit_rows(obj, full, cp, fresh_tuples=True)
