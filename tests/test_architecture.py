@@ -39,7 +39,7 @@ PACKAGE = "torchless"
 LAYERS = ("core", "io", "container", "pickle", "graph", "interp", "jobs", "formats", "scan", "api", "view", "cli", "testing")
 
 #: top-level modules of the ``api`` layer (the public facade); ``torchless`` itself is one.
-API_MODULES = ("_api", "_start", "dcp", "diff")
+API_MODULES = ("_api", "_cli_api", "_start", "dcp", "diff")
 
 #: the torch adapter: imports ``core`` only; imported by anyone, but only inside a function.
 SIDE_LAYER = "interop"

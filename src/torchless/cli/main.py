@@ -180,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return code
         if not args.stats:
             return _run(args)
-        from ..io.remote import STATS
+        from .._cli_api import REMOTE_STATS as STATS
 
         STATS.reset()
         try:
@@ -281,7 +281,7 @@ def _global_options(argv: list[str]) -> tuple[list[str], dict[str, object]]:
 def _set_storage_options(args: argparse.Namespace) -> int | None:
     import json
 
-    from ..io.remote import set_default_options
+    from .._cli_api import set_default_storage_options as set_default_options
 
     try:
         opts = json.loads(args.storage_options)
@@ -298,7 +298,7 @@ def _set_storage_options(args: argparse.Namespace) -> int | None:
 def _lost_interrupt() -> int | None:
     """Exit code 128+signal when a signal's clean-up already ran (its KeyboardInterrupt
     lost inside an at-fork hook or a finalizer) and the error at hand is its consequence."""
-    from ..io.atomic import interrupted
+    from .._cli_api import interrupted
 
     sig = interrupted()
     if sig is None:
@@ -311,7 +311,7 @@ def _lost_interrupt() -> int | None:
 def _interrupted_cleanup() -> None:
     """Remove what the interrupted command still had in progress (writers abort as the
     interrupt unwinds; this catches any that did not)."""
-    from ..io.atomic import interrupted_cleanup
+    from .._cli_api import interrupted_cleanup
 
     interrupted_cleanup()
 

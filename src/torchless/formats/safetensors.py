@@ -24,6 +24,7 @@ from ..core.errors import TorchlessError, UnsupportedError
 from ..core.findings import Problem
 from ..core.gcpause import GCPause
 from ..core.settings import SETTINGS
+from ..core.sizes import parse_size  # re-exported: the one size parser
 from ..core.tensor import Storage, Tensor, _contiguous_strides, require_utf8_name, unique_names
 from ..io.atomic import AtomicFile
 from ..io.source import ByteSource, MmapSource, open_source
@@ -317,42 +318,6 @@ def _write_body(f: Any, raw: bytes, entries: list[tuple[str, Tensor, DType]], pr
         if progress is not None:
             progress(n)
         del chunks  # release an assembled (non-mmap) buffer before the next one
-
-
-def parse_size(text: Any) -> int:
-    """``5GB``, ``500MiB``, ``1e9`` or an int -> bytes (decimal and binary units)."""
-    from ..core.errors import UsageError
-
-    if isinstance(text, int):
-        return text
-    t = str(text).strip().upper().replace(" ", "")
-    units = {
-        "KIB": 1 << 10,
-        "MIB": 1 << 20,
-        "GIB": 1 << 30,
-        "TIB": 1 << 40,
-        "KB": 10**3,
-        "MB": 10**6,
-        "GB": 10**9,
-        "TB": 10**12,
-        "K": 10**3,
-        "M": 10**6,
-        "G": 10**9,
-        "B": 1,
-    }
-    for u in sorted(units, key=len, reverse=True):
-        if t.endswith(u):
-            num, mul = t[: -len(u)], units[u]
-            break
-    else:
-        num, mul = t, 1
-    try:
-        val = int(float(num) * mul)
-    except ValueError:
-        raise UsageError(f"bad size {text!r}", expected="a number with an optional unit (5GB, 500MiB)") from None
-    if val <= 0:
-        raise UsageError("size must be positive", found=text)
-    return val
 
 
 def write_safetensors_sharded(

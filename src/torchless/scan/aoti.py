@@ -94,7 +94,7 @@ def _folder_of(name: str) -> tuple[str, str] | None:
 
 def report_aoti(scanner: Any, zr: ZipReader, member: str | None) -> None:
     """Add ``native-code`` / ``path-traversal`` findings for the AOTInductor folders of one
-    zip (the :class:`~torchless.scan.carriers.Scanner` hook); no-op without any.
+    zip (the :class:`~torchless.scan.carriers.base.ScanEngine` hook); no-op without any.
 
     Every ``.so`` of every folder (and of ``data/constants``) is reported, not only the
     one the loader keeps, since which one it keeps depends on the model name asked for

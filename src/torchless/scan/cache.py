@@ -579,7 +579,7 @@ def scan_cache_file(scanner: Any, src: ByteSource, kind: str) -> None:
                 g.verdict = Verdict("safe", "inductor cache record: " + CACHE_SAFE[g.qualname])
             elif g.qualname in CACHE_REFERENCED and not g.called:
                 g.verdict = Verdict("safe", "inductor cache record: " + CACHE_REFERENCED[g.qualname])
-        scanner.report_stream(res, data, None, 0, 0)
+        scanner.pickles.report_stream(res, data, None, 0, 0)
         if res.end is not None and res.end < len(data):
             scanner.add(
                 "trailing-data",
@@ -661,7 +661,7 @@ def _is_file(path: str) -> bool:
 
 
 def scan_if_cache(scanner: Any, src: ByteSource) -> bool:
-    """The :class:`~torchless.scan.carriers.Scanner` hook: scan ``src`` as a cache file
+    """The :class:`~torchless.scan.carriers.base.ScanEngine` hook: scan ``src`` as a cache file
     when its path is in the cache layout; False when it is not one."""
     kind = cache_kind(scanner.path)
     if kind is None:

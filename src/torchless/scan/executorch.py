@@ -23,7 +23,7 @@ _LOADER = "executorch Program::load"
 
 
 def report_pte(scanner: Any, data: Any, member: str | None) -> None:
-    """The :class:`~torchless.scan.carriers.Scanner` hook for ``ET..`` buffers."""
+    """The :class:`~torchless.scan.carriers.base.ScanEngine` hook for ``ET..`` buffers."""
     loc = member or os.path.basename(scanner.path)
     try:
         fb = FlatBuffer(data, loc, what="ExecuTorch program")

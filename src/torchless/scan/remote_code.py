@@ -38,8 +38,8 @@ from ..core.errors import TorchlessError
 from ..io.paths import within
 from .source import SourceReport, analyse
 
-#: the scanner (``carriers.base.ScannerBase``; not imported: the scanner imports this module)
-ScannerBase = Any
+#: the scanner (``carriers.base.ScanEngine``; not imported: the scanner imports this module)
+ScanEngine = Any
 
 __all__ = [
     "CONFIG_FILES",
@@ -112,7 +112,7 @@ def _relative_files(text: str, rep: SourceReport) -> list[str]:
 class _Resolver:
     """Reads module files for one scanned file, never outside ``home`` (the scanned folder)."""
 
-    def __init__(self, scanner: ScannerBase, folder: str) -> None:
+    def __init__(self, scanner: ScanEngine, folder: str) -> None:
         self.scanner = scanner
         self.folder = folder
         self.home = os.path.realpath(scanner.root if scanner.root is not None else folder)
@@ -139,7 +139,7 @@ class _Resolver:
 
 
 def _analyse_closure(
-    scanner: ScannerBase, res: _Resolver, base: str, module_file: str, how: str, cap: str | None, required: bool
+    scanner: ScanEngine, res: _Resolver, base: str, module_file: str, how: str, cap: str | None, required: bool
 ) -> None:
     """Analyse ``base/module_file`` and every module its relative imports reach."""
     todo = [(module_file, how, required)]
@@ -192,7 +192,7 @@ def _analyse_closure(
             todo.append((os.path.join(mod_dir, dep), f"imported relatively by {rel}; {why}", False))
 
 
-def _report(scanner: ScannerBase, rep: SourceReport, rel: str, why: str, cap: str | None) -> None:
+def _report(scanner: ScanEngine, rep: SourceReport, rel: str, why: str, cap: str | None) -> None:
     counted = [p for p in rep.problems if p.severity != "info"]
     order = ("critical", "high", "medium", "low")
     for p in counted:
@@ -223,7 +223,7 @@ def _config_refs(path: str) -> list[tuple[str, str]] | str:
         return str(e)
 
 
-def _run_refs(scanner: ScannerBase, res: _Resolver, cfg: str, refs: list[tuple[str, str]], cap: str | None) -> None:
+def _run_refs(scanner: ScanEngine, res: _Resolver, cfg: str, refs: list[tuple[str, str]], cap: str | None) -> None:
     for where, ref in refs:
         how = f"from_pretrained(trust_remote_code=True) runs it: {cfg} {where} = {ref!r}"
         repo, _, cls = ref.rpartition("--")
@@ -254,14 +254,14 @@ def _run_refs(scanner: ScannerBase, res: _Resolver, cfg: str, refs: list[tuple[s
         _analyse_closure(scanner, res, base, parts[0] + ".py", how, cap, True)
 
 
-def scan_if_remote_code(scanner: ScannerBase) -> None:
+def scan_if_remote_code(scanner: ScanEngine) -> None:
     """Remote code a Hugging Face config names, or a ``.py`` file beside a model (see the
     module docstring). Local files only."""
     with scanner.loading(LOADER):  # every finding names the loader that runs the source
         _scan(scanner)
 
 
-def _scan(scanner: ScannerBase) -> None:
+def _scan(scanner: ScanEngine) -> None:
     path = scanner.path
     name = os.path.basename(path)
     folder = os.path.dirname(os.path.abspath(path))

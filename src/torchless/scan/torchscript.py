@@ -621,7 +621,7 @@ def report_archive(
     """Add ``torchscript-code`` findings for one archive's code files and bytecode tables.
 
     Args:
-        scanner: the :class:`~torchless.scan.carriers.Scanner` collecting findings.
+        scanner: the :class:`~torchless.scan.carriers.base.ScanEngine` collecting findings.
         code: ``(location, text)`` of every ``code/*.py`` member.
         bytecode: ``(location, bytes)`` of ``bytecode.pkl`` / ``constants.pkl`` members
             (their pickles are analysed for globals elsewhere; here only their values).
@@ -787,7 +787,7 @@ def analyse_flatbuffer(data: bytes, *, name: str = "<flatbuffer>") -> tuple[list
 
 
 def report_flatbuffer(scanner: Any, data: bytes, member: str | None) -> None:
-    """The :class:`~torchless.scan.carriers.Scanner` hook for ``PTMF`` buffers."""
+    """The :class:`~torchless.scan.carriers.base.ScanEngine` hook for ``PTMF`` buffers."""
     loc = member or os.path.basename(scanner.path)
     try:
         sources, rep = analyse_flatbuffer(data, name=loc)

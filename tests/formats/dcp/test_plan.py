@@ -68,3 +68,18 @@ def test_cli_plan_only_json(capsys, tmp_path):
 
 def test_parse_size():
     assert parse_size("1TB") == 10**12 and parse_size("512MiB") == 2**29 and parse_size("1000") == 1000
+
+
+def test_one_size_parser_for_plan_and_convert(capsys):
+    """``dcp plan`` (a synthetic checkpoint's size) reads sizes as ``convert --max-shard-size``
+    does: ``1G`` was refused by the plan's own parser (issue 35); both are now one parser."""
+    from torchless.core.sizes import parse_size as one
+    from torchless.formats.safetensors import parse_size as shard_size
+
+    assert parse_size is one and shard_size is one
+    assert main(["reshard", "synthetic:2G:8:4", "--ranks", "6", "--plan-only", "--json"]) == 0
+    a = json.loads(capsys.readouterr().out)
+    assert main(["reshard", "synthetic:2GB:8:4", "--ranks", "6", "--plan-only", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["tasks"] == a["tasks"]  # 1G is 10**9, as for --max-shard-size
+    for text, want in (("1G", 10**9), ("1 gib", 2**30), ("1e3", 1000), ("5GB", 5 * 10**9), ("1.5K", 1500)):
+        assert parse_size(text) == want

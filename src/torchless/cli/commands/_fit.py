@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from ...core.errors import UsageError
 
 if TYPE_CHECKING:
-    from ...formats.base import Artifact, LoadPolicy
+    from ..._cli_api import Artifact, LoadPolicy
 
 __all__ = ["open_required", "COMMAND_FOR"]
 
@@ -45,7 +45,7 @@ def open_required(path: Any, wanted: tuple[str, ...], command: str, *, policy: L
             command fits it.
         NotFoundError, FormatError: missing or unrecognized.
     """
-    from ...formats.registry import probe_and_detect
+    from ..._cli_api import probe_and_detect
 
     h, probe = probe_and_detect(path)
     if h.name in wanted:

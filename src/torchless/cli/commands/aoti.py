@@ -17,8 +17,8 @@ def format_extracted(files: list[Any], outdir: str) -> str:
 
 
 def cmd_extract(args: argparse.Namespace) -> int:
-    from ...formats.aoti.extract import extract_archive
-    from ...formats.safetensors import parse_size
+    from ..._cli_api import extract_archive
+    from ...core.sizes import parse_size
 
     limit = parse_size(args.max_size) if args.max_size else None
     files = extract_archive(

@@ -108,7 +108,8 @@ def _check_url_folder(url: str) -> None:
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
-    from ...formats.inductor_cache.inventory import KINDS, entry_source, inventory
+    from ..._cli_api import CACHE_KINDS as KINDS
+    from ..._cli_api import entry_source, inventory
 
     target = list(args.target)
     prune = bool(target) and target[0] == "prune"
@@ -125,7 +126,7 @@ def cmd_cache(args: argparse.Namespace) -> int:
     folder = target[0] if target else None
     at_url = False
     if folder is not None:
-        from ...formats.inductor_cache.inventory import resolve_cache_dir
+        from ..._cli_api import resolve_cache_dir
         from ...io.store import resolve
 
         store, folder = resolve(folder)  # the folder's store, asked once (file:// names a local folder)
@@ -170,8 +171,8 @@ def cmd_cache(args: argparse.Namespace) -> int:
 
 
 def _prune(args: argparse.Namespace, folder: str | None, kinds: list[str] | None) -> int:
-    from ...formats.inductor_cache.inventory import inventory
-    from ...formats.inductor_cache.prune import apply_prune, parse_duration, parse_size, plan_prune
+    from ..._cli_api import apply_prune, inventory, parse_duration, plan_prune
+    from ...core.sizes import parse_size
 
     if args.show:
         raise UsageError("--show does not apply to prune")
@@ -180,7 +181,7 @@ def _prune(args: argparse.Namespace, folder: str | None, kinds: list[str] | None
     if args.yes and args.dry_run:
         raise UsageError("--yes and --dry-run exclude each other")
     older = parse_duration(args.older_than) if args.older_than else None
-    size = parse_size(args.max_size) if args.max_size else None
+    size = parse_size(args.max_size, allow_zero=True) if args.max_size else None  # 0: remove everything
     inv = inventory(folder, parse_pickles=False)
     plan = plan_prune(inv, older_than=older, max_size=size, kinds=kinds, now=time.time())
     pd = plan.to_dict()

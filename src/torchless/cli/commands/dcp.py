@@ -34,7 +34,7 @@ def format_layout(layout: dict[str, Any]) -> str:
 
 
 def cmd_reshard(args: argparse.Namespace) -> int:
-    from ...formats.dcp.reshard import reshard
+    from ..._cli_api import reshard
 
     if args.plan_only:
         return _plan_only(args)
@@ -85,7 +85,7 @@ def ranged_options(args: argparse.Namespace) -> dict[str, Any]:
     if getattr(args, "executor", None):
         out["executor"] = args.executor
     if getattr(args, "max_task_bytes", None):
-        from ...formats.dcp.plan import parse_size
+        from ...core.sizes import parse_size
 
         out["max_task_bytes"] = parse_size(args.max_task_bytes)
     if getattr(args, "resume", False):
@@ -94,9 +94,9 @@ def ranged_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cleanup_command(dst: str, *, folder: bool, as_json: bool) -> int:
-    from ...formats.hf.ranged import cleanup
+    from ..._cli_api import cleanup_staging
 
-    removed = cleanup(dst, folder=folder)
+    removed = cleanup_staging(dst, folder=folder)
     if as_json:
         emit_json("cleanup", {"destination": dst, "removed": removed})
     else:
@@ -124,9 +124,9 @@ def add_executor_flags(p: Any) -> None:
 
 
 def _plan_only(args: argparse.Namespace) -> int:
-    from ...formats.dcp.plan import plan
+    from ..._cli_api import reshard_plan
 
-    res = plan(args.src, args.ranks, plan=args.plan, format=args.storage)
+    res = reshard_plan(args.src, args.ranks, plan=args.plan, format=args.storage)
     if args.json:
         emit_json("reshard-plan", res)
         return 0

@@ -116,7 +116,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     if not ranged.get("resume"):  # a resumed job continues what an interrupted one began
         shard_index = (args.dst + ".index.json",) if args.max_shard_size and isinstance(args.dst, str) else ()
         check_output(args.dst, force=args.force, also=shard_index)
-    from ...formats.transform import Transform
+    from ..._cli_api import Transform
 
     on_the_way = {
         "dtype": args.dtype,
@@ -191,8 +191,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from ...formats.registry import handlers
-    from ...io.digests import check_digests
+    from ..._cli_api import check_digests, handlers
 
     with _open(args.path, args.format) as art:
         problems = art.verify()
@@ -238,7 +237,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def formats_json() -> list[dict[str, Any]]:
     """One entry per registered format: name, description, extensions, its declared
     capabilities and options (see :class:`~torchless.formats.base.Capabilities`)."""
-    from ...formats.registry import handlers
+    from ..._cli_api import handlers
 
     return [
         {"name": h.name, "description": h.description, "extensions": list(h.extensions), **h.capabilities.as_dict()}
@@ -247,7 +246,7 @@ def formats_json() -> list[dict[str, Any]]:
 
 
 def cmd_formats(args: argparse.Namespace) -> int:
-    from ...formats.base import CAPABILITIES
+    from ..._cli_api import CAPABILITIES
 
     rows = formats_json()
     if args.json:

@@ -12,7 +12,7 @@ __all__ = ["register", "format_graph", "graph_json"]
 
 
 def _arg_json(a: Any) -> Any:
-    from ...graph.ir import Node
+    from ..._cli_api import Node
 
     if isinstance(a, Node):
         return {"node": a.name}
@@ -55,7 +55,7 @@ def format_graph(graph: Any, *, table: bool = False, name: str = "forward") -> s
 
 
 def cmd_graph(args: argparse.Namespace) -> int:
-    from ...formats.pt2.handler import Pt2Artifact
+    from ..._cli_api import Pt2Artifact
     from ._fit import open_required
 
     with open_required(args.path, ("pt2",), "graph") as art:
@@ -101,8 +101,8 @@ def format_set_weights(res: dict[str, Any]) -> str:
 
 
 def cmd_set_weights(args: argparse.Namespace) -> int:
-    from ...formats.pt2.handler import Pt2Artifact
-    from ...formats.pt2.write import set_weights
+    from ..._cli_api import Pt2Artifact
+    from ..._cli_api import set_pt2_weights as set_weights
     from ..render import emit_json
     from ._fit import open_required
     from ._output import check_output

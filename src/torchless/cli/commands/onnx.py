@@ -29,7 +29,7 @@ def format_set_weights(res: dict[str, Any]) -> str:
 
 
 def cmd_set_weights(args: argparse.Namespace) -> int:
-    from ...formats.onnx.write import set_weights
+    from ..._cli_api import set_onnx_weights as set_weights
     from ._output import check_output
 
     check_output(args.output, force=args.force)
@@ -50,7 +50,7 @@ def cmd_set_weights(args: argparse.Namespace) -> int:
 
 
 def cmd_graph(args: argparse.Namespace) -> int:
-    from ...formats.onnx.handler import OnnxArtifact
+    from ..._cli_api import OnnxArtifact
     from ._fit import open_required
     from .graph import format_graph
 

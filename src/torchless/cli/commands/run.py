@@ -97,7 +97,7 @@ def _bytes(text: str) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from ...formats.pt2.handler import Pt2Artifact
+    from ..._cli_api import Pt2Artifact
     from ._fit import open_required
     from ._output import check_output
 
@@ -122,8 +122,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             pargs, kwargs = list(pargs), dict(kwargs)
         else:
             pargs, kwargs = _read_inputs(args.inputs)
+        from ..._cli_api import RUN_LIMITS, RunLimits, run_limits
         from ...core.errors import TorchlessError
-        from ...interp.limits import RUN_LIMITS, RunLimits, run_limits
 
         caps = RunLimits(
             max_elements=RUN_LIMITS.max_elements,

@@ -15,8 +15,10 @@ __all__ = ["register", "cmd_scan"]
 
 
 def cmd_scan(args: argparse.Namespace) -> int:
+    from ..._cli_api import format_scan_json as format_json
+    from ..._cli_api import format_scan_sarif as format_sarif
+    from ..._cli_api import format_scan_text as format_text
     from ...scan import scan  # the scanner is imported when a scan runs, not at CLI start
-    from ...scan.report import format_json, format_sarif, format_text
 
     report = scan(args.paths, unknown_severity=args.unknown_severity, jobs=args.jobs, coverage=args.coverage)
     if args.sarif:

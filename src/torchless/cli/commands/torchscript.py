@@ -12,7 +12,7 @@ __all__ = ["register", "format_set_weights", "format_bytecode"]
 
 
 def _open(path: str, command: str = "ts") -> Any:
-    from ...formats.base import LoadPolicy
+    from ..._cli_api import LoadPolicy
     from ._fit import open_required
 
     return open_required(path, ("torchscript",), command, policy=LoadPolicy(weights_only=False))
@@ -54,7 +54,7 @@ def _read_extra(specs: list[str]) -> dict[str, bytes]:
 
 
 def cmd_set_weights(args: argparse.Namespace) -> int:
-    from ...formats.torchscript.write import set_weights
+    from ..._cli_api import set_torchscript_weights as set_weights
     from ._output import check_output
 
     check_output(args.output, force=args.force)

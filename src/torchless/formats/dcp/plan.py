@@ -17,6 +17,7 @@ from typing import Any
 
 from ...core.dtypes import by_name
 from ...core.errors import UsageError
+from ...core.sizes import parse_size  # re-exported: the one size parser
 from ...io.remote import accepts_storage_options as _remote_opts
 from .reshard import Plan, parse_plan, plan_reshard
 from .spec import (
@@ -34,32 +35,6 @@ __all__ = ["synthetic", "parse_size", "plan", "MetadataSource", "SYNTHETIC_PREFI
 
 #: ``reshard --plan-only`` source spelling for a synthetic checkpoint: ``synthetic:1TB:1024``
 SYNTHETIC_PREFIX = "synthetic:"
-
-_UNITS = {
-    "": 1,
-    "B": 1,
-    "KB": 10**3,
-    "MB": 10**6,
-    "GB": 10**9,
-    "TB": 10**12,
-    "KIB": 2**10,
-    "MIB": 2**20,
-    "GIB": 2**30,
-    "TIB": 2**40,
-}
-
-
-def parse_size(text: str) -> int:
-    """``"1TB"`` -> 10**12, ``"512MiB"`` -> 2**29, ``"1000"`` -> 1000."""
-    t = text.strip().upper().replace(" ", "")
-    num = t.rstrip("KMGTIB")
-    unit = t[len(num) :]
-    try:
-        return int(float(num) * _UNITS[unit])
-    except (ValueError, KeyError):
-        raise UsageError(
-            "cannot read this size", found=text, expected="a number with B, KB, MB, GB, TB, KiB, MiB, GiB or TiB"
-        ) from None
 
 
 def synthetic(total_bytes: int, ranks: int, *, tensors: int = 256, dtype: str = "bfloat16", width: int = 8192) -> Metadata:

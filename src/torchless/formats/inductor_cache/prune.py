@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...core.errors import UsageError
+from ...core.sizes import parse_size as _parse_size
 from ...io.store import LOCAL, Store
 from .inventory import CacheEntry, CacheInventory, _mtime
 
@@ -55,12 +56,9 @@ def parse_duration(text: Any) -> float:
 
 
 def parse_size(text: Any) -> int:
-    """``"1G"``, ``"500MiB"``, ``"10MB"``, ``"1000"`` -> bytes (the units of ``convert --max-shard-size``)."""
-    from ..safetensors import parse_size as _parse
-
-    if str(text).strip().upper() in ("0", "0B"):
-        return 0  # "remove everything" is a valid prune target; the shared parser wants > 0
-    n = _parse(text)
+    """``"1G"``, ``"500MiB"``, ``"10MB"``, ``"1000"`` -> bytes (:func:`torchless.core.sizes.parse_size`,
+    the units of ``convert --max-shard-size``); ``0`` is a valid prune target (remove everything)."""
+    n = _parse_size(text, allow_zero=True)
     if n < 0:
         raise UsageError("a size cannot be negative", found=text)
     return n

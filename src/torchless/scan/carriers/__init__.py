@@ -22,15 +22,16 @@ file (:class:`.base.Budget`) bounds everything, and running out is a ``limit`` f
 Container differentials (duplicates, name mismatches, CRCs, flags, frame lies, trailing
 data, polyglots) are findings of their own.
 
-Layout: :mod:`.base` (findings, budget, entry, dispatch), one module per carrier, each a
-mixin of :class:`Scanner`.
+Layout: :mod:`.base` (the scan engine: findings, budget, entry, dispatch), one module per
+carrier, each an independent analysis object (:class:`.common.Carrier`) that the engine
+makes and runs, and that a test can run alone.
 """
 
 from __future__ import annotations
 
 from ..findings import FileReport
-from .base import ScannerBase
-from .common import MAX_DEPTH
+from .base import ScanEngine
+from .common import MAX_DEPTH, Carrier
 from .compressed import CompressedCarrier
 from .dcp import DcpCarrier
 from .nested import NestedCarrier
@@ -40,19 +41,24 @@ from .pickles import PickleCarrier
 from .tar import TarCarrier
 from .zips import ZipCarrier
 
-__all__ = ["Scanner", "scan_file", "MAX_DEPTH"]
+__all__ = [
+    "Scanner",
+    "ScanEngine",
+    "scan_file",
+    "MAX_DEPTH",
+    "Carrier",
+    "CompressedCarrier",
+    "DcpCarrier",
+    "NestedCarrier",
+    "NumpyCarrier",
+    "OnnxCarrier",
+    "PickleCarrier",
+    "TarCarrier",
+    "ZipCarrier",
+]
 
-
-class Scanner(
-    PickleCarrier, NestedCarrier, ZipCarrier, TarCarrier, DcpCarrier, NumpyCarrier, OnnxCarrier, CompressedCarrier, ScannerBase
-):
-    """Scan one file; findings accumulate in :attr:`report`.
-
-    Args:
-        path: the file.
-        unknown_severity: severity of ``unknown-global`` findings.
-        root: the folder being scanned (links that leave it are not followed).
-    """
+#: the scanner of one file is the scan engine (the name torchless.scan exports)
+Scanner = ScanEngine
 
 
 def scan_file(path: str, unknown_severity: str = "medium", root: str | None = None, coverage: bool = False) -> FileReport:

@@ -1,4 +1,9 @@
-"""The scanner core: findings, the work budget, the entry point and the dispatch by carrier."""
+"""The scan engine: findings, the work budget, the entry point and the dispatch by carrier.
+
+:class:`ScanEngine` holds what one file's scan accumulates and runs the carriers
+(:class:`.common.Carrier` objects, one per carrier, made by the engine): its dispatch
+(:meth:`ScanEngine.scan_source`) takes a byte source in every view a loader could take of
+it and hands each view to the carrier that reads it."""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ import time
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any, cast
 
 from ...core.errors import TorchlessError
 from ...core.findings import Finding
@@ -22,23 +27,34 @@ from ...io.source import ByteSource, BytesSource, MmapSource, open_source
 from ...io.store import store_for
 from ..budget import BUDGET_NAMES, Budget
 from ..findings import FileReport
-from .common import MAX_DEPTH
+from .common import MAX_DEPTH, C, Carrier
+from .compressed import CompressedCarrier
+from .dcp import DcpCarrier
+from .nested import NestedCarrier
+from .numpy import NumpyCarrier
+from .onnx import OnnxCarrier
+from .pickles import PickleCarrier
 from .recognize import MODEL_SUFFIXES, compressor_of, probe_pickle
+from .tar import TarCarrier
+from .zips import ZipCarrier
 
-if TYPE_CHECKING:
-    from ..analysis import StreamResult
-
-__all__ = ["ScannerBase", "Budget", "MAX_FINDINGS"]
+__all__ = ["ScanEngine", "Budget", "MAX_FINDINGS"]
 
 MAX_FINDINGS = 2000  # findings kept per file; more are counted in one note
 
 
-class ScannerBase:
+class ScanEngine:
     """Scan one file; findings accumulate in :attr:`report`.
 
     Args:
         path: the file.
         unknown_severity: severity of ``unknown-global`` findings.
+        root: the folder being scanned (links that leave it are not followed).
+        coverage: list what was analysed (:attr:`FileReport.coverage`).
+
+    The carriers it runs are attributes (:attr:`pickles`, :attr:`nested`, :attr:`zips`,
+    :attr:`tar`, :attr:`dcp`, :attr:`numpy`, :attr:`onnx`, :attr:`compressed`); each can
+    also be made on an engine and run alone.
     """
 
     def __init__(self, path: str, *, unknown_severity: str = "medium", root: str | None = None, coverage: bool = False) -> None:
@@ -55,50 +71,29 @@ class ScannerBase:
         self._sources: weakref.WeakKeyDictionary[ByteSource, int] = weakref.WeakKeyDictionary()
         self._next_source = 0
         self.loader_ctx: str | None = None  # the loader of the carrier being walked (Finding.loader)
+        # the carriers: each reads one kind of carrier and hands what it holds back to
+        # scan_source. They refer back to the engine weakly: an engine and its carriers are
+        # no reference cycle, so a finished scan leaves nothing to the garbage collector
+        me = cast("ScanEngine", weakref.proxy(self))
+        self.pickles = PickleCarrier(me)
+        self.nested = NestedCarrier(me)
+        self.zips = ZipCarrier(me)
+        self.tar = TarCarrier(me)
+        self.dcp = DcpCarrier(me)
+        self.numpy = NumpyCarrier(me)
+        self.onnx = OnnxCarrier(me)
+        self.compressed = CompressedCarrier(me)
+        self._carriers: dict[type[Carrier], Carrier] = {
+            type(c): c for c in (self.pickles, self.nested, self.zips, self.tar, self.dcp, self.numpy, self.onnx, self.compressed)
+        }
 
-    if TYPE_CHECKING:  # the carriers' entry points, implemented by the mixins of carriers.Scanner
-
-        def analyse_stream(
-            self,
-            data: bytes,
-            start: int,
-            member: str | None,
-            base: int | None,
-            depth: int,
-            *,
-            torchscript: bool = False,
-            report_errors: bool = True,
-            torch_load: bool = False,
-        ) -> StreamResult: ...
-
-        def scan_pickles(
-            self,
-            src: ByteSource,
-            member: str | None,
-            base: int | None,
-            depth: int,
-            *,
-            strict: bool,
-            torch_load: bool | None = None,
-            torchscript: bool = False,
-        ) -> None: ...
-
-        def follow_nested(self, res: StreamResult, member: str | None, base: int | None, depth: int) -> None: ...
-        def check_polyglot(self, src: ByteSource, member: str | None, depth: int) -> None: ...
-        def scan_zip(self, src: ByteSource, member: str | None, base: int | None, depth: int) -> None: ...
-        def scan_tar(self, src: ByteSource, member: str | None, base: int | None, depth: int) -> None: ...
-        def dcp_items(self, src: ByteSource | None) -> list[tuple[int, int]] | None: ...
-        def check_dcp_metadata(self) -> None: ...
-        def scan_distcp(self, src: ByteSource, items: list[tuple[int, int]] | None = None) -> None: ...
-        def scan_npy(
-            self, src: ByteSource, member: str | None, base: int | None, depth: int, total: int | None = None
-        ) -> None: ...
-        def scan_npz(self, src: ByteSource, member: str | None, base: int | None, depth: int) -> None: ...
-        def onnx_view(self, src: ByteSource, head: bytes) -> bool: ...
-        def scan_onnx(self, src: ByteSource, member: str | None) -> None: ...
-        def scan_compressed(
-            self, src: ByteSource, kind: str, member: str | None, depth: int, *, who: str = "joblib.load"
-        ) -> bool: ...
+    def carrier(self, kind: type[C]) -> C:
+        """This engine's carrier of class ``kind`` (made on first use for a class the engine
+        does not make itself)."""
+        c = self._carriers.get(kind)
+        if c is None:
+            c = self._carriers[kind] = kind(cast("ScanEngine", weakref.proxy(self)))
+        return cast(C, c)
 
     def source_key(self, src: ByteSource) -> int:
         """A number for ``src`` that no other source of this scan gets (keys of
@@ -193,7 +188,7 @@ class ScannerBase:
         if self.root is not None and not remote:
             real, home = os.path.realpath(self.path), os.path.realpath(self.root)
             if os.path.commonpath([real, home]) != home:
-                if self.dcp_items(None) is not None:  # a DCP item: reported with dcp.load named
+                if self.dcp.dcp_items(None) is not None:  # a DCP item: reported with dcp.load named
                     self.report.kind = "distcp"
                     return self.report
                 self.add(
@@ -215,9 +210,9 @@ class ScannerBase:
         try:
             from ..cache import scan_if_cache
 
-            items = self.dcp_items(src)
+            items = self.dcp.dcp_items(src)
             if is_metadata_name(os.path.basename(self.path)):
-                self.check_dcp_metadata()
+                self.dcp.check_dcp_metadata()
             if scan_if_cache(self, src):  # a TORCHINDUCTOR_CACHE_DIR entry: judged as torch.compile loads it
                 pass
             elif not remote and self.path.endswith((".json", ".py")):
@@ -227,7 +222,7 @@ class ScannerBase:
                 self.scan_source(src, None, 0, 0, toplevel=True, context="file")
             elif items is not None or self.path.endswith(".distcp"):
                 self.report.kind = "distcp"
-                self.scan_distcp(src, items)
+                self.dcp.scan_distcp(src, items)
             else:
                 self.scan_source(src, None, 0, 0, toplevel=True, context="file")
         except TorchlessError as e:  # a carrier we could not walk: say so, never crash
@@ -290,24 +285,24 @@ class ScannerBase:
         kinds: list[str] = []
         if head[:4] == ZIP_MAGIC:
             kinds.append("zip")
-            self.scan_zip(src, member, base, depth)
+            self.zips.scan_zip(src, member, base, depth)
         if is_npz_head(head):
             kinds.append("npz")
-            self.scan_npz(src, member, base, depth)
+            self.numpy.scan_npz(src, member, base, depth)
         if is_npy(head):
             kinds.append("npy")
-            self.scan_npy(src, member, base, depth)
+            self.numpy.scan_npy(src, member, base, depth)
         comp = compressor_of(head)
-        if comp is not None and self.scan_compressed(src, comp[0], member, depth, who=comp[1]):
+        if comp is not None and self.compressed.scan_compressed(src, comp[0], member, depth, who=comp[1]):
             kinds.append(f"{comp[0]}-compressed")
         if is_flatbuffer(head):  # flatbuffer TorchScript module: torch.jit.load reads it by content
             from ..torchscript import report_flatbuffer
 
             kinds.append("torchscript-flatbuffer")
             report_flatbuffer(self, bytes(src.view(0, src.size)), member)
-        if context == "file" and member is None and self.onnx_view(src, head):
+        if context == "file" and member is None and self.onnx.onnx_view(src, head):
             kinds.append("onnx")
-            self.scan_onnx(src, member)
+            self.onnx.scan_onnx(src, member)
         if is_pte(head):  # ExecuTorch program: a flatbuffer, no pickle
             from ...formats.executorch.spec import program_view
             from ..executorch import report_pte
@@ -316,7 +311,7 @@ class ScannerBase:
             report_pte(self, program_view(src)[0], member)  # the program: a remote file's segments stay there
         if context == "file" and opens_as_tar(src):
             kinds.append("tar")
-            self.scan_tar(src, member, base, depth)
+            self.tar.scan_tar(src, member, base, depth)
         # what the readers call it (their own sniffers: one place per format's magic), where
         # the walkers named nothing more exact than a zip or a compressed stream: a
         # safetensors file whose header length starts with b"\x78" is a joblib zlib
@@ -349,7 +344,7 @@ class ScannerBase:
             if not kinds or probe.outcome == "resolves":
                 kinds.insert(0, "pickle")
             with self.loading(self.loader_ctx or ("torch.load(weights_only=False)" if probe.legacy else "pickle.load")):
-                self.scan_pickles(src, member, base, depth, strict=True)
+                self.pickles.scan_pickles(src, member, base, depth, strict=True)
         elif not kinds and fmt is None:
             self.unrecognized(src, member, probe.detail, toplevel=toplevel, loader=loader)
         if fmt is not None and "pickle" not in kinds:  # (a stream that imports: called a pickle)
@@ -357,7 +352,7 @@ class ScannerBase:
         elif toplevel and self.report.kind == "unknown":  # walkers name what they found more exactly
             self.report.kind = kinds[0] if kinds else "unrecognized"
         if (toplevel or depth == 0) and "zip" not in kinds:
-            self.check_polyglot(src, member, depth)
+            self.zips.check_polyglot(src, member, depth)
 
     def unrecognized(self, src: ByteSource, member: str | None, why: str, *, toplevel: bool, loader: str | None) -> None:
         """Bytes no carrier recognises and from which no loader imports anything."""

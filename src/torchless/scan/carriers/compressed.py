@@ -12,16 +12,12 @@ import bz2
 import lzma
 import os
 import zlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...formats.joblib_spec import compression_of
 from ...io.source import ByteSource
+from .common import Carrier
 from .recognize import probe_pickle
-
-if TYPE_CHECKING:  # the mixins see the scanner they are mixed into
-    from .base import ScannerBase as _Host
-else:
-    _Host = object
 
 __all__ = ["CompressedCarrier"]
 
@@ -54,12 +50,12 @@ class _Done:
     unused_data = b""
 
 
-class CompressedCarrier(_Host):
-    """Mixin of :class:`~torchless.scan.carriers.Scanner`: compressed streams."""
+class CompressedCarrier(Carrier):
+    """A carrier run by the scan engine (:class:`~torchless.scan.carriers.base.ScanEngine`): compressed streams."""
 
     def scan_compressed(self, src: ByteSource, kind: str, member: str | None, depth: int, *, who: str = "joblib.load") -> bool:
         """Inflate and scan; False when the bytes are not that kind of stream at all."""
-        with self.loading("joblib.load" if who == "joblib.load" else None):
+        with self.engine.loading("joblib.load" if who == "joblib.load" else None):
             return self._inflate_and_scan(src, kind, member, depth, who)
 
     def _inflate_and_scan(self, src: ByteSource, kind: str, member: str | None, depth: int, who: str) -> bool:
@@ -72,7 +68,7 @@ class CompressedCarrier(_Host):
                 return False  # joblib's int(length, 16) raises: nothing is read
             start = _ZF_HEADER + (1 if head[_ZF_HEADER : _ZF_HEADER + 1] == b" " else 0)
         if kind == "lz4":
-            self.add(
+            self.engine.add(
                 "unanalysable",
                 "high",
                 "lz4-compressed (joblib's lz4 prefix): the scanner does not "
@@ -83,7 +79,7 @@ class CompressedCarrier(_Host):
             )
             return True
         loader = "joblib.load" if who == "joblib.load" else "pickle.load"
-        if who == "joblib.load" and self.budget.inflate > _PROBE:
+        if who == "joblib.load" and self.engine.budget.inflate > _PROBE:
             # joblib only unpickles what it inflates: when the real unpicklers stop in the
             # first MiB, nothing further is read (a .tar.gz is not inflated whole)
             first, total, broken, limited, d = self._inflate(src, kind, start, _PROBE)
@@ -91,8 +87,8 @@ class CompressedCarrier(_Host):
                 probe = probe_pickle(_bytes_source(first, "head"), window=_PROBE)
                 if probe.inert:
                     if member is None:
-                        self.report.kind = f"{kind}-compressed"
-                    self.add(
+                        self.engine.report.kind = f"{kind}-compressed"
+                    self.engine.add(
                         "unrecognized",
                         "info",
                         f"{kind} stream whose first {len(first)} inflated bytes are no pickle the "
@@ -103,14 +99,14 @@ class CompressedCarrier(_Host):
                     )
                     return True
             del first
-        data, total, broken, limited, d = self._inflate(src, kind, start, max(0, self.budget.inflate))
+        data, total, broken, limited, d = self._inflate(src, kind, start, max(0, self.engine.budget.inflate))
         if who != "joblib.load" and (broken is not None or total == 0 or not d.eof):
             # beyond joblib's own prefixes, only a stream that decodes cleanly to its end
             # counts (lzma.decompress/zlib.decompress raise on anything less): a header
             # look-alike (the non-picky .lzma decoder accepts many) is not this carrier
             return False
         if total == 0:
-            self.add(
+            self.engine.add(
                 "unrecognized",
                 "info",
                 f"{kind} stream yields no data ({broken or 'empty'}): {who} raises before unpickling anything",
@@ -119,13 +115,13 @@ class CompressedCarrier(_Host):
                 loader=loader,
             )
             return True
-        self.budget.inflate -= min(total, self.budget.inflate + 1)
-        self.budget.pickle += total  # inflated bytes are input too (the opcode budget bounds the work)
-        loc = f"{member or os.path.basename(self.path)} ({kind})"
+        self.engine.budget.inflate -= min(total, self.engine.budget.inflate + 1)
+        self.engine.budget.pickle += total  # inflated bytes are input too (the opcode budget bounds the work)
+        loc = f"{member or os.path.basename(self.engine.path)} ({kind})"
         if member is None:
-            self.report.kind = f"{kind}-compressed"
+            self.engine.report.kind = f"{kind}-compressed"
         if limited:
-            self.add(
+            self.engine.add(
                 "limit",
                 "high",
                 f"{kind} data inflates beyond the scan's budget; analysed the first {total} bytes only",
@@ -133,7 +129,7 @@ class CompressedCarrier(_Host):
                 loader=loader,
             )
         elif broken is not None:
-            self.add(
+            self.engine.add(
                 "trailing-data",
                 "high",
                 f"the {kind} stream breaks after {total} inflated bytes ({broken}): "
@@ -142,14 +138,14 @@ class CompressedCarrier(_Host):
                 loader=loader,
             )
         elif not d.eof:
-            self.add(
+            self.engine.add(
                 "trailing-data",
                 "medium",
                 f"the {kind} stream ends without its end marker after {total} inflated bytes (scanned)",
                 member,
                 loader=loader,
             )
-        self.scan_source(_bytes_source(data, loc), loc, None, depth + 1, context="memory", loader=loader)
+        self.engine.scan_source(_bytes_source(data, loc), loc, None, depth + 1, context="memory", loader=loader)
         return True
 
     def _inflate(self, src: ByteSource, kind: str, start: int, cap: int) -> tuple[bytes, int, str | None, bool, Any]:

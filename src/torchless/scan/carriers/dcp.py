@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...container.zip import EOCD_SIG as _EOCD_SIG
 from ...container.zip import LOCAL_SIG as _ZIP_SIG
@@ -25,37 +25,32 @@ from ...formats.safetensors_spec import is_safetensors_head, parse_header
 from ...io.paths import within
 from ...io.source import ByteSource, BytesSource
 from ..analysis import Sym, analyse, describe
-from .common import walks
-
-if TYPE_CHECKING:  # the mixins see the scanner they are mixed into
-    from .base import ScannerBase as _Host
-else:
-    _Host = object
+from .common import Carrier, walks
 
 __all__ = ["DcpCarrier", "split_zips"]
 
 _DCP = "torch.distributed.checkpoint.load"
 
 
-class DcpCarrier(_Host):
-    """Mixin of :class:`~torchless.scan.carriers.Scanner`: DCP item files and ``.metadata``."""
+class DcpCarrier(Carrier):
+    """A carrier run by the scan engine (:class:`~torchless.scan.carriers.base.ScanEngine`): DCP item files and ``.metadata``."""
 
     def dcp_items(self, src: ByteSource | None) -> list[tuple[int, int]] | None:
         """Byte ranges ``dcp.load`` reads from this file, from every ``.metadata`` in its
         folder or the folders above it (within the scanned folder) whose ``storage_data``
         names it, *whatever the file's name*; None when no metadata names it."""
-        d = os.path.dirname(os.path.abspath(self.path))
+        d = os.path.dirname(os.path.abspath(self.engine.path))
         found: list[tuple[int, int]] | None = None
         for _level in range(4):
             for meta in _metadata_files(d):
                 recs = self._storage_records(meta)
                 for rp, off, ln, transforms in recs:
                     target = os.path.normpath(os.path.join(d, rp))
-                    if target != os.path.normpath(os.path.abspath(self.path)):
+                    if target != os.path.normpath(os.path.abspath(self.engine.path)):
                         continue
                     found = found if found is not None else []
                     if transforms:
-                        self.add(
+                        self.engine.add(
                             "unanalysable",
                             "high",
                             f"item [{off}:{off + ln}] is stored through transforms {transforms!r} (named in "
@@ -66,19 +61,21 @@ class DcpCarrier(_Host):
                         )
                         continue
                     found.append((off, ln))
-            if found is not None or (self.root and os.path.normpath(d) == os.path.normpath(os.path.abspath(self.root))):
+            if found is not None or (
+                self.engine.root and os.path.normpath(d) == os.path.normpath(os.path.abspath(self.engine.root))
+            ):
                 break
             parent = os.path.dirname(d)
             if parent == d:
                 break
             d = parent
-        if found is None and self.path.endswith(".distcp"):
+        if found is None and self.engine.path.endswith(".distcp"):
             return None
         if found is not None:
-            real = os.path.realpath(self.path)
+            real = os.path.realpath(self.engine.path)
             home = os.path.realpath(d)
             if os.path.commonpath([real, home]) != home:
-                self.add(
+                self.engine.add(
                     "link-escape",
                     "high",
                     f"this DCP item file resolves to {real}, outside the checkpoint folder: dcp.load "
@@ -86,7 +83,7 @@ class DcpCarrier(_Host):
                     None,
                     loader=_DCP,
                 )
-                self.add("unanalysable", "high", "the item bytes behind the link were not analysed", None, loader=_DCP)
+                self.engine.add("unanalysable", "high", "the item bytes behind the link were not analysed", None, loader=_DCP)
                 return []
         return found
 
@@ -100,7 +97,7 @@ class DcpCarrier(_Host):
         key = (os.path.abspath(meta), st.st_mtime_ns, st.st_size)
         # drawn from the budget whether or not an earlier file of this process parsed it:
         # a report must not depend on which files one worker process scanned before
-        if not self.spend("pickle", min(st.st_size, _MAX_METADATA), None, "reading DCP metadata", _DCP):
+        if not self.engine.spend("pickle", min(st.st_size, _MAX_METADATA), None, "reading DCP metadata", _DCP):
             return []
         hit = _RECORDS.get(key)
         if hit is None:
@@ -110,7 +107,7 @@ class DcpCarrier(_Host):
             _RECORDS[key] = hit
         records, problems = hit
         for p in problems:
-            self.add(
+            self.engine.add(
                 "unanalysable",
                 "high",
                 f"a _StorageInfo record in {os.path.basename(meta)} that the "
@@ -122,13 +119,13 @@ class DcpCarrier(_Host):
 
     def check_dcp_metadata(self) -> None:
         """For a ``.metadata`` file: item paths that leave the checkpoint folder."""
-        d = os.path.dirname(os.path.abspath(self.path))
+        d = os.path.dirname(os.path.abspath(self.engine.path))
         home = os.path.realpath(d)
-        for rp, off, ln, _t in self._storage_records(self.path):
+        for rp, off, ln, _t in self._storage_records(self.engine.path):
             target = os.path.join(d, rp)
             real = os.path.realpath(target)
             if os.path.isabs(rp) or os.path.commonpath([real, home]) != home:
-                self.add(
+                self.engine.add(
                     "link-escape",
                     "high",
                     f"storage_data names {rp!r} (bytes [{off}:{off + ln}]), which resolves "
@@ -136,7 +133,7 @@ class DcpCarrier(_Host):
                     None,
                     loader=_DCP,
                 )
-                self.add(
+                self.engine.add(
                     "unanalysable",
                     "high",
                     f"the item bytes dcp.load reads from {rp!r} are outside the checkpoint and were not analysed",
@@ -150,23 +147,23 @@ class DcpCarrier(_Host):
         if items is None:
             ranges = list(split_zips(src))
             if not ranges:
-                self.scan_source(src, None, 0, 0, toplevel=True, context="file")
+                self.engine.scan_source(src, None, 0, 0, toplevel=True, context="file")
                 return
         else:
             ranges = sorted(set(items))
             covered = 0
             for off, ln in _with_safetensors_blob(src, ranges):
                 if off < covered:
-                    self.add("dcp-layout", "high", f"items overlap at {off:#x}", None, off, loader=_DCP)
+                    self.engine.add("dcp-layout", "high", f"items overlap at {off:#x}", None, off, loader=_DCP)
                 elif off > covered:
-                    self.add(
+                    self.engine.add(
                         "dcp-layout",
                         "high",
                         f"bytes {covered:#x}..{off:#x} belong to no item in .metadata (scanned as a carrier)",
                         None,
                         covered,
                     )
-                    self.scan_bytes(
+                    self.engine.scan_bytes(
                         src.view(covered, min(off, size) - covered),
                         f"[{covered}:{off}] (unaccounted)",
                         covered,
@@ -174,22 +171,22 @@ class DcpCarrier(_Host):
                         context="memory",
                     )
                 if off + ln > size:
-                    self.add(
+                    self.engine.add(
                         "dcp-layout", "high", f"item [{off}:{off + ln}] runs past the end of the file", None, off, loader=_DCP
                     )
                 covered = max(covered, off + ln)
             if covered < size:
-                self.add(
+                self.engine.add(
                     "dcp-layout", "high", f"{size - covered} bytes after the last item (scanned as a carrier)", None, covered
                 )
-                self.scan_bytes(
+                self.engine.scan_bytes(
                     src.view(covered, size - covered), f"[{covered}:{size}] (unaccounted)", covered, 1, context="memory"
                 )
         for off, ln in ranges:
             ln = max(0, min(ln, size - off))
-            if ln and self.budget.once(("dcp-item", off, ln)):
+            if ln and self.engine.budget.once(("dcp-item", off, ln)):
                 # dcp.load: torch.load of exactly this slice (an in-memory reader: no tar)
-                self.scan_bytes(src.view(off, ln), f"[{off}:{off + ln}]", off, 1, context="memory", loader=_DCP)
+                self.engine.scan_bytes(src.view(off, ln), f"[{off}:{off + ln}]", off, 1, context="memory", loader=_DCP)
 
 
 _MAX_METADATA = 1 << 28

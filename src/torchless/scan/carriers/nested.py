@@ -20,15 +20,11 @@ import hashlib
 import lzma
 import os
 import zlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..analysis import StreamResult, Sym, describe
 from ..policy import NESTED_LOADERS
-
-if TYPE_CHECKING:  # the mixins see the scanner they are mixed into
-    from .base import ScannerBase as _Host
-else:
-    _Host = object
+from .common import Carrier
 
 __all__ = ["NestedCarrier", "concrete_bytes"]
 
@@ -109,12 +105,12 @@ def concrete_bytes(v: Any, depth: int = 0) -> tuple[bytes | None, str]:
     return None, f"the result of {describe(v)}, computed at load time"
 
 
-class NestedCarrier(_Host):
-    """Mixin of :class:`~torchless.scan.carriers.Scanner`: follows nested-loader edges."""
+class NestedCarrier(Carrier):
+    """A carrier run by the scan engine (:class:`~torchless.scan.carriers.base.ScanEngine`): follows nested-loader edges."""
 
     def follow_nested(self, res: StreamResult, member: str | None, base: int | None, depth: int) -> None:
         """Scan every payload this stream hands to a loader (see the module docstring)."""
-        where = member or os.path.basename(self.path)
+        where = member or os.path.basename(self.engine.path)
 
         def fo(off: int | None) -> int | None:
             return None if base is None or off is None else base + off
@@ -133,7 +129,7 @@ class NestedCarrier(_Host):
                     (c.kwargs[k] for k in ("file", "f", "data", "b", "filepath_or_buffer", "filename") if k in c.kwargs), None
                 )
             if callee.qualname in _FILE_ARG and isinstance(arg, str):
-                self.add(
+                self.engine.add(
                     "unanalysable",
                     "high",
                     f"{callee.qualname} ({what}) reads the file {arg[:200]!r} named in the "
@@ -147,7 +143,7 @@ class NestedCarrier(_Host):
                 continue
             payload, how = concrete_bytes(arg)
             if payload is None:
-                self.add(
+                self.engine.add(
                     "unanalysable",
                     "high",
                     f"{callee.qualname} ({what}) deserialises its argument with {loader}, "
@@ -176,7 +172,7 @@ class NestedCarrier(_Host):
                 continue
             if cls.kind == "global" and cls.qualname in NESTED_LOADERS and NESTED_LOADERS[cls.qualname][1] is None:
                 loader, _i, what = NESTED_LOADERS[cls.qualname]
-                self.add(
+                self.engine.add(
                     "unanalysable",
                     "high",
                     f"{cls.qualname}: {what}; the scanner does not model those bytes, so "
@@ -190,7 +186,7 @@ class NestedCarrier(_Host):
         for g in res.globals:
             if g.qualname in NESTED_LOADERS and not g.called and NESTED_LOADERS[g.qualname][1] is not None:
                 loader = NESTED_LOADERS[g.qualname][0]
-                self.add(
+                self.engine.add(
                     "unanalysable",
                     "high",
                     f"{g.qualname} (a nested loader: {NESTED_LOADERS[g.qualname][2]}) is referenced "
@@ -208,8 +204,10 @@ class NestedCarrier(_Host):
         self, blob: bytes, sub: str, depth: int, loader: str | None, note: str | None, member: str | None, off: int | None
     ) -> None:
         """Scan ``blob`` (once per scan, by content) as bytes ``loader`` reads from memory."""
-        if not self.budget.once(("payload", hashlib.sha256(blob).digest())):
+        if not self.engine.budget.once(("payload", hashlib.sha256(blob).digest())):
             return
         if note:
-            self.add("nested-loader", "info", f"followed: {note}; analysed as a carrier of its own", member, off, loader=loader)
-        self.scan_bytes(blob, sub, None, depth + 1, context="memory", loader=loader)
+            self.engine.add(
+                "nested-loader", "info", f"followed: {note}; analysed as a carrier of its own", member, off, loader=loader
+            )
+        self.engine.scan_bytes(blob, sub, None, depth + 1, context="memory", loader=loader)

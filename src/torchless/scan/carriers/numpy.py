@@ -25,19 +25,15 @@ import os
 import struct
 import zipfile
 import zlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...core.errors import TorchlessError
 from ...core.npyheader import VERSIONS as _VERSIONS
 from ...core.npyheader import parse_header_literal
 from ...formats.npz_spec import NPY_MAGIC
 from ...io.source import ByteSource, BytesSource, SourceFile
-from .common import walks
-
-if TYPE_CHECKING:  # the mixins see the scanner they are mixed into
-    from .base import ScannerBase as _Host
-else:
-    _Host = object
+from .common import Carrier, walks
+from .pickles import PickleCarrier
 
 __all__ = ["NumpyCarrier", "read_npy_header"]
 
@@ -101,17 +97,17 @@ def read_npy_header(src: ByteSource, total: int | None = None) -> tuple[str, Any
     return "plain", None
 
 
-class NumpyCarrier(_Host):
-    """Mixin of :class:`~torchless.scan.carriers.Scanner`: ``.npy`` and ``.npz``."""
+class NumpyCarrier(Carrier):
+    """A carrier run by the scan engine (:class:`~torchless.scan.carriers.base.ScanEngine`): ``.npy`` and ``.npz``."""
 
     @walks(_LOADER)
     def scan_npy(self, src: ByteSource, member: str | None, base: int | None, depth: int, total: int | None = None) -> None:
         """An ``.npy`` file or member: the pickle of an object array, as NumPy finds it."""
         if member is None:
-            self.report.kind = "npy"
+            self.engine.report.kind = "npy"
         what, detail = read_npy_header(src, total)
         if what == "refused":
-            self.add(
+            self.engine.add(
                 "unrecognized",
                 "info",
                 f".npy that numpy.load refuses before reading data ({detail}): nothing runs",
@@ -120,7 +116,7 @@ class NumpyCarrier(_Host):
                 loader=_LOADER,
             )
         elif what == "unanalysable":
-            self.add(
+            self.engine.add(
                 "unanalysable",
                 "high",
                 f".npy header: {detail}; if NumPy reads an object dtype, the bytes after the header are unpickled",
@@ -130,8 +126,10 @@ class NumpyCarrier(_Host):
             )
         elif what == "object":
             n = src.size - detail
-            loc = f"{member or os.path.basename(self.path)} > object array pickle"
-            self.scan_pickles(BytesSource(src.view(detail, n)), loc, None if base is None else base + detail, depth, strict=True)
+            loc = f"{member or os.path.basename(self.engine.path)} > object array pickle"
+            self.engine.carrier(PickleCarrier).scan_pickles(
+                BytesSource(src.view(detail, n)), loc, None if base is None else base + detail, depth, strict=True
+            )
 
     @walks(_LOADER)
     def scan_npz(self, src: ByteSource, member: str | None, base: int | None, depth: int) -> None:
@@ -140,7 +138,7 @@ class NumpyCarrier(_Host):
         try:
             zf = zipfile.ZipFile(SourceFile(src))
         except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError, NotImplementedError, struct.error) as e:
-            self.add(
+            self.engine.add(
                 "unrecognized",
                 "info",
                 f"numpy.load's zipfile refuses this archive ({type(e).__name__}: {str(e)[:80]}): nothing in it is loaded as .npz",
@@ -155,7 +153,7 @@ class NumpyCarrier(_Host):
             npz_members = 0
             for name, info in infos.items():
                 loc = f"{pre}{name} (numpy.load via zipfile)"
-                if not self.spend("nodes", 1, loc, "visiting .npz members"):
+                if not self.engine.spend("nodes", 1, loc, "visiting .npz members"):
                     return
                 try:
                     with zf.open(info) as fh:
@@ -171,8 +169,8 @@ class NumpyCarrier(_Host):
                     del e
                     continue
                 npz_members += 1
-                if not self.budget.once(
-                    ("npz-member", self.source_key(src), info.header_offset, info.compress_size, info.compress_type)
+                if not self.engine.budget.once(
+                    ("npz-member", self.engine.source_key(src), info.header_offset, info.compress_size, info.compress_type)
                 ):
                     continue
                 # the header decides; only an object array's bytes are read (plain arrays of
@@ -185,20 +183,20 @@ class NumpyCarrier(_Host):
                 if data is None:
                     continue
                 self.scan_npy(BytesSource(data, loc), loc, None, depth + 1)
-            if npz_members and member is None and self.report.kind in ("unknown", "zip"):
-                self.report.kind = "npz"
+            if npz_members and member is None and self.engine.report.kind in ("unknown", "zip"):
+                self.engine.report.kind = "npz"
 
     def _read_zipfile_member(self, zf: zipfile.ZipFile, info: zipfile.ZipInfo, loc: str) -> bytes | None:
         """The bytes zipfile delivers before anything fails (a loader unpickles a stream as
         it reads, so a CRC error at the end does not stop what ran before it)."""
-        if info.compress_type != zipfile.ZIP_STORED and not self.spend(
+        if info.compress_type != zipfile.ZIP_STORED and not self.engine.spend(
             "inflate", info.file_size, loc, "inflating .npz members", _LOADER
         ):
             return None
         chunks: list[bytes] = []
         total = 0
         cap = (
-            max(0, min(self.budget.inflate + info.compress_size, 1 << 31))
+            max(0, min(self.engine.budget.inflate + info.compress_size, 1 << 31))
             if info.compress_type != zipfile.ZIP_STORED
             else 1 << 31
         )
@@ -211,7 +209,7 @@ class NumpyCarrier(_Host):
                     chunks.append(b)
                     total += len(b)
         except (zipfile.BadZipFile, OSError, EOFError, ValueError, zlib.error) as e:
-            self.add(
+            self.engine.add(
                 "zip-crc" if "CRC" in str(e) else "trailing-data",
                 "high",
                 f"zipfile stops reading this member after {total} bytes ({type(e).__name__}: {str(e)[:80]}): "

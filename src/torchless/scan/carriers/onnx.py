@@ -15,15 +15,10 @@ checks, and every model they load is clean. The walk is the format's own (:mod:`
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
 from ...formats.onnx.spec import external_locations, fields, is_onnx_file, parses_as_model
 from ...io.source import ByteSource
-
-if TYPE_CHECKING:  # the mixins see the scanner they are mixed into
-    from .base import ScannerBase as _Host
-else:
-    _Host = object
+from .common import Carrier
 
 __all__ = ["OnnxCarrier"]
 
@@ -82,8 +77,8 @@ def _bytes_where_looked(src: ByteSource) -> object:
     return _LazyBytes(src) if isinstance(src, RemoteSource) else src.view(0, src.size)
 
 
-class OnnxCarrier(_Host):
-    """Mixin of :class:`~.Scanner`: the ONNX view of a file."""
+class OnnxCarrier(Carrier):
+    """A carrier run by the scan engine (:class:`~torchless.scan.carriers.base.ScanEngine`): the ONNX view of a file."""
 
     def onnx_view(self, src: ByteSource, head: bytes) -> bool:
         """Whether ``onnx.load`` would take this file for a model: named ``.onnx`` and
@@ -91,12 +86,12 @@ class OnnxCarrier(_Host):
         its name, parsing whole as a protobuf message with a graph or a function (the
         loader ignores the suffix, unknown fields and fields of the wrong wire type). Bytes
         too many fields long to decide are reported unanalysable, never passed over."""
-        if is_onnx_file(head, self.path):
+        if is_onnx_file(head, self.engine.path):
             return True
         try:
             return parses_as_model(_bytes_where_looked(src))
         except ValueError as e:
-            self.add(
+            self.engine.add(
                 "unanalysable",
                 "high",
                 f"the bytes may be an ONNX model (onnx.load ignores the file name) but were not walked to the end ({e})",
@@ -112,7 +107,7 @@ class OnnxCarrier(_Host):
                 pass
             locations = external_locations(buf)
         except ValueError as e:
-            self.add(
+            self.engine.add(
                 "unanalysable",
                 "high",
                 f"taken for an ONNX model (named .onnx and starting like one, or parsing at the top level as "
@@ -122,11 +117,11 @@ class OnnxCarrier(_Host):
                 loader=_LOADER,
             )
             return
-        root = os.path.dirname(os.path.abspath(self.path))
+        root = os.path.dirname(os.path.abspath(self.engine.path))
         for loc in locations:
             why = _escapes(root, loc.location)
             if why is not None:
-                self.add(
+                self.engine.add(
                     "link-escape",
                     "high",
                     f"external data of tensor {loc.tensor!r} is read from {loc.location!r}, {why}: a loader that "

@@ -34,7 +34,7 @@ from ...formats.package.spec import DATA_FOLDER, MAX_TEXT, MOCK_RECORD, classify
 from ..source import analyse
 
 if TYPE_CHECKING:
-    from .base import ScannerBase
+    from .common import Engine
 
 __all__ = ["report_packaged_code", "module_of_py"]
 
@@ -59,7 +59,7 @@ def _parents(mod: str) -> list[str]:
     return [".".join(parts[: i + 1]) for i in range(len(parts))]
 
 
-def report_packaged_code(scanner: ScannerBase, zr: ZipReader, member: str | None) -> None:
+def report_packaged_code(scanner: Engine, zr: ZipReader, member: str | None) -> None:
     """Analyse every packaged ``.py`` of a torch.package archive and report, for each, why
     ``PackageImporter`` would run it (see the module docstring)."""
     pre = f"{member} > " if member else ""

@@ -2,28 +2,21 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ...core.errors import TruncatedError
 from ...io.source import ByteSource
 from ..analysis import CallEvent, StreamResult, Sym, analyse, describe, disassemble, other_readers_go_on
 from ..findings import AllowNote
 from ..policy import torch_allows
-from .common import _HIGHER_ORDER, _WINDOW, LEGACY_MAGIC
+from .common import _HIGHER_ORDER, _WINDOW, LEGACY_MAGIC, Carrier
+from .nested import NestedCarrier
 
 _JOBLIB_WRAPPER = "joblib.numpy_pickle.NumpyArrayWrapper"
 
 __all__ = ["PickleCarrier"]
 
 
-if TYPE_CHECKING:  # the mixins see the scanner they are mixed into
-    from .base import ScannerBase as _Host
-else:
-    _Host = object
-
-
-class PickleCarrier(_Host):
-    """Mixin of :class:`~torchless.scan.carriers.Scanner`: pickle streams."""
+class PickleCarrier(Carrier):
+    """A carrier run by the scan engine (:class:`~torchless.scan.carriers.base.ScanEngine`): pickle streams."""
 
     def analyse_stream(
         self,
@@ -38,7 +31,7 @@ class PickleCarrier(_Host):
         torch_load: bool = False,
     ) -> StreamResult:
         res = self.analyse_budgeted(data, start, len(data), member, torchscript=torchscript)
-        self.report.streams += 1
+        self.engine.report.streams += 1
         view = None if torchscript else self.joblib_view(res, data, start)
         if view is not None:
             jres, jdata, both = view
@@ -67,16 +60,16 @@ class PickleCarrier(_Host):
         if finished and (res.end is None or res.end >= (src.size if src is not None else len(data))):
             return None  # pickle.load reads it all: joblib.load reads no other bytes as opcodes
         if src is not None and len(data) < src.size:
-            if src.size - start > max(0, self.budget.pickle):
+            if src.size - start > max(0, self.engine.budget.pickle):
                 return None
             data = bytes(src.view(0, src.size))
-        left = max(0, self.budget.ops)
-        jres = analyse(data, start=start, joblib=True, max_ops=left, max_arg_nodes=max(0, self.budget.arg_nodes))
-        self.budget.ops -= len(jres.op_offsets) + sum(len(o.op_offsets) for o in jres.objects)
-        self.budget.arg_nodes -= jres.arg_nodes
+        left = max(0, self.engine.budget.ops)
+        jres = analyse(data, start=start, joblib=True, max_ops=left, max_arg_nodes=max(0, self.engine.budget.arg_nodes))
+        self.engine.budget.ops -= len(jres.op_offsets) + sum(len(o.op_offsets) for o in jres.objects)
+        self.engine.budget.arg_nodes -= jres.arg_nodes
         if jres.error is not None or not jres.skips or jres.end is None:
             return None
-        self.budget.pickle -= jres.end - start
+        self.engine.budget.pickle -= jres.end - start
         first = jres.skips[0][0]
         both = (
             finished
@@ -100,7 +93,7 @@ class PickleCarrier(_Host):
     ) -> None:
         """Report a stream by its joblib view (see :meth:`joblib_view`)."""
         first = jres.skips[0][0]
-        self.add(
+        self.engine.add(
             "nested-loader",
             "info",
             f"followed: joblib file: the bytes of {len(jres.skips)} array(s) follow their NumpyArrayWrapper and are skipped "
@@ -113,7 +106,7 @@ class PickleCarrier(_Host):
         )
         self.report_stream(jres, data, member, base, depth, report_errors=report_errors, torch_load=torch_load, readers=plain)
         for obj in jres.objects:  # the object arrays' pickles, each as joblib's fresh unpickler runs it
-            self.add(
+            self.engine.add(
                 "nested-loader",
                 "info",
                 f"followed: joblib object array: its dtype holds an object (as NumPy computes it from the dtype's "
@@ -131,30 +124,30 @@ class PickleCarrier(_Host):
     ) -> StreamResult:
         """:func:`analyse` drawing from the scan's pickle budget: a stream is cut where the
         budget ends (a ``limit`` finding), so no input makes the scan run unbounded."""
-        left = max(0, self.budget.pickle)
+        left = max(0, self.engine.budget.pickle)
         cut = start + left < len(buf)
         from .. import engine
 
         record = (  # for the second opinion
-            engine.engine_enabled() and len(buf) - start <= engine.ENGINE_MAX_STREAM and self.budget.record_nodes > 0
+            engine.engine_enabled() and len(buf) - start <= engine.ENGINE_MAX_STREAM and self.engine.budget.record_nodes > 0
         )
-        ops_left = max(0, self.budget.ops)
+        ops_left = max(0, self.engine.budget.ops)
         res = analyse(
             buf[: start + left] if cut else buf,
             start=start,
             torchscript=torchscript,
             record=record,
             max_ops=ops_left,
-            max_arg_nodes=max(0, self.budget.arg_nodes),
-            record_nodes=self.budget.record_nodes,
+            max_arg_nodes=max(0, self.engine.budget.arg_nodes),
+            record_nodes=self.engine.budget.record_nodes,
         )
-        self.budget.record_nodes -= res.norm_nodes
+        self.engine.budget.record_nodes -= res.norm_nodes
         used = (res.end if res.end is not None else (res.op_offsets[-1] + 1 if res.op_offsets else start + 1)) - start
-        self.budget.pickle -= max(1, used)
-        self.budget.ops -= len(res.op_offsets)
-        self.budget.arg_nodes -= res.arg_nodes
+        self.engine.budget.pickle -= max(1, used)
+        self.engine.budget.ops -= len(res.op_offsets)
+        self.engine.budget.arg_nodes -= res.arg_nodes
         if res.end is None and (cut or res.budget_hit is not None):
-            self.spend(res.budget_hit or "pickle", 1, member, "running pickle streams")
+            self.engine.spend(res.budget_hit or "pickle", 1, member, "running pickle streams")
             res.budget_cut = True  # a larger window would not help
         return res
 
@@ -173,8 +166,8 @@ class PickleCarrier(_Host):
         """Findings for one analysed stream. ``readers``: the run the other-readers checks
         and the engine's second opinion look at, when ``res`` is the joblib view (the real
         unpicklers read the stream without skipping array bytes)."""
-        if self.report.coverage is not None:
-            self.covered(
+        if self.engine.report.coverage is not None:
+            self.engine.covered(
                 "pickle", member, data[res.start : res.end if res.end is not None else len(data)], res.start, res.finished
             )
 
@@ -189,7 +182,7 @@ class PickleCarrier(_Host):
             if c.callee.kind == "global":
                 calls_at.setdefault(c.callee.pos, []).append(c)
         for g in res.globals:
-            self.report.globals[g.qualname] = g.verdict.verdict
+            self.engine.report.globals[g.qualname] = g.verdict.verdict
             how = []
             if g.opcode == "STACK_GLOBAL":
                 how.append("assembled by STACK_GLOBAL" + (" from memoized strings" if g.from_memo else ""))
@@ -210,7 +203,7 @@ class PickleCarrier(_Host):
                         f"; {c.opcode} at {c.offset:#x}: "
                         f"{describe(c.callee)}{describe(tuple(c.args) if isinstance(c.args, (tuple, list)) else (c.args,))}"
                     )
-                self.add(
+                self.engine.add(
                     "dangerous-global",
                     "critical",
                     f"{g.qualname} ({', '.join(how)}): {g.verdict.reason}{detail}",
@@ -221,9 +214,9 @@ class PickleCarrier(_Host):
                     dis(calls[0].offset if calls else g.offset),
                 )
             elif g.verdict.verdict == "unknown":
-                self.add(
+                self.engine.add(
                     "unknown-global",
-                    self.unknown_severity,
+                    self.engine.unknown_severity,
                     f"{g.qualname} ({', '.join(how)}): {g.verdict.reason}",
                     member,
                     g.offset,
@@ -234,16 +227,16 @@ class PickleCarrier(_Host):
             if (
                 torch_load
                 and not torch_allows(g.qualname)
-                and g.qualname not in {n.global_name for n in self.report.weights_only}
+                and g.qualname not in {n.global_name for n in self.engine.report.weights_only}
             ):
-                self.report.weights_only.append(AllowNote(g.qualname, g.verdict.verdict, g.verdict.reason))
+                self.engine.report.weights_only.append(AllowNote(g.qualname, g.verdict.verdict, g.verdict.reason))
         for c in res.calls:
             hof = _HIGHER_ORDER.get(c.callee.qualname) if c.callee.kind == "global" else None
             if hof and isinstance(c.args, tuple):
                 for i in hof:
                     a = c.args[i] if i < len(c.args) else None
                     if isinstance(a, Sym) and a.kind != "global":
-                        self.add(
+                        self.engine.add(
                             "indirect-call",
                             "critical",
                             f"{c.callee.qualname} calls its argument #{i}, a value computed at load time: {describe(a)}",
@@ -255,7 +248,7 @@ class PickleCarrier(_Host):
                         )
             if c.callee.kind != "global":
                 what = "a value computed at load time" if c.callee.kind == "result" else "a persistent-load object"
-                self.add(
+                self.engine.add(
                     "indirect-call",
                     "critical",
                     f"{c.opcode} calls {what}: "
@@ -269,7 +262,7 @@ class PickleCarrier(_Host):
                 )
         for b in res.builds:
             if b.callee.kind == "global":
-                self.add(
+                self.engine.add(
                     "global-mutation",
                     "critical",
                     f"BUILD sets state {describe(b.args)} on {b.callee.qualname} itself, not on an instance: "
@@ -284,9 +277,9 @@ class PickleCarrier(_Host):
             torch_load
             and res.protocol >= 4
             and "pickle protocol >= 4 (FRAME and other opcodes the weights_only unpickler rejects)"
-            not in self.report.weights_only_blockers
+            not in self.engine.report.weights_only_blockers
         ):
-            self.report.weights_only_blockers.append(
+            self.engine.report.weights_only_blockers.append(
                 "pickle protocol >= 4 (FRAME and other opcodes the weights_only unpickler rejects)"
             )
         # frames: every FRAME must end where an opcode begins, and the last at STOP's end
@@ -297,7 +290,7 @@ class PickleCarrier(_Host):
             for fpos, flen in res.frames:
                 fend = fpos + 9 + flen
                 if fend > len(data):
-                    self.add(
+                    self.engine.add(
                         "frame-length",
                         "high",
                         f"FRAME declares {flen} bytes but only {len(data) - fpos - 9} follow",
@@ -308,7 +301,7 @@ class PickleCarrier(_Host):
                         dis(fpos),
                     )
                 elif fend != end and fend not in starts and fend not in skipped:
-                    self.add(
+                    self.engine.add(
                         "frame-length",
                         "high",
                         f"FRAME declares {flen} bytes, which ends inside an opcode at "
@@ -325,7 +318,7 @@ class PickleCarrier(_Host):
                     and not any(p == fend for p, _ in res.frames)
                     and not _large_unframed(data, fend)
                 ):
-                    self.add(
+                    self.engine.add(
                         "frame-length",
                         "high",
                         f"FRAME declares {flen} bytes but opcodes continue outside any frame "
@@ -338,7 +331,7 @@ class PickleCarrier(_Host):
                     )
         if res.error is not None and report_errors:
             off = res.error.offset
-            self.add(
+            self.engine.add(
                 "malformed-pickle",
                 "high",
                 "pickle stream stops with an error: "
@@ -351,7 +344,7 @@ class PickleCarrier(_Host):
                 dis(off) if off is not None else [],
             )
         self.check_other_readers(readers or res, data, member, base, depth, torch_load=torch_load)
-        self.follow_nested(res, member, base, depth)
+        self.engine.carrier(NestedCarrier).follow_nested(res, member, base, depth)
 
     def check_other_readers(
         self, res: StreamResult, data: bytes, member: str | None, base: int | None, depth: int, *, torch_load: bool = False
@@ -367,7 +360,7 @@ class PickleCarrier(_Host):
         off = res.frame_hazards[0][0] if res.frame_hazards else (res.op_offsets[-1] if res.op_offsets else res.start)
         fo = None if base is None else base + off
         if why is not None:
-            self.add(
+            self.engine.add(
                 "unanalysable",
                 "high",
                 f"pickle stream not fully analysable: {why}",
@@ -384,7 +377,7 @@ class PickleCarrier(_Host):
                 more.globals = [g for g in more.globals if g.offset >= cut]
                 more.calls = [c for c in more.calls if c.offset >= cut]
                 more.builds = [b for b in more.builds if b.offset >= cut]
-                with self.loading("joblib.load"):
+                with self.engine.loading("joblib.load"):
                     self.report_stream(more, data, member, base, depth, report_errors=False, torch_load=torch_load)
             return
         # a stream not recorded (larger than the engine takes, or past the scan's
@@ -393,7 +386,7 @@ class PickleCarrier(_Host):
             try:
                 diff = differential.second_opinion(data, res.start, res.end, res)
             except engine.EngineTimeout as e:
-                self.add(
+                self.engine.add(
                     "unanalysable",
                     "high",
                     f"timeout: CPython's unpickler in the engine's child process gave no second opinion on this "
@@ -404,7 +397,7 @@ class PickleCarrier(_Host):
                 )
                 return
             if diff is not None:
-                self.add(
+                self.engine.add(
                     "engine-disagreement",
                     "high",
                     f"CPython's unpickler (run inert in a child process) and the scanner's model disagree on this stream: {diff}",
@@ -457,10 +450,10 @@ class PickleCarrier(_Host):
             and not first.calls
         ):
             return  # not a pickle: bytes that merely start with an opcode letter
-        self.report.streams += 1
+        self.engine.report.streams += 1
         legacy = first.end is not None and type(first.value) is int and first.value == LEGACY_MAGIC
         if legacy and member is None:
-            self.report.kind = "legacy"
+            self.engine.report.kind = "legacy"
         pre = f"{member} > " if member else ""
 
         def label(i: int) -> str | None:
@@ -488,7 +481,7 @@ class PickleCarrier(_Host):
             res, data = run(pos)
             if not legacy:
                 if res.end is None and not res.globals and not res.calls and other_readers_go_on(res, data) is None:
-                    self.add(
+                    self.engine.add(
                         "trailing-data",
                         "medium",
                         f"{size - pos} bytes after the pickle's STOP (not a further pickle)",
@@ -499,7 +492,7 @@ class PickleCarrier(_Host):
                         disassemble(data, pos, None),
                     )
                     return
-                self.add(
+                self.engine.add(
                     "trailing-data",
                     "high",
                     f"opcodes after STOP: a further pickle starts at {pos:#x} (read by loaders "
@@ -511,13 +504,13 @@ class PickleCarrier(_Host):
                     disassemble(data, pos, res.op_offsets),
                 )
             count += 1
-            self.report.streams += 1
+            self.engine.report.streams += 1
             self.report_stream(res, data, label(count), base, depth, torch_load=legacy and count == 4)
             if res.end is None:
                 return
             pos = res.end
         if not legacy and count >= limit and pos < size:
-            self.add(
+            self.engine.add(
                 "limit",
                 "high",
                 f"more than {limit} pickles in a row; the bytes from {pos:#x} on were "
@@ -527,7 +520,7 @@ class PickleCarrier(_Host):
                 None if base is None else base + pos,
             )
         if legacy and count < 5:
-            self.add("malformed-pickle", "medium", f"legacy stream has {count} of its 5 pickles", member, pos)
+            self.engine.add("malformed-pickle", "medium", f"legacy stream has {count} of its 5 pickles", member, pos)
 
 
 def _large_unframed(data: bytes, pos: int) -> bool:

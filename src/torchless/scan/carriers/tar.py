@@ -24,18 +24,13 @@ from __future__ import annotations
 import struct
 import tarfile
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from ...core.dtypes import STORAGE_NAMES
 from ...formats.pt.spec import LEGACY_TAR_MEMBERS, open_legacy_tar, tar_errors
 from ...io.source import ByteSource
 from ..analysis import StreamResult, Sym, describe
-from .common import walks
-
-if TYPE_CHECKING:  # the mixins see the scanner they are mixed into
-    from .base import ScannerBase as _Host
-else:
-    _Host = object
+from .common import Carrier, walks
+from .pickles import PickleCarrier
 
 __all__ = ["TarCarrier"]
 
@@ -44,8 +39,8 @@ _LEGACY_NAMES = LEGACY_TAR_MEMBERS
 _STORAGES, _TENSORS, _PICKLE = LEGACY_TAR_MEMBERS
 
 
-class TarCarrier(_Host):
-    """Mixin of :class:`~torchless.scan.carriers.Scanner`: legacy torch tar files."""
+class TarCarrier(Carrier):
+    """A carrier run by the scan engine (:class:`~torchless.scan.carriers.base.ScanEngine`): legacy torch tar files."""
 
     @walks(_LOADER)
     def scan_tar(self, src: ByteSource, member: str | None, base: int | None, depth: int) -> None:
@@ -53,7 +48,7 @@ class TarCarrier(_Host):
         try:
             tf = open_legacy_tar(src)
         except tar_errors() as e:
-            self.add(
+            self.engine.add(
                 "unrecognized",
                 "info",
                 f"tarfile refuses the archive ({e}); torch.load goes on to read it as pickles",
@@ -65,12 +60,12 @@ class TarCarrier(_Host):
         try:
             for m in tf:
                 members.append(m)
-                if not self.spend("nodes", 1, member, "listing tar members", _LOADER):
+                if not self.engine.spend("nodes", 1, member, "listing tar members", _LOADER):
                     break
         except tar_errors() as e:
             # torch's extract() reads the member list up to the name it wants: a broken
             # header after the legacy members may or may not be reached
-            self.add(
+            self.engine.add(
                 "unanalysable",
                 "high",
                 f"tarfile stops listing members after {len(members)} ({e}): members after that point are not analysed",
@@ -80,7 +75,7 @@ class TarCarrier(_Host):
         last = {m.name: m for m in members}  # tarfile.getmember(): the last of a name
         legacy = all(n in last for n in _LEGACY_NAMES)
         if member is None:
-            self.report.kind = "tar"
+            self.engine.report.kind = "tar"
         for name in _LEGACY_NAMES:
             tm = last.get(name)
             if tm is None:
@@ -93,18 +88,22 @@ class TarCarrier(_Host):
             elif name == _TENSORS:
                 self._walk_tar_tensors(data, pre + name, None, depth)
             else:
-                self.scan_pickles(_bs(data, pre + name), pre + name, None, depth, strict=True, torch_load=True)
+                self.engine.carrier(PickleCarrier).scan_pickles(
+                    _bs(data, pre + name), pre + name, None, depth, strict=True, torch_load=True
+                )
         for i, m in enumerate(members):
             if ".." in m.name.split("/") or m.name.startswith("/"):
-                self.add("path-traversal", "medium", f"tar member name {m.name!r} escapes the extraction folder", pre + m.name)
+                self.engine.add(
+                    "path-traversal", "medium", f"tar member name {m.name!r} escapes the extraction folder", pre + m.name
+                )
             if m.name in _LEGACY_NAMES and last[m.name] is m or not m.isfile() or m.size <= 0:
                 continue
             loc = pre + m.name + (f" (copy #{i}; torch reads the last)" if m.name in _LEGACY_NAMES else "")
             data = self._tar_member_bytes(tf, m, loc)
             if data is not None:  # not read by torch; scanned for what else could load it
-                self.scan_bytes(data, loc, None, depth + 1)
+                self.engine.scan_bytes(data, loc, None, depth + 1)
         if not legacy and member is None and not any(m.isfile() for m in members):
-            self.add(
+            self.engine.add(
                 "unrecognized",
                 "info",
                 "a tar archive without the legacy members: torch.load raises on it",
@@ -116,7 +115,7 @@ class TarCarrier(_Host):
         if m.issym() or m.islnk():
             escapes = m.linkname.startswith("/") or ".." in m.linkname.split("/")
             if escapes:
-                self.add(
+                self.engine.add(
                     "link-escape",
                     "high",
                     f"tar member {m.name!r} is a {'symbolic' if m.issym() else 'hard'} link to {m.linkname!r}: torch's "
@@ -124,7 +123,7 @@ class TarCarrier(_Host):
                     loc,
                     loader=_LOADER,
                 )
-            self.add(
+            self.engine.add(
                 "unanalysable",
                 "high",
                 f"tar member {m.name!r} is a link to {m.linkname!r}: the bytes torch reads through it are not analysed",
@@ -134,7 +133,7 @@ class TarCarrier(_Host):
             return None
         if not m.isfile():
             if m.name in _LEGACY_NAMES:
-                self.add(
+                self.engine.add(
                     "unrecognized",
                     "info",
                     f"legacy member {m.name!r} is not a regular file (type {m.type!r}): torch's extract fails on it",
@@ -142,19 +141,19 @@ class TarCarrier(_Host):
                     loader=_LOADER,
                 )
             return None
-        if m.size > self.budget.inflate + (1 << 31) or (
-            m.issparse() and not self.spend("inflate", m.size, loc, "reassembling sparse tar members", _LOADER)
+        if m.size > self.engine.budget.inflate + (1 << 31) or (
+            m.issparse() and not self.engine.spend("inflate", m.size, loc, "reassembling sparse tar members", _LOADER)
         ):
-            self.add("limit", "high", f"tar member of {m.size} bytes is over the scan's budget", loc, loader=_LOADER)
+            self.engine.add("limit", "high", f"tar member of {m.size} bytes is over the scan's budget", loc, loader=_LOADER)
             return None
         try:
             fh = tf.extractfile(m)
             data = fh.read() if fh is not None else b""
         except (tarfile.TarError, EOFError, OSError, ValueError) as e:
-            self.add("unanalysable", "high", f"tarfile cannot read member {m.name!r} ({e})", loc, loader=_LOADER)
+            self.engine.add("unanalysable", "high", f"tarfile cannot read member {m.name!r} ({e})", loc, loader=_LOADER)
             return None
         if len(data) < m.size:
-            self.add(
+            self.engine.add(
                 "unrecognized",
                 "info",
                 f"member {m.name!r} is truncated ({len(data)} of {m.size} bytes): torch's extract raises",
@@ -171,7 +170,7 @@ class TarCarrier(_Host):
         if type(v) in (int, bool):
             return int(v)
         if isinstance(v, Sym):
-            self.add(
+            self.engine.add(
                 "unanalysable",
                 "high",
                 f"the {what} count is {describe(v)}, computed at load time: the walker cannot know how many records torch reads",
@@ -180,7 +179,7 @@ class TarCarrier(_Host):
                 loader=_LOADER,
             )
         else:
-            self.add(
+            self.engine.add(
                 "trailing-data",
                 "info",
                 f"the {what} count is {type(v).__name__}: torch's range() raises TypeError and stops here",
@@ -202,7 +201,7 @@ class TarCarrier(_Host):
         """torch's loop over a legacy-tar member: a count pickle, then per record a pickle
         followed by raw bytes that ``after(i, n, result)`` skips (returning the offset
         after them, or None where torch stops). Returns the offset after the last record."""
-        res = self.analyse_stream(data, 0, loc, base, depth)
+        res = self.engine.carrier(PickleCarrier).analyse_stream(data, 0, loc, base, depth)
         n = self._count(res, loc, what)
         if n is None:
             return None
@@ -211,7 +210,7 @@ class TarCarrier(_Host):
             return None
         for i in range(n):
             if pos >= len(data):
-                self.add(
+                self.engine.add(
                     "trailing-data",
                     "info",
                     f"{what} #{i} of {n} is missing: torch's pickle.load raises EOFError and stops",
@@ -220,7 +219,7 @@ class TarCarrier(_Host):
                     loader=_LOADER,
                 )
                 return None
-            r = self.analyse_stream(data, pos, loc, base, depth)
+            r = self.engine.carrier(PickleCarrier).analyse_stream(data, pos, loc, base, depth)
             if r.end is None:
                 return None
             pos = after(i, n, r)
@@ -235,7 +234,7 @@ class TarCarrier(_Host):
             short = st.qualname.rsplit(".", 1)[-1] if isinstance(st, Sym) and st.kind == "global" else None
             if short not in STORAGE_NAMES:
                 if isinstance(v, (tuple, list)) and len(v) == 3 and isinstance(st, Sym):
-                    self.add(
+                    self.engine.add(
                         "unanalysable",
                         "high",
                         f"storage #{i} has type {describe(st)}, whose element size the walker does not know: "
@@ -245,7 +244,7 @@ class TarCarrier(_Host):
                         loader=_LOADER,
                     )
                 else:
-                    self.add(
+                    self.engine.add(
                         "trailing-data",
                         "info",
                         f"storage #{i} record is {describe(v)}: torch cannot unpack it and stops",
@@ -259,13 +258,13 @@ class TarCarrier(_Host):
             if pos is None:  # _walk_tar_records stops before calling
                 return None
             if pos + 8 > len(data):
-                self.add(
+                self.engine.add(
                     "trailing-data", "info", "storage size cut short: torch's read fails and stops", loc, pos, loader=_LOADER
                 )
                 return None
             count: int = struct.unpack_from("<q", data, pos)[0]
             if count < 0 or pos + 8 + count * itemsize > len(data):
-                self.add(
+                self.engine.add(
                     "trailing-data",
                     "info",
                     f"storage #{i} claims {count} elements, more than the member holds: torch's read fails and stops",
@@ -280,7 +279,7 @@ class TarCarrier(_Host):
         if pos is None:
             return
         if pos >= len(data):
-            self.add(
+            self.engine.add(
                 "trailing-data",
                 "info",
                 "no storage_views pickle: torch's pickle.load raises EOFError and stops",
@@ -289,7 +288,7 @@ class TarCarrier(_Host):
                 loader=_LOADER,
             )
             return
-        self.analyse_stream(data, pos, loc, base, depth)
+        self.engine.carrier(PickleCarrier).analyse_stream(data, pos, loc, base, depth)
 
     def _walk_tar_tensors(self, data: bytes, loc: str, base: int | None, depth: int) -> None:
         def skip_header(i: int, n: int, r: StreamResult) -> int | None:
@@ -297,7 +296,7 @@ class TarCarrier(_Host):
             if pos is None:  # _walk_tar_records stops before calling
                 return None
             if pos + 8 > len(data):
-                self.add(
+                self.engine.add(
                     "trailing-data",
                     "info",
                     "tensor header cut short: torch's struct.unpack fails and stops",
@@ -309,7 +308,7 @@ class TarCarrier(_Host):
             ndim: int = struct.unpack_from("<i", data, pos)[0]
             need = 8 + 16 * ndim + 8
             if ndim < 0 or pos + need > len(data):
-                self.add(
+                self.engine.add(
                     "trailing-data",
                     "info",
                     f"tensor #{i} has ndim {ndim}: torch's struct.unpack fails and stops",

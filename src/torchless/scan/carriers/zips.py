@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import struct
 import zlib
-from typing import TYPE_CHECKING
 
 from ...container.differentials import zip_differentials
 from ...container.zip import CENTRAL_SIG, LOC64_SIG, ZipEntry, ZipReader
@@ -18,14 +17,10 @@ from ...formats.pt.spec import DATA_PKL
 from ...formats.pt2.spec import TORCH_LOAD, is_pt2_records, is_torch_loaded, unpickled_payloads
 from ...formats.torchscript import spec as ts_spec
 from ...io.source import ByteSource, BytesSource
-from .common import _KNOWN_RECORDS, _OK_FLAGS, MAX_MEMBER, _is_storage_record, walks
+from .common import _KNOWN_RECORDS, _OK_FLAGS, MAX_MEMBER, Carrier, _is_storage_record, walks
 from .dcp import split_zips as _split_zips
 from .package import report_packaged_code
-
-if TYPE_CHECKING:  # the mixins see the scanner they are mixed into
-    from .base import ScannerBase as _Host
-else:
-    _Host = object
+from .pickles import PickleCarrier
 
 __all__ = ["ZipCarrier"]
 
@@ -42,8 +37,8 @@ def _head(zr: ZipReader, e: ZipEntry, n: int = 16) -> bytes:
         return b""
 
 
-class ZipCarrier(_Host):
-    """Mixin of :class:`~torchless.scan.carriers.Scanner`: zip archives (torch zips,
+class ZipCarrier(Carrier):
+    """A carrier run by the scan engine (:class:`~torchless.scan.carriers.base.ScanEngine`): zip archives (torch zips,
     TorchScript, ``.pt2``, ``.npz``), archives appended to other bytes, TorchScript code."""
 
     # -- polyglots ---------------------------------------------------------------------
@@ -80,7 +75,7 @@ class ZipCarrier(_Host):
         if not zr.entries:
             return
         first = delta + min(e.header_offset for e in zr.entries)
-        self.add(
+        self.engine.add(
             "polyglot",
             "high",
             "the file does not start as a zip, so torch.load reads it as a legacy pickle stream, but it ends with a "
@@ -100,7 +95,7 @@ class ZipCarrier(_Host):
             items = list(_split_zips(src))
             if len(items) > 1:
                 for off, ln in items:
-                    self.scan_bytes(
+                    self.engine.scan_bytes(
                         src.view(off, ln),
                         f"{member + ' > ' if member else ''}[{off}:{off + ln}]",
                         None if base is None else base + off,
@@ -109,7 +104,7 @@ class ZipCarrier(_Host):
                 return
             # torch.load raises on it (the pickle view of the same bytes is decided by the
             # real unpicklers in scan_source)
-            self.add(
+            self.engine.add(
                 "zip-reader-differential", "high", f"zip archive that torch's reader cannot open: {e.message}", member, e.offset
             )
             return
@@ -122,7 +117,7 @@ class ZipCarrier(_Host):
         is_pt2 = is_pt2_records(recs)
         package = is_package_records(recs) and DATA_PKL not in lowered  # torch.package
         if member is None:
-            self.report.kind = (
+            self.engine.report.kind = (
                 "torch-package"
                 if package
                 else "torchscript"
@@ -140,10 +135,10 @@ class ZipCarrier(_Host):
             if torchscript
             else ("torch.export.load" if is_pt2 else "torch.load(weights_only=False)")
         )
-        with self.loading(loader):
+        with self.engine.loading(loader):
             self._scan_zip_members(zr, member, base, depth, torchscript, is_pt2)
             if package:  # every packaged .py is code PackageImporter may run
-                report_packaged_code(self, zr, member)
+                report_packaged_code(self.engine, zr, member)
 
     def _scan_zip_members(
         self, zr: ZipReader, member: str | None, base: int | None, depth: int, torchscript: bool, is_pt2: bool
@@ -187,25 +182,27 @@ class ZipCarrier(_Host):
                     # or archive head is analysed, stored or deflated
                     peek = _head(zr, e)
                     if peek[:4] == _ZIP_SIG or (peek[:1] == b"\x80" and len(peek) > 1 and peek[1] <= 5):
-                        self.scan_bytes(zr.read(e, max_size=MAX_MEMBER), loc, fbase, depth + 1)
+                        self.engine.scan_bytes(zr.read(e, max_size=MAX_MEMBER), loc, fbase, depth + 1)
                         continue
                 if peek == _ZIP_SIG:
-                    self.scan_bytes(zr.read(e), loc, fbase, depth + 1)
+                    self.engine.scan_bytes(zr.read(e), loc, fbase, depth + 1)
                     continue
                 if storage or not (peek[:1] == b"\x80" and len(peek) > 1 and peek[1] <= 5):
                     continue
-            if not self.budget.once(("zip-member", self.source_key(src), off, e.compressed_size, e.method)):
+            if not self.engine.budget.once(("zip-member", self.engine.source_key(src), off, e.compressed_size, e.method)):
                 continue  # the same bytes under another entry: analysed once (overlaps are reported)
-            if e.method != 0 and not self.spend("inflate", e.size, loc, "inflating zip members"):
+            if e.method != 0 and not self.engine.spend("inflate", e.size, loc, "inflating zip members"):
                 return
             try:
                 data = bytes(zr.read(e, max_size=MAX_MEMBER))
             except TorchlessError as err:
-                self.add("limit", "high", f"member not analysed: {err.message}", loc, loader="torch.load(weights_only=False)")
+                self.engine.add(
+                    "limit", "high", f"member not analysed: {err.message}", loc, loader="torch.load(weights_only=False)"
+                )
                 continue
             if e.crc != (zlib.crc32(data) & 0xFFFFFFFF):
                 if e.crc == 0:
-                    self.add(
+                    self.engine.add(
                         "zip-crc",
                         "info",
                         "CRC-32 is 0 (written with compute_crc32=False); Python's zipfile refuses to read this member",
@@ -214,7 +211,7 @@ class ZipCarrier(_Host):
                         fbase,
                     )
                 else:
-                    self.add(
+                    self.engine.add(
                         "zip-crc",
                         "high",
                         f"CRC-32 mismatch (stored {e.crc:08x}, computed {zlib.crc32(data) & 0xFFFFFFFF:08x}): "
@@ -236,27 +233,29 @@ class ZipCarrier(_Host):
                 # torch.export.load unpickles this record (its config says so): analysed as
                 # its loader reads it, whatever its first bytes (protocol 0/1 have no PROTO)
                 if how == TORCH_LOAD and data[:4] == _ZIP_SIG:
-                    self.scan_bytes(data, loc, fbase, depth + 1)  # torch.load of a torch.save archive
+                    self.engine.scan_bytes(data, loc, fbase, depth + 1)  # torch.load of a torch.save archive
                 else:  # torch.load's legacy stream, pickle.loads, torch's C++ unpickler
-                    self.scan_pickles(BytesSource(data), f"{loc} ({how})", fbase, depth, strict=True)
+                    self.engine.carrier(PickleCarrier).scan_pickles(
+                        BytesSource(data), f"{loc} ({how})", fbase, depth, strict=True
+                    )
                 continue
             if is_npy(data):
                 continue  # only numpy.load reads .npy members, through zipfile: scan_npz
             if kind == "pickle":
                 # records torch unpickles by name, whatever their first bytes
-                self.scan_pickles(
+                self.engine.carrier(PickleCarrier).scan_pickles(
                     BytesSource(data), loc, fbase, depth, strict=True, torch_load=torch_load, torchscript=torchscript
                 )
             else:
                 # any other member: every carrier it could be, and the pickle view decided
                 # by the real unpicklers (never skipped because it "does not look like" one)
-                self.scan_bytes(data, loc, fbase, depth + 1)
+                self.engine.scan_bytes(data, loc, fbase, depth + 1)
         if code_texts or bytecode:
             self.scan_torchscript_code(code_texts, bytecode)
         if is_pt2 or any(r.startswith(AOTINDUCTOR_DIR) for r in recs):
             from ..aoti import report_aoti
 
-            report_aoti(self, zr, member)
+            report_aoti(self.engine, zr, member)
 
     def _pt2_unpickled(self, zr: ZipReader, recs: list[str]) -> dict[int, str]:
         """Entry index -> loader of every record ``torch.export.load`` unpickles, decided
@@ -278,7 +277,7 @@ class ZipCarrier(_Host):
             if e is not None:
                 out[e.index] = how
         if unclear:
-            self.add(
+            self.engine.add(
                 "unanalysable",
                 "info",
                 f".pt2 payload config(s) in {', '.join(unclear)} not read entry by entry: every record there is analysed "
@@ -295,7 +294,7 @@ class ZipCarrier(_Host):
         pre = f"{member} > " if member else ""
         src = zr.source
         for p in zip_differentials(src):  # layouts miniz (torch) and zipfile (NumPy) read two ways
-            self.add("zip-reader-differential", "high", p.message, pre + p.member if p.member else member, p.offset)
+            self.engine.add("zip-reader-differential", "high", p.message, pre + p.member if p.member else member, p.offset)
         # duplicates: torch (miniz binary search) vs Python's zipfile (last exact name)
         for dups in zr.duplicates().values():
             t = zr.lookup(dups[0].name, full=True)
@@ -304,7 +303,7 @@ class ZipCarrier(_Host):
                 by_exact[d.raw_name] = d
             zf = [d.index for d in by_exact.values()]
             names = sorted({d.name for d in dups})
-            self.add(
+            self.engine.add(
                 "zip-duplicate",
                 "high",
                 f"{len(dups)} members named {' / '.join(repr(n) for n in names)} (entries {[d.index for d in dups]}): "
@@ -317,7 +316,7 @@ class ZipCarrier(_Host):
         for e, rel in zip(zr.entries, recs, strict=False):
             loc = pre + e.name
             if rel != rel.lower() and rel.lower() in _KNOWN_RECORDS and not any(r == rel.lower() for r in recs):
-                self.add(
+                self.engine.add(
                     "zip-case-variant",
                     "high",
                     f"member {e.name!r} is read by torch as {rel.lower()!r} (case-insensitive "
@@ -327,11 +326,11 @@ class ZipCarrier(_Host):
                 )
             parts = e.name.replace("\\", "/").split("/")
             if e.name.startswith(("/", "\\")) or ".." in parts or (len(e.name) > 1 and e.name[1] == ":"):
-                self.add(
+                self.engine.add(
                     "path-traversal", "medium", f"member name {e.name!r} escapes the extraction folder", loc, e.header_offset
                 )
             if zr.prefix and not e.name.startswith(zr.prefix + "/") and member is None and e.index > 0:
-                self.add(
+                self.engine.add(
                     "zip-reader-differential",
                     "medium",
                     f"member {e.name!r} is outside the archive folder {zr.prefix!r}: "
@@ -340,7 +339,7 @@ class ZipCarrier(_Host):
                     e.header_offset,
                 )
             if e.flags & 0x1:
-                self.add(
+                self.engine.add(
                     "zip-flags",
                     "high",
                     "encrypted member: torch refuses it, zipfile needs a password, scanners usually skip it",
@@ -348,9 +347,9 @@ class ZipCarrier(_Host):
                     e.header_offset,
                 )
             elif e.flags & ~_OK_FLAGS & 0xFFFF:
-                self.add("zip-flags", "low", f"unusual general-purpose flag bits {e.flags:#06x}", loc, e.header_offset)
+                self.engine.add("zip-flags", "low", f"unusual general-purpose flag bits {e.flags:#06x}", loc, e.header_offset)
             if e.method not in (0, 8):
-                self.add(
+                self.engine.add(
                     "zip-flags",
                     "medium",
                     f"compression method {e.method}: torch and zipfile read this member differently (or not at all)",
@@ -360,10 +359,12 @@ class ZipCarrier(_Host):
             try:
                 local = zr.local_name(e)
             except TorchlessError as err:
-                self.add("zip-reader-differential", "high", f"local header unreadable: {err.message}", loc, e.header_offset)
+                self.engine.add(
+                    "zip-reader-differential", "high", f"local header unreadable: {err.message}", loc, e.header_offset
+                )
                 continue
             if local != e.raw_name:
-                self.add(
+                self.engine.add(
                     "zip-name-mismatch",
                     "high",
                     f"local header names {local!r}, central directory {e.raw_name!r}: torch and "
@@ -381,7 +382,7 @@ class ZipCarrier(_Host):
         spans.sort()
         for (_s1, e1, n1), (s2, _e2, n2) in zip(spans, spans[1:], strict=False):
             if s2 < e1:
-                self.add(
+                self.engine.add(
                     "zip-overlap",
                     "high",
                     f"members {n1!r} and {n2!r} overlap (bytes {s2:#x}..{e1:#x}): one payload is read through two names",
@@ -390,7 +391,7 @@ class ZipCarrier(_Host):
                 )
         for s, e_, n in spans:
             if e_ > zr.cd_offset:
-                self.add("zip-overlap", "high", f"member {n!r} runs into the central directory", pre + n, s)
+                self.engine.add("zip-overlap", "high", f"member {n!r} runs into the central directory", pre + n, s)
         # entries beyond the declared count: zipfile walks the directory by size, miniz by count
         try:
             last = zr.entries[-1] if zr.entries else None
@@ -399,7 +400,7 @@ class ZipCarrier(_Host):
                 after = last.central_offset + 46 + nlen + xlen + clen
                 cd_end = zr.cd_offset + zr.cd_size
                 if after + 4 <= cd_end and bytes(src.view(after, 4)) == CENTRAL_SIG:
-                    self.add(
+                    self.engine.add(
                         "zip-reader-differential",
                         "high",
                         "the central directory holds more entries than its end record "
@@ -413,7 +414,7 @@ class ZipCarrier(_Host):
         # data before the first record / after the end record
         first = min((e.header_offset for e in zr.entries), default=0)
         if first > 0:
-            self.add(
+            self.engine.add(
                 "polyglot" if member is None else "trailing-data",
                 "high",
                 f"{first} bytes before the first zip record: torch.load reads "
@@ -425,7 +426,7 @@ class ZipCarrier(_Host):
             clen = struct.unpack_from("<H", bytes(src.view(zr.eocd_offset + 20, 2)))[0]
             end = zr.eocd_offset + 22 + clen
             if end < src.size:
-                self.add("trailing-data", "medium", f"{src.size - end} bytes after the zip end record", member, end)
+                self.engine.add("trailing-data", "medium", f"{src.size - end} bytes after the zip end record", member, end)
         except (TorchlessError, struct.error):
             pass
 
@@ -434,7 +435,7 @@ class ZipCarrier(_Host):
         while (
             pos + 46 <= end
             and bytes(src.view(pos, 4)) == CENTRAL_SIG
-            and self.spend("nodes", 1, member, "visiting uncounted zip entries")
+            and self.engine.spend("nodes", 1, member, "visiting uncounted zip entries")
         ):
             f = struct.unpack_from("<4sHHHHHHIIIHHHHHII", bytes(src.view(pos, 46)))
             nlen, xlen, clen, hoff, csize, method = f[10], f[11], f[12], f[16], f[8], f[4]
@@ -443,10 +444,10 @@ class ZipCarrier(_Host):
                 lh = struct.unpack_from("<HH", bytes(src.view(hoff + 26, 4)))
                 doff = hoff + 30 + lh[0] + lh[1]
                 raw = bytes(src.view(doff, csize))
-                data = raw if method == 0 else zlib.decompressobj(-15).decompress(raw, max(0, self.budget.inflate) + 1)
-                if method != 0 and not self.spend("inflate", len(data), member, "inflating uncounted zip entries"):
+                data = raw if method == 0 else zlib.decompressobj(-15).decompress(raw, max(0, self.engine.budget.inflate) + 1)
+                if method != 0 and not self.engine.spend("inflate", len(data), member, "inflating uncounted zip entries"):
                     return
-                self.scan_bytes(data, f"{member + ' > ' if member else ''}{name} (uncounted entry)", None, 1)
+                self.engine.scan_bytes(data, f"{member + ' > ' if member else ''}{name} (uncounted entry)", None, 1)
             except (TorchlessError, zlib.error, struct.error):
                 pass
             pos += 46 + nlen + xlen + clen
@@ -456,4 +457,4 @@ class ZipCarrier(_Host):
         """TorchScript code and bytecode operator tables (:mod:`torchless.scan.torchscript`)."""
         from ..torchscript import report_archive
 
-        report_archive(self, texts, bytecode or [])
+        report_archive(self.engine, texts, bytecode or [])
