@@ -30,6 +30,10 @@ ALLOWED: dict[str, str] = {
     "graph.ir.Graph.get_attr": "torch.fx's Graph API: a default node name, then create_node's explicit keywords",
     "graph.ir.Graph.output": "torch.fx's Graph API: a default node name, then create_node's explicit keywords",
     "formats.pt2.schema.Union.create": "a union's constructor: exactly one variant, by its field name (FormatError otherwise)",
+    "interp.custom_ops.custom_op.register.run": (
+        "a plugin kernel's calling convention: the node's keyword arguments, bound to the plugin's "
+        "parameters by its schema (UnsupportedError otherwise)"
+    ),
     "formats.pt2.run.ExportedModule.__call__": "the exported program's own keyword inputs (checked against its input spec)",
 }
 

@@ -69,6 +69,8 @@ EXPORTS: dict[str, str] = {
     "format_scan_sarif": "torchless.scan.report:format_sarif",
     "format_scan_text": "torchless.scan.report:format_text",
     "REMOTE_STATS": "torchless.io.remote:STATS",
+    "resolve_location": "torchless.io.store:resolve",
+    "store_for": "torchless.io.store:store_for",
     "set_default_storage_options": "torchless.io.remote:set_default_options",
     "interrupted": "torchless.io.atomic:interrupted",
     "interrupted_cleanup": "torchless.io.atomic:interrupted_cleanup",
@@ -108,6 +110,8 @@ if TYPE_CHECKING:  # the same names for the type checker (a test checks both lis
     from .io.digests import check_digests as check_digests
     from .io.remote import STATS as REMOTE_STATS  # noqa: F401
     from .io.remote import set_default_options as set_default_storage_options  # noqa: F401
+    from .io.store import resolve as resolve_location  # noqa: F401
+    from .io.store import store_for as store_for
     from .scan.report import format_json as format_scan_json  # noqa: F401
     from .scan.report import format_sarif as format_scan_sarif  # noqa: F401
     from .scan.report import format_text as format_scan_text  # noqa: F401

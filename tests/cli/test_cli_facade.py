@@ -22,13 +22,7 @@ ALLOWED_TREES = ("torchless.core", "torchless.cli", "torchless.view", "torchless
 #: ``torchless.scan`` is the public callable module; its insides go through the facade
 SCAN_INSIDES = "torchless.scan."
 #: kept on purpose, each with its reason
-EXCEPTIONS = {
-    # the URL questions of these two files are the storage seam's (issue 35: they become
-    # one resolution of a location into a store), not moved here
-    ("cli/commands/cache.py", "torchless.io.remote"),
-    ("cli/commands/cache.py", "torchless.io"),
-    ("cli/commands/_output.py", "torchless.io.remote"),
-}
+EXCEPTIONS: set[tuple[str, str]] = set()
 
 
 def _imports(rel: str, tree: ast.AST) -> list[tuple[str, list[str]]]:

@@ -36,7 +36,7 @@ def check_output(path: Any, *, force: bool, also: tuple[str, ...] = ()) -> None:
     Raises:
         UsageError: the output exists and ``force`` is not set.
     """
-    from ...io.store import store_for
+    from ..._cli_api import store_for
 
     if force or path is None or store_for(path).remote:
         return

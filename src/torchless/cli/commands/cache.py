@@ -92,13 +92,11 @@ def format_plan(plan: dict[str, Any], *, applied: dict[str, Any] | None = None) 
     return "\n".join(lines)
 
 
-def _check_url_folder(url: str) -> None:
-    from ...io import remote
-
-    if remote.isdir(url):
+def _check_url_folder(store: Any, url: str) -> None:
+    if store.isdir(url):
         return
-    # present(): a failed check is reported with the store's reason, not as a missing folder
-    if remote.present(url, "cannot check the cache folder"):
+    # exists(): a failed check is reported with the store's reason, not as a missing folder
+    if store.exists(url, "cannot check the cache folder"):
         raise UsageError(
             "not a folder: `torchless cache` takes a TorchInductor cache folder",
             path=url,
@@ -127,13 +125,13 @@ def cmd_cache(args: argparse.Namespace) -> int:
     at_url = False
     if folder is not None:
         from ..._cli_api import resolve_cache_dir
-        from ...io.store import resolve
+        from ..._cli_api import resolve_location as resolve
 
         store, folder = resolve(folder)  # the folder's store, asked once (file:// names a local folder)
         at_url = store.remote
         if at_url:
             folder = resolve_cache_dir(folder)  # refuses a URL that cannot be listed (plain HTTP)
-            _check_url_folder(folder)
+            _check_url_folder(store, folder)
     if folder is not None and not at_url and not os.path.isdir(folder):
         if os.path.exists(folder):
             raise UsageError(
