@@ -85,6 +85,12 @@ def _write_one(out: str, stage: int, dtype: str, hidden: int) -> None:
         config["bf16"] = {"enabled": True}
     elif dtype == "fp16":
         config["fp16"] = {"enabled": True, "initial_scale_power": 4}
+        # DeepSpeed's CPU accelerator says no to fp16 ("Type fp16 is not supported on your
+        # device", a capability check in DeepSpeedEngine); torch computes fp16 on CPU, so the
+        # check is answered yes and DeepSpeed's own fp16 ZeRO optimizer and saving code run.
+        from deepspeed.accelerator import get_accelerator
+
+        type(get_accelerator()).is_fp16_supported = lambda self: True
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, lr_scheduler=sched, config=config)
     g = torch.Generator().manual_seed(7 + engine.global_rank)

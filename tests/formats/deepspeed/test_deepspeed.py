@@ -1,6 +1,6 @@
 """DeepSpeed ZeRO checkpoints consolidated without torch.
 
-Oracle: real ZeRO-1/2/3 checkpoints (fp32 and bf16 training) written by DeepSpeed on CPU
+Oracle: real ZeRO-1/2/3 checkpoints (fp32, bf16 and fp16 training) written by DeepSpeed on CPU
 with 2 gloo ranks (``make_zero.py``), and DeepSpeed's own
 ``zero_to_fp32.get_fp32_state_dict_from_zero_checkpoint`` run in a child process: the
 consolidated state dict must be the same names, in the same order, dtypes, shapes and
@@ -26,7 +26,7 @@ pytest.importorskip("deepspeed", reason="DeepSpeed writes the checkpoints and is
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MAKE = os.path.join(HERE, "make_zero.py")
-CONFIGS = [(s, d) for d in ("fp32", "bf16") for s in (1, 2, 3)]
+CONFIGS = [(s, d) for d in ("fp32", "bf16", "fp16") for s in (1, 2, 3)]
 NAMES = [f"z{s}_{d}" for s, d in CONFIGS]
 LAYOUTS = ["moe", "pp"]  # MoE expert files, pipeline-parallel layer files (make_zero.py; MoE first: a
 # pipeline engine leaves DeepSpeed's process groups set for the ones after it)
