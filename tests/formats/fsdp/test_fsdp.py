@@ -135,3 +135,23 @@ def test_weights_only_refuses_other_globals(fsdp: tuple, tmp_path) -> None:
     _edit(os.path.join(folder, "model_rank0.pt"), lambda sd: sd.__setitem__("evil", os.getcwd))
     with pytest.raises(UnsafeGlobalError):
         torchless.open(folder)
+
+
+def test_scan_reads_rank_files_as_pt(fsdp: tuple, capsys) -> None:
+    """scan reads a rank file as the .pt it is: the DTensor classes pickle.load would
+    import are findings, never CLEAN (the fsdp reader's placeholders do not carry over)."""
+    folder, _ = fsdp
+    assert main(["scan", os.path.join(folder, "model_rank0.pt")]) == 1
+    out = capsys.readouterr().out
+    assert "SUSPICIOUS (torch-zip" in out and "unknown-global" in out
+    assert "torch.distributed.tensor.DTensor" in out
+
+
+def test_info_and_ls_cli(fsdp: tuple, capsys) -> None:
+    folder, want = fsdp
+    assert main(["info", folder]) == 0
+    out = capsys.readouterr().out
+    assert "fsdp" in out and "world_size: 2" in out
+    assert main(["ls", folder]) == 0
+    out = capsys.readouterr().out
+    assert all(k in out for k in want)
