@@ -51,6 +51,7 @@ HANDLER_MODULES = [
     "torchless.formats.pt2.handler",
     "torchless.formats.trainers.handler",
     "torchless.formats.megatron.handler",
+    "torchless.formats.fsdp.handler",
 ]
 
 _loaded = False

@@ -3,6 +3,7 @@ with DeepSpeed's own ``get_fp32_state_dict_from_zero_checkpoint`` (the oracle).
 
 Usage (the test session fixture runs these; also by hand):
     python make_zero.py write OUT 1:fp32,3:bf16 [WORLD] [HIDDEN]  # OUT/z1_fp32/{latest,global_step2/}...
+    python make_zero.py write OUT pp:fp32,moe:fp32                # OUT/pp, OUT/moe (+ oracle_rank<r>.pt)
     python make_zero.py oracle CKPT OUT.pt [CKPT OUT.pt ...]       # zero_to_fp32's state dicts, torch.save'd
 
 The model: tied embedding/head weights (``shared_params``), a frozen parameter
@@ -25,7 +26,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _rank_main(out: str, configs: list[tuple[int, str]], world: int, hidden: int) -> None:
+def _rank_main(out: str, configs: list[tuple[str, str]], world: int, hidden: int) -> None:
     """Write one checkpoint per ``(stage, dtype)`` under ``out/z<stage>_<dtype>`` (one
     process group, so the imports are paid once)."""
     import deepspeed
@@ -33,7 +34,10 @@ def _rank_main(out: str, configs: list[tuple[int, str]], world: int, hidden: int
 
     deepspeed.init_distributed(dist_backend="gloo")
     for stage, dtype in configs:
-        _write_one(os.path.join(out, f"z{stage}_{dtype}"), stage, dtype, hidden)
+        if stage in LAYOUTS:
+            LAYOUTS[stage](os.path.join(out, stage))
+        else:
+            _write_one(os.path.join(out, f"z{stage}_{dtype}"), int(stage), dtype, hidden)
         torch.distributed.barrier()
     sys.stdout.flush()
     os._exit(0)  # the gloo process group can hang at interpreter exit
@@ -81,6 +85,12 @@ def _write_one(out: str, stage: int, dtype: str, hidden: int) -> None:
         config["bf16"] = {"enabled": True}
     elif dtype == "fp16":
         config["fp16"] = {"enabled": True, "initial_scale_power": 4}
+        # DeepSpeed's CPU accelerator says no to fp16 ("Type fp16 is not supported on your
+        # device", a capability check in DeepSpeedEngine); torch computes fp16 on CPU, so the
+        # check is answered yes and DeepSpeed's own fp16 ZeRO optimizer and saving code run.
+        from deepspeed.accelerator import get_accelerator
+
+        type(get_accelerator()).is_fp16_supported = lambda self: True
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, lr_scheduler=sched, config=config)
     g = torch.Generator().manual_seed(7 + engine.global_rank)
@@ -93,7 +103,105 @@ def _write_one(out: str, stage: int, dtype: str, hidden: int) -> None:
     engine.destroy()
 
 
-def write(out: str, configs: list[tuple[int, str]], world: int = 2, hidden: int = 7, timeout: float = 600) -> None:
+def _ds_config(stage: int) -> dict:
+    return {
+        "train_micro_batch_size_per_gpu": 2,
+        "gradient_accumulation_steps": 1,
+        "zero_optimization": {"stage": stage},
+        "zero_allow_untested_optimizer": True,
+        "steps_per_print": 1000,
+    }
+
+
+def _oracle_after_load(out: str, make_engine) -> None:
+    """DeepSpeed's own loading: a fresh engine (other initial weights) loads the
+    checkpoint; each rank saves its module's state dict as ``out/oracle_rank<r>.pt``."""
+    import torch
+
+    torch.manual_seed(999)
+    engine = make_engine()
+    engine.load_checkpoint(out, load_optimizer_states=False, load_lr_scheduler_states=False)
+    torch.save(engine.module.state_dict(), os.path.join(out, f"oracle_rank{engine.global_rank}.pt"))
+    engine.destroy()
+
+
+def _write_pp(out: str) -> None:
+    """A 2-stage PipelineModule (ZeRO-1, fp32): ``layer_XX-model_states.pt`` files, a
+    layer without parameters (ReLU), an integer buffer (BatchNorm's step count)."""
+    import deepspeed
+    import torch
+    from deepspeed.pipe import LayerSpec, PipelineModule
+    from torch import nn
+
+    def make():
+        layers = [
+            LayerSpec(nn.Linear, 5, 7),
+            LayerSpec(nn.ReLU),
+            LayerSpec(nn.Linear, 7, 6),
+            LayerSpec(nn.BatchNorm1d, 6),
+            LayerSpec(nn.Linear, 6, 3),
+        ]
+        model = PipelineModule(
+            layers=layers, num_stages=2, loss_fn=lambda o, y: (o - y).pow(2).mean(), partition_method="uniform"
+        )
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        return deepspeed.initialize(model=model, optimizer=opt, config=_ds_config(1))[0]
+
+    torch.manual_seed(4321)
+    engine = make()
+    g = torch.Generator().manual_seed(3)
+    data = iter([(torch.randn(2, 5, generator=g), torch.randn(2, 3, generator=g)) for _ in range(2)])
+    for _ in range(2):
+        engine.train_batch(data)
+    engine.save_checkpoint(out, tag="global_step2")
+    engine.destroy()
+    _oracle_after_load(out, make)
+
+
+def _write_moe(out: str) -> None:
+    """deepspeed.moe.layer.MoE, 4 experts over ep_size 2 (2 local experts a rank), ZeRO-2
+    fp32: ``layer_0_expert_<id>_mp_rank_00_model_states.pt`` files."""
+    import deepspeed
+    import torch
+    from deepspeed.moe.layer import MoE
+    from deepspeed.moe.utils import split_params_into_different_moe_groups_for_optimizer
+    from torch import nn
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inp = nn.Linear(5, 6)
+            self.moe = MoE(hidden_size=6, expert=nn.Linear(6, 6), num_experts=4, ep_size=2, k=1)
+            self.out = nn.Linear(6, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h, _, _ = self.moe(self.inp(x))
+            return self.out(h)
+
+    def make():
+        model = Net()
+        groups = split_params_into_different_moe_groups_for_optimizer({"params": list(model.parameters()), "name": "p"})
+        opt = torch.optim.AdamW(groups, lr=1e-2)
+        return deepspeed.initialize(model=model, optimizer=opt, config=_ds_config(2))[0]
+
+    torch.manual_seed(4321)
+    engine = make()
+    g = torch.Generator().manual_seed(3 + engine.global_rank)
+    for _ in range(2):
+        loss = engine(torch.randn(2, 4, 5, generator=g)).pow(2).mean()
+        engine.backward(loss)
+        engine.step()
+    engine.save_checkpoint(out, tag="global_step2")
+    engine.destroy()
+    _oracle_after_load(out, make)
+
+
+#: the module-weight layouts (written under ``out/<name>``, with DeepSpeed-loaded oracles;
+#: "pp" last: the pipeline engine leaves DeepSpeed's groups set for engines after it)
+LAYOUTS = {"pp": _write_pp, "moe": _write_moe}
+
+
+def write(out: str, configs: list[tuple[str, str]], world: int = 2, hidden: int = 7, timeout: float = 600) -> None:
     """Run ``world`` ranks writing ``out/z<stage>_<dtype>`` for each of ``configs``."""
     port = _free_port()
     procs = []
@@ -135,8 +243,8 @@ def oracle(pairs: list[tuple[str, str]]) -> None:
         torch.save(get_fp32_state_dict_from_zero_checkpoint(ckpt), out)
 
 
-def _configs(spec: str) -> list[tuple[int, str]]:
-    return [(int(a), b) for a, b in (c.split(":") for c in spec.split(","))]
+def _configs(spec: str) -> list[tuple[str, str]]:
+    return [(a, b) for a, b in (c.split(":") for c in spec.split(","))]
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """DeepSpeed ZeRO checkpoints consolidated without torch.
 
-Oracle: real ZeRO-1/2/3 checkpoints (fp32 and bf16 training) written by DeepSpeed on CPU
+Oracle: real ZeRO-1/2/3 checkpoints (fp32, bf16 and fp16 training) written by DeepSpeed on CPU
 with 2 gloo ranks (``make_zero.py``), and DeepSpeed's own
 ``zero_to_fp32.get_fp32_state_dict_from_zero_checkpoint`` run in a child process: the
 consolidated state dict must be the same names, in the same order, dtypes, shapes and
@@ -26,8 +26,10 @@ pytest.importorskip("deepspeed", reason="DeepSpeed writes the checkpoints and is
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MAKE = os.path.join(HERE, "make_zero.py")
-CONFIGS = [(s, d) for d in ("fp32", "bf16") for s in (1, 2, 3)]
+CONFIGS = [(s, d) for d in ("fp32", "bf16", "fp16") for s in (1, 2, 3)]
 NAMES = [f"z{s}_{d}" for s, d in CONFIGS]
+LAYOUTS = ["moe", "pp"]  # MoE expert files, pipeline-parallel layer files (make_zero.py; MoE first: a
+# pipeline engine leaves DeepSpeed's process groups set for the ones after it)
 
 
 def _run(*args: str) -> None:
@@ -40,12 +42,15 @@ def _run(*args: str) -> None:
 def zero(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, dict]]:
     """``{name: (checkpoint root, zero_to_fp32's state dict)}`` for every config."""
     base = tmp_path_factory.mktemp("zero")
-    _run("write", str(base), ",".join(f"{s}:{d}" for s, d in CONFIGS))
+    _run("write", str(base), ",".join([*(f"{s}:{d}" for s, d in CONFIGS), *(f"{n}:fp32" for n in LAYOUTS)]))
     pairs = []
     for n in NAMES:
         pairs += [str(base / n), str(base / f"{n}.oracle.pt")]
     _run("oracle", *pairs)
-    return {n: (str(base / n), torch.load(base / f"{n}.oracle.pt", weights_only=True)) for n in NAMES}
+    out = {n: (str(base / n), torch.load(base / f"{n}.oracle.pt", weights_only=True)) for n in NAMES}
+    for n in LAYOUTS:  # each rank's module after DeepSpeed's own load_checkpoint
+        out[n] = (str(base / n), {r: torch.load(base / n / f"oracle_rank{r}.pt", weights_only=True) for r in (0, 1)})
+    return out
 
 
 def _same(got: dict, want: dict) -> None:
@@ -55,7 +60,7 @@ def _same(got: dict, want: dict) -> None:
         assert g.dtype.torch_name == str(w.dtype), k
         assert tuple(g.shape) == tuple(w.shape), k
         a = np.ascontiguousarray(g.numpy()).view(np.uint8)
-        b = w.contiguous().view(torch.uint8).numpy() if w.numel() else np.zeros(0, np.uint8)
+        b = w.reshape(-1).contiguous().view(torch.uint8).numpy() if w.numel() else np.zeros(0, np.uint8)
         assert a.tobytes() == b.tobytes(), k
 
 
@@ -252,3 +257,116 @@ def test_convert_to_npz_and_a_sharded_set(zero: dict, tmp_path) -> None:
     assert sorted(got) == sorted(k for k in want if k != "head.weight")
     for k, v in got.items():
         assert torch.equal(v, want[k].detach()), k
+
+
+# -- pipeline-parallel and MoE checkpoints (module weights in several files) -----------
+
+EXPERTS = ".deepspeed_moe.experts.deepspeed_experts."
+
+
+def _loaded_model(name: str, ranks: dict) -> dict:
+    """The whole model as DeepSpeed's load_checkpoint gave it to the ranks: the pipeline
+    stages' modules together (each owns its layers); for MoE, rank 0's module with every
+    rank's local experts under their global ids (``ep_rank * local + local_id``, as
+    ``load_moe_state_dict`` maps them), each after the MoE layer's gate."""
+    if name == "pp":
+        both = {**ranks[0], **ranks[1]}
+        assert len(both) == len(ranks[0]) + len(ranks[1])  # disjoint: one stage a layer
+        return both
+    local = sum(1 for k in ranks[0] if EXPERTS in k and k.endswith(".weight"))
+    out: dict = {}
+    for k, v in ranks[0].items():
+        if EXPERTS in k:
+            continue
+        out[k] = v
+        if k.endswith(".gate.wg.weight"):
+            for r in (0, 1):
+                for k2, v2 in ranks[r].items():
+                    if EXPERTS in k2:
+                        pre, rest = k2.split(EXPERTS)
+                        lid, tail = rest.split(".", 1)
+                        out[f"{pre}{EXPERTS}{r * local + int(lid)}.{tail}"] = v2
+    assert len(out) == len(ranks[0]) + local * 2  # 4 experts, 2 a rank
+    return out
+
+
+@pytest.mark.parametrize("name", LAYOUTS)
+def test_pipeline_and_moe_are_deepspeeds_own_loading(zero: dict, name: str) -> None:
+    root, ranks = zero[name]
+    want = _loaded_model(name, ranks)
+    with torchless.open(root) as art:
+        assert art.format == "deepspeed"
+        got = dict(art.tensors())
+        _same(got, want)
+        info = art.info()
+    assert info["framework"] == "DeepSpeed" and info["world_size"] == 2
+    if name == "pp":
+        assert info["layout"] == "pipeline" and info["pipeline_stages"] == 2 and info["zero_stage"] == 1
+        assert info["layer_files"][0] == "layer_00-model_states.pt" and len(info["layer_files"]) == 5
+        assert "3.num_batches_tracked" in got and not got["3.num_batches_tracked"].is_parameter
+    else:
+        assert info["layout"] == "moe" and info["moe_layers"] == {"moe": 4} and info["zero_stage"] == 2
+        assert len(info["expert_files"]) == 4
+    assert info["parameters"] == sum(v.numel() for k, v in want.items() if v.is_floating_point() and "running" not in k)
+
+
+def test_pipeline_and_moe_convert(zero: dict, tmp_path) -> None:
+    from safetensors.torch import load_file
+
+    for name in LAYOUTS:
+        root, ranks = zero[name]
+        want = _loaded_model(name, ranks)
+        out = tmp_path / f"{name}.safetensors"
+        assert main(["convert", root, str(out)]) == 0
+        got = load_file(str(out))
+        assert list(got) == list(want)
+        for k, v in got.items():
+            assert torch.equal(v, want[k]), k
+
+
+def _bad(root: str, tmp_path, match: str, culprit: str) -> None:
+    with pytest.raises(TorchlessError, match=match or None) as ei, torchless.open(root) as art:
+        dict(art.tensors())
+    assert culprit in str(ei.value)
+    out = tmp_path / "o.safetensors"
+    assert main(["convert", root, str(out)]) == 2
+    assert not out.exists()
+
+
+def test_pipeline_bad_input(zero: dict, tmp_path) -> None:
+    tag = _copy(zero, "pp", tmp_path / "a")
+    os.remove(os.path.join(tag, "layer_02-model_states.pt"))  # a missing layer file
+    _bad(os.path.dirname(tag), tmp_path, "no layer file holds it", "layer_02-model_states.pt")
+    tag = _copy(zero, "pp", tmp_path / "b")
+    os.remove(os.path.join(tag, "mp_rank_01_model_states.pt"))  # a missing stage
+    _bad(os.path.dirname(tag), tmp_path, "needs mp_rank_00..01", "mp_rank_01_model_states.pt")
+    tag = _copy(zero, "pp", tmp_path / "c")
+    victim = os.path.join(tag, "layer_04-model_states.pt")
+    with open(victim, "r+b") as f:  # truncated
+        f.truncate(os.path.getsize(victim) // 2)
+    _bad(os.path.dirname(tag), tmp_path, "", "layer_04-model_states.pt")
+    tag = _copy(zero, "pp", tmp_path / "d")  # a stage of another run (another world size)
+    _rewrite(os.path.join(tag, "mp_rank_01_model_states.pt"), lambda o: o.__setitem__("mp_world_size", 4))
+    _bad(os.path.dirname(tag), tmp_path, "different world sizes", "mp_rank_01_model_states.pt")
+    tag = _copy(zero, "pp", tmp_path / "e")  # a layer file of another model (other shapes)
+    _rewrite(os.path.join(tag, "layer_02-model_states.pt"), lambda o: o.__setitem__("weight", torch.zeros(6, 8)))
+    _bad(os.path.dirname(tag), tmp_path, "does not have the shape", "layer_02-model_states.pt")
+
+
+def test_moe_bad_input(zero: dict, tmp_path) -> None:
+    tag = _copy(zero, "moe", tmp_path / "a")
+    os.remove(os.path.join(tag, "layer_0_expert_3_mp_rank_00_model_states.pt"))  # a missing expert
+    _bad(os.path.dirname(tag), tmp_path, "4 experts", "layer_0_expert_3_mp_rank_00_model_states.pt")
+    tag = _copy(zero, "moe", tmp_path / "b")
+    victim = os.path.join(tag, "layer_0_expert_1_mp_rank_00_model_states.pt")
+    with open(victim, "r+b") as f:  # truncated
+        f.truncate(os.path.getsize(victim) // 2)
+    _bad(os.path.dirname(tag), tmp_path, "", "layer_0_expert_1_mp_rank_00_model_states.pt")
+    tag = _copy(zero, "moe", tmp_path / "c")  # a rank missing
+    os.remove(os.path.join(tag, "zero_pp_rank_1_mp_rank_00_optim_states.pt"))
+    _bad(os.path.dirname(tag), tmp_path, "written by 2 ranks but 1", "global_step2")
+    tag = _copy(zero, "moe", tmp_path / "d")  # an expert of another model (other shapes)
+    victim = os.path.join(tag, "layer_0_expert_2_mp_rank_00_model_states.pt")
+    key = f"moe{EXPERTS}2.weight"
+    _rewrite(victim, lambda o: o.__setitem__(key, torch.zeros(6, 7)))
+    _bad(os.path.dirname(tag), tmp_path, "differ in names or shapes", "layer_0_expert_2_mp_rank_00_model_states.pt")

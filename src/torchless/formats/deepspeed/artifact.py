@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ...core.errors import TorchlessError
 from ...core.findings import Problem
 from ..base import Artifact, LoadPolicy, summarize_tensors
-from .read import ZeroCheckpoint
+from .layers import ModuleCheckpoint, has_module_files
+from .read import ZeroCheckpoint, find_tag_folder
 
 __all__ = ["DeepSpeedArtifact"]
 
@@ -21,7 +23,13 @@ class DeepSpeedArtifact(Artifact):
 
     def __init__(self, path: Any, policy: LoadPolicy | None = None) -> None:
         super().__init__(path, policy)
-        self.checkpoint = ZeroCheckpoint(path, self.policy)
+        folder = find_tag_folder(self.path) if os.path.isdir(self.path) else self.path
+        names = os.listdir(folder) if os.path.isdir(folder) else []
+        self.checkpoint: ZeroCheckpoint | ModuleCheckpoint
+        if has_module_files(names):
+            self.checkpoint = ModuleCheckpoint(path, self.policy)
+        else:
+            self.checkpoint = ZeroCheckpoint(path, self.policy)
 
     def tensors(self) -> Iterator[tuple[str, Any]]:
         return self.checkpoint.tensors()
@@ -29,6 +37,8 @@ class DeepSpeedArtifact(Artifact):
     def info(self) -> dict[str, Any]:
         ck = self.checkpoint
         sd = ck.state_dict()
+        if isinstance(ck, ModuleCheckpoint):
+            return self._module_info(ck, sd)
         out: dict[str, Any] = {
             "format": self.format,
             "path": self.path,
@@ -53,12 +63,24 @@ class DeepSpeedArtifact(Artifact):
         out["parameters"] = sum(t.numel() for t in {id(t): t for t in sd.values() if t.is_parameter}.values())
         return out
 
+    def _module_info(self, ck: ModuleCheckpoint, sd: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "format": self.format,
+            "path": self.path,
+            "framework": "DeepSpeed",
+            "ds_version": ck.ds_version,
+            "tag_folder": ck.folder,
+            **ck.info(),
+        }
+        out.update(summarize_tensors(sd.items()))
+        out["parameters"] = sum(t.numel() for t in sd.values() if t.is_parameter)
+        return out
+
     def verify(self) -> list[Problem]:
         """Every consolidated tensor gathered once, and every rank file's records checked."""
         problems: list[Problem] = []
         ck = self.checkpoint
-        for name in ck.model_files + ck.optim_files:
-            art = ck._arts.get(name)
+        for name, art in list(ck._arts.items()):
             if art is not None:
                 for p in art.verify():
                     problems.append(Problem(p.code, f"{name}: {p.message}", p.member, p.offset, p.severity))

@@ -45,7 +45,9 @@ def _is_tag_folder(folder: str) -> bool:
         names = os.listdir(folder)
     except OSError:
         return False
-    return any(n.endswith(S.OPTIM_SUFFIX) for n in names) and any(n.endswith(S.MODEL_SUFFIX) for n in names)
+    if not any(n.endswith(S.MODEL_SUFFIX) for n in names):
+        return False
+    return any(n.endswith(S.OPTIM_SUFFIX) or S.LAYER_FILE.match(n) or S.EXPERT_FILE.match(n) for n in names)
 
 
 def _read_tag(root: str) -> str:

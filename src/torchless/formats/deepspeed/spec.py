@@ -15,6 +15,11 @@ import re
 __all__ = [
     "BUFFER_NAMES",
     "DS_GLOBALS",
+    "EXPERT_FILE",
+    "EXPERT_KEY",
+    "GATE_KEY",
+    "LAYER_FILE",
+    "MP_MODEL_FILE",
     "FP32_FLAT_GROUPS",
     "FROZEN_PARAM_FRAGMENTS",
     "FROZEN_PARAM_SHAPES",
@@ -80,6 +85,21 @@ PARTS = {
     "sparse_tensor_module_names": "sparse_tensor_module_names",
     "ds_config": "ds_config",
 }
+
+#: a pipeline-parallel layer's file: ``layer_<idx:02d>[-<rank repr>]-model_states.pt``
+#: (``PipelineModule.ckpt_layer_path``; the rank repr names tensor-parallel coordinates)
+LAYER_FILE = re.compile(r"^layer_(\d+)(-[^/]*)?-model_states\.pt$")
+#: an MoE expert's file: ``layer_<moe layer>_expert_<global id>_mp_rank_<mp:02d>_model_states.pt``,
+#: or the older ``expert_<global id>_mp_rank_<mp:02d>_model_states.pt`` (``_get_expert_ckpt_name``)
+EXPERT_FILE = re.compile(r"^(?:layer_(\d+)_)?expert_(\d+)_mp_rank_(\d+)_model_states\.pt$")
+#: the key fragment naming an expert in an MoE layer's state dict, followed by its id
+EXPERT_KEY = ".deepspeed_moe.experts.deepspeed_experts."
+#: the MoE gate's weight (``<layer>.deepspeed_moe.gate.wg.weight``): one row per expert
+GATE_KEY = ".deepspeed_moe.gate.wg.weight"
+#: the model states of one model-parallel (here: pipeline-stage) rank, stages 1 and 2
+MP_MODEL_FILE = re.compile(r"^mp_rank_(\d+)_model_states\.pt$")
+MP_WORLD_SIZE = "mp_world_size"
+DP_WORLD_SIZE = "dp_world_size"
 
 _DIGITS = re.compile(r"(\d+)")
 

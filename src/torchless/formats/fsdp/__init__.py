@@ -1,0 +1,1 @@
+"""FSDP per-rank ``torch.save`` state dicts (FSDP2 DTensors), consolidated without torch."""
