@@ -9,19 +9,22 @@ then saved by torchless (from torchless's result and from torch's objects) and l
 torch with weights_only True/False and mmap=True. A protocol-0 file with tensors, which
 torch refuses, must be refused by torchless too (counted as refusals). Prints the counts
 docs/pt.md records and every failing seed (replay one with ``python tests/pt_fuzz.py SEED``).
+Ctrl-C (SIGINT) stops the run and still prints the counts (prefer --minutes: the
+interrupted case may be counted in part).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import time
-import warnings
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
 import pt_fuzz  # noqa: E402
+import tl_testutil  # noqa: E402
 
 
 def main() -> int:
@@ -30,22 +33,30 @@ def main() -> int:
     ap.add_argument("--start", type=int, default=0)
     ap.add_argument("--minutes", type=float, default=0.0, help="stop after this long (0: run every case)")
     args = ap.parse_args()
-    warnings.simplefilter("ignore")
+    tmp = tl_testutil.long_run_setup()  # one thread, temporary files in RAM
     stats = pt_fuzz.Stats()
     failed: list[tuple[int, str]] = []
-    t0 = time.monotonic()
-    for seed in range(args.start, args.start + args.cases):
-        try:
-            pt_fuzz.run_case(seed, stats)
-        except Exception as e:  # noqa: BLE001 - every failure is reported with its seed
-            failed.append((seed, f"{type(e).__name__}: {str(e)[:200]}"))
-        if args.minutes and time.monotonic() - t0 > args.minutes * 60:
-            print(f"stopped after {args.minutes} minutes at seed {seed}")
-            break
-    dt = time.monotonic() - t0
+    t0, c0 = time.monotonic(), time.process_time()
+    seeds = 0
+    try:
+        for seed in range(args.start, args.start + args.cases):
+            try:
+                pt_fuzz.run_case(seed, stats)
+            except Exception as e:  # noqa: BLE001 - every failure is reported with its seed
+                failed.append((seed, f"{type(e).__name__}: {str(e)[:200]}"))
+            seeds += 1
+            if args.minutes and time.monotonic() - t0 > args.minutes * 60:
+                print(f"stopped after {args.minutes} minutes at seed {seed}")
+                break
+    except KeyboardInterrupt:
+        print(f"interrupted in seed {args.start + seeds} (not in the seed count; its case may be counted in part)")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    dt, cpu = time.monotonic() - t0, time.process_time() - c0
     print(
-        f"cases {stats.cases} (failed {len(failed)}), refusals {stats.refusals}, tensors {stats.tensors},"
-        f" writes {stats.writes} x 3 torch loads, {dt:.0f} s"
+        f"seeds {args.start}..{args.start + seeds - 1} ({seeds}): cases {stats.cases} (failed {len(failed)}),"
+        f" refusals {stats.refusals}, tensors {stats.tensors}, writes {stats.writes} x 3 torch loads,"
+        f" {dt:.0f} s ({cpu:.0f} CPU s, {seeds / max(cpu, 1e-9):.1f} seeds per CPU s)"
     )
     print("layouts", dict(sorted(stats.by_layout.items())), "protocols", dict(sorted(stats.by_protocol.items())))
     print("dtypes", len(stats.dtypes), ", ".join(sorted(stats.dtypes)))

@@ -1,24 +1,27 @@
 """Long open-world differential runs of the tensor writers against the real readers (issue 31).
 
-    PYTHONPATH=src python scripts/fuzz_writers.py --cases 2000 [--start 0]
+    PYTHONPATH=src python scripts/fuzz_writers.py --cases 2000 [--start 0] [--minutes 9]
 
 Each case (``tests/writers_fuzz.py``) is a random dict of torch tensors written by
-``torchless.write_tensors`` and by ``torchless.convert`` from a ``torch.save`` file to
-``.safetensors``, a sharded safetensors set, ``.npz`` and ``.pt``, and read back by
-safetensors, numpy and torch. Prints the counts docs/robustness.md records and every
-failing seed (replay one with ``python tests/writers_fuzz.py SEED``).
+``torchless.write_tensors`` and by ``torchless.convert`` from a ``torch.save`` file and a
+DCP folder to ``.safetensors``, a sharded safetensors set, ``.npz`` and ``.pt``, and read
+back by safetensors, numpy and torch. Prints the counts docs/robustness.md records and
+every failing seed (replay one with ``python tests/writers_fuzz.py SEED``). Ctrl-C
+(SIGINT) stops the run and still prints the counts (prefer --minutes: the interrupted
+case may be counted in part).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import time
-import warnings
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
+import tl_testutil  # noqa: E402
 import writers_fuzz  # noqa: E402
 
 
@@ -26,18 +29,32 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", type=int, default=2000)
     ap.add_argument("--start", type=int, default=0)
+    ap.add_argument("--minutes", type=float, default=0.0, help="stop after this long (0: run every case)")
     args = ap.parse_args()
-    warnings.simplefilter("ignore")
+    tmp = tl_testutil.long_run_setup()  # one thread, temporary files in RAM
     stats = writers_fuzz.Stats()
     failed: list[tuple[int, str]] = []
-    t0 = time.monotonic()
-    for seed in range(args.start, args.start + args.cases):
-        try:
-            writers_fuzz.run_case(seed, stats)
-        except Exception as e:  # noqa: BLE001 - every failure is reported with its seed
-            failed.append((seed, f"{type(e).__name__}: {str(e)[:200]}"))
-    dt = time.monotonic() - t0
-    print(f"{stats.cases} cases in {dt:.0f} s: {stats.writes} writes read back by the real tools, {stats.refusals} refusals")
+    t0, c0 = time.monotonic(), time.process_time()
+    seeds = 0
+    try:
+        for seed in range(args.start, args.start + args.cases):
+            try:
+                writers_fuzz.run_case(seed, stats)
+            except Exception as e:  # noqa: BLE001 - every failure is reported with its seed
+                failed.append((seed, f"{type(e).__name__}: {str(e)[:200]}"))
+            seeds += 1
+            if args.minutes and time.monotonic() - t0 > args.minutes * 60:
+                break
+    except KeyboardInterrupt:
+        print(f"interrupted in seed {args.start + seeds} (not in the seed count; its case may be counted in part)")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    dt, cpu = time.monotonic() - t0, time.process_time() - c0
+    print(
+        f"seeds {args.start}..{args.start + seeds - 1}: {stats.cases} cases in {dt:.0f} s ({cpu:.0f} CPU s,"
+        f" {seeds / max(cpu, 1e-9):.1f} seeds per CPU s): {stats.writes} writes read back by the real tools,"
+        f" {stats.refusals} refusals"
+    )
     print(f"  writes by destination: {stats.by_dest}")
     print(f"  compared with the real writer's file: {stats.compared_with_real_writer}")
     print(f"  refusals by reason: {stats.refusals_by_reason}")

@@ -277,10 +277,44 @@ def _edit_and_run(target: str, m: Any, x: Any, w: dict[str, np.ndarray], d: str,
     from torchless.formats.onnx.write import set_weights as onnx_set
 
     dynamo = bool(rng.random() < 0.25)
-    torch.onnx.export(m, (x,), src, dynamo=dynamo, input_names=["x"])
+    with _torchlib_registry_once():
+        torch.onnx.export(m, (x,), src, dynamo=dynamo, input_names=["x"])
     onnx_set(src, w, out)
     sess = ort.InferenceSession(out, providers=["CPUExecutionProvider"])
     return sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0]
+
+
+_REGISTRIES: dict[Any, Any] = {}
+
+
+@contextlib.contextmanager
+def _torchlib_registry_once() -> Any:
+    """The dynamo ONNX exporter rebuilds its registry of ONNX functions from onnxscript's
+    torchlib on every export (~2 s, most of a dynamo case). While this is active it is
+    built once per process and opset, and each export gets its own copy (the table of
+    functions copied, so nothing an export registers reaches the next); the exported
+    model is the same. Only around the harness's own export call: other tests see torch
+    unchanged."""
+    from torch.onnx._internal.exporter import _registration
+
+    cls = _registration.ONNXRegistry
+    original = cls.__dict__["from_torchlib"]
+
+    def from_torchlib(klass: Any, *args: Any, **kw: Any) -> Any:
+        key = (klass, args, tuple(sorted(kw.items())))
+        built = _REGISTRIES.get(key)
+        if built is None:
+            built = _REGISTRIES[key] = original.__func__(klass, *args, **kw)
+        reg = klass()
+        reg.__dict__.update(built.__dict__)
+        reg.functions = {k: list(v) for k, v in built.functions.items()}
+        return reg
+
+    cls.from_torchlib = classmethod(from_torchlib)
+    try:
+        yield
+    finally:
+        cls.from_torchlib = original
 
 
 if __name__ == "__main__":  # pragma: no cover - replay one seed

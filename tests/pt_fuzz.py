@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from tl_testutil import assert_tensor_matches, torch_value_bytes
+from tl_testutil import assert_tensor_matches, torch_value_bytes, untyped_storage_bytes
 
 import torchless
 from torchless.core.tensor import JaggedTensor, NestedTensor, SparseTensor, Tensor
@@ -443,7 +443,7 @@ def compare(tl: Any, tt: Any, path: str = "", seen: dict | None = None) -> None:
             # and widens (quieting NaNs)
             wide = torch.empty(tt.shape, dtype=torch.complex64)
             wide.copy_(tt.detach().resolve_conj().resolve_neg())
-            assert np.ascontiguousarray(tl.numpy()).tobytes() == bytes(wide.untyped_storage()), path
+            assert np.ascontiguousarray(tl.numpy()).tobytes() == untyped_storage_bytes(wide.untyped_storage()), path
         elif lazy_bit:
             # the sign bit of a NaN after applying a neg/conj bit differs between torch's
             # vectorized and scalar kernels; values are compared with NaN == NaN

@@ -63,7 +63,15 @@ def assert_same_state(a: dict[str, Any], b: dict[str, Any]) -> None:
 
 def torch_storage_bytes(t: Any) -> bytes:
     """All bytes of a torch tensor's storage (the whole storage, not just the view)."""
-    return bytes(t.untyped_storage())
+    return untyped_storage_bytes(t.untyped_storage())
+
+
+def untyped_storage_bytes(us: Any) -> bytes:
+    """The bytes of a torch ``UntypedStorage``, through one uint8 view of it
+    (``bytes(storage)`` indexes it byte by byte, a Python call each)."""
+    import torch
+
+    return torch.empty(0, dtype=torch.uint8).set_(us).numpy().tobytes()
 
 
 def torch_value_bytes(t: Any) -> bytes:
@@ -76,7 +84,7 @@ def torch_value_bytes(t: Any) -> bytes:
         t = t.resolve_neg()
     c = torch.empty(t.shape, dtype=t.dtype)
     c.copy_(t)
-    return bytes(c.untyped_storage())
+    return untyped_storage_bytes(c.untyped_storage())
 
 
 def assert_tensor_matches(tl: Any, tt: Any, *, values: bool = True) -> None:
@@ -384,3 +392,27 @@ def run_daily_fuzz(
             if time.monotonic() - t0 > seconds:
                 break
     print(stats)
+
+
+def long_run_setup() -> str:
+    """Process settings for a long fuzz run (``scripts/fuzz_*.py``); none changes what a
+    case builds or compares. torch runs on one thread: its intra-op pool costs far more
+    than it saves on these tiny tensors (``to_dense`` of a small uncoalesced COO tensor
+    takes ~6 ms on two threads, ~6 us on one). Temporary files (the cases' folders, the
+    ``mmap=True`` loads) go to a new folder on a RAM-backed file system where there is
+    one: removing folders and DCP's fsync on the shared disk cost more than a case.
+    Warnings and torch's log lines are off. Returns the folder (the caller removes it)."""
+    import logging
+    import os
+    import tempfile
+    import warnings
+
+    import torch
+
+    torch.set_num_threads(1)
+    warnings.simplefilter("ignore")
+    logging.getLogger("torch").setLevel(logging.ERROR)
+    ram = "/dev/shm"
+    where = ram if os.path.isdir(ram) and os.access(ram, os.W_OK) else None
+    tempfile.tempdir = tempfile.mkdtemp(prefix="tlfuzz", dir=where)
+    return tempfile.tempdir

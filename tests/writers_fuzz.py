@@ -198,10 +198,14 @@ def expected_refusal(sd: dict[str, Any], dest: str) -> str | None:
 
 
 def _bits(t: Any) -> bytes:
+    """The values' bytes in C order. Copied into a new tensor: ``contiguous()`` keeps a
+    view whose size-1 dimensions have other strides (shape (1, 1), strides (1, 2)), and
+    its flattening then cannot be viewed as bytes."""
     import torch
 
-    c = t.detach().contiguous().reshape(-1)
-    return c.view(torch.uint8).numpy().tobytes() if c.numel() else b""
+    c = torch.empty(tuple(t.shape), dtype=t.dtype)
+    c.copy_(t.detach())
+    return c.reshape(-1).view(torch.uint8).numpy().tobytes() if c.numel() else b""
 
 
 def _same(got: Any, want: Any, what: str) -> None:

@@ -35,3 +35,13 @@ def test_writers_against_the_real_readers(tmp_path):
     )
     assert stats.cases >= 10, stats
     assert stats.writes and stats.refusals, stats
+
+
+@pytest.mark.parametrize("seed", [2001159])
+def test_writers_seeds_the_long_runs_failed(seed, tmp_path):
+    """Seeds a long run failed on, replayed. 2001159: a transposed view of shape (1, 1)
+    and strides (1, 2), saved to .pt and loaded by torch with those strides; the harness's
+    byte comparison raised instead of comparing (the harness's bug, not torchless's)."""
+    stats = writers_fuzz.Stats()
+    writers_fuzz.run_case(seed, stats, str(tmp_path))
+    assert stats.cases == 1 and stats.writes, stats
