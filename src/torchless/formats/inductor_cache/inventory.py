@@ -64,6 +64,7 @@ __all__ = [
     "entry_source",
     "inventory",
     "resolve_cache_dir",
+    "locate_cache_dir",
 ]
 
 KINDS = (
@@ -109,10 +110,10 @@ def resolve_cache_dir(path: Any = None) -> str:
     Like torch's ``cache_dir()`` the result is made absolute (an empty variable means the
     current folder); unlike it, nothing is created or exported.
     """
-    return _locate_cache_dir(path)[1]
+    return locate_cache_dir(path)[1]
 
 
-def _locate_cache_dir(path: Any) -> tuple[Store, str]:
+def locate_cache_dir(path: Any) -> tuple[Store, str]:
     """``(store, folder)`` of :func:`resolve_cache_dir`: the location resolved once, here."""
     if path is not None:
         store, p = resolve(os.fspath(path))  # file:// URLs name a local folder
@@ -387,7 +388,7 @@ def inventory(
         UsageError: ``path`` is a file.
         LimitError: more than ``max_files`` entries.
     """
-    store, root = _locate_cache_dir(path)
+    store, root = locate_cache_dir(path)
     inv = CacheInventory(root, scanned_at=time.time(), store=store)
     store = inv.store
     if store.remote:
