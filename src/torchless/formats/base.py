@@ -239,11 +239,14 @@ class Probe:
             name; a URL: a :class:`~torchless.io.remote.RemotePath`).
         is_dir: True for directories (DCP checkpoints, caches, unpacked packages).
         head: the first 4096 bytes of a file (empty for directories).
+        store: the :class:`~torchless.io.store.Store` holding :attr:`path`, resolved once
+            where the location entered (:meth:`of`); sniffers that look at a folder's files
+            ask it (a probe of bytes: the local store, with nothing beside it).
     """
 
-    __slots__ = ("_text", "_path", "is_dir", "head", "_reader", "_records", "_zip_done", "_source")
+    __slots__ = ("_text", "_path", "is_dir", "head", "_reader", "_records", "_zip_done", "_source", "_store", "_given")
 
-    def __init__(self, path: Any, is_dir: bool, head: bytes, *, _source: Any = None) -> None:
+    def __init__(self, path: Any, is_dir: bool, head: bytes, *, _source: Any = None, store: Any = None) -> None:
         # ``path``: a Path, a RemotePath, or the text of a path that pathlib would spell
         # the same (:func:`_plain_path`), whose Path is made when first asked for: detection
         # of a file needs only its name, and importing pathlib is a noticeable part of the
@@ -256,6 +259,8 @@ class Probe:
         self._records: list[str] | None = None
         self._zip_done = False
         self._source = _source  # a byte source's bytes (remote, nested), shared with the zip reader
+        self._store = store  # None: the local store (looked up when first asked: start-up)
+        self._given: str | None = None  # the location as the caller gave it (see store_of)
 
     def __repr__(self) -> str:
         return f"Probe(path={self.path!r}, is_dir={self.is_dir!r}, head={self.head!r})"
@@ -264,6 +269,15 @@ class Probe:
     def text(self) -> str:
         """The path or URL as text (no pathlib import: the command line's start-up)."""
         return self._text
+
+    @property
+    def store(self) -> Any:
+        """The store holding :attr:`path` (see the class's attributes)."""
+        if self._store is None:
+            from ..io.store import LOCAL
+
+            self._store = LOCAL
+        return self._store
 
     @property
     def path(self) -> Any:
@@ -281,12 +295,33 @@ class Probe:
                 expected="str or os.PathLike (torchless.open also takes a checkpoint's bytes)",
                 found=type(path).__name__,
             )
+        given = os.fspath(path)
         if isinstance(path, str) and "://" in path:
             from ..io.store import resolve
 
             store, path = resolve(path)  # a file:// URL names a local path
             if store.remote:
-                return cls._of_url(path)
+                probe = cls._of_url(path, store)
+                probe._given = given
+                return probe
+        probe = cls._of_local(path)
+        if os.fspath(path) == given:  # (not a file:// URL read as the local path it names)
+            probe._given = given
+        return probe
+
+    def store_of(self, path: Any) -> Any:
+        """The store detection resolved for ``path`` when ``path`` is the location this probe
+        was made of (a handler passes it to its artifact: the location is not asked again),
+        else None (a ``file://`` URL, which detection read as the local path it names, is
+        opened as given: its artifact resolves it)."""
+        return (
+            self.store
+            if self._given is not None and isinstance(path, (str, os.PathLike)) and os.fspath(path) == self._given
+            else None
+        )
+
+    @classmethod
+    def _of_local(cls, path: Any) -> Probe:
         where: Any = os.fspath(path)
         if not _plain_path(where):
             from pathlib import Path
@@ -302,17 +337,17 @@ class Probe:
         return cls(where, False, head)
 
     @classmethod
-    def _of_url(cls, url: str) -> Probe:
+    def _of_url(cls, url: str, store: Any) -> Probe:
         from ..io import remote
 
         # a RemotePath stands where detection expects a Path: it has the Path members that
         # sniffers use (name, suffix, /, is_dir, exists) but is a str, not a Path
         if remote.isdir(url):
-            return cls(remote.RemotePath(url), True, b"")
+            return cls(remote.RemotePath(url), True, b"", store=store)
         from ..io.source import RemoteSource
 
         src = RemoteSource(url)
-        return cls(remote.RemotePath(url), False, src.read_at(0, min(4096, src.size)), _source=src)
+        return cls(remote.RemotePath(url), False, src.read_at(0, min(4096, src.size)), _source=src, store=store)
 
     @classmethod
     def of_source(cls, data: Any, name: str = "<bytes>") -> Probe:
@@ -544,10 +579,30 @@ class Artifact:
     #: the load policy, decided once when the artifact is opened
     policy: LoadPolicy = LoadPolicy()
 
-    def __init__(self, path: Any, policy: LoadPolicy | None = None) -> None:
+    def __init__(self, path: Any, policy: LoadPolicy | None = None, *, store: Any = None) -> None:
         self.path = os.fspath(path)
         self.policy = policy if policy is not None else LoadPolicy()
         self._index: dict[str, Any] | None = None
+        if store is not None:
+            self._store = store
+
+    #: the store given at construction (None: looked up from the path when first asked)
+    _store: Any = None
+
+    @property
+    def store(self) -> Any:
+        """The :class:`~torchless.io.store.Store` holding :attr:`path`: the one its
+        location resolved to where it entered (detection's probe, handed over by the
+        handler); an artifact made directly of a path or URL resolves it here, once."""
+        if self._store is None:
+            from ..io.store import store_for
+
+            self._store = store_for(self.path)
+        return self._store
+
+    @store.setter
+    def store(self, value: Any) -> None:
+        self._store = value
 
     @property
     def weights_only(self) -> bool:

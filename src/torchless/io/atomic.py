@@ -48,13 +48,14 @@ from typing import Any, BinaryIO
 
 from ..core.errors import InternalError, WriteError
 from .source import PathLike
-from .store import resolve, store_for
+from .store import Store, resolve
 
 __all__ = [
     "AtomicFile",
     "AtomicDir",
     "atomic_write_bytes",
     "make_folder_for",
+    "target",
     "publish",
     "clean_stale",
     "holding_signals",
@@ -519,14 +520,18 @@ class AtomicFile:
         path: the target.
         durable: fsync before the rename (power-loss safety; slower).
         dest: the path errors name when ``path`` is itself inside a staging folder.
+        store: the :class:`~torchless.io.store.Store` ``path`` is in, as the writer's
+            entry resolved it (None: ``path`` is resolved here, once).
 
     Example:
         >>> with AtomicFile("out.bin") as f:     # doctest: +SKIP
         ...     f.file.write(b"...")
     """
 
-    def __init__(self, path: PathLike, *, durable: bool = False, dest: PathLike | None = None) -> None:
-        store, self.path = resolve(os.fspath(path))  # where it is published, asked once
+    def __init__(
+        self, path: PathLike, *, durable: bool = False, dest: PathLike | None = None, store: Store | None = None
+    ) -> None:
+        store, self.path = target(path, store)  # where it is published, asked once
         self.durable = durable
         self.dest = os.fspath(dest) if dest is not None else self.path  # the name errors give
         self.url = self.path if store.remote else None
@@ -647,8 +652,8 @@ class AtomicDir:
             ``merge``), or a file of the output is already there.
     """
 
-    def __init__(self, path: PathLike, *, merge: bool = False, replace: bool = False) -> None:
-        store, self.path = resolve(os.fspath(path))  # where it is published, asked once
+    def __init__(self, path: PathLike, *, merge: bool = False, replace: bool = False, store: Store | None = None) -> None:
+        store, self.path = target(path, store)  # where it is published, asked once (``store``: as for AtomicFile)
         self.merge = merge
         self.replace = replace
         self.url = self.path if store.remote else None
@@ -851,13 +856,28 @@ def _umask() -> int:
     return mask
 
 
-def make_folder_for(path: Any) -> None:
+def make_folder_for(path: Any, store: Store | None = None) -> None:
     """Create the folder that will hold ``path``, with its missing parents, as
     ``save_pretrained`` creates its directory (sharded outputs); nothing for a URL (object
-    stores have no folders to make) or a name in the current folder."""
-    folder = os.path.dirname(os.fspath(path)) if isinstance(path, (str, os.PathLike)) else ""
-    if folder and not store_for(path).remote:
+    stores have no folders to make; a ``file://`` URL included) or a name in the current
+    folder. ``store``: as for :class:`AtomicFile`."""
+    if not isinstance(path, (str, os.PathLike)):
+        return
+    folder = os.path.dirname(os.fspath(path))
+    if not folder:
+        return
+    store, local = target(path, store)
+    if not store.remote and local == os.fspath(path):  # (not a URL as given)
         os.makedirs(folder, exist_ok=True)
+
+
+def target(path: PathLike, store: Store | None = None) -> tuple[Store, str]:
+    """``(store, path)`` of an output: the store its writer's entry resolved (``path`` kept
+    as given), or, without one, ``path`` resolved here (a ``file://`` URL becomes the local
+    path it names): the one place the outputs of this module resolve a location."""
+    if store is not None:
+        return store, os.fspath(path)
+    return resolve(os.fspath(path))
 
 
 def atomic_write_bytes(path: PathLike, data: bytes) -> None:

@@ -108,7 +108,7 @@ def check_digests(path: str, *, sha256: str | None = None, manifest: str | None 
     """
     from .store import store_for
 
-    if store_for(path).remote or (manifest is not None and store_for(manifest).remote):
+    if any(store_for(p).remote for p in (path, manifest) if p is not None):  # (both asked in one place)
         raise UsageError("--sha256 and --manifest check local files only", path=path)
     digests: list[Digest] = []
     problems: list[Problem] = []

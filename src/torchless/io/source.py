@@ -570,9 +570,9 @@ def open_source(src: Any, name: str | None = None) -> ByteSource:
         return src
     if isinstance(src, (bytes, bytearray, memoryview)):
         return BytesSource(src, name or "<bytes>")
-    if isinstance(src, str) and remote.is_url(src):
-        src = remote.local_path(src)
-        if isinstance(src, str) and remote.is_url(src):
+    if isinstance(src, str):
+        src = remote.local_path(src)  # a file:// URL names a local path
+        if remote.is_url(src):
             return RemoteSource(src)
     if isinstance(src, (str, os.PathLike)):
         return MmapSource(src)

@@ -28,7 +28,8 @@ class Piece:
     """``length`` bytes at ``offset`` of an output file.
 
     ``kind``: ``"bytes"`` (``data``), ``"copy"`` (``length`` bytes of file ``src`` at
-    ``src_offset``), ``"rows"`` (the C-order bytes of block ``offsets``/``sizes`` of tensor
+    ``src_offset``; ``remote``: ``src`` is a URL's object, as its planner's store said),
+    ``"rows"`` (the C-order bytes of block ``offsets``/``sizes`` of tensor
     ``fqn`` of checkpoint ``src``: a row range of a larger block when split), ``"ptitem"``
     (the block written whole by the task's ``item_writer``: one ``torch.save`` stream),
     ``"seal"`` (the tail of an item split over tasks, a ``torch.save`` item's: filled in
@@ -46,6 +47,7 @@ class Piece:
     sizes: tuple[int, ...] = ()
     dtype: str = ""
     item: int = -1  # a split item's number: its payload rows' CRCs are joined by item
+    remote: bool = False  # a "copy" piece's ``src`` is read by ranges (its source's store is remote)
 
     def key(self) -> tuple:
         return (self.offset, self.length, self.kind, self.src, self.src_offset, self.fqn, self.offsets, self.sizes)

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..io import remote
-from ..io.store import store_for
+from ..io.store import LOCAL, store_for
 from .plan import OutputFile
 
 __all__ = ["LocalDirStaging", "LocalFilesStaging", "RemoteStaging", "remote_staging_for", "cleanup", "STAGING", "MANIFEST"]
@@ -91,7 +91,7 @@ class LocalDirStaging(_Staging):
             mine = temp_path(parent, "dir")
             os.rename(adopted, mine)
             adopted = mine
-        self.out = AtomicDir(dst, merge=True)
+        self.out = AtomicDir(dst, merge=True, store=LOCAL)  # (a local destination, resolved by the job's entry)
         self.root = self.out.tmp
         self.keep = resume
         if resume:  # an interrupted resumable job keeps its staging folder for the next --resume

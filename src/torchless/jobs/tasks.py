@@ -26,7 +26,6 @@ from ..core.errors import InternalError
 from ..io import remote
 from ..io.atomic import fault_tick, write_error
 from ..io.source import RemoteSource, pread_into
-from ..io.store import store_for
 from .hooks import current_rss, task_fault
 from .plan import Piece, RangeTask
 
@@ -169,7 +168,7 @@ def _write_piece(task: RangeTask, p: Piece, sink: _Sink, items: dict[int, list[i
     if p.kind in ("bytes", "seal"):
         sink.write(p.data)
     elif p.kind == "copy":
-        _copy(p.src, p.src_offset, p.length, sink)
+        _copy(p.src, p.src_offset, p.length, sink, p.remote)
     elif p.kind == "rows":
         block = _source(task.opener, p.src, task.weights_only).read_block(p.fqn, p.offsets, p.sizes)
         if p.item >= 0:
@@ -189,9 +188,9 @@ def _write_piece(task: RangeTask, p: Piece, sink: _Sink, items: dict[int, list[i
         raise InternalError(f"unknown piece kind {p.kind!r}")
 
 
-def _copy(src: str, offset: int, length: int, sink: _Sink) -> None:
+def _copy(src: str, offset: int, length: int, sink: _Sink, at_url: bool) -> None:
     step = 16 << 20
-    if store_for(src).remote:
+    if at_url:  # (the planner's store said so: the location is not asked again)
         rs = RemoteSource(src)
         for done in range(0, length, step):
             sink.write(rs.read_at(offset + done, min(step, length - done), what="chunk"))

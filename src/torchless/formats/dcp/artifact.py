@@ -21,9 +21,10 @@ class DCPArtifact(Artifact):
 
     format = "dcp"
 
-    def __init__(self, path: Any, policy: LoadPolicy | None = None) -> None:
-        super().__init__(path, policy)
-        self.reader = open_reader(path)
+    def __init__(self, path: Any, policy: LoadPolicy | None = None, *, store: Any = None) -> None:
+        super().__init__(path, policy, store=store)
+        self.reader = open_reader(path, store)
+        self.store = self.reader.store
 
     @property
     def metadata(self) -> Metadata:

@@ -39,9 +39,14 @@ def is_metadata_name(name: str) -> bool:
     return name.endswith(METADATA_NAME)
 
 
-def _store(p: Any) -> Any:
-    """The store of folder ``p`` (:func:`torchless.io.store.store_for`; imported here, so
-    that importing this module for detection stays light)."""
+def store_of(p: Any, store: Any = None) -> Any:
+    """``store`` when the caller has it (resolved where the location entered: detection's
+    probe, the public API), else the store of folder ``p``, resolved here: the one place
+    the DCP readers resolve a location that was handed to them bare (a :class:`DCPReader`
+    made directly of a path or URL). Imported lazily, so that importing this module for
+    detection stays light."""
+    if store is not None:
+        return store
     from ...io.store import store_for
 
     return store_for(p)
@@ -53,29 +58,29 @@ def _NotFound() -> type[Exception]:  # noqa: N802
     return NotFoundError
 
 
-def rank_metadata_names(path: Any) -> list[str]:
-    """The per-rank ``__<rank>.metadata`` files in ``path``, by rank."""
+def rank_metadata_names(path: Any, store: Any = None) -> list[str]:
+    """The per-rank ``__<rank>.metadata`` files in ``path`` (in ``store``), by rank."""
     try:
         p = os.fspath(path)
-        names = _store(p).list(p)
+        names = store_of(p, store).list(p)
     except (OSError, _NotFound()):
         return []
     found = [(int(m.group(1)), n) for n in names if (m := RANK_METADATA.match(n))]
     return [n for _r, n in sorted(found)]
 
 
-def has_metadata(path: Any) -> bool:
-    """A DCP checkpoint folder: ``.metadata``, or per-rank ``__<rank>.metadata`` files."""
+def has_metadata(path: Any, store: Any) -> bool:
+    """A DCP checkpoint folder: ``.metadata``, or per-rank ``__<rank>.metadata`` files
+    (``store``: the store holding ``path``)."""
     p = os.fspath(path)
-    store = _store(p)
     # at a URL a HEAD request first: servers that cannot list folders (plain HTTP) serve it
     # too; a store that cannot answer raises: it must not make this "not a DCP checkpoint"
-    return store.isfile(store.join(p, METADATA_NAME), "cannot check for the DCP metadata") or bool(rank_metadata_names(p))
+    return store.isfile(store.join(p, METADATA_NAME), "cannot check for the DCP metadata") or bool(rank_metadata_names(p, store))
 
 
-def is_hf_dir(path: Any) -> bool:
+def is_hf_dir(path: Any, store: Any) -> bool:
+    """A folder of ``.safetensors`` files (DCP's Hugging Face layout) in ``store``."""
     p = os.fspath(path)
-    store = _store(p)
     try:
         if store.remote:  # (a listing names objects: no check of each)
             return store.isdir(p) and any(n.endswith(HF_SUFFIX) for n in store.list(p))

@@ -26,9 +26,9 @@ class DCPHandler(FormatHandler):
     def sniff(self, probe: Probe) -> bool:
         if not probe.is_dir:
             return False
-        return has_metadata(probe.path) or is_hf_dir(probe.path)
+        return has_metadata(probe.path, probe.store) or is_hf_dir(probe.path, probe.store)
 
     def _open(self, path: Any, policy: LoadPolicy, probe: Probe | None) -> _artifact.DCPArtifact:
         if probe is not None:
             probe.close()
-        return _artifact.DCPArtifact(path, policy)
+        return _artifact.DCPArtifact(path, policy, store=probe.store_of(path) if probe is not None else None)

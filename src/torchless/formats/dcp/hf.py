@@ -18,9 +18,8 @@ from typing import Any
 from ...core import jsonsafe
 from ...core.errors import FormatError, NotFoundError, short_repr
 from ...io.source import MmapSource
-from ...io.store import store_for
 from ..safetensors import read_safetensors
-from .constants import SAVED_OFFSETS, SHARDING_KEY
+from .constants import SAVED_OFFSETS, SHARDING_KEY, store_of
 from .read import ChunkRef
 from .reader import DCPReader
 from .spec import (
@@ -55,11 +54,11 @@ def _contiguous(sizes: tuple[int, ...]) -> tuple[int, ...]:
 class HFReader(DCPReader):
     """A directory of (sharded) safetensors files read as one DCP checkpoint."""
 
-    def __init__(self, path: Any) -> None:  # noqa: D107 - parent's contract
+    def __init__(self, path: Any, *, store: Any = None) -> None:  # noqa: D107 - parent's contract
         self.path = os.fspath(path)
-        self.store = store_for(self.path)
+        self.store = store_of(self.path, store)
         self.remote = self.store.remote  # a folder at a URL: listed, then read by ranges
-        if not is_hf_dir(self.path):
+        if not is_hf_dir(self.path, self.store):
             raise NotFoundError("no .safetensors files in the directory", path=self.path)
         self._fds = {}
         self._blobs = {}

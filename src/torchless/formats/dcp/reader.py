@@ -39,12 +39,12 @@ from ...core.findings import Problem
 from ...core.settings import SETTINGS
 from ...core.tensor import _PACKED, Storage, Tensor
 from ...io.source import ByteSource, BytesSource, SliceSource
-from ...io.store import Store, store_for
+from ...io.store import Store
 from ...pickle.fastpath import FALLBACK, OnceResolver, fast_tensor, tensor_frame
 from ...pickle.globals import AllowlistResolver
 from ...pickle.torch_globals import DEFAULT_ALLOWLIST
 from ..pt.spec import DATA_PKL
-from .constants import SAVED_OFFSETS, SHARDING_KEY
+from .constants import SAVED_OFFSETS, SHARDING_KEY, store_of
 from .items import BATCH_ITEMS as _BATCH_ITEMS
 from .items import PREFAULT_MAX as _PREFAULT_MAX
 from .items import TEMPLATES as _TEMPLATES
@@ -88,7 +88,7 @@ class DCPReader:
     general_only = False
     #: a checkpoint at a URL (read by ranges through :mod:`torchless.io.remote`)
     remote = False
-    #: where its files live (:func:`torchless.io.store.store_for` of its path)
+    #: where its files live (the store its location resolved to, handed in by its opener)
     store: Store
     #: :meth:`locate_many` checks the items of a file as arrays from this many on (tests
     #: set 0 to run the batch on every call)
@@ -96,9 +96,9 @@ class DCPReader:
     #: set by close(): reads that need a file raise UsageError from then on
     _closed = False
 
-    def __init__(self, path: Any, *, metadata: Metadata | None = None) -> None:
+    def __init__(self, path: Any, *, metadata: Metadata | None = None, store: Store | None = None) -> None:
         self.path = os.fspath(path)
-        self.store = store_for(self.path)
+        self.store = store_of(self.path, store)  # as its opener resolved it (or here, made directly)
         self.remote = self.store.remote
         if not self.store.isdir(self.path):
             raise NotFoundError("not a DCP checkpoint directory", path=self.path)

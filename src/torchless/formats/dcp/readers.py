@@ -10,17 +10,19 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .constants import has_metadata, is_hf_dir
+from .constants import has_metadata, is_hf_dir, store_of
 from .hf import HFReader
 from .reader import DCPReader
 
 __all__ = ["open_reader"]
 
 
-def open_reader(path: Any) -> DCPReader:
+def open_reader(path: Any, store: Any = None) -> DCPReader:
     """A :class:`DCPReader` for a DCP directory (``.metadata``), or an
-    :class:`~.hf.HFReader` for a directory of (DCP-sharded) safetensors files."""
+    :class:`~.hf.HFReader` for a directory of (DCP-sharded) safetensors files.
+    ``store``: the store holding ``path``, as its caller resolved it (None: resolved here)."""
     p = os.fspath(path)
-    if not has_metadata(p) and is_hf_dir(p):
-        return HFReader(p)
-    return DCPReader(p)
+    store = store_of(p, store)
+    if not has_metadata(p, store) and is_hf_dir(p, store):
+        return HFReader(p, store=store)
+    return DCPReader(p, store=store)

@@ -233,8 +233,8 @@ class FileSource:
 class _DCPSource:
     """A DCP directory as a source (wraps :class:`DCPReader`)."""
 
-    def __init__(self, path: Any) -> None:
-        self.reader = open_reader(path)
+    def __init__(self, path: Any, store: Store) -> None:
+        self.reader = open_reader(path, store)
         self.path = self.reader.path
         self.entries = self.reader.entries
         self.planner_data = self.reader.metadata.planner_data
@@ -259,9 +259,11 @@ class _DCPSource:
 
 
 def open_source_checkpoint(path: Any, *, weights_only: bool = True) -> Any:
+    """The checkpoint to reshard (a DCP folder or any file): the source's location enters
+    here (the public :func:`reshard`, and each task's worker), resolved once."""
     store, p = resolve(os.fspath(path))
     if store.isdir(p):
-        return _DCPSource(p)
+        return _DCPSource(p, store)
     if not store.remote and not os.path.exists(p):  # (a URL's reader says it is missing)
         raise NotFoundError("no such file or directory", path=p)
     return FileSource(p, weights_only=weights_only)
@@ -558,7 +560,7 @@ def reshard(
     try:
         # the rank files and .metadata are built in a hidden folder beside ``dst`` and
         # published by one rename (or moved in, .metadata last, into an existing folder)
-        out = AtomicDir(dst, merge=True)
+        out = AtomicDir(dst, merge=True, store=store)
         try:
             tasks, md = plan_reshard(source, out.tmp, ranks, p, weights_only=weights_only, format=format)
             md.storage_meta = (
@@ -736,7 +738,7 @@ def _ranged_layout(
                 info = _bytes_info(source, it.fqn)
                 if info is not None:
                     path, off, n = info
-                    pieces.append(Piece(pos, n, "copy", src=path, src_offset=off))
+                    pieces.append(Piece(pos, n, "copy", src=path, src_offset=off, remote=source.reader.remote))
                 else:
                     data = source.raw_item(it.fqn)
                     n = len(data)
@@ -751,7 +753,7 @@ def _ranged_layout(
                 step = budget or exact.length
                 for a in range(0, exact.length, step):
                     n = min(step, exact.length - a)
-                    pieces.append(Piece(pos, n, "copy", src=real, src_offset=exact.offset + a))
+                    pieces.append(Piece(pos, n, "copy", src=real, src_offset=exact.offset + a, remote=source.reader.remote))
                     pos += n
                 written.append(WrittenItem(it.fqn, it.offsets, t.name, start, exact.length))
                 continue

@@ -30,13 +30,13 @@ class HFHandler(FormatHandler):
 
     def sniff(self, probe: Probe) -> bool:
         if probe.is_dir:
-            return is_hf_folder(probe.path)
+            return is_hf_folder(probe.path, probe.store)
         return is_index_file(probe.name) and probe.head.lstrip()[:1] == b"{"
 
     def _open(self, path: Any, policy: LoadPolicy, probe: Probe | None) -> Any:
         if probe is not None:
             probe.close()
-        return _read.HFArtifact(path, policy)
+        return _read.HFArtifact(path, policy, store=probe.store_of(path) if probe is not None else None)
 
     def write_tensors(
         self,

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ...io import remote
-from ...io.store import store_for
+from ...io.store import resolve
 from ...jobs.outputs import write_outputs
 from ...jobs.plan import OutputFile, Piece, split_rows
 from ...jobs.staging import LocalFilesStaging, RemoteStaging
@@ -35,12 +35,11 @@ class _TensorSource:
     def __init__(self, path: str) -> None:
         from ..dispatch import open_artifact
 
-        p = remote.local_path(path)
-        isdir = store_for(p).isdir(p)
-        if isdir:
+        store, p = resolve(path)  # a task's source, arriving in its worker: resolved once here
+        if store.isdir(p):
             from ..dcp.readers import open_reader
 
-            self.reader: Any = open_reader(p)
+            self.reader: Any = open_reader(p, store)
             self.art = None
             return
         self.reader = None
@@ -88,8 +87,8 @@ def write_shards(
     from ...jobs.executor import parse_executor
     from ..safetensors import parse_size, safetensors_header
 
-    d = remote.local_path(os.fspath(dst))
-    url = store_for(d).remote  # asked once: the answer is passed down
+    store, d = resolve(os.fspath(dst))
+    url = store.remote  # asked once: the answer is passed down
     groups: list[list[tuple[str, Any, tuple[int, ...], int]]] = [[]]
     size = total = 0
     limit = parse_size(max_shard_size) if max_shard_size else None

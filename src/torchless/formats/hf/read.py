@@ -25,7 +25,6 @@ from ...core.tree import iter_tensors
 from ...io import remote
 from ...io.paths import confined_file
 from ...io.source import RemoteSource
-from ...io.store import store_for
 from ..base import Artifact, LoadPolicy, summarize_tensors
 from .spec import KINDS, SHARD_RE, SINGLE_FILES, index_names, is_index_file
 
@@ -57,14 +56,14 @@ class HFArtifact(Artifact):
 
     format = "hf"
 
-    def __init__(self, path: Any, policy: LoadPolicy | None = None) -> None:
-        super().__init__(path, policy)
+    def __init__(self, path: Any, policy: LoadPolicy | None = None, *, store: Any = None) -> None:
+        super().__init__(path, policy, store=store)
         p = os.fspath(path)
-        self.store = store = store_for(p)  # where its files live, asked once
+        store = self.store  # where its files live: handed over by detection, or resolved once
         self.remote = store.remote
         if store.isdir(p):
             self.folder = p
-            found = index_names(p)
+            found = index_names(p, store)
             self.index = found[0] if found else None
             self.other_indexes = found[1:]
         else:

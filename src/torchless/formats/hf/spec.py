@@ -15,7 +15,7 @@ import struct
 from typing import Any
 
 from ...core.errors import TorchlessError
-from ...io.store import store_for
+from ...io.store import Store
 from ..dcp.constants import METADATA_NAME, SHARDING_KEY
 
 __all__ = [
@@ -41,8 +41,7 @@ _DCP_KEY = SHARDING_KEY.encode()
 _MAX_SNIFF_HEADER = 16 << 20
 
 
-def _listdir(p: Any) -> list[str]:
-    store = store_for(p)
+def _listdir(p: Any, store: Store) -> list[str]:
     if store.remote and not store.isdir(p):  # (a URL that is no folder: nothing in it)
         return []
     return store.list(p)
@@ -59,19 +58,19 @@ def is_index_file(name: str) -> bool:
     return name.endswith(INDEX_SUFFIX) and name[: -len(INDEX_SUFFIX)].endswith(tuple(KINDS))
 
 
-def index_names(folder: Any) -> list[str]:
-    """Index files in ``folder``, safetensors first (transformers prefers them)."""
+def index_names(folder: Any, store: Store) -> list[str]:
+    """Index files in ``folder`` (in ``store``), safetensors first (transformers prefers them)."""
     try:
-        names = [n for n in _listdir(folder) if is_index_file(n)]
+        names = [n for n in _listdir(folder, store) if is_index_file(n)]
     except (OSError, TorchlessError):
         return []
     return sorted(names, key=lambda n: (not n.endswith(".safetensors" + INDEX_SUFFIX), n))
 
 
-def has_dcp_sharding(path: str) -> bool:
+def has_dcp_sharding(path: str, store: Store) -> bool:
     """True when the safetensors file's header names ``DCP_SHARDING_INFO`` (DCP's
     per-rank flavour). Reads only the header (at most 16 MiB)."""
-    if store_for(path).remote:
+    if store.remote:
         from ...io.source import RemoteSource
 
         try:
@@ -93,12 +92,13 @@ def has_dcp_sharding(path: str) -> bool:
         return False
 
 
-def is_hf_folder(folder: Any) -> bool:
+def is_hf_folder(folder: Any, store: Store) -> bool:
     """A folder transformers would load: an index, shards named its way, or one of its
-    single-file names; never a DCP checkpoint (``.metadata`` or DCP-sharded files)."""
+    single-file names; never a DCP checkpoint (``.metadata`` or DCP-sharded files).
+    ``store``: the store holding ``folder`` (resolved where its location entered)."""
     p = os.fspath(folder)
     try:
-        names = _listdir(p)
+        names = _listdir(p, store)
     except (OSError, TorchlessError):
         return False
     if METADATA_NAME in names or any(n.startswith("__") and n.endswith(METADATA_NAME) for n in names):
@@ -106,23 +106,27 @@ def is_hf_folder(folder: Any) -> bool:
     st = [n for n in names if n.endswith(".safetensors")]
     # DCP's per-rank files are named shard-<rank>-model-... (torch and torchless alike):
     # only their headers are read, never every file of a large folder
-    store = store_for(p)
-    if any(has_dcp_sharding(store.join(p, n)) for n in st if n.startswith("shard-")):
+    if any(has_dcp_sharding(store.join(p, n), store) for n in st if n.startswith("shard-")):
         return False
     return bool(st) or any(is_index_file(n) or SHARD_RE.match(n) or n in SINGLE_FILES for n in names)
 
 
-def index_shards(index_path: Any, *, max_bytes: int = 256 << 20) -> list[tuple[str, str | None]]:
+def index_shards(index_path: Any, *, max_bytes: int = 256 << 20, store: Store | None = None) -> list[tuple[str, str | None]]:
     """The shards an index file names, for the scanner: ``(path, error)`` each, error None
     when the shard is a regular file inside the index's folder. An index that cannot be
-    parsed yields nothing (the index itself is scanned as a file)."""
+    parsed yields nothing (the index itself is scanned as a file). ``store``: the store
+    holding it, as the scanner's entry resolved it (None: resolved here, until the scanner
+    passes it)."""
     import json
 
     from ...core.errors import TorchlessError
     from ...io.paths import confined_file
 
     p = os.fspath(index_path)
-    store = store_for(p)
+    if store is None:  # (the scanner's entry will pass it: then this goes)
+        from ...io.store import store_for
+
+        store = store_for(p)
     if store.remote:
         from ...io import remote
         from ...io.source import RemoteSource

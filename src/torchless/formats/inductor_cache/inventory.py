@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...core.errors import LimitError, NotFoundError, TorchlessError, UsageError
-from ...io.store import FSSPEC, Store, resolve, store_for
+from ...io.store import FSSPEC, LOCAL, Store, resolve
 from ...pickle.globals import AllowlistResolver, GlobalRef, PickledObject
 from ...pickle.machine import Limits, Unpickler
 from ...pickle.torch_globals import DEFAULT_ALLOWLIST
@@ -64,6 +64,7 @@ __all__ = [
     "entry_source",
     "inventory",
     "resolve_cache_dir",
+    "locate_cache_dir",
 ]
 
 KINDS = (
@@ -109,6 +110,11 @@ def resolve_cache_dir(path: Any = None) -> str:
     Like torch's ``cache_dir()`` the result is made absolute (an empty variable means the
     current folder); unlike it, nothing is created or exported.
     """
+    return locate_cache_dir(path)[1]
+
+
+def locate_cache_dir(path: Any) -> tuple[Store, str]:
+    """``(store, folder)`` of :func:`resolve_cache_dir`: the location resolved once, here."""
     if path is not None:
         store, p = resolve(os.fspath(path))  # file:// URLs name a local folder
         if store.remote:
@@ -120,10 +126,10 @@ def resolve_cache_dir(path: Any = None) -> str:
                     path=p,
                     hint="serve it from a store that lists folders (s3://, gs://, ...), or copy it here first",
                 )
-            return p.rstrip("/")
-        return os.path.abspath(p)
+            return store, p.rstrip("/")
+        return LOCAL, os.path.abspath(p)
     env = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    return os.path.abspath(env if env is not None else default_cache_dir())
+    return LOCAL, os.path.abspath(env if env is not None else default_cache_dir())
 
 
 @dataclass(frozen=True)
@@ -196,11 +202,8 @@ class CacheInventory:
     dirs: list[str] = field(default_factory=list)
     exists: bool = True
     scanned_at: float = 0.0
-    #: where the root's files live (:func:`torchless.io.store.store_for` of ``root``, asked once)
-    store: Store = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        self.store = store_for(self.root)
+    #: where the root's files live (the store :func:`inventory` resolved its location to)
+    store: Store = field(default=LOCAL, repr=False, compare=False)
 
     @property
     def size(self) -> int:
@@ -385,8 +388,8 @@ def inventory(
         UsageError: ``path`` is a file.
         LimitError: more than ``max_files`` entries.
     """
-    root = resolve_cache_dir(path)
-    inv = CacheInventory(root, scanned_at=time.time())
+    store, root = locate_cache_dir(path)
+    inv = CacheInventory(root, scanned_at=time.time(), store=store)
     store = inv.store
     if store.remote:
         from ...io import remote
@@ -430,7 +433,9 @@ def inventory(
                 }
             )
         if parse_pickles and ent.kind in PICKLED_KINDS:
-            ent.detail.update(describe_pickle(store.join(root, ent.files[0].rel), limits=limits, size=ent.files[0].size))
+            ent.detail.update(
+                describe_pickle(store.join(root, ent.files[0].rel), limits=limits, size=ent.files[0].size, store=store)
+            )
     inv.entries = sorted(groups.values(), key=lambda e: e.id)
     return inv
 
@@ -443,8 +448,10 @@ def _readlink(root: str, rel: str) -> str:
 
 
 # -- pickles ---------------------------------------------------------------------------------
-def _load_pickle(path: str, limits: Limits | None, size: int | None = None) -> tuple[Any, AllowlistResolver, int]:
-    url = store_for(path).remote
+def _load_pickle(
+    path: str, limits: Limits | None, size: int | None = None, store: Store = LOCAL
+) -> tuple[Any, AllowlistResolver, int]:
+    url = store.remote
     if size is None:
         if url:
             from ...io import remote
@@ -468,17 +475,18 @@ def _load_pickle(path: str, limits: Limits | None, size: int | None = None) -> t
     return obj, resolver, up.info.protocol
 
 
-def describe_pickle(path: str, *, limits: Limits | None = None, size: int | None = None) -> dict[str, Any]:
+def describe_pickle(path: str, *, limits: Limits | None = None, size: int | None = None, store: Store = LOCAL) -> dict[str, Any]:
     """What a pickled cache entry contains, without importing or calling anything.
 
     Returns a dict with ``object`` (the class the pickle would build), ``protocol``,
     ``attributes`` (names set on it), ``source_code_bytes`` when it carries generated
     code, ``globals`` (every global named) and ``globals_not_allowlisted`` (those torchless
     would refuse with ``weights_only=True``: they are placeholders here, never executed);
-    or ``{"error": ...}`` when the bytes are not a valid pickle.
+    or ``{"error": ...}`` when the bytes are not a valid pickle. ``store``: the store
+    holding ``path`` (the inventory's).
     """
     try:
-        obj, resolver, protocol = _load_pickle(path, limits, size)
+        obj, resolver, protocol = _load_pickle(path, limits, size, store)
     except TorchlessError as e:
         return {"error": str(e)}
     except OSError as e:
@@ -548,7 +556,7 @@ def entry_source(inv: CacheInventory, ident: str, *, max_bytes: int = 64 << 20) 
     ident_n = ident.replace(os.sep, "/").strip("/")
     chosen = next((f for f in ent.files if f.rel == ident_n or ident_n.endswith("/" + f.rel)), None)
     if ent.kind in PICKLED_KINDS and (chosen is None or chosen == ent.files[0]):
-        obj, _res, _p = _load_pickle(inv.store.join(inv.root, ent.files[0].rel), None, ent.files[0].size)
+        obj, _res, _p = _load_pickle(inv.store.join(inv.root, ent.files[0].rel), None, ent.files[0].size, inv.store)
         src = _find_source(obj)
         if src is None:
             raise UnsupportedError(

@@ -25,9 +25,9 @@ class MegatronHandler(FormatHandler):
     capabilities = Capabilities()
 
     def sniff(self, probe: Probe) -> bool:
-        return probe.is_dir and _read.is_megatron_folder(probe.path)
+        return probe.is_dir and _read.is_megatron_folder(probe.path, probe.store)
 
     def _open(self, path: Any, policy: LoadPolicy, probe: Probe | None) -> Any:
         if probe is not None:
             probe.close()
-        return _read.MegatronArtifact(path, policy)
+        return _read.MegatronArtifact(path, policy, store=probe.store_of(path) if probe is not None else None)

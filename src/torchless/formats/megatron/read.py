@@ -19,7 +19,7 @@ from ...core.tensor import Tensor
 from ...core.tree import describe, iter_tensors
 from ...core.values import Namespace
 from ...io.paths import confine, confined_file
-from ...io.store import store_for
+from ...io.store import Store
 from ..base import Artifact, LoadPolicy, summarize_tensors
 from . import spec
 
@@ -37,11 +37,11 @@ def _ranks(folder: str) -> dict[tuple[int, int], str]:
     return out
 
 
-def is_megatron_folder(path: Any) -> bool:
+def is_megatron_folder(path: Any, store: Store) -> bool:
     """A save folder with the tracker file, or an ``iter_NNNNNNN``/``release`` folder of
-    ``mp_rank_*`` folders."""
+    ``mp_rank_*`` folders (``store``: the store holding ``path``)."""
     p = os.fspath(path)
-    if store_for(p).remote:
+    if store.remote:
         return False
     try:
         if os.path.isfile(os.path.join(p, spec.TRACKER)):
@@ -99,10 +99,10 @@ class MegatronArtifact(Artifact):
 
     format = "megatron"
 
-    def __init__(self, path: Any, policy: LoadPolicy | None = None) -> None:
-        super().__init__(path, policy)
+    def __init__(self, path: Any, policy: LoadPolicy | None = None, *, store: Any = None) -> None:
+        super().__init__(path, policy, store=store)
         p = self.path
-        at_url = store_for(p).remote  # (read from a local folder only)
+        at_url = self.store.remote  # (read from a local folder only)
         if at_url or not os.path.isdir(p):
             if not at_url and not os.path.exists(p):
                 raise NotFoundError("no such file or directory", path=p)

@@ -39,10 +39,16 @@ class OnnxArtifact(Artifact):
     format = "onnx"
 
     def __init__(
-        self, path: Any, policy: LoadPolicy | None = None, *, base_dir: str | None = None, include_constants: bool = True
+        self,
+        path: Any,
+        policy: LoadPolicy | None = None,
+        *,
+        base_dir: str | None = None,
+        include_constants: bool = True,
+        store: Any = None,
     ) -> None:
-        self.om = _read.OnnxModel(path, base_dir=base_dir, include_constants=include_constants)
-        super().__init__(self.om.path, policy)
+        self.om = _read.OnnxModel(path, base_dir=base_dir, include_constants=include_constants, store=store)
+        super().__init__(self.om.path, policy, store=self.om.store)
         self.model = self.om.model
 
     @property
@@ -182,4 +188,5 @@ class OnnxHandler(FormatHandler):
     ) -> OnnxArtifact:
         if probe is not None:
             probe.close()
-        return OnnxArtifact(path, policy, base_dir=base_dir, include_constants=include_constants)
+        store = probe.store_of(path) if probe is not None else None
+        return OnnxArtifact(path, policy, base_dir=base_dir, include_constants=include_constants, store=store)

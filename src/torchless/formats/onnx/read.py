@@ -39,7 +39,7 @@ from ...core.tensor import Storage, Tensor
 from ...io import remote
 from ...io.paths import confined_file
 from ...io.source import ByteSource, open_source
-from ...io.store import LOCAL, resolve, store_for
+from ...io.store import LOCAL, Store, resolve, store_for
 from .dtypes import ONNX_TYPES, OnnxType, PackedTensor, numel_of, onnx_type, pack_bits
 from .spec import raw_data_spans
 
@@ -150,10 +150,11 @@ class ExternalData:
         base_dir: the model's directory; None refuses every external reference (a model
             read from bytes has no directory).
         path: the model path, for error messages.
+        store: the store holding ``base_dir`` (as its opener resolved it).
     """
 
-    def __init__(self, base_dir: str | None, path: str) -> None:
-        self.store = LOCAL if base_dir is None else store_for(base_dir)
+    def __init__(self, base_dir: str | None, path: str, store: Store = LOCAL) -> None:
+        self.store = store
         self.url = self.store.remote  # a remote folder: data read by ranges
         if self.url:
             self.base_dir: str | None = str(base_dir)
@@ -358,13 +359,20 @@ class OnnxModel:
             (STRING tensors, data types newer than onnx 1.23).
     """
 
-    def __init__(self, path: Any, *, base_dir: str | None = None, include_constants: bool = True) -> None:
+    def __init__(
+        self, path: Any, *, base_dir: str | None = None, include_constants: bool = True, store: Store | None = None
+    ) -> None:
+        store_dir: Store = LOCAL
         if isinstance(path, (bytes, bytearray, memoryview)):
             self.path = "<bytes>"
             source = open_source(path)
             default_dir = None
         else:
-            store, self.path = resolve(os.fspath(path))
+            if store is None:  # made directly of a location (set_weights, read_model): resolved here, once
+                store, self.path = resolve(os.fspath(path))
+            else:  # handed over by detection
+                self.path = os.fspath(path)
+            store_dir = store
             source = store.open(self.path)  # at a URL: the protobuf fetched whole, external data by ranges
             if store.remote:
                 default_dir = remote.dirname(self.path)
@@ -381,7 +389,10 @@ class OnnxModel:
         if spans is not None and len(spans) != len(self.model.graph.initializer):
             spans = None  # the walk disagrees with the parser: take the parser's copies
         self._spans = spans
-        self.external = ExternalData(base_dir if base_dir is not None else default_dir, self.path)
+        self.store = store_dir  # the model's store
+        if base_dir is not None:  # a second location the caller gave: its own store
+            store_dir = store_for(base_dir)
+        self.external = ExternalData(base_dir if base_dir is not None else default_dir, self.path, store_dir)
         self.records: list[TensorRecord] = []
         self.sparse: list[tuple[str, str, tuple[int, ...]]] = []
         self.skipped_constants: list[tuple[str, str]] = []

@@ -438,7 +438,7 @@ def _write(
     _unshare(mp, aliases, set(new))
     _unshare_direct(mp, direct, set(new))
     # every tensor's bytes: replaced, or the source's (from the model or its data file)
-    src_ext = ExternalData(om.external.base_dir, om.path)
+    src_ext = ExternalData(om.external.base_dir, om.path, om.external.store)
     used_external = any(tp.data_location == EXTERNAL for tp in _all_tensor_protos(mp))
     if external_data is None:
         total = sum(r.tensor.nbytes for r in om.records)

@@ -21,7 +21,7 @@ from ...core.errors import FormatError, LimitError, NotFoundError, TorchlessErro
 from ...core.findings import Problem
 from ...core.tree import describe
 from ...io.paths import confine, confined_file
-from ...io.store import store_for
+from ...io.store import Store
 from ..base import Artifact, LoadPolicy, summarize_tensors
 from ..hf.spec import is_hf_folder
 from . import spec
@@ -65,14 +65,14 @@ def side_files(names: list[str]) -> dict[str, list[str]]:
     }
 
 
-def is_trainer_folder(folder: Any) -> bool:
+def is_trainer_folder(folder: Any, store: Store) -> bool:
     """A Trainer or Accelerate checkpoint folder holding a model: a trainer file
     (``trainer_state.json``, ``training_args.bin``, ``random_states_N.pkl``,
     ``optimizer.bin``...) beside the model's weights or an FSDP DCP model folder. A folder
     without the model (a DeepSpeed checkpoint's, whose weights are in ``global_stepN/``) is
-    left to other handlers."""
+    left to other handlers. ``store``: the store holding ``folder``."""
     p = os.fspath(folder)
-    if store_for(p).remote:
+    if store.remote:
         return False
     try:
         names = os.listdir(p)
@@ -81,7 +81,7 @@ def is_trainer_folder(folder: Any) -> bool:
     roles = side_files(names)
     if not (roles["trainer_state"] or roles["training_args"] or roles["rng"] or roles["optimizer"]):
         return False
-    return any(spec.FSDP_MODEL_RE.match(n) for n in names) or is_hf_folder(p)
+    return any(spec.FSDP_MODEL_RE.match(n) for n in names) or is_hf_folder(p, store)
 
 
 class TrainerArtifact(Artifact):
@@ -99,13 +99,15 @@ class TrainerArtifact(Artifact):
 
     format = "trainer"
 
-    def __init__(self, path: Any, policy: LoadPolicy | None = None, *, include_optimizer: bool = False) -> None:
-        super().__init__(path, policy)
+    def __init__(
+        self, path: Any, policy: LoadPolicy | None = None, *, include_optimizer: bool = False, store: Any = None
+    ) -> None:
+        super().__init__(path, policy, store=store)
         if type(include_optimizer) is not bool:
             raise UsageError("include_optimizer must be True or False", found=repr(include_optimizer)[:40])
         self.include_optimizer = include_optimizer
         p = self.path
-        if store_for(p).remote:
+        if self.store.remote:
             raise UsageError("a training checkpoint folder is read from a local folder", path=p)
         if not os.path.isdir(p):
             if not os.path.exists(p):
@@ -121,17 +123,17 @@ class TrainerArtifact(Artifact):
         self.model_source: list[str] = []
         self._strip = ""
         fsdp = [n for n in names if spec.FSDP_MODEL_RE.match(n) and os.path.isdir(os.path.join(p, n))]
-        if is_hf_folder(p):
+        if is_hf_folder(p, self.store):
             from ..hf.read import HFArtifact
 
-            hf = HFArtifact(p, self.policy)
+            hf = HFArtifact(p, self.policy, store=self.store)
             self.model = hf
             self.model_source = ([hf.index] if hf.index else []) + list(hf.shard_files)
         elif fsdp:
             from ..dcp.artifact import DCPArtifact
 
             where = confine(p, fsdp[0], what="FSDP model folder", path=p, member=fsdp[0])
-            self.model = DCPArtifact(where, self.policy)
+            self.model = DCPArtifact(where, self.policy, store=self.store)
             self.model_source = [fsdp[0]]
             self._strip = spec.FSDP_MODEL_KEY + "."
         self._tensors: list[tuple[str, Any]] | None = None

@@ -27,12 +27,13 @@ class TrainerHandler(FormatHandler):
     capabilities = Capabilities(open_options=("include_optimizer",))
 
     def sniff(self, probe: Probe) -> bool:
-        return probe.is_dir and _folder.is_trainer_folder(probe.path)
+        return probe.is_dir and _folder.is_trainer_folder(probe.path, probe.store)
 
     def _open(self, path: Any, policy: LoadPolicy, probe: Probe | None, include_optimizer: bool = False) -> Any:
         if probe is not None:
             probe.close()
-        return _folder.TrainerArtifact(path, policy, include_optimizer=include_optimizer)
+        store = probe.store_of(path) if probe is not None else None
+        return _folder.TrainerArtifact(path, policy, include_optimizer=include_optimizer, store=store)
 
 
 @register

@@ -18,7 +18,6 @@ from ...container.zip import is_zip
 from ...core.errors import FormatError, TorchlessError, UsageError
 from ...core.findings import Problem
 from ...core.tree import describe, is_tensor, iter_tensors
-from ...io.remote import is_url
 from ..base import Artifact, LoadPolicy, Probe, summarize_tensors
 from ..pt.spec import DATA_PKL
 from ..torchscript.spec import is_checkpoint_zip
@@ -43,7 +42,7 @@ def is_lightning_dict(obj: Any) -> bool:
 def may_be_lightning(probe: Probe) -> bool:
     """A torch zip checkpoint whose ``data.pkl`` holds the version key's bytes (the
     cheap test before the pickle is run)."""
-    if probe.is_dir or not is_zip(probe.head) or is_url(probe.text):
+    if probe.is_dir or not is_zip(probe.head) or probe.store.remote:
         return False  # (a URL's data.pkl would be fetched twice: name format="lightning")
     if not is_checkpoint_zip(probe.zip_records()):
         return False
