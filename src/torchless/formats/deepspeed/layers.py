@@ -26,11 +26,10 @@ from typing import Any
 
 from ...core.errors import FormatError, LimitError, NotFoundError, UnsupportedError, short_repr
 from ...core.tensor import Tensor
-from ...io.paths import confined_file
 from ..base import LoadPolicy
 from ..dcp.read import BlockStorage
 from . import spec as S
-from .read import MAX_RANKS, _contiguous, _stage_of, find_tag_folder
+from .read import MAX_RANKS, _contiguous, _stage_of, find_tag_folder, load_rank_dict
 
 __all__ = ["ModuleCheckpoint", "has_module_files"]
 
@@ -104,18 +103,7 @@ class ModuleCheckpoint:
         return os.path.join(self.folder, name)
 
     def _load(self, name: str) -> dict[str, Any]:
-        obj = self._objs.get(name)
-        if obj is None:
-            from ..pt.handler import PtArtifact
-
-            real = confined_file(self.folder, name, what="rank file", path=self._path(name))
-            art = PtArtifact(real, self.policy)
-            self._arts[name] = art
-            obj = art.load()
-            if not isinstance(obj, dict):
-                raise FormatError("a DeepSpeed file does not hold a dict", path=self._path(name), found=type(obj).__name__)
-            self._objs[name] = obj
-        return obj
+        return load_rank_dict(self.folder, name, self.policy, self._arts, self._objs)
 
     def _put(self, out: dict[str, Tensor], key: str, t: Any, name: str, member: str) -> None:
         where = self._path(name)
