@@ -89,3 +89,34 @@ def test_sharded_output_folder_is_created(tmp_path, capsys):
     hf = tmp_path / "hf" / "sub" / "pytorch_model.bin.index.json"
     assert main(["convert", os.path.join(SAMPLES, "state_dict.pt"), str(hf), "--to", "hf", "--max-shard-size", "4KB"]) == 0
     assert hf.exists()
+
+
+def test_existing_url_output_needs_force(tmp_path, capsys):
+    """A URL output is asked through its store (fsspec's memory filesystem here): an
+    existing object is refused in one line naming --force, and replaced with it."""
+    import uuid
+
+    import fsspec
+    from safetensors.numpy import load, save_file
+
+    fs = fsspec.filesystem("memory")
+    base = f"/force-{uuid.uuid4().hex}"
+    src = str(tmp_path / "w.safetensors")
+    save_file({f"t{i}": np.full(1024, i, np.float32) for i in range(4)}, src)
+    try:
+        fs.pipe(f"{base}/out.safetensors", b"precious")
+        capsys.readouterr()
+        assert main(["convert", src, f"memory://{base}/out.safetensors"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--force" in err and "out.safetensors" in err
+        assert fs.cat(f"{base}/out.safetensors") == b"precious"  # untouched
+        assert main(["convert", src, f"memory://{base}/out.safetensors", "--force"]) == 0, capsys.readouterr().err
+        got = load(fs.cat(f"{base}/out.safetensors"))
+        assert sorted(got) == ["t0", "t1", "t2", "t3"] and got["t3"].tolist() == [3.0] * 1024
+        # a sharded output's index counts too
+        fs.pipe(f"{base}/sh.safetensors.index.json", b"{}")
+        capsys.readouterr()
+        assert main(["convert", src, f"memory://{base}/sh.safetensors", "--max-shard-size", "4KB"]) == 2
+        assert "--force" in capsys.readouterr().err and fs.cat(f"{base}/sh.safetensors.index.json") == b"{}"
+    finally:
+        fs.rm(base, recursive=True)

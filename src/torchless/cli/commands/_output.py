@@ -6,7 +6,8 @@ with one line naming ``--force``; with ``--force`` it is replaced atomically (th
 built under a temporary name beside it and renamed over it at the end), so the destination
 may be the source: the old file is read, through its open map, until the replace. The Python
 API keeps torch's behaviour (``torchless.save`` overwrites, as ``torch.save`` does).
-URL destinations are not checked here (their writers publish atomically too).
+A URL destination is asked through its store (``s3://``, ``memory://`` ... by fsspec); a
+store that cannot tell refuses rather than guess "missing".
 """
 
 from __future__ import annotations
@@ -36,13 +37,13 @@ def check_output(path: Any, *, force: bool, also: tuple[str, ...] = ()) -> None:
     Raises:
         UsageError: the output exists and ``force`` is not set.
     """
-    from ..._cli_api import store_for
+    from ..._cli_api import resolve_location
 
-    if force or path is None or store_for(path).remote:
+    if force or path is None:
         return
-    p = os.fspath(path)
-    for q in (p, *also):
-        if os.path.lexists(q):
+    store, p = resolve_location(os.fspath(path))  # a file:// URL is the local path it names
+    for q in (p, *(resolve_location(a)[1] for a in also)):
+        if store.exists(q, "cannot check whether the output exists") if store.remote else os.path.lexists(q):
             raise UsageError(
                 "the output exists",
                 path=q,
