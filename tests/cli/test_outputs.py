@@ -120,3 +120,54 @@ def test_existing_url_output_needs_force(tmp_path, capsys):
         assert "--force" in capsys.readouterr().err and fs.cat(f"{base}/sh.safetensors.index.json") == b"{}"
     finally:
         fs.rm(base, recursive=True)
+
+
+def test_reshard_into_a_folder_that_is_not_empty_needs_force(tmp_path, capsys):
+    """``reshard`` into an existing folder holding other files: refused in one line naming
+    --force (nothing written); with --force the rank files are moved in beside them. An
+    empty folder needs no --force."""
+    from safetensors.numpy import save_file
+
+    import torchless
+
+    src = tmp_path / "w.safetensors"
+    save_file({"a": np.arange(64, dtype=np.float32).reshape(8, 8), "b": np.ones(8, np.int64)}, src)
+    dst = tmp_path / "out"
+    dst.mkdir()
+    (dst / "README.txt").write_text("precious")
+    r = _cli("reshard", "w.safetensors", "out", "--ranks", "2", cwd=tmp_path)
+    assert r.returncode == 2 and r.stdout == "", r.stderr
+    assert r.stderr.count("\n") == 1 and "--force" in r.stderr and "out" in r.stderr
+    assert os.listdir(dst) == ["README.txt"]  # nothing written
+    assert sorted(os.listdir(tmp_path)) == ["out", "w.safetensors"]  # no staging left
+    assert main(["reshard", str(src), str(dst), "--ranks", "2", "--force"]) == 0, capsys.readouterr().err
+    assert (dst / "README.txt").read_text() == "precious"
+    assert {".metadata", "__0_0.distcp", "__1_0.distcp"} <= set(os.listdir(dst))
+    got = torchless.load(str(dst))
+    assert np.asarray(got["a"]).tolist() == np.arange(64).reshape(8, 8).tolist()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["reshard", str(src), str(empty), "--ranks", "2"]) == 0, capsys.readouterr().err
+
+
+def test_reshard_into_a_url_folder_that_is_not_empty_needs_force(tmp_path, capsys):
+    import uuid
+
+    import fsspec
+    from safetensors.numpy import save_file
+
+    fs = fsspec.filesystem("memory")
+    base = f"/force-{uuid.uuid4().hex}"
+    src = tmp_path / "w.safetensors"
+    save_file({"a": np.arange(64, dtype=np.float32).reshape(8, 8)}, src)
+    try:
+        fs.pipe(f"{base}/out/README.txt", b"precious")
+        capsys.readouterr()
+        assert main(["reshard", str(src), f"memory://{base}/out", "--ranks", "2"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--force" in err
+        assert fs.ls(f"{base}/out", detail=False) == [f"{base}/out/README.txt"]
+        assert main(["reshard", str(src), f"memory://{base}/out", "--ranks", "2", "--force"]) == 0, capsys.readouterr().err
+        assert fs.cat(f"{base}/out/README.txt") == b"precious" and fs.exists(f"{base}/out/.metadata")
+    finally:
+        fs.rm(base, recursive=True)

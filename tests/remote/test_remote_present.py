@@ -87,8 +87,12 @@ def test_reshard_destination_check_that_fails_writes_nothing(memfs, ckpts, monke
     assert code == 2 and len(err.strip().splitlines()) == 1 and RESET in err and dst in err, err
     assert _mem_files(fs, f"{base}/dst") == before
     failed += ["(spent)"] * 3
-    # with the store answering, the destination is refused for what it holds
+    # with the store answering, the destination is refused for what it holds: by the CLI
+    # as a folder that is not empty, and, with --force, as a DCP checkpoint
     code, _out, err = _cli(capsys, "reshard", "--ranks", "2", str(b), dst)
+    assert code == 2 and "not empty" in err and "--force" in err, err
+    assert _mem_files(fs, f"{base}/dst") == before
+    code, _out, err = _cli(capsys, "reshard", "--ranks", "2", str(b), dst, "--force")
     assert code == 2 and "already holds a DCP checkpoint" in err, err
     assert _mem_files(fs, f"{base}/dst") == before
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from ...core.errors import UsageError
 
-__all__ = ["add_force_flag", "check_output"]
+__all__ = ["add_force_flag", "check_output", "check_output_folder"]
 
 
 def add_force_flag(p: argparse.ArgumentParser) -> None:
@@ -49,3 +49,29 @@ def check_output(path: Any, *, force: bool, also: tuple[str, ...] = ()) -> None:
                 path=q,
                 hint="pass --force to overwrite it (atomically), or choose another output",
             )
+
+
+def check_output_folder(path: Any, *, force: bool) -> None:
+    """Refuse an output folder (``reshard``'s) that exists and is not empty, unless
+    ``force``. A file in the way is left to the writer's own refusal; the writer still
+    builds the folder's files beside it and moves them in at the end.
+
+    Raises:
+        UsageError: the folder holds something and ``force`` is not set.
+    """
+    from ..._cli_api import resolve_location
+
+    if force or path is None:
+        return
+    store, p = resolve_location(os.fspath(path))
+    if store.remote:
+        held = store.exists(p, "cannot check whether the output exists") and store.isdir(p) and bool(store.list(p))
+    else:
+        held = os.path.isdir(p) and bool(os.listdir(p))
+    if held:
+        raise UsageError(
+            "the output folder exists and is not empty",
+            path=p,
+            hint="pass --force to write into it (its files are kept; a DCP checkpoint there is never written over), "
+            "or choose an empty folder",
+        )

@@ -45,6 +45,10 @@ def cmd_reshard(args: argparse.Namespace) -> int:
     if args.cleanup:
         return cleanup_command(args.dst, folder=True, as_json=args.json)
     ranged = ranged_options(args)
+    if not ranged.get("resume"):  # a resumed job continues into the folder it began
+        from ._output import check_output_folder
+
+        check_output_folder(args.dst, force=args.force)
     prog = None
     if args.progress:
         from ..._api import open as open_artifact
@@ -198,6 +202,12 @@ def register(sub: Any) -> None:
         help="print the task list (bytes read and written per task, the critical path) from the metadata alone; write nothing",
     )
     add_executor_flags(p)
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="write into an existing folder that is not empty (its other files are kept; a folder already holding "
+        "a DCP checkpoint is still refused)",
+    )
     p.add_argument("--progress", action="store_true", help="show progress on stderr (bytes of finished tasks)")
     p.add_argument("--json", action="store_true", help="machine-readable result (schema: docs/cli.md)")
     p.set_defaults(func=cmd_reshard)
