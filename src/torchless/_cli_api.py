@@ -52,6 +52,8 @@ EXPORTS: dict[str, str] = {
     "set_pt2_weights": "torchless.formats.pt2.write:set_weights",
     "OnnxArtifact": "torchless.formats.onnx.handler:OnnxArtifact",
     "set_onnx_weights": "torchless.formats.onnx.write:set_weights",
+    "onnx_data_file_for": "torchless.formats.onnx.write:data_file_for",
+    "onnx_writes_data_file": "torchless.formats.onnx.write:writes_data_file",
     "set_torchscript_weights": "torchless.formats.torchscript.write:set_weights",
     "extract_archive": "torchless.formats.aoti.extract:extract_archive",
     "Node": "torchless.graph.ir:Node",
@@ -94,7 +96,9 @@ if TYPE_CHECKING:  # the same names for the type checker (a test checks both lis
     from .formats.inductor_cache.prune import parse_duration as parse_duration
     from .formats.inductor_cache.prune import plan_prune as plan_prune
     from .formats.onnx.handler import OnnxArtifact as OnnxArtifact
+    from .formats.onnx.write import data_file_for as onnx_data_file_for  # noqa: F401
     from .formats.onnx.write import set_weights as set_onnx_weights  # noqa: F401
+    from .formats.onnx.write import writes_data_file as onnx_writes_data_file  # noqa: F401
     from .formats.pt2.handler import Pt2Artifact as Pt2Artifact
     from .formats.pt2.write import set_weights as set_pt2_weights  # noqa: F401
     from .formats.registry import handlers as handlers

@@ -171,3 +171,37 @@ def test_reshard_into_a_url_folder_that_is_not_empty_needs_force(tmp_path, capsy
         assert fs.cat(f"{base}/out/README.txt") == b"precious" and fs.exists(f"{base}/out/.metadata")
     finally:
         fs.rm(base, recursive=True)
+
+
+def test_onnx_data_file_beside_the_output_counts_as_an_output(tmp_path, capsys):
+    """``onnx set-weights``: the external-data file the writer puts beside the model
+    (``<output>.data``) existing is an existing output: refused in one line naming --force,
+    replaced with it. With the choice left to the writer, it counts only when the writer
+    would write one (the source used external data); an inline output leaves it alone."""
+    import onnx
+
+    model = os.path.join(SAMPLES, "mlp.onnx")
+    w = tmp_path / "w.safetensors"
+    assert main(["convert", model, str(w)]) == 0
+    (tmp_path / "new.onnx.data").write_bytes(b"precious")
+    r = _cli("onnx", "set-weights", model, "w.safetensors", "-o", "new.onnx", "--external-data", cwd=tmp_path)
+    assert r.returncode == 2 and r.stdout == "", r.stderr
+    assert r.stderr.count("\n") == 1 and "--force" in r.stderr and "new.onnx.data" in r.stderr
+    assert (tmp_path / "new.onnx.data").read_bytes() == b"precious" and not (tmp_path / "new.onnx").exists()
+    capsys.readouterr()
+    argv = ["onnx", "set-weights", model, str(w), "-o", str(tmp_path / "new.onnx"), "--external-data", "--size-threshold", "0"]
+    assert main([*argv, "--force"]) == 0, capsys.readouterr().err
+    assert (tmp_path / "new.onnx.data").read_bytes() != b"precious"
+    onnx.checker.check_model(str(tmp_path / "new.onnx"))  # the model and its data agree
+    # the source uses external data: the writer's default writes a data file, so it counts
+    (tmp_path / "auto.onnx.data").write_bytes(b"precious")
+    argv = ["onnx", "set-weights", str(tmp_path / "new.onnx"), str(w), "-o", str(tmp_path / "auto.onnx")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--force" in err and "auto.onnx.data" in err and (tmp_path / "auto.onnx.data").read_bytes() == b"precious"
+    # ... and an inline output (asked for, or the default for an inline source) writes none
+    assert main([*argv, "--no-external-data"]) == 0, capsys.readouterr().err
+    assert (tmp_path / "auto.onnx.data").read_bytes() == b"precious"
+    (tmp_path / "inline.onnx.data").write_bytes(b"precious")
+    assert main(["onnx", "set-weights", model, str(w), "-o", str(tmp_path / "inline.onnx")]) == 0, capsys.readouterr().err
+    assert (tmp_path / "inline.onnx.data").read_bytes() == b"precious"

@@ -18,7 +18,7 @@ from typing import Any
 
 from ...core.errors import UsageError
 
-__all__ = ["add_force_flag", "check_output", "check_output_folder"]
+__all__ = ["add_force_flag", "check_output", "check_output_folder", "output_exists"]
 
 
 def add_force_flag(p: argparse.ArgumentParser) -> None:
@@ -37,18 +37,29 @@ def check_output(path: Any, *, force: bool, also: tuple[str, ...] = ()) -> None:
     Raises:
         UsageError: the output exists and ``force`` is not set.
     """
-    from ..._cli_api import resolve_location
-
     if force or path is None:
         return
-    store, p = resolve_location(os.fspath(path))  # a file:// URL is the local path it names
-    for q in (p, *(resolve_location(a)[1] for a in also)):
-        if store.exists(q, "cannot check whether the output exists") if store.remote else os.path.lexists(q):
+    for q in (os.fspath(path), *also):
+        if output_exists(q):
             raise UsageError(
                 "the output exists",
                 path=q,
                 hint="pass --force to overwrite it (atomically), or choose another output",
             )
+
+
+def output_exists(path: Any) -> bool:
+    """Whether something is at the output ``path``: a local path (a dangling link
+    included), or a URL asked through its store (``s3://``, ``memory://`` ... by fsspec;
+    a ``file://`` URL is the local path it names).
+
+    Raises:
+        UsageError: the store cannot tell (it is never taken as "missing").
+    """
+    from ..._cli_api import resolve_location
+
+    store, p = resolve_location(os.fspath(path))
+    return store.exists(p, "cannot check whether the output exists") if store.remote else os.path.lexists(p)
 
 
 def check_output_folder(path: Any, *, force: bool) -> None:

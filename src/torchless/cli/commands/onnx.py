@@ -29,10 +29,17 @@ def format_set_weights(res: dict[str, Any]) -> str:
 
 
 def cmd_set_weights(args: argparse.Namespace) -> int:
+    from ..._cli_api import onnx_data_file_for, onnx_writes_data_file
     from ..._cli_api import set_onnx_weights as set_weights
-    from ._output import check_output
+    from ._output import check_output, output_exists
 
     check_output(args.output, force=args.force)
+    # the data file the writer puts beside the model is an output too (the source is asked
+    # whether it will be written only when one is there and the choice is the writer's)
+    data = onnx_data_file_for(args.output)
+    wanted = not args.force and args.external_data is not False
+    if wanted and output_exists(data) and onnx_writes_data_file(args.model, args.external_data):
+        check_output(data, force=False)
     res = set_weights(
         args.model,
         args.weights,

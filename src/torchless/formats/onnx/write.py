@@ -32,8 +32,10 @@ from .read import EXTERNAL, PROTOBUF_LIMIT, ExternalData, OnnxModel, text
 __all__ = [
     "AUTO_EXTERNAL_BYTES",
     "DirectShares",
+    "data_file_for",
     "directly_shared",
     "set_weights",
+    "writes_data_file",
     "shared_initializers",
     "transformed_initializers",
 ]
@@ -43,6 +45,33 @@ __all__ = [
 AUTO_EXTERNAL_BYTES = 1536 * 1024 * 1024
 
 _ALIGN = 64
+
+
+def data_file_for(out: Any) -> str:
+    """The external-data file :func:`set_weights` writes for the model ``out``:
+    ``<out name>.data`` beside it, spelled as ``out`` was given."""
+    out = os.fspath(out)
+    return os.path.join(os.path.dirname(out), os.path.basename(out) + ".data")
+
+
+def writes_data_file(model: Any, external_data: bool | None) -> bool:
+    """Whether :func:`set_weights` of the ``.onnx`` ``model`` writes :func:`data_file_for`
+    its output: ``external_data`` when given; when None, whether the source used external
+    data or its tensors exceed :data:`AUTO_EXTERNAL_BYTES` (the source is opened)."""
+    if external_data is not None:
+        return external_data
+    om = OnnxModel(model, include_constants=False)
+    try:
+        return _external_by_default(om)
+    finally:
+        om.close()
+
+
+def _external_by_default(om: OnnxModel) -> bool:
+    used_external = any(tp.data_location == EXTERNAL for tp in _all_tensor_protos(om.model))
+    return used_external or sum(r.tensor.nbytes for r in om.records) > AUTO_EXTERNAL_BYTES
+
+
 _DATA_FIELDS = (
     "raw_data",
     "float_data",
@@ -439,10 +468,8 @@ def _write(
     _unshare_direct(mp, direct, set(new))
     # every tensor's bytes: replaced, or the source's (from the model or its data file)
     src_ext = ExternalData(om.external.base_dir, om.path, om.external.store)
-    used_external = any(tp.data_location == EXTERNAL for tp in _all_tensor_protos(mp))
     if external_data is None:
-        total = sum(r.tensor.nbytes for r in om.records)
-        external_data = used_external or total > AUTO_EXTERNAL_BYTES
+        external_data = _external_by_default(om)
     plan: list[tuple[Any, Any]] = []
     for tp in mp.graph.initializer:
         if text(tp.name) in new:
@@ -459,8 +486,8 @@ def _write(
         ot = onnx_type(tp.data_type, what=text(tp.name), path=om.path)
         return src_ext.view(src_ext.ref(tp, text(tp.name), ot.nbytes(numel_of(tp.dims))))
 
-    data_name = os.path.basename(out) + ".data"
-    data_path = os.path.join(os.path.dirname(out), data_name)  # beside ``out``, spelled as it was given
+    data_path = data_file_for(out)
+    data_name = os.path.basename(data_path)
     data_file = None
     written = 0
     try:
