@@ -698,3 +698,69 @@ def _build_deepspeed(out: Path, samples_dir: Path | None) -> list[Sample]:
 
 
 register_conformance(Conformance("deepspeed", _build_deepspeed, oracle=_zero_oracle))
+
+
+# ------------------------------------------------------------------------------ fsdp
+#: one rank of an FSDP2 job on CPU: a ``fully_shard``-ed model (uneven shards: 5 rows over
+#: 2 ranks; a bf16 layer; BatchNorm buffers) saves its DTensor state dict with
+#: ``torch.save``; rank 0 also saves FSDP's full state dict (the oracle)
+_FSDP_RANK = """
+import os, sys, torch, torch.distributed as dist
+from torch import nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.fsdp import fully_shard
+out = sys.argv[1]
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+torch.manual_seed(7)
+model = nn.Sequential(nn.Linear(3, 5), nn.BatchNorm1d(5), nn.Linear(5, 2).to(torch.bfloat16))
+for layer in (model[0], model[2]):
+    fully_shard(layer)
+fully_shard(model)
+torch.save(model.state_dict(), os.path.join(out, f"model_rank{rank}.pt"))
+full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+if rank == 0:
+    torch.save(full, os.path.join(os.path.dirname(out), "fsdp_full.pt"))
+dist.barrier()
+sys.stdout.flush()
+os._exit(0)
+"""
+
+
+def _build_fsdp(out: Path, samples_dir: Path | None) -> list[Sample]:
+    """A 2-rank FSDP2 checkpoint: each rank's ``torch.save`` of its DTensor state dict,
+    written by torch itself (two gloo processes on CPU); the oracle is FSDP's full state
+    dict (``get_model_state_dict(full_state_dict=True)``)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    _need("torch.distributed.fsdp")
+    root = out / "fsdp_ranks"
+    root.mkdir(parents=True)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2")
+        env.update(LOCAL_RANK=str(rank), OMP_NUM_THREADS="1")
+        cmd = [sys.executable, "-c", _FSDP_RANK, str(root)]
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    logs = []
+    for p in procs:
+        try:
+            logs.append(p.communicate(timeout=300)[0].decode(errors="replace"))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+    if any(p.returncode for p in procs):
+        raise RuntimeError("the FSDP ranks failed:\n" + "\n".join(log[-2000:] for log in logs))
+    full = out / "fsdp_full.pt"
+    rank1 = "model_rank1.pt"
+    return [Sample(root, _torch_load_oracle(full), fuzz_file=rank1, corrupt=truncate(rank1), label="fsdp2 2 ranks")]
+
+
+register_conformance(Conformance("fsdp", _build_fsdp))
