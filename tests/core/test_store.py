@@ -118,7 +118,6 @@ RESOLVED_AT = {
     "formats/dcp/constants.py": 1,  # store_of: a DCP reader made directly of a path or URL
     "formats/dcp/reshard.py": 2,  # reshard's destination, its source (the API's and each worker's)
     "formats/hf/ranged.py": 2,  # write_shards' destination, a range task's source in its worker
-    "formats/hf/spec.py": 1,  # index_shards without a store (the scanner's: until it passes one)
     "formats/inductor_cache/inventory.py": 1,  # the cache folder given to inventory()
     "formats/onnx/read.py": 2,  # OnnxModel made directly (set_weights, read_model), base_dir=
     "jobs/staging.py": 1,  # cleanup(): what an interrupted job left at a destination

@@ -18,6 +18,7 @@ import os
 import sys
 import types
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from ..core.errors import NotFoundError, UsageError
 from ..core.findings import Finding
@@ -25,6 +26,9 @@ from ..io.remote import accepts_storage_options as _remote_opts
 from .carriers import Scanner, scan_file
 from .findings import RULES, SEVERITIES, AllowNote, FileReport, ScanReport
 from .policy import SAFE, classify
+
+if TYPE_CHECKING:
+    from ..io.store import Store
 
 __all__ = [
     "scan",
@@ -59,16 +63,18 @@ def _walk(paths: Iterable[os.PathLike[str] | str]) -> list[tuple[str, str | None
     """(path, scanned folder or None, error or None, leaves the folder) for every file
     under ``paths``; folders that cannot be listed come back with their error."""
     from ..io.paths import within
+    from ..io.store import LOCAL
 
     out: list[tuple[str, str | None, str | None, bool]] = []
     for p in paths:
         p = os.fspath(p)
+        store: Store = LOCAL
         if isinstance(p, str) and "://" in p:
             from ..io.store import resolve
 
             store, p = resolve(p)  # a file:// URL names a local path
             if store.remote:
-                out += _walk_url(p)
+                out += _walk_url(p, store)
                 continue
         if os.path.isdir(p):
             real_root = os.path.realpath(p)
@@ -87,19 +93,19 @@ def _walk(paths: Iterable[os.PathLike[str] | str]) -> list[tuple[str, str | None
                 out.append((e.filename or p, p, f"cannot list the folder: {e.strerror or e}", False))
         elif os.path.exists(p):
             out.append((p, None, None, False))
-            out += _index_shards(p)
+            out += _index_shards(p, store)
         else:
             raise NotFoundError("no such file or directory", path=p)
     return out
 
 
-def _walk_url(url: str) -> list[tuple[str, str | None, str | None, bool]]:
+def _walk_url(url: str, store: Store) -> list[tuple[str, str | None, str | None, bool]]:
     """Remote paths: an object, or every object under a folder (no links there)."""
     from ..io import remote
 
     if not remote.isdir(url):
         remote.check_exists(url)  # missing, or the store's reason (refused credentials...)
-        return [(url, None, None, False), *_index_shards(url)]
+        return [(url, None, None, False), *_index_shards(url, store)]
     fs, base = remote.filesystem(url)
     base = base.rstrip("/")
     out: list[tuple[str, str | None, str | None, bool]] = []
@@ -116,13 +122,14 @@ def _walk_order(rel: str) -> tuple[tuple[int, str], ...]:
     return (*((1, d) for d in dirs), (0, name))
 
 
-def _index_shards(p: str) -> list[tuple[str, str | None, str | None, bool]]:
-    """A Hugging Face index given alone: the shards it names are what a loader reads."""
+def _index_shards(p: str, store: Store) -> list[tuple[str, str | None, str | None, bool]]:
+    """A Hugging Face index given alone: the shards it names are what a loader reads
+    (``store``: the store holding it, as the walk resolved it)."""
     from ..formats.hf.spec import index_shards, is_index_file
 
     if not is_index_file(os.path.basename(p)):
         return []
-    return [(f, None, err, False) for f, err in index_shards(p)]
+    return [(f, None, err, False) for f, err in index_shards(p, store=store)]
 
 
 def _one(args: tuple[str, str, str | None, bool]) -> FileReport:
