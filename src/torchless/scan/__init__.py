@@ -44,59 +44,78 @@ __all__ = [
     "SAFE",
     "classify",
     "Scanner",
+    "store_of",
 ]
+
+
+def store_of(path: str, store: Store | None = None) -> Store:
+    """The store of a file the scan engine is handed: ``store`` as the walk resolved it,
+    else (a file given to :func:`scan_file` or :class:`Scanner` directly) the store of
+    ``path``, resolved here: the scanner's entry, the one place it asks."""
+    if store is not None:
+        return store
+    from ..io.store import store_for
+
+    return store_for(path)
 
 
 def iter_files(paths: Iterable[os.PathLike[str] | str]) -> list[str]:
     """Every regular file under ``paths`` (directories recursively, sorted, no symlink loops,
     no link that leaves the folder being scanned: see :func:`link_escapes`)."""
-    return [f for f, _root, err, esc in _walk(paths) if err is None and not esc]
+    return [f for f, _root, err, esc, _store in _walk(paths) if err is None and not esc]
 
 
 def link_escapes(paths: Iterable[os.PathLike[str] | str]) -> list[str]:
     """Symbolic links under the directories in ``paths`` whose real path leaves the
     directory (never opened: a loader of the folder would read what they point at)."""
-    return [f for f, _root, _err, esc in _walk(paths) if esc]
+    return [f for f, _root, _err, esc, _store in _walk(paths) if esc]
 
 
-def _walk(paths: Iterable[os.PathLike[str] | str]) -> list[tuple[str, str | None, str | None, bool]]:
-    """(path, scanned folder or None, error or None, leaves the folder) for every file
-    under ``paths``; folders that cannot be listed come back with their error."""
+def _walk(paths: Iterable[os.PathLike[str] | str]) -> list[tuple[str, str | None, str | None, bool, Store]]:
+    """(path, scanned folder or None, error or None, leaves the folder, its store) for
+    every file under ``paths``; folders that cannot be listed come back with their error.
+    Each location given is resolved here once (the scanner's entry); its store goes with
+    every file found under it."""
+    out: list[tuple[str, str | None, str | None, bool, Store]] = []
+    for p in paths:
+        store, found = _walk_one(os.fspath(p))
+        out += [(*e, store) for e in found]
+    return out
+
+
+def _walk_one(p: str) -> tuple[Store, list[tuple[str, str | None, str | None, bool]]]:
     from ..io.paths import within
     from ..io.store import LOCAL
 
     out: list[tuple[str, str | None, str | None, bool]] = []
-    for p in paths:
-        p = os.fspath(p)
-        store: Store = LOCAL
-        if isinstance(p, str) and "://" in p:
-            from ..io.store import resolve
+    store: Store = LOCAL
+    if isinstance(p, str) and "://" in p:
+        from ..io.store import resolve
 
-            store, p = resolve(p)  # a file:// URL names a local path
-            if store.remote:
-                out += _walk_url(p, store)
-                continue
-        if os.path.isdir(p):
-            real_root = os.path.realpath(p)
-            errors: list[OSError] = []
-            for root, dirs, files in os.walk(p, followlinks=False, onerror=errors.append):
-                dirs.sort()
-                for f in sorted(files + [d for d in dirs if os.path.islink(os.path.join(root, d))]):
-                    fp = os.path.join(root, f)
-                    if os.path.islink(fp) and not within(os.path.realpath(fp), real_root):
-                        out.append((fp, p, None, True))  # never opened (a FIFO, a file elsewhere)
-                    elif os.path.isfile(fp):
-                        out.append((fp, p, None, False))
-                    elif not os.path.exists(fp):
-                        out.append((fp, p, "a broken link or a file that vanished", False))
-            for e in errors:
-                out.append((e.filename or p, p, f"cannot list the folder: {e.strerror or e}", False))
-        elif os.path.exists(p):
-            out.append((p, None, None, False))
-            out += _index_shards(p, store)
-        else:
-            raise NotFoundError("no such file or directory", path=p)
-    return out
+        store, p = resolve(p)  # a file:// URL names a local path
+        if store.remote:
+            return store, _walk_url(p, store)
+    if os.path.isdir(p):
+        real_root = os.path.realpath(p)
+        errors: list[OSError] = []
+        for root, dirs, files in os.walk(p, followlinks=False, onerror=errors.append):
+            dirs.sort()
+            for f in sorted(files + [d for d in dirs if os.path.islink(os.path.join(root, d))]):
+                fp = os.path.join(root, f)
+                if os.path.islink(fp) and not within(os.path.realpath(fp), real_root):
+                    out.append((fp, p, None, True))  # never opened (a FIFO, a file elsewhere)
+                elif os.path.isfile(fp):
+                    out.append((fp, p, None, False))
+                elif not os.path.exists(fp):
+                    out.append((fp, p, "a broken link or a file that vanished", False))
+        for e in errors:
+            out.append((e.filename or p, p, f"cannot list the folder: {e.strerror or e}", False))
+    elif os.path.exists(p):
+        out.append((p, None, None, False))
+        out += _index_shards(p, store)
+    else:
+        raise NotFoundError("no such file or directory", path=p)
+    return store, out
 
 
 def _walk_url(url: str, store: Store) -> list[tuple[str, str | None, str | None, bool]]:
@@ -132,11 +151,11 @@ def _index_shards(p: str, store: Store) -> list[tuple[str, str | None, str | Non
     return [(f, None, err, False) for f, err in index_shards(p, store=store)]
 
 
-def _one(args: tuple[str, str, str | None, bool]) -> FileReport:
+def _one(args: tuple[str, str, str | None, bool, Store]) -> FileReport:
     from ..jobs.hooks import task_fault
 
     task_fault()  # the tests' hooks: a scan worker that dies or stalls (no-op otherwise)
-    return scan_file(args[0], args[1], args[2], args[3])
+    return scan_file(args[0], args[1], args[2], args[3], store=args[4])
 
 
 def _unreadable(path: str, error: str) -> FileReport:
@@ -181,10 +200,10 @@ def scan(
         raise UsageError("unknown severity", expected=" | ".join(SEVERITIES), found=unknown_severity)
     paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
     entries = _walk(paths)
-    bad = [_unreadable(f, err) for f, _root, err, _esc in entries if err is not None]
+    bad = [_unreadable(f, err) for f, _root, err, _esc, _store in entries if err is not None]
     # links out of the folder go through scan_file too: it reports them without opening
     # them (naming dcp.load when a sibling .metadata reads them)
-    todo = [(f, unknown_severity, root, coverage) for f, root, err, _esc in entries if err is None]
+    todo = [(f, unknown_severity, root, coverage, store) for f, root, err, _esc, store in entries if err is None]
     jobs = jobs or os.cpu_count() or 1
     if jobs <= 1 or len(todo) < 4:
         return ScanReport(bad + [_one(t) for t in todo])
