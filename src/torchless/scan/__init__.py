@@ -44,19 +44,7 @@ __all__ = [
     "SAFE",
     "classify",
     "Scanner",
-    "store_of",
 ]
-
-
-def store_of(path: str, store: Store | None = None) -> Store:
-    """The store of a file the scan engine is handed: ``store`` as the walk resolved it,
-    else (a file given to :func:`scan_file` or :class:`Scanner` directly) the store of
-    ``path``, resolved here: the scanner's entry, the one place it asks."""
-    if store is not None:
-        return store
-    from ..io.store import store_for
-
-    return store_for(path)
 
 
 def iter_files(paths: Iterable[os.PathLike[str] | str]) -> list[str]:

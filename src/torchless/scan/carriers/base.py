@@ -24,6 +24,7 @@ from ...formats.pt.spec import ZIP_MAGIC, opens_as_tar
 from ...formats.registry import readers_format
 from ...formats.torchscript.spec import is_flatbuffer
 from ...io.source import ByteSource, BytesSource, MmapSource, open_source
+from ...io.store import store_for
 from ..budget import BUDGET_NAMES, Budget
 from ..findings import FileReport
 from .common import MAX_DEPTH, C, Carrier
@@ -54,8 +55,9 @@ class ScanEngine:
         root: the folder being scanned (links that leave it are not followed).
         coverage: list what was analysed (:attr:`FileReport.coverage`).
         store: the store holding ``path``, as the scan's entry resolved it (the walk of
-            :func:`torchless.scan.scan`); None: resolved there for this path
-            (:func:`torchless.scan.store_of`). Kept as :attr:`store`.
+            :func:`torchless.scan.scan` hands each file its location's store); None: an
+            engine made directly of a path, whose store is resolved here, once. Kept as
+            :attr:`store`.
 
     The carriers it runs are attributes (:attr:`pickles`, :attr:`nested`, :attr:`zips`,
     :attr:`tar`, :attr:`dcp`, :attr:`numpy`, :attr:`onnx`, :attr:`compressed`); each can
@@ -71,10 +73,8 @@ class ScanEngine:
         coverage: bool = False,
         store: Store | None = None,
     ) -> None:
-        from .. import store_of
-
         self.path = os.fspath(path)
-        self.store: Store = store_of(self.path, store)
+        self.store: Store = store if store is not None else store_for(self.path)
         self.root = root  # the folder being scanned: sibling files are never read outside it
         self.unknown_severity = unknown_severity
         self.report = FileReport(self.path, coverage=[] if coverage else None)
