@@ -22,8 +22,8 @@ Format commands:
 Running a program:
     RUN_LIMITS, RunLimits, run_limits
 Inductor cache:
-    CACHE_KINDS, inventory, entry_source, resolve_cache_dir, plan_prune, apply_prune,
-    parse_duration
+    CACHE_KINDS, inventory, entry_source, resolve_cache_dir, locate_cache_dir, plan_prune,
+    apply_prune, parse_duration
 Scan reports:
     format_scan_json, format_scan_sarif, format_scan_text
 Process-wide state of a command:
@@ -64,6 +64,7 @@ EXPORTS: dict[str, str] = {
     "inventory": "torchless.formats.inductor_cache.inventory:inventory",
     "entry_source": "torchless.formats.inductor_cache.inventory:entry_source",
     "resolve_cache_dir": "torchless.formats.inductor_cache.inventory:resolve_cache_dir",
+    "locate_cache_dir": "torchless.formats.inductor_cache.inventory:locate_cache_dir",
     "plan_prune": "torchless.formats.inductor_cache.prune:plan_prune",
     "apply_prune": "torchless.formats.inductor_cache.prune:apply_prune",
     "parse_duration": "torchless.formats.inductor_cache.prune:parse_duration",
@@ -91,6 +92,7 @@ if TYPE_CHECKING:  # the same names for the type checker (a test checks both lis
     from .formats.inductor_cache.inventory import KINDS as CACHE_KINDS  # noqa: F401
     from .formats.inductor_cache.inventory import entry_source as entry_source
     from .formats.inductor_cache.inventory import inventory as inventory
+    from .formats.inductor_cache.inventory import locate_cache_dir as locate_cache_dir
     from .formats.inductor_cache.inventory import resolve_cache_dir as resolve_cache_dir
     from .formats.inductor_cache.prune import apply_prune as apply_prune
     from .formats.inductor_cache.prune import parse_duration as parse_duration

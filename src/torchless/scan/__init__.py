@@ -18,6 +18,7 @@ import os
 import sys
 import types
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from ..core.errors import NotFoundError, UsageError
 from ..core.findings import Finding
@@ -25,6 +26,9 @@ from ..io.remote import accepts_storage_options as _remote_opts
 from .carriers import Scanner, scan_file
 from .findings import RULES, SEVERITIES, AllowNote, FileReport, ScanReport
 from .policy import SAFE, classify
+
+if TYPE_CHECKING:
+    from ..io.store import Store
 
 __all__ = [
     "scan",
@@ -46,60 +50,69 @@ __all__ = [
 def iter_files(paths: Iterable[os.PathLike[str] | str]) -> list[str]:
     """Every regular file under ``paths`` (directories recursively, sorted, no symlink loops,
     no link that leaves the folder being scanned: see :func:`link_escapes`)."""
-    return [f for f, _root, err, esc in _walk(paths) if err is None and not esc]
+    return [f for f, _root, err, esc, _store in _walk(paths) if err is None and not esc]
 
 
 def link_escapes(paths: Iterable[os.PathLike[str] | str]) -> list[str]:
     """Symbolic links under the directories in ``paths`` whose real path leaves the
     directory (never opened: a loader of the folder would read what they point at)."""
-    return [f for f, _root, _err, esc in _walk(paths) if esc]
+    return [f for f, _root, _err, esc, _store in _walk(paths) if esc]
 
 
-def _walk(paths: Iterable[os.PathLike[str] | str]) -> list[tuple[str, str | None, str | None, bool]]:
-    """(path, scanned folder or None, error or None, leaves the folder) for every file
-    under ``paths``; folders that cannot be listed come back with their error."""
-    from ..io.paths import within
-
-    out: list[tuple[str, str | None, str | None, bool]] = []
+def _walk(paths: Iterable[os.PathLike[str] | str]) -> list[tuple[str, str | None, str | None, bool, Store]]:
+    """(path, scanned folder or None, error or None, leaves the folder, its store) for
+    every file under ``paths``; folders that cannot be listed come back with their error.
+    Each location given is resolved here once (the scanner's entry); its store goes with
+    every file found under it."""
+    out: list[tuple[str, str | None, str | None, bool, Store]] = []
     for p in paths:
-        p = os.fspath(p)
-        if isinstance(p, str) and "://" in p:
-            from ..io.store import resolve
-
-            store, p = resolve(p)  # a file:// URL names a local path
-            if store.remote:
-                out += _walk_url(p)
-                continue
-        if os.path.isdir(p):
-            real_root = os.path.realpath(p)
-            errors: list[OSError] = []
-            for root, dirs, files in os.walk(p, followlinks=False, onerror=errors.append):
-                dirs.sort()
-                for f in sorted(files + [d for d in dirs if os.path.islink(os.path.join(root, d))]):
-                    fp = os.path.join(root, f)
-                    if os.path.islink(fp) and not within(os.path.realpath(fp), real_root):
-                        out.append((fp, p, None, True))  # never opened (a FIFO, a file elsewhere)
-                    elif os.path.isfile(fp):
-                        out.append((fp, p, None, False))
-                    elif not os.path.exists(fp):
-                        out.append((fp, p, "a broken link or a file that vanished", False))
-            for e in errors:
-                out.append((e.filename or p, p, f"cannot list the folder: {e.strerror or e}", False))
-        elif os.path.exists(p):
-            out.append((p, None, None, False))
-            out += _index_shards(p)
-        else:
-            raise NotFoundError("no such file or directory", path=p)
+        store, found = _walk_one(os.fspath(p))
+        out += [(*e, store) for e in found]
     return out
 
 
-def _walk_url(url: str) -> list[tuple[str, str | None, str | None, bool]]:
+def _walk_one(p: str) -> tuple[Store, list[tuple[str, str | None, str | None, bool]]]:
+    from ..io.paths import within
+    from ..io.store import LOCAL
+
+    out: list[tuple[str, str | None, str | None, bool]] = []
+    store: Store = LOCAL
+    if isinstance(p, str) and "://" in p:
+        from ..io.store import resolve
+
+        store, p = resolve(p)  # a file:// URL names a local path
+        if store.remote:
+            return store, _walk_url(p, store)
+    if os.path.isdir(p):
+        real_root = os.path.realpath(p)
+        errors: list[OSError] = []
+        for root, dirs, files in os.walk(p, followlinks=False, onerror=errors.append):
+            dirs.sort()
+            for f in sorted(files + [d for d in dirs if os.path.islink(os.path.join(root, d))]):
+                fp = os.path.join(root, f)
+                if os.path.islink(fp) and not within(os.path.realpath(fp), real_root):
+                    out.append((fp, p, None, True))  # never opened (a FIFO, a file elsewhere)
+                elif os.path.isfile(fp):
+                    out.append((fp, p, None, False))
+                elif not os.path.exists(fp):
+                    out.append((fp, p, "a broken link or a file that vanished", False))
+        for e in errors:
+            out.append((e.filename or p, p, f"cannot list the folder: {e.strerror or e}", False))
+    elif os.path.exists(p):
+        out.append((p, None, None, False))
+        out += _index_shards(p, store)
+    else:
+        raise NotFoundError("no such file or directory", path=p)
+    return store, out
+
+
+def _walk_url(url: str, store: Store) -> list[tuple[str, str | None, str | None, bool]]:
     """Remote paths: an object, or every object under a folder (no links there)."""
     from ..io import remote
 
     if not remote.isdir(url):
         remote.check_exists(url)  # missing, or the store's reason (refused credentials...)
-        return [(url, None, None, False), *_index_shards(url)]
+        return [(url, None, None, False), *_index_shards(url, store)]
     fs, base = remote.filesystem(url)
     base = base.rstrip("/")
     out: list[tuple[str, str | None, str | None, bool]] = []
@@ -116,20 +129,21 @@ def _walk_order(rel: str) -> tuple[tuple[int, str], ...]:
     return (*((1, d) for d in dirs), (0, name))
 
 
-def _index_shards(p: str) -> list[tuple[str, str | None, str | None, bool]]:
-    """A Hugging Face index given alone: the shards it names are what a loader reads."""
+def _index_shards(p: str, store: Store) -> list[tuple[str, str | None, str | None, bool]]:
+    """A Hugging Face index given alone: the shards it names are what a loader reads
+    (``store``: the store holding it, as the walk resolved it)."""
     from ..formats.hf.spec import index_shards, is_index_file
 
     if not is_index_file(os.path.basename(p)):
         return []
-    return [(f, None, err, False) for f, err in index_shards(p)]
+    return [(f, None, err, False) for f, err in index_shards(p, store=store)]
 
 
-def _one(args: tuple[str, str, str | None, bool]) -> FileReport:
+def _one(args: tuple[str, str, str | None, bool, Store]) -> FileReport:
     from ..jobs.hooks import task_fault
 
     task_fault()  # the tests' hooks: a scan worker that dies or stalls (no-op otherwise)
-    return scan_file(args[0], args[1], args[2], args[3])
+    return scan_file(args[0], args[1], args[2], args[3], store=args[4])
 
 
 def _unreadable(path: str, error: str) -> FileReport:
@@ -174,10 +188,10 @@ def scan(
         raise UsageError("unknown severity", expected=" | ".join(SEVERITIES), found=unknown_severity)
     paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
     entries = _walk(paths)
-    bad = [_unreadable(f, err) for f, _root, err, _esc in entries if err is not None]
+    bad = [_unreadable(f, err) for f, _root, err, _esc, _store in entries if err is not None]
     # links out of the folder go through scan_file too: it reports them without opening
     # them (naming dcp.load when a sibling .metadata reads them)
-    todo = [(f, unknown_severity, root, coverage) for f, root, err, _esc in entries if err is None]
+    todo = [(f, unknown_severity, root, coverage, store) for f, root, err, _esc, store in entries if err is None]
     jobs = jobs or os.cpu_count() or 1
     if jobs <= 1 or len(todo) < 4:
         return ScanReport(bad + [_one(t) for t in todo])

@@ -51,7 +51,7 @@ from __future__ import annotations
 import ast
 import os
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core.errors import TorchlessError
 from ..formats.inductor_cache.spec import loaded_kind as cache_kind
@@ -60,6 +60,9 @@ from ..formats.pt.spec import ZIP_MAGIC
 from ..io.source import ByteSource
 from .policy import Verdict
 from .source import DANGEROUS_ATTRS, MAX_SOURCE_BYTES, RISKY_TORCH, SourceError, dotted, parse
+
+if TYPE_CHECKING:
+    from ..io.store import Store
 
 __all__ = [
     "cache_kind",
@@ -628,7 +631,7 @@ def scan_cache_file(scanner: Any, src: ByteSource, kind: str) -> None:
             0,
             loader=_LOADER,
         )
-    elif _is_file(cpp):
+    elif _is_file(cpp, scanner.store):
         scanner.add(
             "native-code",
             "info",
@@ -648,11 +651,9 @@ def scan_cache_file(scanner: Any, src: ByteSource, kind: str) -> None:
         )
 
 
-def _is_file(path: str) -> bool:
-    """A regular file (not a link) at ``path``; an object at a URL (a HEAD request)."""
-    from ..io.store import store_for
-
-    store = store_for(path)
+def _is_file(path: str, store: Store) -> bool:
+    """A regular file (not a link) at ``path``; an object at a URL (a HEAD request).
+    ``store``: the store of the cache being scanned (the scan engine's)."""
     if store.remote:
         # a failed check raises (the file is reported unanalysed, with the store's
         # reason) rather than reading as "the .cpp is missing"

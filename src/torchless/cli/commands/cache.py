@@ -121,32 +121,31 @@ def cmd_cache(args: argparse.Namespace) -> int:
         bad = [k for k in kinds if k not in KINDS]
         if bad:
             raise UsageError(f"unknown cache entry kind {bad[0]!r}", expected=", ".join(KINDS))
-    folder = target[0] if target else None
-    at_url = False
+    folder = given = target[0] if target else None
+    store = None
     if folder is not None:
-        from ..._cli_api import resolve_cache_dir
-        from ..._cli_api import resolve_location as resolve
+        from ..._cli_api import locate_cache_dir
 
-        store, folder = resolve(folder)  # the folder's store, asked once (file:// names a local folder)
-        at_url = store.remote
-        if at_url:
-            folder = resolve_cache_dir(folder)  # refuses a URL that cannot be listed (plain HTTP)
+        # the folder's store and path, resolved once (file:// names a local folder; a URL
+        # that cannot be listed, plain HTTP, is refused); inventory() takes both
+        store, folder = locate_cache_dir(folder)
+        if store.remote:
             _check_url_folder(store, folder)
-    if folder is not None and not at_url and not os.path.isdir(folder):
-        if os.path.exists(folder):
-            raise UsageError(
-                "not a folder: `torchless cache` takes a TorchInductor cache folder",
-                path=folder,
-                hint="for a single file use `torchless info` or `torchless scan`",
+        elif not os.path.isdir(folder):
+            if os.path.exists(folder):
+                raise UsageError(
+                    "not a folder: `torchless cache` takes a TorchInductor cache folder",
+                    path=given,
+                    hint="for a single file use `torchless info` or `torchless scan`",
+                )
+            raise NotFoundError(
+                "no such cache folder", path=given, hint="omit DIR to use $TORCHINDUCTOR_CACHE_DIR or torch's default location"
             )
-        raise NotFoundError(
-            "no such cache folder", path=folder, hint="omit DIR to use $TORCHINDUCTOR_CACHE_DIR or torch's default location"
-        )
     if prune:
-        return _prune(args, folder, kinds)
+        return _prune(args, folder, kinds, store)
     if args.older_than or args.max_size or args.yes:
         raise UsageError("--older-than/--max-size/--yes belong to `torchless cache prune`")
-    inv = inventory(folder, parse_pickles=not args.no_pickles)
+    inv = inventory(folder, store=store, parse_pickles=not args.no_pickles)
     if args.show:
         # a path relative to the current folder names a file of the cache too
         show = os.path.abspath(args.show) if not inv.store.remote and os.path.exists(args.show) else args.show
@@ -168,7 +167,7 @@ def cmd_cache(args: argparse.Namespace) -> int:
     return 0
 
 
-def _prune(args: argparse.Namespace, folder: str | None, kinds: list[str] | None) -> int:
+def _prune(args: argparse.Namespace, folder: str | None, kinds: list[str] | None, store: Any = None) -> int:
     from ..._cli_api import apply_prune, inventory, parse_duration, plan_prune
     from ...core.sizes import parse_size
 
@@ -180,7 +179,7 @@ def _prune(args: argparse.Namespace, folder: str | None, kinds: list[str] | None
         raise UsageError("--yes and --dry-run exclude each other")
     older = parse_duration(args.older_than) if args.older_than else None
     size = parse_size(args.max_size, allow_zero=True) if args.max_size else None  # 0: remove everything
-    inv = inventory(folder, parse_pickles=False)
+    inv = inventory(folder, store=store, parse_pickles=False)
     plan = plan_prune(inv, older_than=older, max_size=size, kinds=kinds, now=time.time())
     pd = plan.to_dict()
     if not args.yes:

@@ -826,21 +826,22 @@ def parse_metadata(data: Any, *, path: Any = None, limits: Limits = Limits()) ->
             gc.enable()
 
 
-def read_metadata(directory: Any, name: str = METADATA_NAME) -> Metadata:
+def read_metadata(directory: Any, name: str = METADATA_NAME, store: Any = None) -> Metadata:
     """Read ``<directory>/.metadata``; without one, the per-rank ``__<rank>.metadata``
-    files of ``dcp.save(..., use_collectives=False)`` merged (:func:`merge_rank_metadata`)."""
+    files of ``dcp.save(..., use_collectives=False)`` merged (:func:`merge_rank_metadata`).
+    ``store``: the store holding ``directory`` (resolved here when not given)."""
     from ...core.errors import NotFoundError
     from ...io.paths import confine
-    from ...io.store import store_for
-    from .constants import rank_metadata_names
+    from .constants import rank_metadata_names, store_of
 
-    if store_for(os.fspath(directory)).remote:
-        return _read_remote_metadata(os.fspath(directory), name)
+    store = store_of(os.fspath(directory), store)
+    if store.remote:
+        return _read_remote_metadata(os.fspath(directory), name, store)
     p = os.path.join(os.fspath(directory), name)
     if not os.path.isfile(p) and name == METADATA_NAME:
-        ranks = rank_metadata_names(directory)
+        ranks = rank_metadata_names(directory, store)
         if ranks:
-            return merge_rank_metadata([(n, read_metadata(directory, n)) for n in ranks], path=directory)
+            return merge_rank_metadata([(n, read_metadata(directory, n, store)) for n in ranks], path=directory)
     if not os.path.isfile(p):
         raise NotFoundError("not a DCP checkpoint: no .metadata file", path=directory)
     src = open_source(confine(directory, name, what="DCP metadata file"))
@@ -850,7 +851,7 @@ def read_metadata(directory: Any, name: str = METADATA_NAME) -> Metadata:
         src.close()
 
 
-def _read_remote_metadata(directory: str, name: str) -> Metadata:
+def _read_remote_metadata(directory: str, name: str, store: Any) -> Metadata:
     from ...core.errors import NotFoundError
     from ...io import remote
     from .constants import rank_metadata_names
@@ -859,9 +860,9 @@ def _read_remote_metadata(directory: str, name: str) -> Metadata:
     try:
         src = RemoteSource(p)
     except NotFoundError:
-        ranks = rank_metadata_names(directory) if name == METADATA_NAME else []
+        ranks = rank_metadata_names(directory, store) if name == METADATA_NAME else []
         if ranks:
-            return merge_rank_metadata([(n, read_metadata(directory, n)) for n in ranks], path=directory)
+            return merge_rank_metadata([(n, read_metadata(directory, n, store)) for n in ranks], path=directory)
         raise NotFoundError("not a DCP checkpoint: no .metadata file", path=directory) from None
     return parse_metadata(src.view(0, src.size), path=p)
 

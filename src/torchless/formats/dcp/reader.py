@@ -102,7 +102,7 @@ class DCPReader:
         self.remote = self.store.remote
         if not self.store.isdir(self.path):
             raise NotFoundError("not a DCP checkpoint directory", path=self.path)
-        self.metadata = metadata if metadata is not None else read_metadata(self.path)
+        self.metadata = metadata if metadata is not None else read_metadata(self.path, store=self.store)
         md = self.metadata
         if md.storage_data is None:
             raise UnsupportedError("DCP metadata without storage_data (not written by FileSystemWriter)", path=self.path)

@@ -111,22 +111,17 @@ def is_hf_folder(folder: Any, store: Store) -> bool:
     return bool(st) or any(is_index_file(n) or SHARD_RE.match(n) or n in SINGLE_FILES for n in names)
 
 
-def index_shards(index_path: Any, *, max_bytes: int = 256 << 20, store: Store | None = None) -> list[tuple[str, str | None]]:
+def index_shards(index_path: Any, *, store: Store, max_bytes: int = 256 << 20) -> list[tuple[str, str | None]]:
     """The shards an index file names, for the scanner: ``(path, error)`` each, error None
     when the shard is a regular file inside the index's folder. An index that cannot be
     parsed yields nothing (the index itself is scanned as a file). ``store``: the store
-    holding it, as the scanner's entry resolved it (None: resolved here, until the scanner
-    passes it)."""
+    holding it, as the scanner's entry resolved it."""
     import json
 
     from ...core.errors import TorchlessError
     from ...io.paths import confined_file
 
     p = os.fspath(index_path)
-    if store is None:  # (the scanner's entry will pass it: then this goes)
-        from ...io.store import store_for
-
-        store = store_for(p)
     if store.remote:
         from ...io import remote
         from ...io.source import RemoteSource

@@ -372,12 +372,19 @@ def _read_head(store: Store, root: str, rel: str, n: int = _SNIFF_BYTES) -> byte
 
 
 def inventory(
-    path: Any = None, *, parse_pickles: bool = True, max_files: int = 2_000_000, limits: Limits | None = None
+    path: Any = None,
+    *,
+    store: Store | None = None,
+    parse_pickles: bool = True,
+    max_files: int = 2_000_000,
+    limits: Limits | None = None,
 ) -> CacheInventory:
     """Walk a cache folder and classify every file.
 
     Args:
         path: the cache folder (default: :func:`resolve_cache_dir`).
+        store: the store holding ``path`` when the caller resolved it already:
+            ``store, path = locate_cache_dir(...)`` (then ``path`` is not resolved again).
         parse_pickles: summarize ``fxgraph``/``aotautograd`` pickles (safe machine, placeholders).
         max_files: refuse folders with more entries than this.
 
@@ -388,7 +395,10 @@ def inventory(
         UsageError: ``path`` is a file.
         LimitError: more than ``max_files`` entries.
     """
-    store, root = locate_cache_dir(path)
+    if store is None or path is None:
+        store, root = locate_cache_dir(path)
+    else:
+        root = os.fspath(path)
     inv = CacheInventory(root, scanned_at=time.time(), store=store)
     store = inv.store
     if store.remote:

@@ -29,6 +29,8 @@ makes and runs, and that a test can run alone.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..findings import FileReport
 from .base import ScanEngine
 from .common import MAX_DEPTH, Carrier
@@ -40,6 +42,9 @@ from .onnx import OnnxCarrier
 from .pickles import PickleCarrier
 from .tar import TarCarrier
 from .zips import ZipCarrier
+
+if TYPE_CHECKING:
+    from ...io.store import Store
 
 __all__ = [
     "Scanner",
@@ -61,7 +66,10 @@ __all__ = [
 Scanner = ScanEngine
 
 
-def scan_file(path: str, unknown_severity: str = "medium", root: str | None = None, coverage: bool = False) -> FileReport:
+def scan_file(
+    path: str, unknown_severity: str = "medium", root: str | None = None, coverage: bool = False, store: Store | None = None
+) -> FileReport:
     """Scan one file (never raises for bad content); ``root``: the folder being scanned;
-    ``coverage``: list what was analysed (:attr:`FileReport.coverage`)."""
-    return Scanner(path, unknown_severity=unknown_severity, root=root, coverage=coverage).run()
+    ``coverage``: list what was analysed (:attr:`FileReport.coverage`); ``store``: the
+    store holding it, as the walk resolved it (None: resolved for ``path``)."""
+    return Scanner(path, unknown_severity=unknown_severity, root=root, coverage=coverage, store=store).run()

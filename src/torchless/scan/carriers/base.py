@@ -13,7 +13,7 @@ import time
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from ...core.errors import TorchlessError
 from ...core.findings import Finding
@@ -38,6 +38,9 @@ from .recognize import MODEL_SUFFIXES, compressor_of, probe_pickle
 from .tar import TarCarrier
 from .zips import ZipCarrier
 
+if TYPE_CHECKING:
+    from ...io.store import Store
+
 __all__ = ["ScanEngine", "Budget", "MAX_FINDINGS"]
 
 MAX_FINDINGS = 2000  # findings kept per file; more are counted in one note
@@ -51,14 +54,27 @@ class ScanEngine:
         unknown_severity: severity of ``unknown-global`` findings.
         root: the folder being scanned (links that leave it are not followed).
         coverage: list what was analysed (:attr:`FileReport.coverage`).
+        store: the store holding ``path``, as the scan's entry resolved it (the walk of
+            :func:`torchless.scan.scan` hands each file its location's store); None: an
+            engine made directly of a path, whose store is resolved here, once. Kept as
+            :attr:`store`.
 
     The carriers it runs are attributes (:attr:`pickles`, :attr:`nested`, :attr:`zips`,
     :attr:`tar`, :attr:`dcp`, :attr:`numpy`, :attr:`onnx`, :attr:`compressed`); each can
     also be made on an engine and run alone.
     """
 
-    def __init__(self, path: str, *, unknown_severity: str = "medium", root: str | None = None, coverage: bool = False) -> None:
+    def __init__(
+        self,
+        path: str,
+        *,
+        unknown_severity: str = "medium",
+        root: str | None = None,
+        coverage: bool = False,
+        store: Store | None = None,
+    ) -> None:
         self.path = os.fspath(path)
+        self.store: Store = store if store is not None else store_for(self.path)
         self.root = root  # the folder being scanned: sibling files are never read outside it
         self.unknown_severity = unknown_severity
         self.report = FileReport(self.path, coverage=[] if coverage else None)
@@ -184,7 +200,7 @@ class ScanEngine:
     # -- entry -------------------------------------------------------------------------
     def run(self) -> FileReport:
         t0 = time.perf_counter()
-        remote = "://" in self.path and store_for(self.path).remote
+        remote = self.store.remote
         if self.root is not None and not remote:
             real, home = os.path.realpath(self.path), os.path.realpath(self.root)
             if os.path.commonpath([real, home]) != home:
