@@ -123,6 +123,7 @@ def _built(name: str, tmp: Path) -> list[Path]:
         "lightning": _builtin._build_lightning,
         "megatron": _builtin._build_megatron,
         "deepspeed": _builtin._build_deepspeed,
+        "fsdp": _builtin._build_fsdp,
     }[name]
     out = tmp / name
     out.mkdir()
@@ -154,7 +155,7 @@ def _files(name: str, tmp: Path, shards: Path) -> list[Path]:
         "dcp": lambda: sorted((s / "dcp_ckpt").iterdir()),
         "aoti": lambda: [s / "mlp_aoti.pt2"],
         "pt2": lambda: [s / "mlp.pt2", *sorted((s / "old_pt2").glob("*/*.pt2"))],
-        **{n: (lambda n=n: _built(n, tmp)) for n in ("trainer", "lightning", "megatron", "deepspeed")},
+        **{n: (lambda n=n: _built(n, tmp)) for n in ("trainer", "lightning", "megatron", "deepspeed", "fsdp")},
     }
     return table[name]()
 
@@ -173,6 +174,7 @@ def test_every_readable_format_is_covered():
         "lightning",
         "megatron",
         "deepspeed",
+        "fsdp",
     }
 
 
