@@ -336,7 +336,7 @@ def remove(url: str) -> None:
     forget(url)
 
 
-def child(root: str, name: str, *, what: str = "file", path: Any = None, member: str | None = None) -> str:
+def child(root: str, name: object, *, what: str = "file", path: Any = None, member: str | None = None) -> str:
     """``root/name`` for a name an artifact gives (an index's shard, a DCP storage file):
     refused unless a plain file name (no separators, ``..``, NUL or absolute names), as
     :func:`~torchless.io.paths.confine` refuses them for local folders."""

@@ -203,7 +203,7 @@ class FsspecStore:
         with ``subdirs`` relative ``/`` components with no ``..``, ``?``, ``#`` or ``%``)."""
         if subdirs:
             return remote.confined(root, name, what=what, path=path, member=member)
-        return remote.child(root, name, what=what, path=path, member=member)  # type: ignore[arg-type]
+        return remote.child(root, name, what=what, path=path, member=member)
 
     def publish(self, local: str, path: str) -> int:
         remote.check_writable(path)

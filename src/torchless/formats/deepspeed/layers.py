@@ -130,6 +130,7 @@ class ModuleCheckpoint:
     # -- pipeline parallel -----------------------------------------------------------
     def _pipeline(self) -> None:
         self.world_size = self._world(S.MP_WORLD_SIZE)
+        # model_files holds exactly the names MP_MODEL_FILE matched (the folder listing's filter)
         ranks = [int(S.MP_MODEL_FILE.match(n).group(1)) for n in self.model_files]  # type: ignore[union-attr]
         if ranks != list(range(self.world_size)):
             missing = sorted(set(range(self.world_size)) - set(ranks))
