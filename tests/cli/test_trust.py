@@ -245,7 +245,9 @@ def test_extract_twice_names_the_option(capsys, tmp_path):
     assert run(capsys, "extract", s("mlp_aoti.pt2"), out)[0] == 0
     code, _o, err = run(capsys, "extract", s("mlp_aoti.pt2"), out)
     assert code == 2 and "--overwrite" in err
+    assert "--force" in err  # the one option every command that writes takes (issue 36 item 9)
     assert run(capsys, "extract", s("mlp_aoti.pt2"), out, "--overwrite")[0] == 0
+    assert run(capsys, "extract", s("mlp_aoti.pt2"), out, "--force")[0] == 0
 
 
 class Cfg:  # pickled by reference: torchless sees an unknown class (never imported)
