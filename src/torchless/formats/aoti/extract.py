@@ -184,7 +184,11 @@ def extract_archive(
         for _e, parts in plan:
             target = os.path.join(root, *parts)
             if os.path.lexists(target):
-                raise UsageError("output file exists", path=target, hint="pass --force (or --overwrite; overwrite=True in Python) to replace it")
+                raise UsageError(
+                    "output file exists",
+                    path=target,
+                    hint="pass --force (or --overwrite; overwrite=True in Python) to replace it",
+                )
     for _e, parts in plan:  # what is in the way, before anything is written
         cur = root
         for p in parts:
