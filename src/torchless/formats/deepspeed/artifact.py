@@ -6,9 +6,9 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ...core.errors import TorchlessError
 from ...core.findings import Problem
 from ..base import Artifact, LoadPolicy, summarize_tensors
+from ..ranks import member_problems, tensor_problems
 from .layers import ModuleCheckpoint, has_module_files
 from .read import ZeroCheckpoint, find_tag_folder
 
@@ -78,18 +78,8 @@ class DeepSpeedArtifact(Artifact):
 
     def verify(self) -> list[Problem]:
         """Every consolidated tensor gathered once, and every rank file's records checked."""
-        problems: list[Problem] = []
         ck = self.checkpoint
-        for name, art in list(ck._arts.items()):
-            if art is not None:
-                for p in art.verify():
-                    problems.append(Problem(p.code, f"{name}: {p.message}", p.member, p.offset, p.severity))
-        for name, t in ck.tensors():
-            try:
-                t.numpy()
-            except TorchlessError as e:
-                problems.append(Problem("tensor", str(e), name))
-        return problems
+        return member_problems(list(ck._arts.items())) + tensor_problems(ck.tensors())
 
     def convert_to(
         self,

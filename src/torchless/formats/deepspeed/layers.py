@@ -28,8 +28,9 @@ from ...core.errors import FormatError, LimitError, NotFoundError, UnsupportedEr
 from ...core.tensor import Tensor
 from ..base import LoadPolicy
 from ..dcp.read import BlockStorage
+from ..ranks import load_rank_dict
 from . import spec as S
-from .read import MAX_RANKS, _contiguous, _stage_of, find_tag_folder, load_rank_dict
+from .read import MAX_RANKS, _contiguous, _stage_of, find_tag_folder
 
 __all__ = ["ModuleCheckpoint", "has_module_files"]
 

@@ -31,9 +31,10 @@ from ...core.values import PickledObject
 from ...io.paths import confined_file
 from ..base import LoadPolicy
 from ..dcp.read import BlockStorage
+from ..ranks import load_rank_dict
 from . import spec as S
 
-__all__ = ["ZeroCheckpoint", "find_tag_folder", "is_zero_folder", "load_rank_dict"]
+__all__ = ["ZeroCheckpoint", "find_tag_folder", "is_zero_folder"]
 
 #: the largest ``latest`` file read (it holds a tag name)
 MAX_LATEST_BYTES = 4096
@@ -121,24 +122,6 @@ def _flat(t: Any, path: str, member: str) -> Tensor:
     if not isinstance(t, Tensor) or t.ndim != 1:
         raise FormatError("a flat partition is not a 1-D tensor", path=path, member=member, found=short_repr(t, 60))
     return t
-
-
-def load_rank_dict(folder: str, name: str, policy: Any, arts: dict[str, Any], objs: dict[str, Any]) -> dict[str, Any]:
-    """The dict a rank file of ``folder`` holds, loaded once (its artifact kept in ``arts``
-    for verify and close, the dict in ``objs``); the name is confined to the folder."""
-    obj = objs.get(name)
-    if obj is None:
-        from ..pt.handler import PtArtifact
-
-        path = os.path.join(folder, name)
-        real = confined_file(folder, name, what="rank file", path=path)
-        art = PtArtifact(real, policy)
-        arts[name] = art
-        obj = art.load()
-        if not isinstance(obj, dict):
-            raise FormatError("a rank file does not hold a dict", path=path, found=type(obj).__name__)
-        objs[name] = obj
-    return obj
 
 
 class _Segments:

@@ -19,13 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from ...core.errors import FormatError, LimitError, NotFoundError, TorchlessError, UnsupportedError, short_repr
+from ...core.errors import FormatError, LimitError, NotFoundError, UnsupportedError, short_repr
 from ...core.findings import Problem
 from ...core.tensor import Tensor
 from ...core.values import PickledObject
-from ...io.paths import confined_file
 from ..base import Artifact, LoadPolicy, summarize_tensors
 from ..dcp.read import BlockStorage
+from ..ranks import load_rank_dict, member_problems, tensor_problems
 from . import spec as S
 
 __all__ = ["FsdpArtifact", "rank_file_names"]
@@ -139,15 +139,7 @@ class FsdpCheckpoint:
         return os.path.join(self.folder, name)
 
     def _load(self, name: str) -> dict[str, Any]:
-        from ..pt.handler import PtArtifact
-
-        real = confined_file(self.folder, name, what="rank file", path=self._path(name))
-        art = PtArtifact(real, self.policy)
-        self._arts[name] = art
-        obj = art.load()
-        if not isinstance(obj, dict):
-            raise FormatError("a rank file does not hold a state dict", path=self._path(name), found=type(obj).__name__)
-        return obj
+        return load_rank_dict(self.folder, name, self.policy, self._arts)
 
     def _consolidate(self) -> dict[str, Tensor]:
         sds = [self._load(n) for n in self.files]
@@ -278,16 +270,8 @@ class FsdpArtifact(Artifact):
         return out
 
     def verify(self) -> list[Problem]:
-        problems: list[Problem] = []
-        for name, art in list(self.checkpoint._arts.items()):
-            for p in art.verify():
-                problems.append(Problem(p.code, f"{name}: {p.message}", p.member, p.offset, p.severity))
-        for name, t in self.checkpoint.tensors():
-            try:
-                t.numpy()
-            except TorchlessError as e:
-                problems.append(Problem("tensor", str(e), name))
-        return problems
+        ck = self.checkpoint
+        return member_problems(list(ck._arts.items())) + tensor_problems(ck.tensors())
 
     def convert_to(
         self,

@@ -26,6 +26,7 @@ from ...io import remote
 from ...io.paths import confined_file
 from ...io.source import RemoteSource
 from ..base import Artifact, LoadPolicy, summarize_tensors
+from ..ranks import member_problems
 from .spec import KINDS, SHARD_RE, SINGLE_FILES, index_names, is_index_file
 
 __all__ = ["HFArtifact", "MAX_INDEX_BYTES", "MAX_SHARDS"]
@@ -310,9 +311,7 @@ class HFArtifact(Artifact):
                             "warning",
                         )
                     )
-        for shard in self.shard_files:
-            for p in self.shard(shard).verify():
-                problems.append(Problem(p.code, f"{shard}: {p.message}", p.member, p.offset, p.severity))
+        problems += member_problems((shard, self.shard(shard)) for shard in self.shard_files)
         return problems
 
     def convert_to(

@@ -21,6 +21,7 @@ from ...core.values import Namespace
 from ...io.paths import confine, confined_file
 from ...io.store import Store
 from ..base import Artifact, LoadPolicy, summarize_tensors
+from ..ranks import member_problems
 from . import spec
 
 __all__ = ["MegatronArtifact", "find_iteration", "is_megatron_folder", "MAX_TRACKER_BYTES"]
@@ -275,9 +276,7 @@ class MegatronArtifact(Artifact):
             self._merge()
         except TorchlessError as e:
             return [Problem("merge", str(e))]
-        for art in self._arts:
-            for pr in art.verify():
-                problems.append(Problem(pr.code, f"{art.path}: {pr.message}", pr.member, pr.offset, pr.severity))
+        problems += member_problems((art.path, art) for art in self._arts)
         return problems
 
     def close(self) -> None:

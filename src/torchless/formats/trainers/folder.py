@@ -24,6 +24,7 @@ from ...io.paths import confine, confined_file
 from ...io.store import Store
 from ..base import Artifact, LoadPolicy, summarize_tensors
 from ..hf.spec import is_hf_folder
+from ..ranks import member_problems
 from . import spec
 from .common import class_name, describe_optimizer, describe_scheduler, optimizer_tensors, placeholder_policy, scalar
 
@@ -230,9 +231,7 @@ class TrainerArtifact(Artifact):
                     self.load_side(name)
                 except TorchlessError as e:
                     problems.append(Problem(role, str(e), name))
-        for name, art in self._side.items():
-            for pr in art.verify():
-                problems.append(Problem(pr.code, f"{name}: {pr.message}", pr.member, pr.offset, pr.severity))
+        problems += member_problems(self._side.items())
         return problems
 
     def convert_to(
