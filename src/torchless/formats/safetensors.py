@@ -179,18 +179,7 @@ def write_safetensors(
             plain = _plain_arrays(items, metadata)
     if plain is not None:  # a dict of plain NumPy arrays: the same file, without a Tensor each
         raw, bufs = plain
-        if _defer is not None:
-            af = AtomicFile(path)
-            try:
-                _write_plain(af.file, raw, bufs)
-                af.finish()
-            except BaseException:
-                af.abort()
-                raise
-            _defer.append(af)
-            return
-        with AtomicFile(path) as f:
-            _write_plain(f.file, raw, bufs)
+        _write_atomic(path, lambda f: _write_plain(f, raw, bufs), _defer)
         return
     entries: list[tuple[str, Tensor, DType]] = []
     kept, aliases = split_aliases(checked_names(items, path), path)
@@ -201,18 +190,24 @@ def write_safetensors(
             raise UnsupportedError(f"safetensors cannot store dtype {t.dtype.name}", member=name, hint="convert to .pt instead")
         entries.append((name, t, t.dtype))
     raw = safetensors_header([(name, dt, tuple(t.shape), t.nbytes) for name, t, dt in entries], metadata)[8:]
-    if _defer is not None:  # a shard: written now, published with its siblings
-        af = AtomicFile(path)
-        try:
-            _write_body(af.file, raw, entries, progress)
-            af.finish()
-        except BaseException:
-            af.abort()
-            raise
-        _defer.append(af)
+    _write_atomic(path, lambda f: _write_body(f, raw, entries, progress), _defer)
+
+
+def _write_atomic(path: Any, write: Callable[[Any], None], defer: list[Any] | None) -> None:
+    """``write(file)`` into a temporary beside ``path``, published at once; or, for a shard
+    (``defer`` given), written now and kept in ``defer`` to be published with its siblings."""
+    if defer is None:
+        with AtomicFile(path) as f:
+            write(f.file)
         return
-    with AtomicFile(path) as f:
-        _write_body(f.file, raw, entries, progress)
+    af = AtomicFile(path)
+    try:
+        write(af.file)
+        af.finish()
+    except BaseException:
+        af.abort()
+        raise
+    defer.append(af)
 
 
 #: NumPy dtype -> safetensors code, for the dtypes seen so far (None: not a plain one)
