@@ -89,6 +89,14 @@ def write_outputs(
     # (and, for a large file, parts large enough that it has at most S3's 10,000 parts)
     min_part = remote.join_min_part(staging.root) if staging.remote else 0
     seals: list[tuple[OutputFile, Piece]] = []
+
+    def task(f: OutputFile, off: int, length: int, pieces: list[Piece]) -> RangeTask:
+        """The range task writing ``[off, off+length)`` of ``f`` from ``pieces``."""
+        target = staging.target(f.name, off)
+        return RangeTask(
+            f.name, off, length, pieces, target, staging.remote, opener, weights_only, opts, staging.shown(f.name), item_writer
+        )
+
     kept1: list[dict[str, Any]] = []
     kept2: list[dict[str, Any]] = []
     for f in todo:
@@ -101,21 +109,7 @@ def write_outputs(
             if seg[0].kind == "seal":
                 seals.append((f, seg[0]))
                 continue
-            tasks1.append(
-                RangeTask(
-                    f.name,
-                    off,
-                    sum(p.length for p in seg),
-                    seg,
-                    staging.target(f.name, off),
-                    staging.remote,
-                    opener,
-                    weights_only,
-                    opts,
-                    staging.shown(f.name),
-                    item_writer,
-                )
-            )
+            tasks1.append(task(f, off, sum(p.length for p in seg), seg))
     done_segments: dict[str, list[dict[str, Any]]] = {f.name: [] for f in todo}
     need = {f.name: 0 for f in todo}
     for t in tasks1:
@@ -181,21 +175,7 @@ def write_outputs(
             if len(data) != p.length:
                 raise InternalError("a seal's length differs from the planned one")
             q = Piece(p.offset, p.length, "bytes", data=data)
-            tasks2.append(
-                RangeTask(
-                    f.name,
-                    p.offset,
-                    p.length,
-                    [q],
-                    staging.target(f.name, p.offset),
-                    staging.remote,
-                    opener,
-                    weights_only,
-                    opts,
-                    staging.shown(f.name),
-                    item_writer,
-                )
-            )
+            tasks2.append(task(f, p.offset, p.length, [q]))
         executor.map(run_range_task, tasks2, progress=finished)
         n_tasks += len(tasks2)
     if composing:
