@@ -22,7 +22,7 @@ Format commands:
 Running a program:
     RUN_LIMITS, RunLimits, run_limits
 Inductor cache:
-    CACHE_KINDS, inventory, entry_source, resolve_cache_dir, locate_cache_dir, plan_prune,
+    CACHE_KINDS, inventory, entry_source, locate_cache_dir, plan_prune,
     apply_prune, parse_duration
 Scan reports:
     format_scan_json, format_scan_sarif, format_scan_text
@@ -63,7 +63,6 @@ EXPORTS: dict[str, str] = {
     "CACHE_KINDS": "torchless.formats.inductor_cache.inventory:KINDS",
     "inventory": "torchless.formats.inductor_cache.inventory:inventory",
     "entry_source": "torchless.formats.inductor_cache.inventory:entry_source",
-    "resolve_cache_dir": "torchless.formats.inductor_cache.inventory:resolve_cache_dir",
     "locate_cache_dir": "torchless.formats.inductor_cache.inventory:locate_cache_dir",
     "plan_prune": "torchless.formats.inductor_cache.prune:plan_prune",
     "apply_prune": "torchless.formats.inductor_cache.prune:apply_prune",
@@ -93,7 +92,6 @@ if TYPE_CHECKING:  # the same names for the type checker (a test checks both lis
     from .formats.inductor_cache.inventory import entry_source as entry_source
     from .formats.inductor_cache.inventory import inventory as inventory
     from .formats.inductor_cache.inventory import locate_cache_dir as locate_cache_dir
-    from .formats.inductor_cache.inventory import resolve_cache_dir as resolve_cache_dir
     from .formats.inductor_cache.prune import apply_prune as apply_prune
     from .formats.inductor_cache.prune import parse_duration as parse_duration
     from .formats.inductor_cache.prune import plan_prune as plan_prune
