@@ -13,11 +13,8 @@ case may be counted in part).
 
 from __future__ import annotations
 
-import argparse
 import os
-import shutil
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
@@ -26,32 +23,13 @@ import writers_fuzz  # noqa: E402
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", type=int, default=2000)
-    ap.add_argument("--start", type=int, default=0)
-    ap.add_argument("--minutes", type=float, default=0.0, help="stop after this long (0: run every case)")
-    args = ap.parse_args()
-    tmp = tl_testutil.long_run_setup()  # one thread, temporary files in RAM
     stats = writers_fuzz.Stats()
-    failed: list[tuple[int, str]] = []
-    t0, c0 = time.monotonic(), time.process_time()
-    seeds = 0
-    try:
-        for seed in range(args.start, args.start + args.cases):
-            try:
-                writers_fuzz.run_case(seed, stats)
-            except Exception as e:  # noqa: BLE001 - every failure is reported with its seed
-                failed.append((seed, f"{type(e).__name__}: {str(e)[:200]}"))
-            seeds += 1
-            if args.minutes and time.monotonic() - t0 > args.minutes * 60:
-                break
-    except KeyboardInterrupt:
-        print(f"interrupted in seed {args.start + seeds} (not in the seed count; its case may be counted in part)")
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    dt, cpu = time.monotonic() - t0, time.process_time() - c0
+    run = tl_testutil.long_run(
+        __doc__.splitlines()[0], lambda seed: writers_fuzz.run_case(seed, stats), default_cases=2000, message_chars=200
+    )
+    failed, dt, cpu, seeds = run.failed, run.wall, run.cpu, run.seeds
     print(
-        f"seeds {args.start}..{args.start + seeds - 1}: {stats.cases} cases in {dt:.0f} s ({cpu:.0f} CPU s,"
+        f"seeds {run.start}..{run.last}: {stats.cases} cases in {dt:.0f} s ({cpu:.0f} CPU s,"
         f" {seeds / max(cpu, 1e-9):.1f} seeds per CPU s): {stats.writes} writes read back by the real tools,"
         f" {stats.refusals} refusals"
     )

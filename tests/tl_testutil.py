@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import struct
 import sys
@@ -416,3 +417,54 @@ def long_run_setup() -> str:
     where = ram if os.path.isdir(ram) and os.access(ram, os.W_OK) else None
     tempfile.tempdir = tempfile.mkdtemp(prefix="tlfuzz", dir=where)
     return tempfile.tempdir
+
+
+@dataclasses.dataclass
+class LongRun:
+    """What :func:`long_run` did: the seeds run (from ``start``), their failures (seed,
+    message) and the wall and CPU seconds."""
+
+    start: int
+    seeds: int
+    failed: list[tuple[int, str]]
+    wall: float
+    cpu: float
+
+    @property
+    def last(self) -> int:
+        return self.start + self.seeds - 1
+
+
+def long_run(description: str, run_case: Any, *, default_cases: int, message_chars: int = 200) -> LongRun:
+    """The loop of the ``scripts/fuzz_*.py`` long runs: ``--cases N --start S --minutes M``
+    from the command line, :func:`long_run_setup`, ``run_case(seed)`` for each seed (an
+    exception is a failure recorded with its seed), stopping after ``--minutes`` or at
+    Ctrl-C (the counts are still returned; the interrupted seed is not counted)."""
+    import argparse
+    import shutil
+    import time
+
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--cases", type=int, default=default_cases)
+    ap.add_argument("--start", type=int, default=0)
+    ap.add_argument("--minutes", type=float, default=0.0, help="stop after this long (0: run every case)")
+    args = ap.parse_args()
+    tmp = long_run_setup()  # one thread, temporary files in RAM
+    failed: list[tuple[int, str]] = []
+    t0, c0 = time.monotonic(), time.process_time()
+    seeds = 0
+    try:
+        for seed in range(args.start, args.start + args.cases):
+            try:
+                run_case(seed)
+            except Exception as e:  # noqa: BLE001 - every failure is reported with its seed
+                failed.append((seed, f"{type(e).__name__}: {str(e)[:message_chars]}"))
+            seeds += 1
+            if args.minutes and time.monotonic() - t0 > args.minutes * 60:
+                print(f"stopped after {args.minutes} minutes at seed {seed}")
+                break
+    except KeyboardInterrupt:
+        print(f"interrupted in seed {args.start + seeds} (not in the seed count; its case may be counted in part)")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return LongRun(args.start, seeds, failed, time.monotonic() - t0, time.process_time() - c0)
