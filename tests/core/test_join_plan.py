@@ -1,4 +1,4 @@
-"""The plan of an S3 multipart join (:func:`torchless.io.remote.join_plan`) against S3's
+"""The plan of an S3 multipart join (:func:`torchless.io.cloud.s3.join_plan`) against S3's
 rules, for many mixes of large and small part objects: the parts cover every byte once,
 in order; every part but the last holds the minimum; a copied range stays within the
 maximum; and what is uploaded (not copied) stays bounded by the small objects."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 
-from torchless.io.remote import join_plan
+from torchless.io.cloud.s3 import join_plan
 
 
 def _check(sizes: list[int], lo: int, hi: int) -> None:
@@ -55,7 +55,7 @@ def test_large_parts_are_all_copied():
 
 def test_join_plan_holds_at_most_s3_max_parts():
     """A file of 10,923 parts of 6 MiB (about 64 GiB) joins in at most S3's 10,000 parts."""
-    from torchless.io.remote import S3_MAX_PART, S3_MAX_PARTS, s3_min_part
+    from torchless.io.cloud.s3 import S3_MAX_PART, S3_MAX_PARTS, s3_min_part
 
     sizes = [6 << 20] * 10_923
     plan = join_plan(sizes)

@@ -37,7 +37,6 @@ from contextlib import contextmanager
 from typing import Any, TypeVar, cast
 
 from ..core.errors import NotFoundError, UsageError
-from .cloud import azure, s3
 
 __all__ = [
     "RemotePath",
@@ -55,7 +54,6 @@ __all__ = [
     "listdir",
     "read_bytes",
     "join_objects",
-    "join_plan",
     "abort_uploads",
     "can_join",
     "join_min_part",
@@ -64,7 +62,6 @@ __all__ = [
     "reason",
     "check_exists",
     "INSTALL_HINT",
-    "S3_MIN_PART",
 ]
 
 INSTALL_HINT = "install the remote extra: pip install 'torchless[remote]'"
@@ -499,12 +496,6 @@ def upload(local: str, url: str) -> int:
 
 # -- server-side joins (S3: cloud/s3.py, Azure: cloud/azure.py) ----------------------------------
 #: S3's multipart rules and the plan of a join live in :mod:`.cloud.s3`
-S3_MIN_PART = s3.S3_MIN_PART
-S3_MAX_PART = s3.S3_MAX_PART
-S3_MAX_PARTS = s3.S3_MAX_PARTS
-JoinPart = s3.JoinPart
-join_plan = s3.join_plan
-s3_min_part = s3.s3_min_part
 
 
 def _join_kind(fs: Any) -> str | None:
@@ -523,6 +514,8 @@ def can_join(url: str, sizes: list[int] | None = None) -> bool:
     """True when :func:`join_objects` joins objects at ``url`` (S3 through s3fs, Azure Blob
     Storage through adlfs; with ``sizes``: parts of those sizes, at most 50,000 blocks on
     Azure); elsewhere a job reads its parts back and uploads them."""
+    from .cloud import azure  # the join code: loaded when a join is asked
+
     fs, _p = filesystem(url)
     kind = _join_kind(fs)
     if kind == "azure" and sizes is not None:
@@ -535,17 +528,21 @@ def join_min_part(url: str, total: int = 0) -> int:
     ``url`` into an object of ``total`` bytes: S3's 5 MiB multipart minimum, or more for
     an object that would otherwise take over 10,000 parts (:func:`s3_min_part`); 0 where
     any part is (Azure's blocks) or where parts are read back anyway."""
+    from .cloud import s3  # the join code: loaded when a join is asked
+
     fs, _p = filesystem(url)
-    return s3_min_part(total) if _join_kind(fs) == "s3" else 0
+    return s3.s3_min_part(total) if _join_kind(fs) == "s3" else 0
 
 
 def joins_server_side(url: str, sizes: list[int]) -> bool:
     """True when :func:`join_objects` would join parts of ``sizes`` at ``url`` with no
     payload byte passing through this process (then a coordinator may join them itself)."""
+    from .cloud import azure, s3  # the join code: loaded when a join is asked
+
     fs, _p = filesystem(url)
     kind = _join_kind(fs)
     if kind == "s3":
-        return all(p[0] == "copy" for p in join_plan(sizes))
+        return all(p[0] == "copy" for p in s3.join_plan(sizes))
     if kind == "azure":
         return (
             _location(url) not in azure.NO_FROM_URL
@@ -587,6 +584,8 @@ def join_objects(url: str, parts: list[str], sizes: list[int]) -> int:
 
 
 def _join_s3(url: str, parts: list[str], sizes: list[int]) -> int:
+    from .cloud import s3  # the join code: loaded when a join is asked
+
     fs, dest = filesystem(url)
     moved = s3.join(fs, url, dest, [filesystem(p)[1] for p in parts], sizes, STATS, cat_range)
     if moved:
@@ -599,6 +598,7 @@ def _join_azure(url: str, parts: list[str], sizes: list[int]) -> int:
     from fsspec.asyn import sync
 
     from ..core.errors import WriteError
+    from .cloud import azure  # the join code: loaded when a join is asked
 
     fs, dest = filesystem(url)
     if azure.block_count(sizes) > azure.AZ_MAX_BLOCKS:
@@ -627,6 +627,7 @@ def move(src: str, dst: str) -> None:
         WriteError: the store refused, or the copy failed.
     """
     from ..core.errors import WriteError
+    from .cloud import azure  # the join code: loaded when a join is asked
 
     fs, s = filesystem(src)
     _fs, d = filesystem(dst)
@@ -654,6 +655,8 @@ def abort_uploads(url: str, *, exact: bool = False, under: bool = True) -> list[
     On Azure, the counterpart: blobs that have uncommitted blocks and no committed
     content (a join or a staged upload that never committed its block list) are deleted,
     discarding their blocks; ``URL (uncommitted blocks)`` for each."""
+    from .cloud import azure, s3  # the join code: loaded when a join is asked
+
     fs, p = filesystem(url)
     kind = _join_kind(fs)
     if kind == "azure":

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..core.errors import InternalError, UsageError
 from ..io import remote
+from ..io.cloud.s3 import s3_min_part
 from ..io.crc import crc32_combine
 from .executor import Executor
 from .plan import MIN_TASK_BYTES, OutputFile, Piece, RangeTask, segments
@@ -100,7 +101,7 @@ def write_outputs(
     kept1: list[dict[str, Any]] = []
     kept2: list[dict[str, Any]] = []
     for f in todo:
-        for seg in segments(f.pieces, max_task_bytes, remote.s3_min_part(f.size, min_part) if min_part else 0):
+        for seg in segments(f.pieces, max_task_bytes, s3_min_part(f.size, min_part) if min_part else 0):
             off = seg[0].offset
             k = kept_parts.get((f.name, off))
             if k is not None and k["length"] == sum(p.length for p in seg):
